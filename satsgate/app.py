@@ -1,0 +1,300 @@
+"""create_app(settings, backend) -> the aiohttp Application.
+
+Resources are cleanup contexts, set up in order and torn down in reverse:
+store -> backend -> shared clients and pools -> gate -> background tasks.
+Application state lives under typed AppKeys, never in module globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import httpx
+from aiohttp import web
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from satsgate import __version__
+from satsgate.config import Settings, ensure_server_secret
+from satsgate.dev_backend import DevBackend
+from satsgate.errors import ApiError, catalog_document
+from satsgate.files import FileStore
+from satsgate.http_util import dumps, error_middleware
+from satsgate.lightning import BackendError, LightningBackend
+from satsgate.payments.gate import Gate
+from satsgate.payments.http import handle_paid_call
+from satsgate.refunds import RefundService
+from satsgate.services.catalog import CATEGORIES, list_models_document
+from satsgate.services.pricing import estimate
+from satsgate.services.registry import BY_SLUG
+from satsgate.store import Store
+
+log = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", Settings)
+BACKEND = web.AppKey("backend", LightningBackend)  # type: ignore[type-abstract]
+STORE = web.AppKey("store", Store)
+GATE = web.AppKey("gate", Gate)
+REFUNDS = web.AppKey("refunds", RefundService)
+FILES = web.AppKey("files", FileStore)
+STARTED_AT = web.AppKey("started_at", float)
+
+
+def create_app(settings: Settings, backend: LightningBackend) -> web.Application:
+    settings = ensure_server_secret(settings)
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[BACKEND] = backend
+    app[STORE] = Store(settings.db_path)
+    app[FILES] = FileStore(
+        settings.files_dir,
+        settings.public_base_url,
+        settings.server_secret,
+        settings.file_url_ttl_s,
+    )
+    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
+    _add_routes(app, settings, backend)
+    return app
+
+
+# -- resources ------------------------------------------------------------------------------
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    await app[STORE].open()
+    yield
+    await app[STORE].close()
+
+
+async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
+    backend, settings = app[BACKEND], app[SETTINGS]
+    await backend.start()
+    try:
+        info = await backend.info()
+        if info.network != settings.network:
+            raise BackendError(
+                f"the node is on {info.network} but satsgate is configured for "
+                f"{settings.network}; refusing to start"
+            )
+        log.info("lightning backend %s on %s, node %s", backend.name, info.network, info.pubkey)
+    except BaseException:
+        await backend.close()
+        raise
+    yield
+    await backend.close()
+
+
+async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    # Spawned (not forked) workers: a fork of a process with a running loop and
+    # threads is unsafe. CPU-heavy engines (rendering, PDF) run here.
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
+    refunds = RefundService(settings, app[STORE], app[BACKEND])
+    app[REFUNDS] = refunds
+    app[GATE] = Gate(
+        settings=settings,
+        backend=app[BACKEND],
+        store=app[STORE],
+        refunds=refunds,
+        files=app[FILES],
+        http=http,
+        cpu_pool=pool,
+    )
+    yield
+    await refunds.wait_payouts()
+    await http.aclose()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
+    gate, refunds, files = app[GATE], app[REFUNDS], app[FILES]
+    settle_task = asyncio.create_task(gate.watch_settlements(), name="settlements")
+    scheduler = AsyncIOScheduler()
+    scheduler.add_job(
+        refunds.reconcile,
+        "interval",
+        seconds=60,
+        id="refunds-reconcile",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        files.remove_older_than,
+        "interval",
+        hours=1,
+        id="files-cleanup",
+        args=[12 * 3600],
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.start()
+    app[STARTED_AT] = time.time()
+    yield
+    scheduler.shutdown(wait=False)
+    settle_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await settle_task
+
+
+# -- routes ---------------------------------------------------------------------------------
+
+
+def _add_routes(app: web.Application, settings: Settings, backend: LightningBackend) -> None:
+    r = app.router
+    r.add_get("/api/health", health)
+    r.add_get("/api/error-codes", error_codes)
+    r.add_get("/api/l402/models", models)
+    r.add_get("/api/estimate-cost", estimate_cost)
+    r.add_get("/api/files/{name}", serve_file)
+    r.add_get("/api/lnurlw/{k1}", lnurl_withdraw)
+    r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
+    r.add_post("/api/l402/{slug}", paid_call)
+    r.add_get("/api/l402/{slug}", describe_service)
+    if isinstance(backend, DevBackend):
+        # Dev-only routes exist only with the dev backend.
+        r.add_post("/api/dev/pay", dev_pay)
+        r.add_get("/api/dev/outgoing", dev_outgoing)
+        r.add_post("/api/dev/outgoing-mode", dev_outgoing_mode)
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=dumps)
+
+
+async def health(request: web.Request) -> web.Response:
+    app = request.app
+    info = await app[BACKEND].info()
+    stats = await app[STORE].stats()
+    return _json(
+        {
+            "status": "ok",
+            "version": __version__,
+            "backend": app[BACKEND].name,
+            "network": info.network,
+            "node_pubkey": info.pubkey,
+            "uptime_s": int(time.time() - app[STARTED_AT]),
+            **stats,
+        }
+    )
+
+
+async def error_codes(request: web.Request) -> web.Response:
+    return _json(catalog_document())
+
+
+async def models(request: web.Request) -> web.Response:
+    category = request.query.get("category")
+    if category is not None and category not in CATEGORIES:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"Unknown category {category!r}.",
+            extra={"categories": list(CATEGORIES)},
+        )
+    return _json(list_models_document(category))
+
+
+async def estimate_cost(request: web.Request) -> web.Response:
+    query = dict(request.query)
+    service = query.pop("service", None)
+    resp = _json(estimate(service, query))
+    resp.headers["X-Error-Code"] = "L402_ESTIMATE_ONLY"
+    return resp
+
+
+async def serve_file(request: web.Request) -> web.StreamResponse:
+    files = request.app[FILES]
+    path = files.resolve(
+        request.match_info["name"], request.query.get("exp", ""), request.query.get("sig", "")
+    )
+    if path is None:
+        raise ApiError("NOT_FOUND", "No such file, or the link expired.")
+    return web.FileResponse(
+        path,
+        headers={
+            "Content-Type": files.content_type(path.name),
+            "Cache-Control": "private, max-age=3600",
+        },
+    )
+
+
+async def paid_call(request: web.Request) -> web.Response:
+    spec = BY_SLUG.get(request.match_info["slug"])
+    if spec is None:
+        raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
+    return await handle_paid_call(request, request.app[GATE], spec)
+
+
+async def describe_service(request: web.Request) -> web.Response:
+    spec = BY_SLUG.get(request.match_info["slug"])
+    if spec is None:
+        raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
+    base = request.app[SETTINGS].public_base_url
+    return _json(
+        {
+            "id": spec.slug,
+            "name": spec.title,
+            "tool": spec.tool_name,
+            "category": spec.category,
+            "description": spec.description,
+            "endpoint": f"{base}/api/l402/{spec.slug}",
+            "method": "POST",
+            "mode": spec.mode,
+            "input_schema": spec.params.model_json_schema(),
+            "failure_codes": list(spec.failure_codes),
+            "example": dict(spec.example),
+        }
+    )
+
+
+async def lnurl_withdraw(request: web.Request) -> web.Response:
+    return _json(await request.app[REFUNDS].withdraw_request(request.match_info["k1"]))
+
+
+async def lnurl_withdraw_callback(request: web.Request) -> web.Response:
+    k1_path = request.match_info["k1"]
+    k1, pr = request.query.get("k1", ""), request.query.get("pr", "")
+    if k1 != k1_path or not pr:
+        return _json({"status": "ERROR", "reason": "k1 and pr are required."})
+    # LUD-03: HTTP 200 with a JSON status in both outcomes.
+    return _json(await request.app[REFUNDS].withdraw_callback(k1, pr))
+
+
+async def dev_pay(request: web.Request) -> web.Response:
+    backend = request.app[BACKEND]
+    assert isinstance(backend, DevBackend)
+    try:
+        body = await request.json()
+        invoice = str(body["invoice"])
+    except (ValueError, KeyError, TypeError):
+        raise ApiError("INVALID_INPUT", 'Send {"invoice": "<bolt11>"}.') from None
+    try:
+        preimage = await backend.simulate_payment(invoice)
+    except BackendError as exc:
+        raise ApiError("INVALID_INPUT", f"Cannot pay: {exc}.") from None
+    return _json({"preimage": preimage})
+
+
+async def dev_outgoing(request: web.Request) -> web.Response:
+    backend = request.app[BACKEND]
+    assert isinstance(backend, DevBackend)
+    return _json({"payments": await backend.outgoing_payments()})
+
+
+async def dev_outgoing_mode(request: web.Request) -> web.Response:
+    backend = request.app[BACKEND]
+    assert isinstance(backend, DevBackend)
+    body = await request.json()
+    mode = body.get("mode")
+    if mode not in ("succeed", "fail", "pending"):
+        raise ApiError("INVALID_INPUT", "mode must be succeed, fail or pending.")
+    backend.outgoing_mode = mode
+    if body.get("resolve_pending") in ("succeed", "fail"):
+        await backend.complete_pending(body["resolve_pending"] == "succeed")
+    return _json({"mode": mode})

@@ -1,0 +1,123 @@
+"""Settings: one frozen object, built from defaults < config file < environment < arguments.
+
+The config file is TOML with the same keys as :class:`Settings` (``[engines]``
+holds provider keys). Environment variables are ``SATSGATE_<KEY>`` in upper case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BACKENDS = ("dev", "cln", "lnd")
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8402
+    data_dir: Path = Path("./satsgate-data")
+    # Public address used in poll URLs, checkout links and LNURL callbacks.
+    # Empty: derived from host and port.
+    base_url: str = ""
+    backend: str = "dev"
+    network: str = "regtest"
+    cln_rpc: str = ""
+    # How long an invoice (and so a 402 challenge) may be paid.
+    invoice_expiry_s: int = 600
+    # How long a paid, unspent credential may still be used.
+    credential_ttl_s: int = 24 * 3600
+    # The spec's dedup window for repeated requests with one credential.
+    dedup_window_s: int = 30
+    # Refund links (LNURL-withdraw) stay claimable this long.
+    refund_ttl_s: int = 30 * 24 * 3600
+    # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount).
+    refund_fee_ppm: int = 10_000
+    refund_fee_min_msat: int = 10_000
+    refund_pay_timeout_s: int = 60
+    # Signed output-file URLs stay valid this long.
+    file_url_ttl_s: int = 6 * 3600
+    # Largest accepted request body. Per-service limits are checked on top.
+    max_body_bytes: int = 64 * 1024 * 1024
+    # Secret for MPP challenge ids and file URL signatures; generated and kept
+    # in the data dir when empty.
+    server_secret: str = ""
+    engines: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def public_base_url(self) -> str:
+        if self.base_url:
+            return self.base_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "satsgate.sqlite3"
+
+    @property
+    def files_dir(self) -> Path:
+        return self.data_dir / "files"
+
+
+_INT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("int", int)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "data_dir":
+        return Path(value).expanduser()
+    if name in _INT_FIELDS:
+        return int(value)
+    return value
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build Settings; unknown keys are an error so a typo never passes silently."""
+    names = {f.name for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = {}
+    if config_file:
+        with open(config_file, "rb") as fh:
+            data = tomllib.load(fh)
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
+        values.update(data)
+    env = os.environ if environ is None else environ
+    for name in names - {"engines"}:
+        key = f"SATSGATE_{name.upper()}"
+        if key in env:
+            values[name] = env[key]
+    for name, value in (overrides or {}).items():
+        if name not in names:
+            raise ValueError(f"unknown setting {name}")
+        if value is not None:
+            values[name] = value
+    settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
+    if settings.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+    return settings
+
+
+def ensure_server_secret(settings: Settings) -> Settings:
+    """Return settings with a server secret, creating ``<data_dir>/server_secret`` once."""
+    if settings.server_secret:
+        return settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.data_dir / "server_secret"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    return dataclasses.replace(settings, server_secret=path.read_text().strip())

@@ -1,0 +1,326 @@
+"""The error-code catalog and the error envelope.
+
+One table defines every machine-readable code: its HTTP status, whether it is
+retryable (and after how long), and the suggestion an agent is shown. Every
+error response, HTTP or MCP, is built from it by :func:`envelope`, so the body's
+``error_code`` and the ``X-Error-Code`` header can never disagree.
+
+Exception tree::
+
+    ApiError            an error with a catalog code; becomes the envelope
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CATALOG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    code: str
+    http_status: int
+    meaning: str
+    suggestion: str
+    example: str = ""
+    retry_after_seconds: int | None = None  # present only for retryable codes
+    spec: bool = True  # False for codes satsgate adds to the spec's 23
+
+
+_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode(
+        "TIMEOUT",
+        504,
+        "The request or the upstream engine timed out.",
+        "Retry later with the same request.",
+        retry_after_seconds=20,
+    ),
+    ErrorCode(
+        "CONTENT_FILTERED",
+        422,
+        "The output was blocked by content moderation.",
+        "Rephrase the prompt and submit again.",
+    ),
+    ErrorCode(
+        "CONTENT_FILTERED_RETRY",
+        422,
+        "The upstream model refused although the content screen passed. "
+        "The payment is neither spent nor refunded.",
+        "Change the input and retry with the same paymentId and reworkToken before rework_until.",
+    ),
+    ErrorCode(
+        "REWORK_EXPIRED",
+        410,
+        "Free retries ended at the deadline; nothing ran.",
+        "A refund opens within 15 minutes; claim it at /recover.",
+    ),
+    ErrorCode(
+        "REWORK_TOKEN_INVALID",
+        403,
+        "A retry lacked a valid reworkToken; nothing ran.",
+        "Send the rework_token from the CONTENT_FILTERED_RETRY response as reworkToken.",
+    ),
+    ErrorCode(
+        "CONTENT_POLICY_HELD",
+        451,
+        "The request is held for review and was not delivered; the payment is held.",
+        "Ask for human review at appeal_url (1 sat).",
+    ),
+    ErrorCode(
+        "RATE_LIMITED",
+        429,
+        "Too many requests.",
+        "Wait and retry.",
+        retry_after_seconds=10,
+    ),
+    ErrorCode(
+        "INVALID_INPUT",
+        400,
+        "The engine rejected the parameters.",
+        "Fix the input and resubmit.",
+    ),
+    ErrorCode(
+        "SERVICE_ERROR",
+        502,
+        "Generic upstream failure.",
+        "Try another model, or retry later.",
+    ),
+    ErrorCode(
+        "PAYMENT_NOT_FOUND",
+        404,
+        "No payment with this paymentId.",
+        "Create a payment first with create_payment (or POST without Authorization).",
+    ),
+    ErrorCode(
+        "PAYMENT_PENDING",
+        402,
+        "The invoice is not paid yet.",
+        "Pay the invoice, then retry with the same paymentId.",
+        retry_after_seconds=5,
+    ),
+    ErrorCode(
+        "PAYMENT_ALREADY_USED",
+        403,
+        "Service already used: one payment covers one call.",
+        "Create a new payment for the next call.",
+    ),
+    ErrorCode(
+        "RESULT_NOT_AVAILABLE",
+        410,
+        "This result cannot be handed over: the payment was refunded, or the result expired.",
+        "Nothing was charged for this request; claim any refund at /recover.",
+    ),
+    ErrorCode(
+        "L402_INVALID_PARAMS",
+        400,
+        "Validation failed before payment; no invoice was created.",
+        "Fix the listed fields and send the request again.",
+        example='{"template": "headline", "title": "Hello"}',
+    ),
+    ErrorCode(
+        "L402_UPSTREAM_FAILED",
+        502,
+        "The service failed after payment.",
+        "Claim the refund with the LNURL-withdraw link in `refund`.",
+    ),
+    ErrorCode(
+        "L402_REFUND_ISSUED",
+        502,
+        "A refund was issued for this payment.",
+        "Claim the refund with the LNURL-withdraw link in `refund`.",
+    ),
+    ErrorCode(
+        "L402_DEDUP_HIT",
+        200,
+        "An identical request with the same credential was served from the 30 s dedup cache.",
+        "Nothing to do; send X-No-Cache to bypass the cache.",
+    ),
+    ErrorCode(
+        "L402_AUTO_ROUTED",
+        200,
+        "Routed through model 'auto'; the chosen id is in X-Route-Model.",
+        "Pin a numeric modelId for reproducibility.",
+    ),
+    ErrorCode(
+        "L402_ESTIMATE_ONLY",
+        200,
+        "This response is an estimate; no invoice was created.",
+        "POST the request to /api/l402/<service> to get an invoice.",
+    ),
+    ErrorCode(
+        "L402_CALLBACK_INVALID",
+        400,
+        "callback_url rejected: it must be public HTTPS.",
+        "Use a public https:// URL, or omit callback_url and poll.",
+    ),
+    ErrorCode(
+        "REFUND_NOT_AVAILABLE",
+        409,
+        "No refund: the payment was delivered, already refunded, or a refund is queued.",
+        "When refund_status is present, claim at /recover.",
+    ),
+    ErrorCode(
+        "BOOK_QUALITY_CHECK_FAILED",
+        422,
+        "Source book chapters failed sanity checks. A refund was issued.",
+        "Fix the source file; claim the refund with the link in `refund`.",
+    ),
+    ErrorCode(
+        "OUTPUT_DURATION_INSANE",
+        502,
+        "The rendered audiobook reports a duration over 24 hours. A refund was issued.",
+        "Claim the refund with the link in `refund`.",
+    ),
+    # Codes satsgate adds: the spec leaves these situations without a code.
+    ErrorCode(
+        "PAYMENT_REQUIRED",
+        402,
+        "This call needs payment.",
+        "Pay the invoice in the WWW-Authenticate challenge and repeat the request "
+        "with Authorization.",
+        spec=False,
+    ),
+    ErrorCode(
+        "PAYMENT_INVALID",
+        402,
+        "The credential does not verify (macaroon, preimage, challenge or service binding).",
+        "Pay the fresh invoice offered in this response.",
+        spec=False,
+    ),
+    ErrorCode(
+        "PAYMENT_EXPIRED",
+        402,
+        "The invoice or challenge expired before it was paid.",
+        "Pay the fresh invoice offered in this response.",
+        spec=False,
+    ),
+    ErrorCode(
+        "PAYMENT_INSUFFICIENT",
+        402,
+        "The request prices above what was paid for it; the payment was refunded in full.",
+        "Claim the refund, then pay the new quote.",
+        spec=False,
+    ),
+    ErrorCode(
+        "MALFORMED_CREDENTIAL",
+        400,
+        "The Authorization header cannot be parsed.",
+        "Send exactly one credential: 'L402 <macaroon>:<preimage>' or 'Payment <b64url>'.",
+        spec=False,
+    ),
+    ErrorCode(
+        "SERVICE_UNAVAILABLE",
+        503,
+        "This service has no engine configured on this node.",
+        "Use another service, or ask the operator to configure it.",
+        spec=False,
+    ),
+    ErrorCode(
+        "NOT_FOUND",
+        404,
+        "No such service, job or resource.",
+        "See /api/l402/models and /.well-known/l402-services for what exists.",
+        spec=False,
+    ),
+    ErrorCode(
+        "PAYLOAD_TOO_LARGE",
+        413,
+        "The request body is larger than this service accepts.",
+        "Send a smaller file.",
+        spec=False,
+    ),
+    ErrorCode(
+        "METHOD_NOT_ALLOWED",
+        405,
+        "This endpoint does not take that HTTP method.",
+        "Use the method listed in the OpenAPI document.",
+        spec=False,
+    ),
+    ErrorCode(
+        "INTERNAL_ERROR",
+        500,
+        "An unexpected error inside satsgate.",
+        "Retry; if it persists, tell the operator.",
+        spec=False,
+    ),
+)
+
+CODES: dict[str, ErrorCode] = {c.code: c for c in _CODES}
+
+
+@dataclass
+class ApiError(Exception):
+    """An error with a catalog code. Raise it anywhere; the edge renders the envelope."""
+
+    code: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    refund: dict[str, Any] | None = None
+    suggestion: str | None = None
+    example: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown error code {self.code}")
+        super().__init__(self.message)
+
+    @property
+    def http_status(self) -> int:
+        return CODES[self.code].http_status
+
+    def envelope(self) -> dict[str, Any]:
+        return envelope(
+            self.code,
+            self.message,
+            refund=self.refund,
+            suggestion=self.suggestion,
+            example=self.example,
+            **self.extra,
+        )
+
+
+def envelope(
+    code: str,
+    message: str,
+    *,
+    refund: dict[str, Any] | None = None,
+    suggestion: str | None = None,
+    example: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The spec's error body: error, error_code, suggestion, example, retry hint, refund."""
+    entry = CODES[code]
+    body: dict[str, Any] = {
+        "error": message,
+        "error_code": code,
+        "suggestion": suggestion or entry.suggestion,
+        "example": example if example is not None else entry.example,
+    }
+    if entry.retry_after_seconds is not None:
+        body["retry_after_seconds"] = entry.retry_after_seconds
+    if refund is not None:
+        body["refund"] = refund
+    body.update(extra)
+    return body
+
+
+def catalog_document() -> dict[str, Any]:
+    """GET /api/error-codes."""
+    return {
+        "version": CATALOG_VERSION,
+        "codes": [
+            {
+                "error_code": c.code,
+                "http_status": c.http_status,
+                "meaning": c.meaning,
+                "suggestion": c.suggestion,
+                "retryable": c.retry_after_seconds is not None,
+                "retry_after_seconds": c.retry_after_seconds,
+                "in_spec": c.spec,
+            }
+            for c in _CODES
+        ],
+    }

@@ -1,0 +1,111 @@
+"""HTTP edge helpers: the error middleware, bounded JSON bodies, result rendering."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from satsgate.errors import ApiError, envelope
+from satsgate.services.base import ServiceResult
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def error_response(exc: ApiError) -> web.Response:
+    resp = web.json_response(exc.envelope(), status=exc.http_status, dumps=dumps)
+    resp.headers["X-Error-Code"] = exc.code
+    for name, value in exc.headers.items():
+        resp.headers[name] = value
+    return resp
+
+
+def _http_error(code: str, status_exc: web.HTTPException, message: str) -> web.Response:
+    resp = web.json_response(envelope(code, message), status=status_exc.status, dumps=dumps)
+    resp.headers["X-Error-Code"] = code
+    return resp
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves as the spec's envelope with X-Error-Code; nothing else escapes."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc)
+    except web.HTTPNotFound as exc:
+        return _http_error("NOT_FOUND", exc, f"No such endpoint: {request.path}")
+    except web.HTTPMethodNotAllowed as exc:
+        resp = _http_error("METHOD_NOT_ALLOWED", exc, f"{request.method} is not allowed here.")
+        resp.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return resp
+    except web.HTTPRequestEntityTooLarge as exc:
+        return _http_error("PAYLOAD_TOO_LARGE", exc, "The request body is too large.")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = "INVALID_INPUT" if exc.status < 500 else "INTERNAL_ERROR"
+        return _http_error(code, exc, exc.text or exc.reason)
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        exc500 = ApiError("INTERNAL_ERROR", "An unexpected error inside satsgate.")
+        return error_response(exc500)
+
+
+async def read_json(request: web.Request, limit: int) -> Any:
+    """Read and parse a JSON body of at most ``limit`` bytes; 413 early, without reading it all."""
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(
+            "PAYLOAD_TOO_LARGE",
+            f"The request body is {request.content_length} bytes; "
+            f"this endpoint accepts at most {limit}.",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise ApiError("PAYLOAD_TOO_LARGE", f"The request body is larger than {limit} bytes.")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"The request body is not valid JSON: {exc}",
+            example='{"prompt": "..."}',
+        ) from None
+
+
+def result_response(result: ServiceResult) -> web.Response:
+    body = result.body
+    if isinstance(body, dict):
+        resp = web.json_response(body, status=result.status, dumps=dumps)
+    elif isinstance(body, str):
+        resp = web.Response(
+            text=body,
+            status=result.status,
+            content_type=result.content_type or "text/plain",
+            charset="utf-8",
+        )
+    else:
+        resp = web.Response(
+            body=body,
+            status=result.status,
+            content_type=result.content_type or "application/octet-stream",
+        )
+    for name, value in result.headers.items():
+        resp.headers[name] = value
+    return resp

@@ -1,0 +1,114 @@
+"""The LightningBackend seam: what satsgate needs from a Lightning node.
+
+Every amount here is in millisatoshi (``*_msat``). Implementations: the built-in
+dev node (``satsgate.dev_backend``), Core Lightning over its JSON-RPC socket
+(``satsgate.cln_backend``). One contract test suite (``tests/test_backend_contract.py``)
+runs against each of them.
+
+Rules every implementation keeps:
+
+- ``create_invoice`` returns an invoice for exactly ``amount_msat``.
+- ``settlements(after)`` yields settled invoices in node order, each with a
+  cursor strictly greater than ``after``; resuming from a persisted cursor
+  never skips a settlement that happened while satsgate was down.
+- A payment whose outcome is not known (timeout, in flight) is ``PENDING``,
+  never ``FAILED``: a caller that treats pending as failed pays twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class InvoiceState(enum.Enum):
+    OPEN = "open"
+    SETTLED = "settled"
+    EXPIRED = "expired"
+    CANCELED = "canceled"
+
+
+class PaymentState(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    pubkey: str
+    network: str  # "regtest", "signet", "testnet", "bitcoin"
+    alias: str = ""
+
+
+@dataclass(frozen=True)
+class CreatedInvoice:
+    bolt11: str
+    payment_hash: str  # lowercase hex
+    amount_msat: int
+    expires_at: int  # unix seconds
+
+
+@dataclass(frozen=True)
+class Settlement:
+    payment_hash: str
+    amount_received_msat: int
+    preimage: str  # lowercase hex
+    settled_at: int  # unix seconds
+    cursor: int  # CLN pay_index, LND settle_index, dev counter
+
+
+@dataclass(frozen=True)
+class InvoiceStatus:
+    payment_hash: str
+    state: InvoiceState
+    amount_msat: int
+    amount_received_msat: int = 0
+    preimage: str | None = None
+
+
+@dataclass(frozen=True)
+class PaymentResult:
+    payment_hash: str
+    state: PaymentState
+    amount_msat: int = 0
+    fee_msat: int = 0
+    preimage: str | None = None
+    failure_reason: str | None = None
+
+
+class BackendError(Exception):
+    """The node refused or could not be reached; message is operator-readable."""
+
+
+@runtime_checkable
+class LightningBackend(Protocol):
+    """A Lightning node as satsgate sees it. All methods are safe to call from the event loop."""
+
+    name: str  # "dev", "cln", "lnd"
+
+    async def start(self) -> None:
+        """Connect; called once before any other method."""
+
+    async def close(self) -> None:
+        """Release connections and threads; idempotent."""
+
+    async def info(self) -> NodeInfo: ...
+
+    async def create_invoice(
+        self, amount_msat: int, description: str, expiry_s: int
+    ) -> CreatedInvoice: ...
+
+    def settlements(self, after: int) -> AsyncIterator[Settlement]:
+        """Settled invoices with cursor > after, first the backlog then live, forever."""
+        ...
+
+    async def lookup_invoice(self, payment_hash: str) -> InvoiceStatus: ...
+
+    async def pay_invoice(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int
+    ) -> PaymentResult: ...
+
+    async def lookup_payment(self, payment_hash: str) -> PaymentResult: ...

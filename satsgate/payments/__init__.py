@@ -1,0 +1,1 @@
+"""The gate: L402 and MPP credentials, pricing, the spend rule, dedup."""

@@ -1,0 +1,408 @@
+"""The gate: quote, invoice, verify, spend once, dispatch, refund on failure.
+
+Surface-neutral: HTTP (L402 / MPP) and MCP (paymentId) both come through here,
+so the spend rule, re-pricing and refunds are written once.
+
+Order of checks for a paid call (every one before the spend):
+credential decodes -> preimage matches -> macaroon/challenge verifies -> bound to
+this service -> invoice settled -> not spent -> re-priced within what was paid.
+Then one conditional UPDATE (paid -> spent) decides who is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from satsgate.config import Settings
+from satsgate.errors import ApiError
+from satsgate.files import FileStore
+from satsgate.lightning import BackendError, InvoiceState, LightningBackend
+from satsgate.payments import l402, mpp
+from satsgate.payments.dedup import DedupCache
+from satsgate.refunds import RefundService
+from satsgate.services.base import (
+    EngineError,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+    request_digest,
+)
+from satsgate.store import Payment, PaymentStatus, Store
+
+log = logging.getLogger(__name__)
+
+AnySpec = ServiceSpec[Any]
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """What a client needs to pay for one call."""
+
+    payment: Payment
+    macaroon_b64: str
+    mpp: mpp.Challenge
+
+    @property
+    def amount_sats(self) -> int:
+        return self.payment.amount_msat // 1000
+
+    def www_authenticate(self) -> list[str]:
+        return [*l402.challenge_headers(self.macaroon_b64, self.payment.bolt11), self.mpp.header()]
+
+    def body_fields(self, base_url: str) -> dict[str, Any]:
+        return {
+            "paymentId": self.payment.payment_id,
+            "invoice": self.payment.bolt11,
+            "lightningInvoice": self.payment.bolt11,
+            "paymentHash": self.payment.payment_hash,
+            "macaroon": self.macaroon_b64,
+            "amountSats": self.amount_sats,
+            "expiresAt": mpp.rfc3339(self.payment.expires_at),
+            "service": self.payment.service,
+            "hostedCheckoutUrl": f"{base_url}/checkout/{self.payment.payment_id}",
+        }
+
+
+@dataclass(frozen=True)
+class Verified:
+    payment: Payment
+    scheme: str  # "L402" or "Payment"
+    mpp_challenge_id: str | None = None
+
+
+def validate_params(spec: AnySpec, body: Any) -> BaseModel:
+    """Schema check before any invoice: L402_INVALID_PARAMS lists every bad field."""
+    if not isinstance(body, dict):
+        raise ApiError(
+            "L402_INVALID_PARAMS", "The request body must be a JSON object.", example=_example(spec)
+        )
+    try:
+        return spec.params.model_validate(body)
+    except ValidationError as exc:
+        fields = [
+            {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
+            for err in exc.errors(include_url=False, include_context=False)
+        ]
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"Invalid parameters: {summary}",
+            extra={"fields": fields},
+            example=_example(spec),
+        ) from None
+
+
+def _example(spec: AnySpec) -> str:
+    return mpp.canonical_json(dict(spec.example)) if spec.example else ""
+
+
+class Gate:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        backend: LightningBackend,
+        store: Store,
+        refunds: RefundService,
+        files: FileStore,
+        http: httpx.AsyncClient,
+        cpu_pool: Executor,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.store = store
+        self.refunds = refunds
+        self.files = files
+        self._http = http
+        self._cpu_pool = cpu_pool
+        self.dedup = DedupCache(settings.dedup_window_s)
+        self._paid_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._network = settings.network
+
+    # -- quoting and invoicing --------------------------------------------------------------
+
+    async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
+        if spec.prevalidate is not None:
+            await spec.prevalidate(params)
+
+    def quote_sats(self, spec: AnySpec, params: BaseModel) -> int:
+        return spec.quote_sats(params)
+
+    async def create_payment(
+        self,
+        spec: AnySpec,
+        *,
+        amount_sats: int,
+        digest: str,
+        via: str,
+    ) -> Challenge:
+        """Create the invoice and store the payment as unpaid; nothing else is charged."""
+        amount_msat = amount_sats * 1000
+        description = f"satsgate: {spec.title} ({amount_sats} sat)"
+        try:
+            invoice = await self.backend.create_invoice(
+                amount_msat, description, self.settings.invoice_expiry_s
+            )
+        except (BackendError, OSError) as exc:
+            log.error("invoice creation failed: %s", exc)
+            raise ApiError(
+                "SERVICE_ERROR",
+                "The Lightning node could not create an invoice; nothing was charged.",
+            ) from exc
+        now = int(time.time())
+        payment = Payment(
+            payment_id=f"pay_{secrets.token_hex(16)}",
+            payment_hash=invoice.payment_hash,
+            bolt11=invoice.bolt11,
+            service=spec.slug,
+            amount_msat=amount_msat,
+            status=PaymentStatus.UNPAID,
+            created_at=now,
+            expires_at=invoice.expires_at,
+            paid_at=None,
+            spent_at=None,
+            root_key=secrets.token_hex(32),  # per-token macaroon root key
+            token_id=secrets.token_hex(32),
+            request_digest=digest,
+            description=description,
+            via=via,
+        )
+        await self.store.insert_payment(payment)
+        return self.challenge_of(payment)
+
+    def challenge_of(self, payment: Payment) -> Challenge:
+        """The challenge for a stored payment: the same macaroon and invoice every time."""
+        token = l402.mint(
+            payment.payment_hash,
+            payment.service,
+            payment.expires_at + self.settings.credential_ttl_s,
+            bytes.fromhex(payment.root_key),
+            bytes.fromhex(payment.token_id),
+        )
+        challenge = mpp.make_challenge(
+            secret=self.settings.server_secret,
+            realm=self._realm(),
+            amount_sats=payment.amount_msat // 1000,
+            bolt11=payment.bolt11,
+            payment_hash=payment.payment_hash,
+            network=self._network,
+            expires_at=payment.expires_at,
+            description=payment.description,
+        )
+        return Challenge(payment, token.macaroon_b64, challenge)
+
+    async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge:
+        return await self.create_payment(
+            spec,
+            amount_sats=self.quote_sats(spec, params),
+            digest=request_digest(spec.slug, params),
+            via=via,
+        )
+
+    def _realm(self) -> str:
+        url = self.settings.public_base_url
+        return url.split("://", 1)[-1].split("/", 1)[0]
+
+    # -- credentials ------------------------------------------------------------------------
+
+    async def verify_authorization(self, values: list[str], spec: AnySpec) -> Verified:
+        """Verify one Authorization header; raises MalformedCredential / CredentialError."""
+        if len(values) != 1:
+            raise l402.MalformedCredential("send exactly one Authorization header")
+        scheme, _, rest = values[0].strip().partition(" ")
+        scheme_l = scheme.lower()
+        if scheme_l in ("l402", "lsat"):
+            cred = l402.parse_credential(rest)
+            decoded = l402.decode_macaroon(cred.macaroon)
+            l402.check_preimage(decoded.payment_hash, cred.preimage)
+            payment = await self.store.get_payment_by_hash(decoded.payment_hash)
+            if payment is None or payment.token_id != decoded.token_id:
+                raise l402.CredentialError("unknown or revoked macaroon")
+            l402.verify_signature(decoded, payment.root_key)
+            l402.check_caveats(decoded, spec.slug, int(time.time()))
+            return Verified(payment, "L402")
+        if scheme_l == "payment":
+            mcred = mpp.parse_credential(rest, secret=self.settings.server_secret)
+            l402.check_preimage(mcred.payment_hash, mcred.preimage)
+            payment = await self.store.get_payment_by_hash(mcred.payment_hash)
+            if payment is None:
+                raise l402.CredentialError("unknown payment")
+            if payment.service != spec.slug:
+                raise l402.CredentialError(
+                    f"this credential was issued for {payment.service}, not {spec.slug}"
+                )
+            return Verified(payment, "Payment", mcred.challenge_id)
+        raise l402.MalformedCredential(f"unsupported authorization scheme {scheme!r}")
+
+    # -- settlement -------------------------------------------------------------------------
+
+    async def watch_settlements(self) -> None:
+        """Apply the node's settlements to the store forever, resuming from the cursor."""
+        name = f"settle:{self.backend.name}"
+        cursor = await self.store.get_cursor(name)
+        if cursor is None:
+            initial = getattr(self.backend, "initial_cursor", None)
+            cursor = int(await initial()) if initial is not None else 0
+        backoff = 1.0
+        while True:
+            try:
+                stream: AsyncIterator[Any] = self.backend.settlements(cursor)
+                async for s in stream:
+                    await self.store.mark_paid(
+                        s.payment_hash, s.amount_received_msat, s.settled_at, (name, s.cursor)
+                    )
+                    cursor = s.cursor
+                    self._notify_paid(s.payment_hash)
+                    backoff = 1.0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the node went away: retry, never give up
+                log.warning("settlement stream failed (%s); retrying in %.0f s", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _notify_paid(self, payment_hash: str) -> None:
+        for fut in self._paid_waiters.pop(payment_hash, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_paid(self, payment: Payment, timeout_s: float) -> Payment:
+        """Wait until the payment is settled (or the timeout); returns the fresh row."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._paid_waiters.setdefault(payment.payment_hash, []).append(fut)
+        try:
+            fresh = await self.store.get_payment(payment.payment_id)
+            if fresh is not None and fresh.status is not PaymentStatus.UNPAID:
+                return fresh
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, timeout_s)
+        finally:
+            waiters = self._paid_waiters.get(payment.payment_hash, [])
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._paid_waiters.pop(payment.payment_hash, None)
+        return await self.store.get_payment(payment.payment_id) or payment
+
+    async def refresh_paid(self, payment: Payment) -> Payment:
+        """An unpaid row may lag the node by a moment: ask the node before refusing."""
+        if payment.status is not PaymentStatus.UNPAID:
+            return payment
+        try:
+            status = await self.backend.lookup_invoice(payment.payment_hash)
+        except (BackendError, OSError):
+            return payment
+        if status.state is InvoiceState.SETTLED:
+            await self.store.mark_paid(
+                payment.payment_hash, status.amount_received_msat, int(time.time())
+            )
+            self._notify_paid(payment.payment_hash)
+            return await self.store.get_payment(payment.payment_id) or payment
+        return payment
+
+    # -- the paid call ----------------------------------------------------------------------
+
+    def context(self, call_id: str) -> ServiceContext:
+        return ServiceContext(
+            call_id=call_id,
+            settings=self.settings,
+            files=self.files,
+            http=self._http,
+            cpu_pool=self._cpu_pool,
+        )
+
+    async def execute(self, payment: Payment, spec: AnySpec, params: BaseModel) -> ServiceResult:
+        """Spend ``payment`` on one call of ``spec`` and run it. Raises ApiError.
+
+        After the spend, every failure carries a refund of the whole payment; a
+        call that prices below what was paid is refunded the difference.
+        """
+        if payment.service != spec.slug:
+            raise ApiError(
+                "PAYMENT_INVALID", f"This payment is for {payment.service}, not {spec.slug}."
+            )
+        payment = await self.refresh_paid(payment)
+        if payment.status is PaymentStatus.UNPAID:
+            if payment.expires_at <= time.time():
+                raise ApiError("PAYMENT_EXPIRED", "The invoice expired before it was paid.")
+            raise ApiError(
+                "PAYMENT_PENDING",
+                "The invoice is not paid yet.",
+                extra={"paymentId": payment.payment_id},
+            )
+        if payment.status is PaymentStatus.SPENT:
+            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+        if payment.status is PaymentStatus.REFUNDED:
+            raise ApiError(
+                "PAYMENT_ALREADY_USED", "Service already used: this payment was refunded."
+            )
+
+        price_msat = self.quote_sats(spec, params) * 1000
+        if price_msat > payment.amount_msat:
+            refund = await self.refunds.refund_unspent(
+                payment,
+                f"request prices at {price_msat // 1000} sat, "
+                f"{payment.amount_msat // 1000} sat were paid",
+            )
+            if refund is None:  # lost a race with another use: it was served or refunded
+                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(
+                "PAYMENT_INSUFFICIENT",
+                f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
+                " sat were paid for it. The payment was refunded in full.",
+                refund=refund,
+                extra={"amountSats": price_msat // 1000},
+            )
+
+        if not await self.store.spend(payment.payment_id, int(time.time())):
+            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+
+        try:
+            result = await spec.handler(self.context(payment.payment_id), params)
+        except ApiError as exc:
+            exc.refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
+            raise
+        except EngineError as exc:
+            refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
+            raise ApiError(exc.code, exc.message, refund=refund) from exc
+        except asyncio.CancelledError:
+            # The client went away mid-call; the money is still owed back.
+            await asyncio.shield(
+                self._refund_after_spend(payment, payment.amount_msat, "call cancelled")
+            )
+            raise
+        except Exception as exc:
+            log.exception("service %s failed after payment", spec.slug)
+            refund = await self._refund_after_spend(payment, payment.amount_msat, repr(exc))
+            raise ApiError(
+                "L402_UPSTREAM_FAILED",
+                "The service failed after payment; the payment was refunded.",
+                refund=refund,
+            ) from exc
+
+        if spec.untrusted_output and isinstance(result.body, dict):
+            result = replace(result, body={**result.body, "untrusted_output": True})
+        overpaid_msat = payment.amount_msat - price_msat
+        if overpaid_msat > 0:
+            refund = await self._refund_after_spend(
+                payment, overpaid_msat, "paid more than the request costs"
+            )
+            if refund is not None and isinstance(result.body, dict):
+                result = replace(result, body={**result.body, "refund": refund})
+        return result
+
+    async def _refund_after_spend(
+        self, payment: Payment, amount_msat: int, reason: str
+    ) -> dict[str, Any] | None:
+        return await self.refunds.refund_spent(payment, amount_msat, reason[:500])

@@ -1,0 +1,183 @@
+"""L402: minting and verifying macaroons, the challenge header, the credential.
+
+Identifier (66 bytes): uint16 big-endian version 0 | payment_hash (32) | token_id (32).
+Each token has its own 32-byte root key, stored with its payment; deleting the
+payment row revokes the token. Caveats are evaluated here, not by the
+pymacaroons Verifier (which reports unknown caveats as bad signatures).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+import struct
+from dataclasses import dataclass
+
+from pymacaroons import MACAROON_V2, Macaroon
+from pymacaroons.serializers.binary_serializer import BinarySerializer
+
+LOCATION = "lsat"
+_IDENTIFIER_VERSION = 0
+_KEY_GENERATOR = b"macaroons-key-generator"
+
+
+class CredentialError(Exception):
+    """The credential is well-formed but does not verify; message says which check failed."""
+
+
+class MalformedCredential(Exception):
+    """The Authorization header cannot be parsed as a credential."""
+
+
+@dataclass(frozen=True)
+class MintedToken:
+    macaroon_b64: str  # standard base64, padded, of the V2 binary serialization
+    root_key: str  # hex
+    token_id: str  # hex
+
+
+@dataclass(frozen=True)
+class L402Credential:
+    macaroon: bytes  # raw V2 (or V1) binary
+    preimage: str  # 64 lowercase hex
+
+    @property
+    def scheme(self) -> str:
+        return "L402"
+
+
+def service_caveat(service: str) -> str:
+    return f"services={service}:0"
+
+
+def valid_until_caveat(service: str, unix_s: int) -> str:
+    return f"{service}_valid_until={unix_s}"
+
+
+def mint(
+    payment_hash: str,
+    service: str,
+    valid_until: int,
+    root_key: bytes | None = None,
+    token_id: bytes | None = None,
+) -> MintedToken:
+    """A new token, or (given its root key and id) the same token again, byte for byte."""
+    root_key = secrets.token_bytes(32) if root_key is None else root_key
+    token_id = secrets.token_bytes(32) if token_id is None else token_id
+    identifier = struct.pack(">H", _IDENTIFIER_VERSION) + bytes.fromhex(payment_hash) + token_id
+    mac = Macaroon(location=LOCATION, identifier=identifier, key=root_key, version=MACAROON_V2)
+    mac.add_first_party_caveat(service_caveat(service))
+    mac.add_first_party_caveat(valid_until_caveat(service, valid_until))
+    raw = BinarySerializer().serialize_raw(mac)
+    return MintedToken(base64.b64encode(raw).decode("ascii"), root_key.hex(), token_id.hex())
+
+
+def challenge_headers(macaroon_b64: str, bolt11: str) -> list[str]:
+    """Two WWW-Authenticate values, LSAT first for old clients, in the exact common form."""
+    return [
+        f'LSAT macaroon="{macaroon_b64}", invoice="{bolt11}"',
+        f'L402 macaroon="{macaroon_b64}", invoice="{bolt11}"',
+    ]
+
+
+def parse_credential(value: str) -> L402Credential:
+    """Parse the part after the scheme: '<base64 macaroon>:<hex preimage>'."""
+    token = value.strip()
+    if "," in token or " " in token:
+        raise MalformedCredential("exactly one macaroon is accepted")
+    mac_part, sep, preimage = token.rpartition(":")
+    if not sep or not mac_part:
+        raise MalformedCredential("expected '<macaroon>:<preimage>'")
+    preimage = preimage.lower()
+    if len(preimage) != 64 or any(c not in "0123456789abcdef" for c in preimage):
+        raise MalformedCredential("the preimage must be 64 hex characters")
+    raw = _b64decode_strict(mac_part)
+    return L402Credential(raw, preimage)
+
+
+def _b64decode_strict(text: str) -> bytes:
+    # Standard alphabet, padded, as issued; url-safe or unpadded is accepted too
+    # because some clients re-encode, but nothing else is.
+    candidate = text.replace("-", "+").replace("_", "/")
+    candidate += "=" * (-len(candidate) % 4)
+    try:
+        return base64.b64decode(candidate, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedCredential("the macaroon is not valid base64") from exc
+
+
+@dataclass(frozen=True)
+class DecodedMacaroon:
+    identifier: bytes
+    payment_hash: str
+    token_id: str
+    caveats: tuple[str, ...]
+    signature: bytes
+    _mac: Macaroon
+
+
+def decode_macaroon(raw: bytes) -> DecodedMacaroon:
+    try:
+        mac = BinarySerializer().deserialize_raw(raw)
+    except Exception as exc:  # pymacaroons raises assorted types on bad input
+        raise MalformedCredential("the macaroon cannot be decoded") from exc
+    identifier = mac.identifier_bytes
+    if len(identifier) != 66 or struct.unpack(">H", identifier[:2])[0] != _IDENTIFIER_VERSION:
+        raise CredentialError("unknown macaroon identifier")
+    caveats = []
+    for caveat in mac.caveats:
+        if caveat.verification_key_id:
+            raise CredentialError("third-party caveats are not accepted")
+        caveats.append(caveat.caveat_id_bytes.decode("utf-8", "replace"))
+    return DecodedMacaroon(
+        identifier=identifier,
+        payment_hash=identifier[2:34].hex(),
+        token_id=identifier[34:].hex(),
+        caveats=tuple(caveats),
+        signature=binascii.unhexlify(mac.signature_bytes),
+        _mac=mac,
+    )
+
+
+def check_preimage(payment_hash: str, preimage: str) -> None:
+    if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != payment_hash:
+        raise CredentialError("the preimage does not match the invoice's payment hash")
+
+
+def verify_signature(decoded: DecodedMacaroon, root_key_hex: str) -> None:
+    key = hmac.new(_KEY_GENERATOR, bytes.fromhex(root_key_hex), hashlib.sha256).digest()
+    sig = hmac.new(key, decoded.identifier, hashlib.sha256).digest()
+    for caveat in decoded._mac.caveats:
+        sig = hmac.new(sig, caveat.caveat_id_bytes, hashlib.sha256).digest()
+    if not hmac.compare_digest(sig, decoded.signature):
+        raise CredentialError("the macaroon signature does not verify")
+
+
+def check_caveats(decoded: DecodedMacaroon, service: str, now: int) -> None:
+    """Every caveat must hold. Repeats may only narrow: each one is checked on its own."""
+    service_seen = False
+    for caveat in decoded.caveats:
+        condition, sep, value = caveat.partition("=")
+        if not sep:
+            raise CredentialError(f"malformed caveat {caveat!r}")
+        if condition == "services":
+            names = {item.split(":", 1)[0] for item in value.split(",")}
+            if service not in names:
+                raise CredentialError(f"this credential was issued for {value}, not {service}")
+            service_seen = True
+        elif condition.endswith("_valid_until"):
+            try:
+                until = int(value)
+            except ValueError as exc:
+                raise CredentialError(f"malformed caveat {caveat!r}") from exc
+            if now >= until:
+                raise CredentialError("the credential has expired")
+        elif condition.endswith("_capabilities"):
+            continue  # satsgate grants no capabilities beyond the call itself
+        else:
+            raise CredentialError(f"unknown caveat {condition!r}")
+    if not service_seen:
+        raise CredentialError("the macaroon names no service")

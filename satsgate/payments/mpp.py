@@ -1,0 +1,178 @@
+"""MPP: the "Payment" HTTP authentication scheme, lightning method, charge intent.
+
+The challenge id is stateless: an HMAC over the challenge's fields under the
+server secret, so a credential proves it echoes a challenge this server issued,
+byte for byte, without storing challenges. What a challenge buys is still
+decided by the payment row found through ``methodDetails.paymentHash``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from satsgate.payments.l402 import CredentialError, MalformedCredential
+
+METHOD = "lightning"
+INTENT = "charge"
+PROBLEM_BASE = "https://paymentauth.org/problems/"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedCredential("not base64url") from exc
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def rfc3339(unix_s: int) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> int:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise CredentialError("the challenge's expires is not RFC 3339") from exc
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return int(value.timestamp())
+
+
+@dataclass(frozen=True)
+class Challenge:
+    id: str
+    realm: str
+    request: str  # b64url of canonical JSON
+    expires: str
+
+    def header(self) -> str:
+        return (
+            f'Payment id="{self.id}", realm="{self.realm}", method="{METHOD}", '
+            f'intent="{INTENT}", request="{self.request}", expires="{self.expires}"'
+        )
+
+
+def _challenge_id(
+    secret: str,
+    realm: str,
+    method: str,
+    intent: str,
+    request: str,
+    expires: str,
+    digest: str = "",
+    opaque: str = "",
+) -> str:
+    message = "|".join((realm, method, intent, request, expires, digest, opaque))
+    return b64url(hmac.new(secret.encode(), message.encode(), hashlib.sha256).digest())
+
+
+def make_challenge(
+    *,
+    secret: str,
+    realm: str,
+    amount_sats: int,
+    bolt11: str,
+    payment_hash: str,
+    network: str,
+    expires_at: int,
+    description: str,
+) -> Challenge:
+    request = {
+        "amount": str(amount_sats),
+        "currency": "sat",
+        "description": description,
+        "methodDetails": {"invoice": bolt11, "paymentHash": payment_hash, "network": network},
+    }
+    request_b64 = b64url(canonical_json(request).encode())
+    expires = rfc3339(expires_at)  # never later than the invoice expiry
+    cid = _challenge_id(secret, realm, METHOD, INTENT, request_b64, expires)
+    return Challenge(cid, realm, request_b64, expires)
+
+
+@dataclass(frozen=True)
+class MppCredential:
+    challenge_id: str
+    payment_hash: str
+    preimage: str
+    expires_at: int
+    source: str | None
+
+    @property
+    def scheme(self) -> str:
+        return "Payment"
+
+
+def parse_credential(value: str, *, secret: str) -> MppCredential:
+    """Decode and authenticate 'Payment <b64url JSON>'. Raises Malformed or CredentialError."""
+    try:
+        doc = json.loads(b64url_decode(value.strip()))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedCredential("the Payment credential is not base64url JSON") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("challenge"), dict):
+        raise MalformedCredential("the Payment credential has no challenge object")
+    ch = doc["challenge"]
+    payload = doc.get("payload")
+    if not isinstance(payload, dict) or not isinstance(payload.get("preimage"), str):
+        raise MalformedCredential("the Payment credential has no payload.preimage")
+    fields = {}
+    for name in ("id", "realm", "method", "intent", "request", "expires", "digest", "opaque"):
+        item = ch.get(name, "")
+        if not isinstance(item, str):
+            raise MalformedCredential(f"challenge.{name} must be a string")
+        fields[name] = item
+    if fields["method"] != METHOD or fields["intent"] != INTENT:
+        raise CredentialError("only method=lightning, intent=charge is accepted")
+    expected = _challenge_id(
+        secret,
+        fields["realm"],
+        fields["method"],
+        fields["intent"],
+        fields["request"],
+        fields["expires"],
+        fields["digest"],
+        fields["opaque"],
+    )
+    if not hmac.compare_digest(expected, fields["id"]):
+        raise CredentialError("the challenge was not issued by this server")
+    try:
+        request = json.loads(b64url_decode(fields["request"]))
+        payment_hash = str(request["methodDetails"]["paymentHash"]).lower()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CredentialError("the challenge request has no paymentHash") from exc
+    preimage = payload["preimage"].lower()
+    if len(preimage) != 64 or any(c not in "0123456789abcdef" for c in preimage):
+        raise MalformedCredential("payload.preimage must be 64 hex characters")
+    source = doc.get("source")
+    return MppCredential(
+        challenge_id=fields["id"],
+        payment_hash=payment_hash,
+        preimage=preimage,
+        expires_at=parse_rfc3339(fields["expires"]),
+        source=source if isinstance(source, str) else None,
+    )
+
+
+def receipt_header(challenge_id: str, payment_hash: str, unix_s: int) -> str:
+    receipt = {
+        "status": "success",
+        "method": METHOD,
+        "timestamp": rfc3339(unix_s),
+        "reference": payment_hash,
+        "challengeId": challenge_id,
+    }
+    return b64url(canonical_json(receipt).encode())

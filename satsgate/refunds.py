@@ -1,0 +1,200 @@
+"""Refunds as one-time LNURL-withdraw links, paid by the node itself.
+
+Rules (each one a known way deployed withdraw links lost money):
+
+- k1 is 32 random bytes, single use; the claim is one conditional UPDATE
+  (open -> claiming) that binds the payout invoice *before* paying, so two
+  concurrent callbacks cannot both pay.
+- The payout invoice must carry an amount equal to the refund (min = max), be
+  unexpired, on our network, and not be our own node's invoice.
+- A claim is un-consumed (claiming -> open) only when the payout definitely
+  failed. A timeout or in-flight payment stays ``claiming`` until
+  :meth:`RefundService.reconcile` learns the outcome from the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from typing import Any
+
+from lnurl.helpers import url_encode
+
+from satsgate.config import Settings
+from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning import BackendError, LightningBackend, PaymentState
+from satsgate.store import Payment, Refund, RefundStatus, Store
+
+
+def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
+    """The spec's refund object (amount in sats at this edge)."""
+    amount_sats = refund.amount_msat // 1000
+    return {
+        "lnurl_withdraw": url_encode(f"{base_url}/api/lnurlw/{refund.k1}"),
+        "amount_sats": amount_sats,
+        "refund_amount": amount_sats,  # deprecated alias of amount_sats
+        "refund_secret": refund.k1,
+        "status": str(refund.status),
+        "charge_id": refund.refund_id,
+        "recover_url": f"{base_url}/recover?refund_secret={refund.k1}",
+        "expires_at": refund.expires_at,
+    }
+
+
+class RefundService:
+    def __init__(self, settings: Settings, store: Store, backend: LightningBackend) -> None:
+        self._settings = settings
+        self._store = store
+        self._backend = backend
+        self._payouts: set[asyncio.Task[None]] = set()
+        self._in_flight: set[str] = set()  # k1 of payouts this process is still making
+        self._node_pubkey: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.public_base_url
+
+    def _new_refund(self, payment: Payment, amount_msat: int, reason: str) -> Refund:
+        now = int(time.time())
+        return Refund(
+            refund_id=f"rf_{secrets.token_hex(12)}",
+            payment_id=payment.payment_id,
+            amount_msat=amount_msat,
+            k1=secrets.token_hex(32),
+            status=RefundStatus.OPEN,
+            reason=reason,
+            created_at=now,
+            expires_at=now + self._settings.refund_ttl_s,
+            payout_bolt11=None,
+            payout_hash=None,
+            updated_at=now,
+        )
+
+    async def refund_unspent(self, payment: Payment, reason: str) -> dict[str, Any] | None:
+        """Refund a paid, never-served payment in full (paid -> refunded). None if not paid."""
+        refund = self._new_refund(payment, payment.amount_msat, reason)
+        if not await self._store.refund_unspent(payment.payment_id, refund):
+            return None
+        return refund_object(refund, self.base_url)
+
+    async def refund_spent(
+        self, payment: Payment, amount_msat: int, reason: str
+    ) -> dict[str, Any] | None:
+        """Refund part or all of a spent payment; never more in total than was paid."""
+        if amount_msat <= 0:
+            return None
+        refund = self._new_refund(payment, amount_msat, reason)
+        if not await self._store.add_refund_for_spent(refund):
+            return None
+        return refund_object(refund, self.base_url)
+
+    # -- LNURL-withdraw (LUD-03) ------------------------------------------------------------
+
+    async def withdraw_request(self, k1: str) -> dict[str, Any]:
+        refund = await self._store.get_refund_by_k1(k1)
+        if refund is None:
+            return {"status": "ERROR", "reason": "Unknown refund link."}
+        if refund.status is not RefundStatus.OPEN or refund.expires_at <= time.time():
+            return {"status": "ERROR", "reason": f"This refund link is {refund.status}."}
+        return {
+            "tag": "withdrawRequest",
+            "callback": f"{self.base_url}/api/lnurlw/{k1}/callback",
+            "k1": k1,
+            "minWithdrawable": refund.amount_msat,
+            "maxWithdrawable": refund.amount_msat,
+            "defaultDescription": f"satsgate refund {refund.refund_id}",
+        }
+
+    async def withdraw_callback(self, k1: str, bolt11: str) -> dict[str, Any]:
+        refund = await self._store.get_refund_by_k1(k1)
+        if refund is None:
+            return {"status": "ERROR", "reason": "Unknown refund link."}
+        if refund.status is not RefundStatus.OPEN:
+            return {"status": "ERROR", "reason": f"This refund link is {refund.status}."}
+        try:
+            invoice = decode_invoice(bolt11)
+        except InvalidInvoice:
+            return {"status": "ERROR", "reason": "The invoice is not a valid BOLT11 invoice."}
+        if invoice.amount_msat is None:
+            return {"status": "ERROR", "reason": "The invoice must carry an amount."}
+        if invoice.amount_msat != refund.amount_msat:
+            return {
+                "status": "ERROR",
+                "reason": f"The invoice must be for exactly {refund.amount_msat} msat.",
+            }
+        if invoice.expired():
+            return {"status": "ERROR", "reason": "The invoice has expired."}
+        if invoice.network != self._settings.network:
+            return {
+                "status": "ERROR",
+                "reason": f"The invoice is not for {self._settings.network}.",
+            }
+        if invoice.payee == await self._our_pubkey():
+            return {"status": "ERROR", "reason": "The invoice is this node's own invoice."}
+        now = int(time.time())
+        # The claim: exactly one callback wins, and it binds the invoice before any payout.
+        if not await self._store.claim_refund(k1, bolt11, invoice.payment_hash, now):
+            return {"status": "ERROR", "reason": "This refund link was already used or expired."}
+        task = asyncio.create_task(self._pay(k1, bolt11, refund.amount_msat))
+        self._payouts.add(task)
+        task.add_done_callback(self._payouts.discard)
+        return {"status": "OK"}
+
+    async def _our_pubkey(self) -> str:
+        if self._node_pubkey is None:
+            self._node_pubkey = (await self._backend.info()).pubkey
+        return self._node_pubkey
+
+    def max_fee_msat(self, amount_msat: int) -> int:
+        return max(
+            self._settings.refund_fee_min_msat,
+            amount_msat * self._settings.refund_fee_ppm // 1_000_000,
+        )
+
+    async def _pay(self, k1: str, bolt11: str, amount_msat: int) -> None:
+        self._in_flight.add(k1)
+        try:
+            result = await self._backend.pay_invoice(
+                bolt11, self.max_fee_msat(amount_msat), self._settings.refund_pay_timeout_s
+            )
+            await self._apply_outcome(k1, result.state)
+        except (BackendError, OSError, TimeoutError):
+            pass  # outcome unknown: stays claiming, reconcile() asks the node later
+        finally:
+            self._in_flight.discard(k1)
+
+    async def _apply_outcome(self, k1: str, state: PaymentState) -> None:
+        now = int(time.time())
+        if state is PaymentState.SUCCEEDED:
+            await self._store.settle_refund_claim(k1, RefundStatus.PAID, now)
+        elif state is PaymentState.FAILED:
+            await self._store.settle_refund_claim(k1, RefundStatus.OPEN, now)
+        # PENDING: leave it claiming; never free the link while money may be moving.
+
+    async def reconcile(self) -> int:
+        """Resolve claims whose payout outcome was unknown; expire unclaimed links."""
+        resolved = 0
+        # Only claims whose payout call has surely ended: asking the node about a
+        # payment it has not registered yet would read as "failed" and free the link.
+        settled_before = time.time() - self._settings.refund_pay_timeout_s - 60
+        for refund in await self._store.refunds_in(RefundStatus.CLAIMING):
+            if (
+                refund.payout_hash is None
+                or refund.k1 in self._in_flight
+                or refund.updated_at > settled_before
+            ):
+                continue
+            with contextlib.suppress(BackendError, OSError, TimeoutError):
+                result = await self._backend.lookup_payment(refund.payout_hash)
+                if result.state is not PaymentState.PENDING:
+                    await self._apply_outcome(refund.k1, result.state)
+                    resolved += 1
+        await self._store.expire_refunds(int(time.time()))
+        return resolved
+
+    async def wait_payouts(self) -> None:
+        """Let payouts under way finish (shutdown, tests)."""
+        if self._payouts:
+            await asyncio.gather(*self._payouts, return_exceptions=True)

@@ -1,0 +1,45 @@
+"""Start and stop the service on a port: used by the CLI and the Core Lightning plugin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from satsgate.app import STORE, create_app
+from satsgate.config import Settings
+from satsgate.lightning import LightningBackend
+from satsgate.store import Store
+
+
+@dataclass
+class ServiceHandle:
+    runner: web.AppRunner
+    app: web.Application
+    url: str
+
+    @property
+    def store(self) -> Store:
+        return self.app[STORE]
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_service(settings: Settings, backend: LightningBackend) -> ServiceHandle:
+    """Build the app, run its start-up (store, node, background tasks) and listen."""
+    app = create_app(settings, backend)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    port = settings.port
+    server = site._server  # the bound socket tells the real port when 0 was asked for
+    if server is not None and getattr(server, "sockets", None):
+        port = server.sockets[0].getsockname()[1]
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
+    return ServiceHandle(runner, app, f"http://{host}:{port}")

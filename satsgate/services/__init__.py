@@ -1,0 +1,1 @@
+"""Services: the catalog, ServiceSpec registry, handlers by family, and engines."""

@@ -1,0 +1,226 @@
+"""Local document services: render-card, html-to-pdf, merge-pdf (no provider, no AI)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from satsgate.errors import ApiError
+from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.encoding import BadBase64, decode_base64_file
+from satsgate.services.engines import cards, pdf
+from satsgate.services.pricing import FLAT_SATS, MSAT
+
+# -- render-card --------------------------------------------------------------------------
+
+
+class RenderCardParams(Params):
+    template: Literal["headline", "versus", "list", "stat", "quote"]
+    format: Literal["png", "jpeg"] = "png"
+    width: int = Field(cards.DEFAULT_WIDTH, ge=cards.MIN_SIZE, le=cards.MAX_SIZE)
+    height: int = Field(cards.DEFAULT_HEIGHT, ge=cards.MIN_SIZE, le=cards.MAX_SIZE)
+    title: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["title"])
+    subtitle: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["subtitle"])
+    left: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["left"])
+    right: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["right"])
+    items: list[str] | None = Field(None, min_length=1, max_length=cards.MAX_LIST_ITEMS)
+    value: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["value"])
+    label: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["label"])
+    text: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["text"])
+    author: str | None = Field(None, min_length=1, max_length=cards.FIELD_MAX_LENGTHS["author"])
+    modelId: Literal[53, "53"] | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_template(self) -> RenderCardParams:
+        required, optional = cards.TEMPLATE_FIELDS[self.template]
+        missing = [f for f in required if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"template {self.template!r} needs {', '.join(missing)}")
+        allowed = set(required) | set(optional)
+        extra = [f for f in _ALL_TEXT_FIELDS if f not in allowed and getattr(self, f) is not None]
+        if extra:
+            raise ValueError(f"template {self.template!r} does not take {', '.join(extra)}")
+        for item in self.items or ():
+            if not item or len(item) > cards.MAX_ITEM_LENGTH:
+                raise ValueError(f"each item must be 1 to {cards.MAX_ITEM_LENGTH} characters")
+        return self
+
+    def to_request(self) -> cards.CardRequest:
+        fields: dict[str, str | list[str]] = {
+            name: getattr(self, name)
+            for name in _ALL_TEXT_FIELDS
+            if getattr(self, name) is not None
+        }
+        return cards.CardRequest(
+            template=self.template,
+            fmt=self.format,
+            width=self.width,
+            height=self.height,
+            fields=fields,
+        )
+
+
+_ALL_TEXT_FIELDS = (
+    "title",
+    "subtitle",
+    "left",
+    "right",
+    "items",
+    "value",
+    "label",
+    "text",
+    "author",
+)
+
+
+async def _check_card_fits(params: RenderCardParams) -> None:
+    try:
+        await asyncio.to_thread(cards.check_fits, params.to_request())
+    except cards.CardTextError as exc:
+        raise ApiError("L402_INVALID_PARAMS", str(exc)) from None
+
+
+async def render_card(ctx: ServiceContext, params: RenderCardParams) -> ServiceResult:
+    image = await ctx.run_cpu(cards.render_card, params.to_request())
+    stored = await ctx.files.save(image.data, image.fmt)
+    return ServiceResult(
+        {
+            "image_url": stored.url,
+            "image_base64": base64.b64encode(image.data).decode("ascii"),
+            "format": image.fmt,
+            "width": image.width,
+            "height": image.height,
+            "modelId": 53,
+        }
+    )
+
+
+RENDER_CARD = ServiceSpec(
+    slug="render-card",
+    tool_name="render_card",
+    category="utility",
+    title="Render card",
+    description=(
+        "Render a headline, versus, list, stat or quote card as PNG or JPEG. Deterministic "
+        "layout, no AI: the text sent is the text shown, wrapped to fit. 5 sats."
+    ),
+    params=RenderCardParams,
+    price_msat=lambda _p: FLAT_SATS["render-card"] * MSAT,
+    handler=render_card,
+    model_ids=(53,),
+    failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
+    max_body_bytes=64 * 1024,
+    prevalidate=_check_card_fits,
+    example={"template": "headline", "title": "Lightning is fast", "subtitle": "satsgate"},
+)
+
+# -- html-to-pdf ---------------------------------------------------------------------------
+
+MAX_HTML_CHARS = 2_000_000
+
+
+class HtmlToPdfParams(Params):
+    html: str | None = Field(None, min_length=1, max_length=MAX_HTML_CHARS)
+    markdown: str | None = Field(None, min_length=1, max_length=MAX_HTML_CHARS)
+    modelId: Literal[29, "29"] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> HtmlToPdfParams:
+        if (self.html is None) == (self.markdown is None):
+            raise ValueError("send exactly one of html or markdown")
+        return self
+
+
+async def _pdf_result(ctx: ServiceContext, rendered: pdf.RenderedPdf) -> ServiceResult:
+    stored = await ctx.files.save(rendered.data, "pdf")
+    return ServiceResult(
+        {
+            "pdf_url": stored.url,
+            "pdf_base64": base64.b64encode(rendered.data).decode("ascii"),
+            "pages": rendered.pages,
+        }
+    )
+
+
+async def html_to_pdf(ctx: ServiceContext, params: HtmlToPdfParams) -> ServiceResult:
+    if params.html is not None:
+        rendered = await ctx.run_cpu(pdf.html_to_pdf, params.html)
+    else:
+        assert params.markdown is not None
+        rendered = await ctx.run_cpu(pdf.markdown_to_pdf, params.markdown)
+    return await _pdf_result(ctx, rendered)
+
+
+HTML_TO_PDF = ServiceSpec(
+    slug="html-to-pdf",
+    tool_name="html_to_pdf",
+    category="utility",
+    title="HTML or Markdown to PDF",
+    description=(
+        "Render HTML or Markdown to a PDF (external resources are not fetched; embed images "
+        "as data: URIs). 50 sats."
+    ),
+    params=HtmlToPdfParams,
+    price_msat=lambda _p: FLAT_SATS["html-to-pdf"] * MSAT,
+    handler=html_to_pdf,
+    model_ids=(29,),
+    max_body_bytes=8 * 1024 * 1024,
+    example={"markdown": "# Invoice\n\nThank you."},
+)
+
+# -- merge-pdf -----------------------------------------------------------------------------
+
+MAX_PDF_BYTES = 20 * 1024 * 1024
+MAX_MERGE_DOCUMENTS = 50
+
+
+class MergePdfParams(Params):
+    documents: list[str] = Field(min_length=2, max_length=MAX_MERGE_DOCUMENTS)
+    modelId: Literal[13, "13"] | None = None
+
+    def decoded(self) -> list[bytes]:
+        out = []
+        for index, doc in enumerate(self.documents):
+            try:
+                out.append(decode_base64_file(doc, max_bytes=MAX_PDF_BYTES))
+            except BadBase64 as exc:
+                raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc}") from None
+        return out
+
+
+def _validate_all(documents: list[bytes]) -> None:
+    for index, data in enumerate(documents):
+        try:
+            pdf.validate_pdf(data)
+        except pdf.InvalidPdf as exc:
+            raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc.reason}") from None
+
+
+async def _check_pdfs(params: MergePdfParams) -> None:
+    await asyncio.to_thread(_validate_all, params.decoded())
+
+
+async def merge_pdf(ctx: ServiceContext, params: MergePdfParams) -> ServiceResult:
+    rendered = await ctx.run_cpu(pdf.merge_pdfs, params.decoded())
+    return await _pdf_result(ctx, rendered)
+
+
+MERGE_PDF = ServiceSpec(
+    slug="merge-pdf",
+    tool_name="merge_pdf",
+    category="utility",
+    title="Merge PDFs",
+    description="Merge 2 to 50 PDF documents (base64) into one, pages in order. 100 sats.",
+    params=MergePdfParams,
+    price_msat=lambda _p: FLAT_SATS["merge-pdf"] * MSAT,
+    handler=merge_pdf,
+    model_ids=(13,),
+    max_body_bytes=MAX_MERGE_DOCUMENTS * MAX_PDF_BYTES * 4 // 3 + 4096,
+    prevalidate=_check_pdfs,
+    example={"documents": ["<base64 PDF>", "<base64 PDF>"]},
+)
+
+SERVICES = (RENDER_CARD, HTML_TO_PDF, MERGE_PDF)

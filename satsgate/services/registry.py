@@ -1,0 +1,15 @@
+"""The service registry: one explicit tuple that feeds HTTP, MCP, OpenAPI and discovery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from satsgate.services import documents
+from satsgate.services.base import ServiceSpec
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (*documents.SERVICES,)
+
+BY_SLUG: dict[str, ServiceSpec[Any]] = {s.slug: s for s in SERVICES}
+BY_TOOL: dict[str, ServiceSpec[Any]] = {s.tool_name: s for s in SERVICES}
+
+assert len(BY_SLUG) == len(SERVICES) and len(BY_TOOL) == len(SERVICES), "duplicate service"

@@ -1,0 +1,428 @@
+"""The Store: schema, migrations and every query satsgate makes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlite_utils
+
+from satsgate.store.models import Payment, PaymentStatus, Refund, RefundStatus
+
+T = TypeVar("T")
+
+_PAYMENT_COLUMNS = (
+    "payment_id",
+    "payment_hash",
+    "bolt11",
+    "service",
+    "amount_msat",
+    "status",
+    "created_at",
+    "expires_at",
+    "paid_at",
+    "spent_at",
+    "root_key",
+    "token_id",
+    "request_digest",
+    "description",
+    "via",
+)
+_REFUND_COLUMNS = (
+    "refund_id",
+    "payment_id",
+    "amount_msat",
+    "k1",
+    "status",
+    "reason",
+    "created_at",
+    "expires_at",
+    "payout_bolt11",
+    "payout_hash",
+    "updated_at",
+)
+
+
+def _migration_1(db: sqlite_utils.Database) -> None:
+    db["payments"].create(  # type: ignore[union-attr]
+        {
+            "payment_id": str,
+            "payment_hash": str,
+            "bolt11": str,
+            "service": str,
+            "amount_msat": int,
+            "status": str,
+            "created_at": int,
+            "expires_at": int,
+            "paid_at": int,
+            "spent_at": int,
+            "root_key": str,
+            "token_id": str,
+            "request_digest": str,
+            "description": str,
+            "via": str,
+            "received_msat": int,
+        },
+        pk="payment_id",
+        not_null={
+            "payment_hash",
+            "bolt11",
+            "service",
+            "amount_msat",
+            "status",
+            "created_at",
+            "expires_at",
+            "root_key",
+            "token_id",
+            "request_digest",
+            "via",
+        },
+    )
+    db["payments"].create_index(["payment_hash"], unique=True)
+    db["payments"].create_index(["status", "created_at"])
+    db["refunds"].create(  # type: ignore[union-attr]
+        {
+            "refund_id": str,
+            "payment_id": str,
+            "amount_msat": int,
+            "k1": str,
+            "status": str,
+            "reason": str,
+            "created_at": int,
+            "expires_at": int,
+            "payout_bolt11": str,
+            "payout_hash": str,
+            "updated_at": int,
+        },
+        pk="refund_id",
+        not_null={
+            "payment_id",
+            "amount_msat",
+            "k1",
+            "status",
+            "created_at",
+            "expires_at",
+            "updated_at",
+        },
+        foreign_keys=[("payment_id", "payments", "payment_id")],
+    )
+    db["refunds"].create_index(["k1"], unique=True)
+    db["refunds"].create_index(["payment_id"])
+    db["refunds"].create_index(["status"])
+    db["cursors"].create({"name": str, "value": int}, pk="name")  # type: ignore[union-attr]
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1,)
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._db: sqlite_utils.Database | None = None
+        # Extra schema steps registered by feature modules (jobs, ...), run after ours.
+        self._extra: list[Callable[[sqlite_utils.Database], None]] = []
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; WAL keeps it safe
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=5000")
+        db = sqlite_utils.Database(conn)
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        for number, migrate in enumerate(MIGRATIONS, start=1):
+            if version < number:
+                with self._tx(conn):
+                    migrate(db)
+                    conn.execute(f"PRAGMA user_version={number}")
+        self._db = db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await self._run(db.conn.close)
+        self._executor.shutdown(wait=True)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("store is not open")
+        return self._db.conn
+
+    @staticmethod
+    @contextmanager
+    def _tx(conn: sqlite3.Connection) -> Iterator[None]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    async def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the store thread (for feature modules' own tables)."""
+        return await self._run(lambda: fn(self._conn))
+
+    async def run_in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def go() -> T:
+            with self._tx(self._conn):
+                return fn(self._conn)
+
+        return await self._run(go)
+
+    # -- payments ---------------------------------------------------------------------------
+
+    async def insert_payment(self, payment: Payment) -> None:
+        values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
+        values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
+        sql = (
+            f"INSERT INTO payments ({', '.join(_PAYMENT_COLUMNS)})"
+            f" VALUES ({', '.join('?' * len(_PAYMENT_COLUMNS))})"
+        )
+        await self._run(lambda: self._conn.execute(sql, values))
+
+    def _payment_where(self, clause: str, arg: str) -> Payment | None:
+        row = self._conn.execute(
+            f"SELECT {', '.join(_PAYMENT_COLUMNS)} FROM payments WHERE {clause}", (arg,)
+        ).fetchone()
+        if row is None:
+            return None
+        data = dict(zip(_PAYMENT_COLUMNS, row, strict=True))
+        data["status"] = PaymentStatus(data["status"])
+        return Payment(**data)
+
+    async def get_payment(self, payment_id: str) -> Payment | None:
+        return await self._run(self._payment_where, "payment_id = ?", payment_id)
+
+    async def get_payment_by_hash(self, payment_hash: str) -> Payment | None:
+        return await self._run(self._payment_where, "payment_hash = ?", payment_hash)
+
+    async def mark_paid(
+        self,
+        payment_hash: str,
+        received_msat: int,
+        paid_at: int,
+        cursor: tuple[str, int] | None = None,
+    ) -> bool:
+        """unpaid -> paid, and (atomically with it) persist the settlement cursor.
+
+        Returns False when the payment was already paid (or is not ours): settling
+        twice is harmless. A settlement for less than the invoice amount is not
+        accepted as payment.
+        """
+
+        def go() -> bool:
+            conn = self._conn
+            with self._tx(conn):
+                cur = conn.execute(
+                    "UPDATE payments SET status = 'paid', paid_at = ?, received_msat = ?"
+                    " WHERE payment_hash = ? AND status = 'unpaid' AND amount_msat <= ?",
+                    (paid_at, received_msat, payment_hash, received_msat),
+                )
+                if cursor is not None:
+                    conn.execute(
+                        "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name)"
+                        " DO UPDATE SET value = MAX(value, excluded.value)",
+                        cursor,
+                    )
+                return cur.rowcount == 1
+
+        return await self._run(go)
+
+    async def get_cursor(self, name: str) -> int | None:
+        row = await self._run(
+            lambda: self._conn.execute(
+                "SELECT value FROM cursors WHERE name = ?", (name,)
+            ).fetchone()
+        )
+        return None if row is None else int(row[0])
+
+    async def spend(self, payment_id: str, now: int) -> bool:
+        """paid -> spent. The one rule of pay-per-call: exactly one caller gets True."""
+        cur = await self._run(
+            lambda: self._conn.execute(
+                "UPDATE payments SET status = 'spent', spent_at = ?"
+                " WHERE payment_id = ? AND status = 'paid'",
+                (now, payment_id),
+            )
+        )
+        return cur.rowcount == 1
+
+    async def refund_unspent(self, payment_id: str, refund: Refund) -> bool:
+        """paid -> refunded and the refund row, in one transaction; False if not paid."""
+
+        def go() -> bool:
+            conn = self._conn
+            with self._tx(conn):
+                cur = conn.execute(
+                    "UPDATE payments SET status = 'refunded'"
+                    " WHERE payment_id = ? AND status = 'paid'",
+                    (payment_id,),
+                )
+                if cur.rowcount != 1:
+                    return False
+                self._insert_refund(conn, refund)
+                return True
+
+        return await self._run(go)
+
+    # -- refunds ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _insert_refund(conn: sqlite3.Connection, refund: Refund) -> None:
+        values = [getattr(refund, c) for c in _REFUND_COLUMNS]
+        values[_REFUND_COLUMNS.index("status")] = str(refund.status)
+        conn.execute(
+            f"INSERT INTO refunds ({', '.join(_REFUND_COLUMNS)})"
+            f" VALUES ({', '.join('?' * len(_REFUND_COLUMNS))})",
+            values,
+        )
+
+    async def add_refund_for_spent(self, refund: Refund) -> bool:
+        """Insert a refund for a spent payment, never more in total than was paid."""
+
+        def go() -> bool:
+            conn = self._conn
+            with self._tx(conn):
+                row = conn.execute(
+                    "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
+                    " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
+                    " WHERE p.payment_id = ? AND p.status = 'spent'",
+                    (refund.payment_id,),
+                ).fetchone()
+                if row is None or row[0] is None or row[0] < refund.amount_msat:
+                    return False
+                self._insert_refund(conn, refund)
+                return True
+
+        return await self._run(go)
+
+    def _refund_where(self, clause: str, args: tuple[Any, ...]) -> list[Refund]:
+        rows = self._conn.execute(
+            f"SELECT {', '.join(_REFUND_COLUMNS)} FROM refunds WHERE {clause}", args
+        ).fetchall()
+        out = []
+        for row in rows:
+            data = dict(zip(_REFUND_COLUMNS, row, strict=True))
+            data["status"] = RefundStatus(data["status"])
+            out.append(Refund(**data))
+        return out
+
+    async def get_refund_by_k1(self, k1: str) -> Refund | None:
+        rows = await self._run(self._refund_where, "k1 = ?", (k1,))
+        return rows[0] if rows else None
+
+    async def refunds_for_payment(self, payment_id: str) -> list[Refund]:
+        return await self._run(
+            self._refund_where, "payment_id = ? ORDER BY created_at", (payment_id,)
+        )
+
+    async def refunds_in(self, status: RefundStatus) -> list[Refund]:
+        return await self._run(self._refund_where, "status = ?", (str(status),))
+
+    async def claim_refund(self, k1: str, bolt11: str, payout_hash: str, now: int) -> bool:
+        """open -> claiming, binding the payout invoice. Exactly one claimer wins."""
+        cur = await self._run(
+            lambda: self._conn.execute(
+                "UPDATE refunds SET status = 'claiming', payout_bolt11 = ?, payout_hash = ?,"
+                " updated_at = ? WHERE k1 = ? AND status = 'open' AND expires_at > ?",
+                (bolt11, payout_hash, now, k1, now),
+            )
+        )
+        return cur.rowcount == 1
+
+    async def settle_refund_claim(self, k1: str, outcome: RefundStatus, now: int) -> bool:
+        """claiming -> paid, or claiming -> open after a payout that definitely failed."""
+        if outcome not in (RefundStatus.PAID, RefundStatus.OPEN):
+            raise ValueError("a claim ends paid, or open again after a definite failure")
+        reset = ", payout_bolt11 = NULL, payout_hash = NULL" if outcome is RefundStatus.OPEN else ""
+        cur = await self._run(
+            lambda: self._conn.execute(
+                f"UPDATE refunds SET status = ?, updated_at = ?{reset}"
+                " WHERE k1 = ? AND status = 'claiming'",
+                (str(outcome), now, k1),
+            )
+        )
+        return cur.rowcount == 1
+
+    async def expire_refunds(self, now: int) -> int:
+        cur = await self._run(
+            lambda: self._conn.execute(
+                "UPDATE refunds SET status = 'expired', updated_at = ?"
+                " WHERE status = 'open' AND expires_at <= ?",
+                (now, now),
+            )
+        )
+        return int(cur.rowcount)
+
+    # -- operator views ---------------------------------------------------------------------
+
+    async def stats(self, now: float | None = None) -> dict[str, int]:
+        """Figures for `satsgate-status` and /api/health."""
+        t = time.time() if now is None else now
+        day_start = int(t - t % 86400)
+
+        def go() -> dict[str, int]:
+            c = self._conn
+            paid_today = c.execute(
+                "SELECT COUNT(*) FROM payments WHERE paid_at >= ?", (day_start,)
+            ).fetchone()[0]
+            ledger = self._ledger(c)
+            refunds_open = c.execute(
+                "SELECT COUNT(*), COALESCE(SUM(amount_msat), 0) FROM refunds"
+                " WHERE status IN ('open', 'claiming')"
+            ).fetchone()
+            return {
+                "payments_today": int(paid_today),
+                "earned_sats": ledger["earned_msat"] // 1000,
+                "refunds_open": int(refunds_open[0]),
+                "refunds_open_sats": int(refunds_open[1]) // 1000,
+            }
+
+        return await self._run(go)
+
+    @staticmethod
+    def _ledger(c: sqlite3.Connection) -> dict[str, int]:
+        received, spent_gross, refunded_unspent, open_paid = c.execute(
+            "SELECT"
+            " COALESCE(SUM(CASE WHEN status != 'unpaid' THEN amount_msat END), 0),"
+            " COALESCE(SUM(CASE WHEN status = 'spent' THEN amount_msat END), 0),"
+            " COALESCE(SUM(CASE WHEN status = 'refunded' THEN amount_msat END), 0),"
+            " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0)"
+            " FROM payments"
+        ).fetchone()
+        refunded_after_spend = c.execute(
+            "SELECT COALESCE(SUM(r.amount_msat), 0) FROM refunds r"
+            " JOIN payments p ON p.payment_id = r.payment_id WHERE p.status = 'spent'"
+        ).fetchone()[0]
+        refunds_paid = c.execute(
+            "SELECT COALESCE(SUM(amount_msat), 0) FROM refunds WHERE status = 'paid'"
+        ).fetchone()[0]
+        return {
+            "received_msat": int(received),
+            "earned_msat": int(spent_gross - refunded_after_spend),
+            "refunded_msat": int(refunded_unspent + refunded_after_spend),
+            "refunds_paid_out_msat": int(refunds_paid),
+            "open_msat": int(open_paid),
+        }
+
+    async def ledger(self) -> dict[str, int]:
+        """received = earned + refunded + open (paid, not yet used), always."""
+        return await self._run(lambda: self._ledger(self._conn))

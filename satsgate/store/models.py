@@ -1,0 +1,54 @@
+"""Rows of the store as typed values. Amounts are msat."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class PaymentStatus(enum.StrEnum):
+    UNPAID = "unpaid"  # invoice issued, not settled
+    PAID = "paid"  # settled, not yet used for its call
+    SPENT = "spent"  # used for its one call
+    REFUNDED = "refunded"  # paid, never served, refund issued in full
+
+
+class RefundStatus(enum.StrEnum):
+    OPEN = "open"  # link issued, not claimed
+    CLAIMING = "claiming"  # a withdraw invoice was accepted; payout under way or unknown
+    PAID = "paid"  # the node paid the withdraw invoice
+    EXPIRED = "expired"  # not claimed in time
+
+
+@dataclass(frozen=True)
+class Payment:
+    payment_id: str
+    payment_hash: str
+    bolt11: str
+    service: str
+    amount_msat: int
+    status: PaymentStatus
+    created_at: int
+    expires_at: int  # invoice expiry, unix s
+    paid_at: int | None
+    spent_at: int | None
+    root_key: str  # per-token macaroon root key, hex
+    token_id: str  # hex, part of the macaroon identifier
+    request_digest: str  # sha256 of the priced request (service + canonical params)
+    description: str
+    via: str  # "http" or "mcp": the surface that created it
+
+
+@dataclass(frozen=True)
+class Refund:
+    refund_id: str  # public charge id
+    payment_id: str
+    amount_msat: int
+    k1: str  # LNURL-withdraw secret, 32 random bytes hex; single use
+    status: RefundStatus
+    reason: str
+    created_at: int
+    expires_at: int
+    payout_bolt11: str | None
+    payout_hash: str | None
+    updated_at: int

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what satsgate needs on a fresh Debian/Ubuntu machine: system packages
+# (as root, or through sudo when available) and a virtual environment in .venv.
+# Usage: scripts/setup.sh [--test]   (--test adds the test and benchmark tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(fonts-dejavu-core fonts-noto-core libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz0b)
+if [ "${1:-}" = "--test" ]; then
+  APT_PACKAGES+=(chromium)
+fi
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "installing system packages: ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+if [ "${1:-}" = "--test" ]; then
+  .venv/bin/python -m pip install -q -e ".[test]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi

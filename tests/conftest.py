@@ -1,0 +1,120 @@
+"""Shared fixtures: a real satsgate server on loopback (dev node), and HTTP helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from satsgate.app import BACKEND, GATE, STORE
+from satsgate.config import Settings
+from satsgate.dev_backend import DevBackend
+from satsgate.runner import ServiceHandle, start_service
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ThreadedServer:
+    """satsgate running in its own thread and event loop, as a separate server would."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.handle: ServiceHandle = self.call(
+            lambda: start_service(settings, DevBackend(settings.data_dir))
+        )
+        self.url = self.handle.url
+
+    def call(self, fn: Callable[[], Awaitable[T]], timeout: float = 60) -> T:
+        """Run a coroutine in the server's loop and return its result."""
+
+        async def wrapper() -> T:
+            return await fn()
+
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(wrapper(), self.loop)
+        return fut.result(timeout)
+
+    @property
+    def app(self) -> Any:
+        return self.handle.app
+
+    @property
+    def backend(self) -> DevBackend:
+        backend = self.app[BACKEND]
+        assert isinstance(backend, DevBackend)
+        return backend
+
+    @property
+    def store(self) -> Any:
+        return self.app[STORE]
+
+    @property
+    def gate(self) -> Any:
+        return self.app[GATE]
+
+    def stop(self) -> None:
+        self.call(self.handle.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def make_settings(data_dir: Path, **overrides: Any) -> Settings:
+    port = free_port()
+    base = Settings(host="127.0.0.1", port=port, data_dir=data_dir)
+    return replace(base, **overrides)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp("satsgate")))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(make_settings(tmp_path / "data"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+async def client(server: ThreadedServer) -> Any:
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+async def dev_pay(client: httpx.AsyncClient, invoice: str) -> str:
+    resp = await client.post("/api/dev/pay", json={"invoice": invoice})
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["preimage"])
+
+
+async def challenge(client: httpx.AsyncClient, slug: str, body: dict[str, Any]) -> dict[str, Any]:
+    resp = await client.post(f"/api/l402/{slug}", json=body)
+    assert resp.status_code == 402, resp.text
+    return dict(resp.json())
+
+
+async def paid_l402_auth(client: httpx.AsyncClient, slug: str, body: dict[str, Any]) -> str:
+    """Get a challenge, pay it through the dev node, return the Authorization value."""
+    ch = await challenge(client, slug, body)
+    preimage = await dev_pay(client, ch["invoice"])
+    return f"L402 {ch['macaroon']}:{preimage}"

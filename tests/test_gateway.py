@@ -1,0 +1,472 @@
+"""The paid-call gateway over real HTTP on loopback with the dev node."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import json
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from satsgate.errors import CODES
+from satsgate.invoices import decode_invoice
+from satsgate.payments.mpp import b64url, b64url_decode
+from tests.conftest import ThreadedServer, challenge, dev_pay, paid_l402_auth
+
+CARD = {"template": "headline", "title": "Paid by Lightning", "subtitle": "one call"}
+
+SPEC_CODES = [
+    "TIMEOUT",
+    "CONTENT_FILTERED",
+    "CONTENT_FILTERED_RETRY",
+    "REWORK_EXPIRED",
+    "REWORK_TOKEN_INVALID",
+    "CONTENT_POLICY_HELD",
+    "RATE_LIMITED",
+    "INVALID_INPUT",
+    "SERVICE_ERROR",
+    "PAYMENT_NOT_FOUND",
+    "PAYMENT_PENDING",
+    "PAYMENT_ALREADY_USED",
+    "RESULT_NOT_AVAILABLE",
+    "L402_INVALID_PARAMS",
+    "L402_UPSTREAM_FAILED",
+    "L402_REFUND_ISSUED",
+    "L402_DEDUP_HIT",
+    "L402_AUTO_ROUTED",
+    "L402_ESTIMATE_ONLY",
+    "L402_CALLBACK_INVALID",
+    "REFUND_NOT_AVAILABLE",
+    "BOOK_QUALITY_CHECK_FAILED",
+    "OUTPUT_DURATION_INSANE",
+]
+
+
+def payment_count(server: ThreadedServer) -> int:
+    return server.call(
+        lambda: server.store.run_sync(
+            lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
+        )
+    )
+
+
+def assert_envelope(resp: httpx.Response, code: str, status: int) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["error_code"] == code
+    assert resp.headers["X-Error-Code"] == code
+    for key in ("error", "suggestion", "example"):
+        assert key in body
+    return dict(body)
+
+
+async def test_health_names_backend_and_network(client: httpx.AsyncClient) -> None:
+    resp = await client.get("/api/health")
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["backend"] == "dev"
+    assert body["network"] == "regtest"
+    assert len(body["node_pubkey"]) == 66
+
+
+async def test_challenge_has_both_schemes_and_an_exact_invoice(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    resp = await client.post("/api/l402/render-card", json=CARD)
+    assert resp.status_code == 402
+    assert resp.headers["Cache-Control"] == "no-store"
+    lines = resp.headers.get_list("WWW-Authenticate")
+    assert [line.split(" ", 1)[0] for line in lines] == ["LSAT", "L402", "Payment"]
+    body = resp.json()
+    assert body["error_code"] == "PAYMENT_REQUIRED"
+    assert lines[1] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
+    assert lines[0] == f'LSAT macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
+    base64.b64decode(body["macaroon"], validate=True)  # standard, padded base64
+    invoice = decode_invoice(body["invoice"])
+    assert body["invoice"].startswith("lnbcrt")
+    assert invoice.amount_msat == 5000 == body["amountSats"] * 1000
+    assert invoice.network == "regtest"
+    assert invoice.payee == server.backend.pubkey
+    assert body["paymentId"].startswith("pay_")
+    # The MPP challenge carries the same invoice in its request.
+    params = dict(p.split("=", 1) for p in lines[2][len("Payment ") :].split(", "))
+    request = json.loads(b64url_decode(params["request"].strip('"')))
+    assert request["methodDetails"]["invoice"] == body["invoice"]
+    assert request["amount"] == "5" and request["currency"] == "sat"
+    assert params["method"] == '"lightning"' and params["intent"] == '"charge"'
+
+
+async def test_invalid_params_refused_before_any_invoice(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    before = payment_count(server)
+    cases: list[Any] = [
+        {"template": "headline"},  # title missing
+        {"template": "poster", "title": "x"},  # unknown template
+        {"template": "headline", "title": "x", "width": 10},  # too small
+        {"template": "headline", "title": "x", "items": ["a"]},  # field of another template
+        {"template": "headline", "title": "x", "surprise": 1},  # unknown field
+        {"template": "stat", "value": "1" * 41, "label": "x"},  # over the limit
+        [1, 2, 3],
+    ]
+    for body in cases:
+        resp = await client.post("/api/l402/render-card", json=body)
+        assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+        assert "WWW-Authenticate" not in resp.headers
+    resp = await client.post(
+        "/api/l402/render-card", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+    assert payment_count(server) == before
+
+
+async def test_paid_call_serves_once_then_refuses(client: httpx.AsyncClient) -> None:
+    auth = await paid_l402_auth(client, "render-card", CARD)
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    png = base64.b64decode(body["image_base64"])
+    image = Image.open(io.BytesIO(png))
+    assert image.format == "PNG" and image.size == (1200, 630)
+    assert (body["width"], body["height"], body["format"]) == (1200, 630, "png")
+    # The signed URL serves the same bytes.
+    file_resp = await client.get(body["image_url"])
+    assert file_resp.status_code == 200 and file_resp.content == png
+    assert file_resp.headers["Content-Type"] == "image/png"
+    tampered = body["image_url"].replace("sig=", "sig=0")
+    assert (await client.get(tampered)).status_code == 404
+    # Same credential, another request: spent.
+    other = {**CARD, "title": "another"}
+    resp2 = await client.post("/api/l402/render-card", json=other, headers={"Authorization": auth})
+    body2 = assert_envelope(resp2, "PAYMENT_ALREADY_USED", 403)
+    assert "Service already used" in body2["error"]
+
+
+async def test_lsat_scheme_and_case_are_accepted(client: httpx.AsyncClient) -> None:
+    auth = await paid_l402_auth(client, "render-card", CARD)
+    lsat = "lsat " + auth.split(" ", 1)[1]
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": lsat})
+    assert resp.status_code == 200
+
+
+async def test_repeat_within_window_is_replayed_not_respent(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    auth = await paid_l402_auth(client, "render-card", CARD)
+    first = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+    again = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+    assert first.status_code == again.status_code == 200
+    assert "X-Dedup" not in first.headers
+    assert again.headers["X-Dedup"] == "hit"
+    assert again.json() == first.json()
+    bypass = await client.post(
+        "/api/l402/render-card", json=CARD, headers={"Authorization": auth, "X-No-Cache": "1"}
+    )
+    assert_envelope(bypass, "PAYMENT_ALREADY_USED", 403)
+    # Without the credential nobody sees the cached response.
+    anon = await client.post("/api/l402/render-card", json=CARD)
+    assert anon.status_code == 402
+
+
+async def test_twenty_concurrent_uses_are_served_exactly_once(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    auth = await paid_l402_auth(client, "render-card", CARD)
+    headers = {"Authorization": auth, "X-No-Cache": "1"}
+    responses = await asyncio.gather(
+        *(client.post("/api/l402/render-card", json=CARD, headers=headers) for _ in range(20))
+    )
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] + [403] * 19
+    for r in responses:
+        if r.status_code == 403:
+            assert r.json()["error_code"] == "PAYMENT_ALREADY_USED"
+
+
+async def test_concurrent_identical_requests_share_one_call(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    card = {**CARD, "title": "shared"}
+    before = server.call(server.store.ledger)
+    auth = await paid_l402_auth(client, "render-card", card)
+    responses = await asyncio.gather(
+        *(
+            client.post("/api/l402/render-card", json=card, headers={"Authorization": auth})
+            for _ in range(20)
+        )
+    )
+    assert all(r.status_code == 200 for r in responses)
+    hits = [r for r in responses if r.headers.get("X-Dedup") == "hit"]
+    assert len(hits) == 19
+    assert len({r.json()["image_url"] for r in responses}) == 1
+    after = server.call(server.store.ledger)
+    assert after["earned_msat"] - before["earned_msat"] == 5000  # one spend, not twenty
+
+
+async def test_bad_credentials_are_never_served(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    ch = await challenge(client, "render-card", CARD)
+    preimage = await dev_pay(client, ch["invoice"])
+    post = lambda auth: client.post(  # noqa: E731
+        "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
+    )
+
+    wrong = await post(f"L402 {ch['macaroon']}:{'00' * 32}")
+    body = assert_envelope(wrong, "PAYMENT_INVALID", 402)
+    assert body["invoice"] != ch["invoice"]  # a fresh challenge
+    assert len(wrong.headers.get_list("WWW-Authenticate")) == 3
+
+    raw = bytearray(base64.b64decode(ch["macaroon"]))
+    raw[-1] ^= 1  # flip a signature bit
+    tampered = base64.b64encode(bytes(raw)).decode()
+    assert_envelope(await post(f"L402 {tampered}:{preimage}"), "PAYMENT_INVALID", 402)
+
+    # A caveat appended without the key cannot be signed: chain fails.
+    from pymacaroons import Macaroon
+    from pymacaroons.serializers.binary_serializer import BinarySerializer
+
+    mac = Macaroon.deserialize(
+        b64url(base64.b64decode(ch["macaroon"])), serializer=BinarySerializer()
+    )
+    mac.add_first_party_caveat("services=html-to-pdf:0")
+    forged = base64.b64encode(BinarySerializer().serialize_raw(mac)).decode()
+    # Appending a caveat is allowed by macaroons (it only narrows): the chain
+    # still verifies, but the narrowed service list no longer includes render-card.
+    assert_envelope(await post(f"L402 {forged}:{preimage}"), "PAYMENT_INVALID", 402)
+
+    for malformed in (
+        f"L402 {ch['macaroon']}",
+        "L402 !!!:" + "00" * 32,
+        "Bearer abc",
+        f"L402 {ch['macaroon']},{ch['macaroon']}:{preimage}",
+    ):
+        assert_envelope(await post(malformed), "MALFORMED_CREDENTIAL", 400)
+    two = await client.post(
+        "/api/l402/render-card",
+        json=CARD,
+        headers=[
+            ("Authorization", f"L402 {ch['macaroon']}:{preimage}"),
+            ("Authorization", f"L402 {ch['macaroon']}:{preimage}"),
+        ],
+    )
+    assert_envelope(two, "MALFORMED_CREDENTIAL", 400)
+    # After all that, the real credential still works once.
+    assert (await post(f"L402 {ch['macaroon']}:{preimage}")).status_code == 200
+
+
+async def test_unpaid_credential_gets_same_invoice_again(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    ch = await challenge(client, "render-card", CARD)
+    # Read the preimage straight from the node without paying: a thief's best case.
+    preimage = server.call(
+        lambda: server.backend._run(
+            lambda: (
+                server.backend._db()
+                .execute("SELECT preimage FROM invoices WHERE bolt11 = ?", (ch["invoice"],))
+                .fetchone()[0]
+            )
+        )
+    )
+    resp = await client.post(
+        "/api/l402/render-card",
+        json=CARD,
+        headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"},
+    )
+    body = assert_envelope(resp, "PAYMENT_PENDING", 402)
+    assert body["retry_after_seconds"] == 5
+    assert body["invoice"] == ch["invoice"] and body["macaroon"] == ch["macaroon"]
+
+
+async def test_credential_is_bound_to_its_service(client: httpx.AsyncClient) -> None:
+    auth = await paid_l402_auth(client, "render-card", CARD)
+    resp = await client.post(
+        "/api/l402/html-to-pdf", json={"markdown": "# hi"}, headers={"Authorization": auth}
+    )
+    assert_envelope(resp, "PAYMENT_INVALID", 402)
+    ok = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+    assert ok.status_code == 200
+
+
+def mpp_credential(resp: httpx.Response, preimage: str) -> str:
+    line = next(v for v in resp.headers.get_list("WWW-Authenticate") if v.startswith("Payment "))
+    params = {}
+    for part in line[len("Payment ") :].split(", "):
+        k, v = part.split("=", 1)
+        params[k] = v.strip('"')
+    doc = {"challenge": params, "payload": {"preimage": preimage}}
+    return "Payment " + b64url(json.dumps(doc).encode())
+
+
+async def test_mpp_credential_serves_with_receipt(client: httpx.AsyncClient) -> None:
+    first = await client.post("/api/l402/render-card", json=CARD)
+    preimage = await dev_pay(client, first.json()["invoice"])
+    auth = mpp_credential(first, preimage)
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+    assert resp.status_code == 200, resp.text
+    receipt = json.loads(b64url_decode(resp.headers["Payment-Receipt"]))
+    assert receipt["status"] == "success" and receipt["method"] == "lightning"
+    assert receipt["reference"] == first.json()["paymentHash"]
+    assert receipt["reference"] == hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+    # Tampered challenge (amount changed): the HMAC id no longer matches.
+    doc = json.loads(b64url_decode(auth.split(" ", 1)[1]))
+    doc["challenge"]["expires"] = "2099-01-01T00:00:00Z"
+    forged = "Payment " + b64url(json.dumps(doc).encode())
+    assert_envelope(
+        await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": forged}),
+        "PAYMENT_INVALID",
+        402,
+    )
+
+
+async def test_l402_and_mpp_for_one_invoice_serve_once(client: httpx.AsyncClient) -> None:
+    first = await client.post("/api/l402/render-card", json=CARD)
+    body = first.json()
+    preimage = await dev_pay(client, body["invoice"])
+    l402_auth = f"L402 {body['macaroon']}:{preimage}"
+    mpp_auth = mpp_credential(first, preimage)
+    other = {**CARD, "title": "second"}
+    a = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": l402_auth})
+    b = await client.post("/api/l402/render-card", json=other, headers={"Authorization": mpp_auth})
+    assert a.status_code == 200
+    assert_envelope(b, "PAYMENT_ALREADY_USED", 403)
+
+
+async def test_independent_l402_client_pays_and_gets_served(server: ThreadedServer) -> None:
+    from l402_requests import AsyncL402Client
+
+    class DevWallet:
+        async def pay_invoice(self, bolt11: str) -> str:
+            async with httpx.AsyncClient(base_url=server.url) as c:
+                return await dev_pay(c, bolt11)
+
+    async with AsyncL402Client(wallet=DevWallet(), budget=None) as l402_client:
+        resp = await l402_client.post(f"{server.url}/api/l402/render-card", json=CARD)
+    assert resp.status_code == 200, resp.text
+    assert Image.open(io.BytesIO(base64.b64decode(resp.json()["image_base64"]))).format == "PNG"
+
+
+async def test_error_catalog_covers_the_spec(client: httpx.AsyncClient) -> None:
+    resp = await client.get("/api/error-codes")
+    doc = resp.json()
+    assert doc["version"] == 1
+    served = {c["error_code"]: c for c in doc["codes"]}
+    assert set(SPEC_CODES) <= set(served)
+    assert len(SPEC_CODES) == 23
+    assert served["PAYMENT_ALREADY_USED"]["http_status"] == 403
+    assert served["PAYMENT_PENDING"]["retry_after_seconds"] == 5
+    assert served["TIMEOUT"]["retry_after_seconds"] == 20
+    assert served["RATE_LIMITED"]["retry_after_seconds"] == 10
+    assert set(served) == set(CODES)
+
+
+async def test_unknown_service_and_method(client: httpx.AsyncClient) -> None:
+    assert_envelope(await client.post("/api/l402/no-such", json={}), "NOT_FOUND", 404)
+    assert_envelope(await client.delete("/api/l402/render-card"), "METHOD_NOT_ALLOWED", 405)
+    assert_envelope(await client.get("/api/nothing"), "NOT_FOUND", 404)
+
+
+async def test_oversized_body_is_refused_early(client: httpx.AsyncClient) -> None:
+    resp = await client.post(
+        "/api/l402/render-card",
+        content=b"{" + b" " * 200_000 + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert_envelope(resp, "PAYLOAD_TOO_LARGE", 413)
+
+
+@pytest.mark.parametrize(
+    "category,default_id",
+    [("image", 16), ("speech", 33), ("text", 6), ("utility", 30), ("image_process", 48)],
+)
+async def test_models_catalog(client: httpx.AsyncClient, category: str, default_id: int) -> None:
+    resp = await client.get("/api/l402/models", params={"category": category})
+    models = resp.json()["models"]
+    assert models and all(m["category"] == category for m in models)
+    assert [m["id"] for m in models if m["isDefault"]] == [default_id]
+    for m in models:
+        assert {"id", "name", "tier", "sats", "isDefault"} <= set(m)
+
+
+async def test_models_full_list_and_bad_category(client: httpx.AsyncClient) -> None:
+    models = (await client.get("/api/l402/models")).json()["models"]
+    by_id = {m["id"]: m for m in models}
+    assert by_id[16]["sats"] == 1200 and by_id[16]["tier"] == "best"
+    assert by_id[53]["sats"] == 5 and by_id[17]["sats"] == 1600 and by_id[22]["sats"] == 7500
+    assert by_id[23]["pricing"] == "dynamic"
+    assert_envelope(
+        await client.get("/api/l402/models", params={"category": "nope"}),
+        "L402_INVALID_PARAMS",
+        400,
+    )
+
+
+@pytest.mark.parametrize(
+    "query,sats",
+    [
+        ({"service": "image"}, 1200),
+        ({"service": "image", "model": "better"}, 150),
+        ({"service": "image", "model": "2"}, 100),
+        ({"service": "image-edit", "resolution": "4K"}, 200),
+        ({"service": "music"}, 300),
+        ({"service": "email"}, 200),
+        ({"service": "voice-cloning"}, 7500),
+        ({"service": "html-to-pdf"}, 50),
+        ({"service": "render-card"}, 5),
+        ({"service": "detect-nsfw"}, 2),
+        ({"service": "deblur-image"}, 110),
+        ({"service": "vision"}, 21),
+        ({"service": "text-to-speech", "chars": "160"}, 10),
+        ({"service": "text-to-speech", "chars": "1060", "model": "standard"}, 10),
+        ({"service": "translate", "chars": "2500"}, 3),
+        ({"service": "translate", "chars": "10"}, 1),
+        ({"service": "video", "seconds": "5"}, 1250),
+        ({"service": "video-from-image", "seconds": "15", "resolution": "2K"}, 6000),
+        ({"service": "transcribe-audio", "minutes": "2.5"}, 30),
+        ({"service": "ocr", "pages": "3"}, 30),
+        ({"service": "receipt-ocr"}, 25),
+    ],
+)
+async def test_estimate_cost(client: httpx.AsyncClient, query: dict[str, str], sats: int) -> None:
+    before_resp = await client.get("/api/health")
+    resp = await client.get("/api/estimate-cost", params=query)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["amountSats"] == sats
+    assert body["error_code"] == "L402_ESTIMATE_ONLY"
+    assert resp.headers["X-Error-Code"] == "L402_ESTIMATE_ONLY"
+    assert "invoice" not in body
+    assert before_resp.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"service": "text-to-speech"},  # chars required
+        {"service": "text-to-speech", "chars": "5001"},
+        {"service": "video"},  # seconds required
+        {"service": "video", "seconds": "20"},
+        {"service": "translate"},
+        {"service": "transcribe-audio"},
+        {"service": "nope"},
+        {},
+    ],
+)
+async def test_estimate_cost_rejects(client: httpx.AsyncClient, query: dict[str, str]) -> None:
+    resp = await client.get("/api/estimate-cost", params=query)
+    assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+
+
+async def test_dev_pay_refuses_unknown_and_repeat(client: httpx.AsyncClient) -> None:
+    ch = await challenge(client, "render-card", CARD)
+    await dev_pay(client, ch["invoice"])
+    again = await client.post("/api/dev/pay", json={"invoice": ch["invoice"]})
+    assert again.status_code == 400 and "already paid" in again.json()["error"]
+    junk = await client.post("/api/dev/pay", json={"invoice": "lnbcrt1junk"})
+    assert junk.status_code == 400

@@ -38,7 +38,7 @@ from satsgate.store import Store
 log = logging.getLogger(__name__)
 
 SETTINGS = web.AppKey("settings", Settings)
-BACKEND = web.AppKey("backend", LightningBackend)  # type: ignore[type-abstract]
+BACKEND = web.AppKey("backend", LightningBackend)
 STORE = web.AppKey("store", Store)
 GATE = web.AppKey("gate", Gate)
 REFUNDS = web.AppKey("refunds", RefundService)

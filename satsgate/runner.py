@@ -38,8 +38,8 @@ async def start_service(settings: Settings, backend: LightningBackend) -> Servic
         await runner.cleanup()
         raise
     port = settings.port
-    server = site._server  # the bound socket tells the real port when 0 was asked for
-    if server is not None and getattr(server, "sockets", None):
-        port = server.sockets[0].getsockname()[1]
+    for address in runner.addresses:  # the bound socket tells the real port when 0 was asked
+        port = int(address[1])
+        break
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
     return ServiceHandle(runner, app, f"http://{host}:{port}")

@@ -88,7 +88,7 @@ def validate_params(spec: AnySpec, body: Any) -> BaseModel:
             "L402_INVALID_PARAMS", "The request body must be a JSON object.", example=_example(spec)
         )
     try:
-        return spec.params.model_validate(body)
+        params: BaseModel = spec.params.model_validate(body)
     except ValidationError as exc:
         fields = [
             {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
@@ -101,6 +101,7 @@ def validate_params(spec: AnySpec, body: Any) -> BaseModel:
             extra={"fields": fields},
             example=_example(spec),
         ) from None
+    return params
 
 
 def _example(spec: AnySpec) -> str:
@@ -132,7 +133,15 @@ class Gate:
 
     # -- quoting and invoicing --------------------------------------------------------------
 
+    def ensure_available(self, spec: AnySpec) -> None:
+        if not spec.is_available(self.settings):
+            raise ApiError(
+                "SERVICE_UNAVAILABLE",
+                f"{spec.title} has no engine configured on this node; nothing was charged.",
+            )
+
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
+        """Checks beyond the schema, before any invoice (e.g. a PDF that must parse)."""
         if spec.prevalidate is not None:
             await spec.prevalidate(params)
 

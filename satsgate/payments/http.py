@@ -49,6 +49,7 @@ async def _fresh_challenge(
 async def handle_paid_call(
     request: web.Request, gate: Gate, spec: ServiceSpec[Any]
 ) -> web.Response:
+    gate.ensure_available(spec)
     body = await read_json(request, min(spec.max_body_bytes, gate.settings.max_body_bytes))
     params = validate_params(spec, body)
     await gate.prevalidate(spec, params)

@@ -91,6 +91,12 @@ class ServiceSpec(Generic[P]):
     # that must parse); raise ApiError("L402_INVALID_PARAMS", ...).
     prevalidate: Validator[P] | None = None
     example: Mapping[str, Any] = field(default_factory=dict)
+    # Whether an engine for this service is configured on this node; None: always.
+    # An unavailable service is listed everywhere but refuses before any invoice.
+    available: Callable[[Settings], bool] | None = None
+
+    def is_available(self, settings: Settings) -> bool:
+        return self.available is None or self.available(settings)
 
     def quote_sats(self, params: P) -> int:
         return sats_for_msat(self.price_msat(params))

@@ -50,7 +50,7 @@ _REFUND_COLUMNS = (
 
 
 def _migration_1(db: sqlite_utils.Database) -> None:
-    db["payments"].create(  # type: ignore[union-attr]
+    db.table("payments").create(
         {
             "payment_id": str,
             "payment_hash": str,
@@ -84,9 +84,9 @@ def _migration_1(db: sqlite_utils.Database) -> None:
             "via",
         },
     )
-    db["payments"].create_index(["payment_hash"], unique=True)
-    db["payments"].create_index(["status", "created_at"])
-    db["refunds"].create(  # type: ignore[union-attr]
+    db.table("payments").create_index(["payment_hash"], unique=True)
+    db.table("payments").create_index(["status", "created_at"])
+    db.table("refunds").create(
         {
             "refund_id": str,
             "payment_id": str,
@@ -112,10 +112,10 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         },
         foreign_keys=[("payment_id", "payments", "payment_id")],
     )
-    db["refunds"].create_index(["k1"], unique=True)
-    db["refunds"].create_index(["payment_id"])
-    db["refunds"].create_index(["status"])
-    db["cursors"].create({"name": str, "value": int}, pk="name")  # type: ignore[union-attr]
+    db.table("refunds").create_index(["k1"], unique=True)
+    db.table("refunds").create_index(["payment_id"])
+    db.table("refunds").create_index(["status"])
+    db.table("cursors").create({"name": str, "value": int}, pk="name")
 
 
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1,)

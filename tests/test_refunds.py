@@ -1,0 +1,286 @@
+"""Refunds: a failure after payment always carries a one-time LNURL-withdraw that pays once."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from typing import Any
+
+import coincurve
+import httpx
+import pytest
+from lnurl.helpers import url_decode
+
+from satsgate.errors import ApiError
+from satsgate.invoices import sign_invoice
+from satsgate.services.base import EngineError, Params, ServiceContext, ServiceResult, ServiceSpec
+from tests.conftest import ThreadedServer, dev_pay
+
+OTHER_NODE = coincurve.PrivateKey()
+
+
+def external_invoice(
+    amount_msat: int | None,
+    *,
+    network: str = "regtest",
+    expiry_s: int = 600,
+    key: coincurve.PrivateKey = OTHER_NODE,
+) -> str:
+    """An invoice of some other node (a wallet claiming its refund)."""
+    preimage = os.urandom(32)
+    return sign_invoice(
+        network=network,
+        amount_msat=amount_msat or 1,
+        payment_hash=hashlib.sha256(preimage).hexdigest(),
+        payment_secret=os.urandom(32).hex(),
+        description="refund",
+        expiry_s=expiry_s,
+        private_key_hex=key.secret.hex(),
+    )
+
+
+class NoParams(Params):
+    size: int = 1
+
+
+async def _broken(ctx: ServiceContext, params: NoParams) -> ServiceResult:
+    raise EngineError("TIMEOUT", "the upstream engine timed out")
+
+
+async def _crashing(ctx: ServiceContext, params: NoParams) -> ServiceResult:
+    raise RuntimeError("bug in an engine")
+
+
+async def _fine(ctx: ServiceContext, params: NoParams) -> ServiceResult:
+    return ServiceResult({"ok": True, "size": params.size})
+
+
+def make_spec(handler: Any, per_size_sats: int = 10) -> ServiceSpec[NoParams]:
+    return ServiceSpec(
+        slug="test-service",
+        tool_name="test_service",
+        category="test",
+        title="Test",
+        description="A service defined by the test, standing in for a provider.",
+        params=NoParams,
+        price_msat=lambda p: p.size * per_size_sats * 1000,
+        handler=handler,
+    )
+
+
+async def paid_payment(
+    server: ThreadedServer, client: httpx.AsyncClient, spec: ServiceSpec[NoParams], amount_sats: int
+) -> Any:
+    ch = server.call(
+        lambda: server.gate.create_payment(spec, amount_sats=amount_sats, digest="d", via="http")
+    )
+    await dev_pay(client, ch.payment.bolt11)
+    return ch.payment
+
+
+def execute(server: ThreadedServer, payment: Any, spec: Any, size: int = 1) -> Any:
+    return server.call(lambda: server.gate.execute(payment, spec, NoParams(size=size)))
+
+
+async def withdraw(client: httpx.AsyncClient, refund: dict[str, Any]) -> dict[str, Any]:
+    url = url_decode(refund["lnurl_withdraw"])
+    resp = await client.get(url)
+    assert resp.status_code == 200
+    return dict(resp.json())
+
+
+async def claim(client: httpx.AsyncClient, info: dict[str, Any], invoice: str) -> dict[str, Any]:
+    resp = await client.get(info["callback"], params={"k1": info["k1"], "pr": invoice})
+    assert resp.status_code == 200  # LUD-03: 200 with a status in both outcomes
+    return dict(resp.json())
+
+
+async def wait_refund_status(server: ThreadedServer, k1: str, status: str) -> None:
+    for _ in range(100):
+        refund = server.call(lambda: server.store.get_refund_by_k1(k1))
+        if str(refund.status) == status:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"refund never became {status}")
+
+
+async def test_engine_failure_after_payment_refunds_in_full(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_broken)
+    payment = await paid_payment(server, client, spec, 10)
+    with pytest.raises(ApiError) as err:
+        execute(server, payment, spec)
+    assert err.value.code == "TIMEOUT"
+    refund = err.value.refund
+    assert refund is not None and refund["amount_sats"] == 10 == refund["refund_amount"]
+    assert refund["status"] == "open" and refund["charge_id"].startswith("rf_")
+    assert refund["lnurl_withdraw"].startswith("LNURL1")
+    body = err.value.envelope()
+    assert body["retry_after_seconds"] == 20 and body["refund"] == refund
+
+    info = await withdraw(client, refund)
+    assert info["tag"] == "withdrawRequest"
+    assert info["minWithdrawable"] == info["maxWithdrawable"] == 10_000
+    invoice = external_invoice(10_000)
+    assert await claim(client, info, invoice) == {"status": "OK"}
+    await wait_refund_status(server, info["k1"], "paid")
+    paid = [
+        p
+        for p in (await client.get("/api/dev/outgoing")).json()["payments"]
+        if p["bolt11"] == invoice
+    ]
+    assert len(paid) == 1 and paid[0]["amount_msat"] == 10_000
+    # The link is spent: the wallet sees an error, a second claim is refused.
+    assert (await withdraw(client, refund))["status"] == "ERROR"
+    assert (await claim(client, info, external_invoice(10_000)))["status"] == "ERROR"
+
+
+async def test_unexpected_crash_still_refunds(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_crashing)
+    payment = await paid_payment(server, client, spec, 10)
+    with pytest.raises(ApiError) as err:
+        execute(server, payment, spec)
+    assert err.value.code == "L402_UPSTREAM_FAILED"
+    assert err.value.refund is not None and err.value.refund["amount_sats"] == 10
+
+
+async def test_overpayment_is_refunded_the_difference(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_fine)
+    payment = await paid_payment(server, client, spec, 30)
+    result = execute(server, payment, spec, size=1)  # costs 10 of the 30 paid
+    assert result.body["ok"] is True
+    assert result.body["refund"]["amount_sats"] == 20
+
+
+async def test_underpayment_is_refused_and_refunded_in_full(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_fine)
+    payment = await paid_payment(server, client, spec, 10)
+    with pytest.raises(ApiError) as err:
+        execute(server, payment, spec, size=5)  # costs 50
+    assert err.value.code == "PAYMENT_INSUFFICIENT"
+    assert err.value.refund is not None and err.value.refund["amount_sats"] == 10
+    # The payment is closed: nothing more can be served with it.
+    with pytest.raises(ApiError) as again:
+        execute(server, payment, spec, size=1)
+    assert again.value.code == "PAYMENT_ALREADY_USED"
+
+
+async def test_refunds_never_exceed_what_was_paid(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_fine)
+    payment = await paid_payment(server, client, spec, 30)
+    execute(server, payment, spec, size=1)  # refunds 20 of 30
+    fresh = server.call(lambda: server.store.get_payment(payment.payment_id))
+    second = server.call(lambda: server.gate.refunds.refund_spent(fresh, 20_000, "again"))
+    assert second is None  # 20 + 20 > 30
+    third = server.call(lambda: server.gate.refunds.refund_spent(fresh, 10_000, "rest"))
+    assert third is not None and third["amount_sats"] == 10
+
+
+async def test_claims_are_checked_before_paying(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_broken)
+    payment = await paid_payment(server, client, spec, 10)
+    with pytest.raises(ApiError) as err:
+        execute(server, payment, spec)
+    refund = err.value.refund
+    assert refund is not None
+    info = await withdraw(client, refund)
+    own = server.call(
+        lambda: server.gate.create_payment(spec, amount_sats=10, digest="d", via="http")
+    ).payment.bolt11
+    bad = {
+        "wrong amount": external_invoice(9_000),
+        "too much": external_invoice(11_000),
+        "other network": external_invoice(10_000, network="testnet"),
+        "expired": sign_invoice(
+            network="regtest",
+            amount_msat=10_000,
+            payment_hash="00" * 32,
+            payment_secret="11" * 32,
+            description="x",
+            expiry_s=1,
+            private_key_hex=OTHER_NODE.secret.hex(),
+            created_at=int(time.time()) - 10,
+        ),
+        "garbage": "lnbcrt1notaninvoice",
+    }
+    for name, invoice in bad.items():
+        answer = await claim(client, info, invoice)
+        assert answer["status"] == "ERROR", name
+    own_answer = await claim(client, info, own)  # right amount, but our own node's invoice
+    assert own_answer == {"status": "ERROR", "reason": "The invoice is this node's own invoice."}
+    # None of these consumed the link.
+    assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
+
+
+async def test_concurrent_claims_pay_exactly_once(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_broken)
+    payment = await paid_payment(server, client, spec, 10)
+    with pytest.raises(ApiError) as err:
+        execute(server, payment, spec)
+    assert err.value.refund is not None
+    info = await withdraw(client, err.value.refund)
+    invoices = [external_invoice(10_000) for _ in range(20)]
+    answers = await asyncio.gather(*(claim(client, info, inv) for inv in invoices))
+    assert sorted(a["status"] for a in answers) == ["ERROR"] * 19 + ["OK"]
+    await wait_refund_status(server, info["k1"], "paid")
+    outgoing = (await client.get("/api/dev/outgoing")).json()["payments"]
+    assert sum(1 for p in outgoing if p["bolt11"] in invoices) == 1
+
+
+async def test_pending_payout_is_never_treated_as_failed(
+    fresh_server: ThreadedServer,
+) -> None:
+    server = fresh_server
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        spec = make_spec(_broken)
+        payment = await paid_payment(server, client, spec, 10)
+        with pytest.raises(ApiError) as err:
+            execute(server, payment, spec)
+        assert err.value.refund is not None
+        info = await withdraw(client, err.value.refund)
+        await client.post("/api/dev/outgoing-mode", json={"mode": "pending"})
+        assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
+        await wait_refund_status(server, info["k1"], "claiming")
+        # While pending, another claim is refused and reconcile leaves it alone.
+        assert (await claim(client, info, external_invoice(10_000)))["status"] == "ERROR"
+        assert server.call(server.gate.refunds.reconcile) == 0
+        await wait_refund_status(server, info["k1"], "claiming")
+
+
+async def test_failed_payout_reopens_the_link(fresh_server: ThreadedServer) -> None:
+    server = fresh_server
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        spec = make_spec(_broken)
+        payment = await paid_payment(server, client, spec, 10)
+        with pytest.raises(ApiError) as err:
+            execute(server, payment, spec)
+        assert err.value.refund is not None
+        info = await withdraw(client, err.value.refund)
+        await client.post("/api/dev/outgoing-mode", json={"mode": "fail"})
+        assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
+        await wait_refund_status(server, info["k1"], "open")
+        await client.post("/api/dev/outgoing-mode", json={"mode": "succeed"})
+        assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
+        await wait_refund_status(server, info["k1"], "paid")
+
+
+async def test_ledger_balances(server: ThreadedServer) -> None:
+    ledger = server.call(server.store.ledger)
+    assert ledger["received_msat"] == (
+        ledger["earned_msat"] + ledger["refunded_msat"] + ledger["open_msat"]
+    )

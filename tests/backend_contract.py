@@ -14,19 +14,19 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 
-from satsgate.invoices import decode_invoice
 import pytest
 
+from satsgate.invoices import decode_invoice
 from satsgate.lightning import BackendError, InvoiceState, LightningBackend, PaymentState
 
 Settle = Callable[[str], Awaitable[str]]
 ExternalInvoice = Callable[[int], Awaitable[str]]
 
 
-async def _next_settlement(backend: LightningBackend, after: int, timeout: float = 10) -> object:
+async def _next_settlement(backend: LightningBackend, after: int, wait_s: float = 10) -> object:
     stream = backend.settlements(after)
     try:
-        return await asyncio.wait_for(stream.__anext__(), timeout)
+        return await asyncio.wait_for(stream.__anext__(), wait_s)
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:

@@ -470,3 +470,64 @@ async def test_dev_pay_refuses_unknown_and_repeat(client: httpx.AsyncClient) -> 
     assert again.status_code == 400 and "already paid" in again.json()["error"]
     junk = await client.post("/api/dev/pay", json={"invoice": "lnbcrt1junk"})
     assert junk.status_code == 400
+
+
+async def test_official_mpp_client_pays_and_gets_served(server: ThreadedServer) -> None:
+    from mpp import Credential
+    from mpp.client import Mpp
+    from mpp.methods import Method
+    from mpp.runtime import ClientMethod, CredentialParams
+    from pydantic import BaseModel, ConfigDict
+
+    class LightningRequest(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        amount: str
+        currency: str
+
+    class LightningPayload(BaseModel):
+        preimage: str
+
+    paid: list[str] = []
+
+    async def create_credential(params: CredentialParams) -> str:
+        invoice = params.challenge.request["methodDetails"]["invoice"]
+        async with httpx.AsyncClient(base_url=server.url) as c:
+            preimage = await dev_pay(c, invoice)
+        paid.append(invoice)
+        echo = params.challenge.to_echo()
+        return Credential(challenge=echo, payload={"preimage": preimage}).to_authorization()
+
+    lightning = ClientMethod(
+        method=Method(name="lightning", intent="charge", request_model=LightningRequest,
+                      payload_model=LightningPayload),
+        create_credential=create_credential,
+    )
+    mpp_client = Mpp(methods=[lightning], allowed_origins=[server.url])
+    async with mpp_client, mpp_client.client() as http:
+        resp = await http.post(f"{server.url}/api/l402/render-card", json=CARD)
+    assert resp.status_code == 200, resp.text
+    assert len(paid) == 1
+    receipt = json.loads(b64url_decode(resp.headers["Payment-Receipt"]))
+    assert receipt["reference"] == decode_invoice(paid[0]).payment_hash
+
+
+async def test_expired_invoices_and_credentials(tmp_path: Any) -> None:
+    from tests.conftest import make_settings
+
+    srv = ThreadedServer(make_settings(tmp_path, invoice_expiry_s=1, credential_ttl_s=0))
+    try:
+        async with httpx.AsyncClient(base_url=srv.url) as c:
+            # Paid in time, used too late: the credential has expired.
+            ch = await challenge(c, "render-card", CARD)
+            preimage = await dev_pay(c, ch["invoice"])
+            unpaid = await challenge(c, "render-card", CARD)
+            await asyncio.sleep(1.2)
+            late = await c.post("/api/l402/render-card", json=CARD,
+                                headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"})
+            body = assert_envelope(late, "PAYMENT_EXPIRED", 402)
+            assert body["invoice"] != ch["invoice"]  # a fresh challenge to pay
+            # An expired invoice cannot be paid any more.
+            refused = await c.post("/api/dev/pay", json={"invoice": unpaid["invoice"]})
+            assert refused.status_code == 400 and "expired" in refused.json()["error"]
+    finally:
+        srv.stop()

@@ -26,6 +26,7 @@ from satsgate.dev_backend import DevBackend
 from satsgate.errors import ApiError, catalog_document
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware
+from satsgate.jobs import JOB_TYPES, JobRunner, status_body
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
@@ -43,6 +44,7 @@ STORE = web.AppKey("store", Store)
 GATE = web.AppKey("gate", Gate)
 REFUNDS = web.AppKey("refunds", RefundService)
 FILES = web.AppKey("files", FileStore)
+JOBS = web.AppKey("jobs", JobRunner)
 STARTED_AT = web.AppKey("started_at", float)
 
 
@@ -97,17 +99,24 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     refunds = RefundService(settings, app[STORE], app[BACKEND])
+    jobs = JobRunner(app[STORE], settings.public_base_url)
     app[REFUNDS] = refunds
-    app[GATE] = Gate(
+    app[JOBS] = jobs
+    app[GATE] = gate = Gate(
         settings=settings,
         backend=app[BACKEND],
         store=app[STORE],
         refunds=refunds,
+        jobs=jobs,
         files=app[FILES],
         http=http,
         cpu_pool=pool,
     )
+    orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
+    if orphans:
+        log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
     yield
+    await jobs.close()
     await refunds.wait_payouts()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -155,6 +164,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/files/{name}", serve_file)
     r.add_get("/api/lnurlw/{k1}", lnurl_withdraw)
     r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
+    r.add_get("/api/l402/job-status", job_status)
     r.add_post("/api/l402/{slug}", paid_call)
     r.add_get("/api/l402/{slug}", describe_service)
     if isinstance(backend, DevBackend):
@@ -251,6 +261,32 @@ async def describe_service(request: web.Request) -> web.Response:
             "example": dict(spec.example),
         }
     )
+
+
+async def job_status(request: web.Request) -> web.Response:
+    """Poll a job (free). The same answer serves check_job_status and get_job_result."""
+    job_id = (
+        request.query.get("requestId") or request.query.get("jobId") or request.query.get("job_id")
+    )
+    job_type = request.query.get("jobType")
+    if not job_id:
+        raise ApiError("L402_INVALID_PARAMS", "The query parameter requestId is required.")
+    if job_type is not None and job_type not in JOB_TYPES:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"Unknown jobType {job_type!r}.",
+            extra={"jobTypes": list(JOB_TYPES)},
+        )
+    jobs = request.app[JOBS]
+    job = await jobs.get(job_id)
+    if job is None or (job_type is not None and job.job_type != job_type):
+        raise ApiError(
+            "NOT_FOUND", f"No job {job_id!r}" + (f" of type {job_type}." if job_type else ".")
+        )
+    resp = _json(status_body(job, jobs.progress(job.job_id)))
+    if job.error is not None:
+        resp.headers["X-Error-Code"] = str(job.error.get("error_code", ""))
+    return resp
 
 
 async def lnurl_withdraw(request: web.Request) -> web.Response:

@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PATH="$PWD/.venv/bin:$PATH"
-echo "== ruff" && ruff check satsgate tests bench
+echo "== ruff" && ruff check .
 echo "== mypy" && mypy
 echo "== pytest" && pytest -q -p no:cacheprovider "$@"

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,10 +27,11 @@ from pydantic import BaseModel, ValidationError
 from satsgate.config import Settings
 from satsgate.errors import ApiError
 from satsgate.files import FileStore
+from satsgate.jobs import JobRunner
 from satsgate.lightning import BackendError, InvoiceState, LightningBackend
 from satsgate.payments import l402, mpp
 from satsgate.payments.dedup import DedupCache
-from satsgate.refunds import RefundService
+from satsgate.refunds import RefundService, refund_object
 from satsgate.services.base import (
     EngineError,
     ServiceContext,
@@ -38,7 +39,7 @@ from satsgate.services.base import (
     ServiceSpec,
     request_digest,
 )
-from satsgate.store import Payment, PaymentStatus, Store
+from satsgate.store import Job, Payment, PaymentStatus, Store
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,10 @@ def _example(spec: AnySpec) -> str:
     return mpp.canonical_json(dict(spec.example)) if spec.example else ""
 
 
+def _no_progress(progress: float, message: str) -> None:
+    return None
+
+
 class Gate:
     def __init__(
         self,
@@ -116,6 +121,7 @@ class Gate:
         backend: LightningBackend,
         store: Store,
         refunds: RefundService,
+        jobs: JobRunner,
         files: FileStore,
         http: httpx.AsyncClient,
         cpu_pool: Executor,
@@ -124,6 +130,7 @@ class Gate:
         self.backend = backend
         self.store = store
         self.refunds = refunds
+        self.jobs = jobs
         self.files = files
         self._http = http
         self._cpu_pool = cpu_pool
@@ -322,8 +329,11 @@ class Gate:
 
     # -- the paid call ----------------------------------------------------------------------
 
-    def context(self, call_id: str) -> ServiceContext:
+    def context(
+        self, call_id: str, progress: Callable[[float, str], None] | None = None
+    ) -> ServiceContext:
         return ServiceContext(
+            progress=progress or _no_progress,
             call_id=call_id,
             settings=self.settings,
             files=self.files,
@@ -377,8 +387,23 @@ class Gate:
         if not await self.store.spend(payment.payment_id, int(time.time())):
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
 
+        if spec.mode == "job":
+            return await self._submit_job(payment, spec, params, price_msat)
+        return await self._run_handler(
+            payment, spec, params, price_msat, self.context(payment.payment_id)
+        )
+
+    async def _run_handler(
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        params: BaseModel,
+        price_msat: int,
+        ctx: ServiceContext,
+    ) -> ServiceResult:
+        """Run a spent call's handler: any failure refunds the whole payment."""
         try:
-            result = await spec.handler(self.context(payment.payment_id), params)
+            result = await spec.handler(ctx, params)
         except ApiError as exc:
             exc.refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
             raise
@@ -410,6 +435,41 @@ class Gate:
             if refund is not None and isinstance(result.body, dict):
                 result = replace(result, body={**result.body, "refund": refund})
         return result
+
+    async def _submit_job(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> ServiceResult:
+        async def work(report: Callable[[float, str], None]) -> dict[str, Any]:
+            ctx = self.context(payment.payment_id, progress=report)
+            result = await self._run_handler(payment, spec, params, price_msat, ctx)
+            if isinstance(result.body, dict):
+                return result.body
+            return {"content": result.body if isinstance(result.body, str) else None}
+
+        async def refund(reason: str) -> dict[str, Any] | None:
+            issued = await self._refund_after_spend(payment, payment.amount_msat, reason)
+            if issued is None:  # already refunded (e.g. on cancellation): show that refund
+                earlier = await self.store.refunds_for_payment(payment.payment_id)
+                if earlier:
+                    issued = refund_object(earlier[-1], self.settings.public_base_url)
+            return issued
+
+        job = await self.jobs.submit(
+            payment_id=payment.payment_id,
+            service=spec.slug,
+            job_type=spec.job_type or spec.slug,
+            work=work,
+            refund_on_failure=refund,
+        )
+        return ServiceResult(
+            self.jobs.accepted_body(job), status=202, headers=self.jobs.accepted_headers(job)
+        )
+
+    async def refund_orphaned_job(self, job: Job) -> dict[str, Any] | None:
+        payment = await self.store.get_payment(job.payment_id)
+        if payment is None:
+            return None
+        return await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")
 
     async def _refund_after_spend(
         self, payment: Payment, amount_msat: int, reason: str

@@ -58,6 +58,8 @@ class ServiceContext:
     files: FileStore
     http: httpx.AsyncClient
     cpu_pool: Executor
+    # Progress of a job (0..100, message); a no-op for synchronous calls.
+    progress: Callable[[float, str], None]
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop."""

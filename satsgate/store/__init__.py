@@ -10,6 +10,6 @@ the disk and SQLite never sees two writers from this process.
 """
 
 from satsgate.store.db import Store
-from satsgate.store.models import Payment, PaymentStatus, Refund, RefundStatus
+from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund, RefundStatus
 
-__all__ = ["Payment", "PaymentStatus", "Refund", "RefundStatus", "Store"]
+__all__ = ["Job", "JobStatus", "Payment", "PaymentStatus", "Refund", "RefundStatus", "Store"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -13,9 +14,14 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
-from satsgate.store.models import Payment, PaymentStatus, Refund, RefundStatus
+from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund, RefundStatus
 
 T = TypeVar("T")
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
 
 _PAYMENT_COLUMNS = (
     "payment_id",
@@ -118,7 +124,27 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     db.table("cursors").create({"name": str, "value": int}, pk="name")
 
 
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1,)
+def _migration_2(db: sqlite_utils.Database) -> None:
+    db.table("jobs").create(
+        {
+            "job_id": str,
+            "payment_id": str,
+            "service": str,
+            "job_type": str,
+            "status": str,
+            "result_json": str,
+            "error_json": str,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk="job_id",
+        not_null={"payment_id", "service", "job_type", "status", "created_at", "updated_at"},
+        foreign_keys=[("payment_id", "payments", "payment_id")],
+    )
+    db.table("jobs").create_index(["status"])
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1, _migration_2)
 
 
 class Store:
@@ -371,6 +397,73 @@ class Store:
             )
         )
         return int(cur.rowcount)
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    async def insert_job(self, job: Job) -> None:
+        await self._run(
+            lambda: self._conn.execute(
+                "INSERT INTO jobs (job_id, payment_id, service, job_type, status, result_json,"
+                " error_json, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    job.job_id,
+                    job.payment_id,
+                    job.service,
+                    job.job_type,
+                    str(job.status),
+                    _json_or_none(job.result),
+                    _json_or_none(job.error),
+                    job.created_at,
+                    job.updated_at,
+                ),
+            )
+        )
+
+    async def finish_job(
+        self,
+        job_id: str,
+        status: JobStatus,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        now: int,
+    ) -> bool:
+        """IN_PROGRESS -> COMPLETED or FAILED, once."""
+        cur = await self._run(
+            lambda: self._conn.execute(
+                "UPDATE jobs SET status = ?, result_json = ?, error_json = ?, updated_at = ?"
+                " WHERE job_id = ? AND status = 'IN_PROGRESS'",
+                (str(status), _json_or_none(result), _json_or_none(error), now, job_id),
+            )
+        )
+        return cur.rowcount == 1
+
+    def _jobs_where(self, clause: str, args: tuple[Any, ...]) -> list[Job]:
+        rows = self._conn.execute(
+            "SELECT job_id, payment_id, service, job_type, status, result_json, error_json,"
+            f" created_at, updated_at FROM jobs WHERE {clause}",
+            args,
+        ).fetchall()
+        return [
+            Job(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                JobStatus(r[4]),
+                json.loads(r[5]) if r[5] else None,
+                json.loads(r[6]) if r[6] else None,
+                r[7],
+                r[8],
+            )
+            for r in rows
+        ]
+
+    async def get_job(self, job_id: str) -> Job | None:
+        jobs = await self._run(self._jobs_where, "job_id = ?", (job_id,))
+        return jobs[0] if jobs else None
+
+    async def jobs_in_progress(self) -> list[Job]:
+        return await self._run(self._jobs_where, "status = 'IN_PROGRESS'", ())
 
     # -- operator views ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 
 class PaymentStatus(enum.StrEnum):
@@ -51,4 +52,23 @@ class Refund:
     expires_at: int
     payout_bolt11: str | None
     payout_hash: str | None
+    updated_at: int
+
+
+class JobStatus(enum.StrEnum):
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    payment_id: str
+    service: str
+    job_type: str
+    status: JobStatus
+    result: dict[str, Any] | None  # the service's result body, when COMPLETED
+    error: dict[str, Any] | None  # the error envelope (with its refund), when FAILED
+    created_at: int
     updated_at: int

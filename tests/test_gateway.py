@@ -498,8 +498,12 @@ async def test_official_mpp_client_pays_and_gets_served(server: ThreadedServer) 
         return Credential(challenge=echo, payload={"preimage": preimage}).to_authorization()
 
     lightning = ClientMethod(
-        method=Method(name="lightning", intent="charge", request_model=LightningRequest,
-                      payload_model=LightningPayload),
+        method=Method(
+            name="lightning",
+            intent="charge",
+            request_model=LightningRequest,
+            payload_model=LightningPayload,
+        ),
         create_credential=create_credential,
     )
     mpp_client = Mpp(methods=[lightning], allowed_origins=[server.url])
@@ -522,8 +526,11 @@ async def test_expired_invoices_and_credentials(tmp_path: Any) -> None:
             preimage = await dev_pay(c, ch["invoice"])
             unpaid = await challenge(c, "render-card", CARD)
             await asyncio.sleep(1.2)
-            late = await c.post("/api/l402/render-card", json=CARD,
-                                headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"})
+            late = await c.post(
+                "/api/l402/render-card",
+                json=CARD,
+                headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"},
+            )
             body = assert_envelope(late, "PAYMENT_EXPIRED", 402)
             assert body["invoice"] != ch["invoice"]  # a fresh challenge to pay
             # An expired invoice cannot be paid any more.
@@ -531,3 +538,27 @@ async def test_expired_invoices_and_credentials(tmp_path: Any) -> None:
             assert refused.status_code == 400 and "expired" in refused.json()["error"]
     finally:
         srv.stop()
+
+
+async def test_settlement_stream_marks_paid_and_persists_cursor(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    ch = await challenge(client, "render-card", CARD)
+    await dev_pay(client, ch["invoice"])
+    status = None
+    for _ in range(100):  # the watcher applies it without anybody asking the node
+        payment = server.call(lambda: server.store.get_payment(ch["paymentId"]))
+        status = str(payment.status)
+        if status == "paid":
+            break
+        await asyncio.sleep(0.02)
+    assert status == "paid"
+    cursor = server.call(lambda: server.store.get_cursor("settle:dev"))
+    settled = server.call(
+        lambda: server.backend._run(
+            lambda: (
+                server.backend._db().execute("SELECT MAX(settle_index) FROM invoices").fetchone()[0]
+            )
+        )
+    )
+    assert cursor == settled

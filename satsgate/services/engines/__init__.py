@@ -1,0 +1,1 @@
+"""Deterministic, CPU-bound engines: card rendering, fonts and PDF tools."""

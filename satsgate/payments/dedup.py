@@ -89,5 +89,6 @@ class DedupCache:
                 entry.future.cancel()
 
 
-def _rough_size(body: object) -> int:
-    return len(repr(body))
+def _rough_size(body: dict[str, object]) -> int:
+    """Bytes a cached JSON body holds, roughly: its string values dominate (base64 files)."""
+    return 64 + sum(len(k) + (len(v) if isinstance(v, str) else 16) for k, v in body.items())

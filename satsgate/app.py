@@ -20,7 +20,7 @@ import httpx
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from satsgate import __version__
+from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.dev_backend import DevBackend
 from satsgate.errors import ApiError, catalog_document
@@ -35,6 +35,7 @@ from satsgate.services.catalog import CATEGORIES, list_models_document
 from satsgate.services.pricing import estimate
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Store
+from satsgate.web import checkout
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     gate, refunds, files = app[GATE], app[REFUNDS], app[FILES]
+    await gate.init_settlement_cursor()  # before the site listens and issues invoices
     settle_task = asyncio.create_task(gate.watch_settlements(), name="settlements")
     scheduler = AsyncIOScheduler()
     scheduler.add_job(
@@ -166,7 +168,9 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
     r.add_get("/api/l402/job-status", job_status)
     r.add_post("/api/l402/{slug}", paid_call)
-    r.add_get("/api/l402/{slug}", describe_service)
+    discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
+    mcp.install(app, GATE)  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
+    checkout.install(app, GATE)  # GET /checkout/<paymentId>, GET /api/payments/<paymentId>
     if isinstance(backend, DevBackend):
         # Dev-only routes exist only with the dev backend.
         r.add_post("/api/dev/pay", dev_pay)
@@ -239,28 +243,6 @@ async def paid_call(request: web.Request) -> web.Response:
     if spec is None:
         raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
     return await handle_paid_call(request, request.app[GATE], spec)
-
-
-async def describe_service(request: web.Request) -> web.Response:
-    spec = BY_SLUG.get(request.match_info["slug"])
-    if spec is None:
-        raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
-    base = request.app[SETTINGS].public_base_url
-    return _json(
-        {
-            "id": spec.slug,
-            "name": spec.title,
-            "tool": spec.tool_name,
-            "category": spec.category,
-            "description": spec.description,
-            "endpoint": f"{base}/api/l402/{spec.slug}",
-            "method": "POST",
-            "mode": spec.mode,
-            "input_schema": spec.params.model_json_schema(),
-            "failure_codes": list(spec.failure_codes),
-            "example": dict(spec.example),
-        }
-    )
 
 
 async def job_status(request: web.Request) -> web.Response:

@@ -24,7 +24,7 @@ def build_backend(settings: Settings) -> LightningBackend:
             raise SystemExit("--backend cln needs --cln-rpc <path to lightning-rpc>")
         from satsgate.cln_backend import ClnBackend
 
-        return ClnBackend(settings.cln_rpc)
+        return ClnBackend(settings.cln_rpc, settings.network)
     raise SystemExit("the LND backend is not available in this version; use --backend dev or cln")
 
 

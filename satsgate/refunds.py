@@ -25,7 +25,7 @@ from lnurl.helpers import url_encode
 from satsgate.config import Settings
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, LightningBackend, PaymentState
-from satsgate.store import Payment, Refund, RefundStatus, Store
+from satsgate.store import Payment, PaymentStatus, Refund, RefundStatus, Store
 
 
 def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
@@ -89,6 +89,18 @@ class RefundService:
         if not await self._store.add_refund_for_spent(refund):
             return None
         return refund_object(refund, self.base_url)
+
+    async def refund_remaining(self, payment: Payment, reason: str) -> dict[str, Any] | None:
+        """Refund everything not yet refunded (operator action): a paid payment in full,
+        or the rest of a spent one. None when nothing is left."""
+        if payment.status is PaymentStatus.PAID:
+            return await self.refund_unspent(payment, reason)
+        if payment.status is PaymentStatus.SPENT:
+            refunded = sum(
+                r.amount_msat for r in await self._store.refunds_for_payment(payment.payment_id)
+            )
+            return await self.refund_spent(payment, payment.amount_msat - refunded, reason)
+        return None
 
     # -- LNURL-withdraw (LUD-03) ------------------------------------------------------------
 

@@ -93,6 +93,7 @@ async def test_jobs_lost_in_a_restart_are_failed_and_refunded(
 ) -> None:
     spec = job_spec(_slow_ok)
     payment = await paid_payment(server, client, spec, 10)
+    server.call(lambda: server.gate.refresh_paid(payment))  # settled at the node: paid
     assert server.call(lambda: server.store.spend(payment.payment_id, int(time.time())))
     now = int(time.time())
     orphan = Job(

@@ -263,13 +263,26 @@ class Gate:
 
     # -- settlement -------------------------------------------------------------------------
 
-    async def watch_settlements(self) -> None:
-        """Apply the node's settlements to the store forever, resuming from the cursor."""
-        name = f"settle:{self.backend.name}"
-        cursor = await self.store.get_cursor(name)
+    def _cursor_name(self) -> str:
+        return f"settle:{self.backend.name}"
+
+    async def init_settlement_cursor(self) -> int:
+        """The persisted settlement cursor; on first start, the node's current one, saved.
+
+        Saved before any invoice is issued, so a settlement that happens while satsgate
+        is down is always after the cursor and is applied on the next start.
+        """
+        cursor = await self.store.get_cursor(self._cursor_name())
         if cursor is None:
             initial = getattr(self.backend, "initial_cursor", None)
             cursor = int(await initial()) if initial is not None else 0
+            await self.store.set_cursor(self._cursor_name(), cursor)
+        return cursor
+
+    async def watch_settlements(self) -> None:
+        """Apply the node's settlements to the store forever, resuming from the cursor."""
+        name = self._cursor_name()
+        cursor = await self.init_settlement_cursor()
         backoff = 1.0
         while True:
             try:

@@ -280,6 +280,16 @@ class Store:
         )
         return None if row is None else int(row[0])
 
+    async def set_cursor(self, name: str, value: int) -> None:
+        """Persist a cursor; it only ever moves forward."""
+        await self._run(
+            lambda: self._conn.execute(
+                "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name)"
+                " DO UPDATE SET value = MAX(value, excluded.value)",
+                (name, value),
+            )
+        )
+
     async def spend(self, payment_id: str, now: int) -> bool:
         """paid -> spent. The one rule of pay-per-call: exactly one caller gets True."""
         cur = await self._run(

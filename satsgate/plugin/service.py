@@ -1,0 +1,124 @@
+"""satsgate's service on its own thread and event loop, driven from pyln's dispatch thread.
+
+pyln's ``Plugin.run()`` owns the main thread (it blocks reading stdin), so
+the aiohttp service lives on a daemon thread with its own loop. The dispatch
+thread only hands coroutines over (:meth:`ServiceThread.submit`) and never
+waits on them, except during ``init`` and ``shutdown`` where lightningd
+expects the plugin to take its time (60 s and 30 s limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from satsgate.app import REFUNDS, SETTINGS
+from satsgate.cln_backend import ClnBackend
+from satsgate.config import Settings
+from satsgate.runner import ServiceHandle, start_service
+from satsgate.store import PaymentStatus
+
+T = TypeVar("T")
+
+
+class OperatorError(Exception):
+    """An operator command that cannot be carried out; the message says why."""
+
+
+class ServiceThread:
+    """One satsgate service against lightningd's socket, on a thread of its own."""
+
+    def __init__(self, settings: Settings, rpc_path: str) -> None:
+        self.settings = settings
+        self.rpc_path = rpc_path
+        self.handle: ServiceHandle | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="satsgate-service",
+                                        daemon=True)
+
+    def start(self, timeout_s: float) -> str:
+        """Start listening; returns the service URL. Raises whatever start-up raised."""
+        self._thread.start()
+        backend = ClnBackend(self.rpc_path, self.settings.network)
+        try:
+            self.handle = self.submit(start_service(self.settings, backend)).result(timeout_s)
+        except BaseException:
+            self._stop_loop(5.0)
+            raise
+        return self.handle.url
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        """Run a coroutine on the service loop; safe from any thread."""
+        async def run() -> T:
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop)
+
+    def stop(self, timeout_s: float) -> bool:
+        """Stop the server, the settlement stream, the backend and the store.
+
+        Returns False if that did not finish within ``timeout_s`` (the caller
+        exits anyway: every money-moving write is one SQLite transaction).
+        """
+        finished = True
+        if self.handle is not None:
+            try:
+                self.submit(self.handle.stop()).result(timeout_s)
+            except concurrent.futures.TimeoutError:
+                finished = False
+            self.handle = None
+        self._stop_loop(2.0)
+        return finished
+
+    def _stop_loop(self, join_s: float) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(join_s)
+
+    # -- operator commands (run on the service loop) ----------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        handle = self._running()
+        stats = await handle.store.stats()
+        return {
+            "listening": handle.url,
+            "network": handle.app[SETTINGS].network,
+            "data_dir": str(handle.app[SETTINGS].data_dir),
+            **stats,
+        }
+
+    async def refund(self, payment_id: str) -> dict[str, Any]:
+        """Refund a paid payment in full, or what is left of a spent one, as an LNURL-withdraw."""
+        handle = self._running()
+        store, refunds = handle.store, handle.app[REFUNDS]
+        payment = await store.get_payment(payment_id)
+        if payment is None:
+            raise OperatorError(f"no payment {payment_id}")
+        if payment.status not in (PaymentStatus.PAID, PaymentStatus.SPENT):
+            raise OperatorError(f"payment {payment_id} is {payment.status}: nothing to refund")
+        refund = await refunds.refund_remaining(payment, "refunded by the node operator")
+        if refund is None:
+            raise OperatorError(f"payment {payment_id} has nothing left to refund")
+        return {"payment_id": payment_id, "refund": refund}
+
+    def _running(self) -> ServiceHandle:
+        if self.handle is None:
+            raise OperatorError("satsgate is not running")
+        return self.handle
+
+
+def reply_when_done(fut: concurrent.futures.Future[T], on_result: Callable[[T], None],
+                    on_error: Callable[[BaseException], None]) -> None:
+    """Call back from the service thread once ``fut`` settles."""
+    def done(f: concurrent.futures.Future[T]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            on_error(exc)
+        else:
+            on_result(f.result())
+
+    fut.add_done_callback(done)
+

@@ -1,0 +1,149 @@
+"""The Core Lightning plugin as lightningd runs it: a real process over stdin/stdout.
+
+One plugin process serves the whole module (start-up costs ~2 s of imports);
+the last test shuts it down the way lightningd does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fake_lightningd import FakeLightningd, PluginCallError, PluginHost, running_lightningd
+
+from satsgate.plugin.options import OPTIONS
+
+PLUGIN_CMD = [sys.executable, "-m", "satsgate.plugin"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def lightningd() -> Iterator[FakeLightningd]:
+    with running_lightningd() as ln:
+        yield ln
+
+
+@pytest.fixture(scope="module")
+def plugin(lightningd: FakeLightningd) -> Iterator[PluginHost]:
+    host = PluginHost(PLUGIN_CMD, lightningd, options={"satsgate-port": free_port()})
+    host.start()
+    assert host.disabled is None, host.log_text()
+    yield host
+    if host.process.poll() is None:
+        host.kill()
+
+
+def wait_status(plugin: PluginHost, key: str, value: int, timeout_s: float = 5) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status: dict[str, Any] = plugin.call("satsgate-status")
+        if status[key] == value or time.monotonic() > deadline:
+            return status
+        time.sleep(0.05)
+
+
+def test_manifest_options_commands_and_shutdown_subscription(plugin: PluginHost) -> None:
+    options = {o["name"]: o for o in plugin.manifest["options"]}
+    assert set(options) == {"satsgate-host", "satsgate-port", "satsgate-data-dir",
+                            "satsgate-base-url", "satsgate-config"}
+    assert options["satsgate-host"]["default"] == "127.0.0.1"
+    assert (options["satsgate-port"]["type"], options["satsgate-port"]["default"]) == ("int", 8402)
+    assert all("default" in o and o["description"] for o in options.values())
+    assert {o.name for o in OPTIONS} == set(options)
+    methods = {m["name"]: m for m in plugin.manifest["rpcmethods"]}
+    assert set(methods) == {"satsgate-status", "satsgate-refund"}
+    assert "payment_id" in methods["satsgate-refund"]["usage"]
+    assert plugin.manifest["subscriptions"] == ["shutdown"]
+
+
+def test_status_reports_where_it_listens_and_the_day(
+        plugin: PluginHost, lightningd: FakeLightningd) -> None:
+    status = plugin.call("satsgate-status")
+    port = plugin.user_options["satsgate-port"]
+    assert status["listening"] == f"http://127.0.0.1:{port}"
+    assert status["network"] == "regtest"
+    assert status["data_dir"] == str(lightningd.lightning_dir / "satsgate-data")
+    assert (status["payments_today"], status["earned_sats"], status["refunds_open"]) == (0, 0, 0)
+    health = httpx.get(f"{status['listening']}/api/health", timeout=10).json()
+    assert (health["backend"], health["node_pubkey"]) == ("cln", lightningd.node.node_id)
+
+
+def test_operator_refund_of_a_paid_unused_call(
+        plugin: PluginHost, lightningd: FakeLightningd) -> None:
+    url = plugin.call("satsgate-status")["listening"]
+    resp = httpx.post(f"{url}/api/l402/render-card", json={"template": "headline", "title": "hi"},
+                      timeout=10)
+    assert resp.status_code == 402
+    challenge = resp.json()
+    lightningd.pay_from_outside(challenge["invoice"])
+    assert wait_status(plugin, "payments_today", 1)["payments_today"] == 1
+
+    refunded = plugin.call("satsgate-refund", {"payment_id": challenge["paymentId"]})
+    refund = refunded["refund"]
+    assert refunded["payment_id"] == challenge["paymentId"]
+    assert refund["lnurl_withdraw"].upper().startswith("LNURL")
+    assert refund["amount_sats"] * 1000 == lightningd.node.listinvoices(
+        invstring=challenge["invoice"])["invoices"][0]["amount_received_msat"]
+    assert plugin.call("satsgate-status")["refunds_open"] == 1
+
+    with pytest.raises(PluginCallError, match="nothing to refund"):
+        plugin.call("satsgate-refund", [challenge["paymentId"]])  # positional, as lightning-cli
+    with pytest.raises(PluginCallError, match="no payment pay_nope"):
+        plugin.call("satsgate-refund", {"payment_id": "pay_nope"})
+
+
+def test_shutdown_stops_the_service_and_exits_in_time(plugin: PluginHost) -> None:
+    url = plugin.call("satsgate-status")["listening"]
+    elapsed = plugin.shutdown()
+    assert elapsed < 30
+    assert plugin.process.returncode == 0
+    assert "satsgate stopped" in plugin.log_text()
+    assert plugin.protocol_errors == []  # stdout carried framed JSON-RPC only
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/api/health", timeout=2)
+
+
+def test_network_mismatch_disables_the_plugin(tmp_path: Path) -> None:
+    with running_lightningd() as ln:
+        (ln.lightning_dir / "satsgate.toml").write_text('network = "bitcoin"\n')
+        host = PluginHost(PLUGIN_CMD, ln, options={"satsgate-config": "satsgate.toml",
+                                                   "satsgate-port": free_port()})
+        host.start()
+        assert host.disabled is not None
+        assert "network mismatch" in host.disabled and "regtest" in host.disabled
+        assert any(level == "error" and "network mismatch" in message
+                   for level, message in host.logs)
+        assert host.process.poll() is not None
+        assert "invoice" not in ln.calls  # refused before serving anything
+
+
+def test_stray_writes_to_fd_1_never_reach_the_protocol_pipe() -> None:
+    script = textwrap.dedent("""
+        import os, subprocess, sys
+        from satsgate.plugin.cln_plugin import _reserve_stdout
+        proto = _reserve_stdout()
+        os.write(1, b"raw write\\n")
+        subprocess.run(["sh", "-c", "echo from a child process"], check=True)
+        print("a print", flush=True)
+        proto.write('{"jsonrpc": "2.0"}\\n\\n')
+        proto.flush()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=30,
+                          check=True)
+    assert done.stdout == b'{"jsonrpc": "2.0"}\n\n'
+    for stray in (b"raw write", b"from a child process", b"a print"):
+        assert stray in done.stderr

@@ -11,21 +11,59 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from satsgate.errors import ApiError
 from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.languages import (
+    RARE_LANGUAGES,
+    TRANSCRIPTION_LANGUAGES,
+    TRANSLATION_LANGUAGES,
+    resolve_translation_language,
+    translation_engine,
+)
+from satsgate.services.rates import pegged_chars_per_sat, pegged_msat
+from satsgate.services.routing import select_model
+from satsgate.services.telephony import destination
 
 MSAT = 1000
 
 # Characters per sat for per-character tiers (fallback rates).
-TEXT_CHARS_PER_SAT = {6: 10, 31: 1000}
+# Text: best 10 chars/sat (min 15), standard 1000 (min 5). The better tier is "listed at 5":
+# 100 chars/sat with a 5 sat minimum, so a short request costs the listed 5.
+TEXT_CHARS_PER_SAT = {6: 10, 1: 100, 31: 1000}
 TEXT_MIN_SATS = {6: 15, 31: 5, 1: 5}
+# Text-to-speech, BTC-pegged fallback (rates.py scales them).
 TTS_CHARS_PER_SAT = {43: 106, 33: 16, 34: 16, 3: 5}
+# Tier names of the speech models besides best / better / standard.
+TTS_TIER_NAMES = {"premium": 33, "premium-mini": 34, "mini": 34, "global": 43, "studio": 3}
+# Audiobook: the price list's "about 1 sat per 33 characters" for the default (premium)
+# tier; the global and studio tiers keep their speech rates. Minimum 500.
+AUDIOBOOK_CHARS_PER_SAT = {43: 106, 33: 33, 34: 33, 3: 5}
+AUDIOBOOK_MIN_SATS = 500
 TRANSLATE_MSAT_PER_CHAR = 1  # 0.001 sat per character on the standard engine
+# Routed targets go to the better text tier: 100 chars/sat.
+TRANSLATE_ROUTED_MSAT_PER_CHAR = 10
+TRANSLATE_MIN_SATS = 1
+TRANSLATE_EPUB_MIN_SATS = 50
+RARE_TRANSLATE_BASE_SATS = 50
+RARE_TRANSLATE_MSAT_PER_CHAR = 2  # 0.002 sat per character
+MULTILINGUAL_ANSWER_CHARS = 2000
+MULTILINGUAL_MARGIN_PERCENT = 15
+MULTILINGUAL_MIN_SATS = 2
 VIDEO_SATS_PER_SECOND = {"768p": 250, "2K": 400}
 MUSIC_SATS_PER_SECOND = 5
+MUSIC_LYRICS_ADDON_SATS = 25
 TRANSCRIPTION_SATS_PER_MINUTE = 10
+TRANSCRIBE_TRANSLATE_HEADROOM_SATS = 5
+TRANSCRIBE_TRANSLATE_MARGIN_PERCENT = 15
+# AI calls: the destination's telephony rate plus the AI cost per minute (BTC-pegged);
+# "from about 150 sats per minute" on the cheapest routes. Minimum 50.
+AI_CALL_AI_SATS_PER_MINUTE = 120
+AI_CALL_MIN_SATS = 50
+# Voice bridge: telephony plus speech recognition and synthesis per minute.
+VOICE_BRIDGE_SATS_PER_MINUTE = 20
+PER_PASS_SATS = 100
 FLAT_SATS = {
     "email": 200,
     "voice-cloning": 7500,
@@ -41,8 +79,15 @@ FLAT_SATS = {
     "remove-object": 130,
     "colorize-image": 5,
     "deblur-image": 110,
+    "depth-estimation": 5,
     "image-edit": 200,
     "vision": 21,
+    "search": 21,
+    "e-signature": 1000,
+    "3d-model": 1600,
+    "fax-send": 500,
+    "fax-receive": 500,
+    "vote": 1,
 }
 PER_PAGE_SATS = {"ocr": 10, "receipt-ocr": 25}
 
@@ -60,11 +105,108 @@ def image_price_sats(model_id: int, resolution: str = "1K") -> int:
     return price
 
 
+def per_chars_float_msat(chars: int, chars_per_sat: float, minimum_sats: int = 1) -> int:
+    """As :func:`per_chars_msat` for a (BTC-pegged) fractional rate."""
+    return max(minimum_sats * MSAT, math.ceil(chars * MSAT / chars_per_sat))
+
+
+def with_margin_msat(amount_msat: int, percent: int) -> int:
+    return -(-amount_msat * (100 + percent) // 100)
+
+
+def text_msat(model_id: int, chars: int) -> int:
+    """Text generation: input characters at the model's rate, never below its minimum."""
+    return per_chars_msat(chars, TEXT_CHARS_PER_SAT[model_id], TEXT_MIN_SATS[model_id])
+
+
+def translation_msat(chars: int, target: str | None, model_id: int | None = None) -> int:
+    """translate-text: the target picks the engine (standard 1 sat per 1000 characters,
+    routed targets 10x); a pinned text model uses its own rate. Minimum 1 sat."""
+    if model_id is not None:
+        return per_chars_msat(chars, TEXT_CHARS_PER_SAT[model_id], TRANSLATE_MIN_SATS)
+    routed = target is not None and translation_engine(target) == "routed"
+    per_char = TRANSLATE_ROUTED_MSAT_PER_CHAR if routed else TRANSLATE_MSAT_PER_CHAR
+    return max(TRANSLATE_MIN_SATS * MSAT, chars * per_char)
+
+
+def translate_epub_msat(visible_chars: int, target: str) -> int:
+    """translate-epub: visible characters at the target engine's rate, minimum 50."""
+    return max(TRANSLATE_EPUB_MIN_SATS * MSAT, translation_msat(visible_chars, target))
+
+
+def rare_translation_msat(chars: int) -> int:
+    return RARE_TRANSLATE_BASE_SATS * MSAT + chars * RARE_TRANSLATE_MSAT_PER_CHAR
+
+
+def multilingual_ask_msat(question_chars: int, model_id: int) -> int:
+    """(question + 2000-character answer allowance) at the tier's text rate, +15%, min 2."""
+    base = math.ceil(
+        (question_chars + MULTILINGUAL_ANSWER_CHARS) * MSAT / TEXT_CHARS_PER_SAT[model_id]
+    )
+    return max(MULTILINGUAL_MIN_SATS * MSAT, with_margin_msat(base, MULTILINGUAL_MARGIN_PERCENT))
+
+
+def tts_msat(model_id: int, chars: int) -> int:
+    """Text-to-speech at the tier's BTC-pegged characters per sat."""
+    return per_chars_float_msat(chars, pegged_chars_per_sat(TTS_CHARS_PER_SAT[model_id]))
+
+
+def audiobook_msat(model_id: int, chars: int) -> int:
+    rate = pegged_chars_per_sat(AUDIOBOOK_CHARS_PER_SAT[model_id])
+    return per_chars_float_msat(chars, rate, AUDIOBOOK_MIN_SATS)
+
+
+def transcription_msat(seconds: float) -> int:
+    """10 sats per started minute of audio."""
+    return max(1, math.ceil(seconds / 60)) * TRANSCRIPTION_SATS_PER_MINUTE * MSAT
+
+
+def transcribe_translate_msat(seconds: float) -> int:
+    """Transcription base plus 5 sats headroom, plus 15%."""
+    base = transcription_msat(seconds) + TRANSCRIBE_TRANSLATE_HEADROOM_SATS * MSAT
+    return with_margin_msat(base, TRANSCRIBE_TRANSLATE_MARGIN_PERCENT)
+
+
+def video_msat(seconds: int, resolution: str) -> int:
+    return seconds * VIDEO_SATS_PER_SECOND[resolution] * MSAT
+
+
+def music_msat(seconds: int, lyrics_addon: bool) -> int:
+    return (seconds * MUSIC_SATS_PER_SECOND + (MUSIC_LYRICS_ADDON_SATS if lyrics_addon else 0)) * (
+        MSAT
+    )
+
+
+def sms_msat(phone_number: str) -> int:
+    """One SMS (at most 120 characters: one segment) at the destination's pegged rate."""
+    return pegged_msat(destination(phone_number).sms_sats * MSAT)
+
+
+def call_msat(phone_number: str, minutes: int) -> int:
+    """Automated call: the destination's pegged per-minute rate times the minutes."""
+    return minutes * pegged_msat(destination(phone_number).call_sats_per_minute * MSAT)
+
+
+def ai_call_per_minute_msat(phone_number: str) -> int:
+    per_minute = destination(phone_number).call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE
+    return pegged_msat(per_minute * MSAT)
+
+
+def ai_call_msat(phone_number: str, minutes: int) -> int:
+    """AI call deposit: minutes times (telephony + AI) by destination, minimum 50."""
+    return max(AI_CALL_MIN_SATS * MSAT, minutes * ai_call_per_minute_msat(phone_number))
+
+
+def voice_bridge_per_minute_msat(phone_number: str) -> int:
+    per_minute = destination(phone_number).call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE
+    return pegged_msat(per_minute * MSAT)
+
+
 def resolve_tier_model(category: str, model: str | int | None, default: int) -> int:
     """Model selection: None -> default, tier name -> that tier's model, id -> pinned."""
     if model is None or model == "":
         return default
-    if isinstance(model, str) and not model.isdigit():
+    if isinstance(model, str) and not (model.isascii() and model.isdecimal()):
         for m in MODELS_BY_ID.values():
             if m.category == category and m.tier == model:
                 return m.id
@@ -108,6 +250,46 @@ class _Translate(_Estimate):
     chars: int = Field(ge=1)
     targetLanguage: str | None = None
 
+    @field_validator("targetLanguage")
+    @classmethod
+    def _known(cls, value: str | None) -> str | None:
+        return None if value is None else resolve_translation_language(value)
+
+
+class _TranslateEpub(_Estimate):
+    chars: int = Field(ge=1, le=3_000_000)
+    targetLanguage: str
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        return resolve_translation_language(value)
+
+
+class _Destination(_Estimate):
+    to: str
+    minutes: int = Field(1, ge=1, le=10)
+
+    @field_validator("to")
+    @classmethod
+    def _routable(cls, value: str) -> str:
+        destination(value.strip())
+        return value.strip()
+
+
+class _Audiobook(_Estimate):
+    model: str | None = None
+    chars: int = Field(ge=1)
+
+
+def _tts_model(model: str | None) -> int:
+    try:
+        return select_model(
+            model, None, allowed=(33, 34, 43, 3), default=33, tier_aliases=TTS_TIER_NAMES
+        )
+    except ValueError as exc:
+        raise ApiError("L402_INVALID_PARAMS", f"model: {exc}") from None
+
 
 class _Video(_Estimate):
     seconds: int = Field(ge=3, le=15)
@@ -144,15 +326,25 @@ ESTIMATORS: dict[str, Estimator] = {
     "music": Estimator(_Music, lambda p: p.seconds * MUSIC_SATS_PER_SECOND * MSAT, "per second"),
     "vision": _flat("vision"),
     "text-to-speech": Estimator(
-        _Tts,
-        lambda p: per_chars_msat(
-            p.chars, TTS_CHARS_PER_SAT[resolve_tier_model("speech", p.model, 33)]
-        ),
-        "per character",
+        _Tts, lambda p: tts_msat(_tts_model(p.model), p.chars), "per character"
     ),
     "translate": Estimator(
-        _Translate, lambda p: max(MSAT, p.chars * TRANSLATE_MSAT_PER_CHAR), "per character"
+        _Translate, lambda p: translation_msat(p.chars, p.targetLanguage), "per character"
     ),
+    "translate-epub": Estimator(
+        _TranslateEpub,
+        lambda p: translate_epub_msat(p.chars, p.targetLanguage),
+        "per visible character",
+    ),
+    "audiobook": Estimator(
+        _Audiobook, lambda p: audiobook_msat(_tts_model(p.model), p.chars), "per character"
+    ),
+    "transcribe-translate": Estimator(
+        _Minutes, lambda p: transcribe_translate_msat(p.minutes * 60), "per started minute"
+    ),
+    "sms": Estimator(_Destination, lambda p: sms_msat(p.to), "per message"),
+    "call": Estimator(_Destination, lambda p: call_msat(p.to, p.minutes), "per minute"),
+    "ai-call": Estimator(_Destination, lambda p: ai_call_msat(p.to, p.minutes), "per minute"),
     "video": Estimator(
         _Video, lambda p: p.seconds * VIDEO_SATS_PER_SECOND[p.resolution] * MSAT, "per second"
     ),
@@ -184,6 +376,12 @@ ESTIMATORS: dict[str, Estimator] = {
             "remove-object",
             "colorize-image",
             "deblur-image",
+            "search",
+            "e-signature",
+            "3d-model",
+            "fax-send",
+            "fax-receive",
+            "depth-estimation",
         )
     },
 }
@@ -226,4 +424,34 @@ def estimate(service: str | None, query: Mapping[str, str]) -> dict[str, Any]:
         "params": params.model_dump(exclude_none=True),
         "error_code": "L402_ESTIMATE_ONLY",
         "note": "Estimate only: no invoice was created. The 402 quote is authoritative.",
+    }
+
+
+def languages_document() -> dict[str, Any]:
+    """GET /api/languages: per-language translation price and engine (chrF is measured by the
+    engine; none is recorded here, so it is null)."""
+    return {
+        "languages": [
+            {
+                "code": code,
+                "name": name,
+                "engine": translation_engine(code),
+                "satsPer1000Chars": translation_msat(1000, code) / MSAT,
+                "minimumSats": TRANSLATE_MIN_SATS,
+                "transcription": code in TRANSCRIPTION_LANGUAGES,
+                "chrf": None,
+            }
+            for code, name in TRANSLATION_LANGUAGES.items()
+        ],
+        "rare": [
+            {
+                "code": code,
+                "name": name,
+                "quality": tier,
+                "baseSats": RARE_TRANSLATE_BASE_SATS,
+                "satsPer1000Chars": RARE_TRANSLATE_MSAT_PER_CHAR,
+                "chrf": None,
+            }
+            for code, (name, tier) in RARE_LANGUAGES.items()
+        ],
     }

@@ -4,10 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from satsgate.services import documents
+from satsgate.services import (
+    comms,
+    documents,
+    documents_extra,
+    images,
+    planned,
+    speech,
+    text,
+    video,
+)
 from satsgate.services.base import ServiceSpec
 
-SERVICES: tuple[ServiceSpec[Any], ...] = (*documents.SERVICES,)
+SERVICES: tuple[ServiceSpec[Any], ...] = (
+    *documents.SERVICES,
+    *documents_extra.SERVICES,
+    *images.SERVICES,
+    *text.SERVICES,
+    *speech.SERVICES,
+    *video.SERVICES,
+    *comms.SERVICES,
+    *planned.SERVICES,
+)
 
 BY_SLUG: dict[str, ServiceSpec[Any]] = {s.slug: s for s in SERVICES}
 BY_TOOL: dict[str, ServiceSpec[Any]] = {s.tool_name: s for s in SERVICES}

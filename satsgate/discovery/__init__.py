@@ -1,0 +1,200 @@
+"""Free discovery: every document that tells a client what satsgate sells and how to pay.
+
+All of it is generated from the service registry and the settings, through
+one function (:func:`describe`), so a new ServiceSpec appears in every
+document with the same price and endpoint without any edit here.
+
+Routes (all GET, free)::
+
+    /api/l402/<slug>              one service (describe)
+    /.well-known/l402-services    satsgate's service manifest
+    /.well-known/l402[.json]      Lightning Labs L402 discovery manifest
+    /.well-known/mpp, /payment    MPP (Payment scheme) discovery
+    /.well-known/mcp[.json]       MCP server card
+    /.well-known/agent.json       A2A agent card (also agent-card.json)
+    /llms.txt                     Markdown for language-model agents
+    /api/mcp/discovery            MCP tool manifest and payment flow
+    /api/discover?q=              ranked service search
+    /api/openapi.json             OpenAPI 3.1.0, document version 0.3.0
+    /api/languages                translation languages and prices
+
+Documents are built on first request and kept as bytes: the registry, the
+settings and the route table cannot change while the app runs, and the
+BTC-pegged rate book (example prices) is checked on every request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from satsgate.config import Settings
+from satsgate.discovery import documents
+from satsgate.discovery.describe import describe
+from satsgate.discovery.documents import Catalog
+from satsgate.discovery.languages import languages_document
+from satsgate.discovery.llms import llms_txt
+from satsgate.discovery.openapi import openapi_document
+from satsgate.errors import ApiError
+from satsgate.http_util import dumps
+from satsgate.lightning import LightningBackend
+from satsgate.mcp import MCP
+from satsgate.services import rates
+from satsgate.services.registry import SERVICES
+
+__all__ = ["DISCOVERY", "Discovery", "add_routes", "describe"]
+
+# Discovery documents carry no secrets: any origin may read them (the L402
+# discovery draft asks for this so browser agents can use them).
+_HEADERS = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-age=300"}
+
+
+class Discovery:
+    """The catalog of one app and its documents, each serialized once per rate book."""
+
+    def __init__(self, settings: Settings, backend: LightningBackend) -> None:
+        self.settings = settings
+        self._backend = backend
+        self._pubkey: str | None = None
+        self._catalog: Catalog | None = None
+        self._rate_book: rates.RateBook | None = None
+        self._bodies: dict[str, bytes] = {}
+
+    @property
+    def catalog(self) -> Catalog:
+        """Rebuilt, and every kept document dropped, when the BTC-pegged rate book changes
+        (at most hourly): example prices of pegged services move with it."""
+        book = rates.book()
+        if self._catalog is None or book is not self._rate_book:
+            self._catalog = Catalog(
+                self.settings, SERVICES, tuple(describe(spec, self.settings) for spec in SERVICES)
+            )
+            self._rate_book = book
+            self._bodies.clear()
+        return self._catalog
+
+    async def node_pubkey(self) -> str:
+        if self._pubkey is None:
+            self._pubkey = (await self._backend.info()).pubkey
+        return self._pubkey
+
+    async def body(self, name: str, build: Callable[[Catalog], Awaitable[Any]]) -> bytes:
+        catalog = self.catalog  # first: a new rate book empties the kept bodies
+        body = self._bodies.get(name)
+        if body is None:
+            doc = await build(catalog)
+            body = (doc if isinstance(doc, str) else dumps(doc)).encode()
+            self._bodies[name] = body
+        return body
+
+
+DISCOVERY = web.AppKey("discovery", Discovery)
+
+Builder = Callable[[Discovery, Catalog, web.Application], Awaitable[Any]]
+
+
+def _respond(body: bytes, content_type: str = "application/json") -> web.Response:
+    return web.Response(body=body, content_type=content_type, charset="utf-8", headers=_HEADERS)
+
+
+def _document(name: str, build: Builder, content_type: str = "application/json") -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        discovery = request.app[DISCOVERY]
+        body = await discovery.body(name, lambda catalog: build(discovery, catalog, request.app))
+        return _respond(body, content_type)
+
+    return handler
+
+
+def _routes(app: web.Application) -> set[tuple[str, str]]:
+    return {
+        (route.method, route.resource.canonical) for route in app.router.routes() if route.resource
+    }
+
+
+async def _l402_services(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return documents.l402_services(c)
+
+
+async def _l402(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return documents.l402_manifest(c, await d.node_pubkey())
+
+
+async def _mpp(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return documents.mpp_document(c)
+
+
+def _mcp_tools(app: web.Application) -> list[dict[str, Any]]:
+    """tools/list of this app's MCP endpoint: the documents describe the real thing."""
+    endpoint = app.get(MCP)
+    if endpoint is None:
+        raise ApiError("NOT_FOUND", "This node serves no MCP endpoint.")
+    return endpoint.server.tools.definitions()
+
+
+async def _mcp_card(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return documents.mcp_server_card(c, _mcp_tools(app))
+
+
+async def _mcp_discovery(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return documents.mcp_discovery(c, _mcp_tools(app))
+
+
+async def _agent_card(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return documents.agent_card(c)
+
+
+async def _llms(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return llms_txt(c)
+
+
+async def _openapi(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return openapi_document(c, _routes(app), await d.node_pubkey())
+
+
+async def _languages(d: Discovery, c: Catalog, app: web.Application) -> Any:
+    return languages_document(c)
+
+
+async def describe_service(request: web.Request) -> web.Response:
+    slug = request.match_info["slug"]
+    service = request.app[DISCOVERY].catalog.by_slug.get(slug)
+    if service is None:
+        raise ApiError("NOT_FOUND", f"No service {slug!r}.")
+    return _respond(dumps(service).encode())
+
+
+async def discover(request: web.Request) -> web.Response:
+    doc = documents.search_document(
+        request.app[DISCOVERY].catalog,
+        request.query.get("q", ""),
+        request.query.get("category") or None,
+    )
+    return _respond(dumps(doc).encode())
+
+
+def add_routes(app: web.Application, settings: Settings, backend: LightningBackend) -> None:
+    """Register every discovery route (GET, free) on ``app``."""
+    app[DISCOVERY] = Discovery(settings, backend)
+    r = app.router
+    r.add_get("/api/l402/{slug}", describe_service)
+    r.add_get("/api/discover", discover)
+    json_documents: dict[str, Builder] = {
+        "/.well-known/l402-services": _l402_services,
+        "/.well-known/l402": _l402,
+        "/.well-known/l402.json": _l402,
+        "/.well-known/mpp": _mpp,
+        "/.well-known/payment": _mpp,
+        "/.well-known/mcp": _mcp_card,
+        "/.well-known/mcp.json": _mcp_card,
+        "/.well-known/agent.json": _agent_card,
+        "/.well-known/agent-card.json": _agent_card,
+        "/api/mcp/discovery": _mcp_discovery,
+        "/api/openapi.json": _openapi,
+        "/api/languages": _languages,
+    }
+    for path, build in json_documents.items():
+        r.add_get(path, _document(build.__name__, build))
+    r.add_get("/llms.txt", _document("llms", _llms, "text/markdown"))

@@ -1,0 +1,89 @@
+"""/api/languages: translation price per language, the engine that serves it, measured chrF.
+
+Languages and engines come from :mod:`satsgate.services.languages`; every
+price is computed by the pricing functions the services charge with
+(``translation_msat``, ``rare_translation_msat``), so this table cannot drift
+from the 402 quote. The language tables hold no chrF scores yet, so ``chrF``
+is null ("where known": nowhere yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from satsgate.discovery.documents import Catalog
+from satsgate.services.base import sats_for_msat
+from satsgate.services.languages import (
+    RARE_LANGUAGES,
+    TRANSCRIPTION_LANGUAGES,
+    TRANSLATION_LANGUAGES,
+    translation_engine,
+)
+from satsgate.services.pricing import rare_translation_msat, translation_msat
+
+LANGUAGES_VERSION = 1
+# Rates are read off the price functions at a length where minimums do not bind.
+_LONG_TEXT_CHARS = 1_000_000
+
+
+def _standard_price(code: str) -> dict[str, Any]:
+    return {
+        "msatPerChar": translation_msat(_LONG_TEXT_CHARS, code) / _LONG_TEXT_CHARS,
+        "minimumSats": sats_for_msat(translation_msat(1, code)),
+    }
+
+
+def _rare_price() -> dict[str, Any]:
+    base_msat = rare_translation_msat(0)
+    return {
+        "baseSats": sats_for_msat(base_msat),
+        "msatPerChar": (rare_translation_msat(_LONG_TEXT_CHARS) - base_msat) / _LONG_TEXT_CHARS,
+    }
+
+
+def languages_document(catalog: Catalog) -> dict[str, Any]:
+    translation = [
+        {
+            "code": code,
+            "name": name,
+            "engine": translation_engine(code),
+            **_standard_price(code),
+            "chrF": None,
+            "transcription": code in TRANSCRIPTION_LANGUAGES,
+        }
+        for code, name in TRANSLATION_LANGUAGES.items()
+    ]
+    rare_price = _rare_price()
+    rare = [
+        {"code": code, "name": name, "engine": "rare", "quality": tier, **rare_price, "chrF": None}
+        for code, (name, tier) in RARE_LANGUAGES.items()
+    ]
+    engines: dict[str, dict[str, Any]] = {}
+    for entry in translation:
+        engine = engines.setdefault(
+            entry["engine"],
+            {
+                "engine": entry["engine"],
+                "msatPerChar": entry["msatPerChar"],
+                "minimumSats": entry["minimumSats"],
+                "languages": 0,
+            },
+        )
+        engine["languages"] += 1
+    engines["rare"] = {"engine": "rare", **rare_price, "languages": len(rare)}
+    return {
+        "version": LANGUAGES_VERSION,
+        "unit": "msat per character (1000 msat = 1 sat)",
+        "engines": list(engines.values()),
+        "translation": translation,
+        "rare": rare,
+        "transcription": [
+            {"code": code, "name": name} for code, name in TRANSCRIPTION_LANGUAGES.items()
+        ],
+        "services": [
+            service["id"]
+            for service in catalog.services
+            if "translat" in service["id"] or "translat" in service["category"]
+        ],
+        "estimate": catalog.url("/api/estimate-cost?service=translate&chars=1000"),
+    }

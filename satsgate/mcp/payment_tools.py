@@ -1,0 +1,398 @@
+"""The paymentId flow: create_payment -> pay -> check_payment_status -> the paid tool.
+
+Every step goes through the Gate, exactly as the HTTP face does: the quote
+(``challenge_for``), the spend rule, re-pricing and refunds live there once.
+Schema failures before any payment raise L402_INVALID_PARAMS, which the
+catalog turns into JSON-RPC -32602; anything the gate decides after looking at
+the payment is a tool failure (``isError``) carrying the HTTP envelope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from satsgate.errors import ApiError
+from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.mcp import results
+from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
+from satsgate.payments.gate import Challenge, validate_params
+from satsgate.payments.mpp import rfc3339
+from satsgate.services.pricing import ESTIMATORS, estimate
+from satsgate.store import Payment, PaymentStatus
+
+# Fields of a params model that a bare ``prompt`` (or ``characterCount``) may stand in
+# for when an estimate is all that can be made: the spec's "the text to be processed".
+TEXT_HINT_FIELDS = ("prompt", "text", "question", "task", "message", "markdown", "html")
+MAX_CHARACTER_COUNT = 10_000_000
+PAYMENT_ID_DOC = (
+    "The paymentId from create_payment, after its lightningInvoice is paid. "
+    "One payment covers one call."
+)
+
+
+class CreatePaymentArgs(BaseModel):
+    """create_payment: toolName plus what prices the call. Unknown keys are the tool's arguments."""
+
+    model_config = ConfigDict(extra="allow", title="create_payment arguments")
+
+    toolName: str = Field(min_length=1, description="The paid tool to be called, e.g. render_card.")
+    arguments: dict[str, Any] | None = Field(
+        None,
+        description="The tool's own arguments (without paymentId). When they validate, the "
+        "quote is exact for them. Top-level keys other than these are taken as arguments too.",
+    )
+    prompt: str | None = Field(
+        None, description="For text-priced tools: the text to be processed (sizes the quote)."
+    )
+    characterCount: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CHARACTER_COUNT,
+        description="translate_epub: visible characters of the book (sizes the quote).",
+    )
+    targetLanguage: str | None = Field(
+        None, description="translate_epub (and translations): the target language."
+    )
+
+
+class PaymentIdArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="check_payment_status arguments")
+
+    paymentId: str = Field(min_length=1, max_length=200, description="From create_payment.")
+
+
+class RequestRefundArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="request_refund arguments")
+
+    paymentId: str = Field(min_length=1, max_length=200, description="The paid, unused payment.")
+    invoice: str = Field(
+        min_length=1,
+        max_length=4000,
+        description="A BOLT11 invoice of yours for exactly the amount paid; the refund pays it. "
+        "Send the payment's own lightningInvoice instead to get an LNURL-withdraw link only.",
+    )
+    email: str | None = Field(None, max_length=320, description="Optional; not stored.")
+    feedback: str | None = Field(
+        None, max_length=2000, description="Optional: why the call was not used."
+    )
+
+
+# -- the payment resource -------------------------------------------------------------------
+
+
+def public_status(payment: Payment, now: float | None = None) -> str:
+    """unpaid, paid, spent, refunded, or expired (unpaid past its invoice expiry)."""
+    moment = time.time() if now is None else now
+    if payment.status is PaymentStatus.UNPAID and payment.expires_at <= moment:
+        return "expired"
+    return str(payment.status)
+
+
+def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> dict[str, Any]:
+    """The Payment resource as check_payment_status and the checkout page report it."""
+    status = public_status(payment)
+    doc: dict[str, Any] = {
+        "paymentId": payment.payment_id,
+        "paid": payment.status is not PaymentStatus.UNPAID,
+        "status": status,
+        "amountSats": payment.amount_msat // 1000,
+        "service": payment.service,
+        "toolName": spec.tool_name if spec is not None else None,
+        "title": spec.title if spec is not None else payment.service,
+        "expiresAt": rfc3339(payment.expires_at),
+    }
+    if status == "unpaid":
+        doc["lightningInvoice"] = payment.bolt11
+        doc["hostedCheckoutUrl"] = f"{base_url}/checkout/{payment.payment_id}"
+    return doc
+
+
+async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
+    payment = await env.gate.store.get_payment(payment_id)
+    if payment is None:
+        raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
+    return payment
+
+
+# -- create_payment -------------------------------------------------------------------------
+
+
+async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext) -> dict[str, Any]:
+    spec = env.paid.get(args.toolName)
+    if spec is None:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"Unknown toolName {args.toolName!r}: name one of the paid tools "
+            "(free tools need no payment).",
+            extra={"tools": sorted(env.paid)},
+        )
+    env.gate.ensure_available(spec)
+    candidate: dict[str, Any] = {**(args.model_extra or {}), **(args.arguments or {})}
+    candidate.pop("paymentId", None)
+    fields = spec.params.model_fields
+    for name, value in (("prompt", args.prompt), ("targetLanguage", args.targetLanguage)):
+        if value is not None and name in fields and name not in candidate:
+            candidate[name] = value
+
+    quote = "exact"
+    note: dict[str, Any] = {}
+    try:
+        params = _validate_with_prompt(spec, candidate, args.prompt)
+    except ApiError as invalid:
+        quote = "estimate"
+        amount_sats, digest = _estimate(spec, candidate, args, invalid)
+        challenge = await env.gate.create_payment(
+            spec, amount_sats=amount_sats, digest=digest, via="mcp"
+        )
+        note = {
+            "note": "Priced from the sizing hints: the arguments given do not validate yet "
+            f"({invalid.message}). The call is re-priced when made; a shortfall is refunded "
+            "in full and refused, an excess is refunded.",
+        }
+    else:
+        await env.gate.prevalidate(spec, params)
+        challenge = await env.gate.challenge_for(spec, params, via="mcp")
+    return results.success({**_payment_fields(challenge, env, spec, quote), **note})
+
+
+def _validate_with_prompt(
+    spec: AnySpec, candidate: dict[str, Any], prompt: str | None
+) -> BaseModel:
+    """The arguments as given; failing that, with ``prompt`` as the tool's text field."""
+    try:
+        return validate_params(spec, candidate)
+    except ApiError:
+        text_field = _text_field(spec)
+        if prompt is None or text_field is None or text_field in candidate:
+            raise
+    try:
+        return validate_params(spec, {**candidate, text_field: prompt})
+    except ApiError:
+        pass
+    return validate_params(spec, candidate)  # report the caller's own arguments
+
+
+def _text_field(spec: AnySpec) -> str | None:
+    fields = spec.params.model_fields
+    return next((f for f in TEXT_HINT_FIELDS if f in fields), None)
+
+
+def _estimate(
+    spec: AnySpec, candidate: dict[str, Any], args: CreatePaymentArgs, invalid: ApiError
+) -> tuple[int, str]:
+    """Price what was given: the service's estimator (sizing hints) if it has one, else
+    the spec's own price on a model built with model_construct; -32602 when impossible."""
+    sized = _estimate_from_sizing_hints(spec, candidate, args)
+    if sized is not None:
+        return sized
+    fields = spec.params.model_fields
+    hints = {k: v for k, v in candidate.items() if k in fields}
+    text_field = _text_field(spec)
+    if text_field is not None and text_field not in hints:
+        if args.prompt is not None:
+            hints[text_field] = args.prompt
+        elif args.characterCount is not None:
+            hints[text_field] = "x" * args.characterCount
+    try:
+        amount_sats = spec.quote_sats(spec.params.model_construct(**hints))
+    except Exception:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"Cannot price {spec.tool_name} from the arguments given ({invalid.message}). "
+            "Send the tool's arguments, or prompt / characterCount, to get a quote.",
+            extra=invalid.extra,
+            example=invalid.example,
+        ) from None
+    canonical = json.dumps(hints, sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(f"{spec.slug}\nestimate\n{canonical}".encode()).hexdigest()
+    return amount_sats, digest
+
+
+def _estimate_from_sizing_hints(
+    spec: AnySpec, candidate: dict[str, Any], args: CreatePaymentArgs
+) -> tuple[int, str] | None:
+    """The /api/estimate-cost estimator of this service (same id as the slug), if any:
+    characterCount (or the prompt's length) is its ``chars``, targetLanguage its target."""
+    estimator = ESTIMATORS.get(spec.slug)
+    if estimator is None:
+        return None
+    fields = estimator.params.model_fields
+    hints = dict(candidate)
+    if "chars" in fields and "chars" not in hints:
+        if args.characterCount is not None:
+            hints["chars"] = args.characterCount
+        elif args.prompt is not None:
+            hints["chars"] = len(args.prompt)
+    if args.targetLanguage is not None and "targetLanguage" in fields:
+        hints.setdefault("targetLanguage", args.targetLanguage)
+    try:
+        quoted = estimate(spec.slug, hints)
+    except ApiError:
+        return None  # the hints do not size this service; try the spec's own price
+    canonical = json.dumps(quoted["params"], sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(f"{spec.slug}\nestimate\n{canonical}".encode()).hexdigest()
+    return int(quoted["amountSats"]), digest
+
+
+def _payment_fields(
+    challenge: Challenge, env: ToolEnv, spec: AnySpec, quote: str
+) -> dict[str, Any]:
+    fields = challenge.body_fields(env.gate.settings.public_base_url)
+    return {
+        "paymentId": fields["paymentId"],
+        "lightningInvoice": fields["lightningInvoice"],
+        "amountSats": fields["amountSats"],
+        "hostedCheckoutUrl": fields["hostedCheckoutUrl"],
+        "expiresAt": fields["expiresAt"],
+        "paymentHash": fields["paymentHash"],
+        "toolName": spec.tool_name,
+        "quote": quote,
+        "next": f"Pay lightningInvoice, confirm with check_payment_status, then call "
+        f"{spec.tool_name} with this paymentId and the tool's arguments.",
+    }
+
+
+# -- check_payment_status -------------------------------------------------------------------
+
+
+async def check_payment_status(
+    env: ToolEnv, args: PaymentIdArgs, ctx: CallContext
+) -> dict[str, Any]:
+    payment = await env.gate.refresh_paid(await find_payment(env, args.paymentId))
+    spec = env.by_slug.get(payment.service)
+    return results.success(payment_document(payment, spec, env.gate.settings.public_base_url))
+
+
+# -- the paid tool --------------------------------------------------------------------------
+
+
+async def call_paid(
+    env: ToolEnv, spec: AnySpec, arguments: dict[str, Any], ctx: CallContext
+) -> dict[str, Any]:
+    """Validate, then Gate.execute. Errors before the payment is looked at are -32602."""
+    env.gate.ensure_available(spec)
+    body = dict(arguments)
+    payment_id = body.pop("paymentId", None)
+    if not isinstance(payment_id, str) or not payment_id:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"paymentId is required: call create_payment with toolName {spec.tool_name!r}, "
+            "pay the invoice, then call this tool with the paymentId.",
+            extra={"fields": [{"field": "paymentId", "message": "Field required"}]},
+        )
+    size = len(json.dumps(body, separators=(",", ":")).encode())
+    if size > spec.max_body_bytes:
+        raise ApiError(
+            "PAYLOAD_TOO_LARGE",
+            f"The arguments are {size} bytes; {spec.tool_name} accepts at most "
+            f"{spec.max_body_bytes}.",
+        )
+    params = validate_params(spec, body)
+    await env.gate.prevalidate(spec, params)
+    payment = await find_payment(env, payment_id)
+    try:
+        result = await env.gate.execute(payment, spec, params)
+    except ApiError as exc:
+        if exc.code == "PAYMENT_PENDING":
+            exc.extra = {
+                **exc.extra,
+                "lightningInvoice": payment.bolt11,
+                "hostedCheckoutUrl": (
+                    f"{env.gate.settings.public_base_url}/checkout/{payment.payment_id}"
+                ),
+            }
+        # Decided after looking at the payment: a tool failure, never a protocol error.
+        return results.failure(exc)
+    return results.from_service_result(result, untrusted=spec.untrusted_output)
+
+
+# -- request_refund -------------------------------------------------------------------------
+
+
+async def request_refund(env: ToolEnv, args: RequestRefundArgs, ctx: CallContext) -> dict[str, Any]:
+    """Refund a paid, never-used payment in full (paid -> refunded is one atomic UPDATE).
+
+    Eligible: any payment that is paid and unspent, whatever its age; it can then
+    never be used, because spending and refunding are the same conditional
+    UPDATE from ``paid``. Anything else is REFUND_NOT_AVAILABLE.
+    """
+    gate = env.gate
+    payment = await gate.refresh_paid(await find_payment(env, args.paymentId))
+    if payment.status is not PaymentStatus.PAID:
+        raise ApiError(
+            "REFUND_NOT_AVAILABLE",
+            _not_refundable(payment),
+            extra={"paymentId": payment.payment_id, "status": public_status(payment)},
+        )
+    payout_invoice = None if _same_invoice(args.invoice, payment.bolt11) else args.invoice
+    if payout_invoice is not None:
+        _check_payout_invoice(payout_invoice, payment.amount_msat, gate.settings.network)
+    reason = "refund requested before use"
+    if args.feedback:
+        reason += f": {args.feedback[:300]}"
+    refund = await gate.refunds.refund_unspent(payment, reason)
+    if refund is None:  # lost a race with a use (or another refund) of the same payment
+        raise ApiError(
+            "REFUND_NOT_AVAILABLE",
+            "The payment was used or refunded a moment ago.",
+            extra={"paymentId": payment.payment_id},
+        )
+    message = "Refund issued: claim it with the LNURL-withdraw link in refund."
+    payout = "link"
+    if payout_invoice is not None:
+        claim = await gate.refunds.withdraw_callback(refund["refund_secret"], payout_invoice)
+        if claim.get("status") == "OK":
+            payout, message = "paying", "Refund issued: your invoice is being paid."
+        else:
+            payout = "link"
+            message = (
+                f"Refund issued, but your invoice was not paid ({claim.get('reason')}); "
+                "claim it with the LNURL-withdraw link in refund."
+            )
+    return results.success(
+        {
+            "success": True,
+            "message": message,
+            "chargeId": refund["charge_id"],
+            "amountSats": refund["amount_sats"],
+            "payout": payout,
+            "refund": refund,
+        }
+    )
+
+
+def _same_invoice(a: str, b: str) -> bool:
+    strip = "lightning:"
+    a, b = a.strip().lower(), b.strip().lower()
+    return a.removeprefix(strip) == b.removeprefix(strip)
+
+
+def _check_payout_invoice(bolt11: str, amount_msat: int, network: str) -> None:
+    """Refuse an unusable payout invoice before the payment changes state."""
+    try:
+        invoice = decode_invoice(bolt11)
+    except InvalidInvoice as exc:
+        raise ApiError("INVALID_INPUT", f"invoice is not a valid BOLT11 invoice: {exc}") from None
+    if invoice.amount_msat != amount_msat:
+        raise ApiError(
+            "INVALID_INPUT",
+            f"The invoice must be for exactly {amount_msat // 1000} sat ({amount_msat} msat).",
+        )
+    if invoice.network != network:
+        raise ApiError("INVALID_INPUT", f"The invoice is not for {network}.")
+    if invoice.expired():
+        raise ApiError("INVALID_INPUT", "The invoice has expired.")
+
+
+def _not_refundable(payment: Payment) -> str:
+    status = public_status(payment)
+    if status in ("unpaid", "expired"):
+        return "The invoice was never paid; there is nothing to refund."
+    if status == "spent":
+        return "The payment was used for its call; failures after use are refunded automatically."
+    return "The payment was already refunded; claim it with the link you were given."

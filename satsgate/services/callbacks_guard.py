@@ -1,0 +1,153 @@
+"""The public-HTTPS-only guard for caller-supplied URLs (callback_url, voiceFileUrl).
+
+Two checks, because a name can change what it points to:
+
+- :func:`check_public_https_url` before payment: scheme https, a host, no user
+  info, and a host that is not a loopback, private, link-local, CGNAT,
+  multicast, reserved or otherwise non-global address literal in any spelling
+  (``127.1``, ``0x7f000001``, ``2130706433``, ``[::ffff:127.0.0.1]``), nor a
+  local-only name (``localhost``, ``*.local``, ``*.internal``, ...).
+- :func:`resolve_public` at delivery time: every address the name resolves to
+  must be public, and the sender connects to one of those addresses (so a
+  DNS answer that flips to 127.0.0.1 after the check is still refused).
+
+A refused callback URL is ``L402_CALLBACK_INVALID`` (before any invoice);
+polling still works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from satsgate.errors import ApiError
+
+MAX_URL_CHARS = 2048
+MAX_CALLBACK_ID_CHARS = 128
+
+_LOCAL_SUFFIXES = (
+    ".localhost", ".local", ".localdomain", ".internal", ".intranet", ".lan", ".home",
+    ".home.arpa", ".corp", ".private", ".onion", ".test", ".invalid", ".example",
+)  # fmt: skip
+_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class UnsafeUrl(ValueError):
+    pass
+
+
+def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """inet_aton spellings that resolvers accept: 127.1, 0x7f.0.0.1, 017700000001, 2130706433."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4 or not all(parts):
+        return None
+    values: list[int] = []
+    for part in parts:
+        try:
+            if part.lower().startswith("0x"):
+                values.append(int(part[2:], 16))
+            elif len(part) > 1 and part.startswith("0"):
+                values.append(int(part, 8))
+            else:
+                values.append(int(part, 10))
+        except ValueError:
+            return None
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (5 - len(values)):
+        return None
+    number = 0
+    for v in head:
+        number = number * 256 + v
+    number = number * 256 ** (5 - len(values)) + last
+    return ipaddress.IPv4Address(number)
+
+
+def is_public_address(address: IPAddress) -> bool:
+    """Globally routable unicast: not loopback, private, link-local, CGNAT, reserved, ..."""
+    if isinstance(address, ipaddress.IPv6Address):
+        mapped = address.ipv4_mapped or address.sixtofour
+        if mapped is not None:
+            return is_public_address(mapped)
+        if address.teredo is not None:
+            return False
+    return bool(address.is_global) and not address.is_multicast
+
+
+def host_address(host: str) -> IPAddress | None:
+    """The address a host literal stands for, or None for a name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return _legacy_ipv4(host)
+
+
+def check_public_https_url(url: str) -> str:
+    """The URL if it is public HTTPS by its text; raises UnsafeUrl saying why not."""
+    if len(url) > MAX_URL_CHARS:
+        raise UnsafeUrl(f"the URL is longer than {MAX_URL_CHARS} characters")
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise UnsafeUrl("the URL contains whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeUrl(f"the URL does not parse: {exc}") from None
+    if parts.scheme.lower() != "https":
+        raise UnsafeUrl("only https:// URLs are accepted")
+    if parts.username is not None or parts.password is not None:
+        raise UnsafeUrl("user info in the URL is not accepted")
+    host = (parts.hostname or "").rstrip(".").lower()
+    if not host:
+        raise UnsafeUrl("the URL has no host")
+    if port == 0:
+        raise UnsafeUrl("port 0 is not a destination")
+    address = host_address(host)
+    if address is not None:
+        if not is_public_address(address):
+            raise UnsafeUrl(f"{address} is not a public address")
+        return url
+    if host in _LOCAL_NAMES or host.endswith(_LOCAL_SUFFIXES) or "." not in host:
+        raise UnsafeUrl(f"{host!r} is not a public host name")
+    return url
+
+
+def callback_error(exc: UnsafeUrl) -> ApiError:
+    return ApiError(
+        "L402_CALLBACK_INVALID",
+        f"callback_url rejected: {exc}. It must be a public https:// URL.",
+        example='{"callback_url": "https://hooks.example.org/satsgate"}',
+    )
+
+
+def check_callback(callback_url: str | None) -> None:
+    """Before payment: raise L402_CALLBACK_INVALID for a non-public or non-HTTPS URL."""
+    if callback_url is None:
+        return
+    try:
+        check_public_https_url(callback_url)
+    except UnsafeUrl as exc:
+        raise callback_error(exc) from None
+
+
+async def resolve_public(url: str) -> list[IPAddress]:
+    """At delivery: the URL's addresses, all public, to connect to; raises UnsafeUrl."""
+    check_public_https_url(url)
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".")
+    literal = host_address(host)
+    if literal is not None:
+        return [literal]
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UnsafeUrl(f"{host!r} does not resolve: {exc}") from None
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    bad = [a for a in addresses if not is_public_address(a)]
+    if not addresses or bad:
+        raise UnsafeUrl(f"{host!r} resolves to a non-public address")
+    return addresses

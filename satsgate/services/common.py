@@ -1,0 +1,252 @@
+"""Pieces shared by the service families: field aliases, file checks before payment,
+callbacks, model selection fields, engine availability and the no-engine handler.
+
+Checks before payment come in two layers, both before any invoice:
+
+1. the schema (pydantic): types, lengths, ranges, enums, aliases -> L402_INVALID_PARAMS
+   listing every bad field;
+2. :meth:`ServiceParams.check`, run by :func:`prevalidate` in a worker thread:
+   base64 decoding, content sniffing and measuring (pages, seconds, characters)
+   that the price needs; the result is kept on the params object, so the quote
+   never decodes a file twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import AliasChoices, Field, PrivateAttr, model_validator
+
+from satsgate.config import Settings
+from satsgate.errors import ApiError
+from satsgate.services import callbacks_guard
+from satsgate.services.base import EngineError, Params, ServiceContext, ServiceResult
+from satsgate.services.encoding import BadBase64, decode_base64_file
+from satsgate.services.media import ImageInfo, MediaError, image_info
+from satsgate.services.routing import select_model
+
+MiB = 1024 * 1024
+
+
+def alias(*names: str) -> AliasChoices:
+    """Accepted spellings of one field (the first is the one documented in the schema)."""
+    return AliasChoices(*names)
+
+
+def b64_chars(max_bytes: int) -> int:
+    """Longest base64 text (with a data-URI prefix and line breaks) for ``max_bytes``."""
+    encoded = 4 * math.ceil(max_bytes / 3)
+    return encoded + encoded // 64 + 256
+
+
+def body_limit(*file_bytes: int, slack: int = 64 * 1024) -> int:
+    """A request-body cap for services carrying these files as base64 (-> 413 early)."""
+    return sum(b64_chars(n) for n in file_bytes) + slack
+
+
+class InvalidField(ValueError):
+    """A check before payment failed for one field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def decode_file(value: str, field: str, max_bytes: int) -> bytes:
+    try:
+        return decode_base64_file(value, max_bytes=max_bytes)
+    except BadBase64 as exc:
+        raise InvalidField(field, str(exc)) from None
+
+
+class ServiceParams(Params):
+    """Params with an optional file check before payment (see the module docstring)."""
+
+    _checked: Any = PrivateAttr(default=None)
+
+    def check(self) -> Any:
+        """Decode and measure caller files; raise InvalidField or ValueError. Runs once."""
+        return True
+
+    def checked(self) -> Any:
+        """The result of :meth:`check`, computed on first use."""
+        if self._checked is None:
+            try:
+                self._checked = self.check()
+            except InvalidField as exc:
+                raise _invalid(exc.field, exc.message) from None
+            except ValueError as exc:
+                raise _invalid("(body)", str(exc)) from None
+        return self._checked
+
+
+def _invalid(field: str, message: str) -> ApiError:
+    return ApiError(
+        "L402_INVALID_PARAMS",
+        f"Invalid parameters: {field}: {message}",
+        extra={"fields": [{"field": field, "message": message}]},
+    )
+
+
+class CallbackFields(Params):
+    """Opt-in signed callbacks for async jobs (polling always works)."""
+
+    callback_url: str | None = Field(
+        None,
+        validation_alias=alias("callback_url", "callbackUrl"),
+        max_length=callbacks_guard.MAX_URL_CHARS,
+        description="Public https:// URL to receive a signed completion callback. Loopback, "
+        "private and link-local addresses are refused (L402_CALLBACK_INVALID).",
+    )
+    callback_id: str | None = Field(
+        None,
+        validation_alias=alias("callback_id", "callbackId"),
+        min_length=1,
+        max_length=callbacks_guard.MAX_CALLBACK_ID_CHARS,
+        description="Opaque id echoed in the callback (at most 128 characters; no personal "
+        "data).",
+    )
+
+
+ModelId = str | int | None
+TierName = Literal["best", "better", "standard"]
+
+
+class ModelChoice(Params):
+    """``modelId`` / ``tier`` selection among the service's models (see routing.py).
+
+    Subclasses set MODELS (best first) and DEFAULT, and may override
+    :meth:`choose_model` (e.g. for ``model: 'auto'``). The choice is checked by the
+    schema, so an unknown id is L402_INVALID_PARAMS before any invoice.
+    """
+
+    MODELS: ClassVar[tuple[int, ...]] = ()
+    DEFAULT: ClassVar[int] = 0
+    TIER_ALIASES: ClassVar[Mapping[str, int]] = {}
+
+    modelId: ModelId = Field(
+        None,
+        validation_alias=alias("modelId", "model_id"),
+        description="Numeric model id to pin, or a tier name (best, better, standard). "
+        "Omit for the default model.",
+    )
+    tier: str | None = Field(
+        None, max_length=32, description="best, better or standard: the best model of that tier."
+    )
+    _model: int | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check_model(self) -> Self:
+        self.chosen_model  # noqa: B018  # raises ValueError -> L402_INVALID_PARAMS
+        return self
+
+    def choose_model(self) -> int:
+        return select_model(
+            self.modelId,
+            self.tier,
+            allowed=self.MODELS,
+            default=self.DEFAULT,
+            tier_aliases=self.TIER_ALIASES,
+        )
+
+    @property
+    def chosen_model(self) -> int:
+        """The model this request runs on (and is priced by)."""
+        if self._model is None:
+            self._model = self.choose_model()
+        return self._model
+
+    @property
+    def auto_routed(self) -> bool:
+        return False
+
+
+async def prevalidate(params: Params) -> None:
+    """The spec's checks beyond the schema, before any invoice: callback URL first
+    (L402_CALLBACK_INVALID), then file decoding and measuring in a worker thread."""
+    if isinstance(params, CallbackFields):
+        callbacks_guard.check_callback(params.callback_url)
+    if isinstance(params, ServiceParams):
+        await asyncio.to_thread(params.checked)
+
+
+# Every engine name a service asks for (filled as the service modules load): the keys of
+# ``[engines]`` an operator may configure.
+ENGINE_NAMES: set[str] = set()
+
+
+def engine_available(name: str) -> Callable[[Settings], bool]:
+    """``available`` hook: the service runs only where ``[engines.<name>]`` is configured."""
+    ENGINE_NAMES.add(name)
+
+    def available(settings: Settings) -> bool:
+        return bool(settings.engines.get(name))
+
+    available.__name__ = f"engine_{name}_configured"
+    return available
+
+
+def local_engine(settings: Settings) -> bool:
+    """``available`` hook of a service that needs nothing outside satsgate."""
+    return True
+
+
+async def no_engine(ctx: ServiceContext, params: Params) -> ServiceResult:
+    """Handler of a service whose remote engine is not written yet. Its spec's
+    ``available`` hook keeps it from ever being sold; if it runs anyway the
+    gate refunds the payment."""
+    raise EngineError("SERVICE_ERROR", "no engine configured")
+
+
+IMAGE_MAX_BYTES = 10 * MiB
+
+
+def check_image(value: str, field: str, max_bytes: int = IMAGE_MAX_BYTES) -> ImageInfo:
+    """Decode a base64 image and read its header; InvalidField if it is not one."""
+    data = decode_file(value, field, max_bytes)
+    try:
+        return image_info(data)
+    except MediaError as exc:
+        raise InvalidField(field, str(exc)) from None
+
+
+def image_field(*names: str, description: str = "The image as base64 (data URI or raw): "
+                "PNG, JPEG, WebP, GIF, BMP or TIFF, at most 10 MB.") -> Any:
+    return Field(
+        validation_alias=alias(*names), max_length=b64_chars(IMAGE_MAX_BYTES),
+        description=description,
+    )
+
+
+# -- e-mail addresses ----------------------------------------------------------------------
+
+_ATEXT = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$")
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def check_email_address(value: str) -> str:
+    """``local@domain`` with a dot-atom local part and a DNS domain (IDN allowed) with a
+    TLD; quoted local parts and address literals are refused. Returns the address."""
+    if len(value) > 254 or value.count("@") != 1:
+        raise ValueError(f"{value!r} is not an e-mail address")
+    local, domain = value.split("@")
+    if not local or len(local) > 64 or not _ATEXT.match(local):
+        raise ValueError(f"{value!r}: the part before @ is not valid")
+    try:
+        ascii_domain = domain.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ValueError(f"{value!r}: the domain is not valid") from None
+    labels = ascii_domain.rstrip(".").split(".")
+    if (
+        len(labels) < 2
+        or len(ascii_domain) > 253
+        or not all(_LABEL.match(label) for label in labels)
+        or not re.match(r"^([A-Za-z]{2,63}|xn--[A-Za-z0-9-]{1,59})$", labels[-1])
+    ):
+        raise ValueError(f"{value!r}: the domain is not valid")
+    return value

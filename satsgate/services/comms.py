@@ -1,0 +1,451 @@
+"""Communication: e-mail, SMS, automated calls, AI-agent calls, fax send and receive, and
+the voice bridge. Destinations are priced by country (E.164 prefix table in
+telephony.py, BTC-pegged). Remote engines: ``[engines.email]``, ``sms``, ``voice``,
+``ai_call``, ``fax``, ``voice_bridge``.
+
+The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
+``/api/l402/{slug}`` with one path segment, so its slug here is
+``voice-bridge-open`` (a router may also map the slash form to it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from satsgate.services.base import Params, ServiceSpec
+from satsgate.services.common import (
+    CallbackFields,
+    InvalidField,
+    MiB,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    check_email_address,
+    decode_file,
+    engine_available,
+    no_engine,
+    prevalidate,
+)
+from satsgate.services.media import MediaError, pdf_pages
+from satsgate.services.pricing import (
+    FLAT_SATS,
+    MSAT,
+    ai_call_msat,
+    call_msat,
+    sms_msat,
+    voice_bridge_per_minute_msat,
+)
+from satsgate.services.telephony import DESTINATIONS, check_e164, destination
+from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
+
+MAX_EMAIL_RECIPIENTS = 10
+
+
+def _routable(value: str) -> str:
+    destination(value)  # E.164 and a served country, or ValueError
+    return value
+
+
+def _single_line(value: str | None) -> str | None:
+    if value is not None and any(ch in value for ch in "\r\n\0"):
+        raise ValueError("must be a single line")
+    return value
+
+
+def _lightning_address(value: str | None) -> str | None:
+    """A Lightning address (user@domain) for automatic refunds of unused time."""
+    if value is None:
+        return None
+    try:
+        return check_email_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a Lightning address (name@domain)") from None
+
+
+# -- send-email ----------------------------------------------------------------------------
+
+
+class SendEmailParams(ServiceParams):
+    to: str | list[str] = Field(
+        validation_alias=alias("to", "email", "recipients"),
+        description=f"Recipient address, or a list of up to {MAX_EMAIL_RECIPIENTS}; "
+        "200 sats per recipient.",
+    )
+    subject: str = Field(min_length=1, max_length=200)
+    text: str | None = Field(
+        None, min_length=1, max_length=100_000, validation_alias=alias("text", "body", "message"),
+        description="Plain-text body; send text, html or both.",
+    )
+    html: str | None = Field(None, min_length=1, max_length=500_000)
+    replyTo: str | None = Field(None, validation_alias=alias("replyTo", "reply_to"))
+    fromName: str | None = Field(
+        None, min_length=1, max_length=64, validation_alias=alias("fromName", "from_name"),
+        description="Display name of the sender (the address is the node's).",
+    )
+
+    @field_validator("to")
+    @classmethod
+    def _addresses(cls, value: str | list[str]) -> str | list[str]:
+        addresses = [value] if isinstance(value, str) else value
+        if not 1 <= len(addresses) <= MAX_EMAIL_RECIPIENTS:
+            raise ValueError(f"send to 1 to {MAX_EMAIL_RECIPIENTS} recipients")
+        if len({a.lower() for a in addresses}) != len(addresses):
+            raise ValueError("a recipient is listed twice")
+        for address in addresses:
+            check_email_address(address)
+        return value
+
+    @field_validator("replyTo")
+    @classmethod
+    def _reply_to(cls, value: str | None) -> str | None:
+        return None if value is None else check_email_address(value)
+
+    @field_validator("subject", "fromName")
+    @classmethod
+    def _header_safe(cls, value: str | None) -> str | None:
+        return _single_line(value)
+
+    @model_validator(mode="after")
+    def _has_body(self) -> Self:
+        if self.text is None and self.html is None:
+            raise ValueError("send text, html or both")
+        return self
+
+    @property
+    def recipients(self) -> list[str]:
+        return [self.to] if isinstance(self.to, str) else list(self.to)
+
+
+SEND_EMAIL = ServiceSpec(
+    slug="send-email",
+    tool_name="send_email",
+    category="utility",
+    title="Send e-mail",
+    description="Send an e-mail (text and/or HTML) to up to 10 recipients: { success, "
+    "messageId }. 200 sats per recipient.",
+    params=SendEmailParams,
+    price_msat=lambda p: FLAT_SATS["email"] * MSAT * len(p.recipients),
+    handler=no_engine,
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=2 * 1024 * 1024,
+    prevalidate=prevalidate,
+    example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
+    available=engine_available("email"),
+)
+
+# -- send-sms ------------------------------------------------------------------------------
+
+
+class SendSmsParams(ServiceParams):
+    phone_number: str = Field(
+        validation_alias=alias("phone_number", "phoneNumber", "to"),
+        description="E.164, e.g. +14155550123.",
+    )
+    message: str = Field(min_length=1, max_length=120, description="At most 120 characters.")
+
+    _route = field_validator("phone_number")(_routable)
+
+
+SEND_SMS = ServiceSpec(
+    slug="send-sms",
+    tool_name="send_sms",
+    category="telco",
+    title="Send SMS",
+    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer. "
+    "Priced by destination country.",
+    params=SendSmsParams,
+    price_msat=lambda p: sms_msat(p.phone_number),
+    handler=no_engine,
+    model_ids=(20,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=16 * 1024,
+    prevalidate=prevalidate,
+    example={"phone_number": "+14155550123", "message": "Your code is 4711"},
+    available=engine_available("sms"),
+)
+
+# -- call (automated) ----------------------------------------------------------------------
+
+
+class CallParams(ServiceParams):
+    phone_number: str = Field(
+        validation_alias=alias("phone_number", "phoneNumber", "to"), description="E.164."
+    )
+    message: str = Field(
+        min_length=1, max_length=2000, validation_alias=alias("message", "text"),
+        description="What the call says (synthesized speech).",
+    )
+    language: str = Field("en-US", description="Speech locale (the AI-call locale list).")
+    repeat: int = Field(1, ge=1, le=3, description="Times the message is played.")
+    duration_minutes: int = Field(
+        1, ge=1, le=10, validation_alias=alias("duration_minutes", "durationMinutes"),
+        description="Longest call time paid for, 1 to 10 minutes.",
+    )
+
+    _route = field_validator("phone_number")(_routable)
+    _locale = field_validator("language")(check_ai_call_locale)
+
+
+CALL = ServiceSpec(
+    slug="call",
+    tool_name="call",
+    category="telco",
+    title="Automated call",
+    description="Phone an E.164 number and speak a message: { success, call_id, status }. "
+    "Priced by destination country per minute of duration_minutes.",
+    params=CallParams,
+    price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
+    handler=no_engine,
+    model_ids=(20,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=32 * 1024,
+    prevalidate=prevalidate,
+    example={"phone_number": "+14155550123", "message": "Your table is ready."},
+    available=engine_available("voice"),
+)
+
+# -- ai-call -------------------------------------------------------------------------------
+
+
+class AiCallParams(ServiceParams):
+    """HTTP form snake_case, tool form camelCase; both accepted."""
+
+    phone_number: str = Field(
+        validation_alias=alias("phone_number", "phoneNumber"), description="E.164."
+    )
+    task: str = Field(min_length=1, max_length=4000, description="Instructions for the agent.")
+    duration_minutes: int = Field(
+        3, ge=1, le=10, validation_alias=alias("duration_minutes", "durationMinutes"),
+        description="Deposit for 1 to 10 minutes, default 3; unused time is refunded.",
+    )
+    language: str = Field("en-US", description="Locale code, default en-US.")
+    voice: str | None = Field(
+        None, description="Adrian, Myra, Paola, Chris, Marissa, Nathan, Cimo, Drew or Olivia."
+    )
+    begin_message: str | None = Field(
+        None, min_length=1, max_length=500, validation_alias=alias("begin_message", "beginMessage")
+    )
+    caller_name: str | None = Field(
+        None, min_length=1, max_length=80, validation_alias=alias("caller_name", "callerName")
+    )
+    reason: str | None = Field(None, min_length=1, max_length=200)
+    callback_number: str | None = Field(
+        None, validation_alias=alias("callback_number", "callbackNumber"),
+        description="The caller's own number (E.164); given only when asked and in a voicemail.",
+    )
+    voicemail: Literal["message", "hangup"] = "hangup"
+    call_screening: bool = Field(
+        True, validation_alias=alias("call_screening", "callScreening")
+    )
+    refund_address: str | None = Field(
+        None, max_length=254, validation_alias=alias("refund_address", "refundAddress"),
+        description="Lightning address for the automatic refund of unused time.",
+    )
+
+    _route = field_validator("phone_number")(_routable)
+    _locale = field_validator("language")(check_ai_call_locale)
+    _refund = field_validator("refund_address")(_lightning_address)
+
+    @field_validator("voice")
+    @classmethod
+    def _voice(cls, value: str | None) -> str | None:
+        return None if value is None else check_ai_call_voice(value)
+
+    @field_validator("callback_number")
+    @classmethod
+    def _callback_number(cls, value: str | None) -> str | None:
+        return None if value is None else check_e164(value)
+
+    @field_validator("caller_name", "reason", "begin_message")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        return _single_line(value)
+
+
+class AiCallConfirmParams(Params):
+    """The free confirmation of a ``pending_confirm`` call (no new payment): for the
+    confirm_ai_call tool and ``{action: 'confirm'}`` bodies."""
+
+    action: Literal["confirm"] = "confirm"
+    session_id: str = Field(
+        min_length=1, max_length=128, validation_alias=alias("session_id", "sessionId")
+    )
+    answers: dict[str, str] | None = Field(None, max_length=50)
+
+
+AI_CALL = ServiceSpec(
+    slug="ai-call",
+    tool_name="ai_call",
+    category="telco",
+    title="AI phone call",
+    description="An AI agent phones a number and carries out a task: { success, call_id, "
+    "status, poll_url }. Deposit of duration_minutes times the destination's per-minute rate "
+    "(telephony plus AI, from about 150 sats), minimum 50; unused time refunded.",
+    params=AiCallParams,
+    price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
+    handler=no_engine,
+    model_ids=(20,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD"),
+    max_body_bytes=64 * 1024,
+    prevalidate=prevalidate,
+    example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
+    available=engine_available("ai_call"),
+)
+
+# -- fax -----------------------------------------------------------------------------------
+
+FAX_MAX_BYTES = 20 * MiB
+FAX_MAX_PAGES = 50
+
+
+class SendFaxParams(ServiceParams):
+    faxNumber: str = Field(
+        validation_alias=alias("faxNumber", "fax_number", "phone_number", "phoneNumber", "to"),
+        description="E.164 fax number.",
+    )
+    documentBase64: str = Field(
+        validation_alias=alias("documentBase64", "file", "document"),
+        max_length=b64_chars(FAX_MAX_BYTES),
+        description=f"PDF to send, base64, at most 20 MB and {FAX_MAX_PAGES} pages.",
+    )
+    coverText: str | None = Field(
+        None, min_length=1, max_length=2000, validation_alias=alias("coverText", "cover_text")
+    )
+
+    _route = field_validator("faxNumber")(_routable)
+
+    def check(self) -> int:
+        data = decode_file(self.documentBase64, "documentBase64", FAX_MAX_BYTES)
+        try:
+            pages = pdf_pages(data)
+        except MediaError as exc:
+            raise InvalidField("documentBase64", str(exc)) from None
+        if pages > FAX_MAX_PAGES:
+            raise InvalidField("documentBase64", f"{pages} pages; at most {FAX_MAX_PAGES}")
+        return pages
+
+
+SEND_FAX = ServiceSpec(
+    slug="send-fax",
+    tool_name="send_fax",
+    category="fax",
+    title="Send fax",
+    description="Fax a PDF (up to 50 pages) to an E.164 number: { success, faxId, status }. "
+    "500 sats.",
+    params=SendFaxParams,
+    price_msat=lambda _p: FLAT_SATS["fax-send"] * MSAT,
+    handler=no_engine,
+    model_ids=(44,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=body_limit(FAX_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
+    available=engine_available("fax"),
+)
+
+
+class ReceiveFaxParams(ServiceParams, CallbackFields):
+    country: str = Field(
+        "US", min_length=2, max_length=2,
+        description="ISO country code of the inbound number (a served country).",
+    )
+    forwardEmail: str | None = Field(
+        None, validation_alias=alias("forwardEmail", "forward_email", "email"),
+        description="Also e-mail each received fax (PDF) to this address.",
+    )
+
+    @field_validator("country")
+    @classmethod
+    def _served(cls, value: str) -> str:
+        code = value.upper()
+        if not any(d.country == code for d in DESTINATIONS.values()):
+            raise ValueError(f"no inbound fax numbers in {value!r}")
+        return code
+
+    @field_validator("forwardEmail")
+    @classmethod
+    def _email(cls, value: str | None) -> str | None:
+        return None if value is None else check_email_address(value)
+
+
+RECEIVE_FAX = ServiceSpec(
+    slug="receive-fax",
+    tool_name="receive_fax",
+    category="fax",
+    title="Receive fax",
+    description="A temporary inbound fax number for 24 hours: { faxNumber, expiresAt, "
+    "poll_url }; received faxes are PDFs (polled, e-mailed or called back). 500 sats.",
+    params=ReceiveFaxParams,
+    price_msat=lambda _p: FLAT_SATS["fax-receive"] * MSAT,
+    handler=no_engine,
+    model_ids=(45,),
+    failure_codes=("SERVICE_ERROR",),
+    max_body_bytes=16 * 1024,
+    prevalidate=prevalidate,
+    example={"country": "US"},
+    available=engine_available("fax"),
+)
+
+# -- voice bridge --------------------------------------------------------------------------
+
+
+class VoiceBridgeOpenParams(ServiceParams):
+    phoneNumber: str = Field(
+        validation_alias=alias("phoneNumber", "phone_number"), description="E.164 number to dial."
+    )
+    language: str = Field("en-US", description="Speech-recognition locale (AI-call locales).")
+    durationMinutes: int = Field(
+        5, ge=1, le=60, validation_alias=alias("durationMinutes", "duration_minutes"),
+        description="Deposit in minutes (1 to 60); billing is the elapsed time, the rest is "
+        "refunded.",
+    )
+    codec: Literal["auto", "mulaw_8000", "pcm_l16_16000"] = Field(
+        "auto", description="Audio codec; auto picks HD (pcm_l16_16000) when available."
+    )
+    sttEnabled: bool = Field(True, validation_alias=alias("sttEnabled", "stt_enabled"))
+    ttsEnabled: bool = Field(True, validation_alias=alias("ttsEnabled", "tts_enabled"))
+    refundAddress: str | None = Field(
+        None, max_length=254, validation_alias=alias("refundAddress", "refund_address")
+    )
+
+    _route = field_validator("phoneNumber")(_routable)
+    _locale = field_validator("language")(check_ai_call_locale)
+    _refund = field_validator("refundAddress")(_lightning_address)
+
+    @property
+    def per_minute_msat(self) -> int:
+        return voice_bridge_per_minute_msat(self.phoneNumber)
+
+
+VOICE_BRIDGE_OPEN = ServiceSpec(
+    slug="voice-bridge-open",
+    tool_name="open_voice_bridge",
+    category="telco",
+    title="Open voice bridge",
+    description="Dial a number and bridge it turn by turn (say, poll, end): { success, "
+    "sessionId, callId, activeCodec, hdAvailable, language, depositSats, perMinuteSats, "
+    "maxDurationSec }. Deposit of durationMinutes at the destination's per-minute rate; "
+    "elapsed time is billed, the rest refunded.",
+    params=VoiceBridgeOpenParams,
+    price_msat=lambda p: p.durationMinutes * p.per_minute_msat,
+    handler=no_engine,
+    model_ids=(20,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=16 * 1024,
+    prevalidate=prevalidate,
+    example={"phoneNumber": "+14155550123", "durationMinutes": 5},
+    available=engine_available("voice_bridge"),
+)
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (
+    SEND_EMAIL,
+    SEND_SMS,
+    CALL,
+    AI_CALL,
+    SEND_FAX,
+    RECEIVE_FAX,
+    VOICE_BRIDGE_OPEN,
+)

@@ -1,0 +1,445 @@
+"""Image services: generate, edit, analyze, the image_process family and 3D models.
+
+All run on remote engines (``[engines.image]``, ``image_edit``, ``vision``,
+``image_process``, ``3d``); a node without one lists the service as
+unavailable and refuses it before any invoice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from satsgate.services.base import Params, ServiceSpec
+from satsgate.services.common import (
+    IMAGE_MAX_BYTES,
+    CallbackFields,
+    InvalidField,
+    ModelChoice,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    check_image,
+    engine_available,
+    image_field,
+    no_engine,
+    prevalidate,
+)
+from satsgate.services.pricing import FLAT_SATS, MSAT, image_price_sats
+from satsgate.services.routing import auto_image_model
+
+PROMPT_MAX_CHARS = 4000
+MAX_REFERENCES = 10
+# Reference images each tier takes: 1 for standard, up to 10 for better. The spec does
+# not give the best tier's capacity; it takes one (image-to-image).
+REFERENCE_CAPACITY = {16: 1, 8: MAX_REFERENCES, 2: 1}
+SIDE_MIN, SIDE_MAX = 256, 2048
+
+# -- generate-image ------------------------------------------------------------------------
+
+
+class ImageRequest(Params):
+    """The HTTP form's ``input`` object."""
+
+    prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS, description="What to draw.")
+    width: int = Field(1024, ge=SIDE_MIN, le=SIDE_MAX, description="Pixels, default 1024.")
+    height: int = Field(1024, ge=SIDE_MIN, le=SIDE_MAX, description="Pixels, default 1024.")
+
+
+class GenerateImageParams(ServiceParams, ModelChoice):
+    """HTTP form ``{input: {prompt, width, height}, modelId, file}``; tool form
+    ``{prompt, imageBase64, modelId}`` (width and height optional)."""
+
+    MODELS: ClassVar[tuple[int, ...]] = (16, 8, 2)
+    DEFAULT: ClassVar[int] = 16
+
+    input: ImageRequest | None = Field(None, description="HTTP form: prompt, width, height.")
+    prompt: str | None = Field(
+        None, min_length=1, max_length=PROMPT_MAX_CHARS, description="Tool form: the prompt."
+    )
+    width: int | None = Field(None, ge=SIDE_MIN, le=SIDE_MAX, description="Tool form width.")
+    height: int | None = Field(None, ge=SIDE_MIN, le=SIDE_MAX, description="Tool form height.")
+    file: str | list[str] | None = Field(
+        None,
+        validation_alias=alias("file", "imageBase64", "image", "images"),
+        description="Reference image(s) as base64 (data URI or raw) for image-to-image or "
+        "editing: 1 for the standard and best tiers, up to 10 for better. At most 10 MB each.",
+    )
+    model: Literal["auto"] | None = Field(
+        None, description="'auto': pick the model from the request (see routing)."
+    )
+
+    @field_validator("file")
+    @classmethod
+    def _file_lengths(cls, value: str | list[str] | None) -> str | list[str] | None:
+        files = [value] if isinstance(value, str) else (value or [])
+        if isinstance(value, list) and not 1 <= len(value) <= MAX_REFERENCES:
+            raise ValueError(f"send 1 to {MAX_REFERENCES} reference images")
+        if any(len(f) > b64_chars(IMAGE_MAX_BYTES) for f in files):
+            raise ValueError("a reference image is larger than 10 MB")
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Self:
+        if (self.input is None) == (self.prompt is None):
+            raise ValueError("send the prompt either as input.prompt or as prompt, not both")
+        if self.input is not None and (self.width is not None or self.height is not None):
+            raise ValueError("with input, put width and height inside input")
+        if self.model == "auto" and (self.modelId is not None or self.tier is not None):
+            raise ValueError("model 'auto' cannot be combined with modelId or tier")
+        model = self.chosen_model
+        if len(self.references) > REFERENCE_CAPACITY[model]:
+            raise ValueError(
+                f"model {model} takes at most {REFERENCE_CAPACITY[model]} reference image(s)"
+            )
+        if model == 2 and self.resolution != "1K":
+            raise ValueError("the standard tier renders at 1K only (sides up to 1024)")
+        return self
+
+    @property
+    def text(self) -> str:
+        return self.input.prompt if self.input is not None else (self.prompt or "")
+
+    @property
+    def size(self) -> tuple[int, int]:
+        if self.input is not None:
+            return self.input.width, self.input.height
+        return self.width or 1024, self.height or 1024
+
+    @property
+    def resolution(self) -> Literal["1K", "2K"]:
+        return "1K" if max(self.size) <= 1024 else "2K"
+
+    @property
+    def references(self) -> list[str]:
+        return [self.file] if isinstance(self.file, str) else list(self.file or [])
+
+    def choose_model(self) -> int:
+        if self.model == "auto":
+            return auto_image_model(
+                self.text, references=len(self.references), max_side=max(self.size)
+            )
+        return super().choose_model()
+
+    @property
+    def auto_routed(self) -> bool:
+        return self.model == "auto"
+
+    def check(self) -> Any:
+        for index, ref in enumerate(self.references):
+            check_image(ref, f"file[{index}]" if isinstance(self.file, list) else "file")
+        return True
+
+
+GENERATE_IMAGE = ServiceSpec(
+    slug="generate-image",
+    tool_name="generate_image",
+    category="image",
+    title="Generate image",
+    description="Text (and optional reference images) to image. Fixed price by tier: best "
+    "(16) 1200, better (8) 150 at 1K or 300 at 2K with up to 10 references, standard (2) 100 "
+    "at 1K. model 'auto' routes by the request.",
+    params=GenerateImageParams,
+    price_msat=lambda p: image_price_sats(p.chosen_model, p.resolution) * MSAT,
+    handler=no_engine,
+    model_ids=(16, 8, 2),
+    failure_codes=("CONTENT_FILTERED", "TIMEOUT"),
+    max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * MAX_REFERENCES),
+    prevalidate=prevalidate,
+    example={"input": {"prompt": "a lighthouse at dusk", "width": 1024, "height": 1024}},
+    available=engine_available("image"),
+)
+
+# -- edit-image ----------------------------------------------------------------------------
+
+
+class EditImageParams(ServiceParams, ModelChoice):
+    MODELS: ClassVar[tuple[int, ...]] = (18,)
+    DEFAULT: ClassVar[int] = 18
+
+    prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS, description="The edit.")
+    imageBase64: str = image_field("imageBase64", "image", "file")
+    aspectRatio: Literal["auto", "1:1", "4:3", "3:4", "3:2", "2:3", "16:9", "9:16", "21:9"] = (
+        Field("auto", validation_alias=alias("aspectRatio", "aspect_ratio"))
+    )
+    outputFormat: Literal["png", "jpeg", "webp"] = Field(
+        "png", validation_alias=alias("outputFormat", "output_format")
+    )
+    resolution: Literal["1K", "2K", "4K"] = Field(
+        "1K", description="Output size; accepted at every size for the same price."
+    )
+    returnBase64: bool = Field(
+        False, validation_alias=alias("returnBase64", "return_base64"),
+        description="Also return the image as base64.",
+    )
+
+    def check(self) -> Any:
+        return check_image(self.imageBase64, "imageBase64")
+
+
+EDIT_IMAGE = ServiceSpec(
+    slug="edit-image",
+    tool_name="edit_image",
+    category="image_edit",
+    title="Edit image",
+    description="Edit an image by instruction. 200 sats flat at any output size.",
+    params=EditImageParams,
+    price_msat=lambda _p: FLAT_SATS["image-edit"] * MSAT,
+    handler=no_engine,
+    model_ids=(18,),
+    failure_codes=("CONTENT_FILTERED", "TIMEOUT", "SERVICE_ERROR"),
+    max_body_bytes=body_limit(IMAGE_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"prompt": "make the sky stormy", "imageBase64": "<base64 PNG>"},
+    available=engine_available("image_edit"),
+)
+
+# -- analyze-image -------------------------------------------------------------------------
+
+
+class AnalyzeImageParams(ServiceParams, ModelChoice):
+    MODELS: ClassVar[tuple[int, ...]] = (5,)
+    DEFAULT: ClassVar[int] = 5
+
+    imageBase64: str = image_field("imageBase64", "image", "file")
+    prompt: str | None = Field(
+        None, min_length=1, max_length=PROMPT_MAX_CHARS,
+        description="Question about the image; omit for a description.",
+    )
+
+    def check(self) -> Any:
+        return check_image(self.imageBase64, "imageBase64")
+
+
+ANALYZE_IMAGE = ServiceSpec(
+    slug="analyze-image",
+    tool_name="analyze_image",
+    category="vision",
+    title="Analyze image",
+    description="Describe an image or answer a question about it: { content }. 21 sats.",
+    params=AnalyzeImageParams,
+    price_msat=lambda _p: FLAT_SATS["vision"] * MSAT,
+    handler=no_engine,
+    untrusted_output=True,
+    model_ids=(5,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=body_limit(IMAGE_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"imageBase64": "<base64 JPEG>", "prompt": "What is on the table?"},
+    available=engine_available("vision"),
+)
+
+# -- image_process family ------------------------------------------------------------------
+
+
+class _ProcessParams(ServiceParams, ModelChoice):
+    imageBase64: str = image_field("imageBase64", "image", "file")
+
+    def check(self) -> Any:
+        return check_image(self.imageBase64, "imageBase64")
+
+
+class RemoveBackgroundParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (35,)
+    DEFAULT: ClassVar[int] = 35
+
+
+class UpscaleImageParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (36,)
+    DEFAULT: ClassVar[int] = 36
+    MAX_OUTPUT_PIXELS: ClassVar[int] = 64_000_000
+
+    scale: int = Field(2, ge=2, le=4, description="Upscaling factor, 2 to 4.")
+    face_enhance: bool = Field(
+        False, validation_alias=alias("face_enhance", "faceEnhance"),
+        description="Also restore faces.",
+    )
+
+    def check(self) -> Any:
+        info = check_image(self.imageBase64, "imageBase64")
+        if info.width * info.height * self.scale**2 > self.MAX_OUTPUT_PIXELS:
+            raise InvalidField(
+                "scale", f"{info.width}x{info.height} at {self.scale}x exceeds 64 megapixels"
+            )
+        return info
+
+
+class RestoreFaceParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (37,)
+    DEFAULT: ClassVar[int] = 37
+
+    fidelity: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="0 favours quality (stronger restoration), 1 favours fidelity to the input.",
+    )
+
+
+class DetectNsfwParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (38,)
+    DEFAULT: ClassVar[int] = 38
+
+
+class DetectObjectsParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (39,)
+    DEFAULT: ClassVar[int] = 39
+
+    prompt: str = Field(
+        min_length=1, max_length=500, validation_alias=alias("prompt", "labels", "query"),
+        description="What to find (open set), e.g. 'cat, red car, person with umbrella'.",
+    )
+    threshold: float = Field(0.3, ge=0.0, le=1.0, description="Minimum confidence.")
+
+
+class RemoveObjectParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (40,)
+    DEFAULT: ClassVar[int] = 40
+
+    maskBase64: str = image_field(
+        "maskBase64", "mask",
+        description="Binary mask as base64, the image's size: white is erased, black is kept.",
+    )
+
+    def check(self) -> Any:
+        info = check_image(self.imageBase64, "imageBase64")
+        mask = check_image(self.maskBase64, "maskBase64")
+        if (mask.width, mask.height) != (info.width, info.height):
+            raise InvalidField(
+                "maskBase64",
+                f"mask is {mask.width}x{mask.height}, the image {info.width}x{info.height}",
+            )
+        return info
+
+
+class ColorizeImageParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (41,)
+    DEFAULT: ClassVar[int] = 41
+
+
+class DeblurImageParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (42,)
+    DEFAULT: ClassVar[int] = 42
+
+
+class EstimateDepthParams(_ProcessParams):
+    MODELS: ClassVar[tuple[int, ...]] = (48,)
+    DEFAULT: ClassVar[int] = 48
+
+
+def _process_spec(
+    slug: str,
+    tool: str,
+    title: str,
+    description: str,
+    params: type[_ProcessParams],
+    price_key: str,
+    extra_files: int = 0,
+    untrusted: bool = False,
+) -> ServiceSpec[Any]:
+    sats = FLAT_SATS[price_key]
+    return ServiceSpec(
+        slug=slug,
+        tool_name=tool,
+        category="image_process",
+        title=title,
+        description=f"{description} {sats} sats.",
+        params=params,
+        price_msat=lambda _p: sats * MSAT,
+        handler=no_engine,
+        untrusted_output=untrusted,
+        model_ids=params.MODELS,
+        failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+        max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * (1 + extra_files)),
+        prevalidate=prevalidate,
+        example={"imageBase64": "<base64 PNG>"},
+        available=engine_available("image_process"),
+    )
+
+
+IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
+    _process_spec("remove-background", "remove_background", "Remove background",
+                  "Cut out the subject: { image_url } of a transparent PNG.",
+                  RemoveBackgroundParams, "remove-background"),
+    _process_spec("upscale-image", "upscale_image", "Upscale image",
+                  "Upscale 2x to 4x (scale), optionally restoring faces: { image_url }.",
+                  UpscaleImageParams, "upscale-image"),
+    _process_spec("restore-face", "restore_face", "Restore faces",
+                  "Restore faces in a photo (fidelity 0 to 1): { image_url }.",
+                  RestoreFaceParams, "restore-face"),
+    _process_spec("detect-nsfw", "detect_nsfw", "Detect NSFW",
+                  "Classify an image: { label: normal | nsfw, confidence }.",
+                  DetectNsfwParams, "detect-nsfw"),
+    _process_spec("detect-objects", "detect_objects", "Detect objects",
+                  "Open-set detection of what the prompt names: boxes with coordinates and "
+                  "confidence.", DetectObjectsParams, "detect-objects"),
+    _process_spec("remove-object", "remove_object", "Remove object",
+                  "Erase what a binary mask marks (white erased, black kept): { image_url }.",
+                  RemoveObjectParams, "remove-object", extra_files=1),
+    _process_spec("colorize-image", "colorize_image", "Colorize image",
+                  "Colorize a greyscale photo: { image_url }.",
+                  ColorizeImageParams, "colorize-image"),
+    _process_spec("deblur-image", "deblur_image", "Deblur image",
+                  "Deblur and denoise a photo: { image_url }.",
+                  DeblurImageParams, "deblur-image"),
+    _process_spec("estimate-depth", "estimate_depth", "Estimate depth",
+                  "Depth map: { depth_url (raw greyscale), visualization_url (colour) }.",
+                  EstimateDepthParams, "depth-estimation"),
+)  # fmt: skip
+
+# -- generate-3d-model ---------------------------------------------------------------------
+
+
+class Generate3dParams(ServiceParams, ModelChoice, CallbackFields):
+    MODELS: ClassVar[tuple[int, ...]] = (17,)
+    DEFAULT: ClassVar[int] = 17
+
+    imageBase64: str | None = Field(
+        None, validation_alias=alias("imageBase64", "image", "file"),
+        max_length=b64_chars(IMAGE_MAX_BYTES),
+        description="A photo of the object (base64); send this or prompt.",
+    )
+    prompt: str | None = Field(
+        None, min_length=1, max_length=PROMPT_MAX_CHARS,
+        description="A description of the object; send this or imageBase64.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.imageBase64 is None) == (self.prompt is None):
+            raise ValueError("send exactly one of imageBase64 or prompt")
+        return self
+
+    def check(self) -> Any:
+        if self.imageBase64 is not None:
+            check_image(self.imageBase64, "imageBase64")
+        return True
+
+
+GENERATE_3D = ServiceSpec(
+    slug="generate-3d-model",
+    tool_name="generate_3d_model",
+    category="3d",
+    title="Generate 3D model",
+    description="Photo or prompt to a GLB model (async, up to about 5 minutes): { requestId }, "
+    "then { modelUrl }. 1600 sats.",
+    params=Generate3dParams,
+    price_msat=lambda _p: FLAT_SATS["3d-model"] * MSAT,
+    handler=no_engine,
+    mode="job",
+    job_type="image-3d",
+    model_ids=(17,),
+    failure_codes=("TIMEOUT", "SERVICE_ERROR"),
+    max_body_bytes=body_limit(IMAGE_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"prompt": "a low-poly wooden chair"},
+    available=engine_available("3d"),
+)
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (
+    GENERATE_IMAGE,
+    EDIT_IMAGE,
+    ANALYZE_IMAGE,
+    *IMAGE_PROCESS,
+    GENERATE_3D,
+)

@@ -1,0 +1,146 @@
+"""Roadmap voting: the planned services and the paid ``vote`` service (1 sat per vote).
+
+Votes live in the ``votes`` table of the node's SQLite store, created
+idempotently on first use. One row per paid call, keyed by the call id
+(the payment id), so a vote is counted once however often its handler is
+retried. ``GET /api/l402/vote`` and ``list_planned_services`` use
+:func:`planned_services`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import Field, field_validator
+
+from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.common import ServiceParams, local_engine, prevalidate
+from satsgate.services.pricing import FLAT_SATS, MSAT
+from satsgate.store import Store
+
+
+@dataclass(frozen=True)
+class PlannedService:
+    slug: str
+    name: str
+    description: str
+
+
+PLANNED: Final[tuple[PlannedService, ...]] = (
+    PlannedService("generate-podcast", "Podcast generation",
+                   "A two-voice podcast episode from a document, URL or topic."),
+    PlannedService("separate-stems", "Stem separation",
+                   "Split a song into vocals, drums, bass and other stems."),
+    PlannedService("subtitle-video", "Video subtitles",
+                   "Subtitles (SRT, VTT or burned in) for a video, in 119 languages."),
+    PlannedService("summarize-video", "Video summary",
+                   "Summary, chapters and key frames of a video file."),
+    PlannedService("translate-document", "Layout-preserving document translation",
+                   "Translate a PDF or DOCX keeping its layout."),
+    PlannedService("ocr-handwriting", "Handwriting recognition",
+                   "Handwritten notes and forms to text."),
+    PlannedService("voice-changer", "Voice changer",
+                   "Speech-to-speech conversion into another voice, keeping the timing."),
+    PlannedService("send-letter", "Postal letter",
+                   "Print and post a physical letter from a PDF."),
+)  # fmt: skip
+PLANNED_BY_SLUG: Final[dict[str, PlannedService]] = {p.slug: p for p in PLANNED}
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS votes ("
+    " call_id TEXT PRIMARY KEY,"
+    " slug TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS votes_slug ON votes (slug)",
+)
+
+
+def _ensure_table(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+async def record_vote(store: Store, slug: str, call_id: str) -> int:
+    """Count one vote for ``slug`` (once per ``call_id``); returns the slug's total."""
+
+    def go(conn: sqlite3.Connection) -> int:
+        _ensure_table(conn)
+        conn.execute(
+            "INSERT OR IGNORE INTO votes (call_id, slug, created_at) VALUES (?, ?, ?)",
+            (call_id, slug, int(time.time())),
+        )
+        row = conn.execute("SELECT COUNT(*) FROM votes WHERE slug = ?", (slug,)).fetchone()
+        return int(row[0])
+
+    return await store.run_in_transaction(go)
+
+
+async def vote_counts(store: Store) -> dict[str, int]:
+    """Votes per planned slug (zero for a slug nobody voted for)."""
+
+    def go(conn: sqlite3.Connection) -> dict[str, int]:
+        _ensure_table(conn)
+        rows = conn.execute("SELECT slug, COUNT(*) FROM votes GROUP BY slug").fetchall()
+        return {str(slug): int(n) for slug, n in rows}
+
+    counted = await store.run_in_transaction(go)
+    return {p.slug: counted.get(p.slug, 0) for p in PLANNED}
+
+
+async def planned_services(store: Store) -> list[dict[str, Any]]:
+    """``{slug, name, description, votes}`` for every planned service, most voted first."""
+    counts = await vote_counts(store)
+    entries = [
+        {"slug": p.slug, "name": p.name, "description": p.description, "votes": counts[p.slug]}
+        for p in PLANNED
+    ]
+    return sorted(entries, key=lambda e: (-int(e["votes"]), str(e["slug"])))
+
+
+class VoteParams(ServiceParams):
+    slug: str = Field(description="Slug of a planned service (GET /api/l402/vote lists them).")
+
+    @field_validator("slug")
+    @classmethod
+    def _planned(cls, value: str) -> str:
+        if value not in PLANNED_BY_SLUG:
+            raise ValueError(
+                f"{value!r} is not a planned service; vote for one of "
+                + ", ".join(PLANNED_BY_SLUG)
+            )
+        return value
+
+
+async def vote(ctx: ServiceContext, params: VoteParams) -> ServiceResult:
+    # The handler context carries no store handle; a short-lived one on the same
+    # database (WAL mode, busy timeout) is safe beside the app's own.
+    store = Store(ctx.settings.db_path)
+    await store.open()
+    try:
+        votes = await record_vote(store, params.slug, ctx.call_id)
+    finally:
+        await store.close()
+    return ServiceResult({"success": True, "slug": params.slug, "votes": votes})
+
+
+VOTE = ServiceSpec(
+    slug="vote",
+    tool_name="vote_on_service",
+    category="utility",
+    title="Vote on a planned service",
+    description="Vote for a planned service on the roadmap: { success, slug, votes }. "
+    "1 sat per vote.",
+    params=VoteParams,
+    price_msat=lambda _p: FLAT_SATS["vote"] * MSAT,
+    handler=vote,
+    failure_codes=("L402_INVALID_PARAMS",),
+    max_body_bytes=4 * 1024,
+    prevalidate=prevalidate,
+    example={"slug": "generate-podcast"},
+    available=local_engine,
+)
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (VOTE,)

@@ -1,0 +1,180 @@
+"""BTC-pegged rates: fiat-cost services re-quoted hourly from a BTC price source.
+
+The spec's numbers (TTS characters per sat, SMS and call rates per
+destination, the AI-call AI cost, the voice-bridge cost) are the fixed
+fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :func:`refresh_rates`
+(scheduled hourly by the app) fetches the BTC price from
+``settings.engines["price_source"]`` and records a snapshot; a failure keeps
+the last good snapshot (or the fallback).
+
+What was quoted is what is charged: the gate re-prices a paid call before
+running it and refuses (with a full refund) a call that prices higher than
+was paid. So a price must not rise between the 402 and the call: every pegged
+price is the *lowest* over the last :data:`KEPT_SNAPSHOTS` snapshots. A call
+used within an hour of its quote (invoices expire after 10 minutes) therefore
+never prices above its quote; a price increase reaches callers one refresh
+late, a decrease at once.
+
+The rate book is process state (price functions take only the request's
+params); it only ever holds validated numbers and is replaced, never mutated
+in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from satsgate.config import Settings
+
+log = logging.getLogger(__name__)
+
+REFERENCE_BTC_USD: Final = 100_000.0
+KEPT_SNAPSHOTS: Final = 3
+# A live price this far from the reference is treated as a broken source.
+MIN_FACTOR, MAX_FACTOR = 0.2, 5.0
+FETCH_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    btc_usd: float
+    fetched_at: float
+    source: str
+
+    @property
+    def sats_factor(self) -> float:
+        """Sats per fallback sat: BTC up -> fewer sats for the same fiat cost."""
+        return REFERENCE_BTC_USD / self.btc_usd
+
+
+@dataclass(frozen=True)
+class RateBook:
+    snapshots: tuple[Snapshot, ...] = ()
+
+    @property
+    def factor(self) -> float:
+        """The multiplier applied to fallback sat prices: the lowest of the kept snapshots."""
+        if not self.snapshots:
+            return 1.0
+        return min(s.sats_factor for s in self.snapshots)
+
+    def with_snapshot(self, snapshot: Snapshot) -> RateBook:
+        return RateBook((*self.snapshots, snapshot)[-KEPT_SNAPSHOTS:])
+
+    def describe(self) -> dict[str, Any]:
+        latest = self.snapshots[-1] if self.snapshots else None
+        return {
+            "referenceBtcUsd": REFERENCE_BTC_USD,
+            "btcUsd": latest.btc_usd if latest else None,
+            "updatedAt": int(latest.fetched_at) if latest else None,
+            "factor": self.factor,
+            "fallback": latest is None,
+        }
+
+
+_book = RateBook()
+
+
+def book() -> RateBook:
+    return _book
+
+
+def set_book(new: RateBook) -> None:
+    """Install a rate book (refresh, or a test's known price)."""
+    global _book
+    _book = new
+
+
+def pegged_msat(fallback_msat: float) -> int:
+    """A fiat-cost price in msat at the current rates (rounded up)."""
+    return math.ceil(fallback_msat * _book.factor)
+
+
+def pegged_chars_per_sat(fallback_chars_per_sat: float) -> float:
+    """Characters per sat at the current rates (BTC up -> more characters per sat)."""
+    return fallback_chars_per_sat / _book.factor
+
+
+# -- the price source ----------------------------------------------------------------------
+
+_PRICE_KEYS = ("USD", "usd", "price", "last", "amount", "rate_float", "rateUsd", "rate")
+_CONTAINERS = ("bitcoin", "BTC", "btc", "data", "bpi", "result", "ticker")
+
+
+def _find_price(doc: Any, depth: int = 0) -> float | None:
+    """The BTC/USD number in the usual JSON shapes: {"USD": n}, {"bitcoin": {"usd": n}},
+    {"data": {"amount": "n"}}, {"bpi": {"USD": {"rate_float": n}}}, or a bare number."""
+    if isinstance(doc, bool):
+        return None
+    if isinstance(doc, int | float):
+        return float(doc)
+    if isinstance(doc, str):
+        try:
+            return float(doc.replace(",", ""))
+        except ValueError:
+            return None
+    if not isinstance(doc, Mapping) or depth > 4:
+        return None
+    for key in (*_PRICE_KEYS, *_CONTAINERS):
+        if key in doc:
+            found = _find_price(doc[key], depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _source(settings: Settings) -> tuple[str, str | None] | None:
+    """(url, dotted path or None) from engines.price_source: a URL, or {url, path}."""
+    raw = settings.engines.get("price_source")
+    if isinstance(raw, str) and raw:
+        return raw, None
+    if isinstance(raw, Mapping) and isinstance(raw.get("url"), str):
+        path = raw.get("path")
+        return raw["url"], path if isinstance(path, str) else None
+    return None
+
+
+def parse_price(doc: Any, path: str | None = None) -> float:
+    """The BTC/USD price in a price-source response; ValueError if absent or implausible."""
+    value: Any = doc
+    if path:
+        for part in path.split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                raise ValueError(f"no {path!r} in the price source response")
+            value = value[part]
+    price = _find_price(value)
+    if price is None or not math.isfinite(price):
+        raise ValueError("no BTC price in the price source response")
+    factor = REFERENCE_BTC_USD / price if price > 0 else math.inf
+    if not MIN_FACTOR <= factor <= MAX_FACTOR:
+        raise ValueError(f"implausible BTC price {price}")
+    return price
+
+
+async def refresh_rates(http: httpx.AsyncClient, settings: Settings) -> bool:
+    """Fetch the BTC price and record a snapshot. Never raises; True if rates were updated.
+
+    Schedule hourly (and once at start). Without ``engines.price_source`` the
+    fixed fallback rates stay in force.
+    """
+    source = _source(settings)
+    if source is None:
+        return False
+    url, path = source
+    try:
+        resp = await http.get(url, timeout=FETCH_TIMEOUT_S, headers={"Accept": "application/json"})
+        resp.raise_for_status()
+        price = parse_price(resp.json(), path)
+    except (httpx.HTTPError, ValueError) as exc:
+        log.warning("BTC price refresh from %s failed (%s); keeping the current rates", url, exc)
+        return False
+    set_book(_book.with_snapshot(Snapshot(price, time.time(), url)))
+    log.info("BTC price %.0f USD from %s; pegged factor %.4f", price, url, _book.factor)
+    return True

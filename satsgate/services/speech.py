@@ -1,0 +1,526 @@
+"""Speech and audio: text-to-speech, clone-voice, transcription, transcribe-translate,
+book-to-audiobook and music. Remote engines: ``[engines.tts]``, ``voice_clone``,
+``transcription``, ``translation``, ``audiobook``, ``music``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from satsgate.services.base import ServiceSpec
+from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
+from satsgate.services.common import (
+    CallbackFields,
+    InvalidField,
+    MiB,
+    ModelChoice,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    decode_file,
+    engine_available,
+    no_engine,
+    prevalidate,
+)
+from satsgate.services.languages import (
+    resolve_transcription_language,
+    resolve_translation_language,
+)
+from satsgate.services.media import MediaError, audio_duration_s, audio_format, measure_book
+from satsgate.services.pricing import (
+    FLAT_SATS,
+    MSAT,
+    TTS_TIER_NAMES,
+    audiobook_msat,
+    music_msat,
+    transcribe_translate_msat,
+    transcription_msat,
+    translation_msat,
+    tts_msat,
+)
+from satsgate.services.routing import auto_tts_model
+from satsgate.services.voices import (
+    TTS_FAMILY,
+    TTS_VOICES,
+    check_tts_voice,
+    check_voice_description,
+)
+
+SPEED_MIN, SPEED_MAX = 0.5, 2.0
+# Tier names a TTS modelId or tier may use besides best / better / standard.
+TTS_TIER_ALIASES = TTS_TIER_NAMES
+TTS_MODELS = (33, 34, 43, 3)
+_LANGUAGE_CODE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
+
+
+def _voice_owner(voice: str) -> int | None:
+    """The TTS model whose voice set holds ``voice`` (the first of its family)."""
+    for model_id, family in TTS_FAMILY.items():
+        if voice in TTS_VOICES[family]:
+            return model_id
+    return None
+
+
+# -- text-to-speech ------------------------------------------------------------------------
+
+
+class TextToSpeechParams(ServiceParams, ModelChoice):
+    """The voice must belong to the resolved tier; the global tier takes voice_description
+    (words from the listed groups, one per group) and language instead."""
+
+    MODELS: ClassVar[tuple[int, ...]] = TTS_MODELS
+    DEFAULT: ClassVar[int] = 33
+    TIER_ALIASES: ClassVar[dict[str, int]] = TTS_TIER_ALIASES
+
+    text: str = Field(min_length=1, max_length=5000, description="1 to 5000 characters.")
+    voice: str | None = Field(
+        None, max_length=80, description="Language_VoiceName from the resolved tier's set."
+    )
+    speed: float = Field(1.0, ge=SPEED_MIN, le=SPEED_MAX, description="0.5 to 2.0, default 1.0.")
+    language: str | None = Field(
+        None, pattern=_LANGUAGE_CODE,
+        description="Global tier only: ISO 639 code (602+ languages), default en.",
+    )
+    voice_description: str | None = Field(
+        None, validation_alias=alias("voice_description", "voiceDescription"),
+        description="Global tier only: comma-separated words, one per group: male|female; "
+        "child|teenager|young adult|middle-aged|elderly; very low|low|moderate|high|very high "
+        "pitch; whisper; american|british|australian|canadian|indian|chinese|korean|japanese|"
+        "portuguese|russian.",
+    )
+    emotion: Literal["neutral", "happy", "sad", "angry", "fearful", "surprised", "calm"] | None = (
+        Field(None, description="Premium tier only.")
+    )
+    format: Literal["mp3", "wav"] = Field("mp3", validation_alias=alias("format", "audio_format"))
+    model: Literal["auto"] | None = Field(
+        None, description="'auto': a preset voice picks its tier; a description or a non-English "
+        "language picks global; otherwise premium.",
+    )
+
+    @field_validator("voice_description")
+    @classmethod
+    def _description(cls, value: str | None) -> str | None:
+        return None if value is None else check_voice_description(value)
+
+    @model_validator(mode="after")
+    def _tier_rules(self) -> Self:
+        if self.model == "auto" and (self.modelId is not None or self.tier is not None):
+            raise ValueError("model 'auto' cannot be combined with modelId or tier")
+        family = TTS_FAMILY[self.chosen_model]
+        if self.voice is not None:
+            check_tts_voice(self.voice, self.chosen_model)
+        if family != "global" and (self.voice_description or self.language):
+            raise ValueError("voice_description and language are for the global tier (43) only")
+        if self.emotion is not None and family != "premium":
+            raise ValueError("emotion is for the premium tier only")
+        return self
+
+    def choose_model(self) -> int:
+        if self.model == "auto":
+            return auto_tts_model(
+                voice=self.voice, voice_description=self.voice_description,
+                language=self.language, family_of=_voice_owner,
+            )
+        return super().choose_model()
+
+    @property
+    def auto_routed(self) -> bool:
+        return self.model == "auto"
+
+
+TEXT_TO_SPEECH = ServiceSpec(
+    slug="text-to-speech",
+    tool_name="text_to_speech",
+    category="speech",
+    title="Text to speech",
+    description="Speech from text: { audioUrl }. Per character by tier (BTC-pegged, about): "
+    "global (43) 106 chars/sat, premium (33, 34) 16, studio (3) 5.",
+    params=TextToSpeechParams,
+    price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
+    handler=no_engine,
+    model_ids=TTS_MODELS,
+    failure_codes=("INVALID_INPUT",),
+    max_body_bytes=64 * 1024,
+    prevalidate=prevalidate,
+    example={"text": "Hello from satsgate.", "voice": "English_Aria"},
+    available=engine_available("tts"),
+)
+
+# -- clone-voice ---------------------------------------------------------------------------
+
+CLONE_MAX_BYTES = 20 * MiB
+CLONE_MIN_S, CLONE_MAX_S = 10.0, 300.0
+
+
+class CloneVoiceParams(ServiceParams):
+    voiceFileUrl: str | None = Field(
+        None, max_length=2048, validation_alias=alias("voiceFileUrl", "voice_file_url", "url"),
+        description="Public https:// URL of the sample; send this or voiceFileBase64.",
+    )
+    voiceFileBase64: str | None = Field(
+        None, max_length=b64_chars(CLONE_MAX_BYTES),
+        validation_alias=alias("voiceFileBase64", "file", "audioBase64"),
+        description="The sample as base64: MP3, M4A or WAV, 10 s to 5 min, at most 20 MB, one "
+        "speaker, no background music.",
+    )
+    model: str | None = Field(
+        None, max_length=64, description="Voice model family to clone into (engine specific)."
+    )
+    accuracy: float = Field(0.7, ge=0.0, le=1.0, description="Similarity threshold, 0 to 1.")
+
+    @field_validator("voiceFileUrl")
+    @classmethod
+    def _public(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_public_https_url(value)
+            except UnsafeUrl as exc:
+                raise ValueError(f"voiceFileUrl must be public https: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if (self.voiceFileUrl is None) == (self.voiceFileBase64 is None):
+            raise ValueError("send exactly one of voiceFileUrl or voiceFileBase64")
+        return self
+
+    def check(self) -> Any:
+        if self.voiceFileBase64 is None:
+            return True  # the URL is fetched (size and length checked) by the engine
+        data = decode_file(self.voiceFileBase64, "voiceFileBase64", CLONE_MAX_BYTES)
+        try:
+            fmt = audio_format(data)
+            seconds = audio_duration_s(data)
+        except MediaError as exc:
+            raise InvalidField("voiceFileBase64", str(exc)) from None
+        if fmt not in ("mp3", "m4a", "wav"):
+            raise InvalidField("voiceFileBase64", "the sample must be MP3, M4A or WAV")
+        if not CLONE_MIN_S <= seconds <= CLONE_MAX_S:
+            raise InvalidField(
+                "voiceFileBase64", f"the sample is {seconds:.1f} s; it must be 10 s to 5 minutes"
+            )
+        return seconds
+
+
+CLONE_VOICE = ServiceSpec(
+    slug="clone-voice",
+    tool_name="clone_voice",
+    category="voice_cloning",
+    title="Clone voice",
+    description="Clone a voice from a sample: { voice_id, model, message }; the voice is "
+    "reusable in text-to-speech (studio tier). 7500 sats.",
+    params=CloneVoiceParams,
+    price_msat=lambda _p: FLAT_SATS["voice-cloning"] * MSAT,
+    handler=no_engine,
+    model_ids=(22,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=body_limit(CLONE_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"voiceFileUrl": "https://files.example.org/sample.mp3"},
+    available=engine_available("voice_clone"),
+)
+
+# -- transcribe-audio ----------------------------------------------------------------------
+
+AUDIO_MAX_BYTES = 45 * MiB
+# The request schema's 3 hours (the tool catalog says 60 minutes): the request schema wins.
+TRANSCRIPTION_MAX_S = 3 * 3600
+
+
+class _AudioInput(ServiceParams, CallbackFields):
+    file: str = Field(
+        validation_alias=alias("file", "audioBase64", "audio"),
+        max_length=b64_chars(AUDIO_MAX_BYTES),
+        description="Base64 audio: mp3, wav, flac, ogg or m4a; at most 45 MB and 3 hours.",
+    )
+
+    def check(self) -> float:
+        """Duration in seconds (the price's measure)."""
+        data = decode_file(self.file, "file", AUDIO_MAX_BYTES)
+        try:
+            seconds = audio_duration_s(data)
+        except MediaError as exc:
+            raise InvalidField("file", str(exc)) from None
+        if seconds > TRANSCRIPTION_MAX_S:
+            raise InvalidField("file", f"the audio is {seconds / 60:.0f} minutes; at most 180")
+        return seconds
+
+    @property
+    def seconds(self) -> float:
+        return float(self.checked())
+
+
+class TranscribeAudioParams(_AudioInput, ModelChoice):
+    MODELS: ClassVar[tuple[int, ...]] = (10,)
+    DEFAULT: ClassVar[int] = 10
+
+    type: Literal["transcription", "translation"] = Field(
+        "transcription", description="transcription, or translation (into English)."
+    )
+    language: str = Field("auto", max_length=32, description="auto or one of the 13 codes.")
+    names: list[str] | None = Field(
+        None, max_length=100, validation_alias=alias("names", "namesHint", "names_hint"),
+        description="Names of people and places to spell right (no extra cost).",
+    )
+    timestamps: Literal["segment", "word"] = Field(
+        "segment", description="'word' for word-level timestamps."
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _lang(cls, value: str) -> str:
+        return resolve_transcription_language(value)
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not 1 <= len(n) <= 100 for n in value):
+            raise ValueError("each name is 1 to 100 characters")
+        return value
+
+
+TRANSCRIBE_AUDIO = ServiceSpec(
+    slug="transcribe-audio",
+    tool_name="transcribe_audio",
+    category="speech",
+    title="Transcribe audio",
+    description="Speech to text in 13 languages (async): { requestId, status, poll_url }, then "
+    "{ text, segments?, srt?, vtt? }. 10 sats per started minute of audio.",
+    params=TranscribeAudioParams,
+    price_msat=lambda p: transcription_msat(p.seconds),
+    handler=no_engine,
+    mode="job",
+    job_type="transcription",
+    untrusted_output=True,
+    model_ids=(10,),
+    failure_codes=("INVALID_INPUT",),
+    max_body_bytes=body_limit(AUDIO_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
+    available=engine_available("transcription"),
+)
+
+
+class TranscribeTranslateParams(_AudioInput):
+    targetLanguage: str = Field(
+        max_length=64, validation_alias=alias("targetLanguage", "target_language"),
+        description="English name or ISO 639 code; one of 119.",
+    )
+    sourceLanguage: str | None = Field(
+        None, max_length=32, validation_alias=alias("sourceLanguage", "source_language"),
+        description="One of the 13 transcription codes; omit to detect.",
+    )
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return resolve_translation_language(value)
+
+    @field_validator("sourceLanguage")
+    @classmethod
+    def _source(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        code = resolve_transcription_language(value)
+        return None if code == "auto" else code
+
+
+TRANSCRIBE_TRANSLATE = ServiceSpec(
+    slug="transcribe-translate",
+    tool_name="transcribe_translate",
+    category="speech",
+    title="Transcribe and translate",
+    description="Transcribe, then translate into one of 119 languages (async): { jobId }, then "
+    "{ transcript, translation, sourceLanguage, targetLanguage, translated }. Transcription "
+    "base plus 5 sats, plus 15%.",
+    params=TranscribeTranslateParams,
+    price_msat=lambda p: transcribe_translate_msat(p.seconds),
+    handler=no_engine,
+    mode="job",
+    job_type="transcribe-translate",
+    untrusted_output=True,
+    model_ids=(10,),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=body_limit(AUDIO_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
+    available=engine_available("transcription"),
+)
+
+# -- epub-audiobook ------------------------------------------------------------------------
+
+BOOK_MAX_BYTES = 50 * MiB
+
+
+class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
+    MODELS: ClassVar[tuple[int, ...]] = TTS_MODELS
+    DEFAULT: ClassVar[int] = 33
+    TIER_ALIASES: ClassVar[dict[str, int]] = TTS_TIER_ALIASES
+
+    epubBase64: str = Field(
+        validation_alias=alias("epubBase64", "file", "documentBase64"),
+        max_length=b64_chars(BOOK_MAX_BYTES),
+        description="Base64 of an EPUB, PDF or TXT file, at most 50 MB.",
+    )
+    fileName: str = Field(
+        min_length=5, max_length=255, pattern=r"(?i)\.(epub|pdf|txt)$",
+        validation_alias=alias("fileName", "file_name"),
+        description="Original name with extension (.epub, .pdf or .txt).",
+    )
+    voice: str | None = Field(
+        None, max_length=200,
+        description="A voice of the resolved tier (omit unless modelId is pinned); on the global "
+        "tier a voice design from the voice_description word groups.",
+    )
+    language: str = Field("English", max_length=64, description="Narration language.")
+    speed: float = Field(1.0, ge=SPEED_MIN, le=SPEED_MAX, description="0.5 to 2.0, default 1.0.")
+    selectedChapterIndices: list[int] | None = Field(
+        None, max_length=2000,
+        validation_alias=alias("selectedChapterIndices", "selected_chapter_indices"),
+        description="Zero-based chapter indices; omit to narrate every chapter.",
+    )
+    translateToLanguage: str | None = Field(
+        None, max_length=64, validation_alias=alias("translateToLanguage", "translate_to_language"),
+        description="Translate first (English name, ISO 639 code or locale tag); the "
+        "translation cost is added.",
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str) -> str:
+        return resolve_translation_language(value)
+
+    @field_validator("translateToLanguage")
+    @classmethod
+    def _translate(cls, value: str | None) -> str | None:
+        return None if value is None else resolve_translation_language(value)
+
+    @model_validator(mode="after")
+    def _voice(self) -> Self:
+        if self.voice is not None:
+            if TTS_FAMILY[self.chosen_model] == "global":
+                self.voice = check_voice_description(self.voice)
+            else:
+                check_tts_voice(self.voice, self.chosen_model)
+        return self
+
+    def check(self) -> int:
+        """Narrated characters (the selected chapters) -- the price's measure."""
+        data = decode_file(self.epubBase64, "epubBase64", BOOK_MAX_BYTES)
+        try:
+            book = measure_book(data, self.fileName)
+            return book.chars_of(self.selectedChapterIndices)
+        except MediaError as exc:
+            raise InvalidField("epubBase64", str(exc)) from None
+
+    @property
+    def narrated_chars(self) -> int:
+        return int(self.checked())
+
+
+def _audiobook_msat(p: EpubAudiobookParams) -> int:
+    chars = p.narrated_chars
+    price = audiobook_msat(p.chosen_model, chars)
+    if p.translateToLanguage is not None:
+        price += translation_msat(chars, p.translateToLanguage)
+    return price
+
+
+EPUB_AUDIOBOOK = ServiceSpec(
+    slug="epub-audiobook",
+    tool_name="epub_to_audiobook",
+    category="speech",
+    title="Book to audiobook",
+    description="EPUB, PDF or TXT to an M4B audiobook with chapter markers (async, 5 to 60+ "
+    "minutes): { url, annexeUrl }. Per narrated character by tier (BTC-pegged, about): premium "
+    "33 chars/sat, global 106, studio 5; minimum 500; translation added when asked.",
+    params=EpubAudiobookParams,
+    price_msat=_audiobook_msat,
+    handler=no_engine,
+    mode="job",
+    job_type="epub-audiobook",
+    model_ids=TTS_MODELS,
+    failure_codes=("INVALID_INPUT", "BOOK_QUALITY_CHECK_FAILED", "OUTPUT_DURATION_INSANE"),
+    max_body_bytes=body_limit(BOOK_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
+    available=engine_available("audiobook"),
+)
+
+# -- generate-music ------------------------------------------------------------------------
+
+
+class GenerateMusicParams(ServiceParams, ModelChoice):
+    """Priced 5 sats per second of ``duration`` (15 to 300, default 60); lyricsAddon (the
+    tool form's name for lyrics_optimizer) adds 25."""
+
+    MODELS: ClassVar[tuple[int, ...]] = (23,)
+    DEFAULT: ClassVar[int] = 23
+
+    prompt: str = Field(
+        min_length=1, max_length=2000,
+        description="Style, BPM, key, genre, mood, instruments; up to 2000 characters.",
+    )
+    lyrics: str | None = Field(
+        None, min_length=1, max_length=3500,
+        description="Up to 3500 characters; section tags like [Verse] on their own lines.",
+    )
+    duration: int = Field(60, ge=15, le=300, description="Seconds, 15 to 300.")
+    is_instrumental: bool = Field(
+        False, validation_alias=alias("is_instrumental", "isInstrumental", "instrumental")
+    )
+    lyricsAddon: bool = Field(
+        False, validation_alias=alias("lyricsAddon", "lyrics_optimizer", "lyricsOptimizer"),
+        description="Write lyrics from the prompt (+25 sats).",
+    )
+    lyricsAbout: str | None = Field(
+        None, min_length=1, max_length=500, validation_alias=alias("lyricsAbout", "lyrics_about"),
+        description="What generated lyrics are about (with lyricsAddon).",
+    )
+    sample_rate: Literal[16000, 24000, 32000, 44100] = Field(
+        44100, validation_alias=alias("sample_rate", "sampleRate")
+    )
+    bitrate: Literal[32000, 64000, 128000, 256000] = 256000
+    audio_format: Literal["mp3", "wav", "pcm"] = Field(
+        "mp3", validation_alias=alias("audio_format", "audioFormat", "format")
+    )
+
+    @model_validator(mode="after")
+    def _lyrics_rules(self) -> Self:
+        if self.is_instrumental and (self.lyrics or self.lyricsAddon):
+            raise ValueError("an instrumental takes no lyrics and no lyricsAddon")
+        if self.lyrics and self.lyricsAddon:
+            raise ValueError("send lyrics or lyricsAddon, not both")
+        if self.lyricsAbout and not self.lyricsAddon:
+            raise ValueError("lyricsAbout needs lyricsAddon")
+        return self
+
+
+GENERATE_MUSIC = ServiceSpec(
+    slug="generate-music",
+    tool_name="generate_music",
+    category="music",
+    title="Generate music",
+    description="Music from a prompt and optional lyrics, 15 to 300 s: { audioUrl, billing }. "
+    "5 sats per second; lyricsAddon +25. Prepaid, refunded on failure.",
+    params=GenerateMusicParams,
+    price_msat=lambda p: music_msat(p.duration, p.lyricsAddon),
+    handler=no_engine,
+    model_ids=(23,),
+    failure_codes=("TIMEOUT",),
+    max_body_bytes=64 * 1024,
+    prevalidate=prevalidate,
+    example={"prompt": "lo-fi hip hop, 80 BPM, mellow piano", "duration": 30},
+    available=engine_available("music"),
+)
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (
+    TEXT_TO_SPEECH,
+    CLONE_VOICE,
+    TRANSCRIBE_AUDIO,
+    TRANSCRIBE_TRANSLATE,
+    EPUB_AUDIOBOOK,
+    GENERATE_MUSIC,
+)

@@ -1,0 +1,88 @@
+"""Destinations for SMS, calls, fax and the voice bridge: E.164 prefix -> country and rates.
+
+Rates are the fixed fallback in sats (BTC-pegged: :mod:`satsgate.services.rates`
+scales them by the live BTC price). A number whose prefix is not in the table
+has no route and is refused before payment. The longest matching prefix wins,
+so NANP islands (``1876`` Jamaica) price apart from ``1`` (US and Canada).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
+
+
+@dataclass(frozen=True)
+class Destination:
+    prefix: str  # calling code digits, without "+"
+    country: str  # ISO 3166-1 alpha-2
+    name: str
+    sms_sats: int  # one SMS segment
+    call_sats_per_minute: int  # plain telephony (automated call, voice bridge line)
+
+
+# prefix country name sms_sats call_sats_per_minute
+_TABLE: Final[str] = """
+1 US United-States 15 30;1876 JM Jamaica 60 150;1809 DO Dominican-Republic 60 120;
+1829 DO Dominican-Republic 60 120;1849 DO Dominican-Republic 60 120;1787 PR Puerto-Rico 15 30;
+1939 PR Puerto-Rico 15 30;1242 BS Bahamas 60 150;1246 BB Barbados 60 150;
+1868 TT Trinidad-and-Tobago 60 150;7 RU Russia 80 120;20 EG Egypt 90 160;
+27 ZA South-Africa 40 80;30 GR Greece 50 60;31 NL Netherlands 90 50;32 BE Belgium 90 60;
+33 FR France 60 50;34 ES Spain 70 50;36 HU Hungary 70 60;39 IT Italy 70 50;40 RO Romania 60 60;
+41 CH Switzerland 60 60;43 AT Austria 90 60;44 GB United-Kingdom 40 40;45 DK Denmark 50 50;
+46 SE Sweden 60 50;47 NO Norway 60 50;48 PL Poland 40 50;49 DE Germany 80 50;51 PE Peru 60 80;
+52 MX Mexico 30 40;54 AR Argentina 60 80;55 BR Brazil 30 50;56 CL Chile 50 60;
+57 CO Colombia 40 60;60 MY Malaysia 40 60;61 AU Australia 40 50;62 ID Indonesia 50 90;
+63 PH Philippines 30 120;64 NZ New-Zealand 80 60;65 SG Singapore 40 40;66 TH Thailand 30 60;
+81 JP Japan 80 80;82 KR South-Korea 40 60;84 VN Vietnam 50 100;86 CN China 40 50;
+90 TR Turkey 30 80;91 IN India 20 40;92 PK Pakistan 60 90;94 LK Sri-Lanka 80 110;
+212 MA Morocco 90 200;213 DZ Algeria 100 200;216 TN Tunisia 100 200;221 SN Senegal 100 200;
+233 GH Ghana 80 160;234 NG Nigeria 90 150;254 KE Kenya 60 120;255 TZ Tanzania 70 150;
+256 UG Uganda 70 150;351 PT Portugal 40 50;353 IE Ireland 60 50;354 IS Iceland 70 80;
+358 FI Finland 90 60;359 BG Bulgaria 80 80;370 LT Lithuania 40 60;371 LV Latvia 40 60;
+372 EE Estonia 60 60;380 UA Ukraine 60 90;385 HR Croatia 60 60;386 SI Slovenia 60 60;
+420 CZ Czechia 60 60;421 SK Slovakia 60 60;502 GT Guatemala 70 100;503 SV El-Salvador 70 100;
+506 CR Costa-Rica 60 80;507 PA Panama 60 80;593 EC Ecuador 60 90;598 UY Uruguay 60 90;
+852 HK Hong-Kong 40 40;880 BD Bangladesh 50 90;886 TW Taiwan 50 60;961 LB Lebanon 80 150;
+962 JO Jordan 80 150;966 SA Saudi-Arabia 40 80;971 AE United-Arab-Emirates 30 80;
+972 IL Israel 40 60;974 QA Qatar 50 100
+"""
+
+
+def _parse() -> dict[str, Destination]:
+    out: dict[str, Destination] = {}
+    for entry in _TABLE.replace("\n", "").split(";"):
+        prefix, country, name, sms, call = entry.split()
+        if prefix in out:
+            raise ValueError(f"duplicate prefix {prefix}")
+        out[prefix] = Destination(prefix, country, name.replace("-", " "), int(sms), int(call))
+    return out
+
+
+DESTINATIONS: Final[dict[str, Destination]] = _parse()
+_MAX_PREFIX = max(len(p) for p in DESTINATIONS)
+
+
+class NoRoute(ValueError):
+    pass
+
+
+def check_e164(value: str) -> str:
+    """``+`` then 7 to 15 digits, no leading zero: the number as sent, or ValueError."""
+    if not E164.match(value):
+        raise ValueError("phone number must be E.164: '+' then country code and number, e.g. "
+                         "+14155550123")
+    return value
+
+
+def destination(number: str) -> Destination:
+    """The destination of an E.164 number (longest prefix), or NoRoute."""
+    digits = check_e164(number)[1:]
+    for length in range(min(_MAX_PREFIX, len(digits)), 0, -1):
+        found = DESTINATIONS.get(digits[:length])
+        if found is not None:
+            return found
+    raise NoRoute(f"no route to {number}: destination country not served")

@@ -1,0 +1,417 @@
+"""Text services: generate-text, multilingual-ask, translation (text, rare languages, EPUB)
+and search. Remote engines: ``[engines.text]``, ``translation``, ``rare_translation``,
+``search``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from satsgate.services.base import Params, ServiceSpec
+from satsgate.services.common import (
+    IMAGE_MAX_BYTES,
+    CallbackFields,
+    MiB,
+    ModelChoice,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    check_image,
+    decode_file,
+    engine_available,
+    no_engine,
+    prevalidate,
+)
+from satsgate.services.languages import (
+    resolve_rare_language,
+    resolve_translation_language,
+)
+from satsgate.services.media import MediaError, measure_book
+from satsgate.services.pricing import (
+    FLAT_SATS,
+    MSAT,
+    multilingual_ask_msat,
+    rare_translation_msat,
+    text_msat,
+    translate_epub_msat,
+    translation_msat,
+)
+from satsgate.services.routing import auto_text_model
+
+# Input limits by model: about 3.5 characters per token of the context window.
+TEXT_MAX_INPUT_CHARS = {6: 900_000, 1: 120_000, 31: 120_000}
+MAX_MESSAGES = 500
+
+# -- generate-text -------------------------------------------------------------------------
+
+
+class Message(Params):
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(min_length=1, max_length=max(TEXT_MAX_INPUT_CHARS.values()))
+
+
+class GenerateTextParams(ServiceParams, ModelChoice):
+    """HTTP form ``{input: [{role, content}], ...}``; tool form ``{prompt, systemPrompt,
+    maxTokens, ...}``. Priced by input length: messages + systemPrompt + fileContext at the
+    model's rate (best 10 chars/sat min 15, better 100 min 5, standard 1000 min 5)."""
+
+    MODELS: ClassVar[tuple[int, ...]] = (6, 1, 31)
+    DEFAULT: ClassVar[int] = 6
+
+    input: list[Message] | None = Field(
+        None, min_length=1, max_length=MAX_MESSAGES, description="Chat messages {role, content}."
+    )
+    prompt: str | None = Field(
+        None, min_length=1, max_length=TEXT_MAX_INPUT_CHARS[6], description="Tool form prompt."
+    )
+    systemPrompt: str | None = Field(
+        None, min_length=1, max_length=100_000,
+        validation_alias=alias("systemPrompt", "system_prompt", "system"),
+    )
+    maxTokens: int | None = Field(
+        None, ge=1, le=32_768, validation_alias=alias("maxTokens", "max_tokens")
+    )
+    fileContext: str | None = Field(
+        None, min_length=1, max_length=TEXT_MAX_INPUT_CHARS[6],
+        validation_alias=alias("fileContext", "file_context"),
+        description="Pre-extracted document text (from extract-document or extract-receipt).",
+    )
+    fileName: str | None = Field(
+        None, max_length=255, validation_alias=alias("fileName", "file_name")
+    )
+    imageData: str | None = Field(
+        None, validation_alias=alias("imageData", "imageBase64", "image"),
+        max_length=b64_chars(IMAGE_MAX_BYTES),
+        description="Base64 image (data URI), best tier only.",
+    )
+    model: Literal["auto"] | None = Field(
+        None, description="'auto': vision, documents, long or complex asks go to best, the rest "
+        "to standard.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if (self.input is None) == (self.prompt is None):
+            raise ValueError("send either input (messages) or prompt, not both")
+        if self.model == "auto" and (self.modelId is not None or self.tier is not None):
+            raise ValueError("model 'auto' cannot be combined with modelId or tier")
+        model = self.chosen_model
+        if self.imageData is not None and model != 6:
+            raise ValueError("imageData needs the best tier (model 6)")
+        if self.input_chars > TEXT_MAX_INPUT_CHARS[model]:
+            raise ValueError(
+                f"input is {self.input_chars} characters; model {model} takes at most "
+                f"{TEXT_MAX_INPUT_CHARS[model]}"
+            )
+        return self
+
+    @property
+    def input_chars(self) -> int:
+        """The priced length: every message, the system prompt and the file context."""
+        parts = [m.content for m in self.input or []]
+        parts += [t for t in (self.prompt, self.systemPrompt, self.fileContext) if t]
+        return sum(len(p) for p in parts)
+
+    def choose_model(self) -> int:
+        if self.model == "auto":
+            text = "\n".join(m.content for m in self.input or []) + (self.prompt or "")
+            return auto_text_model(
+                text, has_image=self.imageData is not None,
+                has_file_context=self.fileContext is not None,
+            )
+        return super().choose_model()
+
+    @property
+    def auto_routed(self) -> bool:
+        return self.model == "auto"
+
+    def check(self) -> Any:
+        if self.imageData is not None:
+            check_image(self.imageData, "imageData")
+        return True
+
+
+GENERATE_TEXT = ServiceSpec(
+    slug="generate-text",
+    tool_name="generate_text",
+    category="text",
+    title="Generate text",
+    description="Chat completion, plain-text answer. Priced by input length (messages + "
+    "fileContext) at the model's rate: best (6) 10 chars/sat min 15, better (1) 100 chars/sat "
+    "min 5, standard (31) 1000 chars/sat min 5. model 'auto' routes by the request.",
+    params=GenerateTextParams,
+    price_msat=lambda p: text_msat(p.chosen_model, p.input_chars),
+    handler=no_engine,
+    untrusted_output=True,
+    model_ids=(6, 1, 31),
+    failure_codes=("INVALID_INPUT", "RATE_LIMITED"),
+    max_body_bytes=body_limit(IMAGE_MAX_BYTES, 2 * TEXT_MAX_INPUT_CHARS[6] * 4),
+    prevalidate=prevalidate,
+    example={"input": [{"role": "user", "content": "Explain Lightning in one sentence."}]},
+    available=engine_available("text"),
+)
+
+# -- multilingual-ask ----------------------------------------------------------------------
+
+
+def _language(value: str) -> str:
+    return resolve_translation_language(value)
+
+
+class MultilingualAskParams(ServiceParams):
+    question: str = Field(min_length=1, max_length=20_000)
+    language: str = Field(
+        max_length=64, description="Answer language: one of the 119 (ISO 639 code or name)."
+    )
+    model: Literal["standard", "better", "best", "Standard", "Better", "Best"] = Field(
+        "standard", validation_alias=alias("model", "tier"),
+        description="Standard (default), Better or Best.",
+    )
+
+    _MODEL_OF: ClassVar[dict[str, int]] = {"standard": 31, "better": 1, "best": 6}
+
+    @field_validator("language")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        return _language(value)
+
+    @property
+    def chosen_model(self) -> int:
+        return self._MODEL_OF[self.model.lower()]
+
+
+MULTILINGUAL_ASK = ServiceSpec(
+    slug="multilingual-ask",
+    tool_name="multilingual_ask",
+    category="text",
+    title="Multilingual ask",
+    description="Ask in any of 119 languages: { answer, language, translated }. Price: "
+    "(question + 2000-character answer allowance) at the tier's text rate, +15%, minimum 2.",
+    params=MultilingualAskParams,
+    price_msat=lambda p: multilingual_ask_msat(len(p.question), p.chosen_model),
+    handler=no_engine,
+    untrusted_output=True,
+    model_ids=(31, 1, 6),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=256 * 1024,
+    prevalidate=prevalidate,
+    example={"question": "Wie spät ist es in Tokio?", "language": "de"},
+    available=engine_available("text"),
+)
+
+# -- translate-text ------------------------------------------------------------------------
+
+TRANSLATE_MAX_CHARS = 200_000
+
+
+class TranslateTextParams(ServiceParams, ModelChoice):
+    """Without modelId the target picks the engine; a pinned text model (31, 1, 6) prices
+    at its own text rate (minimum 1)."""
+
+    MODELS: ClassVar[tuple[int, ...]] = (6, 1, 31)
+    DEFAULT: ClassVar[int] = 0  # 0: the target language's engine
+
+    text: str = Field(min_length=1, max_length=TRANSLATE_MAX_CHARS)
+    targetLanguage: str = Field(
+        max_length=64, validation_alias=alias("targetLanguage", "target_language"),
+        description="ISO 639 code, English name or locale tag; one of 119.",
+    )
+    sourceLanguage: str | None = Field(
+        None, max_length=64, validation_alias=alias("sourceLanguage", "source_language"),
+        description="Omit (or 'auto') to detect.",
+    )
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return _language(value)
+
+    @field_validator("sourceLanguage")
+    @classmethod
+    def _source(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() == "auto":
+            return None
+        return _language(value)
+
+
+TRANSLATE_TEXT = ServiceSpec(
+    slug="translate-text",
+    tool_name="translate_text",
+    category="text",
+    title="Translate text",
+    description="Translate into one of 119 languages: { translatedText, sourceLanguage, "
+    "targetLanguage }. 1 sat per 1000 characters on the standard engine (minimum 1); routed "
+    "targets cost 10 sats per 1000.",
+    params=TranslateTextParams,
+    price_msat=lambda p: translation_msat(
+        len(p.text), p.targetLanguage, p.chosen_model or None
+    ),
+    handler=no_engine,
+    untrusted_output=True,
+    model_ids=(31, 1, 6),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=4 * TRANSLATE_MAX_CHARS + 64 * 1024,
+    prevalidate=prevalidate,
+    example={"text": "Good morning", "targetLanguage": "es"},
+    available=engine_available("translation"),
+)
+
+# -- translate-rare-language ---------------------------------------------------------------
+
+RARE_MAX_CHARS = 20_000
+
+
+class TranslateRareParams(ServiceParams):
+    text: str = Field(min_length=1, max_length=RARE_MAX_CHARS)
+    targetLanguage: str = Field(
+        max_length=64, validation_alias=alias("targetLanguage", "target_language"),
+        description="ISO 639-3 code or English name (GET /api/languages).",
+    )
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return resolve_rare_language(value)
+
+
+TRANSLATE_RARE = ServiceSpec(
+    slug="translate-rare-language",
+    tool_name="translate_rare_language",
+    category="text",
+    title="Translate into a rare language",
+    description="Translate into a low-resource language: { translatedText, targetLanguage, "
+    "targetLanguageName, quality: { tier, chrf } }. 50 sats plus 0.002 per character.",
+    params=TranslateRareParams,
+    price_msat=lambda p: rare_translation_msat(len(p.text)),
+    handler=no_engine,
+    untrusted_output=True,
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    max_body_bytes=4 * RARE_MAX_CHARS + 64 * 1024,
+    prevalidate=prevalidate,
+    example={"text": "Welcome", "targetLanguage": "tpi"},
+    available=engine_available("rare_translation"),
+)
+
+# -- translate-epub ------------------------------------------------------------------------
+
+EPUB_MAX_BYTES = 50 * MiB
+EPUB_MAX_VISIBLE_CHARS = 3_000_000
+
+
+class TranslateEpubParams(ServiceParams, CallbackFields):
+    epubBase64: str = Field(
+        validation_alias=alias("epubBase64", "file", "epub"),
+        max_length=b64_chars(EPUB_MAX_BYTES), description="The EPUB as base64, at most 50 MB.",
+    )
+    targetLanguage: str = Field(
+        max_length=64, validation_alias=alias("targetLanguage", "target_language")
+    )
+    sourceLanguage: str | None = Field(
+        None, max_length=64, validation_alias=alias("sourceLanguage", "source_language")
+    )
+    fileName: str | None = Field(
+        None, max_length=255, validation_alias=alias("fileName", "file_name")
+    )
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return _language(value)
+
+    @field_validator("sourceLanguage")
+    @classmethod
+    def _source(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() == "auto":
+            return None
+        return _language(value)
+
+    def check(self) -> int:
+        """Visible characters of the book (the price's measure)."""
+        data = decode_file(self.epubBase64, "epubBase64", EPUB_MAX_BYTES)
+        try:
+            chars = measure_book(data, "book.epub").chars
+        except MediaError as exc:
+            raise ValueError(f"epubBase64: {exc}") from None
+        if chars > EPUB_MAX_VISIBLE_CHARS:
+            raise ValueError(
+                f"the book has {chars} visible characters; at most {EPUB_MAX_VISIBLE_CHARS}"
+            )
+        return chars
+
+    @property
+    def visible_chars(self) -> int:
+        return int(self.checked())
+
+
+TRANSLATE_EPUB = ServiceSpec(
+    slug="translate-epub",
+    tool_name="translate_epub",
+    category="text",
+    title="Translate EPUB",
+    description="Translate an EPUB (async, up to about 3 hours): { requestId }, then { url, "
+    "fileName, docs, visibleChars, targetLanguage, engine }. Visible characters times the "
+    "target engine's rate, minimum 50.",
+    params=TranslateEpubParams,
+    price_msat=lambda p: translate_epub_msat(p.visible_chars, p.targetLanguage),
+    handler=no_engine,
+    mode="job",
+    job_type="translate-epub",
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "BOOK_QUALITY_CHECK_FAILED"),
+    max_body_bytes=body_limit(EPUB_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"epubBase64": "<base64 EPUB>", "targetLanguage": "French"},
+    available=engine_available("translation"),
+)
+
+# -- search --------------------------------------------------------------------------------
+
+
+class SearchParams(ServiceParams, ModelChoice):
+    MODELS: ClassVar[tuple[int, ...]] = (15,)
+    DEFAULT: ClassVar[int] = 15
+
+    query: str = Field(
+        min_length=1, max_length=1000, validation_alias=alias("query", "q", "prompt")
+    )
+    count: int = Field(
+        10, ge=1, le=20, validation_alias=alias("count", "num_results", "numResults"),
+        description="Results to return, 1 to 20.",
+    )
+    language: str | None = Field(
+        None, max_length=64, description="Preferred result language (one of the 119)."
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _lang(cls, value: str | None) -> str | None:
+        return None if value is None else _language(value)
+
+
+SEARCH = ServiceSpec(
+    slug="search",
+    tool_name="search",
+    category="search",
+    title="Web search",
+    description="Web search: { results: [{ title, url, snippet }] }. 21 sats.",
+    params=SearchParams,
+    price_msat=lambda _p: FLAT_SATS["search"] * MSAT,
+    handler=no_engine,
+    untrusted_output=True,
+    model_ids=(15,),
+    failure_codes=("RATE_LIMITED", "SERVICE_ERROR"),
+    max_body_bytes=64 * 1024,
+    prevalidate=prevalidate,
+    example={"query": "lightning network capacity"},
+    available=engine_available("search"),
+)
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (
+    GENERATE_TEXT,
+    MULTILINGUAL_ASK,
+    TRANSLATE_TEXT,
+    TRANSLATE_RARE,
+    TRANSLATE_EPUB,
+    SEARCH,
+)

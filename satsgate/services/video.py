@@ -1,0 +1,145 @@
+"""Video: generate-video (text to video) and animate-image (image to video), both async and
+priced per second by resolution. Remote engine ``[engines.video]``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from satsgate.services.base import ServiceSpec
+from satsgate.services.common import (
+    IMAGE_MAX_BYTES,
+    CallbackFields,
+    InvalidField,
+    MiB,
+    ModelChoice,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    check_image,
+    decode_file,
+    engine_available,
+    image_field,
+    no_engine,
+    prevalidate,
+)
+from satsgate.services.media import MediaError, audio_duration_s
+from satsgate.services.pricing import VIDEO_SATS_PER_SECOND, video_msat
+
+# Duration bounds: the request schema says 3 to 15 s, the tool catalog 5 to 15 s. The
+# request schema's bound wins (it is the wider one, so every documented call is accepted).
+DURATION_MIN_S, DURATION_MAX_S = 3, 15
+REFERENCE_AUDIO_MAX_BYTES = 10 * MiB
+Resolution = Literal["768p", "2K"]
+
+
+class _VideoParams(ServiceParams, ModelChoice, CallbackFields):
+    """Common to both: prompt, duration (3 to 15 s, request-schema bound), resolution."""
+
+    prompt: str = Field(min_length=1, max_length=4000)
+    duration: int = Field(
+        5, ge=DURATION_MIN_S, le=DURATION_MAX_S,
+        description="Seconds, 3 to 15 (the request schema's bound; the tool catalog says 5).",
+    )
+    resolution: Resolution = Field(
+        "768p", description="768p (250 sats/s) or 2K (400 sats/s; upscaled from 768p)."
+    )
+    generate_audio: bool = Field(
+        False, validation_alias=alias("generate_audio", "generateAudio"),
+        description="Native audio track.",
+    )
+
+
+class GenerateVideoParams(_VideoParams):
+    MODELS: ClassVar[tuple[int, ...]] = (25,)
+    DEFAULT: ClassVar[int] = 25
+
+    mode: Literal["standard", "pro"] = Field(
+        "pro", description="Render mode (request schema); the price is set by resolution."
+    )
+    reference_image: str | None = Field(
+        None, validation_alias=alias("reference_image", "referenceImage"),
+        max_length=b64_chars(IMAGE_MAX_BYTES), description="Optional style reference (base64).",
+    )
+    reference_audio: str | None = Field(
+        None, validation_alias=alias("reference_audio", "referenceAudio"),
+        max_length=b64_chars(REFERENCE_AUDIO_MAX_BYTES),
+        description="Optional audio to follow (base64 mp3, wav, flac, ogg or m4a; 10 MB).",
+    )
+
+    def check(self) -> Any:
+        if self.reference_image is not None:
+            check_image(self.reference_image, "reference_image")
+        if self.reference_audio is not None:
+            data = decode_file(self.reference_audio, "reference_audio", REFERENCE_AUDIO_MAX_BYTES)
+            try:
+                audio_duration_s(data)
+            except MediaError as exc:
+                raise InvalidField("reference_audio", str(exc)) from None
+        return True
+
+
+class AnimateImageParams(_VideoParams):
+    MODELS: ClassVar[tuple[int, ...]] = (24,)
+    DEFAULT: ClassVar[int] = 24
+
+    image: str = image_field(
+        "image", "imageBase64", "file", description="The image to animate, base64 (10 MB)."
+    )
+
+    def check(self) -> Any:
+        return check_image(self.image, "image")
+
+
+def _per_second(p: _VideoParams) -> int:
+    return video_msat(p.duration, p.resolution)
+
+
+_PRICE_NOTE = (
+    f"{VIDEO_SATS_PER_SECOND['768p']} sats per second at 768p, "
+    f"{VIDEO_SATS_PER_SECOND['2K']} at 2K"
+)
+
+GENERATE_VIDEO = ServiceSpec(
+    slug="generate-video",
+    tool_name="generate_video",
+    category="video",
+    title="Generate video",
+    description=f"Text to video, 3 to 15 s (async): {{ requestId, status, poll_url }}, then "
+    f"{{ videoUrl }}. {_PRICE_NOTE}.",
+    params=GenerateVideoParams,
+    price_msat=_per_second,
+    handler=no_engine,
+    mode="job",
+    job_type="video",
+    model_ids=(25,),
+    failure_codes=("TIMEOUT", "CONTENT_FILTERED"),
+    max_body_bytes=body_limit(IMAGE_MAX_BYTES, REFERENCE_AUDIO_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"prompt": "waves at sunset, slow pan", "duration": 5},
+    available=engine_available("video"),
+)
+
+ANIMATE_IMAGE = ServiceSpec(
+    slug="animate-image",
+    tool_name="animate_image",
+    category="video_from_image",
+    title="Animate image",
+    description=f"Image to video, 3 to 15 s (async): {{ requestId }}, then {{ videoUrl }}. "
+    f"{_PRICE_NOTE}.",
+    params=AnimateImageParams,
+    price_msat=_per_second,
+    handler=no_engine,
+    mode="job",
+    job_type="video-image",
+    model_ids=(24,),
+    failure_codes=("INVALID_INPUT", "TIMEOUT"),
+    max_body_bytes=body_limit(IMAGE_MAX_BYTES),
+    prevalidate=prevalidate,
+    example={"prompt": "the cat turns its head", "image": "<base64 JPEG>", "duration": 5},
+    available=engine_available("video"),
+)
+
+SERVICES: tuple[ServiceSpec[Any], ...] = (GENERATE_VIDEO, ANIMATE_IMAGE)

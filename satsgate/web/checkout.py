@@ -1,0 +1,225 @@
+"""The hosted checkout page (``/checkout/<paymentId>``) and its live status endpoint.
+
+The page is one self-contained HTML document: CSS and JS inline under a
+per-response CSP nonce, the QR code as inline SVG (segno), nothing fetched from
+elsewhere. Every value from the store is HTML-escaped; the JSON handed to the
+script is escaped so it cannot close its ``<script>`` element.
+
+``GET /api/payments/<paymentId>?wait=N`` long-polls: it returns at once when the
+payment is settled (or settles while waiting, via ``Gate.wait_paid``), else
+after at most 25 s. The page polls it in a loop, so "paid" shows within a
+moment of settlement without a reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import json
+import re
+import secrets
+import time
+from functools import cache
+from importlib import resources
+from string import Template
+from typing import Any
+
+import segno
+from aiohttp import web
+
+from satsgate.errors import ApiError
+from satsgate.http_util import dumps
+from satsgate.mcp.payment_tools import payment_document, public_status
+from satsgate.payments.gate import Gate
+from satsgate.services.registry import BY_SLUG
+from satsgate.store import Payment, PaymentStatus
+
+CHECKOUT_PATH = "/checkout/{payment_id}"
+STATUS_PATH = "/api/payments/{payment_id}"
+MAX_WAIT_S = 25.0
+# Payment ids are minted by the gate as pay_<32 hex>; anything else is not looked up.
+_PAYMENT_ID = re.compile(r"^pay_[0-9a-f]{32}$")
+# An inline icon, so the browser does not ask for /favicon.ico.
+ICON = (
+    "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
+    "%3Crect width='16' height='16' rx='4' fill='%23f7931a'/%3E"
+    "%3Cpath d='M9 2 4 9h3l-1 5 5-7H8z' fill='%231c1b19'/%3E%3C/svg%3E"
+)
+_LABELS = {
+    "unpaid": "Waiting for payment",
+    "paid": "Paid",
+    "spent": "Paid · used",
+    "refunded": "Paid · refunded",
+    "expired": "Expired",
+}
+
+
+# Set at shutdown: long polls answer at once instead of holding shutdown for 25 s.
+CLOSING = web.AppKey("checkout_closing", asyncio.Event)
+
+
+def install(app: web.Application, gate_key: web.AppKey[Gate]) -> None:
+    """Add the checkout page and the payment status endpoint."""
+    app[CLOSING] = asyncio.Event()
+
+    async def page(request: web.Request) -> web.Response:
+        return await checkout_page(request, request.app[gate_key])
+
+    async def status(request: web.Request) -> web.Response:
+        return await payment_status(request, request.app[gate_key], request.app[CLOSING])
+
+    async def wake_long_polls(app: web.Application) -> None:
+        app[CLOSING].set()
+
+    app.router.add_get(CHECKOUT_PATH, page)
+    app.router.add_get(STATUS_PATH, status)
+    app.on_shutdown.append(wake_long_polls)
+
+
+@cache
+def _asset(*parts: str) -> str:
+    return resources.files("satsgate.web").joinpath(*parts).read_text(encoding="utf-8")
+
+
+async def _load(gate: Gate, payment_id: str) -> Payment | None:
+    if not _PAYMENT_ID.match(payment_id):
+        return None
+    payment = await gate.store.get_payment(payment_id)
+    return None if payment is None else await gate.refresh_paid(payment)
+
+
+# -- status endpoint ------------------------------------------------------------------------
+
+
+async def payment_status(
+    request: web.Request, gate: Gate, closing: asyncio.Event | None = None
+) -> web.Response:
+    payment = await _load(gate, request.match_info["payment_id"])
+    if payment is None:
+        raise ApiError("PAYMENT_NOT_FOUND", "No such payment.")
+    try:
+        wait_s = min(max(float(request.query.get("wait", "0")), 0.0), MAX_WAIT_S)
+    except ValueError:
+        raise ApiError("INVALID_INPUT", "wait must be a number of seconds (0 to 25).") from None
+    if wait_s > 0 and public_status(payment) == "unpaid":
+        # Never wait past the invoice expiry: the page should show "expired" then.
+        wait_s = min(wait_s, max(payment.expires_at - time.time(), 0.0))
+        payment = await _wait_paid(gate, payment, wait_s, closing or asyncio.Event())
+    spec = BY_SLUG.get(payment.service)
+    doc = payment_document(payment, spec, gate.settings.public_base_url)
+    resp = web.json_response(doc, dumps=dumps)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+async def _wait_paid(
+    gate: Gate, payment: Payment, wait_s: float, closing: asyncio.Event
+) -> Payment:
+    """Gate.wait_paid, cut short when the service shuts down."""
+    waiter = asyncio.ensure_future(gate.wait_paid(payment, wait_s))
+    closer = asyncio.ensure_future(closing.wait())
+    try:
+        await asyncio.wait({waiter, closer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        closer.cancel()
+        if not waiter.done():
+            waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+    if waiter.cancelled():
+        return await gate.store.get_payment(payment.payment_id) or payment
+    return waiter.result()
+
+
+# -- the page -------------------------------------------------------------------------------
+
+
+async def checkout_page(request: web.Request, gate: Gate) -> web.Response:
+    payment = await _load(gate, request.match_info["payment_id"])
+    if payment is None:
+        return _not_found_page()
+    return _page_response(render_checkout(payment))
+
+
+def render_checkout(payment: Payment) -> tuple[str, str]:
+    """(html, nonce) of the checkout page for ``payment``."""
+    spec = BY_SLUG.get(payment.service)
+    title = spec.title if spec is not None else payment.service
+    description = spec.description if spec is not None else ""
+    status = public_status(payment)
+    state = {"unpaid": "waiting", "spent": "paid"}.get(status, status)
+    amount_sats = payment.amount_msat // 1000
+    uri = f"lightning:{payment.bolt11}"
+    # Upper case puts the whole URI in the QR alphanumeric mode: a smaller, denser-safe code.
+    qr = segno.make(uri.upper(), error="m")
+    qr_svg = qr.svg_inline(
+        scale=4, border=2, dark="#111111", light="#ffffff", omitsize=True, title="Invoice QR code"
+    )
+    data = {
+        "paymentId": payment.payment_id,
+        "status": status,
+        "invoice": payment.bolt11,
+        "expiresAt": payment.expires_at,
+        # Relative, so the page works behind a reverse proxy under any prefix.
+        "statusUrl": f"../api/payments/{payment.payment_id}",
+    }
+    nonce = secrets.token_urlsafe(16)
+    esc = html.escape
+    page = Template(_asset("templates", "checkout.html")).substitute(
+        nonce=nonce,
+        icon=ICON,
+        css=_asset("static", "checkout.css"),
+        js=_asset("static", "checkout.js"),
+        title=esc(title),
+        description=esc(description),
+        amount=esc(str(amount_sats)),
+        state=esc(state),
+        status_text=esc(_LABELS.get(status, status)),
+        qr_svg=qr_svg,
+        wallet_uri=esc(uri),
+        bolt11=esc(payment.bolt11),
+        tool=esc(spec.tool_name if spec is not None else payment.service),
+        payment_id=esc(payment.payment_id),
+        paid_hidden="" if payment.status in (PaymentStatus.PAID, PaymentStatus.SPENT) else "hidden",
+        expires_unix=esc(str(payment.expires_at)),
+        expiry_text="",
+        data_json=_script_json(data),
+    )
+    return page, nonce
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside <script>: no '<', '>' or '&' that could end the element."""
+    text = json.dumps(value, ensure_ascii=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _page_response(rendered: tuple[str, str], status: int = 200) -> web.Response:
+    page, nonce = rendered
+    resp = web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
+    resp.headers["Content-Security-Policy"] = (
+        f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    )
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    return resp
+
+
+def _not_found_page() -> web.Response:
+    nonce = secrets.token_urlsafe(16)
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="icon" href="{ICON}">'
+        f'<title>No such payment · satsgate</title><style nonce="{nonce}">'
+        f"{_asset('static', 'checkout.css')}</style></head>"
+        '<body class="state-expired"><main class="sheet"><header class="brand">'
+        '<span class="bolt" aria-hidden="true">⚡</span><span>satsgate</span></header>'
+        '<section class="purchase"><h1>No such payment</h1><p class="desc">This checkout link '
+        "is unknown. Ask your agent for a new payment.</p></section></main></body></html>"
+    )
+    return _page_response((page, nonce), status=404)

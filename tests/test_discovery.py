@@ -1,0 +1,436 @@
+"""Discovery documents over real HTTP: every registry service everywhere, one price and endpoint."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from typing import Any
+
+import httpx
+import pytest
+from openapi_spec_validator import validate
+from pydantic import BaseModel, ValidationError
+
+from satsgate.discovery.describe import search
+from satsgate.errors import CATALOG_VERSION, ApiError
+from satsgate.payments.l402 import decode_macaroon
+from satsgate.services import rates
+from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
+from satsgate.services.rates import RateBook, Snapshot
+from satsgate.services.registry import SERVICES
+from tests.conftest import ThreadedServer
+
+JSON_DOCUMENTS = (
+    "/.well-known/l402-services",
+    "/.well-known/l402",
+    "/.well-known/l402.json",
+    "/.well-known/mpp",
+    "/.well-known/payment",
+    "/.well-known/mcp",
+    "/.well-known/mcp.json",
+    "/.well-known/agent.json",
+    "/.well-known/agent-card.json",
+    "/api/mcp/discovery",
+    "/api/discover",
+    "/api/openapi.json",
+    "/api/languages",
+)
+
+
+async def get_json(client: httpx.AsyncClient, path: str) -> Any:
+    resp = await client.get(path)
+    assert resp.status_code == 200, (path, resp.text)
+    return resp.json()
+
+
+async def described(client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    """GET /api/l402/<slug> of every registry service: the reference the documents must match."""
+    return {spec.slug: await get_json(client, f"/api/l402/{spec.slug}") for spec in SERVICES}
+
+
+async def first_challenge(client: httpx.AsyncClient) -> httpx.Response:
+    """The 402 for the example of the first service whose example can be priced here."""
+    for doc in (await described(client)).values():
+        if doc["available"]:
+            resp = await client.post(doc["endpoint"], json=doc["example"])
+            if resp.status_code == 402:
+                return resp
+    raise AssertionError("no service example gets a 402 challenge")
+
+
+async def test_describe_is_built_from_the_registry(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    for spec in SERVICES:
+        doc = await get_json(client, f"/api/l402/{spec.slug}")
+        assert doc["id"] == spec.slug
+        assert doc["name"] == spec.title
+        assert doc["tool"] == spec.tool_name
+        assert doc["category"] == spec.category
+        assert doc["endpoint"] == f"{server.url}/api/l402/{spec.slug}"
+        assert doc["method"] == "POST"
+        assert doc["mode"] == spec.mode
+        assert doc["input_schema"] == spec.params.model_json_schema()
+        assert doc["failure_codes"] == list(spec.failure_codes)
+        assert doc["example"] == dict(spec.example)
+        assert doc["available"] is spec.is_available(server.settings)
+        price = doc["pricing"]
+        assert re.fullmatch(r"flat|dynamic|per_[a-z]+", price["model"])
+        try:
+            example_sats: int | None = spec.quote_sats(
+                spec.params.model_validate(dict(spec.example))
+            )
+        except (ValidationError, ApiError):
+            example_sats = None  # placeholders in the example ("<base64 PDF>")
+        if price["model"] == "flat":
+            assert price["unit"] == "per call"
+            assert isinstance(price["amountSats"], int) and price["amountSats"] >= 1
+            assert example_sats in (None, price["amountSats"])
+        else:
+            assert price.get("amountSats") == example_sats
+
+    resp = await client.get("/api/l402/no-such-service")
+    assert resp.status_code == 404
+    assert resp.headers["X-Error-Code"] == "NOT_FOUND"
+
+
+async def test_described_price_is_the_price_the_402_charges(client: httpx.AsyncClient) -> None:
+    checked = 0
+    for slug, doc in (await described(client)).items():
+        if not doc["available"] or "amountSats" not in doc["pricing"]:
+            continue
+        resp = await client.post(f"/api/l402/{slug}", json=doc["example"])
+        if resp.status_code == 400:  # an example with placeholders ("<base64 PDF>")
+            assert resp.headers["X-Error-Code"] == "L402_INVALID_PARAMS"
+            continue
+        assert resp.status_code == 402, resp.text
+        assert resp.json()["amountSats"] == doc["pricing"]["amountSats"], slug
+        checked += 1
+    assert checked >= 1
+
+
+async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    ref = await described(client)
+    amount = {slug: doc["pricing"].get("amountSats") for slug, doc in ref.items()}
+    endpoint = {slug: doc["endpoint"] for slug, doc in ref.items()}
+    tool = {slug: doc["tool"] for slug, doc in ref.items()}
+    slugs = list(ref)
+
+    manifest = await get_json(client, "/.well-known/l402-services")
+    assert [s["id"] for s in manifest["services"]] == slugs
+    for entry in manifest["services"]:
+        assert entry == ref[entry["id"]]
+
+    l402 = await get_json(client, "/.well-known/l402")
+    assert [s["name"] for s in l402["services"]] == slugs
+    for entry in l402["services"]:
+        (resource,) = entry["resources"]
+        assert server.url + resource["path"] == endpoint[entry["name"]]
+        assert resource["method"] == "POST"
+        pricing = resource["pricing"]
+        msat = pricing.get("price_msat", pricing.get("example_price_msat"))
+        assert msat == (None if amount[entry["name"]] is None else amount[entry["name"]] * MSAT)
+        if pricing["model"] == "fixed":
+            assert ref[entry["name"]]["pricing"]["model"] == "flat"
+
+    mpp = await get_json(client, "/.well-known/mpp")
+    assert [e["id"] for e in mpp["endpoints"]] == slugs
+    for entry in mpp["endpoints"]:
+        assert entry["url"] == endpoint[entry["id"]]
+        assert entry.get("amount") == (
+            None if amount[entry["id"]] is None else str(amount[entry["id"]])
+        )
+
+    mcp = await get_json(client, "/api/mcp/discovery")
+    paid = {t["service"]: t for t in mcp["tools"] if t["paid"]}
+    assert list(paid) == slugs
+    for slug, entry in paid.items():
+        assert entry["name"] == tool[slug]
+        assert entry["endpoint"] == endpoint[slug]
+        assert entry["pricing"] == ref[slug]["pricing"]
+        assert "paymentId" in entry["inputSchema"]["required"]
+
+    card = await get_json(client, "/.well-known/mcp")
+    assert {t["name"] for t in card["tools"] if t["paid"]} == set(tool.values())
+
+    agent = await get_json(client, "/.well-known/agent.json")
+    assert agent == await get_json(client, "/.well-known/agent-card.json")
+    assert [s["id"] for s in agent["skills"]] == slugs
+    for skill in agent["skills"]:
+        assert skill["endpoint"] == endpoint[skill["id"]]
+        assert skill["pricing"] == ref[skill["id"]]["pricing"]
+        assert endpoint[skill["id"]] in skill["description"]
+
+    found = await get_json(client, "/api/discover")
+    assert [r["id"] for r in found["results"]] == slugs
+    assert all(r["endpoint"] == endpoint[r["id"]] for r in found["results"])
+
+    openapi = await get_json(client, "/api/openapi.json")
+    base = openapi["servers"][0]["url"]
+    for slug in slugs:
+        path = f"/api/l402/{slug}"
+        operation = openapi["paths"][path]["post"]
+        assert base + path == endpoint[slug]
+        assert operation["operationId"] == tool[slug]
+        assert operation["x-payment-info"].get("amount") == (
+            None if amount[slug] is None else str(amount[slug])
+        )
+
+    llms = (await client.get("/llms.txt")).text
+    for slug in slugs:
+        (line,) = [ln for ln in llms.splitlines() if f"`POST {endpoint[slug]}`" in ln]
+        if amount[slug] is not None:
+            assert re.search(rf"\b{amount[slug]} sats?\b", line), line
+
+
+async def test_discovery_content_types_and_cors(client: httpx.AsyncClient) -> None:
+    for path in JSON_DOCUMENTS:
+        resp = await client.get(path)
+        assert resp.status_code == 200, path
+        assert resp.headers["Content-Type"].startswith("application/json"), path
+        assert resp.headers["Access-Control-Allow-Origin"] == "*", path
+        json.loads(resp.content)
+    llms = await client.get("/llms.txt")
+    assert llms.status_code == 200
+    assert llms.headers["Content-Type"].split(";")[0] in ("text/plain", "text/markdown")
+    assert llms.text.startswith("# satsgate\n")
+    for section in (
+        "## How to pay over HTTP",
+        "## How to pay over MCP",
+        "## Services",
+        "## Errors",
+    ):
+        assert section in llms.text
+    assert "/api/error-codes" in llms.text and "`PAYMENT_ALREADY_USED`" in llms.text
+    assert (await get_json(client, "/.well-known/l402")) == await get_json(
+        client, "/.well-known/l402.json"
+    )
+
+
+async def test_openapi_document_validates_and_covers_paid_and_free_endpoints(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    settings = server.settings
+    doc = await get_json(client, "/api/openapi.json")
+    validate(doc)
+    assert doc["openapi"] == "3.1.0"
+    assert doc["info"]["version"] == "0.3.0"
+    assert doc["info"]["x-tool-manifest-version"] == "1.0.0"
+    assert doc["info"]["x-error-catalog-version"] == CATALOG_VERSION
+    assert "#/$defs/" not in json.dumps(doc)  # every model ref points into components
+
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["L402"]["type"] == "http" and schemes["L402"]["scheme"] == "L402"
+    assert "<macaroon>:<preimage>" in schemes["L402"]["description"]
+    assert schemes["Payment"]["type"] == "http" and schemes["Payment"]["scheme"] == "Payment"
+    assert "base64url" in schemes["Payment"]["description"]
+
+    schemas = doc["components"]["schemas"]
+    for spec in SERVICES:
+        post = doc["paths"][f"/api/l402/{spec.slug}"]["post"]
+        assert post["x-available"] is spec.is_available(settings)
+        assert post["security"] == [{"L402": []}, {"Payment": []}]
+        ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.removeprefix("#/components/schemas/") in schemas
+        assert ("202" if spec.mode == "job" else "200") in post["responses"]
+        assert "WWW-Authenticate" in post["responses"]["402"]["headers"]
+        error = post["responses"]["4XX"]
+        assert error["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorEnvelope"
+        }
+        for code in spec.failure_codes:
+            assert code in post["x-error-codes"]
+        assert "L402_INVALID_PARAMS" in error["description"]
+
+    for path in (
+        "/api/health",
+        "/api/error-codes",
+        "/api/l402/models",
+        "/api/estimate-cost",
+        "/api/openapi.json",
+        "/api/discover",
+        "/api/mcp/discovery",
+        "/.well-known/l402-services",
+        "/.well-known/agent.json",
+        "/llms.txt",
+    ):
+        assert doc["paths"][path]["get"]["security"] == [], path
+    assert doc["paths"]["/llms.txt"]["get"]["responses"]["200"]["content"] == {
+        "text/markdown": {"schema": {"type": "string"}}
+    }
+    # Documented only because it exists: every free GET without required parameters answers.
+    for path, item in doc["paths"].items():
+        get = item.get("get")
+        if get is None or any(p["required"] for p in get.get("parameters", [])):
+            continue
+        resp = await client.get(path)
+        assert resp.status_code == 200, (path, resp.status_code)
+
+
+async def test_l402_manifest_names_this_node_and_the_caveats_it_mints(
+    client: httpx.AsyncClient,
+) -> None:
+    manifest = await get_json(client, "/.well-known/l402")
+    health = await get_json(client, "/api/health")
+    assert manifest["version"] == "1.0"
+    assert manifest["provider"]["node_pubkey"] == health["node_pubkey"]
+    assert "msat" in manifest["currencies"]
+    assert manifest["payment_methods"] == ["bolt11"]
+    assert manifest["macaroon_versions"] == [0]
+
+    challenge = await first_challenge(client)
+    minted = decode_macaroon(base64.b64decode(challenge.json()["macaroon"]))
+    conditions = {caveat.partition("=")[0] for caveat in minted.caveats}
+    assert conditions and conditions <= set(manifest["caveats"])
+
+
+async def test_mpp_document_realm_is_the_challenge_realm(client: httpx.AsyncClient) -> None:
+    mpp = await get_json(client, "/.well-known/mpp")
+    assert mpp["version"] == 1
+    assert mpp["methods"]["lightning"]["intents"] == ["charge"]
+    assert mpp == await get_json(client, "/.well-known/payment")
+    resp = await first_challenge(client)
+    payment = next(v for v in resp.headers.get_list("WWW-Authenticate") if v.startswith("Payment "))
+    realm = re.search(r'realm="([^"]*)"', payment)
+    assert realm is not None and realm.group(1) == mpp["realm"]
+    assert re.search(r'method="lightning"', payment) and re.search(r'intent="charge"', payment)
+
+
+async def mcp_tools_list(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    resp = await client.post(
+        "/api/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert resp.status_code == 200, resp.text
+    return list(resp.json()["result"]["tools"])
+
+
+async def test_mcp_documents_describe_the_live_tools_list(client: httpx.AsyncClient) -> None:
+    manifest = await get_json(client, "/api/mcp/discovery")
+    card = await get_json(client, "/.well-known/mcp")
+    catalog = await get_json(client, "/api/error-codes")
+    live = await mcp_tools_list(client)
+    assert manifest["version"] == "1.0.0"
+    assert manifest["errorCatalog"]["version"] == catalog["version"] == CATALOG_VERSION
+    assert manifest["endpoint"].endswith("/api/mcp")
+    assert [t["name"] for t in manifest["tools"]] == [t["name"] for t in live]
+    for listed, tool in zip(manifest["tools"], live, strict=True):
+        assert listed["inputSchema"] == tool["inputSchema"]
+        assert listed["paid"] is (tool["name"] in {s.tool_name for s in SERVICES})
+    assert manifest["toolCount"] == len(live) == card["toolCount"]
+    assert [t["name"] for t in card["tools"]] == [t["name"] for t in live]
+    assert card["transport"] == {"type": "streamable-http", "endpoint": "/api/mcp"}
+    assert card["protocolVersions"] == ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
+    assert {"create_payment", "check_payment_status"} <= {t["name"] for t in live}
+    assert len(manifest["paymentFlow"]["mcp"]) == 3
+
+
+async def test_discover_ranks_and_filters(client: httpx.AsyncClient) -> None:
+    for spec in SERVICES:
+        for query in (spec.slug, spec.tool_name):
+            found = await get_json(client, f"/api/discover?q={query}")
+            assert found["results"][0]["id"] == spec.slug, (query, found["results"][0]["id"])
+            scores = [r["score"] for r in found["results"]]
+            assert scores == sorted(scores, reverse=True)
+    none = await get_json(client, "/api/discover?q=zzqxj")
+    assert none["count"] == 0 and none["results"] == []
+    category = SERVICES[0].category
+    only = await get_json(client, f"/api/discover?category={category}")
+    assert only["count"] == sum(1 for s in SERVICES if s.category == category)
+    assert {r["category"] for r in only["results"]} == {category}
+
+
+class _Nothing(Params):
+    pass
+
+
+async def _never(_ctx: ServiceContext, _params: BaseModel) -> ServiceResult:
+    raise AssertionError("not called")
+
+
+def _spec(slug: str, title: str, category: str, description: str) -> ServiceSpec[Any]:
+    return ServiceSpec(
+        slug=slug,
+        tool_name=slug.replace("-", "_"),
+        category=category,
+        title=title,
+        description=description,
+        params=_Nothing,
+        price_msat=lambda _p: MSAT,
+        handler=_never,
+    )
+
+
+def test_search_weights_name_over_category_over_description() -> None:
+    in_slug = _spec("voice-call", "Phone call", "telco", "Place a call.")
+    in_category = _spec("send-sms", "Text message", "voice", "An SMS.")
+    in_text = _spec("fax", "Fax", "telco", "Fax a document; no voice involved.")
+    unrelated = _spec("render-card", "Card", "utility", "A picture.")
+    ranked = search([in_text, unrelated, in_category, in_slug], "voice")
+    assert [spec.slug for _, spec in ranked] == ["voice-call", "send-sms", "fax"]
+    exact = search(
+        [_spec("speech-to-text", "S", "x", ""), _spec("text-to-speech", "T", "x", "")],
+        "text-to-speech",
+    )
+    assert exact[0][1].slug == "text-to-speech"
+    assert [s.slug for _, s in search([in_text, unrelated], "")] == ["fax", "render-card"]
+
+
+async def test_languages_lists_every_language_with_its_engine_and_price(
+    client: httpx.AsyncClient,
+) -> None:
+    doc = await get_json(client, "/api/languages")
+    translation = {entry["code"]: entry for entry in doc["translation"]}
+    assert len(translation) == 119
+    assert {entry["engine"] for entry in translation.values()} == {"standard", "routed"}
+    standard = translation["de"]
+    assert standard["engine"] == "standard" and standard["name"] == "German"
+    assert standard["msatPerChar"] == TRANSLATE_MSAT_PER_CHAR
+    assert standard["transcription"] is True and translation["sw"]["transcription"] is False
+    routed = next(e for e in translation.values() if e["engine"] == "routed")
+    assert routed["msatPerChar"] > standard["msatPerChar"]
+    engines = {engine["engine"]: engine for engine in doc["engines"]}
+    assert engines["standard"]["languages"] + engines["routed"]["languages"] == 119
+    assert engines["rare"]["languages"] == len(doc["rare"]) > 0
+    assert all(entry["chrF"] is None or entry["chrF"] > 0 for entry in doc["translation"])
+    assert len(doc["transcription"]) == 13
+    # The estimate endpoint prices a standard-engine text at the listed rate.
+    chars = 250_000
+    estimate = await client.get(doc["estimate"].replace("chars=1000", f"chars={chars}"))
+    assert estimate.status_code == 200, estimate.text
+    assert estimate.json()["amountMsat"] == chars * standard["msatPerChar"]
+
+
+async def test_example_prices_follow_the_btc_rate_book(client: httpx.AsyncClient) -> None:
+    before = await described(client)
+    manifest_before = await get_json(client, "/.well-known/l402-services")
+    original = rates.book()
+    # BTC at half the reference price: every fiat-pegged price doubles (factor 2).
+    doubled = RateBook((Snapshot(rates.REFERENCE_BTC_USD / 2, time.time(), "test"),))
+    rates.set_book(doubled)
+    try:
+        after = await described(client)
+        manifest_after = await get_json(client, "/.well-known/l402-services")
+    finally:
+        rates.set_book(original)
+    moved = [s for s in before if before[s]["pricing"] != after[s]["pricing"]]
+    if not moved:
+        pytest.skip("no BTC-pegged service in the registry")
+    for slug in moved:
+        old, new = before[slug]["pricing"]["amountSats"], after[slug]["pricing"]["amountSats"]
+        assert old < new <= 2 * old + 1, (slug, old, new)
+    assert all(before[s]["pricing"]["model"] != "flat" for s in moved)
+    assert manifest_after["services"] == list(after.values()) != manifest_before["services"]
+    assert await described(client) == before  # the old rates, the old documents
+
+
+@pytest.mark.parametrize("path", ["/.well-known/l402-services", "/api/openapi.json", "/llms.txt"])
+async def test_documents_are_stable_between_requests(client: httpx.AsyncClient, path: str) -> None:
+    first, second = await client.get(path), await client.get(path)
+    assert first.content == second.content

@@ -1,0 +1,258 @@
+"""Measuring caller files before payment (media.py), the callback guard, and the builders of
+small real files the other service tests use."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import wave
+import zipfile
+
+import pytest
+from PIL import Image
+from pypdf import PdfWriter
+
+from satsgate.services import media
+from satsgate.services.callbacks_guard import (
+    UnsafeUrl,
+    check_public_https_url,
+    resolve_public,
+)
+
+# -- builders of real (small) files ------------------------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def png_bytes(width: int = 64, height: int = 48, mode: str = "RGB") -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, (width, height), 128).save(out, "PNG")
+    return out.getvalue()
+
+
+PNG = b64(png_bytes())
+
+
+def pdf_bytes(pages: int) -> bytes:
+    writer = PdfWriter()
+    for _ in range(pages):
+        writer.add_blank_page(width=200, height=200)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def wav_bytes(seconds: float, rate: int = 1000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(1)
+        w.setframerate(rate)
+        w.writeframes(b"\x80" * int(seconds * rate))
+    return out.getvalue()
+
+
+def flac_bytes(seconds: float, rate: int = 44100) -> bytes:
+    samples = int(seconds * rate)
+    bits = (rate << 44) | (1 << 41) | (15 << 36) | samples  # 2 channels, 16 bit
+    info = struct.pack(">HH", 4096, 4096) + b"\0" * 6 + bits.to_bytes(8, "big") + b"\0" * 16
+    return b"fLaC" + bytes([0x80]) + len(info).to_bytes(3, "big") + info + b"\0" * 64
+
+
+def mp3_cbr_bytes(seconds: float) -> bytes:
+    """MPEG-1 Layer III, 128 kbit/s, 44.1 kHz, no padding: 417-byte frames of silence."""
+    frame = b"\xff\xfb\x90\x00" + b"\0" * 413
+    return frame * round(seconds * 44100 / 1152)
+
+
+def mp3_xing_bytes(frames: int) -> bytes:
+    first = bytearray(b"\xff\xfb\x90\x00" + b"\0" * 413)
+    first[36:48] = b"Xing" + struct.pack(">II", 1, frames)
+    return bytes(first) + b"\xff\xfb\x90\x00" + b"\0" * 413
+
+
+def m4a_bytes(seconds: float, timescale: int = 1000, version: int = 0) -> bytes:
+    def box(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", 8 + len(body)) + kind + body
+
+    if version == 0:
+        mvhd = bytes([0, 0, 0, 0]) + struct.pack(">IIII", 0, 0, timescale, int(seconds * timescale))
+    else:
+        mvhd = bytes([1, 0, 0, 0]) + struct.pack(">QQIQ", 0, 0, timescale, int(seconds * timescale))
+    return box(b"ftyp", b"M4A \0\0\0\0") + box(b"moov", box(b"mvhd", mvhd + b"\0" * 80))
+
+
+def ogg_opus_bytes(seconds: float, pre_skip: int = 312) -> bytes:
+    def page(granule: int, payload: bytes) -> bytes:
+        return (
+            b"OggS\x00\x00" + struct.pack("<q", granule) + b"\0" * 12
+            + bytes([1, len(payload)]) + payload
+        )
+
+    head = b"OpusHead" + bytes([1, 2]) + struct.pack("<H", pre_skip) + b"\0" * 8
+    return page(0, head) + page(int(seconds * 48000) + pre_skip, b"\0" * 10)
+
+
+def epub_bytes(chapters: list[str]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("mimetype", "application/epub+zip")
+        z.writestr(
+            "META-INF/container.xml",
+            '<?xml version="1.0"?><container xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+            'container" version="1.0"><rootfiles><rootfile full-path="OEBPS/content.opf" '
+            'media-type="application/oebps-package+xml"/></rootfiles></container>',
+        )
+        items = "".join(
+            f'<item id="c{i}" href="text/c{i}.xhtml" media-type="application/xhtml+xml"/>'
+            for i in range(len(chapters))
+        )
+        spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(chapters)))
+        z.writestr(
+            "OEBPS/content.opf",
+            '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+            f"<manifest>{items}</manifest><spine>{spine}</spine></package>",
+        )
+        for i, text in enumerate(chapters):
+            z.writestr(
+                f"OEBPS/text/c{i}.xhtml",
+                '<html xmlns="http://www.w3.org/1999/xhtml"><head><title>Not counted</title>'
+                f"<style>p {{ color: red }}</style></head><body><p>{text}</p></body></html>",
+            )
+    return out.getvalue()
+
+
+# -- audio --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "fmt", "seconds"),
+    [
+        (wav_bytes(12.5), "wav", 12.5),
+        (flac_bytes(95.0), "flac", 95.0),
+        (mp3_cbr_bytes(10.0), "mp3", 10.0),
+        (mp3_xing_bytes(2297), "mp3", 2297 * 1152 / 44100),
+        (m4a_bytes(61.5), "m4a", 61.5),
+        (m4a_bytes(3600.0, timescale=44100, version=1), "m4a", 3600.0),
+        (ogg_opus_bytes(42.0), "ogg", 42.0),
+    ],
+    ids=["wav", "flac", "mp3-cbr", "mp3-xing", "m4a-v0", "m4a-v1", "ogg-opus"],
+)
+def test_audio_duration_from_headers(data: bytes, fmt: str, seconds: float) -> None:
+    assert media.audio_format(data) == fmt
+    assert media.audio_duration_s(data) == pytest.approx(seconds, abs=0.05)
+
+
+def test_id3_tag_is_skipped_before_the_first_frame() -> None:
+    tag_body = b"\0" * 300
+    size = bytes([0, 0, 300 >> 7, 300 & 0x7F])  # syncsafe
+    data = b"ID3\x04\x00\x00" + size + tag_body + mp3_cbr_bytes(5.0)
+    assert media.audio_duration_s(data) == pytest.approx(5.0, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"hello world, not audio", b"RIFF\0\0\0\0WAVEjunk", b"fLaC\x81\0\0\0", png_bytes()],
+    ids=["text", "wav-without-chunks", "flac-without-streaminfo", "png"],
+)
+def test_unmeasurable_audio_is_refused(data: bytes) -> None:
+    with pytest.raises(media.MediaError):
+        media.audio_duration_s(data)
+
+
+# -- images and documents -----------------------------------------------------------------------
+
+
+def test_image_info_reads_the_header_only() -> None:
+    info = media.image_info(png_bytes(300, 200))
+    assert (info.format, info.width, info.height) == ("PNG", 300, 200)
+    with pytest.raises(media.MediaError):
+        media.image_info(b"GIF89a-truncated")
+
+
+def test_document_pages_counts_pdf_pages_and_images_as_one() -> None:
+    assert media.document_pages(pdf_bytes(3)) == 3
+    assert media.document_pages(png_bytes()) == 1
+    with pytest.raises(media.MediaError):
+        media.document_pages(b"%PDF-1.7 broken")
+    with pytest.raises(media.MediaError):
+        media.document_pages(b"just text")
+
+
+def test_book_visible_characters_by_chapter() -> None:
+    book = media.measure_book(epub_bytes(["Hello   world", "x" * 1000]), "b.epub")
+    assert book.chapters == (11, 1000)  # whitespace runs count once; head is not counted
+    assert book.chars_of([1]) == 1000
+    with pytest.raises(media.MediaError):
+        book.chars_of([2])
+    txt = media.measure_book(b"one\n\n\ntwo  three", "b.txt")
+    assert txt.chars == len("one") + len("two three")
+    assert media.measure_book(pdf_bytes(2), "b.pdf").chapters == (0, 0)
+    with pytest.raises(media.MediaError):
+        media.measure_book(b"not a zip", "b.epub")
+    with pytest.raises(media.MediaError):
+        media.measure_book(b"x", "b.docx")
+
+
+# -- callback guard -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://hooks.example.org/cb",  # not https
+        "https://127.0.0.1/cb",
+        "https://127.1/cb",  # inet_aton short form
+        "https://2130706433/cb",  # decimal
+        "https://0x7f000001/cb",  # hex
+        "https://[::1]/cb",
+        "https://[::ffff:10.0.0.1]/cb",  # v4-mapped private
+        "https://10.1.2.3/cb",
+        "https://172.16.0.1/cb",
+        "https://192.168.1.10:8443/cb",
+        "https://169.254.169.254/latest",  # link-local (cloud metadata)
+        "https://100.64.0.1/cb",  # CGNAT
+        "https://[fe80::1]/cb",
+        "https://[fc00::1]/cb",
+        "https://0.0.0.0/cb",
+        "https://localhost/cb",
+        "https://printer.local/cb",
+        "https://intranet/cb",  # single label
+        "https://user:pw@hooks.example.org/cb",
+        "https://hooks.example.org/a b",
+        "ftp://hooks.example.org/",
+    ],
+)
+def test_non_public_or_non_https_urls_are_refused(url: str) -> None:
+    with pytest.raises(UnsafeUrl):
+        check_public_https_url(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://hooks.example.org/cb?x=1", "https://8.8.8.8/cb", "https://[2606:4700::1]:8443/"]
+)
+def test_public_https_urls_pass(url: str) -> None:
+    assert check_public_https_url(url) == url
+
+
+async def test_resolve_public_refuses_names_that_resolve_to_loopback() -> None:
+    with pytest.raises(UnsafeUrl):
+        await resolve_public("https://localhost./cb")  # trailing dot: still local
+    assert [str(a) for a in await resolve_public("https://1.1.1.1/x")] == ["1.1.1.1"]
+
+
+def test_corrupt_epub_member_is_a_media_error_not_a_crash() -> None:
+    good = zipfile.ZipFile(io.BytesIO(epub_bytes(["x"])))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name in ("META-INF/container.xml", "OEBPS/content.opf"):
+            z.writestr(name, good.read(name))
+        z.writestr("OEBPS/text/c0.xhtml", b"<p>" + b"hello " * 5000 + b"</p>")
+    data = bytearray(out.getvalue())
+    start = data.find(b"OEBPS/text/c0.xhtml") + 40
+    data[start : start + 50] = b"\xff" * 50  # break the deflate stream
+    with pytest.raises(media.MediaError):
+        media.measure_book(bytes(data), "b.epub")

@@ -1,0 +1,314 @@
+"""The registry against the spec: every paid service, its tool name, category, models, job
+type, schema and price consistency; model routing; BTC-pegged rates; language data; votes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from satsgate.config import Settings
+from satsgate.jobs import JOB_TYPES
+from satsgate.services import languages, planned, pricing, rates, routing, telephony, voices
+from satsgate.services.base import ServiceResult
+from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.registry import BY_SLUG, BY_TOOL, SERVICES
+from satsgate.store import Store
+
+# slug -> tool name, as the spec names them (a service named only by slug: slug with "_").
+SPEC_SERVICES = {
+    "generate-image": "generate_image", "edit-image": "edit_image",
+    "generate-text": "generate_text", "multilingual-ask": "multilingual_ask",
+    "translate-text": "translate_text", "translate-rare-language": "translate_rare_language",
+    "translate-epub": "translate_epub", "text-to-speech": "text_to_speech",
+    "clone-voice": "clone_voice", "transcribe-audio": "transcribe_audio",
+    "transcribe-translate": "transcribe_translate", "analyze-image": "analyze_image",
+    "generate-video": "generate_video", "animate-image": "animate_image",
+    "generate-music": "generate_music", "generate-3d-model": "generate_3d_model",
+    "extract-document": "extract_document", "extract-receipt": "extract_receipt",
+    "search": "search", "send-email": "send_email", "send-sms": "send_sms",
+    "ai-call": "ai_call", "call": "call", "send-fax": "send_fax", "receive-fax": "receive_fax",
+    "voice-bridge-open": "open_voice_bridge", "convert-file": "convert_file",
+    "e-signature": "e_signature", "boardingpass-wallet": "boardingpass_wallet",
+    "epub-audiobook": "epub_to_audiobook", "remove-background": "remove_background",
+    "upscale-image": "upscale_image", "restore-face": "restore_face",
+    "detect-nsfw": "detect_nsfw", "detect-objects": "detect_objects",
+    "remove-object": "remove_object", "colorize-image": "colorize_image",
+    "deblur-image": "deblur_image", "estimate-depth": "estimate_depth",
+    "vote": "vote_on_service", "html-to-pdf": "html_to_pdf", "merge-pdf": "merge_pdf",
+    "render-card": "render_card",
+}  # fmt: skip
+
+# Async services and their job types (spec: Async job).
+SPEC_JOBS = {
+    "generate-video": "video", "animate-image": "video-image", "generate-3d-model": "image-3d",
+    "transcribe-audio": "transcription", "transcribe-translate": "transcribe-translate",
+    "epub-audiobook": "epub-audiobook", "translate-epub": "translate-epub",
+}  # fmt: skip
+
+# Fixed prices of the catalog that a service charges as is.
+FLAT = {
+    "edit-image": 200, "analyze-image": 21, "search": 21, "generate-3d-model": 1600,
+    "clone-voice": 7500, "e-signature": 1000, "convert-file": 100, "send-fax": 500,
+    "receive-fax": 500, "remove-background": 44, "upscale-image": 5, "restore-face": 25,
+    "detect-nsfw": 2, "detect-objects": 5, "remove-object": 130, "colorize-image": 5,
+    "deblur-image": 110, "estimate-depth": 5, "vote": 1,
+}  # fmt: skip
+
+
+def test_every_spec_service_is_registered_with_its_tool_name() -> None:
+    assert {s.slug: s.tool_name for s in SERVICES} == SPEC_SERVICES
+    assert len(BY_TOOL) == len(SERVICES)
+    for spec in SERVICES:
+        assert "/" not in spec.slug  # one path segment: /api/l402/{slug}
+
+
+def test_async_services_are_jobs_of_the_spec_types() -> None:
+    jobs = {s.slug: s.job_type for s in SERVICES if s.mode == "job"}
+    assert jobs == SPEC_JOBS
+    assert set(jobs.values()) <= set(JOB_TYPES)
+
+
+def test_models_exist_in_the_catalog_with_the_service_category_or_a_flat_match() -> None:
+    for spec in SERVICES:
+        for model_id in spec.model_ids:
+            assert model_id in MODELS_BY_ID, (spec.slug, model_id)
+        if spec.slug in FLAT:
+            model_prices = {MODELS_BY_ID[m].price_sats for m in spec.model_ids}
+            assert not spec.model_ids or model_prices == {FLAT[spec.slug]}, spec.slug
+
+
+def test_schemas_forbid_unknown_fields_and_document_every_field() -> None:
+    for spec in SERVICES:
+        schema = spec.params.model_json_schema()
+        json.dumps(schema)  # serializable for MCP inputSchema and OpenAPI
+        assert schema.get("additionalProperties") is False, spec.slug
+        assert schema["properties"], spec.slug
+        assert spec.description and spec.title and spec.example, spec.slug
+        assert spec.max_body_bytes >= 4096, spec.slug
+
+
+def test_schema_names_use_the_spec_spelling_first() -> None:
+    props = {s.slug: s.params.model_json_schema()["properties"] for s in SERVICES}
+    assert "file" in props["generate-image"] and "modelId" in props["generate-image"]
+    assert "phone_number" in props["send-sms"] and "phone_number" in props["ai-call"]
+    assert "duration_minutes" in props["ai-call"]
+    assert "phoneNumber" in props["voice-bridge-open"]
+    assert "durationMinutes" in props["voice-bridge-open"]
+    assert "image" in props["animate-image"] and "file" in props["transcribe-audio"]
+    assert "callback_url" in props["translate-epub"] and "callback_id" in props["translate-epub"]
+    assert props["translate-epub"]["callback_id"]["anyOf"][0]["maxLength"] == 128
+
+
+def test_availability_follows_configured_engines() -> None:
+    bare = Settings()
+    local = {s.slug for s in SERVICES if s.is_available(bare)}
+    assert local == {"render-card", "html-to-pdf", "merge-pdf", "convert-file", "vote"}
+    configured = Settings(engines={"sms": {"provider": "x"}, "tts": {"url": "https://x"}})
+    now = {s.slug for s in SERVICES if s.is_available(configured)} - local
+    assert now == {"send-sms", "text-to-speech"}
+
+
+# -- routing -----------------------------------------------------------------------------------
+
+
+def test_select_model_defaults_tiers_and_pins() -> None:
+    allowed = (16, 8, 2)
+    assert routing.select_model(None, None, allowed=allowed, default=16) == 16
+    assert routing.select_model("better", None, allowed=allowed, default=16) == 8
+    assert routing.select_model(None, "standard", allowed=allowed, default=16) == 2
+    assert routing.select_model("2", "best", allowed=allowed, default=16) == 2  # pin wins
+    assert routing.select_model(8, None, allowed=allowed, default=16) == 8
+    with pytest.raises(ValueError, match="not a model"):
+        routing.select_model(6, None, allowed=allowed, default=16)
+    with pytest.raises(ValueError, match="tier"):
+        routing.select_model(None, "premium", allowed=allowed, default=16)
+
+
+def test_auto_routing_heuristics() -> None:
+    assert routing.auto_text_model("hi", has_image=False, has_file_context=False) == 31
+    assert routing.auto_text_model("hi", has_image=True, has_file_context=False) == 6
+    assert routing.auto_text_model("x" * 4001, has_image=False, has_file_context=False) == 6
+    assert routing.auto_text_model("a? b? c?", has_image=False, has_file_context=False) == 6
+    assert routing.auto_text_model("```py\nx\n```", has_image=False, has_file_context=False) == 6
+    assert routing.auto_image_model("a dog", references=0, max_side=1024) == 2
+    assert routing.auto_image_model("a dog", references=3, max_side=1024) == 8
+    assert routing.auto_image_model("a dog", references=0, max_side=2048) == 8
+    assert routing.auto_image_model("logo for a bakery", references=0, max_side=512) == 16
+
+
+def test_routed_result_sets_header_and_body() -> None:
+    result = routing.routed_result(ServiceResult({"image_url": "u"}), 2)
+    assert result.headers["X-Route-Model"] == "2"
+    assert isinstance(result.body, dict)
+    assert result.body["routed"] == {"modelId": 2, "error_code": "L402_AUTO_ROUTED"}
+    text = routing.routed_result(ServiceResult("plain answer"), 31)
+    assert text.body == "plain answer" and text.headers["X-Route-Model"] == "31"
+
+
+def test_apply_path_model_body_field_wins() -> None:
+    assert routing.apply_path_model({"prompt": "x"}, "8") == {"prompt": "x", "modelId": 8}
+    assert routing.apply_path_model({"prompt": "x"}, "better") == {
+        "prompt": "x", "modelId": "better"}
+    assert routing.apply_path_model({"prompt": "x"}, "auto") == {"prompt": "x", "model": "auto"}
+    body = {"prompt": "x", "tier": "standard"}
+    assert routing.apply_path_model(body, "16") == body
+    assert routing.apply_path_model({"modelId": 2}, "16") == {"modelId": 2}
+
+
+# -- BTC-pegged rates ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_rates() -> Iterator[None]:
+    saved = rates.book()
+    rates.set_book(rates.RateBook())
+    yield
+    rates.set_book(saved)
+
+
+@pytest.fixture
+async def price_source() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """A loopback BTC price endpoint whose answer a test sets."""
+    state: dict[str, Any] = {"status": 200, "body": {"bitcoin": {"usd": 50_000}}}
+
+    async def price(_request: web.Request) -> web.Response:
+        return web.json_response(state["body"], status=state["status"])
+
+    app = web.Application()
+    app.router.add_get("/price", price)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}/price", state
+    await runner.cleanup()
+
+
+@pytest.mark.usefixtures("restore_rates")
+async def test_refresh_rates_requotes_pegged_prices(
+    price_source: tuple[str, dict[str, Any]],
+) -> None:
+    url, state = price_source
+    settings = Settings(engines={"price_source": url})
+    async with httpx.AsyncClient() as http:
+        assert pricing.tts_msat(33, 1600) == 100_000  # fallback: 16 chars/sat
+        assert await rates.refresh_rates(http, settings) is True
+        # BTC at half the reference: fiat-cost prices double in sats ...
+        assert rates.book().factor == 2.0
+        assert pricing.sms_msat("+14155550123") == 30_000
+        assert pricing.tts_msat(33, 1600) == 200_000
+        # ... a later rise lowers them at once; a fall waits while an older quote is kept.
+        state["body"] = {"USD": 200_000}
+        assert await rates.refresh_rates(http, settings) is True
+        assert rates.book().factor == 0.5
+        assert pricing.ai_call_msat("+14155550123", 1) == 75_000
+        state["body"] = {"data": {"amount": "400000"}}
+        assert await rates.refresh_rates(http, settings) is True
+        assert pricing.ai_call_msat("+14155550123", 1) == 50_000  # 37.5 -> minimum 50
+        # Failures keep the current book.
+        before = rates.book()
+        state["status"] = 500
+        assert await rates.refresh_rates(http, settings) is False
+        state["status"], state["body"] = 200, {"USD": 3}  # implausible
+        assert await rates.refresh_rates(http, settings) is False
+        state["body"] = {"unrelated": True}
+        assert await rates.refresh_rates(http, settings) is False
+        assert rates.book() == before
+        # No source configured: nothing happens.
+        assert await rates.refresh_rates(http, Settings()) is False
+
+
+async def test_refresh_rates_tolerates_an_unreachable_source(restore_rates: None) -> None:
+    settings = Settings(engines={"price_source": {"url": "http://127.0.0.1:9/p", "path": "x"}})
+    async with httpx.AsyncClient() as http:
+        assert await rates.refresh_rates(http, settings) is False
+    assert rates.book().factor == 1.0
+
+
+def test_parse_price_with_a_path() -> None:
+    assert rates.parse_price({"a": {"b": {"last": "97,000.5"}}}, "a.b") == 97_000.5
+    with pytest.raises(ValueError):
+        rates.parse_price({"a": 1}, "a.b")
+
+
+# -- data tables -----------------------------------------------------------------------------------
+
+
+def test_language_tables() -> None:
+    assert len(languages.TRANSLATION_LANGUAGES) == 119
+    assert list(languages.TRANSCRIPTION_LANGUAGES) == [
+        "en", "zh", "hi", "es", "ar", "fr", "pt", "ru", "de", "ja", "ko", "it", "nl"]
+    assert set(languages.TRANSCRIPTION_LANGUAGES) <= set(languages.TRANSLATION_LANGUAGES)
+    assert languages.resolve_translation_language("Filipino") == "tl"
+    assert languages.resolve_translation_language("zh-Hant-TW") == "zh"
+    assert languages.resolve_translation_language("iw") == "he"
+    assert languages.resolve_rare_language("Quechua") == "qu"
+    assert languages.resolve_rare_language("nav") == "nav"
+    assert len(languages.RARE_LANGUAGES) >= 300
+    for bad in ("", "xx", "Klingon"):
+        with pytest.raises(languages.UnknownLanguage):
+            languages.resolve_translation_language(bad)
+
+
+def test_destinations_longest_prefix_wins() -> None:
+    assert telephony.destination("+18765551234").country == "JM"
+    assert telephony.destination("+14155550123").country == "US"
+    assert telephony.destination("+4915112345678").country == "DE"
+    with pytest.raises(telephony.NoRoute):
+        telephony.destination("+99912345678")
+    with pytest.raises(ValueError):
+        telephony.destination("+1 415 555 0123")
+
+
+def test_voice_sets_are_disjoint_and_locales_complete() -> None:
+    premium, studio = voices.TTS_VOICES["premium"], voices.TTS_VOICES["studio"]
+    assert premium and studio and not premium & studio and not voices.TTS_VOICES["global"]
+    assert len(voices.AI_CALL_LOCALES) == 64 and len(voices.AI_CALL_VOICES) == 9
+    assert voices.check_voice_description("Female,  british accent") == "female, british"
+
+
+# -- votes -----------------------------------------------------------------------------------------
+
+
+async def test_votes_are_counted_once_per_call_and_listed_most_voted_first(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "db.sqlite3")
+    await store.open()
+    try:
+        assert (await planned.vote_counts(store))["send-letter"] == 0
+        assert await planned.record_vote(store, "send-letter", "pay_1") == 1
+        assert await planned.record_vote(store, "send-letter", "pay_1") == 1  # retried handler
+        assert await planned.record_vote(store, "send-letter", "pay_2") == 2
+        assert await planned.record_vote(store, "voice-changer", "pay_3") == 1
+        listed = await planned.planned_services(store)
+        assert [e["slug"] for e in listed[:2]] == ["send-letter", "voice-changer"]
+        assert listed[0]["votes"] == 2 and set(listed[0]) == {"slug", "name", "description",
+                                                              "votes"}
+        assert len(listed) == len(planned.PLANNED)
+    finally:
+        await store.close()
+
+
+def test_flat_prices_match_the_spec() -> None:
+    for slug, sats in FLAT.items():
+        spec = BY_SLUG[slug]
+        assert f"{sats} sat" in spec.description.replace(",", "") or slug == "vote", slug
+
+
+def test_languages_document_prices_each_language_by_its_engine() -> None:
+    doc = pricing.languages_document()
+    by_code = {entry["code"]: entry for entry in doc["languages"]}
+    assert len(by_code) == 119
+    assert by_code["es"]["engine"] == "standard" and by_code["es"]["satsPer1000Chars"] == 1
+    assert by_code["haw"]["engine"] == "routed" and by_code["haw"]["satsPer1000Chars"] == 10
+    assert by_code["de"]["transcription"] and not by_code["sw"]["transcription"]
+    assert {e["quality"] for e in doc["rare"]} == {"good", "fair", "unverified", "experimental"}
+    json.dumps(doc)

@@ -52,7 +52,7 @@ def select_model(
                     + ", ".join(str(m) for m in allowed)
                 )
             return pinned
-        return _by_tier(model_id, allowed, tier_aliases)
+        return _by_tier(text, allowed, tier_aliases)
     if tier is not None:
         return _by_tier(tier, allowed, tier_aliases)
     return default

@@ -14,6 +14,7 @@ import multiprocessing
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.dev_backend import DevBackend
+from satsgate.discovery.describe import describe
 from satsgate.errors import ApiError, catalog_document
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware
@@ -32,8 +34,11 @@ from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.refunds import RefundService
 from satsgate.services.catalog import CATEGORIES, list_models_document
+from satsgate.services.planned import planned_services
 from satsgate.services.pricing import estimate
+from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG
+from satsgate.services.routing import apply_path_model
 from satsgate.store import Store
 from satsgate.web import checkout
 
@@ -46,6 +51,7 @@ GATE = web.AppKey("gate", Gate)
 REFUNDS = web.AppKey("refunds", RefundService)
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
+HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 
 
@@ -103,6 +109,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     jobs = JobRunner(app[STORE], settings.public_base_url)
     app[REFUNDS] = refunds
     app[JOBS] = jobs
+    app[HTTP] = http
     app[GATE] = gate = Gate(
         settings=settings,
         backend=app[BACKEND],
@@ -145,6 +152,17 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
+    scheduler.add_job(
+        refresh_rates,
+        "interval",
+        hours=1,
+        args=[app[HTTP], app[SETTINGS]],
+        id="rates-refresh",
+        next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield
@@ -167,7 +185,10 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/lnurlw/{k1}", lnurl_withdraw)
     r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
     r.add_get("/api/l402/job-status", job_status)
+    r.add_get("/api/l402/vote", list_planned)  # POST /api/l402/vote is the paid vote
+    r.add_post("/api/l402/voice-bridge/open", open_voice_bridge)  # the spec's slug form
     r.add_post("/api/l402/{slug}", paid_call)
+    r.add_post("/api/m/{service}/{model}", paid_call_with_path_model)
     discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
     mcp.install(app, GATE)  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>, GET /api/payments/<paymentId>
@@ -236,6 +257,30 @@ async def serve_file(request: web.Request) -> web.StreamResponse:
             "Cache-Control": "private, max-age=3600",
         },
     )
+
+
+async def list_planned(request: web.Request) -> web.Response:
+    """GET /api/l402/vote: the vote service's description plus the planned services,
+    most voted first (the spec's listing)."""
+    description = describe(BY_SLUG["vote"], request.app[SETTINGS])
+    return _json({**description, "services": await planned_services(request.app[STORE])})
+
+
+async def open_voice_bridge(request: web.Request) -> web.Response:
+    return await handle_paid_call(request, request.app[GATE], BY_SLUG["voice-bridge-open"])
+
+
+async def paid_call_with_path_model(request: web.Request) -> web.Response:
+    """/api/m/{service}/{model}: the path names the model; a body field wins."""
+    spec = BY_SLUG.get(request.match_info["service"])
+    if spec is None:
+        raise ApiError("NOT_FOUND", f"No service {request.match_info['service']!r}.")
+    model = request.match_info["model"]
+
+    def with_model(body: Any) -> Any:
+        return apply_path_model(body, model) if isinstance(body, dict) else body
+
+    return await handle_paid_call(request, request.app[GATE], spec, with_model)
 
 
 async def paid_call(request: web.Request) -> web.Response:

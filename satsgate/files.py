@@ -35,7 +35,9 @@ CONTENT_TYPES = {
     "json": "application/json",
     "pkpass": "application/vnd.apple.pkpass",
     "srt": "text/plain; charset=utf-8",
-    "vtt": "text/vtt",
+    "vtt": "text/vtt", "gif": "image/gif", "bmp": "image/bmp", "tiff": "image/tiff",
+    "tif": "image/tiff", "svg": "image/svg+xml", "html": "text/html; charset=utf-8",
+    "md": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8",
 }
 
 

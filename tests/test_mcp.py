@@ -143,8 +143,13 @@ async def test_whole_payment_flow_for_render_card(
         assert card["width"] == 1200 and card["image_url"].startswith(server.url)
         assert "untrusted_output" not in card  # rendering is not caller-derived text
 
+        # A retry of the identical call within 30 s gets the first result, not a new spend.
         again = await mcp.call_tool("render_card", {"paymentId": pay["paymentId"], **CARD})
-        assert again.is_error and structured(again)["error_code"] == "PAYMENT_ALREADY_USED"
+        assert not again.is_error and structured(again)["image_url"] == card["image_url"]
+        other = await mcp.call_tool(
+            "render_card", {"paymentId": pay["paymentId"], **CARD, "title": "another card"}
+        )
+        assert other.is_error and structured(other)["error_code"] == "PAYMENT_ALREADY_USED"
         spent = structured(
             await mcp.call_tool("check_payment_status", {"paymentId": pay["paymentId"]})
         )

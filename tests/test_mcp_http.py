@@ -222,11 +222,23 @@ async def test_one_payment_serves_one_of_two_concurrent_calls(
     body = call(
         "tools/call", {"name": "render_card", "arguments": {"paymentId": pay["paymentId"], **CARD}}
     )
-    first, second = await asyncio.gather(rpc(client, body), rpc(client, body))
+    other = call(
+        "tools/call",
+        {"name": "render_card", "arguments": {"paymentId": pay["paymentId"], **CARD, "title": "b"}},
+    )
+    before = server.call(server.store.ledger)
+    # Two different calls race for one payment: exactly one is served.
+    first, second = await asyncio.gather(rpc(client, body), rpc(client, other))
     results = [r.json()["result"] for r in (first, second)]
     assert sorted(r["isError"] for r in results) == [False, True]
     refused = next(r for r in results if r["isError"])
     assert refused["structuredContent"]["error_code"] == "PAYMENT_ALREADY_USED"
+    # The identical call repeated shares the first outcome: no second spend.
+    served_body = body if not results[0]["isError"] else other
+    replay = (await rpc(client, served_body)).json()["result"]
+    assert replay["isError"] is False
+    after = server.call(server.store.ledger)
+    assert after["earned_msat"] - before["earned_msat"] == 5000
 
 
 # -- progress over SSE ----------------------------------------------------------------------

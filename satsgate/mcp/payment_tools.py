@@ -296,7 +296,8 @@ async def call_paid(
     await env.gate.prevalidate(spec, params)
     payment = await find_payment(env, payment_id)
     try:
-        result = await env.gate.execute(payment, spec, params)
+        # The same dedup window as HTTP: a retried identical call gets its first outcome.
+        result, _replayed = await env.gate.execute_deduplicated(payment, spec, params)
     except ApiError as exc:
         if exc.code == "PAYMENT_PENDING":
             exc.extra = {

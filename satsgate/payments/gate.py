@@ -352,7 +352,51 @@ class Gate:
             files=self.files,
             http=self._http,
             cpu_pool=self._cpu_pool,
+            store=self.store,
         )
+
+    async def execute_deduplicated(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
+    ) -> tuple[ServiceResult, bool]:
+        """:meth:`execute` behind the 30 s dedup cache; returns (result, replayed).
+
+        The same request with the same payment within the window gets the first
+        outcome again (a result, or an error with its refund) with no second spend;
+        a repeat that arrives while the first is running waits for it. Keyed by the
+        payment hash, so only the payer can ever see a cached outcome.
+        """
+        key = (payment.payment_hash, request_digest(spec.slug, params))
+        if use_cache:
+            earlier = self.dedup.lookup(key)
+            if earlier is not None:
+                try:
+                    return await asyncio.shield(earlier), True
+                except asyncio.CancelledError:
+                    if not earlier.cancelled():
+                        raise
+                    use_cache = False  # the first attempt never ran; the spend rule decides
+                except ApiError as exc:
+                    exc.headers = {**exc.headers, "X-Dedup": "hit"}
+                    raise
+            else:
+                self.dedup.begin(key)
+        try:
+            result = await self.execute(payment, spec, params)
+        except ApiError as exc:
+            if use_cache:
+                # Cache only what followed a spend (it carries a refund); the rest never ran.
+                if exc.refund is not None:
+                    self.dedup.fail(key, exc)
+                else:
+                    self.dedup.forget(key)
+            raise
+        except BaseException:
+            if use_cache:
+                self.dedup.forget(key)
+            raise
+        if use_cache:
+            self.dedup.finish(key, result)
+        return result, False
 
     async def execute(self, payment: Payment, spec: AnySpec, params: BaseModel) -> ServiceResult:
         """Spend ``payment`` on one call of ``spec`` and run it. Raises ApiError.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -13,7 +13,7 @@ from satsgate.errors import ApiError, envelope
 from satsgate.http_util import dumps, read_json, result_response
 from satsgate.payments import l402, mpp
 from satsgate.payments.gate import Challenge, Gate, Verified, validate_params
-from satsgate.services.base import ServiceResult, ServiceSpec, request_digest
+from satsgate.services.base import ServiceResult, ServiceSpec
 
 
 def challenge_response(
@@ -46,11 +46,18 @@ async def _fresh_challenge(
     return resp
 
 
+BodyTransform = Callable[[Any], Any]
+
+
 async def handle_paid_call(
-    request: web.Request, gate: Gate, spec: ServiceSpec[Any]
+    request: web.Request, gate: Gate, spec: ServiceSpec[Any],
+    transform: BodyTransform | None = None,
 ) -> web.Response:
+    """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first."""
     gate.ensure_available(spec)
     body = await read_json(request, min(spec.max_body_bytes, gate.settings.max_body_bytes))
+    if transform is not None:
+        body = transform(body)
     params = validate_params(spec, body)
     await gate.prevalidate(spec, params)
 
@@ -70,38 +77,15 @@ async def handle_paid_call(
             gate, spec, params, code, f"The credential was not accepted: {exc}.", problem
         )
 
-    key = (verified.payment.payment_hash, request_digest(spec.slug, params))
-    use_cache = "X-No-Cache" not in request.headers
-    if use_cache:
-        earlier = gate.dedup.lookup(key)
-        replay = await _replay(earlier, verified) if earlier is not None else None
-        if replay is not None:
-            return replay
-        if earlier is None:
-            gate.dedup.begin(key)
-        else:
-            use_cache = False  # the first attempt never ran; the spend rule decides
     try:
-        result = await gate.execute(verified.payment, spec, params)
+        result, replayed = await gate.execute_deduplicated(
+            verified.payment, spec, params, use_cache="X-No-Cache" not in request.headers
+        )
     except ApiError as exc:
         if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
-            if use_cache:
-                gate.dedup.forget(key)
             return await _unpaid_response(gate, spec, params, exc)
-        if use_cache:
-            # Cache only what followed a spend (it carries a refund); anything else never ran.
-            if exc.refund is not None:
-                gate.dedup.fail(key, exc)
-            else:
-                gate.dedup.forget(key)
         raise
-    except BaseException:
-        if use_cache:
-            gate.dedup.forget(key)
-        raise
-    if use_cache:
-        gate.dedup.finish(key, result)
-    return _served(result, verified)
+    return _served(result, verified, dedup_hit=replayed)
 
 
 async def _unpaid_response(
@@ -129,19 +113,3 @@ def _served(result: ServiceResult, verified: Verified, dedup_hit: bool = False) 
     if dedup_hit:
         resp.headers["X-Dedup"] = "hit"
     return resp
-
-
-async def _replay(
-    earlier: asyncio.Future[ServiceResult], verified: Verified
-) -> web.Response | None:
-    """The first response again, or None when the first attempt ended without running."""
-    try:
-        result = await asyncio.shield(earlier)
-    except asyncio.CancelledError:
-        if earlier.cancelled():
-            return None
-        raise
-    except ApiError as exc:
-        exc.headers = {**exc.headers, "X-Dedup": "hit"}
-        raise
-    return _served(result, verified, dedup_hit=True)

@@ -21,6 +21,7 @@ from satsgate.config import Settings
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
+    from satsgate.store import Store
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -58,6 +59,7 @@ class ServiceContext:
     files: FileStore
     http: httpx.AsyncClient
     cpu_pool: Executor
+    store: Store
     # Progress of a job (0..100, message); a no-op for synchronous calls.
     progress: Callable[[float, str], None]
 

@@ -49,25 +49,10 @@ PLANNED: Final[tuple[PlannedService, ...]] = (
 )  # fmt: skip
 PLANNED_BY_SLUG: Final[dict[str, PlannedService]] = {p.slug: p for p in PLANNED}
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS votes ("
-    " call_id TEXT PRIMARY KEY,"
-    " slug TEXT NOT NULL,"
-    " created_at INTEGER NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS votes_slug ON votes (slug)",
-)
-
-
-def _ensure_table(conn: sqlite3.Connection) -> None:
-    for statement in _SCHEMA:
-        conn.execute(statement)
-
-
 async def record_vote(store: Store, slug: str, call_id: str) -> int:
     """Count one vote for ``slug`` (once per ``call_id``); returns the slug's total."""
 
     def go(conn: sqlite3.Connection) -> int:
-        _ensure_table(conn)
         conn.execute(
             "INSERT OR IGNORE INTO votes (call_id, slug, created_at) VALUES (?, ?, ?)",
             (call_id, slug, int(time.time())),
@@ -82,11 +67,10 @@ async def vote_counts(store: Store) -> dict[str, int]:
     """Votes per planned slug (zero for a slug nobody voted for)."""
 
     def go(conn: sqlite3.Connection) -> dict[str, int]:
-        _ensure_table(conn)
         rows = conn.execute("SELECT slug, COUNT(*) FROM votes GROUP BY slug").fetchall()
         return {str(slug): int(n) for slug, n in rows}
 
-    counted = await store.run_in_transaction(go)
+    counted = await store.run_sync(go)
     return {p.slug: counted.get(p.slug, 0) for p in PLANNED}
 
 
@@ -115,14 +99,7 @@ class VoteParams(ServiceParams):
 
 
 async def vote(ctx: ServiceContext, params: VoteParams) -> ServiceResult:
-    # The handler context carries no store handle; a short-lived one on the same
-    # database (WAL mode, busy timeout) is safe beside the app's own.
-    store = Store(ctx.settings.db_path)
-    await store.open()
-    try:
-        votes = await record_vote(store, params.slug, ctx.call_id)
-    finally:
-        await store.close()
+    votes = await record_vote(ctx.store, params.slug, ctx.call_id)
     return ServiceResult({"success": True, "slug": params.slug, "votes": votes})
 
 

@@ -144,7 +144,21 @@ def _migration_2(db: sqlite_utils.Database) -> None:
     db.table("jobs").create_index(["status"])
 
 
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1, _migration_2)
+def _migration_3(db: sqlite_utils.Database) -> None:
+    # One vote per paid call (call_id = payment id): a replayed call never counts twice.
+    db.table("votes").create(
+        {"call_id": str, "slug": str, "created_at": int},
+        pk="call_id",
+        not_null={"slug", "created_at"},
+    )
+    db.table("votes").create_index(["slug"])
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
+    _migration_1,
+    _migration_2,
+    _migration_3,
+)
 
 
 class Store:

@@ -190,7 +190,9 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_post("/api/l402/{slug}", paid_call)
     r.add_post("/api/m/{service}/{model}", paid_call_with_path_model)
     discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
-    mcp.install(app, GATE)  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
+    mcp.install(
+        app, GATE, allowed_origins=settings.mcp_allowed_origins
+    )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>, GET /api/payments/<paymentId>
     if isinstance(backend, DevBackend):
         # Dev-only routes exist only with the dev backend.

@@ -48,6 +48,8 @@ class Settings:
     # Secret for MPP challenge ids and file URL signatures; generated and kept
     # in the data dir when empty.
     server_secret: str = ""
+    # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
+    mcp_allowed_origins: tuple[str, ...] = ()
     engines: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -74,6 +76,9 @@ _INT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("int",
 def _coerce(name: str, value: Any) -> Any:
     if name == "data_dir":
         return Path(value).expanduser()
+    if name == "mcp_allowed_origins":
+        items = value.split(",") if isinstance(value, str) else value
+        return tuple(str(item).strip() for item in items if str(item).strip())
     if name in _INT_FIELDS:
         return int(value)
     return value

@@ -1,0 +1,38 @@
+"""Settings: file < environment < arguments, unknown keys refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from satsgate.config import load_settings
+
+
+def test_layers_and_coercion(tmp_path: Path) -> None:
+    config = tmp_path / "satsgate.toml"
+    config.write_text(
+        'port = 9000\nbase_url = "https://pay.example.com"\n'
+        'mcp_allowed_origins = ["https://app.example.com"]\n'
+        '[engines.price_source]\nurl = "https://prices.example.com/btc"\n'
+    )
+    env = {
+        "SATSGATE_PORT": "9100",
+        "SATSGATE_MCP_ALLOWED_ORIGINS": "https://a.example, https://b.example",
+    }
+    settings = load_settings(config, {"data_dir": str(tmp_path / "d")}, environ=env)
+    assert settings.port == 9100  # environment beats the file
+    assert settings.public_base_url == "https://pay.example.com"
+    assert settings.mcp_allowed_origins == ("https://a.example", "https://b.example")
+    assert settings.engines["price_source"]["url"] == "https://prices.example.com/btc"
+    assert settings.data_dir == tmp_path / "d"
+    assert load_settings(config, {"port": 1}, environ=env).port == 1  # arguments beat both
+
+
+def test_unknown_keys_and_backends_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("prot = 1\n")
+    with pytest.raises(ValueError, match="prot"):
+        load_settings(config, environ={})
+    with pytest.raises(ValueError, match="backend"):
+        load_settings(None, {"backend": "eclair"}, environ={})

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
@@ -27,11 +28,12 @@ from satsgate.dev_backend import DevBackend
 from satsgate.discovery.describe import describe
 from satsgate.errors import ApiError, catalog_document
 from satsgate.files import FileStore
-from satsgate.http_util import dumps, error_middleware
+from satsgate.http_util import dumps, error_middleware, read_json
 from satsgate.jobs import JOB_TYPES, JobRunner, status_body
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
+from satsgate.payments.refund_request import request_refund
 from satsgate.refunds import RefundService
 from satsgate.services.catalog import CATEGORIES, list_models_document
 from satsgate.services.planned import planned_services
@@ -186,7 +188,10 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
     r.add_get("/api/l402/job-status", job_status)
     r.add_get("/api/l402/vote", list_planned)  # POST /api/l402/vote is the paid vote
-    r.add_post("/api/l402/voice-bridge/open", open_voice_bridge)  # the spec's slug form
+    r.add_post("/api/l402/voice-bridge/open", open_voice_bridge)
+    r.add_post(
+        "/api/l402/refund", refund_request_route
+    )  # free: refund a paid, unused payment  # the spec's slug form
     r.add_post("/api/l402/{slug}", paid_call)
     r.add_post("/api/m/{service}/{model}", paid_call_with_path_model)
     discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
@@ -266,6 +271,30 @@ async def list_planned(request: web.Request) -> web.Response:
     most voted first (the spec's listing)."""
     description = describe(BY_SLUG["vote"], request.app[SETTINGS])
     return _json({**description, "services": await planned_services(request.app[STORE])})
+
+
+class RefundRequestBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    paymentId: str = Field(min_length=1, max_length=100)
+    invoice: str = Field(min_length=1, max_length=4000)
+    email: str | None = Field(None, max_length=320)
+    feedback: str | None = Field(None, max_length=2000)
+
+
+async def refund_request_route(request: web.Request) -> web.Response:
+    """POST /api/l402/refund: the HTTP form of the request_refund tool."""
+    body = await read_json(request, 64 * 1024)
+    try:
+        args = RefundRequestBody.model_validate(body)
+    except ValidationError as exc:
+        raise ApiError(
+            "L402_INVALID_PARAMS",
+            f"Invalid refund request: {exc.errors()[0]['msg']}",
+            example='{"paymentId": "pay_...", "invoice": "lnbcrt..."}',
+        ) from None
+    return _json(
+        await request_refund(request.app[GATE], args.paymentId, args.invoice, args.feedback)
+    )
 
 
 async def open_voice_bridge(request: web.Request) -> web.Response:

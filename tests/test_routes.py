@@ -47,3 +47,34 @@ async def test_voice_bridge_slash_form_refuses_without_engine(client: httpx.Asyn
     assert resp.status_code == 503
     assert resp.json()["error_code"] == "SERVICE_UNAVAILABLE"
     assert "WWW-Authenticate" not in resp.headers
+
+
+async def test_http_refund_request_for_an_unused_payment(client: httpx.AsyncClient) -> None:
+    ch = (await client.post("/api/l402/render-card", json=CARD)).json()
+    early = await client.post(
+        "/api/l402/refund", json={"paymentId": ch["paymentId"], "invoice": ch["invoice"]}
+    )
+    assert early.status_code == 409 and early.json()["error_code"] == "REFUND_NOT_AVAILABLE"
+    await dev_pay(client, ch["invoice"])
+    resp = await client.post(
+        "/api/l402/refund", json={"paymentId": ch["paymentId"], "invoice": ch["invoice"]}
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["success"] is True and body["amountSats"] == 5
+    assert body["refund"]["lnurl_withdraw"].startswith("LNURL1")
+    # Refunded: the credential can no longer buy the call, and a second refund is refused.
+    used = await client.post(
+        "/api/l402/render-card",
+        json=CARD,
+        headers={"Authorization": f"L402 {ch['macaroon']}:{'0' * 64}"},
+    )
+    assert used.status_code == 402
+    again = await client.post(
+        "/api/l402/refund", json={"paymentId": ch["paymentId"], "invoice": ch["invoice"]}
+    )
+    assert again.json()["error_code"] == "REFUND_NOT_AVAILABLE"
+    unknown = await client.post("/api/l402/refund", json={"paymentId": "pay_x", "invoice": "x"})
+    assert unknown.status_code == 404 and unknown.json()["error_code"] == "PAYMENT_NOT_FOUND"
+    bad = await client.post("/api/l402/refund", json={"paymentId": "pay_x"})
+    assert bad.status_code == 400 and bad.json()["error_code"] == "L402_INVALID_PARAMS"

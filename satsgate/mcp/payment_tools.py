@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from satsgate.errors import ApiError
-from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
+from satsgate.payments import refund_request
 from satsgate.payments.gate import Challenge, validate_params
 from satsgate.payments.mpp import rfc3339
 from satsgate.services.pricing import ESTIMATORS, estimate
@@ -85,12 +84,7 @@ class RequestRefundArgs(BaseModel):
 # -- the payment resource -------------------------------------------------------------------
 
 
-def public_status(payment: Payment, now: float | None = None) -> str:
-    """unpaid, paid, spent, refunded, or expired (unpaid past its invoice expiry)."""
-    moment = time.time() if now is None else now
-    if payment.status is PaymentStatus.UNPAID and payment.expires_at <= moment:
-        return "expired"
-    return str(payment.status)
+public_status = refund_request.public_status
 
 
 def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> dict[str, Any]:
@@ -316,84 +310,7 @@ async def call_paid(
 
 
 async def request_refund(env: ToolEnv, args: RequestRefundArgs, ctx: CallContext) -> dict[str, Any]:
-    """Refund a paid, never-used payment in full (paid -> refunded is one atomic UPDATE).
-
-    Eligible: any payment that is paid and unspent, whatever its age; it can then
-    never be used, because spending and refunding are the same conditional
-    UPDATE from ``paid``. Anything else is REFUND_NOT_AVAILABLE.
-    """
-    gate = env.gate
-    payment = await gate.refresh_paid(await find_payment(env, args.paymentId))
-    if payment.status is not PaymentStatus.PAID:
-        raise ApiError(
-            "REFUND_NOT_AVAILABLE",
-            _not_refundable(payment),
-            extra={"paymentId": payment.payment_id, "status": public_status(payment)},
-        )
-    payout_invoice = None if _same_invoice(args.invoice, payment.bolt11) else args.invoice
-    if payout_invoice is not None:
-        _check_payout_invoice(payout_invoice, payment.amount_msat, gate.settings.network)
-    reason = "refund requested before use"
-    if args.feedback:
-        reason += f": {args.feedback[:300]}"
-    refund = await gate.refunds.refund_unspent(payment, reason)
-    if refund is None:  # lost a race with a use (or another refund) of the same payment
-        raise ApiError(
-            "REFUND_NOT_AVAILABLE",
-            "The payment was used or refunded a moment ago.",
-            extra={"paymentId": payment.payment_id},
-        )
-    message = "Refund issued: claim it with the LNURL-withdraw link in refund."
-    payout = "link"
-    if payout_invoice is not None:
-        claim = await gate.refunds.withdraw_callback(refund["refund_secret"], payout_invoice)
-        if claim.get("status") == "OK":
-            payout, message = "paying", "Refund issued: your invoice is being paid."
-        else:
-            payout = "link"
-            message = (
-                f"Refund issued, but your invoice was not paid ({claim.get('reason')}); "
-                "claim it with the LNURL-withdraw link in refund."
-            )
+    """The request_refund tool: see :mod:`satsgate.payments.refund_request`."""
     return results.success(
-        {
-            "success": True,
-            "message": message,
-            "chargeId": refund["charge_id"],
-            "amountSats": refund["amount_sats"],
-            "payout": payout,
-            "refund": refund,
-        }
+        await refund_request.request_refund(env.gate, args.paymentId, args.invoice, args.feedback)
     )
-
-
-def _same_invoice(a: str, b: str) -> bool:
-    strip = "lightning:"
-    a, b = a.strip().lower(), b.strip().lower()
-    return a.removeprefix(strip) == b.removeprefix(strip)
-
-
-def _check_payout_invoice(bolt11: str, amount_msat: int, network: str) -> None:
-    """Refuse an unusable payout invoice before the payment changes state."""
-    try:
-        invoice = decode_invoice(bolt11)
-    except InvalidInvoice as exc:
-        raise ApiError("INVALID_INPUT", f"invoice is not a valid BOLT11 invoice: {exc}") from None
-    if invoice.amount_msat != amount_msat:
-        raise ApiError(
-            "INVALID_INPUT",
-            f"The invoice must be for exactly {amount_msat // 1000} sat ({amount_msat} msat).",
-        )
-    if invoice.network != network:
-        raise ApiError("INVALID_INPUT", f"The invoice is not for {network}.")
-    if invoice.expired():
-        raise ApiError("INVALID_INPUT", "The invoice has expired.")
-
-
-def _not_refundable(payment: Payment) -> str:
-    status = public_status(payment)
-    if status in ("unpaid", "expired"):
-        return "The invoice was never paid; there is nothing to refund."
-    if status == "spent":
-        return "The payment was used for its call; failures after use are refunded automatically."
-    return "The payment was already refunded; claim it with the link you were given."

@@ -26,7 +26,7 @@ from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.dev_backend import DevBackend
 from satsgate.discovery.describe import describe
-from satsgate.errors import ApiError, catalog_document
+from satsgate.errors import ApiError, catalog_document, invalid_params
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware, read_json
 from satsgate.jobs import JOB_TYPES, JobRunner, status_body
@@ -287,10 +287,8 @@ async def refund_request_route(request: web.Request) -> web.Response:
     try:
         args = RefundRequestBody.model_validate(body)
     except ValidationError as exc:
-        raise ApiError(
-            "L402_INVALID_PARAMS",
-            f"Invalid refund request: {exc.errors()[0]['msg']}",
-            example='{"paymentId": "pay_...", "invoice": "lnbcrt..."}',
+        raise invalid_params(
+            exc, "refund request", '{"paymentId": "pay_...", "invoice": "lnbcrt..."}'
         ) from None
     return _json(
         await request_refund(request.app[GATE], args.paymentId, args.invoice, args.feedback)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 CATALOG_VERSION = 1
 
 
@@ -305,6 +307,21 @@ def envelope(
         body["refund"] = refund
     body.update(extra)
     return body
+
+
+def invalid_params(exc: ValidationError, what: str = "parameters", example: str = "") -> ApiError:
+    """A pydantic ValidationError as L402_INVALID_PARAMS, listing every bad field."""
+    fields = [
+        {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
+        for err in exc.errors(include_url=False, include_context=False)
+    ]
+    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+    return ApiError(
+        "L402_INVALID_PARAMS",
+        f"Invalid {what}: {summary}",
+        extra={"fields": fields},
+        example=example,
+    )
 
 
 def catalog_document() -> dict[str, Any]:

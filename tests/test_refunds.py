@@ -242,17 +242,24 @@ async def test_concurrent_claims_pay_exactly_once(
     assert sum(1 for p in outgoing if p["bolt11"] in invoices) == 1
 
 
+async def refund_link_of_failed_call(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> dict[str, Any]:
+    """Pay for a call that fails; return the withdraw request of its refund link."""
+    spec = make_spec(_broken)
+    payment = await paid_payment(server, client, spec, 10)
+    with pytest.raises(ApiError) as err:
+        execute(server, payment, spec)
+    assert err.value.refund is not None
+    return await withdraw(client, err.value.refund)
+
+
 async def test_pending_payout_is_never_treated_as_failed(
     fresh_server: ThreadedServer,
 ) -> None:
     server = fresh_server
     async with httpx.AsyncClient(base_url=server.url) as client:
-        spec = make_spec(_broken)
-        payment = await paid_payment(server, client, spec, 10)
-        with pytest.raises(ApiError) as err:
-            execute(server, payment, spec)
-        assert err.value.refund is not None
-        info = await withdraw(client, err.value.refund)
+        info = await refund_link_of_failed_call(server, client)
         await client.post("/api/dev/outgoing-mode", json={"mode": "pending"})
         assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
         await wait_refund_status(server, info["k1"], "claiming")
@@ -265,12 +272,7 @@ async def test_pending_payout_is_never_treated_as_failed(
 async def test_failed_payout_reopens_the_link(fresh_server: ThreadedServer) -> None:
     server = fresh_server
     async with httpx.AsyncClient(base_url=server.url) as client:
-        spec = make_spec(_broken)
-        payment = await paid_payment(server, client, spec, 10)
-        with pytest.raises(ApiError) as err:
-            execute(server, payment, spec)
-        assert err.value.refund is not None
-        info = await withdraw(client, err.value.refund)
+        info = await refund_link_of_failed_call(server, client)
         await client.post("/api/dev/outgoing-mode", json={"mode": "fail"})
         assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
         await wait_refund_status(server, info["k1"], "open")

@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from satsgate.errors import ApiError
+from satsgate.errors import invalid_params
 from satsgate.mcp.jsonrpc import notification
 from satsgate.payments.gate import Gate
 from satsgate.services import planned
@@ -78,14 +78,4 @@ def validate_args(model: type[M], arguments: Mapping[str, Any], example: str = "
     try:
         return model.model_validate(dict(arguments))
     except ValidationError as exc:
-        fields = [
-            {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "message": err["msg"]}
-            for err in exc.errors(include_url=False, include_context=False)
-        ]
-        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
-        raise ApiError(
-            "L402_INVALID_PARAMS",
-            f"Invalid arguments: {summary}",
-            extra={"fields": fields},
-            example=example,
-        ) from None
+        raise invalid_params(exc, "arguments", example) from None

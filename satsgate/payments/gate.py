@@ -25,7 +25,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from satsgate.config import Settings
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, invalid_params
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import BackendError, InvoiceState, LightningBackend
@@ -91,17 +91,7 @@ def validate_params(spec: AnySpec, body: Any) -> BaseModel:
     try:
         params: BaseModel = spec.params.model_validate(body)
     except ValidationError as exc:
-        fields = [
-            {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
-            for err in exc.errors(include_url=False, include_context=False)
-        ]
-        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
-        raise ApiError(
-            "L402_INVALID_PARAMS",
-            f"Invalid parameters: {summary}",
-            extra={"fields": fields},
-            example=_example(spec),
-        ) from None
+        raise invalid_params(exc, example=_example(spec)) from None
     return params
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, invalid_params
 from satsgate.services.catalog import MODELS_BY_ID
 from satsgate.services.languages import (
     RARE_LANGUAGES,
@@ -405,16 +405,7 @@ def estimate(service: str | None, query: Mapping[str, str]) -> dict[str, Any]:
     try:
         params = estimator.params.model_validate(dict(query))
     except ValidationError as exc:
-        fields = [
-            {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
-            for e in exc.errors(include_url=False, include_context=False)
-        ]
-        raise ApiError(
-            "L402_INVALID_PARAMS",
-            "Invalid estimate parameters: "
-            + "; ".join(f"{f['field']}: {f['message']}" for f in fields),
-            extra={"fields": fields},
-        ) from None
+        raise invalid_params(exc, "estimate parameters") from None
     amount_msat = estimator.price_msat(params)
     return {
         "service": service,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import multiprocessing
 import time
@@ -239,7 +240,13 @@ async def models(request: web.Request) -> web.Response:
             f"Unknown category {category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
-    return _json(list_models_document(category))
+    return web.Response(body=_models_body(category), content_type="application/json")
+
+
+@functools.lru_cache(maxsize=len(CATEGORIES) + 1)
+def _models_body(category: str | None) -> bytes:
+    """The catalog is static data: serialize each listing once."""
+    return dumps(list_models_document(category)).encode()
 
 
 async def estimate_cost(request: web.Request) -> web.Response:

@@ -148,10 +148,10 @@ def check_preimage(payment_hash: str, preimage: str) -> None:
 
 
 def verify_signature(decoded: DecodedMacaroon, root_key_hex: str) -> None:
-    key = hmac.new(_KEY_GENERATOR, bytes.fromhex(root_key_hex), hashlib.sha256).digest()
-    sig = hmac.new(key, decoded.identifier, hashlib.sha256).digest()
+    key = hmac.digest(_KEY_GENERATOR, bytes.fromhex(root_key_hex), "sha256")
+    sig = hmac.digest(key, decoded.identifier, "sha256")
     for caveat in decoded._mac.caveats:
-        sig = hmac.new(sig, caveat.caveat_id_bytes, hashlib.sha256).digest()
+        sig = hmac.digest(sig, caveat.caveat_id_bytes, "sha256")
     if not hmac.compare_digest(sig, decoded.signature):
         raise CredentialError("the macaroon signature does not verify")
 

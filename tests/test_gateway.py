@@ -562,3 +562,21 @@ async def test_settlement_stream_marks_paid_and_persists_cursor(
         )
     )
     assert cursor == settled
+
+
+async def test_card_text_that_cannot_fit_is_refused_before_any_invoice(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    before = payment_count(server)
+    body = {
+        "template": "quote",
+        "text": "word " * 199 + "end",
+        "author": "a" * 120,
+        "width": 200,
+        "height": 200,
+    }
+    for _ in range(2):  # the second answer comes from the cached layout check
+        resp = await client.post("/api/l402/render-card", json=body)
+        assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+        assert "fit" in resp.json()["error"].lower()
+    assert payment_count(server) == before

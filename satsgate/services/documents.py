@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections import OrderedDict
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -76,11 +77,32 @@ _ALL_TEXT_FIELDS = (
 )
 
 
-async def _check_card_fits(params: RenderCardParams) -> None:
+_FIT_CACHE: OrderedDict[str, str | None] = OrderedDict()
+_FIT_CACHE_SIZE = 2048
+
+
+def _fit_error(params: RenderCardParams) -> str | None:
     try:
-        await asyncio.to_thread(cards.check_fits, params.to_request())
+        cards.check_fits(params.to_request())
     except cards.CardTextError as exc:
-        raise ApiError("L402_INVALID_PARAMS", str(exc)) from None
+        return str(exc)
+    return None
+
+
+async def _check_card_fits(params: RenderCardParams) -> None:
+    # The layout check is deterministic: the 402 and the paid repeat of the same card
+    # (and retries) share one run of it.
+    key = params.model_dump_json()
+    if key in _FIT_CACHE:
+        _FIT_CACHE.move_to_end(key)
+        error = _FIT_CACHE[key]
+    else:
+        error = await asyncio.to_thread(_fit_error, params)
+        _FIT_CACHE[key] = error
+        if len(_FIT_CACHE) > _FIT_CACHE_SIZE:
+            _FIT_CACHE.popitem(last=False)
+    if error is not None:
+        raise ApiError("L402_INVALID_PARAMS", error)
 
 
 async def render_card(ctx: ServiceContext, params: RenderCardParams) -> ServiceResult:

@@ -18,7 +18,7 @@ from playwright.async_api import Browser, async_playwright, expect
 
 from satsgate.store import PaymentStatus
 from satsgate.web.checkout import render_checkout
-from tests.conftest import ThreadedServer, dev_pay
+from tests.conftest import ThreadedServer, dev_pay, skip_unless_ci
 
 CARD = {"template": "headline", "title": "Checkout", "subtitle": "in a browser"}
 
@@ -131,7 +131,7 @@ async def test_page_escapes_stored_values(
 async def browser() -> AsyncIterator[Browser]:
     executable = shutil.which("chromium")
     if executable is None:
-        pytest.skip("Debian chromium is not installed")
+        skip_unless_ci("Debian chromium is not installed")
     async with async_playwright() as pw:
         b = await pw.chromium.launch(
             executable_path=executable,

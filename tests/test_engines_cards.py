@@ -32,6 +32,7 @@ from satsgate.services.engines.cards import (
     render_card,
 )
 from satsgate.services.engines.fonts import FontsMissing, font_chain, missing_glyphs, split_runs
+from tests.conftest import skip_unless_ci
 
 EXAMPLES: Mapping[str, dict[str, str | list[str]]] = {
     "headline": {"title": "Lightning pays per call", "subtitle": "No accounts, no keys."},
@@ -190,7 +191,7 @@ def test_non_latin_scripts_draw_real_glyphs(script: str) -> None:
 
 def test_cjk_draws_real_glyphs_when_a_cjk_font_is_installed() -> None:
     if not _has_cjk_font():
-        pytest.skip("no CJK font installed (apt-get install fonts-wqy-microhei)")
+        skip_unless_ci("no CJK font installed (apt-get install fonts-wqy-microhei)")
     first, second = CJK_PAIR
     assert _headline(first).data != _headline(second).data
 
@@ -333,7 +334,7 @@ def test_runs_rejoin_to_the_text_and_use_fonts_having_the_glyphs() -> None:
 
 def test_cjk_font_comes_last_in_the_chain() -> None:
     if not _has_cjk_font():
-        pytest.skip("no CJK font installed (apt-get install fonts-wqy-microhei)")
+        skip_unless_ci("no CJK font installed (apt-get install fonts-wqy-microhei)")
     assert fonts.font_for_char("中", font_chain()) == font_chain()[-1]
 
 

@@ -1,0 +1,37 @@
+"""Run an aiohttp app until SIGTERM/SIGINT or stdin EOF; announce ``READY <url>`` on stdout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import threading
+
+from aiohttp import web
+
+
+def _stdin_closed(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    # A daemon thread: when the parent (the bench runner) goes away, stdin reads EOF.
+    with contextlib.suppress(Exception):
+        while sys.stdin.buffer.read(4096):
+            pass
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(stop.set)
+
+
+async def serve_until_stopped(app: web.Application, host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    threading.Thread(target=_stdin_closed, args=(loop, stop), daemon=True).start()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        print(f"READY http://{host}:{port}", flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()

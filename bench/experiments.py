@@ -1,0 +1,177 @@
+"""Server-side experiments: proposed satsgate changes, applied in the bench process only.
+
+    python bench/run.py --experiment proposals
+    python bench/run.py --experiment fast-bolt11 --experiment inline-store
+
+Each one stands for a concrete change proposed for satsgate; it is applied by
+replacing one function or instance attribute here, never by editing satsgate.
+``run.py`` then runs a second server with them next to the stock one and writes
+results/compare-<names>.*, never latest.*.
+
+* ``fast-bolt11``: the dev node signs invoices with ``proposals.fast_bolt11``
+  (same output, byte for byte) instead of the bitstring-based ``bolt11`` encoder.
+* ``devnode-sync-normal``: the dev node's SQLite runs ``PRAGMA synchronous=NORMAL``
+  (as the Store does) instead of the default FULL, which fsyncs the WAL on every
+  invoice INSERT (~1-4 ms here).
+* ``fast-macaroon``: ``l402.mint`` and ``l402.decode_macaroon`` write and parse V2
+  macaroons directly (``proposals.fast_macaroon``: same bytes, same results and
+  errors) instead of through pymacaroons objects.
+* ``inline-store``: the Store runs its (indexed, single-row) queries on the event
+  loop thread instead of one thread hop per query.
+* ``lean-paid-path``: ``proposals.lean_paths``: one-shot HMACs in
+  ``verify_signature``, a regex in ``parse_credential``, positional row mapping in
+  ``Store._payment_where``, one ``request.read()`` for a body of known length.
+* ``precheck-pool`` (not in ``proposals``: no gain beyond noise in our runs, and
+  +~3 ms on a paid render call, whose render then queues behind it): render-card's
+  pre-payment layout check (``check_fits``) runs in the gate's CPU process pool
+  instead of ``asyncio.to_thread`` (``proposals.precheck``).
+* ``inline-devnode``: the dev node does the same as ``inline-store`` (signing + its
+  INSERT on the loop); not in the ``proposals`` set.
+* ``precheck-cache`` (a what-if, not in ``proposals``): a passed pre-check is
+  remembered per request digest (LRU), so the paid repeat of a challenged request
+  does not lay the card out again. With the bench's fixed 402 body every 402 after
+  the first is a hit: that run shows the 402 path *without* the pre-check.
+
+``proposals`` stands for fast-bolt11, devnode-sync-normal, fast-macaroon, inline-store
+and lean-paid-path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from satsgate.app import BACKEND, GATE, STORE
+
+T = TypeVar("T")
+
+NAMES = (
+    "fast-bolt11",
+    "devnode-sync-normal",
+    "fast-macaroon",
+    "inline-store",
+    "lean-paid-path",
+    "precheck-pool",
+    "inline-devnode",
+    "precheck-cache",
+)
+# The set measured in results/compare-proposals.*: ``--experiment proposals``.
+PROPOSALS = (
+    "fast-bolt11",
+    "devnode-sync-normal",
+    "fast-macaroon",
+    "inline-store",
+    "lean-paid-path",
+)
+
+
+async def _inline(fn: Callable[..., T], *args: Any) -> T:
+    return fn(*args)
+
+
+async def _precheck_in_pool(app: web.Application) -> None:
+    import asyncio
+
+    from proposals.precheck import card_fit_error
+
+    from satsgate.errors import ApiError
+
+    gate = app[GATE]
+    original = gate.prevalidate
+
+    async def prevalidate(spec: Any, params: Any) -> None:
+        if spec.slug != "render-card":
+            return await original(spec, params)
+        loop = asyncio.get_running_loop()
+        error = await loop.run_in_executor(gate._cpu_pool, card_fit_error, params.to_request())
+        if error is not None:
+            raise ApiError("L402_INVALID_PARAMS", error)
+        return None
+
+    gate.prevalidate = prevalidate  # type: ignore[method-assign]
+
+
+CHOICES = (*NAMES, "proposals")
+
+
+async def _precheck_cache(app: web.Application) -> None:
+    from collections import OrderedDict
+
+    from satsgate.services.base import request_digest
+
+    gate = app[GATE]
+    original = gate.prevalidate
+    passed: OrderedDict[str, None] = OrderedDict()
+
+    async def prevalidate(spec: Any, params: Any) -> None:
+        key = request_digest(spec.slug, params)
+        if key in passed:
+            passed.move_to_end(key)
+            return
+        await original(spec, params)
+        passed[key] = None
+        if len(passed) > 4096:
+            passed.popitem(last=False)
+
+    gate.prevalidate = prevalidate  # type: ignore[method-assign]
+
+
+def expand(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        for item in PROPOSALS if name == "proposals" else (name,):
+            if item not in out:
+                out.append(item)
+    return out
+
+
+def apply(app: web.Application, names: list[str]) -> None:
+    names = expand(names)
+    unknown = set(names) - set(NAMES)
+    if unknown:
+        raise SystemExit(f"unknown experiment(s): {', '.join(sorted(unknown))}; know {NAMES}")
+    if "fast-bolt11" in names:
+        from proposals import fast_bolt11
+
+        import satsgate.dev_backend
+
+        satsgate.dev_backend.sign_invoice = fast_bolt11.sign_invoice  # type: ignore[assignment]
+    if "devnode-sync-normal" in names:
+        backend = app[BACKEND]
+        open_node = backend._open  # type: ignore[attr-defined]
+
+        def open_then_normal() -> None:
+            open_node()
+            backend._conn.execute("PRAGMA synchronous=NORMAL")  # type: ignore[attr-defined]
+
+        backend._open = open_then_normal  # type: ignore[attr-defined]
+    if "fast-macaroon" in names:
+        from proposals import fast_macaroon
+
+        import satsgate.payments.l402
+
+        satsgate.payments.l402.decode_macaroon = fast_macaroon.decode_macaroon
+        satsgate.payments.l402.mint = fast_macaroon.mint
+    if "inline-store" in names:
+        app[STORE]._run = _inline  # type: ignore[method-assign]
+    if "lean-paid-path" in names:
+        from proposals import lean_paths
+
+        import satsgate.payments.http
+        import satsgate.payments.l402
+
+        satsgate.payments.l402.verify_signature = lean_paths.verify_signature
+        satsgate.payments.l402.parse_credential = lean_paths.parse_credential
+        satsgate.payments.http.read_json = lean_paths.read_json  # type: ignore[assignment]
+        store = app[STORE]
+        store._payment_where = (  # type: ignore[method-assign]
+            lambda clause, arg: lean_paths.payment_where(store._conn, clause, arg)
+        )
+    if "precheck-pool" in names:
+        app.on_startup.append(_precheck_in_pool)  # after the gate exists (cleanup ctx first)
+    if "precheck-cache" in names:
+        app.on_startup.append(_precheck_cache)
+    if "inline-devnode" in names:
+        app[BACKEND]._run = _inline  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Prototypes of proposed satsgate changes, measured by the bench (never imported by satsgate)."""

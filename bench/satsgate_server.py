@@ -1,0 +1,144 @@
+"""satsgate as the bench serves it: the real app (dev node) plus one trivial paid route.
+
+    python bench/satsgate_server.py --data-dir /tmp/x --port 8402 [--cprofile out.prof]
+
+The app is built with ``create_app`` exactly as the service builds it; the bench
+adds ``POST /bench/noop``, a paid call whose handler does no work, so that
+verify + atomic spend + dispatch can be measured on their own; ``GET /bench/hello``
+(the baseline's handler inside satsgate's app, for diagnosis); and ``GET
+/bench/stats``, the submit -> result times of the gate's CPU pool (wrapped at
+start-up, see ``TimedPool``) since the last call. Prints
+``READY <url>`` once listening; stops on SIGTERM/SIGINT or when stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import logging
+import time
+from concurrent.futures import Executor, Future
+from pathlib import Path
+from typing import Any
+
+import experiments
+from _serve import serve_until_stopped  # bench/ is on sys.path: run as a script
+from aiohttp import web
+
+from satsgate.app import GATE, create_app
+from satsgate.config import Settings
+from satsgate.dev_backend import DevBackend
+from satsgate.payments.http import handle_paid_call
+from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+
+NOOP_SLUG = "bench-noop"
+NOOP_PRICE_MSAT = 1000  # 1 sat
+
+
+class NoopParams(Params):
+    """No fields: the body is ``{}``."""
+
+
+async def _noop_handler(ctx: ServiceContext, params: NoopParams) -> ServiceResult:
+    return ServiceResult({"ok": True})
+
+
+NOOP_SPEC: ServiceSpec[Any] = ServiceSpec(
+    slug=NOOP_SLUG,
+    tool_name="bench_noop",
+    category="utility",
+    title="Bench no-op",
+    description="A paid call that does nothing (benchmark only).",
+    params=NoopParams,
+    price_msat=lambda _p: NOOP_PRICE_MSAT,
+    handler=_noop_handler,
+    max_body_bytes=1024,
+)
+
+
+async def bench_noop(request: web.Request) -> web.Response:
+    # app[GATE] exists only after start-up, so it is looked up per request.
+    return await handle_paid_call(request, request.app[GATE], NOOP_SPEC)
+
+
+class TimedPool(Executor):
+    """Wraps the gate's CPU process pool: records each job's submit -> result time.
+
+    That is what a paid render-card call waits for its image (render + pickling + IPC),
+    measured on the very calls wrk makes; read (and reset) with ``GET /bench/stats``.
+    """
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+        self.samples_ns: dict[str, list[int]] = {}  # by the job function's name
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        samples = self.samples_ns.setdefault(getattr(fn, "__name__", "?"), [])
+        t0 = time.perf_counter_ns()
+        future = self.inner.submit(fn, *args, **kwargs)
+        future.add_done_callback(lambda _: samples.append(time.perf_counter_ns() - t0))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+POOL = web.AppKey("bench_pool", TimedPool)
+
+
+async def _time_pool(app: web.Application) -> None:
+    gate = app[GATE]  # exists now: cleanup contexts run before on_startup handlers added later
+    app[POOL] = gate._cpu_pool = TimedPool(gate._cpu_pool)
+
+
+async def bench_stats(request: web.Request) -> web.Response:
+    pool = request.app[POOL]
+    samples, pool.samples_ns = pool.samples_ns, {}
+    return web.json_response(
+        {"pool_ms": {name: [round(ns / 1e6, 3) for ns in v] for name, v in samples.items()}}
+    )
+
+
+async def bench_hello(request: web.Request) -> web.Response:
+    """The baseline's handler inside satsgate's app (middleware, router): a diagnostic."""
+    return web.json_response({"status": "ok"})
+
+
+def build_app(settings: Settings) -> web.Application:
+    app = create_app(settings, DevBackend(settings.data_dir))
+    app.router.add_post("/bench/noop", bench_noop)
+    app.router.add_get("/bench/hello", bench_hello)
+    app.router.add_get("/bench/stats", bench_stats)
+    app.on_startup.append(_time_pool)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--cprofile", type=Path, help="profile the whole run, write pstats here")
+    parser.add_argument(
+        "--experiment", action="append", default=[], choices=experiments.CHOICES,
+        help="apply a proposed change in this process (see experiments.py)",
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    settings = Settings(host=args.host, port=args.port, data_dir=args.data_dir)
+    app = build_app(settings)
+    experiments.apply(app, args.experiment)
+    profiler = cProfile.Profile() if args.cprofile else None
+    if profiler is not None:
+        profiler.enable()
+    try:
+        asyncio.run(serve_until_stopped(app, args.host, args.port))
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(str(args.cprofile))
+
+
+if __name__ == "__main__":
+    main()

@@ -69,14 +69,19 @@ async def read_json(request: web.Request, limit: int) -> Any:
             f"The request body is {request.content_length} bytes; "
             f"this endpoint accepts at most {limit}.",
         )
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise ApiError("PAYLOAD_TOO_LARGE", f"The request body is larger than {limit} bytes.")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    if request.content_length is not None:
+        raw = await request.read()  # known and within the limit: one read
+    else:  # chunked: count while reading, stop at the limit
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(
+                    "PAYLOAD_TOO_LARGE", f"The request body is larger than {limit} bytes."
+                )
+            chunks.append(chunk)
+        raw = b"".join(chunks)
     if not raw.strip():
         return {}
     try:

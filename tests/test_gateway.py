@@ -580,3 +580,16 @@ async def test_card_text_that_cannot_fit_is_refused_before_any_invoice(
         assert_envelope(resp, "L402_INVALID_PARAMS", 400)
         assert "fit" in resp.json()["error"].lower()
     assert payment_count(server) == before
+
+
+async def test_oversized_chunked_body_is_refused_while_reading(client: httpx.AsyncClient) -> None:
+    async def body() -> Any:
+        yield b"{"
+        for _ in range(100):
+            yield b" " * 4096  # no Content-Length: counted as it arrives
+        yield b"}"
+
+    resp = await client.post(
+        "/api/l402/render-card", content=body(), headers={"Content-Type": "application/json"}
+    )
+    assert_envelope(resp, "PAYLOAD_TOO_LARGE", 413)

@@ -1,18 +1,18 @@
 """Server-side experiments: proposed satsgate changes, applied in the bench process only.
 
     python bench/run.py --experiment proposals
-    python bench/run.py --experiment fast-bolt11 --experiment inline-store
+    python bench/run.py --experiment fast-macaroon --experiment inline-store
 
 Each one stands for a concrete change proposed for satsgate; it is applied by
 replacing one function or instance attribute here, never by editing satsgate.
 ``run.py`` then runs a second server with them next to the stock one and writes
 results/compare-<names>.*, never latest.*.
 
-* ``fast-bolt11``: the dev node signs invoices with ``proposals.fast_bolt11``
-  (same output, byte for byte) instead of the bitstring-based ``bolt11`` encoder.
-* ``devnode-sync-normal``: the dev node's SQLite runs ``PRAGMA synchronous=NORMAL``
-  (as the Store does) instead of the default FULL, which fsyncs the WAL on every
-  invoice INSERT (~1-4 ms here).
+Adopted into satsgate and so gone from here: the integer BOLT11 encoder
+(``satsgate.invoices.sign_invoice``), the dev node's ``synchronous=NORMAL``, the
+render-card pre-check cache, one-shot HMACs, one read for a known-length body and
+inline point reads of a payment.
+
 * ``fast-macaroon``: ``l402.mint`` and ``l402.decode_macaroon`` write and parse V2
   macaroons directly (``proposals.fast_macaroon``: same bytes, same results and
   errors) instead of through pymacaroons objects.
@@ -32,8 +32,7 @@ results/compare-<names>.*, never latest.*.
   does not lay the card out again. With the bench's fixed 402 body every 402 after
   the first is a hit: that run shows the 402 path *without* the pre-check.
 
-``proposals`` stands for fast-bolt11, devnode-sync-normal, fast-macaroon, inline-store
-and lean-paid-path.
+``proposals`` stands for fast-macaroon, inline-store and lean-paid-path.
 """
 
 from __future__ import annotations
@@ -48,8 +47,6 @@ from satsgate.app import BACKEND, GATE, STORE
 T = TypeVar("T")
 
 NAMES = (
-    "fast-bolt11",
-    "devnode-sync-normal",
     "fast-macaroon",
     "inline-store",
     "lean-paid-path",
@@ -59,8 +56,6 @@ NAMES = (
 )
 # The set measured in results/compare-proposals.*: ``--experiment proposals``.
 PROPOSALS = (
-    "fast-bolt11",
-    "devnode-sync-normal",
     "fast-macaroon",
     "inline-store",
     "lean-paid-path",
@@ -132,21 +127,6 @@ def apply(app: web.Application, names: list[str]) -> None:
     unknown = set(names) - set(NAMES)
     if unknown:
         raise SystemExit(f"unknown experiment(s): {', '.join(sorted(unknown))}; know {NAMES}")
-    if "fast-bolt11" in names:
-        from proposals import fast_bolt11
-
-        import satsgate.dev_backend
-
-        satsgate.dev_backend.sign_invoice = fast_bolt11.sign_invoice  # type: ignore[assignment]
-    if "devnode-sync-normal" in names:
-        backend = app[BACKEND]
-        open_node = backend._open  # type: ignore[attr-defined]
-
-        def open_then_normal() -> None:
-            open_node()
-            backend._conn.execute("PRAGMA synchronous=NORMAL")  # type: ignore[attr-defined]
-
-        backend._open = open_then_normal  # type: ignore[attr-defined]
     if "fast-macaroon" in names:
         from proposals import fast_macaroon
 

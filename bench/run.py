@@ -948,6 +948,26 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for key, label in labels:
         cells = " | ".join(f"{g[key]['median_ms']:.3f} | {g[key]['p90_ms']:.3f}" for g in gates)
         lines.append(f"| {label} | {cells} |")
+    paid = [g["paid_noop"] for g in gates if "paid_noop" in g]
+    if len(paid) == len(gates):
+        lines += [
+            "",
+            f"## The paid no-op call's gate steps (in-process, one call at a time,"
+            f" {paid[0]['total']['n']} seeded credentials)",
+            "",
+            "| Step | Median ms | p90 ms |"
+            + (" With proposals: median | p90 |" if has_exp else ""),
+            "|---|---:|---:|" + ("---:|---:|" if has_exp else ""),
+        ]
+        for key, label in (
+            ("total", "**all three**"),
+            ("verify_authorization", "Gate.verify_authorization (parse, decode, preimage,"
+             " store lookup, signature, caveats)"),
+            ("execute", "Gate.execute (atomic spend + dispatch to the no-op handler)"),
+            ("result_response", "result_response (the JSON response)"),
+        ):
+            cells = " | ".join(f"{p[key]['median_ms']:.3f} | {p[key]['p90_ms']:.3f}" for p in paid)
+            lines.append(f"| {label} | {cells} |")
     v = summ["verification"]
     lines += [
         "",

@@ -1,6 +1,6 @@
 """Where a scenario's time goes: py-spy on the satsgate server while wrk drives it.
 
-    python bench/where_time_goes.py paid_noop [--duration 10] [--experiment fast-bolt11 ...]
+    python bench/where_time_goes.py paid_noop [--duration 10] [--experiment fast-macaroon ...]
     python bench/where_time_goes.py challenge_402
 
 Samples only the thread holding the GIL (``py-spy --gil``): every Python

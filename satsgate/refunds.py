@@ -92,12 +92,14 @@ class RefundService:
 
     async def refund_remaining(self, payment: Payment, reason: str) -> dict[str, Any] | None:
         """Refund everything not yet refunded (operator action): a paid payment in full,
-        or the rest of a spent one. None when nothing is left."""
+        or the rest of a spent one, or anew what an expired link left unclaimed. None when
+        nothing is left."""
         if payment.status is PaymentStatus.PAID:
             return await self.refund_unspent(payment, reason)
-        if payment.status is PaymentStatus.SPENT:
+        if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             refunded = sum(
                 r.amount_msat for r in await self._store.refunds_for_payment(payment.payment_id)
+                if r.status is not RefundStatus.EXPIRED
             )
             return await self.refund_spent(payment, payment.amount_msat - refunded, reason)
         return None

@@ -286,3 +286,30 @@ async def test_ledger_balances(server: ThreadedServer) -> None:
     assert ledger["received_msat"] == (
         ledger["earned_msat"] + ledger["refunded_msat"] + ledger["open_msat"]
     )
+
+
+async def test_an_expired_link_can_be_issued_anew_once(
+    fresh_server: ThreadedServer,
+) -> None:
+    server = fresh_server
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        spec = make_spec(_broken)
+        payment = await paid_payment(server, client, spec, 10)
+        with pytest.raises(ApiError):
+            execute(server, payment, spec)
+        fresh = server.call(lambda: server.store.get_payment(payment.payment_id))
+        refunds = server.gate.refunds
+        # Nothing left while the first link is live.
+        assert server.call(lambda: refunds.refund_remaining(fresh, "operator")) is None
+        far_future = int(time.time()) + 10 * 365 * 86400
+        assert server.call(lambda: server.store.expire_refunds(far_future)) == 1
+        before = server.call(server.store.ledger)
+        assert before["refunded_msat"] == 0  # an expired link stays earned
+        again = server.call(lambda: refunds.refund_remaining(fresh, "operator"))
+        assert again is not None and again["amount_sats"] == 10
+        assert server.call(lambda: refunds.refund_remaining(fresh, "operator")) is None
+        after = server.call(server.store.ledger)
+        assert after["refunded_msat"] == 10_000
+        assert after["received_msat"] == (
+            after["earned_msat"] + after["refunded_msat"] + after["open_msat"]
+        )

@@ -97,7 +97,7 @@ class ServiceThread:
         payment = await store.get_payment(payment_id)
         if payment is None:
             raise OperatorError(f"no payment {payment_id}")
-        if payment.status not in (PaymentStatus.PAID, PaymentStatus.SPENT):
+        if payment.status is PaymentStatus.UNPAID:
             raise OperatorError(f"payment {payment_id} is {payment.status}: nothing to refund")
         refund = await refunds.refund_remaining(payment, "refunded by the node operator")
         if refund is None:

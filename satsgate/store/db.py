@@ -362,7 +362,8 @@ class Store:
         )
 
     async def add_refund_for_spent(self, refund: Refund) -> bool:
-        """Insert a refund for a spent payment, never more in total than was paid."""
+        """Insert a refund for a spent (or refunded) payment, never more in total than was
+        paid. An expired link can never pay out, so it no longer counts against that."""
 
         def go() -> bool:
             conn = self._conn
@@ -370,7 +371,8 @@ class Store:
                 row = conn.execute(
                     "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
                     " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
-                    " WHERE p.payment_id = ? AND p.status = 'spent'",
+                    " AND r.status != 'expired'"
+                    " WHERE p.payment_id = ? AND p.status IN ('spent', 'refunded')",
                     (refund.payment_id,),
                 ).fetchone()
                 if row is None or row[0] is None or row[0] < refund.amount_msat:
@@ -533,26 +535,23 @@ class Store:
 
     @staticmethod
     def _ledger(c: sqlite3.Connection) -> dict[str, int]:
-        received, spent_gross, refunded_unspent, open_paid = c.execute(
+        received, used, open_paid = c.execute(
             "SELECT"
             " COALESCE(SUM(CASE WHEN status != 'unpaid' THEN amount_msat END), 0),"
-            " COALESCE(SUM(CASE WHEN status = 'spent' THEN amount_msat END), 0),"
-            " COALESCE(SUM(CASE WHEN status = 'refunded' THEN amount_msat END), 0),"
+            " COALESCE(SUM(CASE WHEN status IN ('spent', 'refunded') THEN amount_msat END), 0),"
             " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0)"
             " FROM payments"
         ).fetchone()
-        refunded_after_spend = c.execute(
-            "SELECT COALESCE(SUM(r.amount_msat), 0) FROM refunds r"
-            " JOIN payments p ON p.payment_id = r.payment_id WHERE p.status = 'spent'"
-        ).fetchone()[0]
-        refunds_paid = c.execute(
-            "SELECT COALESCE(SUM(amount_msat), 0) FROM refunds WHERE status = 'paid'"
-        ).fetchone()[0]
+        # Refunds belong to spent or refunded payments; an expired link stays earned.
+        refunded, paid_out = c.execute(
+            "SELECT COALESCE(SUM(CASE WHEN status != 'expired' THEN amount_msat END), 0),"
+            " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0) FROM refunds"
+        ).fetchone()
         return {
             "received_msat": int(received),
-            "earned_msat": int(spent_gross - refunded_after_spend),
-            "refunded_msat": int(refunded_unspent + refunded_after_spend),
-            "refunds_paid_out_msat": int(refunds_paid),
+            "earned_msat": int(used - refunded),
+            "refunded_msat": int(refunded),
+            "refunds_paid_out_msat": int(paid_out),
             "open_msat": int(open_paid),
         }
 

@@ -191,12 +191,7 @@ async def test_claims_are_checked_before_paying(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
     spec = make_spec(_broken)
-    payment = await paid_payment(server, client, spec, 10)
-    with pytest.raises(ApiError) as err:
-        execute(server, payment, spec)
-    refund = err.value.refund
-    assert refund is not None
-    info = await withdraw(client, refund)
+    info = await refund_link_of_failed_call(server, client)
     own = server.call(
         lambda: server.gate.create_payment(spec, amount_sats=10, digest="d", via="http")
     ).payment.bolt11
@@ -228,12 +223,7 @@ async def test_claims_are_checked_before_paying(
 async def test_concurrent_claims_pay_exactly_once(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
-    spec = make_spec(_broken)
-    payment = await paid_payment(server, client, spec, 10)
-    with pytest.raises(ApiError) as err:
-        execute(server, payment, spec)
-    assert err.value.refund is not None
-    info = await withdraw(client, err.value.refund)
+    info = await refund_link_of_failed_call(server, client)
     invoices = [external_invoice(10_000) for _ in range(20)]
     answers = await asyncio.gather(*(claim(client, info, inv) for inv in invoices))
     assert sorted(a["status"] for a in answers) == ["ERROR"] * 19 + ["OK"]

@@ -156,10 +156,6 @@ GENERATE_TEXT = ServiceSpec(
 # -- multilingual-ask ----------------------------------------------------------------------
 
 
-def _language(value: str) -> str:
-    return resolve_translation_language(value)
-
-
 class MultilingualAskParams(ServiceParams):
     question: str = Field(min_length=1, max_length=20_000)
     language: str = Field(
@@ -175,7 +171,7 @@ class MultilingualAskParams(ServiceParams):
     @field_validator("language")
     @classmethod
     def _known(cls, value: str) -> str:
-        return _language(value)
+        return resolve_translation_language(value)
 
     @property
     def chosen_model(self) -> int:
@@ -226,14 +222,14 @@ class TranslateTextParams(ServiceParams, ModelChoice):
     @field_validator("targetLanguage")
     @classmethod
     def _target(cls, value: str) -> str:
-        return _language(value)
+        return resolve_translation_language(value)
 
     @field_validator("sourceLanguage")
     @classmethod
     def _source(cls, value: str | None) -> str | None:
         if value is None or value.strip().lower() == "auto":
             return None
-        return _language(value)
+        return resolve_translation_language(value)
 
 
 TRANSLATE_TEXT = ServiceSpec(
@@ -318,14 +314,14 @@ class TranslateEpubParams(ServiceParams, CallbackFields):
     @field_validator("targetLanguage")
     @classmethod
     def _target(cls, value: str) -> str:
-        return _language(value)
+        return resolve_translation_language(value)
 
     @field_validator("sourceLanguage")
     @classmethod
     def _source(cls, value: str | None) -> str | None:
         if value is None or value.strip().lower() == "auto":
             return None
-        return _language(value)
+        return resolve_translation_language(value)
 
     def check(self) -> int:
         """Visible characters of the book (the price's measure)."""
@@ -386,7 +382,7 @@ class SearchParams(ServiceParams, ModelChoice):
     @field_validator("language")
     @classmethod
     def _lang(cls, value: str | None) -> str | None:
-        return None if value is None else _language(value)
+        return None if value is None else resolve_translation_language(value)
 
 
 SEARCH = ServiceSpec(

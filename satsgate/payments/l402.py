@@ -12,16 +12,19 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import secrets
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from pymacaroons import MACAROON_V2, Macaroon
 from pymacaroons.serializers.binary_serializer import BinarySerializer
 
+from satsgate.payments import macaroon_v2
+
 LOCATION = "lsat"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _IDENTIFIER_VERSION = 0
-_KEY_GENERATOR = b"macaroons-key-generator"
 
 
 class CredentialError(Exception):
@@ -68,10 +71,11 @@ def mint(
     root_key = secrets.token_bytes(32) if root_key is None else root_key
     token_id = secrets.token_bytes(32) if token_id is None else token_id
     identifier = struct.pack(">H", _IDENTIFIER_VERSION) + bytes.fromhex(payment_hash) + token_id
-    mac = Macaroon(location=LOCATION, identifier=identifier, key=root_key, version=MACAROON_V2)
-    mac.add_first_party_caveat(service_caveat(service))
-    mac.add_first_party_caveat(valid_until_caveat(service, valid_until))
-    raw = BinarySerializer().serialize_raw(mac)
+    caveats = (
+        service_caveat(service).encode(),
+        valid_until_caveat(service, valid_until).encode(),
+    )
+    raw = macaroon_v2.serialize(LOCATION, identifier, caveats, root_key)
     return MintedToken(base64.b64encode(raw).decode("ascii"), root_key.hex(), token_id.hex())
 
 
@@ -92,7 +96,7 @@ def parse_credential(value: str) -> L402Credential:
     if not sep or not mac_part:
         raise MalformedCredential("expected '<macaroon>:<preimage>'")
     preimage = preimage.lower()
-    if len(preimage) != 64 or any(c not in "0123456789abcdef" for c in preimage):
+    if _HEX64.fullmatch(preimage) is None:
         raise MalformedCredential("the preimage must be 64 hex characters")
     raw = _b64decode_strict(mac_part)
     return L402Credential(raw, preimage)
@@ -109,36 +113,51 @@ def _b64decode_strict(text: str) -> bytes:
         raise MalformedCredential("the macaroon is not valid base64") from exc
 
 
-@dataclass(frozen=True)
-class DecodedMacaroon:
+class DecodedMacaroon(NamedTuple):
     identifier: bytes
     payment_hash: str
     token_id: str
-    caveats: tuple[str, ...]
+    caveat_ids: tuple[bytes, ...]  # as signed
     signature: bytes
-    _mac: Macaroon
+
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        return tuple(c.decode("utf-8", "replace") for c in self.caveat_ids)
+
+
+def _parse(raw: bytes) -> macaroon_v2.MacaroonV2:
+    """V2 binary (what satsgate issues) directly; V1, which a client may have
+    re-serialized to, through pymacaroons."""
+    try:
+        if raw[:1] == bytes((macaroon_v2.VERSION,)):
+            return macaroon_v2.parse(raw)
+        mac = BinarySerializer().deserialize_raw(raw)
+        return macaroon_v2.MacaroonV2(
+            mac.location,
+            mac.identifier_bytes,
+            tuple(
+                macaroon_v2.Caveat(c.caveat_id_bytes, c.location, c.verification_key_id or None)
+                for c in mac.caveats
+            ),
+            binascii.unhexlify(mac.signature_bytes),
+        )
+    except Exception as exc:  # pymacaroons raises assorted types on bad input
+        raise MalformedCredential("the macaroon cannot be decoded") from exc
 
 
 def decode_macaroon(raw: bytes) -> DecodedMacaroon:
-    try:
-        mac = BinarySerializer().deserialize_raw(raw)
-    except Exception as exc:  # pymacaroons raises assorted types on bad input
-        raise MalformedCredential("the macaroon cannot be decoded") from exc
-    identifier = mac.identifier_bytes
+    mac = _parse(raw)
+    identifier = mac.identifier
     if len(identifier) != 66 or struct.unpack(">H", identifier[:2])[0] != _IDENTIFIER_VERSION:
         raise CredentialError("unknown macaroon identifier")
-    caveats = []
-    for caveat in mac.caveats:
-        if caveat.verification_key_id:
-            raise CredentialError("third-party caveats are not accepted")
-        caveats.append(caveat.caveat_id_bytes.decode("utf-8", "replace"))
+    if any(c.verification_id for c in mac.caveats):
+        raise CredentialError("third-party caveats are not accepted")
     return DecodedMacaroon(
         identifier=identifier,
         payment_hash=identifier[2:34].hex(),
         token_id=identifier[34:].hex(),
-        caveats=tuple(caveats),
-        signature=binascii.unhexlify(mac.signature_bytes),
-        _mac=mac,
+        caveat_ids=tuple(c.caveat_id for c in mac.caveats),
+        signature=mac.signature,
     )
 
 
@@ -148,11 +167,10 @@ def check_preimage(payment_hash: str, preimage: str) -> None:
 
 
 def verify_signature(decoded: DecodedMacaroon, root_key_hex: str) -> None:
-    key = hmac.digest(_KEY_GENERATOR, bytes.fromhex(root_key_hex), "sha256")
-    sig = hmac.digest(key, decoded.identifier, "sha256")
-    for caveat in decoded._mac.caveats:
-        sig = hmac.digest(sig, caveat.caveat_id_bytes, "sha256")
-    if not hmac.compare_digest(sig, decoded.signature):
+    expected = macaroon_v2.signature(
+        bytes.fromhex(root_key_hex), decoded.identifier, decoded.caveat_ids
+    )
+    if not hmac.compare_digest(expected, decoded.signature):
         raise CredentialError("the macaroon signature does not verify")
 
 

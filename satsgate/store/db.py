@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,28 +19,23 @@ from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund
 
 T = TypeVar("T")
 
+# Inline writes between two passive checkpoints run by the store thread.
+_CHECKPOINT_EVERY_WRITES = 1000
+_LOCK_ERRORS = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
 
 def _json_or_none(value: dict[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
-_PAYMENT_COLUMNS = (
-    "payment_id",
-    "payment_hash",
-    "bolt11",
-    "service",
-    "amount_msat",
-    "status",
-    "created_at",
-    "expires_at",
-    "paid_at",
-    "spent_at",
-    "root_key",
-    "token_id",
-    "request_digest",
-    "description",
-    "via",
+# The payments table's columns are Payment's fields, in order: rows map positionally.
+_PAYMENT_COLUMNS = tuple(f.name for f in dataclasses.fields(Payment))
+_STATUS_INDEX = _PAYMENT_COLUMNS.index("status")
+_INSERT_PAYMENT = (
+    f"INSERT INTO payments ({', '.join(_PAYMENT_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(_PAYMENT_COLUMNS))})"
 )
+_SELECT_PAYMENT = f"SELECT {', '.join(_PAYMENT_COLUMNS)} FROM payments WHERE "
 _REFUND_COLUMNS = (
     "refund_id",
     "payment_id",
@@ -167,6 +163,8 @@ class Store:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite_utils.Database | None = None
         self._reader: sqlite3.Connection | None = None
+        self._writer: sqlite3.Connection | None = None
+        self._inline_writes = 0
         # Extra schema steps registered by feature modules (jobs, ...), run after ours.
         self._extra: list[Callable[[sqlite_utils.Database], None]] = []
 
@@ -184,6 +182,25 @@ class Store:
             check_same_thread=False,
             isolation_level=None,
         )
+        self._writer = self._inline_writer()
+
+    def _inline_writer(self) -> sqlite3.Connection:
+        """The event loop's connection for one-statement writes on the hot paths.
+
+        Such a write never blocks the loop for longer than the statement itself:
+        - WAL with synchronous=NORMAL: a commit appends to the WAL file, no fsync;
+        - wal_autocheckpoint=0: this connection never checkpoints (the store thread
+          does, every ``_CHECKPOINT_EVERY_WRITES`` inline writes);
+        - busy_timeout=0: it never waits for a lock; a statement that meets one is
+          handed to the store thread, which may wait (see :meth:`_write_one`).
+        Each statement is its own transaction (autocommit), so it is atomic alone.
+        """
+        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("PRAGMA busy_timeout=0")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
 
     def _open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +222,9 @@ class Store:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self._db is not None:
             db, self._db = self._db, None
             await self._run(db.conn.close)
@@ -230,6 +250,32 @@ class Store:
             raise
         conn.execute("COMMIT")
 
+    async def _write_one(self, sql: str, args: Sequence[Any]) -> int:
+        """Run one write statement and return its rowcount: inline on the event loop
+        when the database is free, else on the store thread.
+
+        Either way the statement is one autocommit transaction, so conditional
+        updates (``... WHERE status = 'paid'``) stay exactly-once across connections:
+        SQLite serializes writers.
+        """
+        if self._writer is not None:
+            try:
+                rowcount = self._writer.execute(sql, args).rowcount
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", None) not in _LOCK_ERRORS:
+                    raise
+                # Another connection holds the write lock: wait for it off the loop.
+            else:
+                self._inline_writes += 1
+                if self._inline_writes % _CHECKPOINT_EVERY_WRITES == 0:
+                    self._executor.submit(self._checkpoint)
+                return int(rowcount)
+        return await self._run(lambda: int(self._conn.execute(sql, args).rowcount))
+
+    def _checkpoint(self) -> None:
+        # PASSIVE never waits for readers or writers; it copies what it can.
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     async def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the store thread (for feature modules' own tables)."""
         return await self._run(lambda: fn(self._conn))
@@ -246,23 +292,17 @@ class Store:
     async def insert_payment(self, payment: Payment) -> None:
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
         values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
-        sql = (
-            f"INSERT INTO payments ({', '.join(_PAYMENT_COLUMNS)})"
-            f" VALUES ({', '.join('?' * len(_PAYMENT_COLUMNS))})"
-        )
-        await self._run(lambda: self._conn.execute(sql, values))
+        await self._write_one(_INSERT_PAYMENT, values)
 
     def _payment_where(self, clause: str, arg: str) -> Payment | None:
         if self._reader is None:
             raise RuntimeError("store is not open")
-        row = self._reader.execute(
-            f"SELECT {', '.join(_PAYMENT_COLUMNS)} FROM payments WHERE {clause}", (arg,)
-        ).fetchone()
+        row = self._reader.execute(_SELECT_PAYMENT + clause, (arg,)).fetchone()
         if row is None:
             return None
-        data = dict(zip(_PAYMENT_COLUMNS, row, strict=True))
-        data["status"] = PaymentStatus(data["status"])
-        return Payment(**data)
+        values = list(row)  # in Payment's field order (checked at import)
+        values[_STATUS_INDEX] = PaymentStatus(values[_STATUS_INDEX])
+        return Payment(*values)
 
     async def get_payment(self, payment_id: str) -> Payment | None:
         return self._payment_where("payment_id = ?", payment_id)
@@ -322,14 +362,12 @@ class Store:
 
     async def spend(self, payment_id: str, now: int) -> bool:
         """paid -> spent. The one rule of pay-per-call: exactly one caller gets True."""
-        cur = await self._run(
-            lambda: self._conn.execute(
-                "UPDATE payments SET status = 'spent', spent_at = ?"
-                " WHERE payment_id = ? AND status = 'paid'",
-                (now, payment_id),
-            )
+        rowcount = await self._write_one(
+            "UPDATE payments SET status = 'spent', spent_at = ?"
+            " WHERE payment_id = ? AND status = 'paid'",
+            (now, payment_id),
         )
-        return cur.rowcount == 1
+        return rowcount == 1
 
     async def refund_unspent(self, payment_id: str, refund: Refund) -> bool:
         """paid -> refunded and the refund row, in one transaction; False if not paid."""

@@ -1,0 +1,98 @@
+"""The store's inline writes: exactly-once spends, and never a wait on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from satsgate.store import Payment, PaymentStatus, Store
+
+
+def _paid_payment() -> Payment:
+    now = int(time.time())
+    return Payment(
+        payment_id=f"pay_{secrets.token_hex(16)}",
+        payment_hash=secrets.token_hex(32),
+        bolt11="lnbcrt1test",
+        service="render-card",
+        amount_msat=5000,
+        status=PaymentStatus.PAID,
+        created_at=now,
+        expires_at=now + 600,
+        paid_at=now,
+        spent_at=None,
+        root_key=secrets.token_hex(32),
+        token_id=secrets.token_hex(32),
+        request_digest="d" * 64,
+        description="test",
+        via="http",
+    )
+
+
+async def test_spend_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        payment = _paid_payment()
+        await store.insert_payment(payment)
+        assert await store.get_payment(payment.payment_id) == payment  # positional mapping
+
+        # Another process-like writer takes the database's write lock and keeps it.
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_lock() -> None:
+            conn = sqlite3.connect(tmp_path / "satsgate.db", isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            locked.set()
+            release.wait(5)
+            conn.execute("COMMIT")
+            conn.close()
+
+        holder = threading.Thread(target=hold_lock)
+        holder.start()
+        assert await asyncio.to_thread(locked.wait, 5)
+
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        tick_task = asyncio.create_task(ticker())
+        spends = [asyncio.create_task(store.spend(payment.payment_id, 1)) for _ in range(5)]
+        await asyncio.sleep(0.3)
+        # The loop kept running while the spends waited for the lock off the loop.
+        assert ticks >= 10
+        assert not any(s.done() for s in spends)
+        release.set()
+        results = await asyncio.gather(*spends)
+        tick_task.cancel()
+        holder.join()
+        assert sorted(results) == [False, False, False, False, True]
+        spent = await store.get_payment(payment.payment_id)
+        assert spent is not None and spent.status is PaymentStatus.SPENT
+    finally:
+        await store.close()
+
+
+async def test_concurrent_inline_spends_serve_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        payments = [_paid_payment() for _ in range(50)]
+        for p in payments:
+            await store.insert_payment(p)
+        attempts = [store.spend(p.payment_id, 1) for p in payments for _ in range(3)]
+        results = await asyncio.gather(*attempts)
+        assert sum(results) == 50
+        ledger = await store.ledger()
+        assert ledger["received_msat"] == 50 * 5000
+        assert ledger["earned_msat"] == 50 * 5000
+    finally:
+        await store.close()

@@ -4,7 +4,9 @@ Languages and engines come from :mod:`satsgate.services.languages`; every
 price is computed by the pricing functions the services charge with
 (``translation_msat``, ``rare_translation_msat``), so this table cannot drift
 from the 402 quote. The language tables hold no chrF scores yet, so ``chrF``
-is null ("where known": nowhere yet).
+is null ("where known": nowhere yet). Each rare language carries its quality tier and
+``listedBy``, the published MT language lists (NLLB-200, MADLAD-400) that name it: the
+tier's evidence (see :mod:`satsgate.services.languages`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from satsgate.discovery.documents import Catalog
 from satsgate.services.base import sats_for_msat
 from satsgate.services.languages import (
     RARE_LANGUAGES,
+    RARE_LISTED_BY,
     TRANSCRIPTION_LANGUAGES,
     TRANSLATION_LANGUAGES,
     translation_engine,
@@ -55,7 +58,15 @@ def languages_document(catalog: Catalog) -> dict[str, Any]:
     ]
     rare_price = _rare_price()
     rare = [
-        {"code": code, "name": name, "engine": "rare", "quality": tier, **rare_price, "chrF": None}
+        {
+            "code": code,
+            "name": name,
+            "engine": "rare",
+            "quality": tier,
+            "listedBy": list(RARE_LISTED_BY[code]),
+            **rare_price,
+            "chrF": None,
+        }
         for code, (name, tier) in RARE_LANGUAGES.items()
     ]
     engines: dict[str, dict[str, Any]] = {}

@@ -10,10 +10,41 @@ Translation engines: the target picks the engine. ``standard`` is the
 standard text tier (1 sat per 1000 characters); ``routed`` targets, where the
 standard engine is weak, go to the better text tier and cost more
 (see :mod:`satsgate.services.pricing`).
+
+Rare languages (translate-rare-language): the 452 rows of ``data/rare_languages.tsv``, a
+generated file. The list is satsgate's earlier table plus the target languages of two
+published many-language MT systems that the 119 do not already cover, until there are 452:
+
+1. The earlier table (302): kept, except ``nah`` (Nahuatl) and ``oto`` (Otomi), which are ISO
+   639-5 codes of language families, not languages. ``tpw`` (Tupi), retired from ISO 639-3 in
+   2023, is ``tpn`` now; ``mix`` is one language, Mixtepec Mixtec, and is named so. The old
+   spellings still resolve.
+2. NLLB-200: ``FAIRSEQ_LANGUAGE_CODES`` in transformers' ``models/nllb/tokenization_nllb.py``
+   (202 codes, 196 languages once the script is dropped) adds 17.
+3. MADLAD-400: the ``language:`` list of the madlad400-3b-mt model card (419 entries, the
+   largest languages first; arXiv 2309.04662), in that order, adds 135 and stops at ``cbk``
+   (Chavacano, entry 389); the 25 languages after it are left out for the count.
+
+In 2 and 3, 639-1 codes become 639-3, retired codes their replacement (``ajp`` -> ``apc``),
+and these are skipped: what the 119 cover (their codes and aliases, and the standard variety a
+main macrolanguage code stands for, e.g. ``arb``, ``npi``, ``pbt``); what is not a living
+ISO 639-3 language (``zxx``, ``ber``, ``grc``, ``ang``, ``tlh``); a macrolanguage one of whose
+members is listed (``aka``, ``chm``, ``bik``, ``kv``, ``din``). Names: the earlier table's
+English name, else the ISO 639-3 reference name (pycountry 26.2.16). The ISO name, the 639-1
+code and retired codes are accepted too, unless one already names a language of the 119
+(``Haitian`` stays ``ht``). 22 of the earlier table's languages are also among the 119 under
+their 639-3 code (``glg`` and ``gl``); they stay, so every code and name resolves as before.
+
+Tiers: no language has a measured chrF here, so none is ``good`` or ``fair`` (tiers that
+come with a measurement and its chrF) and chrF is null. ``unverified`` (325): NLLB-200 or
+MADLAD-400 lists it as a target. ``experimental`` (127): neither does; only the earlier
+table had it. The earlier ``good``/``fair`` tiers had no measurement behind them.
 """
 
 from __future__ import annotations
 
+import unicodedata
+from importlib import resources
 from typing import Final, Literal
 
 Engine = Literal["standard", "routed"]
@@ -130,97 +161,75 @@ def resolve_transcription_language(value: str) -> str:
 # -- rare languages (translate-rare-language) ---------------------------------------------
 
 QualityTier = Literal["good", "fair", "unverified", "experimental"]
-
-# ISO 639-3 code, English name; grouped by the quality tier the engine is known for.
-# The measured chrF per language comes from the engine; the table holds no scores.
-_RARE: Final[dict[QualityTier, str]] = {
-    "good": """
-ace Acehnese;ban Balinese;bjn Banjar;bug Buginese;min Minangkabau;mad Madurese;
-ilo Ilocano;pag Pangasinan;war Waray;hil Hiligaynon;bcl Central Bikol;pam Kapampangan;
-fao Faroese;oci Occitan;ast Asturian;glg Galician;srd Sardinian;scn Sicilian;lij Ligurian;
-lmo Lombard;vec Venetian;fur Friulian;ltz Luxembourgish;roh Romansh;bre Breton;cor Cornish;
-glv Manx;hsb Upper Sorbian;dsb Lower Sorbian;szl Silesian;csb Kashubian;rue Rusyn;
-wln Walloon;lim Limburgish;zea Zeelandic;nds Low German;bar Bavarian;gsw Swiss German;
-tat Tatar;bak Bashkir;chv Chuvash;kaa Karakalpak;crh Crimean Tatar;uig Uyghur;
-azb South Azerbaijani;ckb Central Kurdish;kmr Northern Kurdish;pnb Western Punjabi;
-snd Sindhi;mai Maithili;bho Bhojpuri;mag Magahi;awa Awadhi;hne Chhattisgarhi;
-san Sanskrit;kas Kashmiri;doi Dogri;gom Goan Konkani;mni Meitei;sat Santali;
-tso Tsonga;ven Venda;ssw Swati;nso Northern Sotho;nbl Southern Ndebele;
-lug Ganda;kin Kinyarwanda;run Rundi;luo Luo;kik Kikuyu;kam Kamba;
-twi Twi;ewe Ewe;fon Fon;wol Wolof;bam Bambara;ful Fula;kon Kongo;lua Luba-Kasai;
-tum Tumbuka;bem Bemba;nya Chewa;tir Tigrinya;orm Oromo;som Somali;kab Kabyle;
-tzm Central Atlas Tamazight;shi Tachelhit;zgh Standard Moroccan Tamazight
-""",
-    "fair": """
-quy Ayacucho Quechua;quz Cusco Quechua;aym Aymara;grn Guarani;nah Nahuatl;
-yua Yucatec Maya;quc K'iche';kek Q'eqchi';cak Kaqchikel;mam Mam;tzo Tzotzil;tzh Tzeltal;
-zap Zapotec;mix Mixtec;oto Otomi;tar Tarahumara;shp Shipibo-Konibo;agr Aguaruna;
-cni Ashaninka;arn Mapudungun;nav Navajo;chr Cherokee;oji Ojibwe;cre Cree;iku Inuktitut;
-kal Greenlandic;haw Hawaiian;smo Samoan;ton Tongan;fij Fijian;tah Tahitian;mri Maori;
-rar Cook Islands Maori;tpi Tok Pisin;bis Bislama;cha Chamorro;mah Marshallese;
-gil Gilbertese;tvl Tuvaluan;niu Niuean;tet Tetum;pau Palauan;chk Chuukese;pon Pohnpeian;
-mos Mossi;dyu Dyula;sus Susu;men Mende;tem Temne;kri Krio;pcm Nigerian Pidgin;
-efi Efik;ibb Ibibio;tiv Tiv;kau Kanuri;bin Edo;urh Urhobo;nup Nupe;
-sag Sango;lin Lingala;kmb Kimbundu;umb Umbundu;tsn Tswana;sot Southern Sotho;
-loz Lozi;kqn Kaonde;lun Lunda;nyk Nyaneka;her Herero;kua Kwanyama;ndo Ndonga;
-mfe Mauritian Creole;crs Seychellois Creole;hat Haitian Creole;pap Papiamento;
-jam Jamaican Patois;srn Sranan Tongo;gcf Guadeloupean Creole;djk Aukan
-""",
-    "unverified": """
-dzo Dzongkha;bod Tibetan;new Newari;lif Limbu;lep Lepcha;sck Sadri;kru Kurukh;
-khb Tai Lue;shn Shan;kac Kachin;ksw S'gaw Karen;mnw Mon;blk Pa'o;cjm Eastern Cham;
-hmn Hmong;mww Hmong Daw;iii Nuosu;zha Zhuang;bal Baluchi;brh Brahui;skr Saraiki;
-hno Northern Hindko;bgq Bagri;mwr Marwari;raj Rajasthani;gbm Garhwali;kfy Kumaoni;
-tcy Tulu;bfq Badaga;sgc Kipsigis;kln Kalenjin;mas Maasai;tuv Turkana;dik Dinka;
-nus Nuer;shk Shilluk;xog Soga;nyn Nyankole;cgg Chiga;ach Acholi;lgg Lugbara;teo Teso;
-kdj Karamojong;mer Meru;guz Gusii;luy Luyia;suk Sukuma;nym Nyamwezi;hay Haya;
-vmw Makhuwa;ngl Lomwe;sna Shona;nde North Ndebele;toi Tonga (Zambia);
-ava Avar;che Chechen;inh Ingush;kbd Kabardian;ady Adyghe;lez Lezgian;dar Dargwa;
-lbe Lak;tab Tabasaran;oss Ossetian;abk Abkhaz;xal Kalmyk;bua Buryat;sah Yakut;
-tyv Tuvan;alt Southern Altai;krc Karachay-Balkar;kum Kumyk;nog Nogai;udm Udmurt;
-kpv Komi;mhr Eastern Mari;mrj Hill Mari;myv Erzya;mdf Moksha;krl Karelian;vep Veps;
-sme Northern Sami;smn Inari Sami;sma Southern Sami;liv Livonian;vro Voro
-""",
-    "experimental": """
-ain Ainu;ryu Okinawan;ami Amis;tay Atayal;pwn Paiwan;bnn Bunun;tao Yami;
-yrk Nenets;kca Khanty;mns Mansi;evn Evenki;eve Even;ckt Chukchi;niv Nivkh;ket Ket;
-ale Aleut;esu Central Yupik;ipk Inupiaq;chy Cheyenne;lkt Lakota;dak Dakota;
-cho Choctaw;mus Muscogee;hop Hopi;zun Zuni;ood O'odham;yaq Yaqui;hch Huichol;
-tob Toba;wca Yanomami;guc Wayuu;pbb Paez;cbi Chachi;qvi Imbabura Quichua;
-kgp Kaingang;gub Guajajara;xav Xavante;tpw Tupi;yrl Nheengatu;
-pjt Pitjantjatjara;wbp Warlpiri;aer Eastern Arrernte;tcs Torres Strait Creole;
-rop Kriol;tiw Tiwi;gup Gunwinggu;djr Djambarrpuyngu;bvr Burarra
-""",
-}
+_TIERS: Final[dict[str, QualityTier]] = {
+    "good": "good", "fair": "fair", "unverified": "unverified", "experimental": "experimental",
+}  # fmt: skip
+# The published lists behind a language, by the letters of the data file's "listed by" column
+# (P, satsgate's own earlier table, is no evidence and is not shown).
+_LISTS: Final[dict[str, str]] = {"N": "NLLB-200", "M": "MADLAD-400"}
 
 
-def _parse_rare() -> dict[str, tuple[str, QualityTier]]:
-    out: dict[str, tuple[str, QualityTier]] = {}
-    for tier, table in _RARE.items():
-        for entry in table.replace("\n", "").split(";"):
-            code, _, name = entry.strip().partition(" ")
-            out[code] = (name, tier)
-    return out
+def _fold(key: str) -> str:
+    """``Asháninka`` -> ``ashaninka``: names are accepted with or without diacritics."""
+    return "".join(c for c in unicodedata.normalize("NFKD", key) if not unicodedata.combining(c))
 
 
-RARE_LANGUAGES: Final[dict[str, tuple[str, QualityTier]]] = _parse_rare()
-_RARE_LOOKUP: Final[dict[str, str]] = {
-    **{code: code for code in RARE_LANGUAGES},
-    **{name.lower(): code for code, (name, _tier) in RARE_LANGUAGES.items()},
-}
+def _load_rare() -> tuple[
+    dict[str, tuple[str, QualityTier]], dict[str, tuple[str, ...]], dict[str, str], dict[str, str]
+]:
+    text = resources.files(__package__).joinpath("data/rare_languages.tsv").read_text("utf-8")
+    languages: dict[str, tuple[str, QualityTier]] = {}
+    listed_by: dict[str, tuple[str, ...]] = {}
+    lookup: dict[str, str] = {}
+    folded: dict[str, str | None] = {}  # None: two languages fold to the same key
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        code, tier, lists, name, aliases = line.split("\t")
+        languages[code] = (name, _TIERS[tier])
+        listed_by[code] = tuple(_LISTS[letter] for letter in lists if letter in _LISTS)
+        for spelled in (code, name, *filter(None, aliases.split("|"))):
+            key = _normalize(spelled)
+            if lookup.setdefault(key, code) != code:
+                raise ValueError(f"rare_languages.tsv: {spelled!r} names two languages")
+            plain = _fold(key)
+            folded[plain] = code if folded.get(plain, code) == code else None
+    # A folded spelling counts only where it names one language and is no spelling itself
+    # (``Tày`` folds to ``tay``, which is Atayal's code).
+    unique = {key: code for key, code in folded.items() if code and key not in lookup}
+    return languages, listed_by, lookup, unique
+
+
+_rare, _listed_by, _RARE_LOOKUP, _RARE_FOLDED = _load_rare()
+# code -> (English name, quality tier). Lookups are dict hits on keys built once here.
+RARE_LANGUAGES: Final[dict[str, tuple[str, QualityTier]]] = _rare
+# code -> the published MT language lists that name it (empty: only satsgate's own table).
+RARE_LISTED_BY: Final[dict[str, tuple[str, ...]]] = _listed_by
+assert len(RARE_LANGUAGES) == 452, len(RARE_LANGUAGES)
 
 
 def resolve_rare_language(value: str) -> str:
-    """A rare language (ISO 639-3 code or English name), or one of the 119."""
+    """A rare language or one of the 119 -> canonical code.
+
+    Accepted, in any case: the ISO 639-3 code, the 639-1 code where there is one, the English
+    name or a listed alias; then, for what matches nothing else, the name without diacritics
+    (``Ashaninka``) and a tag's first part (``quy-PE``, NLLB's ``ace_Latn``). The rare table
+    is asked first, as it always was, so the names it shares with the 119 (``Galician`` ->
+    ``glg``) resolve as before; no other rare key is also a key of the 119.
+    """
     key = _normalize(value)
     if key in _RARE_LOOKUP:
         return _RARE_LOOKUP[key]
     try:
         return resolve_translation_language(value)
     except UnknownLanguage:
-        raise UnknownLanguage(
-            f"unsupported language {value.strip()!r}: see GET /api/languages"
-        ) from None
+        pass
+    folded, primary = _fold(key), key.split("-", 1)[0]
+    tried = ((folded, _RARE_LOOKUP), (folded, _RARE_FOLDED), (primary, _RARE_LOOKUP))
+    for candidate, table in tried:
+        if candidate in table:
+            return table[candidate]
+    raise UnknownLanguage(f"unsupported language {value.strip()!r}: see GET /api/languages")
 
 
 def language_name(code: str) -> str:

@@ -36,7 +36,9 @@ from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.payments.refund_request import request_refund
 from satsgate.refunds import RefundService
+from satsgate.services import ai_calls
 from satsgate.services.catalog import CATEGORIES, list_models_document
+from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
 from satsgate.services.planned import planned_services
 from satsgate.services.pricing import estimate
 from satsgate.services.rates import refresh_rates
@@ -193,6 +195,9 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_post(
         "/api/l402/refund", refund_request_route
     )  # free: refund a paid, unused payment  # the spec's slug form
+    # Before /api/l402/{slug}: the same path also takes the free confirm and poll forms.
+    r.add_post("/api/l402/ai-call", ai_call_or_confirmation)
+    r.add_get("/api/l402/ai-call", ai_call_poll_or_description)
     r.add_post("/api/l402/{slug}", paid_call)
     r.add_post("/api/m/{service}/{model}", paid_call_with_path_model)
     discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
@@ -304,6 +309,50 @@ async def refund_request_route(request: web.Request) -> web.Response:
 
 async def open_voice_bridge(request: web.Request) -> web.Response:
     return await handle_paid_call(request, request.app[GATE], BY_SLUG["voice-bridge-open"])
+
+
+_CONFIRM_EXAMPLE = (
+    '{"action": "confirm", "session_id": "<session_id>", "answers": {"<question>": "<answer>"}}'
+)
+
+
+async def ai_call_or_confirmation(request: web.Request) -> web.Response:
+    """POST /api/l402/ai-call: a body with ``action`` confirms a pending_confirm call on its
+    original payment (free, never an invoice); any other body is the paid call."""
+    gate = request.app[GATE]
+    body = await read_json(request, min(AI_CALL.max_body_bytes, gate.settings.max_body_bytes))
+    if isinstance(body, dict) and "action" in body:
+        return _json(await _confirm_ai_call(gate.settings, body))
+    # The body stream can be read only once: the paid path gets the body parsed here.
+    return await handle_paid_call(request, gate, AI_CALL, lambda _reread: body)
+
+
+async def _confirm_ai_call(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
+    try:
+        params = AiCallConfirmParams.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_params(exc, "confirmation", _CONFIRM_EXAMPLE) from None
+    records = ai_calls.records_for(settings)
+    return await ai_calls.confirm(settings, records, params.session_id, params.answers)
+
+
+async def ai_call_poll_or_description(request: web.Request) -> web.Response:
+    """GET /api/l402/ai-call: with ``call_id`` the free poll of that call, else the
+    service description like every GET /api/l402/<slug>."""
+    if "call_id" not in request.query:
+        return discovery.service_description(request.app, AI_CALL.slug)
+    call_ids = request.query.getall("call_id")
+    if len(call_ids) > 1:
+        raise ApiError("L402_INVALID_PARAMS", "Give call_id once.")
+    try:
+        params = AiCallPollParams.model_validate({"call_id": call_ids[0]})
+    except ValidationError as exc:
+        raise invalid_params(exc, "poll", "GET /api/l402/ai-call?call_id=<call_id>") from None
+    settings = request.app[SETTINGS]
+    record = await ai_calls.poll(settings, ai_calls.records_for(settings), params.call_id)
+    resp = _json(record)
+    resp.headers["Cache-Control"] = "no-store"  # the call moves on between polls
+    return resp
 
 
 async def paid_call_with_path_model(request: web.Request) -> web.Response:

@@ -227,6 +227,15 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "AI_CALL_NOT_FOUND",
+        404,
+        "No AI call with this call_id, or none awaiting confirmation under this session_id.",
+        "Use the call_id or session_id from the ai-call answer; a confirmation is "
+        "accepted only while the call is pending_confirm.",
+        example='{"action": "confirm", "session_id": "<session_id>", "answers": {}}',
+        spec=False,
+    ),
+    ErrorCode(
         "PAYLOAD_TOO_LARGE",
         413,
         "The request body is larger than this service accepts.",

@@ -7,17 +7,25 @@ import json
 import re
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 from openapi_spec_validator import validate
 from pydantic import BaseModel, ValidationError
 
-from satsgate.discovery.describe import search
+from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
 from satsgate.services import rates
-from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import (
+    Params,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+    sats_for_msat,
+)
+from satsgate.services.common import ServiceParams
 from satsgate.services.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
 from satsgate.services.rates import RateBook, Snapshot
 from satsgate.services.registry import SERVICES
@@ -84,20 +92,31 @@ async def test_describe_is_built_from_the_registry(
         assert doc["failure_codes"] == list(spec.failure_codes)
         assert doc["example"] == dict(spec.example)
         assert doc["available"] is spec.is_available(server.settings)
-        price = doc["pricing"]
-        assert re.fullmatch(r"flat|dynamic|per_[a-z]+", price["model"])
+        price, shape = doc["pricing"], spec.price_shape
+        assert (price["model"], price["unit"]) == (shape.model, shape.unit)
+        assert price["minSats"] == sats_for_msat(shape.minimum_msat()) >= 1
+        assert price.get("rateBy", []) == list(shape.rate_by)
+        assert price.get("btcPegged", False) is shape.btc_pegged
+        if shape.estimate is None:
+            assert "estimate" not in price
+        else:
+            assert price["estimate"] == f"{server.url}/api/estimate-cost?service={shape.estimate}"
         try:
-            example_sats: int | None = spec.quote_sats(
-                spec.params.model_validate(dict(spec.example))
-            )
+            params = spec.params.model_validate(dict(spec.example))
+            if isinstance(params, ServiceParams):
+                params.checked()
+            example_sats: int | None = spec.quote_sats(params)
         except (ValidationError, ApiError):
             example_sats = None  # placeholders in the example ("<base64 PDF>")
+        assert price["amountSats"] >= price["minSats"]
         if price["model"] == "flat":
-            assert price["unit"] == "per call"
-            assert isinstance(price["amountSats"], int) and price["amountSats"] >= 1
+            assert price["unit"] == "per call" and "amountFor" not in price
+            assert price["amountSats"] == price["minSats"]
             assert example_sats in (None, price["amountSats"])
+        elif example_sats is not None:
+            assert (price["amountFor"], price["amountSats"]) == ("example", example_sats)
         else:
-            assert price.get("amountSats") == example_sats
+            assert (price["amountFor"], price["amountSats"]) == ("minimum", price["minSats"])
 
     resp = await client.get("/api/l402/no-such-service")
     assert resp.status_code == 404
@@ -107,7 +126,7 @@ async def test_describe_is_built_from_the_registry(
 async def test_described_price_is_the_price_the_402_charges(client: httpx.AsyncClient) -> None:
     checked = 0
     for slug, doc in (await described(client)).items():
-        if not doc["available"] or "amountSats" not in doc["pricing"]:
+        if not doc["available"] or doc["pricing"].get("amountFor") == "minimum":
             continue
         resp = await client.post(f"/api/l402/{slug}", json=doc["example"])
         if resp.status_code == 400:  # an example with placeholders ("<base64 PDF>")
@@ -123,7 +142,8 @@ async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
     ref = await described(client)
-    amount = {slug: doc["pricing"].get("amountSats") for slug, doc in ref.items()}
+    price = {slug: doc["pricing"] for slug, doc in ref.items()}
+    amount = {slug: p["amountSats"] for slug, p in price.items()}
     endpoint = {slug: doc["endpoint"] for slug, doc in ref.items()}
     tool = {slug: doc["tool"] for slug, doc in ref.items()}
     slugs = list(ref)
@@ -139,19 +159,13 @@ async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
         (resource,) = entry["resources"]
         assert server.url + resource["path"] == endpoint[entry["name"]]
         assert resource["method"] == "POST"
-        pricing = resource["pricing"]
-        msat = pricing.get("price_msat", pricing.get("example_price_msat"))
-        assert msat == (None if amount[entry["name"]] is None else amount[entry["name"]] * MSAT)
-        if pricing["model"] == "fixed":
-            assert ref[entry["name"]]["pricing"]["model"] == "flat"
+        assert resource["pricing"] == l402_terms(price[entry["name"]])
 
     mpp = await get_json(client, "/.well-known/mpp")
     assert [e["id"] for e in mpp["endpoints"]] == slugs
     for entry in mpp["endpoints"]:
         assert entry["url"] == endpoint[entry["id"]]
-        assert entry.get("amount") == (
-            None if amount[entry["id"]] is None else str(amount[entry["id"]])
-        )
+        assert {k: entry[k] for k in MPP_TERMS} == mpp_terms(price[entry["id"]])
 
     mcp = await get_json(client, "/api/mcp/discovery")
     paid = {t["service"]: t for t in mcp["tools"] if t["paid"]}
@@ -176,6 +190,7 @@ async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
     found = await get_json(client, "/api/discover")
     assert [r["id"] for r in found["results"]] == slugs
     assert all(r["endpoint"] == endpoint[r["id"]] for r in found["results"])
+    assert all(r["pricing"] == price[r["id"]] for r in found["results"])
 
     openapi = await get_json(client, "/api/openapi.json")
     base = openapi["servers"][0]["url"]
@@ -184,15 +199,138 @@ async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
         operation = openapi["paths"][path]["post"]
         assert base + path == endpoint[slug]
         assert operation["operationId"] == tool[slug]
-        assert operation["x-payment-info"].get("amount") == (
-            None if amount[slug] is None else str(amount[slug])
-        )
+        info = operation["x-payment-info"]
+        assert {k: info[k] for k in MPP_TERMS} == mpp_terms(price[slug])
+        assert operation["x-l402-pricing"] == l402_terms(price[slug])
+        assert f"({price_text(price[slug])})" in operation["summary"]
 
     llms = (await client.get("/llms.txt")).text
     for slug in slugs:
-        (line,) = [ln for ln in llms.splitlines() if f"`POST {endpoint[slug]}`" in ln]
-        if amount[slug] is not None:
-            assert re.search(rf"\b{amount[slug]} sats?\b", line), line
+        (line,) = [
+            ln for ln in llms.splitlines()
+            if ln.startswith("- [") and f"`POST {endpoint[slug]}`" in ln
+        ]
+        assert f": {price_text(price[slug])}. " in line, line
+        assert re.search(rf"\b{amount[slug]} sats?\b", line), line
+        if price[slug]["model"] != "flat":
+            assert price[slug]["unit"] in line
+            assert re.search(rf"from {price[slug]['minSats']} sats?\b", line), line
+
+
+# The price terms every document carries, from the one description of each service.
+MPP_TERMS = ("pricingMode", "priceModel", "unit", "amount", "minAmount")
+
+
+def mpp_terms(price: dict[str, Any]) -> dict[str, str]:
+    return {
+        "pricingMode": "fixed" if price["model"] == "flat" else "dynamic",
+        "priceModel": price["model"],
+        "unit": price["unit"],
+        "amount": str(price["amountSats"]),
+        "minAmount": str(price["minSats"]),
+    }
+
+
+def l402_terms(price: dict[str, Any]) -> dict[str, Any]:
+    if price["model"] == "flat":
+        return {"model": "fixed", "price_msat": price["amountSats"] * MSAT}
+    terms = {
+        "model": "dynamic",
+        "shape": price["model"],
+        "unit": price["unit"],
+        "min_price_msat": price["minSats"] * MSAT,
+    }
+    if price["amountFor"] == "example":
+        terms["example_price_msat"] = price["amountSats"] * MSAT
+    return terms
+
+
+# Estimate queries for each service's example request, and for its cheapest request: the
+# estimate must quote what discovery reports (amountSats and minSats).
+EXAMPLE_ESTIMATES: dict[str, dict[str, str]] = {
+    "generate-image": {},
+    "translate-text": {"chars": "12", "targetLanguage": "es"},
+    "text-to-speech": {"chars": "20", "model": "33"},
+    "generate-music": {"seconds": "30"},
+    "generate-video": {"seconds": "5"},
+    "send-email": {"recipients": "1"},
+    "send-sms": {"to": "+14155550123"},
+    "call": {"to": "+14155550123", "minutes": "1"},
+    "ai-call": {"to": "+14155550123", "minutes": "3"},
+}
+MINIMUM_ESTIMATES: dict[str, dict[str, str]] = {
+    "generate-image": {"model": "standard"},
+    "extract-document": {"pages": "1"},
+    "extract-receipt": {"pages": "1"},
+    "translate-text": {"chars": "1"},
+    "translate-epub": {"chars": "1", "targetLanguage": "es"},
+    "text-to-speech": {"chars": "1", "model": "global"},
+    "transcribe-audio": {"minutes": "0.5"},
+    "transcribe-translate": {"minutes": "0.5"},
+    "epub-audiobook": {"chars": "1"},
+    "generate-music": {"seconds": "15"},
+    "generate-video": {"seconds": "3"},
+    "animate-image": {"seconds": "3"},
+    "send-email": {},
+    "send-sms": {"to": "+14155550123"},
+    "call": {"to": "+14155550123", "minutes": "1"},
+    "ai-call": {"to": "+14155550123", "minutes": "1"},
+}
+
+
+async def test_estimates_quote_what_discovery_reports(client: httpx.AsyncClient) -> None:
+    ref = await described(client)
+    estimated = {slug for slug, doc in ref.items() if "estimate" in doc["pricing"]}
+    flat = {slug for slug, doc in ref.items() if doc["pricing"]["model"] == "flat"}
+    assert estimated - flat == set(MINIMUM_ESTIMATES)
+    assert {s for s, doc in ref.items() if doc["pricing"].get("amountFor") == "example"} & (
+        estimated
+    ) == set(EXAMPLE_ESTIMATES)
+    for slug in estimated:
+        price = ref[slug]["pricing"]
+        cases = [(MINIMUM_ESTIMATES.get(slug, {}), price["minSats"])]
+        if slug in EXAMPLE_ESTIMATES:
+            cases.append((EXAMPLE_ESTIMATES[slug], price["amountSats"]))
+        for query, sats in cases:
+            resp = await client.get(f"{price['estimate']}&{urlencode(query)}")
+            assert resp.status_code == 200, (slug, resp.text)
+            quote = resp.json()
+            assert (quote["amountSats"], quote["unit"]) == (sats, price["unit"]), (slug, query)
+            assert resp.headers["X-Error-Code"] == "L402_ESTIMATE_ONLY"
+
+
+async def test_model_catalog_lists_the_prices_services_charge(client: httpx.AsyncClient) -> None:
+    """/api/l402/models against discovery: a model's listed price is what a call on it costs
+    on the first service that names it (flat price, tier price, or per-unit rate)."""
+    ref = await described(client)
+    models = {m["id"]: m for m in (await get_json(client, "/api/l402/models"))["models"]}
+    home: dict[int, str] = {}
+    for spec in SERVICES:
+        for model_id in spec.model_ids:
+            home.setdefault(model_id, spec.slug)
+    for model_id, slug in home.items():
+        listed, price = models[model_id], ref[slug]["pricing"]
+        tiers = {t["modelId"]: t["minSats"] for t in price.get("tiers", [])}
+        if model_id in KNOWN_CATALOG_CONFLICTS:
+            continue
+        if price["model"] == "flat":
+            expected: int | None = price["amountSats"]
+        elif model_id in tiers:
+            expected = tiers[model_id]
+            if listed["priceSats"] is None:  # a per-character tier: its minimum is in the note
+                assert f"minimum {expected} sats" in listed["priceNote"], model_id
+                continue
+        elif price["model"] in ("per_page", "per_pass"):
+            expected = price["minSats"]  # the listed price is the price of one unit
+        else:
+            expected = None
+        assert listed["priceSats"] == expected, (model_id, slug)
+        assert listed["pricing"] == ("dynamic" if expected is None else "fixed"), model_id
+
+
+# The spec's catalog lists studio TTS (3) at a flat 300 sats, while its text-to-speech rates
+# price the studio tier at about 5 characters per sat; satsgate charges the rate.
+KNOWN_CATALOG_CONFLICTS = {3: "studio TTS: catalog flat 300 vs about 5 chars/sat"}
 
 
 async def test_discovery_content_types_and_cors(client: httpx.AsyncClient) -> None:
@@ -432,7 +570,7 @@ async def test_example_prices_follow_the_btc_rate_book(client: httpx.AsyncClient
     for slug in moved:
         old, new = before[slug]["pricing"]["amountSats"], after[slug]["pricing"]["amountSats"]
         assert old < new <= 2 * old + 1, (slug, old, new)
-    assert all(before[s]["pricing"]["model"] != "flat" for s in moved)
+    assert all(before[s]["pricing"].get("btcPegged") for s in moved)
     assert manifest_after["services"] == list(after.values()) != manifest_before["services"]
     assert await described(client) == before  # the old rates, the old documents
 

@@ -22,7 +22,7 @@ from satsgate.services.base import (
     ServiceSpec,
     sats_for_msat,
 )
-from satsgate.services.pricing import translate_epub_msat
+from satsgate.services.pricing import audiobook_msat, translate_epub_msat
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay
 from tests.test_gateway import payment_count
@@ -431,6 +431,28 @@ async def test_translate_epub_is_quoted_from_character_count(server: ThreadedSer
     unsized = tool(server, mcp, "create_payment", toolName="translate_epub")
     assert unsized["error"]["code"] == -32602
     assert "Cannot price translate_epub" in unsized["error"]["message"]
+
+
+async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
+    server: ThreadedServer,
+) -> None:
+    # epub-audiobook's estimator is "audiobook": characterCount sizes it.
+    book = replace(BY_SLUG["epub-audiobook"], available=None)
+    mcp = McpServer(server.gate, services=(book,))
+    quoted = tool(
+        server, mcp, "create_payment", toolName="epub_to_audiobook", characterCount=66_000
+    )["result"]["structuredContent"]
+    assert quoted["quote"] == "estimate"
+    assert quoted["amountSats"] == sats_for_msat(audiobook_msat(33, 66_000)) == 2000
+    # generate-image's estimator ("image") takes none of the arguments given: the spec's
+    # own price of them (the better tier, a side over 1024) stands, not the default tier.
+    image = replace(BY_SLUG["generate-image"], available=None)
+    mcp = McpServer(server.gate, services=(image,))
+    arguments = {"prompt": "a cat", "modelId": "better", "width": 4096}  # over 2048
+    priced = tool(
+        server, mcp, "create_payment", toolName="generate_image", arguments=arguments
+    )["result"]["structuredContent"]
+    assert (priced["quote"], priced["amountSats"]) == ("estimate", 300)
 
 
 async def test_unavailable_service_is_listed_and_refuses_before_any_payment(

@@ -6,7 +6,8 @@ document with the same price and endpoint without any edit here.
 
 Routes (all GET, free)::
 
-    /api/l402/<slug>              one service (describe)
+    /api/l402/<slug>              one service (describe; ai-call with ?call_id= polls,
+                                  served by the app)
     /.well-known/l402-services    satsgate's service manifest
     /.well-known/l402[.json]      Lightning Labs L402 discovery manifest
     /.well-known/mpp, /payment    MPP (Payment scheme) discovery
@@ -44,7 +45,7 @@ from satsgate.mcp import MCP
 from satsgate.services import rates
 from satsgate.services.registry import SERVICES
 
-__all__ = ["DISCOVERY", "Discovery", "add_routes", "describe"]
+__all__ = ["DISCOVERY", "Discovery", "add_routes", "describe", "service_description"]
 
 # Discovery documents carry no secrets: any origin may read them (the L402
 # discovery draft asks for this so browser agents can use them).
@@ -159,8 +160,12 @@ async def _languages(d: Discovery, c: Catalog, app: web.Application) -> Any:
 
 
 async def describe_service(request: web.Request) -> web.Response:
-    slug = request.match_info["slug"]
-    service = request.app[DISCOVERY].catalog.by_slug.get(slug)
+    return service_description(request.app, request.match_info["slug"])
+
+
+def service_description(app: web.Application, slug: str) -> web.Response:
+    """The answer of ``GET /api/l402/<slug>``: the service as :func:`describe` gives it."""
+    service = app[DISCOVERY].catalog.by_slug.get(slug)
     if service is None:
         raise ApiError("NOT_FOUND", f"No service {slug!r}.")
     return _respond(dumps(service).encode())

@@ -1,89 +1,88 @@
 """One service, described: the single function every discovery document is built from.
 
-A service's price comes from its own ``price_msat``, so a new ServiceSpec shows
-up with a price here without any edit:
+A service's price shape is what its ServiceSpec declares (``price_shape``: model,
+unit, minimum, what sets the rate, the estimator that quotes it), so every
+document reports the same shape, and its amounts come from the same numbers:
 
-- ``flat`` when ``price_msat`` never looks at the request (it is called with a
-  stand-in that raises on any use), and ``amountSats`` is that price;
-- otherwise the unit of its ``/api/estimate-cost`` estimator when one has the
-  service's slug (``per_character``, ``per_second``, ...), else ``dynamic``;
-  ``amountSats`` is then the price of the service's own example, when the
-  example validates and prices. The 402 quote of a request is its price.
+- ``minSats``: the least any call is charged now (whole sats, rounded up);
+- ``amountSats``: for ``flat``, the price of every call; otherwise the price of
+  the service's own example request (``amountFor: "example"``), or, when the
+  example carries placeholders that cannot be priced ("<base64 PDF>"), the
+  minimum (``amountFor: "minimum"``).
+
+The 402 quote of a request is its price.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from pydantic import ValidationError
 
 from satsgate.config import Settings
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, sats_for_msat
-from satsgate.services.pricing import ESTIMATORS
+from satsgate.services.common import ServiceParams
 
 AnySpec = ServiceSpec[Any]
-
-
-def _model_of(unit: str) -> str:
-    """'per started minute' -> 'per_minute'; a price per request or per call that still
-    depends on the request is 'dynamic'."""
-    words = unit.split()
-    if len(words) >= 2 and words[0] == "per" and words[-1] not in ("call", "request"):
-        return f"per_{words[-1]}"
-    return "dynamic"
 
 
 def endpoint(spec: AnySpec, base_url: str) -> str:
     return f"{base_url}/api/l402/{spec.slug}"
 
 
-class _RequestStandIn:
-    """Passed to ``price_msat`` in place of params: any use of it raises."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(name)
-
-
-def flat_price_msat(spec: AnySpec) -> int | None:
-    """The price when it does not depend on the request, else None."""
-    try:
-        return spec.price_msat(cast(Any, _RequestStandIn()))
-    except Exception:  # the price reads the request (or cannot be had without one)
-        return None
+def estimate_url(estimate: str, base_url: str) -> str:
+    return f"{base_url}/api/estimate-cost?service={estimate}"
 
 
 def example_price_msat(spec: AnySpec) -> int | None:
-    """The price of the service's own example request, or None when it cannot be computed."""
+    """The price of the service's own example request, or None when it cannot be priced."""
     try:
         params = spec.params.model_validate(dict(spec.example))
+        if isinstance(params, ServiceParams):
+            params.checked()  # the file checks the gate runs before pricing
         return spec.price_msat(params)
-    except (ValidationError, ApiError, ValueError, LookupError, ArithmeticError, TypeError):
-        # An example that does not validate (placeholders such as "<base64 PDF>")
-        # or a price that needs more than the example gives has no example price.
+    except (ValidationError, ApiError):
+        # An example with placeholders ("<base64 PDF>") is refused like any bad request.
         return None
 
 
 def pricing(spec: AnySpec, base_url: str) -> dict[str, Any]:
-    """{model, unit, currency, amountSats?, amountFor?, estimate?}."""
-    amount_msat = flat_price_msat(spec)
-    if amount_msat is not None:
-        model, unit = "flat", "per call"
+    """{model, unit, currency, minSats, amountSats, amountFor?, baseSats?, rateBy?, tiers?,
+    btcPegged?, note?, estimate?} from the spec's declared price shape."""
+    shape = spec.price_shape
+    min_sats = sats_for_msat(shape.minimum_msat())
+    doc: dict[str, Any] = {
+        "model": shape.model,
+        "unit": shape.unit,
+        "currency": "sat",
+        "minSats": min_sats,
+    }
+    if shape.model == "flat":
+        doc["amountSats"] = min_sats
     else:
-        estimator = ESTIMATORS.get(spec.slug)
-        unit = estimator.unit if estimator is not None else "per request"
-        model = _model_of(unit)
-        amount_msat = example_price_msat(spec)
-    doc: dict[str, Any] = {"model": model, "unit": unit, "currency": "sat"}
-    if amount_msat is not None:
         # Invoices are whole sats, rounded up: this is what such a call is charged.
-        doc["amountSats"] = sats_for_msat(amount_msat)
-        if model != "flat":
-            doc["amountFor"] = "example"
-    if spec.slug in ESTIMATORS:
-        doc["estimate"] = f"{base_url}/api/estimate-cost?service={spec.slug}"
+        example_msat = example_price_msat(spec)
+        if example_msat is not None:
+            doc["amountSats"], doc["amountFor"] = sats_for_msat(example_msat), "example"
+        else:
+            doc["amountSats"], doc["amountFor"] = min_sats, "minimum"
+    if shape.base_sats:
+        doc["baseSats"] = shape.base_sats
+    if shape.rate_by:
+        doc["rateBy"] = list(shape.rate_by)
+    if shape.tier_min_sats:
+        doc["tiers"] = [
+            {"modelId": model_id, "minSats": sats} for model_id, sats in shape.tier_min_sats.items()
+        ]
+    if shape.btc_pegged:
+        doc["btcPegged"] = True
+    if shape.note:
+        doc["note"] = shape.note
+    if shape.estimate is not None:
+        doc["estimate"] = estimate_url(shape.estimate, base_url)
     return doc
 
 
@@ -92,14 +91,18 @@ def _sats(amount: int) -> str:
 
 
 def price_text(price: dict[str, Any]) -> str:
-    """One line for people and models: '5 sats per call', 'per second (example request: ...)'."""
-    amount = price.get("amountSats")
-    if price["model"] == "flat" and amount is not None:
+    """One line for people and models: '5 sats per call', 'per message by destination, from
+    15 sats (example request: 15 sats); the 402 quote is the price'."""
+    amount = price["amountSats"]
+    if price["model"] == "flat":
         return f"{_sats(amount)} per call"
     shape = "priced per request" if price["model"] == "dynamic" else price["unit"]
-    if amount is None:
-        return f"{shape}; the 402 quote is the price"
-    return f"{shape} (example request: {_sats(amount)}); the 402 quote is the price"
+    if price.get("rateBy"):
+        shape += " by " + " and ".join(factor.replace("_", " ") for factor in price["rateBy"])
+    text = f"{shape}, from {_sats(price['minSats'])}"
+    if price.get("amountFor") == "example":
+        text += f" (example request: {_sats(amount)})"
+    return f"{text}; the 402 quote is the price"
 
 
 def describe(spec: AnySpec, settings: Settings) -> dict[str, Any]:

@@ -9,7 +9,8 @@ them, so satsgate's extra fields are additive):
   L402 discovery manifest (lightninglabs/L402 ``discovery-spec.md``, version
   "1.0"): provider, currencies ["msat"], macaroon_versions [0],
   payment_methods ["bolt11"], services[].resources[].pricing with model
-  ``fixed`` (price_msat) or ``dynamic``, and the caveat vocabulary satsgate
+  ``fixed`` (price_msat) or ``dynamic`` (with satsgate's shape, unit,
+  min_price_msat and example_price_msat), and the caveat vocabulary satsgate
   mints. No ``quote_endpoint``: the free 402 of the request itself is the quote
   (it carries the exact price, macaroon and invoice and charges nothing).
 - ``/.well-known/mpp`` (and ``/.well-known/payment``): the Payment scheme's
@@ -143,19 +144,36 @@ def l402_services(catalog: Catalog) -> dict[str, Any]:
 
 def pricing_mode(service: dict[str, Any]) -> str:
     """'fixed' when one amount is the price of every call, else 'dynamic' (MPP and L402 terms)."""
-    price = service["pricing"]
-    return "fixed" if price["model"] == "flat" and "amountSats" in price else "dynamic"
+    return "fixed" if service["pricing"]["model"] == "flat" else "dynamic"
 
 
 def l402_pricing(service: dict[str, Any]) -> dict[str, Any]:
-    """The L402 discovery pricing object: fixed with price_msat, or dynamic."""
+    """The L402 discovery pricing object: fixed with price_msat, or dynamic with the shape."""
     price = service["pricing"]
     if pricing_mode(service) == "fixed":
         return {"model": "fixed", "price_msat": price["amountSats"] * 1000}
-    doc: dict[str, Any] = {"model": "dynamic", "unit": price["unit"]}
-    if "amountSats" in price:
+    doc: dict[str, Any] = {
+        "model": "dynamic",
+        "shape": price["model"],
+        "unit": price["unit"],
+        "min_price_msat": price["minSats"] * 1000,
+    }
+    if price.get("amountFor") == "example":
         doc["example_price_msat"] = price["amountSats"] * 1000
     return doc
+
+
+def payment_terms(service: dict[str, Any]) -> dict[str, Any]:
+    """The price in MPP terms (decimal strings in sats), for /.well-known/mpp and the
+    OpenAPI x-payment-info: the amount of a fixed price, else an example and the minimum."""
+    price = service["pricing"]
+    return {
+        "pricingMode": pricing_mode(service),
+        "priceModel": price["model"],
+        "unit": price["unit"],
+        "amount": str(price["amountSats"]),
+        "minAmount": str(price["minSats"]),
+    }
 
 
 def l402_manifest(catalog: Catalog, node_pubkey: str) -> dict[str, Any]:
@@ -203,22 +221,19 @@ def mpp_document(catalog: Catalog) -> dict[str, Any]:
     """/.well-known/mpp: the Payment scheme's well-known document, plus the priced endpoints."""
     endpoints = []
     for service in catalog.services:
-        price = service["pricing"]
-        entry: dict[str, Any] = {
-            "id": service["id"],
-            "path": f"/api/l402/{service['id']}",
-            "url": service["endpoint"],
-            "method": "POST",
-            "intent": "charge",
-            "paymentMethod": "lightning",
-            "currency": "sat",
-            "pricingMode": pricing_mode(service),
-            "description": service["description"],
-        }
-        if "amountSats" in price:
-            # MPP amounts are decimal strings in the challenge's unit (sats).
-            entry["amount"] = str(price["amountSats"])
-        endpoints.append(entry)
+        endpoints.append(
+            {
+                "id": service["id"],
+                "path": f"/api/l402/{service['id']}",
+                "url": service["endpoint"],
+                "method": "POST",
+                "intent": "charge",
+                "paymentMethod": "lightning",
+                "currency": "sat",
+                **payment_terms(service),
+                "description": service["description"],
+            }
+        )
     return {
         "version": MPP_DISCOVERY_VERSION,
         "realm": catalog.realm,

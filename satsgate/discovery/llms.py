@@ -6,6 +6,7 @@ from satsgate.discovery.describe import price_text
 from satsgate.discovery.documents import HTTP_FLOW, MCP_FLOW, NAME, SUMMARY, Catalog
 from satsgate.errors import CATALOG_VERSION, CODES
 from satsgate.mcp import MCP_PATH
+from satsgate.services.comms import AI_CALL
 
 
 def llms_txt(catalog: Catalog) -> str:
@@ -60,6 +61,7 @@ def llms_txt(catalog: Catalog) -> str:
         f"[MCP server card]({url('/.well-known/mcp')}), "
         f"[MCP tools]({url('/api/mcp/discovery')}), "
         f"[A2A agent card]({url('/.well-known/agent-card.json')}).",
+        *_ai_call_free_forms(catalog),
         "",
         "## Errors",
         "",
@@ -79,3 +81,19 @@ def llms_txt(catalog: Catalog) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _ai_call_free_forms(catalog: Catalog) -> list[str]:
+    """The AI call's confirmation and poll: free, on the paid call's own path."""
+    service = catalog.by_slug.get(AI_CALL.slug)
+    if service is None:
+        return []
+    endpoint = service["endpoint"]
+    note = "" if service["available"] else " Not configured on this node."
+    return [
+        f'- AI call, free: `POST {endpoint}` with `{{"action": "confirm", '
+        '"session_id": "...", "answers": {...}}` lets a `pending_confirm` call proceed on '
+        "its original payment (MCP tool `confirm_ai_call`); "
+        f"`GET {endpoint}?call_id=<call_id>` polls a call (transcript, results, refund "
+        f"status).{note}"
+    ]

@@ -12,7 +12,9 @@ Payment metadata rides on each paid operation in the two draft vocabularies:
 (lightninglabs/L402 discovery-spec.md Section 8).
 
 Free endpoints are documented only when the route is registered, so the
-document never lists a path the server does not answer.
+document never lists a path the server does not answer. The ai-call path also
+carries its free forms (services.ai_calls): the confirmation body as an
+alternative request body of its POST, and the poll (``call_id``) on its GET.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from satsgate.discovery.describe import price_text
@@ -31,11 +34,12 @@ from satsgate.discovery.documents import (
     Catalog,
     l402_pricing,
     links,
-    pricing_mode,
+    payment_terms,
     security_schemes,
 )
 from satsgate.errors import CATALOG_VERSION, CODES
 from satsgate.services.catalog import CATEGORIES
+from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
 from satsgate.services.pricing import ESTIMATORS
 
 OPENAPI_VERSION = "3.1.0"
@@ -162,6 +166,24 @@ def _components_schemas() -> dict[str, Any]:
             },
             "additionalProperties": True,
         },
+        "AiCallRecord": {
+            "type": "object",
+            "description": "An AI call: { success, call_id, status, poll_url } and, by "
+            "polling, transcript, results and refund status. status includes "
+            "pending_confirm (then questions holds the clarification questions).",
+            "required": ["success", "call_id", "status", "poll_url"],
+            "properties": {
+                "success": {"type": "boolean"},
+                "call_id": {"type": "string"},
+                "status": {"type": "string"},
+                "poll_url": {"type": "string"},
+                "questions": {"type": "array", "items": {"type": "string"}},
+                "transcript": {"type": "string"},
+                "results": {"type": "object"},
+                "refund_status": {"type": "string"},
+            },
+            "additionalProperties": True,
+        },
         "ServiceDescription": {
             "type": "object",
             "required": ["id", "name", "endpoint", "method", "pricing", "input_schema"],
@@ -207,11 +229,9 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
         "intent": "charge",
         "method": "lightning",
         "currency": "sat",
-        "pricingMode": pricing_mode(service),
+        **payment_terms(service),
         "protocols": ["L402", "MPP"],
     }
-    if "amountSats" in price:
-        payment_info["amount"] = str(price["amountSats"])
     body: dict[str, Any] = {"schema": body_schema}
     if spec.example:
         body["example"] = dict(spec.example)
@@ -407,11 +427,81 @@ def _free_endpoints() -> dict[str, dict[str, Any]]:
     }
 
 
+_AI_CALL_PATH = f"/api/l402/{AI_CALL.slug}"
+_AI_CALL_FREE_CODES = ("L402_INVALID_PARAMS", "AI_CALL_NOT_FOUND", "SERVICE_UNAVAILABLE")
+
+
+def _add_ai_call_confirmation(
+    post: dict[str, Any], schemas: dict[str, Any], confirm_schema: dict[str, Any]
+) -> None:
+    """The POST of ai-call also takes ``{action: 'confirm', session_id, answers?}``."""
+    body = post["requestBody"]["content"]["application/json"]
+    schemas["AiCallRequest"] = {
+        "description": "The paid call, or the free confirmation of a pending_confirm call.",
+        "oneOf": [body["schema"], confirm_schema],
+    }
+    body["schema"] = _ref("AiCallRequest")
+    post["description"] += (
+        "\n\nConfirmation (free): the body {action: 'confirm', session_id, answers?} lets a "
+        "call that answered status pending_confirm proceed on its original payment. It needs "
+        "no Authorization and never answers 402: 200 with { success, call_id, status, "
+        "poll_url }, or AI_CALL_NOT_FOUND (404) when no call awaits confirmation under "
+        "session_id. MCP: confirm_ai_call."
+    )
+    codes = list(dict.fromkeys([*post["x-error-codes"], *_AI_CALL_FREE_CODES]))
+    post["x-error-codes"] = codes
+    post["responses"].update(_error_responses(codes))
+
+
+def _describe_or_poll_ai_call(describe: dict[str, Any], available: bool) -> dict[str, Any]:
+    """The GET of ai-call: the description, or with ``call_id`` the free poll of a call."""
+    call_id = _query_schema(AiCallPollParams.model_json_schema()["properties"]["call_id"])
+    unavailable = "" if available else " Not configured on this node: polling answers 503."
+    return {
+        **describe,
+        "summary": f"Describe {AI_CALL.title}, or poll one call with call_id (free)",
+        "description": "Without call_id: the service description. With call_id: the call's "
+        "record (transcript, results and refund status when the call has them), free of "
+        "charge; x-available is whether polling works on this node." + unavailable,
+        "parameters": [
+            _query("call_id", call_id, "The call_id returned when the call was placed.")
+        ],
+        "responses": {
+            "200": {
+                "description": "The service description, or with call_id the call record.",
+                "content": _json_content(
+                    {"oneOf": [_ref("ServiceDescription"), _ref("AiCallRecord")]}
+                ),
+            },
+            **_error_responses([*_AI_CALL_FREE_CODES, "INTERNAL_ERROR"]),
+        },
+        "x-available": available,
+    }
+
+
+def _add_ai_call_forms(
+    paths: dict[str, Any],
+    schemas: dict[str, Any],
+    routes: Collection[tuple[str, str]],
+    confirm_schema: dict[str, Any],
+    available: bool,
+) -> None:
+    """Document the free forms on the ai-call path, each only where its route exists."""
+    item = paths.get(_AI_CALL_PATH)
+    if item is None:
+        return
+    if ("POST", _AI_CALL_PATH) in routes:
+        _add_ai_call_confirmation(item["post"], schemas, confirm_schema)
+    if ("GET", _AI_CALL_PATH) in routes and "get" in item:
+        item["get"] = _describe_or_poll_ai_call(item["get"], available)
+
+
 def openapi_document(
     catalog: Catalog, routes: Collection[tuple[str, str]], node_pubkey: str
 ) -> dict[str, Any]:
     """The document; ``routes`` is the (METHOD, path) set the server answers."""
-    unique_models = list(dict.fromkeys(spec.params for spec in catalog.specs))
+    models: list[type[BaseModel]] = [*(spec.params for spec in catalog.specs), AiCallConfirmParams]
+    unique_models = list(dict.fromkeys(models))
     refs, defs = models_json_schema(
         [(model, "validation") for model in unique_models], ref_template=_REF + "{model}"
     )
@@ -429,6 +519,10 @@ def openapi_document(
     for path, operation in _free_endpoints().items():
         if ("GET", path) in routes:
             paths[path] = {"get": operation}
+    ai_call = catalog.by_slug.get(AI_CALL.slug)
+    if ai_call is not None:
+        confirm_schema = refs[(AiCallConfirmParams, "validation")]
+        _add_ai_call_forms(paths, schemas, routes, confirm_schema, bool(ai_call["available"]))
 
     categories = sorted({spec.category for spec in catalog.specs})
     return {

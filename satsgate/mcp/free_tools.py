@@ -1,4 +1,5 @@
-"""Free tools: model catalog, job status and results, await_result, planned services.
+"""Free tools: model catalog, job status and results, await_result, planned services,
+and confirm_ai_call (the AI-call confirmation, shared with HTTP in services.ai_calls).
 
 ``await_result`` waits and streams ``notifications/progress`` only when the
 response can be an SSE stream and the request carries ``_meta.progressToken``;
@@ -16,7 +17,9 @@ from satsgate.errors import ApiError
 from satsgate.jobs import JOB_TYPES, status_body
 from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
+from satsgate.services import ai_calls
 from satsgate.services.catalog import CATEGORIES, MODELS_BY_ID, list_models_document
+from satsgate.services.comms import AiCallAnswers, AiCallId
 from satsgate.store import Job, JobStatus
 
 # The spec: await_result waits about 4 minutes per call.
@@ -72,6 +75,15 @@ class JobResultArgs(JobArgs):
 
 class NoArgs(_Strict):
     model_config = ConfigDict(title="no arguments")
+
+
+class ConfirmAiCallArgs(_Strict):
+    model_config = ConfigDict(title="confirm_ai_call arguments")
+
+    sessionId: AiCallId = Field(description="The session_id of the pending_confirm answer.")
+    answers: AiCallAnswers | None = Field(
+        None, description="Answers to the clarification questions, by question (at most 50)."
+    )
 
 
 # -- models ---------------------------------------------------------------------------------
@@ -209,3 +221,16 @@ async def list_planned_services(env: ToolEnv, args: NoArgs, ctx: CallContext) ->
     services = [dict(s) for s in await env.planned.planned_services()]
     services.sort(key=lambda s: -int(s.get("votes") or 0))
     return results.success({"services": services})
+
+
+# -- AI calls -------------------------------------------------------------------------------
+
+
+async def confirm_ai_call(
+    env: ToolEnv, args: ConfirmAiCallArgs, ctx: CallContext
+) -> dict[str, Any]:
+    settings = env.gate.settings
+    record = await ai_calls.confirm(
+        settings, ai_calls.records_for(settings), args.sessionId, args.answers
+    )
+    return results.success(record)

@@ -210,12 +210,14 @@ def _estimate(
 def _estimate_from_sizing_hints(
     spec: AnySpec, candidate: dict[str, Any], args: CreatePaymentArgs
 ) -> tuple[int, str] | None:
-    """The /api/estimate-cost estimator of this service (same id as the slug), if any:
-    characterCount (or the prompt's length) is its ``chars``, targetLanguage its target."""
-    estimator = ESTIMATORS.get(spec.slug)
-    if estimator is None:
+    """The /api/estimate-cost estimator the service's price shape names, when the hints
+    size it: characterCount (or the prompt's length) is its ``chars``, targetLanguage its
+    target, and any of its own parameters given counts. Hints that name none of them are
+    better priced by the spec itself (an estimator's defaults would stand in for them)."""
+    estimate_id = spec.price_shape.estimate
+    if estimate_id is None:
         return None
-    fields = estimator.params.model_fields
+    fields = ESTIMATORS[estimate_id].params.model_fields
     hints = dict(candidate)
     if "chars" in fields and "chars" not in hints:
         if args.characterCount is not None:
@@ -224,8 +226,10 @@ def _estimate_from_sizing_hints(
             hints["chars"] = len(args.prompt)
     if args.targetLanguage is not None and "targetLanguage" in fields:
         hints.setdefault("targetLanguage", args.targetLanguage)
+    if not fields.keys() & hints.keys():
+        return None
     try:
-        quoted = estimate(spec.slug, hints)
+        quoted = estimate(estimate_id, hints)
     except ApiError:
         return None  # the hints do not size this service; try the spec's own price
     canonical = json.dumps(quoted["params"], sort_keys=True, separators=(",", ":"), default=str)

@@ -119,6 +119,18 @@ FREE_TOOLS: tuple[FreeTool, ...] = (
         free_tools.NoArgs,
         free_tools.list_planned_services,
     ),
+    FreeTool(
+        "confirm_ai_call",
+        "Confirm an AI call",
+        "Let an ai_call that answered status pending_confirm (with clarification questions) "
+        "proceed: sessionId from that answer, optional answers by question. Uses the call's "
+        "original payment: free, no new payment. Returns { success, call_id, status, "
+        "poll_url }. Unknown or already confirmed session: AI_CALL_NOT_FOUND; a node "
+        "without the AI-call engine: SERVICE_UNAVAILABLE.",
+        free_tools.ConfirmAiCallArgs,
+        free_tools.confirm_ai_call,
+        read_only=False,
+    ),
 )
 FREE_BY_NAME: dict[str, FreeTool] = {t.name: t for t in FREE_TOOLS}
 

@@ -71,6 +71,70 @@ class ServiceContext:
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
 Validator = Callable[[P], Awaitable[None]]
 
+# What the price of one call is counted in. ``per_tier``: one price per model (and output
+# size); ``per_destination``: one price per message by the destination country;
+# ``dynamic``: no unit describes it (the shape's note says why).
+PriceModel = Literal[
+    "flat",
+    "per_tier",
+    "per_character",
+    "per_second",
+    "per_minute",
+    "per_page",
+    "per_pass",
+    "per_recipient",
+    "per_destination",
+    "dynamic",
+]
+# What sets the rate of a per-unit price besides the quantity.
+RateFactor = Literal["tier", "resolution", "destination", "target_language", "translation"]
+
+
+@dataclass(frozen=True)
+class PriceShape:
+    """How a service's price follows its request, as discovery reports it.
+
+    ``ServiceSpec.price_msat`` is the price; this describes it, and the registry
+    tests hold the two together: a flat shape's price never looks at the request,
+    no valid request prices below the minimum, and ``estimate`` names the
+    ``/api/estimate-cost`` id whose unit is this unit.
+    """
+
+    model: PriceModel
+    unit: str  # "per call", "per page", "per started minute", ...
+    # The least any valid call is charged, in msat; a function of the BTC rate book for
+    # a minimum that moves with it (the cheapest destination of a BTC-pegged rate).
+    min_msat: int | Callable[[], int]
+    base_sats: int = 0  # fixed part of every price, before the per-unit part
+    rate_by: tuple[RateFactor, ...] = ()
+    # The least a call on each model costs, for prices set by the model (``per_tier``).
+    tier_min_sats: Mapping[int, int] = field(default_factory=dict)
+    btc_pegged: bool = False  # the per-unit rate follows the hourly BTC rate book
+    estimate: str | None = None  # id of the /api/estimate-cost estimator that quotes it
+    note: str = ""  # what the unit does not say; for ``dynamic``, why there is no unit
+
+    def __post_init__(self) -> None:
+        if self.model == "dynamic" and not self.note:
+            raise ValueError("a dynamic price shape needs a note saying why")
+        if (self.model == "flat") != (self.unit == "per call"):
+            raise ValueError("'per call' is the unit of flat prices only")
+
+    @classmethod
+    def flat(cls, sats: int, *, estimate: str | None = None) -> PriceShape:
+        """One price for every call."""
+        return cls("flat", "per call", sats * 1000, estimate=estimate)
+
+    def minimum_msat(self) -> int:
+        """The least any valid call is charged now, in msat."""
+        return self.min_msat() if callable(self.min_msat) else self.min_msat
+
+
+# The shape of a ServiceSpec that declares none: every registered service declares one
+# (tests/test_services_registry.py), so this shows up only for ad-hoc specs.
+UNDESCRIBED_PRICE = PriceShape(
+    "dynamic", "per request", 1000, note="the service declares no price shape"
+)
+
 
 @dataclass(frozen=True)
 class ServiceSpec(Generic[P]):
@@ -85,6 +149,8 @@ class ServiceSpec(Generic[P]):
     # Price of one call in msat. The gate rounds up to whole sats for the invoice.
     price_msat: Callable[[P], int]
     handler: Handler[P]
+    # How price_msat follows the request (model, unit, minimum), for discovery.
+    price_shape: PriceShape = UNDESCRIBED_PRICE
     mode: Literal["sync", "job"] = "sync"
     job_type: str | None = None
     untrusted_output: bool = False

@@ -10,11 +10,11 @@ The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from satsgate.services.base import Params, ServiceSpec
+from satsgate.services.base import Params, PriceShape, ServiceSpec
 from satsgate.services.common import (
     CallbackFields,
     InvalidField,
@@ -31,11 +31,16 @@ from satsgate.services.common import (
 )
 from satsgate.services.media import MediaError, pdf_pages
 from satsgate.services.pricing import (
+    AI_CALL_MIN_SATS,
     FLAT_SATS,
     MSAT,
+    ai_call_min_msat,
     ai_call_msat,
+    call_min_msat,
     call_msat,
+    sms_min_msat,
     sms_msat,
+    voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
@@ -129,6 +134,9 @@ SEND_EMAIL = ServiceSpec(
     params=SendEmailParams,
     price_msat=lambda p: FLAT_SATS["email"] * MSAT * len(p.recipients),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
+    ),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
@@ -159,6 +167,11 @@ SEND_SMS = ServiceSpec(
     params=SendSmsParams,
     price_msat=lambda p: sms_msat(p.phone_number),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_destination", "per message", sms_min_msat, rate_by=("destination",),
+        btc_pegged=True, estimate="sms",
+        note="One price per destination country (E.164 prefix); the minimum is the cheapest.",
+    ),
     model_ids=(20,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=16 * 1024,
@@ -199,6 +212,11 @@ CALL = ServiceSpec(
     params=CallParams,
     price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_minute", "per minute", call_min_msat, rate_by=("destination",), btc_pegged=True,
+        estimate="call",
+        note="duration_minutes (1 to 10) at the destination country's rate per minute.",
+    ),
     model_ids=(20,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=32 * 1024,
@@ -265,15 +283,40 @@ class AiCallParams(ServiceParams):
         return _single_line(value)
 
 
-class AiCallConfirmParams(Params):
-    """The free confirmation of a ``pending_confirm`` call (no new payment): for the
-    confirm_ai_call tool and ``{action: 'confirm'}`` bodies."""
+# The telephony engine's ids (call_id, session_id) are opaque to satsgate: visible ASCII,
+# bounded so a lookup never carries an unbounded or multi-line key.
+AiCallId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[!-~]+$")]
+# Answers to a pending_confirm call's clarification questions: short scalars by question.
+AiCallAnswer = (
+    Annotated[str, StringConstraints(max_length=1000)]
+    | bool
+    | Annotated[int, Field(ge=-(10**15), le=10**15)]
+    | Annotated[float, Field(allow_inf_nan=False)]
+)
+AiCallAnswers = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1, max_length=100)], AiCallAnswer],
+    Field(max_length=50),
+]
 
-    action: Literal["confirm"] = "confirm"
-    session_id: str = Field(
-        min_length=1, max_length=128, validation_alias=alias("session_id", "sessionId")
+
+class AiCallConfirmParams(Params):
+    """The HTTP body ``{action: 'confirm', session_id, answers?}`` that confirms a
+    ``pending_confirm`` call on its original payment (free, no invoice)."""
+
+    action: Literal["confirm"]
+    session_id: AiCallId = Field(
+        validation_alias=alias("session_id", "sessionId"),
+        description="The session_id of the pending_confirm answer.",
     )
-    answers: dict[str, str] | None = Field(None, max_length=50)
+    answers: AiCallAnswers | None = Field(
+        None, description="Answers to the clarification questions, by question (at most 50)."
+    )
+
+
+class AiCallPollParams(Params):
+    """The query of the free poll ``GET /api/l402/ai-call?call_id=<call_id>``."""
+
+    call_id: AiCallId = Field(description="The call_id returned when the call was placed.")
 
 
 AI_CALL = ServiceSpec(
@@ -287,6 +330,12 @@ AI_CALL = ServiceSpec(
     params=AiCallParams,
     price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_minute", "per minute", ai_call_min_msat, rate_by=("destination",),
+        btc_pegged=True, estimate="ai-call",
+        note="A deposit of duration_minutes (1 to 10) at the destination's rate per minute "
+        f"(telephony plus AI), minimum {AI_CALL_MIN_SATS}; unused minutes are refunded.",
+    ),
     model_ids=(20,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD"),
     max_body_bytes=64 * 1024,
@@ -338,6 +387,7 @@ SEND_FAX = ServiceSpec(
     params=SendFaxParams,
     price_msat=lambda _p: FLAT_SATS["fax-send"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["fax-send"], estimate="fax-send"),
     model_ids=(44,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(FAX_MAX_BYTES),
@@ -381,6 +431,7 @@ RECEIVE_FAX = ServiceSpec(
     params=ReceiveFaxParams,
     price_msat=lambda _p: FLAT_SATS["fax-receive"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["fax-receive"], estimate="fax-receive"),
     model_ids=(45,),
     failure_codes=("SERVICE_ERROR",),
     max_body_bytes=16 * 1024,
@@ -432,6 +483,12 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     params=VoiceBridgeOpenParams,
     price_msat=lambda p: p.durationMinutes * p.per_minute_msat,
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_minute", "per minute", voice_bridge_min_msat, rate_by=("destination",),
+        btc_pegged=True,
+        note="A deposit of durationMinutes (1 to 60) at the destination's rate per minute; "
+        "the elapsed time is billed and the rest refunded.",
+    ),
     model_ids=(20,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=16 * 1024,

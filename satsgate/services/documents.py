@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from satsgate.errors import ApiError
-from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.encoding import BadBase64, decode_base64_file
 from satsgate.services.engines import cards, pdf
 from satsgate.services.pricing import FLAT_SATS, MSAT
@@ -132,6 +132,7 @@ RENDER_CARD = ServiceSpec(
     params=RenderCardParams,
     price_msat=lambda _p: FLAT_SATS["render-card"] * MSAT,
     handler=render_card,
+    price_shape=PriceShape.flat(FLAT_SATS["render-card"], estimate="render-card"),
     model_ids=(53,),
     failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
     max_body_bytes=64 * 1024,
@@ -188,6 +189,7 @@ HTML_TO_PDF = ServiceSpec(
     params=HtmlToPdfParams,
     price_msat=lambda _p: FLAT_SATS["html-to-pdf"] * MSAT,
     handler=html_to_pdf,
+    price_shape=PriceShape.flat(FLAT_SATS["html-to-pdf"], estimate="html-to-pdf"),
     model_ids=(29,),
     max_body_bytes=8 * 1024 * 1024,
     example={"markdown": "# Invoice\n\nThank you."},
@@ -239,6 +241,7 @@ MERGE_PDF = ServiceSpec(
     params=MergePdfParams,
     price_msat=lambda _p: FLAT_SATS["merge-pdf"] * MSAT,
     handler=merge_pdf,
+    price_shape=PriceShape.flat(FLAT_SATS["merge-pdf"]),
     model_ids=(13,),
     max_body_bytes=MAX_MERGE_DOCUMENTS * MAX_PDF_BYTES * 4 // 3 + 4096,
     prevalidate=_check_pdfs,

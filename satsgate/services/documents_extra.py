@@ -16,7 +16,7 @@ from PIL import Image
 from pydantic import Field, field_validator, model_validator
 from pypdf import PdfReader
 
-from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import (
     InvalidField,
     MiB,
@@ -97,6 +97,10 @@ EXTRACT_DOCUMENT = ServiceSpec(
     params=ExtractDocumentParams,
     price_msat=lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_page", "per page", PER_PAGE_SATS["ocr"] * MSAT, estimate="ocr",
+        note="A PDF is counted by its pages, an image is one page.",
+    ),
     untrusted_output=True,
     model_ids=(27,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -116,6 +120,10 @@ EXTRACT_RECEIPT = ServiceSpec(
     params=ExtractReceiptParams,
     price_msat=lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_page", "per page", PER_PAGE_SATS["receipt-ocr"] * MSAT, estimate="receipt-ocr",
+        note="A PDF is counted by its pages, an image is one page.",
+    ),
     untrusted_output=True,
     model_ids=(30,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -268,6 +276,7 @@ CONVERT_FILE = ServiceSpec(
     params=ConvertFileParams,
     price_msat=lambda _p: FLAT_SATS["file-conversion"] * MSAT,
     handler=convert_file,
+    price_shape=PriceShape.flat(FLAT_SATS["file-conversion"], estimate="file-conversion"),
     model_ids=(11,),
     failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
     max_body_bytes=body_limit(CONVERT_MAX_BYTES),
@@ -337,6 +346,7 @@ E_SIGNATURE = ServiceSpec(
     params=ESignatureParams,
     price_msat=lambda _p: FLAT_SATS["e-signature"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["e-signature"], estimate="e-signature"),
     model_ids=(46,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(ESIGN_MAX_BYTES),
@@ -414,6 +424,11 @@ BOARDINGPASS_WALLET = ServiceSpec(
     params=BoardingPassParams,
     price_msat=lambda p: len(p.all_documents) * PER_PASS_SATS * MSAT,
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_pass", "per pass", PER_PASS_SATS * MSAT,
+        note="Quoted per document sent; a document holding fewer passes is refunded the "
+        "difference after parsing.",
+    ),
     model_ids=(47,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(*[PASS_DOC_MAX_BYTES] * MAX_PASS_DOCUMENTS),

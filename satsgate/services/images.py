@@ -7,11 +7,12 @@ unavailable and refuses it before any invoice.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.services.base import Params, ServiceSpec
+from satsgate.services.base import Params, PriceShape, ServiceSpec
 from satsgate.services.common import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -144,6 +145,13 @@ GENERATE_IMAGE = ServiceSpec(
     params=GenerateImageParams,
     price_msat=lambda p: image_price_sats(p.chosen_model, p.resolution) * MSAT,
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_tier", "per image", image_price_sats(2) * MSAT, rate_by=("tier", "resolution"),
+        tier_min_sats={m: image_price_sats(m) for m in GenerateImageParams.MODELS},
+        estimate="image",
+        note=f"The better tier (8) is {image_price_sats(8, '2K')} sats at 2K (a side over "
+        "1024).",
+    ),
     model_ids=(16, 8, 2),
     failure_codes=("CONTENT_FILTERED", "TIMEOUT"),
     max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * MAX_REFERENCES),
@@ -188,6 +196,7 @@ EDIT_IMAGE = ServiceSpec(
     params=EditImageParams,
     price_msat=lambda _p: FLAT_SATS["image-edit"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["image-edit"], estimate="image-edit"),
     model_ids=(18,),
     failure_codes=("CONTENT_FILTERED", "TIMEOUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
@@ -222,6 +231,7 @@ ANALYZE_IMAGE = ServiceSpec(
     params=AnalyzeImageParams,
     price_msat=lambda _p: FLAT_SATS["vision"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["vision"], estimate="vision"),
     untrusted_output=True,
     model_ids=(5,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -336,6 +346,7 @@ def _process_spec(
     price_key: str,
     extra_files: int = 0,
     untrusted: bool = False,
+    example: Mapping[str, Any] | None = None,
 ) -> ServiceSpec[Any]:
     sats = FLAT_SATS[price_key]
     return ServiceSpec(
@@ -347,12 +358,13 @@ def _process_spec(
         params=params,
         price_msat=lambda _p: sats * MSAT,
         handler=no_engine,
+        price_shape=PriceShape.flat(sats, estimate=price_key),
         untrusted_output=untrusted,
         model_ids=params.MODELS,
         failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
         max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * (1 + extra_files)),
         prevalidate=prevalidate,
-        example={"imageBase64": "<base64 PNG>"},
+        example={"imageBase64": "<base64 PNG>", **(example or {})},
         available=engine_available("image_process"),
     )
 
@@ -372,10 +384,12 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   DetectNsfwParams, "detect-nsfw"),
     _process_spec("detect-objects", "detect_objects", "Detect objects",
                   "Open-set detection of what the prompt names: boxes with coordinates and "
-                  "confidence.", DetectObjectsParams, "detect-objects"),
+                  "confidence.", DetectObjectsParams, "detect-objects",
+                  example={"prompt": "cat, red car"}),
     _process_spec("remove-object", "remove_object", "Remove object",
                   "Erase what a binary mask marks (white erased, black kept): { image_url }.",
-                  RemoveObjectParams, "remove-object", extra_files=1),
+                  RemoveObjectParams, "remove-object", extra_files=1,
+                  example={"maskBase64": "<base64 PNG mask>"}),
     _process_spec("colorize-image", "colorize_image", "Colorize image",
                   "Colorize a greyscale photo: { image_url }.",
                   ColorizeImageParams, "colorize-image"),
@@ -426,6 +440,7 @@ GENERATE_3D = ServiceSpec(
     params=Generate3dParams,
     price_msat=lambda _p: FLAT_SATS["3d-model"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["3d-model"], estimate="3d-model"),
     mode="job",
     job_type="image-3d",
     model_ids=(17,),

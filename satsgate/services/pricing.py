@@ -24,7 +24,7 @@ from satsgate.services.languages import (
 )
 from satsgate.services.rates import pegged_chars_per_sat, pegged_msat
 from satsgate.services.routing import select_model
-from satsgate.services.telephony import destination
+from satsgate.services.telephony import DESTINATIONS, Destination, destination
 
 MSAT = 1000
 
@@ -177,19 +177,49 @@ def music_msat(seconds: int, lyrics_addon: bool) -> int:
     )
 
 
+def _sms_to_msat(to: Destination) -> int:
+    return pegged_msat(to.sms_sats * MSAT)
+
+
+def _call_minute_to_msat(to: Destination) -> int:
+    return pegged_msat(to.call_sats_per_minute * MSAT)
+
+
+def _ai_call_minute_to_msat(to: Destination) -> int:
+    return pegged_msat((to.call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE) * MSAT)
+
+
+def _voice_bridge_minute_to_msat(to: Destination) -> int:
+    return pegged_msat((to.call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE) * MSAT)
+
+
+def _cheapest_msat(price_to: Callable[[Destination], int]) -> int:
+    """The price to the cheapest served destination at the current rates."""
+    return min(price_to(to) for to in DESTINATIONS.values())
+
+
 def sms_msat(phone_number: str) -> int:
     """One SMS (at most 120 characters: one segment) at the destination's pegged rate."""
-    return pegged_msat(destination(phone_number).sms_sats * MSAT)
+    return _sms_to_msat(destination(phone_number))
+
+
+def sms_min_msat() -> int:
+    """The cheapest SMS now."""
+    return _cheapest_msat(_sms_to_msat)
 
 
 def call_msat(phone_number: str, minutes: int) -> int:
     """Automated call: the destination's pegged per-minute rate times the minutes."""
-    return minutes * pegged_msat(destination(phone_number).call_sats_per_minute * MSAT)
+    return minutes * _call_minute_to_msat(destination(phone_number))
+
+
+def call_min_msat() -> int:
+    """The cheapest automated call now: one minute to the cheapest destination."""
+    return _cheapest_msat(_call_minute_to_msat)
 
 
 def ai_call_per_minute_msat(phone_number: str) -> int:
-    per_minute = destination(phone_number).call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE
-    return pegged_msat(per_minute * MSAT)
+    return _ai_call_minute_to_msat(destination(phone_number))
 
 
 def ai_call_msat(phone_number: str, minutes: int) -> int:
@@ -197,9 +227,18 @@ def ai_call_msat(phone_number: str, minutes: int) -> int:
     return max(AI_CALL_MIN_SATS * MSAT, minutes * ai_call_per_minute_msat(phone_number))
 
 
+def ai_call_min_msat() -> int:
+    """The cheapest AI call deposit now: one minute to the cheapest destination, min 50."""
+    return max(AI_CALL_MIN_SATS * MSAT, _cheapest_msat(_ai_call_minute_to_msat))
+
+
 def voice_bridge_per_minute_msat(phone_number: str) -> int:
-    per_minute = destination(phone_number).call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE
-    return pegged_msat(per_minute * MSAT)
+    return _voice_bridge_minute_to_msat(destination(phone_number))
+
+
+def voice_bridge_min_msat() -> int:
+    """The cheapest voice bridge deposit now: one minute to the cheapest destination."""
+    return _cheapest_msat(_voice_bridge_minute_to_msat)
 
 
 def resolve_tier_model(category: str, model: str | int | None, default: int) -> int:
@@ -232,6 +271,17 @@ class _ModelParam(_Estimate):
     model: str | None = None
 
 
+class _Image(_ModelParam):
+    resolution: Literal["1K", "2K"] = "1K"
+
+
+def _image_estimate_msat(p: _Image) -> int:
+    model_id = resolve_tier_model("image", p.model, 16)
+    if model_id == 2 and p.resolution != "1K":
+        raise ApiError("L402_INVALID_PARAMS", "The standard tier (2) renders at 1K only.")
+    return image_price_sats(model_id, p.resolution) * MSAT
+
+
 class _ImageEdit(_Estimate):
     resolution: Literal["1K", "2K", "4K"] = "1K"
     model: str | None = None  # deprecated, ignored
@@ -239,6 +289,11 @@ class _ImageEdit(_Estimate):
 
 class _Music(_Estimate):
     seconds: int = Field(60, ge=15, le=300)
+    lyricsAddon: bool = False
+
+
+class _Email(_Estimate):
+    recipients: int = Field(1, ge=1, le=10)
 
 
 class _Tts(_Estimate):
@@ -317,13 +372,12 @@ def _flat(slug: str) -> Estimator:
 
 
 ESTIMATORS: dict[str, Estimator] = {
-    "image": Estimator(
-        _ModelParam,
-        lambda p: image_price_sats(resolve_tier_model("image", p.model, 16)) * MSAT,
-        "per image",
-    ),
+    "image": Estimator(_Image, _image_estimate_msat, "per image"),
     "image-edit": _flat("image-edit"),
-    "music": Estimator(_Music, lambda p: p.seconds * MUSIC_SATS_PER_SECOND * MSAT, "per second"),
+    "music": Estimator(_Music, lambda p: music_msat(p.seconds, p.lyricsAddon), "per second"),
+    "email": Estimator(
+        _Email, lambda p: p.recipients * FLAT_SATS["email"] * MSAT, "per recipient"
+    ),
     "vision": _flat("vision"),
     "text-to-speech": Estimator(
         _Tts, lambda p: tts_msat(_tts_model(p.model), p.chars), "per character"
@@ -346,10 +400,10 @@ ESTIMATORS: dict[str, Estimator] = {
     "call": Estimator(_Destination, lambda p: call_msat(p.to, p.minutes), "per minute"),
     "ai-call": Estimator(_Destination, lambda p: ai_call_msat(p.to, p.minutes), "per minute"),
     "video": Estimator(
-        _Video, lambda p: p.seconds * VIDEO_SATS_PER_SECOND[p.resolution] * MSAT, "per second"
+        _Video, lambda p: video_msat(p.seconds, p.resolution), "per second"
     ),
     "video-from-image": Estimator(
-        _Video, lambda p: p.seconds * VIDEO_SATS_PER_SECOND[p.resolution] * MSAT, "per second"
+        _Video, lambda p: video_msat(p.seconds, p.resolution), "per second"
     ),
     "transcribe-audio": Estimator(
         _Minutes,
@@ -363,7 +417,6 @@ ESTIMATORS: dict[str, Estimator] = {
     **{
         slug: _flat(slug)
         for slug in (
-            "email",
             "voice-cloning",
             "html-to-pdf",
             "render-card",

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.services.base import ServiceSpec
+from satsgate.services.base import PriceShape, ServiceSpec
 from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
 from satsgate.services.common import (
     CallbackFields,
@@ -30,8 +30,13 @@ from satsgate.services.languages import (
 )
 from satsgate.services.media import MediaError, audio_duration_s, audio_format, measure_book
 from satsgate.services.pricing import (
+    AUDIOBOOK_CHARS_PER_SAT,
+    AUDIOBOOK_MIN_SATS,
     FLAT_SATS,
     MSAT,
+    MUSIC_LYRICS_ADDON_SATS,
+    TRANSCRIBE_TRANSLATE_HEADROOM_SATS,
+    TTS_CHARS_PER_SAT,
     TTS_TIER_NAMES,
     audiobook_msat,
     music_msat,
@@ -140,6 +145,12 @@ TEXT_TO_SPEECH = ServiceSpec(
     params=TextToSpeechParams,
     price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per character", MSAT, rate_by=("tier",), btc_pegged=True,
+        estimate="text-to-speech",
+        note="About " + ", ".join(f"{TTS_CHARS_PER_SAT[m]} chars/sat on model {m}"
+                                  for m in TTS_MODELS) + " (BTC-pegged); at least 1 sat.",
+    ),
     model_ids=TTS_MODELS,
     failure_codes=("INVALID_INPUT",),
     max_body_bytes=64 * 1024,
@@ -214,6 +225,7 @@ CLONE_VOICE = ServiceSpec(
     params=CloneVoiceParams,
     price_msat=lambda _p: FLAT_SATS["voice-cloning"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["voice-cloning"], estimate="voice-cloning"),
     model_ids=(22,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(CLONE_MAX_BYTES),
@@ -291,6 +303,9 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     params=TranscribeAudioParams,
     price_msat=lambda p: transcription_msat(p.seconds),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_minute", "per started minute", transcription_msat(0), estimate="transcribe-audio"
+    ),
     mode="job",
     job_type="transcription",
     untrusted_output=True,
@@ -338,6 +353,11 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     params=TranscribeTranslateParams,
     price_msat=lambda p: transcribe_translate_msat(p.seconds),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_minute", "per started minute", transcribe_translate_msat(0),
+        base_sats=TRANSCRIBE_TRANSLATE_HEADROOM_SATS, estimate="transcribe-translate",
+        note="The transcription price (10 sats per started minute) plus 5 sats, plus 15%.",
+    ),
     mode="job",
     job_type="transcribe-translate",
     untrusted_output=True,
@@ -439,6 +459,14 @@ EPUB_AUDIOBOOK = ServiceSpec(
     params=EpubAudiobookParams,
     price_msat=_audiobook_msat,
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per character", AUDIOBOOK_MIN_SATS * MSAT,
+        rate_by=("tier", "translation"), btc_pegged=True, estimate="audiobook",
+        note="Narrated characters at about "
+        + ", ".join(f"{AUDIOBOOK_CHARS_PER_SAT[m]} chars/sat on model {m}" for m in TTS_MODELS)
+        + f" (BTC-pegged), minimum {AUDIOBOOK_MIN_SATS}; translateToLanguage adds the "
+        "translation price.",
+    ),
     mode="job",
     job_type="epub-audiobook",
     model_ids=TTS_MODELS,
@@ -508,6 +536,10 @@ GENERATE_MUSIC = ServiceSpec(
     params=GenerateMusicParams,
     price_msat=lambda p: music_msat(p.duration, p.lyricsAddon),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_second", "per second", music_msat(15, False), estimate="music",
+        note=f"15 to 300 seconds; lyricsAddon adds {MUSIC_LYRICS_ADDON_SATS} sats.",
+    ),
     model_ids=(23,),
     failure_codes=("TIMEOUT",),
     max_body_bytes=64 * 1024,

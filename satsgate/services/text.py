@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.services.base import Params, ServiceSpec
+from satsgate.services.base import Params, PriceShape, ServiceSpec
 from satsgate.services.common import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -32,6 +32,10 @@ from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
     FLAT_SATS,
     MSAT,
+    TEXT_CHARS_PER_SAT,
+    TEXT_MIN_SATS,
+    TRANSLATE_EPUB_MIN_SATS,
+    TRANSLATE_MIN_SATS,
     multilingual_ask_msat,
     rare_translation_msat,
     text_msat,
@@ -144,6 +148,13 @@ GENERATE_TEXT = ServiceSpec(
     params=GenerateTextParams,
     price_msat=lambda p: text_msat(p.chosen_model, p.input_chars),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per character", min(TEXT_MIN_SATS.values()) * MSAT,
+        rate_by=("tier",), tier_min_sats=dict(TEXT_MIN_SATS),
+        note="Input characters (messages, systemPrompt, fileContext) at the tier's rate: "
+        + ", ".join(f"model {m} {TEXT_CHARS_PER_SAT[m]} chars/sat" for m in TEXT_CHARS_PER_SAT)
+        + ".",
+    ),
     untrusted_output=True,
     model_ids=(6, 1, 31),
     failure_codes=("INVALID_INPUT", "RATE_LIMITED"),
@@ -188,6 +199,11 @@ MULTILINGUAL_ASK = ServiceSpec(
     params=MultilingualAskParams,
     price_msat=lambda p: multilingual_ask_msat(len(p.question), p.chosen_model),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per character", multilingual_ask_msat(1, 31), rate_by=("tier",),
+        note="Question characters plus a 2000-character answer allowance at the tier's text "
+        "rate, plus 15%.",
+    ),
     untrusted_output=True,
     model_ids=(31, 1, 6),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -245,6 +261,12 @@ TRANSLATE_TEXT = ServiceSpec(
         len(p.text), p.targetLanguage, p.chosen_model or None
     ),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per character", TRANSLATE_MIN_SATS * MSAT,
+        rate_by=("target_language", "tier"), estimate="translate",
+        note="1 sat per 1000 characters on the standard engine, 10 on routed targets (GET "
+        "/api/languages); a pinned modelId prices at that text model's rate.",
+    ),
     untrusted_output=True,
     model_ids=(31, 1, 6),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -282,6 +304,10 @@ TRANSLATE_RARE = ServiceSpec(
     params=TranslateRareParams,
     price_msat=lambda p: rare_translation_msat(len(p.text)),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per character", rare_translation_msat(1),
+        base_sats=rare_translation_msat(0) // MSAT, note="0.002 sat per character.",
+    ),
     untrusted_output=True,
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=4 * RARE_MAX_CHARS + 64 * 1024,
@@ -352,6 +378,11 @@ TRANSLATE_EPUB = ServiceSpec(
     params=TranslateEpubParams,
     price_msat=lambda p: translate_epub_msat(p.visible_chars, p.targetLanguage),
     handler=no_engine,
+    price_shape=PriceShape(
+        "per_character", "per visible character", TRANSLATE_EPUB_MIN_SATS * MSAT,
+        rate_by=("target_language",), estimate="translate-epub",
+        note="Visible characters of the book at the target engine's rate.",
+    ),
     mode="job",
     job_type="translate-epub",
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "BOOK_QUALITY_CHECK_FAILED"),
@@ -394,6 +425,7 @@ SEARCH = ServiceSpec(
     params=SearchParams,
     price_msat=lambda _p: FLAT_SATS["search"] * MSAT,
     handler=no_engine,
+    price_shape=PriceShape.flat(FLAT_SATS["search"], estimate="search"),
     untrusted_output=True,
     model_ids=(15,),
     failure_codes=("RATE_LIMITED", "SERVICE_ERROR"),

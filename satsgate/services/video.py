@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from satsgate.services.base import ServiceSpec
+from satsgate.services.base import PriceShape, ServiceSpec
 from satsgate.services.common import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -102,6 +102,15 @@ _PRICE_NOTE = (
     f"{VIDEO_SATS_PER_SECOND['2K']} at 2K"
 )
 
+
+def _price_shape(estimate: str) -> PriceShape:
+    return PriceShape(
+        "per_second", "per second", video_msat(DURATION_MIN_S, "768p"),
+        rate_by=("resolution",), estimate=estimate,
+        note=f"{_PRICE_NOTE}; {DURATION_MIN_S} to {DURATION_MAX_S} seconds.",
+    )
+
+
 GENERATE_VIDEO = ServiceSpec(
     slug="generate-video",
     tool_name="generate_video",
@@ -112,6 +121,7 @@ GENERATE_VIDEO = ServiceSpec(
     params=GenerateVideoParams,
     price_msat=_per_second,
     handler=no_engine,
+    price_shape=_price_shape("video"),
     mode="job",
     job_type="video",
     model_ids=(25,),
@@ -132,6 +142,7 @@ ANIMATE_IMAGE = ServiceSpec(
     params=AnimateImageParams,
     price_msat=_per_second,
     handler=no_engine,
+    price_shape=_price_shape("video-from-image"),
     mode="job",
     job_type="video-image",
     model_ids=(24,),

@@ -1,0 +1,137 @@
+"""AI-call sessions and records: the free confirmation and the free poll of an AI call.
+
+The telephony engine (``[engines.ai_call]``, not written yet) places the call
+and creates what this module looks up:
+
+- a call waiting in ``pending_confirm`` under a ``session_id``, when the task
+  lacked critical information (the answer carried clarification questions);
+- the call record under its ``call_id``: status, transcript, results, refund status.
+
+:class:`AiCallRecords` is the seam that engine implements. Its records must
+outlive a restart and a confirmation must happen once (a conditional UPDATE
+``pending_confirm -> confirmed``), so the engine will keep them in the store.
+Until it exists no node can hold an AI call, and :func:`records_for` answers
+from :data:`NO_RECORDS`: every lookup finds nothing.
+
+Both faces use :func:`confirm` and :func:`poll`: ``POST /api/l402/ai-call``
+with ``{action: 'confirm', ...}`` and ``GET /api/l402/ai-call?call_id=`` over
+HTTP, ``confirm_ai_call`` over MCP. Both are free: a confirmation rides on the
+call's original payment, and polling costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from satsgate.config import Settings
+from satsgate.errors import ApiError
+from satsgate.services.comms import AI_CALL, AiCallAnswer
+
+POLL_PATH = "/api/l402/ai-call"
+
+
+@dataclass(frozen=True)
+class AiCallRecord:
+    """One AI call as the telephony engine reports it; ``status`` includes ``pending_confirm``."""
+
+    call_id: str
+    status: str
+    questions: tuple[str, ...] = ()  # clarification questions while pending_confirm
+    transcript: str | None = None
+    results: Mapping[str, Any] | None = None
+    refund_status: str | None = None
+
+    def body(self, base_url: str) -> dict[str, Any]:
+        """The spec's ``{ success, call_id, status, poll_url }`` plus what polling returns."""
+        body: dict[str, Any] = {
+            "success": True,
+            "call_id": self.call_id,
+            "status": self.status,
+            "poll_url": poll_url(base_url, self.call_id),
+        }
+        if self.questions:
+            body["questions"] = list(self.questions)
+        if self.transcript is not None:
+            body["transcript"] = self.transcript
+        if self.results is not None:
+            body["results"] = dict(self.results)
+        if self.refund_status is not None:
+            body["refund_status"] = self.refund_status
+        return body
+
+
+class AiCallRecords(Protocol):
+    """Where AI calls live; the telephony engine creates them and implements this."""
+
+    async def record(self, call_id: str) -> AiCallRecord | None:
+        """The call placed under ``call_id``, or None if there is none."""
+        ...
+
+    async def confirm(
+        self, session_id: str, answers: Mapping[str, AiCallAnswer]
+    ) -> AiCallRecord | None:
+        """Let the call waiting in ``pending_confirm`` under ``session_id`` proceed with
+        ``answers``, at most once; None if no call waits for confirmation under it."""
+        ...
+
+
+class _NoRecords:
+    """The records of a node without a telephony engine: no AI call can exist."""
+
+    async def record(self, call_id: str) -> AiCallRecord | None:
+        return None
+
+    async def confirm(
+        self, session_id: str, answers: Mapping[str, AiCallAnswer]
+    ) -> AiCallRecord | None:
+        return None
+
+
+NO_RECORDS: AiCallRecords = _NoRecords()
+
+
+def records_for(settings: Settings) -> AiCallRecords:
+    """This node's AI-call records; the telephony engine will supply its own here."""
+    return NO_RECORDS
+
+
+def poll_url(base_url: str, call_id: str) -> str:
+    return f"{base_url}{POLL_PATH}?call_id={quote(call_id, safe='')}"
+
+
+def _ensure_available(settings: Settings) -> None:
+    """The same refusal as the paid call: no engine, no AI call to confirm or poll."""
+    if not AI_CALL.is_available(settings):
+        raise ApiError(
+            "SERVICE_UNAVAILABLE",
+            f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
+        )
+
+
+async def confirm(
+    settings: Settings,
+    records: AiCallRecords,
+    session_id: str,
+    answers: Mapping[str, AiCallAnswer] | None,
+) -> dict[str, Any]:
+    """Confirm a ``pending_confirm`` call on its original payment: the call proceeds."""
+    _ensure_available(settings)
+    record = await records.confirm(session_id, answers or {})
+    if record is None:
+        raise ApiError(
+            "AI_CALL_NOT_FOUND",
+            f"No AI call awaits confirmation under session_id {session_id!r}.",
+        )
+    return record.body(settings.public_base_url)
+
+
+async def poll(settings: Settings, records: AiCallRecords, call_id: str) -> dict[str, Any]:
+    """The call record: status, transcript, results and refund status."""
+    _ensure_available(settings)
+    record = await records.record(call_id)
+    if record is None:
+        raise ApiError("AI_CALL_NOT_FOUND", f"No AI call with call_id {call_id!r}.")
+    return record.body(settings.public_base_url)

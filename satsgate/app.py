@@ -135,6 +135,16 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
+# An unpaid payment is deleted this long after its invoice expired.
+UNPAID_RETENTION_S = 7 * 86400
+
+
+async def _prune_unpaid(store: Store) -> None:
+    pruned = await store.prune_unpaid(int(time.time()) - UNPAID_RETENTION_S)
+    if pruned:
+        log.info("pruned %d payment(s) never paid", pruned)
+
+
 async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     gate, refunds, files = app[GATE], app[REFUNDS], app[FILES]
     await gate.init_settlement_cursor()  # before the site listens and issues invoices
@@ -154,6 +164,15 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         hours=1,
         id="files-cleanup",
         args=[12 * 3600],
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        _prune_unpaid,
+        "interval",
+        hours=1,
+        args=[app[STORE]],
+        id="payments-prune",
         max_instances=1,
         coalesce=True,
     )

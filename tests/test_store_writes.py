@@ -7,6 +7,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from satsgate.store import Payment, PaymentStatus, Store
@@ -94,5 +95,48 @@ async def test_concurrent_inline_spends_serve_once(tmp_path: Path) -> None:
         ledger = await store.ledger()
         assert ledger["received_msat"] == 50 * 5000
         assert ledger["earned_msat"] == 50 * 5000
+    finally:
+        await store.close()
+
+
+async def test_prune_unpaid_keeps_everything_paid_and_recent(tmp_path: Path) -> None:
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        now = int(time.time())
+        old_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now - 100)
+        new_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now + 600)
+        old_paid = replace(_paid_payment(), expires_at=now - 100)
+        for p in (old_unpaid, new_unpaid, old_paid):
+            await store.insert_payment(p)
+        assert await store.prune_unpaid(now) == 1
+        assert await store.get_payment(old_unpaid.payment_id) is None
+        assert await store.get_payment(new_unpaid.payment_id) == new_unpaid
+        assert await store.get_payment(old_paid.payment_id) == old_paid
+        # The query uses the partial index rather than scanning the table.
+        plan = await store.run_sync(
+            lambda c: c.execute(
+                "EXPLAIN QUERY PLAN DELETE FROM payments"
+                " WHERE status = 'unpaid' AND expires_at < 1"
+            ).fetchall()
+        )
+        assert "idx_payments_unpaid_expiry" in str(plan)
+    finally:
+        await store.close()
+
+
+async def test_wal_stays_bounded_under_a_stream_of_inline_writes(tmp_path: Path) -> None:
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        payments = [_paid_payment() for _ in range(2500)]
+        for p in payments:
+            await store.insert_payment(p)
+            assert await store.spend(p.payment_id, 1)
+        await store.run_sync(lambda c: None)  # let a queued checkpoint finish
+        wal = tmp_path / "satsgate.db-wal"
+        # Without the store's checkpoints these 5000 commits leave ~50 MB of WAL; with
+        # them it never holds more than ~1000 commits' pages (an insert writes ~3).
+        assert wal.stat().st_size <= 16 * 1024 * 1024
     finally:
         await store.close()

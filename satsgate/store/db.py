@@ -150,10 +150,22 @@ def _migration_3(db: sqlite_utils.Database) -> None:
     db.table("votes").create_index(["slug"])
 
 
+def _migration_4(db: sqlite_utils.Database) -> None:
+    # No query reads payments by (status, created_at), and the index cost every spend
+    # a second page write. Unpaid rows are found by expiry for pruning, through a
+    # partial index that a paid or spent row never touches.
+    db.execute("DROP INDEX IF EXISTS idx_payments_status_created_at")
+    db.execute(
+        "CREATE INDEX idx_payments_unpaid_expiry ON payments (expires_at)"
+        " WHERE status = 'unpaid'"
+    )
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
     _migration_3,
+    _migration_4,
 )
 
 
@@ -162,9 +174,9 @@ class Store:
         self._path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite_utils.Database | None = None
-        self._reader: sqlite3.Connection | None = None
-        self._writer: sqlite3.Connection | None = None
+        self._inline: sqlite3.Connection | None = None
         self._inline_writes = 0
+        self._checkpoint_due = False  # set on the loop, cleared by the store thread
         # Extra schema steps registered by feature modules (jobs, ...), run after ours.
         self._extra: list[Callable[[sqlite_utils.Database], None]] = []
 
@@ -172,28 +184,24 @@ class Store:
 
     async def open(self) -> None:
         await self._run(self._open)
-        # Point reads of one payment by key run inline on the event loop through their
-        # own read-only connection: in WAL mode a reader never waits for the writer,
-        # and an indexed lookup costs microseconds, less than a hop to the store thread.
-        # Every write, and every read that scans, stays on the store thread.
-        self._reader = sqlite3.connect(
-            f"file:{self._path}?mode=ro",
-            uri=True,
-            check_same_thread=False,
-            isolation_level=None,
-        )
-        self._writer = self._inline_writer()
+        self._inline = self._inline_connection()
 
-    def _inline_writer(self) -> sqlite3.Connection:
-        """The event loop's connection for one-statement writes on the hot paths.
+    def _inline_connection(self) -> sqlite3.Connection:
+        """The event loop's own connection, for the hot paths' point reads and
+        one-statement writes (a payment by key; insert; spend). An indexed statement
+        costs tens of microseconds, far less than a hop to the store thread; reads
+        and writes share it so its page cache stays warm across its own writes.
 
-        Such a write never blocks the loop for longer than the statement itself:
+        A statement here never blocks the loop for longer than itself:
         - WAL with synchronous=NORMAL: a commit appends to the WAL file, no fsync;
+          a reader never waits for a writer;
         - wal_autocheckpoint=0: this connection never checkpoints (the store thread
           does, every ``_CHECKPOINT_EVERY_WRITES`` inline writes);
         - busy_timeout=0: it never waits for a lock; a statement that meets one is
-          handed to the store thread, which may wait (see :meth:`_write_one`).
+          handed to the store thread, which may wait (see :meth:`_inline_or_thread`).
         Each statement is its own transaction (autocommit), so it is atomic alone.
+        Every multi-statement transaction, and every read that scans, stays on the
+        store thread.
         """
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -209,6 +217,7 @@ class Store:
         conn.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; WAL keeps it safe
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute(f"PRAGMA journal_size_limit={8 * 1024 * 1024}")  # WAL file kept on reset
         db = sqlite_utils.Database(conn)
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         for number, migrate in enumerate(MIGRATIONS, start=1):
@@ -219,12 +228,9 @@ class Store:
         self._db = db
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
         if self._db is not None:
             db, self._db = self._db, None
             await self._run(db.conn.close)
@@ -250,31 +256,49 @@ class Store:
             raise
         conn.execute("COMMIT")
 
-    async def _write_one(self, sql: str, args: Sequence[Any]) -> int:
-        """Run one write statement and return its rowcount: inline on the event loop
-        when the database is free, else on the store thread.
+    async def _inline_or_thread(
+        self, run: Callable[[sqlite3.Connection], T], *, write: bool
+    ) -> T:
+        """``run(conn)`` for one statement: inline on the event loop's connection when
+        the database is free, else on the store thread (which may wait for the lock).
 
-        Either way the statement is one autocommit transaction, so conditional
-        updates (``... WHERE status = 'paid'``) stay exactly-once across connections:
-        SQLite serializes writers.
+        Either way a write is one autocommit transaction, so conditional updates
+        (``... WHERE status = 'paid'``) stay exactly-once across connections: SQLite
+        serializes writers.
         """
-        if self._writer is not None:
+        inline = self._inline
+        if inline is not None and not (write and self._checkpoint_due):
             try:
-                rowcount = self._writer.execute(sql, args).rowcount
+                result = run(inline)
             except sqlite3.OperationalError as exc:
                 if getattr(exc, "sqlite_errorcode", None) not in _LOCK_ERRORS:
                     raise
-                # Another connection holds the write lock: wait for it off the loop.
+                # Another connection holds a lock: wait for it off the loop.
             else:
-                self._inline_writes += 1
-                if self._inline_writes % _CHECKPOINT_EVERY_WRITES == 0:
-                    self._executor.submit(self._checkpoint)
-                return int(rowcount)
-        return await self._run(lambda: int(self._conn.execute(sql, args).rowcount))
+                if write:
+                    self._inline_writes += 1
+                    if self._inline_writes % _CHECKPOINT_EVERY_WRITES == 0:
+                        # Writes queue behind the checkpoint on the store thread until it
+                        # is done, so a steady stream of them cannot starve it.
+                        self._checkpoint_due = True
+                        self._executor.submit(self._checkpoint)
+                return result
+        return await self._run(lambda: run(self._conn))
+
+    async def _write_one(self, sql: str, args: Sequence[Any]) -> int:
+        """One write statement; returns its rowcount."""
+        return await self._inline_or_thread(
+            lambda conn: int(conn.execute(sql, args).rowcount), write=True
+        )
 
     def _checkpoint(self) -> None:
-        # PASSIVE never waits for readers or writers; it copies what it can.
-        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        # On the store thread, never the loop. RESTART copies the whole WAL into the
+        # database and makes the next writer start it over, so the WAL stays bounded
+        # (a PASSIVE checkpoint racing a steady stream of writes can stay behind forever).
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(RESTART)")
+        finally:
+            self._checkpoint_due = False
 
     async def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the store thread (for feature modules' own tables)."""
@@ -294,21 +318,25 @@ class Store:
         values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
         await self._write_one(_INSERT_PAYMENT, values)
 
-    def _payment_where(self, clause: str, arg: str) -> Payment | None:
-        if self._reader is None:
-            raise RuntimeError("store is not open")
-        row = self._reader.execute(_SELECT_PAYMENT + clause, (arg,)).fetchone()
+    @staticmethod
+    def _payment_where(conn: sqlite3.Connection, clause: str, arg: str) -> Payment | None:
+        row = conn.execute(_SELECT_PAYMENT + clause, (arg,)).fetchone()
         if row is None:
             return None
-        values = list(row)  # in Payment's field order (checked at import)
+        values = list(row)  # in Payment's field order (see _PAYMENT_COLUMNS)
         values[_STATUS_INDEX] = PaymentStatus(values[_STATUS_INDEX])
         return Payment(*values)
 
     async def get_payment(self, payment_id: str) -> Payment | None:
-        return self._payment_where("payment_id = ?", payment_id)
+        return await self._inline_or_thread(
+            lambda conn: self._payment_where(conn, "payment_id = ?", payment_id), write=False
+        )
 
     async def get_payment_by_hash(self, payment_hash: str) -> Payment | None:
-        return self._payment_where("payment_hash = ?", payment_hash)
+        return await self._inline_or_thread(
+            lambda conn: self._payment_where(conn, "payment_hash = ?", payment_hash),
+            write=False,
+        )
 
     async def mark_paid(
         self,
@@ -368,6 +396,22 @@ class Store:
             (now, payment_id),
         )
         return rowcount == 1
+
+    async def prune_unpaid(self, expired_before: int) -> int:
+        """Delete payments never paid whose invoice expired before ``expired_before``.
+
+        A 402 costs the caller nothing, so unpaid rows would pile up forever. An
+        expired invoice can no longer be paid; the caller keeps a margin of days so
+        a settlement that raced the expiry (applied late after downtime) still finds
+        its row.
+        """
+        cur = await self._run(
+            lambda: self._conn.execute(
+                "DELETE FROM payments WHERE status = 'unpaid' AND expires_at < ?",
+                (expired_before,),
+            )
+        )
+        return int(cur.rowcount)
 
     async def refund_unspent(self, payment_id: str, refund: Refund) -> bool:
         """paid -> refunded and the refund row, in one transaction; False if not paid."""

@@ -162,7 +162,7 @@ async def time_paid_noop(app: web.Application, iterations: int) -> dict[str, Any
     gate, store = app[GATE], app[STORE]
     params = NoopParams()
     spec = spec_for(NOOP_SPEC.slug, NOOP_SPEC.title, NOOP_PRICE_MSAT, params)
-    rows = make_rows(spec, iterations + 20, gate.settings.credential_ttl_s)
+    rows = make_rows(spec, iterations + 20, gate.settings)
     await insert_rows(store, rows)
     verify, execute, respond, total = [], [], [], []
     for i, row in enumerate(rows):

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from satsgate.config import Settings
+from satsgate.config import Settings, ensure_server_secret
 from satsgate.payments import l402
 from satsgate.services.base import request_digest
 from satsgate.store import Payment, PaymentStatus, Store
@@ -45,7 +45,10 @@ def spec_for(slug: str, title: str, amount_msat: int, params: BaseModel) -> Seed
     return SeedSpec(slug, title, amount_msat, request_digest(slug, params))
 
 
-def _make_rows(spec: SeedSpec, count: int, credential_ttl_s: int) -> list[tuple[Any, ...]]:
+def _make_rows(
+    spec: SeedSpec, count: int, credential_ttl_s: int, server_secret: str
+) -> list[tuple[Any, ...]]:
+    root_keys = l402.RootKeys(server_secret)  # as the gate derives them
     now = int(time.time())
     expires_at = now + 3600
     description = f"satsgate: {spec.title} ({spec.amount_msat // 1000} sat)"
@@ -53,7 +56,8 @@ def _make_rows(spec: SeedSpec, count: int, credential_ttl_s: int) -> list[tuple[
     for _ in range(count):
         preimage = secrets.token_bytes(32)
         payment_hash = hashlib.sha256(preimage).hexdigest()
-        root_key, token_id = secrets.token_bytes(32), secrets.token_bytes(32)
+        token_id = secrets.token_bytes(32)
+        root_key = root_keys.for_token(token_id)
         token = l402.mint(
             payment_hash, spec.slug, expires_at + credential_ttl_s, root_key, token_id
         )
@@ -84,9 +88,10 @@ def _chunks(total: int, size: int) -> list[int]:
     return [min(size, total - start) for start in range(0, total, size)]
 
 
-def make_rows(spec: SeedSpec, count: int, credential_ttl_s: int) -> list[tuple[Any, ...]]:
+def make_rows(spec: SeedSpec, count: int, settings: Settings) -> list[tuple[Any, ...]]:
     """``count`` rows for :func:`insert_rows`; each row's last item is its credential."""
-    return _make_rows(spec, count, credential_ttl_s)
+    settings = ensure_server_secret(settings)
+    return _make_rows(spec, count, settings.credential_ttl_s, settings.server_secret)
 
 
 async def insert_rows(store: Store, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -124,10 +129,12 @@ def seed(
     """
     started = time.perf_counter()
     sizes = _chunks(count, 5000)
+    settings = ensure_server_secret(settings)  # the server's own, from its data dir
+    keys = (settings.credential_ttl_s, settings.server_secret)
     if pool is None:
-        batches = [_make_rows(spec, n, settings.credential_ttl_s) for n in sizes]
+        batches = [_make_rows(spec, n, *keys) for n in sizes]
     else:
-        futures = [pool.submit(_make_rows, spec, n, settings.credential_ttl_s) for n in sizes]
+        futures = [pool.submit(_make_rows, spec, n, *keys) for n in sizes]
         batches = [f.result() for f in futures]
     rows = [row for batch in batches for row in batch]
     asyncio.run(_insert(settings.db_path, rows))

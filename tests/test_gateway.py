@@ -593,3 +593,60 @@ async def test_oversized_chunked_body_is_refused_while_reading(client: httpx.Asy
         "/api/l402/render-card", content=body(), headers={"Content-Type": "application/json"}
     )
     assert_envelope(resp, "PAYLOAD_TOO_LARGE", 413)
+
+
+async def test_macaroon_minted_with_a_stored_random_root_key_still_serves_once(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    """Rows from before derived root keys: the stored key verifies them."""
+    import secrets
+
+    from satsgate.payments import l402
+
+    ch = await challenge(client, "render-card", CARD)
+    preimage = await dev_pay(client, ch["invoice"])
+    payment = server.call(lambda: server.store.get_payment(ch["paymentId"]))
+    legacy_key = secrets.token_bytes(32)
+    server.call(
+        lambda: server.store.run_sync(
+            lambda c: c.execute(
+                "UPDATE payments SET root_key = ? WHERE payment_id = ?",
+                (legacy_key.hex(), payment.payment_id),
+            )
+        )
+    )
+    legacy = l402.mint(
+        payment.payment_hash, "render-card", payment.expires_at + 3600, legacy_key,
+        bytes.fromhex(payment.token_id),
+    )
+    post = lambda mac: client.post(  # noqa: E731
+        "/api/l402/render-card", json=CARD,
+        headers={"Authorization": f"L402 {mac}:{preimage}", "X-No-Cache": "1"},
+    )
+    # Signed with some other random key: neither derived nor stored.
+    forged = l402.mint(
+        payment.payment_hash, "render-card", payment.expires_at + 3600,
+        secrets.token_bytes(32), bytes.fromhex(payment.token_id),
+    )
+    assert_envelope(await post(forged.macaroon_b64), "PAYMENT_INVALID", 402)
+    assert (await post(legacy.macaroon_b64)).status_code == 200
+    assert_envelope(await post(legacy.macaroon_b64), "PAYMENT_ALREADY_USED", 403)
+
+
+async def test_credential_whose_payment_row_is_gone_is_refused(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    ch = await challenge(client, "render-card", CARD)
+    preimage = await dev_pay(client, ch["invoice"])
+    server.call(
+        lambda: server.store.run_sync(
+            lambda c: c.execute("DELETE FROM payments WHERE payment_id = ?", (ch["paymentId"],))
+        )
+    )
+    resp = await client.post(
+        "/api/l402/render-card", json=CARD,
+        headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"},
+    )
+    body = assert_envelope(resp, "PAYMENT_INVALID", 402)
+    assert "revoked" in body["error"]
+    assert body["invoice"] != ch["invoice"]  # a fresh challenge

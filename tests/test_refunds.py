@@ -303,3 +303,41 @@ async def test_an_expired_link_can_be_issued_anew_once(
         assert after["received_msat"] == (
             after["earned_msat"] + after["refunded_msat"] + after["open_msat"]
         )
+
+
+async def _credential_call(
+    server: ThreadedServer, payment: Any, preimage: str, spec: ServiceSpec[NoParams], size: int
+) -> Any:
+    """A paid call through the credential path (derived root key, one-statement spend)."""
+    macaroon = server.gate.challenge_of(payment).macaroon_b64
+
+    async def go() -> Any:
+        verified = await server.gate.verify_authorization([f"L402 {macaroon}:{preimage}"], spec)
+        assert verified.payment is None  # the fast path: the spend reads the row
+        result, _ = await server.gate.execute_credential(verified, spec, NoParams(size=size))
+        return result
+
+    return server.call(go)
+
+
+async def test_credential_path_refunds_overpayment_and_refuses_underpayment(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_fine)
+    over = server.call(
+        lambda: server.gate.create_payment(spec, amount_sats=30, digest="d", via="http")
+    ).payment
+    preimage = await dev_pay(client, over.bolt11)
+    result = await _credential_call(server, over, preimage, spec, size=1)
+    assert result.body["refund"]["amount_sats"] == 20
+
+    under = server.call(
+        lambda: server.gate.create_payment(spec, amount_sats=10, digest="d", via="http")
+    ).payment
+    preimage = await dev_pay(client, under.bolt11)
+    with pytest.raises(ApiError) as err:
+        await _credential_call(server, under, preimage, spec, size=5)
+    assert err.value.code == "PAYMENT_INSUFFICIENT"
+    assert err.value.refund is not None and err.value.refund["amount_sats"] == 10
+    refunded = server.call(lambda: server.store.get_payment(under.payment_id))
+    assert refunded is not None and str(refunded.status) == "refunded"

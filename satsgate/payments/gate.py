@@ -6,7 +6,9 @@ so the spend rule, re-pricing and refunds are written once.
 Order of checks for a paid call (every one before the spend):
 credential decodes -> preimage matches -> macaroon/challenge verifies -> bound to
 this service -> invoice settled -> not spent -> re-priced within what was paid.
-Then one conditional UPDATE (paid -> spent) decides who is served.
+Then one conditional UPDATE (paid -> spent) decides who is served. For a macaroon
+under its derived root key the last four are conditions of that UPDATE itself,
+which also reads the row; when it changes nothing, the row is read to say why.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -77,8 +79,14 @@ class Challenge:
 
 @dataclass(frozen=True)
 class Verified:
-    payment: Payment
+    """A credential that verified. ``payment`` is None when the macaroon verified
+    under its derived root key: the row is then read by the spend itself (one
+    statement), see :meth:`Gate.execute_credential`."""
+
+    payment_hash: str
     scheme: str  # "L402" or "Payment"
+    payment: Payment | None = None
+    token_id: str = ""
     mpp_challenge_id: str | None = None
 
 
@@ -127,6 +135,7 @@ class Gate:
         self.dedup = DedupCache(settings.dedup_window_s)
         self._paid_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._network = settings.network
+        self.root_keys = l402.RootKeys(settings.server_secret)
 
     # -- quoting and invoicing --------------------------------------------------------------
 
@@ -167,6 +176,7 @@ class Gate:
                 "The Lightning node could not create an invoice; nothing was charged.",
             ) from exc
         now = int(time.time())
+        token_id = secrets.token_bytes(32)
         payment = Payment(
             payment_id=f"pay_{secrets.token_hex(16)}",
             payment_hash=invoice.payment_hash,
@@ -178,8 +188,8 @@ class Gate:
             expires_at=invoice.expires_at,
             paid_at=None,
             spent_at=None,
-            root_key=secrets.token_hex(32),  # per-token macaroon root key
-            token_id=secrets.token_hex(32),
+            root_key=self.root_keys.for_token(token_id).hex(),  # per-token macaroon root key
+            token_id=token_id.hex(),
             request_digest=digest,
             description=description,
             via=via,
@@ -232,12 +242,18 @@ class Gate:
             cred = l402.parse_credential(rest)
             decoded = l402.decode_macaroon(cred.macaroon)
             l402.check_preimage(decoded.payment_hash, cred.preimage)
+            now = int(time.time())
+            if l402.signature_matches(decoded, self.root_keys.for_token(decoded.identifier[34:])):
+                l402.check_caveats(decoded, spec.slug, now)
+                return Verified(decoded.payment_hash, "L402", token_id=decoded.token_id)
+            # Not under a derived key: a macaroon minted with a stored random root key.
             payment = await self.store.get_payment_by_hash(decoded.payment_hash)
             if payment is None or payment.token_id != decoded.token_id:
                 raise l402.CredentialError("unknown or revoked macaroon")
-            l402.verify_signature(decoded, payment.root_key)
-            l402.check_caveats(decoded, spec.slug, int(time.time()))
-            return Verified(payment, "L402")
+            if not l402.signature_matches(decoded, bytes.fromhex(payment.root_key)):
+                raise l402.CredentialError("the macaroon signature does not verify")
+            l402.check_caveats(decoded, spec.slug, now)
+            return Verified(payment.payment_hash, "L402", payment, payment.token_id)
         if scheme_l == "payment":
             mcred = mpp.parse_credential(rest, secret=self.settings.server_secret)
             l402.check_preimage(mcred.payment_hash, mcred.preimage)
@@ -248,7 +264,9 @@ class Gate:
                 raise l402.CredentialError(
                     f"this credential was issued for {payment.service}, not {spec.slug}"
                 )
-            return Verified(payment, "Payment", mcred.challenge_id)
+            return Verified(
+                payment.payment_hash, "Payment", payment, mpp_challenge_id=mcred.challenge_id
+            )
         raise l402.MalformedCredential(f"unsupported authorization scheme {scheme!r}")
 
     # -- settlement -------------------------------------------------------------------------
@@ -348,14 +366,56 @@ class Gate:
     async def execute_deduplicated(
         self, payment: Payment, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
     ) -> tuple[ServiceResult, bool]:
-        """:meth:`execute` behind the 30 s dedup cache; returns (result, replayed).
+        """:meth:`execute` behind the 30 s dedup cache; returns (result, replayed)."""
+        return await self._deduplicated(
+            payment.payment_hash, spec, params, lambda: self.execute(payment, spec, params),
+            use_cache,
+        )
+
+    async def execute_credential(
+        self, verified: Verified, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
+    ) -> tuple[ServiceResult, bool]:
+        """The call a verified credential pays for, behind the dedup cache.
+
+        A macaroon verified under its derived root key is spent by one statement that
+        also reads its row (paid, this token, this service, enough paid -> spent); only
+        when that finds nothing is the row read to say why (or to refresh an unpaid one
+        from the node), through :meth:`execute`. Raises CredentialError for a token
+        whose row is gone.
+        """
+
+        async def run() -> ServiceResult:
+            if verified.payment is not None:
+                return await self.execute(verified.payment, spec, params)
+            price_msat = self.quote_sats(spec, params) * 1000
+            spent = await self.store.spend_token(
+                verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
+            )
+            if spent is not None:
+                return await self._dispatch(spent, spec, params, price_msat)
+            payment = await self.store.get_payment_by_hash(verified.payment_hash)
+            if payment is None or payment.token_id != verified.token_id:
+                raise l402.CredentialError("unknown or revoked macaroon")
+            return await self.execute(payment, spec, params)
+
+        return await self._deduplicated(verified.payment_hash, spec, params, run, use_cache)
+
+    async def _deduplicated(
+        self,
+        payment_hash: str,
+        spec: AnySpec,
+        params: BaseModel,
+        run: Callable[[], Awaitable[ServiceResult]],
+        use_cache: bool,
+    ) -> tuple[ServiceResult, bool]:
+        """``run()`` behind the 30 s dedup cache; returns (result, replayed).
 
         The same request with the same payment within the window gets the first
         outcome again (a result, or an error with its refund) with no second spend;
         a repeat that arrives while the first is running waits for it. Keyed by the
         payment hash, so only the payer can ever see a cached outcome.
         """
-        key = (payment.payment_hash, request_digest(spec.slug, params))
+        key = (payment_hash, request_digest(spec.slug, params))
         if use_cache:
             earlier = self.dedup.lookup(key)
             if earlier is not None:
@@ -371,7 +431,7 @@ class Gate:
             else:
                 self.dedup.begin(key)
         try:
-            result = await self.execute(payment, spec, params)
+            result = await run()
         except ApiError as exc:
             if use_cache:
                 # Cache only what followed a spend (it carries a refund); the rest never ran.
@@ -433,7 +493,12 @@ class Gate:
 
         if not await self.store.spend(payment.payment_id, int(time.time())):
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+        return await self._dispatch(payment, spec, params, price_msat)
 
+    async def _dispatch(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> ServiceResult:
+        """Run a just-spent call (or submit it as a job)."""
         if spec.mode == "job":
             return await self._submit_job(payment, spec, params, price_msat)
         return await self._run_handler(

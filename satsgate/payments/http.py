@@ -78,8 +78,13 @@ async def handle_paid_call(
         )
 
     try:
-        result, replayed = await gate.execute_deduplicated(
-            verified.payment, spec, params, use_cache="X-No-Cache" not in request.headers
+        result, replayed = await gate.execute_credential(
+            verified, spec, params, use_cache="X-No-Cache" not in request.headers
+        )
+    except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
+        return await _fresh_challenge(
+            gate, spec, params, "PAYMENT_INVALID", f"The credential was not accepted: {exc}.",
+            "verification-failed",
         )
     except ApiError as exc:
         if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
@@ -108,7 +113,7 @@ def _served(result: ServiceResult, verified: Verified, dedup_hit: bool = False) 
     resp = result_response(result)
     if verified.scheme == "Payment" and verified.mpp_challenge_id and resp.status < 300:
         resp.headers["Payment-Receipt"] = mpp.receipt_header(
-            verified.mpp_challenge_id, verified.payment.payment_hash, int(time.time())
+            verified.mpp_challenge_id, verified.payment_hash, int(time.time())
         )
     if dedup_hit:
         resp.headers["X-Dedup"] = "hit"

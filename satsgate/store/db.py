@@ -36,6 +36,18 @@ _INSERT_PAYMENT = (
     f" VALUES ({', '.join('?' * len(_PAYMENT_COLUMNS))})"
 )
 _SELECT_PAYMENT = f"SELECT {', '.join(_PAYMENT_COLUMNS)} FROM payments WHERE "
+_SPEND_TOKEN = (
+    "UPDATE payments SET status = 'spent', spent_at = ?"
+    " WHERE payment_hash = ? AND token_id = ? AND service = ? AND status = 'paid'"
+    f" AND amount_msat >= ? RETURNING {', '.join(_PAYMENT_COLUMNS)}"
+)
+
+
+def _payment_of(row: Sequence[Any]) -> Payment:
+    values = list(row)  # in Payment's field order (see _PAYMENT_COLUMNS)
+    values[_STATUS_INDEX] = PaymentStatus(values[_STATUS_INDEX])
+    return Payment(*values)
+
 _REFUND_COLUMNS = (
     "refund_id",
     "payment_id",
@@ -321,11 +333,7 @@ class Store:
     @staticmethod
     def _payment_where(conn: sqlite3.Connection, clause: str, arg: str) -> Payment | None:
         row = conn.execute(_SELECT_PAYMENT + clause, (arg,)).fetchone()
-        if row is None:
-            return None
-        values = list(row)  # in Payment's field order (see _PAYMENT_COLUMNS)
-        values[_STATUS_INDEX] = PaymentStatus(values[_STATUS_INDEX])
-        return Payment(*values)
+        return None if row is None else _payment_of(row)
 
     async def get_payment(self, payment_id: str) -> Payment | None:
         return await self._inline_or_thread(
@@ -412,6 +420,23 @@ class Store:
             )
         )
         return int(cur.rowcount)
+
+    async def spend_token(
+        self, payment_hash: str, token_id: str, service: str, price_msat: int, now: int
+    ) -> Payment | None:
+        """paid -> spent for the payment of this macaroon token, if it covers ``price_msat``;
+        the spent row, or None when no such paid payment exists (nothing changed).
+
+        The same one conditional UPDATE as :meth:`spend`, reading the row as it writes.
+        """
+
+        def run(conn: sqlite3.Connection) -> Payment | None:
+            # fetchall: the statement runs to its end, so the autocommit transaction ends.
+            rows = conn.execute(_SPEND_TOKEN, (now, payment_hash, token_id, service, price_msat))
+            found = rows.fetchall()
+            return _payment_of(found[0]) if found else None
+
+        return await self._inline_or_thread(run, write=True)
 
     async def refund_unspent(self, payment_id: str, refund: Refund) -> bool:
         """paid -> refunded and the refund row, in one transaction; False if not paid."""

@@ -10,17 +10,10 @@ results/compare-<names>.*, never latest.*.
 
 Adopted into satsgate and so gone from here: the integer BOLT11 encoder
 (``satsgate.invoices.sign_invoice``), the dev node's ``synchronous=NORMAL``, the
-render-card pre-check cache, one-shot HMACs, one read for a known-length body and
-inline point reads of a payment.
+render-card pre-check cache, one-shot HMACs, one read for a known-length body,
+V2 macaroons read and written directly (``satsgate.payments.macaroon_v2``) and the
+store's point reads and one-statement writes on the event loop.
 
-* ``fast-macaroon``: ``l402.mint`` and ``l402.decode_macaroon`` write and parse V2
-  macaroons directly (``proposals.fast_macaroon``: same bytes, same results and
-  errors) instead of through pymacaroons objects.
-* ``inline-store``: the Store runs its (indexed, single-row) queries on the event
-  loop thread instead of one thread hop per query.
-* ``lean-paid-path``: ``proposals.lean_paths``: one-shot HMACs in
-  ``verify_signature``, a regex in ``parse_credential``, positional row mapping in
-  ``Store._payment_where``, one ``request.read()`` for a body of known length.
 * ``precheck-pool`` (not in ``proposals``: no gain beyond noise in our runs, and
   +~3 ms on a paid render call, whose render then queues behind it): render-card's
   pre-payment layout check (``check_fits``) runs in the gate's CPU process pool
@@ -32,7 +25,7 @@ inline point reads of a payment.
   does not lay the card out again. With the bench's fixed 402 body every 402 after
   the first is a hit: that run shows the 402 path *without* the pre-check.
 
-``proposals`` stands for fast-macaroon, inline-store and lean-paid-path.
+``proposals`` stands for every experiment not marked otherwise (none today).
 """
 
 from __future__ import annotations
@@ -42,24 +35,17 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from satsgate.app import BACKEND, GATE, STORE
+from satsgate.app import BACKEND, GATE
 
 T = TypeVar("T")
 
 NAMES = (
-    "fast-macaroon",
-    "inline-store",
-    "lean-paid-path",
     "precheck-pool",
     "inline-devnode",
     "precheck-cache",
 )
 # The set measured in results/compare-proposals.*: ``--experiment proposals``.
-PROPOSALS = (
-    "fast-macaroon",
-    "inline-store",
-    "lean-paid-path",
-)
+PROPOSALS: tuple[str, ...] = ()
 
 
 async def _inline(fn: Callable[..., T], *args: Any) -> T:
@@ -127,28 +113,6 @@ def apply(app: web.Application, names: list[str]) -> None:
     unknown = set(names) - set(NAMES)
     if unknown:
         raise SystemExit(f"unknown experiment(s): {', '.join(sorted(unknown))}; know {NAMES}")
-    if "fast-macaroon" in names:
-        from proposals import fast_macaroon
-
-        import satsgate.payments.l402
-
-        satsgate.payments.l402.decode_macaroon = fast_macaroon.decode_macaroon
-        satsgate.payments.l402.mint = fast_macaroon.mint
-    if "inline-store" in names:
-        app[STORE]._run = _inline  # type: ignore[method-assign]
-    if "lean-paid-path" in names:
-        from proposals import lean_paths
-
-        import satsgate.payments.http
-        import satsgate.payments.l402
-
-        satsgate.payments.l402.verify_signature = lean_paths.verify_signature
-        satsgate.payments.l402.parse_credential = lean_paths.parse_credential
-        satsgate.payments.http.read_json = lean_paths.read_json  # type: ignore[assignment]
-        store = app[STORE]
-        store._payment_where = (  # type: ignore[method-assign]
-            lambda clause, arg: lean_paths.payment_where(store._conn, clause, arg)
-        )
     if "precheck-pool" in names:
         app.on_startup.append(_precheck_in_pool)  # after the gate exists (cleanup ctx first)
     if "precheck-cache" in names:

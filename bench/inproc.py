@@ -170,7 +170,7 @@ async def time_paid_noop(app: web.Application, iterations: int) -> dict[str, Any
         t0 = time.perf_counter_ns()
         verified = await gate.verify_authorization(auth, NOOP_SPEC)
         t1 = time.perf_counter_ns()
-        result = await gate.execute(verified.payment, NOOP_SPEC, params)
+        result, _ = await gate.execute_credential(verified, NOOP_SPEC, params, use_cache=False)
         t2 = time.perf_counter_ns()
         result_response(result)
         t3 = time.perf_counter_ns()

@@ -963,7 +963,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
             ("total", "**all three**"),
             ("verify_authorization", "Gate.verify_authorization (parse, decode, preimage,"
              " store lookup, signature, caveats)"),
-            ("execute", "Gate.execute (atomic spend + dispatch to the no-op handler)"),
+            ("execute", "Gate.execute_credential (the spend that reads its row"
+             " + dispatch to the no-op handler)"),
             ("result_response", "result_response (the JSON response)"),
         ):
             cells = " | ".join(f"{p[key]['median_ms']:.3f} | {p[key]['p90_ms']:.3f}" for p in paid)

@@ -341,3 +341,24 @@ async def test_credential_path_refunds_overpayment_and_refuses_underpayment(
     assert err.value.refund is not None and err.value.refund["amount_sats"] == 10
     refunded = server.call(lambda: server.store.get_payment(under.payment_id))
     assert refunded is not None and str(refunded.status) == "refunded"
+
+
+async def _delivers_half(ctx: ServiceContext, params: NoParams) -> ServiceResult:
+    # Quoted per item; only half the items could be produced.
+    return ServiceResult({"ok": True}, charged_msat=params.size // 2 * 10_000)
+
+
+async def test_partial_delivery_refunds_what_was_not_earned(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    spec = make_spec(_delivers_half)
+    payment = await paid_payment(server, client, spec, 50)  # 10 more than the 40 quoted
+    result = execute(server, payment, spec, size=4)  # earns 20 of the 40 quoted
+    assert "refund" not in result.body
+    assert result.body["partial_refund"]["amount_sats"] == 30  # 50 paid - 20 earned
+    ledger = server.call(server.store.ledger)
+    assert ledger["received_msat"] == ledger["earned_msat"] + ledger["refunded_msat"] + ledger[
+        "open_msat"
+    ]
+    refunds = server.call(lambda: server.store.refunds_for_payment(payment.payment_id))
+    assert [r.amount_msat for r in refunds] == [30_000]

@@ -539,13 +539,17 @@ class Gate:
 
         if spec.untrusted_output and isinstance(result.body, dict):
             result = replace(result, body={**result.body, "untrusted_output": True})
-        overpaid_msat = payment.amount_msat - price_msat
-        if overpaid_msat > 0:
-            refund = await self._refund_after_spend(
-                payment, overpaid_msat, "paid more than the request costs"
-            )
+        # One refund link for all that was not earned: what was paid beyond the quote,
+        # plus what the service did not deliver of it.
+        earned_msat, field, reason = price_msat, "refund", "paid more than the request costs"
+        if result.charged_msat is not None and result.charged_msat < price_msat:
+            earned_msat = max(0, result.charged_msat)
+            field, reason = "partial_refund", "the call delivered less than was quoted"
+        unearned_msat = payment.amount_msat - earned_msat
+        if unearned_msat > 0:
+            refund = await self._refund_after_spend(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):
-                result = replace(result, body={**result.body, "refund": refund})
+                result = replace(result, body={**result.body, field: refund})
         return result
 
     async def _submit_job(

@@ -50,6 +50,10 @@ class ServiceResult:
     status: int = 200
     content_type: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # What the call actually earned, in msat, when it delivered less than was quoted
+    # (e.g. fewer boarding passes than documents): the gate refunds the rest and puts
+    # the refund in the body as ``partial_refund``. None: the quote stands.
+    charged_msat: int | None = None
 
 
 @dataclass

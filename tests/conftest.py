@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +19,7 @@ from satsgate.app import BACKEND, GATE, STORE
 from satsgate.config import Settings
 from satsgate.dev_backend import DevBackend
 from satsgate.runner import ServiceHandle, start_service
+from satsgate.services import rates
 
 T = TypeVar("T")
 
@@ -106,8 +107,33 @@ def fresh_server(tmp_path: Path) -> Iterator[ThreadedServer]:
 
 @pytest.fixture
 async def client(server: ThreadedServer) -> Any:
+    async for c in http_client(server):
+        yield c
+
+
+def serve_with_engines(
+    tmp_path_factory: pytest.TempPathFactory, label: str, engines: dict[str, dict[str, Any]]
+) -> Iterator[ThreadedServer]:
+    """For a fixture: a server whose config names these engines, so their services are
+    available and quote (no engine runs here)."""
+    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp(label), engines=engines))
+    yield srv
+    srv.stop()
+
+
+async def http_client(server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
+    """For a fixture: an HTTP client of ``server``."""
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
         yield c
+
+
+@pytest.fixture
+def fallback_rates() -> Iterator[None]:
+    """Quotes at the spec's fixed fallback rates (no BTC price snapshot)."""
+    saved = rates.book()
+    rates.set_book(rates.RateBook())
+    yield
+    rates.set_book(saved)
 
 
 async def dev_pay(client: httpx.AsyncClient, invoice: str) -> str:

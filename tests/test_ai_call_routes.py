@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from openapi_spec_validator import validate
 
-from tests.conftest import ThreadedServer, make_settings
+from tests.conftest import ThreadedServer, http_client, serve_with_engines
 from tests.test_gateway import assert_envelope, payment_count
 from tests.test_mcp import mcp_url, structured
 
@@ -47,17 +47,12 @@ INVALID_CONFIRMATIONS: list[tuple[dict[str, Any], str]] = [
 @pytest.fixture(scope="module")
 def ai_call_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     """A node whose AI-call engine is configured (no call is ever placed here)."""
-    settings = make_settings(
-        tmp_path_factory.mktemp("ai-call"), engines={"ai_call": {"configured": True}}
-    )
-    srv = ThreadedServer(settings)
-    yield srv
-    srv.stop()
+    yield from serve_with_engines(tmp_path_factory, "ai-call", {"ai_call": {"configured": True}})
 
 
 @pytest.fixture
 async def ai_call_client(ai_call_server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=ai_call_server.url, timeout=60) as c:
+    async for c in http_client(ai_call_server):
         yield c
 
 

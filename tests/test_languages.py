@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from satsgate.invoices import decode_invoice
-from satsgate.services import languages, rates
+from satsgate.services import languages
 from satsgate.services.languages import (
     RARE_LANGUAGES,
     RARE_LISTED_BY,
@@ -22,7 +22,7 @@ from satsgate.services.languages import (
     resolve_rare_language,
     resolve_translation_language,
 )
-from tests.conftest import ThreadedServer, make_settings
+from tests.conftest import ThreadedServer, http_client, serve_with_engines
 from tests.test_gateway import assert_envelope, payment_count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,25 +150,18 @@ def test_the_table_ships_in_the_package() -> None:
 NEW_SAMPLE = ["arz", "Dari", "Latgalian", "cnh", "Kabiyè", "gag", "cbk", "ace_Latn", "oc"]
 
 
-@pytest.fixture(autouse=True)
-def fallback_rates() -> Iterator[None]:
-    saved = rates.book()
-    rates.set_book(rates.RateBook())
-    yield
-    rates.set_book(saved)
+pytestmark = pytest.mark.usefixtures("fallback_rates")
 
 
 @pytest.fixture(scope="module")
 def rare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     engines = {"rare_translation": {"configured": True}}
-    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp("rare"), engines=engines))
-    yield srv
-    srv.stop()
+    yield from serve_with_engines(tmp_path_factory, "rare", engines)
 
 
 @pytest.fixture
 async def rare_client(rare_server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=rare_server.url, timeout=60) as c:
+    async for c in http_client(rare_server):
         yield c
 
 

@@ -14,11 +14,10 @@ import pytest
 from PIL import Image
 
 from satsgate.invoices import decode_invoice
-from satsgate.services import rates
 from satsgate.services.common import ENGINE_NAMES
 from satsgate.services.planned import vote_counts
 from satsgate.services.registry import BY_SLUG
-from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
+from tests.conftest import ThreadedServer, http_client, paid_l402_auth, serve_with_engines
 from tests.test_gateway import assert_envelope, payment_count
 from tests.test_services_media import PNG, b64, pdf_bytes, png_bytes, wav_bytes
 from tests.test_services_quotes import quote
@@ -86,26 +85,19 @@ EXPECTED_SATS = {
 }  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def fallback_rates() -> Iterator[None]:
-    saved = rates.book()
-    rates.set_book(rates.RateBook())
-    yield
-    rates.set_book(saved)
+pytestmark = pytest.mark.usefixtures("fallback_rates")
 
 
 @pytest.fixture(scope="module")
 def engines_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     """A node with every engine configured: every service quotes (none is run here)."""
     engines = {name: {"configured": True} for name in ENGINE_NAMES}
-    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp("engines"), engines=engines))
-    yield srv
-    srv.stop()
+    yield from serve_with_engines(tmp_path_factory, "engines", engines)
 
 
 @pytest.fixture
 async def engines_client(engines_server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=engines_server.url, timeout=60) as c:
+    async for c in http_client(engines_server):
         yield c
 
 

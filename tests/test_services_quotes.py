@@ -5,14 +5,12 @@ prevalidate -> quote_sats."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from satsgate.errors import ApiError
 from satsgate.payments.gate import validate_params
-from satsgate.services import rates
 from satsgate.services.registry import BY_SLUG
 from tests.test_services_media import (
     PNG,
@@ -37,13 +35,7 @@ TEXT = b64(b"plain words, not a document")
 US, GB, DE, PH = "+14155550123", "+447700900123", "+4915112345678", "+639171234567"
 
 
-@pytest.fixture(autouse=True)
-def fallback_rates() -> Iterator[None]:
-    """Quotes at the spec's fixed fallback rates (no BTC price snapshot)."""
-    saved = rates.book()
-    rates.set_book(rates.RateBook())
-    yield
-    rates.set_book(saved)
+pytestmark = pytest.mark.usefixtures("fallback_rates")
 
 
 async def quote(slug: str, body: Any) -> int:

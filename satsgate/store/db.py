@@ -283,7 +283,8 @@ class Store:
             try:
                 result = run(inline)
             except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorcode", None) not in _LOCK_ERRORS:
+                # Extended codes (SQLITE_BUSY_SNAPSHOT, ..._RECOVERY) share the primary byte.
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _LOCK_ERRORS:
                     raise
                 # Another connection holds a lock: wait for it off the loop.
             else:

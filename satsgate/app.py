@@ -36,7 +36,7 @@ from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.payments.refund_request import request_refund
 from satsgate.refunds import RefundService
-from satsgate.services import ai_calls
+from satsgate.services import ai_calls, voice_bridge
 from satsgate.services.catalog import CATEGORIES, list_models_document
 from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
 from satsgate.services.planned import planned_services
@@ -211,6 +211,10 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/l402/job-status", job_status)
     r.add_get("/api/l402/vote", list_planned)  # POST /api/l402/vote is the paid vote
     r.add_post("/api/l402/voice-bridge/open", open_voice_bridge)
+    # The session's free follow-ups (two path segments: never a {slug}).
+    r.add_post(voice_bridge.SAY_PATH, voice_bridge_say)
+    r.add_get(voice_bridge.POLL_PATH, poll_voice_bridge)
+    r.add_post(voice_bridge.END_PATH, end_voice_bridge)
     r.add_post(
         "/api/l402/refund", refund_request_route
     )  # free: refund a paid, unused payment  # the spec's slug form
@@ -328,6 +332,53 @@ async def refund_request_route(request: web.Request) -> web.Response:
 
 async def open_voice_bridge(request: web.Request) -> web.Response:
     return await handle_paid_call(request, request.app[GATE], BY_SLUG["voice-bridge-open"])
+
+
+async def voice_bridge_say(request: web.Request) -> web.Response:
+    """POST /api/l402/voice-bridge/say: speak into an open session (free, never an invoice)."""
+    settings = request.app[SETTINGS]
+    body = await read_json(request, min(voice_bridge.SAY_MAX_BODY_BYTES, settings.max_body_bytes))
+    try:
+        params = voice_bridge.VoiceBridgeSayParams.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_params(exc, "say", '{"sessionId": "<sessionId>", "text": "Hello"}') from None
+    sessions = voice_bridge.sessions_for(settings)
+    return _json(await voice_bridge.say(settings, sessions, params))
+
+
+async def poll_voice_bridge(request: web.Request) -> web.Response:
+    """GET /api/l402/voice-bridge/poll?sessionId=&cursor=: the events after cursor (free).
+    Query parameters other than these are ignored, as cache busters are common."""
+    query: dict[str, str] = {}
+    for name in ("sessionId", "session_id", "cursor"):
+        values = request.query.getall(name, [])
+        if len(values) > 1:
+            raise ApiError("L402_INVALID_PARAMS", f"Give {name} once.")
+        if values:
+            query[name] = values[0]
+    try:
+        params = voice_bridge.VoiceBridgePollParams.model_validate(query)
+    except ValidationError as exc:
+        raise invalid_params(
+            exc, "poll", f"GET {voice_bridge.POLL_PATH}?sessionId=<sessionId>&cursor=0"
+        ) from None
+    settings = request.app[SETTINGS]
+    sessions = voice_bridge.sessions_for(settings)
+    resp = _json(await voice_bridge.poll(settings, sessions, params))
+    resp.headers["Cache-Control"] = "no-store"  # the call moves on between polls
+    return resp
+
+
+async def end_voice_bridge(request: web.Request) -> web.Response:
+    """POST /api/l402/voice-bridge/end: hang up and settle the deposit (free)."""
+    settings = request.app[SETTINGS]
+    body = await read_json(request, voice_bridge.SMALL_BODY_BYTES)
+    try:
+        params = voice_bridge.VoiceBridgeEndParams.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_params(exc, "end", '{"sessionId": "<sessionId>"}') from None
+    sessions = voice_bridge.sessions_for(settings)
+    return _json(await voice_bridge.end(settings, sessions, params))
 
 
 _CONFIRM_EXAMPLE = (

@@ -236,6 +236,15 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "VOICE_BRIDGE_SESSION_NOT_FOUND",
+        404,
+        "No voice-bridge session with this sessionId; for say, none that is still open.",
+        "Use the sessionId from the open_voice_bridge answer. Say needs an open session: "
+        "after end_voice_bridge (or when the deposit ran out) open a new one.",
+        example='{"sessionId": "<sessionId>"}',
+        spec=False,
+    ),
+    ErrorCode(
         "PAYLOAD_TOO_LARGE",
         413,
         "The request body is larger than this service accepts.",

@@ -6,7 +6,8 @@ from satsgate.discovery.describe import price_text
 from satsgate.discovery.documents import HTTP_FLOW, MCP_FLOW, NAME, SUMMARY, Catalog
 from satsgate.errors import CATALOG_VERSION, CODES
 from satsgate.mcp import MCP_PATH
-from satsgate.services.comms import AI_CALL
+from satsgate.services import voice_bridge
+from satsgate.services.comms import AI_CALL, VOICE_BRIDGE_OPEN
 
 
 def llms_txt(catalog: Catalog) -> str:
@@ -62,6 +63,7 @@ def llms_txt(catalog: Catalog) -> str:
         f"[MCP tools]({url('/api/mcp/discovery')}), "
         f"[A2A agent card]({url('/.well-known/agent-card.json')}).",
         *_ai_call_free_forms(catalog),
+        *_voice_bridge_tools(catalog),
         "",
         "## Errors",
         "",
@@ -96,4 +98,23 @@ def _ai_call_free_forms(catalog: Catalog) -> list[str]:
         "its original payment (MCP tool `confirm_ai_call`); "
         f"`GET {endpoint}?call_id=<call_id>` polls a call (transcript, results, refund "
         f"status).{note}"
+    ]
+
+
+def _voice_bridge_tools(catalog: Catalog) -> list[str]:
+    """A voice-bridge session's say, poll and end: free, on paths of their own."""
+    service = catalog.by_slug.get(VOICE_BRIDGE_OPEN.slug)
+    if service is None:
+        return []
+    url = catalog.url
+    note = "" if service["available"] else " Not configured on this node."
+    return [
+        f"- Voice bridge, free (the session's deposit pays): `POST "
+        f"{url(voice_bridge.SAY_PATH)}` with `{{\"sessionId\": \"...\", \"text\": \"...\"}}` "
+        "(or `audioBase64` with `encoding`) speaks into the call (MCP `voice_bridge_say`); "
+        f"`GET {url(voice_bridge.POLL_PATH)}?sessionId=<sessionId>&cursor=<nextCursor>` "
+        "polls transcript and system events (MCP `poll_voice_bridge`, every 0.5 to 1 s); "
+        f"`POST {url(voice_bridge.END_PATH)}` with `{{\"sessionId\": \"...\"}}` hangs up, "
+        "bills the elapsed time and refunds the rest of the deposit (MCP "
+        f"`end_voice_bridge`).{note}"
     ]

@@ -14,7 +14,9 @@ Payment metadata rides on each paid operation in the two draft vocabularies:
 Free endpoints are documented only when the route is registered, so the
 document never lists a path the server does not answer. The ai-call path also
 carries its free forms (services.ai_calls): the confirmation body as an
-alternative request body of its POST, and the poll (``call_id``) on its GET.
+alternative request body of its POST, and the poll (``call_id``) on its GET. A
+voice-bridge session's follow-ups (services.voice_bridge) have paths of their own:
+say, poll and end, free, marked ``x-available`` like the paid open.
 """
 
 from __future__ import annotations
@@ -38,8 +40,14 @@ from satsgate.discovery.documents import (
     security_schemes,
 )
 from satsgate.errors import CATALOG_VERSION, CODES
+from satsgate.services import voice_bridge
 from satsgate.services.catalog import CATEGORIES
-from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
+from satsgate.services.comms import (
+    AI_CALL,
+    VOICE_BRIDGE_OPEN,
+    AiCallConfirmParams,
+    AiCallPollParams,
+)
 from satsgate.services.pricing import ESTIMATORS
 
 OPENAPI_VERSION = "3.1.0"
@@ -181,6 +189,65 @@ def _components_schemas() -> dict[str, Any]:
                 "transcript": {"type": "string"},
                 "results": {"type": "object"},
                 "refund_status": {"type": "string"},
+            },
+            "additionalProperties": True,
+        },
+        "VoiceBridgeSaid": {
+            "type": "object",
+            "description": "voice_bridge_say: the audio bytes sent into the call.",
+            "required": ["success", "bytesSent"],
+            "properties": {"success": {"type": "boolean"}, "bytesSent": {"type": "integer"}},
+            "additionalProperties": True,
+        },
+        "VoiceBridgeEvents": {
+            "type": "object",
+            "description": "poll_voice_bridge: the session's state and its events after "
+            "the cursor; poll again with nextCursor.",
+            "required": ["success", "sessionId", "state", "events", "nextCursor", "callId"],
+            "properties": {
+                "success": {"type": "boolean"},
+                "sessionId": {"type": "string"},
+                "state": {"type": "string"},
+                "events": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "description": "A partial or final transcript, or a system event.",
+                        "required": ["seq", "type", "text", "ts_ms"],
+                        "properties": {
+                            "seq": {"type": "integer"},
+                            "type": {"type": "string"},
+                            "text": {"type": "string"},
+                            "ts_ms": {"type": "integer"},
+                        },
+                    },
+                },
+                "nextCursor": {"type": "integer"},
+                "callId": {"type": "string"},
+            },
+            "additionalProperties": True,
+        },
+        "VoiceBridgeSettlement": {
+            "type": "object",
+            "description": "end_voice_bridge: elapsed time billed at perMinuteSats, the rest "
+            "of the deposit refunded (to refundAddress, else an LNURL-withdraw).",
+            "required": [
+                "success",
+                "elapsedSec",
+                "usedSats",
+                "depositSats",
+                "refundableSats",
+                "refund",
+                "finalTranscript",
+            ],
+            "properties": {
+                "success": {"type": "boolean"},
+                "elapsedSec": {"type": "integer"},
+                "usedSats": {"type": "integer"},
+                "depositSats": {"type": "integer"},
+                "refundableSats": {"type": "integer"},
+                "refund": {"anyOf": [_ref("Refund"), {"type": "null"}]},
+                "finalTranscript": {"type": "string"},
             },
             "additionalProperties": True,
         },
@@ -496,11 +563,122 @@ def _add_ai_call_forms(
         item["get"] = _describe_or_poll_ai_call(item["get"], available)
 
 
+_VOICE_BRIDGE_CODES = (
+    "L402_INVALID_PARAMS",
+    "VOICE_BRIDGE_SESSION_NOT_FOUND",
+    "SERVICE_UNAVAILABLE",
+    "INTERNAL_ERROR",
+)
+_VOICE_BRIDGE_BODIES = (voice_bridge.VoiceBridgeSayParams, voice_bridge.VoiceBridgeEndParams)
+
+
+def _voice_bridge_operation(
+    tool: str,
+    summary: str,
+    description: str,
+    answer: str,
+    available: bool,
+    *,
+    body: dict[str, Any] | None = None,
+    parameters: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A free follow-up of a voice-bridge session: no security, never a 402."""
+    codes = [*_VOICE_BRIDGE_CODES, *(["PAYLOAD_TOO_LARGE"] if body is not None else [])]
+    unavailable = "" if available else "\n\nNot configured on this node (503)."
+    op: dict[str, Any] = {
+        "operationId": tool,
+        "summary": f"{summary} (free)",
+        "description": f"{description} Free: the session's deposit pays; no Authorization, "
+        f"never 402. MCP: {tool}.\n\nError codes: {', '.join(codes)}.{unavailable}",
+        "tags": [VOICE_BRIDGE_OPEN.category, "free"],
+        "security": [],
+        "responses": {
+            "200": {"description": summary, "content": _json_content(_ref(answer))},
+            **_error_responses(codes),
+        },
+        "x-error-codes": codes,
+        "x-mcp-tool": tool,
+        "x-available": available,
+    }
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": _json_content(body)}
+    if parameters is not None:
+        op["parameters"] = parameters
+    return op
+
+
+def _voice_bridge_paths(
+    routes: Collection[tuple[str, str]],
+    say_schema: dict[str, Any],
+    end_schema: dict[str, Any],
+    available: bool,
+) -> dict[str, Any]:
+    """say, poll and end of a voice-bridge session, each only where its route exists."""
+    paths: dict[str, Any] = {}
+    if ("POST", voice_bridge.SAY_PATH) in routes:
+        paths[voice_bridge.SAY_PATH] = {
+            "post": _voice_bridge_operation(
+                "voice_bridge_say",
+                "Speak into a voice bridge",
+                "Play speech into an open session: exactly one of text (synthesized; "
+                "optional language, voiceDescription) or audioBase64 (raw audio, at most "
+                "1 MB decoded; optional encoding, default the session's activeCodec). Speech "
+                "recognition is muted while it plays.",
+                "VoiceBridgeSaid",
+                available,
+                body=say_schema,
+            )
+        }
+    if ("GET", voice_bridge.POLL_PATH) in routes:
+        fields = voice_bridge.VoiceBridgePollParams.model_json_schema()["properties"]
+        paths[voice_bridge.POLL_PATH] = {
+            "get": _voice_bridge_operation(
+                "poll_voice_bridge",
+                "Poll a voice bridge",
+                "Transcript and system events since cursor; poll about every 0.5 to 1 s. "
+                "session_id is accepted for sessionId.",
+                "VoiceBridgeEvents",
+                available,
+                parameters=[
+                    _query(
+                        "sessionId",
+                        _query_schema(fields["sessionId"]),
+                        "The sessionId from the open_voice_bridge answer.",
+                        required=True,
+                    ),
+                    _query(
+                        "cursor",
+                        _query_schema(fields["cursor"]),
+                        "nextCursor of the previous poll; 0 from the start.",
+                    ),
+                ],
+            )
+        }
+    if ("POST", voice_bridge.END_PATH) in routes:
+        paths[voice_bridge.END_PATH] = {
+            "post": _voice_bridge_operation(
+                "end_voice_bridge",
+                "End a voice bridge",
+                "Hang up and settle the deposit, once: the elapsed time is billed at "
+                "perMinuteSats, the rest refunded to refundAddress or as an LNURL-withdraw. "
+                "Ending again returns the same settlement.",
+                "VoiceBridgeSettlement",
+                available,
+                body=end_schema,
+            )
+        }
+    return paths
+
+
 def openapi_document(
     catalog: Catalog, routes: Collection[tuple[str, str]], node_pubkey: str
 ) -> dict[str, Any]:
     """The document; ``routes`` is the (METHOD, path) set the server answers."""
-    models: list[type[BaseModel]] = [*(spec.params for spec in catalog.specs), AiCallConfirmParams]
+    models: list[type[BaseModel]] = [
+        *(spec.params for spec in catalog.specs),
+        AiCallConfirmParams,
+        *_VOICE_BRIDGE_BODIES,
+    ]
     unique_models = list(dict.fromkeys(models))
     refs, defs = models_json_schema(
         [(model, "validation") for model in unique_models], ref_template=_REF + "{model}"
@@ -523,6 +701,12 @@ def openapi_document(
     if ai_call is not None:
         confirm_schema = refs[(AiCallConfirmParams, "validation")]
         _add_ai_call_forms(paths, schemas, routes, confirm_schema, bool(ai_call["available"]))
+    bridge = catalog.by_slug.get(VOICE_BRIDGE_OPEN.slug)
+    if bridge is not None:
+        say_schema = refs[(voice_bridge.VoiceBridgeSayParams, "validation")]
+        end_schema = refs[(voice_bridge.VoiceBridgeEndParams, "validation")]
+        available = bool(bridge["available"])
+        paths.update(_voice_bridge_paths(routes, say_schema, end_schema, available))
 
     categories = sorted({spec.category for spec in catalog.specs})
     return {

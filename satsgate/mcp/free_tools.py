@@ -1,5 +1,7 @@
 """Free tools: model catalog, job status and results, await_result, planned services,
-and confirm_ai_call (the AI-call confirmation, shared with HTTP in services.ai_calls).
+confirm_ai_call (the AI-call confirmation, shared with HTTP in services.ai_calls), and
+voice_bridge_say, poll_voice_bridge and end_voice_bridge (a voice-bridge session's
+follow-ups, shared with HTTP in services.voice_bridge).
 
 ``await_result`` waits and streams ``notifications/progress`` only when the
 response can be an SSE stream and the request carries ``_meta.progressToken``;
@@ -17,9 +19,14 @@ from satsgate.errors import ApiError
 from satsgate.jobs import JOB_TYPES, status_body
 from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
-from satsgate.services import ai_calls
+from satsgate.services import ai_calls, voice_bridge
 from satsgate.services.catalog import CATEGORIES, MODELS_BY_ID, list_models_document
 from satsgate.services.comms import AiCallAnswers, AiCallId
+from satsgate.services.voice_bridge import (
+    VoiceBridgeEndParams,
+    VoiceBridgePollParams,
+    VoiceBridgeSayParams,
+)
 from satsgate.store import Job, JobStatus
 
 # The spec: await_result waits about 4 minutes per call.
@@ -234,3 +241,34 @@ async def confirm_ai_call(
         settings, ai_calls.records_for(settings), args.sessionId, args.answers
     )
     return results.success(record)
+
+
+# -- voice bridge ---------------------------------------------------------------------------
+# The arguments are the HTTP params models themselves: one schema, both spellings.
+
+
+async def voice_bridge_say(
+    env: ToolEnv, args: VoiceBridgeSayParams, ctx: CallContext
+) -> dict[str, Any]:
+    settings = env.gate.settings
+    return results.success(
+        await voice_bridge.say(settings, voice_bridge.sessions_for(settings), args)
+    )
+
+
+async def poll_voice_bridge(
+    env: ToolEnv, args: VoiceBridgePollParams, ctx: CallContext
+) -> dict[str, Any]:
+    settings = env.gate.settings
+    return results.success(
+        await voice_bridge.poll(settings, voice_bridge.sessions_for(settings), args)
+    )
+
+
+async def end_voice_bridge(
+    env: ToolEnv, args: VoiceBridgeEndParams, ctx: CallContext
+) -> dict[str, Any]:
+    settings = env.gate.settings
+    return results.success(
+        await voice_bridge.end(settings, voice_bridge.sessions_for(settings), args)
+    )

@@ -27,6 +27,11 @@ from satsgate.mcp.context import AnySpec, CallContext, ToolEnv, validate_args
 from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from satsgate.payments.gate import validate_params
 from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.voice_bridge import (
+    VoiceBridgeEndParams,
+    VoiceBridgePollParams,
+    VoiceBridgeSayParams,
+)
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +134,44 @@ FREE_TOOLS: tuple[FreeTool, ...] = (
         "without the AI-call engine: SERVICE_UNAVAILABLE.",
         free_tools.ConfirmAiCallArgs,
         free_tools.confirm_ai_call,
+        read_only=False,
+    ),
+    FreeTool(
+        "voice_bridge_say",
+        "Speak into a voice bridge",
+        "Play speech into a session opened with open_voice_bridge: exactly one of text "
+        "(synthesized in 602 languages; optional language, voiceDescription) or audioBase64 "
+        "(raw audio, at most 1 MB; optional encoding mulaw_8000 or pcm_l16_16000, default "
+        "the session's activeCodec). Speech recognition is muted while it plays. Returns "
+        "{ success, bytesSent }. Free: the session's deposit pays. Unknown or ended session: "
+        "VOICE_BRIDGE_SESSION_NOT_FOUND; a node without the voice-bridge engine: "
+        "SERVICE_UNAVAILABLE.",
+        VoiceBridgeSayParams,
+        free_tools.voice_bridge_say,
+        read_only=False,
+    ),
+    FreeTool(
+        "poll_voice_bridge",
+        "Poll a voice bridge",
+        "Transcript and system events of a voice-bridge session since cursor: { success, "
+        "sessionId, state, events: [{ seq, type, text, ts_ms }], nextCursor, callId }. Pass "
+        "nextCursor as the next cursor; poll about every 0.5 to 1 s. Free. Unknown session: "
+        "VOICE_BRIDGE_SESSION_NOT_FOUND; a node without the voice-bridge engine: "
+        "SERVICE_UNAVAILABLE.",
+        VoiceBridgePollParams,
+        free_tools.poll_voice_bridge,
+    ),
+    FreeTool(
+        "end_voice_bridge",
+        "End a voice bridge",
+        "Hang up a voice-bridge session and settle its deposit, once: { success, elapsedSec, "
+        "usedSats, depositSats, refundableSats, refund, finalTranscript }. The elapsed time "
+        "is billed at perMinuteSats; the unused deposit goes to refundAddress when the "
+        "session has one, otherwise refund is an LNURL-withdraw. Ending again returns the "
+        "same settlement. Free. Unknown session: VOICE_BRIDGE_SESSION_NOT_FOUND; a node "
+        "without the voice-bridge engine: SERVICE_UNAVAILABLE.",
+        VoiceBridgeEndParams,
+        free_tools.end_voice_bridge,
         read_only=False,
     ),
 )

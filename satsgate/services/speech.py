@@ -57,7 +57,9 @@ SPEED_MIN, SPEED_MAX = 0.5, 2.0
 # Tier names a TTS modelId or tier may use besides best / better / standard.
 TTS_TIER_ALIASES = TTS_TIER_NAMES
 TTS_MODELS = (33, 34, 43, 3)
-_LANGUAGE_CODE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
+# An ISO 639 code with optional subtags: the global tier's language (602+ languages), also
+# the language of a voice bridge's spoken text (services.voice_bridge).
+LANGUAGE_CODE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
 
 
 def _voice_owner(voice: str) -> int | None:
@@ -85,7 +87,7 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
     )
     speed: float = Field(1.0, ge=SPEED_MIN, le=SPEED_MAX, description="0.5 to 2.0, default 1.0.")
     language: str | None = Field(
-        None, pattern=_LANGUAGE_CODE,
+        None, pattern=LANGUAGE_CODE,
         description="Global tier only: ISO 639 code (602+ languages), default en.",
     )
     voice_description: str | None = Field(

@@ -19,7 +19,7 @@ from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund
 
 T = TypeVar("T")
 
-# Inline writes between two passive checkpoints run by the store thread.
+# Inline writes between two checkpoints, which the store thread runs (see _checkpoint).
 _CHECKPOINT_EVERY_WRITES = 1000
 _LOCK_ERRORS = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -328,7 +328,7 @@ class Store:
 
     async def insert_payment(self, payment: Payment) -> None:
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
-        values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
+        values[_STATUS_INDEX] = str(payment.status)
         await self._write_one(_INSERT_PAYMENT, values)
 
     @staticmethod

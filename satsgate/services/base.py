@@ -123,14 +123,26 @@ class PriceShape:
         if (self.model == "flat") != (self.unit == "per call"):
             raise ValueError("'per call' is the unit of flat prices only")
 
-    @classmethod
-    def flat(cls, sats: int, *, estimate: str | None = None) -> PriceShape:
-        """One price for every call."""
-        return cls("flat", "per call", sats * 1000, estimate=estimate)
-
     def minimum_msat(self) -> int:
         """The least any valid call is charged now, in msat."""
         return self.min_msat() if callable(self.min_msat) else self.min_msat
+
+
+@dataclass(frozen=True)
+class FlatPrice:
+    """The price of a service whose every call costs the same. It is the spec's
+    ``price_msat``, and the spec takes its flat ``PriceShape`` from it: one amount,
+    stated once."""
+
+    msat: int
+    estimate: str | None = None  # the /api/estimate-cost id that quotes it
+
+    def __call__(self, _params: object) -> int:
+        return self.msat
+
+    @property
+    def shape(self) -> PriceShape:
+        return PriceShape("flat", "per call", self.msat, estimate=self.estimate)
 
 
 # The shape of a ServiceSpec that declares none: every registered service declares one
@@ -168,6 +180,10 @@ class ServiceSpec(Generic[P]):
     # Whether an engine for this service is configured on this node; None: always.
     # An unavailable service is listed everywhere but refuses before any invoice.
     available: Callable[[Settings], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
+            object.__setattr__(self, "price_shape", self.price_msat.shape)
 
     def is_available(self, settings: Settings) -> bool:
         return self.available is None or self.available(settings)

@@ -10,10 +10,16 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from satsgate.errors import ApiError
-from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import (
+    FlatPrice,
+    Params,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+)
 from satsgate.services.encoding import BadBase64, decode_base64_file
 from satsgate.services.engines import cards, pdf
-from satsgate.services.pricing import FLAT_SATS, MSAT
+from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price
 
 # -- render-card --------------------------------------------------------------------------
 
@@ -130,9 +136,8 @@ RENDER_CARD = ServiceSpec(
         "layout, no AI: the text sent is the text shown, wrapped to fit. 5 sats."
     ),
     params=RenderCardParams,
-    price_msat=lambda _p: FLAT_SATS["render-card"] * MSAT,
+    price_msat=flat_price("render-card"),
     handler=render_card,
-    price_shape=PriceShape.flat(FLAT_SATS["render-card"], estimate="render-card"),
     model_ids=(53,),
     failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
     max_body_bytes=64 * 1024,
@@ -187,9 +192,8 @@ HTML_TO_PDF = ServiceSpec(
         "as data: URIs). 50 sats."
     ),
     params=HtmlToPdfParams,
-    price_msat=lambda _p: FLAT_SATS["html-to-pdf"] * MSAT,
+    price_msat=flat_price("html-to-pdf"),
     handler=html_to_pdf,
-    price_shape=PriceShape.flat(FLAT_SATS["html-to-pdf"], estimate="html-to-pdf"),
     model_ids=(29,),
     max_body_bytes=8 * 1024 * 1024,
     example={"markdown": "# Invoice\n\nThank you."},
@@ -239,9 +243,8 @@ MERGE_PDF = ServiceSpec(
     title="Merge PDFs",
     description="Merge 2 to 50 PDF documents (base64) into one, pages in order. 100 sats.",
     params=MergePdfParams,
-    price_msat=lambda _p: FLAT_SATS["merge-pdf"] * MSAT,
+    price_msat=FlatPrice(FLAT_SATS["merge-pdf"] * MSAT),  # no estimator quotes it
     handler=merge_pdf,
-    price_shape=PriceShape.flat(FLAT_SATS["merge-pdf"]),
     model_ids=(13,),
     max_body_bytes=MAX_MERGE_DOCUMENTS * MAX_PDF_BYTES * 4 // 3 + 4096,
     prevalidate=_check_pdfs,

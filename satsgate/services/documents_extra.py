@@ -41,7 +41,7 @@ from satsgate.services.media import (
     is_pdf,
     pdf_pages,
 )
-from satsgate.services.pricing import FLAT_SATS, MSAT, PER_PAGE_SATS, PER_PASS_SATS
+from satsgate.services.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
 
 # -- extract-document / extract-receipt ----------------------------------------------------
 
@@ -274,9 +274,8 @@ CONVERT_FILE = ServiceSpec(
     "PDF, PDF to text, Markdown or HTML to PDF or text, text to PDF: { file_url, "
     "file_base64, format }. Runs on this node. 100 sats.",
     params=ConvertFileParams,
-    price_msat=lambda _p: FLAT_SATS["file-conversion"] * MSAT,
+    price_msat=flat_price("file-conversion"),
     handler=convert_file,
-    price_shape=PriceShape.flat(FLAT_SATS["file-conversion"], estimate="file-conversion"),
     model_ids=(11,),
     failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
     max_body_bytes=body_limit(CONVERT_MAX_BYTES),
@@ -344,9 +343,8 @@ E_SIGNATURE = ServiceSpec(
     description="Send a PDF for signature; the signed copy is e-mailed once all signers have "
     "signed (hours to days): { success, message }. 1000 sats per document.",
     params=ESignatureParams,
-    price_msat=lambda _p: FLAT_SATS["e-signature"] * MSAT,
+    price_msat=flat_price("e-signature"),
     handler=no_engine,
-    price_shape=PriceShape.flat(FLAT_SATS["e-signature"], estimate="e-signature"),
     model_ids=(46,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(ESIGN_MAX_BYTES),

@@ -28,7 +28,7 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
-from satsgate.services.pricing import FLAT_SATS, MSAT, image_price_sats
+from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price, image_price_sats
 from satsgate.services.routing import auto_image_model
 
 PROMPT_MAX_CHARS = 4000
@@ -194,9 +194,8 @@ EDIT_IMAGE = ServiceSpec(
     title="Edit image",
     description="Edit an image by instruction. 200 sats flat at any output size.",
     params=EditImageParams,
-    price_msat=lambda _p: FLAT_SATS["image-edit"] * MSAT,
+    price_msat=flat_price("image-edit"),
     handler=no_engine,
-    price_shape=PriceShape.flat(FLAT_SATS["image-edit"], estimate="image-edit"),
     model_ids=(18,),
     failure_codes=("CONTENT_FILTERED", "TIMEOUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
@@ -229,9 +228,8 @@ ANALYZE_IMAGE = ServiceSpec(
     title="Analyze image",
     description="Describe an image or answer a question about it: { content }. 21 sats.",
     params=AnalyzeImageParams,
-    price_msat=lambda _p: FLAT_SATS["vision"] * MSAT,
+    price_msat=flat_price("vision"),
     handler=no_engine,
-    price_shape=PriceShape.flat(FLAT_SATS["vision"], estimate="vision"),
     untrusted_output=True,
     model_ids=(5,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -356,9 +354,8 @@ def _process_spec(
         title=title,
         description=f"{description} {sats} sats.",
         params=params,
-        price_msat=lambda _p: sats * MSAT,
+        price_msat=flat_price(price_key),
         handler=no_engine,
-        price_shape=PriceShape.flat(sats, estimate=price_key),
         untrusted_output=untrusted,
         model_ids=params.MODELS,
         failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -438,9 +435,8 @@ GENERATE_3D = ServiceSpec(
     description="Photo or prompt to a GLB model (async, up to about 5 minutes): { requestId }, "
     "then { modelUrl }. 1600 sats.",
     params=Generate3dParams,
-    price_msat=lambda _p: FLAT_SATS["3d-model"] * MSAT,
+    price_msat=flat_price("3d-model"),
     handler=no_engine,
-    price_shape=PriceShape.flat(FLAT_SATS["3d-model"], estimate="3d-model"),
     mode="job",
     job_type="image-3d",
     model_ids=(17,),

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from pydantic import Field, field_validator
 
-from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import ServiceParams, local_engine, prevalidate
 from satsgate.services.pricing import FLAT_SATS, MSAT
 from satsgate.store import Store
@@ -111,9 +111,8 @@ VOTE = ServiceSpec(
     description="Vote for a planned service on the roadmap: { success, slug, votes }. "
     "1 sat per vote.",
     params=VoteParams,
-    price_msat=lambda _p: FLAT_SATS["vote"] * MSAT,
+    price_msat=FlatPrice(FLAT_SATS["vote"] * MSAT),  # no estimator quotes it
     handler=vote,
-    price_shape=PriceShape.flat(FLAT_SATS["vote"]),
     failure_codes=("L402_INVALID_PARAMS",),
     max_body_bytes=4 * 1024,
     prevalidate=prevalidate,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from satsgate.errors import ApiError, invalid_params
+from satsgate.services.base import FlatPrice
 from satsgate.services.catalog import MODELS_BY_ID
 from satsgate.services.languages import (
     RARE_LANGUAGES,
@@ -89,6 +90,11 @@ FLAT_SATS = {
     "fax-receive": 500,
     "vote": 1,
 }
+
+
+def flat_price(key: str) -> FlatPrice:
+    """The flat price ``FLAT_SATS[key]``, quoted by the estimator of the same id."""
+    return FlatPrice(FLAT_SATS[key] * MSAT, estimate=key)
 PER_PAGE_SATS = {"ocr": 10, "receipt-ocr": 25}
 
 

@@ -30,12 +30,12 @@ from satsgate.services.languages import (
 )
 from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
-    FLAT_SATS,
     MSAT,
     TEXT_CHARS_PER_SAT,
     TEXT_MIN_SATS,
     TRANSLATE_EPUB_MIN_SATS,
     TRANSLATE_MIN_SATS,
+    flat_price,
     multilingual_ask_msat,
     rare_translation_msat,
     text_msat,
@@ -423,9 +423,8 @@ SEARCH = ServiceSpec(
     title="Web search",
     description="Web search: { results: [{ title, url, snippet }] }. 21 sats.",
     params=SearchParams,
-    price_msat=lambda _p: FLAT_SATS["search"] * MSAT,
+    price_msat=flat_price("search"),
     handler=no_engine,
-    price_shape=PriceShape.flat(FLAT_SATS["search"], estimate="search"),
     untrusted_output=True,
     model_ids=(15,),
     failure_codes=("RATE_LIMITED", "SERVICE_ERROR"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from satsgate.services.base import Params, PriceShape, ServiceSpec
 from satsgate.services.common import (
@@ -218,14 +218,10 @@ MULTILINGUAL_ASK = ServiceSpec(
 TRANSLATE_MAX_CHARS = 200_000
 
 
-class TranslateTextParams(ServiceParams, ModelChoice):
-    """Without modelId the target picks the engine; a pinned text model (31, 1, 6) prices
-    at its own text rate (minimum 1)."""
+class TranslationLanguages(BaseModel):
+    """The target and source languages of a translation: one of the 119, by code, name
+    or locale tag; the source may be omitted (or 'auto') to be detected."""
 
-    MODELS: ClassVar[tuple[int, ...]] = (6, 1, 31)
-    DEFAULT: ClassVar[int] = 0  # 0: the target language's engine
-
-    text: str = Field(min_length=1, max_length=TRANSLATE_MAX_CHARS)
     targetLanguage: str = Field(
         max_length=64, validation_alias=alias("targetLanguage", "target_language"),
         description="ISO 639 code, English name or locale tag; one of 119.",
@@ -246,6 +242,16 @@ class TranslateTextParams(ServiceParams, ModelChoice):
         if value is None or value.strip().lower() == "auto":
             return None
         return resolve_translation_language(value)
+
+
+class TranslateTextParams(ServiceParams, ModelChoice, TranslationLanguages):
+    """Without modelId the target picks the engine; a pinned text model (31, 1, 6) prices
+    at its own text rate (minimum 1)."""
+
+    MODELS: ClassVar[tuple[int, ...]] = (6, 1, 31)
+    DEFAULT: ClassVar[int] = 0  # 0: the target language's engine
+
+    text: str = Field(min_length=1, max_length=TRANSLATE_MAX_CHARS)
 
 
 TRANSLATE_TEXT = ServiceSpec(
@@ -322,32 +328,14 @@ EPUB_MAX_BYTES = 50 * MiB
 EPUB_MAX_VISIBLE_CHARS = 3_000_000
 
 
-class TranslateEpubParams(ServiceParams, CallbackFields):
+class TranslateEpubParams(ServiceParams, CallbackFields, TranslationLanguages):
     epubBase64: str = Field(
         validation_alias=alias("epubBase64", "file", "epub"),
         max_length=b64_chars(EPUB_MAX_BYTES), description="The EPUB as base64, at most 50 MB.",
     )
-    targetLanguage: str = Field(
-        max_length=64, validation_alias=alias("targetLanguage", "target_language")
-    )
-    sourceLanguage: str | None = Field(
-        None, max_length=64, validation_alias=alias("sourceLanguage", "source_language")
-    )
     fileName: str | None = Field(
         None, max_length=255, validation_alias=alias("fileName", "file_name")
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_translation_language(value)
-
-    @field_validator("sourceLanguage")
-    @classmethod
-    def _source(cls, value: str | None) -> str | None:
-        if value is None or value.strip().lower() == "auto":
-            return None
-        return resolve_translation_language(value)
 
     def check(self) -> int:
         """Visible characters of the book (the price's measure)."""

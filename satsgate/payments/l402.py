@@ -21,10 +21,12 @@ from typing import NamedTuple
 from pymacaroons.serializers.binary_serializer import BinarySerializer
 
 from satsgate.payments import macaroon_v2
+from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 
 LOCATION = "lsat"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _IDENTIFIER_VERSION = 0
+_IDENTIFIER_PREFIX = struct.pack(">H", _IDENTIFIER_VERSION)
 
 
 class CredentialError(Exception):
@@ -42,10 +44,11 @@ class RootKeys:
     this) still verify through the key stored with their payment."""
 
     def __init__(self, server_secret: str) -> None:
-        self._key = hmac.digest(server_secret.encode(), b"satsgate l402 root key", "sha256")
+        key = hmac_sha256(server_secret.encode(), b"satsgate l402 root key")
+        self._key = HmacKey(key)
 
     def for_token(self, token_id: bytes) -> bytes:
-        return hmac.digest(self._key, token_id, "sha256")
+        return self._key.digest(token_id)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def mint(
     """A new token, or (given its root key and id) the same token again, byte for byte."""
     root_key = secrets.token_bytes(32) if root_key is None else root_key
     token_id = secrets.token_bytes(32) if token_id is None else token_id
-    identifier = struct.pack(">H", _IDENTIFIER_VERSION) + bytes.fromhex(payment_hash) + token_id
+    identifier = _IDENTIFIER_PREFIX + bytes.fromhex(payment_hash) + token_id
     caveats = (
         service_caveat(service).encode(),
         valid_until_caveat(service, valid_until).encode(),
@@ -161,16 +164,15 @@ def _parse(raw: bytes) -> macaroon_v2.MacaroonV2:
 def decode_macaroon(raw: bytes) -> DecodedMacaroon:
     mac = _parse(raw)
     identifier = mac.identifier
-    if len(identifier) != 66 or struct.unpack(">H", identifier[:2])[0] != _IDENTIFIER_VERSION:
+    if len(identifier) != 66 or identifier[:2] != _IDENTIFIER_PREFIX:
         raise CredentialError("unknown macaroon identifier")
-    if any(c.verification_id for c in mac.caveats):
-        raise CredentialError("third-party caveats are not accepted")
+    caveat_ids = []
+    for caveat in mac.caveats:
+        if caveat.verification_id:
+            raise CredentialError("third-party caveats are not accepted")
+        caveat_ids.append(caveat.caveat_id)
     return DecodedMacaroon(
-        identifier=identifier,
-        payment_hash=identifier[2:34].hex(),
-        token_id=identifier[34:].hex(),
-        caveat_ids=tuple(c.caveat_id for c in mac.caveats),
-        signature=mac.signature,
+        identifier, identifier[2:34].hex(), identifier[34:].hex(), tuple(caveat_ids), mac.signature
     )
 
 

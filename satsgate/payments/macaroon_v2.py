@@ -17,14 +17,15 @@ pymacaroons ignores them.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
 from typing import NamedTuple
+
+from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 
 VERSION = 2
 _END, _LOCATION, _IDENTIFIER, _VID, _SIGNATURE = 0, 1, 2, 4, 6
 # HMAC key derivation of libmacaroons: the root key is never used directly.
-_KEY_GENERATOR = b"macaroons-key-generator"
+_KEY_GENERATOR = HmacKey(b"macaroons-key-generator")
 
 
 class FormatError(ValueError):
@@ -117,7 +118,17 @@ def parse(raw: bytes) -> MacaroonV2:
     if len(header) != 1 or header[0][0] != _IDENTIFIER:
         raise FormatError("invalid macaroon header")
     caveats = []
+    end = len(buf)
     while True:
+        # Fast path, the shape of every caveat satsgate mints: one identifier field
+        # with a one-byte length, then the section's end (0x02, n, n bytes, 0x00).
+        # _section and _caveat would read it to the same Caveat.
+        if pos + 1 < end and buf[pos] == _IDENTIFIER and buf[pos + 1] < 0x80:
+            stop = pos + 2 + buf[pos + 1]
+            if stop < end and buf[stop] == _END:
+                caveats.append(Caveat(buf[pos + 2 : stop]))
+                pos = stop + 1
+                continue
         section, pos = _section(buf, pos)
         if not section:
             break
@@ -135,10 +146,9 @@ def parse(raw: bytes) -> MacaroonV2:
 
 def signature(root_key: bytes, identifier: bytes, caveat_ids: Sequence[bytes]) -> bytes:
     """The HMAC-SHA256 chain of a macaroon with first-party caveats only."""
-    key = hmac.digest(_KEY_GENERATOR, root_key, "sha256")
-    sig = hmac.digest(key, identifier, "sha256")
+    sig = hmac_sha256(_KEY_GENERATOR.digest(root_key), identifier)
     for caveat_id in caveat_ids:
-        sig = hmac.digest(sig, caveat_id, "sha256")
+        sig = hmac_sha256(sig, caveat_id)
     return sig
 
 

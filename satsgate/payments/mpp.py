@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import functools
 import hmac
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.payments.l402 import CredentialError, MalformedCredential
 
 METHOD = "lightning"
@@ -78,7 +79,13 @@ def _challenge_id(
     opaque: str = "",
 ) -> str:
     message = "|".join((realm, method, intent, request, expires, digest, opaque))
-    return b64url(hmac.new(secret.encode(), message.encode(), hashlib.sha256).digest())
+    return b64url(_challenge_key(secret).digest(message.encode()))
+
+
+@functools.lru_cache(maxsize=4)
+def _challenge_key(secret: str) -> HmacKey:
+    """The server secret's HMAC key, its padded states hashed once per secret."""
+    return HmacKey(secret.encode())
 
 
 def make_challenge(

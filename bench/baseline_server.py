@@ -19,6 +19,12 @@ async def hello(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+async def hello_post(request: web.Request) -> web.Response:
+    """The same, for a POST that carries a JSON body (read and parsed, then ignored)."""
+    await request.json()
+    return web.json_response({"status": "ok"})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
@@ -26,6 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     app = web.Application()
     app.router.add_get("/", hello)
+    app.router.add_post("/", hello_post)
     asyncio.run(serve_until_stopped(app, args.host, args.port))
 
 

@@ -30,6 +30,7 @@ from satsgate.app import GATE, create_app
 from satsgate.config import Settings
 from satsgate.dev_backend import DevBackend
 from satsgate.payments.http import handle_paid_call
+from satsgate.runner import freeze_startup_heap
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 
 NOOP_SLUG = "bench-noop"
@@ -105,12 +106,17 @@ async def bench_hello(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+async def _freeze_heap(app: web.Application) -> None:
+    freeze_startup_heap()
+
+
 def build_app(settings: Settings) -> web.Application:
     app = create_app(settings, DevBackend(settings.data_dir))
     app.router.add_post("/bench/noop", bench_noop)
     app.router.add_get("/bench/hello", bench_hello)
     app.router.add_get("/bench/stats", bench_stats)
     app.on_startup.append(_time_pool)
+    app.on_startup.append(_freeze_heap)  # last: after every start-up step, as `satsgate serve`
     return app
 
 

@@ -29,9 +29,10 @@ def build_backend(settings: Settings) -> LightningBackend:
 
 
 async def _serve(settings: Settings) -> None:
-    from satsgate.runner import start_service
+    from satsgate.runner import freeze_startup_heap, start_service
 
     handle = await start_service(settings, build_backend(settings))
+    freeze_startup_heap()
     logging.getLogger("satsgate").info(
         "satsgate listening on %s (backend %s, network %s, data %s)",
         handle.url,

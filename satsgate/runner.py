@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -43,3 +44,16 @@ async def start_service(settings: Settings, backend: LightningBackend) -> Servic
         break
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
     return ServiceHandle(runner, app, f"http://{host}:{port}")
+
+
+def freeze_startup_heap() -> None:
+    """Move everything alive after start-up out of the garbage collector's sight.
+
+    For a process whose main job is serving: the app, its catalog, pydantic's
+    schemas and the imported modules are about 130k tracked objects that live as
+    long as the process, and a full collection walks them all (about 100 ms here,
+    every few thousand requests, while the event loop stands still). Frozen, they
+    are never scanned; what requests allocate is collected as before.
+    """
+    gc.collect()
+    gc.freeze()

@@ -140,3 +140,29 @@ async def test_wal_stays_bounded_under_a_stream_of_inline_writes(tmp_path: Path)
         assert wal.stat().st_size <= 16 * 1024 * 1024
     finally:
         await store.close()
+
+
+
+async def test_writes_stay_on_the_loop_through_checkpoints(tmp_path: Path) -> None:
+    """A checkpoint never sends the loop's writes to the store thread: they wait for its
+    short RESTART step on the loop instead, so none pays a thread hop or meets its lock."""
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    on_store_thread: list[str] = []  # every statement the store thread's connection runs
+    await store.run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
+    try:
+        payments = [_paid_payment() for _ in range(1200)]
+        for p in payments:
+            await store.insert_payment(p)
+            await asyncio.sleep(0)  # other requests' turn, as on a busy loop
+        served = 0
+        for p in payments * 2:  # 2400 spends, the repeats refused
+            served += await store.spend(p.payment_id, 1)
+            await asyncio.sleep(0)
+        await store.run_sync(lambda conn: conn.set_trace_callback(None))
+    finally:
+        await store.close()
+    assert served == len(payments)
+    assert any("wal_checkpoint(RESTART)" in sql for sql in on_store_thread)
+    writes = [s for s in on_store_thread if s.lstrip().upper().startswith(("INSERT", "UPDATE"))]
+    assert writes == []

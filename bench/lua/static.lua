@@ -1,5 +1,6 @@
 -- One fixed request (wrk pre-builds it once): baseline, free endpoint, 402 challenge.
--- Arguments after "--": method, body ("" for none), count_statuses ("1" to count codes).
+-- Arguments after "--": method, body ("" for none), count_statuses ("1" to count codes),
+-- and optionally an Authorization header value.
 -- Prints one "BENCH_JSON {...}" line from done().
 
 local threads = {}
@@ -14,6 +15,9 @@ function init(args)
    if body ~= "" then
       wrk.body = body
       wrk.headers["Content-Type"] = "application/json"
+   end
+   if args[4] and args[4] ~= "" then
+      wrk.headers["Authorization"] = args[4]
    end
    statuses = {}
    if args[3] == "1" then

@@ -96,6 +96,8 @@ class SatsgatePlugin:
                 cfg = settings_from_init(options, configuration)
             except PluginConfigError as exc:
                 return self._disable(str(exc))
+            from satsgate.runner import freeze_startup_heap
+
             from .service import ServiceThread
 
             service = ServiceThread(cfg.settings, cfg.rpc_path)
@@ -104,6 +106,7 @@ class SatsgatePlugin:
             except Exception as exc:
                 return self._disable(f"cannot start satsgate: {exc}")
             self.service = service
+            freeze_startup_heap()
             log.info("satsgate listening on %s (network %s, data %s)", url,
                      cfg.settings.network, cfg.settings.data_dir)
             return None

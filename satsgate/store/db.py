@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,8 @@ import sqlite_utils
 from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund, RefundStatus
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 # Inline writes between two checkpoints, which the store thread runs (see _checkpoint).
 _CHECKPOINT_EVERY_WRITES = 1000
@@ -188,7 +191,10 @@ class Store:
         self._db: sqlite_utils.Database | None = None
         self._inline: sqlite3.Connection | None = None
         self._inline_writes = 0
-        self._checkpoint_due = False  # set on the loop, cleared by the store thread
+        # A checkpoint in two steps (see _checkpoint_restart): the PASSIVE one runs on
+        # the store thread; while the RESTART one runs, inline writes wait on this event.
+        self._passive_checkpoint: Future[sqlite3.Cursor] | None = None
+        self._writes_open: asyncio.Event | None = None
         # Extra schema steps registered by feature modules (jobs, ...), run after ours.
         self._extra: list[Callable[[sqlite_utils.Database], None]] = []
 
@@ -197,6 +203,8 @@ class Store:
     async def open(self) -> None:
         await self._run(self._open)
         self._inline = self._inline_connection()
+        self._writes_open = asyncio.Event()
+        self._writes_open.set()
 
     def _inline_connection(self) -> sqlite3.Connection:
         """The event loop's own connection, for the hot paths' point reads and
@@ -279,7 +287,9 @@ class Store:
         serializes writers.
         """
         inline = self._inline
-        if inline is not None and not (write and self._checkpoint_due):
+        if write and inline is not None:
+            await self._checkpoint_restart()
+        if inline is not None:
             try:
                 result = run(inline)
             except sqlite3.OperationalError as exc:
@@ -290,11 +300,13 @@ class Store:
             else:
                 if write:
                     self._inline_writes += 1
-                    if self._inline_writes % _CHECKPOINT_EVERY_WRITES == 0:
-                        # Writes queue behind the checkpoint on the store thread until it
-                        # is done, so a steady stream of them cannot starve it.
-                        self._checkpoint_due = True
-                        self._executor.submit(self._checkpoint)
+                    if (
+                        self._inline_writes % _CHECKPOINT_EVERY_WRITES == 0
+                        and self._passive_checkpoint is None
+                    ):
+                        self._passive_checkpoint = self._executor.submit(
+                            self._conn.execute, "PRAGMA wal_checkpoint(PASSIVE)"
+                        )
                 return result
         return await self._run(lambda: run(self._conn))
 
@@ -304,14 +316,38 @@ class Store:
             lambda conn: int(conn.execute(sql, args).rowcount), write=True
         )
 
-    def _checkpoint(self) -> None:
-        # On the store thread, never the loop. RESTART copies the whole WAL into the
-        # database and makes the next writer start it over, so the WAL stays bounded
-        # (a PASSIVE checkpoint racing a steady stream of writes can stay behind forever).
+    async def _checkpoint_restart(self) -> None:
+        """Before an inline write: wait for a running RESTART checkpoint, or run one
+        once its PASSIVE step is done.
+
+        The WAL is copied into the database in two steps on the store thread, so that
+        the loop's own writes never compete with a checkpoint for the write lock (one
+        that met it would have to hop to the store thread):
+        1. PASSIVE (submitted every ``_CHECKPOINT_EVERY_WRITES`` inline writes) copies
+           the WAL and syncs the database while inline writes go on appending: the
+           long part, about a thousand pages and an fsync.
+        2. RESTART, run here by the first write after that, copies what was appended
+           meanwhile and makes the next writer start the WAL over, so it stays bounded
+           (PASSIVE alone, racing a steady stream of writes, can stay behind forever).
+           Inline writes wait on the loop until it is done, so such a stream cannot
+           starve it. The write that runs it awaits it, so it happens even in a loop
+           of writes that never yields otherwise.
+        """
+        assert self._writes_open is not None
+        while not self._writes_open.is_set():
+            await self._writes_open.wait()
+        passive = self._passive_checkpoint
+        if passive is None or not passive.done():  # a concurrent Future: no loop needed
+            return
+        self._passive_checkpoint = None
+        self._writes_open.clear()
         try:
-            self._conn.execute("PRAGMA wal_checkpoint(RESTART)")
+            passive.result()
+            await self._run(lambda: self._conn.execute("PRAGMA wal_checkpoint(RESTART)"))
+        except sqlite3.Error as exc:  # the next checkpoint tries again
+            log.warning("WAL checkpoint failed: %s", exc)
         finally:
-            self._checkpoint_due = False
+            self._writes_open.set()
 
     async def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the store thread (for feature modules' own tables)."""

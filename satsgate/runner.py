@@ -51,9 +51,12 @@ def freeze_startup_heap() -> None:
 
     For a process whose main job is serving: the app, its catalog, pydantic's
     schemas and the imported modules are about 130k tracked objects that live as
-    long as the process, and a full collection walks them all (about 100 ms here,
-    every few thousand requests, while the event loop stands still). Frozen, they
-    are never scanned; what requests allocate is collected as before.
+    long as the process, and a full collection walks them all: about 100 ms here,
+    with the event loop standing still. One runs whenever enough objects have
+    outlived the younger generations, which under load the 30 s dedup cache's
+    entries do. Frozen, the start-up objects are never scanned again; what requests
+    allocate is collected as before. (In the bench, the paid no-op call's p99 went
+    from 84 to 28 ms with this and the two-step checkpoint together.)
     """
     gc.collect()
     gc.freeze()

@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-# Inline writes between two checkpoints, which the store thread runs (see _checkpoint).
+# Inline writes between two checkpoints (see _checkpoint_restart).
 _CHECKPOINT_EVERY_WRITES = 1000
 _LOCK_ERRORS = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 

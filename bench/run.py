@@ -976,7 +976,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ("gate_share", "**gate share** = challenge_for − create_invoice"),
         ("challenge_for", "Gate.challenge_for (total)"),
         ("create_invoice", "DevBackend.create_invoice (BOLT11 signing + node row)"),
-        ("insert_payment", "in the share: Store.insert_payment (thread hop + INSERT)"),
+        ("insert_payment", "in the share: Store.insert_payment (INSERT, loop's connection)"),
         ("challenge_of", "in the share: Gate.challenge_of (macaroon + MPP challenge)"),
         ("validate_params", "handler: validate_params (pydantic)"),
         ("prevalidate", "handler: prevalidate (render-card check_fits, in a thread)"),

@@ -32,6 +32,7 @@ from satsgate.dev_backend import DevBackend
 from satsgate.payments.http import handle_paid_call
 from satsgate.runner import freeze_startup_heap
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.cpu_jobs import run_with_time_limit
 
 NOOP_SLUG = "bench-noop"
 NOOP_PRICE_MSAT = 1000  # 1 sat
@@ -75,7 +76,8 @@ class TimedPool(Executor):
         self.samples_ns: dict[str, list[int]] = {}  # by the job function's name
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
-        samples = self.samples_ns.setdefault(getattr(fn, "__name__", "?"), [])
+        job = args[1] if fn is run_with_time_limit else fn  # (limit_s, job, *args)
+        samples = self.samples_ns.setdefault(getattr(job, "__name__", "?"), [])
         t0 = time.perf_counter_ns()
         future = self.inner.submit(fn, *args, **kwargs)
         future.add_done_callback(lambda _: samples.append(time.perf_counter_ns() - t0))

@@ -41,6 +41,8 @@ class Settings:
     refund_fee_ppm: int = 10_000
     refund_fee_min_msat: int = 10_000
     refund_pay_timeout_s: int = 60
+    # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
+    cpu_job_time_limit_s: float = 120.0
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
     # Largest accepted request body. Per-service limits are checked on top.
@@ -71,6 +73,7 @@ class Settings:
 
 
 _INT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("int", int)}
+_FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("float", float)}
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -81,6 +84,8 @@ def _coerce(name: str, value: Any) -> Any:
         return tuple(str(item).strip() for item in items if str(item).strip())
     if name in _INT_FIELDS:
         return int(value)
+    if name in _FLOAT_FIELDS:
+        return float(value)
     return value
 
 

@@ -7,7 +7,6 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
@@ -18,6 +17,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from satsgate.config import Settings
+from satsgate.services.cpu_jobs import CpuTimeLimitExceeded, run_cpu_job
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
@@ -68,8 +68,15 @@ class ServiceContext:
     progress: Callable[[float, str], None]
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run CPU-bound engine work in the process pool, off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self.cpu_pool, fn, *args)
+        """Run CPU-bound engine work in the process pool, off the event loop, within
+        ``settings.cpu_job_time_limit_s``; past it, EngineError TIMEOUT (refunded)."""
+        limit_s = self.settings.cpu_job_time_limit_s
+        try:
+            return await run_cpu_job(self.cpu_pool, limit_s, fn, *args)
+        except CpuTimeLimitExceeded:
+            raise EngineError(
+                "TIMEOUT", f"The engine did not finish within {limit_s:g} s and was stopped."
+            ) from None
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]

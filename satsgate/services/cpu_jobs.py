@@ -1,0 +1,63 @@
+"""CPU-bound engine work in the process pool, with a time limit.
+
+A render or PDF job that never ends (a pathological HTML layout, a huge page
+count) would otherwise hold one of the pool's few workers for good and leave its
+paid call waiting forever. Each job is run under a SIGALRM timer inside the
+worker: when it fires, the job raises in the worker and unwinds, the worker
+stays usable, and the caller gets CpuTimeLimitExceeded (a service's
+``ctx.run_cpu`` makes it ``EngineError("TIMEOUT")``, which the gate refunds).
+A job stuck inside one long C call sees the signal only when that call returns;
+for that case the caller stops waiting a grace period later (the worker then
+stays busy until the call ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor
+from types import FrameType
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+# How much longer than the limit the caller waits for a job whose worker missed the signal.
+_GRACE_S = 10.0
+
+
+class CpuTimeLimitExceeded(Exception):
+    """Raised inside the worker when the job's time limit passes."""
+
+
+def _expired(signum: int, frame: FrameType | None) -> None:
+    raise CpuTimeLimitExceeded
+
+
+def run_with_time_limit(limit_s: float, fn: Callable[..., R], *args: Any) -> R:
+    """In a pool worker: ``fn(*args)``, interrupted after ``limit_s`` seconds.
+
+    The timer needs the process's main thread, where a process pool runs its jobs;
+    elsewhere (a thread pool) the job runs without it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+async def run_cpu_job(pool: Executor, limit_s: float, fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` in ``pool`` within ``limit_s`` seconds; raises CpuTimeLimitExceeded."""
+    job = asyncio.get_running_loop().run_in_executor(
+        pool, run_with_time_limit, limit_s, fn, *args
+    )
+    try:
+        return await asyncio.wait_for(job, limit_s + _GRACE_S)
+    except TimeoutError:
+        raise CpuTimeLimitExceeded from None

@@ -13,6 +13,7 @@ import binascii
 import functools
 import hmac
 import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,7 +42,8 @@ def canonical_json(value: Any) -> str:
 
 
 def rfc3339(unix_s: int) -> str:
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # time.gmtime rather than datetime: a third of the cost, on every 402.
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
 
 
 def parse_rfc3339(text: str) -> int:

@@ -39,6 +39,24 @@ async def test_a_job_past_its_limit_is_stopped_and_the_worker_serves_again(
     assert time.monotonic() - started < 3
 
 
+def swallowing_sleep(seconds: float) -> str:
+    """An engine that catches every Exception around its work."""
+    try:
+        time.sleep(seconds)
+    except Exception:
+        return "carried on"
+    return "slept"
+
+
+async def test_an_engine_catching_exception_cannot_swallow_the_limit(
+    pool: ProcessPoolExecutor,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(CpuTimeLimitExceeded):
+        await run_cpu_job(pool, 0.5, swallowing_sleep, 30)
+    assert time.monotonic() - started < 5
+
+
 async def test_a_thread_pool_runs_the_job_without_a_timer() -> None:
     with ThreadPoolExecutor(1) as threads:  # signals need the main thread: no timer there
         assert await run_cpu_job(threads, 5.0, pow, 3, 3) == 27

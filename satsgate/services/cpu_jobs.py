@@ -27,8 +27,12 @@ R = TypeVar("R")
 _GRACE_S = 10.0
 
 
-class CpuTimeLimitExceeded(Exception):
-    """Raised inside the worker when the job's time limit passes."""
+class CpuTimeLimitExceeded(BaseException):
+    """Raised inside the worker when the job's time limit passes.
+
+    A BaseException, like KeyboardInterrupt, so that an engine's own ``except
+    Exception`` cannot swallow it and carry on past the limit.
+    """
 
 
 def _expired(signum: int, frame: FrameType | None) -> None:

@@ -22,8 +22,10 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-# Inline writes between two checkpoints (see _checkpoint_restart).
+# Inline writes between two checkpoints (see _checkpoint_restart), and how many more
+# may go on while one's PASSIVE step runs before writes wait for it: the WAL's bound.
 _CHECKPOINT_EVERY_WRITES = 1000
+_WRITES_DURING_PASSIVE = 250
 _LOCK_ERRORS = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
@@ -190,7 +192,7 @@ class Store:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite_utils.Database | None = None
         self._inline: sqlite3.Connection | None = None
-        self._inline_writes = 0
+        self._writes_since_checkpoint = 0  # inline writes since the last PASSIVE began
         # A checkpoint in two steps (see _checkpoint_restart): the PASSIVE one runs on
         # the store thread; while the RESTART one runs, inline writes wait on this event.
         self._passive_checkpoint: Future[sqlite3.Cursor] | None = None
@@ -287,7 +289,7 @@ class Store:
         serializes writers.
         """
         inline = self._inline
-        if write and inline is not None:
+        if write and inline is not None and self._checkpoint_pending():
             await self._checkpoint_restart()
         if inline is not None:
             try:
@@ -299,11 +301,12 @@ class Store:
                 # Another connection holds a lock: wait for it off the loop.
             else:
                 if write:
-                    self._inline_writes += 1
+                    self._writes_since_checkpoint += 1
                     if (
-                        self._inline_writes % _CHECKPOINT_EVERY_WRITES == 0
-                        and self._passive_checkpoint is None
+                        self._writes_since_checkpoint >= _CHECKPOINT_EVERY_WRITES
+                        and not self._checkpoint_pending()
                     ):
+                        self._writes_since_checkpoint = 0
                         self._passive_checkpoint = self._executor.submit(
                             self._conn.execute, "PRAGMA wal_checkpoint(PASSIVE)"
                         )
@@ -316,6 +319,13 @@ class Store:
             lambda conn: int(conn.execute(sql, args).rowcount), write=True
         )
 
+    def _checkpoint_pending(self) -> bool:
+        """A checkpoint's PASSIVE step was submitted or its RESTART step is running."""
+        writes_open = self._writes_open
+        return self._passive_checkpoint is not None or (
+            writes_open is not None and not writes_open.is_set()
+        )
+
     async def _checkpoint_restart(self) -> None:
         """Before an inline write: wait for a running RESTART checkpoint, or run one
         once its PASSIVE step is done.
@@ -323,7 +333,7 @@ class Store:
         The WAL is copied into the database in two steps on the store thread, so that
         the loop's own writes never compete with a checkpoint for the write lock (one
         that met it would have to hop to the store thread):
-        1. PASSIVE (submitted every ``_CHECKPOINT_EVERY_WRITES`` inline writes) copies
+        1. PASSIVE (submitted after ``_CHECKPOINT_EVERY_WRITES`` inline writes) copies
            the WAL and syncs the database while inline writes go on appending: the
            long part, about a thousand pages and an fsync.
         2. RESTART, run here by the first write after that, copies what was appended
@@ -332,22 +342,36 @@ class Store:
            Inline writes wait on the loop until it is done, so such a stream cannot
            starve it. The write that runs it awaits it, so it happens even in a loop
            of writes that never yields otherwise.
+        A PASSIVE step that falls ``_WRITES_DURING_PASSIVE`` writes behind makes the
+        next writes wait for it too, so no more than about ``_CHECKPOINT_EVERY_WRITES
+        + _WRITES_DURING_PASSIVE`` writes come between two RESTARTs, however fast
+        they come. A few thousand writes a second never wait on it: a PASSIVE step
+        takes tens of milliseconds.
         """
-        assert self._writes_open is not None
-        while not self._writes_open.is_set():
-            await self._writes_open.wait()
-        passive = self._passive_checkpoint
-        if passive is None or not passive.done():  # a concurrent Future: no loop needed
-            return
+        writes_open = self._writes_open
+        assert writes_open is not None
+        while True:
+            while not writes_open.is_set():
+                await writes_open.wait()
+            passive = self._passive_checkpoint
+            if passive is None:
+                return
+            if passive.done():  # a concurrent Future: known without the loop
+                break
+            if self._writes_since_checkpoint < _WRITES_DURING_PASSIVE:
+                return
+            # Wait for it (its error, if any, is read below), then look again:
+            # another writer may have run the RESTART meanwhile.
+            await asyncio.wait([asyncio.wrap_future(passive)])
         self._passive_checkpoint = None
-        self._writes_open.clear()
+        writes_open.clear()
         try:
             passive.result()
             await self._run(lambda: self._conn.execute("PRAGMA wal_checkpoint(RESTART)"))
         except sqlite3.Error as exc:  # the next checkpoint tries again
             log.warning("WAL checkpoint failed: %s", exc)
         finally:
-            self._writes_open.set()
+            writes_open.set()
 
     async def run_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the store thread (for feature modules' own tables)."""

@@ -7,10 +7,22 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from satsgate.store import Payment, PaymentStatus, Store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """An open store at tmp_path/satsgate.db, closed after the test."""
+    opened = Store(tmp_path / "satsgate.db")
+    await opened.open()
+    yield opened
+    await opened.close()
 
 
 def _paid_payment() -> Payment:
@@ -34,134 +46,113 @@ def _paid_payment() -> Payment:
     )
 
 
-async def test_spend_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:
-    store = Store(tmp_path / "satsgate.db")
-    await store.open()
-    try:
-        payment = _paid_payment()
-        await store.insert_payment(payment)
-        assert await store.get_payment(payment.payment_id) == payment  # positional mapping
+async def test_spend_while_another_connection_holds_the_write_lock(
+    store: Store, tmp_path: Path,
+) -> None:
+    payment = _paid_payment()
+    await store.insert_payment(payment)
+    assert await store.get_payment(payment.payment_id) == payment  # positional mapping
 
-        # Another process-like writer takes the database's write lock and keeps it.
-        locked, release = threading.Event(), threading.Event()
+    # Another process-like writer takes the database's write lock and keeps it.
+    locked, release = threading.Event(), threading.Event()
 
-        def hold_lock() -> None:
-            conn = sqlite3.connect(tmp_path / "satsgate.db", isolation_level=None)
-            conn.execute("BEGIN IMMEDIATE")
-            locked.set()
-            release.wait(5)
-            conn.execute("COMMIT")
-            conn.close()
+    def hold_lock() -> None:
+        conn = sqlite3.connect(tmp_path / "satsgate.db", isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(5)
+        conn.execute("COMMIT")
+        conn.close()
 
-        holder = threading.Thread(target=hold_lock)
-        holder.start()
-        assert await asyncio.to_thread(locked.wait, 5)
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert await asyncio.to_thread(locked.wait, 5)
 
-        ticks = 0
+    ticks = 0
 
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
 
-        tick_task = asyncio.create_task(ticker())
-        spends = [asyncio.create_task(store.spend(payment.payment_id, 1)) for _ in range(5)]
-        await asyncio.sleep(0.3)
-        # The loop kept running while the spends waited for the lock off the loop.
-        assert ticks >= 10
-        assert not any(s.done() for s in spends)
-        release.set()
-        results = await asyncio.gather(*spends)
-        tick_task.cancel()
-        holder.join()
-        assert sorted(results) == [False, False, False, False, True]
-        spent = await store.get_payment(payment.payment_id)
-        assert spent is not None and spent.status is PaymentStatus.SPENT
-    finally:
-        await store.close()
+    tick_task = asyncio.create_task(ticker())
+    spends = [asyncio.create_task(store.spend(payment.payment_id, 1)) for _ in range(5)]
+    await asyncio.sleep(0.3)
+    # The loop kept running while the spends waited for the lock off the loop.
+    assert ticks >= 10
+    assert not any(s.done() for s in spends)
+    release.set()
+    results = await asyncio.gather(*spends)
+    tick_task.cancel()
+    holder.join()
+    assert sorted(results) == [False, False, False, False, True]
+    spent = await store.get_payment(payment.payment_id)
+    assert spent is not None and spent.status is PaymentStatus.SPENT
 
 
-async def test_concurrent_inline_spends_serve_once(tmp_path: Path) -> None:
-    store = Store(tmp_path / "satsgate.db")
-    await store.open()
-    try:
-        payments = [_paid_payment() for _ in range(50)]
-        for p in payments:
-            await store.insert_payment(p)
-        attempts = [store.spend(p.payment_id, 1) for p in payments for _ in range(3)]
-        results = await asyncio.gather(*attempts)
-        assert sum(results) == 50
-        ledger = await store.ledger()
-        assert ledger["received_msat"] == 50 * 5000
-        assert ledger["earned_msat"] == 50 * 5000
-    finally:
-        await store.close()
+async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
+    payments = [_paid_payment() for _ in range(50)]
+    for p in payments:
+        await store.insert_payment(p)
+    attempts = [store.spend(p.payment_id, 1) for p in payments for _ in range(3)]
+    results = await asyncio.gather(*attempts)
+    assert sum(results) == 50
+    ledger = await store.ledger()
+    assert ledger["received_msat"] == 50 * 5000
+    assert ledger["earned_msat"] == 50 * 5000
 
 
-async def test_prune_unpaid_keeps_everything_paid_and_recent(tmp_path: Path) -> None:
-    store = Store(tmp_path / "satsgate.db")
-    await store.open()
-    try:
-        now = int(time.time())
-        old_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now - 100)
-        new_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now + 600)
-        old_paid = replace(_paid_payment(), expires_at=now - 100)
-        for p in (old_unpaid, new_unpaid, old_paid):
-            await store.insert_payment(p)
-        assert await store.prune_unpaid(now) == 1
-        assert await store.get_payment(old_unpaid.payment_id) is None
-        assert await store.get_payment(new_unpaid.payment_id) == new_unpaid
-        assert await store.get_payment(old_paid.payment_id) == old_paid
-        # The query uses the partial index rather than scanning the table.
-        plan = await store.run_sync(
-            lambda c: c.execute(
-                "EXPLAIN QUERY PLAN DELETE FROM payments"
-                " WHERE status = 'unpaid' AND expires_at < 1"
-            ).fetchall()
-        )
-        assert "idx_payments_unpaid_expiry" in str(plan)
-    finally:
-        await store.close()
+async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> None:
+    now = int(time.time())
+    old_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now - 100)
+    new_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now + 600)
+    old_paid = replace(_paid_payment(), expires_at=now - 100)
+    for p in (old_unpaid, new_unpaid, old_paid):
+        await store.insert_payment(p)
+    assert await store.prune_unpaid(now) == 1
+    assert await store.get_payment(old_unpaid.payment_id) is None
+    assert await store.get_payment(new_unpaid.payment_id) == new_unpaid
+    assert await store.get_payment(old_paid.payment_id) == old_paid
+    # The query uses the partial index rather than scanning the table.
+    plan = await store.run_sync(
+        lambda c: c.execute(
+            "EXPLAIN QUERY PLAN DELETE FROM payments"
+            " WHERE status = 'unpaid' AND expires_at < 1"
+        ).fetchall()
+    )
+    assert "idx_payments_unpaid_expiry" in str(plan)
 
 
-async def test_wal_stays_bounded_under_a_stream_of_inline_writes(tmp_path: Path) -> None:
-    store = Store(tmp_path / "satsgate.db")
-    await store.open()
-    try:
-        payments = [_paid_payment() for _ in range(2500)]
-        for p in payments:
-            await store.insert_payment(p)
-            assert await store.spend(p.payment_id, 1)
-        await store.run_sync(lambda c: None)  # let a queued checkpoint finish
-        wal = tmp_path / "satsgate.db-wal"
-        # Without the store's checkpoints these 5000 commits leave ~50 MB of WAL; with
-        # them it never holds more than ~1000 commits' pages (an insert writes ~3).
-        assert wal.stat().st_size <= 16 * 1024 * 1024
-    finally:
-        await store.close()
+async def test_wal_stays_bounded_under_a_stream_of_inline_writes(
+    store: Store, tmp_path: Path,
+) -> None:
+    payments = [_paid_payment() for _ in range(2500)]
+    for p in payments:
+        await store.insert_payment(p)
+        assert await store.spend(p.payment_id, 1)
+    await store.run_sync(lambda c: None)  # let a queued checkpoint finish
+    wal = tmp_path / "satsgate.db-wal"
+    # Without the store's checkpoints these 5000 commits leave ~50 MB of WAL; with
+    # them it never holds more than ~1000 commits' pages (an insert writes ~3).
+    assert wal.stat().st_size <= 16 * 1024 * 1024
 
 
 
-async def test_writes_stay_on_the_loop_through_checkpoints(tmp_path: Path) -> None:
+async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None:
     """A checkpoint never sends the loop's writes to the store thread: they wait for its
     short RESTART step on the loop instead, so none pays a thread hop or meets its lock."""
-    store = Store(tmp_path / "satsgate.db")
-    await store.open()
     on_store_thread: list[str] = []  # every statement the store thread's connection runs
     await store.run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
-    try:
-        payments = [_paid_payment() for _ in range(1200)]
-        for p in payments:
-            await store.insert_payment(p)
-            await asyncio.sleep(0)  # other requests' turn, as on a busy loop
-        served = 0
-        for p in payments * 2:  # 2400 spends, the repeats refused
-            served += await store.spend(p.payment_id, 1)
-            await asyncio.sleep(0)
-        await store.run_sync(lambda conn: conn.set_trace_callback(None))
-    finally:
-        await store.close()
+    payments = [_paid_payment() for _ in range(1200)]
+    for p in payments:
+        await store.insert_payment(p)
+        await asyncio.sleep(0)  # other requests' turn, as on a busy loop
+    served = 0
+    for p in payments * 2:  # 2400 spends, the repeats refused
+        served += await store.spend(p.payment_id, 1)
+        await asyncio.sleep(0)
+    await store.run_sync(lambda conn: conn.set_trace_callback(None))
     assert served == len(payments)
     assert any("wal_checkpoint(RESTART)" in sql for sql in on_store_thread)
     writes = [s for s in on_store_thread if s.lstrip().upper().startswith(("INSERT", "UPDATE"))]

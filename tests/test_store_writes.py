@@ -157,3 +157,120 @@ async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None
     assert any("wal_checkpoint(RESTART)" in sql for sql in on_store_thread)
     writes = [s for s in on_store_thread if s.lstrip().upper().startswith(("INSERT", "UPDATE"))]
     assert writes == []
+
+
+def _status_seen_elsewhere(db_path: Path, payment_id: str) -> str:
+    """The payment's status as another connection (another process) sees it: committed."""
+    conn = sqlite3.connect(db_path)
+    try:
+        row = conn.execute(
+            "SELECT status FROM payments WHERE payment_id = ?", (payment_id,)
+        ).fetchone()
+        return str(row[0])
+    finally:
+        conn.close()
+
+
+async def test_the_writes_of_one_loop_iteration_share_one_commit(
+    store: Store, tmp_path: Path,
+) -> None:
+    payments = [_paid_payment() for _ in range(40)]
+    for p in payments:
+        await store.insert_payment(p)
+    statements: list[str] = []
+    inline = store._inline
+    assert inline is not None
+    inline.set_trace_callback(statements.append)
+    returned: list[int] = []
+
+    async def spend(index: int) -> bool:
+        spent = await store.spend(payments[index].payment_id, 1)
+        # The commit that holds this spend happened before the spend returned.
+        returned.append(statements.count("COMMIT"))
+        # Whichever of the pair spent it, its commit is done when either returns.
+        assert _status_seen_elsewhere(tmp_path / "satsgate.db", payments[index].payment_id) == (
+            "spent"
+        )
+        return spent
+
+    # 40 spends and 40 repeats, all started in the same iteration of the loop
+    results = await asyncio.gather(*(spend(i % 40) for i in range(80)))
+    inline.set_trace_callback(None)
+    assert sorted(results) == [False] * 40 + [True] * 40
+    updates = [s for s in statements if s.startswith("UPDATE")]
+    assert len(updates) == 80
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert min(returned) == 1
+
+
+async def test_a_write_is_not_visible_or_returned_before_its_commit(
+    store: Store, tmp_path: Path,
+) -> None:
+    payment = _paid_payment()
+    await store.insert_payment(payment)
+    spending = asyncio.create_task(store.spend(payment.payment_id, 1))
+    await asyncio.sleep(0)  # the task ran its UPDATE and now waits for the commit
+    assert not spending.done()
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", payment.payment_id) == "paid"
+    assert await spending is True
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", payment.payment_id) == "spent"
+
+
+async def test_a_failed_commit_fails_every_write_in_it_and_keeps_none(
+    store: Store,
+) -> None:
+    # A deferred constraint is checked at COMMIT: a way to make one commit fail.
+    await store.run_sync(
+        lambda c: c.execute(
+            "CREATE TABLE commit_probe (payment_id TEXT REFERENCES payments (payment_id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+    )
+    payment = _paid_payment()
+    await store.insert_payment(payment)
+
+    async def orphan_row() -> int:
+        return await store._write_one("INSERT INTO commit_probe VALUES ('pay_none')", ())
+
+    spend, orphan = await asyncio.gather(
+        store.spend(payment.payment_id, 1), orphan_row(), return_exceptions=True
+    )
+    assert isinstance(spend, sqlite3.IntegrityError)
+    assert isinstance(orphan, sqlite3.IntegrityError)
+    fresh = await store.get_payment(payment.payment_id)
+    assert fresh is not None and fresh.status is PaymentStatus.PAID  # nothing was spent
+    # The next iteration's writes commit normally; the payment is served once.
+    assert await store.spend(payment.payment_id, 2) is True
+    assert await store.spend(payment.payment_id, 3) is False
+
+
+async def test_store_thread_writes_get_the_lock_under_a_stream_of_loop_writes(
+    store: Store,
+) -> None:
+    """The store thread's writers wait for the write lock; a group commit that never
+    let go of it would starve them (settlements are written there)."""
+    payments = [_paid_payment() for _ in range(4000)]
+    stop = asyncio.Event()
+
+    async def stream(offset: int) -> int:
+        for _ in range(offset % 3):  # staggered: some writer writes in every iteration
+            await asyncio.sleep(0)
+        done = 0
+        for p in payments[offset::8]:
+            if stop.is_set():
+                break
+            await store.insert_payment(p)
+            done += 1
+        return done
+
+    writers = [asyncio.create_task(stream(i)) for i in range(8)]
+    await asyncio.sleep(0.05)
+    unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, paid_at=None)
+    await store.insert_payment(unpaid)
+    started = time.monotonic()
+    assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
+    waited = time.monotonic() - started
+    stop.set()
+    inserted = sum(await asyncio.gather(*writers))
+    assert inserted > 0
+    assert waited < 1.0  # the thread's own busy timeout is 5 s

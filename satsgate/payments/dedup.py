@@ -4,13 +4,19 @@ gets the first response again, with no second spend.
 Keyed by (payment hash, request digest), so only a holder of the credential can
 ever see a cached response. A request that arrives while the first is still
 running waits for it instead of being refused. Bounded by entry count and bytes.
+
+Cost: every paid call begins an entry and every lookup evicts, so both are O(1).
+Finished entries queue in a deque in the order they finished (the window runs from
+the first response), so eviction looks only at the oldest. A dict alone would not
+do: taking its oldest key walks past the slots of deleted keys, and an OrderedDict
+rebuilds its node table on every resize (~10 µs a call at 10,000 entries).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass
 
 from satsgate.services.base import ServiceResult
@@ -18,11 +24,11 @@ from satsgate.services.base import ServiceResult
 Key = tuple[str, str]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Entry:
     future: asyncio.Future[ServiceResult]
-    stored_at: float
-    size: int = 0
+    stored_at: float  # time.monotonic() of begin, then of the first outcome
+    size: int = 0  # bytes counted in DedupCache._bytes while the entry is held
 
 
 class DedupCache:
@@ -33,17 +39,35 @@ class DedupCache:
         self._max_entries = max_entries
         self._max_bytes = max_bytes
         self._bytes = 0
-        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+        self._entries: dict[Key, _Entry] = {}
+        # Finished entries, oldest outcome first. An item whose key was since dropped
+        # or begun anew is stale: skipped when it reaches the front.
+        self._finished: deque[tuple[Key, _Entry]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
 
     def _evict(self, now: float) -> None:
-        while self._entries:
-            key, entry = next(iter(self._entries.items()))
-            expired = entry.future.done() and now - entry.stored_at > self._window_s
+        finished = self._finished
+        while finished:
+            key, entry = finished[0]
+            if self._entries.get(key) is not entry:
+                finished.popleft()  # stale: already dropped or replaced
+                continue
+            expired = now - entry.stored_at > self._window_s
             over = len(self._entries) > self._max_entries or self._bytes > self._max_bytes
-            if not (expired or (over and entry.future.done())):
+            if not (expired or over):
                 break
-            del self._entries[key]
-            self._bytes -= entry.size
+            finished.popleft()
+            self._drop(key, entry)
+
+    def _drop(self, key: Key, entry: _Entry) -> None:
+        del self._entries[key]
+        self._bytes -= entry.size
 
     def lookup(self, key: Key) -> asyncio.Future[ServiceResult] | None:
         """The first call's (possibly still running) result, if within the window."""
@@ -58,18 +82,26 @@ class DedupCache:
 
     def begin(self, key: Key) -> asyncio.Future[ServiceResult]:
         future: asyncio.Future[ServiceResult] = asyncio.get_running_loop().create_future()
+        earlier = self._entries.get(key)
+        if earlier is not None:  # an expired outcome not yet evicted: replaced
+            self._drop(key, earlier)
         self._entries[key] = _Entry(future, time.monotonic())
         return future
+
+    def _finished_now(self, key: Key, entry: _Entry) -> None:
+        entry.stored_at = time.monotonic()  # the window runs from the first outcome
+        self._finished.append((key, entry))
+        self._evict(entry.stored_at)  # keep the bounds even when nothing is looked up
 
     def finish(self, key: Key, result: ServiceResult) -> None:
         entry = self._entries.get(key)
         if entry is None or entry.future.done():
             return
         entry.future.set_result(result)
-        entry.stored_at = time.monotonic()  # the window runs from the first response
         body = result.body
         entry.size = len(body) if isinstance(body, (str, bytes)) else _rough_size(body)
         self._bytes += entry.size
+        self._finished_now(key, entry)
 
     def fail(self, key: Key, exc: BaseException) -> None:
         """The first call failed after payment: repeats get the same error (and refund)."""
@@ -78,13 +110,13 @@ class DedupCache:
             return
         entry.future.set_exception(exc)
         entry.future.exception()  # mark retrieved: no "never retrieved" warning
-        entry.stored_at = time.monotonic()
+        self._finished_now(key, entry)
 
     def forget(self, key: Key) -> None:
         """Drop an entry whose call never ran (nothing was spent)."""
-        entry = self._entries.pop(key, None)
+        entry = self._entries.get(key)
         if entry is not None:
-            self._bytes -= entry.size
+            self._drop(key, entry)
             if not entry.future.done():
                 entry.future.cancel()
 

@@ -44,14 +44,16 @@ async def test_a_running_call_is_never_evicted_and_repeats_wait_for_it(
     clock = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     cache = DedupCache(window_s=30, max_entries=2)
-    running = cache.begin(key(0))
+    cache.begin(key(0))
     for n in range(1, 6):
         cache.begin(key(n))
         cache.finish(key(n), ServiceResult({"n": n}))
     clock[0] += 1000
-    assert cache.lookup(key(0)) is running  # still in flight, however old or many
-    assert not running.done()
+    waiting = cache.lookup(key(0))  # still in flight, however old or many
+    assert waiting is not None and not waiting.done()
     assert len(cache) == 1
+    cache.finish(key(0), ServiceResult({"n": 0}))
+    assert waiting.result().body == {"n": 0}
 
 
 async def test_the_entry_bound_drops_the_oldest_outcomes_first() -> None:
@@ -80,7 +82,9 @@ async def test_a_failure_after_payment_is_replayed_and_a_forgotten_call_is_not()
     replay = cache.lookup(key(1))
     assert replay is not None and isinstance(replay.exception(), ApiError)
 
-    waiting = cache.begin(key(2))
+    cache.begin(key(2))
+    waiting = cache.lookup(key(2))
+    assert waiting is not None
     cache.forget(key(2))  # nothing was spent: the next attempt must run again
     assert waiting.cancelled()
     assert cache.lookup(key(2)) is None
@@ -96,10 +100,10 @@ async def test_an_expired_outcome_is_replaced_and_its_stale_queue_item_is_skippe
     cache.finish(key(1), ServiceResult("a" * 100))
     clock[0] += 31
     # begin without a lookup first: the expired entry is still held, and is replaced
-    fresh = cache.begin(key(1))
+    cache.begin(key(1))
     assert cache.size_bytes == 0
     cache.finish(key(1), ServiceResult("b" * 10))
     clock[0] += 1
     hit = cache.lookup(key(1))  # evicting the stale queue item must not drop the new one
-    assert hit is fresh and hit.result().body == "b" * 10
+    assert hit is not None and hit.result().body == "b" * 10
     assert cache.size_bytes == 10

@@ -17,18 +17,34 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from satsgate.services.base import ServiceResult
 
 Key = tuple[str, str]
 
 
-@dataclass(eq=False)
 class _Entry:
-    future: asyncio.Future[ServiceResult]
-    stored_at: float  # time.monotonic() of begin, then of the first outcome
-    size: int = 0  # bytes counted in DedupCache._bytes while the entry is held
+    """One call's place in the cache: running (no outcome yet), then finished."""
+
+    __slots__ = ("outcome", "size", "stored_at", "waiters")
+
+    def __init__(self, stored_at: float) -> None:
+        self.stored_at = stored_at  # time.monotonic() of begin, then of the first outcome
+        self.outcome: ServiceResult | BaseException | None = None
+        # Futures of repeats that arrived while the call ran, made only for them:
+        # the first call itself never needs one.
+        self.waiters: list[asyncio.Future[ServiceResult]] = []
+        self.size = 0  # bytes counted in DedupCache._bytes while the entry is held
+
+
+def _settled(future: asyncio.Future[ServiceResult], outcome: ServiceResult | BaseException) -> None:
+    if future.done():  # a waiter given up (cancelled) by its caller
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+        future.exception()  # mark retrieved: no "never retrieved" warning
+    else:
+        future.set_result(outcome)
 
 
 class DedupCache:
@@ -70,55 +86,62 @@ class DedupCache:
         self._bytes -= entry.size
 
     def lookup(self, key: Key) -> asyncio.Future[ServiceResult] | None:
-        """The first call's (possibly still running) result, if within the window."""
+        """The first call's outcome as a future (still pending while that call runs),
+        if within the window; None if there was no such call."""
         now = time.monotonic()
         self._evict(now)
         entry = self._entries.get(key)
         if entry is None:
             return None
-        if entry.future.done() and now - entry.stored_at > self._window_s:
-            return None
-        return entry.future
-
-    def begin(self, key: Key) -> asyncio.Future[ServiceResult]:
         future: asyncio.Future[ServiceResult] = asyncio.get_running_loop().create_future()
+        if entry.outcome is None:
+            entry.waiters.append(future)
+        elif now - entry.stored_at > self._window_s:
+            return None
+        else:
+            _settled(future, entry.outcome)
+        return future
+
+    def begin(self, key: Key) -> None:
+        """A first call starts: repeats from now on wait for its outcome."""
         earlier = self._entries.get(key)
         if earlier is not None:  # an expired outcome not yet evicted: replaced
             self._drop(key, earlier)
-        self._entries[key] = _Entry(future, time.monotonic())
-        return future
+        self._entries[key] = _Entry(time.monotonic())
 
-    def _finished_now(self, key: Key, entry: _Entry) -> None:
+    def _finished_now(
+        self, key: Key, outcome: ServiceResult | BaseException, size: int
+    ) -> None:
+        entry = self._entries.get(key)
+        if entry is None or entry.outcome is not None:
+            return
+        entry.outcome = outcome
+        entry.size = size
+        self._bytes += size
         entry.stored_at = time.monotonic()  # the window runs from the first outcome
+        waiters, entry.waiters = entry.waiters, []
+        for future in waiters:
+            _settled(future, outcome)
         self._finished.append((key, entry))
         self._evict(entry.stored_at)  # keep the bounds even when nothing is looked up
 
     def finish(self, key: Key, result: ServiceResult) -> None:
-        entry = self._entries.get(key)
-        if entry is None or entry.future.done():
-            return
-        entry.future.set_result(result)
         body = result.body
-        entry.size = len(body) if isinstance(body, (str, bytes)) else _rough_size(body)
-        self._bytes += entry.size
-        self._finished_now(key, entry)
+        size = len(body) if isinstance(body, (str, bytes)) else _rough_size(body)
+        self._finished_now(key, result, size)
 
     def fail(self, key: Key, exc: BaseException) -> None:
         """The first call failed after payment: repeats get the same error (and refund)."""
-        entry = self._entries.get(key)
-        if entry is None or entry.future.done():
-            return
-        entry.future.set_exception(exc)
-        entry.future.exception()  # mark retrieved: no "never retrieved" warning
-        self._finished_now(key, entry)
+        self._finished_now(key, exc, 0)
 
     def forget(self, key: Key) -> None:
-        """Drop an entry whose call never ran (nothing was spent)."""
+        """Drop an entry whose call never ran (nothing was spent): its waiters are
+        cancelled, and run again under the spend rule."""
         entry = self._entries.get(key)
         if entry is not None:
             self._drop(key, entry)
-            if not entry.future.done():
-                entry.future.cancel()
+            for future in entry.waiters:
+                future.cancel()
 
 
 def _rough_size(body: dict[str, object]) -> int:

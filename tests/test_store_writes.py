@@ -274,3 +274,20 @@ async def test_store_thread_writes_get_the_lock_under_a_stream_of_loop_writes(
     inserted = sum(await asyncio.gather(*writers))
     assert inserted > 0
     assert waited < 1.0  # the thread's own busy timeout is 5 s
+
+
+async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began(
+    store: Store,
+) -> None:
+    """The PASSIVE step's result row must be read: left unread, its statement stays
+    open and the store thread's next transaction cannot commit (settlements are
+    written in such transactions)."""
+    unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, paid_at=None)
+    await store.insert_payment(unpaid)
+    for _ in range(1000):  # the 1000th inline write starts a checkpoint's PASSIVE step
+        await store.insert_payment(_paid_payment())
+    assert store._passive_checkpoint is not None
+    await store.run_sync(lambda c: None)  # the PASSIVE step has run
+    assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
+    paid = await store.get_payment(unpaid.payment_id)
+    assert paid is not None and paid.status is PaymentStatus.PAID

@@ -35,11 +35,44 @@ def _is_lock_error(exc: sqlite3.OperationalError) -> bool:
     return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _LOCK_ERRORS
 
 
-@dataclasses.dataclass(eq=False)
 class _WriteBatch:
-    """The loop connection's transaction for one event-loop iteration's writes."""
+    """The loop connection's transaction for one event-loop iteration's writes.
 
-    committed: asyncio.Future[None]
+    Each writer waits on a future of its own: cancelling one writer's wait (at
+    shutdown) cancels nobody else's.
+    """
+
+    __slots__ = ("error", "settled", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: list[asyncio.Future[None]] = []
+        self.settled = False  # committed or failed
+        self.error: BaseException | None = None  # why it failed
+
+    def outcome(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A new future for one writer: done when the transaction has committed, or with
+        the error that made it fail."""
+        future: asyncio.Future[None] = loop.create_future()
+        if self.settled:
+            self._settle(future)
+        else:
+            self.waiters.append(future)
+        return future
+
+    def settle(self, error: BaseException | None) -> None:
+        self.settled, self.error = True, error
+        waiters, self.waiters = self.waiters, []
+        for future in waiters:
+            self._settle(future)
+
+    def _settle(self, future: asyncio.Future[None]) -> None:
+        if future.done():  # its writer was cancelled
+            return
+        if self.error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(self.error)
+            future.exception()  # mark retrieved: a cancelled writer never reads it
 
 
 def _json_or_none(value: dict[str, Any] | None) -> str | None:
@@ -208,7 +241,7 @@ class Store:
         self._writes_since_checkpoint = 0  # inline writes since the last PASSIVE began
         # A checkpoint in two steps (see _checkpoint_restart): the PASSIVE one runs on
         # the store thread; while the RESTART one runs, inline writes wait on this event.
-        self._passive_checkpoint: Future[sqlite3.Cursor] | None = None
+        self._passive_checkpoint: Future[list[Any]] | None = None
         self._writes_open: asyncio.Event | None = None
         # The open group commit of the loop's connection (see _inline_write), if any.
         self._batch: _WriteBatch | None = None
@@ -369,17 +402,16 @@ class Store:
                 self._end_batch(batch, exc)
             raise
         self._count_write()
-        committed = batch.committed
+        loop = asyncio.get_running_loop()
         try:
-            # Shielded: one writer's cancellation must not cancel its batch-mates' commit.
-            await asyncio.shield(committed)
+            await batch.outcome(loop)
         except asyncio.CancelledError:
             # Cancelled (only at shutdown: aiohttp does not cancel handlers when a
             # client goes away) between the write and its commit: let the commit's
             # outcome be settled first, so the write is either done or not, then stop.
-            while not committed.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(committed)
+            while not batch.settled:
+                with contextlib.suppress(asyncio.CancelledError, sqlite3.Error):
+                    await batch.outcome(loop)
             raise
         return result
 
@@ -407,7 +439,7 @@ class Store:
                 return None
             raise
         loop = asyncio.get_running_loop()
-        batch = _WriteBatch(loop.create_future())
+        batch = _WriteBatch()
         self._batch = batch
         # call_soon from inside this iteration's callbacks runs at the start of the
         # next iteration: every write made until then joins this transaction.
@@ -435,14 +467,11 @@ class Store:
     def _end_batch(self, batch: _WriteBatch, error: BaseException | None) -> None:
         if self._batch is batch:
             self._batch = None
-        if batch.committed.done():
+        if batch.settled:
             return
-        if error is None:
-            batch.committed.set_result(None)
-        else:
+        if error is not None:
             log.error("a group commit of the store failed: %s", error)
-            batch.committed.set_exception(error)
-            batch.committed.exception()  # its writers each get it; never "not retrieved"
+        batch.settle(error)
 
     def _count_write(self) -> None:
         """Count an inline write; every ``_CHECKPOINT_EVERY_WRITES`` start a checkpoint."""
@@ -453,8 +482,14 @@ class Store:
         ):
             self._writes_since_checkpoint = 0
             self._passive_checkpoint = self._executor.submit(
-                self._conn.execute, "PRAGMA wal_checkpoint(PASSIVE)"
+                self._checkpoint, "PASSIVE"
             )
+
+    def _checkpoint(self, mode: str) -> list[Any]:
+        """Run a checkpoint on the store thread's connection and read its one row: an
+        unread row leaves the statement open, and then that connection can neither
+        commit a transaction ("SQL statements in progress") nor checkpoint again."""
+        return self._conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
 
     async def _write_one(self, sql: str, args: Sequence[Any]) -> int:
         """One write statement; returns its rowcount."""
@@ -510,7 +545,7 @@ class Store:
         writes_open.clear()
         try:
             passive.result()
-            await self._run(lambda: self._conn.execute("PRAGMA wal_checkpoint(RESTART)"))
+            await self._run(self._checkpoint, "RESTART")
         except sqlite3.Error as exc:  # the next checkpoint tries again
             log.warning("WAL checkpoint failed: %s", exc)
         finally:

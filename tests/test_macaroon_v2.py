@@ -130,3 +130,91 @@ def test_decode_refuses_garbage_as_malformed() -> None:
     for raw in (b"", b"\x02", b"\x01garbage", b"\xff" * 10):
         with pytest.raises(l402.MalformedCredential):
             l402.decode_macaroon(raw)
+
+
+def _general_decode(raw: bytes) -> tuple[str, object]:
+    """decode_macaroon without its fast path for satsgate's own layout."""
+    try:
+        mac = macaroon_v2.parse(raw)
+    except Exception:
+        return "refused", None
+    if len(mac.identifier) != 66 or mac.identifier[:2] != b"\x00\x00":
+        return "refused", None
+    if any(c.verification_id for c in mac.caveats):
+        return "refused", None
+    return "ok", (mac.identifier, tuple(c.caveat_id for c in mac.caveats), mac.signature)
+
+
+def test_the_fast_read_of_minted_macaroons_agrees_with_the_general_parser() -> None:
+    """decode_macaroon reads satsgate's own layout by position; on every buffer that
+    read accepts, the general parser must find the same fields, and it must accept
+    every macaroon satsgate mints (or it is never the fast path)."""
+    rng = random.Random(11)
+    fast_reads = 0
+    for i in range(60):
+        slug = rng.choice(["render-card", "html-to-pdf", "x" * rng.randrange(1, 130)])
+        token = l402.mint(secrets.token_hex(32), slug, rng.randrange(0, 10**12) + i)
+        raw = base64.b64decode(token.macaroon_b64)
+        decoded = l402.decode_macaroon(raw)
+        assert _general_decode(raw) == (
+            "ok", (decoded.identifier, decoded.caveat_ids, decoded.signature)
+        )
+        # Read by position whenever each caveat id fits a one-byte length.
+        fits = all(len(c) < 0x80 for c in decoded.caveat_ids)
+        assert (l402._decode_minted(raw) is not None) == fits
+        for _ in range(40):
+            b = bytearray(raw)
+            at = rng.randrange(len(b))
+            op = rng.randrange(3)
+            if op == 0:
+                b[at] ^= 1 << rng.randrange(8)
+            elif op == 1:
+                del b[at:]
+            else:
+                b.insert(at, rng.randrange(256))
+            fast = l402._decode_minted(bytes(b))
+            if fast is None:
+                continue
+            fast_reads += 1
+            assert _general_decode(bytes(b)) == (
+                "ok", (fast.identifier, fast.caveat_ids, fast.signature)
+            ), bytes(b).hex()
+            assert (fast.payment_hash, fast.token_id) == (
+                fast.identifier[2:34].hex(), fast.identifier[34:].hex()
+            )
+    assert fast_reads > 100  # mutations inside ids and the signature still read fast
+
+
+def _general_caveat_outcome(caveats: tuple[bytes, ...], service: str, now: int) -> str:
+    try:
+        l402.check_each_caveat(
+            l402.DecodedMacaroon(b"", "", "", caveats, b""), service, now
+        )
+    except l402.CredentialError:
+        return "refused"
+    return "ok"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    service=st.sampled_from(["render-card", "html-to-pdf"]),
+    other=st.sampled_from(["render-card", "html-to-pdf", "render-car", ""]),
+    value=st.one_of(
+        st.integers(min_value=0, max_value=2 * 10**9).map(lambda n: str(n).encode()),
+        st.binary(max_size=12),
+        st.sampled_from([b" 5", b"+5", b"1_0", b"\xd9\xa5", b"99999999999999999999"]),
+    ),
+    now=st.integers(min_value=0, max_value=2 * 10**9),
+)
+def test_the_fast_caveat_check_never_accepts_what_the_general_one_refuses(
+    service: str, other: str, value: bytes, now: int
+) -> None:
+    caveats = (f"services={other}:0".encode(), other.encode() + b"_valid_until=" + value)
+    fast = l402._minted_caveats_hold(caveats, service, now)
+    general = _general_caveat_outcome(caveats, service, now)
+    # check_caveats runs the fast check first: it may only short-cut an acceptance
+    if fast:
+        assert general == "ok"
+    # ... and it takes the case of every genuine, unexpired credential
+    if other == service and value.isdigit() and value.isascii() and now < int(value):
+        assert fast

@@ -161,7 +161,51 @@ def _parse(raw: bytes) -> macaroon_v2.MacaroonV2:
         raise MalformedCredential("the macaroon cannot be decoded") from exc
 
 
+# The exact bytes satsgate mints up to the first caveat's length: version 2, location
+# "lsat", a 66-byte identifier of version 0, end of header, a caveat id field.
+_MINTED_HEAD = b"\x02\x01\x04" + LOCATION.encode() + b"\x02\x42" + _IDENTIFIER_PREFIX
+_MINTED_HEAD_END = len(_MINTED_HEAD) + 64  # the identifier's hash and token id follow
+# Between the two caveats, and after the second: end of section, next field's type.
+_CAVEAT_BREAK = b"\x00\x02"
+_SIGNATURE_HEAD = b"\x00\x00\x06\x20"  # end of caveat, end of caveats, 32-byte signature
+
+
+def _decode_minted(raw: bytes) -> DecodedMacaroon | None:
+    """The macaroons satsgate mints (two first-party caveats, each id under 128
+    bytes), read by position; None for any other layout, which the general parser
+    then reads. Either way the same DecodedMacaroon (tests/test_macaroon_v2.py)."""
+    head_end = _MINTED_HEAD_END
+    size = len(raw)
+    if (
+        size <= head_end + 2
+        or raw[head_end : head_end + 2] != _CAVEAT_BREAK
+        or not raw.startswith(_MINTED_HEAD)
+    ):
+        return None
+    first_len = raw[head_end + 2]
+    first_end = head_end + 3 + first_len
+    if first_len >= 0x80 or size <= first_end + 2:
+        return None
+    if raw[first_end : first_end + 2] != _CAVEAT_BREAK:
+        return None
+    second_len = raw[first_end + 2]
+    second_end = first_end + 3 + second_len
+    if second_len >= 0x80 or raw[second_end : second_end + 4] != _SIGNATURE_HEAD:
+        return None
+    signature = raw[second_end + 4 : second_end + 36]
+    if len(signature) != 32:
+        return None
+    identifier = raw[len(_MINTED_HEAD) - 2 : head_end]
+    caveat_ids = (raw[head_end + 3 : first_end], raw[first_end + 3 : second_end])
+    return DecodedMacaroon(
+        identifier, identifier[2:34].hex(), identifier[34:].hex(), caveat_ids, signature
+    )
+
+
 def decode_macaroon(raw: bytes) -> DecodedMacaroon:
+    minted = _decode_minted(raw)
+    if minted is not None:
+        return minted
     mac = _parse(raw)
     identifier = mac.identifier
     if len(identifier) != 66 or identifier[:2] != _IDENTIFIER_PREFIX:
@@ -176,6 +220,21 @@ def decode_macaroon(raw: bytes) -> DecodedMacaroon:
     )
 
 
+def _minted_caveats_hold(caveat_ids: tuple[bytes, ...], service: str, now: int) -> bool:
+    """True when the caveats are exactly the two satsgate mints for ``service`` and the
+    credential has not expired; False sends them to the general check, which then
+    says what is wrong (or accepts another form)."""
+    if len(caveat_ids) != 2:
+        return False
+    services, valid_until = caveat_ids
+    slug = service.encode()
+    if services != b"services=" + slug + b":0":
+        return False
+    prefix = slug + b"_valid_until="
+    until = valid_until[len(prefix) :]
+    return valid_until.startswith(prefix) and until.isdigit() and now < int(until)
+
+
 def check_preimage(payment_hash: str, preimage: str) -> None:
     if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != payment_hash:
         raise CredentialError("the preimage does not match the invoice's payment hash")
@@ -188,6 +247,13 @@ def signature_matches(decoded: DecodedMacaroon, root_key: bytes) -> bool:
 
 def check_caveats(decoded: DecodedMacaroon, service: str, now: int) -> None:
     """Every caveat must hold. Repeats may only narrow: each one is checked on its own."""
+    if not _minted_caveats_hold(decoded.caveat_ids, service, now):
+        check_each_caveat(decoded, service, now)
+
+
+def check_each_caveat(decoded: DecodedMacaroon, service: str, now: int) -> None:
+    """The general rule of :func:`check_caveats`, one caveat at a time, for any form a
+    client may send (attenuated with repeats, capabilities, listed services)."""
     service_seen = False
     for caveat in decoded.caveats:
         condition, sep, value = caveat.partition("=")

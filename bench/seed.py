@@ -30,7 +30,7 @@ from satsgate.payments import l402
 from satsgate.services.base import request_digest
 from satsgate.store import Payment, PaymentStatus, Store
 
-_COLUMNS = tuple(f.name for f in dataclasses.fields(Payment))
+_COLUMNS = Payment._fields
 
 
 @dataclasses.dataclass(frozen=True)

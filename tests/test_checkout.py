@@ -8,7 +8,6 @@ import re
 import shutil
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +108,7 @@ async def test_page_escapes_stored_values(
 ) -> None:
     ch = await new_payment(client)
     payment = server.call(lambda: server.store.get_payment(ch["paymentId"]))
-    hostile = replace(
-        payment,
+    hostile = payment._replace(
         service='<script>alert("x")</script>',
         bolt11="lnbc1</script><script>alert(2)</script>",
         status=PaymentStatus.PAID,

@@ -8,7 +8,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,9 +104,9 @@ async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
 
 async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> None:
     now = int(time.time())
-    old_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now - 100)
-    new_unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, expires_at=now + 600)
-    old_paid = replace(_paid_payment(), expires_at=now - 100)
+    old_unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, expires_at=now - 100)
+    new_unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, expires_at=now + 600)
+    old_paid = _paid_payment()._replace(expires_at=now - 100)
     for p in (old_unpaid, new_unpaid, old_paid):
         await store.insert_payment(p)
     assert await store.prune_unpaid(now) == 1
@@ -265,7 +264,7 @@ async def test_store_thread_writes_get_the_lock_under_a_stream_of_loop_writes(
 
     writers = [asyncio.create_task(stream(i)) for i in range(8)]
     await asyncio.sleep(0.05)
-    unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, paid_at=None)
+    unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, paid_at=None)
     await store.insert_payment(unpaid)
     started = time.monotonic()
     assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
@@ -282,7 +281,7 @@ async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began
     """The PASSIVE step's result row must be read: left unread, its statement stays
     open and the store thread's next transaction cannot commit (settlements are
     written in such transactions)."""
-    unpaid = replace(_paid_payment(), status=PaymentStatus.UNPAID, paid_at=None)
+    unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, paid_at=None)
     await store.insert_payment(unpaid)
     for _ in range(1000):  # the 1000th inline write starts a checkpoint's PASSIVE step
         await store.insert_payment(_paid_payment())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import sqlite3
@@ -80,7 +79,7 @@ def _json_or_none(value: dict[str, Any] | None) -> str | None:
 
 
 # The payments table's columns are Payment's fields, in order: rows map positionally.
-_PAYMENT_COLUMNS = tuple(f.name for f in dataclasses.fields(Payment))
+_PAYMENT_COLUMNS = Payment._fields
 _STATUS_INDEX = _PAYMENT_COLUMNS.index("status")
 _INSERT_PAYMENT = (
     f"INSERT INTO payments ({', '.join(_PAYMENT_COLUMNS)})"
@@ -94,10 +93,13 @@ _SPEND_TOKEN = (
 )
 
 
+_PAYMENT_STATUSES = {str(status): status for status in PaymentStatus}
+
+
 def _payment_of(row: Sequence[Any]) -> Payment:
     values = list(row)  # in Payment's field order (see _PAYMENT_COLUMNS)
-    values[_STATUS_INDEX] = PaymentStatus(values[_STATUS_INDEX])
-    return Payment(*values)
+    values[_STATUS_INDEX] = _PAYMENT_STATUSES[values[_STATUS_INDEX]]
+    return Payment._make(values)
 
 _REFUND_COLUMNS = (
     "refund_id",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class PaymentStatus(enum.StrEnum):
@@ -21,8 +21,11 @@ class RefundStatus(enum.StrEnum):
     EXPIRED = "expired"  # not claimed in time
 
 
-@dataclass(frozen=True)
-class Payment:
+class Payment(NamedTuple):
+    """One invoice and the one call it pays for. A NamedTuple rather than a frozen
+    dataclass: a row becomes one in a single tuple construction, about a sixth of a
+    frozen dataclass's per-field setattr (a paid call reads one back from its spend)."""
+
     payment_id: str
     payment_hash: str
     bolt11: str

@@ -270,11 +270,12 @@ class Store:
           a reader never waits for a writer;
         - wal_autocheckpoint=0: this connection never checkpoints (the store thread
           does, every ``_CHECKPOINT_EVERY_WRITES`` inline writes);
-        - busy_timeout=0: it never waits for a lock; a statement that meets one is
-          handed to the store thread, which may wait (see :meth:`_inline_or_thread`).
-        Each statement is its own transaction (autocommit), so it is atomic alone.
-        Every multi-statement transaction, and every read that scans, stays on the
-        store thread.
+        - busy_timeout=0: it never waits for a lock; a write that meets one is
+          handed to the store thread, which may wait (see :meth:`_inline_write`).
+        Each write is one statement, atomic alone; the writes of one loop iteration
+        commit together (a group commit, :meth:`_inline_write`), and each returns
+        only once that commit is done. Every multi-statement transaction, and every
+        read that scans, stays on the store thread.
         """
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -445,13 +446,16 @@ class Store:
         self._batch = batch
         # call_soon from inside this iteration's callbacks runs at the start of the
         # next iteration: every write made until then joins this transaction.
-        loop.call_soon(self._commit_batch)
+        loop.call_soon(self._commit_batch, batch)
         return batch
 
-    def _commit_batch(self) -> None:
-        batch = self._batch
+    def _commit_batch(self, batch: _WriteBatch | None = None) -> None:
+        """Commit the open batch (``batch``: only if it is still the open one; the
+        scheduled commit of a batch committed early finds nothing to do)."""
+        if batch is None:
+            batch = self._batch
         inline = self._inline
-        if batch is None or inline is None:
+        if batch is None or batch is not self._batch or inline is None:
             return
         if not inline.in_transaction:  # rolled back under a failed statement already
             self._end_batch(batch, sqlite3.OperationalError("the write transaction was lost"))
@@ -545,6 +549,10 @@ class Store:
             await asyncio.wait([asyncio.wrap_future(passive)])
         self._passive_checkpoint = None
         writes_open.clear()
+        if self._batch is not None:
+            # Commit the writes made so far now: RESTART needs the write lock, and would
+            # otherwise sleep in its busy handler until the group commit's turn.
+            self._commit_batch()
         try:
             passive.result()
             await self._run(self._checkpoint, "RESTART")
@@ -672,7 +680,8 @@ class Store:
         """
 
         def run(conn: sqlite3.Connection) -> Payment | None:
-            # fetchall: the statement runs to its end, so the autocommit transaction ends.
+            # fetchall: the statement runs to its end (RETURNING rows are all read), so
+            # the transaction it is part of can commit.
             rows = conn.execute(_SPEND_TOKEN, (now, payment_hash, token_id, service, price_msat))
             found = rows.fetchall()
             return _payment_of(found[0]) if found else None

@@ -290,3 +290,22 @@ async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began
     assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
     paid = await store.get_payment(unpaid.payment_id)
     assert paid is not None and paid.status is PaymentStatus.PAID
+
+
+async def test_a_cancelled_writer_cancels_nobody_else_and_its_write_still_commits(
+    store: Store, tmp_path: Path,
+) -> None:
+    first, second = _paid_payment(), _paid_payment()
+    for p in (first, second):
+        await store.insert_payment(p)
+    cancelled = asyncio.create_task(store.spend(first.payment_id, 1))
+    other = asyncio.create_task(store.spend(second.payment_id, 1))
+    await asyncio.sleep(0)  # both ran their UPDATE in one batch and wait for its commit
+    assert not cancelled.done() and not other.done()
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    # It gave up only once the commit was settled: its write is done, not half-done.
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", first.payment_id) == "spent"
+    assert await other is True
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", second.payment_id) == "spent"

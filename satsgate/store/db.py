@@ -319,8 +319,8 @@ class Store:
         the loop's writes commit one by one (see :meth:`_inline_write`): the job may
         be waiting for the write lock, which a group commit would rarely leave free."""
         loop = asyncio.get_running_loop()
-        self._thread_jobs += 1
         job = self._executor.submit(fn, *args)
+        self._thread_jobs += 1
         job.add_done_callback(lambda _: self._count_thread_job_done(loop))
         return await asyncio.wrap_future(job)
 
@@ -393,6 +393,10 @@ class Store:
             await self._checkpoint_restart()
         batch = self._batch
         if batch is None:
+            if inline.in_transaction:
+                # Only a batch whose COMMIT and ROLLBACK both failed leaves one open
+                # (its writers got the error): end it, or no write could start again.
+                inline.execute("ROLLBACK")
             if self._thread_jobs:
                 return await self._write_alone(inline, run)
             batch = self._begin_batch(inline)

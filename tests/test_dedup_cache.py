@@ -7,6 +7,7 @@ cannot reach (30 s windows, 10,000 entries, 256 MiB).
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -107,3 +108,25 @@ async def test_an_expired_outcome_is_replaced_and_its_stale_queue_item_is_skippe
     hit = cache.lookup(key(1))  # evicting the stale queue item must not drop the new one
     assert hit is not None and hit.result().body == "b" * 10
     assert cache.size_bytes == 10
+
+
+async def test_held_outcomes_are_not_walked_by_the_garbage_collector() -> None:
+    """A busy second fills the cache with thousands of outcomes; were they tracked
+    objects, every full collection would walk them all (that set the p99 of paid
+    calls). Flat results, as services return them, must leave nothing tracked."""
+    cache = DedupCache(window_s=30)
+    results = [
+        ServiceResult({"ok": True, "n": n, "image_url": f"/api/files/{n}.png"})
+        for n in range(2000)
+    ]
+    gc.collect()
+    before = len(gc.get_objects())
+    for n, result in enumerate(results):
+        cache.begin(key(n))
+        cache.finish(key(n), result)
+    del results
+    gc.collect()
+    assert len(cache) == 2000
+    assert len(gc.get_objects()) - before < 100
+    replay = cache.lookup(key(7))
+    assert replay is not None and replay.result().body["n"] == 7

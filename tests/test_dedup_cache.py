@@ -21,11 +21,17 @@ def key(n: int) -> tuple[str, str]:
     return (f"hash{n}", "digest")
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """time.monotonic under the test's hand: clock[0] is now."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    return now
+
+
 async def test_a_finished_result_is_served_within_the_window_then_dropped(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: list[float],
 ) -> None:
-    clock = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     cache = DedupCache(window_s=30)
     assert cache.lookup(key(1)) is None
     cache.begin(key(1))
@@ -40,10 +46,8 @@ async def test_a_finished_result_is_served_within_the_window_then_dropped(
 
 
 async def test_a_running_call_is_never_evicted_and_repeats_wait_for_it(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: list[float],
 ) -> None:
-    clock = [0.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     cache = DedupCache(window_s=30, max_entries=2)
     cache.begin(key(0))
     for n in range(1, 6):
@@ -92,10 +96,8 @@ async def test_a_failure_after_payment_is_replayed_and_a_forgotten_call_is_not()
 
 
 async def test_an_expired_outcome_is_replaced_and_its_stale_queue_item_is_skipped(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: list[float],
 ) -> None:
-    clock = [0.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     cache = DedupCache(window_s=30, max_entries=10)
     cache.begin(key(1))
     cache.finish(key(1), ServiceResult("a" * 100))

@@ -242,7 +242,8 @@ def http(
         with urllib.request.urlopen(req, timeout=120) as resp:
             return resp.status, json.loads(resp.read() or b"{}"), []
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}"), exc.headers.get_all("WWW-Authenticate")
+        challenges = exc.headers.get_all("WWW-Authenticate") or []
+        return exc.code, json.loads(exc.read() or b"{}"), challenges
 
 
 def check(cond: bool, what: str) -> None:

@@ -199,14 +199,19 @@ class DevBackend:
             if time.time() >= expires_at:
                 raise BackendError("invoice expired")
             db.execute("BEGIN IMMEDIATE")
-            (next_index,) = db.execute(
-                "SELECT COALESCE(MAX(settle_index), 0) + 1 FROM invoices"
-            ).fetchone()
-            db.execute(
-                "UPDATE invoices SET settle_index=?, settled_at=? WHERE payment_hash=?",
-                (next_index, int(time.time()), payment_hash),
-            )
-            db.execute("COMMIT")
+            try:
+                (next_index,) = db.execute(
+                    "SELECT COALESCE(MAX(settle_index), 0) + 1 FROM invoices"
+                ).fetchone()
+                db.execute(
+                    "UPDATE invoices SET settle_index=?, settled_at=? WHERE payment_hash=?",
+                    (next_index, int(time.time()), payment_hash),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:  # never leave it open: no later settlement could start
+                    db.execute("ROLLBACK")
+                raise
         return str(preimage)
 
     async def initial_cursor(self) -> int:

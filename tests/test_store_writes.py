@@ -309,3 +309,28 @@ async def test_a_cancelled_writer_cancels_nobody_else_and_its_write_still_commit
     assert _status_seen_elsewhere(tmp_path / "satsgate.db", first.payment_id) == "spent"
     assert await other is True
     assert _status_seen_elsewhere(tmp_path / "satsgate.db", second.payment_id) == "spent"
+
+
+async def test_a_failed_commit_on_the_store_thread_leaves_its_connection_usable(
+    store: Store,
+) -> None:
+    """A COMMIT that fails must roll back: a transaction left open made every later
+    one on that connection fail ("cannot start a transaction within a transaction"),
+    settlements included, until a restart."""
+    await store.run_sync(
+        lambda c: c.execute(
+            "CREATE TABLE commit_probe (payment_id TEXT REFERENCES payments (payment_id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+    )
+    with pytest.raises(sqlite3.IntegrityError):  # the deferred check fails at COMMIT
+        await store.run_in_transaction(
+            lambda c: c.execute("INSERT INTO commit_probe VALUES ('pay_none')")
+        )
+    unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, paid_at=None)
+    await store.insert_payment(unpaid)
+    assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
+    orphans = await store.run_sync(
+        lambda c: c.execute("SELECT count(*) FROM commit_probe").fetchone()[0]
+    )
+    assert orphans == 0

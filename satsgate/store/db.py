@@ -340,13 +340,17 @@ class Store:
     @staticmethod
     @contextmanager
     def _tx(conn: sqlite3.Connection) -> Iterator[None]:
+        """One transaction; rolled back on any error, a failed COMMIT included (left
+        open, it would make every later transaction on the connection fail with
+        "cannot start a transaction within a transaction")."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     async def _inline_or_thread(
         self, run: Callable[[sqlite3.Connection], T], *, write: bool

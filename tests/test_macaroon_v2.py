@@ -199,7 +199,9 @@ def _general_caveat_outcome(caveats: tuple[bytes, ...], service: str, now: int) 
     value=st.one_of(
         st.integers(min_value=0, max_value=2 * 10**9).map(lambda n: str(n).encode()),
         st.binary(max_size=12),
-        st.sampled_from([b" 5", b"+5", b"1_0", b"\xd9\xa5", b"99999999999999999999"]),
+        st.sampled_from(
+            [b" 5", b"+5", b"1_0", b"\xd9\xa5", b"99999999999999999999", b"9" * 5000]
+        ),
     ),
     now=st.integers(min_value=0, max_value=2 * 10**9),
 )
@@ -213,5 +215,5 @@ def test_the_fast_caveat_check_never_accepts_what_the_general_one_refuses(
     if fast:
         assert general == "ok"
     # ... and it takes the case of every genuine, unexpired credential
-    if other == service and value.isdigit() and value.isascii() and now < int(value):
+    if other == service and value.isdigit() and len(value) <= 18 and now < int(value):
         assert fast

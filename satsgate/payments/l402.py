@@ -232,7 +232,13 @@ def _minted_caveats_hold(caveat_ids: tuple[bytes, ...], service: str, now: int) 
         return False
     prefix = slug + b"_valid_until="
     until = valid_until[len(prefix) :]
-    return valid_until.startswith(prefix) and until.isdigit() and now < int(until)
+    # At most 18 digits: never near int()'s limit on digits, which would raise here.
+    return (
+        valid_until.startswith(prefix)
+        and 0 < len(until) <= 18
+        and until.isdigit()
+        and now < int(until)
+    )
 
 
 def check_preimage(payment_hash: str, preimage: str) -> None:

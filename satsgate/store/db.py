@@ -317,7 +317,9 @@ class Store:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the store thread. While any such job is queued or running
         the loop's writes commit one by one (see :meth:`_inline_write`): the job may
-        be waiting for the write lock, which a group commit would rarely leave free."""
+        be waiting for the write lock, which a group commit holds for the rest of a
+        loop iteration. Measured under saturating paid load, settlements (written
+        here) reached the store within 25-45 ms with this rule, 80-91 ms without."""
         loop = asyncio.get_running_loop()
         job = self._executor.submit(fn, *args)
         self._thread_jobs += 1

@@ -170,6 +170,17 @@ def _status_seen_elsewhere(db_path: Path, payment_id: str) -> str:
         conn.close()
 
 
+async def _add_commit_probe(store: Store) -> None:
+    """A table whose rows must name a payment, checked at COMMIT (a deferred foreign
+    key): inserting 'pay_none' into it is a way to make one commit fail."""
+    await store.run_sync(
+        lambda c: c.execute(
+            "CREATE TABLE commit_probe (payment_id TEXT REFERENCES payments (payment_id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+    )
+
+
 async def test_the_writes_of_one_loop_iteration_share_one_commit(
     store: Store, tmp_path: Path,
 ) -> None:
@@ -218,13 +229,7 @@ async def test_a_write_is_not_visible_or_returned_before_its_commit(
 async def test_a_failed_commit_fails_every_write_in_it_and_keeps_none(
     store: Store,
 ) -> None:
-    # A deferred constraint is checked at COMMIT: a way to make one commit fail.
-    await store.run_sync(
-        lambda c: c.execute(
-            "CREATE TABLE commit_probe (payment_id TEXT REFERENCES payments (payment_id)"
-            " DEFERRABLE INITIALLY DEFERRED)"
-        )
-    )
+    await _add_commit_probe(store)
     payment = _paid_payment()
     await store.insert_payment(payment)
 
@@ -317,12 +322,7 @@ async def test_a_failed_commit_on_the_store_thread_leaves_its_connection_usable(
     """A COMMIT that fails must roll back: a transaction left open made every later
     one on that connection fail ("cannot start a transaction within a transaction"),
     settlements included, until a restart."""
-    await store.run_sync(
-        lambda c: c.execute(
-            "CREATE TABLE commit_probe (payment_id TEXT REFERENCES payments (payment_id)"
-            " DEFERRABLE INITIALLY DEFERRED)"
-        )
-    )
+    await _add_commit_probe(store)
     with pytest.raises(sqlite3.IntegrityError):  # the deferred check fails at COMMIT
         await store.run_in_transaction(
             lambda c: c.execute("INSERT INTO commit_probe VALUES ('pay_none')")

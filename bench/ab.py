@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,6 @@ from run import (
     BENCH,
     Bench,
     Config,
-    Server,
     Target,
     WrkResult,
     free_port,
@@ -58,19 +56,6 @@ def source_tree(rev: str | None, tmp: Path) -> Iterator[Path]:
         subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False
         )
-
-
-def start_satsgate(name: str, tree: Path, target: Target, tmp: Path) -> Server:
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env_path) if p)
-    try:
-        args = [
-            str(BENCH / "satsgate_server.py"), "--port", str(free_port()),
-            "--data-dir", str(target.data_dir),
-        ]
-        return start_server(name, args, tmp / f"{name}.log")
-    finally:
-        os.environ["PYTHONPATH"] = env_path
 
 
 def one_run(bench: Bench, scenario: str, target: Target, duration: float) -> WrkResult:
@@ -108,8 +93,7 @@ def main() -> int:
                 )
                 bench.servers.append(bench.base)
                 for name, tree, target in (("A", tree_a, a_target), ("B", tree_b, b_target)):
-                    target.server = start_satsgate(name, tree, target, tmp)
-                    bench.servers.append(target.server)
+                    bench.start_satsgate(target, name, tree=tree)
                 log("warm-up")
                 for target in (a_target, b_target):
                     one_run(bench, args.scenario, target, 1.0)

@@ -354,20 +354,29 @@ class Bench:
         )
         self.servers.append(self.base)
         for target in self.targets:
-            args = [
-                str(BENCH / "satsgate_server.py"),
-                "--port",
-                str(free_port()),
-                "--data-dir",
-                str(target.data_dir),
-            ]
+            args: list[str] = []
             if self.cfg.cprofile and not target.experiments:
                 args += ["--cprofile", str(RESULTS / "satsgate_server.prof")]
             for name in target.experiments:
                 args += ["--experiment", name]
-            name = "satsgate" + target.suffix
-            target.server = start_server(name, args, self.tmp / f"{name}.log")
-            self.servers.append(target.server)
+            self.start_satsgate(target, "satsgate" + target.suffix, args)
+
+    def start_satsgate(
+        self, target: Target, name: str, args: list[str] | None = None, tree: Path | None = None
+    ) -> Server:
+        """Start ``target``'s satsgate server (its satsgate package from ``tree``, a source
+        tree put first on PYTHONPATH, if given) and keep it for :meth:`stop`."""
+        cmd = [str(BENCH / "satsgate_server.py"), "--port", str(free_port()),
+               "--data-dir", str(target.data_dir), *(args or [])]
+        env_path = os.environ.get("PYTHONPATH", "")
+        if tree is not None:
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env_path) if p)
+        try:
+            target.server = start_server(name, cmd, self.tmp / f"{name}.log")
+        finally:
+            os.environ["PYTHONPATH"] = env_path
+        self.servers.append(target.server)
+        return target.server
 
     def stop(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -450,9 +459,13 @@ class Bench:
             threads=self.cfg.threads,
         )
 
-    def paid(self, target: Target, paid: Paid, duration: float) -> WrkResult:
+    def paid(
+        self, target: Target, paid: Paid, duration: float, creds: Path | None = None
+    ) -> WrkResult:
+        """One wrk run of a paid scenario, on ``creds`` (seeded here when not given)."""
         count = paid.credentials_for_run(duration)
-        creds = self.credentials(target, paid, count)
+        if creds is None:
+            creds = self.credentials(target, paid, count)
         threads = min(self.cfg.threads, paid.connections)
         assert target.server is not None
         if paid is target.render:

@@ -23,17 +23,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from run import BENCH as BENCH_DIR
 from run import (
     RENDER_JSON,
     Bench,
     Config,
     WrkResult,
-    free_port,
     http,
     log,
-    run_wrk,
-    start_server,
 )
 
 
@@ -91,13 +87,7 @@ def main() -> int:
         bench = Bench(cfg, tmp)
         target = bench.stock
         try:
-            target.server = start_server(
-                "satsgate",
-                [str(BENCH_DIR / "satsgate_server.py"), "--port", str(free_port()),
-                 "--data-dir", str(target.data_dir)],
-                tmp / "satsgate.log",
-            )
-            bench.servers.append(target.server)
+            bench.start_satsgate(target, "satsgate")
             log("idle")
             idle = measure(target.url, args.payments)
             bench.paid(target, target.noop, 1.0)  # sets the credential estimate
@@ -107,15 +97,9 @@ def main() -> int:
             loaded: list[float | None] = []
             result: list[WrkResult] = []
 
-            def load() -> None:
-                assert target.server is not None
-                result.append(run_wrk(
-                    "paid_noop", target.server, target.url + paid.path, "paid.lua",
-                    [str(creds), paid.path, paid.body, "1"],
-                    duration=args.duration, connections=paid.connections, threads=1,
-                ))
-
-            wrk = threading.Thread(target=load)
+            wrk = threading.Thread(
+                target=lambda: result.append(bench.paid(target, paid, args.duration, creds))
+            )
             log("under load")
             wrk.start()
             time.sleep(1.0)

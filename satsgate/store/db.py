@@ -365,15 +365,22 @@ class Store:
         'paid'``) stay exactly-once across connections: SQLite serializes writers.
         """
         inline = self._inline
-        if inline is not None:
-            if write:
-                return await self._inline_write(inline, run)
-            try:
-                return run(inline)
-            except sqlite3.OperationalError as exc:
-                if not _is_lock_error(exc):
-                    raise
-                # Another connection holds a lock: wait for it off the loop.
+        if inline is None:
+            return await self._run(lambda: run(self._conn))
+        if write:
+            return await self._inline_write(inline, run)
+        return await self._alone(inline, run)
+
+    async def _alone(
+        self, inline: sqlite3.Connection, run: Callable[[sqlite3.Connection], T]
+    ) -> T:
+        """One statement as its own transaction on the loop's connection; when another
+        connection holds a lock, on the store thread instead (which may wait for it)."""
+        try:
+            return run(inline)
+        except sqlite3.OperationalError as exc:
+            if not _is_lock_error(exc):
+                raise
         return await self._run(lambda: run(self._conn))
 
     async def _inline_write(
@@ -404,7 +411,9 @@ class Store:
                 # (its writers got the error): end it, or no write could start again.
                 inline.execute("ROLLBACK")
             if self._thread_jobs:
-                return await self._write_alone(inline, run)
+                result = await self._alone(inline, run)  # the lock is free right after
+                self._count_write()
+                return result
             batch = self._begin_batch(inline)
             if batch is None:  # another connection holds the write lock: wait off the loop
                 return await self._run(lambda: run(self._conn))
@@ -426,20 +435,6 @@ class Store:
                 with contextlib.suppress(asyncio.CancelledError, sqlite3.Error):
                     await batch.outcome(loop)
             raise
-        return result
-
-    async def _write_alone(
-        self, inline: sqlite3.Connection, run: Callable[[sqlite3.Connection], T]
-    ) -> T:
-        """One write as its own transaction (autocommit): the lock is free again right
-        after it. On a lock held elsewhere, the store thread runs it (and may wait)."""
-        try:
-            result = run(inline)
-        except sqlite3.OperationalError as exc:
-            if not _is_lock_error(exc):
-                raise
-            return await self._run(lambda: run(self._conn))
-        self._count_write()
         return result
 
     def _begin_batch(self, inline: sqlite3.Connection) -> _WriteBatch | None:

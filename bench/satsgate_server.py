@@ -29,10 +29,10 @@ from aiohttp import web
 from satsgate.app import GATE, create_app
 from satsgate.config import Settings
 from satsgate.dev_backend import DevBackend
+from satsgate.engines.cpu_jobs import run_with_time_limit
 from satsgate.payments.http import handle_paid_call
 from satsgate.runner import freeze_startup_heap
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.cpu_jobs import run_with_time_limit
 
 NOOP_SLUG = "bench-noop"
 NOOP_PRICE_MSAT = 1000  # 1 sat

@@ -13,7 +13,7 @@ import functools
 import logging
 import multiprocessing
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +27,9 @@ from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.dev_backend import DevBackend
 from satsgate.discovery.describe import describe
+from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
+from satsgate.engines.local import LOCAL_ENGINES
+from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.errors import ApiError, catalog_document, invalid_params
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware, read_json
@@ -42,7 +45,7 @@ from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollPara
 from satsgate.services.planned import planned_services
 from satsgate.services.pricing import estimate
 from satsgate.services.rates import refresh_rates
-from satsgate.services.registry import BY_SLUG
+from satsgate.services.registry import BY_SLUG, ENGINE_NAMES
 from satsgate.services.routing import apply_path_model
 from satsgate.store import Store
 from satsgate.web import checkout
@@ -56,15 +59,37 @@ GATE = web.AppKey("gate", Gate)
 REFUNDS = web.AppKey("refunds", RefundService)
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
+ENGINES = web.AppKey("engines", Engines)
+POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 
 
-def create_app(settings: Settings, backend: LightningBackend) -> web.Application:
+def create_app(
+    settings: Settings,
+    backend: LightningBackend,
+    *,
+    provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+) -> web.Application:
+    """The app; EngineConfigError (a ValueError) when the engine configuration cannot
+    work. ``provider_kinds``: the adapters ``kind = ...`` may name."""
     settings = ensure_server_secret(settings)
+    # Spawned (not forked) workers: a fork of a process with a running loop and threads
+    # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
+    # on the first job.
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    engines = build_engines(
+        settings,
+        ENGINE_NAMES,
+        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        provider_kinds=provider_kinds,
+        local_engines=LOCAL_ENGINES,
+    )
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[BACKEND] = backend
+    app[POOL] = pool
+    app[ENGINES] = engines
     app[STORE] = Store(settings.db_path)
     app[FILES] = FileStore(
         settings.files_dir,
@@ -105,10 +130,7 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    # Spawned (not forked) workers: a fork of a process with a running loop and
-    # threads is unsafe. CPU-heavy engines (rendering, PDF) run here.
-    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    settings, pool = app[SETTINGS], app[POOL]
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     refunds = RefundService(settings, app[STORE], app[BACKEND])
     jobs = JobRunner(app[STORE], settings.public_base_url)
@@ -124,6 +146,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         files=app[FILES],
         http=http,
         cpu_pool=pool,
+        engines=app[ENGINES],
     )
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
@@ -131,6 +154,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await jobs.close()
     await refunds.wait_payouts()
+    await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -223,7 +247,8 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/l402/ai-call", ai_call_poll_or_description)
     r.add_post("/api/l402/{slug}", paid_call)
     r.add_post("/api/m/{service}/{model}", paid_call_with_path_model)
-    discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
+    # GET /api/l402/{slug}, well-known, OpenAPI
+    discovery.add_routes(app, settings, backend, app[ENGINES])
     mcp.install(
         app, GATE, allowed_origins=settings.mcp_allowed_origins
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
@@ -252,6 +277,7 @@ async def health(request: web.Request) -> web.Response:
             "node_pubkey": info.pubkey,
             "uptime_s": int(time.time() - app[STARTED_AT]),
             **stats,
+            "engines": [status.public() for status in app[ENGINES].statuses()],
         }
     )
 
@@ -304,7 +330,7 @@ async def serve_file(request: web.Request) -> web.StreamResponse:
 async def list_planned(request: web.Request) -> web.Response:
     """GET /api/l402/vote: the vote service's description plus the planned services,
     most voted first (the spec's listing)."""
-    description = describe(BY_SLUG["vote"], request.app[SETTINGS])
+    description = describe(BY_SLUG["vote"], request.app[SETTINGS], request.app[ENGINES])
     return _json({**description, "services": await planned_services(request.app[STORE])})
 
 
@@ -343,7 +369,7 @@ async def voice_bridge_say(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid_params(exc, "say", '{"sessionId": "<sessionId>", "text": "Hello"}') from None
     sessions = voice_bridge.sessions_for(settings)
-    return _json(await voice_bridge.say(settings, sessions, params))
+    return _json(await voice_bridge.say(settings, request.app[ENGINES], sessions, params))
 
 
 async def poll_voice_bridge(request: web.Request) -> web.Response:
@@ -364,7 +390,7 @@ async def poll_voice_bridge(request: web.Request) -> web.Response:
         ) from None
     settings = request.app[SETTINGS]
     sessions = voice_bridge.sessions_for(settings)
-    resp = _json(await voice_bridge.poll(settings, sessions, params))
+    resp = _json(await voice_bridge.poll(settings, request.app[ENGINES], sessions, params))
     resp.headers["Cache-Control"] = "no-store"  # the call moves on between polls
     return resp
 
@@ -378,7 +404,7 @@ async def end_voice_bridge(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid_params(exc, "end", '{"sessionId": "<sessionId>"}') from None
     sessions = voice_bridge.sessions_for(settings)
-    return _json(await voice_bridge.end(settings, sessions, params))
+    return _json(await voice_bridge.end(settings, request.app[ENGINES], sessions, params))
 
 
 _CONFIRM_EXAMPLE = (
@@ -392,18 +418,20 @@ async def ai_call_or_confirmation(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     body = await read_json(request, min(AI_CALL.max_body_bytes, gate.settings.max_body_bytes))
     if isinstance(body, dict) and "action" in body:
-        return _json(await _confirm_ai_call(gate.settings, body))
+        return _json(await _confirm_ai_call(gate.settings, request.app[ENGINES], body))
     # The body stream can be read only once: the paid path gets the body parsed here.
     return await handle_paid_call(request, gate, AI_CALL, lambda _reread: body)
 
 
-async def _confirm_ai_call(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
+async def _confirm_ai_call(
+    settings: Settings, engines: Engines, body: dict[str, Any]
+) -> dict[str, Any]:
     try:
         params = AiCallConfirmParams.model_validate(body)
     except ValidationError as exc:
         raise invalid_params(exc, "confirmation", _CONFIRM_EXAMPLE) from None
     records = ai_calls.records_for(settings)
-    return await ai_calls.confirm(settings, records, params.session_id, params.answers)
+    return await ai_calls.confirm(settings, engines, records, params.session_id, params.answers)
 
 
 async def ai_call_poll_or_description(request: web.Request) -> web.Response:
@@ -419,7 +447,8 @@ async def ai_call_poll_or_description(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid_params(exc, "poll", "GET /api/l402/ai-call?call_id=<call_id>") from None
     settings = request.app[SETTINGS]
-    record = await ai_calls.poll(settings, ai_calls.records_for(settings), params.call_id)
+    records = ai_calls.records_for(settings)
+    record = await ai_calls.poll(settings, request.app[ENGINES], records, params.call_id)
     resp = _json(record)
     resp.headers["Cache-Control"] = "no-store"  # the call moves on between polls
     return resp

@@ -1,7 +1,8 @@
 """Settings: one frozen object, built from defaults < config file < environment < arguments.
 
-The config file is TOML with the same keys as :class:`Settings` (``[engines]``
-holds provider keys). Environment variables are ``SATSGATE_<KEY>`` in upper case.
+The config file is TOML with the same keys as :class:`Settings` (``[providers.NAME]``
+tables and ``[engines]`` routes: satsgate/engines/config.py). Environment variables are
+``SATSGATE_<KEY>`` in upper case.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class Settings:
     server_secret: str = ""
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
+    # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
+    # list of them, plus price_source): see satsgate/engines/config.py.
+    providers: Mapping[str, Any] = field(default_factory=dict)
     engines: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -105,7 +109,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines"}:
+    for name in names - {"engines", "providers"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]

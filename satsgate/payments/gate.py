@@ -27,6 +27,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from satsgate.config import Settings
+from satsgate.engines import CpuRunner, EngineError, Engines
 from satsgate.errors import ApiError, invalid_params
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
@@ -35,7 +36,6 @@ from satsgate.payments import l402, mpp
 from satsgate.payments.dedup import DedupCache
 from satsgate.refunds import RefundService, refund_object
 from satsgate.services.base import (
-    EngineError,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
@@ -123,6 +123,7 @@ class Gate:
         files: FileStore,
         http: httpx.AsyncClient,
         cpu_pool: Executor,
+        engines: Engines,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -132,6 +133,8 @@ class Gate:
         self.files = files
         self._http = http
         self._cpu_pool = cpu_pool
+        self._cpu = CpuRunner(cpu_pool, settings.cpu_job_time_limit_s)
+        self.engines = engines
         self.dedup = DedupCache(settings.dedup_window_s)
         self._paid_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._network = settings.network
@@ -139,15 +142,16 @@ class Gate:
 
     # -- quoting and invoicing --------------------------------------------------------------
 
-    def ensure_available(self, spec: AnySpec) -> None:
-        if not spec.is_available(self.settings):
-            raise ApiError(
-                "SERVICE_UNAVAILABLE",
-                f"{spec.title} has no engine configured on this node; nothing was charged.",
-            )
+    def ensure_available(self, spec: AnySpec, params: BaseModel | None = None) -> None:
+        """Refuse, before any invoice, a service (or a model) no engine serves here."""
+        reason = spec.unavailable_reason(self.engines, params)
+        if reason is not None:
+            raise ApiError("SERVICE_UNAVAILABLE", f"{reason}; nothing was charged.")
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
-        """Checks beyond the schema, before any invoice (e.g. a PDF that must parse)."""
+        """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
+        and that an engine serves the model the request chose."""
+        self.ensure_available(spec, params)
         if spec.prevalidate is not None:
             await spec.prevalidate(params)
 
@@ -359,8 +363,9 @@ class Gate:
             settings=self.settings,
             files=self.files,
             http=self._http,
-            cpu_pool=self._cpu_pool,
+            cpu=self._cpu,
             store=self.store,
+            engines=self.engines,
         )
 
     async def execute_deduplicated(

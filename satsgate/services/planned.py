@@ -17,7 +17,7 @@ from typing import Any, Final
 from pydantic import Field, field_validator
 
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.common import ServiceParams, local_engine, prevalidate
+from satsgate.services.common import ServiceParams, prevalidate
 from satsgate.services.pricing import FLAT_SATS, MSAT
 from satsgate.store import Store
 
@@ -117,7 +117,6 @@ VOTE = ServiceSpec(
     max_body_bytes=4 * 1024,
     prevalidate=prevalidate,
     example={"slug": "generate-podcast"},
-    available=local_engine,
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (VOTE,)

@@ -30,6 +30,7 @@ from satsgate.engines.image_process import (
     UpscaleEngine,
     engine_refusal,
 )
+from satsgate.errors import ApiError
 from satsgate.services.base import (
     ChosenModel,
     Handler,
@@ -404,10 +405,13 @@ Screen = Callable[[object, Any], str | None]
 @dataclass(frozen=True)
 class ScreenedSpec(ServiceSpec[P]):
     """A service some of whose engines serve only part of what the spec offers (the local
-    detector finds faces, not the open set): a request that every engine able to run it
-    would refuse is refused before any invoice, with the engine's reason."""
+    detector finds faces, not the open set). A request that every engine able to run it
+    would refuse is refused before any invoice: 400 L402_INVALID_PARAMS on
+    ``screen_field`` with the engine's reason (the service itself is available; this
+    request is not servable here, and the caller can change it)."""
 
     screen: Screen | None = None
+    screen_field: str = "(body)"
 
     def unavailable_reason(self, engines: Engines, params: P | None = None) -> str | None:
         reason = super().unavailable_reason(engines, params)
@@ -420,7 +424,12 @@ class ScreenedSpec(ServiceSpec[P]):
             if binding.serves_model(model)
         ]
         if refusals and all(refusals):
-            return refusals[0]
+            message = f"{refusals[0]}; nothing was charged"
+            raise ApiError(
+                "L402_INVALID_PARAMS",
+                f"Invalid parameters: {self.screen_field}: {message}",
+                extra={"fields": [{"field": self.screen_field, "message": message}]},
+            )
         return None
 
 
@@ -541,6 +550,7 @@ def _process_spec(
     example: Mapping[str, Any] | None = None,
     handler: Handler[Any] = no_engine,
     screen: Screen | None = None,
+    screen_field: str = "(body)",
 ) -> ServiceSpec[Any]:
     sats = FLAT_SATS[price_key]
     return ScreenedSpec(
@@ -560,6 +570,7 @@ def _process_spec(
         example={"imageBase64": "<base64 PNG>", **(example or {})},
         engine=slug.replace("-", "_"),  # each one its own: engines differ per operation
         screen=screen,
+        screen_field=screen_field,
     )
 
 
@@ -572,7 +583,8 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   "pixels: { image_url, width, height, method }; method says what ran "
                   "(e.g. Lanczos resampling on a node without an AI upscaler).",
                   UpscaleImageParams, "upscale-image", handler=upscale_image,
-                  screen=lambda e, p: engine_refusal(e, p.scale, p.face_enhance)),
+                  screen=lambda e, p: engine_refusal(e, p.scale, p.face_enhance),
+                  screen_field="face_enhance"),
     _process_spec("restore-face", "restore_face", "Restore faces",
                   "Restore faces in a photo (fidelity 0 to 1): { image_url }.",
                   RestoreFaceParams, "restore-face"),
@@ -586,7 +598,7 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   "A node on its local engine finds faces, eyes and cat faces only.",
                   DetectObjectsParams, "detect-objects", handler=detect_objects,
                   example={"prompt": "face"},
-                  screen=lambda e, p: engine_refusal(e, p.prompt)),
+                  screen=lambda e, p: engine_refusal(e, p.prompt), screen_field="prompt"),
     _process_spec("remove-object", "remove_object", "Remove object",
                   "Erase what a binary mask marks (white erased, black kept) by inpainting: "
                   "{ image_url, method }.",

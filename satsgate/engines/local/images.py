@@ -144,7 +144,9 @@ class HaarDetector:
     def refusal(self, prompt: str) -> str | None:
         labels, unknown = parse_queries(prompt)
         if unknown or not labels:
-            asked = ", ".join(repr(t) for t in unknown) or repr(prompt)
+            shown = [t if len(t) <= 40 else t[:37] + "..." for t in unknown[:3]]
+            asked = ", ".join(repr(t) for t in shown) + (", ..." if len(unknown) > 3 else "")
+            asked = asked or repr(prompt.strip()[:40])
             return (
                 f"this node detects only faces, eyes and cat faces (OpenCV cascades), not "
                 f"{asked}; ask for e.g. prompt 'face'"

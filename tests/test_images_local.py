@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw
 
 from satsgate.engines.local import images as local_images
 from satsgate.engines.local.image_ops import NSFW_THRESHOLD, sharpness
+from satsgate.engines.local.image_ops import encode as encode_output
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.test_gateway import assert_envelope, payment_count
 
@@ -236,6 +237,19 @@ async def test_upscale_refuses_before_any_invoice(
     assert payment_count(server) == before
 
 
+def test_an_output_past_the_byte_cap_is_stored_lossy() -> None:
+    noise = np.random.default_rng(5).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    data, fmt = encode_output(Image.fromarray(noise), "PNG")
+    assert fmt == "png" and len(data) > 12_000  # noise hardly compresses
+    data, fmt = encode_output(Image.fromarray(noise), "PNG", max_bytes=len(data) - 1)
+    assert fmt == "jpeg" and data[:2] == b"\xff\xd8"
+    with_alpha = Image.fromarray(np.dstack([noise, noise[:, :, 0]]), "RGBA")
+    data, fmt = encode_output(with_alpha, "PNG", max_bytes=1000)
+    assert fmt == "webp" and data[8:12] == b"WEBP"
+    with Image.open(io.BytesIO(data)) as img:
+        assert img.mode == "RGBA"
+
+
 # -- deblur-image: deblur and denoise --------------------------------------------------------
 
 
@@ -278,6 +292,10 @@ async def test_deblur_refuses_a_bad_mode_before_any_invoice(
                                         "mode": "sharpen"}
     )
     assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+    huge = encode(Image.new("RGB", (4097, 4096), "white"))  # one column past the cap
+    resp = await client.post("/api/l402/deblur-image", json={"imageBase64": huge})
+    body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+    assert "4096x4096" in body["error"]
     assert payment_count(server) == before
 
 

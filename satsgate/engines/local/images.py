@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from satsgate.engines.errors import EngineError
 from satsgate.engines.image_process import (
@@ -25,7 +26,7 @@ from satsgate.engines.image_process import (
 )
 from satsgate.engines.registry import EngineDeps, LocalEngine
 
-R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 # Model ids (the spec's, one per operation) each local engine stands in for. The result's
 # ``method`` says what really ran in the model's place.
@@ -45,8 +46,13 @@ def run_op(name: str, *args: Any) -> Any:
 async def _run(deps: EngineDeps, name: str, *args: Any) -> Any:
     try:
         return await deps.run_cpu(run_op, name, *args)
+    except EngineError:  # TIMEOUT past the CPU time limit
+        raise
     except ImageOpError as exc:
         raise EngineError("INVALID_INPUT", str(exc)) from None
+    except Exception as exc:  # OpenCV or onnxruntime failed on this input
+        log.exception("local image operation %s failed", name)
+        raise EngineError("SERVICE_ERROR", "The image operation failed on this input.") from exc
 
 
 # -- probes ----------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ an erased object. Refusals before any invoice (a query the cascades cannot serve
 output past the pixel cap) and a refund when the work fails after payment.
 
 The photos are scikit-image's, from its wheel: astronaut.png (Eileen Collins, NASA,
-public domain) and chelsea.png (Stefan van der Walt's cat, CC0). No explicit material
-is made or shipped, so the positive NSFW case is not tested (the threshold logic is).
+public domain), chelsea.png (Stefan van der Walt's cat, CC0) and coffee.png (Rachel
+Michetti, CC0). No explicit material is made or shipped, so the positive NSFW case is
+not tested: only that safe images are called normal, and that the model looked.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ ENGINE = "wallet_pass"
 # Pages of one PDF searched for barcodes (a PDF per passenger rarely has more than 3).
 MAX_PDF_PAGES = 10
 _DPI = (200, 300)  # a page with no boarding-pass code at the first is tried at the second
+MAX_RENDER_PIXELS = 40_000_000  # a page bigger than A2 at 300 dpi is rendered smaller
 UNSIGNED_PASS_TYPE = "pass.org.satsgate.unsigned"
 UNSIGNED_WARNING = (
     "These passes are not signed: this node has no pass certificate configured. Apple "
@@ -92,11 +94,11 @@ def _format_name(fmt: Any) -> str:
     return names.get(fmt, str(fmt))
 
 
-def _scan(image: Any) -> list[FoundBarcode]:
+def _scan(image: Any, formats: Any = None) -> list[FoundBarcode]:
     import zxingcpp
 
     found = zxingcpp.read_barcodes(
-        image, formats=_zxing_formats(), text_mode=zxingcpp.TextMode.Plain
+        image, formats=formats or _zxing_formats(), text_mode=zxingcpp.TextMode.Plain
     )
     return [
         FoundBarcode(_format_name(b.format), bytes(b.bytes).decode("latin-1"), 1)
@@ -123,6 +125,68 @@ def _scan_photo(image: Any) -> list[FoundBarcode]:
         if _has_pass(found):
             return found
     found += _scan(image.filter(ImageFilter.UnsharpMask(radius=2, percent=150)))
+    if _has_pass(found):
+        return found
+    return found + _deskew_pdf417(image)
+
+
+# PDF417 is read only within a few degrees of level (Aztec and QR at any angle): a tilted
+# photo is turned back in these steps until it reads.
+_DESKEW_STEP = 5
+_DESKEW_MAX = 45
+_DESKEW_SIDE = 2000  # pixels: the photo is reduced to this first (the turns are the cost)
+
+
+def _deskew_pdf417(image: Any) -> list[FoundBarcode]:
+    import zxingcpp
+    from PIL import Image
+
+    if max(image.size) > _DESKEW_SIDE:
+        ratio = _DESKEW_SIDE / max(image.size)
+        image = image.resize(
+            (round(image.width * ratio), round(image.height * ratio)), Image.Resampling.BOX
+        )
+    for step in range(_DESKEW_STEP, _DESKEW_MAX + 1, _DESKEW_STEP):
+        for angle in (step, -step):
+            turned = image.rotate(angle, resample=Image.Resampling.BILINEAR, expand=True,
+                                  fillcolor=255)
+            found = _scan(turned, zxingcpp.BarcodeFormat.PDF417)
+            if _has_pass(found):
+                return found
+    return []
+
+
+def _read_pdf(document: bytes, notes: list[str]) -> list[FoundBarcode]:
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
+
+    found: list[FoundBarcode] = []
+    try:
+        pdf = pdfium.PdfDocument(document)
+    except pdfium.PdfiumError:
+        notes.append("the PDF could not be opened")
+        return found
+    try:
+        pages = len(pdf)
+        if pages > MAX_PDF_PAGES:
+            notes.append(f"only its first {MAX_PDF_PAGES} of {pages} pages were searched")
+        for number in range(min(pages, MAX_PDF_PAGES)):
+            page = pdf[number]
+            try:
+                width_pt, height_pt = page.get_size()
+                # A page of any size renders to at most MAX_RENDER_PIXELS.
+                cap = math.sqrt(MAX_RENDER_PIXELS / max(1.0, width_pt * height_pt))
+                on_page: list[FoundBarcode] = []
+                for dpi in _DPI:
+                    bitmap = page.render(scale=min(dpi / 72, cap), grayscale=True)
+                    on_page = _scan(bitmap.to_pil())
+                    bitmap.close()
+                    if _has_pass(on_page) or dpi / 72 >= cap:
+                        break
+            finally:
+                page.close()
+            found += [FoundBarcode(b.format, b.message, number + 1) for b in on_page]
+    finally:
+        pdf.close()
     return found
 
 
@@ -131,34 +195,17 @@ def read_barcodes(document: bytes) -> tuple[list[FoundBarcode], list[str]]:
     notes: list[str] = []
     found: list[FoundBarcode] = []
     if document[:1024].lstrip().startswith(b"%PDF-"):
-        import pypdfium2 as pdfium  # type: ignore[import-untyped]
-
-        pdf = pdfium.PdfDocument(document)
-        try:
-            pages = len(pdf)
-            if pages > MAX_PDF_PAGES:
-                notes.append(f"only its first {MAX_PDF_PAGES} of {pages} pages were searched")
-            for number in range(min(pages, MAX_PDF_PAGES)):
-                page = pdf[number]
-                try:
-                    on_page: list[FoundBarcode] = []
-                    for dpi in _DPI:
-                        bitmap = page.render(scale=dpi / 72, grayscale=True)
-                        on_page = _scan(bitmap.to_pil())
-                        bitmap.close()
-                        if _has_pass(on_page):
-                            break
-                finally:
-                    page.close()
-                found += [FoundBarcode(b.format, b.message, number + 1) for b in on_page]
-        finally:
-            pdf.close()
+        found = _read_pdf(document, notes)
     else:
-        from PIL import Image, ImageOps
+        from PIL import Image, ImageOps, UnidentifiedImageError
 
-        with Image.open(io.BytesIO(document)) as opened:
-            image = ImageOps.exif_transpose(opened).convert("L")
-        found = _scan_photo(image)
+        try:
+            with Image.open(io.BytesIO(document)) as opened:
+                image = ImageOps.exif_transpose(opened).convert("L")
+        except (UnidentifiedImageError, OSError):
+            notes.append("the image could not be decoded")
+        else:
+            found = _scan_photo(image)
     unique: dict[str, FoundBarcode] = {}
     for barcode in found:
         unique.setdefault(barcode.message, barcode)

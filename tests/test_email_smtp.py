@@ -19,7 +19,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
-from satsgate.engines import EngineConfigError, ProviderConfig
+from satsgate.engines import EngineConfigError, EngineError, ProviderConfig
+from satsgate.engines.mail import OutgoingEmail
 from satsgate.engines.providers.smtp import SmtpEmail
 from satsgate.services.catalog import EMAIL_MODEL_ID, MODELS_BY_ID
 from tests.certs import common_name, issue
@@ -300,3 +301,41 @@ def test_configuration_errors_are_refused_at_start() -> None:
         build(hots="typo")
     with pytest.raises(EngineConfigError, match="exclude"):
         build(tls=True, starttls=True)
+
+
+class DropsAtData(Mailbox):
+    """Takes the message, then hangs up before answering: it may have been sent."""
+
+    async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
+        await super().handle_DATA(server, session, envelope)
+        assert server.transport is not None
+        server.transport.abort()
+        return "250 OK"
+
+
+async def test_implicit_tls_and_a_hang_up_after_the_data(tls_files: tuple[Path, Path]) -> None:
+    """The adapter alone against real servers: implicit TLS (port 465 style) delivers; a
+    server that hangs up once it has the data gives an error that never falls back."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*tls_files)
+    box, port = Mailbox(), free_port()
+    dropping, drop_port = DropsAtData(), free_port()
+    message = OutgoingEmail(to=("gina@example.org",), subject="TLS", text="over TLS")
+    for _ in _serve(Controller(box, hostname="127.0.0.1", port=port, ssl_context=context)):
+        engine = SmtpEmail(ProviderConfig("mail", "smtp", timeout_s=10, options={
+            "host": "localhost", "port": port, "from_address": FROM, "tls": True,
+            "ca_file": str(tls_files[0]),
+        }), {})
+        sent = await engine.send(message)
+        assert sent.accepted == ("gina@example.org",)
+        envelope, received = box.received[-1]
+        assert envelope.rcpt_tos == ["gina@example.org"] and received["Subject"] == "TLS"
+    for _ in _serve(Controller(dropping, hostname="127.0.0.1", port=drop_port)):
+        engine = SmtpEmail(ProviderConfig("mail", "smtp", timeout_s=10, options={
+            "host": "127.0.0.1", "port": drop_port, "from_address": FROM, "starttls": False,
+        }), {})
+        with pytest.raises(EngineError) as caught:
+            await engine.send(message)
+        assert caught.value.may_fall_back is False
+        assert "may or may not have been sent" in caught.value.message
+        assert len(dropping.received) == 1

@@ -7,6 +7,7 @@ import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -39,12 +40,12 @@ class Issued:
         return cert_path, key_path
 
 
-def _name(attrs: list[x509.NameAttribute]) -> x509.Name:
+def _name(attrs: list[x509.NameAttribute[Any]]) -> x509.Name:
     return x509.Name(attrs)
 
 
 def issue(
-    subject: list[x509.NameAttribute],
+    subject: list[x509.NameAttribute[Any]],
     issuer: Issued | None = None,
     *,
     ca: bool = False,
@@ -75,5 +76,5 @@ def issue(
     return Issued(builder.sign(signer, hashes.SHA256()), key)
 
 
-def common_name(cn: str) -> list[x509.NameAttribute]:
+def common_name(cn: str) -> list[x509.NameAttribute[Any]]:
     return [x509.NameAttribute(NameOID.COMMON_NAME, cn)]

@@ -30,7 +30,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from satsgate.config import Settings
 from satsgate.engines import EngineConfigError
 from satsgate.engines.local import bcbp
-from satsgate.engines.local.pkpass import UNSIGNED_WARNING, load_signing
+from satsgate.engines.local.pkpass import UNSIGNED_WARNING, load_signing, read_barcodes
 from tests.certs import Issued, common_name, issue
 from tests.conftest import (
     ThreadedServer,
@@ -75,7 +75,8 @@ SECOND_PASSENGER = bcbp.encode(
 
 def barcode_image(message: str, fmt: Any, scale: int) -> Image.Image:
     code = zxingcpp.create_barcode(message, fmt)
-    view = memoryview(zxingcpp.write_barcode_to_image(code, scale=scale))
+    view = memoryview(zxingcpp.write_barcode_to_image(code, scale=scale))  # type: ignore[arg-type]
+    assert view.shape is not None
     height, width = view.shape[0], view.shape[1]
     return Image.frombytes("L", (width, height), bytes(view))
 
@@ -437,3 +438,12 @@ def test_photo_is_really_tilted(documents: dict[str, bytes]) -> None:
     page_w, page_h = 1275 * 0.8, 1650 * 0.8
     expected_w = page_w * math.cos(math.radians(4)) + page_h * math.sin(math.radians(4))
     assert abs(width - expected_w) < 3
+
+
+def test_reader_in_process(documents: dict[str, bytes]) -> None:
+    """The pool's reader called directly: broken files are notes, a tilted PDF417 reads."""
+    assert read_barcodes(b"%PDF-1.4 not really") == ([], ["the PDF could not be opened"])
+    assert read_barcodes(b"GIF89a not really") == ([], ["the image could not be decoded"])
+    found, notes = read_barcodes(documents["pdf417_photo"])
+    assert [(b.format, b.message) for b in found] == [("PDF417", SECOND_PASSENGER)]
+    assert notes == []

@@ -4,6 +4,7 @@ server may have taken is never handed to a second provider."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import ssl
@@ -308,7 +309,7 @@ class DropsAtData(Mailbox):
 
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
         await super().handle_DATA(server, session, envelope)
-        assert server.transport is not None
+        assert isinstance(server.transport, asyncio.Transport)
         server.transport.abort()
         return "250 OK"
 

@@ -150,7 +150,7 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
     )
     sent = await ctx.engines.run(
         "email",
-        EmailEngine,  # type: ignore[type-abstract]  # a Protocol, for the type checker
+        EmailEngine,
         lambda engine, _model: engine.send(message),
     )
     body = {

@@ -446,7 +446,7 @@ async def boardingpass_wallet(ctx: ServiceContext, params: BoardingPassParams) -
     documents = await asyncio.to_thread(params.decoded)
     batch = await ctx.engines.run(
         "wallet_pass",
-        WalletPassEngine,  # type: ignore[type-abstract]  # a Protocol, for the type checker
+        WalletPassEngine,
         lambda engine, _model: engine.passes(documents),
     )
     if not batch.passes:

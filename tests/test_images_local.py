@@ -213,6 +213,18 @@ async def test_upscale_gives_the_exact_size_and_says_it_resampled(
     jpeg = await paid_ok(client, "upscale-image", {"image": photo, "scale": 2})
     assert (jpeg["width"], jpeg["height"], jpeg["format"]) == (512, 512, "jpeg")
     await fetch_image(client, jpeg)
+    # A photo stored sideways with an EXIF orientation comes out upright.
+    stored = Image.new("RGB", (40, 20), "white")
+    stored.paste((0, 0, 0), (0, 0, 10, 20))  # black on the stored left edge
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    buf = io.BytesIO()
+    stored.save(buf, "JPEG", exif=exif.tobytes())
+    sideways = base64.b64encode(buf.getvalue()).decode("ascii")
+    upright = await paid_ok(client, "upscale-image", {"imageBase64": sideways, "scale": 2})
+    assert (upright["width"], upright["height"]) == (40, 80)
+    top = rgb(await fetch_image(client, upright))[:10].mean()
+    assert top < 60  # the stored left edge is now the top
     clear = Image.new("RGBA", (20, 10), (255, 0, 0, 0))
     clear.paste((0, 0, 255, 255), (0, 0, 10, 10))
     alpha = await paid_ok(client, "upscale-image", {"imageBase64": encode(clear), "scale": 4})

@@ -233,6 +233,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/lnurlw/{k1}", lnurl_withdraw)
     r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
     r.add_get("/api/l402/job-status", job_status)
+    r.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     r.add_get("/api/l402/vote", list_planned)  # POST /api/l402/vote is the paid vote
     r.add_post("/api/l402/voice-bridge/open", open_voice_bridge)
     # The session's free follow-ups (two path segments: never a {slug}).
@@ -472,6 +473,20 @@ async def paid_call(request: web.Request) -> web.Response:
     if spec is None:
         raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
     return await handle_paid_call(request, request.app[GATE], spec)
+
+
+async def provider_webhook(request: web.Request) -> web.Response:
+    """A prediction platform's webhook (satsgate.engines.providers.predictions): the
+    provider verifies its signature; 404 for a provider that takes none."""
+    provider = request.app[ENGINES].provider(request.match_info["name"])
+    receive = getattr(provider, "receive_webhook", None)
+    if provider is None or receive is None or (
+        getattr(provider, "webhook_kind", None) != request.match_info["kind"]
+    ):
+        return web.Response(status=404)
+    body = await request.read()
+    status = await receive({k.lower(): v for k, v in request.headers.items()}, body)
+    return web.Response(status=int(status))
 
 
 async def job_status(request: web.Request) -> web.Response:

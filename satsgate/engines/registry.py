@@ -128,16 +128,23 @@ class Engines:
         bindings: Mapping[str, tuple[Binding, ...]],
         statuses: Mapping[str, EngineStatus],
         providers: Iterable[Provider] = (),
+        named: Mapping[str, Provider] | None = None,
     ) -> None:
         self._bindings = dict(bindings)
         self._statuses = dict(statuses)
         self._providers = tuple(providers)
+        # The built providers by their operator name (webhook routes find theirs here).
+        self._named = dict(named or {})
 
     def available(self, name: str) -> bool:
         return bool(self._bindings.get(name))
 
     def serves_model(self, name: str, model_id: int | None) -> bool:
         return any(b.serves_model(model_id) for b in self._bindings.get(name, ()))
+
+    def provider(self, name: str) -> Provider | None:
+        """The built provider of ``[providers.NAME]``; None when no engine routes to it."""
+        return self._named.get(name)
 
     def bindings(self, name: str) -> tuple[Binding, ...]:
         return self._bindings.get(name, ())
@@ -261,4 +268,4 @@ def build_engines(
             Binding(local.build(deps), "local", local.label, models=local.models),
         )
         statuses[engine] = EngineStatus(engine, True, "local", local.label)
-    return Engines(bindings, statuses, built.values())
+    return Engines(bindings, statuses, built.values(), named=built)

@@ -17,11 +17,19 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.engines import Engines
+from satsgate.engines import EngineError, Engines
+from satsgate.engines.generation import (
+    ImageOpEngine,
+    ImageOperation,
+    ImageOpRequest,
+    Model3dEngine,
+    Model3dRequest,
+)
 from satsgate.engines.image_process import (
     DeblurEngine,
     DeblurMode,
     Detection,
+    ImageFormat,
     ImageOutput,
     InpaintEngine,
     InpaintMethod,
@@ -56,6 +64,7 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
+from satsgate.services.generated import decoded, depth_maps, image_size, to_png
 from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price, image_price_sats
 from satsgate.services.routing import auto_image_model
 
@@ -538,6 +547,76 @@ async def remove_object(ctx: ServiceContext, params: RemoveObjectParams) -> Serv
     return await _image_result(ctx, out, params.chosen_model)
 
 
+async def _image_op(
+    ctx: ServiceContext, operation: ImageOperation, params: _ProcessParams,
+    options: Mapping[str, object] | None = None,
+) -> tuple[bytes, str]:
+    """One image operation on the engine named after it: its first output, and what ran."""
+    image = await decoded(params.imageBase64, "imageBase64")
+    result = await ctx.engines.run(
+        operation, ImageOpEngine,
+        lambda engine, name: engine.process_image(
+            ImageOpRequest(operation, image, dict(options or {}), name, ctx.call_id,
+                           ctx.progress)
+        ),
+        model_id=params.chosen_model,
+    )
+    return result.files[0].data, result.method
+
+
+async def _stored_image(
+    ctx: ServiceContext, data: bytes, method: str, model: int, *, png: bool = False
+) -> ServiceResult:
+    try:
+        if png:
+            data = await asyncio.to_thread(to_png, data)
+        width, height, _mode = await asyncio.to_thread(image_size, data)
+    except Exception as exc:  # Pillow raises many kinds on a broken file
+        raise EngineError("SERVICE_ERROR", "The model returned an unreadable image.",
+                          may_fall_back=False) from exc
+    fmt: ImageFormat = (
+        "png" if png or data[:4] == b"\x89PNG" else "jpeg" if data[:2] == b"\xff\xd8" else "webp"
+    )
+    return await _image_result(ctx, ImageOutput(data, fmt, width, height, method), model)
+
+
+async def remove_background(ctx: ServiceContext, params: RemoveBackgroundParams) -> ServiceResult:
+    data, method = await _image_op(ctx, "remove_background", params)
+    return await _stored_image(ctx, data, method, params.chosen_model, png=True)
+
+
+async def restore_face(ctx: ServiceContext, params: RestoreFaceParams) -> ServiceResult:
+    data, method = await _image_op(ctx, "restore_face", params, {"fidelity": params.fidelity})
+    return await _stored_image(ctx, data, method, params.chosen_model)
+
+
+async def colorize_image(ctx: ServiceContext, params: ColorizeImageParams) -> ServiceResult:
+    data, method = await _image_op(ctx, "colorize_image", params)
+    return await _stored_image(ctx, data, method, params.chosen_model)
+
+
+async def estimate_depth(ctx: ServiceContext, params: EstimateDepthParams) -> ServiceResult:
+    data, method = await _image_op(ctx, "estimate_depth", params)
+    try:
+        raw, vis, width, height = await asyncio.to_thread(depth_maps, data)
+    except Exception as exc:
+        raise EngineError("SERVICE_ERROR", "The model returned an unreadable depth map.",
+                          may_fall_back=False) from exc
+    depth = await ctx.files.save(raw, "png")
+    visual = await ctx.files.save(vis, "png")
+    return ServiceResult(
+        {
+            "depth_url": depth.url,
+            "visualization_url": visual.url,
+            "format": "png",
+            "width": width,
+            "height": height,
+            "method": method,
+            "modelId": params.chosen_model,
+        }
+    )
+
+
 def _process_spec(
     slug: str,
     tool: str,
@@ -577,7 +656,7 @@ def _process_spec(
 IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
     _process_spec("remove-background", "remove_background", "Remove background",
                   "Cut out the subject: { image_url } of a transparent PNG.",
-                  RemoveBackgroundParams, "remove-background"),
+                  RemoveBackgroundParams, "remove-background", handler=remove_background),
     _process_spec("upscale-image", "upscale_image", "Upscale image",
                   "Upscale 2x to 4x (scale), optionally restoring faces, to at most 4096x4096 "
                   "pixels: { image_url, width, height, method }; method says what ran "
@@ -587,7 +666,7 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   screen_field="face_enhance"),
     _process_spec("restore-face", "restore_face", "Restore faces",
                   "Restore faces in a photo (fidelity 0 to 1): { image_url }.",
-                  RestoreFaceParams, "restore-face"),
+                  RestoreFaceParams, "restore-face", handler=restore_face),
     _process_spec("detect-nsfw", "detect_nsfw", "Detect NSFW",
                   "Classify an image: { label: normal | nsfw, confidence, nsfw_score, "
                   "detections, method }.",
@@ -606,14 +685,14 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   example={"maskBase64": "<base64 PNG mask>"}, handler=remove_object),
     _process_spec("colorize-image", "colorize_image", "Colorize image",
                   "Colorize a greyscale photo: { image_url }.",
-                  ColorizeImageParams, "colorize-image"),
+                  ColorizeImageParams, "colorize-image", handler=colorize_image),
     _process_spec("deblur-image", "deblur_image", "Deblur image",
                   "Deblur and denoise a photo (mode both, deblur or denoise) up to 4096x4096: "
                   "{ image_url, method }.",
                   DeblurImageParams, "deblur-image", handler=deblur_image),
     _process_spec("estimate-depth", "estimate_depth", "Estimate depth",
                   "Depth map: { depth_url (raw greyscale), visualization_url (colour) }.",
-                  EstimateDepthParams, "depth-estimation"),
+                  EstimateDepthParams, "depth-estimation", handler=estimate_depth),
 )  # fmt: skip
 
 # -- generate-3d-model ---------------------------------------------------------------------
@@ -645,6 +724,34 @@ class Generate3dParams(ServiceParams, ModelChoice, CallbackFields):
         return True
 
 
+async def generate_3d(ctx: ServiceContext, params: Generate3dParams) -> ServiceResult:
+    ctx.progress(1.0, "submitted")
+    image = (
+        await decoded(params.imageBase64, "imageBase64") if params.imageBase64 is not None
+        else None
+    )
+    model = await ctx.engines.run(
+        "3d", Model3dEngine,
+        lambda engine, name: engine.generate_model(
+            Model3dRequest(params.prompt, image, name, ctx.call_id, ctx.progress)
+        ),
+        model_id=params.chosen_model,
+    )
+    if model.data[:4] != b"glTF":
+        raise EngineError("SERVICE_ERROR", "The model returned no GLB file.",
+                          may_fall_back=False)
+    stored = await ctx.files.save(model.data, "glb")
+    return ServiceResult(
+        {
+            "modelUrl": stored.url,
+            "model_url": stored.url,
+            "format": "glb",
+            "bytes": stored.size,
+            "modelId": params.chosen_model,
+        }
+    )
+
+
 GENERATE_3D = ServiceSpec(
     slug="generate-3d-model",
     tool_name="generate_3d_model",
@@ -654,7 +761,7 @@ GENERATE_3D = ServiceSpec(
     "then { modelUrl }. 1600 sats.",
     params=Generate3dParams,
     price_msat=flat_price("3d-model"),
-    handler=no_engine,
+    handler=generate_3d,
     mode="job",
     job_type="image-3d",
     model_ids=(17,),

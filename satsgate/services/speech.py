@@ -28,6 +28,7 @@ from satsgate.services.languages import (
     resolve_translation_language,
 )
 from satsgate.services.media import MediaError, audio_duration_s, audio_format, measure_book
+from satsgate.services.music import generate_music
 from satsgate.services.pricing import (
     AUDIOBOOK_CHARS_PER_SAT,
     AUDIOBOOK_MIN_SATS,
@@ -535,7 +536,7 @@ GENERATE_MUSIC = ServiceSpec(
     "5 sats per second; lyricsAddon +25. Prepaid, refunded on failure.",
     params=GenerateMusicParams,
     price_msat=lambda p: music_msat(p.duration, p.lyricsAddon),
-    handler=no_engine,
+    handler=generate_music,
     price_shape=PriceShape(
         "per_second", "per second", music_msat(15, False), estimate="music",
         note=f"15 to 300 seconds; lyricsAddon adds {MUSIC_LYRICS_ADDON_SATS} sats.",

@@ -1,5 +1,8 @@
 """Video: generate-video (text to video) and animate-image (image to video), both async and
-priced per second by resolution. Remote engine ``[engines.video]``."""
+priced per second by resolution. Engine ``video``: a prediction platform (kind
+``replicate`` or ``fal``). The clip is checked against the asked duration
+(OUTPUT_DURATION_INSANE, refunded, when far from it) and stored in satsgate's file store;
+a shorter clip is charged for the seconds it has (the rest refunded)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from satsgate.services.base import PriceShape, ServiceSpec
+from satsgate.engines.generation import VideoEngine, VideoRequest
+from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -21,9 +25,9 @@ from satsgate.services.common import (
     check_image,
     decode_file,
     image_field,
-    no_engine,
     prevalidate,
 )
+from satsgate.services.generated import billed_seconds, checked_duration, decoded
 from satsgate.services.media import MediaError, audio_duration_s
 from satsgate.services.pricing import VIDEO_SATS_PER_SECOND, video_msat
 
@@ -92,6 +96,62 @@ class AnimateImageParams(_VideoParams):
         return check_image(self.image, "image")
 
 
+async def _video(
+    ctx: ServiceContext, params: _VideoParams, image: bytes | None = None,
+    reference_image: bytes | None = None, reference_audio: bytes | None = None,
+) -> ServiceResult:
+    """Run the video engine, check the clip's length, store it: { videoUrl, ... }."""
+    ctx.progress(1.0, "submitted")
+    mode = params.mode if isinstance(params, GenerateVideoParams) else "pro"
+    model = params.chosen_model
+    clip = await ctx.engines.run(
+        "video", VideoEngine,
+        lambda engine, name: engine.generate_video(
+            VideoRequest(
+                prompt=params.prompt, duration_s=params.duration, resolution=params.resolution,
+                generate_audio=params.generate_audio, image=image,
+                reference_image=reference_image, reference_audio=reference_audio, mode=mode,
+                model_name=name, call_id=ctx.call_id, progress=ctx.progress,
+            )
+        ),
+        model_id=model,
+    )
+    seconds = await checked_duration(clip.data, params.duration, "video")
+    stored = await ctx.files.save(clip.data, clip.ext)
+    billed = billed_seconds(params.duration, seconds)
+    return ServiceResult(
+        {
+            "videoUrl": stored.url,
+            "video_url": stored.url,
+            "format": clip.ext,
+            "durationSeconds": round(seconds, 2),
+            "resolution": params.resolution,
+            "bytes": stored.size,
+            "modelId": model,
+            "billing": {"seconds": billed, "sats": video_msat(billed, params.resolution) // 1000},
+        },
+        charged_msat=video_msat(billed, params.resolution),
+    )
+
+
+async def generate_video(ctx: ServiceContext, params: GenerateVideoParams) -> ServiceResult:
+    reference_image = (
+        await decoded(params.reference_image, "reference_image")
+        if params.reference_image is not None else None
+    )
+    reference_audio = (
+        await decoded(params.reference_audio, "reference_audio", REFERENCE_AUDIO_MAX_BYTES)
+        if params.reference_audio is not None else None
+    )
+    return await _video(
+        ctx, params, reference_image=reference_image, reference_audio=reference_audio
+    )
+
+
+async def animate_image(ctx: ServiceContext, params: AnimateImageParams) -> ServiceResult:
+    return await _video(ctx, params, image=await decoded(params.image, "image"))
+
+
 def _per_second(p: _VideoParams) -> int:
     return video_msat(p.duration, p.resolution)
 
@@ -119,12 +179,12 @@ GENERATE_VIDEO = ServiceSpec(
     f"{{ videoUrl }}. {_PRICE_NOTE}.",
     params=GenerateVideoParams,
     price_msat=_per_second,
-    handler=no_engine,
+    handler=generate_video,
     price_shape=_price_shape("video"),
     mode="job",
     job_type="video",
     model_ids=(25,),
-    failure_codes=("TIMEOUT", "CONTENT_FILTERED"),
+    failure_codes=("TIMEOUT", "CONTENT_FILTERED", "OUTPUT_DURATION_INSANE"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, REFERENCE_AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "waves at sunset, slow pan", "duration": 5},
@@ -140,12 +200,12 @@ ANIMATE_IMAGE = ServiceSpec(
     f"{_PRICE_NOTE}.",
     params=AnimateImageParams,
     price_msat=_per_second,
-    handler=no_engine,
+    handler=animate_image,
     price_shape=_price_shape("video-from-image"),
     mode="job",
     job_type="video-image",
     model_ids=(24,),
-    failure_codes=("INVALID_INPUT", "TIMEOUT"),
+    failure_codes=("INVALID_INPUT", "TIMEOUT", "OUTPUT_DURATION_INSANE"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "the cat turns its head", "image": "<base64 JPEG>", "duration": 5},

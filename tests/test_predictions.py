@@ -1,0 +1,398 @@
+"""Video, music, 3D models and image operations on prediction platforms (Replicate, fal),
+through the gate on a real server, against loopback fakes that speak the platforms' wire
+(tests/fake_platforms.py): jobs ended by polling and by signed webhooks (forged ones
+refused), failures, refusals, upstream cancellation, timeouts, 429 and 5xx answers, the
+outputs copied into satsgate's own file store, and the refund after every failure."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from satsgate.engines.providers import fal, replicate
+from satsgate.engines.providers.replicate import sign, verify_signature
+from satsgate.services.media import audio_duration_s
+from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
+from tests.fake_platforms import (
+    API_KEY,
+    FAL_KEY,
+    FakeFal,
+    FakeReplicate,
+    Script,
+    glb,
+    mp4,
+    png,
+    wav,
+)
+from tests.test_gateway import assert_envelope
+
+POLL = 0.05
+
+
+@pytest.fixture(scope="module")
+def platforms() -> Iterator[tuple[FakeReplicate, FakeFal]]:
+    rep, falq = FakeReplicate(), FakeFal()
+    yield rep, falq
+    rep.stop()
+    falq.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, platforms: tuple[FakeReplicate, FakeFal]
+) -> Iterator[ThreadedServer]:
+    rep, falq = platforms
+    common = {"poll_interval_s": POLL, "max_wait_s": 20}
+    providers = {
+        "rep": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
+                "models": dict(replicate.DEFAULT_MODELS), **common},
+        "rep_short": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
+                      "models": {"17": "firtoz/trellis"}, **common, "max_wait_s": 0.6},
+        "falq": {"kind": "fal", "base_url": falq.url, "api_key": FAL_KEY,
+                 "models": dict(fal.DEFAULT_MODELS), "jwks_url": falq.jwks_url, **common},
+    }  # fmt: skip
+    engines = {
+        "video": "rep", "3d": "rep_short", "remove_background": "rep", "restore_face": "rep",
+        "colorize_image": "rep", "estimate_depth": "rep", "upscale_image": "rep",
+        "music": "falq",
+    }  # fmt: skip
+    settings = make_settings(
+        tmp_path_factory.mktemp("predictions"), providers=providers, engines=engines
+    )
+    srv = ThreadedServer(settings)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+async def client(server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in http_client(server):
+        yield c
+
+
+def image_b64(mode: str = "RGB") -> str:
+    return base64.b64encode(png(mode)).decode()
+
+
+async def paid(client: httpx.AsyncClient, slug: str, body: dict[str, Any]) -> httpx.Response:
+    auth = await paid_l402_auth(client, slug, body)
+    return await client.post(f"/api/l402/{slug}", json=body, headers={"Authorization": auth})
+
+
+async def run_job(client: httpx.AsyncClient, slug: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Pay, get the 202, poll to the end; the final poll body (progress seen on the way
+    is under "_progress")."""
+    resp = await paid(client, slug, body)
+    assert resp.status_code == 202, resp.text
+    url = resp.json()["poll_url"]
+    seen: list[float] = []
+    for _ in range(400):
+        state = (await client.get(url)).json()
+        if state["status"] != "IN_PROGRESS":
+            state["_progress"] = seen
+            return dict(state)
+        if "progress" in state:
+            seen.append(state["progress"]["progress"])
+        await asyncio.sleep(0.02)
+    raise AssertionError("the job never ended")
+
+
+async def fetch(client: httpx.AsyncClient, url: str, server: ThreadedServer) -> bytes:
+    assert url.startswith(server.url + "/api/files/"), url
+    resp = await client.get(url)
+    assert resp.status_code == 200
+    return resp.content
+
+
+def no_platform_url(body: dict[str, Any], *platforms: FakeReplicate | FakeFal) -> None:
+    text = json.dumps(body)
+    for platform in platforms:
+        assert platform.url not in text
+
+
+# -- jobs: generate-video, animate-image, generate-3d-model (Replicate) ----------------------
+
+
+async def test_video_succeeds_by_polling_and_is_served_from_satsgate(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(outputs=lambda: [mp4(5.0)], starting_polls=2, processing_polls=3)
+    done = await run_job(client, "generate-video", {"prompt": "waves at dusk", "duration": 5})
+    assert done["status"] == "COMPLETED", done
+    result = done["result"]
+    video = await fetch(client, result["videoUrl"], server)
+    assert audio_duration_s(video) == pytest.approx(5.0)
+    assert result["durationSeconds"] == pytest.approx(5.0) and result["format"] == "mp4"
+    assert result["billing"] == {"seconds": 5, "sats": 1250}
+    no_platform_url(done, *platforms)
+    rec = rep.last()
+    assert rec.model == "minimax/hailuo-02" and not rec.ended_by_webhook
+    assert rec.input == {"prompt": "waves at dusk", "duration": 5, "resolution": "768p"}
+    assert rec.polls >= 6  # starting (2), processing (3), then succeeded
+    assert rec.webhook is not None and rec.webhook.endswith("/api/webhooks/replicate/rep")
+    assert done["_progress"] and max(done["_progress"]) >= 1
+
+
+async def test_animation_ends_by_webhook_and_a_forged_webhook_is_refused(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.webhook_answers.clear()
+    rep.script = Script(outputs=lambda: [mp4(6.0)], by_webhook=True, forged_webhook=True)
+    body = {"prompt": "the cat turns its head", "image": image_b64(), "duration": 6}
+    done = await run_job(client, "animate-image", body)
+    assert done["status"] == "COMPLETED", done
+    rec = rep.last()
+    assert rec.ended_by_webhook
+    assert rep.webhook_answers == [401, 200]  # the forgery first, then the real one
+    assert rec.input["first_frame_image"].startswith("data:image/png;base64,")
+    video = await fetch(client, done["result"]["videoUrl"], server)
+    assert audio_duration_s(video) == pytest.approx(6.0)  # the genuine output, not the forged
+
+
+async def test_a_shorter_clip_is_charged_for_its_seconds(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(outputs=lambda: [mp4(6.0)], starting_polls=0, processing_polls=0)
+    done = await run_job(client, "generate-video", {"prompt": "a slow pan", "duration": 10})
+    assert done["status"] == "COMPLETED", done
+    result = done["result"]
+    assert result["billing"] == {"seconds": 6, "sats": 1500}
+    assert result["partial_refund"]["amount_sats"] == 1000  # 4 of the 10 paid seconds
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        (Script(outcome="failed", error="CUDA out of memory"), "SERVICE_ERROR"),
+        (Script(outcome="failed", error="NSFW content detected in the output"),
+         "CONTENT_FILTERED"),
+        (Script(outcome="canceled"), "SERVICE_ERROR"),
+        (Script(outputs=lambda: [mp4(1.0)]), "OUTPUT_DURATION_INSANE"),
+        (Script(outputs=lambda: [png()]), "SERVICE_ERROR"),  # no video at all
+    ],
+    ids=["failed", "refused", "canceled-upstream", "duration-insane", "not-a-video"],
+)
+async def test_a_failed_video_job_is_refunded(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal], script: Script, code: str
+) -> None:
+    rep, _ = platforms
+    rep.script = script
+    done = await run_job(client, "generate-video", {"prompt": "a storm", "duration": 8})
+    assert done["status"] == "FAILED", done
+    assert done["error_code"] == code
+    assert done["refund"]["amount_sats"] == 2000
+    assert "replicate" not in done["error"].lower()
+    no_platform_url(done, *platforms)
+
+
+async def test_polling_rides_out_429_and_5xx(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(outputs=lambda: [mp4(5.0)], poll_errors=[429, 503, 500, 429])
+    done = await run_job(client, "generate-video", {"prompt": "rain", "duration": 5})
+    assert done["status"] == "COMPLETED", done
+    assert rep.last().script.poll_errors == []  # all four were answered and survived
+
+
+async def test_3d_model_from_a_photo_and_the_timeout_cancels_upstream(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(outputs=lambda: [png(), glb()])  # a preview, then the model
+    done = await run_job(client, "generate-3d-model", {"imageBase64": image_b64()})
+    assert done["status"] == "COMPLETED", done
+    model = await fetch(client, done["result"]["modelUrl"], server)
+    assert model[:4] == b"glTF" and json.loads(model[20:].decode().strip())["asset"]
+    assert isinstance(rep.last().input["images"], list)  # trellis takes a list of views
+
+    rep.script = Script(outcome="never")
+    done = await run_job(client, "generate-3d-model", {"prompt": "a wooden chair"})
+    assert done["status"] == "FAILED", done
+    assert done["error_code"] == "TIMEOUT"
+    assert done["refund"]["amount_sats"] == 1600
+    assert rep.last().canceled_by_client  # not paid for upstream any longer
+
+
+# -- sync image operations (Replicate, Prefer: wait) --------------------------------------
+
+
+async def test_remove_background_gives_a_transparent_png(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(sync=True, outputs=lambda: [png("RGBA")])
+    resp = await paid(client, "remove-background", {"imageBase64": image_b64()})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    with Image.open(io.BytesIO(await fetch(client, body["image_url"], server))) as img:
+        assert img.format == "PNG" and img.mode == "RGBA"
+        alpha = img.getchannel("A")
+        assert alpha.getpixel((0, 0)) == 255 and alpha.getpixel((47, 0)) == 0
+    assert rep.prefer[-1] == "wait=10" and rep.last().polls == 0  # done within the create
+    no_platform_url(body, *platforms)
+
+
+async def test_restore_face_colorize_and_depth(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(processing_polls=1)
+    resp = await paid(client, "restore-face", {"imageBase64": image_b64(), "fidelity": 0.7})
+    assert resp.status_code == 200, resp.text
+    assert rep.last().input["codeformer_fidelity"] == 0.7
+    assert rep.last().model == "sczhou/codeformer"
+
+    resp = await paid(client, "colorize-image", {"imageBase64": image_b64("L")})
+    assert resp.status_code == 200, resp.text
+    assert "input_image" in rep.last().input
+    with Image.open(io.BytesIO(await fetch(client, resp.json()["image_url"], server))) as img:
+        assert img.mode == "RGB" and img.size == (48, 32)
+
+    rep.script = Script(sync=True, outputs=lambda: [png("L")])
+    resp = await paid(client, "estimate-depth", {"imageBase64": image_b64()})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    with Image.open(io.BytesIO(await fetch(client, body["depth_url"], server))) as depth:
+        assert depth.mode == "L"
+        near, far = depth.getpixel((0, 5)), depth.getpixel((47, 5))
+        assert isinstance(near, int) and isinstance(far, int) and near < far  # the ramp
+    with Image.open(io.BytesIO(await fetch(client, body["visualization_url"], server))) as vis:
+        pixel = vis.getpixel((40, 5))
+        assert vis.mode == "RGB" and isinstance(pixel, tuple) and len(set(pixel)) > 1
+
+
+async def test_a_configured_upscaler_wins_over_the_local_one(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(sync=True, outputs=lambda: [png(size=(96, 64))])
+    resp = await paid(client, "upscale-image", {"imageBase64": image_b64(), "scale": 2})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert (body["width"], body["height"]) == (96, 64)
+    assert "super-resolution" in body["method"]
+    assert rep.last().model == "nightmareai/real-esrgan" and rep.last().input["scale"] == 2
+
+
+async def test_a_rate_limited_create_is_refunded(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(create_error=429)
+    resp = await paid(client, "colorize-image", {"imageBase64": image_b64()})
+    body = assert_envelope(resp, "RATE_LIMITED", resp.status_code)
+    assert body["refund"]["amount_sats"] == 5
+    rep.script = Script(create_error=503)
+    resp = await paid(client, "colorize-image", {"imageBase64": image_b64()})
+    body = assert_envelope(resp, "SERVICE_ERROR", resp.status_code)
+    assert body["refund"]["amount_sats"] == 5
+
+
+# -- generate-music (fal queue) -----------------------------------------------------------
+
+
+async def test_music_on_fal_by_polling(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    _, falq = platforms
+    falq.script = Script(outputs=lambda: [wav(30.0)], starting_polls=2, processing_polls=2)
+    resp = await paid(client, "generate-music", {"prompt": "lo-fi piano", "duration": 30})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    audio = await fetch(client, body["audioUrl"], server)
+    assert audio_duration_s(audio) == pytest.approx(30.0)
+    assert body["billing"] == {"seconds": 30, "sats": 150} and body["format"] == "wav"
+    rec = falq.last()
+    assert rec.model == "fal-ai/stable-audio" and rec.polls >= 5
+    assert rec.input == {"prompt": "lo-fi piano", "seconds_total": 30}
+    no_platform_url(body, *platforms)
+
+
+async def test_music_on_fal_by_webhook_with_a_forgery_refused(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    _, falq = platforms
+    falq.webhook_answers.clear()
+    falq.script = Script(outputs=lambda: [wav(20.0)], by_webhook=True, forged_webhook=True)
+    resp = await paid(client, "generate-music", {"prompt": "ambient pads", "duration": 20})
+    assert resp.status_code == 200, resp.text
+    assert falq.last().ended_by_webhook and falq.webhook_answers == [401, 200]
+    audio = await fetch(client, resp.json()["audioUrl"], server)
+    assert audio_duration_s(audio) == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        (Script(outcome="failed", error="Internal error"), "SERVICE_ERROR"),
+        (Script(outcome="failed", error="content_policy_violation", by_webhook=True),
+         "CONTENT_FILTERED"),
+        (Script(outputs=lambda: [wav(200.0)]), "OUTPUT_DURATION_INSANE"),
+        (Script(poll_errors=[429, 502], outputs=lambda: [wav(15.0)]), None),
+    ],
+    ids=["failed", "refused-by-webhook", "duration-insane", "429-5xx-ridden-out"],
+)
+async def test_music_failures_on_fal_are_refunded(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal], script: Script,
+    code: str | None,
+) -> None:
+    _, falq = platforms
+    falq.script = script
+    resp = await paid(client, "generate-music", {"prompt": "a march", "duration": 15})
+    if code is None:
+        assert resp.status_code == 200, resp.text
+        return
+    body = assert_envelope(resp, code, resp.status_code)
+    assert body["refund"]["amount_sats"] == 75
+    assert "fal" not in body["error"].lower()
+
+
+# -- webhook routes ------------------------------------------------------------------------
+
+
+async def test_webhook_routes_refuse_what_is_not_signed_by_the_platform(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    body = json.dumps({"id": "p1", "status": "succeeded", "output": "https://x/y"}).encode()
+    stamp = str(int(time.time()))
+    good = sign(rep.key, "msg_1", stamp, body)
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": stamp, "webhook-signature": good}
+    url = "/api/webhooks/replicate/rep"
+    assert (await client.post(url, content=body, headers=headers)).status_code == 200
+    tampered = body.replace(b"p1", b"p2")
+    assert (await client.post(url, content=tampered, headers=headers)).status_code == 401
+    old = str(int(time.time()) - 3600)
+    stale = {**headers, "webhook-timestamp": old,
+             "webhook-signature": sign(rep.key, "msg_1", old, body)}  # fmt: skip
+    assert (await client.post(url, content=body, headers=stale)).status_code == 401
+    assert (await client.post(url, content=body)).status_code == 401
+    fal_headers = {"x-fal-webhook-request-id": "r1", "x-fal-webhook-user-id": "u",
+                   "x-fal-webhook-timestamp": stamp, "x-fal-webhook-signature": "00" * 64}
+    resp = await client.post("/api/webhooks/fal/falq", content=b"{}", headers=fal_headers)
+    assert resp.status_code == 401
+    assert (await client.post("/api/webhooks/fal/rep", content=body)).status_code == 404
+    assert (await client.post("/api/webhooks/replicate/nope", content=body)).status_code == 404
+
+
+def test_replicate_signature_matches_the_documented_vector() -> None:
+    key = base64.b64decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    body = b'{"test": 2432232314}'
+    expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    assert sign(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body) == expected
+    assert verify_signature(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body,
+                            f"v1,bm90IGl0 {expected}")
+    assert not verify_signature(key, "msg_other", "1614265330", body, expected)

@@ -12,13 +12,19 @@ import io
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 from PIL import Image
 
-from satsgate.engines.providers import fal, replicate
+from satsgate.config import Settings
+from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
+from satsgate.engines.generation import MusicRequest
+from satsgate.engines.image_generation import ImageEditRequest, ImageGenerationRequest
+from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
+from satsgate.engines.providers.predictions import data_uri
 from satsgate.engines.providers.replicate import sign, verify_signature
 from satsgate.services.media import audio_duration_s
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
@@ -396,3 +402,80 @@ def test_replicate_signature_matches_the_documented_vector() -> None:
     assert verify_signature(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body,
                             f"v1,bm90IGl0 {expected}")
     assert not verify_signature(key, "msg_other", "1614265330", body, expected)
+
+
+# -- the adapters on their own: second-source image generation, fal's timeout ---------------
+
+
+def _provider(kind: str, url: str, key: str, **options: Any) -> Any:
+    config = ProviderConfig(
+        name="direct", kind=kind, base_url=url, api_key=key,
+        models=dict(replicate.DEFAULT_MODELS if kind == "replicate" else fal.DEFAULT_MODELS),
+        options={"poll_interval_s": POLL, "webhooks": False, **options},
+    )  # fmt: skip
+    deps = EngineDeps(Settings(), CpuRunner(ThreadPoolExecutor(max_workers=1), 1.0))
+    return PROVIDER_KINDS[kind](config, deps)
+
+
+async def test_generate_and_edit_image_as_a_second_source(
+    platforms: tuple[FakeReplicate, FakeFal],
+) -> None:
+    rep, falq = platforms
+    rep.script = Script(outputs=lambda: [png(size=(64, 36))])
+    provider = _provider("replicate", rep.url, API_KEY)
+    try:
+        assert provider.engine("image") is provider and provider.engine("image_edit")
+        made = await provider.generate(
+            ImageGenerationRequest("a lighthouse", 1344, 768, (png(),),
+                                   model_name="black-forest-labs/flux-1.1-pro-ultra")
+        )
+        assert Image.open(io.BytesIO(made.data)).size == (64, 36)
+        assert rep.last().input == {"prompt": "a lighthouse", "aspect_ratio": "16:9",
+                                    "image_prompt": data_uri(png())}
+        await provider.edit(ImageEditRequest("stormy sky", png(),
+                                             model_name="black-forest-labs/flux-kontext-pro"))
+        assert rep.last().input["aspect_ratio"] == "match_input_image"
+        assert rep.last().input["input_image"].startswith("data:image/png;base64,")
+    finally:
+        await provider.aclose()
+
+    falq.script = Script(outputs=lambda: [png(), png("L")])
+    provider = _provider("fal", falq.url, FAL_KEY)
+    try:
+        await provider.generate(
+            ImageGenerationRequest("a fox", 1024, 768, model_name="fal-ai/flux-pro/v1.1")
+        )
+        assert falq.last().input == {"prompt": "a fox",
+                                     "image_size": {"width": 1024, "height": 768}}
+    finally:
+        await provider.aclose()
+
+
+async def test_fal_timeout_cancels_the_request_upstream(
+    platforms: tuple[FakeReplicate, FakeFal],
+) -> None:
+    _, falq = platforms
+    falq.script = Script(outcome="never")
+    provider = _provider("fal", falq.url, FAL_KEY, max_wait_s=0.3)
+    try:
+        with pytest.raises(EngineError) as failed:
+            await provider.generate_music(
+                MusicRequest("drums", 15, model_name="fal-ai/stable-audio")
+            )
+        assert failed.value.code == "TIMEOUT" and not failed.value.may_fall_back
+        assert falq.last().canceled_by_client and falq.last().status == "canceled"
+    finally:
+        await provider.aclose()
+
+
+async def test_a_bad_key_is_a_service_error_that_may_fall_back(
+    platforms: tuple[FakeReplicate, FakeFal],
+) -> None:
+    rep, _ = platforms
+    provider = _provider("replicate", rep.url, "wrong")
+    try:
+        with pytest.raises(EngineError) as failed:
+            await provider.generate_music(MusicRequest("x", 15, model_name="minimax/music-1.5"))
+        assert failed.value.code == "SERVICE_ERROR" and failed.value.may_fall_back
+    finally:
+        await provider.aclose()

@@ -59,6 +59,10 @@ DEFAULT_MODELS: Mapping[str, str] = {
     "37": "fal-ai/codeformer",
     "41": "fal-ai/ddcolor",
     "48": "fal-ai/imageutils/depth",
+    "16": "fal-ai/flux-pro/v1.1-ultra",  # generate-image, best
+    "8": "fal-ai/flux-pro/v1.1",  # better
+    "2": "fal-ai/flux/schnell",  # standard
+    "18": "fal-ai/flux-pro/kontext",  # edit-image
 }
 
 _STATUS: Mapping[str, Status] = {"IN_QUEUE": "queued", "IN_PROGRESS": "running"}
@@ -70,7 +74,8 @@ class FalProvider(PredictionProvider):
     webhook_kind = KIND
     GENERIC_INPUT_NAMES: Mapping[str, str] = {
         "image": "image_url", "reference_image": "", "reference_audio": "", "mode": "",
-        "resolution": "", "sample_rate": "", "bitrate": "", "instrumental": "",
+        "resolution": "", "sample_rate": "", "bitrate": "", "instrumental": "", "images": "",
+        "width": "", "height": "",
     }  # fmt: skip
     DEFAULT_INPUT_NAMES: Mapping[str, Mapping[str, str]] = {
         "fal-ai/kling-video/v2.1/master/text-to-video": {"generate_audio": ""},
@@ -78,6 +83,9 @@ class FalProvider(PredictionProvider):
         "fal-ai/stable-audio": {"duration": "seconds_total", "lyrics": "",
                                 "output_format": ""},
         "fal-ai/esrgan": {"face_enhance": "face"},
+        "fal-ai/flux-pro/v1.1": {"aspect_ratio": ""},  # image_size from width and height
+        "fal-ai/flux/schnell": {"aspect_ratio": "", "image": ""},
+        "fal-ai/flux-pro/kontext": {"aspect_ratio": ""},
     }  # fmt: skip
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
@@ -94,6 +102,8 @@ class FalProvider(PredictionProvider):
         shaped = super().shape_input(model, fields)
         if model.startswith("fal-ai/kling-video") and "duration" in shaped:
             shaped["duration"] = "10" if int(shaped["duration"]) > 7 else "5"
+        if model in ("fal-ai/flux-pro/v1.1", "fal-ai/flux/schnell") and "prompt" in fields:
+            shaped["image_size"] = {"width": fields.get("width"), "height": fields.get("height")}
         return shaped
 
     # -- predictions --------------------------------------------------------------------

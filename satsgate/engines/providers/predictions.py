@@ -50,6 +50,11 @@ from satsgate.engines.generation import (
     ProgressFn,
     VideoRequest,
 )
+from satsgate.engines.image_generation import (
+    GeneratedImage,
+    ImageEditRequest,
+    ImageGenerationRequest,
+)
 from satsgate.engines.image_process import ImageOutput
 from satsgate.engines.registry import EngineDeps
 
@@ -69,6 +74,8 @@ ENGINE_NAMES = frozenset(
         "colorize_image",
         "estimate_depth",
         "upscale_image",
+        "image",  # generate-image, a second source beside the chat providers' image models
+        "image_edit",
     }
 )
 
@@ -523,6 +530,38 @@ class PredictionProvider:
                               may_fall_back=False)
         return ImageOpResult(images, self.LABEL)
 
+    async def generate(self, request: ImageGenerationRequest) -> GeneratedImage:
+        """generate-image: canonical fields prompt, width, height, aspect_ratio (the
+        nearest of the common ratios), image (the first reference), images (all)."""
+        model = self._model(request.model_name)
+        refs = [data_uri(r) for r in request.references]
+        fields: dict[str, Any] = {
+            "prompt": request.prompt,
+            "width": request.width,
+            "height": request.height,
+            "aspect_ratio": nearest_ratio(request.width, request.height),
+            "image": refs[0] if refs else None,
+            "images": refs if len(refs) > 1 else None,
+        }
+        files = await self.run(model, self.shape_input(model, fields), "", lambda _p, _m: None)
+        return GeneratedImage(_first(files, ("png", "jpeg", "webp"), "an image").data)
+
+    async def edit(self, request: ImageEditRequest) -> GeneratedImage:
+        """edit-image: canonical fields prompt, image, aspect_ratio ("match_input_image" for
+        "auto"), output_format, resolution."""
+        model = self._model(request.model_name)
+        fields: dict[str, Any] = {
+            "prompt": request.prompt,
+            "image": data_uri(request.image),
+            "aspect_ratio": (
+                "match_input_image" if request.aspect_ratio == "auto" else request.aspect_ratio
+            ),
+            "output_format": request.output_format,
+            "resolution": request.resolution,
+        }
+        files = await self.run(model, self.shape_input(model, fields), "", lambda _p, _m: None)
+        return GeneratedImage(_first(files, ("png", "jpeg", "webp"), "an image").data)
+
     async def upscale(
         self, image: bytes, scale: int, face_enhance: bool, *, model: str | None = None
     ) -> ImageOutput:
@@ -536,6 +575,19 @@ class PredictionProvider:
         )
         return ImageOutput(out.data, fmt, width, height, f"AI super-resolution ({scale}x, "
                            f"{self.LABEL})")
+
+
+_RATIOS = ("1:1", "16:9", "9:16", "4:3", "3:4", "3:2", "2:3", "21:9", "9:21", "5:4", "4:5")
+
+
+def nearest_ratio(width: int, height: int) -> str:
+    """The common aspect ratio nearest to width:height (models that take a ratio)."""
+
+    def value(ratio: str) -> float:
+        w, h = ratio.split(":")
+        return int(w) / int(h)
+
+    return min(_RATIOS, key=lambda r: abs(value(r) - width / height))
 
 
 class _Transient(Exception):

@@ -50,6 +50,10 @@ DEFAULT_MODELS: Mapping[str, str] = {
     "37": "sczhou/codeformer",
     "41": "arielreplicate/deoldify_image",
     "48": "chenxwh/depth-anything-v2",
+    "16": "black-forest-labs/flux-1.1-pro-ultra",  # generate-image, best
+    "8": "black-forest-labs/flux-1.1-pro",  # better
+    "2": "black-forest-labs/flux-schnell",  # standard
+    "18": "black-forest-labs/flux-kontext-pro",  # edit-image
 }
 
 _STATUS: Mapping[str, Status] = {
@@ -70,7 +74,7 @@ class ReplicateProvider(PredictionProvider):
     webhook_kind = KIND
     GENERIC_INPUT_NAMES: Mapping[str, str] = {
         "reference_image": "", "reference_audio": "", "mode": "", "sample_rate": "",
-        "bitrate": "",
+        "bitrate": "", "images": "",
     }  # fmt: skip
     DEFAULT_INPUT_NAMES: Mapping[str, Mapping[str, str]] = {
         "minimax/hailuo-02": {"image": "first_frame_image", "generate_audio": ""},
@@ -80,6 +84,11 @@ class ReplicateProvider(PredictionProvider):
         "firtoz/trellis": {"image": "images", "prompt": ""},
         "sczhou/codeformer": {"fidelity": "codeformer_fidelity"},
         "arielreplicate/deoldify_image": {"image": "input_image"},
+        "black-forest-labs/flux-1.1-pro-ultra": {"width": "", "height": "",
+                                                 "image": "image_prompt"},
+        "black-forest-labs/flux-1.1-pro": {"aspect_ratio": "", "image": "image_prompt"},
+        "black-forest-labs/flux-schnell": {"width": "", "height": "", "image": ""},
+        "black-forest-labs/flux-kontext-pro": {"image": "input_image", "resolution": ""},
     }  # fmt: skip
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:

@@ -115,6 +115,7 @@ class Record:
     ended_by_webhook: bool = False
     canceled_by_client: bool = False
     outputs: list[str] = field(default_factory=list)
+    fetched: dict[str, bytes] = field(default_factory=dict)  # input URLs, read at create
 
 
 class FakePlatform:
@@ -169,6 +170,14 @@ class FakePlatform:
                 name = secrets.token_hex(8)
                 self.files[name] = data
                 rec.outputs.append(f"{self.url}/files/{name}")
+
+    async def fetch_inputs(self, rec: Record) -> None:
+        """Read every input given as a URL, as a model would."""
+        async with httpx.AsyncClient(timeout=10) as client:
+            for key, value in rec.input.items():
+                if isinstance(value, str) and value.startswith("http"):
+                    resp = await client.get(value)
+                    rec.fetched[key] = resp.content if resp.status_code == 200 else b""
 
     def last(self) -> Record:
         return list(self.records.values())[-1]
@@ -268,6 +277,7 @@ class FakeReplicate(FakePlatform):
         )
         rec = Record(secrets.token_hex(13), model, body["input"], script, body.get("webhook"))
         self.records[rec.id] = rec
+        await self.fetch_inputs(rec)
         if script.sync:
             self.end(rec)
         elif rec.webhook and script.by_webhook and "completed" in body.get(

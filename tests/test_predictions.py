@@ -57,17 +57,19 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, platforms: tuple[FakeReplicate, FakeFal]
 ) -> Iterator[ThreadedServer]:
     rep, falq = platforms
-    common = {"poll_interval_s": POLL, "max_wait_s": 20}
+    common = {"poll_interval_s": POLL, "webhook_poll_interval_s": POLL, "max_wait_s": 20}
     providers = {
         "rep": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
                 "models": dict(replicate.DEFAULT_MODELS), **common},
+        "rep_url": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
+                    "models": {"37": "sczhou/codeformer"}, **common, "input_files": "url"},
         "rep_short": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
                       "models": {"17": "firtoz/trellis"}, **common, "max_wait_s": 0.6},
         "falq": {"kind": "fal", "base_url": falq.url, "api_key": FAL_KEY,
                  "models": dict(fal.DEFAULT_MODELS), "jwks_url": falq.jwks_url, **common},
     }  # fmt: skip
     engines = {
-        "video": "rep", "3d": "rep_short", "remove_background": "rep", "restore_face": "rep",
+        "video": "rep", "3d": "rep_short", "remove_background": "rep", "restore_face": "rep_url",
         "colorize_image": "rep", "estimate_depth": "rep", "upscale_image": "rep",
         "music": "falq",
     }  # fmt: skip
@@ -259,6 +261,9 @@ async def test_restore_face_colorize_and_depth(
     resp = await paid(client, "restore-face", {"imageBase64": image_b64(), "fidelity": 0.7})
     assert resp.status_code == 200, resp.text
     assert rep.last().input["codeformer_fidelity"] == 0.7
+    # This provider hands the photo over as a signed URL of satsgate's file store.
+    assert rep.last().input["image"].startswith(server.url + "/api/files/")
+    assert rep.last().fetched["image"] == png()
     assert rep.last().model == "sczhou/codeformer"
 
     resp = await paid(client, "colorize-image", {"imageBase64": image_b64("L")})

@@ -128,6 +128,8 @@ class FalProvider(PredictionProvider):
             "response_url": self._own(doc.get("response_url"), own),
             "cancel_url": self._own(doc.get("cancel_url"), f"{own}/cancel"),
         }
+        if hook:
+            handle["webhook"] = "1"
         return Prediction(request_id, "queued", handle=handle)
 
     def _own(self, given: object, fallback: str) -> str:

@@ -17,9 +17,11 @@ prediction and how to read a webhook; ``PredictionProvider`` does the rest:
   in satsgate's own file store, a platform URL never reaches a caller.
 
 Options of the ``[providers.NAME]`` table (besides base_url, api_key, models):
-``poll_interval_s`` (default 2), ``max_wait_s`` (default 900), ``max_output_bytes``
+``poll_interval_s`` (default 2; ``webhook_poll_interval_s``, default 15, while a
+webhook is expected), ``max_wait_s`` (default 900), ``max_output_bytes``
 (default 200 MiB), ``webhooks`` (default true: ask for webhooks at
-``<base_url>/api/webhooks/<kind>/<NAME>``), and per model ``input_names`` /
+``<base_url>/api/webhooks/<kind>/<NAME>``), ``input_files`` (see ``file_input``), and per
+model ``input_names`` /
 ``input_values`` tables (see ``shape_input``).
 """
 
@@ -39,7 +41,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from satsgate.engines.config import ProviderConfig
+from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.generation import (
     ImageOpRequest,
@@ -57,8 +59,12 @@ from satsgate.engines.image_generation import (
 )
 from satsgate.engines.image_process import ImageOutput
 from satsgate.engines.registry import EngineDeps
+from satsgate.files import FileStore
 
 log = logging.getLogger(__name__)
+
+DATA_URI_MAX_BYTES = 256 * 1024
+INPUT_URL_TTL_S = 3600
 
 Status = Literal["queued", "running", "succeeded", "failed", "canceled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "canceled"})
@@ -210,6 +216,8 @@ class PredictionProvider:
         self.settings = deps.settings
         opts = config.options
         self.poll_interval_s = float(opts.get("poll_interval_s", 2.0))
+        # Polls of a prediction whose webhook is on its way: a safety net only.
+        self.webhook_poll_interval_s = float(opts.get("webhook_poll_interval_s", 15.0))
         self.max_wait_s = float(opts.get("max_wait_s", 900.0))
         self.max_output_bytes = int(opts.get("max_output_bytes", 200 * 1024 * 1024))
         self.webhooks = bool(opts.get("webhooks", True))
@@ -221,6 +229,17 @@ class PredictionProvider:
             timeout=httpx.Timeout(config.timeout_s, connect=10.0), follow_redirects=True
         )
         self._watches: dict[str, _Watch] = {}
+        self.input_files = str(opts.get("input_files", "auto"))
+        if self.input_files not in ("auto", "url", "data_uri"):
+            raise EngineConfigError(
+                f"[providers.{config.name}] input_files is auto, url or data_uri"
+            )
+        # The app's file store (same directory, base URL and secret): its signed URLs
+        # are served by GET /api/files.
+        self._inputs = FileStore(
+            self.settings.files_dir, self.settings.public_base_url,
+            self.settings.server_secret, INPUT_URL_TTL_S,
+        )
 
     # -- the Provider protocol ----------------------------------------------------------
 
@@ -248,6 +267,22 @@ class PredictionProvider:
     def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> Prediction | None:
         """The prediction a genuine webhook reports; None when its signature is wrong."""
         raise NotImplementedError
+
+    async def file_input(self, data: bytes | None) -> str | None:
+        """How a caller's file reaches the model: a data URI, or (``input_files = "url"``,
+        or "auto" for a file past 256 KiB on a node with an HTTPS base URL) an expiring
+        signed URL of satsgate's file store, valid for an hour."""
+        if data is None:
+            return None
+        by_url = self.input_files == "url" or (
+            self.input_files == "auto"
+            and len(data) > DATA_URI_MAX_BYTES
+            and self.settings.public_base_url.startswith("https://")
+        )
+        if not by_url:
+            return data_uri(data)
+        stored = await self._inputs.save(data, sniff_ext(data), ttl_s=INPUT_URL_TTL_S)
+        return stored.url
 
     def webhook_url(self) -> str | None:
         if not self.webhooks:
@@ -340,6 +375,10 @@ class PredictionProvider:
         self, prediction: Prediction, watch: _Watch, deadline: float, progress: ProgressFn
     ) -> Prediction:
         started = time.monotonic()
+        interval = (
+            self.webhook_poll_interval_s if prediction.handle.get("webhook")
+            else self.poll_interval_s
+        )
         while not prediction.terminal:
             self._report(prediction, started, deadline, progress)
             remaining = deadline - time.monotonic()
@@ -350,7 +389,7 @@ class PredictionProvider:
                     may_fall_back=False,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watch.event.wait(), min(self.poll_interval_s, remaining))
+                await asyncio.wait_for(watch.event.wait(), min(interval, remaining))
             if watch.event.is_set() and watch.state is not None:
                 watch.event.clear()
                 prediction = _merge(prediction, watch.state)
@@ -482,13 +521,9 @@ class PredictionProvider:
             "resolution": request.resolution,
             "generate_audio": request.generate_audio,
             "mode": request.mode,
-            "image": data_uri(request.image) if request.image else None,
-            "reference_image": (
-                data_uri(request.reference_image) if request.reference_image else None
-            ),
-            "reference_audio": (
-                data_uri(request.reference_audio) if request.reference_audio else None
-            ),
+            "image": await self.file_input(request.image),
+            "reference_image": await self.file_input(request.reference_image),
+            "reference_audio": await self.file_input(request.reference_audio),
         }
         files = await self.run(model, self.shape_input(model, fields), request.call_id,
                                request.progress)
@@ -513,7 +548,7 @@ class PredictionProvider:
         model = self._model(request.model_name)
         fields: dict[str, Any] = {
             "prompt": request.prompt,
-            "image": data_uri(request.image) if request.image else None,
+            "image": await self.file_input(request.image),
         }
         files = await self.run(model, self.shape_input(model, fields), request.call_id,
                                request.progress)
@@ -521,7 +556,8 @@ class PredictionProvider:
 
     async def process_image(self, request: ImageOpRequest) -> ImageOpResult:
         model = self._model(request.model_name)
-        fields: dict[str, Any] = {"image": data_uri(request.image), **request.options}
+        fields: dict[str, Any] = {"image": await self.file_input(request.image),
+                                  **request.options}
         files = await self.run(model, self.shape_input(model, fields), request.call_id,
                                request.progress)
         images = tuple(f for f in files if f.ext in ("png", "jpeg", "webp"))
@@ -534,7 +570,7 @@ class PredictionProvider:
         """generate-image: canonical fields prompt, width, height, aspect_ratio (the
         nearest of the common ratios), image (the first reference), images (all)."""
         model = self._model(request.model_name)
-        refs = [data_uri(r) for r in request.references]
+        refs = [await self.file_input(r) for r in request.references]
         fields: dict[str, Any] = {
             "prompt": request.prompt,
             "width": request.width,
@@ -552,7 +588,7 @@ class PredictionProvider:
         model = self._model(request.model_name)
         fields: dict[str, Any] = {
             "prompt": request.prompt,
-            "image": data_uri(request.image),
+            "image": await self.file_input(request.image),
             "aspect_ratio": (
                 "match_input_image" if request.aspect_ratio == "auto" else request.aspect_ratio
             ),
@@ -566,7 +602,8 @@ class PredictionProvider:
         self, image: bytes, scale: int, face_enhance: bool, *, model: str | None = None
     ) -> ImageOutput:
         name = self._model(model)
-        fields = {"image": data_uri(image), "scale": scale, "face_enhance": face_enhance}
+        fields = {"image": await self.file_input(image), "scale": scale,
+                  "face_enhance": face_enhance}
         files = await self.run(name, self.shape_input(name, fields), "", lambda _p, _m: None)
         out = _first(files, ("png", "jpeg", "webp"), "an image")
         width, height = await asyncio.to_thread(_image_size, out.data)

@@ -132,7 +132,10 @@ class ReplicateProvider(PredictionProvider):
             log.warning("replicate %s: create failed: %r", self.config.name, exc)
             raise EngineError("SERVICE_ERROR", "The model could not be reached.") from exc
         self.raise_for_create(resp)
-        return _prediction(resp.json())
+        prediction = _prediction(resp.json())
+        if hook:
+            prediction.handle["webhook"] = "1"
+        return prediction
 
     async def fetch(self, prediction: Prediction) -> Prediction:
         resp = await self.get(

@@ -182,6 +182,10 @@ class ServiceSpec(Generic[P]):
     # registry; None: satsgate runs it itself. A service whose engine does not resolve
     # is listed everywhere but refuses before any invoice.
     engine: str | None = None
+    # The request its engine would get, for a check before any invoice that the engine
+    # makes itself (Engines.unsupported: e.g. a language pair a local translator lacks);
+    # None: the engine serves every valid request.
+    engine_request: Callable[[P], object] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
@@ -209,6 +213,12 @@ class ServiceSpec(Generic[P]):
             model = params.chosen_model
             if model in self.model_ids and not engines.serves_model(self.engine, model):
                 return f"model {model} of {self.title} is not offered on this node"
+        if self.engine_request is not None and params is not None:
+            model_id = params.chosen_model if isinstance(params, ChosenModel) else None
+            return engines.unsupported(
+                self.engine, self.engine_request(params),
+                model_id=model_id if model_id in self.model_ids else None,
+            )
         return None
 
     def quote_sats(self, params: P) -> int:

@@ -7,13 +7,20 @@ from the 402 quote. The language tables hold no chrF scores yet, so ``chrF``
 is null ("where known": nowhere yet). Each rare language carries its quality tier and
 ``listedBy``, the published MT language lists (NLLB-200, MADLAD-400) that name it: the
 tier's evidence (see :mod:`satsgate.services.languages`).
+
+``here`` says what this node really translates (translate-text, translate-epub): a
+provider's text model takes any pair of the 119; a local engine such as Apertium only
+the language pairs it has installed, listed in ``thisNode.translation.pairs`` and, per
+target language, in its ``here.from``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from satsgate.discovery.documents import Catalog
+from satsgate.engines import Engines
 from satsgate.services.base import sats_for_msat
 from satsgate.services.languages import (
     RARE_LANGUAGES,
@@ -44,7 +51,48 @@ def _rare_price() -> dict[str, Any]:
     }
 
 
-def languages_document(catalog: Catalog) -> dict[str, Any]:
+@runtime_checkable
+class PairLimited(Protocol):
+    """A translation engine that serves some language pairs only (a local engine)."""
+
+    def language_pairs(self) -> Sequence[tuple[str, str]]: ...
+
+
+def _this_node(engines: Engines) -> dict[str, Any]:
+    """Whether this node translates (translate-text, translate-epub), how, and which pairs:
+    ``pairs`` null means any pair of the 119 (a provider's text model)."""
+    status = engines.status("translation")
+    doc: dict[str, Any] = {"available": status.available, "source": status.source}
+    if not status.available:
+        doc["pairs"] = []
+        return doc
+    if status.source == "local":
+        doc["label"] = status.label
+    pairs: set[tuple[str, str]] | None = set()
+    for binding in engines.bindings("translation"):
+        if not isinstance(binding.engine, PairLimited):
+            pairs = None  # one binding takes any pair
+            break
+        assert pairs is not None
+        pairs.update(binding.engine.language_pairs())
+    doc["pairs"] = None if pairs is None else [
+        {"source": source, "target": target} for source, target in sorted(pairs)
+    ]
+    return doc
+
+
+def _here(code: str, node: dict[str, Any]) -> dict[str, Any]:
+    """Translation into ``code`` on this node: ``from`` the sources it takes (null: any)."""
+    if not node["available"]:
+        return {"into": False, "from": []}
+    if node["pairs"] is None:
+        return {"into": True, "from": None}
+    sources = sorted(p["source"] for p in node["pairs"] if p["target"] == code)
+    return {"into": bool(sources), "from": sources}
+
+
+def languages_document(catalog: Catalog, engines: Engines) -> dict[str, Any]:
+    node = _this_node(engines)
     translation = [
         {
             "code": code,
@@ -53,6 +101,7 @@ def languages_document(catalog: Catalog) -> dict[str, Any]:
             **_standard_price(code),
             "chrF": None,
             "transcription": code in TRANSCRIPTION_LANGUAGES,
+            "here": _here(code, node),
         }
         for code, name in TRANSLATION_LANGUAGES.items()
     ]
@@ -69,9 +118,9 @@ def languages_document(catalog: Catalog) -> dict[str, Any]:
         }
         for code, (name, tier) in RARE_LANGUAGES.items()
     ]
-    engines: dict[str, dict[str, Any]] = {}
+    price_engines: dict[str, dict[str, Any]] = {}
     for entry in translation:
-        engine = engines.setdefault(
+        engine = price_engines.setdefault(
             entry["engine"],
             {
                 "engine": entry["engine"],
@@ -81,11 +130,12 @@ def languages_document(catalog: Catalog) -> dict[str, Any]:
             },
         )
         engine["languages"] += 1
-    engines["rare"] = {"engine": "rare", **rare_price, "languages": len(rare)}
+    price_engines["rare"] = {"engine": "rare", **rare_price, "languages": len(rare)}
     return {
         "version": LANGUAGES_VERSION,
         "unit": "msat per character (1000 msat = 1 sat)",
-        "engines": list(engines.values()),
+        "engines": list(price_engines.values()),
+        "thisNode": {"translation": node},
         "translation": translation,
         "rare": rare,
         "transcription": [

@@ -192,14 +192,17 @@ class Engines:
         ``protocol`` is the capability the caller expects (for the type checker; the
         adapters implement it structurally).
         """
-        candidates = [
-            b for b in self._bindings.get(name, ())
-            if b.serves_model(model_id) and b.unsupported(request) is None
-        ]
-        if not candidates:
+        serving = [b for b in self._bindings.get(name, ()) if b.serves_model(model_id)]
+        if not serving:
             # The gate refuses such a request before any invoice; reaching here is a bug,
             # and the call is refunded.
             raise EngineError("SERVICE_ERROR", "No engine serves this request on this node.")
+        candidates = [b for b in serving if b.unsupported(request) is None]
+        if not candidates:
+            # What only the paid call revealed (e.g. the language of a book read after the
+            # invoice): the caller's input, refunded.
+            reason = serving[0].unsupported(request)
+            raise EngineError("INVALID_INPUT", f"Cannot do this on this node: {reason}.")
         for index, binding in enumerate(candidates):
             try:
                 return await call(cast(E, binding.engine), binding.model_name(model_id))

@@ -282,9 +282,7 @@ async def _translate(
         return await engine.translate(replace(request, model_name=model_name))
 
     return await ctx.engines.run(
-        "translation",
-        TranslationEngine,  # type: ignore[type-abstract]  # a Protocol names the capability
-        call, model_id=model_id, request=request,
+        "translation", TranslationEngine, call, model_id=model_id, request=request
     )
 
 

@@ -184,9 +184,19 @@ _OPF = """<?xml version="1.0" encoding="utf-8"?>
 <item id="c1" href="text/c1.xhtml" media-type="application/xhtml+xml"/>
 <item id="c2" href="text/c2.xhtml" media-type="application/xhtml+xml"/>
 <item id="css" href="text/style.css" media-type="text/css"/>
+<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>
 </manifest>
 <spine><itemref idref="c1"/><itemref idref="c2"/></spine>
 </package>
+"""
+
+_NCX = """<?xml version="1.0" encoding="utf-8"?>
+<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1" xml:lang="es">
+<head><meta name="dtb:uid" content="urn:uuid:1234"/></head>
+<docTitle><text>Libro</text></docTitle>
+<navMap><navPoint id="n1" playOrder="1"><navLabel><text>La casa grande</text></navLabel>
+<content src="text/c1.xhtml"/></navPoint></navMap>
+</ncx>
 """
 
 _CONTAINER = """<?xml version="1.0"?>
@@ -203,7 +213,7 @@ def _epub(paragraphs: int = 3) -> bytes:
         book.writestr("META-INF/container.xml", _CONTAINER)
         book.writestr("OEBPS/content.opf", _OPF)
         for n, (title, text) in enumerate(
-            [("La casa", "La casa es grande y está cerca del río."),
+            [("La casa", "La casa es grande y está cerca del río. Bebo caf&eacute;."),
              ("El perro", "El perro come pan en la cocina de mi madre.")], start=1
         ):
             body = "\n".join(f"<p>{text}</p>" for _ in range(paragraphs * n))
@@ -212,6 +222,7 @@ def _epub(paragraphs: int = 3) -> bytes:
                 compress_type=zipfile.ZIP_DEFLATED,
             )
         book.writestr("OEBPS/text/style.css", "h1 { color: navy }")
+        book.writestr("OEBPS/toc.ncx", _NCX)
     return out.getvalue()
 
 
@@ -239,7 +250,7 @@ async def test_epub_round_trip(client: httpx.AsyncClient) -> None:
     assert done["status"] == "COMPLETED", done
     result = done["result"]
     assert result["fileName"] == "libro.en.epub"
-    assert result["docs"] == 2 and result["targetLanguage"] == "en"
+    assert result["docs"] == 3 and result["targetLanguage"] == "en"  # 2 chapters, the NCX
     assert result["sourceLanguage"] == "es"  # detected: none was given
     assert result["visibleChars"] > 100
     download = await client.get(result["url"])
@@ -259,6 +270,9 @@ async def test_epub_round_trip(client: httpx.AsyncClient) -> None:
         assert "<dc:language>en</dc:language>" in opf and 'xml:lang="en"' in opf
         one = book.read("OEBPS/text/c1.xhtml").decode()
         two = book.read("OEBPS/text/c2.xhtml").decode()
+        ncx = book.read("OEBPS/toc.ncx").decode()
+    assert "<text>The big house</text>" in ncx and 'xml:lang="en"' in ncx, ncx
+    assert '<content src="text/c1.xhtml"/>' in ncx
     for doc in (one, two):
         root = ElementTree.fromstring(doc.encode())  # still well-formed XHTML
         assert root.get("{http://www.w3.org/XML/1998/namespace}lang") == "en"
@@ -268,6 +282,7 @@ async def test_epub_round_trip(client: httpx.AsyncClient) -> None:
         assert "&amp;" in doc
     assert '<h1 class="chapter" id="c1">The house</h1>' in one
     assert "The house is big" in one and "river" in one
+    assert "coffee" in one and "&eacute;" not in one  # the reference read as the letter
     assert "The dog eats bread" in two and "mother" in two
     assert "El perro come" not in two and "La casa es grande" not in one
 

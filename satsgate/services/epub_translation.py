@@ -2,14 +2,18 @@
 book back (the same members in the same order, ``mimetype`` first and stored, the
 package's language set to the target).
 
-Only each document's ``<body>`` content is translated, in chunks that end at a block
-element's end tag; the rest of every file is copied byte for byte. Functions here are
+Only each document's ``<body>`` content is translated (and the table of contents of an
+EPUB 2 ``toc.ncx``: its ``<navMap>``), in chunks that end at a block element's end tag;
+the rest of every file is copied byte for byte. Character references in the translated
+part become the characters they stand for (engines read ``&eacute;`` as no letter), except
+the five XML escapes, which stay as they are. Functions here are
 pure and top-level so that they run in the process pool (``ctx.run_cpu``).
 """
 
 from __future__ import annotations
 
 import codecs
+import html
 import io
 import posixpath
 import re
@@ -24,10 +28,15 @@ from satsgate.engines.local.language_id import SAMPLE_CHARS, plain_text
 CHUNK_CHARS = 100_000
 
 _XHTML_TYPES = frozenset({"application/xhtml+xml", "text/html"})
+_NCX_TYPE = "application/x-dtbncx+xml"
 _BODY_OPEN = re.compile(r"<body\b[^>]*>", re.I)
 _BODY_CLOSE = re.compile(r"</body\s*>", re.I)
+_NAVMAP_OPEN = re.compile(r"<(?:\w+:)?navMap\b[^>]*>")
+_NAVMAP_CLOSE = re.compile(r"</(?:\w+:)?navMap\s*>")
+_REFERENCE = re.compile(r"&(#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
+_XML_ESCAPED = frozenset("&<>\"'")
 _BLOCK_END = re.compile(r"</(?:p|div|h[1-6]|li|blockquote|section|table|pre|ul|ol)\s*>", re.I)
-_HTML_OPEN = re.compile(r"<html\b[^>]*>", re.I)
+_HTML_OPEN = re.compile(r"<(?:html|ncx)\b[^>]*>", re.I)  # an XHTML or NCX root
 _LANG_ATTR = re.compile(r"(\s(?:xml:)?lang\s*=\s*)([\"'])[^\"']*\2")
 _PACKAGE_OPEN = re.compile(r"<(?:\w+:)?package\b[^>]*>")
 _DC_LANGUAGE = re.compile(r"(<dc:language\b[^>]*>)(.*?)(</dc:language\s*>)", re.S)
@@ -68,7 +77,8 @@ class Document:
 @dataclass(frozen=True)
 class EpubText:
     opf: str  # the package document's path
-    documents: tuple[Document, ...]  # the XHTML documents with a body, manifest order
+    # The XHTML documents with a body (and an NCX with a navMap), in manifest order.
+    documents: tuple[Document, ...]
 
     def sample(self) -> str:
         """Plain text of the longest documents, for identifying the book's language."""
@@ -93,6 +103,32 @@ def _read_text(raw: bytes) -> str | None:
         return raw.decode(_encoding(raw))
     except UnicodeDecodeError:
         return None
+
+
+def _characters(markup: str) -> str:
+    """Character references (``&eacute;``, ``&#233;``) -> the characters; the XML escapes
+    (``&amp;``, ``&#60;`` ...) and unknown names stay."""
+
+    def one(match: re.Match[str]) -> str:
+        char = html.unescape(match[0])
+        if char == match[0] or len(char) != 1 or char in _XML_ESCAPED:
+            return match[0]
+        return char
+
+    return _REFERENCE.sub(one, markup)
+
+
+def _split(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> \
+        tuple[str, str, str] | None:
+    """(up to and including the opening tag, the content, from the last closing tag on)."""
+    opened = opening.search(text)
+    if opened is None:
+        return None
+    closes = list(closing.finditer(text, opened.end()))
+    if not closes:
+        return None
+    closed = closes[-1]
+    return text[: opened.end()], text[opened.end(): closed.start()], text[closed.start():]
 
 
 def _parses(raw: bytes) -> bool:
@@ -123,7 +159,10 @@ def read_epub(data: bytes) -> EpubText:
             names = set(book.namelist())
             documents = []
             for item in package.iter():
-                if _local(item.tag) != "item" or item.get("media-type") not in _XHTML_TYPES:
+                media_type = item.get("media-type")
+                if _local(item.tag) != "item" or (
+                    media_type not in _XHTML_TYPES and media_type != _NCX_TYPE
+                ):
                     continue
                 href = item.get("href") or ""
                 name = posixpath.normpath(posixpath.join(base, href.split("#", 1)[0]))
@@ -133,15 +172,15 @@ def read_epub(data: bytes) -> EpubText:
                 text = _read_text(raw)
                 if text is None:
                     continue
-                opened, closed = _BODY_OPEN.search(text), None
-                if opened is not None:
-                    closes = list(_BODY_CLOSE.finditer(text, opened.end()))
-                    closed = closes[-1] if closes else None
-                if opened is None or closed is None:
+                parts = (
+                    _split(text, _NAVMAP_OPEN, _NAVMAP_CLOSE) if media_type == _NCX_TYPE
+                    else _split(text, _BODY_OPEN, _BODY_CLOSE)
+                )
+                if parts is None:
                     continue
+                head, body, tail = parts
                 documents.append(Document(
-                    name, text[: opened.end()], text[opened.end(): closed.start()],
-                    text[closed.start():], _parses(raw), _encoding(raw),
+                    name, head, _characters(body), tail, _parses(raw), _encoding(raw),
                 ))
     except EpubError:
         raise

@@ -33,9 +33,6 @@ class DownProvider:
     def engine(self, name: str) -> object:
         return self
 
-    def unsupported(self, request: object) -> str | None:
-        return None  # it takes every request (and fails it after payment)
-
     def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
         async def unreachable(*args: Any, **kwargs: Any) -> Any:
             raise EngineError("SERVICE_ERROR", "The upstream service could not be reached.")

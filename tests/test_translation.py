@@ -367,3 +367,60 @@ async def test_api_languages_says_which_pairs_this_node_translates(
     assert "fr" not in by_code["en"]["here"]["from"]
     assert by_code["de"]["here"] == {"into": False, "from": []}
     assert by_code["es"]["here"]["from"] == sorted(s for s, t in pairs if t == "es")
+
+
+def test_epub_reading_and_writing_in_process() -> None:
+    book = epub_translation.read_epub(_epub(1))
+    assert [d.name for d in book.documents] == [
+        "OEBPS/text/c1.xhtml", "OEBPS/text/c2.xhtml", "OEBPS/toc.ncx",
+    ]
+    assert book.opf == "OEBPS/content.opf"
+    assert "La casa es grande" in book.sample() and "<p>" not in book.sample()
+    one = book.documents[0]
+    assert not one.xml_ok and "café" in one.body  # &eacute; is no XML: read as the letter
+    assert book.documents[1].xml_ok and book.documents[1].encoding == "utf-8"
+    # A translation that breaks a well-formed document is refused (the book would not open).
+    with pytest.raises(epub_translation.EpubError, match=r"c2\.xhtml"):
+        epub_translation.write_epub(
+            _epub(1), book, {"OEBPS/text/c2.xhtml": "<p>unclosed"}, "en"
+        )
+    # Without dc:language, the package gains one; only translated documents change.
+    no_language = _epub_with(
+        _epub(1), "OEBPS/content.opf", _OPF.replace("<dc:language>es</dc:language>", "")
+    )
+    book = epub_translation.read_epub(no_language)
+    out = epub_translation.write_epub(no_language, book, {}, "ca")
+    with zipfile.ZipFile(io.BytesIO(out)) as written, \
+            zipfile.ZipFile(io.BytesIO(no_language)) as source:
+        assert "<dc:language>ca</dc:language>" in written.read("OEBPS/content.opf").decode()
+        assert written.read("OEBPS/text/c2.xhtml") == source.read("OEBPS/text/c2.xhtml")
+
+
+@pytest.mark.parametrize("data", [b"PK not a zip", _epub_with(
+    _epub(1), "META-INF/container.xml", "<container/>"
+)])
+def test_what_is_no_epub_is_refused(data: bytes) -> None:
+    with pytest.raises(epub_translation.EpubError):
+        epub_translation.read_epub(data)
+
+
+def test_this_node_translation_with_a_provider_or_without_any_engine() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from satsgate.config import Settings
+    from satsgate.discovery.languages import _here, _this_node
+    from satsgate.engines import CpuRunner, EngineDeps, build_engines
+    from satsgate.services.registry import ENGINE_NAMES
+    from tests.engines_down import down_engines, engines_for
+
+    provider = _this_node(engines_for(Settings(**down_engines(["translation"]))))
+    assert provider == {"available": True, "source": "provider", "pairs": None}
+    assert _here("de", provider) == {"into": True, "from": None}  # any source
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        bare = build_engines(
+            Settings(), ENGINE_NAMES, EngineDeps(Settings(), CpuRunner(pool, 1.0)),
+            provider_kinds={}, local_engines=(),
+        )
+    none = _this_node(bare)
+    assert none == {"available": False, "source": None, "pairs": []}
+    assert _here("en", none) == {"into": False, "from": []}

@@ -17,7 +17,7 @@ target language, in its ``here.from``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast
 
 from satsgate.discovery.documents import Catalog
 from satsgate.engines import Engines
@@ -51,7 +51,6 @@ def _rare_price() -> dict[str, Any]:
     }
 
 
-@runtime_checkable
 class PairLimited(Protocol):
     """A translation engine that serves some language pairs only (a local engine)."""
 
@@ -70,11 +69,11 @@ def _this_node(engines: Engines) -> dict[str, Any]:
         doc["label"] = status.label
     pairs: set[tuple[str, str]] | None = set()
     for binding in engines.bindings("translation"):
-        if not isinstance(binding.engine, PairLimited):
-            pairs = None  # one binding takes any pair
+        # A method its class defines (not whatever a proxy answers); without it: any pair.
+        if pairs is None or not callable(getattr(type(binding.engine), "language_pairs", None)):
+            pairs = None
             break
-        assert pairs is not None
-        pairs.update(binding.engine.language_pairs())
+        pairs.update(cast(PairLimited, binding.engine).language_pairs())
     doc["pairs"] = None if pairs is None else [
         {"source": source, "target": target} for source, target in sorted(pairs)
     ]

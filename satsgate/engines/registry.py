@@ -99,10 +99,10 @@ class Binding:
         name resolves, e.g. a language pair a local translator lacks; an engine without
         it serves every request of its capability.
         """
-        check = getattr(self.engine, "unsupported", None)
-        if request is None or not callable(check):
+        # Looked up on the class: a method it defines, not whatever a proxy answers.
+        if request is None or not callable(getattr(type(self.engine), "unsupported", None)):
             return None
-        reason = check(request)
+        reason = cast(Any, self.engine).unsupported(request)
         return reason if isinstance(reason, str) and reason else None
 
     def model_name(self, model_id: int | None) -> str | None:

@@ -16,8 +16,8 @@ target language, in its ``here.from``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Iterable
+from typing import Any
 
 from satsgate.discovery.documents import Catalog
 from satsgate.engines import Engines
@@ -51,15 +51,10 @@ def _rare_price() -> dict[str, Any]:
     }
 
 
-class PairLimited(Protocol):
-    """A translation engine that serves some language pairs only (a local engine)."""
-
-    def language_pairs(self) -> Sequence[tuple[str, str]]: ...
-
-
 def _this_node(engines: Engines) -> dict[str, Any]:
     """Whether this node translates (translate-text, translate-epub), how, and which pairs:
-    ``pairs`` null means any pair of the 119 (a provider's text model)."""
+    ``pairs`` null means any pair of the 119 (a provider's text model). A translation
+    engine that serves some pairs only (a local one) says which: ``language_pairs()``."""
     status = engines.status("translation")
     doc: dict[str, Any] = {"available": status.available, "source": status.source}
     if not status.available:
@@ -73,7 +68,9 @@ def _this_node(engines: Engines) -> dict[str, Any]:
         if pairs is None or not callable(getattr(type(binding.engine), "language_pairs", None)):
             pairs = None
             break
-        pairs.update(cast(PairLimited, binding.engine).language_pairs())
+        engine: Any = binding.engine
+        listed: Iterable[tuple[str, str]] = engine.language_pairs()
+        pairs.update(listed)
     doc["pairs"] = None if pairs is None else [
         {"source": source, "target": target} for source, target in sorted(pairs)
     ]
@@ -90,8 +87,8 @@ def _here(code: str, node: dict[str, Any]) -> dict[str, Any]:
     return {"into": bool(sources), "from": sources}
 
 
-def languages_document(catalog: Catalog, engines: Engines) -> dict[str, Any]:
-    node = _this_node(engines)
+def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any]:
+    node = _this_node(node_engines)
     translation = [
         {
             "code": code,
@@ -117,9 +114,9 @@ def languages_document(catalog: Catalog, engines: Engines) -> dict[str, Any]:
         }
         for code, (name, tier) in RARE_LANGUAGES.items()
     ]
-    price_engines: dict[str, dict[str, Any]] = {}
+    engines: dict[str, dict[str, Any]] = {}
     for entry in translation:
-        engine = price_engines.setdefault(
+        engine = engines.setdefault(
             entry["engine"],
             {
                 "engine": entry["engine"],
@@ -129,11 +126,11 @@ def languages_document(catalog: Catalog, engines: Engines) -> dict[str, Any]:
             },
         )
         engine["languages"] += 1
-    price_engines["rare"] = {"engine": "rare", **rare_price, "languages": len(rare)}
+    engines["rare"] = {"engine": "rare", **rare_price, "languages": len(rare)}
     return {
         "version": LANGUAGES_VERSION,
         "unit": "msat per character (1000 msat = 1 sat)",
-        "engines": list(price_engines.values()),
+        "engines": list(engines.values()),
         "thisNode": {"translation": node},
         "translation": translation,
         "rare": rare,

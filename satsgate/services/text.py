@@ -287,8 +287,14 @@ async def _translate(
 
 
 async def translate_text(ctx: ServiceContext, params: TranslateTextParams) -> ServiceResult:
-    request = params.to_request()
-    result = await _translate(ctx, request, params.pinned_model)
+    # A pinned text model runs there; else the engine's own choice, except that a routed
+    # target (where the standard engine is weak) asks for the better text tier wherever
+    # this node serves it.
+    model_id = params.pinned_model
+    if model_id is None and translation_engine(params.targetLanguage) == "routed":
+        model_id = 1 if ctx.engines.serves_model("translation", 1) else None
+    request = replace(params.to_request(), model_id=model_id)
+    result = await _translate(ctx, request, model_id)
     return ServiceResult({
         "translatedText": result.text,
         "sourceLanguage": result.source_language or params.sourceLanguage,

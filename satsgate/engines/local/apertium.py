@@ -188,7 +188,8 @@ class ApertiumTranslator:
     async def translate(self, request: TranslationRequest) -> TranslationResult:
         source, reason = self._source(request)
         if reason is not None:
-            raise EngineError("INVALID_INPUT", f"Cannot translate: {reason}.")
+            # The next binding of a chain may know the pair.
+            raise EngineError("INVALID_INPUT", f"Cannot translate: {reason}.", may_fall_back=True)
         if source is None:  # an empty text
             return TranslationResult(request.text, None)
         if source == request.target_language:

@@ -24,8 +24,11 @@ from xml.etree import ElementTree
 
 from satsgate.engines.local.language_id import SAMPLE_CHARS, plain_text
 
-# A body longer than this is translated in pieces (one engine call each).
-CHUNK_CHARS = 100_000
+# A body longer than this is translated in pieces (one engine call each): small enough for
+# a chat model's answer (its output limit), large where a local engine pays a start-up for
+# each call and has no such limit.
+CHUNK_CHARS = 30_000
+LOCAL_CHUNK_CHARS = 100_000
 
 _XHTML_TYPES = frozenset({"application/xhtml+xml", "text/html"})
 _NCX_TYPE = "application/x-dtbncx+xml"

@@ -436,7 +436,9 @@ async def _translate_document(
     """A document's body in ``target`` (its chunks in order) and the source language the
     engine read it as."""
     parts = []
-    for chunk in doc.chunks():
+    local = ctx.engines.status("translation").source == "local"
+    size = epub_translation.LOCAL_CHUNK_CHARS if local else epub_translation.CHUNK_CHARS
+    for chunk in doc.chunks(size):
         request = TranslationRequest(chunk, target, source, format="html")
         result = await _translate(ctx, request)
         parts.append(result.text)
@@ -445,12 +447,14 @@ async def _translate_document(
 
 
 async def translate_epub(ctx: ServiceContext, params: TranslateEpubParams) -> ServiceResult:
-    data = decode_file(params.epubBase64, "epubBase64", EPUB_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, params.epubBase64, "epubBase64", EPUB_MAX_BYTES)
     target = params.targetLanguage
     try:
         book = await ctx.run_cpu(epub_translation.read_epub, data)
     except epub_translation.EpubError as exc:
         raise EngineError("INVALID_INPUT", f"epubBase64: {exc}") from None
+    if not book.documents:  # checked before the invoice; never translate nothing for pay
+        raise EngineError("INVALID_INPUT", "epubBase64: the EPUB has no XHTML document.")
     # The longest document first: without a sourceLanguage, the language it reads as is
     # the book's, for every other document (a title page alone would be a poor guess).
     docs = sorted(book.documents, key=lambda d: -len(d.body))

@@ -1,6 +1,7 @@
-"""Apertium (GPL-3.0): rule-based machine translation from Debian's ``apertium`` and its
-pair packages (``apertium-eng-spa``, ``apertium-es-pt`` ...), for the ``translation``
-engine name when no provider is configured for it.
+"""Apertium: rule-based machine translation from Debian's ``apertium`` and its pair
+packages (``apertium-eng-spa``, ``apertium-es-pt`` ...), for the ``translation`` engine
+name when no provider is configured for it. The engine is GPL-2.0-or-later and the pair
+data GPL-2.0 or GPL-3.0; satsgate runs it as a separate program and links none of it.
 
 Only the language pairs whose modes are installed are served (``apertium -l`` lists
 them: one file per mode under ``$APERTIUM_DATADIR/modes``); :meth:`unsupported` refuses
@@ -11,8 +12,10 @@ knows, and served only when it is one the target can be translated from here.
 Each translation is one run of the ``apertium`` pipeline (a shell script chaining
 lttoolbox and transfer tools, no Python), as an asyncio subprocess in its own process
 group, killed whole when the time limit passes. Text goes through ``-f txt``; (X)HTML
-through ``-f html-noent``, which translates text nodes and keeps tags, attributes and
-character references as they are (no named entities, so XHTML stays well-formed).
+through ``-f html-noent``, which translates text nodes and keeps tags and attributes as
+they are and writes characters, not named entities, so XHTML stays well-formed (it
+misreads named references in its input: translate-epub turns them into characters
+first). ``-u``: unknown words come back as written, without Apertium's ``*`` mark.
 """
 
 from __future__ import annotations

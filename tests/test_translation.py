@@ -102,6 +102,13 @@ async def test_source_language_is_detected(client: httpx.AsyncClient) -> None:
     })
     assert omitted["sourceLanguage"] == "es"
     assert "beach" in omitted["translatedText"] and "tomorrow" in omitted["translatedText"].lower()
+    # A few words fit many languages: the likeliest one this node translates from (the
+    # spec's own example, and a greeting no identifier can place by itself).
+    example = await _translate(client, {"text": "Good morning", "targetLanguage": "es"})
+    assert example == {"translatedText": "Buenos días", "sourceLanguage": "en",
+                       "targetLanguage": "es", "untrusted_output": True}
+    hola = await _translate(client, {"text": "Hola", "targetLanguage": "en"})
+    assert hola["translatedText"] == "Hello" and hola["sourceLanguage"] == "es"
 
 
 async def test_pairs_this_node_lacks_are_refused_before_any_invoice(

@@ -7,7 +7,8 @@ Only the language pairs whose modes are installed are served (``apertium -l`` li
 them: one file per mode under ``$APERTIUM_DATADIR/modes``); :meth:`unsupported` refuses
 any other pair before any invoice (satsgate.engines.registry.Binding.unsupported). A
 missing source language is identified with :mod:`.language_id` among all the languages it
-knows, and served only when it is one the target can be translated from here.
+knows, and served only when it is one the target can be translated from here; a text too
+short to tell (a few words) is read as the likeliest of those.
 
 Each translation is one run of the ``apertium`` pipeline (a shell script chaining
 lttoolbox and transfer tools, no Python), as an asyncio subprocess in its own process
@@ -161,7 +162,7 @@ class ApertiumTranslator:
         if request.format == "html":
             text = language_id.plain_text(text)
         try:
-            detected = language_id.detect(text)
+            detected = language_id.detect(text, sources, target)
         except RuntimeError:
             return None, (
                 "sourceLanguage is needed: language identification is not installed on "

@@ -14,6 +14,7 @@ import html
 import importlib.util
 import re
 import threading
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,20 @@ def warm_up() -> None:
 class Detected:
     code: str  # as satsgate.services.languages resolves it ("es", "no"); else langid's own
     probability: float  # 0..1 among the model's languages
+    sure: bool = True  # False: too little text to tell; the likeliest of the candidates
+
+
+# Below this probability the top language is a guess (a few words: "Hola", "OK").
+SURE = 0.5
+# Rough speaker counts (first and second language, millions): between candidates that a
+# short text fits about equally, the more widely used language is the likelier one.
+_SPEAKERS: Mapping[str, float] = {
+    "en": 1500, "zh": 1100, "hi": 600, "es": 560, "fr": 310, "ar": 270, "pt": 260,
+    "ru": 255, "id": 200, "de": 135, "ja": 125, "it": 68, "ms": 80, "tr": 88, "pl": 45,
+    "uk": 40, "nl": 30, "ro": 24, "af": 17, "sv": 13, "sr": 12, "ca": 10, "bg": 8,
+    "da": 6, "hr": 5.5, "no": 5, "be": 5, "gl": 3, "bs": 2.5, "sl": 2.5, "mk": 2, "eo": 2,
+    "eu": 0.8, "is": 0.35,
+}  # fmt: skip
 
 
 _SKIPPED = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.S | re.I)
@@ -64,15 +79,34 @@ def plain_text(markup: str) -> str:
     return html.unescape(_TAG.sub(" ", _SKIPPED.sub(" ", markup)))
 
 
-def detect(text: str) -> Detected | None:
+def detect(
+    text: str, candidates: Collection[str] = (), target: str | None = None
+) -> Detected | None:
     """The language of ``text`` (its first SAMPLE_CHARS characters); None when it has no
-    letters to go on. Raises RuntimeError when py3langid is not installed."""
+    letters to go on. Where the top language is unsure (a few words fit many languages),
+    the likeliest of ``candidates`` (if any are given), weighted by how widely each is
+    spoken; ``target`` (the translation's) counts among them only when it is the top
+    language, so "Hola" into English reads as Spanish, "Good morning" as English.
+    Raises RuntimeError when py3langid is not installed."""
     sample = text[:SAMPLE_CHARS]
     if not any(ch.isalpha() for ch in sample):
         return None
     if not installed():
         raise RuntimeError("language identification (py3langid) is not installed")
-    code, probability = _load().classify(sample)
+    ranked = [(_code(code), float(p)) for code, p in _load().rank(sample)]
+    top, probability = ranked[0]
+    if probability >= SURE or not candidates:
+        return Detected(top, probability)
+    among = {*candidates, top} if top == target else set(candidates)
+    code, p = max(
+        ((code, p) for code, p in ranked if code in among),
+        key=lambda item: item[1] * _SPEAKERS.get(item[0], 1.0) ** 0.5,
+        default=(top, probability),
+    )
+    return Detected(code, p, sure=False)
+
+
+def _code(langid_code: str) -> str:
     with contextlib.suppress(UnknownLanguage):
-        code = resolve_translation_language(code)
-    return Detected(str(code), float(probability))
+        return resolve_translation_language(langid_code)
+    return langid_code

@@ -38,7 +38,9 @@ from satsgate.lightning import BackendError, LightningBackend
 from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.payments.refund_request import request_refund
+from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
+from satsgate.server_guard import guard_middleware
 from satsgate.services import ai_calls, voice_bridge
 from satsgate.services.catalog import CATEGORIES, list_models_document
 from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
@@ -85,7 +87,11 @@ def create_app(
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[LIMITS] = Limits.from_settings(settings)
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool

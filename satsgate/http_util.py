@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate import json_input
 from satsgate.errors import ApiError, envelope
 from satsgate.services.base import ServiceResult
 
@@ -89,8 +90,8 @@ async def read_json(request: web.Request, limit: int) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json_input.loads(raw)
+    except json_input.JsonInputError as exc:
         raise ApiError(
             "L402_INVALID_PARAMS",
             f"The request body is not valid JSON: {exc}",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import logging
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -13,7 +15,10 @@ from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
+from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite
 from satsgate.store import Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,7 +46,9 @@ async def start_service(
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        ensure_fd_limit(settings.max_connections)
+        guard = ConnectionGuard(GuardConfig.from_settings(settings))
+        site = GuardedSite(runner, settings.host, settings.port, guard)
         await site.start()
     except BaseException:
         await runner.cleanup()
@@ -52,6 +59,35 @@ async def start_service(
         break
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
     return ServiceHandle(runner, app, f"http://{host}:{port}")
+
+
+# File descriptors a server needs besides its client connections: the databases, the
+# process pool's pipes, outgoing HTTP, output files, the node's RPC socket.
+_FD_RESERVE = 256
+
+
+def ensure_fd_limit(max_connections: int) -> None:
+    """Raise the soft open-file limit so that ``max_connections`` clients fit beside what
+    the server itself holds; a cap the hard limit cannot hold is reported, not silently
+    turned into accept() errors."""
+    if max_connections <= 0:
+        return
+    wanted = max_connections + _FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        except (ValueError, OSError):
+            new_soft = soft
+        if new_soft < wanted:
+            log.warning(
+                "max_connections %d needs about %d open files but the limit is %d: "
+                "lower max_connections or raise the limit (ulimit -n)",
+                max_connections,
+                wanted,
+                new_soft,
+            )
 
 
 def freeze_startup_heap() -> None:

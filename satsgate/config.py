@@ -39,9 +39,12 @@ class Settings:
     dedup_window_s: int = 30
     # Refund links (LNURL-withdraw) stay claimable this long.
     refund_ttl_s: int = 30 * 24 * 3600
-    # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount).
+    # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount),
+    # but at most refund_fee_max_pct percent of the refund (a 1-sat refund may spend at
+    # most 0.5 sat on fees, not 10).
     refund_fee_ppm: int = 10_000
     refund_fee_min_msat: int = 10_000
+    refund_fee_max_pct: int = 50
     refund_pay_timeout_s: int = 60
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0

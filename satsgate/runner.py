@@ -15,6 +15,7 @@ from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
+from satsgate.procguard import secure_data_dir
 from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite
 from satsgate.store import Store
 
@@ -42,6 +43,7 @@ async def start_service(
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
 ) -> ServiceHandle:
     """Build the app, run its start-up (store, node, background tasks) and listen."""
+    secure_data_dir(settings.data_dir)
     app = create_app(settings, backend, provider_kinds=provider_kinds)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

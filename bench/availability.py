@@ -2,6 +2,10 @@
 the real ``satsgate serve`` (dev node, its own process, default settings unless said).
 
     python bench/availability.py [--seconds 10] [--slow 1000] [--json out.json]
+                                 [--only NAME ...] [--tree /path/to/other/checkout]
+
+``--tree`` runs another checkout's satsgate (e.g. one before these defences) for a
+before/after comparison.
 
 Scenarios, each on a fresh server and data dir:
 
@@ -43,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+TREE = [Path(__file__).resolve().parents[1]]  # the satsgate source put on PYTHONPATH
 CARD = '{"template": "headline", "title": "Lightning is fast", "subtitle": "flood"}'
 PROBE_FROM = "127.0.0.2"
 
@@ -63,9 +67,10 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "satsgate.cli", "serve", "--port", str(self.port),
              "--data-dir", str(self.data), "--log-level", "WARNING"],
-            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            env={**os.environ, "PYTHONPATH": str(TREE[0]), **env},
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            cwd=TREE[0],
             start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -191,7 +196,7 @@ def trickle(socks: list[socket.socket], stop: threading.Event) -> None:
                 sock.send(b"X-Slow: 1\r\n")
 
 
-def run(seconds: int, slow: int) -> dict[str, Any]:
+def run(seconds: int, slow: int, only: list[str]) -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, slow * 2 + 256)), hard))
     results: dict[str, Any] = {}
@@ -199,6 +204,8 @@ def run(seconds: int, slow: int) -> dict[str, Any]:
         tmp = Path(tmp_name)
 
         def scenario(name: str, env: dict[str, str], load: Any) -> None:
+            if only and name not in only:
+                return
             server = Server(tmp, name, env)
             try:
                 rows_before = server.payments()
@@ -247,8 +254,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--slow", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", action="append", default=[], help="run this scenario only")
+    parser.add_argument("--tree", type=Path, help="a satsgate checkout to run instead")
     args = parser.parse_args()
-    results = run(args.seconds, args.slow)
+    if args.tree:
+        TREE[0] = args.tree.resolve()
+    results = run(args.seconds, args.slow, args.only)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 BACKENDS = ("dev", "cln", "lnd")
 
@@ -147,12 +148,38 @@ def load_settings(
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if settings.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+    check_base_url(settings.base_url)
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)
         except ValueError:
             raise ValueError(f"trusted_proxies: {proxy!r} is not an address or CIDR") from None
     return settings
+
+
+def check_base_url(value: str) -> None:
+    """The public address must be an http(s) URL with a host and nothing after it that
+    links could not carry; ValueError says what is wrong."""
+    if not value:
+        return
+    parsed = urlsplit(value)
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.query
+        or parsed.fragment
+        or any(ch.isspace() for ch in value)
+    ):
+        hint = ""
+        if "#" in value or " " in value:
+            hint = (
+                " (Core Lightning keeps a trailing '# comment' as part of an option's value: "
+                "put comments on a line of their own)"
+            )
+        raise ValueError(
+            f"base_url must be an http:// or https:// address such as "
+            f"https://pay.example.com, not {value!r}{hint}"
+        )
 
 
 def ensure_server_secret(settings: Settings) -> Settings:

@@ -76,7 +76,8 @@ def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"satsgate serve did not start: {proc.stderr.read().decode()[-2000:]}")
+            _, err = proc.communicate(timeout=10)
+            pytest.fail(f"satsgate serve did not start: {err.decode()[-2000:]}")
         time.sleep(0.1)
     yield proc, url, data
     if proc.poll() is None:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import stat
@@ -21,6 +22,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 PRIVATE_UMASK = 0o077
 _PR_SET_PDEATHSIG = 1
@@ -36,16 +39,18 @@ def secure_data_dir(path: Path) -> None:
     """Create ``path`` 0700 if needed, make it 0700, and take group/other access away
     from everything inside (a data dir an older version created 0755/0644)."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    items = [str(path)]
     for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            item = os.path.join(root, name)
-            try:
-                mode = os.lstat(item).st_mode
-                if not stat.S_ISLNK(mode) and mode & 0o077:
-                    os.chmod(item, stat.S_IMODE(mode) & 0o700)
-            except FileNotFoundError:
-                continue  # removed meanwhile (an expiring output file)
+        items.extend(os.path.join(root, name) for name in dirs + files)
+    for item in items:
+        try:
+            mode = os.lstat(item).st_mode
+            if not stat.S_ISLNK(mode) and mode & 0o077:
+                os.chmod(item, stat.S_IMODE(mode) & 0o700)
+        except FileNotFoundError:
+            continue  # removed meanwhile (an expiring output file)
+        except PermissionError:  # not ours: say so, do not refuse to start
+            log.warning("cannot make %s private (not owned by this user)", item)
 
 
 def die_with_parent(parent_pid: int) -> None:

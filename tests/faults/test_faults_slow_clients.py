@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -122,9 +123,9 @@ def _open(port: int, count: int) -> list[socket.socket]:
     return socks
 
 
-def _refused(sock: socket.socket) -> bool:
+def _refused(sock: socket.socket, wait_s: float = 3.0) -> bool:
     """Whether the server answered this connection 429 RATE_LIMITED and closed it."""
-    sock.settimeout(3)
+    sock.settimeout(wait_s)
     data = b""
     try:
         while chunk := sock.recv(65536):
@@ -202,3 +203,28 @@ def test_connections_past_the_total_cap_are_refused(guarded: ThreadedServer) -> 
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def test_a_trusted_proxy_is_not_held_to_the_per_client_cap(tmp_path: Path) -> None:
+    """Behind a reverse proxy every connection comes from the proxy's address: once it is
+    configured as trusted it counts only toward the total cap."""
+    srv = ThreadedServer(
+        make_settings(
+            tmp_path / "data", max_connections_per_client=5, trusted_proxies=("127.0.0.1",)
+        )
+    )
+    socks = _open(port_of(srv), 20)
+    try:
+        readable, _, _ = select.select(socks, [], [], 0.3)
+        assert readable == []  # all held open: none answered 429 and closed
+        for _ in range(6):
+            sock = socket.socket()
+            socks.append(sock)
+            sock.bind(("127.0.0.2", 0))
+            sock.connect(("127.0.0.1", port_of(srv)))
+        time.sleep(0.2)
+        assert [_refused(sock, 0.1) for sock in socks[20:]].count(True) == 1
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()

@@ -75,11 +75,21 @@ class Settings:
     challenge_rate_per_min: int = 100
     # Refund requests (POST /api/l402/refund, MCP request_refund).
     refund_rate_per_min: int = 30
-    # Price estimates (GET /api/estimate-cost, MCP estimate_cost).
+    # Price estimates (GET /api/estimate-cost).
     estimate_rate_per_min: int = 300
     # Reverse proxies whose X-Forwarded-For names the client (addresses or CIDRs). Empty:
     # X-Forwarded-For is ignored and the peer address is the client.
     trusted_proxies: tuple[str, ...] = ()
+    # Wallet passes (boardingpass-wallet): the operator's Apple Pass Type ID certificate
+    # (PEM or DER with pass_key; or a .p12 / .pfx holding both), Apple's WWDR intermediate
+    # certificate, and the name shown on passes. All empty: passes are built unsigned, and
+    # the result says so. The key's password: SATSGATE_PASS_KEY_PASSWORD.
+    # (satsgate/engines/local/pkpass.py)
+    pass_certificate: str = ""
+    pass_key: str = ""
+    pass_key_password: str = field(default="", repr=False)
+    pass_wwdr_certificate: str = ""
+    pass_organization_name: str = ""
     # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
     # list of them, plus price_source): see satsgate/engines/config.py.
     providers: Mapping[str, Any] = field(default_factory=dict)

@@ -5,7 +5,8 @@ the real ``satsgate serve`` (dev node, its own process, default settings unless 
                                  [--only NAME ...] [--tree /path/to/other/checkout]
 
 ``--tree`` runs another checkout's satsgate (e.g. one before these defences) for a
-before/after comparison.
+before/after comparison. ``--nofile N`` starts the server with a soft open-file limit of N
+(a common default is 1024; the server may raise it up to the hard limit).
 
 Scenarios, each on a fresh server and data dir:
 
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 TREE = [Path(__file__).resolve().parents[1]]  # the satsgate source put on PYTHONPATH
+NOFILE = [0]  # the server's soft open-file limit; 0: inherited
 CARD = '{"template": "headline", "title": "Lightning is fast", "subtitle": "flood"}'
 PROBE_FROM = "127.0.0.2"
 
@@ -71,6 +73,7 @@ class Server:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             cwd=TREE[0],
+            preexec_fn=_limit_files if NOFILE[0] else None,
             start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -96,6 +99,12 @@ class Server:
             os.killpg(self.proc.pid, 9)
             self.proc.wait()
         self.log.close()
+
+
+def _limit_files() -> None:
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (NOFILE[0], resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    )
 
 
 def probe_once(port: int, timeout: float = 10.0) -> float | None:
@@ -256,7 +265,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", action="append", default=[], help="run this scenario only")
     parser.add_argument("--tree", type=Path, help="a satsgate checkout to run instead")
+    parser.add_argument("--nofile", type=int, default=0, help="the server's soft fd limit")
     args = parser.parse_args()
+    NOFILE[0] = args.nofile
     if args.tree:
         TREE[0] = args.tree.resolve()
     results = run(args.seconds, args.slow, args.only)

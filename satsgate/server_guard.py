@@ -48,6 +48,7 @@ from satsgate.ratelimit import IpNetwork, address_key, parse_networks
 log = logging.getLogger(__name__)
 
 REFUSE_RETRY_AFTER_S = 5
+REPORT_EVERY_S = 60.0
 _AIOHTTP_KEEPALIVE_S = 3630.0  # aiohttp's default, for keepalive_timeout_s = 0
 
 
@@ -80,6 +81,23 @@ class ConnectionGuard:
         self.total = 0
         self.per_client: Counter[str] = Counter()
         self.refused = 0
+        self._reported_refused = 0
+        self._reported_at = 0.0
+
+    def note_refusal(self, reason: str, now: float) -> None:
+        """Count a refused connection; say so in the log at most once a minute."""
+        self.refused += 1
+        if now - self._reported_at >= REPORT_EVERY_S:
+            log.warning(
+                "refused %d connection(s) since the last report (%s; caps: %d in total, "
+                "%d per client)",
+                self.refused - self._reported_refused,
+                reason.rstrip("."),
+                self.config.max_connections,
+                self.config.max_connections_per_client,
+            )
+            self._reported_refused = self.refused
+            self._reported_at = now
 
     def client_of(self, peername: Any) -> tuple[str, bool]:
         """(the client's key, whether it is a trusted proxy) for a transport's peername."""
@@ -155,7 +173,7 @@ class GuardedRequestHandler(web.RequestHandler):
         client, proxy = self._guard.client_of(transport.get_extra_info("peername"))
         refusal = self._guard.admit(client, proxy)
         if refusal:
-            self._guard.refused += 1
+            self._guard.note_refusal(refusal, self._loop.time())
             tcp = cast(asyncio.Transport, transport)
             tcp.write(_refusal(refusal))
             tcp.close()

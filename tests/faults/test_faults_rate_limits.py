@@ -110,6 +110,19 @@ async def test_refunds_and_estimates_have_their_own_limits(lclient: httpx.AsyncC
     assert 429 not in first
     assert_limited(await lclient.post("/api/l402/refund", json=refund))
 
+    # MCP request_refund draws on the same bucket.
+    tool = await lclient.post(
+        "/api/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "request_refund", "arguments": refund},
+        },
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert tool.json()["result"]["structuredContent"]["error_code"] == "RATE_LIMITED"
+
     query = {"service": "text", "prompt": "hello"}
     for _ in range(3):
         assert (await lclient.get("/api/estimate-cost", params=query)).status_code != 429

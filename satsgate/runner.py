@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
-import logging
-import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,10 +15,8 @@ from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.procguard import secure_data_dir
-from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite
+from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
 from satsgate.store import Store
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,8 +45,11 @@ async def start_service(
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        ensure_fd_limit(settings.max_connections)
-        guard = ConnectionGuard(GuardConfig.from_settings(settings))
+        config = GuardConfig.from_settings(settings)
+        config = dataclasses.replace(
+            config, max_connections=ensure_fd_limit(settings.max_connections)
+        )
+        guard = ConnectionGuard(config)
         site = GuardedSite(runner, settings.host, settings.port, guard)
         await site.start()
     except BaseException:
@@ -61,35 +61,6 @@ async def start_service(
         break
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
     return ServiceHandle(runner, app, f"http://{host}:{port}")
-
-
-# File descriptors a server needs besides its client connections: the databases, the
-# process pool's pipes, outgoing HTTP, output files, the node's RPC socket.
-_FD_RESERVE = 256
-
-
-def ensure_fd_limit(max_connections: int) -> None:
-    """Raise the soft open-file limit so that ``max_connections`` clients fit beside what
-    the server itself holds; a cap the hard limit cannot hold is reported, not silently
-    turned into accept() errors."""
-    if max_connections <= 0:
-        return
-    wanted = max_connections + _FD_RESERVE
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
-        except (ValueError, OSError):
-            new_soft = soft
-        if new_soft < wanted:
-            log.warning(
-                "max_connections %d needs about %d open files but the limit is %d: "
-                "lower max_connections or raise the limit (ulimit -n)",
-                max_connections,
-                wanted,
-                new_soft,
-            )
 
 
 def freeze_startup_heap() -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import resource
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, cast
@@ -328,3 +329,39 @@ class GuardedSite(web.BaseSite):
             backlog=self._backlog,
             reuse_address=True,
         )
+
+
+# File descriptors a server needs besides its client connections: the databases, the
+# process pool's pipes, outgoing HTTP, output files, the node's RPC socket.
+_FD_RESERVE = 256
+
+
+def ensure_fd_limit(max_connections: int) -> int:
+    """Raise the soft open-file limit so that ``max_connections`` clients fit beside what
+    the server itself holds; returns the connection cap that fits. When the hard limit
+    cannot hold the configured cap, the cap is lowered to what fits and the log says so:
+    refused connections are answered, whereas a process out of file descriptors fails
+    accept() and whatever else needs a file."""
+    if max_connections <= 0:
+        return max_connections
+    wanted = max_connections + _FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return max_connections
+    new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+    except (ValueError, OSError):
+        new_soft = soft
+    if new_soft >= wanted:
+        return max_connections
+    fitting = max(1, new_soft - _FD_RESERVE)
+    log.warning(
+        "max_connections %d needs about %d open files but the limit is %d: serving at most "
+        "%d connections (raise the limit, ulimit -n / LimitNOFILE, to allow more)",
+        max_connections,
+        wanted,
+        new_soft,
+        fitting,
+    )
+    return fitting

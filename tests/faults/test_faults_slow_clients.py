@@ -6,6 +6,8 @@ import json
 import logging
 import select
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,3 +234,21 @@ def test_a_trusted_proxy_is_not_held_to_the_per_client_cap(tmp_path: Path) -> No
         for sock in socks:
             sock.close()
         srv.stop()
+
+
+def test_a_connection_cap_the_file_limit_cannot_hold_is_lowered() -> None:
+    """In a process whose hard open-file limit is 600, a cap of 1024 becomes 344 (600 less
+    the server's own reserve) and the log says so; with room, the soft limit is raised."""
+    code = (
+        "import logging, resource\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from satsgate.server_guard import ensure_fd_limit\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (500, 600))\n"
+        "print(ensure_fd_limit(1024), ensure_fd_limit(200),"
+        " resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["344", "200", "600"]
+    assert "serving at most 344 connections" in done.stderr

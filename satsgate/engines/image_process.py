@@ -3,10 +3,10 @@ deblur-image, remove-object), one small Protocol each, with the request and resu
 the services and the adapters share.
 
 Every result says what really ran (``method``): a local engine that resamples says
-"Lanczos resampling", not "super-resolution". An engine whose class declares
-``refusal(...)`` serves only part of what the spec offers (a local detector that knows
-faces, not the open set): the service asks it before any invoice, and a request it
-refuses is never charged.
+"Lanczos resampling", not "super-resolution". An engine that serves only part of what
+the spec offers (a local detector that knows faces, not the open set) declares
+``unsupported(request)`` for the request types below (the seam's pre-invoice check,
+satsgate.engines.registry.Binding.unsupported): a request it refuses is never charged.
 """
 
 from __future__ import annotations
@@ -100,12 +100,16 @@ class InpaintEngine(Protocol):
     ) -> ImageOutput: ...
 
 
-def engine_refusal(engine: object, *args: object) -> str | None:
-    """Why ``engine`` cannot serve a request with these options (before any invoice), or
-    None. Looked up on the engine's class: an engine that declares no ``refusal``
-    serves every request its capability describes."""
-    refusal = getattr(type(engine), "refusal", None)
-    if refusal is None:
-        return None
-    reason = refusal(engine, *args)
-    return reason if isinstance(reason, str) and reason else None
+@dataclass(frozen=True)
+class DetectionQuery:
+    """What a detect-objects request asks for, as an engine's ``unsupported`` sees it."""
+
+    prompt: str
+
+
+@dataclass(frozen=True)
+class UpscaleOptions:
+    """An upscale request's options, as an engine's ``unsupported`` sees them."""
+
+    scale: int
+    face_enhance: bool

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.engines import EngineError, Engines
+from satsgate.engines import EngineError
 from satsgate.engines.generation import (
     ImageOpEngine,
     ImageOperation,
@@ -29,6 +28,7 @@ from satsgate.engines.image_process import (
     DeblurEngine,
     DeblurMode,
     Detection,
+    DetectionQuery,
     ImageFormat,
     ImageOutput,
     InpaintEngine,
@@ -36,13 +36,10 @@ from satsgate.engines.image_process import (
     NsfwEngine,
     ObjectDetectionEngine,
     UpscaleEngine,
-    engine_refusal,
+    UpscaleOptions,
 )
-from satsgate.errors import ApiError
 from satsgate.services.base import (
-    ChosenModel,
     Handler,
-    P,
     Params,
     PriceShape,
     ServiceContext,
@@ -408,40 +405,6 @@ class EstimateDepthParams(_ProcessParams):
 
 
 # (engine, params) -> why that engine cannot serve this request, or None.
-Screen = Callable[[object, Any], str | None]
-
-
-@dataclass(frozen=True)
-class ScreenedSpec(ServiceSpec[P]):
-    """A service some of whose engines serve only part of what the spec offers (the local
-    detector finds faces, not the open set). A request that every engine able to run it
-    would refuse is refused before any invoice: 400 L402_INVALID_PARAMS on
-    ``screen_field`` with the engine's reason (the service itself is available; this
-    request is not servable here, and the caller can change it)."""
-
-    screen: Screen | None = None
-    screen_field: str = "(body)"
-
-    def unavailable_reason(self, engines: Engines, params: P | None = None) -> str | None:
-        reason = super().unavailable_reason(engines, params)
-        if reason is not None or params is None or self.screen is None or self.engine is None:
-            return reason
-        model = params.chosen_model if isinstance(params, ChosenModel) else None
-        refusals = [
-            self.screen(binding.engine, params)
-            for binding in engines.bindings(self.engine)
-            if binding.serves_model(model)
-        ]
-        if refusals and all(refusals):
-            message = f"{refusals[0]}; nothing was charged"
-            raise ApiError(
-                "L402_INVALID_PARAMS",
-                f"Invalid parameters: {self.screen_field}: {message}",
-                extra={"fields": [{"field": self.screen_field, "message": message}]},
-            )
-        return None
-
-
 async def _decoded(value: str, field: str) -> bytes:
     """A caller's image (checked before payment), decoded off the event loop."""
     return await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
@@ -628,11 +591,11 @@ def _process_spec(
     untrusted: bool = False,
     example: Mapping[str, Any] | None = None,
     handler: Handler[Any] = no_engine,
-    screen: Screen | None = None,
-    screen_field: str = "(body)",
+    engine_request: Callable[[Any], object] | None = None,
+    engine_request_field: str | None = None,
 ) -> ServiceSpec[Any]:
     sats = FLAT_SATS[price_key]
-    return ScreenedSpec(
+    return ServiceSpec(
         slug=slug,
         tool_name=tool,
         category="image_process",
@@ -648,8 +611,8 @@ def _process_spec(
         prevalidate=prevalidate,
         example={"imageBase64": "<base64 PNG>", **(example or {})},
         engine=slug.replace("-", "_"),  # each one its own: engines differ per operation
-        screen=screen,
-        screen_field=screen_field,
+        engine_request=engine_request,
+        engine_request_field=engine_request_field,
     )
 
 
@@ -662,8 +625,8 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   "pixels: { image_url, width, height, method }; method says what ran "
                   "(e.g. Lanczos resampling on a node without an AI upscaler).",
                   UpscaleImageParams, "upscale-image", handler=upscale_image,
-                  screen=lambda e, p: engine_refusal(e, p.scale, p.face_enhance),
-                  screen_field="face_enhance"),
+                  engine_request=lambda p: UpscaleOptions(p.scale, p.face_enhance),
+                  engine_request_field="face_enhance"),
     _process_spec("restore-face", "restore_face", "Restore faces",
                   "Restore faces in a photo (fidelity 0 to 1): { image_url }.",
                   RestoreFaceParams, "restore-face", handler=restore_face),
@@ -677,7 +640,8 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   "A node on its local engine finds faces, eyes and cat faces only.",
                   DetectObjectsParams, "detect-objects", handler=detect_objects,
                   example={"prompt": "face"},
-                  screen=lambda e, p: engine_refusal(e, p.prompt), screen_field="prompt"),
+                  engine_request=lambda p: DetectionQuery(p.prompt),
+                  engine_request_field="prompt"),
     _process_spec("remove-object", "remove_object", "Remove object",
                   "Erase what a binary mask marks (white erased, black kept) by inpainting: "
                   "{ image_url, method }.",

@@ -19,10 +19,12 @@ from typing import Any
 from satsgate.engines.errors import EngineError
 from satsgate.engines.image_process import (
     DeblurMode,
+    DetectionQuery,
     DetectionResult,
     ImageOutput,
     InpaintMethod,
     NsfwResult,
+    UpscaleOptions,
 )
 from satsgate.engines.registry import EngineDeps, LocalEngine
 
@@ -147,7 +149,8 @@ class HaarDetector:
     def __init__(self, deps: EngineDeps) -> None:
         self._deps = deps
 
-    def refusal(self, prompt: str) -> str | None:
+    def unsupported(self, request: DetectionQuery) -> str | None:
+        prompt = request.prompt
         labels, unknown = parse_queries(prompt)
         if unknown or not labels:
             shown = [t if len(t) <= 40 else t[:37] + "..." for t in unknown[:3]]
@@ -162,7 +165,7 @@ class HaarDetector:
     async def detect(
         self, image: bytes, prompt: str, threshold: float, *, model: str | None = None
     ) -> DetectionResult:
-        reason = self.refusal(prompt)
+        reason = self.unsupported(DetectionQuery(prompt))
         if reason is not None:  # reached only if the check before payment was skipped
             raise EngineError("INVALID_INPUT", reason, may_fall_back=True)
         labels, _ = parse_queries(prompt)
@@ -176,8 +179,8 @@ class LanczosUpscaler:
     def __init__(self, deps: EngineDeps) -> None:
         self._deps = deps
 
-    def refusal(self, scale: int, face_enhance: bool) -> str | None:
-        if face_enhance:
+    def unsupported(self, request: UpscaleOptions) -> str | None:
+        if request.face_enhance:
             return (
                 "face_enhance is not offered on this node: its upscaler is Lanczos "
                 "resampling, with no face restoration; send face_enhance false"
@@ -187,7 +190,7 @@ class LanczosUpscaler:
     async def upscale(
         self, image: bytes, scale: int, face_enhance: bool, *, model: str | None = None
     ) -> ImageOutput:
-        reason = self.refusal(scale, face_enhance)
+        reason = self.unsupported(UpscaleOptions(scale, face_enhance))
         if reason is not None:
             raise EngineError("INVALID_INPUT", reason, may_fall_back=True)
         result: ImageOutput = await _run(self._deps, "upscale", image, scale)

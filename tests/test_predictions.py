@@ -60,7 +60,10 @@ def server(
     common = {"poll_interval_s": POLL, "webhook_poll_interval_s": POLL, "max_wait_s": 20}
     providers = {
         "rep": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
-                "models": dict(replicate.DEFAULT_MODELS), **common},
+                "models": dict(replicate.DEFAULT_MODELS), **common,
+                # the operator's renames and fixed inputs for one model
+                "input_names": {"allenhooo/lama": {"mask": "mask_image"}},
+                "input_values": {"allenhooo/lama": {"dilate": 4}}},
         "rep_url": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
                     "models": {"37": "sczhou/codeformer"}, **common, "input_files": "url"},
         "rep_short": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
@@ -71,7 +74,7 @@ def server(
     engines = {
         "video": "rep", "3d": "rep_short", "remove_background": "rep", "restore_face": "rep_url",
         "colorize_image": "rep", "estimate_depth": "rep", "upscale_image": "rep",
-        "music": "falq",
+        "music": "falq", "deblur_image": "rep", "remove_object": "rep",
     }  # fmt: skip
     settings = make_settings(
         tmp_path_factory.mktemp("predictions"), providers=providers, engines=engines
@@ -296,6 +299,29 @@ async def test_a_configured_upscaler_wins_over_the_local_one(
     assert (body["width"], body["height"]) == (96, 64)
     assert "super-resolution" in body["method"]
     assert rep.last().model == "nightmareai/real-esrgan" and rep.last().input["scale"] == 2
+
+
+async def test_deblur_and_object_eraser_on_a_hosted_model(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(sync=True, outputs=lambda: [png(size=(48, 32))])
+    resp = await paid(client, "deblur-image", {"imageBase64": image_b64()})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["method"].startswith("AI restoration")
+    assert rep.last().input == {"image": data_uri(png()), "task_type": "Image Debluring (REDS)"}
+    mask = Image.new("L", (48, 32))
+    mask.paste(255, (10, 10, 20, 20))
+    buf = io.BytesIO()
+    mask.save(buf, "PNG")
+    body = {"imageBase64": image_b64(), "maskBase64": base64.b64encode(buf.getvalue()).decode()}
+    resp = await paid(client, "remove-object", body)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["method"].startswith("AI inpainting")
+    sent = rep.last().input
+    assert sent["mask_image"] == data_uri(buf.getvalue()) and sent["dilate"] == 4
+    with Image.open(io.BytesIO(await fetch(client, resp.json()["image_url"], server))) as img:
+        assert img.size == (48, 32)
 
 
 async def test_a_rate_limited_create_is_refunded(

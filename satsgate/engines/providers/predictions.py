@@ -80,6 +80,8 @@ ENGINE_NAMES = frozenset(
         "colorize_image",
         "estimate_depth",
         "upscale_image",
+        "deblur_image",
+        "remove_object",
         "image",  # generate-image, a second source beside the chat providers' image models
         "image_edit",
     }
@@ -208,6 +210,8 @@ class PredictionProvider:
     LABEL = ""  # what a result's ``method`` says ran: "hosted model"
     # model name -> canonical field -> the model's input name ("" drops it)
     DEFAULT_INPUT_NAMES: Mapping[str, Mapping[str, str]] = {}
+    # model name -> fixed inputs it needs (before the operator's ``input_values``)
+    DEFAULT_INPUT_VALUES: Mapping[str, Mapping[str, Any]] = {}
     # canonical field -> input name, for models the tables above do not list
     GENERIC_INPUT_NAMES: Mapping[str, str] = {}
 
@@ -325,6 +329,7 @@ class PredictionProvider:
             if value is None or not name:
                 continue
             shaped[name] = value
+        shaped.update(self.DEFAULT_INPUT_VALUES.get(model, {}))
         shaped.update(self._input_values.get(model, {}))
         return shaped
 
@@ -598,20 +603,40 @@ class PredictionProvider:
         files = await self.run(model, self.shape_input(model, fields), "", lambda _p, _m: None)
         return GeneratedImage(_first(files, ("png", "jpeg", "webp"), "an image").data)
 
-    async def upscale(
-        self, image: bytes, scale: int, face_enhance: bool, *, model: str | None = None
+    async def _image_output(
+        self, model: str | None, fields: dict[str, Any], method: str
     ) -> ImageOutput:
         name = self._model(model)
-        fields = {"image": await self.file_input(image), "scale": scale,
-                  "face_enhance": face_enhance}
         files = await self.run(name, self.shape_input(name, fields), "", lambda _p, _m: None)
         out = _first(files, ("png", "jpeg", "webp"), "an image")
         width, height = await asyncio.to_thread(_image_size, out.data)
         fmt: Literal["png", "jpeg", "webp"] = (
             "jpeg" if out.ext == "jpeg" else "webp" if out.ext == "webp" else "png"
         )
-        return ImageOutput(out.data, fmt, width, height, f"AI super-resolution ({scale}x, "
-                           f"{self.LABEL})")
+        return ImageOutput(out.data, fmt, width, height, method)
+
+    async def upscale(
+        self, image: bytes, scale: int, face_enhance: bool, *, model: str | None = None
+    ) -> ImageOutput:
+        """upscale-image: canonical fields image, scale, face_enhance."""
+        fields = {"image": await self.file_input(image), "scale": scale,
+                  "face_enhance": face_enhance}
+        return await self._image_output(
+            model, fields, f"AI super-resolution ({scale}x, {self.LABEL})"
+        )
+
+    async def deblur(self, image: bytes, mode: str, *, model: str | None = None) -> ImageOutput:
+        """deblur-image: canonical fields image, mode (both, deblur, denoise)."""
+        fields = {"image": await self.file_input(image), "mode": mode}
+        return await self._image_output(model, fields, f"AI restoration ({self.LABEL})")
+
+    async def erase(
+        self, image: bytes, mask: bytes, method: str, *, model: str | None = None
+    ) -> ImageOutput:
+        """remove-object: canonical fields image, mask (white erased); the local engine's
+        inpainting ``method`` does not apply."""
+        fields = {"image": await self.file_input(image), "mask": await self.file_input(mask)}
+        return await self._image_output(model, fields, f"AI inpainting ({self.LABEL})")
 
 
 _RATIOS = ("1:1", "16:9", "9:16", "4:3", "3:4", "3:2", "2:3", "21:9", "9:21", "5:4", "4:5")

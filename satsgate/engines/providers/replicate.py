@@ -50,6 +50,8 @@ DEFAULT_MODELS: Mapping[str, str] = {
     "37": "sczhou/codeformer",
     "41": "arielreplicate/deoldify_image",
     "48": "chenxwh/depth-anything-v2",
+    "42": "megvii-research/nafnet",  # deblur-image
+    "40": "allenhooo/lama",  # remove-object
     "16": "black-forest-labs/flux-1.1-pro-ultra",  # generate-image, best
     "8": "black-forest-labs/flux-1.1-pro",  # better
     "2": "black-forest-labs/flux-schnell",  # standard
@@ -83,6 +85,7 @@ class ReplicateProvider(PredictionProvider):
                               "audio_format": "audio_format"},
         "firtoz/trellis": {"image": "images", "prompt": ""},
         "sczhou/codeformer": {"fidelity": "codeformer_fidelity"},
+        "megvii-research/nafnet": {"mode": ""},
         "arielreplicate/deoldify_image": {"image": "input_image"},
         "black-forest-labs/flux-1.1-pro-ultra": {"width": "", "height": "",
                                                  "image": "image_prompt"},
@@ -90,6 +93,10 @@ class ReplicateProvider(PredictionProvider):
         "black-forest-labs/flux-schnell": {"width": "", "height": "", "image": ""},
         "black-forest-labs/flux-kontext-pro": {"image": "input_image", "resolution": ""},
     }  # fmt: skip
+
+    DEFAULT_INPUT_VALUES: Mapping[str, Mapping[str, Any]] = {
+        "megvii-research/nafnet": {"task_type": "Image Debluring (REDS)"},
+    }
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         super().__init__(config, deps)

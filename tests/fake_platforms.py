@@ -470,3 +470,66 @@ class FakeFal(FakePlatform):
             "x-fal-webhook-signature": signature,
         }  # fmt: skip
         await self._post_webhook(rec.webhook, body, headers)
+
+
+# -- ElevenLabs ----------------------------------------------------------------------------
+
+ELEVEN_KEY = "xi_test_key"
+ELEVEN_VOICES = {"21m00Tcm4TlvDq8ikWAM": "Rachel", "EXAVITQu4vr4xnSDxMaL": "Bella"}
+
+
+class FakeElevenLabs(FakePlatform):
+    """Text to speech and instant voice cloning (ElevenLabs' API reference)."""
+
+    def __init__(self) -> None:
+        self.voices = dict(ELEVEN_VOICES)
+        self.calls: list[dict[str, Any]] = []
+        self.busy = 0  # answer this many calls 429 too_many_concurrent_requests
+        super().__init__()
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/text-to-speech/{voice_id}", self._tts)
+        app.router.add_post("/v1/voices/add", self._add)
+
+    @staticmethod
+    def _error(status: int, code: str) -> web.Response:
+        return web.json_response({"detail": {"status": code, "message": code}}, status=status)
+
+    async def _tts(self, request: web.Request) -> web.Response:
+        if request.headers.get("xi-api-key") != ELEVEN_KEY:
+            return self._error(401, "invalid_api_key")
+        if self.busy:
+            self.busy -= 1
+            return self._error(429, "too_many_concurrent_requests")
+        voice = request.match_info["voice_id"]
+        body = await request.json()
+        self.calls.append({"voice": voice, "query": dict(request.query), **body})
+        if voice not in self.voices:
+            return self._error(400, "voice_not_found")
+        if not body.get("text"):
+            return web.json_response(
+                {"detail": [{"loc": ["body", "text"], "msg": "field required",
+                             "type": "value_error.missing"}]}, status=422,
+            )
+        seconds = 0.06 * len(body["text"])
+        fmt = request.query.get("output_format", "mp3_44100_128")
+        if fmt.startswith("wav_"):
+            return web.Response(body=wav(seconds, int(fmt.split("_")[1])),
+                                content_type="audio/wav")
+        frame = b"\xff\xfb\x90\x64" + bytes(413)  # MPEG-1 layer III, 128 kb/s, 44.1 kHz
+        return web.Response(body=frame * max(1, int(seconds * 38.28)),
+                            content_type="audio/mpeg")
+
+    async def _add(self, request: web.Request) -> web.Response:
+        if request.headers.get("xi-api-key") != ELEVEN_KEY:
+            return self._error(401, "invalid_api_key")
+        form = await request.post()
+        sample = form.get("files")
+        if not isinstance(sample, web.FileField) or not form.get("name"):
+            return web.json_response({"detail": [{"loc": ["body", "files"],
+                                                  "msg": "field required"}]}, status=422)
+        voice_id = secrets.token_hex(10)[:20]
+        self.voices[voice_id] = str(form["name"])
+        self.calls.append({"add": str(form["name"]), "bytes": len(sample.file.read()),
+                           "noise": form.get("remove_background_noise")})
+        return web.json_response({"voice_id": voice_id, "requires_verification": False})

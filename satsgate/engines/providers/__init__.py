@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from satsgate.engines.providers import fal, replicate, smtp
+from satsgate.engines.providers import elevenlabs, fal, replicate, smtp
 from satsgate.engines.registry import ProviderFactory
 
 PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     smtp.KIND: smtp.SmtpProvider,
     replicate.KIND: replicate.ReplicateProvider,
     fal.KIND: fal.FalProvider,
+    elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
 }

@@ -1,0 +1,103 @@
+"""Provider kind elevenlabs against a loopback fake of its API: premium and studio speech
+with the spec's voice names mapped by configuration, a cloned voice reused for speech,
+and errors mapped to catalog codes (voice not found, 422, 429, a bad key)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+import pytest
+
+from satsgate.config import Settings
+from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
+from satsgate.engines.providers.elevenlabs import DEFAULT_MODELS, ElevenLabsProvider
+from satsgate.engines.synthesis import SynthesisRequest
+from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
+from satsgate.services.media import audio_duration_s, audio_format
+from tests.fake_platforms import ELEVEN_KEY, FakeElevenLabs, wav
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeElevenLabs]:
+    platform = FakeElevenLabs()
+    yield platform
+    platform.stop()
+
+
+def provider(fake: FakeElevenLabs, key: str = ELEVEN_KEY) -> ElevenLabsProvider:
+    config = ProviderConfig(
+        name="voices", kind="elevenlabs", base_url=fake.url, api_key=key,
+        models=dict(DEFAULT_MODELS),
+        options={"voices": {"English_Aria": "21m00Tcm4TlvDq8ikWAM"},
+                 "default_voice": "EXAVITQu4vr4xnSDxMaL"},
+    )  # fmt: skip
+    return ElevenLabsProvider(config, EngineDeps(Settings(), CpuRunner(ThreadPoolExecutor(1), 1)))
+
+
+@pytest.fixture
+async def eleven(fake: FakeElevenLabs) -> AsyncIterator[ElevenLabsProvider]:
+    p = provider(fake)
+    yield p
+    await p.aclose()
+
+
+def speech(p: ElevenLabsProvider) -> Any:
+    return p.engine("tts")
+
+
+async def test_premium_speech_in_a_mapped_voice(
+    eleven: ElevenLabsProvider, fake: FakeElevenLabs
+) -> None:
+    text = "Hello from a premium voice."
+    out = await speech(eleven).synthesize(
+        SynthesisRequest(text, 33, voice="English_Aria", speed=1.5, language="en",
+                         format="wav", model_name=DEFAULT_MODELS["33"])
+    )
+    assert out.format == "wav" and audio_format(out.audio) == "wav"
+    assert audio_duration_s(out.audio) == pytest.approx(0.06 * len(text), abs=0.01)
+    call = fake.calls[-1]
+    assert call["voice"] == "21m00Tcm4TlvDq8ikWAM" and call["model_id"] == "eleven_multilingual_v2"
+    assert call["query"] == {"output_format": "wav_44100"} and call["language_code"] == "en"
+    assert call["voice_settings"] == {"speed": 1.2}  # clamped into ElevenLabs' range
+    mp3 = await speech(eleven).synthesize(
+        SynthesisRequest("Studio.", 3, model_name=DEFAULT_MODELS["3"])
+    )
+    assert audio_format(mp3.audio) == "mp3"
+    assert fake.calls[-1]["voice"] == "EXAVITQu4vr4xnSDxMaL"  # the default voice
+
+
+async def test_a_cloned_voice_is_reusable_for_speech(
+    eleven: ElevenLabsProvider, fake: FakeElevenLabs
+) -> None:
+    clone = cast(VoiceCloneEngine, eleven.engine("voice_clone"))
+    result = await clone.clone(VoiceCloneRequest(wav(12.0), "wav", "caller-voice-1", True))
+    assert fake.calls[-1] == {"add": "caller-voice-1", "bytes": len(wav(12.0)), "noise": "true"}
+    out = await speech(eleven).synthesize(
+        SynthesisRequest("In my own voice.", 33, voice=result.voice_id, format="wav",
+                         model_name=DEFAULT_MODELS["33"])
+    )
+    assert fake.calls[-1]["voice"] == result.voice_id and audio_duration_s(out.audio) > 0.5
+
+
+async def test_errors_map_to_catalog_codes(
+    eleven: ElevenLabsProvider, fake: FakeElevenLabs
+) -> None:
+    engine = speech(eleven)
+    assert engine.unsupported(SynthesisRequest("x", 33, voice="German_Nobody")) is not None
+    assert engine.unsupported(SynthesisRequest("x", 33, voice="English_Aria")) is None
+    with pytest.raises(EngineError) as err:  # an id-shaped voice the platform does not know
+        await engine.synthesize(SynthesisRequest("x", 33, voice="A" * 20, model_name="m"))
+    assert err.value.code == "INVALID_INPUT" and not err.value.may_fall_back
+    fake.busy = 1
+    with pytest.raises(EngineError) as err:
+        await engine.synthesize(SynthesisRequest("x", 33, model_name="m"))
+    assert err.value.code == "RATE_LIMITED" and err.value.may_fall_back
+    bad = provider(fake, key="wrong")
+    try:
+        with pytest.raises(EngineError) as err:
+            await speech(bad).synthesize(SynthesisRequest("x", 33, model_name="m"))
+        assert err.value.code == "SERVICE_ERROR" and ELEVEN_KEY not in err.value.message
+    finally:
+        await bad.aclose()

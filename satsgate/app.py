@@ -110,8 +110,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     # threads is unsafe. CPU-heavy engines (rendering, PDF) run here.
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
-    refunds = RefundService(settings, app[STORE], app[BACKEND])
-    jobs = JobRunner(app[STORE], settings.public_base_url)
+    refunds = RefundService(settings, app[STORE].refunds, app[BACKEND])
+    jobs = JobRunner(app[STORE].jobs, settings.public_base_url)
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -140,7 +140,7 @@ UNPAID_RETENTION_S = 7 * 86400
 
 
 async def _prune_unpaid(store: Store) -> None:
-    pruned = await store.prune_unpaid(int(time.time()) - UNPAID_RETENTION_S)
+    pruned = await store.payments.prune_unpaid(int(time.time()) - UNPAID_RETENTION_S)
     if pruned:
         log.info("pruned %d payment(s) never paid", pruned)
 
@@ -242,7 +242,7 @@ def _json(body: Any, status: int = 200) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     app = request.app
     info = await app[BACKEND].info()
-    stats = await app[STORE].stats()
+    stats = await app[STORE].ledger.stats()
     return _json(
         {
             "status": "ok",
@@ -305,7 +305,7 @@ async def list_planned(request: web.Request) -> web.Response:
     """GET /api/l402/vote: the vote service's description plus the planned services,
     most voted first (the spec's listing)."""
     description = describe(BY_SLUG["vote"], request.app[SETTINGS])
-    return _json({**description, "services": await planned_services(request.app[STORE])})
+    return _json({**description, "services": await planned_services(request.app[STORE].votes)})
 
 
 class RefundRequestBody(BaseModel):

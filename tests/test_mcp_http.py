@@ -226,7 +226,7 @@ async def test_one_payment_serves_one_of_two_concurrent_calls(
         "tools/call",
         {"name": "render_card", "arguments": {"paymentId": pay["paymentId"], **CARD, "title": "b"}},
     )
-    before = server.call(server.store.ledger)
+    before = server.call(server.store.ledger.totals)
     # Two different calls race for one payment: exactly one is served.
     first, second = await asyncio.gather(rpc(client, body), rpc(client, other))
     results = [r.json()["result"] for r in (first, second)]
@@ -237,7 +237,7 @@ async def test_one_payment_serves_one_of_two_concurrent_calls(
     served_body = body if not results[0]["isError"] else other
     replay = (await rpc(client, served_body)).json()["result"]
     assert replay["isError"] is False
-    after = server.call(server.store.ledger)
+    after = server.call(server.store.ledger.totals)
     assert after["earned_msat"] - before["earned_msat"] == 5000
 
 

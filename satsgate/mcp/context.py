@@ -14,7 +14,6 @@ from satsgate.mcp.jsonrpc import notification
 from satsgate.payments.gate import Gate
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
-from satsgate.store import Store
 
 M = TypeVar("M", bound=BaseModel)
 AnySpec = ServiceSpec[Any]
@@ -28,13 +27,13 @@ class PlannedSource(Protocol):
 
 
 class RoadmapPlannedServices:
-    """The default: the roadmap of satsgate.services.planned, with votes from the store."""
+    """The default: the roadmap of satsgate.services.planned, with its votes."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, votes: planned.VoteCounts) -> None:
+        self._votes = votes
 
     async def planned_services(self) -> Sequence[Mapping[str, Any]]:
-        return await planned.planned_services(self._store)
+        return await planned.planned_services(self._votes)
 
 
 @dataclass(frozen=True)

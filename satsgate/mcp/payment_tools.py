@@ -107,7 +107,7 @@ def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> d
 
 
 async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
-    payment = await env.gate.store.get_payment(payment_id)
+    payment = await env.gate.store.payments.get(payment_id)
     if payment is None:
         raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
     return payment

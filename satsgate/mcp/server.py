@@ -69,7 +69,7 @@ class McpServer:
             gate=gate,
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
-            planned=planned or RoadmapPlannedServices(gate.store),
+            planned=planned or RoadmapPlannedServices(gate.store.votes),
         )
         self.tools = ToolCatalog(env)
 

@@ -194,7 +194,7 @@ class Gate:
             description=description,
             via=via,
         )
-        await self.store.insert_payment(payment)
+        await self.store.payments.insert(payment)
         return self.challenge_of(payment)
 
     def challenge_of(self, payment: Payment) -> Challenge:
@@ -247,7 +247,7 @@ class Gate:
                 l402.check_caveats(decoded, spec.slug, now)
                 return Verified(decoded.payment_hash, "L402", token_id=decoded.token_id)
             # Not under a derived key: a macaroon minted with a stored random root key.
-            payment = await self.store.get_payment_by_hash(decoded.payment_hash)
+            payment = await self.store.payments.get_by_hash(decoded.payment_hash)
             if payment is None or payment.token_id != decoded.token_id:
                 raise l402.CredentialError("unknown or revoked macaroon")
             if not l402.signature_matches(decoded, bytes.fromhex(payment.root_key)):
@@ -257,7 +257,7 @@ class Gate:
         if scheme_l == "payment":
             mcred = mpp.parse_credential(rest, secret=self.settings.server_secret)
             l402.check_preimage(mcred.payment_hash, mcred.preimage)
-            payment = await self.store.get_payment_by_hash(mcred.payment_hash)
+            payment = await self.store.payments.get_by_hash(mcred.payment_hash)
             if payment is None:
                 raise l402.CredentialError("unknown payment")
             if payment.service != spec.slug:
@@ -280,11 +280,11 @@ class Gate:
         Saved before any invoice is issued, so a settlement that happens while satsgate
         is down is always after the cursor and is applied on the next start.
         """
-        cursor = await self.store.get_cursor(self._cursor_name())
+        cursor = await self.store.cursors.get(self._cursor_name())
         if cursor is None:
             initial = getattr(self.backend, "initial_cursor", None)
             cursor = int(await initial()) if initial is not None else 0
-            await self.store.set_cursor(self._cursor_name(), cursor)
+            await self.store.cursors.advance(self._cursor_name(), cursor)
         return cursor
 
     async def watch_settlements(self) -> None:
@@ -296,7 +296,7 @@ class Gate:
             try:
                 stream: AsyncIterator[Any] = self.backend.settlements(cursor)
                 async for s in stream:
-                    await self.store.mark_paid(
+                    await self.store.payments.mark_paid(
                         s.payment_hash, s.amount_received_msat, s.settled_at, (name, s.cursor)
                     )
                     cursor = s.cursor
@@ -319,7 +319,7 @@ class Gate:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._paid_waiters.setdefault(payment.payment_hash, []).append(fut)
         try:
-            fresh = await self.store.get_payment(payment.payment_id)
+            fresh = await self.store.payments.get(payment.payment_id)
             if fresh is not None and fresh.status is not PaymentStatus.UNPAID:
                 return fresh
             with contextlib.suppress(TimeoutError):
@@ -330,7 +330,7 @@ class Gate:
                 waiters.remove(fut)
             if not waiters:
                 self._paid_waiters.pop(payment.payment_hash, None)
-        return await self.store.get_payment(payment.payment_id) or payment
+        return await self.store.payments.get(payment.payment_id) or payment
 
     async def refresh_paid(self, payment: Payment) -> Payment:
         """An unpaid row may lag the node by a moment: ask the node before refusing."""
@@ -341,11 +341,11 @@ class Gate:
         except (BackendError, OSError):
             return payment
         if status.state is InvoiceState.SETTLED:
-            await self.store.mark_paid(
+            await self.store.payments.mark_paid(
                 payment.payment_hash, status.amount_received_msat, int(time.time())
             )
             self._notify_paid(payment.payment_hash)
-            return await self.store.get_payment(payment.payment_id) or payment
+            return await self.store.payments.get(payment.payment_id) or payment
         return payment
 
     # -- the paid call ----------------------------------------------------------------------
@@ -360,7 +360,7 @@ class Gate:
             files=self.files,
             http=self._http,
             cpu_pool=self._cpu_pool,
-            store=self.store,
+            votes=self.store.votes,
         )
 
     async def execute_deduplicated(
@@ -388,12 +388,12 @@ class Gate:
             if verified.payment is not None:
                 return await self.execute(verified.payment, spec, params)
             price_msat = self.quote_sats(spec, params) * 1000
-            spent = await self.store.spend_token(
+            spent = await self.store.payments.spend_token(
                 verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
             )
             if spent is not None:
                 return await self._dispatch(spent, spec, params, price_msat)
-            payment = await self.store.get_payment_by_hash(verified.payment_hash)
+            payment = await self.store.payments.get_by_hash(verified.payment_hash)
             if payment is None or payment.token_id != verified.token_id:
                 raise l402.CredentialError("unknown or revoked macaroon")
             return await self.execute(payment, spec, params)
@@ -491,7 +491,7 @@ class Gate:
                 extra={"amountSats": price_msat // 1000},
             )
 
-        if not await self.store.spend(payment.payment_id, int(time.time())):
+        if not await self.store.payments.spend(payment.payment_id, int(time.time())):
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
         return await self._dispatch(payment, spec, params, price_msat)
 
@@ -565,7 +565,7 @@ class Gate:
         async def refund(reason: str) -> dict[str, Any] | None:
             issued = await self._refund_after_spend(payment, payment.amount_msat, reason)
             if issued is None:  # already refunded (e.g. on cancellation): show that refund
-                earlier = await self.store.refunds_for_payment(payment.payment_id)
+                earlier = await self.store.refunds.for_payment(payment.payment_id)
                 if earlier:
                     issued = refund_object(earlier[-1], self.settings.public_base_url)
             return issued
@@ -582,7 +582,7 @@ class Gate:
         )
 
     async def refund_orphaned_job(self, job: Job) -> dict[str, Any] | None:
-        payment = await self.store.get_payment(job.payment_id)
+        payment = await self.store.payments.get(job.payment_id)
         if payment is None:
             return None
         return await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")

@@ -99,7 +99,7 @@ async def _unpaid_response(
     if exc.code == "PAYMENT_EXPIRED":
         return await _fresh_challenge(gate, spec, params, exc.code, exc.message, "payment-expired")
     # Unpaid: offer the same, still payable invoice again rather than a second one.
-    payment = await gate.store.get_payment(str(exc.extra.get("paymentId", "")))
+    payment = await gate.store.payments.get(str(exc.extra.get("paymentId", "")))
     if payment is None:
         raise exc
     resp = challenge_response(

@@ -29,7 +29,7 @@ async def request_refund(
     gate: Gate, payment_id: str, invoice: str, feedback: str | None = None
 ) -> dict[str, Any]:
     """Refund in full; pay ``invoice`` at once unless it is the payment's own invoice."""
-    found = await gate.store.get_payment(payment_id)
+    found = await gate.store.payments.get(payment_id)
     if found is None:
         raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
     payment = await gate.refresh_paid(found)

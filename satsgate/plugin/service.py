@@ -82,7 +82,7 @@ class ServiceThread:
 
     async def status(self) -> dict[str, Any]:
         handle = self._running()
-        stats = await handle.store.stats()
+        stats = await handle.store.ledger.stats()
         return {
             "listening": handle.url,
             "network": handle.app[SETTINGS].network,
@@ -94,7 +94,7 @@ class ServiceThread:
         """Refund a paid payment in full, or what is left of a spent one, as an LNURL-withdraw."""
         handle = self._running()
         store, refunds = handle.store, handle.app[REFUNDS]
-        payment = await store.get_payment(payment_id)
+        payment = await store.payments.get(payment_id)
         if payment is None:
             raise OperatorError(f"no payment {payment_id}")
         if payment.status is PaymentStatus.UNPAID:

@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -21,7 +21,6 @@ from satsgate.services.cpu_jobs import CpuTimeLimitExceeded, run_cpu_job
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
-    from satsgate.store import Store
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -56,6 +55,14 @@ class ServiceResult:
     charged_msat: int | None = None
 
 
+class Votes(Protocol):
+    """The roadmap's vote box (the store's votes repository), for the vote service."""
+
+    async def record(self, slug: str, call_id: str) -> int:
+        """Count one vote for ``slug``, once per ``call_id``; the slug's total."""
+        ...
+
+
 @dataclass
 class ServiceContext:
     call_id: str
@@ -63,7 +70,7 @@ class ServiceContext:
     files: FileStore
     http: httpx.AsyncClient
     cpu_pool: Executor
-    store: Store
+    votes: Votes
     # Progress of a job (0..100, message); a no-op for synchronous calls.
     progress: Callable[[float, str], None]
 

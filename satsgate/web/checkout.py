@@ -85,7 +85,7 @@ def _asset(*parts: str) -> str:
 async def _load(gate: Gate, payment_id: str) -> Payment | None:
     if not _PAYMENT_ID.match(payment_id):
         return None
-    payment = await gate.store.get_payment(payment_id)
+    payment = await gate.store.payments.get(payment_id)
     return None if payment is None else await gate.refresh_paid(payment)
 
 
@@ -128,7 +128,7 @@ async def _wait_paid(
         with contextlib.suppress(asyncio.CancelledError):
             await waiter
     if waiter.cancelled():
-        return await gate.store.get_payment(payment.payment_id) or payment
+        return await gate.store.payments.get(payment.payment_id) or payment
     return waiter.result()
 
 

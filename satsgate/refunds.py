@@ -92,6 +92,11 @@ class RefundService:
             return None
         return refund_object(refund, self.base_url)
 
+    async def latest_refund(self, payment_id: str) -> dict[str, Any] | None:
+        """The payment's most recent refund, if any."""
+        earlier = await self._refunds.for_payment(payment_id)
+        return refund_object(earlier[-1], self.base_url) if earlier else None
+
     async def refund_remaining(self, payment: Payment, reason: str) -> dict[str, Any] | None:
         """Refund everything not yet refunded (operator action): a paid payment in full,
         or the rest of a spent one, or anew what an expired link left unclaimed. None when

@@ -9,7 +9,7 @@ import pytest
 from backend_contract import BackendContract, ExternalInvoice, Settle
 from fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
-from satsgate.cln_backend import ClnBackend
+from satsgate.backends.cln import ClnBackend
 
 
 class TestClnContract(BackendContract):

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from satsgate.app import JOBS
 from satsgate.services.base import EngineError, ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
 from tests.conftest import ThreadedServer
@@ -108,7 +109,7 @@ async def test_jobs_lost_in_a_restart_are_failed_and_refunded(
         now,
     )
     server.call(lambda: server.store.jobs.insert(orphan))  # as a crashed process left it
-    jobs = server.gate.jobs
+    jobs = server.app[JOBS]
     assert server.call(lambda: jobs.fail_orphans(server.gate.refund_orphaned_job)) >= 1
     body = (
         await client.get("/api/l402/job-status", params={"requestId": "job_orphan_test"})

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from lnurl.helpers import url_decode
 
+from satsgate.app import REFUNDS
 from satsgate.errors import ApiError
 from satsgate.invoices import sign_invoice
 from satsgate.services.base import EngineError, Params, ServiceContext, ServiceResult, ServiceSpec
@@ -181,9 +182,9 @@ async def test_refunds_never_exceed_what_was_paid(
     payment = await paid_payment(server, client, spec, 30)
     execute(server, payment, spec, size=1)  # refunds 20 of 30
     fresh = server.call(lambda: server.store.payments.get(payment.payment_id))
-    second = server.call(lambda: server.gate.refunds.refund_spent(fresh, 20_000, "again"))
+    second = server.call(lambda: server.app[REFUNDS].refund_spent(fresh, 20_000, "again"))
     assert second is None  # 20 + 20 > 30
-    third = server.call(lambda: server.gate.refunds.refund_spent(fresh, 10_000, "rest"))
+    third = server.call(lambda: server.app[REFUNDS].refund_spent(fresh, 10_000, "rest"))
     assert third is not None and third["amount_sats"] == 10
 
 
@@ -255,7 +256,7 @@ async def test_pending_payout_is_never_treated_as_failed(
         await wait_refund_status(server, info["k1"], "claiming")
         # While pending, another claim is refused and reconcile leaves it alone.
         assert (await claim(client, info, external_invoice(10_000)))["status"] == "ERROR"
-        assert server.call(server.gate.refunds.reconcile) == 0
+        assert server.call(server.app[REFUNDS].reconcile) == 0
         await wait_refund_status(server, info["k1"], "claiming")
 
 
@@ -288,7 +289,7 @@ async def test_an_expired_link_can_be_issued_anew_once(
         with pytest.raises(ApiError):
             execute(server, payment, spec)
         fresh = server.call(lambda: server.store.payments.get(payment.payment_id))
-        refunds = server.gate.refunds
+        refunds = server.app[REFUNDS]
         # Nothing left while the first link is live.
         assert server.call(lambda: refunds.refund_remaining(fresh, "operator")) is None
         far_future = int(time.time()) + 10 * 365 * 86400

@@ -9,9 +9,12 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from satsgate.config import Settings
 from satsgate.errors import invalid_params
+from satsgate.jobs import JobRunner
 from satsgate.mcp.jsonrpc import notification
 from satsgate.payments.gate import Gate
+from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
 
@@ -38,9 +41,13 @@ class RoadmapPlannedServices:
 
 @dataclass(frozen=True)
 class ToolEnv:
-    """Everything a tool reaches: the gate (store, refunds, jobs) and the paid tools."""
+    """Everything a tool reaches: the gate (the paid-call flow), the jobs, the refunds,
+    the settings and the paid tools."""
 
     gate: Gate
+    jobs: JobRunner
+    refunds: RefundService
+    settings: Settings
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource

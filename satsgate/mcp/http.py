@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from satsgate.http_util import dumps
-from satsgate.mcp.context import CallContext, PlannedSource
+from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -34,7 +34,6 @@ from satsgate.mcp.jsonrpc import (
     parse_message,
 )
 from satsgate.mcp.server import SUPPORTED_VERSIONS, ClientGone, McpServer
-from satsgate.payments.gate import Gate
 
 MCP_PATH = "/api/mcp"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -72,21 +71,22 @@ def _origin_of(url: str) -> str:
 
 def install(
     app: web.Application,
-    gate_key: web.AppKey[Gate],
+    make_server: Callable[[web.Application], McpServer],
     *,
-    planned: PlannedSource | None = None,
+    public_base_url: str,
+    max_body_bytes: int,
     allowed_origins: Iterable[str] = (),
 ) -> None:
-    """Add POST /api/mcp; the server is built at start-up, once the gate exists."""
+    """Add POST /api/mcp; the server is made at start-up (``make_server(app)``), once
+    what it serves exists."""
     origins = frozenset(o.strip().rstrip("/").lower() for o in allowed_origins)
 
     async def mcp_ctx(app: web.Application) -> Any:
-        gate = app[gate_key]
         app[MCP] = McpEndpoint(
-            server=McpServer(gate, planned=planned),
-            own_origin=_origin_of(gate.settings.public_base_url),
+            server=make_server(app),
+            own_origin=_origin_of(public_base_url),
             allowed_origins=origins,
-            max_body_bytes=gate.settings.max_body_bytes,
+            max_body_bytes=max_body_bytes,
         )
         yield
 

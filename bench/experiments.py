@@ -63,16 +63,19 @@ def dev_backend(data_dir: Path) -> LightningBackend:
 
 
 def pool_holder(app: web.Application) -> Any:
-    """What holds the handlers' CPU pool: the handler resources (``cpu_pool``), or the
-    gate itself (``_cpu_pool``) in trees before the gate was split."""
+    """What holds the handlers' CPU pool: the handler resources' CPU runner, or in older
+    trees the gate's runner (``_cpu``) or the gate itself (``_cpu_pool``)."""
     import satsgate.app
 
     handlers = getattr(satsgate.app, "HANDLERS", None)
-    return app[GATE] if handlers is None else app[handlers]
+    if handlers is not None:
+        return app[handlers].cpu
+    gate = app[GATE]
+    return getattr(gate, "_cpu", gate)
 
 
 def pool_attribute(holder: Any) -> str:
-    return "cpu_pool" if hasattr(holder, "cpu_pool") else "_cpu_pool"
+    return "_cpu_pool" if hasattr(holder, "_cpu_pool") else "pool"
 
 
 async def _inline(fn: Callable[..., T], *args: Any) -> T:

@@ -32,7 +32,11 @@ from satsgate.config import Settings
 from satsgate.payments.http import handle_paid_call
 from satsgate.runner import freeze_startup_heap
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.cpu_jobs import run_with_time_limit
+
+try:
+    from satsgate.engines.cpu_jobs import run_with_time_limit
+except ImportError:  # a tree before the engines package (ab.py runs this file on older trees)
+    from satsgate.services.cpu_jobs import run_with_time_limit  # type: ignore[no-redef]
 
 NOOP_SLUG = "bench-noop"
 NOOP_PRICE_MSAT = 1000  # 1 sat

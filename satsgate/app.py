@@ -13,7 +13,7 @@ import functools
 import logging
 import multiprocessing
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.discovery.describe import describe
+from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
+from satsgate.engines.local import LOCAL_ENGINES
+from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.errors import ApiError, catalog_document, invalid_params
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware, read_json
@@ -43,7 +46,7 @@ from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollPara
 from satsgate.services.planned import planned_services
 from satsgate.services.pricing import estimate
 from satsgate.services.rates import refresh_rates
-from satsgate.services.registry import BY_SLUG
+from satsgate.services.registry import BY_SLUG, ENGINE_NAMES
 from satsgate.services.routing import apply_path_model
 from satsgate.store import Store
 from satsgate.web import checkout
@@ -58,15 +61,37 @@ HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts h
 REFUNDS = web.AppKey("refunds", RefundService)
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
+ENGINES = web.AppKey("engines", Engines)
+POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 
 
-def create_app(settings: Settings, backend: LightningBackend) -> web.Application:
+def create_app(
+    settings: Settings,
+    backend: LightningBackend,
+    *,
+    provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+) -> web.Application:
+    """The app; EngineConfigError (a ValueError) when the engine configuration cannot
+    work. ``provider_kinds``: the adapters ``kind = ...`` may name."""
     settings = ensure_server_secret(settings)
+    # Spawned (not forked) workers: a fork of a process with a running loop and threads
+    # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
+    # on the first job.
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    engines = build_engines(
+        settings,
+        ENGINE_NAMES,
+        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        provider_kinds=provider_kinds,
+        local_engines=LOCAL_ENGINES,
+    )
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[BACKEND] = backend
+    app[POOL] = pool
+    app[ENGINES] = engines
     app[STORE] = Store(settings.db_path)
     app[FILES] = FileStore(
         settings.files_dir,
@@ -107,10 +132,7 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    # Spawned (not forked) workers: a fork of a process with a running loop and
-    # threads is unsafe. CPU-heavy engines (rendering, PDF) run here.
-    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    settings, pool = app[SETTINGS], app[POOL]
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
     refunds = RefundService(settings, store.refunds, app[BACKEND])
@@ -119,7 +141,12 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[JOBS] = jobs
     app[HTTP] = http
     app[HANDLERS] = handlers = HandlerResources(
-        settings=settings, files=app[FILES], http=http, cpu_pool=pool, votes=store.votes
+        settings=settings,
+        files=app[FILES],
+        http=http,
+        cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
+        votes=store.votes,
+        engines=app[ENGINES],
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -135,6 +162,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await jobs.close()
     await refunds.wait_payouts()
+    await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -227,7 +255,8 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     r.add_get("/api/l402/ai-call", ai_call_poll_or_description)
     r.add_post("/api/l402/{slug}", paid_call)
     r.add_post("/api/m/{service}/{model}", paid_call_with_path_model)
-    discovery.add_routes(app, settings, backend)  # GET /api/l402/{slug}, well-known, OpenAPI
+    # GET /api/l402/{slug}, well-known, OpenAPI
+    discovery.add_routes(app, settings, backend, app[ENGINES])
     mcp.install(
         app,
         mcp_server,
@@ -256,6 +285,7 @@ def mcp_server(
         jobs=app[JOBS],
         refunds=app[REFUNDS],
         settings=app[SETTINGS],
+        engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
     )
@@ -278,6 +308,7 @@ async def health(request: web.Request) -> web.Response:
             "node_pubkey": info.pubkey,
             "uptime_s": int(time.time() - app[STARTED_AT]),
             **stats,
+            "engines": [status.public() for status in app[ENGINES].statuses()],
         }
     )
 
@@ -330,7 +361,7 @@ async def serve_file(request: web.Request) -> web.StreamResponse:
 async def list_planned(request: web.Request) -> web.Response:
     """GET /api/l402/vote: the vote service's description plus the planned services,
     most voted first (the spec's listing)."""
-    description = describe(BY_SLUG["vote"], request.app[SETTINGS])
+    description = describe(BY_SLUG["vote"], request.app[SETTINGS], request.app[ENGINES])
     return _json({**description, "services": await planned_services(request.app[STORE].votes)})
 
 
@@ -373,7 +404,7 @@ async def voice_bridge_say(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid_params(exc, "say", '{"sessionId": "<sessionId>", "text": "Hello"}') from None
     sessions = voice_bridge.sessions_for(settings)
-    return _json(await voice_bridge.say(settings, sessions, params))
+    return _json(await voice_bridge.say(settings, request.app[ENGINES], sessions, params))
 
 
 async def poll_voice_bridge(request: web.Request) -> web.Response:
@@ -394,7 +425,7 @@ async def poll_voice_bridge(request: web.Request) -> web.Response:
         ) from None
     settings = request.app[SETTINGS]
     sessions = voice_bridge.sessions_for(settings)
-    resp = _json(await voice_bridge.poll(settings, sessions, params))
+    resp = _json(await voice_bridge.poll(settings, request.app[ENGINES], sessions, params))
     resp.headers["Cache-Control"] = "no-store"  # the call moves on between polls
     return resp
 
@@ -408,7 +439,7 @@ async def end_voice_bridge(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid_params(exc, "end", '{"sessionId": "<sessionId>"}') from None
     sessions = voice_bridge.sessions_for(settings)
-    return _json(await voice_bridge.end(settings, sessions, params))
+    return _json(await voice_bridge.end(settings, request.app[ENGINES], sessions, params))
 
 
 _CONFIRM_EXAMPLE = (
@@ -422,18 +453,20 @@ async def ai_call_or_confirmation(request: web.Request) -> web.Response:
     gate, settings = request.app[GATE], request.app[SETTINGS]
     body = await read_json(request, min(AI_CALL.max_body_bytes, settings.max_body_bytes))
     if isinstance(body, dict) and "action" in body:
-        return _json(await _confirm_ai_call(settings, body))
+        return _json(await _confirm_ai_call(settings, request.app[ENGINES], body))
     # The body stream can be read only once: the paid path gets the body parsed here.
     return await handle_paid_call(request, gate, AI_CALL, lambda _reread: body)
 
 
-async def _confirm_ai_call(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
+async def _confirm_ai_call(
+    settings: Settings, engines: Engines, body: dict[str, Any]
+) -> dict[str, Any]:
     try:
         params = AiCallConfirmParams.model_validate(body)
     except ValidationError as exc:
         raise invalid_params(exc, "confirmation", _CONFIRM_EXAMPLE) from None
     records = ai_calls.records_for(settings)
-    return await ai_calls.confirm(settings, records, params.session_id, params.answers)
+    return await ai_calls.confirm(settings, engines, records, params.session_id, params.answers)
 
 
 async def ai_call_poll_or_description(request: web.Request) -> web.Response:
@@ -449,7 +482,8 @@ async def ai_call_poll_or_description(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise invalid_params(exc, "poll", "GET /api/l402/ai-call?call_id=<call_id>") from None
     settings = request.app[SETTINGS]
-    record = await ai_calls.poll(settings, ai_calls.records_for(settings), params.call_id)
+    records = ai_calls.records_for(settings)
+    record = await ai_calls.poll(settings, request.app[ENGINES], records, params.call_id)
     resp = _json(record)
     resp.headers["Cache-Control"] = "no-store"  # the call moves on between polls
     return resp

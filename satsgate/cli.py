@@ -1,4 +1,5 @@
-"""The `satsgate` command: serve (dev node, or beside a Core Lightning node)."""
+"""The `satsgate` command: serve (dev node, or beside a Core Lightning node), and list
+the engines this node can sell."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
+from satsgate.engines import EngineConfigError
 from satsgate.lightning import LightningBackend
 
 
@@ -45,6 +47,33 @@ async def _serve(settings: Settings) -> None:
         await handle.stop()
 
 
+def engines_report(settings: Settings) -> str:
+    """Every engine name, available or not, with its source and the reason: what
+    ``satsgate engines`` prints. Operator-facing, so provider names are shown."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from satsgate.engines import CpuRunner, EngineDeps, build_engines
+    from satsgate.engines.local import LOCAL_ENGINES
+    from satsgate.engines.providers import PROVIDER_KINDS
+    from satsgate.services.registry import ENGINE_NAMES, SERVICES
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
+        engines = build_engines(
+            settings,
+            ENGINE_NAMES,
+            EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+            provider_kinds=PROVIDER_KINDS,
+            local_engines=LOCAL_ENGINES,
+        )
+    lines = []
+    for status in engines.statuses():
+        slugs = ", ".join(s.slug for s in SERVICES if s.engine == status.name) or "-"
+        state = "available" if status.available else "unavailable"
+        what = status.label if status.available else status.reason
+        lines.append(f"{status.name:<18} {state:<12} {what}\n{'':<18} services: {slugs}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="satsgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,7 +87,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--network", help="expected network (default regtest)")
     serve.add_argument("--cln-rpc", help="path to Core Lightning's lightning-rpc socket")
     serve.add_argument("--log-level", default="INFO")
+    engines = sub.add_parser(
+        "engines", help="list every engine: available or not, from which provider, and why"
+    )
+    engines.add_argument("--config", help="TOML settings file")
     args = parser.parse_args(argv)
+
+    if args.command == "engines":
+        try:
+            print(engines_report(load_settings(args.config)))
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
+        return 0
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -80,8 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(settings))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(settings))
+    except EngineConfigError as exc:  # before listening: say what to fix, no traceback
+        parser.error(str(exc))
     return 0
 
 

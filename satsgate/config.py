@@ -1,7 +1,8 @@
 """Settings: one frozen object, built from defaults < config file < environment < arguments.
 
-The config file is TOML with the same keys as :class:`Settings` (``[engines]``
-holds provider keys). Environment variables are ``SATSGATE_<KEY>`` in upper case.
+The config file is TOML with the same keys as :class:`Settings` (``[providers.NAME]``
+tables and ``[engines]`` routes: satsgate/engines/config.py). Environment variables are
+``SATSGATE_<KEY>`` in upper case.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 BACKENDS = ("dev", "cln", "lnd")
 
@@ -52,6 +54,9 @@ class Settings:
     server_secret: str = ""
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
+    # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
+    # list of them, plus price_source): see satsgate/engines/config.py.
+    providers: Mapping[str, Any] = field(default_factory=dict)
     engines: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -105,7 +110,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines"}:
+    for name in names - {"engines", "providers"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -117,7 +122,33 @@ def load_settings(
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if settings.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+    check_base_url(settings.base_url)
     return settings
+
+
+def check_base_url(value: str) -> None:
+    """The public address must be an http(s) URL with a host and nothing after it that
+    links could not carry; ValueError says what is wrong."""
+    if not value:
+        return
+    parsed = urlsplit(value)
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.query
+        or parsed.fragment
+        or any(ch.isspace() for ch in value)
+    ):
+        hint = ""
+        if "#" in value or " " in value:
+            hint = (
+                " (Core Lightning keeps a trailing '# comment' as part of an option's value: "
+                "put comments on a line of their own)"
+            )
+        raise ValueError(
+            f"base_url must be an http:// or https:// address such as "
+            f"https://pay.example.com, not {value!r}{hint}"
+        )
 
 
 def ensure_server_secret(settings: Settings) -> Settings:

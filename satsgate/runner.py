@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from satsgate.app import STORE, create_app
 from satsgate.config import Settings
+from satsgate.engines import ProviderFactory
+from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.store import Store
 
@@ -27,9 +30,14 @@ class ServiceHandle:
         await self.runner.cleanup()
 
 
-async def start_service(settings: Settings, backend: LightningBackend) -> ServiceHandle:
+async def start_service(
+    settings: Settings,
+    backend: LightningBackend,
+    *,
+    provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+) -> ServiceHandle:
     """Build the app, run its start-up (store, node, background tasks) and listen."""
-    app = create_app(settings, backend)
+    app = create_app(settings, backend, provider_kinds=provider_kinds)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:

@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +18,12 @@ import pytest
 from satsgate.app import BACKEND, GATE, STORE
 from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
+from satsgate.engines import ProviderFactory
+from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.runner import ServiceHandle, start_service
 from satsgate.services import rates
+from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
+from tests.engines_down import down_engines
 
 T = TypeVar("T")
 
@@ -41,13 +45,17 @@ def free_port() -> int:
 class ThreadedServer:
     """satsgate running in its own thread and event loop, as a separate server would."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS
+    ) -> None:
         self.settings = settings
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.handle: ServiceHandle = self.call(
-            lambda: start_service(settings, DevBackend(settings.data_dir))
+            lambda: start_service(
+                settings, DevBackend(settings.data_dir), provider_kinds=provider_kinds
+            )
         )
         self.url = self.handle.url
 
@@ -112,11 +120,13 @@ async def client(server: ThreadedServer) -> Any:
 
 
 def serve_with_engines(
-    tmp_path_factory: pytest.TempPathFactory, label: str, engines: dict[str, dict[str, Any]]
+    tmp_path_factory: pytest.TempPathFactory, label: str, engines: Iterable[str]
 ) -> Iterator[ThreadedServer]:
-    """For a fixture: a server whose config names these engines, so their services are
-    available and quote (no engine runs here)."""
-    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp(label), engines=engines))
+    """For a fixture: a server whose config routes these engine names to a provider that
+    is down (tests/engines_down.py), so their services are available and quote; a paid
+    call that reaches one fails and is refunded."""
+    settings = make_settings(tmp_path_factory.mktemp(label), **down_engines(engines))
+    srv = ThreadedServer(settings, {**PROVIDER_KINDS, **DOWN_KINDS})
     yield srv
     srv.stop()
 

@@ -47,7 +47,7 @@ INVALID_CONFIRMATIONS: list[tuple[dict[str, Any], str]] = [
 @pytest.fixture(scope="module")
 def ai_call_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     """A node whose AI-call engine is configured (no call is ever placed here)."""
-    yield from serve_with_engines(tmp_path_factory, "ai-call", {"ai_call": {"configured": True}})
+    yield from serve_with_engines(tmp_path_factory, "ai-call", ["ai_call"])
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from satsgate.config import load_settings
-from satsgate.services.cpu_jobs import CpuTimeLimitExceeded, run_cpu_job
+from satsgate.engines.cpu_jobs import CpuTimeLimitExceeded, run_cpu_job
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
 
 

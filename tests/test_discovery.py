@@ -14,6 +14,7 @@ import pytest
 from openapi_spec_validator import validate
 from pydantic import BaseModel, ValidationError
 
+from satsgate.app import ENGINES
 from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
@@ -91,7 +92,7 @@ async def test_describe_is_built_from_the_registry(
         assert doc["input_schema"] == spec.params.model_json_schema()
         assert doc["failure_codes"] == list(spec.failure_codes)
         assert doc["example"] == dict(spec.example)
-        assert doc["available"] is spec.is_available(server.settings)
+        assert doc["available"] is spec.is_available(server.app[ENGINES])
         price, shape = doc["pricing"], spec.price_shape
         assert (price["model"], price["unit"]) == (shape.model, shape.unit)
         assert price["minSats"] == sats_for_msat(shape.minimum_msat()) >= 1
@@ -360,7 +361,6 @@ async def test_discovery_content_types_and_cors(client: httpx.AsyncClient) -> No
 async def test_openapi_document_validates_and_covers_paid_and_free_endpoints(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
-    settings = server.settings
     doc = await get_json(client, "/api/openapi.json")
     validate(doc)
     assert doc["openapi"] == "3.1.0"
@@ -378,7 +378,7 @@ async def test_openapi_document_validates_and_covers_paid_and_free_endpoints(
     schemas = doc["components"]["schemas"]
     for spec in SERVICES:
         post = doc["paths"][f"/api/l402/{spec.slug}"]["post"]
-        assert post["x-available"] is spec.is_available(settings)
+        assert post["x-available"] is spec.is_available(server.app[ENGINES])
         assert post["security"] == [{"L402": []}, {"Payment": []}]
         ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         assert ref.removeprefix("#/components/schemas/") in schemas

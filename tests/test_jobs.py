@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from satsgate.app import JOBS
-from satsgate.services.base import EngineError, ServiceContext, ServiceResult
+from satsgate.engines import EngineError
+from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
 from tests.conftest import ThreadedServer
 from tests.test_refunds import NoParams, make_spec, paid_payment

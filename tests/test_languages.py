@@ -155,8 +155,7 @@ pytestmark = pytest.mark.usefixtures("fallback_rates")
 
 @pytest.fixture(scope="module")
 def rare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
-    engines = {"rare_translation": {"configured": True}}
-    yield from serve_with_engines(tmp_path_factory, "rare", engines)
+    yield from serve_with_engines(tmp_path_factory, "rare", ["rare_translation"])
 
 
 @pytest.fixture

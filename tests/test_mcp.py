@@ -381,7 +381,7 @@ async def _stepping_job(ctx: ServiceContext, params: StepParams) -> ServiceResul
 
 async def _failing_job(ctx: ServiceContext, params: StepParams) -> ServiceResult:
     await asyncio.sleep(0.05)
-    from satsgate.services.base import EngineError
+    from satsgate.engines import EngineError
 
     raise EngineError("TIMEOUT", "the upstream engine timed out")
 

@@ -349,7 +349,7 @@ DOWN_SPEC = ServiceSpec(
     params=PagesParams,
     price_msat=lambda p: 10_000,
     handler=_echo,
-    available=lambda settings: False,
+    engine="test_down",  # no engine of this name resolves
 )
 
 
@@ -408,7 +408,7 @@ async def test_text_priced_quotes_exact_or_from_hints(server: ThreadedServer) ->
 
 async def test_translate_epub_is_quoted_from_character_count(server: ThreadedServer) -> None:
     # The real spec, made available here: quoting never runs its engine.
-    epub = replace(BY_SLUG["translate-epub"], available=None)
+    epub = replace(BY_SLUG["translate-epub"], engine=None)
     mcp = mcp_server(server.app, services=(epub,))
     big = tool(
         server,
@@ -438,7 +438,7 @@ async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
     server: ThreadedServer,
 ) -> None:
     # epub-audiobook's estimator is "audiobook": characterCount sizes it.
-    book = replace(BY_SLUG["epub-audiobook"], available=None)
+    book = replace(BY_SLUG["epub-audiobook"], engine=None)
     mcp = mcp_server(server.app, services=(book,))
     quoted = tool(
         server, mcp, "create_payment", toolName="epub_to_audiobook", characterCount=66_000
@@ -447,7 +447,7 @@ async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
     assert quoted["amountSats"] == sats_for_msat(audiobook_msat(33, 66_000)) == 2000
     # generate-image's estimator ("image") takes none of the arguments given: the spec's
     # own price of them (the better tier, a side over 1024) stands, not the default tier.
-    image = replace(BY_SLUG["generate-image"], available=None)
+    image = replace(BY_SLUG["generate-image"], engine=None)
     mcp = mcp_server(server.app, services=(image,))
     arguments = {"prompt": "a cat", "modelId": "better", "width": 4096}  # over 2048
     priced = tool(

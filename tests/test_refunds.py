@@ -14,9 +14,10 @@ import pytest
 from lnurl.helpers import url_decode
 
 from satsgate.app import REFUNDS
+from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.invoices import sign_invoice
-from satsgate.services.base import EngineError, Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 from tests.conftest import ThreadedServer, dev_pay
 
 OTHER_NODE = coincurve.PrivateKey()

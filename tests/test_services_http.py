@@ -14,9 +14,8 @@ import pytest
 from PIL import Image
 
 from satsgate.invoices import decode_invoice
-from satsgate.services.common import ENGINE_NAMES
 from satsgate.services.planned import vote_counts
-from satsgate.services.registry import BY_SLUG
+from satsgate.services.registry import BY_SLUG, ENGINE_NAMES
 from tests.conftest import ThreadedServer, http_client, paid_l402_auth, serve_with_engines
 from tests.test_gateway import assert_envelope, payment_count
 from tests.test_services_media import PNG, b64, pdf_bytes, png_bytes, wav_bytes
@@ -91,8 +90,7 @@ pytestmark = pytest.mark.usefixtures("fallback_rates")
 @pytest.fixture(scope="module")
 def engines_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     """A node with every engine configured: every service quotes (none is run here)."""
-    engines = {name: {"configured": True} for name in ENGINE_NAMES}
-    yield from serve_with_engines(tmp_path_factory, "engines", engines)
+    yield from serve_with_engines(tmp_path_factory, "engines", ENGINE_NAMES)
 
 
 @pytest.fixture

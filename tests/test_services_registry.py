@@ -19,6 +19,7 @@ from satsgate.services.base import UNDESCRIBED_PRICE, ServiceResult, sats_for_ms
 from satsgate.services.catalog import MODELS_BY_ID
 from satsgate.services.registry import BY_SLUG, BY_TOOL, SERVICES
 from satsgate.store import Store
+from tests.engines_down import down_engines, engines_for
 
 # slug -> tool name, as the spec names them (a service named only by slug: slug with "_").
 SPEC_SERVICES = {
@@ -220,12 +221,13 @@ def test_schema_names_use_the_spec_spelling_first() -> None:
 
 
 def test_availability_follows_configured_engines() -> None:
-    bare = Settings()
-    local = {s.slug for s in SERVICES if s.is_available(bare)}
-    assert local == {"render-card", "html-to-pdf", "merge-pdf", "convert-file", "vote"}
-    configured = Settings(engines={"sms": {"provider": "x"}, "tts": {"url": "https://x"}})
+    """A service is available exactly when its engine resolves; routing two engine names
+    to a provider makes exactly their services sellable."""
+    local = {s.slug for s in SERVICES if s.is_available(engines_for(Settings()))}
+    configured = engines_for(Settings(**down_engines(["sms", "tts"])))
     now = {s.slug for s in SERVICES if s.is_available(configured)} - local
-    assert now == {"send-sms", "text-to-speech"}
+    assert now == {"send-sms", "text-to-speech"} - local
+    assert configured.status("sms").available and configured.status("sms").providers == ("down",)
 
 
 # -- routing -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from openapi_spec_validator import validate
 from pydantic import BaseModel
 
+from satsgate.config import Settings
 from satsgate.errors import ApiError
 from satsgate.services import voice_bridge
 from satsgate.services.voice_bridge import (
@@ -36,6 +37,7 @@ from satsgate.services.voice_bridge import (
     VoiceBridgeSayParams,
 )
 from tests.conftest import ThreadedServer, http_client, serve_with_engines
+from tests.engines_down import down_engines, engines_for
 from tests.test_ai_call_routes import assert_no_invoice
 from tests.test_gateway import assert_envelope, payment_count
 from tests.test_mcp import mcp_url, structured
@@ -99,9 +101,7 @@ INVALID_POLLS: list[tuple[str, str]] = [
 @pytest.fixture(scope="module")
 def bridge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     """A node whose voice-bridge engine is configured (no session is ever opened here)."""
-    yield from serve_with_engines(
-        tmp_path_factory, "voice-bridge", {"voice_bridge": {"configured": True}}
-    )
+    yield from serve_with_engines(tmp_path_factory, "voice-bridge", ["voice_bridge"])
 
 
 @pytest.fixture
@@ -396,17 +396,21 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
             ]
         }
     )
-    available = replace(settings, engines={"voice_bridge": {"configured": True}})
+    available = engines_for(Settings(**down_engines(["voice_bridge"])))
+    bare = engines_for(Settings())
 
     said = await voice_bridge.say(
-        available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[3])
+        settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[3])
     )
     assert said == {"success": True, "bytesSent": 1600}
     assert sessions.said[-1][1] == Utterance(audio=b"\x00\x01" * 800, encoding="pcm_l16_16000")
-    await voice_bridge.say(available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[1]))
+    await voice_bridge.say(
+        settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[1])
+    )
     assert sessions.said[-1][1] == Utterance(text="Hola", language="es", voice_description="female")
 
     polled = await voice_bridge.poll(
+        settings,
         available,
         sessions,
         VoiceBridgePollParams.model_validate({"sessionId": "vb_1", "cursor": 1}),
@@ -421,7 +425,7 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
     }
 
     end = VoiceBridgeEndParams.model_validate({"sessionId": "vb_1"})
-    first = await voice_bridge.end(available, sessions, end)
+    first = await voice_bridge.end(settings, available, sessions, end)
     assert first == {
         "success": True,
         "elapsedSec": 65,
@@ -431,12 +435,12 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
         "refund": {"lnurl_withdraw": "LNURL1...", "amount_sats": 60},
         "finalTranscript": "Hello.",
     }
-    assert await voice_bridge.end(available, sessions, end) == first
+    assert await voice_bridge.end(settings, available, sessions, end) == first
     with pytest.raises(ApiError) as ended:  # an ended session takes no more speech
         await voice_bridge.say(
-            available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[0])
+            settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[0])
         )
     assert ended.value.code == NOT_FOUND
-    with pytest.raises(ApiError) as unavailable:  # the node's own settings: no engine
-        await voice_bridge.end(settings, sessions, end)
+    with pytest.raises(ApiError) as unavailable:  # the node's own engines: none for the bridge
+        await voice_bridge.end(settings, bare, sessions, end)
     assert unavailable.value.code == "SERVICE_UNAVAILABLE"

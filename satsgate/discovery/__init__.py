@@ -38,6 +38,7 @@ from satsgate.discovery.documents import Catalog
 from satsgate.discovery.languages import languages_document
 from satsgate.discovery.llms import llms_txt
 from satsgate.discovery.openapi import openapi_document
+from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.http_util import dumps
 from satsgate.lightning import LightningBackend
@@ -55,8 +56,9 @@ _HEADERS = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-ag
 class Discovery:
     """The catalog of one app and its documents, each serialized once per rate book."""
 
-    def __init__(self, settings: Settings, backend: LightningBackend) -> None:
+    def __init__(self, settings: Settings, backend: LightningBackend, engines: Engines) -> None:
         self.settings = settings
+        self.engines = engines
         self._backend = backend
         self._pubkey: str | None = None
         self._catalog: Catalog | None = None
@@ -70,7 +72,9 @@ class Discovery:
         book = rates.book()
         if self._catalog is None or book is not self._rate_book:
             self._catalog = Catalog(
-                self.settings, SERVICES, tuple(describe(spec, self.settings) for spec in SERVICES)
+                self.settings,
+                SERVICES,
+                tuple(describe(spec, self.settings, self.engines) for spec in SERVICES),
             )
             self._rate_book = book
             self._bodies.clear()
@@ -180,9 +184,11 @@ async def discover(request: web.Request) -> web.Response:
     return _respond(dumps(doc).encode())
 
 
-def add_routes(app: web.Application, settings: Settings, backend: LightningBackend) -> None:
+def add_routes(
+    app: web.Application, settings: Settings, backend: LightningBackend, engines: Engines
+) -> None:
     """Register every discovery route (GET, free) on ``app``."""
-    app[DISCOVERY] = Discovery(settings, backend)
+    app[DISCOVERY] = Discovery(settings, backend, engines)
     r = app.router
     r.add_get("/api/l402/{slug}", describe_service)
     r.add_get("/api/discover", discover)

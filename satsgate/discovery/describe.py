@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, sats_for_msat
 from satsgate.services.common import ServiceParams
@@ -105,7 +106,7 @@ def price_text(price: dict[str, Any]) -> str:
     return f"{text}; the 402 quote is the price"
 
 
-def describe(spec: AnySpec, settings: Settings) -> dict[str, Any]:
+def describe(spec: AnySpec, settings: Settings, engines: Engines) -> dict[str, Any]:
     """GET /api/l402/<slug>: what the service does, what it costs, what it takes."""
     base = settings.public_base_url
     doc: dict[str, Any] = {
@@ -121,7 +122,7 @@ def describe(spec: AnySpec, settings: Settings) -> dict[str, Any]:
         "input_schema": spec.params.model_json_schema(),
         "failure_codes": list(spec.failure_codes),
         "example": dict(spec.example),
-        "available": spec.is_available(settings),
+        "available": spec.is_available(engines),
         "untrusted_output": spec.untrusted_output,
         "models": list(spec.model_ids),
     }

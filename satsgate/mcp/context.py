@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import invalid_params
 from satsgate.jobs import JobRunner
 from satsgate.mcp.jsonrpc import notification
@@ -42,12 +43,13 @@ class RoadmapPlannedServices:
 @dataclass(frozen=True)
 class ToolEnv:
     """Everything a tool reaches: the gate (the paid-call flow), the jobs, the refunds,
-    the settings and the paid tools."""
+    the settings, the engines and the paid tools."""
 
     gate: Gate
     jobs: JobRunner
     refunds: RefundService
     settings: Settings
+    engines: Engines
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource

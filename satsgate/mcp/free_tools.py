@@ -238,7 +238,7 @@ async def confirm_ai_call(
 ) -> dict[str, Any]:
     settings = env.settings
     record = await ai_calls.confirm(
-        settings, ai_calls.records_for(settings), args.sessionId, args.answers
+        settings, env.engines, ai_calls.records_for(settings), args.sessionId, args.answers
     )
     return results.success(record)
 
@@ -252,7 +252,9 @@ async def voice_bridge_say(
 ) -> dict[str, Any]:
     settings = env.settings
     return results.success(
-        await voice_bridge.say(settings, voice_bridge.sessions_for(settings), args)
+        await voice_bridge.say(
+            settings, env.engines, voice_bridge.sessions_for(settings), args
+        )
     )
 
 
@@ -261,7 +263,9 @@ async def poll_voice_bridge(
 ) -> dict[str, Any]:
     settings = env.settings
     return results.success(
-        await voice_bridge.poll(settings, voice_bridge.sessions_for(settings), args)
+        await voice_bridge.poll(
+            settings, env.engines, voice_bridge.sessions_for(settings), args
+        )
     )
 
 
@@ -270,5 +274,7 @@ async def end_voice_bridge(
 ) -> dict[str, Any]:
     settings = env.settings
     return results.success(
-        await voice_bridge.end(settings, voice_bridge.sessions_for(settings), args)
+        await voice_bridge.end(
+            settings, env.engines, voice_bridge.sessions_for(settings), args
+        )
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from satsgate import __version__
 from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.jobs import JobRunner
 from satsgate.mcp.context import AnySpec, CallContext, PlannedSource, ToolEnv
 from satsgate.mcp.jsonrpc import (
@@ -61,6 +62,7 @@ class McpServer:
         jobs: JobRunner,
         refunds: RefundService,
         settings: Settings,
+        engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
     ) -> None:
@@ -70,6 +72,7 @@ class McpServer:
             jobs=jobs,
             refunds=refunds,
             settings=settings,
+            engines=engines,
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,

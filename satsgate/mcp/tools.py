@@ -201,10 +201,10 @@ class ToolCatalog:
     def definitions(self) -> list[dict[str, Any]]:
         """Payment tools first, then the paid tools in registry order, then the other free ones."""
         if self._definitions is None:
-            settings = self.env.settings
+            engines = self.env.engines
             free = [_free_definition(t) for t in FREE_TOOLS]
             paid = [
-                _paid_definition(spec, spec.is_available(settings))
+                _paid_definition(spec, spec.is_available(engines))
                 for spec in self.env.paid.values()
             ]
             self._definitions = [*free[:3], *paid, *free[3:]]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import ApiError, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.payments import l402, mpp
@@ -98,32 +99,35 @@ def realm_of(public_base_url: str) -> str:
 
 class Challenger:
     """Quotes, invoices and challenges. ``settings`` gives the invoice expiry, the
-    credential lifetime, the server secret, the network and the public address."""
+    credential lifetime, the server secret, the network and the public address;
+    ``engines`` which services (and models) this node can run."""
 
     def __init__(
         self,
         *,
         settings: Settings,
+        engines: Engines,
         node: InvoiceIssuer,
         payments: UnpaidPayments,
         root_keys: l402.RootKeys,
     ) -> None:
         self._settings = settings
+        self._engines = engines
         self._node = node
         self._payments = payments
         self._root_keys = root_keys
         self._realm = realm_of(settings.public_base_url)
 
-    def ensure_available(self, spec: AnySpec) -> None:
-        """Refuse, before any invoice, a service with no engine on this node."""
-        if not spec.is_available(self._settings):
-            raise ApiError(
-                "SERVICE_UNAVAILABLE",
-                f"{spec.title} has no engine configured on this node; nothing was charged.",
-            )
+    def ensure_available(self, spec: AnySpec, params: BaseModel | None = None) -> None:
+        """Refuse, before any invoice, a service (or a model) no engine serves here."""
+        reason = spec.unavailable_reason(self._engines, params)
+        if reason is not None:
+            raise ApiError("SERVICE_UNAVAILABLE", f"{reason}; nothing was charged.")
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
-        """Checks beyond the schema, before any invoice (e.g. a PDF that must parse)."""
+        """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
+        and that an engine serves the model the request chose."""
+        self.ensure_available(spec, params)
         if spec.prevalidate is not None:
             await spec.prevalidate(params)
 

@@ -20,12 +20,12 @@ which also reads the row; when it changes nothing, the row is read to say why.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import httpx
 
 from satsgate.config import Settings
+from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
@@ -50,8 +50,9 @@ class HandlerResources:
     settings: Settings
     files: FileStore
     http: httpx.AsyncClient
-    cpu_pool: Executor  # CPU-bound engine work, each job under its time limit
+    cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
+    engines: Engines
 
     def for_call(self, call_id: str, progress: Progress | None = None) -> ServiceContext:
         return ServiceContext(
@@ -60,8 +61,9 @@ class HandlerResources:
             settings=self.settings,
             files=self.files,
             http=self.http,
-            cpu_pool=self.cpu_pool,
+            cpu=self.cpu,
             votes=self.votes,
+            engines=self.engines,
         )
 
 
@@ -124,7 +126,11 @@ def build_gate(
     settlements = Settlements(node=backend, payments=store.payments, cursors=store.cursors)
     return Gate(
         challenger=Challenger(
-            settings=settings, node=backend, payments=store.payments, root_keys=root_keys
+            settings=settings,
+            engines=handlers.engines,
+            node=backend,
+            payments=store.payments,
+            root_keys=root_keys,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

@@ -22,13 +22,13 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
-    EngineError,
     ServiceContext,
     ServiceResult,
     ServiceSpec,

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.services.comms import AI_CALL, AiCallAnswer
 
@@ -102,9 +103,9 @@ def poll_url(base_url: str, call_id: str) -> str:
     return f"{base_url}{POLL_PATH}?call_id={quote(call_id, safe='')}"
 
 
-def _ensure_available(settings: Settings) -> None:
+def _ensure_available(engines: Engines) -> None:
     """The same refusal as the paid call: no engine, no AI call to confirm or poll."""
-    if not AI_CALL.is_available(settings):
+    if not AI_CALL.is_available(engines):
         raise ApiError(
             "SERVICE_UNAVAILABLE",
             f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
@@ -113,12 +114,13 @@ def _ensure_available(settings: Settings) -> None:
 
 async def confirm(
     settings: Settings,
+    engines: Engines,
     records: AiCallRecords,
     session_id: str,
     answers: Mapping[str, AiCallAnswer] | None,
 ) -> dict[str, Any]:
     """Confirm a ``pending_confirm`` call on its original payment: the call proceeds."""
-    _ensure_available(settings)
+    _ensure_available(engines)
     record = await records.confirm(session_id, answers or {})
     if record is None:
         raise ApiError(
@@ -128,9 +130,11 @@ async def confirm(
     return record.body(settings.public_base_url)
 
 
-async def poll(settings: Settings, records: AiCallRecords, call_id: str) -> dict[str, Any]:
+async def poll(
+    settings: Settings, engines: Engines, records: AiCallRecords, call_id: str
+) -> dict[str, Any]:
     """The call record: status, transcript, results and refund status."""
-    _ensure_available(settings)
+    _ensure_available(engines)
     record = await records.record(call_id)
     if record is None:
         raise ApiError("AI_CALL_NOT_FOUND", f"No AI call with call_id {call_id!r}.")

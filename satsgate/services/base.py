@@ -2,22 +2,21 @@
 
 A handler knows nothing about payment: it receives validated params and a
 context, and returns a result or raises :class:`satsgate.errors.ApiError` /
-:class:`EngineError`. The gate turns a failure after payment into a refund.
+:class:`satsgate.engines.EngineError`. The gate turns a failure after payment into a refund.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
 from satsgate.config import Settings
-from satsgate.services.cpu_jobs import CpuTimeLimitExceeded, run_cpu_job
+from satsgate.engines import CpuRunner, Engines
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
@@ -26,19 +25,18 @@ P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
 
 
+@runtime_checkable
+class ChosenModel(Protocol):
+    """Params that pick one of the service's models (satsgate.services.common.ModelChoice)."""
+
+    @property
+    def chosen_model(self) -> int: ...
+
+
 class Params(BaseModel):
     """Base of every service's params: unknown fields are refused, names are exact."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=False)
-
-
-class EngineError(Exception):
-    """An engine failed; ``code`` is TIMEOUT, CONTENT_FILTERED, INVALID_INPUT or SERVICE_ERROR."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -69,21 +67,17 @@ class ServiceContext:
     settings: Settings
     files: FileStore
     http: httpx.AsyncClient
-    cpu_pool: Executor
+    cpu: CpuRunner
     votes: Votes
+    # The engines of this node: ``await ctx.engines.run("text", ChatEngine, ...)``.
+    engines: Engines
     # Progress of a job (0..100, message); a no-op for synchronous calls.
     progress: Callable[[float, str], None]
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within
         ``settings.cpu_job_time_limit_s``; past it, EngineError TIMEOUT (refunded)."""
-        limit_s = self.settings.cpu_job_time_limit_s
-        try:
-            return await run_cpu_job(self.cpu_pool, limit_s, fn, *args)
-        except CpuTimeLimitExceeded:
-            raise EngineError(
-                "TIMEOUT", f"The engine did not finish within {limit_s:g} s and was stopped."
-            ) from None
+        return await self.cpu(fn, *args)
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
@@ -191,16 +185,38 @@ class ServiceSpec(Generic[P]):
     # that must parse); raise ApiError("L402_INVALID_PARAMS", ...).
     prevalidate: Validator[P] | None = None
     example: Mapping[str, Any] = field(default_factory=dict)
-    # Whether an engine for this service is configured on this node; None: always.
-    # An unavailable service is listed everywhere but refuses before any invoice.
-    available: Callable[[Settings], bool] | None = None
+    # The engine name that runs it (``text``, ``ocr`` ...), resolved by the engine
+    # registry; None: satsgate runs it itself. A service whose engine does not resolve
+    # is listed everywhere but refuses before any invoice.
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
             object.__setattr__(self, "price_shape", self.price_msat.shape)
 
-    def is_available(self, settings: Settings) -> bool:
-        return self.available is None or self.available(settings)
+    def is_available(self, engines: Engines) -> bool:
+        """Its engine resolves, and serves its default model or at least one of its
+        models (a request that pins an unserved one is refused: unavailable_reason)."""
+        if self.engine is None:
+            return True
+        if not engines.available(self.engine):
+            return False
+        default = getattr(self.params, "DEFAULT", None)  # ModelChoice params declare one
+        if not self.model_ids or default not in self.model_ids:
+            return True  # the engine picks (or there is no model choice)
+        return any(engines.serves_model(self.engine, m) for m in self.model_ids)
+
+    def unavailable_reason(self, engines: Engines, params: P | None = None) -> str | None:
+        """Why this service (or this request's model) cannot run here; None if it can."""
+        if self.engine is None:  # satsgate's own: always (and the cheap path of paid calls)
+            return None
+        if not self.is_available(engines):
+            return f"{self.title} has no engine configured on this node"
+        if self.model_ids and isinstance(params, ChosenModel):
+            model = params.chosen_model
+            if model in self.model_ids and not engines.serves_model(self.engine, model):
+                return f"model {model} of {self.title} is not offered on this node"
+        return None
 
     def quote_sats(self, params: P) -> int:
         return sats_for_msat(self.price_msat(params))

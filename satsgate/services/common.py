@@ -16,15 +16,15 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
-from satsgate.config import Settings
+from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.services import callbacks_guard
-from satsgate.services.base import EngineError, Params, ServiceContext, ServiceResult
+from satsgate.services.base import Params, ServiceContext, ServiceResult
 from satsgate.services.encoding import BadBase64, decode_base64_file
 from satsgate.services.media import ImageInfo, MediaError, image_info
 from satsgate.services.routing import select_model
@@ -175,31 +175,9 @@ async def prevalidate(params: Params) -> None:
         await asyncio.to_thread(params.checked)
 
 
-# Every engine name a service asks for (filled as the service modules load): the keys of
-# ``[engines]`` an operator may configure.
-ENGINE_NAMES: set[str] = set()
-
-
-def engine_available(name: str) -> Callable[[Settings], bool]:
-    """``available`` hook: the service runs only where ``[engines.<name>]`` is configured."""
-    ENGINE_NAMES.add(name)
-
-    def available(settings: Settings) -> bool:
-        return bool(settings.engines.get(name))
-
-    available.__name__ = f"engine_{name}_configured"
-    return available
-
-
-def local_engine(settings: Settings) -> bool:
-    """``available`` hook of a service that needs nothing outside satsgate."""
-    return True
-
-
 async def no_engine(ctx: ServiceContext, params: Params) -> ServiceResult:
-    """Handler of a service whose remote engine is not written yet. Its spec's
-    ``available`` hook keeps it from ever being sold; if it runs anyway the
-    gate refunds the payment."""
+    """Handler of a service whose engine adapter is not written yet. No engine of its
+    name resolves, so it is never sold; if it runs anyway the gate refunds the payment."""
     raise EngineError("SERVICE_ERROR", "no engine configured")
 
 

@@ -25,7 +25,6 @@ from satsgate.services.common import (
     body_limit,
     check_email_address,
     decode_file,
-    engine_available,
     no_engine,
     prevalidate,
 )
@@ -142,7 +141,7 @@ SEND_EMAIL = ServiceSpec(
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
-    available=engine_available("email"),
+    engine="email",
 )
 
 # -- send-sms ------------------------------------------------------------------------------
@@ -178,7 +177,7 @@ SEND_SMS = ServiceSpec(
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your code is 4711"},
-    available=engine_available("sms"),
+    engine="sms",
 )
 
 # -- call (automated) ----------------------------------------------------------------------
@@ -223,7 +222,7 @@ CALL = ServiceSpec(
     max_body_bytes=32 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
-    available=engine_available("voice"),
+    engine="voice",
 )
 
 # -- ai-call -------------------------------------------------------------------------------
@@ -342,7 +341,7 @@ AI_CALL = ServiceSpec(
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
-    available=engine_available("ai_call"),
+    engine="ai_call",
 )
 
 # -- fax -----------------------------------------------------------------------------------
@@ -393,7 +392,7 @@ SEND_FAX = ServiceSpec(
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
-    available=engine_available("fax"),
+    engine="fax",
 )
 
 
@@ -436,7 +435,7 @@ RECEIVE_FAX = ServiceSpec(
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"country": "US"},
-    available=engine_available("fax"),
+    engine="fax",
 )
 
 # -- voice bridge --------------------------------------------------------------------------
@@ -493,7 +492,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"phoneNumber": "+14155550123", "durationMinutes": 5},
-    available=engine_available("voice_bridge"),
+    engine="voice_bridge",
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

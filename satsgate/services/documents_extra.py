@@ -27,8 +27,6 @@ from satsgate.services.common import (
     body_limit,
     check_email_address,
     decode_file,
-    engine_available,
-    local_engine,
     no_engine,
     prevalidate,
 )
@@ -107,7 +105,7 @@ EXTRACT_DOCUMENT = ServiceSpec(
     max_body_bytes=body_limit(OCR_MAX_BYTES),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},
-    available=engine_available("ocr"),
+    engine="ocr",
 )
 
 EXTRACT_RECEIPT = ServiceSpec(
@@ -130,7 +128,7 @@ EXTRACT_RECEIPT = ServiceSpec(
     max_body_bytes=body_limit(OCR_MAX_BYTES),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 JPEG>"},
-    available=engine_available("ocr"),
+    engine="ocr",
 )
 
 # -- convert-file (local) ------------------------------------------------------------------
@@ -281,7 +279,6 @@ CONVERT_FILE = ServiceSpec(
     max_body_bytes=body_limit(CONVERT_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 PNG>", "targetFormat": "jpeg"},
-    available=local_engine,
 )
 
 # -- e-signature ---------------------------------------------------------------------------
@@ -354,7 +351,7 @@ E_SIGNATURE = ServiceSpec(
         "signers": [{"name": "Alice", "email": "alice@example.org"}],
         "customerEmail": "me@example.org",
     },
-    available=engine_available("esign"),
+    engine="esign",
 )
 
 # -- boardingpass-wallet -------------------------------------------------------------------
@@ -432,7 +429,7 @@ BOARDINGPASS_WALLET = ServiceSpec(
     max_body_bytes=body_limit(*[PASS_DOC_MAX_BYTES] * MAX_PASS_DOCUMENTS),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},
-    available=engine_available("wallet_pass"),
+    engine="wallet_pass",
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

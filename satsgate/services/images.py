@@ -23,7 +23,6 @@ from satsgate.services.common import (
     b64_chars,
     body_limit,
     check_image,
-    engine_available,
     image_field,
     no_engine,
     prevalidate,
@@ -157,7 +156,7 @@ GENERATE_IMAGE = ServiceSpec(
     max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * MAX_REFERENCES),
     prevalidate=prevalidate,
     example={"input": {"prompt": "a lighthouse at dusk", "width": 1024, "height": 1024}},
-    available=engine_available("image"),
+    engine="image",
 )
 
 # -- edit-image ----------------------------------------------------------------------------
@@ -201,7 +200,7 @@ EDIT_IMAGE = ServiceSpec(
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "make the sky stormy", "imageBase64": "<base64 PNG>"},
-    available=engine_available("image_edit"),
+    engine="image_edit",
 )
 
 # -- analyze-image -------------------------------------------------------------------------
@@ -236,7 +235,7 @@ ANALYZE_IMAGE = ServiceSpec(
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"imageBase64": "<base64 JPEG>", "prompt": "What is on the table?"},
-    available=engine_available("vision"),
+    engine="vision",
 )
 
 # -- image_process family ------------------------------------------------------------------
@@ -362,7 +361,7 @@ def _process_spec(
         max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * (1 + extra_files)),
         prevalidate=prevalidate,
         example={"imageBase64": "<base64 PNG>", **(example or {})},
-        available=engine_available("image_process"),
+        engine=slug.replace("-", "_"),  # each one its own: engines differ per operation
     )
 
 
@@ -444,7 +443,7 @@ GENERATE_3D = ServiceSpec(
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "a low-poly wooden chair"},
-    available=engine_available("3d"),
+    engine="3d",
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

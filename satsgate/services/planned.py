@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 from pydantic import Field, field_validator
 
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec, Votes
-from satsgate.services.common import ServiceParams, local_engine, prevalidate
+from satsgate.services.common import ServiceParams, prevalidate
 from satsgate.services.pricing import FLAT_SATS, MSAT
 
 
@@ -108,7 +108,6 @@ VOTE = ServiceSpec(
     max_body_bytes=4 * 1024,
     prevalidate=prevalidate,
     example={"slug": "generate-podcast"},
-    available=local_engine,
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (VOTE,)

@@ -31,3 +31,6 @@ BY_SLUG: dict[str, ServiceSpec[Any]] = {s.slug: s for s in SERVICES}
 BY_TOOL: dict[str, ServiceSpec[Any]] = {s.tool_name: s for s in SERVICES}
 
 assert len(BY_SLUG) == len(SERVICES) and len(BY_TOOL) == len(SERVICES), "duplicate service"
+
+# Every engine name a service runs on: the engine names an operator may route in [engines].
+ENGINE_NAMES: frozenset[str] = frozenset(s.engine for s in SERVICES if s.engine)

@@ -20,7 +20,6 @@ from satsgate.services.common import (
     b64_chars,
     body_limit,
     decode_file,
-    engine_available,
     no_engine,
     prevalidate,
 )
@@ -158,7 +157,7 @@ TEXT_TO_SPEECH = ServiceSpec(
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"text": "Hello from satsgate.", "voice": "English_Aria"},
-    available=engine_available("tts"),
+    engine="tts",
 )
 
 # -- clone-voice ---------------------------------------------------------------------------
@@ -232,7 +231,7 @@ CLONE_VOICE = ServiceSpec(
     max_body_bytes=body_limit(CLONE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"voiceFileUrl": "https://files.example.org/sample.mp3"},
-    available=engine_available("voice_clone"),
+    engine="voice_clone",
 )
 
 # -- transcribe-audio ----------------------------------------------------------------------
@@ -315,7 +314,7 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
-    available=engine_available("transcription"),
+    engine="transcription",
 )
 
 
@@ -367,7 +366,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
-    available=engine_available("transcription"),
+    engine="transcription",
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------
@@ -475,7 +474,7 @@ EPUB_AUDIOBOOK = ServiceSpec(
     max_body_bytes=body_limit(BOOK_MAX_BYTES),
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
-    available=engine_available("audiobook"),
+    engine="audiobook",
 )
 
 # -- generate-music ------------------------------------------------------------------------
@@ -546,7 +545,7 @@ GENERATE_MUSIC = ServiceSpec(
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"prompt": "lo-fi hip hop, 80 BPM, mellow piano", "duration": 30},
-    available=engine_available("music"),
+    engine="music",
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

@@ -20,7 +20,6 @@ from satsgate.services.common import (
     body_limit,
     check_image,
     decode_file,
-    engine_available,
     no_engine,
     prevalidate,
 )
@@ -161,7 +160,7 @@ GENERATE_TEXT = ServiceSpec(
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, 2 * TEXT_MAX_INPUT_CHARS[6] * 4),
     prevalidate=prevalidate,
     example={"input": [{"role": "user", "content": "Explain Lightning in one sentence."}]},
-    available=engine_available("text"),
+    engine="text",
 )
 
 # -- multilingual-ask ----------------------------------------------------------------------
@@ -210,7 +209,7 @@ MULTILINGUAL_ASK = ServiceSpec(
     max_body_bytes=256 * 1024,
     prevalidate=prevalidate,
     example={"question": "Wie spät ist es in Tokio?", "language": "de"},
-    available=engine_available("text"),
+    engine="text",
 )
 
 # -- translate-text ------------------------------------------------------------------------
@@ -279,7 +278,7 @@ TRANSLATE_TEXT = ServiceSpec(
     max_body_bytes=4 * TRANSLATE_MAX_CHARS + 64 * 1024,
     prevalidate=prevalidate,
     example={"text": "Good morning", "targetLanguage": "es"},
-    available=engine_available("translation"),
+    engine="translation",
 )
 
 # -- translate-rare-language ---------------------------------------------------------------
@@ -319,7 +318,7 @@ TRANSLATE_RARE = ServiceSpec(
     max_body_bytes=4 * RARE_MAX_CHARS + 64 * 1024,
     prevalidate=prevalidate,
     example={"text": "Welcome", "targetLanguage": "tpi"},
-    available=engine_available("rare_translation"),
+    engine="rare_translation",
 )
 
 # -- translate-epub ------------------------------------------------------------------------
@@ -377,7 +376,7 @@ TRANSLATE_EPUB = ServiceSpec(
     max_body_bytes=body_limit(EPUB_MAX_BYTES),
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "targetLanguage": "French"},
-    available=engine_available("translation"),
+    engine="translation",
 )
 
 # -- search --------------------------------------------------------------------------------
@@ -419,7 +418,7 @@ SEARCH = ServiceSpec(
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"query": "lightning network capacity"},
-    available=engine_available("search"),
+    engine="search",
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

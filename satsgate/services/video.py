@@ -20,7 +20,6 @@ from satsgate.services.common import (
     body_limit,
     check_image,
     decode_file,
-    engine_available,
     image_field,
     no_engine,
     prevalidate,
@@ -129,7 +128,7 @@ GENERATE_VIDEO = ServiceSpec(
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, REFERENCE_AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "waves at sunset, slow pan", "duration": 5},
-    available=engine_available("video"),
+    engine="video",
 )
 
 ANIMATE_IMAGE = ServiceSpec(
@@ -150,7 +149,7 @@ ANIMATE_IMAGE = ServiceSpec(
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "the cat turns its head", "image": "<base64 JPEG>", "duration": 5},
-    available=engine_available("video"),
+    engine="video",
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (GENERATE_VIDEO, ANIMATE_IMAGE)

@@ -38,6 +38,7 @@ from pydantic import (
 )
 
 from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.services.common import (
     InvalidField,
@@ -302,9 +303,9 @@ def sessions_for(settings: Settings) -> VoiceBridgeSessions:
 # -- the shared calls ----------------------------------------------------------------------
 
 
-def _ensure_available(settings: Settings) -> None:
+def _ensure_available(engines: Engines) -> None:
     """The same refusal as the paid open: no engine, no session to talk to."""
-    if not VOICE_BRIDGE_OPEN.is_available(settings):
+    if not VOICE_BRIDGE_OPEN.is_available(engines):
         raise ApiError(
             "SERVICE_UNAVAILABLE",
             f"{VOICE_BRIDGE_OPEN.title} has no engine configured on this node; nothing was "
@@ -317,11 +318,14 @@ def _not_found(session_id: str, what: str = "voice-bridge session") -> ApiError:
 
 
 async def say(
-    settings: Settings, sessions: VoiceBridgeSessions, params: VoiceBridgeSayParams
+    settings: Settings,
+    engines: Engines,
+    sessions: VoiceBridgeSessions,
+    params: VoiceBridgeSayParams,
 ) -> dict[str, Any]:
     """``{ success, bytesSent }``: the utterance is played into the open session."""
     await prevalidate(params)  # decodes the audio off the loop: 400 before anything else
-    _ensure_available(settings)
+    _ensure_available(engines)
     utterance: Utterance = params.checked()
     sent = await sessions.say(params.sessionId, utterance)
     if sent is None:
@@ -330,10 +334,13 @@ async def say(
 
 
 async def poll(
-    settings: Settings, sessions: VoiceBridgeSessions, params: VoiceBridgePollParams
+    settings: Settings,
+    engines: Engines,
+    sessions: VoiceBridgeSessions,
+    params: VoiceBridgePollParams,
 ) -> dict[str, Any]:
     """The session's state and the events after ``cursor``."""
-    _ensure_available(settings)
+    _ensure_available(engines)
     found = await sessions.poll(params.sessionId, params.cursor)
     if found is None:
         raise _not_found(params.sessionId)
@@ -341,10 +348,13 @@ async def poll(
 
 
 async def end(
-    settings: Settings, sessions: VoiceBridgeSessions, params: VoiceBridgeEndParams
+    settings: Settings,
+    engines: Engines,
+    sessions: VoiceBridgeSessions,
+    params: VoiceBridgeEndParams,
 ) -> dict[str, Any]:
     """Hang up; the elapsed time is billed and the rest of the deposit refunded."""
-    _ensure_available(settings)
+    _ensure_available(engines)
     settlement = await sessions.end(params.sessionId)
     if settlement is None:
         raise _not_found(params.sessionId)

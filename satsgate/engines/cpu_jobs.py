@@ -21,6 +21,8 @@ from concurrent.futures import Executor
 from types import FrameType
 from typing import Any, TypeVar
 
+from satsgate.engines.errors import EngineError
+
 R = TypeVar("R")
 
 # How much longer than the limit the caller waits for a job whose worker missed the signal.
@@ -65,3 +67,20 @@ async def run_cpu_job(pool: Executor, limit_s: float, fn: Callable[..., R], *arg
         return await asyncio.wait_for(job, limit_s + _GRACE_S)
     except TimeoutError:
         raise CpuTimeLimitExceeded from None
+
+
+class CpuRunner:
+    """Runs CPU-bound engine work in the process pool within the configured time limit;
+    a job past it raises EngineError TIMEOUT, which the gate refunds."""
+
+    def __init__(self, pool: Executor, limit_s: float) -> None:
+        self.pool = pool
+        self.limit_s = limit_s
+
+    async def __call__(self, fn: Callable[..., R], *args: Any) -> R:
+        try:
+            return await run_cpu_job(self.pool, self.limit_s, fn, *args)
+        except CpuTimeLimitExceeded:
+            raise EngineError(
+                "TIMEOUT", f"The engine did not finish within {self.limit_s:g} s and was stopped."
+            ) from None

@@ -1,0 +1,9 @@
+"""Local engines: open-source tools and models that ship in Debian or PyPI packages and
+run on the operator's machine with no keys. Each is the default for its engine name
+wherever its probe finds it installed (satsgate.engines.registry.LocalEngine)."""
+
+from __future__ import annotations
+
+from satsgate.engines.registry import LocalEngine
+
+LOCAL_ENGINES: tuple[LocalEngine, ...] = ()

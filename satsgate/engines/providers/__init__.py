@@ -1,0 +1,11 @@
+"""Provider kinds: ``kind = "..."`` in a ``[providers.NAME]`` table -> the adapter factory
+that builds it. One module per kind; each factory takes the table (ProviderConfig) and
+the engine deps and returns a Provider (satsgate.engines.registry)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from satsgate.engines.registry import ProviderFactory
+
+PROVIDER_KINDS: Mapping[str, ProviderFactory] = {}

@@ -1,0 +1,264 @@
+"""The engine registry: which engine serves each capability on this node, built once at
+start-up from the operator's configuration and the local engines installed here.
+
+An engine name (``text``, ``ocr``, ``tts`` ...) resolves, in this order, to:
+
+1. the providers ``[engines] NAME = ...`` names, in fallback order, each built by the
+   adapter of its ``kind``;
+2. else the local engine for that name, when its tools are installed here;
+3. else nothing: the services that need it are listed as unavailable, with the reason,
+   and refuse before any invoice.
+
+A service is available exactly when its engine resolves (and, for a service with model
+ids, when some binding serves one of them). The registry is app-scoped: nothing here is
+module-level state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar, cast
+
+from satsgate.config import Settings
+from satsgate.engines.config import (
+    EngineConfigError,
+    ProviderConfig,
+    parse_providers,
+    parse_routes,
+)
+from satsgate.engines.cpu_jobs import CpuRunner
+from satsgate.engines.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+E = TypeVar("E")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EngineDeps:
+    """What an adapter may use; handed to every provider and local engine at build time."""
+
+    settings: Settings
+    run_cpu: CpuRunner  # CPU-bound work in the process pool, under the time limit
+
+
+class Provider(Protocol):
+    """What a provider kind's factory builds from one ``[providers.NAME]`` table."""
+
+    def engine(self, name: str) -> object | None:
+        """The object that serves engine ``name`` (it implements that capability's
+        Protocol), or None when this kind cannot serve it."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+
+ProviderFactory = Callable[[ProviderConfig, EngineDeps], Provider]
+
+
+@dataclass(frozen=True)
+class LocalEngine:
+    """An engine that runs on this machine with nothing to configure: the default for
+    its engine name wherever ``probe`` finds what it needs installed."""
+
+    engine: str  # the engine name it serves
+    label: str  # what it is, for operators and discovery: "tesseract OCR"
+    # "" when it can run here, else why not ("tesseract not installed"). Cheap: a
+    # which() or find_spec(), never a model load.
+    probe: Callable[[], str]
+    build: Callable[[EngineDeps], object]
+    # The spec model ids it serves; None: any (the engine has no model choice).
+    models: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One way to serve an engine name: a configured provider or a local engine."""
+
+    engine: object
+    source: Literal["provider", "local"]
+    label: str
+    provider: ProviderConfig | None = None
+    models: frozenset[int] | None = None  # local engines: the model ids served; None: any
+
+    def serves_model(self, model_id: int | None) -> bool:
+        if model_id is None:
+            return True
+        if self.provider is not None:
+            return self.provider.maps_model(model_id)
+        return self.models is None or model_id in self.models
+
+    def model_name(self, model_id: int | None) -> str | None:
+        return self.provider.model_name(model_id) if self.provider is not None else None
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    name: str
+    available: bool
+    source: Literal["provider", "local"] | None = None
+    # Operator-facing: "openai via NAME, anthropic via OTHER" or the local engine's label.
+    label: str = ""
+    reason: str = ""  # why it is unavailable; "" when available
+    providers: tuple[str, ...] = field(default=())  # operator-facing provider names
+
+    def public(self) -> dict[str, Any]:
+        """What anyone may see (GET /api/health): no provider names or addresses."""
+        doc: dict[str, Any] = {"engine": self.name, "available": self.available}
+        if self.available:
+            doc["source"] = self.source
+            if self.source == "local":
+                doc["label"] = self.label
+        else:
+            doc["reason"] = self.reason
+        return doc
+
+
+NO_PROVIDER = "no provider configured"
+
+
+class Engines:
+    """Engine name -> its bindings in fallback order, and the status of every name."""
+
+    def __init__(
+        self,
+        bindings: Mapping[str, tuple[Binding, ...]],
+        statuses: Mapping[str, EngineStatus],
+        providers: Iterable[Provider] = (),
+    ) -> None:
+        self._bindings = dict(bindings)
+        self._statuses = dict(statuses)
+        self._providers = tuple(providers)
+
+    def available(self, name: str) -> bool:
+        return bool(self._bindings.get(name))
+
+    def serves_model(self, name: str, model_id: int | None) -> bool:
+        return any(b.serves_model(model_id) for b in self._bindings.get(name, ()))
+
+    def bindings(self, name: str) -> tuple[Binding, ...]:
+        return self._bindings.get(name, ())
+
+    def status(self, name: str) -> EngineStatus:
+        return self._statuses.get(name) or EngineStatus(name, False, reason=NO_PROVIDER)
+
+    def statuses(self) -> tuple[EngineStatus, ...]:
+        return tuple(self._statuses[name] for name in sorted(self._statuses))
+
+    async def run(
+        self,
+        name: str,
+        protocol: type[E],
+        call: Callable[[E, str | None], Awaitable[T]],
+        *,
+        model_id: int | None = None,
+    ) -> T:
+        """``call(engine, provider_model_name)`` on the first binding that serves
+        ``model_id``; on an EngineError that allows it (``may_fall_back``), the next.
+
+        ``protocol`` is the capability the caller expects (for the type checker; the
+        adapters implement it structurally).
+        """
+        candidates = [b for b in self._bindings.get(name, ()) if b.serves_model(model_id)]
+        if not candidates:
+            # The gate refuses such a request before any invoice; reaching here is a bug,
+            # and the call is refunded.
+            raise EngineError("SERVICE_ERROR", "No engine serves this request on this node.")
+        for index, binding in enumerate(candidates):
+            try:
+                return await call(cast(E, binding.engine), binding.model_name(model_id))
+            except EngineError as exc:
+                if not exc.may_fall_back or index == len(candidates) - 1:
+                    raise
+                log.warning(
+                    "engine %s: %s failed (%s); trying the next provider",
+                    name, binding.label, exc.code,
+                )
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        for provider in self._providers:
+            try:
+                await provider.aclose()
+            except Exception:  # closing must not stop the others from closing
+                log.exception("closing a provider failed")
+
+
+def build_engines(
+    settings: Settings,
+    engine_names: Iterable[str],
+    deps: EngineDeps,
+    *,
+    provider_kinds: Mapping[str, ProviderFactory],
+    local_engines: Iterable[LocalEngine],
+    environ: Mapping[str, str] | None = None,
+) -> Engines:
+    """Resolve every engine name; EngineConfigError on a configuration that cannot work
+    (an unknown engine, provider or kind; a provider whose kind cannot serve its engine)."""
+    known = set(engine_names)
+    locals_by_name: dict[str, LocalEngine] = {}
+    for candidate in local_engines:
+        known.add(candidate.engine)
+        locals_by_name.setdefault(candidate.engine, candidate)
+    configs = parse_providers(settings.providers, environ)
+    routes = parse_routes(settings.engines)
+    for engine in routes:
+        if engine not in known:
+            raise EngineConfigError(
+                f"[engines] {engine}: no service uses an engine of that name "
+                f"(known: {', '.join(sorted(known))})"
+            )
+    built: dict[str, Provider] = {}
+    bindings: dict[str, tuple[Binding, ...]] = {}
+    statuses: dict[str, EngineStatus] = {}
+    for engine in sorted(known):
+        if engine in routes:
+            chain: list[Binding] = []
+            for provider_name in routes[engine]:
+                config = configs.get(provider_name)
+                if config is None:
+                    raise EngineConfigError(
+                        f"[engines] {engine} names provider {provider_name!r}, which has "
+                        f"no [providers.{provider_name}] table"
+                    )
+                factory = provider_kinds.get(config.kind)
+                if factory is None:
+                    raise EngineConfigError(
+                        f"[providers.{provider_name}] kind {config.kind!r} is not known "
+                        f"(known: {', '.join(sorted(provider_kinds)) or 'none'})"
+                    )
+                if provider_name not in built:
+                    built[provider_name] = factory(config, deps)
+                served = built[provider_name].engine(engine)
+                if served is None:
+                    raise EngineConfigError(
+                        f"[engines] {engine}: a provider of kind {config.kind!r} "
+                        f"({provider_name}) cannot serve it"
+                    )
+                chain.append(
+                    Binding(served, "provider", f"{config.kind} via {provider_name}", config)
+                )
+            bindings[engine] = tuple(chain)
+            statuses[engine] = EngineStatus(
+                engine, True, "provider", ", ".join(b.label for b in chain),
+                providers=routes[engine],
+            )
+            continue
+        local = locals_by_name.get(engine)
+        if local is None:
+            statuses[engine] = EngineStatus(engine, False, reason=NO_PROVIDER)
+            continue
+        missing = local.probe()
+        if missing:
+            statuses[engine] = EngineStatus(
+                engine, False, "local", local.label, reason=f"{NO_PROVIDER}; {missing}"
+            )
+            continue
+        bindings[engine] = (
+            Binding(local.build(deps), "local", local.label, models=local.models),
+        )
+        statuses[engine] = EngineStatus(engine, True, "local", local.label)
+    return Engines(bindings, statuses, built.values())

@@ -1,0 +1,68 @@
+"""A provider that is configured and down, for tests of everything before an engine runs
+(quotes, 402s, refusals, free confirm/poll routes) on services whose real adapters are
+tested elsewhere or not written yet: it serves every engine name, and every call to it
+fails as an unreachable upstream does (SERVICE_ERROR, which the gate refunds)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from satsgate.config import Settings
+from satsgate.engines import (
+    CpuRunner,
+    EngineDeps,
+    EngineError,
+    Engines,
+    ProviderConfig,
+    ProviderFactory,
+    build_engines,
+)
+from satsgate.engines.local import LOCAL_ENGINES
+from satsgate.engines.providers import PROVIDER_KINDS as BUILT_IN_KINDS
+from satsgate.services.registry import ENGINE_NAMES, SERVICES
+
+KIND = "down"
+
+
+class DownProvider:
+    def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
+        self.config = config
+
+    def engine(self, name: str) -> object:
+        return self
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        async def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise EngineError("SERVICE_ERROR", "The upstream service could not be reached.")
+
+        return unreachable
+
+    async def aclose(self) -> None:
+        return None
+
+
+PROVIDER_KINDS: Mapping[str, ProviderFactory] = {KIND: DownProvider}
+
+
+def down_engines(names: Iterable[str]) -> dict[str, Any]:
+    """Settings overrides that route these engine names to the down provider, with every
+    model id of every service mapped (so every model is offered)."""
+    models = {str(m): f"model-{m}" for spec in SERVICES for m in spec.model_ids}
+    return {
+        "providers": {"down": {"kind": KIND, "base_url": "http://127.0.0.1:9", "models": models}},
+        "engines": {name: "down" for name in names},
+    }
+
+
+def engines_for(settings: Settings) -> Engines:
+    """The engine registry these settings give, with the down provider kind known."""
+    with ThreadPoolExecutor(max_workers=1) as pool:  # statuses only: nothing runs
+        return build_engines(
+            settings,
+            ENGINE_NAMES,
+            EngineDeps(settings, CpuRunner(pool, 1.0)),
+            provider_kinds={**BUILT_IN_KINDS, **PROVIDER_KINDS},
+            local_engines=LOCAL_ENGINES,
+        )

@@ -43,7 +43,7 @@ def _no_progress(progress: float, message: str) -> None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class HandlerResources:
     """What every handler's context is made of, shared by all calls."""
 

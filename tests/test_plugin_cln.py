@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_lightningd import FakeLightningd, PluginCallError, PluginHost, running_lightningd
 
 from satsgate.plugin.options import OPTIONS
+from tests.fake_lightningd import FakeLightningd, PluginCallError, PluginHost, running_lightningd
 
 PLUGIN_CMD = [sys.executable, "-m", "satsgate.plugin"]
 

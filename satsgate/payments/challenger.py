@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
@@ -98,25 +97,33 @@ def realm_of(public_base_url: str) -> str:
 
 
 class Challenger:
-    """Quotes, invoices and challenges. ``settings`` gives the invoice expiry, the
-    credential lifetime, the server secret, the network and the public address;
-    ``engines`` which services (and models) this node can run."""
+    """Quotes, invoices and challenges. ``engines`` says which services (and models)
+    this node can run; a credential stays valid ``credential_ttl_s`` past its invoice's
+    expiry; the MPP challenge is bound to ``server_secret``, ``network`` and the realm
+    of ``public_base_url``."""
 
     def __init__(
         self,
         *,
-        settings: Settings,
-        engines: Engines,
         node: InvoiceIssuer,
         payments: UnpaidPayments,
+        engines: Engines,
         root_keys: l402.RootKeys,
+        server_secret: str,
+        network: str,
+        public_base_url: str,
+        invoice_expiry_s: int,
+        credential_ttl_s: int,
     ) -> None:
-        self._settings = settings
-        self._engines = engines
         self._node = node
         self._payments = payments
+        self._engines = engines
         self._root_keys = root_keys
-        self._realm = realm_of(settings.public_base_url)
+        self._server_secret = server_secret
+        self._network = network
+        self._realm = realm_of(public_base_url)
+        self._invoice_expiry_s = invoice_expiry_s
+        self._credential_ttl_s = credential_ttl_s
 
     def ensure_available(self, spec: AnySpec, params: BaseModel | None = None) -> None:
         """Refuse, before any invoice, a service (or a model) no engine serves here."""
@@ -144,7 +151,7 @@ class Challenger:
         description = f"satsgate: {spec.title} ({amount_sats} sat)"
         try:
             invoice = await self._node.create_invoice(
-                amount_msat, description, self._settings.invoice_expiry_s
+                amount_msat, description, self._invoice_expiry_s
             )
         except (BackendError, OSError) as exc:
             log.error("invoice creation failed: %s", exc)
@@ -176,21 +183,20 @@ class Challenger:
 
     def challenge_of(self, payment: Payment) -> Challenge:
         """The challenge for a stored payment: the same macaroon and invoice every time."""
-        settings = self._settings
         token = l402.mint(
             payment.payment_hash,
             payment.service,
-            payment.expires_at + settings.credential_ttl_s,
+            payment.expires_at + self._credential_ttl_s,
             bytes.fromhex(payment.root_key),
             bytes.fromhex(payment.token_id),
         )
         challenge = mpp.make_challenge(
-            secret=settings.server_secret,
+            secret=self._server_secret,
             realm=self._realm,
             amount_sats=payment.amount_msat // 1000,
             bolt11=payment.bolt11,
             payment_hash=payment.payment_hash,
-            network=settings.network,
+            network=self._network,
             expires_at=payment.expires_at,
             description=payment.description,
         )

@@ -126,11 +126,15 @@ def build_gate(
     settlements = Settlements(node=backend, payments=store.payments, cursors=store.cursors)
     return Gate(
         challenger=Challenger(
-            settings=settings,
-            engines=handlers.engines,
             node=backend,
             payments=store.payments,
+            engines=handlers.engines,
             root_keys=root_keys,
+            server_secret=settings.server_secret,
+            network=settings.network,
+            public_base_url=settings.public_base_url,
+            invoice_expiry_s=settings.invoice_expiry_s,
+            credential_ttl_s=settings.credential_ttl_s,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

@@ -54,6 +54,16 @@ class Settings:
     server_secret: str = ""
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
+    # Wallet passes (boardingpass-wallet): the operator's Apple Pass Type ID certificate
+    # (PEM or DER with pass_key; or a .p12 / .pfx holding both), Apple's WWDR intermediate
+    # certificate, and the name shown on passes. All empty: passes are built unsigned, and
+    # the result says so. The key's password: SATSGATE_PASS_KEY_PASSWORD.
+    # (satsgate/engines/local/pkpass.py)
+    pass_certificate: str = ""
+    pass_key: str = ""
+    pass_key_password: str = field(default="", repr=False)
+    pass_wwdr_certificate: str = ""
+    pass_organization_name: str = ""
     # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
     # list of them, plus price_source): see satsgate/engines/config.py.
     providers: Mapping[str, Any] = field(default_factory=dict)

@@ -33,7 +33,7 @@ from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.errors import ApiError, catalog_document, invalid_params
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware, read_json
-from satsgate.jobs import JOB_TYPES, JobRunner, status_body
+from satsgate.jobs import JOB_TYPES, JobRunner, resume_jobs, status_body
 from satsgate.lightning import BackendError, LightningBackend, SimulatedPayments
 from satsgate.mcp import McpServer, PlannedSource, RoadmapPlannedServices
 from satsgate.payments.gate import Gate, HandlerResources, build_gate
@@ -170,6 +170,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         jobs=jobs,
         handlers=handlers,
     )
+    resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
+    if resumed:
+        log.info("%d job(s) running on remote platforms were taken up again", resumed)
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)

@@ -4,7 +4,12 @@ The job row is written in the same call that spent the payment is answered, so
 a poll never finds nothing. A job ends exactly once (IN_PROGRESS -> COMPLETED or
 FAILED, one conditional UPDATE); a FAILED job carries the error envelope with
 its refund. Jobs still IN_PROGRESS when satsgate starts were lost with the
-process that ran them: they are failed and refunded at start-up.
+process that ran them: they are failed and refunded at start-up, except those
+whose work runs on a remote platform and saved a resume state (the platform's
+prediction id, ``ServiceContext.job_state``): a restart takes those up again
+(``resume_jobs``), waiting for the same prediction, so a paid job is neither lost
+nor run twice. At shutdown such jobs are left IN_PROGRESS, unrefunded, for the
+next start.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
 
 from satsgate.errors import ApiError
 from satsgate.store import Job, JobRepository, JobStatus
@@ -56,6 +63,24 @@ class JobRunner:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._progress: dict[str, Progress] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        # Payment ids of running jobs that shutdown leaves for the next start (their
+        # cancellation is neither a failure nor a reason to refund).
+        self._suspended: set[str] = set()
+
+    def state_for(self, payment_id: str) -> JobStateStore:
+        """The resume state of the job of ``payment_id`` (ServiceContext.job_state)."""
+        return JobStateStore(self._jobs, payment_id)
+
+    def suspended(self, payment_id: str) -> bool:
+        """Whether this payment's job is being put aside by shutdown, to resume later."""
+        return payment_id in self._suspended
+
+    async def adopt(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
+        """Run ``work`` for a job row that already exists (one taken up after a restart)."""
+        self._progress[job.job_id] = Progress(message="resumed")
+        self._changed[job.job_id] = asyncio.Event()
+        task = asyncio.create_task(self._run(job, work, refund_on_failure), name=job.job_id)
+        self._tasks[job.job_id] = task
 
     def poll_url(self, job: Job) -> str:
         return f"{self._base_url}/api/l402/job-status?requestId={job.job_id}&jobType={job.job_type}"
@@ -118,6 +143,8 @@ class JobRunner:
         try:
             result = await work(report)
         except asyncio.CancelledError:
+            if job.payment_id in self._suspended:
+                raise  # left IN_PROGRESS with its resume state, for the next start
             await asyncio.shield(
                 self._fail(
                     job,
@@ -198,10 +225,60 @@ class JobRunner:
         return count
 
     async def close(self) -> None:
+        """Cancel the running jobs: failed and refunded, except those with a resume state,
+        which stay IN_PROGRESS for the next start to take up."""
+        running = {job_id for job_id, task in self._tasks.items() if not task.done()}
+        if running:
+            for job, _state in await self._jobs.resumable():
+                if job.job_id in running:
+                    self._suspended.add(job.payment_id)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class JobStateStore:
+    """ServiceContext.job_state of a job: its resume state in the jobs table."""
+
+    def __init__(self, jobs: JobRepository, payment_id: str) -> None:
+        self._jobs = jobs
+        self._payment_id = payment_id
+
+    async def load(self) -> dict[str, Any] | None:
+        return await self._jobs.resume_state(self._payment_id)
+
+    async def save(self, state: dict[str, Any]) -> None:
+        await self._jobs.save_resume(self._payment_id, state, int(time.time()))
+
+
+class ResumableSpec(Protocol):
+    @property
+    def params(self) -> type[BaseModel]: ...
+
+
+# (job, its service, the params rebuilt from the resume state) -> whether it was taken up
+Resume = Callable[[Job, Any, BaseModel], Awaitable[bool]]
+
+
+async def resume_jobs(
+    jobs: JobRepository, specs: Mapping[str, ResumableSpec], resume: Resume
+) -> int:
+    """At start-up, before the orphans are failed: take up every IN_PROGRESS job whose
+    resume state names a remote prediction. The rest are left to ``fail_orphans``."""
+    count = 0
+    for job, state in await jobs.resumable():
+        spec = specs.get(job.service)
+        if spec is None or not state.get("prediction_id") or "params" not in state:
+            continue
+        try:
+            params = spec.params.model_validate(state["params"])
+        except ValidationError:
+            log.warning("job %s: its saved params no longer validate; not resumed", job.job_id)
+            continue
+        if await resume(job, spec, params):
+            count += 1
+    return count
 
 
 def status_body(job: Job, progress: Progress | None) -> dict[str, Any]:

@@ -15,7 +15,14 @@ from satsgate.jobs import FailureRefund, JobWork
 from satsgate.lightning import InvoiceState, InvoiceStatus, Settlement
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
-from satsgate.services.base import FlatPrice, Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import (
+    FlatPrice,
+    JobState,
+    Params,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+)
 from satsgate.store import Job, Payment, PaymentStatus
 
 
@@ -101,9 +108,20 @@ class NoJobs:
     def accepted_headers(self, job: Job) -> dict[str, str]:
         raise AssertionError
 
+    def state_for(self, payment_id: str) -> JobState:
+        raise AssertionError
+
+    def suspended(self, payment_id: str) -> bool:
+        return False
+
+    async def adopt(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
+        raise AssertionError
+
 
 class NoContexts:
-    def for_call(self, call_id: str, progress: Progress | None = None) -> ServiceContext:
+    def for_call(
+        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+    ) -> ServiceContext:
         return None  # type: ignore[return-value]  # the handlers here never read it
 
 

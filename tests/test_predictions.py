@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
+import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,10 +55,7 @@ def platforms() -> Iterator[tuple[FakeReplicate, FakeFal]]:
     falq.stop()
 
 
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, platforms: tuple[FakeReplicate, FakeFal]
-) -> Iterator[ThreadedServer]:
+def platform_settings(data_dir: Path, platforms: tuple[FakeReplicate, FakeFal]) -> Settings:
     rep, falq = platforms
     common = {"poll_interval_s": POLL, "webhook_poll_interval_s": POLL, "max_wait_s": 20}
     providers = {
@@ -76,10 +76,14 @@ def server(
         "colorize_image": "rep", "estimate_depth": "rep", "upscale_image": "rep",
         "music": "falq", "deblur_image": "rep", "remove_object": "rep",
     }  # fmt: skip
-    settings = make_settings(
-        tmp_path_factory.mktemp("predictions"), providers=providers, engines=engines
-    )
-    srv = ThreadedServer(settings)
+    return make_settings(data_dir, providers=providers, engines=engines)
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, platforms: tuple[FakeReplicate, FakeFal]
+) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(platform_settings(tmp_path_factory.mktemp("predictions"), platforms))
     yield srv
     srv.stop()
 
@@ -124,6 +128,13 @@ async def fetch(client: httpx.AsyncClient, url: str, server: ThreadedServer) -> 
     return resp.content
 
 
+async def until(condition: Callable[[], object], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never met"
+        await asyncio.sleep(0.02)
+
+
 def no_platform_url(body: dict[str, Any], *platforms: FakeReplicate | FakeFal) -> None:
     text = json.dumps(body)
     for platform in platforms:
@@ -165,6 +176,7 @@ async def test_animation_ends_by_webhook_and_a_forged_webhook_is_refused(
     assert done["status"] == "COMPLETED", done
     rec = rep.last()
     assert rec.ended_by_webhook
+    await until(lambda: len(rep.webhook_answers) == 2)
     assert rep.webhook_answers == [401, 200]  # the forgery first, then the real one
     assert rec.input["first_frame_image"].startswith("data:image/png;base64,")
     video = await fetch(client, done["result"]["videoUrl"], server)
@@ -235,6 +247,54 @@ async def test_3d_model_from_a_photo_and_the_timeout_cancels_upstream(
     assert done["error_code"] == "TIMEOUT"
     assert done["refund"]["amount_sats"] == 1600
     assert rep.last().canceled_by_client  # not paid for upstream any longer
+
+
+async def test_a_restart_takes_up_the_running_prediction_instead_of_running_it_twice(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    settings = platform_settings(tmp_path / "data", platforms)
+    rep.script = Script(outcome="never")
+    before = set(rep.records)
+    first = ThreadedServer(settings)
+    try:
+        async with httpx.AsyncClient(base_url=first.url, timeout=30) as client:
+            resp = await paid(client, "generate-video", {"prompt": "a long take", "duration": 5})
+            assert resp.status_code == 202, resp.text
+            job_id = resp.json()["job_id"]
+            await until(lambda: set(rep.records) - before and rep.last().polls >= 2)
+        rec = rep.last()
+        made = len(rep.records)
+    finally:
+        first.stop()
+    # Shutdown left the job running, unrefunded, with what resumes it.
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+        status, state = conn.execute(
+            "SELECT status, resume_json FROM jobs WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        refunds = conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0]
+    assert status == "IN_PROGRESS" and refunds == 0
+    assert json.loads(state)["prediction_id"] == rec.id
+    assert not rec.canceled_by_client  # the prediction went on upstream
+    rec.script = Script(outputs=lambda: [mp4(5.0)], starting_polls=0, processing_polls=0)
+
+    second = ThreadedServer(settings)
+    try:
+        async with httpx.AsyncClient(base_url=second.url, timeout=30) as client:
+            url = f"/api/l402/job-status?requestId={job_id}"
+            for _ in range(300):
+                done = (await client.get(url)).json()
+                if done["status"] != "IN_PROGRESS":
+                    break
+                await asyncio.sleep(0.02)
+            assert done["status"] == "COMPLETED", done
+            video = await fetch(client, done["result"]["videoUrl"], second)
+            assert audio_duration_s(video) == pytest.approx(5.0)
+    finally:
+        second.stop()
+    assert len(rep.records) == made  # waited for, never made a second time
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] == 0
 
 
 # -- sync image operations (Replicate, Prefer: wait) --------------------------------------
@@ -366,6 +426,7 @@ async def test_music_on_fal_by_webhook_with_a_forgery_refused(
     falq.script = Script(outputs=lambda: [wav(20.0)], by_webhook=True, forged_webhook=True)
     resp = await paid(client, "generate-music", {"prompt": "ambient pads", "duration": 20})
     assert resp.status_code == 200, resp.text
+    await until(lambda: len(falq.webhook_answers) == 2)
     assert falq.last().ended_by_webhook and falq.webhook_answers == [401, 200]
     audio = await fetch(client, resp.json()["audioUrl"], server)
     assert audio_duration_s(audio) == pytest.approx(20.0)

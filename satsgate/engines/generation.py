@@ -22,6 +22,24 @@ def no_progress(_progress: float, _message: str) -> None:
 
 
 @dataclass(frozen=True)
+class SavedPrediction:
+    provider: str  # the operator's [providers.NAME] that made it
+    prediction_id: str
+    handle: Mapping[str, str]  # platform-specific (fal's status/result/cancel URLs)
+
+
+class PredictionCheckpoint(Protocol):
+    """Where a job keeps the prediction it started, so a restart waits for the same
+    prediction instead of making a second one (the service builds it from
+    ServiceContext.job_state). An engine that finds a saved prediction of its own
+    resumes it; it saves each prediction it makes right after making it."""
+
+    async def load(self) -> SavedPrediction | None: ...
+
+    async def save(self, prediction: SavedPrediction) -> None: ...
+
+
+@dataclass(frozen=True)
 class MediaFile:
     """One output, downloaded: its bytes and the file extension it is stored under."""
 
@@ -42,6 +60,7 @@ class VideoRequest:
     model_name: str | None = None
     call_id: str = ""
     progress: ProgressFn = no_progress
+    checkpoint: PredictionCheckpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,7 @@ class Model3dRequest:
     model_name: str | None = None
     call_id: str = ""
     progress: ProgressFn = no_progress
+    checkpoint: PredictionCheckpoint | None = None
 
 
 # The image operations a platform model does on one image.

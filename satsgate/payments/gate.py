@@ -35,7 +35,7 @@ from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
-from satsgate.services.base import ServiceContext, Votes
+from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.store import PaymentRepository, Store
 
 
@@ -54,7 +54,9 @@ class HandlerResources:
     votes: Votes
     engines: Engines
 
-    def for_call(self, call_id: str, progress: Progress | None = None) -> ServiceContext:
+    def for_call(
+        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+    ) -> ServiceContext:
         return ServiceContext(
             progress=progress or _no_progress,
             call_id=call_id,
@@ -64,6 +66,7 @@ class HandlerResources:
             cpu=self.cpu,
             votes=self.votes,
             engines=self.engines,
+            job_state=job_state or NO_JOB_STATE,
         )
 
 
@@ -109,6 +112,7 @@ class Gate:
         self.execute_credential = spender.execute_credential
         self.execute_deduplicated = spender.execute_deduplicated
         self.refund_orphaned_job = spender.refund_orphaned_job
+        self.resume_job = spender.resume_job
 
 
 def build_gate(

@@ -29,6 +29,7 @@ from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
+    JobState,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
@@ -102,11 +103,25 @@ class JobQueue(Protocol):
 
     def accepted_headers(self, job: Job) -> dict[str, str]: ...
 
+    def state_for(self, payment_id: str) -> JobState:
+        """The job's resume state (ServiceContext.job_state)."""
+        ...
+
+    def suspended(self, payment_id: str) -> bool:
+        """Whether shutdown is putting this payment's job aside for the next start."""
+        ...
+
+    async def adopt(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
+        """Run the work of an existing job row (taken up after a restart)."""
+        ...
+
 
 class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
-    def for_call(self, call_id: str, progress: Progress | None = None) -> ServiceContext: ...
+    def for_call(
+        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+    ) -> ServiceContext: ...
 
 
 class Spender:
@@ -289,6 +304,8 @@ class Spender:
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
             raise ApiError(exc.code, exc.message, refund=refund) from exc
         except asyncio.CancelledError:
+            if self._jobs.suspended(payment.payment_id):
+                raise  # shutdown keeps this job for the next start: nothing is owed yet
             # The client went away mid-call; the money is still owed back.
             await asyncio.shield(
                 self._refund_after_spend(payment, payment.amount_msat, "call cancelled")
@@ -321,8 +338,38 @@ class Spender:
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
     ) -> ServiceResult:
+        work, refund = self._job_work(payment, spec, params, price_msat)
+        job = await self._jobs.submit(
+            payment_id=payment.payment_id,
+            service=spec.slug,
+            job_type=spec.job_type or spec.slug,
+            work=work,
+            refund_on_failure=refund,
+        )
+        return ServiceResult(
+            self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
+        )
+
+    async def resume_job(self, job: Job, spec: AnySpec, params: BaseModel) -> bool:
+        """Take up, after a restart, a job whose resume state names a remote prediction:
+        its handler runs again with the saved params and finds the prediction (it is
+        waited for, not made again). False when the payment is not spent (nothing to
+        resume: the orphan path answers it)."""
+        payment = await self._payments.get(job.payment_id)
+        if payment is None or payment.status is not PaymentStatus.SPENT:
+            return False
+        work, refund = self._job_work(payment, spec, params, spec.quote_sats(params) * 1000)
+        await self._jobs.adopt(job, work, refund)
+        return True
+
+    def _job_work(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> tuple[JobWork, FailureRefund]:
         async def work(report: Progress) -> dict[str, Any]:
-            ctx = self._contexts.for_call(payment.payment_id, progress=report)
+            ctx = self._contexts.for_call(
+                payment.payment_id, progress=report,
+                job_state=self._jobs.state_for(payment.payment_id),
+            )
             result = await self._run_handler(payment, spec, params, price_msat, ctx)
             if isinstance(result.body, dict):
                 return result.body
@@ -334,16 +381,7 @@ class Spender:
                 issued = await self._refunds.latest_refund(payment.payment_id)
             return issued
 
-        job = await self._jobs.submit(
-            payment_id=payment.payment_id,
-            service=spec.slug,
-            job_type=spec.job_type or spec.slug,
-            work=work,
-            refund_on_failure=refund,
-        )
-        return ServiceResult(
-            self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
-        )
+        return work, refund
 
     async def refund_orphaned_job(self, job: Job) -> dict[str, Any] | None:
         """Refund in full the payment of a job a restart interrupted."""

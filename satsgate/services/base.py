@@ -62,6 +62,26 @@ class Votes(Protocol):
         ...
 
 
+class JobState(Protocol):
+    """A job's resume state: what a restart needs to take the job up again (the params,
+    a remote prediction's id). Saved while the job runs, dropped when it ends."""
+
+    async def load(self) -> dict[str, Any] | None: ...
+
+    async def save(self, state: dict[str, Any]) -> None: ...
+
+
+class _NoJobState:
+    async def load(self) -> dict[str, Any] | None:
+        return None
+
+    async def save(self, state: dict[str, Any]) -> None:
+        return None
+
+
+NO_JOB_STATE: JobState = _NoJobState()
+
+
 @dataclass
 class ServiceContext:
     call_id: str
@@ -74,6 +94,9 @@ class ServiceContext:
     engines: Engines
     # Progress of a job (0..100, message); a no-op for synchronous calls.
     progress: Callable[[float, str], None]
+    # What resumes this job after a restart (a remote prediction's id); for synchronous
+    # calls nothing is kept (load gives None, save does nothing).
+    job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within

@@ -7,10 +7,44 @@ from __future__ import annotations
 import asyncio
 import io
 import math
+from typing import Any
+
+from pydantic import BaseModel
 
 from satsgate.engines import EngineError
+from satsgate.engines.generation import SavedPrediction
+from satsgate.services.base import JobState
 from satsgate.services.common import IMAGE_MAX_BYTES, decode_file
 from satsgate.services.media import MediaError, audio_duration_s
+
+
+class JobCheckpoint:
+    """A job's PredictionCheckpoint in its resume state (ServiceContext.job_state): the
+    params the handler runs again with after a restart, and the prediction it waits for."""
+
+    def __init__(self, state: JobState, params: BaseModel) -> None:
+        self._state = state
+        self._params = params
+
+    async def load(self) -> SavedPrediction | None:
+        saved: dict[str, Any] | None = await self._state.load()
+        if not saved or not saved.get("prediction_id"):
+            return None
+        return SavedPrediction(
+            str(saved["provider"]), str(saved["prediction_id"]),
+            {str(k): str(v) for k, v in dict(saved.get("handle") or {}).items()},
+        )
+
+    async def save(self, prediction: SavedPrediction) -> None:
+        await self._state.save(
+            {
+                "params": self._params.model_dump(mode="json"),
+                "provider": prediction.provider,
+                "prediction_id": prediction.prediction_id,
+                "handle": dict(prediction.handle),
+            }
+        )
+
 
 # An output is "far" from the asked duration outside [asked / 2 - 1 s, asked * 2 + 2 s]:
 # platforms round to the lengths their model renders (5 or 10 s), never by half.

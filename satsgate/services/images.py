@@ -61,7 +61,13 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
-from satsgate.services.generated import decoded, depth_maps, image_size, to_png
+from satsgate.services.generated import (
+    JobCheckpoint,
+    decoded,
+    depth_maps,
+    image_size,
+    to_png,
+)
 from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price, image_price_sats
 from satsgate.services.routing import auto_image_model
 
@@ -697,7 +703,8 @@ async def generate_3d(ctx: ServiceContext, params: Generate3dParams) -> ServiceR
     model = await ctx.engines.run(
         "3d", Model3dEngine,
         lambda engine, name: engine.generate_model(
-            Model3dRequest(params.prompt, image, name, ctx.call_id, ctx.progress)
+            Model3dRequest(params.prompt, image, name, ctx.call_id, ctx.progress,
+                           JobCheckpoint(ctx.job_state, params))
         ),
         model_id=params.chosen_model,
     )

@@ -27,7 +27,12 @@ from satsgate.services.common import (
     image_field,
     prevalidate,
 )
-from satsgate.services.generated import billed_seconds, checked_duration, decoded
+from satsgate.services.generated import (
+    JobCheckpoint,
+    billed_seconds,
+    checked_duration,
+    decoded,
+)
 from satsgate.services.media import MediaError, audio_duration_s
 from satsgate.services.pricing import VIDEO_SATS_PER_SECOND, video_msat
 
@@ -112,6 +117,7 @@ async def _video(
                 generate_audio=params.generate_audio, image=image,
                 reference_image=reference_image, reference_audio=reference_audio, mode=mode,
                 model_name=name, call_id=ctx.call_id, progress=ctx.progress,
+                checkpoint=JobCheckpoint(ctx.job_state, params),
             )
         ),
         model_id=model,

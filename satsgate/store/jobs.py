@@ -83,3 +83,40 @@ class JobRepository:
 
     async def in_progress(self) -> list[Job]:
         return await self._db.run_sync(lambda conn: _jobs_where(conn, "status = 'IN_PROGRESS'", ()))
+
+    async def save_resume(self, payment_id: str, state: dict[str, Any], now: int) -> bool:
+        """Record what resumes the IN_PROGRESS job of ``payment_id`` after a restart."""
+        cur = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE jobs SET resume_json = ?, updated_at = ?"
+                " WHERE payment_id = ? AND status = 'IN_PROGRESS'",
+                (json_or_none(state), now, payment_id),
+            )
+        )
+        return cur.rowcount == 1
+
+    async def resume_state(self, payment_id: str) -> dict[str, Any] | None:
+        """The resume state of the IN_PROGRESS job of ``payment_id``, if one was saved."""
+        rows = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT resume_json FROM jobs WHERE payment_id = ? AND status = 'IN_PROGRESS'"
+                " AND resume_json IS NOT NULL",
+                (payment_id,),
+            ).fetchall()
+        )
+        return dict(json.loads(rows[0][0])) if rows else None
+
+    async def resumable(self) -> list[tuple[Job, dict[str, Any]]]:
+        """IN_PROGRESS jobs with a resume state, and that state."""
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Job, dict[str, Any]]]:
+            states = dict(
+                conn.execute(
+                    "SELECT job_id, resume_json FROM jobs WHERE status = 'IN_PROGRESS'"
+                    " AND resume_json IS NOT NULL"
+                ).fetchall()
+            )
+            jobs = _jobs_where(conn, "status = 'IN_PROGRESS' AND resume_json IS NOT NULL", ())
+            return [(job, dict(json.loads(states[job.job_id]))) for job in jobs]
+
+        return await self._db.run_sync(read)

@@ -49,7 +49,9 @@ from satsgate.engines.generation import (
     MediaFile,
     Model3dRequest,
     MusicRequest,
+    PredictionCheckpoint,
     ProgressFn,
+    SavedPrediction,
     VideoRequest,
 )
 from satsgate.engines.image_generation import (
@@ -334,16 +336,30 @@ class PredictionProvider:
         return shaped
 
     async def run(
-        self, model: str, inputs: dict[str, Any], call_id: str, progress: ProgressFn
+        self, model: str, inputs: dict[str, Any], call_id: str, progress: ProgressFn,
+        checkpoint: PredictionCheckpoint | None = None,
     ) -> list[MediaFile]:
-        """Create a prediction, wait for its end, download its outputs."""
-        prediction = await self.create(model, inputs, call_id)
+        """Create a prediction (or, with a checkpoint that holds one of this provider's,
+        take it up again), wait for its end, download its outputs."""
+        saved = await checkpoint.load() if checkpoint is not None else None
+        if saved is not None and saved.provider == self.config.name:
+            log.info("%s: resuming prediction %s", self.KIND, saved.prediction_id)
+            prediction = Prediction(saved.prediction_id, "running", handle=dict(saved.handle))
+        else:
+            prediction = await self.create(model, inputs, call_id)
+            if checkpoint is not None:
+                await checkpoint.save(
+                    SavedPrediction(self.config.name, prediction.id, dict(prediction.handle))
+                )
         watch = self._watches.setdefault(prediction.id, _Watch())
         deadline = time.monotonic() + self.max_wait_s
         try:
             prediction = await self._await_end(prediction, watch, deadline, progress)
         except asyncio.CancelledError:
-            await asyncio.shield(self._cancel_quietly(prediction))
+            # A job with a checkpoint is cancelled only by shutdown, which keeps it for
+            # the next start: its prediction must go on. Anything else is abandoned.
+            if checkpoint is None:
+                await asyncio.shield(self._cancel_quietly(prediction))
             raise
         finally:
             self._watches.pop(prediction.id, None)
@@ -531,7 +547,7 @@ class PredictionProvider:
             "reference_audio": await self.file_input(request.reference_audio),
         }
         files = await self.run(model, self.shape_input(model, fields), request.call_id,
-                               request.progress)
+                               request.progress, request.checkpoint)
         return _first(files, ("mp4", "webm", "mov"), "a video")
 
     async def generate_music(self, request: MusicRequest) -> MediaFile:
@@ -556,7 +572,7 @@ class PredictionProvider:
             "image": await self.file_input(request.image),
         }
         files = await self.run(model, self.shape_input(model, fields), request.call_id,
-                               request.progress)
+                               request.progress, request.checkpoint)
         return _first(files, ("glb",), "a GLB model")
 
     async def process_image(self, request: ImageOpRequest) -> ImageOpResult:

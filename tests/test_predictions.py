@@ -24,7 +24,7 @@ from PIL import Image
 
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
-from satsgate.engines.generation import MusicRequest
+from satsgate.engines.generation import MusicRequest, SavedPrediction, VideoRequest
 from satsgate.engines.image_generation import ImageEditRequest, ImageGenerationRequest
 from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
 from satsgate.engines.providers.predictions import data_uri
@@ -216,6 +216,8 @@ async def test_a_failed_video_job_is_refunded(
     assert done["status"] == "FAILED", done
     assert done["error_code"] == code
     assert done["refund"]["amount_sats"] == 2000
+    if code == "OUTPUT_DURATION_INSANE":
+        assert done["output_duration_seconds"] == 1.0
     assert "replicate" not in done["error"].lower()
     no_platform_url(done, *platforms)
 
@@ -569,5 +571,41 @@ async def test_a_bad_key_is_a_service_error_that_may_fall_back(
         with pytest.raises(EngineError) as failed:
             await provider.generate_music(MusicRequest("x", 15, model_name="minimax/music-1.5"))
         assert failed.value.code == "SERVICE_ERROR" and failed.value.may_fall_back
+    finally:
+        await provider.aclose()
+
+
+class MemoryCheckpoint:
+    def __init__(self, saved: SavedPrediction | None = None) -> None:
+        self.saved = saved
+
+    async def load(self) -> SavedPrediction | None:
+        return self.saved
+
+    async def save(self, prediction: SavedPrediction) -> None:
+        self.saved = prediction
+
+
+async def test_a_checkpoint_resumes_only_its_own_providers_prediction(
+    platforms: tuple[FakeReplicate, FakeFal],
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(outputs=lambda: [mp4(5.0)])
+    provider = _provider("replicate", rep.url, API_KEY)
+    try:
+        checkpoint = MemoryCheckpoint()
+        request = VideoRequest("a pan", 5, "768p", model_name="minimax/hailuo-02",
+                               checkpoint=checkpoint)
+        await provider.generate_video(request)
+        assert checkpoint.saved is not None and checkpoint.saved.prediction_id == rep.last().id
+        made = len(rep.records)
+        again = await provider.generate_video(request)  # resumes the finished prediction
+        assert len(rep.records) == made and audio_duration_s(again.data) == pytest.approx(5.0)
+        elsewhere = MemoryCheckpoint(SavedPrediction("another", "p_x", {}))
+        with pytest.raises(EngineError) as lost:
+            await provider.generate_video(
+                VideoRequest("a pan", 5, "768p", model_name="m", checkpoint=elsewhere)
+            )
+        assert lost.value.may_fall_back and len(rep.records) == made
     finally:
         await provider.aclose()

@@ -302,7 +302,8 @@ class Spender:
             raise
         except EngineError as exc:
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            raise ApiError(exc.code, exc.message, refund=refund) from exc
+            # The engine's envelope fields (output_duration_seconds ...) reach the caller.
+            raise ApiError(exc.code, exc.message, extra=dict(exc.extra), refund=refund) from exc
         except asyncio.CancelledError:
             if self._jobs.suspended(payment.payment_id):
                 raise  # shutdown keeps this job for the next start: nothing is owed yet

@@ -342,7 +342,14 @@ class PredictionProvider:
         """Create a prediction (or, with a checkpoint that holds one of this provider's,
         take it up again), wait for its end, download its outputs."""
         saved = await checkpoint.load() if checkpoint is not None else None
-        if saved is not None and saved.provider == self.config.name:
+        if saved is not None and saved.provider != self.config.name:
+            # Another provider of the chain made it: that one takes it up. A job is never
+            # run a second time elsewhere (no binding took it up: refunded).
+            raise EngineError(
+                "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded.",
+                may_fall_back=True,
+            )
+        if saved is not None:
             log.info("%s: resuming prediction %s", self.KIND, saved.prediction_id)
             prediction = Prediction(saved.prediction_id, "running", handle=dict(saved.handle))
         else:

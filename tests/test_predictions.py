@@ -148,18 +148,19 @@ async def test_video_succeeds_by_polling_and_is_served_from_satsgate(
     client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
 ) -> None:
     rep, _ = platforms
-    rep.script = Script(outputs=lambda: [mp4(5.0)], starting_polls=2, processing_polls=3)
+    # The model renders 6 s where 5 are asked: the clip is sane, charged as asked.
+    rep.script = Script(outputs=lambda: [mp4(6.0)], starting_polls=2, processing_polls=3)
     done = await run_job(client, "generate-video", {"prompt": "waves at dusk", "duration": 5})
     assert done["status"] == "COMPLETED", done
     result = done["result"]
     video = await fetch(client, result["videoUrl"], server)
-    assert audio_duration_s(video) == pytest.approx(5.0)
-    assert result["durationSeconds"] == pytest.approx(5.0) and result["format"] == "mp4"
+    assert audio_duration_s(video) == pytest.approx(6.0)
+    assert result["durationSeconds"] == pytest.approx(6.0) and result["format"] == "mp4"
     assert result["billing"] == {"seconds": 5, "sats": 1250}
     no_platform_url(done, *platforms)
     rec = rep.last()
     assert rec.model == "minimax/hailuo-02" and not rec.ended_by_webhook
-    assert rec.input == {"prompt": "waves at dusk", "duration": 5, "resolution": "768p"}
+    assert rec.input == {"prompt": "waves at dusk", "duration": 6, "resolution": "768p"}
     assert rec.polls >= 6  # starting (2), processing (3), then succeeded
     assert rec.webhook is not None and rec.webhook.endswith("/api/webhooks/replicate/rep")
     assert done["_progress"] and max(done["_progress"]) >= 1

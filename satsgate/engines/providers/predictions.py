@@ -290,6 +290,11 @@ class PredictionProvider:
         stored = await self._inputs.save(data, sniff_ext(data), ttl_s=INPUT_URL_TTL_S)
         return stored.url
 
+    async def _webhook_target(self) -> str | None:
+        """The webhook URL to ask for, once the means to verify its calls are at hand;
+        None: poll only."""
+        return None
+
     def webhook_url(self) -> str | None:
         if not self.webhooks:
             return None
@@ -352,6 +357,8 @@ class PredictionProvider:
         if saved is not None:
             log.info("%s: resuming prediction %s", self.KIND, saved.prediction_id)
             prediction = Prediction(saved.prediction_id, "running", handle=dict(saved.handle))
+            if prediction.handle.get("webhook"):
+                await self._webhook_target()  # its verification key, read once per process
         else:
             prediction = await self.create(model, inputs, call_id)
             if checkpoint is not None:

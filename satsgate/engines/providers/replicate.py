@@ -110,8 +110,15 @@ class ReplicateProvider(PredictionProvider):
 
     def shape_input(self, model: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         shaped = super().shape_input(model, fields)
-        if model.split(":")[0] == "firtoz/trellis" and isinstance(shaped.get("images"), str):
+        base = model.split(":")[0]
+        if base == "firtoz/trellis" and isinstance(shaped.get("images"), str):
             shaped["images"] = [shaped["images"]]  # trellis takes a list of views
+        if base == "minimax/hailuo-02":
+            # It renders 6 or 10 s, at 512p, 768p or 1080p (the spec's 2K).
+            if "duration" in shaped:
+                shaped["duration"] = 10 if int(shaped["duration"]) > 8 else 6
+            if shaped.get("resolution") == "2K":
+                shaped["resolution"] = "1080p"
         return shaped
 
     # -- predictions --------------------------------------------------------------------

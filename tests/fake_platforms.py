@@ -133,6 +133,7 @@ class FakePlatform:
         self._thread.start()
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sender: httpx.AsyncClient | None = None  # webhooks, made in the fake's loop
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
 
     def routes(self, app: web.Application) -> None:
@@ -150,6 +151,8 @@ class FakePlatform:
         async def down() -> None:
             for task in list(self._tasks):
                 task.cancel()
+            if self._sender is not None:
+                await self._sender.aclose()
             if self._runner is not None:
                 await self._runner.cleanup()
 
@@ -188,12 +191,13 @@ class FakePlatform:
         task.add_done_callback(self._tasks.discard)
 
     async def _post_webhook(self, url: str, body: bytes, headers: dict[str, str]) -> None:
-        async with httpx.AsyncClient(timeout=10) as client:
-            try:
-                resp = await client.post(url, content=body, headers=headers)
-                self.webhook_answers.append(resp.status_code)
-            except httpx.HTTPError:
-                self.webhook_answers.append(0)
+        if self._sender is None:
+            self._sender = httpx.AsyncClient(timeout=10)
+        try:
+            resp = await self._sender.post(url, content=body, headers=headers)
+            self.webhook_answers.append(resp.status_code)
+        except httpx.HTTPError:
+            self.webhook_answers.append(0)
 
     def advance(self, rec: Record) -> None:
         """One poll: the scripted status for the poll count."""

@@ -66,6 +66,7 @@ from satsgate.files import FileStore
 log = logging.getLogger(__name__)
 
 DATA_URI_MAX_BYTES = 256 * 1024
+EARLY_WEBHOOKS_KEPT = 1000
 INPUT_URL_TTL_S = 3600
 
 Status = Literal["queued", "running", "succeeded", "failed", "canceled"]
@@ -235,6 +236,7 @@ class PredictionProvider:
             timeout=httpx.Timeout(config.timeout_s, connect=10.0), follow_redirects=True
         )
         self._watches: dict[str, _Watch] = {}
+        self._early: dict[str, Prediction] = {}  # webhooks that came before their run waited
         self.input_files = str(opts.get("input_files", "auto"))
         if self.input_files not in ("auto", "url", "data_uri"):
             raise EngineConfigError(
@@ -311,11 +313,17 @@ class PredictionProvider:
         if prediction is None:
             return 401
         watch = self._watches.get(prediction.id)
-        if watch is not None:
-            previous = watch.state
-            if previous is None or not previous.terminal:
-                watch.state = prediction
-                watch.event.set()
+        if watch is None:
+            # It may have come before the create call's answer: kept a while for the run
+            # that is about to wait on it (genuine webhooks only, a bounded number).
+            self._early[prediction.id] = prediction
+            while len(self._early) > EARLY_WEBHOOKS_KEPT:
+                self._early.pop(next(iter(self._early)))
+            return 200
+        previous = watch.state
+        if previous is None or not previous.terminal:
+            watch.state = prediction
+            watch.event.set()
         return 200
 
     # -- one run ------------------------------------------------------------------------
@@ -366,6 +374,10 @@ class PredictionProvider:
                     SavedPrediction(self.config.name, prediction.id, dict(prediction.handle))
                 )
         watch = self._watches.setdefault(prediction.id, _Watch())
+        early = self._early.pop(prediction.id, None)
+        if early is not None:
+            watch.state = early
+            watch.event.set()
         deadline = time.monotonic() + self.max_wait_s
         try:
             prediction = await self._await_end(prediction, watch, deadline, progress)

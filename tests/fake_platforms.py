@@ -98,6 +98,9 @@ class Script:
     by_webhook: bool = False  # the end comes by webhook only; polls stay "processing"
     webhook_after_s: float = 0.3
     forged_webhook: bool = False  # a webhook with a wrong signature comes first
+    # The end comes by a webhook sent before the create call is answered, as a fast
+    # model's can; polls keep saying "processing".
+    early_webhook: bool = False
     poll_errors: list[int] = field(default_factory=list)  # statuses of the first polls
     create_error: int | None = None  # the create answers this status
     sync: bool = False  # done within the create (Prefer: wait)
@@ -284,6 +287,12 @@ class FakeReplicate(FakePlatform):
         await self.fetch_inputs(rec)
         if script.sync:
             self.end(rec)
+        elif script.early_webhook and rec.webhook:
+            answer = self.doc(rec)  # the create's answer: still starting
+            self.end(rec)
+            rec.ended_by_webhook = True
+            await self.send_webhook(rec.webhook, self.doc(rec))
+            return web.json_response(answer, status=201)
         elif rec.webhook and script.by_webhook and "completed" in body.get(
             "webhook_events_filter", ["completed"]
         ):
@@ -321,7 +330,10 @@ class FakeReplicate(FakePlatform):
             status = rec.script.poll_errors.pop(0)
             return self._problem(status, "Overloaded.", **{"Retry-After": "0"})
         self.advance(rec)
-        return web.json_response(self.doc(rec))
+        doc = self.doc(rec)
+        if rec.script.early_webhook:  # polls lag behind: only the webhook can end it
+            doc.update(status="processing", output=None, completed_at=None)
+        return web.json_response(doc)
 
     async def _cancel(self, request: web.Request) -> web.Response:
         rec = self.records.get(request.match_info["id"])

@@ -184,6 +184,16 @@ async def test_animation_ends_by_webhook_and_a_forged_webhook_is_refused(
     assert audio_duration_s(video) == pytest.approx(6.0)  # the genuine output, not the forged
 
 
+async def test_a_webhook_that_comes_before_the_create_answer_ends_the_job(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(outputs=lambda: [mp4(6.0)], early_webhook=True)
+    done = await run_job(client, "generate-video", {"prompt": "a quick one", "duration": 5})
+    assert done["status"] == "COMPLETED", done
+    assert rep.last().ended_by_webhook and rep.last().status == "succeeded"
+
+
 async def test_a_shorter_clip_is_charged_for_its_seconds(
     client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
 ) -> None:

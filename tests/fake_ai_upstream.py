@@ -3,8 +3,9 @@ OpenAI-compatible API (under ``/v1``) and the Anthropic Messages API (under
 ``/anthropic/v1``), one aiohttp app in a thread of its own.
 
 Written from the providers' references (docs in the shared providers notes): paths; auth
-(``Authorization: Bearer`` for OpenAI; ``x-api-key`` plus ``anthropic-version`` for
-Anthropic); JSON bodies and multipart uploads as the official SDKs send them; error
+(``Authorization: Bearer`` for OpenAI; ``x-api-key`` or ``Authorization: Bearer``,
+plus ``anthropic-version``, for Anthropic); JSON bodies and multipart uploads as the
+official SDKs send them; error
 bodies (``{"error": {message, type, param, code}}`` and ``{"type": "error", "error":
 {type, message}, "request_id"}``); 429 with ``retry-after``.
 
@@ -331,7 +332,10 @@ class FakeAIUpstream:
 
     async def _messages(self, request: web.Request) -> web.Response:
         seen = await self._record(request)
-        if seen.headers.get("x-api-key") != ANTHROPIC_KEY:
+        # The key comes as x-api-key, or (the alternative the API documents, and what the
+        # SDK 2.14 sends for an API key) as Authorization: Bearer.
+        keys = {seen.headers.get("x-api-key"), seen.headers.get("authorization", "")[7:]}
+        if ANTHROPIC_KEY not in keys:
             return _anthropic_error(401, "authentication_error", "invalid x-api-key")
         if not seen.headers.get("anthropic-version"):
             return _anthropic_error(400, "invalid_request_error", "anthropic-version missing")

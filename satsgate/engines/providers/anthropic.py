@@ -162,8 +162,7 @@ class _Chat:
         extra: dict[str, Any] = {}
         if request.system:
             extra["system"] = request.system
-        if request.temperature is not None:
-            extra["temperature"] = request.temperature
+        # ``temperature`` is not sent: the SDK's Messages API takes none (2.x).
         create = self.provider.client.messages.with_raw_response.create
 
         async def call() -> Any:

@@ -37,8 +37,9 @@ MODELS = {
     "3": "fake-tts-studio", "10": "fake-whisper",
 }  # fmt: skip
 ENGINES = ("text", "vision", "image", "image_edit", "tts", "transcription", "translation",
-           "rare_translation")  # fmt: skip
+           "rare_translation", "speech_translation")  # fmt: skip
 TIMEOUT_S = 2.0
+CHAT = "/v1/chat/completions"
 
 
 def b64(data: bytes) -> str:
@@ -190,20 +191,6 @@ async def test_multilingual_ask_answers_in_the_language(
     assert fake.requests("/v1/chat/completions")[0].json["model"] == "fake-best"  # type: ignore[index]
 
 
-async def test_translate_text_through_the_chat_model(
-    ai: httpx.AsyncClient, fake: FakeAIUpstream
-) -> None:
-    resp = await paid(ai, "translate-text", {"text": "Good morning\nThe cat sleeps",
-                                             "targetLanguage": "Spanish"})
-    assert resp.status_code == 200, resp.text
-    body = resp.json()
-    assert body["translatedText"] == "buenos días\nel gato duerme"
-    assert body["sourceLanguage"] == "en" and body["targetLanguage"] == "es"
-    sent = fake.requests("/v1/chat/completions")[0].json or {}
-    assert sent["model"] == "fake-mini"  # the standard text tier when none is pinned
-    assert sent["temperature"] == 0.0
-
-
 async def test_translate_rare_language_reports_quality(ai: httpx.AsyncClient) -> None:
     resp = await paid(ai, "translate-rare-language", {"text": "Welcome", "targetLanguage": "tpi"})
     assert resp.status_code == 200, resp.text
@@ -212,6 +199,21 @@ async def test_translate_rare_language_reports_quality(ai: httpx.AsyncClient) ->
     assert body["targetLanguage"] == "tpi" and body["targetLanguageName"] == "Tok Pisin"
     assert body["quality"]["tier"] in ("unverified", "experimental")
     assert body["quality"]["chrf"] is None
+
+
+async def test_long_translation_goes_in_chunks_and_comes_back_in_order(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    paragraphs = [f"Paragraph {i} " + "word " * 300 for i in range(12)]  # ~1.5k chars each
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    resp = await paid(ai, "translate-rare-language", {"text": text, "targetLanguage": "tpi"})
+    assert resp.status_code == 200, resp.text
+    sent = fake.requests(CHAT)
+    assert 3 <= len(sent) <= 5  # 6000-character chunks, cut at paragraph breaks
+    assert all(len(s.json["messages"][-1]["content"]) <= 6000 for s in sent)  # type: ignore[index]
+    out = resp.json()["translatedText"].split("\n\n")
+    assert out == [f"[Tok] {p.strip()}" for p in paragraphs]
+    assert all(s.json["model"] == "fake-mini" for s in sent)  # type: ignore[index]
 
 
 async def test_generate_image_stores_the_image_at_the_asked_size(
@@ -338,6 +340,7 @@ async def test_transcribe_translate_transcribes_then_translates(
     assert result["translated"] is True
     system = (fake.requests("/v1/chat/completions")[0].json or {})["messages"][0]["content"]
     assert "German" in system and "Spanish" in system
+    assert (fake.requests("/v1/audio/transcriptions")[0].form["model"]) == ["fake-whisper"]
 
 
 def test_subtitles_from_segments() -> None:
@@ -353,7 +356,6 @@ def test_subtitles_from_segments() -> None:
 
 # -- failures after payment: each refunded, nothing upstream shown -------------------------
 
-CHAT = "/v1/chat/completions"
 TEXT_BODY = {"prompt": "Tell me a joke", "modelId": 31}
 
 

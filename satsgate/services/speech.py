@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
+from satsgate.engines.speech_translation import SpeechTranslationEngine, SpeechTranslationRequest
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.transcription import (
     Segment,
@@ -21,7 +22,6 @@ from satsgate.engines.transcription import (
     to_srt,
     to_vtt,
 )
-from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.services.ai_support import with_route
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
@@ -154,8 +154,12 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
         return TTS_FAMILY[a] == TTS_FAMILY[b]
 
     def accepts_model(self, model_id: int) -> bool:
-        # Voices, descriptions and emotion belong to a tier family: stay within it.
-        return TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
+        # Voices, descriptions and emotion belong to a tier family: stay within it; a
+        # request with nothing tier-specific may also run on the global tier.
+        family = TTS_FAMILY[model_id]
+        if family == TTS_FAMILY[self.choose_model()]:
+            return True
+        return family == "global" and self.voice is None and self.emotion is None
 
 
 async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceResult:
@@ -439,28 +443,23 @@ class TranscribeTranslateParams(_AudioInput):
 async def transcribe_translate(
     ctx: ServiceContext, p: TranscribeTranslateParams
 ) -> ServiceResult:
-    heard = await _transcribe(ctx, p, language=p.sourceLanguage)
-    source = p.sourceLanguage or heard.language
-    translated = source != p.targetLanguage and bool(heard.text.strip())
-    translation = heard.text
-    if translated:
-        if not ctx.engines.available("translation"):
-            raise EngineError("SERVICE_ERROR", "No translation engine runs on this node; "
-                              "the payment was refunded.")
-        ctx.progress(60, "translating")
-        request = TranslationRequest(heard.text, p.targetLanguage, source)
-        result = await ctx.engines.run(
-            "translation", TranslationEngine,
-            lambda engine, name: engine.translate(replace(request, model_name=name)),
-        )
-        translation = result.text
-        source = source or result.source_language
+    data = decode_file(p.file, "file", AUDIO_MAX_BYTES)
+    request = SpeechTranslationRequest(
+        audio=data, format=audio_format(data), target_language=p.targetLanguage,
+        source_language=p.sourceLanguage,
+    )
+    ctx.progress(5, "transcribing and translating")
+    result = await ctx.engines.run(
+        "speech_translation", SpeechTranslationEngine,
+        lambda engine, name: engine.transcribe_translate(replace(request, model_name=name)),
+        model_id=10,
+    )
     return ServiceResult({
-        "transcript": heard.text,
-        "translation": translation,
-        "sourceLanguage": source,
+        "transcript": result.transcript,
+        "translation": result.translation,
+        "sourceLanguage": result.source_language,
         "targetLanguage": p.targetLanguage,
-        "translated": translated,
+        "translated": result.translated,
     })
 
 
@@ -488,7 +487,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
-    engine="transcription",
+    engine="speech_translation",
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------

@@ -9,7 +9,8 @@ API (llama.cpp ``llama-server``, Ollama, vLLM): ``base_url`` picks which. Engine
 - ``tts``: ``POST /audio/speech``, the spec's tier voices mapped to the provider's voices;
 - ``transcription``: ``POST /audio/transcriptions`` and ``/audio/translations``
   (``verbose_json`` segments, word timestamps, names as the prompt);
-- ``translation`` / ``rare_translation``: the chat model, prompted to translate.
+- ``translation`` / ``rare_translation``: the chat model, prompted to translate;
+- ``speech_translation``: transcription, then the chat model's translation.
 
 Kind-specific keys of the ``[providers.NAME]`` table:
 
@@ -51,6 +52,7 @@ from satsgate.engines.image_generation import (
 )
 from satsgate.engines.providers import upstream
 from satsgate.engines.registry import EngineDeps
+from satsgate.engines.speech_translation import TranscribeThenTranslate
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.engines.transcription import (
     Segment,
@@ -164,9 +166,14 @@ class OpenAIProvider:
             return _Speech(self)
         if name == "transcription":
             return _Transcription(self)
-        if name in ("translation", "rare_translation"):
+        if name in ("translation", "rare_translation", "speech_translation"):
             default = default_text_model(self.config)
-            return None if default is None else ChatTranslator(_Chat(self), default)
+            if default is None:
+                return None
+            translator = ChatTranslator(_Chat(self), default)
+            if name == "speech_translation":
+                return TranscribeThenTranslate(_Transcription(self), translator)
+            return translator
         return None
 
     async def aclose(self) -> None:

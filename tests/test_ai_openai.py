@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import logging
 import wave
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -493,6 +494,21 @@ async def test_unmapped_model_is_refused_before_any_invoice(
         assert [s.json["model"] for s in fake.requests(CHAT)] == ["only-mini"] * 2  # type: ignore[index]
     finally:
         srv.stop()
+
+
+async def test_logs_name_no_upstream_address_or_key(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert (await paid(ai, "generate-text", TEXT_BODY)).status_code == 200
+    fake.fail_next(CHAT, "429")
+    assert (await paid(ai, "generate-text", TEXT_BODY)).status_code == 429
+    fake.fail_next(CHAT, "500", times=2)
+    assert (await paid(ai, "generate-text", TEXT_BODY)).status_code == 502
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "engine text (openai): upstream HTTP 429" in text  # the operator's line is there
+    for secret in (OPENAI_KEY, fake.url, f":{fake.port}", f"port={fake.port}", UPSTREAM_DETAIL):
+        assert secret not in text, secret
 
 
 async def test_wrong_key_is_a_refunded_error_that_shows_no_key(

@@ -54,8 +54,9 @@ class Settings:
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
     # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
-    # list of them, plus price_source): see satsgate/engines/config.py.
-    providers: Mapping[str, Any] = field(default_factory=dict)
+    # list of them, plus price_source): see satsgate/engines/config.py. Not in repr: the
+    # tables hold API keys.
+    providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -17,8 +17,10 @@ import httpx
 import pytest
 from PIL import Image
 
+from satsgate.engines import EngineConfigError
 from satsgate.engines.transcription import Segment, to_srt, to_vtt
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
+from tests.engines_down import engines_for
 from tests.fake_ai_upstream import (
     OPENAI_KEY,
     RETRY_AFTER,
@@ -528,3 +530,35 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
             assert "sk-wrong" not in resp.text
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("provider", "engine", "message"),
+    [
+        ({"kind": "openai", "max_retries": 5}, "text", "max_retries must be 0, 1 or 2"),
+        ({"kind": "openai", "voices": "nova"}, "tts", "voices must be a table"),
+        ({"kind": "anthropic", "max_tokens": "many"}, "text", "max_tokens must be a number"),
+        ({"kind": "anthropic"}, "tts", "cannot serve it"),
+        ({"kind": "openai", "models": {"10": "whisper"}}, "translation", "cannot serve it"),
+    ],
+)
+def test_provider_configuration_that_cannot_work_refuses_to_start(
+    tmp_path: Any, provider: dict[str, Any], engine: str, message: str
+) -> None:
+    settings = make_settings(tmp_path, providers={"p": {"models": {"31": "m"}, **provider}},
+                             engines={engine: "p"})
+    with pytest.raises(EngineConfigError, match=message):
+        engines_for(settings)
+
+
+def test_operator_sees_the_provider_callers_do_not(tmp_path: Any) -> None:
+    settings = make_settings(
+        tmp_path, providers={"cloud": {"kind": "openai", "api_key": OPENAI_KEY,
+                                       "models": {"31": "m", "10": "w"}}},
+        engines={"text": "cloud", "speech_translation": "cloud"},
+    )
+    status = engines_for(settings).status("speech_translation")
+    assert status.available and status.label == "openai via cloud"
+    assert status.public() == {"engine": "speech_translation", "available": True,
+                               "source": "provider"}
+    assert OPENAI_KEY not in repr(status) and OPENAI_KEY not in repr(settings)

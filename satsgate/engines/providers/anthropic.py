@@ -23,10 +23,10 @@ from anthropic import AsyncAnthropic
 
 from satsgate.engines.chat import ChatMessage, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
-from satsgate.engines.config import ProviderConfig
+from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers import upstream
-from satsgate.engines.providers.openai import default_text_model
+from satsgate.engines.providers.openai import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
 
@@ -84,8 +84,11 @@ class AnthropicProvider:
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
         )
-        self.retries = max(0, min(2, int(config.options.get("max_retries", 1))))
-        self.max_tokens = int(config.options.get("max_tokens", DEFAULT_MAX_TOKENS))
+        self.retries = retries_option(config)
+        max_tokens = config.options.get("max_tokens", DEFAULT_MAX_TOKENS)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise EngineConfigError(f"[providers.{config.name}] max_tokens must be a number")
+        self.max_tokens = max_tokens
 
     def engine(self, name: str) -> object | None:
         if name == "text":

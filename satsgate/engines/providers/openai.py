@@ -43,7 +43,7 @@ from openai import AsyncOpenAI
 
 from satsgate.engines.chat import ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
-from satsgate.engines.config import ProviderConfig
+from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.image_generation import (
     GeneratedImage,
@@ -143,10 +143,10 @@ class OpenAIProvider:
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
         )
-        self.retries = max(0, min(2, int(options.get("max_retries", 1))))
+        self.retries = retries_option(config)
         voices = options.get("voices", {})
         if not isinstance(voices, Mapping):
-            raise ValueError(f"[providers.{config.name}] voices must be a table")
+            raise EngineConfigError(f"[providers.{config.name}] voices must be a table")
         self.voices = {str(k): str(v) for k, v in voices.items()}
         self.transcription_format = str(options.get("transcription_format", "verbose_json"))
         self.image_sizes = options.get("image_sizes")
@@ -198,6 +198,14 @@ class OpenAIProvider:
         resp = await self._http.get(url)
         resp.raise_for_status()
         return resp.content
+
+
+def retries_option(config: ProviderConfig) -> int:
+    """``max_retries``: 0, 1 (default) or 2 repeats of a failed idempotent request."""
+    value = config.options.get("max_retries", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2:
+        raise EngineConfigError(f"[providers.{config.name}] max_retries must be 0, 1 or 2")
+    return value
 
 
 def default_text_model(config: ProviderConfig) -> str | None:

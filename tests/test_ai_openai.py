@@ -249,7 +249,9 @@ async def test_edit_image_uploads_multipart_and_returns_the_edit(
     assert body["imageUrl"].split("?")[0].endswith(".jpeg")
     with Image.open(io.BytesIO(base64.b64decode(body["base64Image"]))) as img:
         assert img.format == "JPEG" and img.size == (20, 10)
-        r, g, b = img.convert("RGB").getpixel((10, 5))
+        pixel = img.convert("RGB").getpixel((10, 5))
+        assert isinstance(pixel, tuple)
+        r, g, b = pixel
         assert abs(r - 245) < 6 and abs(g - 235) < 6 and abs(b - 225) < 6
     (seen,) = fake.requests("/v1/images/edits")
     assert seen.form["model"] == ["fake-image-edit"]

@@ -132,7 +132,7 @@ async def test_generate_text_sends_mapped_model_and_key_and_returns_the_answer(
     assert seen.headers["authorization"] == f"Bearer {OPENAI_KEY}"
     sent = seen.json or {}
     assert sent["model"] == "fake-mini"
-    assert sent["max_completion_tokens"] == 50
+    assert sent["max_tokens"] == 50  # what compatible servers take (not api.openai.com)
     system = sent["messages"][0]
     assert system["role"] == "system" and system["content"].startswith("Be brief.")
     assert "<document>\nA red report.\n</document>" in system["content"]
@@ -474,7 +474,8 @@ async def test_unmapped_model_is_refused_before_any_invoice(
     settings = make_settings(
         tmp_path_factory.mktemp("ai-mini"),
         providers={"mini": {"kind": "openai", "base_url": f"{fake.url}/v1",
-                            "api_key": OPENAI_KEY, "models": {"31": "only-mini"}}},
+                            "api_key": OPENAI_KEY, "models": {"31": "only-mini"},
+                            "max_tokens_field": "max_completion_tokens"}},
         engines={"text": "mini"},
     )
     srv = ThreadedServer(settings)
@@ -489,13 +490,15 @@ async def test_unmapped_model_is_refused_before_any_invoice(
             resp = await client.post("/api/l402/generate-text",
                                      json={"prompt": "analyze this proof", "model": "auto"})
             assert resp.status_code == 402
-            resp = await paid(client, "generate-text", {"prompt": "x"})
+            resp = await paid(client, "generate-text", {"prompt": "x", "maxTokens": 7})
             assert resp.status_code == 200, resp.text
             assert resp.headers["X-Route-Model"] == "31"
             resp = await paid(client, "generate-text",
                               {"prompt": "prove it step by step", "model": "auto"})
             assert resp.status_code == 200 and resp.headers["X-Route-Model"] == "31"
-        assert [s.json["model"] for s in fake.requests(CHAT)] == ["only-mini"] * 2  # type: ignore[index]
+        sent = [s.json or {} for s in fake.requests(CHAT)]
+        assert [s["model"] for s in sent] == ["only-mini"] * 2
+        assert sent[0]["max_completion_tokens"] == 7 and "max_tokens" not in sent[0]
     finally:
         srv.stop()
 

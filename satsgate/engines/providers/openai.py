@@ -21,7 +21,10 @@ Kind-specific keys of the ``[providers.NAME]`` table:
   ``json`` (text only, for models that take nothing else);
 - ``image_sizes``: ``"openai"`` (default for ``dall-e-*`` and ``gpt-image-*`` model
   names: the nearest size those models take) or ``"exact"`` (the caller's size as asked);
-- ``max_retries``: retries of a failed idempotent request (default 1, at most 2).
+- ``max_retries``: retries of a failed idempotent request (default 1, at most 2);
+- ``max_tokens_field``: how the answer's limit is sent: ``max_completion_tokens``
+  (default for api.openai.com) or ``max_tokens`` (default for every other base_url:
+  OpenRouter, Groq, llama.cpp, Ollama, vLLM ...).
 
 Every upstream request is made once, except that a request with no effect beyond its
 answer (chat, vision, speech, transcription) is repeated once after a connection failure
@@ -151,6 +154,18 @@ class OpenAIProvider:
         self.transcription_format = str(options.get("transcription_format", "verbose_json"))
         self.image_sizes = options.get("image_sizes")
         self.speech_instructions = options.get("speech_instructions")
+        # OpenAI itself wants max_completion_tokens (max_tokens is deprecated there and
+        # refused by its reasoning models); the compatible servers take max_tokens.
+        default_field = (
+            "max_completion_tokens" if "api.openai.com" in (config.base_url or DEFAULT_BASE_URL)
+            else "max_tokens"
+        )
+        self.max_tokens_field = str(options.get("max_tokens_field", default_field))
+        if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise EngineConfigError(
+                f"[providers.{config.name}] max_tokens_field must be max_tokens or "
+                "max_completion_tokens"
+            )
         self._http = httpx.AsyncClient(timeout=config.timeout_s, follow_redirects=True)
 
     def engine(self, name: str) -> object | None:
@@ -261,7 +276,7 @@ class _Chat:
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
-            extra["max_completion_tokens"] = request.max_tokens
+            extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
         create = self.provider.client.chat.completions.with_raw_response.create

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import io
 import logging
+import random
 import wave
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from PIL import Image
 
 from satsgate.engines import EngineConfigError
+from satsgate.engines.chat_translation import split_html, split_text
 from satsgate.engines.transcription import Segment, to_srt, to_vtt
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
 from tests.engines_down import engines_for
@@ -212,8 +214,8 @@ async def test_long_translation_goes_in_chunks_and_comes_back_in_order(
     resp = await paid(ai, "translate-rare-language", {"text": text, "targetLanguage": "tpi"})
     assert resp.status_code == 200, resp.text
     sent = fake.requests(CHAT)
-    assert 3 <= len(sent) <= 5  # 6000-character chunks, cut at paragraph breaks
-    assert all(len(s.json["messages"][-1]["content"]) <= 6000 for s in sent)  # type: ignore[index]
+    assert 5 <= len(sent) <= 8  # 3500-character chunks, cut at paragraph breaks
+    assert all(len(s.json["messages"][-1]["content"]) <= 3500 for s in sent)  # type: ignore[index]
     out = resp.json()["translatedText"].split("\n\n")
     assert out == [f"[Tok] {p.strip()}" for p in paragraphs]
     assert all(s.json["model"] == "fake-mini" for s in sent)  # type: ignore[index]
@@ -567,3 +569,33 @@ def test_operator_sees_the_provider_callers_do_not(tmp_path: Any) -> None:
     assert status.public() == {"engine": "speech_translation", "available": True,
                                "source": "provider"}
     assert OPENAI_KEY not in repr(status) and OPENAI_KEY not in repr(settings)
+
+
+def test_html_is_cut_after_block_end_tags_only() -> None:
+    blocks = [f"<p class=\"c{i}\">Sentence {i} " + "text " * 100 + "</p>\n" for i in range(30)]
+    html = "<div>" + "".join(blocks) + "</div>"
+    pieces = split_html(html, 3500)
+    assert "".join(pieces) == html
+    assert len(pieces) > 1
+    assert all(piece.rstrip("\n").endswith("</p>") for piece in pieces[:-1])
+    assert all(len(piece) <= 3500 for piece in pieces)
+
+
+def test_text_is_cut_at_paragraphs_then_sentences() -> None:
+    text = "\n\n".join(f"Paragraph {i}. " + "Word. " * 200 for i in range(10))
+    pieces = split_text(text, 3500)
+    assert "".join(pieces) == text
+    assert all(len(p) <= 3500 for p in pieces)
+    one_long = "A sentence here. " * 1000
+    pieces = split_text(one_long, 3500)
+    assert "".join(pieces) == one_long and all(len(p) <= 3500 for p in pieces)
+
+
+def test_text_pieces_always_join_back_within_the_limit() -> None:
+    rng = random.Random(7)
+    alphabet = ["a", "bb", " ", "\n", "\n\n", ". ", "。", "longword" * 9]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
+        pieces = split_text(text, 40)
+        assert "".join(pieces) == text
+        assert all(0 < len(p) <= 40 for p in pieces) or text == ""

@@ -5,7 +5,8 @@ model, prompted to translate).
 
 ``base_url`` defaults to ``https://api.anthropic.com`` (a trailing ``/v1`` is dropped:
 the SDK adds it). Kind-specific keys: ``max_tokens`` (the answer's limit when the caller
-sets none: the API requires one; default 4096), ``max_retries`` (as for ``openai``).
+sets none, and the most ever asked: the API requires one, and refuses more than the
+model's own limit; default 4096), ``max_retries`` (as for ``openai``).
 
 A refusal (``stop_reason: "refusal"``) is CONTENT_FILTERED; 529 (overloaded) is
 L402_UPSTREAM_FAILED with the retry hint, so a chain falls back to its next provider.
@@ -167,11 +168,12 @@ class _Chat:
             extra["system"] = request.system
         # ``temperature`` is not sent: the SDK's Messages API takes none (2.x).
         create = self.provider.client.messages.with_raw_response.create
+        cap = self.provider.max_tokens
 
         async def call() -> Any:
             raw = await create(
                 model=model,
-                max_tokens=request.max_tokens or self.provider.max_tokens,
+                max_tokens=min(request.max_tokens or cap, cap),
                 messages=cast(Any, _messages(request)),
                 **extra,
             )

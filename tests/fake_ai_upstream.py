@@ -131,6 +131,7 @@ def _image_size(data_uri_or_b64: str) -> tuple[int, int]:
 class FakeAIUpstream:
     def __init__(self) -> None:
         self.seen: list[Seen] = []
+        self.compressed = 0  # chat answers sent gzip-compressed
         self._script: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -249,13 +250,18 @@ class FakeAIUpstream:
         if mode == "refusal":
             message = {"role": "assistant", "content": None,
                        "refusal": "I'm sorry, I can't help with that.", "annotations": []}
-        return web.json_response({
+        resp = web.json_response({
             "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", "object": "chat.completion",
             "created": 1741569952, "model": body["model"],
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29},
         })
+        # As real APIs do when the client accepts it: the answer goes gzip-compressed.
+        if "gzip" in seen.headers.get("accept-encoding", ""):
+            resp.enable_compression(web.ContentCoding.gzip)
+            self.compressed += 1
+        return resp
 
     async def _generate(self, request: web.Request) -> web.Response:
         gated = await self._openai_gate(request)

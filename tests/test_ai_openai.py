@@ -139,6 +139,7 @@ async def test_generate_text_sends_mapped_model_and_key_and_returns_the_answer(
     assert system["role"] == "system" and system["content"].startswith("Be brief.")
     assert "<document>\nA red report.\n</document>" in system["content"]
     assert sent["messages"][-1] == {"role": "user", "content": "Name a colour."}
+    assert fake.compressed >= 1  # the answer came gzip-compressed and was read right
 
 
 async def test_generate_text_auto_routes_and_names_the_model(

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
 import httpx
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
@@ -53,7 +54,7 @@ from satsgate.engines.image_generation import (
     ImageEditRequest,
     ImageGenerationRequest,
 )
-from satsgate.engines.providers import upstream
+from satsgate.engines.providers import transport, upstream
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
@@ -145,6 +146,7 @@ class OpenAIProvider:
             base_url=config.base_url or DEFAULT_BASE_URL,
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
+            http_client=transport.http_client(config.timeout_s),
         )
         self.retries = retries_option(config)
         voices = options.get("voices", {})
@@ -279,12 +281,14 @@ class _Chat:
             extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
-        create = self.provider.client.chat.completions.with_raw_response.create
+        payload = {"model": model, "messages": _chat_messages(request), **extra}
+        post = self.provider.client.post
 
         async def call() -> Any:
-            return _json(await create(
-                model=model, messages=cast(Any, _chat_messages(request)), **extra
-            ))
+            # The SDK's generic request (its auth, headers and error mapping): the body is
+            # built here already, so the typed method's per-call param transform is skipped.
+            response = await post("/chat/completions", cast_to=httpx2.Response, body=payload)
+            return json.loads(response.content)
 
         body = await self.provider.call(self.engine, call, idempotent=True)
         try:

@@ -150,6 +150,15 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         return True
 
 
+async def _prevalidate_text(p: GenerateTextParams) -> None:
+    """Only an image needs decoding (in a worker thread); plain text is checked inline,
+    sparing the common call a thread hand-off."""
+    if p.imageData is not None:
+        await prevalidate(p)
+    else:
+        p.checked()
+
+
 def chat_request(p: GenerateTextParams) -> ChatRequest:
     """The caller's conversation as a chat request: system-role messages and the system
     prompt become the system text; a file context goes with it, marked as the caller's
@@ -213,7 +222,7 @@ GENERATE_TEXT = ServiceSpec(
     model_ids=(6, 1, 31),
     failure_codes=("INVALID_INPUT", "RATE_LIMITED"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, 2 * TEXT_MAX_INPUT_CHARS[6] * 4),
-    prevalidate=prevalidate,
+    prevalidate=_prevalidate_text,
     example={"input": [{"role": "user", "content": "Explain Lightning in one sentence."}]},
     engine="text",
 )

@@ -28,7 +28,7 @@ from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers import transport, upstream
-from satsgate.engines.providers.openai import default_text_model, retries_option
+from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
 

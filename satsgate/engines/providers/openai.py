@@ -55,6 +55,7 @@ from satsgate.engines.image_generation import (
     ImageGenerationRequest,
 )
 from satsgate.engines.providers import transport, upstream
+from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
@@ -215,23 +216,6 @@ class OpenAIProvider:
         resp = await self._http.get(url)
         resp.raise_for_status()
         return resp.content
-
-
-def retries_option(config: ProviderConfig) -> int:
-    """``max_retries``: 0, 1 (default) or 2 repeats of a failed idempotent request."""
-    value = config.options.get("max_retries", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2:
-        raise EngineConfigError(f"[providers.{config.name}] max_retries must be 0, 1 or 2")
-    return value
-
-
-def default_text_model(config: ProviderConfig) -> str | None:
-    """The chat model for work that pins no spec model (translation): the standard text
-    tier (31), else better (1), else best (6)."""
-    for model_id in ("31", "1", "6"):
-        if model_id in config.models:
-            return config.models[model_id]
-    return None
 
 
 def _json(raw: Any) -> Any:

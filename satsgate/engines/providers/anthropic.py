@@ -117,6 +117,9 @@ class AnthropicProvider:
 
 def _messages(request: ChatRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
+    if request.messages and request.messages[0].role == "assistant":
+        # The Messages API starts with the user's turn.
+        messages.append({"role": "user", "content": "(The conversation so far.)"})
     for index, message in enumerate(request.messages):
         last = index == len(request.messages) - 1
         if last and request.images and message.role == "user":

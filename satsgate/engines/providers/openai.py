@@ -94,6 +94,7 @@ DEFAULT_VOICES.update({
     "Narrateur": "onyx", "Erzaehler": "onyx",
 })  # fmt: skip
 DEFAULT_VOICE = "alloy"
+MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 _MIME = {"mp3": "audio/mpeg", "wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg",
          "m4a": "audio/mp4"}  # fmt: skip
@@ -212,10 +213,16 @@ class OpenAIProvider:
             raise _mapped(exc, engine) from None
 
     async def fetch(self, url: str) -> bytes:
-        """An output the upstream returned as a URL (older image models)."""
-        resp = await self._http.get(url)
-        resp.raise_for_status()
-        return resp.content
+        """An output the upstream returned as a URL (older image models), at most
+        MAX_FETCH_BYTES; ValueError (malformed) past that."""
+        async with self._http.stream("GET", url) as resp:
+            resp.raise_for_status()
+            data = bytearray()
+            async for chunk in resp.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_FETCH_BYTES:
+                    raise ValueError("upstream output too large")
+            return bytes(data)
 
 
 def _json(raw: Any) -> Any:

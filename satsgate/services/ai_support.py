@@ -3,6 +3,7 @@ stored output, and the route header of a model choice."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from dataclasses import replace
 
@@ -47,7 +48,7 @@ def convert_image(data: bytes, fmt: str) -> bytes:
 
 async def image_input(ctx: ServiceContext, value: str, field: str) -> ImageInput:
     """A caller's base64 image (checked before payment) as a vision engine's input."""
-    data = decode_file(value, field, IMAGE_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
     fmt = image_info(data).format
     if fmt in _VISION_TYPES:
         return ImageInput(data, _VISION_TYPES[fmt])
@@ -56,7 +57,7 @@ async def image_input(ctx: ServiceContext, value: str, field: str) -> ImageInput
 
 async def reference_png(ctx: ServiceContext, value: str, field: str) -> bytes:
     """A caller's base64 image as PNG bytes (what the image APIs take for uploads)."""
-    data = decode_file(value, field, IMAGE_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
     if image_info(data).format == "PNG":
         return data
     return await ctx.run_cpu(to_png, data)

@@ -240,6 +240,22 @@ async def test_generate_image_stores_the_image_at_the_asked_size(
     assert resp.headers["X-Route-Model"] == "8"
 
 
+async def test_generate_image_with_references_uploads_them_to_the_edits_endpoint(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    refs = [png(30, 20, (0, 0, 0)), png(30, 20, (255, 255, 255))]
+    resp = await paid(ai, "generate-image", {"prompt": "blend them", "modelId": 8,
+                                             "file": [b64(r) for r in refs]})
+    assert resp.status_code == 200, resp.text
+    (seen,) = fake.requests("/v1/images/edits")
+    assert [data for _name, data in seen.form["image[]"]] == refs
+    assert seen.form["model"] == ["fake-image-better"] and seen.form["prompt"] == ["blend them"]
+    with Image.open(io.BytesIO(await fetch(ai, resp.json()["image_url"]))) as img:
+        assert img.size == (30, 20)  # the fake inverts the first reference
+        assert img.convert("RGB").getpixel((1, 1)) == (255, 255, 255)
+    assert not fake.requests("/v1/images/generations")
+
+
 async def test_generate_image_answered_by_url_is_fetched_and_stored(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:

@@ -574,6 +574,10 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
     [
         ({"kind": "openai", "max_retries": 5}, "text", "max_retries must be 0, 1 or 2"),
         ({"kind": "openai", "voices": "nova"}, "tts", "voices must be a table"),
+        ({"kind": "openai", "transcription_format": "srt"}, "transcription",
+         "transcription_format must be"),
+        ({"kind": "openai", "image_sizes": "any"}, "image", "image_sizes must be"),
+        ({"kind": "openai", "max_tokens_field": "tokens"}, "text", "max_tokens_field must be"),
         ({"kind": "anthropic", "max_tokens": "many"}, "text", "max_tokens must be a number"),
         ({"kind": "anthropic"}, "tts", "cannot serve it"),
         ({"kind": "openai", "models": {"10": "whisper"}}, "translation", "cannot serve it"),

@@ -4,11 +4,11 @@ stored output, and the route header of a model choice."""
 from __future__ import annotations
 
 import asyncio
-import io
 from dataclasses import replace
 
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ImageInput
+from satsgate.engines.image_codec import convert_image, to_png
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.common import IMAGE_MAX_BYTES, ModelChoice, decode_file
 from satsgate.services.media import MediaError, image_info
@@ -18,32 +18,6 @@ from satsgate.services.routing import ROUTE_HEADER, routed_result
 _VISION_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp",
                  "GIF": "image/gif"}  # fmt: skip
 _EXTENSIONS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "GIF": "gif"}
-
-
-def to_png(data: bytes) -> bytes:
-    """Any image Pillow reads, as PNG (first frame). In the process pool: it decodes."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        out = io.BytesIO()
-        converted = img if img.mode in ("RGB", "RGBA", "L", "LA", "P") else img.convert("RGBA")
-        converted.save(out, "PNG")
-        return out.getvalue()
-
-
-def convert_image(data: bytes, fmt: str) -> bytes:
-    """``data`` re-encoded as ``fmt`` (png, jpeg or webp). In the process pool."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        out = io.BytesIO()
-        if fmt == "jpeg":
-            img.convert("RGB").save(out, "JPEG", quality=92)
-        elif fmt == "webp":
-            img.save(out, "WEBP", quality=92)
-        else:
-            img.save(out, "PNG")
-        return out.getvalue()
 
 
 async def image_input(ctx: ServiceContext, value: str, field: str) -> ImageInput:

@@ -54,7 +54,7 @@ from satsgate.engines.image_generation import (
     ImageEditRequest,
     ImageGenerationRequest,
 )
-from satsgate.engines.providers import transport, upstream
+from satsgate.engines.providers import upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
@@ -148,7 +148,8 @@ class OpenAIProvider:
             base_url=config.base_url or DEFAULT_BASE_URL,
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
-            http_client=transport.http_client(config.timeout_s),
+            # The SDK's own aiohttp transport: a fraction of httpx's CPU per request.
+            http_client=openai.DefaultAioHttpClient(timeout=config.timeout_s),
         )
         self.retries = retries_option(config)
         voices = options.get("voices", {})

@@ -31,6 +31,10 @@ class Settings:
     backend: str = "dev"
     network: str = "regtest"
     cln_rpc: str = ""
+    # LND (--backend lnd): gRPC address, the node's tls.cert and a macaroon file.
+    lnd_grpc: str = ""
+    lnd_tls_cert: str = ""
+    lnd_macaroon: str = ""
     # How long an invoice (and so a 402 challenge) may be paid.
     invoice_expiry_s: int = 600
     # How long a paid, unspent credential may still be used.

@@ -33,6 +33,7 @@ from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import (
     BackendError,
     CreatedInvoice,
+    HoldInvoiceStatus,
     InvoiceState,
     InvoiceStatus,
     NodeInfo,
@@ -41,7 +42,7 @@ from satsgate.lightning import (
     Settlement,
 )
 
-from .proto import lightning_pb2, router_pb2
+from .proto import invoices_pb2, lightning_pb2, router_pb2
 from .proto.invoices_pb2_grpc import InvoicesStub
 from .proto.lightning_pb2_grpc import LightningStub
 from .proto.router_pb2_grpc import RouterStub
@@ -89,6 +90,7 @@ class LndBackend:
         *,
         pay_grace_s: float = 10.0,
         max_backoff_s: float = 30.0,
+        hold_cltv_expiry: int = 144,
     ) -> None:
         self.target = target
         self.tls_cert_path = Path(tls_cert).expanduser()
@@ -97,6 +99,8 @@ class LndBackend:
         # How long past ``timeout_seconds`` a payment stream may run before we say PENDING.
         self.pay_grace_s = pay_grace_s
         self.max_backoff_s = max_backoff_s
+        # A hold invoice's final CLTV delta: how many blocks a held payment may wait.
+        self.hold_cltv_expiry = hold_cltv_expiry
         self._channel: grpc.aio.Channel | None = None
         self._metadata: tuple[tuple[str, str], ...] = ()
         self._ln: Any = None
@@ -338,6 +342,44 @@ class LndBackend:
             elif inv.state == _INV.CANCELED or expires_at + 3600 < now:
                 self._open.pop(payment_hash, None)
         return found + gaps
+
+    # -- hold invoices (invoicesrpc) ------------------------------------------------------
+
+    async def create_hold_invoice(
+        self, amount_msat: int, description: str, expiry_s: int, payment_hash: str
+    ) -> CreatedInvoice:
+        if amount_msat <= 0 or expiry_s <= 0:
+            raise ValueError("amount_msat and expiry_s must be positive")
+        res = await self._unary(self._invoices.AddHoldInvoice, invoices_pb2.AddHoldInvoiceRequest(
+            memo=description, hash=bytes.fromhex(payment_hash), value_msat=amount_msat,
+            expiry=expiry_s, cltv_expiry=self.hold_cltv_expiry,
+        ))
+        return self._created(str(res.payment_request), payment_hash.lower(), amount_msat)
+
+    async def hold_status(self, payment_hash: str) -> HoldInvoiceStatus:
+        inv = await self._lookup_raw(payment_hash.lower())
+        state = {_INV.OPEN: "open", _INV.ACCEPTED: "accepted", _INV.SETTLED: "settled"}.get(
+            inv.state, "canceled")
+        blocks_left = None
+        if state == "accepted":
+            heights = [int(h.expiry_height) for h in inv.htlcs
+                       if h.state == lightning_pb2.InvoiceHTLCState.Value("ACCEPTED")]
+            if heights:
+                info = await self._unary(self._ln.GetInfo, lightning_pb2.GetInfoRequest())
+                blocks_left = min(heights) - int(info.block_height)
+        return HoldInvoiceStatus(
+            payment_hash=payment_hash.lower(), state=state,  # type: ignore[arg-type]
+            amount_msat=int(inv.value_msat), amount_received_msat=int(inv.amt_paid_msat),
+            blocks_left=blocks_left,
+        )
+
+    async def settle_hold(self, preimage: str) -> None:
+        await self._unary(self._invoices.SettleInvoice,
+                          invoices_pb2.SettleInvoiceMsg(preimage=bytes.fromhex(preimage)))
+
+    async def cancel_hold(self, payment_hash: str) -> None:
+        await self._unary(self._invoices.CancelInvoice,
+                          invoices_pb2.CancelInvoiceMsg(payment_hash=bytes.fromhex(payment_hash)))
 
     # -- outgoing payments ------------------------------------------------------------------
 

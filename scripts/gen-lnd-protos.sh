@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 GRPCIO_TOOLS_VERSION="1.85.1"
-if ! "$PY" -c "import grpc_tools, importlib.metadata as m; assert m.version('grpcio-tools') == '$GRPCIO_TOOLS_VERSION'" 2>/dev/null; then
+if ! "$PY" -c "import grpc_tools, importlib.metadata as m; assert m.version('grpcio_tools') == '$GRPCIO_TOOLS_VERSION'" 2>/dev/null; then
   echo "needs grpcio-tools==$GRPCIO_TOOLS_VERSION: $PY -m pip install grpcio-tools==$GRPCIO_TOOLS_VERSION" >&2
   exit 1
 fi

@@ -56,6 +56,8 @@ _PAY = lightning_pb2.Payment
 
 # How many delivered payment hashes a stream remembers to drop repeats.
 _RECENT = 4096
+# Open invoices remembered before the expired ones are dropped.
+_OPEN_LIMIT = 10_000
 # ListInvoices page size while reading the backlog for cursor 0.
 _PAGE = 500
 
@@ -111,6 +113,7 @@ class LndBackend:
         # Invoices created here and not yet seen settled or canceled: reconciled by
         # LookupInvoice on every (re)connect of the settlement stream. hash -> expires_at.
         self._open: dict[str, int] = {}
+        self._open_limit = _OPEN_LIMIT
 
     # -- connection -------------------------------------------------------------------------
 
@@ -210,6 +213,10 @@ class LndBackend:
         )
         created = self._created(str(res.payment_request), bytes(res.r_hash).hex(), amount_msat)
         self._open[created.payment_hash] = created.expires_at
+        if len(self._open) > self._open_limit:  # a long stream never reconnects: prune here
+            cutoff = int(time.time()) - 3600
+            self._open = {h: e for h, e in self._open.items() if e > cutoff}
+            self._open_limit = max(_OPEN_LIMIT, 2 * len(self._open))
         return created
 
     @staticmethod

@@ -128,9 +128,11 @@ def build_gate(
     root_keys = l402.RootKeys(settings.server_secret)
     settlements = Settlements(node=backend, payments=store.payments, cursors=store.cursors)
     holds = None
-    if settings.hold_invoices:
-        if not isinstance(backend, HoldInvoices):
-            raise ValueError(f"hold_invoices: the {backend.name} backend has no hold invoices")
+    if settings.hold_invoices and not isinstance(backend, HoldInvoices):
+        raise ValueError(f"hold_invoices: the {backend.name} backend has no hold invoices")
+    if isinstance(backend, HoldInvoices):
+        # Deciding holds runs whenever the node has them (holds issued before
+        # hold_invoices was turned off are still decided); issuing needs the setting.
         holds = Holds(
             node=backend,
             payments=store.payments,
@@ -150,7 +152,7 @@ def build_gate(
             public_base_url=settings.public_base_url,
             invoice_expiry_s=settings.invoice_expiry_s,
             credential_ttl_s=settings.credential_ttl_s,
-            holds=holds,
+            holds=holds if settings.hold_invoices else None,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

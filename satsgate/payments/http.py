@@ -15,6 +15,7 @@ from satsgate.payments import l402, mpp
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate
 from satsgate.payments.verifier import Verified
+from satsgate.ratelimit import check_challenge
 from satsgate.services.base import ServiceResult, ServiceSpec
 
 
@@ -73,6 +74,7 @@ async def handle_paid_call(
     except l402.MalformedCredential as exc:
         raise ApiError("MALFORMED_CREDENTIAL", f"Malformed credential: {exc}") from None
     except l402.CredentialError as exc:
+        check_challenge(request)  # a fresh invoice follows: limited like any challenge
         code = "PAYMENT_EXPIRED" if "expired" in str(exc) else "PAYMENT_INVALID"
         problem = "payment-expired" if code == "PAYMENT_EXPIRED" else "verification-failed"
         return await _fresh_challenge(
@@ -84,12 +86,15 @@ async def handle_paid_call(
             verified, spec, params, use_cache="X-No-Cache" not in request.headers
         )
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
+        check_challenge(request)
         return await _fresh_challenge(
             gate, spec, params, "PAYMENT_INVALID", f"The credential was not accepted: {exc}.",
             "verification-failed",
         )
     except ApiError as exc:
         if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
+            if exc.code == "PAYMENT_EXPIRED":
+                check_challenge(request)
             return await _unpaid_response(gate, spec, params, exc)
         raise
     return _served(result, verified, dedup_hit=replayed)

@@ -4,6 +4,12 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
+from satsgate.engines.local import apertium, pkpass
+from satsgate.engines.local.images import LOCAL_IMAGE_ENGINES
 from satsgate.engines.registry import LocalEngine
 
-LOCAL_ENGINES: tuple[LocalEngine, ...] = ()
+LOCAL_ENGINES: tuple[LocalEngine, ...] = (
+    pkpass.LOCAL,
+    *LOCAL_IMAGE_ENGINES,
+    apertium.APERTIUM,  # translation
+)

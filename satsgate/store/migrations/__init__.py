@@ -79,6 +79,8 @@ def applied_versions(conn: sqlite3.Connection) -> set[int]:
 def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] | None = None) -> None:
     """Bring the database on ``conn`` (autocommit mode) up to the latest migration."""
     todo = available() if migrations is None else migrations
+    if _recorded_versions(conn) >= {m.version for m in todo}:
+        return  # up to date: no write transaction, so a running server is not held up
     with transaction(conn):
         _adopt_legacy_versions(conn, todo)
     for migration in todo:
@@ -96,13 +98,24 @@ def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] | None =
             conn.execute(f"PRAGMA user_version={migration.version}")
 
 
+def _recorded_versions(conn: sqlite3.Connection) -> set[int]:
+    """The versions recorded as applied; none before the version table exists."""
+    if not _has_version_table(conn):
+        return set()
+    return applied_versions(conn)
+
+
+def _has_version_table(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone()
+    return row is not None
+
+
 def _adopt_legacy_versions(conn: sqlite3.Connection, migrations: tuple[Migration, ...]) -> None:
     """Create the version table; a database counted by ``user_version`` alone keeps its
     count (versions up to it are recorded as applied)."""
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-    ).fetchone()
-    if exists is not None:
+    if _has_version_table(conn):
         return
     conn.execute(_CREATE_TABLE)
     legacy = int(conn.execute("PRAGMA user_version").fetchone()[0])

@@ -264,3 +264,25 @@ def test_hold_invoices_need_lnd(tmp_path: Path) -> None:
         load_settings(overrides={"backend": "cln", "hold_invoices": True})
     assert load_settings(overrides={"backend": "lnd"},
                          environ={"SATSGATE_HOLD_INVOICES": "true"}).hold_invoices is True
+
+
+async def test_a_settle_lnd_missed_is_finished_when_it_is_back(
+    lnd: FakeLnd, srv: ThreadedServer
+) -> None:
+    async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        created = await create_payment(client, "render_card", CARD)
+        lnd.node.pay_from_outside(created["lightningInvoice"])
+        payment = await status_soon(srv, created["paymentId"], PaymentStatus.PAID)
+        await asyncio.to_thread(lnd.stop)  # lnd goes away while the call runs
+        result = await tool(client, "render_card", {"paymentId": payment.payment_id, **CARD})
+    assert not result.get("isError"), result  # the call was delivered
+    # The decision is recorded; lnd has not heard it yet.
+    assert srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "settling"
+    assert invoice_at_node(lnd, payment).state == "ACCEPTED"
+    await asyncio.to_thread(lnd.start)
+    assert await node_state_soon(lnd, payment, "SETTLED") == "SETTLED"
+    for _ in range(100):
+        if srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "settled":
+            break
+        await asyncio.sleep(0.05)
+    assert srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "settled"

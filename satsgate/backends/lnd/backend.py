@@ -515,7 +515,8 @@ async def _stream(call: Any, closing: asyncio.Event | None) -> AsyncIterator[Any
 
 def _backend_error(exc: grpc.aio.AioRpcError, target: str) -> BackendError:
     details = exc.details() or ""
-    if "verification failed" in details or "macaroon" in details.lower():
+    if (exc.code() is grpc.StatusCode.UNAUTHENTICATED or "verification failed" in details
+            or "macaroon" in details.lower()):
         return BackendError(f"LND at {target} refused the macaroon: {details}")
     if exc.code() is grpc.StatusCode.UNAVAILABLE:
         return BackendError(f"LND at {target} is unreachable: {details}")

@@ -6,6 +6,11 @@ and macaroon refusals, and refunds: fee limit, IN_FLIGHT as pending, ALREADY_EXI
 from __future__ import annotations
 
 import asyncio
+import base64
+import re
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from pathlib import Path
@@ -16,8 +21,8 @@ import pytest
 from satsgate.backends.lnd import LndBackend
 from satsgate.lightning import BackendError, InvoiceState, PaymentState, Settlement
 from satsgate.store import PaymentStatus
-from tests.conftest import ThreadedServer, make_settings
-from tests.fake_lnd import FakeLnd, FakeLndNode, running_lnd
+from tests.conftest import ThreadedServer, free_port, make_settings
+from tests.fake_lnd import FakeLnd, FakeLndNode, make_tls_cert, running_lnd
 
 CARD = {"template": "headline", "title": "hi"}
 
@@ -128,8 +133,6 @@ async def test_wrong_macaroon_is_refused(lnd: FakeLnd, tmp_path: Path) -> None:
 
 
 async def test_untrusted_certificate_is_refused(lnd: FakeLnd, tmp_path: Path) -> None:
-    from tests.fake_lnd import make_tls_cert
-
     other_dir = tmp_path / "other"
     other_dir.mkdir()
     other_cert, _ = make_tls_cert(other_dir)
@@ -262,16 +265,9 @@ async def test_paid_while_satsgate_was_down_is_applied_on_start(
             srv.stop()
 
 
+@pytest.mark.slow  # a satsgate process: its start-up imports every engine (about 7 s)
 def test_paid_call_through_satsgate_serve_backend_lnd(lnd: FakeLnd, tmp_path: Path) -> None:
     """The command an operator runs, against lnd: 402 -> the payer's node pays -> 200."""
-    import base64
-    import re
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import free_port
-
     port = free_port()
     config = tmp_path / "satsgate.toml"
     # The LND keys from the config file; the backend and network on the command line.

@@ -2,7 +2,8 @@
 
 Every amount here is in millisatoshi (``*_msat``). Implementations: the built-in
 dev node (``satsgate.backends.dev``), Core Lightning over its JSON-RPC socket
-(``satsgate.backends.cln``); :func:`satsgate.backends.make_backend` picks one.
+(``satsgate.backends.cln``), LND over gRPC (``satsgate.backends.lnd``);
+:func:`satsgate.backends.make_backend` picks one.
 One contract test suite (``tests/backend_contract.py``) runs against each of them.
 Optional abilities are the runtime-checkable protocols at the end of this module.
 

@@ -286,3 +286,20 @@ async def test_a_settle_lnd_missed_is_finished_when_it_is_back(
             break
         await asyncio.sleep(0.05)
     assert srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "settled"
+
+
+async def test_a_hold_invoice_never_paid_just_expires(lnd: FakeLnd, tmp_path: Path) -> None:
+    srv = start(lnd, hold_settings(tmp_path / "data", invoice_expiry_s=1))
+    try:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+            created = await create_payment(client, "render_card", CARD)
+        payment = payment_of(srv, created["paymentId"])
+        for _ in range(100):  # lnd cancels it at expiry; satsgate stops watching it
+            if srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "expired":
+                break
+            await asyncio.sleep(0.05)
+        assert srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "expired"
+        assert payment_of(srv, payment.payment_id).status is PaymentStatus.UNPAID  # pruned later
+        assert srv.call(srv.store.holds.open) == []
+    finally:
+        srv.stop()

@@ -71,8 +71,9 @@ class HoldRepository:
         return await self._db.run_in_transaction(go)
 
     async def choose_cancel(self, payment_hash: str, now: int, final: str = "canceling") -> bool:
-        """undecided -> canceling (or ``expired`` for a never-paid one), and the payment
-        unpaid/paid/spent -> canceled, in one transaction."""
+        """undecided -> canceling, and the payment paid/spent -> canceled, in one
+        transaction. ``expired`` (never paid) leaves the unpaid payment as it is: it
+        expires and is pruned like any other."""
 
         def go(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
@@ -82,11 +83,12 @@ class HoldRepository:
             )
             if cur.rowcount != 1:
                 return False
-            conn.execute(
-                "UPDATE payments SET status = 'canceled' WHERE payment_hash = ?"
-                " AND status IN ('unpaid', 'paid', 'spent')",
-                (payment_hash,),
-            )
+            if final != "expired":
+                conn.execute(
+                    "UPDATE payments SET status = 'canceled' WHERE payment_hash = ?"
+                    " AND status IN ('paid', 'spent')",
+                    (payment_hash,),
+                )
             return True
 
         return await self._db.run_in_transaction(go)

@@ -340,9 +340,6 @@ class Spender:
                 refund=refund,
             ) from exc
 
-        if self._holds is not None and payment.mode == "hold":
-            # The call succeeded: only now is the held payment kept.
-            await self._holds.settle(payment)
         if spec.untrusted_output and isinstance(result.body, dict):
             result = replace(result, body={**result.body, "untrusted_output": True})
         # One refund link for all that was not earned: what was paid beyond the quote,
@@ -352,6 +349,10 @@ class Spender:
             earned_msat = max(0, result.charged_msat)
             field, reason = "partial_refund", "the call delivered less than was quoted"
         unearned_msat = payment.amount_msat - earned_msat
+        if self._holds is not None and payment.mode == "hold" and earned_msat > 0:
+            # The call succeeded and earned something: only now is the held payment kept
+            # (earning nothing, it is canceled below, as the full refund).
+            await self._holds.settle(payment)
         if unearned_msat > 0:
             refund = await self._refund_after_spend(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):

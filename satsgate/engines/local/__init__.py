@@ -4,6 +4,9 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
+from satsgate.engines.local import ocr
 from satsgate.engines.registry import LocalEngine
 
-LOCAL_ENGINES: tuple[LocalEngine, ...] = ()
+LOCAL_ENGINES: tuple[LocalEngine, ...] = (
+    ocr.ENGINE,
+)

@@ -374,7 +374,7 @@ async def pandoc_convert(
         clean = await asyncio.to_thread(_clean_tree, tree, Path(tmp), title, target == "epub")
         (Path(tmp) / "tree.json").write_bytes(clean)
         writer = "html5" if target == "pdf" else _PANDOC_WRITERS[target]
-        out = Path(tmp) / f"output.{target}"
+        out = Path(tmp) / f"output.{'html' if target == 'pdf' else target}"
         await run_tool(
             ["pandoc", "-f", "json", "-t", writer, "--standalone", "-o", str(out),
              str(Path(tmp) / "tree.json")],

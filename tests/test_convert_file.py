@@ -26,7 +26,7 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.services.engines.convert import html_to_text
+from satsgate.services.engines.convert import external_reference, html_to_text
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import text_layer_pdf
 from tests.test_gateway import assert_envelope, payment_count
@@ -222,6 +222,45 @@ async def test_epub_to_txt_and_odt_to_html(client: httpx.AsyncClient) -> None:
     result = await convert(client, {"file": b64(odt), "targetFormat": "html"})
     page = (await output(client, result)).decode()
     assert "<h1" in page and "The kettle whistled twice." in page
+
+
+def _with_part(docx: bytes, name: str, transform: Any) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(docx)) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            dst.writestr(item, transform(data) if item.filename == name else data)
+    return out.getvalue()
+
+
+def test_office_files_linking_outside_are_refused_for_libreoffice() -> None:
+    need("pandoc")
+    docx = pandoc_make(b"See [the site](https://example.org).\n", "docx")
+    assert external_reference(docx, "docx") is None  # a hyperlink is only a link
+    linked = _with_part(
+        docx, "word/_rels/document.xml.rels",
+        lambda rels: rels.replace(
+            b"</Relationships>",
+            b'<Relationship Id="rIdX" Type="http://schemas.openxmlformats.org/officeDocument/'
+            b'2006/relationships/image" Target="file:///etc/passwd" TargetMode="External"/>'
+            b"</Relationships>",
+        ),
+    )
+    assert external_reference(linked, "docx") is not None
+    odt = pandoc_make(b"Plain words.\n", "odt")
+    assert external_reference(odt, "odt") is None
+    odt_linked = _with_part(
+        odt, "content.xml",
+        lambda xml: xml.replace(
+            b"</office:text>",
+            b'<text:p><draw:frame><draw:image xlink:href="/etc/hostname"/></draw:frame>'
+            b"</text:p></office:text>",
+        ),
+    )
+    assert external_reference(odt_linked, "odt") is not None
+    ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + "INCLUDEPICTURE".encode("utf-16-le")
+    assert external_reference(ole, "doc") is not None
+    assert external_reference(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "doc") is None
 
 
 @pytest.mark.slow  # LibreOffice starts a fresh profile for each conversion

@@ -306,6 +306,8 @@ class ConvertFileParams(ServiceParams, ModelChoice):
         tool = conv.tool_for(source.kind, self.targetFormat)
         if (missing := conv.missing_tool(tool)) is not None:
             raise _unavailable(f"{source.kind} to {self.targetFormat}", missing)
+        if tool == "libreoffice" and (why := conv.external_reference(data, source.kind)):
+            raise InvalidField("file", why)
         return _Conversion(data, source, tool)
 
 

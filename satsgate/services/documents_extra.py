@@ -5,15 +5,20 @@ extract-document and extract-receipt run on the ``ocr`` engine (locally: the PDF
 layer, tesseract, RapidOCR; satsgate.engines.local.ocr). convert-file runs on this node
 (satsgate.services.engines.convert: Pillow, WeasyPrint, pypdfium2, pandoc, LibreOffice,
 ffmpeg) and is always available; a file whose tool is missing here is refused before
-any invoice. e-signature and boarding passes need the ``esign`` and ``wallet_pass``
-engines.
+any invoice. boardingpass-wallet runs on the local ``wallet_pass`` engine
+(satsgate/engines/local/pkpass.py: zxing-cpp, IATA BCBP, .pkpass, signed when a pass
+certificate is configured); e-signature needs an ``esign`` engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import datetime
+import io
 import posixpath
 import re
+import zipfile
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -22,6 +27,7 @@ from pydantic import Field, field_validator, model_validator
 from satsgate.engines import EngineError
 from satsgate.engines.local import ocr as local_ocr
 from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
+from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
 from satsgate.errors import ApiError
 from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import (
@@ -143,7 +149,7 @@ async def _read(
     request = OcrRequest(doc.data, doc.kind, params.language, layout)
     result = await ctx.engines.run(
         "ocr",
-        OcrEngine,  # type: ignore[type-abstract]  # a Protocol names the capability
+        OcrEngine,
         lambda engine, _model: engine.read(request),
         model_id=params.chosen_model,
     )
@@ -504,15 +510,97 @@ class BoardingPassParams(ServiceParams, ModelChoice):
             self.documents or []
         )
 
-    def check(self) -> int:
+    def decoded(self) -> list[bytes]:
+        out: list[bytes] = []
         for index, doc in enumerate(self.all_documents):
             field = "documentBase64" if self.documentBase64 is not None else f"documents[{index}]"
-            data = decode_file(doc, field, PASS_DOC_MAX_BYTES)
+            out.append(decode_file(doc, field, PASS_DOC_MAX_BYTES))
+        return out
+
+    def check(self) -> int:
+        for index, data in enumerate(self.decoded()):
+            field = "documentBase64" if self.documentBase64 is not None else f"documents[{index}]"
             try:
                 document_pages(data)
             except MediaError as exc:
                 raise InvalidField(field, str(exc)) from None
         return len(self.all_documents)
+
+
+PASS_LINK_TTL_S = 30 * 60  # the spec: each save link expires after 30 minutes
+
+
+def _bundle(named: list[tuple[str, bytes]]) -> bytes:
+    """A .pkpasses bundle: the passes, each a .pkpass, in one zip (Wallet adds them all)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in named:
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+def _file_stem(wallet_pass: WalletPass, number: int) -> str:
+    surname = wallet_pass.passenger.rsplit(" ", 1)[-1]
+    words = [f"{number:02d}", wallet_pass.flight, wallet_pass.origin, wallet_pass.destination,
+             surname]
+    return "-".join("".join(ch for ch in w if ch.isalnum()) for w in words if w)
+
+
+async def boardingpass_wallet(ctx: ServiceContext, params: BoardingPassParams) -> ServiceResult:
+    """One wallet pass per passenger per leg. Quoted per document; charged per pass found,
+    up to the quote: documents that yield no pass are refunded (``partial_refund``)."""
+    documents = await asyncio.to_thread(params.decoded)
+    batch = await ctx.engines.run(
+        "wallet_pass",
+        WalletPassEngine,
+        lambda engine, _model: engine.passes(documents),
+    )
+    if not batch.passes:
+        raise EngineError(
+            "INVALID_INPUT",
+            "No boarding pass could be read: " + "; ".join(batch.warnings),
+            may_fall_back=False,
+        )
+    entries: list[dict[str, Any]] = []
+    named: list[tuple[str, bytes]] = []
+    for number, wallet_pass in enumerate(batch.passes, 1):
+        stored = await ctx.files.save(wallet_pass.pkpass, "pkpass", ttl_s=PASS_LINK_TTL_S)
+        named.append((f"{_file_stem(wallet_pass, number)}.pkpass", wallet_pass.pkpass))
+        entries.append({
+            "passenger": wallet_pass.passenger,
+            "flight": wallet_pass.flight,
+            "from": wallet_pass.origin,
+            "to": wallet_pass.destination,
+            "date": wallet_pass.date,
+            "seat": wallet_pass.seat,
+            # Not in the barcode (IATA BCBP has no zone, gate or boarding time).
+            "zone": None,
+            "gate": None,
+            "boarding_time": None,
+            "class": wallet_pass.compartment,
+            "sequence": wallet_pass.sequence,
+            "pnr": wallet_pass.pnr,
+            "barcode_format": wallet_pass.barcode_format,
+            "document": wallet_pass.document + 1,
+            "signed": wallet_pass.signed,
+            "save_url": stored.url,
+        })
+    bundle = await asyncio.to_thread(_bundle, named)
+    saved_all = await ctx.files.save(bundle, "pkpasses", ttl_s=PASS_LINK_TTL_S)
+    expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=PASS_LINK_TTL_S)
+    body = {
+        "passes": entries,
+        "count": len(entries),
+        "save_all_url": saved_all.url,
+        "links_expire_at": expires.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "signed": all(p.signed for p in batch.passes),
+        "warnings": list(batch.warnings),
+    }
+    quoted = len(documents)
+    charged = min(len(entries), quoted)
+    return ServiceResult(
+        body, charged_msat=charged * PER_PASS_SATS * MSAT if charged < quoted else None
+    )
 
 
 BOARDINGPASS_WALLET = ServiceSpec(
@@ -521,11 +609,12 @@ BOARDINGPASS_WALLET = ServiceSpec(
     category="utility",
     title="Boarding pass to wallet",
     description="Boarding passes (PDF or image, up to 8) to wallet passes: { passes, count, "
-    "save_all_url, warnings, partial_refund? }. 100 sats per pass, quoted per document and "
-    "refunded down to the passes found; save links expire after 30 minutes.",
+    "save_all_url, warnings, partial_refund? }; one Apple Wallet pass (.pkpass) per passenger "
+    "per leg, read from the PDF417, Aztec or QR code. 100 sats per pass, quoted per document "
+    "and refunded down to the passes found; save links expire after 30 minutes.",
     params=BoardingPassParams,
     price_msat=lambda p: len(p.all_documents) * PER_PASS_SATS * MSAT,
-    handler=no_engine,
+    handler=boardingpass_wallet,
     price_shape=PriceShape(
         "per_pass", "per pass", PER_PASS_SATS * MSAT,
         note="Quoted per document sent; a document holding fewer passes is refunded the "

@@ -4,9 +4,10 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
-from satsgate.engines.local import ocr
+from satsgate.engines.local import ocr, pkpass
 from satsgate.engines.registry import LocalEngine
 
 LOCAL_ENGINES: tuple[LocalEngine, ...] = (
+    pkpass.LOCAL,
     ocr.ENGINE,
 )

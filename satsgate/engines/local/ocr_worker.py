@@ -62,8 +62,8 @@ class PageText:
 def pdf_text_layer(data: bytes) -> list[tuple[str, bool]]:
     """Every page's text layer ("" for none), and whether the page needs OCR: it holds
     an image (a scan) and too little text of its own to be the page's text."""
-    import pypdfium2 as pdfium
-    import pypdfium2.raw as pdfium_c
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
+    import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 
     pdf = pdfium.PdfDocument(data)
     try:

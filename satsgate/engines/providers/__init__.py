@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from satsgate.engines.providers import smtp
 from satsgate.engines.registry import ProviderFactory
 
-PROVIDER_KINDS: Mapping[str, ProviderFactory] = {}
+PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
+    smtp.KIND: smtp.SmtpProvider,
+}

@@ -593,7 +593,7 @@ class PngPage:
 
 def pdf_to_pngs(data: bytes, dpi: int = PNG_DPI) -> list[PngPage]:
     """Every page as a PNG at ``dpi`` (lower for pages larger than MAX_PNG_SIDE)."""
-    import pypdfium2 as pdfium
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
 
     document = pdfium.PdfDocument(data)
     try:

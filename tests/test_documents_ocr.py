@@ -15,7 +15,6 @@ from satsgate.services.engines.receipt import find_date, parse_number, parse_rec
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import (
     CJK,
-    a4_page,
     png,
     receipt_image,
     scanned_pdf,
@@ -72,9 +71,9 @@ async def test_an_image_is_read_by_ocr(client: httpx.AsyncClient) -> None:
 
 
 async def test_a_scanned_pdf_is_read_page_by_page(client: httpx.AsyncClient) -> None:
-    pages = [
-        a4_page(["Quarterly report", "", "Revenue grew by twelve percent."]),
-        a4_page(["Second page", "", "Channels opened: forty two."]),
+    pages = [  # half pages, to keep the test quick: OCR time follows the pixels
+        text_image(["Quarterly report", "", "Revenue grew by twelve percent."], width=1240),
+        text_image(["Second page", "", "Channels opened: forty two."], width=1240),
     ]
     data = scanned_pdf(pages)
     resp = await paid(client, "extract-document", {"documentBase64": b64(data)}, sats=20)
@@ -96,15 +95,29 @@ async def test_a_text_layer_is_read_without_ocr(client: httpx.AsyncClient) -> No
     assert "Zebra crossing quietly." in result["content"]
 
 
-@pytest.mark.slow  # RapidOCR's models load in the worker first (some 5 s on 2 cores)
-async def test_chinese_is_read_by_rapidocr(client: httpx.AsyncClient) -> None:
-    image = text_image(["今天天气很好，我们去公园。"], font=CJK, size=40, width=1000)
-    body = {"imageBase64": b64(png(image)), "language": "zh"}
+async def test_japanese_is_read_with_its_kana(client: httpx.AsyncClient) -> None:
+    lines = ["東京は日本の首都です。", "ひらがなとカタカナ"]
+    image = text_image(lines, font=CJK, size=40, width=1000)
+    body = {"imageBase64": b64(png(image)), "language": "ja"}
     resp = await paid(client, "extract-document", body)
     assert resp.status_code == 200, resp.text
-    result = resp.json()
-    assert result["pageMethods"] == ["rapidocr"]
-    assert "今天天气很好" in result["content"] and "公园" in result["content"]
+    content = resp.json()["content"]
+    assert "東京は日本の首都です" in content and "ひらがなとカタカナ" in content
+
+
+@pytest.mark.slow  # RapidOCR's models load; Japanese is read three times
+async def test_chinese_and_japanese_are_detected(client: httpx.AsyncClient) -> None:
+    """No language named: tesseract's Latin packs are unsure, RapidOCR reads Chinese, and
+    Japanese (kana found by tesseract's jpn pack) goes to that pack."""
+    for lines, expected, method in (
+        (["今天天气很好，我们去公园。"], "今天天气很好，我们去公园", "rapidocr"),
+        (["東京は日本の首都です。"], "東京は日本の首都です", "tesseract"),
+    ):
+        image = text_image(lines, font=CJK, size=40, width=1000)
+        resp = await paid(client, "extract-document", {"imageBase64": b64(png(image))})
+        assert resp.status_code == 200, resp.text
+        assert expected in resp.json()["content"]
+        assert resp.json()["pageMethods"] == [method]
 
 
 async def test_a_page_without_text_is_refunded(client: httpx.AsyncClient) -> None:

@@ -114,10 +114,11 @@ class _OcrParams(ServiceParams, ModelChoice):
             raise InvalidField("documentBase64", str(exc)) from None
         if pages > self.MAX_PAGES:
             raise InvalidField("documentBase64", f"{pages} pages; at most {self.MAX_PAGES}")
-        if self.language in ("zh", "ja") and not local_ocr.reads_cjk():
+        if self.language is not None and not local_ocr.reads(self.language):
             raise ApiError(
                 "SERVICE_UNAVAILABLE",
-                "Chinese and Japanese OCR is not installed on this node; nothing was charged.",
+                f"OCR in {OCR_LANGUAGES[self.language].title()} is not installed on this "
+                "node; nothing was charged.",
             )
         return _Document(data, "pdf" if is_pdf(data) else "image", pages)
 

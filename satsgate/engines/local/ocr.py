@@ -20,13 +20,19 @@ from satsgate.engines.registry import EngineDeps, LocalEngine
 PAGES_IN_FLIGHT = 2
 
 # Languages a caller may name; anything else is read as "detect".
-LANGUAGES = frozenset(worker.TESSERACT_LANGS) | worker.RAPID_LANGS
+LANGUAGES = frozenset(worker.TESSERACT_LANGS) | worker.CJK_LANGS
 
 
-def reads_cjk() -> bool:
-    """Whether RapidOCR (Chinese and Japanese) is installed; tesseract alone serves the
-    rest, and a request in Chinese or Japanese is refused before payment without it."""
-    return importlib.util.find_spec("rapidocr_onnxruntime") is not None
+def reads(language: str) -> bool:
+    """Whether this node reads ``language``: Chinese needs RapidOCR, Japanese tesseract's
+    jpn pack or RapidOCR; tesseract reads the others (its missing packs fall back to eng).
+    A request in a language not read here is refused before payment."""
+    rapid = importlib.util.find_spec("rapidocr_onnxruntime") is not None
+    if language == "zh":
+        return rapid
+    if language == "ja":
+        return rapid or "jpn" in worker.installed_tesseract_langs()
+    return True
 
 
 def probe() -> str:

@@ -22,12 +22,15 @@ from typing import Any
 
 from PIL import Image, ImageOps, ImageStat
 
-# Tesseract language packs (Debian tesseract-ocr-LANG) by ISO 639-1 code.
-TESSERACT_LANGS = {
+# Tesseract language packs (Debian tesseract-ocr-LANG) by ISO 639-1 code: the Latin-script
+# ones are read together when no language is named.
+LATIN_LANGS = {
     "en": "eng", "de": "deu", "fr": "fra", "es": "spa", "it": "ita", "pt": "por", "nl": "nld",
 }  # fmt: skip
-# Read by RapidOCR (its PP-OCR Chinese models also read Japanese kanji and Latin text).
-RAPID_LANGS = frozenset({"zh", "ja"})
+TESSERACT_LANGS = {**LATIN_LANGS, "ja": "jpn"}
+# Chinese: RapidOCR (PP-OCRv4 Chinese models). Japanese: tesseract's jpn pack, which reads
+# kana (the Chinese models read kanji but drop most kana), else RapidOCR.
+CJK_LANGS = frozenset({"zh", "ja"})
 
 # Rendering of scanned PDF pages for OCR.
 OCR_DPI = 300
@@ -42,6 +45,7 @@ UNSURE_CONFIDENCE = 0.6
 # Seconds one tesseract run may take (the pool's time limit stops the rest).
 TESSERACT_TIMEOUT_S = 100
 
+_KANA = re.compile(r"[\u3040-\u30ff]")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
@@ -167,15 +171,20 @@ def _flatten(img: Image.Image) -> Image.Image:
 def ocr_pil(image: Image.Image, language: str | None, layout: str) -> PageText:
     if ImageStat.Stat(image.convert("L")).stddev[0] < 1.0:
         return PageText("", "tesseract", 0.0)  # a blank page: nothing to read
-    if language in RAPID_LANGS:
+    japanese = "jpn" in installed_tesseract_langs()
+    if language == "zh" or (language == "ja" and not japanese):
         return rapid_read(image)
     tess = tesseract_read(image, language, layout)
     if language is None and (tess.confidence or 0.0) < UNSURE_CONFIDENCE and _has_rapid():
         # Unsure: perhaps Chinese or Japanese, or a hard scan. Read it again with RapidOCR.
         rapid = rapid_read(image)
-        if rapid.text and (
-            _CJK.search(rapid.text) or (rapid.confidence or 0) > (tess.confidence or 0) + 0.1
-        ):
+        if rapid.text and _CJK.search(rapid.text):
+            if japanese:  # Japanese if tesseract's jpn pack finds kana where RapidOCR saw CJK
+                jpn = tesseract_read(image, "ja", layout)
+                if len(_KANA.findall(jpn.text)) >= 0.1 * len(_CJK.findall(jpn.text)) > 0:
+                    return jpn
+            return rapid
+        if (rapid.confidence or 0) > (tess.confidence or 0) + 0.1:
             return rapid
     return tess
 
@@ -197,7 +206,7 @@ def tesseract_langs(language: str | None) -> str:
     if language is not None:
         code = TESSERACT_LANGS.get(language, "eng")
         return code if code in installed else "eng"
-    wanted = [code for code in TESSERACT_LANGS.values() if code in installed]
+    wanted = [code for code in LATIN_LANGS.values() if code in installed]
     return "+".join(wanted) or "eng"
 
 
@@ -235,11 +244,20 @@ def _tesseract_text(data: dict[str, list[Any]]) -> PageText:
         key = (int(data["block_num"][i]), int(data["par_num"][i]))
         paragraphs.setdefault(key, {}).setdefault(int(data["line_num"][i]), []).append(word)
     blocks = [
-        "\n".join(" ".join(words) for _line, words in sorted(lines.items()))
+        "\n".join(_join(words) for _line, words in sorted(lines.items()))
         for _key, lines in sorted(paragraphs.items())
     ]
     confidence = sum(confidences) / len(confidences) / 100 if confidences else 0.0
     return PageText("\n\n".join(blocks), "tesseract", round(confidence, 3))
+
+
+def _join(words: list[str]) -> str:
+    """A line's words: spaced, but for Chinese and Japanese, which are written unspaced
+    (tesseract cuts them into one "word" per few characters)."""
+    out = words[0]
+    for word in words[1:]:
+        out += word if _CJK.match(word[0]) and _CJK.match(out[-1]) else " " + word
+    return out
 
 
 @functools.cache

@@ -19,14 +19,15 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 import httpx
 import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.services.engines.convert import external_reference, html_to_text
+from satsgate.services.documents_extra import Target
+from satsgate.services.engines.convert import ALL_TARGETS, external_reference, html_to_text
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import text_layer_pdf
 from tests.test_gateway import assert_envelope, payment_count
@@ -118,6 +119,10 @@ def only_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 # -- text and documents --------------------------------------------------------------------
+
+
+def test_the_schema_offers_every_target_and_no_other() -> None:
+    assert set(get_args(Target)) == set(ALL_TARGETS)
 
 
 def test_html_text_keeps_blocks() -> None:

@@ -248,7 +248,6 @@ Target = Literal[
     "rtf", "epub", "xlsx", "ods", "csv", "pptx", "odp", "mp3", "wav", "flac", "ogg", "opus",
     "m4a", "mp4", "webm", "mkv", "mov",
 ]  # fmt: skip
-IMAGE_TARGETS = conv.IMAGE_TARGETS
 
 
 @dataclass(frozen=True)
@@ -326,7 +325,6 @@ def _unavailable(what: str, missing: str) -> ApiError:
 
 
 _INLINE_MAX_BYTES = 5 * MiB
-_EXT = {"jpeg": "jpeg", "opus": "opus"}
 
 
 async def _converted(ctx: ServiceContext, job: _Conversion, target: str, title: str) -> bytes:
@@ -368,7 +366,7 @@ async def convert_file(ctx: ServiceContext, params: ConvertFileParams) -> Servic
             body["format"] = "zip"
     else:
         title = posixpath.splitext(params.fileName or "")[0] or "Document"
-        output, ext = await _converted(ctx, job, target, title), _EXT.get(target, target)
+        output, ext = await _converted(ctx, job, target, title), target
     stored = await ctx.files.save(output, ext)
     body.update(file_url=stored.url, size=len(output))
     if len(output) <= _INLINE_MAX_BYTES:

@@ -42,14 +42,14 @@ from PIL import Image
 from pypdf import PdfReader
 
 from satsgate.services.engines import pdf
+from satsgate.services.media import MediaError, image_info, is_pdf
 
 # -- what a file is ------------------------------------------------------------------------
 
 IMAGE_TARGETS: tuple[str, ...] = ("png", "jpeg", "webp", "gif", "bmp", "tiff")
 AUDIO_TARGETS: tuple[str, ...] = ("mp3", "wav", "flac", "ogg", "opus", "m4a")
 VIDEO_TARGETS: tuple[str, ...] = ("mp4", "webm", "mkv", "mov")
-# Formats pandoc reads, and what it writes them to.
-PANDOC_SOURCES = frozenset({"markdown", "html", "txt", "docx", "odt", "rtf", "epub"})
+# What pandoc writes (it reads markdown, html, txt, docx, odt, rtf and epub here).
 PANDOC_TARGETS: tuple[str, ...] = ("docx", "odt", "rtf", "epub", "html", "md", "txt")
 LO_DOCUMENTS = frozenset({"doc", "docx", "odt", "rtf"})
 LO_SHEETS = frozenset({"xls", "xlsx", "ods"})
@@ -117,8 +117,6 @@ class Source:
 def sniff(data: bytes, file_name: str | None) -> str:
     """The source kind from the bytes (and the name's extension where bytes cannot
     tell: text formats, legacy office files); Unsupported otherwise."""
-    from satsgate.services.media import MediaError, image_info, is_pdf
-
     ext = posixpath.splitext((file_name or "").lower())[1]
     if is_pdf(data):
         return "pdf"

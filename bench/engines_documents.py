@@ -12,19 +12,29 @@ process). Cases:
 - image-zh: one PNG of Chinese text (RapidOCR, language zh);
 - pdf-text: a 20-page PDF with a text layer (no OCR);
 - pdf-scan: a 20-page scanned (image-only) A4 PDF at 150 dpi, read at 300 dpi.
+
+With ``--health`` it then starts a satsgate server (bench/satsgate_server.py, the real
+app on the dev node) and measures ``GET /api/health`` every 50 ms, idle and while 4
+paid extract-document calls (5 scanned pages each) run: the free endpoints must stay
+responsive while the pool does the OCR.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import multiprocessing
 import os
 import platform
 import resource
+import statistics
 import sys
+import tempfile
+import threading
 import time
+import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,6 +75,95 @@ LETTER = [
     "",
     "The next meeting is on the fifth of March at ten.",
 ]
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _health_latencies(url: str, stop: threading.Event) -> list[float]:
+    out = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        with urllib.request.urlopen(url + "/api/health", timeout=30) as resp:
+            resp.read()
+        out.append((time.perf_counter() - started) * 1000)
+        time.sleep(0.05)
+    return out
+
+
+def _paid_ocr(url: str, body: dict[str, Any]) -> float:
+    """One paid extract-document call through L402 on the dev node; its seconds."""
+    from run import http
+
+    status, challenge, _ = http("POST", url + "/api/l402/extract-document", json.dumps(body))
+    assert status == 402, challenge
+    status, paid, _ = http(
+        "POST", url + "/api/dev/pay", json.dumps({"invoice": challenge["invoice"]})
+    )
+    assert status == 200, paid
+    auth = f"L402 {challenge['macaroon']}:{paid['preimage']}"
+    started = time.perf_counter()
+    status, result, _ = http(
+        "POST", url + "/api/l402/extract-document", json.dumps(body), {"Authorization": auth}
+    )
+    assert status == 200, result
+    return time.perf_counter() - started
+
+
+def health_under_ocr(calls: int = 4, pages: int = 5) -> dict[str, Any]:
+    from run import BENCH, free_port, start_server
+
+    scan = scanned_pdf(
+        [a4_page([line.format(n=n) for line in LETTER], size=32) for n in range(pages)]
+    )
+    body = {"documentBase64": base64.b64encode(scan).decode()}
+    with tempfile.TemporaryDirectory(prefix="satsgate-bench-docs-") as tmp:
+        server = start_server(
+            "satsgate",
+            [str(BENCH / "satsgate_server.py"), "--port", str(free_port()), "--data-dir", tmp],
+            Path(tmp) / "server.log",
+        )
+        try:
+            stop = threading.Event()
+            idle: list[float] = []
+            poll = threading.Thread(
+                target=lambda: idle.extend(_health_latencies(server.url, stop))
+            )
+            poll.start()
+            time.sleep(3)
+            stop.set()
+            poll.join()
+            stop = threading.Event()
+            busy: list[float] = []
+            poll = threading.Thread(
+                target=lambda: busy.extend(_health_latencies(server.url, stop))
+            )
+            poll.start()
+            started = time.perf_counter()
+            seconds: list[float] = []
+            workers = [
+                threading.Thread(target=lambda: seconds.append(_paid_ocr(server.url, body)))
+                for _ in range(calls)
+            ]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            window = time.perf_counter() - started
+            stop.set()
+            poll.join()
+        finally:
+            server.stop()
+    return {
+        "calls": calls, "pages_each": pages, "window_s": round(window, 1),
+        "call_seconds": sorted(round(s, 1) for s in seconds),
+        "idle_ms": {"n": len(idle), "p50": round(statistics.median(idle), 2),
+                    "p99": round(_pct(idle, 0.99), 2), "max": round(max(idle), 2)},
+        "busy_ms": {"n": len(busy), "p50": round(statistics.median(busy), 2),
+                    "p99": round(_pct(busy, 0.99), 2), "max": round(max(busy), 2)},
+    }
 
 
 def _peak() -> tuple[int, int, int]:
@@ -110,6 +209,10 @@ async def main() -> None:
     parser.add_argument("--pages", type=int, default=20, help="pages of the large PDFs")
     parser.add_argument("--limit", type=float, default=600.0, help="CPU job time limit, s")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--health", action="store_true",
+        help="also: GET /api/health latency while 4 paid OCR calls run on a server",
+    )
     args = parser.parse_args()
 
     scan = scanned_pdf(
@@ -145,8 +248,13 @@ async def main() -> None:
               f"{r['seconds_per_page']} | {r['worker_peak_rss_mib']} | "
               f"{r['tesseract_peak_rss_mib']} |")
     print(f"\nmachine: {machine}")
+    health = health_under_ocr() if args.health else None
+    if health is not None:
+        print(f"\nGET /api/health while {health['calls']} OCR calls run: {json.dumps(health)}")
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "results": rows}, indent=2))
+        args.json.write_text(
+            json.dumps({"machine": machine, "results": rows, "health": health}, indent=2)
+        )
 
 
 if __name__ == "__main__":

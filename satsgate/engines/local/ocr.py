@@ -86,7 +86,7 @@ def _page(page: worker.PageText) -> OcrPage:
 
 ENGINE = LocalEngine(
     engine="ocr",
-    label="tesseract OCR (Latin scripts), RapidOCR (Chinese, Japanese), PDF text layer",
+    label="tesseract OCR (Latin scripts, Japanese), RapidOCR (Chinese), PDF text layer",
     probe=probe,
     build=LocalOcr,
 )

@@ -268,6 +268,15 @@ def test_office_files_linking_outside_are_refused_for_libreoffice() -> None:
     assert external_reference(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "doc") is None
 
 
+async def test_docx_to_markdown_is_bare(client: httpx.AsyncClient) -> None:
+    need("pandoc")
+    docx = pandoc_make(b"# Tides\n\nHigh water at *noon*.\n\n- rope\n- sail\n", "docx")
+    result = await convert(client, {"file": b64(docx), "targetFormat": "md"})
+    markdown = (await output(client, result)).decode()
+    assert markdown.startswith("# Tides\n\nHigh water at *noon*.")  # no metadata block
+    assert "rope" in markdown and "sail" in markdown
+
+
 @pytest.mark.slow  # LibreOffice starts a fresh profile for each conversion
 async def test_spreadsheet_to_pdf_with_libreoffice(
     client: httpx.AsyncClient, tmp_path: Path
@@ -374,6 +383,15 @@ async def test_refused_before_any_invoice(
         "/api/l402/convert-file", json={"file": b64(long_video), "targetFormat": "mp4"}
     )
     assert "at most 300 s" in assert_envelope(resp, "L402_INVALID_PARAMS", 400)["error"]
+    resp = await client.post(
+        "/api/l402/convert-file", json={"file": b64(long_video), "targetFormat": "mp3"}
+    )
+    assert "at most 300 s" in assert_envelope(resp, "L402_INVALID_PARAMS", 400)["error"]
+    silent = lavfi_video(tmp_path, 1, sound=False)
+    resp = await client.post(
+        "/api/l402/convert-file", json={"file": b64(silent), "targetFormat": "mp3"}
+    )
+    assert "no sound" in assert_envelope(resp, "L402_INVALID_PARAMS", 400)["error"]
     resp = await client.post(
         "/api/l402/convert-file", json={"file": b64(sine_wav(0.5)), "targetFormat": "docx"}
     )

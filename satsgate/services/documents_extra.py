@@ -305,6 +305,10 @@ class ConvertFileParams(ServiceParams, ModelChoice):
                 "targetFormat",
                 f"{source.kind} converts to {', '.join(targets)}, not {self.targetFormat}",
             )
+        if source.kind == "video" and not source.has_audio and (
+            self.targetFormat in conv.AUDIO_TARGETS
+        ):
+            raise InvalidField("targetFormat", "the video has no sound to convert")
         if self.targetFormat == "png" and (source.pages or 0) > conv.MAX_PNG_PAGES:
             raise InvalidField(
                 "file", f"{source.pages} pages; at most {conv.MAX_PNG_PAGES} as PNG pages"

@@ -112,6 +112,7 @@ class Source:
     width: int | None = None
     height: int | None = None
     pages: int | None = None  # PDF
+    has_audio: bool = False  # video: whether it has a sound track to extract
 
 
 def sniff(data: bytes, file_name: str | None) -> str:
@@ -303,10 +304,10 @@ def probe_media(data: bytes, container: str, timeout_s: float = 20) -> Source:
             raise Unsupported(f"video of {duration:.0f} s; at most {MAX_VIDEO_S} s")
         if max(width, height) > MAX_VIDEO_SIDE:
             raise Unsupported(f"video of {width}x{height}; at most {MAX_VIDEO_SIDE} px a side")
-        return Source("video", container, duration, width, height)
+        return Source("video", container, duration, width, height, has_audio=bool(audio))
     if duration > MAX_AUDIO_S:
         raise Unsupported(f"audio of {duration:.0f} s; at most {MAX_AUDIO_S} s")
-    return Source("audio", container, duration)
+    return Source("audio", container, duration, has_audio=True)
 
 
 _AUDIO_ARGS = {
@@ -374,12 +375,15 @@ async def pandoc_convert(
         (Path(tmp) / "tree.json").write_bytes(clean)
         writer = "html5" if target == "pdf" else _PANDOC_WRITERS[target]
         out = Path(tmp) / f"output.{'html' if target == 'pdf' else target}"
+        # Markdown and text come out bare (no metadata block); the rest as whole files.
+        whole = [] if target in ("md", "txt") else ["--standalone"]
         await run_tool(
-            ["pandoc", "-f", "json", "-t", writer, "--standalone", "-o", str(out),
+            ["pandoc", "-f", "json", "-t", writer, *whole, "-o", str(out),
              str(Path(tmp) / "tree.json")],
             timeout_s, cwd=tmp,
         )
-        return await asyncio.to_thread(out.read_bytes)
+        result = await asyncio.to_thread(out.read_bytes)
+        return result.strip() + b"\n" if target in ("md", "txt") else result
 
 
 def _text_as_html(text: str) -> str:

@@ -248,3 +248,25 @@ def test_yen_and_a_total_without_keyword() -> None:
     # No total line: the largest amount that is not cash handed over.
     parsed = parse_receipt("Kiosk\nWater 1.50\nCrisps 2.20\nCash 5.00\n")
     assert parsed["total"] == 2.2 and parsed["date"] is None
+
+
+# -- the worker functions, in this process (the pool runs them in spawned workers) ---------
+
+
+def test_the_worker_reads_layers_scans_and_small_pictures() -> None:
+    from satsgate.engines.local import ocr_worker as worker
+
+    layered = worker.pdf_text_layer(text_layer_pdf("Harbour pilots log every movement."))
+    assert layered == [("Harbour pilots log every movement.", False)]
+    scan = scanned_pdf([text_image(["Berth fees"], width=800)])
+    assert worker.pdf_text_layer(scan) == [("", True)]
+    page = worker.ocr_pdf_page(scan, 0, "en", "document")
+    assert page.text == "Berth fees" and page.method == "tesseract"
+    # A small picture is enlarged before reading; transparency reads as white paper.
+    small = text_image(["Anchor chain"], width=420, size=28).convert("LA")
+    page = worker.ocr_image(png(small), None, "receipt")
+    assert page.text == "Anchor chain" and (page.confidence or 0) > 0.6
+    assert worker.ocr_pil(text_image([""]), None, "document").text == ""  # blank: no OCR
+    assert worker._join(["東京", "は", "Tokyo", "です"]) == "東京は Tokyo です"
+    with pytest.raises(worker.OcrFailed):
+        worker.ocr_image(b"\x89PNG\r\n\x1a\n broken", None, "document")

@@ -85,6 +85,19 @@ async def test_a_scanned_pdf_is_read_page_by_page(client: httpx.AsyncClient) -> 
     assert {"channels", "opened", "forty", "two"} <= words(second)
 
 
+async def test_a_page_scanned_sideways_is_turned_upright(client: httpx.AsyncClient) -> None:
+    page = text_image(
+        ["Quarterly report of the harbour authority.", "Revenue grew by twelve percent",
+         "while the operating costs stayed flat."], width=1240,
+    )
+    data = scanned_pdf([page.rotate(90, expand=True, fillcolor=255)])
+    resp = await paid(client, "extract-document", {"documentBase64": b64(data)}, sats=10)
+    assert resp.status_code == 200, resp.text
+    assert {"quarterly", "harbour", "authority", "revenue", "twelve"} <= words(
+        resp.json()["content"]
+    )
+
+
 async def test_a_text_layer_is_read_without_ocr(client: httpx.AsyncClient) -> None:
     data = text_layer_pdf("Alphanumeric satoshi ledger entry.", "Zebra crossing quietly.")
     resp = await paid(client, "extract-document", {"documentBase64": b64(data)}, sats=20)

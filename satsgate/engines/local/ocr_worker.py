@@ -42,6 +42,11 @@ SCAN_COVERAGE = 0.5
 SCAN_MAX_TEXT_CHARS = 200
 # Tesseract below this mean word confidence: RapidOCR reads the page too and the better wins.
 UNSURE_CONFIDENCE = 0.6
+# Tesseract below this mean word confidence: its orientation detection checks the page
+# (cheap: gibberish from a page on its side still scores some 0.6).
+CHECK_ORIENTATION_BELOW = 0.8
+# Tesseract's orientation detection below this confidence leaves the page as it is.
+ORIENTATION_CONFIDENCE = 2.0
 # Seconds one tesseract run may take (the pool's time limit stops the rest).
 TESSERACT_TIMEOUT_S = 100
 
@@ -175,6 +180,14 @@ def ocr_pil(image: Image.Image, language: str | None, layout: str) -> PageText:
     if language == "zh" or (language == "ja" and not japanese):
         return rapid_read(image)
     tess = tesseract_read(image, language, layout)
+    if (tess.confidence or 0.0) < CHECK_ORIENTATION_BELOW and language != "ja":
+        # Unsure: perhaps a page scanned sideways or upside down. Turn it as tesseract's
+        # orientation detection says and keep the better reading.
+        turned = _upright(image)
+        if turned is not None:
+            again = tesseract_read(turned, language, layout)
+            if (again.confidence or 0.0) > (tess.confidence or 0.0):
+                tess, image = again, turned
     if language is None and (tess.confidence or 0.0) < UNSURE_CONFIDENCE and _has_rapid():
         # Unsure: perhaps Chinese or Japanese, or a hard scan. Read it again with RapidOCR.
         rapid = rapid_read(image)
@@ -187,6 +200,26 @@ def ocr_pil(image: Image.Image, language: str | None, layout: str) -> PageText:
         if (rapid.confidence or 0) > (tess.confidence or 0) + 0.1:
             return rapid
     return tess
+
+
+def _upright(image: Image.Image) -> Image.Image | None:
+    """The page turned upright by tesseract's orientation detection (the osd pack), or
+    None when it is upright already, or the detection is unsure or unavailable."""
+    import pytesseract
+
+    if "osd" not in installed_tesseract_langs():
+        return None
+    try:
+        osd = pytesseract.image_to_osd(
+            image, config="--psm 0", output_type=pytesseract.Output.DICT,
+            timeout=TESSERACT_TIMEOUT_S,
+        )
+    except (RuntimeError, pytesseract.TesseractError):  # too little text to tell
+        return None
+    rotate = int(osd.get("rotate", 0))
+    if rotate % 360 == 0 or float(osd.get("orientation_conf", 0)) < ORIENTATION_CONFIDENCE:
+        return None
+    return image.rotate(-rotate, expand=True, fillcolor=255)
 
 
 @functools.cache

@@ -372,7 +372,7 @@ async def pandoc_convert(
             timeout_s, cwd=tmp,
         )
         clean = await asyncio.to_thread(_clean_tree, tree, Path(tmp), title, target == "epub")
-        (Path(tmp) / "tree.json").write_bytes(clean)
+        await asyncio.to_thread((Path(tmp) / "tree.json").write_bytes, clean)
         writer = "html5" if target == "pdf" else _PANDOC_WRITERS[target]
         out = Path(tmp) / f"output.{'html' if target == 'pdf' else target}"
         # Markdown and text come out bare (no metadata block); the rest as whole files.

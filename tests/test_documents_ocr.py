@@ -5,11 +5,14 @@ PDF read without OCR; refusals before any invoice; a refund when nothing is foun
 from __future__ import annotations
 
 import base64
+import io
+import random
 import shutil
 from typing import Any
 
 import httpx
 import pytest
+from PIL import Image, ImageFilter
 
 from satsgate.services.engines.receipt import find_date, parse_number, parse_receipt
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
@@ -212,6 +215,39 @@ async def test_receipts_are_parsed(
     assert {k: structured[k] for k in expected} == expected, result["rawText"]
     assert {item["name"] for item in structured["items"]} == items, result["rawText"]
     assert expected["merchant"] in result["rawText"]
+
+
+def photographed(image: Image.Image) -> bytes:
+    """A receipt as a phone sees it: slightly turned, soft, speckled, a lossy JPEG."""
+    image = image.rotate(1.5, expand=True, fillcolor=255).filter(ImageFilter.GaussianBlur(0.8))
+    pixels = image.load()
+    assert pixels is not None
+    noise = random.Random(2)
+    for _ in range(image.width * image.height // 40):
+        pixels[noise.randrange(image.width), noise.randrange(image.height)] = noise.choice(
+            (0, 255)
+        )
+    out = io.BytesIO()
+    image.convert("RGB").save(out, "JPEG", quality=60)
+    return out.getvalue()
+
+
+async def test_a_photographed_receipt(client: httpx.AsyncClient) -> None:
+    image = receipt_image(
+        ["FARMACIA CENTRAL", "Rua Augusta 10, Lisboa", "Data: 07/11/2024"],
+        [("Paracetamol 500mg", "3,95"), ("2 x Agua 1,5L", "1,80"),
+         ("Protetor solar", "12,49"), ("Total", "18,24 €"), ("IVA 6%", "1,03"),
+         ("Multibanco", "18,24")],
+    )
+    resp = await paid(client, "extract-receipt", {"imageBase64": b64(photographed(image))})
+    assert resp.status_code == 200, resp.text
+    structured = resp.json()["structured"]
+    assert (structured["merchant"], structured["date"]) == ("FARMACIA CENTRAL", "2024-11-07")
+    assert (structured["total"], structured["tax"]) == (18.24, 1.03)
+    assert [(i["quantity"], i["price"]) for i in structured["items"]] == [
+        (1, 3.95), (2, 1.8), (1, 12.49)
+    ]
+    assert "Paracetamol" in structured["items"][0]["name"]
 
 
 async def test_a_receipt_pdf_with_a_text_layer(client: httpx.AsyncClient) -> None:

@@ -224,7 +224,8 @@ def find_date(text: str, month_first: bool = False) -> str | None:
 
 # -- the receipt ---------------------------------------------------------------------------
 
-_QTY_PREFIX = re.compile(r"^\s*(\d{1,3})\s*[x×*@]\s+", re.I)
+_QTY_PREFIX = re.compile(r"^\s*(\d{1,3})\s*[x×*]\s*(?=[^\W\d])", re.I)
+_TRAILING_AMOUNT = re.compile(rf"\s(?:{_SYMBOL_RE})?\s?(?P<num>{_NUMBER})\s*(?:{_SYMBOL_RE})?\s*$")
 _QTY_INNER = re.compile(r"(?<![\d.,])(\d{1,3})\s*[x×*@]\s*(?=\S*\d)", re.I)
 
 
@@ -297,22 +298,26 @@ def parse_receipt(text: str) -> dict[str, Any]:
         amounts = find_amounts(line)
         if not amounts:
             continue
-        name = line[: amounts[0].start].strip(" .:-*\t")
+        price = amounts[-1].value  # the line's total is its last amount
+        head = line[: amounts[-1].start]
         quantity = 1
         unit_price: Decimal | None = None
-        if m := _QTY_PREFIX.match(name):
-            quantity, name = int(m[1]), name[m.end() :].strip()
-        elif m := _QTY_INNER.search(line):
+        if m := _QTY_PREFIX.match(head):  # "2 x Latte 9.00"
+            quantity, head = int(m[1]), head[m.end() :]
+        elif m := _QTY_INNER.search(head):  # "Ale 2 @ 4.20 8.40"
             quantity = int(m[1])
-            name = line[: m.start()].strip(" .:-*\t")
-            after = [a for a in amounts if a.start > m.start()]
-            if len(after) >= 2:
-                unit_price = after[0].value
+            inner = [a for a in amounts[:-1] if a.start > m.start()]
+            unit_price = inner[0].value if inner else None
+            head = head[: m.start()]
+        # Amounts left at the end of the name are a unit price ("Latte 4.50 9.00"); those
+        # inside it are part of it ("Water 1,5L").
+        while (tail := _TRAILING_AMOUNT.search(head)) is not None:
+            if quantity > 1 and unit_price is None:
+                unit_price = parse_number(tail["num"])
+            head = head[: tail.start()]
+        name = head.strip(" .:-*\t")
         if sum(ch.isalpha() for ch in name) < 2:
             continue
-        if unit_price is None and len(amounts) >= 2 and quantity > 1:
-            unit_price = amounts[-2].value
-        price = amounts[-1].value
         item: dict[str, Any] = {
             "name": name, "quantity": quantity, "price": _money(price, currency),
         }

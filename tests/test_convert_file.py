@@ -277,6 +277,20 @@ async def test_docx_to_markdown_is_bare(client: httpx.AsyncClient) -> None:
     assert "rope" in markdown and "sail" in markdown
 
 
+async def test_a_broken_document_is_refunded(client: httpx.AsyncClient) -> None:
+    """It looks like a DOCX before payment; pandoc cannot read it: the payer is refunded."""
+    need("pandoc")
+    docx = _with_part(
+        pandoc_make(b"x", "docx"), "word/document.xml", lambda _xml: b"<w:document><unclosed"
+    )
+    body = {"file": b64(docx), "targetFormat": "odt"}
+    auth = await paid_l402_auth(client, "convert-file", body)
+    resp = await client.post("/api/l402/convert-file", json=body, headers={"Authorization": auth})
+    error = assert_envelope(resp, "SERVICE_ERROR", 502)
+    assert error["refund"]["amount_sats"] == 100
+    assert "satsgate-" not in error["error"]  # no temporary paths of the node
+
+
 @pytest.mark.slow  # LibreOffice starts a fresh profile for each conversion
 async def test_spreadsheet_to_pdf_with_libreoffice(
     client: httpx.AsyncClient, tmp_path: Path

@@ -249,7 +249,9 @@ async def run_tool(args: Sequence[str], timeout_s: float, cwd: str | None = None
         ) from None
     if proc.returncode != 0:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
-        raise ToolFailed(f"{Path(args[0]).name} failed: {tail[0][:200]}")
+        # The tool's last word, without this node's temporary paths.
+        said = re.sub(r"\S*satsgate-[a-z]+-\w+/?(\S*)", r"\1", tail[0])
+        raise ToolFailed(f"{Path(args[0]).name} failed: {said[:200]}")
     return out
 
 

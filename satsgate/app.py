@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -38,7 +39,10 @@ from satsgate.lightning import BackendError, LightningBackend
 from satsgate.payments.gate import Gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.payments.refund_request import request_refund
+from satsgate.procguard import die_with_parent
+from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
+from satsgate.server_guard import guard_middleware
 from satsgate.services import ai_calls, voice_bridge
 from satsgate.services.catalog import CATEGORIES, list_models_document
 from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
@@ -77,7 +81,13 @@ def create_app(
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
     # on the first job.
-    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    # A worker exits when the server dies, even by SIGKILL (procguard.die_with_parent).
+    pool = ProcessPoolExecutor(
+        max_workers=2,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
     engines = build_engines(
         settings,
         ENGINE_NAMES,
@@ -85,7 +95,11 @@ def create_app(
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[LIMITS] = Limits.from_settings(settings)
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from satsgate.config import Settings, load_settings
 from satsgate.engines import EngineConfigError
 from satsgate.lightning import LightningBackend
+from satsgate.procguard import private_umask
 
 
 def build_backend(settings: Settings) -> LightningBackend:
@@ -105,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
         return 0
 
+    private_umask()  # every file the server writes is 0600, its directories 0700
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

@@ -162,10 +162,11 @@ class RefundService:
         return self._node_pubkey
 
     def max_fee_msat(self, amount_msat: int) -> int:
-        return max(
-            self._settings.refund_fee_min_msat,
-            amount_msat * self._settings.refund_fee_ppm // 1_000_000,
-        )
+        """The routing fee cap for a refund payout: the floor or the ppm share, whichever
+        is larger, but never more than ``refund_fee_max_pct`` of the refund itself."""
+        s = self._settings
+        budget = max(s.refund_fee_min_msat, amount_msat * s.refund_fee_ppm // 1_000_000)
+        return min(budget, amount_msat * s.refund_fee_max_pct // 100)
 
     async def _pay(self, k1: str, bolt11: str, amount_msat: int) -> None:
         self._in_flight.add(k1)

@@ -95,7 +95,16 @@ class ThreadedServer:
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     port = free_port()
-    base = Settings(host="127.0.0.1", port=port, data_dir=data_dir)
+    # The suite is one client making thousands of calls: per-client rate limits are off
+    # unless a test turns them on (tests/faults/test_faults_rate_limits.py).
+    base = Settings(
+        host="127.0.0.1",
+        port=port,
+        data_dir=data_dir,
+        challenge_rate_per_min=0,
+        refund_rate_per_min=0,
+        estimate_rate_per_min=0,
+    )
     return replace(base, **overrides)
 
 

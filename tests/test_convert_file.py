@@ -121,6 +121,22 @@ def only_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 # -- text and documents --------------------------------------------------------------------
 
 
+def test_pdf_rendering_leaves_truncated_images_refused() -> None:
+    """WeasyPrint's import turns LOAD_TRUNCATED_IMAGES on process-wide; satsgate's PDF
+    module turns it off, so a pool worker that rendered a PDF still refuses a truncated
+    image for the other engines."""
+    from PIL import ImageFile
+
+    import satsgate.services.engines.pdf  # noqa: F401  # the import is what is tested
+
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False
+    whole = io.BytesIO()
+    Image.effect_noise((128, 128), 60).save(whole, "PNG")  # noise: no compressing it away
+    half = whole.getvalue()[: len(whole.getvalue()) // 2]
+    with Image.open(io.BytesIO(half)) as img, pytest.raises(OSError):
+        img.load()
+
+
 def test_the_schema_offers_every_target_and_no_other() -> None:
     assert set(get_args(Target)) == set(ALL_TARGETS)
 

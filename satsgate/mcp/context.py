@@ -56,6 +56,13 @@ class CallContext:
     progress_token: str | int | None = None
     send: Send | None = None
     keepalive: Callable[[], Awaitable[None]] | None = None
+    # The transport's per-client rate limit: rate_check(rule) raises RATE_LIMITED.
+    rate_check: Callable[[str], None] | None = None
+
+    def limit(self, rule: str) -> None:
+        """Spend one request of this call's client under ``rule`` (satsgate/ratelimit.py)."""
+        if self.rate_check is not None:
+            self.rate_check(rule)
 
     @property
     def can_stream(self) -> bool:

@@ -15,14 +15,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from satsgate import json_input
 from satsgate.http_util import dumps
 from satsgate.mcp.context import CallContext, PlannedSource
 from satsgate.mcp.jsonrpc import (
@@ -35,6 +36,7 @@ from satsgate.mcp.jsonrpc import (
 )
 from satsgate.mcp.server import SUPPORTED_VERSIONS, ClientGone, McpServer
 from satsgate.payments.gate import Gate
+from satsgate.ratelimit import LIMITS
 
 MCP_PATH = "/api/mcp"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -136,8 +138,8 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             error_message(None, RpcError(INVALID_REQUEST, "The request body is too large.")), 413
         )
     try:
-        payload = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        payload = json_input.loads(raw)
+    except json_input.JsonInputError as exc:
         return _rpc_response(error_message(None, RpcError(PARSE_ERROR, f"Parse error: {exc}")), 400)
     version = request.headers.get("MCP-Protocol-Version")
     if version is not None and version not in SUPPORTED_VERSIONS and not _negotiates(payload):
@@ -153,7 +155,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             400,
         )
     if isinstance(payload, list):
-        return await _batch(endpoint.server, payload)
+        return await _batch(endpoint.server, payload, _rate_check(request))
     return await _single(request, endpoint.server, payload)
 
 
@@ -176,6 +178,7 @@ async def _single(request: web.Request, server: McpServer, payload: Any) -> web.
         progress_token=message.progress_token,
         send=stream.send if stream is not None else None,
         keepalive=stream.keepalive if stream is not None else None,
+        rate_check=_rate_check(request),
     )
     try:
         response = await server.handle(message, ctx)
@@ -191,7 +194,16 @@ async def _single(request: web.Request, server: McpServer, payload: Any) -> web.
     return _rpc_response(response)
 
 
-async def _batch(server: McpServer, payload: list[Any]) -> web.Response:
+def _rate_check(request: web.Request) -> Callable[[str], None] | None:
+    limits = request.app.get(LIMITS)
+    if limits is None:
+        return None
+    return functools.partial(limits.limiter.check, client=limits.client(request))
+
+
+async def _batch(
+    server: McpServer, payload: list[Any], rate_check: Callable[[str], None] | None
+) -> web.Response:
     if not payload:
         return _rpc_response(
             error_message(None, RpcError(INVALID_REQUEST, "An empty batch is not a request.")),
@@ -206,7 +218,7 @@ async def _batch(server: McpServer, payload: list[Any]) -> web.Response:
             continue
         if message is None or message.is_notification:
             continue
-        answer = await server.handle(message, CallContext())
+        answer = await server.handle(message, CallContext(rate_check=rate_check))
         if answer is not None:
             answers.append(answer)
     if not answers:

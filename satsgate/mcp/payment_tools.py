@@ -126,6 +126,7 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
             extra={"tools": sorted(env.paid)},
         )
     env.gate.ensure_available(spec)
+    ctx.limit("challenge")
     candidate: dict[str, Any] = {**(args.model_extra or {}), **(args.arguments or {})}
     candidate.pop("paymentId", None)
     fields = spec.params.model_fields
@@ -315,6 +316,7 @@ async def call_paid(
 
 async def request_refund(env: ToolEnv, args: RequestRefundArgs, ctx: CallContext) -> dict[str, Any]:
     """The request_refund tool: see :mod:`satsgate.payments.refund_request`."""
+    ctx.limit("refund")
     return results.success(
         await refund_request.request_refund(env.gate, args.paymentId, args.invoice, args.feedback)
     )

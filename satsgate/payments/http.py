@@ -13,6 +13,7 @@ from satsgate.errors import ApiError, envelope
 from satsgate.http_util import dumps, read_json, result_response
 from satsgate.payments import l402, mpp
 from satsgate.payments.gate import Challenge, Gate, Verified, validate_params
+from satsgate.ratelimit import check_challenge
 from satsgate.services.base import ServiceResult, ServiceSpec
 
 
@@ -71,6 +72,7 @@ async def handle_paid_call(
     except l402.MalformedCredential as exc:
         raise ApiError("MALFORMED_CREDENTIAL", f"Malformed credential: {exc}") from None
     except l402.CredentialError as exc:
+        check_challenge(request)  # a fresh invoice follows: limited like any challenge
         code = "PAYMENT_EXPIRED" if "expired" in str(exc) else "PAYMENT_INVALID"
         problem = "payment-expired" if code == "PAYMENT_EXPIRED" else "verification-failed"
         return await _fresh_challenge(
@@ -82,12 +84,15 @@ async def handle_paid_call(
             verified, spec, params, use_cache="X-No-Cache" not in request.headers
         )
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
+        check_challenge(request)
         return await _fresh_challenge(
             gate, spec, params, "PAYMENT_INVALID", f"The credential was not accepted: {exc}.",
             "verification-failed",
         )
     except ApiError as exc:
         if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
+            if exc.code == "PAYMENT_EXPIRED":
+                check_challenge(request)
             return await _unpaid_response(gate, spec, params, exc)
         raise
     return _served(result, verified, dedup_hit=replayed)

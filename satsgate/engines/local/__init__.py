@@ -4,10 +4,13 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
-from satsgate.engines.local import ocr, pkpass
+from satsgate.engines.local import apertium, ocr, pkpass
+from satsgate.engines.local.images import LOCAL_IMAGE_ENGINES
 from satsgate.engines.registry import LocalEngine
 
 LOCAL_ENGINES: tuple[LocalEngine, ...] = (
     pkpass.LOCAL,
-    ocr.ENGINE,
+    *LOCAL_IMAGE_ENGINES,
+    apertium.APERTIUM,  # translation
+    ocr.ENGINE,  # extract-document, extract-receipt
 )

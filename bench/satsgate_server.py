@@ -26,14 +26,18 @@ from typing import Any
 import experiments
 from _serve import serve_until_stopped  # bench/ is on sys.path: run as a script
 from aiohttp import web
+from experiments import dev_backend, pool_attribute, pool_holder
 
 from satsgate.app import GATE, create_app
 from satsgate.config import Settings
-from satsgate.dev_backend import DevBackend
-from satsgate.engines.cpu_jobs import run_with_time_limit
 from satsgate.payments.http import handle_paid_call
 from satsgate.runner import freeze_startup_heap
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+
+try:
+    from satsgate.engines.cpu_jobs import run_with_time_limit
+except ImportError:  # a tree before the engines package (ab.py runs this file on older trees)
+    from satsgate.services.cpu_jobs import run_with_time_limit  # type: ignore[no-redef]
 
 NOOP_SLUG = "bench-noop"
 NOOP_PRICE_MSAT = 1000  # 1 sat
@@ -92,8 +96,11 @@ POOL = web.AppKey("bench_pool", TimedPool)
 
 
 async def _time_pool(app: web.Application) -> None:
-    gate = app[GATE]  # exists now: cleanup contexts run before on_startup handlers added later
-    app[POOL] = gate._cpu_pool = TimedPool(gate._cpu_pool)
+    # The gate exists now: cleanup contexts run before on_startup handlers added later.
+    holder = pool_holder(app)
+    name = pool_attribute(holder)
+    app[POOL] = timed = TimedPool(getattr(holder, name))
+    setattr(holder, name, timed)
 
 
 async def bench_stats(request: web.Request) -> web.Response:
@@ -114,7 +121,7 @@ async def _freeze_heap(app: web.Application) -> None:
 
 
 def build_app(settings: Settings) -> web.Application:
-    app = create_app(settings, DevBackend(settings.data_dir))
+    app = create_app(settings, dev_backend(settings.data_dir))
     app.router.add_post("/bench/noop", bench_noop)
     app.router.add_get("/bench/hello", bench_hello)
     app.router.add_get("/bench/stats", bench_stats)

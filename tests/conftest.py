@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from satsgate.app import BACKEND, GATE, STORE
+from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
-from satsgate.dev_backend import DevBackend
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.runner import ServiceHandle, start_service

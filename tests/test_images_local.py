@@ -25,6 +25,7 @@ import pytest
 from numpy.typing import NDArray
 from PIL import Image, ImageDraw
 
+from satsgate.app import ENGINES
 from satsgate.engines.local import images as local_images
 from satsgate.engines.local.image_ops import NSFW_THRESHOLD, sharpness
 from satsgate.engines.local.image_ops import encode as encode_output
@@ -88,7 +89,7 @@ def astronaut_crop() -> U8:
 
 
 def test_the_local_image_engines_are_installed_and_labelled(server: ThreadedServer) -> None:
-    engines = server.gate.engines
+    engines = server.app[ENGINES]
     for name in ("detect_nsfw", "detect_objects", "upscale_image", "deblur_image",
                  "remove_object"):
         status = engines.status(name)

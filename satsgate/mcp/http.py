@@ -25,7 +25,7 @@ from aiohttp import web
 
 from satsgate import json_input
 from satsgate.http_util import dumps
-from satsgate.mcp.context import CallContext, PlannedSource
+from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -35,7 +35,6 @@ from satsgate.mcp.jsonrpc import (
     parse_message,
 )
 from satsgate.mcp.server import SUPPORTED_VERSIONS, ClientGone, McpServer
-from satsgate.payments.gate import Gate
 from satsgate.ratelimit import LIMITS
 
 MCP_PATH = "/api/mcp"
@@ -74,21 +73,22 @@ def _origin_of(url: str) -> str:
 
 def install(
     app: web.Application,
-    gate_key: web.AppKey[Gate],
+    make_server: Callable[[web.Application], McpServer],
     *,
-    planned: PlannedSource | None = None,
+    public_base_url: str,
+    max_body_bytes: int,
     allowed_origins: Iterable[str] = (),
 ) -> None:
-    """Add POST /api/mcp; the server is built at start-up, once the gate exists."""
+    """Add POST /api/mcp; the server is made at start-up (``make_server(app)``), once
+    what it serves exists."""
     origins = frozenset(o.strip().rstrip("/").lower() for o in allowed_origins)
 
     async def mcp_ctx(app: web.Application) -> Any:
-        gate = app[gate_key]
         app[MCP] = McpEndpoint(
-            server=McpServer(gate, planned=planned),
-            own_origin=_origin_of(gate.settings.public_base_url),
+            server=make_server(app),
+            own_origin=_origin_of(public_base_url),
             allowed_origins=origins,
-            max_body_bytes=gate.settings.max_body_bytes,
+            max_body_bytes=max_body_bytes,
         )
         yield
 

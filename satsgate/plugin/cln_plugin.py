@@ -102,7 +102,7 @@ class SatsgatePlugin:
 
             from .service import ServiceThread
 
-            service = ServiceThread(cfg.settings, cfg.rpc_path)
+            service = ServiceThread(cfg.settings)
             try:
                 url = service.start(START_TIMEOUT_S)
             except Exception as exc:

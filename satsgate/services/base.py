@@ -21,7 +21,6 @@ from satsgate.errors import ApiError
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
-    from satsgate.store import Store
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -55,6 +54,14 @@ class ServiceResult:
     charged_msat: int | None = None
 
 
+class Votes(Protocol):
+    """The roadmap's vote box (the store's votes repository), for the vote service."""
+
+    async def record(self, slug: str, call_id: str) -> int:
+        """Count one vote for ``slug``, once per ``call_id``; the slug's total."""
+        ...
+
+
 @dataclass
 class ServiceContext:
     call_id: str
@@ -62,7 +69,7 @@ class ServiceContext:
     files: FileStore
     http: httpx.AsyncClient
     cpu: CpuRunner
-    store: Store
+    votes: Votes
     # The engines of this node: ``await ctx.engines.run("text", ChatEngine, ...)``.
     engines: Engines
     # Progress of a job (0..100, message); a no-op for synchronous calls.

@@ -160,7 +160,7 @@ async def _openapi(d: Discovery, c: Catalog, app: web.Application) -> Any:
 
 
 async def _languages(d: Discovery, c: Catalog, app: web.Application) -> Any:
-    return languages_document(c)
+    return languages_document(c, d.engines)
 
 
 async def describe_service(request: web.Request) -> web.Response:

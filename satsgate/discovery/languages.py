@@ -11,9 +11,11 @@ tier's evidence (see :mod:`satsgate.services.languages`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from satsgate.discovery.documents import Catalog
+from satsgate.engines import Engines
 from satsgate.services.base import sats_for_msat
 from satsgate.services.languages import (
     RARE_LANGUAGES,
@@ -44,7 +46,19 @@ def _rare_price() -> dict[str, Any]:
     }
 
 
-def languages_document(catalog: Catalog) -> dict[str, Any]:
+def served_languages(engines: Engines, engine: str, accepted: Iterable[str]) -> set[str]:
+    """The codes of ``accepted`` that some binding of ``engine`` serves on this node: an
+    engine object may say which (``languages``: a set of codes); one that does not
+    serves every code the service accepts."""
+    accepted = set(accepted)
+    served: set[str] = set()
+    for binding in engines.bindings(engine):
+        languages = getattr(binding.engine, "languages", None)
+        served |= accepted if languages is None else accepted & set(languages)
+    return served
+
+
+def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any]:
     translation = [
         {
             "code": code,
@@ -57,6 +71,7 @@ def languages_document(catalog: Catalog) -> dict[str, Any]:
         for code, name in TRANSLATION_LANGUAGES.items()
     ]
     rare_price = _rare_price()
+    transcribed = served_languages(node_engines, "transcription", TRANSCRIPTION_LANGUAGES)
     rare = [
         {
             "code": code,
@@ -88,9 +103,13 @@ def languages_document(catalog: Catalog) -> dict[str, Any]:
         "engines": list(engines.values()),
         "translation": translation,
         "rare": rare,
+        # The 13 languages transcribe-audio accepts; ``available``: this node transcribes it
+        # (a local engine may cover fewer: Whisper tiny.en speaks English only).
         "transcription": [
-            {"code": code, "name": name} for code, name in TRANSCRIPTION_LANGUAGES.items()
+            {"code": code, "name": name, "available": code in transcribed}
+            for code, name in TRANSCRIPTION_LANGUAGES.items()
         ],
+        "transcriptionEngine": node_engines.status("transcription").public(),
         "services": [
             service["id"]
             for service in catalog.services

@@ -1,14 +1,30 @@
 """Speech and audio: text-to-speech, clone-voice, transcription, transcribe-translate,
-book-to-audiobook and music. Remote engines: ``[engines.tts]``, ``voice_clone``,
-``transcription``, ``translation``, ``audiobook``, ``music``."""
+book-to-audiobook and music. Engine names: ``tts``, ``voice_clone``, ``transcription``,
+``speech_translation``, ``audiobook`` (and ``translation`` for a book's translateToLanguage),
+``music``. Local engines (satsgate.engines.local) serve ``tts`` and ``audiobook`` on the
+global tier (43) with eSpeak NG, and ``transcription`` in English with Whisper tiny.en."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.services.base import PriceShape, ServiceSpec
+from satsgate.engines import EngineError
+from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationRequest
+from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
+from satsgate.engines.transcription import (
+    Segment,
+    TranscriptionEngine,
+    TranscriptionRequest,
+    to_srt,
+    to_vtt,
+)
+from satsgate.engines.translation import TranslationEngine, TranslationRequest
+from satsgate.errors import ApiError
+from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
 from satsgate.services.common import (
     CallbackFields,
@@ -23,6 +39,7 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
+from satsgate.services.engines import book as books
 from satsgate.services.languages import (
     resolve_transcription_language,
     resolve_translation_language,
@@ -44,7 +61,7 @@ from satsgate.services.pricing import (
     translation_msat,
     tts_msat,
 )
-from satsgate.services.routing import auto_tts_model
+from satsgate.services.routing import auto_tts_model, routed_result
 from satsgate.services.voices import (
     TTS_FAMILY,
     TTS_VOICES,
@@ -136,6 +153,37 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
         return self.model == "auto"
 
 
+async def text_to_speech(ctx: ServiceContext, params: TextToSpeechParams) -> ServiceResult:
+    model = params.chosen_model
+    request = SynthesisRequest(
+        text=params.text,
+        model_id=model,
+        voice=params.voice,
+        speed=params.speed,
+        language=params.language,
+        voice_description=params.voice_description,
+        emotion=params.emotion,
+        format=params.format,
+    )
+    result = await ctx.engines.run(
+        "tts",
+        SynthesisEngine,
+        lambda engine, name: engine.synthesize(replace(request, model_name=name)),
+        model_id=model,
+    )
+    if result.format != params.format or not result.audio:
+        raise EngineError("SERVICE_ERROR", "The engine returned no audio in the asked format.")
+    stored = await ctx.files.save(result.audio, result.format)
+    body: dict[str, Any] = {
+        "audioUrl": stored.url,
+        "format": result.format,
+        "duration_s": result.duration_s,
+        "modelId": model,
+    }
+    answer = ServiceResult(body)
+    return routed_result(answer, model) if params.auto_routed else answer
+
+
 TEXT_TO_SPEECH = ServiceSpec(
     slug="text-to-speech",
     tool_name="text_to_speech",
@@ -145,7 +193,7 @@ TEXT_TO_SPEECH = ServiceSpec(
     "global (43) 106 chars/sat, premium (33, 34) 16, studio (3) 5.",
     params=TextToSpeechParams,
     price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
-    handler=no_engine,
+    handler=text_to_speech,
     price_shape=PriceShape(
         "per_character", "per character", MSAT, rate_by=("tier",), btc_pegged=True,
         estimate="text-to-speech",
@@ -293,6 +341,43 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
         return value
 
 
+def _segment_doc(segment: Segment) -> dict[str, Any]:
+    doc: dict[str, Any] = {"start": segment.start, "end": segment.end, "text": segment.text}
+    if segment.words:
+        doc["words"] = [{"start": w.start, "end": w.end, "text": w.text} for w in segment.words]
+    return doc
+
+
+async def transcribe_audio(ctx: ServiceContext, params: TranscribeAudioParams) -> ServiceResult:
+    data = await asyncio.to_thread(decode_file, params.file, "file", AUDIO_MAX_BYTES)
+    request = TranscriptionRequest(
+        audio=data,
+        format=audio_format(data),
+        language=None if params.language == "auto" else params.language,
+        task=params.type,
+        names=tuple(params.names or ()),
+        word_timestamps=params.timestamps == "word",
+    )
+    ctx.progress(5.0, "transcribing")
+    result = await ctx.engines.run(
+        "transcription",
+        TranscriptionEngine,
+        lambda engine, name: engine.transcribe(replace(request, model_name=name)),
+        model_id=params.chosen_model,
+    )
+    return ServiceResult(
+        {
+            "text": result.text,
+            "segments": [_segment_doc(s) for s in result.segments],
+            "srt": to_srt(result.segments),
+            "vtt": to_vtt(result.segments),
+            "language": result.language,
+            "duration_s": result.duration_s,
+            "modelId": params.chosen_model,
+        }
+    )
+
+
 TRANSCRIBE_AUDIO = ServiceSpec(
     slug="transcribe-audio",
     tool_name="transcribe_audio",
@@ -302,7 +387,7 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     "{ text, segments?, srt?, vtt? }. 10 sats per started minute of audio.",
     params=TranscribeAudioParams,
     price_msat=lambda p: transcription_msat(p.seconds),
-    handler=no_engine,
+    handler=transcribe_audio,
     price_shape=PriceShape(
         "per_minute", "per started minute", transcription_msat(0), estimate="transcribe-audio"
     ),
@@ -366,7 +451,8 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
-    engine="transcription",
+    # Its own engine name: a speech recognizer alone (the local one) cannot translate.
+    engine="speech_translation",
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------
@@ -448,6 +534,135 @@ def _audiobook_msat(p: EpubAudiobookParams) -> int:
     return price
 
 
+# Sanity bounds of a narration's length: no voice reads faster than FASTEST_CHARS_PER_S
+# characters a second at speed 1.0 (espeak-ng reads about 15), nor slower than
+# SLOWEST_CHARS_PER_S; an audiobook over MAX_AUDIOBOOK_S is refused (OUTPUT_DURATION_INSANE).
+FASTEST_CHARS_PER_S = 25.0
+SLOWEST_CHARS_PER_S = 2.0
+MAX_AUDIOBOOK_S = 24 * 3600
+
+
+def _duration_insane(seconds: float, why: str) -> ApiError:
+    return ApiError(
+        "OUTPUT_DURATION_INSANE",
+        f"{why}; nothing was delivered and the payment was refunded.",
+        extra={"output_duration_seconds": round(seconds, 1)},
+    )
+
+
+async def _translate(ctx: ServiceContext, text: str, source: str, target: str) -> str:
+    request = TranslationRequest(text=text, target_language=target, source_language=source)
+    result = await ctx.engines.run(
+        "translation",
+        TranslationEngine,
+        lambda engine, name: engine.translate(replace(request, model_name=name)),
+    )
+    return result.text
+
+
+async def _translate_chapters(
+    ctx: ServiceContext, chapters: tuple[tuple[str, str], ...], source: str, target: str
+) -> tuple[tuple[str, str], ...]:
+    if not ctx.engines.available("translation"):
+        raise EngineError(
+            "INVALID_INPUT", "translateToLanguage needs a translation engine; none runs here."
+        )
+    out = []
+    for number, (title, text) in enumerate(chapters, start=1):
+        ctx.progress(5.0 + 10.0 * number / len(chapters), "translating")
+        translated_title = await _translate(ctx, title, source, target)
+        out.append((translated_title, await _translate(ctx, text, source, target)))
+    return tuple(out)
+
+
+async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> ServiceResult:
+    data = await asyncio.to_thread(decode_file, params.epubBase64, "epubBase64", BOOK_MAX_BYTES)
+    ctx.progress(1.0, "reading the book")
+    try:
+        prepared = await ctx.run_cpu(
+            books.prepare, data, params.fileName, params.selectedChapterIndices, params.language
+        )
+    except MediaError as exc:  # it was measured before payment; it must read now too
+        raise EngineError("INVALID_INPUT", f"The book cannot be read: {exc}") from None
+    if prepared.failures or prepared.narration is None:
+        raise ApiError(
+            "BOOK_QUALITY_CHECK_FAILED",
+            f"{len(prepared.failures)} sanity check(s) failed on the chapters to narrate (see "
+            "smoke_failures); nothing was narrated and the payment was refunded.",
+            extra={"smoke_failures": prepared.failures},
+        )
+    told, selection = prepared.narration, prepared.selection
+    chapters, language = told.chapters, params.language
+    if params.translateToLanguage is not None and params.translateToLanguage != language:
+        chapters = await _translate_chapters(
+            ctx, chapters, language, params.translateToLanguage
+        )
+        language = params.translateToLanguage
+    spoken_chars = sum(len(title) + len(text) for title, text in chapters)
+    fastest_s = spoken_chars / (FASTEST_CHARS_PER_S * params.speed)
+    if fastest_s > MAX_AUDIOBOOK_S:
+        raise _duration_insane(
+            fastest_s, f"At this speed the narration would last over {fastest_s / 3600:.0f} "
+            "hours (the limit is 24)",
+        )
+    request = NarrationRequest(
+        chapters=tuple(Chapter(title, text) for title, text in chapters),
+        model_id=params.chosen_model,
+        language=language,
+        speed=params.speed,
+        voice=params.voice,
+        title=prepared.title,
+    )
+    ctx.progress(15.0, "narrating")
+    result = await ctx.engines.run(
+        "audiobook",
+        AudiobookEngine,
+        lambda engine, name: engine.narrate(
+            replace(request, model_name=name),
+            lambda done, message: ctx.progress(15.0 + 0.8 * done, message),
+        ),
+        model_id=params.chosen_model,
+    )
+    try:
+        seconds = audio_duration_s(result.m4b)  # measured here, whatever the engine says
+    except MediaError:
+        raise EngineError("SERVICE_ERROR", "The engine returned no readable audiobook.") from None
+    if seconds > MAX_AUDIOBOOK_S:
+        raise _duration_insane(seconds, f"The audiobook lasts {seconds / 3600:.1f} hours")
+    if seconds < spoken_chars / (FASTEST_CHARS_PER_S * 4 * params.speed):
+        raise _duration_insane(
+            seconds, f"The audiobook lasts {seconds:.0f} s, far too short for its text"
+        )
+    ctx.progress(97.0, "storing")
+    stored = await ctx.files.save(result.m4b, "m4b")
+    annexe_url = None
+    if told.annexe:
+        annexe = await ctx.run_cpu(books.annexe_pdf, prepared.title, told.annexe)
+        annexe_url = (await ctx.files.save(annexe.data, "pdf")).url
+    narrated_chars = prepared.priced_chars
+    charged = audiobook_msat(params.chosen_model, narrated_chars)
+    if params.translateToLanguage is not None:
+        charged += translation_msat(narrated_chars, params.translateToLanguage)
+    quoted = _audiobook_msat(params)
+    return ServiceResult(
+        {
+            "url": stored.url,
+            "annexeUrl": annexe_url,
+            "duration_s": round(seconds, 3),
+            "chapters": [
+                {"title": m.title, "start_s": m.start_s, "end_s": m.end_s}
+                for m in result.chapters
+            ],
+            "narratedChapters": list(selection.chosen),
+            "skippedChapters": [{"index": i, "reason": why} for i, why in selection.skipped],
+            "annexeEntries": len(told.annexe),
+            "language": language,
+            "modelId": params.chosen_model,
+        },
+        charged_msat=charged if charged < quoted else None,
+    )
+
+
 EPUB_AUDIOBOOK = ServiceSpec(
     slug="epub-audiobook",
     tool_name="epub_to_audiobook",
@@ -458,7 +673,7 @@ EPUB_AUDIOBOOK = ServiceSpec(
     "33 chars/sat, global 106, studio 5; minimum 500; translation added when asked.",
     params=EpubAudiobookParams,
     price_msat=_audiobook_msat,
-    handler=no_engine,
+    handler=epub_audiobook,
     price_shape=PriceShape(
         "per_character", "per character", AUDIOBOOK_MIN_SATS * MSAT,
         rate_by=("tier", "translation"), btc_pegged=True, estimate="audiobook",

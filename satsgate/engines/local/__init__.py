@@ -4,6 +4,15 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
+from satsgate.engines.local import espeak, narration, whisper
 from satsgate.engines.registry import LocalEngine
 
-LOCAL_ENGINES: tuple[LocalEngine, ...] = ()
+LOCAL_ENGINES: tuple[LocalEngine, ...] = (
+    # speech: the global TTS tier (43) and its audiobooks with eSpeak NG; English
+    # transcription with Whisper tiny.en
+    LocalEngine("tts", espeak.LABEL, espeak.probe, espeak.build, frozenset({43})),
+    LocalEngine(
+        "audiobook", narration.LABEL, espeak.probe, narration.build, frozenset({43})
+    ),
+    LocalEngine("transcription", whisper.LABEL, whisper.probe, whisper.build),
+)

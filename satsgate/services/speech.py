@@ -17,13 +17,16 @@ from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationReques
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.transcription import (
     Segment,
+    Task,
     TranscriptionEngine,
     TranscriptionRequest,
+    TranscriptionResult,
     to_srt,
     to_vtt,
 )
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.errors import ApiError
+from satsgate.services.ai_support import with_route
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
 from satsgate.services.common import (
@@ -61,7 +64,7 @@ from satsgate.services.pricing import (
     translation_msat,
     tts_msat,
 )
-from satsgate.services.routing import auto_tts_model, routed_result
+from satsgate.services.routing import auto_tts_model
 from satsgate.services.voices import (
     TTS_FAMILY,
     TTS_VOICES,
@@ -152,36 +155,45 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
     def auto_routed(self) -> bool:
         return self.model == "auto"
 
+    def same_tier(self, a: int, b: int) -> bool:
+        return TTS_FAMILY[a] == TTS_FAMILY[b]
 
-async def text_to_speech(ctx: ServiceContext, params: TextToSpeechParams) -> ServiceResult:
-    model = params.chosen_model
+    def accepts_model(self, model_id: int) -> bool:
+        # Voices, descriptions and emotion belong to a tier family: stay within it; a
+        # request with none of them may also go to the global tier (a node with only a
+        # local voice serves 43 alone).
+        if TTS_FAMILY[model_id] == "global" and self.voice is None and self.emotion is None:
+            return True
+        return TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
+
+
+async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceResult:
     request = SynthesisRequest(
-        text=params.text,
-        model_id=model,
-        voice=params.voice,
-        speed=params.speed,
-        language=params.language,
-        voice_description=params.voice_description,
-        emotion=params.emotion,
-        format=params.format,
+        text=p.text, model_id=p.chosen_model, voice=p.voice, speed=p.speed,
+        language=p.language, voice_description=p.voice_description, emotion=p.emotion,
+        format=p.format,
     )
     result = await ctx.engines.run(
-        "tts",
-        SynthesisEngine,
+        "tts", SynthesisEngine,
         lambda engine, name: engine.synthesize(replace(request, model_name=name)),
-        model_id=model,
+        model_id=p.chosen_model,
     )
-    if result.format != params.format or not result.audio:
-        raise EngineError("SERVICE_ERROR", "The engine returned no audio in the asked format.")
-    stored = await ctx.files.save(result.audio, result.format)
-    body: dict[str, Any] = {
-        "audioUrl": stored.url,
-        "format": result.format,
-        "duration_s": result.duration_s,
-        "modelId": model,
-    }
-    answer = ServiceResult(body)
-    return routed_result(answer, model) if params.auto_routed else answer
+    seconds: float
+    try:
+        fmt = audio_format(result.audio)
+        if result.duration_s is not None:
+            seconds = result.duration_s
+        else:
+            seconds = await asyncio.to_thread(audio_duration_s, result.audio)
+    except MediaError:
+        fmt, seconds = "", 0.0
+    if fmt != p.format:
+        raise EngineError("SERVICE_ERROR", "The speech engine returned no usable audio; "
+                          "the payment was refunded.")
+    stored = await ctx.files.save(result.audio, p.format)
+    body = {"audioUrl": stored.url, "format": p.format, "durationSeconds": round(seconds, 2),
+            "modelId": p.chosen_model}
+    return with_route(ServiceResult(body), p)
 
 
 TEXT_TO_SPEECH = ServiceSpec(
@@ -341,41 +353,47 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
         return value
 
 
-def _segment_doc(segment: Segment) -> dict[str, Any]:
-    doc: dict[str, Any] = {"start": segment.start, "end": segment.end, "text": segment.text}
-    if segment.words:
-        doc["words"] = [{"start": w.start, "end": w.end, "text": w.text} for w in segment.words]
+async def _transcribe(
+    ctx: ServiceContext, p: _AudioInput, *, language: str | None, task: Task = "transcription",
+    names: tuple[str, ...] = (), words: bool = False, engine_name: str = "transcription",
+) -> TranscriptionResult:
+    data = decode_file(p.file, "file", AUDIO_MAX_BYTES)
+    request = TranscriptionRequest(
+        audio=data, format=audio_format(data), language=language, task=task, names=names,
+        word_timestamps=words,
+    )
+    ctx.progress(5, "transcribing")
+    return await ctx.engines.run(
+        engine_name, TranscriptionEngine,
+        lambda engine, name: engine.transcribe(replace(request, model_name=name)),
+        model_id=10,
+    )
+
+
+def _segment_doc(segment: Segment, words: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "start": round(segment.start, 3), "end": round(segment.end, 3), "text": segment.text,
+    }
+    if words:
+        doc["words"] = [
+            {"start": round(w.start, 3), "end": round(w.end, 3), "word": w.text}
+            for w in segment.words
+        ]
     return doc
 
 
-async def transcribe_audio(ctx: ServiceContext, params: TranscribeAudioParams) -> ServiceResult:
-    data = await asyncio.to_thread(decode_file, params.file, "file", AUDIO_MAX_BYTES)
-    request = TranscriptionRequest(
-        audio=data,
-        format=audio_format(data),
-        language=None if params.language == "auto" else params.language,
-        task=params.type,
-        names=tuple(params.names or ()),
-        word_timestamps=params.timestamps == "word",
+async def transcribe_audio(ctx: ServiceContext, p: TranscribeAudioParams) -> ServiceResult:
+    result = await _transcribe(
+        ctx, p, language=None if p.language == "auto" else p.language, task=p.type,
+        names=tuple(p.names or ()), words=p.timestamps == "word",
     )
-    ctx.progress(5.0, "transcribing")
-    result = await ctx.engines.run(
-        "transcription",
-        TranscriptionEngine,
-        lambda engine, name: engine.transcribe(replace(request, model_name=name)),
-        model_id=params.chosen_model,
-    )
-    return ServiceResult(
-        {
-            "text": result.text,
-            "segments": [_segment_doc(s) for s in result.segments],
-            "srt": to_srt(result.segments),
-            "vtt": to_vtt(result.segments),
-            "language": result.language,
-            "duration_s": result.duration_s,
-            "modelId": params.chosen_model,
-        }
-    )
+    body: dict[str, Any] = {"text": result.text, "language": result.language,
+                            "durationSeconds": round(result.duration_s or p.seconds, 2)}
+    if result.segments:
+        body["segments"] = [_segment_doc(s, p.timestamps == "word") for s in result.segments]
+        body["srt"] = to_srt(result.segments)
+        body["vtt"] = to_vtt(result.segments)
+    return ServiceResult(body)
 
 
 TRANSCRIBE_AUDIO = ServiceSpec(
@@ -427,6 +445,36 @@ class TranscribeTranslateParams(_AudioInput):
         return None if code == "auto" else code
 
 
+async def transcribe_translate(
+    ctx: ServiceContext, p: TranscribeTranslateParams
+) -> ServiceResult:
+    heard = await _transcribe(
+        ctx, p, language=p.sourceLanguage, engine_name="speech_translation"
+    )
+    source = p.sourceLanguage or heard.language
+    translated = source != p.targetLanguage and bool(heard.text.strip())
+    translation = heard.text
+    if translated:
+        if not ctx.engines.available("translation"):
+            raise EngineError("SERVICE_ERROR", "No translation engine runs on this node; "
+                              "the payment was refunded.")
+        ctx.progress(60, "translating")
+        request = TranslationRequest(heard.text, p.targetLanguage, source)
+        result = await ctx.engines.run(
+            "translation", TranslationEngine,
+            lambda engine, name: engine.translate(replace(request, model_name=name)),
+        )
+        translation = result.text
+        source = source or result.source_language
+    return ServiceResult({
+        "transcript": heard.text,
+        "translation": translation,
+        "sourceLanguage": source,
+        "targetLanguage": p.targetLanguage,
+        "translated": translated,
+    })
+
+
 TRANSCRIBE_TRANSLATE = ServiceSpec(
     slug="transcribe-translate",
     tool_name="transcribe_translate",
@@ -437,7 +485,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     "base plus 5 sats, plus 15%.",
     params=TranscribeTranslateParams,
     price_msat=lambda p: transcribe_translate_msat(p.seconds),
-    handler=no_engine,
+    handler=transcribe_translate,
     price_shape=PriceShape(
         "per_minute", "per started minute", transcribe_translate_msat(0),
         base_sats=TRANSCRIBE_TRANSLATE_HEADROOM_SATS, estimate="transcribe-translate",
@@ -525,6 +573,10 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
     def narrated_chars(self) -> int:
         return int(self.checked())
 
+    def accepts_model(self, model_id: int) -> bool:
+        # A tier's preset voice stays on its tier; without one any tier can narrate.
+        return self.voice is None or TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
+
 
 def _audiobook_msat(p: EpubAudiobookParams) -> int:
     chars = p.narrated_chars
@@ -535,10 +587,10 @@ def _audiobook_msat(p: EpubAudiobookParams) -> int:
 
 
 # Sanity bounds of a narration's length: no voice reads faster than FASTEST_CHARS_PER_S
-# characters a second at speed 1.0 (espeak-ng reads about 15), nor slower than
-# SLOWEST_CHARS_PER_S; an audiobook over MAX_AUDIOBOOK_S is refused (OUTPUT_DURATION_INSANE).
+# characters a second at speed 1.0 (espeak-ng reads about 15); an audiobook that would last
+# over MAX_AUDIOBOOK_S even so, or does, is refused (OUTPUT_DURATION_INSANE), and so is one
+# four times shorter than its text could be read.
 FASTEST_CHARS_PER_S = 25.0
-SLOWEST_CHARS_PER_S = 2.0
 MAX_AUDIOBOOK_S = 24 * 3600
 
 

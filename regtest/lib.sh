@@ -55,12 +55,12 @@ btc() {
 
 # The node satsgate runs in, and the customer's node.
 satsgate_ln() {
-  if [ "$MODE" = docker ]; then dc exec -T satsgate lightning-cli --network=regtest "$@"
-  else lightning-cli --network=regtest --lightning-dir="$STATE_DIR/satsgate" "$@"; fi
+  if [ "$MODE" = docker ]; then dc exec -T satsgate lightning-cli -N none --network=regtest "$@"
+  else lightning-cli -N none --network=regtest --lightning-dir="$STATE_DIR/satsgate" "$@"; fi
 }
 payer_ln() {
-  if [ "$MODE" = docker ]; then dc exec -T payer lightning-cli --network=regtest "$@"
-  else lightning-cli --network=regtest --lightning-dir="$STATE_DIR/payer" "$@"; fi
+  if [ "$MODE" = docker ]; then dc exec -T payer lightning-cli -N none --network=regtest "$@"
+  else lightning-cli -N none --network=regtest --lightning-dir="$STATE_DIR/payer" "$@"; fi
 }
 lnd_cli() { dc exec -T lnd lncli --network=regtest "$@"; }
 has_lnd() { [ "$MODE" = docker ]; }

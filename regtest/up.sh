@@ -37,7 +37,10 @@ PLUGIN
     lightningd --network=regtest --lightning-dir="$STATE_DIR/$name" --alias="$name" \
       --bitcoin-rpcconnect=127.0.0.1 --bitcoin-rpcport="$BTC_RPC_PORT" \
       --bitcoin-rpcuser=satsgate --bitcoin-rpcpassword=satsgate \
-      --addr="127.0.0.1:$port" --log-file="$STATE_DIR/$name/log" --daemon "$@"
+      --addr="127.0.0.1:$port" --log-file="$STATE_DIR/$name/log" --daemon "$@" \
+      </dev/null >>"$STATE_DIR/$name/stdio.log" 2>&1
+    # --daemon leaves its plugins on the caller's stdio: redirected above, so a caller
+    # that reads this script's output (| tee, capture_output) does not wait forever.
   }
   say "starting Core Lightning with satsgate (HTTP $SATSGATE_URL) and the payer node"
   start_cln satsgate "$SATSGATE_LN_PORT" --plugin="$STATE_DIR/satsgate-plugin" \

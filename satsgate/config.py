@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 BACKENDS = ("dev", "cln", "lnd")
 
@@ -53,6 +54,16 @@ class Settings:
     server_secret: str = ""
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
+    # Wallet passes (boardingpass-wallet): the operator's Apple Pass Type ID certificate
+    # (PEM or DER with pass_key; or a .p12 / .pfx holding both), Apple's WWDR intermediate
+    # certificate, and the name shown on passes. All empty: passes are built unsigned, and
+    # the result says so. The key's password: SATSGATE_PASS_KEY_PASSWORD.
+    # (satsgate/engines/local/pkpass.py)
+    pass_certificate: str = ""
+    pass_key: str = ""
+    pass_key_password: str = field(default="", repr=False)
+    pass_wwdr_certificate: str = ""
+    pass_organization_name: str = ""
     # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
     # list of them, plus price_source): see satsgate/engines/config.py.
     providers: Mapping[str, Any] = field(default_factory=dict)
@@ -121,7 +132,33 @@ def load_settings(
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if settings.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+    check_base_url(settings.base_url)
     return settings
+
+
+def check_base_url(value: str) -> None:
+    """The public address must be an http(s) URL with a host and nothing after it that
+    links could not carry; ValueError says what is wrong."""
+    if not value:
+        return
+    parsed = urlsplit(value)
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.query
+        or parsed.fragment
+        or any(ch.isspace() for ch in value)
+    ):
+        hint = ""
+        if "#" in value or " " in value:
+            hint = (
+                " (Core Lightning keeps a trailing '# comment' as part of an option's value: "
+                "put comments on a line of their own)"
+            )
+        raise ValueError(
+            f"base_url must be an http:// or https:// address such as "
+            f"https://pay.example.com, not {value!r}{hint}"
+        )
 
 
 def ensure_server_secret(settings: Settings) -> Settings:

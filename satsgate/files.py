@@ -34,6 +34,7 @@ CONTENT_TYPES = {
     "txt": "text/plain; charset=utf-8",
     "json": "application/json",
     "pkpass": "application/vnd.apple.pkpass",
+    "pkpasses": "application/vnd.apple.pkpasses",
     "srt": "text/plain; charset=utf-8",
     "vtt": "text/vtt", "gif": "image/gif", "bmp": "image/bmp", "tiff": "image/tiff",
     "tif": "image/tiff", "svg": "image/svg+xml", "html": "text/html; charset=utf-8",
@@ -62,11 +63,13 @@ class FileStore:
         exp = int(time.time()) + (self._ttl_s if ttl_s is None else ttl_s)
         return f"{self._base_url}/api/files/{name}?exp={exp}&sig={self._sign(name, exp)}"
 
-    async def save(self, data: bytes, ext: str) -> StoredFile:
+    async def save(self, data: bytes, ext: str, ttl_s: int | None = None) -> StoredFile:
+        """Store ``data``; its URL is valid for ``ttl_s`` seconds (default: the
+        configured file URL lifetime)."""
         name = f"{secrets.token_urlsafe(18)}.{ext}"
         path = self.root / name
         await asyncio.to_thread(self._write, path, data)
-        return StoredFile(name, self.url_for(name), len(data))
+        return StoredFile(name, self.url_for(name, ttl_s), len(data))
 
     def _write(self, path: Path, data: bytes) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -6,4 +6,7 @@ scripts/setup.sh --test
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff" && ruff check .
 echo "== mypy" && mypy
-echo "== pytest" && pytest -q -p no:cacheprovider "$@"
+# The coverage floor of satsgate/ (line coverage of the test run; processes the tests
+# spawn are not counted).
+echo "== pytest" && pytest -q -p no:cacheprovider --cov=satsgate --cov-report=term:skip-covered \
+  --cov-fail-under=85 "$@"

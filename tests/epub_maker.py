@@ -88,7 +88,8 @@ _WORDS = _TEXT.split()
 
 def prose(words: int, seed: int) -> list[str]:
     """Plain English paragraphs of about ``words`` words (deterministic, all different)."""
-    paragraphs, count, state = [], 0, seed * 7919 + 1
+    paragraphs: list[str] = []
+    count, state = 0, seed * 7919 + 1
     while count < words:
         size = 60 + state % 40
         sentence_words = []

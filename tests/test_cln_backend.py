@@ -14,12 +14,12 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
 from satsgate.cln_backend import LABEL_PREFIX, ClnBackend
 from satsgate.cln_backend.rpc import parse_msat
 from satsgate.invoices import decode_invoice
 from satsgate.lightning import BackendError, InvoiceState, PaymentState, Settlement
+from tests.fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
 
 @pytest.fixture

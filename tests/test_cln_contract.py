@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from backend_contract import BackendContract, ExternalInvoice, Settle
-from fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
 from satsgate.cln_backend import ClnBackend
+from tests.backend_contract import BackendContract, ExternalInvoice, Settle
+from tests.fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
 
 class TestClnContract(BackendContract):

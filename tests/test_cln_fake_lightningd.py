@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_lightningd import FakeLightningd, running_lightningd
 from pyln.client import LightningRpc, RpcError
+
+from tests.fake_lightningd import FakeLightningd, running_lightningd
 
 
 @pytest.fixture

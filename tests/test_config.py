@@ -36,3 +36,18 @@ def test_unknown_keys_and_backends_are_refused(tmp_path: Path) -> None:
         load_settings(config, environ={})
     with pytest.raises(ValueError, match="backend"):
         load_settings(None, {"backend": "eclair"}, environ={})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["pay.example.com", "ftp://pay.example.com", "https://", "https://pay.example.com/?a=1",
+     "https://pay.example.com     # the public address", "https://pay example.com"],
+)
+def test_a_base_url_that_links_cannot_carry_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="base_url must be an http:// or https:// address"):
+        load_settings(None, {"base_url": value}, environ={})
+
+
+def test_good_base_urls_load() -> None:
+    for value in ("https://pay.example.com", "http://127.0.0.1:8402", "https://x.org/sats/"):
+        assert load_settings(None, {"base_url": value}, environ={}).base_url == value

@@ -325,7 +325,7 @@ async def test_model_catalog_lists_the_prices_services_charge(client: httpx.Asyn
             if listed["priceSats"] is None:  # a per-character tier: its minimum is in the note
                 assert f"minimum {expected} sats" in listed["priceNote"], model_id
                 continue
-        elif price["model"] in ("per_page", "per_pass"):
+        elif price["model"] in ("per_page", "per_pass", "per_recipient"):
             expected = price["minSats"]  # the listed price is the price of one unit
         else:
             expected = None

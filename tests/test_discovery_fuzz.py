@@ -58,7 +58,7 @@ schema = schemathesis.pytest.from_fixture("api_schema").exclude(_unavailable)
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_no_server_errors(case: schemathesis.Case) -> None:
+def test_no_server_errors(case: schemathesis.Case) -> None:  # type: ignore[type-arg]
     response = case.call()
     if response.status_code == 503 and response.headers.get("x-error-code") == [
         "SERVICE_UNAVAILABLE"

@@ -48,11 +48,11 @@ SPEC_CODES = [
 
 
 def payment_count(server: ThreadedServer) -> int:
-    return server.call(
+    return int(server.call(
         lambda: server.store.run_sync(
             lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
         )
-    )
+    ))
 
 
 def assert_envelope(resp: httpx.Response, code: str, status: int) -> dict[str, Any]:
@@ -213,9 +213,10 @@ async def test_bad_credentials_are_never_served(
 ) -> None:
     ch = await challenge(client, "render-card", CARD)
     preimage = await dev_pay(client, ch["invoice"])
-    post = lambda auth: client.post(  # noqa: E731
-        "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
-    )
+    async def post(auth: str) -> httpx.Response:
+        return await client.post(
+            "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
+        )
 
     wrong = await post(f"L402 {ch['macaroon']}:{'00' * 32}")
     body = assert_envelope(wrong, "PAYMENT_INVALID", 402)
@@ -339,7 +340,7 @@ async def test_l402_and_mpp_for_one_invoice_serve_once(client: httpx.AsyncClient
 
 
 async def test_independent_l402_client_pays_and_gets_served(server: ThreadedServer) -> None:
-    from l402_requests import AsyncL402Client
+    from l402_requests import AsyncL402Client  # type: ignore[import-untyped]
 
     class DevWallet:
         async def pay_invoice(self, bolt11: str) -> str:
@@ -474,7 +475,7 @@ async def test_dev_pay_refuses_unknown_and_repeat(client: httpx.AsyncClient) -> 
 
 async def test_official_mpp_client_pays_and_gets_served(server: ThreadedServer) -> None:
     from mpp import Credential
-    from mpp.client import Mpp
+    from mpp.client import Mpp  # type: ignore[attr-defined]
     from mpp.methods import Method
     from mpp.runtime import ClientMethod, CredentialParams
     from pydantic import BaseModel, ConfigDict
@@ -619,10 +620,11 @@ async def test_macaroon_minted_with_a_stored_random_root_key_still_serves_once(
         payment.payment_hash, "render-card", payment.expires_at + 3600, legacy_key,
         bytes.fromhex(payment.token_id),
     )
-    post = lambda mac: client.post(  # noqa: E731
-        "/api/l402/render-card", json=CARD,
-        headers={"Authorization": f"L402 {mac}:{preimage}", "X-No-Cache": "1"},
-    )
+    async def post(mac: str) -> httpx.Response:
+        return await client.post(
+            "/api/l402/render-card", json=CARD,
+            headers={"Authorization": f"L402 {mac}:{preimage}", "X-No-Cache": "1"},
+        )
     # Signed with some other random key: neither derived nor stored.
     forged = l402.mint(
         payment.payment_hash, "render-card", payment.expires_at + 3600,

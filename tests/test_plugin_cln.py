@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_lightningd import FakeLightningd, PluginCallError, PluginHost, running_lightningd
 
 from satsgate.plugin.options import OPTIONS
+from tests.fake_lightningd import FakeLightningd, PluginCallError, PluginHost, running_lightningd
 
 PLUGIN_CMD = [sys.executable, "-m", "satsgate.plugin"]
 
@@ -104,6 +104,21 @@ def test_operator_refund_of_a_paid_unused_call(
         plugin.call("satsgate-refund", [challenge["paymentId"]])  # positional, as lightning-cli
     with pytest.raises(PluginCallError, match="no payment pay_nope"):
         plugin.call("satsgate-refund", {"payment_id": "pay_nope"})
+    # lightning-cli satsgate-refund with no argument: a usage line, not a traceback.
+    with pytest.raises(PluginCallError, match=r"usage: satsgate-refund <payment_id>"):
+        plugin.call("satsgate-refund", [])
+
+
+def test_a_base_url_with_a_trailing_comment_disables_the_plugin_with_the_fix() -> None:
+    with running_lightningd() as ln:
+        value = "https://pay.example.com     # the public address used in links"
+        host = PluginHost(PLUGIN_CMD, ln, options={"satsgate-base-url": value,
+                                                   "satsgate-port": free_port()})
+        host.start()
+        assert host.disabled is not None
+        assert "base_url must be an http:// or https:// address" in host.disabled
+        assert "put comments on a line of their own" in host.disabled
+        assert "invoice" not in ln.calls
 
 
 def test_shutdown_stops_the_service_and_exits_in_time(plugin: PluginHost) -> None:

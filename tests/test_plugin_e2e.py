@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import httpx
-from fake_lightningd import PluginHost, running_lightningd
 
 import satsgate.plugin
+from tests.fake_lightningd import PluginHost, running_lightningd
 
 SCRIPT = Path(satsgate.plugin.__file__).parent / "satsgate_plugin.py"
 CHALLENGE = re.compile(r'L402 macaroon="(.*?)", invoice="(.*?)"')

@@ -105,7 +105,7 @@ DYNAMIC: dict[str, str] = {}
 # The cheapest request of each service whose price needs no file: it costs the minimum.
 # (Services priced by a file's pages, seconds or characters: the estimate of one unit costs
 # the minimum, tests/test_discovery.py.)
-CHEAPEST = {
+CHEAPEST: dict[str, dict[str, Any]] = {
     "generate-image": {"prompt": "x", "tier": "standard"},
     "generate-text": {"prompt": "x", "tier": "standard"},
     "multilingual-ask": {"question": "x", "language": "en"},

@@ -137,9 +137,17 @@ class SatsgatePlugin:
         return status
 
     def _make_refund(self) -> Any:
-        def refund(payment_id: str, plugin: Any = None, request: Any = None,
+        # plugin and request first: pyln injects them by position, and a missing
+        # payment_id must not shift them (lightning-cli satsgate-refund with no argument).
+        def refund(plugin: Any = None, request: Any = None, payment_id: str = "",
                    **kwargs: Any) -> None:
             """Refund a payment by its payment id, as a one-time LNURL-withdraw link."""
+            if not str(payment_id).strip():
+                request.set_exception(RpcException(
+                    "usage: satsgate-refund <payment_id> (the id is in the call's refund "
+                    "object, its 402 body and satsgate-status)"
+                ))
+                return
             self._answer(request, lambda service: service.refund(str(payment_id)))
 
         return refund

@@ -8,7 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -81,7 +81,7 @@ class ServiceContext:
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
-Validator = Callable[[P], Awaitable[None]]
+Validator = Callable[[P], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
 # size); ``per_destination``: one price per message by the destination country;

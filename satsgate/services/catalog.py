@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 Tier = Literal["best", "better", "standard"]
 
+EMAIL_MODEL_ID = 28
+
 
 @dataclass(frozen=True)
 class Model:
@@ -195,8 +197,14 @@ MODELS: tuple[Model, ...] = (
         type="conversion",
     ),
     Model(13, "PDF Merge", "utility", None, 100, "Merge PDF documents in order.", type="pdf"),
-    Model(26, "E-mail", "utility", None, 100, "Utility model 26.", type="email"),
-    Model(28, "Utility 28", "utility", None, 200, "Utility model 28.", type="utility"),
+    Model(26, "Utility 26", "utility", None, 100, "Utility model 26.", type="utility"),
+    # The spec prices e-mail at 200 per e-mail and lists "26 at 100, 28 at 200": e-mail is
+    # model 28, the only utility model at 200. send-email's price derives from this entry
+    # (satsgate.services.pricing FLAT_SATS["email"]).
+    Model(
+        EMAIL_MODEL_ID, "E-mail", "utility", None, 200,
+        "E-mail through the node's mail server, per recipient.", type="email",
+    ),
     Model(
         46, "E-signature", "utility", None, 1000, "E-signature, flat per document.", type="esign"
     ),

@@ -14,7 +14,15 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from satsgate.services.base import Params, PriceShape, ServiceSpec
+from satsgate.engines.mail import EmailEngine, OutgoingEmail
+from satsgate.services.base import (
+    Params,
+    PriceShape,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+)
+from satsgate.services.catalog import EMAIL_MODEL_ID
 from satsgate.services.common import (
     CallbackFields,
     InvalidField,
@@ -124,19 +132,51 @@ class SendEmailParams(ServiceParams):
         return [self.to] if isinstance(self.to, str) else list(self.to)
 
 
+async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceResult:
+    """Hand the message to the configured mail engine (the operator's SMTP server).
+
+    Charged per recipient the server accepted; recipients it refused while taking the
+    others are refunded (``partial_refund``). Screening and holds of communications
+    (issue 19) are not applied here yet: they belong before this call, in one place for
+    every communication service.
+    """
+    message = OutgoingEmail(
+        to=tuple(params.recipients),
+        subject=params.subject,
+        text=params.text,
+        html=params.html,
+        reply_to=params.replyTo,
+        from_name=params.fromName,
+    )
+    sent = await ctx.engines.run(
+        "email",
+        EmailEngine,
+        lambda engine, _model: engine.send(message),
+    )
+    body = {
+        "success": True,
+        "messageId": sent.message_id,
+        "accepted": list(sent.accepted),
+        "refused": [{"to": to, "code": code} for to, code in sent.refused.items()],
+    }
+    return ServiceResult(body, charged_msat=FLAT_SATS["email"] * MSAT * len(sent.accepted))
+
+
 SEND_EMAIL = ServiceSpec(
     slug="send-email",
     tool_name="send_email",
     category="utility",
     title="Send e-mail",
     description="Send an e-mail (text and/or HTML) to up to 10 recipients: { success, "
-    "messageId }. 200 sats per recipient.",
+    "messageId, accepted, refused }. 200 sats per recipient; recipients the mail server "
+    "refuses are refunded.",
     params=SendEmailParams,
     price_msat=lambda p: FLAT_SATS["email"] * MSAT * len(p.recipients),
-    handler=no_engine,
+    handler=send_email,
     price_shape=PriceShape(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
+    model_ids=(EMAIL_MODEL_ID,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,

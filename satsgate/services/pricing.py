@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from satsgate.errors import ApiError, invalid_params
 from satsgate.services.base import FlatPrice
-from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.catalog import EMAIL_MODEL_ID, MODELS_BY_ID
 from satsgate.services.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
@@ -65,8 +65,16 @@ AI_CALL_MIN_SATS = 50
 # Voice bridge: telephony plus speech recognition and synthesis per minute.
 VOICE_BRIDGE_SATS_PER_MINUTE = 20
 PER_PASS_SATS = 100
+
+
+def _catalog_sats(model_id: int) -> int:
+    price = MODELS_BY_ID[model_id].price_sats
+    assert price is not None, model_id
+    return price
+
+
 FLAT_SATS = {
-    "email": 200,
+    "email": _catalog_sats(EMAIL_MODEL_ID),  # per recipient: the catalog's e-mail model
     "voice-cloning": 7500,
     "html-to-pdf": 50,
     "render-card": 5,

@@ -97,6 +97,9 @@ def _translate(text: str, target: str) -> str:
     lines = []
     for line in text.split("\n"):
         key = line.strip().lower().rstrip(".")
+        if not key:
+            lines.append(line)
+            continue
         known = column is not None and key in TRANSLATIONS
         lines.append(TRANSLATIONS[key][column] if known else f"[{target}] {line}")  # type: ignore[index]
     return "\n".join(lines)

@@ -51,7 +51,7 @@ def claude_server(
             "backup": {"kind": "openai", "base_url": f"{fake.url}/v1", "api_key": OPENAI_KEY,
                        "models": {"1": "fake-backup-better", "31": "fake-backup-mini"}},
         },
-        engines={"text": ["claude", "backup"], "vision": "claude", "translation": "claude"},
+        engines={"text": ["claude", "backup"], "vision": "claude", "rare_translation": "claude"},
     )
     srv = ThreadedServer(settings)
     yield srv
@@ -108,10 +108,11 @@ async def test_multilingual_ask_and_translation(
     assert resp.status_code == 200, resp.text
     assert resp.json()["answer"] == "Answer in German."
     assert (fake.requests(MESSAGES)[0].json or {})["model"] == "fake-claude-small"
-    resp = await paid(ai, "translate-text", {"text": "Welcome", "targetLanguage": "de",
-                                             "sourceLanguage": "en"})
+    resp = await paid(ai, "translate-rare-language", {"text": "Welcome", "targetLanguage": "gsw"})
     assert resp.status_code == 200, resp.text
-    assert resp.json()["translatedText"] == "willkommen"
+    assert resp.json()["translatedText"] == "[Swiss] Welcome"
+    system = (fake.requests(MESSAGES)[1].json or {})["system"]
+    assert "Swiss German" in system
 
 
 async def test_refusal_is_content_filtered_and_not_passed_down_the_chain(

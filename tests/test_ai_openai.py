@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import logging
+import random
 import wave
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -16,8 +18,11 @@ import httpx
 import pytest
 from PIL import Image
 
+from satsgate.engines import EngineConfigError
+from satsgate.engines.chat_translation import split_html, split_text
 from satsgate.engines.transcription import Segment, to_srt, to_vtt
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
+from tests.engines_down import engines_for
 from tests.fake_ai_upstream import (
     OPENAI_KEY,
     RETRY_AFTER,
@@ -39,6 +44,7 @@ MODELS = {
 ENGINES = ("text", "vision", "image", "image_edit", "tts", "transcription", "translation",
            "rare_translation", "speech_translation")  # fmt: skip
 TIMEOUT_S = 2.0
+CHAT = "/v1/chat/completions"
 
 
 def b64(data: bytes) -> str:
@@ -128,7 +134,7 @@ async def test_generate_text_sends_mapped_model_and_key_and_returns_the_answer(
     assert seen.headers["authorization"] == f"Bearer {OPENAI_KEY}"
     sent = seen.json or {}
     assert sent["model"] == "fake-mini"
-    assert sent["max_completion_tokens"] == 50
+    assert sent["max_tokens"] == 50  # what compatible servers take (not api.openai.com)
     system = sent["messages"][0]
     assert system["role"] == "system" and system["content"].startswith("Be brief.")
     assert "<document>\nA red report.\n</document>" in system["content"]
@@ -190,20 +196,6 @@ async def test_multilingual_ask_answers_in_the_language(
     assert fake.requests("/v1/chat/completions")[0].json["model"] == "fake-best"  # type: ignore[index]
 
 
-async def test_translate_text_through_the_chat_model(
-    ai: httpx.AsyncClient, fake: FakeAIUpstream
-) -> None:
-    resp = await paid(ai, "translate-text", {"text": "Good morning\nThe cat sleeps",
-                                             "targetLanguage": "Spanish"})
-    assert resp.status_code == 200, resp.text
-    body = resp.json()
-    assert body["translatedText"] == "buenos días\nel gato duerme"
-    assert body["sourceLanguage"] == "en" and body["targetLanguage"] == "es"
-    sent = fake.requests("/v1/chat/completions")[0].json or {}
-    assert sent["model"] == "fake-mini"  # the standard text tier when none is pinned
-    assert sent["temperature"] == 0.0
-
-
 async def test_translate_rare_language_reports_quality(ai: httpx.AsyncClient) -> None:
     resp = await paid(ai, "translate-rare-language", {"text": "Welcome", "targetLanguage": "tpi"})
     assert resp.status_code == 200, resp.text
@@ -212,6 +204,21 @@ async def test_translate_rare_language_reports_quality(ai: httpx.AsyncClient) ->
     assert body["targetLanguage"] == "tpi" and body["targetLanguageName"] == "Tok Pisin"
     assert body["quality"]["tier"] in ("unverified", "experimental")
     assert body["quality"]["chrf"] is None
+
+
+async def test_long_translation_goes_in_chunks_and_comes_back_in_order(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    paragraphs = [f"Paragraph {i} " + "word " * 300 for i in range(12)]  # ~1.5k chars each
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    resp = await paid(ai, "translate-rare-language", {"text": text, "targetLanguage": "tpi"})
+    assert resp.status_code == 200, resp.text
+    sent = fake.requests(CHAT)
+    assert 5 <= len(sent) <= 8  # 3500-character chunks, cut at paragraph breaks
+    assert all(len(s.json["messages"][-1]["content"]) <= 3500 for s in sent)  # type: ignore[index]
+    out = resp.json()["translatedText"].split("\n\n")
+    assert out == [f"[Tok] {p.strip()}" for p in paragraphs]
+    assert all(s.json["model"] == "fake-mini" for s in sent)  # type: ignore[index]
 
 
 async def test_generate_image_stores_the_image_at_the_asked_size(
@@ -244,7 +251,9 @@ async def test_edit_image_uploads_multipart_and_returns_the_edit(
     assert body["imageUrl"].split("?")[0].endswith(".jpeg")
     with Image.open(io.BytesIO(base64.b64decode(body["base64Image"]))) as img:
         assert img.format == "JPEG" and img.size == (20, 10)
-        r, g, b = img.convert("RGB").getpixel((10, 5))
+        pixel = img.convert("RGB").getpixel((10, 5))
+        assert isinstance(pixel, tuple)
+        r, g, b = pixel
         assert abs(r - 245) < 6 and abs(g - 235) < 6 and abs(b - 225) < 6
     (seen,) = fake.requests("/v1/images/edits")
     assert seen.form["model"] == ["fake-image-edit"]
@@ -338,6 +347,7 @@ async def test_transcribe_translate_transcribes_then_translates(
     assert result["translated"] is True
     system = (fake.requests("/v1/chat/completions")[0].json or {})["messages"][0]["content"]
     assert "German" in system and "Spanish" in system
+    assert (fake.requests("/v1/audio/transcriptions")[0].form["model"]) == ["fake-whisper"]
 
 
 def test_subtitles_from_segments() -> None:
@@ -353,7 +363,6 @@ def test_subtitles_from_segments() -> None:
 
 # -- failures after payment: each refunded, nothing upstream shown -------------------------
 
-CHAT = "/v1/chat/completions"
 TEXT_BODY = {"prompt": "Tell me a joke", "modelId": 31}
 
 
@@ -467,7 +476,8 @@ async def test_unmapped_model_is_refused_before_any_invoice(
     settings = make_settings(
         tmp_path_factory.mktemp("ai-mini"),
         providers={"mini": {"kind": "openai", "base_url": f"{fake.url}/v1",
-                            "api_key": OPENAI_KEY, "models": {"31": "only-mini"}}},
+                            "api_key": OPENAI_KEY, "models": {"31": "only-mini"},
+                            "max_tokens_field": "max_completion_tokens"}},
         engines={"text": "mini"},
     )
     srv = ThreadedServer(settings)
@@ -482,15 +492,32 @@ async def test_unmapped_model_is_refused_before_any_invoice(
             resp = await client.post("/api/l402/generate-text",
                                      json={"prompt": "analyze this proof", "model": "auto"})
             assert resp.status_code == 402
-            resp = await paid(client, "generate-text", {"prompt": "x"})
+            resp = await paid(client, "generate-text", {"prompt": "x", "maxTokens": 7})
             assert resp.status_code == 200, resp.text
             assert resp.headers["X-Route-Model"] == "31"
             resp = await paid(client, "generate-text",
                               {"prompt": "prove it step by step", "model": "auto"})
             assert resp.status_code == 200 and resp.headers["X-Route-Model"] == "31"
-        assert [s.json["model"] for s in fake.requests(CHAT)] == ["only-mini"] * 2  # type: ignore[index]
+        sent = [s.json or {} for s in fake.requests(CHAT)]
+        assert [s["model"] for s in sent] == ["only-mini"] * 2
+        assert sent[0]["max_completion_tokens"] == 7 and "max_tokens" not in sent[0]
     finally:
         srv.stop()
+
+
+async def test_logs_name_no_upstream_address_or_key(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert (await paid(ai, "generate-text", TEXT_BODY)).status_code == 200
+    fake.fail_next(CHAT, "429")
+    assert (await paid(ai, "generate-text", TEXT_BODY)).status_code == 429
+    fake.fail_next(CHAT, "500", times=2)
+    assert (await paid(ai, "generate-text", TEXT_BODY)).status_code == 502
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "engine text (openai): upstream HTTP 429" in text  # the operator's line is there
+    for secret in (OPENAI_KEY, fake.url, f":{fake.port}", f"port={fake.port}", UPSTREAM_DETAIL):
+        assert secret not in text, secret
 
 
 async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
@@ -510,3 +537,65 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
             assert "sk-wrong" not in resp.text
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("provider", "engine", "message"),
+    [
+        ({"kind": "openai", "max_retries": 5}, "text", "max_retries must be 0, 1 or 2"),
+        ({"kind": "openai", "voices": "nova"}, "tts", "voices must be a table"),
+        ({"kind": "anthropic", "max_tokens": "many"}, "text", "max_tokens must be a number"),
+        ({"kind": "anthropic"}, "tts", "cannot serve it"),
+        ({"kind": "openai", "models": {"10": "whisper"}}, "translation", "cannot serve it"),
+    ],
+)
+def test_provider_configuration_that_cannot_work_refuses_to_start(
+    tmp_path: Any, provider: dict[str, Any], engine: str, message: str
+) -> None:
+    settings = make_settings(tmp_path, providers={"p": {"models": {"31": "m"}, **provider}},
+                             engines={engine: "p"})
+    with pytest.raises(EngineConfigError, match=message):
+        engines_for(settings)
+
+
+def test_operator_sees_the_provider_callers_do_not(tmp_path: Any) -> None:
+    settings = make_settings(
+        tmp_path, providers={"cloud": {"kind": "openai", "api_key": OPENAI_KEY,
+                                       "models": {"31": "m", "10": "w"}}},
+        engines={"text": "cloud", "speech_translation": "cloud"},
+    )
+    status = engines_for(settings).status("speech_translation")
+    assert status.available and status.label == "openai via cloud"
+    assert status.public() == {"engine": "speech_translation", "available": True,
+                               "source": "provider"}
+    assert OPENAI_KEY not in repr(status) and OPENAI_KEY not in repr(settings)
+
+
+def test_html_is_cut_after_block_end_tags_only() -> None:
+    blocks = [f"<p class=\"c{i}\">Sentence {i} " + "text " * 100 + "</p>\n" for i in range(30)]
+    html = "<div>" + "".join(blocks) + "</div>"
+    pieces = split_html(html, 3500)
+    assert "".join(pieces) == html
+    assert len(pieces) > 1
+    assert all(piece.rstrip("\n").endswith("</p>") for piece in pieces[:-1])
+    assert all(len(piece) <= 3500 for piece in pieces)
+
+
+def test_text_is_cut_at_paragraphs_then_sentences() -> None:
+    text = "\n\n".join(f"Paragraph {i}. " + "Word. " * 200 for i in range(10))
+    pieces = split_text(text, 3500)
+    assert "".join(pieces) == text
+    assert all(len(p) <= 3500 for p in pieces)
+    one_long = "A sentence here. " * 1000
+    pieces = split_text(one_long, 3500)
+    assert "".join(pieces) == one_long and all(len(p) <= 3500 for p in pieces)
+
+
+def test_text_pieces_always_join_back_within_the_limit() -> None:
+    rng = random.Random(7)
+    alphabet = ["a", "bb", " ", "\n", "\n\n", ". ", "。", "longword" * 9]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
+        pieces = split_text(text, 40)
+        assert "".join(pieces) == text
+        assert all(0 < len(p) <= 40 for p in pieces) or text == ""

@@ -1,8 +1,9 @@
 """Translation through a chat model: any ChatEngine as a TranslationEngine (the
 ``translation`` and ``rare_translation`` engine names on a provider kind).
 
-Long texts go in chunks cut at paragraph (then line, then sentence) boundaries, so every
-answer fits the model's output limit; chunks run a few at a time. The source language, when
+Long texts go in chunks cut at paragraph (then line, then sentence) boundaries, and
+(X)HTML fragments after block end tags, so every answer fits the model's output limit;
+chunks run a few at a time. The source language, when
 the caller did not give it, is asked of the model on a first line of its own answer.
 """
 
@@ -16,8 +17,17 @@ from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
 from satsgate.engines.errors import EngineError
 from satsgate.engines.translation import TranslationRequest, TranslationResult
 
-CHUNK_CHARS = 6000
+# Pieces small enough that the answer fits the output limit of the smallest current chat
+# models (4096 tokens), in any script.
+CHUNK_CHARS = 3500
+MAX_ANSWER_TOKENS = 4096
 PARALLEL_CHUNKS = 4
+# An (X)HTML fragment is cut only after the end tag of a block element.
+_BLOCK_END = re.compile(
+    r"(</(?:p|div|h[1-6]|li|ul|ol|dl|dd|dt|blockquote|section|article|aside|table|tr|"
+    r"pre|figure|figcaption|navPoint|header|footer)\s*>)",
+    re.IGNORECASE,
+)
 _SOURCE_LINE = re.compile(r"^\s*SOURCE:\s*([A-Za-z]{2,3})\s*$")
 
 
@@ -28,18 +38,43 @@ def language_label(code: str) -> str:
     return f"{name} (ISO 639 code {code})" if name != code else f"the language {code}"
 
 
-def split_text(text: str, limit: int = CHUNK_CHARS) -> list[str]:
-    """``text`` in pieces of at most ``limit`` characters (a longer sentence stays whole),
-    cut after paragraph breaks, else line breaks, else sentence ends; joined again they
-    give ``text`` back exactly."""
+_TEXT_CUTS = (r"(?<=\n\n)", r"(?<=\n)", r"(?<=[.!?。！？])(?=\s)", r"(?<=\s)")
+
+
+def split_text(text: str, limit: int = CHUNK_CHARS, level: int = 0) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters, cut after paragraph breaks,
+    else line breaks, else sentence ends, else spaces (a longer word is cut where it
+    must); joined again they give ``text`` back exactly."""
     if len(text) <= limit:
         return [text]
-    for pattern in (r"(?<=\n\n)", r"(?<=\n)", r"(?<=[.!?。！？])\s*", r"(?<=\s)"):
-        parts = [p for p in re.split(pattern, text) if p]
-        if len(parts) > 1:
-            break
-    else:
+    if level >= len(_TEXT_CUTS):
         return [text[i : i + limit] for i in range(0, len(text), limit)]
+    chunks: list[str] = []
+    current = ""
+    for part in re.split(_TEXT_CUTS[level], text):
+        if len(part) > limit:
+            if current:
+                chunks.append(current)
+                current = ""
+            chunks.extend(split_text(part, limit, level + 1))
+            continue
+        if current and len(current) + len(part) > limit:
+            chunks.append(current)
+            current = ""
+        current += part
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def split_html(text: str, limit: int = CHUNK_CHARS) -> list[str]:
+    """An (X)HTML fragment in pieces of about ``limit`` characters, cut only after block
+    end tags (a block longer than that stays whole); joined they give ``text`` back."""
+    if len(text) <= limit:
+        return [text]
+    pieces = _BLOCK_END.split(text)  # text, end tag, text, end tag, ..., text
+    parts = [pieces[i] + (pieces[i + 1] if i + 1 < len(pieces) else "")
+             for i in range(0, len(pieces), 2)]
     chunks: list[str] = []
     current = ""
     for part in parts:
@@ -49,8 +84,7 @@ def split_text(text: str, limit: int = CHUNK_CHARS) -> list[str]:
         current += part
     if current:
         chunks.append(current)
-    return [piece for chunk in chunks for piece in (split_text(chunk, limit)
-                                                     if len(chunk) > limit * 2 else [chunk])]
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -63,7 +97,7 @@ class ChatTranslator:
 
     async def translate(self, request: TranslationRequest) -> TranslationResult:
         model = request.model_name or self.default_model
-        chunks = split_text(request.text) if request.format == "text" else [request.text]
+        chunks = (split_text if request.format == "text" else split_html)(request.text)
         gate = asyncio.Semaphore(PARALLEL_CHUNKS)
         detect = request.source_language is None
 
@@ -90,7 +124,8 @@ class ChatTranslator:
             rules.append(
                 "The text is an XHTML fragment: translate only the human-readable text and "
                 "keep every tag, attribute, entity and the whitespace between tags exactly "
-                "as they are."
+                "as they are. The fragment may start or end inside an element: never add, "
+                "close or remove a tag."
             )
         else:
             rules.append("Keep the line breaks and the formatting of the text.")
@@ -108,7 +143,7 @@ class ChatTranslator:
             ChatRequest(
                 messages=(ChatMessage("user", chunk),),
                 system=" ".join(rules),
-                max_tokens=min(16_384, max(256, len(chunk))),
+                max_tokens=min(MAX_ANSWER_TOKENS, len(chunk) + 256),
                 temperature=0.0,
                 model_name=model,
             )

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationRequest
+from satsgate.engines.speech_translation import SpeechTranslationEngine, SpeechTranslationRequest
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.transcription import (
     Segment,
@@ -160,11 +161,11 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
 
     def accepts_model(self, model_id: int) -> bool:
         # Voices, descriptions and emotion belong to a tier family: stay within it; a
-        # request with none of them may also go to the global tier (a node with only a
-        # local voice serves 43 alone).
-        if TTS_FAMILY[model_id] == "global" and self.voice is None and self.emotion is None:
+        # request with nothing tier-specific may also run on the global tier.
+        family = TTS_FAMILY[model_id]
+        if family == TTS_FAMILY[self.choose_model()]:
             return True
-        return TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
+        return family == "global" and self.voice is None and self.emotion is None
 
 
 async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceResult:
@@ -355,7 +356,7 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
 
 async def _transcribe(
     ctx: ServiceContext, p: _AudioInput, *, language: str | None, task: Task = "transcription",
-    names: tuple[str, ...] = (), words: bool = False, engine_name: str = "transcription",
+    names: tuple[str, ...] = (), words: bool = False,
 ) -> TranscriptionResult:
     data = decode_file(p.file, "file", AUDIO_MAX_BYTES)
     request = TranscriptionRequest(
@@ -364,7 +365,7 @@ async def _transcribe(
     )
     ctx.progress(5, "transcribing")
     return await ctx.engines.run(
-        engine_name, TranscriptionEngine,
+        "transcription", TranscriptionEngine,
         lambda engine, name: engine.transcribe(replace(request, model_name=name)),
         model_id=10,
     )
@@ -448,30 +449,23 @@ class TranscribeTranslateParams(_AudioInput):
 async def transcribe_translate(
     ctx: ServiceContext, p: TranscribeTranslateParams
 ) -> ServiceResult:
-    heard = await _transcribe(
-        ctx, p, language=p.sourceLanguage, engine_name="speech_translation"
+    data = decode_file(p.file, "file", AUDIO_MAX_BYTES)
+    request = SpeechTranslationRequest(
+        audio=data, format=audio_format(data), target_language=p.targetLanguage,
+        source_language=p.sourceLanguage,
     )
-    source = p.sourceLanguage or heard.language
-    translated = source != p.targetLanguage and bool(heard.text.strip())
-    translation = heard.text
-    if translated:
-        if not ctx.engines.available("translation"):
-            raise EngineError("SERVICE_ERROR", "No translation engine runs on this node; "
-                              "the payment was refunded.")
-        ctx.progress(60, "translating")
-        request = TranslationRequest(heard.text, p.targetLanguage, source)
-        result = await ctx.engines.run(
-            "translation", TranslationEngine,
-            lambda engine, name: engine.translate(replace(request, model_name=name)),
-        )
-        translation = result.text
-        source = source or result.source_language
+    ctx.progress(5, "transcribing and translating")
+    result = await ctx.engines.run(
+        "speech_translation", SpeechTranslationEngine,
+        lambda engine, name: engine.transcribe_translate(replace(request, model_name=name)),
+        model_id=10,
+    )
     return ServiceResult({
-        "transcript": heard.text,
-        "translation": translation,
-        "sourceLanguage": source,
+        "transcript": result.transcript,
+        "translation": result.translation,
+        "sourceLanguage": result.source_language,
         "targetLanguage": p.targetLanguage,
-        "translated": translated,
+        "translated": result.translated,
     })
 
 
@@ -499,7 +493,6 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
-    # Its own engine name: a speech recognizer alone (the local one) cannot translate.
     engine="speech_translation",
 )
 

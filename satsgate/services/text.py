@@ -15,13 +15,7 @@ from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
 from satsgate.engines.chat_translation import language_label
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.services.ai_support import image_input, with_route
-from satsgate.services.base import (
-    Params,
-    PriceShape,
-    ServiceContext,
-    ServiceResult,
-    ServiceSpec,
-)
+from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -41,7 +35,6 @@ from satsgate.services.languages import (
     language_name,
     resolve_rare_language,
     resolve_translation_language,
-    translation_engine,
 )
 from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
@@ -351,28 +344,6 @@ class TranslateTextParams(ServiceParams, ModelChoice, TranslationLanguages):
     text: str = Field(min_length=1, max_length=TRANSLATE_MAX_CHARS)
 
 
-async def translate_text(ctx: ServiceContext, p: TranslateTextParams) -> ServiceResult:
-    # A pinned text model runs there; else the engine's own choice, except that a routed
-    # target (where the standard engine is weak) asks for the better text tier wherever
-    # this node serves it.
-    model_id: int | None = p.chosen_model or None
-    if model_id is None and translation_engine(p.targetLanguage) == "routed":
-        model_id = 1 if ctx.engines.serves_model("translation", 1) else None
-    request = TranslationRequest(
-        p.text, p.targetLanguage, p.sourceLanguage, model_id=model_id
-    )
-    result = await ctx.engines.run(
-        "translation", TranslationEngine,
-        lambda engine, name: engine.translate(replace(request, model_name=name)),
-        model_id=model_id,
-    )
-    return ServiceResult({
-        "translatedText": result.text,
-        "sourceLanguage": result.source_language or p.sourceLanguage,
-        "targetLanguage": p.targetLanguage,
-    })
-
-
 TRANSLATE_TEXT = ServiceSpec(
     slug="translate-text",
     tool_name="translate_text",
@@ -385,7 +356,7 @@ TRANSLATE_TEXT = ServiceSpec(
     price_msat=lambda p: translation_msat(
         len(p.text), p.targetLanguage, p.chosen_model or None
     ),
-    handler=translate_text,
+    handler=no_engine,
     price_shape=PriceShape(
         "per_character", "per character", TRANSLATE_MIN_SATS * MSAT,
         rate_by=("target_language", "tier"), estimate="translate",

@@ -5,7 +5,8 @@ model, prompted to translate).
 
 ``base_url`` defaults to ``https://api.anthropic.com`` (a trailing ``/v1`` is dropped:
 the SDK adds it). Kind-specific keys: ``max_tokens`` (the answer's limit when the caller
-sets none: the API requires one; default 4096), ``max_retries`` (as for ``openai``).
+sets none, and the most ever asked: the API requires one, and refuses more than the
+model's own limit; default 4096), ``max_retries`` (as for ``openai``).
 
 A refusal (``stop_reason: "refusal"``) is CONTENT_FILTERED; 529 (overloaded) is
 L402_UPSTREAM_FAILED with the retry hint, so a chain falls back to its next provider.
@@ -23,10 +24,10 @@ from anthropic import AsyncAnthropic
 
 from satsgate.engines.chat import ChatMessage, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
-from satsgate.engines.config import ProviderConfig
+from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers import upstream
-from satsgate.engines.providers.openai import default_text_model
+from satsgate.engines.providers.openai import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
 
@@ -84,8 +85,11 @@ class AnthropicProvider:
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
         )
-        self.retries = max(0, min(2, int(config.options.get("max_retries", 1))))
-        self.max_tokens = int(config.options.get("max_tokens", DEFAULT_MAX_TOKENS))
+        self.retries = retries_option(config)
+        max_tokens = config.options.get("max_tokens", DEFAULT_MAX_TOKENS)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise EngineConfigError(f"[providers.{config.name}] max_tokens must be a number")
+        self.max_tokens = max_tokens
 
     def engine(self, name: str) -> object | None:
         if name == "text":
@@ -164,11 +168,12 @@ class _Chat:
             extra["system"] = request.system
         # ``temperature`` is not sent: the SDK's Messages API takes none (2.x).
         create = self.provider.client.messages.with_raw_response.create
+        cap = self.provider.max_tokens
 
         async def call() -> Any:
             raw = await create(
                 model=model,
-                max_tokens=request.max_tokens or self.provider.max_tokens,
+                max_tokens=min(request.max_tokens or cap, cap),
                 messages=cast(Any, _messages(request)),
                 **extra,
             )

@@ -9,7 +9,8 @@ API (llama.cpp ``llama-server``, Ollama, vLLM): ``base_url`` picks which. Engine
 - ``tts``: ``POST /audio/speech``, the spec's tier voices mapped to the provider's voices;
 - ``transcription``: ``POST /audio/transcriptions`` and ``/audio/translations``
   (``verbose_json`` segments, word timestamps, names as the prompt);
-- ``translation`` / ``rare_translation``: the chat model, prompted to translate.
+- ``translation`` / ``rare_translation``: the chat model, prompted to translate;
+- ``speech_translation``: transcription, then the chat model's translation.
 
 Kind-specific keys of the ``[providers.NAME]`` table:
 
@@ -20,7 +21,10 @@ Kind-specific keys of the ``[providers.NAME]`` table:
   ``json`` (text only, for models that take nothing else);
 - ``image_sizes``: ``"openai"`` (default for ``dall-e-*`` and ``gpt-image-*`` model
   names: the nearest size those models take) or ``"exact"`` (the caller's size as asked);
-- ``max_retries``: retries of a failed idempotent request (default 1, at most 2).
+- ``max_retries``: retries of a failed idempotent request (default 1, at most 2);
+- ``max_tokens_field``: how the answer's limit is sent: ``max_completion_tokens``
+  (default for api.openai.com) or ``max_tokens`` (default for every other base_url:
+  OpenRouter, Groq, llama.cpp, Ollama, vLLM ...).
 
 Every upstream request is made once, except that a request with no effect beyond its
 answer (chat, vision, speech, transcription) is repeated once after a connection failure
@@ -42,7 +46,7 @@ from openai import AsyncOpenAI
 
 from satsgate.engines.chat import ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
-from satsgate.engines.config import ProviderConfig
+from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.image_generation import (
     GeneratedImage,
@@ -51,6 +55,7 @@ from satsgate.engines.image_generation import (
 )
 from satsgate.engines.providers import upstream
 from satsgate.engines.registry import EngineDeps
+from satsgate.engines.speech_translation import TranscribeThenTranslate
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.engines.transcription import (
     Segment,
@@ -141,14 +146,26 @@ class OpenAIProvider:
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
         )
-        self.retries = max(0, min(2, int(options.get("max_retries", 1))))
+        self.retries = retries_option(config)
         voices = options.get("voices", {})
         if not isinstance(voices, Mapping):
-            raise ValueError(f"[providers.{config.name}] voices must be a table")
+            raise EngineConfigError(f"[providers.{config.name}] voices must be a table")
         self.voices = {str(k): str(v) for k, v in voices.items()}
         self.transcription_format = str(options.get("transcription_format", "verbose_json"))
         self.image_sizes = options.get("image_sizes")
         self.speech_instructions = options.get("speech_instructions")
+        # OpenAI itself wants max_completion_tokens (max_tokens is deprecated there and
+        # refused by its reasoning models); the compatible servers take max_tokens.
+        default_field = (
+            "max_completion_tokens" if "api.openai.com" in (config.base_url or DEFAULT_BASE_URL)
+            else "max_tokens"
+        )
+        self.max_tokens_field = str(options.get("max_tokens_field", default_field))
+        if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise EngineConfigError(
+                f"[providers.{config.name}] max_tokens_field must be max_tokens or "
+                "max_completion_tokens"
+            )
         self._http = httpx.AsyncClient(timeout=config.timeout_s, follow_redirects=True)
 
     def engine(self, name: str) -> object | None:
@@ -162,11 +179,16 @@ class OpenAIProvider:
             return _ImageEdit(self)
         if name == "tts":
             return _Speech(self)
-        if name in ("transcription", "speech_translation"):
+        if name == "transcription":
             return _Transcription(self)
-        if name in ("translation", "rare_translation"):
+        if name in ("translation", "rare_translation", "speech_translation"):
             default = default_text_model(self.config)
-            return None if default is None else ChatTranslator(_Chat(self), default)
+            if default is None:
+                return None
+            translator = ChatTranslator(_Chat(self), default)
+            if name == "speech_translation":
+                return TranscribeThenTranslate(_Transcription(self), translator)
+            return translator
         return None
 
     async def aclose(self) -> None:
@@ -191,6 +213,14 @@ class OpenAIProvider:
         resp = await self._http.get(url)
         resp.raise_for_status()
         return resp.content
+
+
+def retries_option(config: ProviderConfig) -> int:
+    """``max_retries``: 0, 1 (default) or 2 repeats of a failed idempotent request."""
+    value = config.options.get("max_retries", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2:
+        raise EngineConfigError(f"[providers.{config.name}] max_retries must be 0, 1 or 2")
+    return value
 
 
 def default_text_model(config: ProviderConfig) -> str | None:
@@ -246,7 +276,7 @@ class _Chat:
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
-            extra["max_completion_tokens"] = request.max_tokens
+            extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
         create = self.provider.client.chat.completions.with_raw_response.create

@@ -19,9 +19,10 @@ from satsgate.engines.errors import EngineError
 
 log = logging.getLogger("satsgate.engines.providers")
 
-# The SDKs' HTTP client logs every request's full URL at INFO: keep upstream addresses
-# out of satsgate's logs.
-logging.getLogger("httpx2").setLevel(logging.WARNING)
+# The SDKs' HTTP client logs every request's full URL at INFO, and its connection layer the
+# upstream's host and port at DEBUG: keep upstream addresses out of satsgate's logs.
+for _name in ("httpx2", "httpcore2"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 T = TypeVar("T")
 

@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from pypdf import PdfReader
 
 from satsgate.services.media import audio_duration_s
-from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
+from tests.conftest import ThreadedServer, paid_l402_auth, serve_with_engines, skip_unless_ci
 from tests.epub_maker import chapter, make_epub, nav_doc, prose
 from tests.test_books import HASH, sample_epub
 from tests.test_gateway import assert_envelope, payment_count
@@ -204,11 +205,27 @@ async def test_api_languages_says_which_transcription_languages_this_node_serves
     client: httpx.AsyncClient,
 ) -> None:
     doc = (await client.get("/api/languages")).json()
-    available = {e["code"]: e["available"] for e in doc["transcription"]}
+    available = {e["code"]: e["here"] for e in doc["transcription"]}
     assert available.pop("en") is True
     assert len(available) == 12 and not any(available.values())
     assert doc["transcriptionEngine"]["source"] == "local"
     assert "English" in doc["transcriptionEngine"]["label"]
+
+
+@pytest.fixture(scope="module")
+def provider_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
+    yield from serve_with_engines(tmp_path_factory, "speech-provider", ["transcription"])
+
+
+async def test_api_languages_with_a_transcription_provider_lists_all_13(
+    provider_server: ThreadedServer,
+) -> None:
+    async with httpx.AsyncClient(base_url=provider_server.url, timeout=60) as client:
+        doc = (await client.get("/api/languages")).json()
+    assert len(doc["transcription"]) == 13 and all(e["here"] for e in doc["transcription"])
+    assert doc["transcriptionEngine"] == {
+        "engine": "transcription", "available": True, "source": "provider"
+    }
 
 
 # -- epub-audiobook ------------------------------------------------------------------------

@@ -48,13 +48,17 @@ def _rare_price() -> dict[str, Any]:
 
 def served_languages(engines: Engines, engine: str, accepted: Iterable[str]) -> set[str]:
     """The codes of ``accepted`` that some binding of ``engine`` serves on this node: an
-    engine object may say which (``languages``: a set of codes); one that does not
+    engine's class may say which (``languages``: a frozenset of codes); one that does not
     serves every code the service accepts."""
     accepted = set(accepted)
     served: set[str] = set()
     for binding in engines.bindings(engine):
-        languages = getattr(binding.engine, "languages", None)
-        served |= accepted if languages is None else accepted & set(languages)
+        # Looked up on the class: a set it declares, not whatever a proxy answers.
+        languages = getattr(type(binding.engine), "languages", None)
+        if isinstance(languages, frozenset | set):
+            served |= accepted & {str(code) for code in languages}
+        else:
+            served |= accepted
     return served
 
 
@@ -103,10 +107,10 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
         "engines": list(engines.values()),
         "translation": translation,
         "rare": rare,
-        # The 13 languages transcribe-audio accepts; ``available``: this node transcribes it
+        # The 13 languages transcribe-audio accepts; ``here``: this node transcribes it
         # (a local engine may cover fewer: Whisper tiny.en speaks English only).
         "transcription": [
-            {"code": code, "name": name, "available": code in transcribed}
+            {"code": code, "name": name, "here": code in transcribed}
             for code, name in TRANSCRIPTION_LANGUAGES.items()
         ],
         "transcriptionEngine": node_engines.status("transcription").public(),

@@ -4,7 +4,7 @@
 
 * ``tts``: eSpeak NG (engine ``tts``, model 43) on a 100-character and a 5000-character
   English text, WAV and MP3; wall time. ``tools``: the peak RSS of each tool it runs
-  (espeak-ng, ffmpeg MP3 and AAC encodes) on the 5000 characters, from ``wait4``.
+  (espeak-ng, ffmpeg MP3 and AAC encodes) on the 5000 characters (VmHWM).
 * ``transcription``: Whisper tiny.en (engine ``transcription``) on one minute of English
   speech (espeak-ng), in a spawned process pool like the server's; the first call loads
   the model in the worker (cold), the second does not (warm); the worker's peak RSS.
@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import resource
 import statistics
 import subprocess
@@ -57,17 +56,27 @@ MB = 1024  # ru_maxrss is in KiB on Linux
 
 
 def tool_peak_mb(args: list[str], stdin: bytes | None = None) -> tuple[float, float]:
-    """(peak RSS in MB, wall seconds) of one run of a tool, from wait4's rusage."""
+    """(peak RSS in MB, wall seconds) of one run of a tool: its VmHWM, read from /proc
+    every few milliseconds until it exits (wait4's ru_maxrss would count the Python
+    process it was forked from, before the exec)."""
     started = time.perf_counter()
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     assert proc.stdin is not None
     proc.stdin.write(stdin or b"")
     proc.stdin.close()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak_kb = 0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak_kb = max(peak_kb, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.002)
     assert proc.returncode == 0, args
-    return round(usage.ru_maxrss / MB, 1), round(time.perf_counter() - started, 3)
+    return round(peak_kb / MB, 1), round(time.perf_counter() - started, 3)
 
 
 def bench_tools() -> dict[str, Any]:

@@ -21,8 +21,14 @@ import pytest
 from pypdf import PdfReader
 
 from satsgate.services.media import audio_duration_s
-from tests.conftest import ThreadedServer, paid_l402_auth, serve_with_engines, skip_unless_ci
-from tests.epub_maker import chapter, make_epub, nav_doc, prose
+from tests.conftest import (
+    ThreadedServer,
+    challenge,
+    paid_l402_auth,
+    serve_with_engines,
+    skip_unless_ci,
+)
+from tests.epub_maker import Doc, chapter, make_epub, nav_doc, prose
 from tests.test_books import HASH, sample_epub
 from tests.test_gateway import assert_envelope, payment_count
 
@@ -257,6 +263,27 @@ async def test_audiobook_m4b_has_chapter_markers_and_an_annexe(
     text = "".join(p.extract_text() for p in PdfReader(io.BytesIO(annexe)).pages)
     assert "1. Table (Chapter One)" in text and "2. Key or hash (Chapter Two)" in text
     assert HASH[:16] in text.replace("\n", "")
+
+
+async def test_audiobook_refunds_the_chapters_auto_selection_leaves_out(
+    client: httpx.AsyncClient,
+) -> None:
+    # The quote counts every chapter; the index is not read, so its share comes back.
+    words = ["mill", "river", "bread", "wheat"] * 900
+    index = "".join(f"<p>{w}, pages {n}, {n + 7} and {n + 30}</p>" for n, w in enumerate(words))
+    epub = make_epub(
+        "Indexed", [chapter(0, "Story", prose(150, 4)), Doc("ix.xhtml", f"<h1>Index</h1>{index}")]
+    )
+    body = {"epubBase64": base64.b64encode(epub).decode(), "fileName": "indexed.epub",
+            "modelId": 43}  # fmt: skip
+    quoted = (await challenge(client, "epub-audiobook", body))["amountSats"]
+    assert quoted > 600
+    done = await finished_job(client, await paid_post(client, "epub-audiobook", body))
+    assert done["status"] == "COMPLETED", done
+    assert done["result"]["narratedChapters"] == [0]
+    assert done["result"]["skippedChapters"] == [{"index": 1, "reason": "index"}]
+    # The story alone costs the minimum, 500 sats: the rest of the quote is refunded.
+    assert done["result"]["partial_refund"]["amount_sats"] == quoted - 500
 
 
 async def test_audiobook_sanity_check_failure_is_refunded(client: httpx.AsyncClient) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,11 @@ from typing import Any
 from satsgate.engines.errors import EngineError
 
 log = logging.getLogger(__name__)
+
+
+# Tools run at a lower CPU priority than the server, so its free endpoints stay quick while
+# they work (``nice`` is coreutils; without it they run as they are).
+_NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
 
 
 class ToolRunner:
@@ -42,7 +48,7 @@ class ToolRunner:
         limit = self.timeout_s if timeout_s is None else timeout_s
         async with self._slots:
             proc = await asyncio.create_subprocess_exec(
-                *args,
+                *_NICE, *args,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import shutil
 import subprocess
@@ -35,6 +36,8 @@ from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.services.languages import UnknownLanguage, resolve_translation_language
 from satsgate.services.voices import DESCRIPTION_GROUPS
+
+log = logging.getLogger(__name__)
 
 ESPEAK = "espeak-ng"
 GLOBAL_TIER = 43
@@ -75,9 +78,13 @@ def probe() -> str:
 def espeak_languages() -> dict[str, str]:
     """Language code or tag (lower case) -> the espeak-ng voice that speaks it, from
     ``espeak-ng --voices`` (run once when the engine is built)."""
-    out = subprocess.run(
-        [ESPEAK, "--voices"], capture_output=True, check=True, timeout=20
-    ).stdout.decode("utf-8", errors="replace")
+    try:
+        out = subprocess.run(
+            [ESPEAK, "--voices"], capture_output=True, check=True, timeout=20
+        ).stdout.decode("utf-8", errors="replace")
+    except (OSError, subprocess.SubprocessError) as exc:  # a broken install: speaks nothing
+        log.error("espeak-ng --voices failed (%s); the local voice refuses every language", exc)
+        return {}
     return parse_voice_list(out)
 
 

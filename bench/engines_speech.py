@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from satsgate.backends.dev import DevBackend  # noqa: E402
 from satsgate.config import Settings  # noqa: E402
-from satsgate.dev_backend import DevBackend  # noqa: E402
 from satsgate.engines import CpuRunner, EngineDeps  # noqa: E402
 from satsgate.engines.audiobook import Chapter, NarrationRequest  # noqa: E402
 from satsgate.engines.local import espeak, narration, whisper  # noqa: E402

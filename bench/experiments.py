@@ -31,11 +31,13 @@ store's point reads and one-statement writes on the event loop.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from satsgate.app import BACKEND, GATE
+from satsgate.lightning import LightningBackend
 
 T = TypeVar("T")
 
@@ -46,6 +48,34 @@ NAMES = (
 )
 # The set measured in results/compare-proposals.*: ``--experiment proposals``.
 PROPOSALS: tuple[str, ...] = ()
+
+# ab.py runs the bench's own files against older satsgate trees too: these two steps
+# find what moved since (the dev node's module, the handlers' CPU pool).
+
+
+def dev_backend(data_dir: Path) -> LightningBackend:
+    """The dev node, from satsgate.backends.dev (or satsgate.dev_backend in older trees)."""
+    try:
+        from satsgate.backends.dev import DevBackend
+    except ImportError:
+        from satsgate.dev_backend import DevBackend  # type: ignore[no-redef]
+    return DevBackend(data_dir)
+
+
+def pool_holder(app: web.Application) -> Any:
+    """What holds the handlers' CPU pool: the handler resources' CPU runner, or in older
+    trees the gate's runner (``_cpu``) or the gate itself (``_cpu_pool``)."""
+    import satsgate.app
+
+    handlers = getattr(satsgate.app, "HANDLERS", None)
+    if handlers is not None:
+        return app[handlers].cpu
+    gate = app[GATE]
+    return getattr(gate, "_cpu", gate)
+
+
+def pool_attribute(holder: Any) -> str:
+    return "_cpu_pool" if hasattr(holder, "_cpu_pool") else "pool"
 
 
 async def _inline(fn: Callable[..., T], *args: Any) -> T:
@@ -61,12 +91,14 @@ async def _precheck_in_pool(app: web.Application) -> None:
 
     gate = app[GATE]
     original = gate.prevalidate
+    holder = pool_holder(app)
+    pool = getattr(holder, pool_attribute(holder))
 
     async def prevalidate(spec: Any, params: Any) -> None:
         if spec.slug != "render-card":
             return await original(spec, params)
         loop = asyncio.get_running_loop()
-        error = await loop.run_in_executor(gate._cpu_pool, card_fit_error, params.to_request())
+        error = await loop.run_in_executor(pool, card_fit_error, params.to_request())
         if error is not None:
             raise ApiError("L402_INVALID_PARAMS", error)
         return None

@@ -14,7 +14,7 @@ a port: the app's start-up (store, dev node, gate) runs without a site.
   busy machine, since time spent preempted does not count. The other steps
   of the 402 handler are timed too (schema validation, the render-card
   pre-check, building the 402 response) and so are the parts of the gate share
-  (``store.insert_payment``, ``Gate.challenge_of``: macaroon + MPP challenge).
+  (``store.payments.insert``, ``Gate.challenge_of``: macaroon + MPP challenge).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from aiohttp import web
 from satsgate_server import NOOP_PRICE_MSAT, NOOP_SPEC, NoopParams
 from seed import insert_rows, make_rows, spec_for
 
-from satsgate.app import BACKEND, GATE, STORE, create_app
+from satsgate.app import BACKEND, GATE, SETTINGS, STORE, create_app
+from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
-from satsgate.dev_backend import DevBackend
 from satsgate.http_util import result_response
-from satsgate.payments.gate import validate_params
+from satsgate.payments.challenger import validate_params
 from satsgate.payments.http import challenge_response
 from satsgate.services.documents import RENDER_CARD
 from satsgate.services.engines import cards
@@ -110,9 +110,9 @@ async def time_gate(iterations: int, data_dir: Path, names: list[str]) -> dict[s
     try:
         gate, backend, store = app[GATE], app[BACKEND], app[STORE]
         invoice_timer = _Timed(backend.create_invoice)
-        insert_timer = _Timed(store.insert_payment)
+        insert_timer = _Timed(store.payments.insert)
         backend.create_invoice = invoice_timer  # type: ignore[method-assign]
-        store.insert_payment = insert_timer  # type: ignore[method-assign]
+        store.payments.insert = insert_timer  # type: ignore[method-assign]
         spec = RENDER_CARD
         base_url = settings.public_base_url
         validate, precheck, total, share, challenge_of, build = ([] for _ in range(6))
@@ -162,7 +162,7 @@ async def time_paid_noop(app: web.Application, iterations: int) -> dict[str, Any
     gate, store = app[GATE], app[STORE]
     params = NoopParams()
     spec = spec_for(NOOP_SPEC.slug, NOOP_SPEC.title, NOOP_PRICE_MSAT, params)
-    rows = make_rows(spec, iterations + 20, gate.settings)
+    rows = make_rows(spec, iterations + 20, app[SETTINGS])
     await insert_rows(store, rows)
     verify, execute, respond, total = [], [], [], []
     for i, row in enumerate(rows):

@@ -90,7 +90,7 @@ def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
 
 def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
     from satsgate.app import create_app
-    from satsgate.dev_backend import DevBackend
+    from satsgate.backends.dev import DevBackend
     from satsgate.runner import freeze_startup_heap
 
     settings = bench_settings(data_dir, port, upstream)

@@ -104,7 +104,7 @@ async def insert_rows(store: Store, rows: Sequence[tuple[Any, ...]]) -> None:
     def go(conn: sqlite3.Connection) -> None:
         conn.executemany(sql, (row[:-1] for row in rows))
 
-    await store.run_in_transaction(go)
+    await store.db.run_in_transaction(go)
 
 
 async def _insert(db_path: Path, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -115,7 +115,7 @@ async def _insert(db_path: Path, rows: Sequence[tuple[Any, ...]]) -> None:
         # Copy the WAL into the database now and empty it: left for the server, the
         # tens of thousands of pages written here made its first checkpoint in the
         # timed run copy them all (a PASSIVE step of seconds on its store thread).
-        await store.run_sync(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        await store.db.run_sync(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
     finally:
         await store.close()
 

@@ -12,8 +12,9 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from satsgate import __version__, discovery, mcp
 from satsgate.config import Settings, ensure_server_secret
-from satsgate.dev_backend import DevBackend
 from satsgate.discovery.describe import describe
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.local import LOCAL_ENGINES
@@ -34,12 +34,17 @@ from satsgate.errors import ApiError, catalog_document, invalid_params
 from satsgate.files import FileStore
 from satsgate.http_util import dumps, error_middleware, read_json
 from satsgate.jobs import JOB_TYPES, JobRunner, status_body
-from satsgate.lightning import BackendError, LightningBackend
-from satsgate.payments.gate import Gate
+from satsgate.lightning import BackendError, LightningBackend, SimulatedPayments
+from satsgate.mcp import McpServer, PlannedSource, RoadmapPlannedServices
+from satsgate.payments.gate import Gate, HandlerResources, build_gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.payments.refund_request import request_refund
+from satsgate.procguard import die_with_parent
+from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
+from satsgate.server_guard import guard_middleware
 from satsgate.services import ai_calls, voice_bridge
+from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import CATEGORIES, list_models_document
 from satsgate.services.comms import AI_CALL, AiCallConfirmParams, AiCallPollParams
 from satsgate.services.planned import planned_services
@@ -56,6 +61,7 @@ SETTINGS = web.AppKey("settings", Settings)
 BACKEND = web.AppKey("backend", LightningBackend)
 STORE = web.AppKey("store", Store)
 GATE = web.AppKey("gate", Gate)
+HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts hold
 REFUNDS = web.AppKey("refunds", RefundService)
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
@@ -77,7 +83,13 @@ def create_app(
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
     # on the first job.
-    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    # A worker exits when the server dies, even by SIGKILL (procguard.die_with_parent).
+    pool = ProcessPoolExecutor(
+        max_workers=2,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
     engines = build_engines(
         settings,
         ENGINE_NAMES,
@@ -85,7 +97,11 @@ def create_app(
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[LIMITS] = Limits.from_settings(settings)
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool
@@ -132,21 +148,27 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     settings, pool = app[SETTINGS], app[POOL]
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
-    refunds = RefundService(settings, app[STORE], app[BACKEND])
-    jobs = JobRunner(app[STORE], settings.public_base_url)
+    store = app[STORE]
+    refunds = RefundService(settings, store.refunds, app[BACKEND])
+    jobs = JobRunner(store.jobs, settings.public_base_url)
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
-    app[GATE] = gate = Gate(
+    app[HANDLERS] = handlers = HandlerResources(
         settings=settings,
-        backend=app[BACKEND],
-        store=app[STORE],
-        refunds=refunds,
-        jobs=jobs,
         files=app[FILES],
         http=http,
-        cpu_pool=pool,
+        cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
+        votes=store.votes,
         engines=app[ENGINES],
+    )
+    app[GATE] = gate = build_gate(
+        settings=settings,
+        backend=app[BACKEND],
+        store=store,
+        refunds=refunds,
+        jobs=jobs,
+        handlers=handlers,
     )
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
@@ -164,7 +186,7 @@ UNPAID_RETENTION_S = 7 * 86400
 
 
 async def _prune_unpaid(store: Store) -> None:
-    pruned = await store.prune_unpaid(int(time.time()) - UNPAID_RETENTION_S)
+    pruned = await store.payments.prune_unpaid(int(time.time()) - UNPAID_RETENTION_S)
     if pruned:
         log.info("pruned %d payment(s) never paid", pruned)
 
@@ -250,14 +272,37 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # GET /api/l402/{slug}, well-known, OpenAPI
     discovery.add_routes(app, settings, backend, app[ENGINES])
     mcp.install(
-        app, GATE, allowed_origins=settings.mcp_allowed_origins
+        app,
+        mcp_server,
+        public_base_url=settings.public_base_url,
+        max_body_bytes=settings.max_body_bytes,
+        allowed_origins=settings.mcp_allowed_origins,
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>, GET /api/payments/<paymentId>
-    if isinstance(backend, DevBackend):
-        # Dev-only routes exist only with the dev backend.
+    if isinstance(backend, SimulatedPayments):
+        # Dev-only routes exist only with a node that simulates payments (the dev node).
         r.add_post("/api/dev/pay", dev_pay)
         r.add_get("/api/dev/outgoing", dev_outgoing)
         r.add_post("/api/dev/outgoing-mode", dev_outgoing_mode)
+
+
+def mcp_server(
+    app: web.Application,
+    *,
+    services: Sequence[ServiceSpec[Any]] | None = None,
+    planned: PlannedSource | None = None,
+) -> McpServer:
+    """The MCP server over this app's gate, jobs and refunds (once they exist);
+    ``services`` and ``planned`` default to the registry and the roadmap's votes."""
+    return McpServer(
+        app[GATE],
+        jobs=app[JOBS],
+        refunds=app[REFUNDS],
+        settings=app[SETTINGS],
+        engines=app[ENGINES],
+        services=services,
+        planned=planned or RoadmapPlannedServices(app[STORE].votes),
+    )
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -267,7 +312,7 @@ def _json(body: Any, status: int = 200) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     app = request.app
     info = await app[BACKEND].info()
-    stats = await app[STORE].stats()
+    stats = await app[STORE].ledger.stats()
     return _json(
         {
             "status": "ok",
@@ -331,7 +376,7 @@ async def list_planned(request: web.Request) -> web.Response:
     """GET /api/l402/vote: the vote service's description plus the planned services,
     most voted first (the spec's listing)."""
     description = describe(BY_SLUG["vote"], request.app[SETTINGS], request.app[ENGINES])
-    return _json({**description, "services": await planned_services(request.app[STORE])})
+    return _json({**description, "services": await planned_services(request.app[STORE].votes)})
 
 
 class RefundRequestBody(BaseModel):
@@ -351,8 +396,12 @@ async def refund_request_route(request: web.Request) -> web.Response:
         raise invalid_params(
             exc, "refund request", '{"paymentId": "pay_...", "invoice": "lnbcrt..."}'
         ) from None
+    app = request.app
     return _json(
-        await request_refund(request.app[GATE], args.paymentId, args.invoice, args.feedback)
+        await request_refund(
+            app[GATE], app[REFUNDS], app[SETTINGS].network, args.paymentId, args.invoice,
+            args.feedback,
+        )
     )
 
 
@@ -415,10 +464,10 @@ _CONFIRM_EXAMPLE = (
 async def ai_call_or_confirmation(request: web.Request) -> web.Response:
     """POST /api/l402/ai-call: a body with ``action`` confirms a pending_confirm call on its
     original payment (free, never an invoice); any other body is the paid call."""
-    gate = request.app[GATE]
-    body = await read_json(request, min(AI_CALL.max_body_bytes, gate.settings.max_body_bytes))
+    gate, settings = request.app[GATE], request.app[SETTINGS]
+    body = await read_json(request, min(AI_CALL.max_body_bytes, settings.max_body_bytes))
     if isinstance(body, dict) and "action" in body:
-        return _json(await _confirm_ai_call(gate.settings, request.app[ENGINES], body))
+        return _json(await _confirm_ai_call(settings, request.app[ENGINES], body))
     # The body stream can be read only once: the paid path gets the body parsed here.
     return await handle_paid_call(request, gate, AI_CALL, lambda _reread: body)
 
@@ -513,9 +562,14 @@ async def lnurl_withdraw_callback(request: web.Request) -> web.Response:
     return _json(await request.app[REFUNDS].withdraw_callback(k1, pr))
 
 
-async def dev_pay(request: web.Request) -> web.Response:
+def _simulating(request: web.Request) -> SimulatedPayments:
     backend = request.app[BACKEND]
-    assert isinstance(backend, DevBackend)
+    assert isinstance(backend, SimulatedPayments)  # the routes exist only then
+    return backend
+
+
+async def dev_pay(request: web.Request) -> web.Response:
+    backend = _simulating(request)
     try:
         body = await request.json()
         invoice = str(body["invoice"])
@@ -529,14 +583,12 @@ async def dev_pay(request: web.Request) -> web.Response:
 
 
 async def dev_outgoing(request: web.Request) -> web.Response:
-    backend = request.app[BACKEND]
-    assert isinstance(backend, DevBackend)
+    backend = _simulating(request)
     return _json({"payments": await backend.outgoing_payments()})
 
 
 async def dev_outgoing_mode(request: web.Request) -> web.Response:
-    backend = request.app[BACKEND]
-    assert isinstance(backend, DevBackend)
+    backend = _simulating(request)
     body = await request.json()
     mode = body.get("mode")
     if mode not in ("succeed", "fail", "pending"):

@@ -11,23 +11,19 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
 from satsgate.engines import EngineConfigError
 from satsgate.lightning import LightningBackend
+from satsgate.procguard import private_umask
 
 
 def build_backend(settings: Settings) -> LightningBackend:
-    if settings.backend == "dev":
-        from satsgate.dev_backend import DevBackend
-
-        return DevBackend(settings.data_dir)
-    if settings.backend == "cln":
-        if not settings.cln_rpc:
-            raise SystemExit("--backend cln needs --cln-rpc <path to lightning-rpc>")
-        from satsgate.cln_backend import ClnBackend
-
-        return ClnBackend(settings.cln_rpc, settings.network)
-    raise SystemExit("the LND backend is not available in this version; use --backend dev or cln")
+    """The configured backend; exits with the reason when there is none."""
+    try:
+        return make_backend(settings)
+    except BackendConfigError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 async def _serve(settings: Settings) -> None:
@@ -105,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
         return 0
 
+    private_umask()  # every file the server writes is 0600, its directories 0700
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

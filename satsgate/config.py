@@ -8,6 +8,7 @@ tables and ``[engines]`` routes: satsgate/engines/config.py). Environment variab
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import secrets
 import tomllib
@@ -39,9 +40,12 @@ class Settings:
     dedup_window_s: int = 30
     # Refund links (LNURL-withdraw) stay claimable this long.
     refund_ttl_s: int = 30 * 24 * 3600
-    # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount).
+    # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount),
+    # but at most refund_fee_max_pct percent of the refund (a 1-sat refund may spend at
+    # most 0.5 sat on fees, not 10).
     refund_fee_ppm: int = 10_000
     refund_fee_min_msat: int = 10_000
+    refund_fee_max_pct: int = 50
     refund_pay_timeout_s: int = 60
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
@@ -54,6 +58,28 @@ class Settings:
     server_secret: str = ""
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
+    # Slow clients and connection floods (satsgate/server_guard.py). A request's head
+    # must arrive within header_timeout_s of the connection opening or of its first byte;
+    # its body within body_timeout_s of the head; an idle keep-alive connection is
+    # closed after keepalive_timeout_s. 0 turns a timeout off (keep-alive: aiohttp's 3630 s).
+    header_timeout_s: float = 15.0
+    body_timeout_s: float = 120.0
+    keepalive_timeout_s: float = 15.0
+    # Open connections: in total, and per client address (an IPv6 client is its /64;
+    # trusted proxies are exempt from the per-client cap). 0: no cap.
+    max_connections: int = 1024
+    max_connections_per_client: int = 64
+    # Requests per minute per client address (satsgate/ratelimit.py); 0 turns one off.
+    # Unpaid challenges (a 402 with a new invoice, HTTP or MCP create_payment); paid calls
+    # carrying a credential are never limited.
+    challenge_rate_per_min: int = 100
+    # Refund requests (POST /api/l402/refund, MCP request_refund).
+    refund_rate_per_min: int = 30
+    # Price estimates (GET /api/estimate-cost).
+    estimate_rate_per_min: int = 300
+    # Reverse proxies whose X-Forwarded-For names the client (addresses or CIDRs). Empty:
+    # X-Forwarded-For is ignored and the peer address is the client.
+    trusted_proxies: tuple[str, ...] = ()
     # Wallet passes (boardingpass-wallet): the operator's Apple Pass Type ID certificate
     # (PEM or DER with pass_key; or a .p12 / .pfx holding both), Apple's WWDR intermediate
     # certificate, and the name shown on passes. All empty: passes are built unsigned, and
@@ -95,7 +121,7 @@ _FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("flo
 def _coerce(name: str, value: Any) -> Any:
     if name == "data_dir":
         return Path(value).expanduser()
-    if name == "mcp_allowed_origins":
+    if name in ("mcp_allowed_origins", "trusted_proxies"):
         items = value.split(",") if isinstance(value, str) else value
         return tuple(str(item).strip() for item in items if str(item).strip())
     if name in _INT_FIELDS:
@@ -134,6 +160,11 @@ def load_settings(
     if settings.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
     check_base_url(settings.base_url)
+    for proxy in settings.trusted_proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise ValueError(f"trusted_proxies: {proxy!r} is not an address or CIDR") from None
     return settings
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate import json_input
 from satsgate.errors import ApiError, envelope
 from satsgate.services.base import ServiceResult
 
@@ -59,6 +60,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = "INVALID_INPUT" if exc.status < 500 else "INTERNAL_ERROR"
         return _http_error(code, exc, exc.text or exc.reason)
+    except (ConnectionError, web.RequestPayloadError) as exc:
+        # The client went away mid-request (an upload cut short), or sent a body that
+        # cannot be decoded: its doing, so one debug line, never a traceback.
+        log.debug("%s %s from %s ended early: %r", request.method, request.path,
+                  request.remote, exc)
+        return _http_error("INVALID_INPUT", web.HTTPBadRequest(), "The request body was cut short.")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         exc500 = ApiError("INTERNAL_ERROR", "An unexpected error inside satsgate.")
@@ -89,8 +96,8 @@ async def read_json(request: web.Request, limit: int) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json_input.loads(raw)
+    except json_input.JsonInputError as exc:
         raise ApiError(
             "L402_INVALID_PARAMS",
             f"The request body is not valid JSON: {exc}",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satsgate.errors import ApiError
-from satsgate.store import Job, JobStatus, Store
+from satsgate.store import Job, JobRepository, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,8 @@ FailureRefund = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
 class JobRunner:
-    def __init__(self, store: Store, base_url: str) -> None:
-        self._store = store
+    def __init__(self, jobs: JobRepository, base_url: str) -> None:
+        self._jobs = jobs
         self._base_url = base_url
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._progress: dict[str, Progress] = {}
@@ -101,7 +101,7 @@ class JobRunner:
             now,
             now,
         )
-        await self._store.insert_job(job)
+        await self._jobs.insert(job)
         self._progress[job.job_id] = Progress()
         self._changed[job.job_id] = asyncio.Event()
         task = asyncio.create_task(self._run(job, work, refund_on_failure), name=job.job_id)
@@ -142,7 +142,7 @@ class JobRunner:
                 str(exc),
             )
         else:
-            await self._store.finish_job(
+            await self._jobs.finish(
                 job.job_id, JobStatus.COMPLETED, result, None, int(time.time())
             )
         finally:
@@ -154,7 +154,7 @@ class JobRunner:
     ) -> None:
         if exc.refund is None:
             exc.refund = await refund_on_failure(reason or exc.message)
-        await self._store.finish_job(
+        await self._jobs.finish(
             job.job_id, JobStatus.FAILED, None, exc.envelope(), int(time.time())
         )
 
@@ -164,7 +164,7 @@ class JobRunner:
             event.set()
 
     async def get(self, job_id: str) -> Job | None:
-        return await self._store.get_job(job_id)
+        return await self._jobs.get(job_id)
 
     def progress(self, job_id: str) -> Progress | None:
         return self._progress.get(job_id)
@@ -184,14 +184,14 @@ class JobRunner:
     ) -> int:
         """At start-up: jobs left IN_PROGRESS by a previous process are failed and refunded."""
         count = 0
-        for job in await self._store.jobs_in_progress():
+        for job in await self._jobs.in_progress():
             if job.job_id in self._tasks:
                 continue
             exc = ApiError(
                 "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded."
             )
             exc.refund = await refund_for(job)
-            if await self._store.finish_job(
+            if await self._jobs.finish(
                 job.job_id, JobStatus.FAILED, None, exc.envelope(), int(time.time())
             ):
                 count += 1

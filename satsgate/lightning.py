@@ -1,9 +1,10 @@
 """The LightningBackend seam: what satsgate needs from a Lightning node.
 
 Every amount here is in millisatoshi (``*_msat``). Implementations: the built-in
-dev node (``satsgate.dev_backend``), Core Lightning over its JSON-RPC socket
-(``satsgate.cln_backend``). One contract test suite (``tests/test_backend_contract.py``)
-runs against each of them.
+dev node (``satsgate.backends.dev``), Core Lightning over its JSON-RPC socket
+(``satsgate.backends.cln``); :func:`satsgate.backends.make_backend` picks one.
+One contract test suite (``tests/backend_contract.py``) runs against each of them.
+Optional abilities are the runtime-checkable protocols at the end of this module.
 
 Rules every implementation keeps:
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 class InvoiceState(enum.Enum):
@@ -79,6 +80,10 @@ class PaymentResult:
     failure_reason: str | None = None
 
 
+# How a simulating node answers outgoing payments (see SimulatedPayments).
+OutgoingMode = Literal["succeed", "fail", "pending"]
+
+
 class BackendError(Exception):
     """The node refused or could not be reached; message is operator-readable."""
 
@@ -112,3 +117,31 @@ class LightningBackend(Protocol):
     ) -> PaymentResult: ...
 
     async def lookup_payment(self, payment_hash: str) -> PaymentResult: ...
+
+
+# -- optional capabilities: a backend has one when it has the method (checked with
+# isinstance against these runtime-checkable protocols, never by name or by class).
+
+
+@runtime_checkable
+class InitialCursor(Protocol):
+    """A node with settlements from before satsgate: where a first start begins, so
+    that history is never applied as payments. Without it the cursor starts at 0."""
+
+    async def initial_cursor(self) -> int: ...
+
+
+@runtime_checkable
+class SimulatedPayments(Protocol):
+    """A node that can pay its own invoices and fake outgoing outcomes (the dev node):
+    the ``/api/dev/*`` routes exist only for one."""
+
+    outgoing_mode: OutgoingMode
+
+    async def simulate_payment(self, bolt11: str) -> str:
+        """Pay ``bolt11`` as a wallet would; returns the preimage (hex)."""
+        ...
+
+    async def outgoing_payments(self) -> list[dict[str, Any]]: ...
+
+    async def complete_pending(self, succeed: bool = True) -> int: ...

@@ -25,7 +25,7 @@ from lnurl.helpers import url_encode
 from satsgate.config import Settings
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, LightningBackend, PaymentState
-from satsgate.store import Payment, PaymentStatus, Refund, RefundStatus, Store
+from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, RefundStatus
 
 
 def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
@@ -44,9 +44,11 @@ def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
 
 
 class RefundService:
-    def __init__(self, settings: Settings, store: Store, backend: LightningBackend) -> None:
+    def __init__(
+        self, settings: Settings, refunds: RefundRepository, backend: LightningBackend
+    ) -> None:
         self._settings = settings
-        self._store = store
+        self._refunds = refunds
         self._backend = backend
         self._payouts: set[asyncio.Task[None]] = set()
         self._in_flight: set[str] = set()  # k1 of payouts this process is still making
@@ -75,7 +77,7 @@ class RefundService:
     async def refund_unspent(self, payment: Payment, reason: str) -> dict[str, Any] | None:
         """Refund a paid, never-served payment in full (paid -> refunded). None if not paid."""
         refund = self._new_refund(payment, payment.amount_msat, reason)
-        if not await self._store.refund_unspent(payment.payment_id, refund):
+        if not await self._refunds.refund_unspent(payment.payment_id, refund):
             return None
         return refund_object(refund, self.base_url)
 
@@ -86,9 +88,14 @@ class RefundService:
         if amount_msat <= 0:
             return None
         refund = self._new_refund(payment, amount_msat, reason)
-        if not await self._store.add_refund_for_spent(refund):
+        if not await self._refunds.add_for_spent(refund):
             return None
         return refund_object(refund, self.base_url)
+
+    async def latest_refund(self, payment_id: str) -> dict[str, Any] | None:
+        """The payment's most recent refund, if any."""
+        earlier = await self._refunds.for_payment(payment_id)
+        return refund_object(earlier[-1], self.base_url) if earlier else None
 
     async def refund_remaining(self, payment: Payment, reason: str) -> dict[str, Any] | None:
         """Refund everything not yet refunded (operator action): a paid payment in full,
@@ -98,7 +105,7 @@ class RefundService:
             return await self.refund_unspent(payment, reason)
         if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             refunded = sum(
-                r.amount_msat for r in await self._store.refunds_for_payment(payment.payment_id)
+                r.amount_msat for r in await self._refunds.for_payment(payment.payment_id)
                 if r.status is not RefundStatus.EXPIRED
             )
             return await self.refund_spent(payment, payment.amount_msat - refunded, reason)
@@ -107,7 +114,7 @@ class RefundService:
     # -- LNURL-withdraw (LUD-03) ------------------------------------------------------------
 
     async def withdraw_request(self, k1: str) -> dict[str, Any]:
-        refund = await self._store.get_refund_by_k1(k1)
+        refund = await self._refunds.get_by_k1(k1)
         if refund is None:
             return {"status": "ERROR", "reason": "Unknown refund link."}
         if refund.status is not RefundStatus.OPEN or refund.expires_at <= time.time():
@@ -122,7 +129,7 @@ class RefundService:
         }
 
     async def withdraw_callback(self, k1: str, bolt11: str) -> dict[str, Any]:
-        refund = await self._store.get_refund_by_k1(k1)
+        refund = await self._refunds.get_by_k1(k1)
         if refund is None:
             return {"status": "ERROR", "reason": "Unknown refund link."}
         if refund.status is not RefundStatus.OPEN:
@@ -149,7 +156,7 @@ class RefundService:
             return {"status": "ERROR", "reason": "The invoice is this node's own invoice."}
         now = int(time.time())
         # The claim: exactly one callback wins, and it binds the invoice before any payout.
-        if not await self._store.claim_refund(k1, bolt11, invoice.payment_hash, now):
+        if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, now):
             return {"status": "ERROR", "reason": "This refund link was already used or expired."}
         task = asyncio.create_task(self._pay(k1, bolt11, refund.amount_msat))
         self._payouts.add(task)
@@ -162,10 +169,11 @@ class RefundService:
         return self._node_pubkey
 
     def max_fee_msat(self, amount_msat: int) -> int:
-        return max(
-            self._settings.refund_fee_min_msat,
-            amount_msat * self._settings.refund_fee_ppm // 1_000_000,
-        )
+        """The routing fee cap for a refund payout: the floor or the ppm share, whichever
+        is larger, but never more than ``refund_fee_max_pct`` of the refund itself."""
+        s = self._settings
+        budget = max(s.refund_fee_min_msat, amount_msat * s.refund_fee_ppm // 1_000_000)
+        return min(budget, amount_msat * s.refund_fee_max_pct // 100)
 
     async def _pay(self, k1: str, bolt11: str, amount_msat: int) -> None:
         self._in_flight.add(k1)
@@ -182,9 +190,9 @@ class RefundService:
     async def _apply_outcome(self, k1: str, state: PaymentState) -> None:
         now = int(time.time())
         if state is PaymentState.SUCCEEDED:
-            await self._store.settle_refund_claim(k1, RefundStatus.PAID, now)
+            await self._refunds.settle_claim(k1, RefundStatus.PAID, now)
         elif state is PaymentState.FAILED:
-            await self._store.settle_refund_claim(k1, RefundStatus.OPEN, now)
+            await self._refunds.settle_claim(k1, RefundStatus.OPEN, now)
         # PENDING: leave it claiming; never free the link while money may be moving.
 
     async def reconcile(self) -> int:
@@ -193,7 +201,7 @@ class RefundService:
         # Only claims whose payout call has surely ended: asking the node about a
         # payment it has not registered yet would read as "failed" and free the link.
         settled_before = time.time() - self._settings.refund_pay_timeout_s - 60
-        for refund in await self._store.refunds_in(RefundStatus.CLAIMING):
+        for refund in await self._refunds.in_status(RefundStatus.CLAIMING):
             if (
                 refund.payout_hash is None
                 or refund.k1 in self._in_flight
@@ -205,7 +213,7 @@ class RefundService:
                 if result.state is not PaymentState.PENDING:
                     await self._apply_outcome(refund.k1, result.state)
                     resolved += 1
-        await self._store.expire_refunds(int(time.time()))
+        await self._refunds.expire(int(time.time()))
         return resolved
 
     async def wait_payouts(self) -> None:

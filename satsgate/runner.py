@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
+from satsgate.procguard import secure_data_dir
+from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
 from satsgate.store import Store
 
 
@@ -37,11 +40,17 @@ async def start_service(
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
 ) -> ServiceHandle:
     """Build the app, run its start-up (store, node, background tasks) and listen."""
+    secure_data_dir(settings.data_dir)
     app = create_app(settings, backend, provider_kinds=provider_kinds)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        config = GuardConfig.from_settings(settings)
+        config = dataclasses.replace(
+            config, max_connections=ensure_fd_limit(settings.max_connections)
+        )
+        guard = ConnectionGuard(config)
+        site = GuardedSite(runner, settings.host, settings.port, guard)
         await site.start()
     except BaseException:
         await runner.cleanup()

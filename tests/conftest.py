@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from satsgate.app import BACKEND, GATE, STORE
+from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
-from satsgate.dev_backend import DevBackend
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.runner import ServiceHandle, start_service
@@ -95,7 +95,16 @@ class ThreadedServer:
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     port = free_port()
-    base = Settings(host="127.0.0.1", port=port, data_dir=data_dir)
+    # The suite is one client making thousands of calls: per-client rate limits are off
+    # unless a test turns them on (tests/faults/test_faults_rate_limits.py).
+    base = Settings(
+        host="127.0.0.1",
+        port=port,
+        data_dir=data_dir,
+        challenge_rate_per_min=0,
+        refund_rate_per_min=0,
+        estimate_rate_per_min=0,
+    )
     return replace(base, **overrides)
 
 

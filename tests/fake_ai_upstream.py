@@ -131,6 +131,8 @@ def _image_size(data_uri_or_b64: str) -> tuple[int, int]:
 class FakeAIUpstream:
     def __init__(self) -> None:
         self.seen: list[Seen] = []
+        self.compressed = 0  # chat answers sent gzip-compressed
+        self.files: dict[str, bytes] = {}  # images answered by URL
         self._script: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -177,6 +179,7 @@ class FakeAIUpstream:
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_post("/v1/audio/translations", self._transcribe)
         app.router.add_post("/anthropic/v1/messages", self._messages)
+        app.router.add_get("/files/{name}", self._file)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -249,13 +252,18 @@ class FakeAIUpstream:
         if mode == "refusal":
             message = {"role": "assistant", "content": None,
                        "refusal": "I'm sorry, I can't help with that.", "annotations": []}
-        return web.json_response({
+        resp = web.json_response({
             "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", "object": "chat.completion",
             "created": 1741569952, "model": body["model"],
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29},
         })
+        # As real APIs do when the client accepts it: the answer goes gzip-compressed.
+        if "gzip" in seen.headers.get("accept-encoding", ""):
+            resp.enable_compression(web.ContentCoding.gzip)
+            self.compressed += 1
+        return resp
 
     async def _generate(self, request: web.Request) -> web.Response:
         gated = await self._openai_gate(request)
@@ -265,9 +273,21 @@ class FakeAIUpstream:
         if mode == "malformed":
             return web.json_response({"created": 1713833628, "data": [{}]})
         width, height = (int(x) for x in str((seen.json or {})["size"]).split("x"))
-        data = base64.b64encode(png(width, height)).decode()
+        image = png(width, height)
+        if "url" in str((seen.json or {})["model"]):  # as dall-e answers by default
+            name = f"img-{len(self.files)}.png"
+            self.files[name] = image
+            return web.json_response({"created": 1713833628,
+                                      "data": [{"url": f"{self.url}/files/{name}"}]})
+        data = base64.b64encode(image).decode()
         return web.json_response({"created": 1713833628,
                                   "data": [{"b64_json": data, "revised_prompt": "a cat"}]})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["name"])
+        if data is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=data, content_type="image/png")
 
     async def _edit(self, request: web.Request) -> web.Response:
         gated = await self._openai_gate(request)

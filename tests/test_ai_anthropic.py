@@ -164,3 +164,14 @@ async def test_overloaded_first_provider_falls_back_to_the_next(
     (seen,) = fake.requests(CHAT)
     assert (seen.json or {})["model"] == "fake-backup-better"
     assert seen.headers["authorization"] == f"Bearer {OPENAI_KEY}"
+
+
+async def test_a_conversation_opened_by_the_assistant_starts_with_a_user_turn(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    body = {"input": [{"role": "assistant", "content": "How can I help?"},
+                      {"role": "user", "content": "Say hi"}], "modelId": 1}
+    resp = await paid(ai, "generate-text", body)
+    assert resp.status_code == 200, resp.text
+    sent = fake.requests(MESSAGES)[0].json or {}
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("fallback_rates")
 
 MODELS = {
     "6": "fake-best", "1": "fake-better", "31": "fake-mini", "5": "fake-vision",
-    "16": "fake-image-best", "8": "fake-image-better", "2": "fake-image-std",
+    "16": "fake-image-best", "8": "fake-image-better", "2": "fake-image-std-url",
     "18": "fake-image-edit", "33": "fake-tts-hd", "34": "fake-tts-mini", "43": "fake-tts-global",
     "3": "fake-tts-studio", "10": "fake-whisper",
 }  # fmt: skip
@@ -139,6 +139,7 @@ async def test_generate_text_sends_mapped_model_and_key_and_returns_the_answer(
     assert system["role"] == "system" and system["content"].startswith("Be brief.")
     assert "<document>\nA red report.\n</document>" in system["content"]
     assert sent["messages"][-1] == {"role": "user", "content": "Name a colour."}
+    assert fake.compressed >= 1  # the answer came gzip-compressed and was read right
 
 
 async def test_generate_text_auto_routes_and_names_the_model(
@@ -237,6 +238,19 @@ async def test_generate_image_stores_the_image_at_the_asked_size(
     assert sent["model"] == "fake-image-better" and sent["size"] == "512x768"
     assert sent["response_format"] == "b64_json"
     assert resp.headers["X-Route-Model"] == "8"
+
+
+async def test_generate_image_answered_by_url_is_fetched_and_stored(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    resp = await paid(ai, "generate-image", {"prompt": "a small red square", "modelId": 2})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert fake.url not in resp.text  # the upstream's own link is not passed on
+    with Image.open(io.BytesIO(await fetch(ai, body["image_url"]))) as img:
+        assert img.size == (1024, 1024) and img.getpixel((0, 0)) == (200, 40, 40)
+    assert (fake.requests("/v1/images/generations")[0].json or {})["model"] == (
+        "fake-image-std-url")
 
 
 async def test_edit_image_uploads_multipart_and_returns_the_edit(

@@ -107,7 +107,7 @@ async def test_page_escapes_stored_values(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
     ch = await new_payment(client)
-    payment = server.call(lambda: server.store.get_payment(ch["paymentId"]))
+    payment = server.call(lambda: server.store.payments.get(ch["paymentId"]))
     hostile = payment._replace(
         service='<script>alert("x")</script>',
         bolt11="lnbc1</script><script>alert(2)</script>",

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from satsgate.cln_backend import LABEL_PREFIX, ClnBackend
-from satsgate.cln_backend.rpc import parse_msat
+from satsgate.backends.cln import LABEL_PREFIX, ClnBackend
+from satsgate.backends.cln.rpc import parse_msat
 from satsgate.invoices import decode_invoice
 from satsgate.lightning import BackendError, InvoiceState, PaymentState, Settlement
 from tests.fake_lightningd import FakeLightningd, FakeNode, running_lightningd

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from satsgate.cln_backend import ClnBackend
+from satsgate.backends.cln import ClnBackend
 from tests.backend_contract import BackendContract, ExternalInvoice, Settle
 from tests.fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import coincurve
 import pytest
 
-from satsgate.dev_backend import DevBackend
+from satsgate.backends.dev import DevBackend
 from satsgate.invoices import sign_invoice
 from tests.backend_contract import BackendContract, ExternalInvoice, Settle
 

@@ -238,3 +238,39 @@ async def test_callers_see_availability_but_never_providers(routed_server: Threa
             text = json.dumps((await client.get(path)).json())
             for secret in ("secretive", "10.1.2.3", "sk-do-not-show", "tiny-model"):
                 assert secret not in text, (path, secret)
+
+
+class Picky(ScriptedProvider):
+    """Serves only the words in its ``takes`` option: refuses others before any call."""
+
+    def unsupported(self, request: object) -> str | None:
+        takes = self.config.options.get("takes", ())
+        return None if request in takes else f"{self.config.name} does not take {request!r}"
+
+
+async def test_an_engine_may_refuse_a_request_before_any_invoice_and_the_chain_skips_it(
+) -> None:
+    providers = {
+        "a": {"kind": "picky", "takes": ["hi"], "models": {"6": "a-big"}},
+        "b": {"kind": "picky", "takes": ["hi", "yo"], "models": {"6": "b-big"}},
+    }
+    engines = build(
+        Settings(providers=providers, engines={"text": ["a", "b"]}),
+        kinds={"picky": Picky},
+    )
+    assert engines.unsupported("text", "hi") is None
+    assert engines.unsupported("text", "yo") is None  # b takes it
+    assert engines.unsupported("text", "hey") == "a does not take 'hey'"  # the first reason
+    # run() skips a binding that refuses the request: "yo" goes to b alone.
+    answer = await engines.run("text", Echo, lambda e, m: e.echo("yo", m), model_id=6,
+                               request="yo")
+    assert answer == "b:b-big:yo"
+    first = engines.bindings("text")[0].engine
+    assert isinstance(first, Picky) and first.calls == []
+    # A request every binding refuses (known only after payment): INVALID_INPUT, its reason.
+    with pytest.raises(EngineError) as refused:
+        await engines.run("text", Echo, lambda e, m: e.echo("hey", m), request="hey")
+    assert refused.value.code == "INVALID_INPUT" and "a does not take 'hey'" in str(refused.value)
+    # An engine without the method takes every request.
+    plain = build(Settings(providers=scripted("c"), engines={"text": "c"}))
+    assert plain.unsupported("text", "anything") is None

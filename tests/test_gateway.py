@@ -49,7 +49,7 @@ SPEC_CODES = [
 
 def payment_count(server: ThreadedServer) -> int:
     return int(server.call(
-        lambda: server.store.run_sync(
+        lambda: server.store.db.run_sync(
             lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
         )
     ))
@@ -192,7 +192,7 @@ async def test_concurrent_identical_requests_share_one_call(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
     card = {**CARD, "title": "shared"}
-    before = server.call(server.store.ledger)
+    before = server.call(server.store.ledger.totals)
     auth = await paid_l402_auth(client, "render-card", card)
     responses = await asyncio.gather(
         *(
@@ -204,7 +204,7 @@ async def test_concurrent_identical_requests_share_one_call(
     hits = [r for r in responses if r.headers.get("X-Dedup") == "hit"]
     assert len(hits) == 19
     assert len({r.json()["image_url"] for r in responses}) == 1
-    after = server.call(server.store.ledger)
+    after = server.call(server.store.ledger.totals)
     assert after["earned_msat"] - before["earned_msat"] == 5000  # one spend, not twenty
 
 
@@ -548,13 +548,13 @@ async def test_settlement_stream_marks_paid_and_persists_cursor(
     await dev_pay(client, ch["invoice"])
     status = None
     for _ in range(100):  # the watcher applies it without anybody asking the node
-        payment = server.call(lambda: server.store.get_payment(ch["paymentId"]))
+        payment = server.call(lambda: server.store.payments.get(ch["paymentId"]))
         status = str(payment.status)
         if status == "paid":
             break
         await asyncio.sleep(0.02)
     assert status == "paid"
-    cursor = server.call(lambda: server.store.get_cursor("settle:dev"))
+    cursor = server.call(lambda: server.store.cursors.get("settle:dev"))
     settled = server.call(
         lambda: server.backend._run(
             lambda: (
@@ -606,10 +606,10 @@ async def test_macaroon_minted_with_a_stored_random_root_key_still_serves_once(
 
     ch = await challenge(client, "render-card", CARD)
     preimage = await dev_pay(client, ch["invoice"])
-    payment = server.call(lambda: server.store.get_payment(ch["paymentId"]))
+    payment = server.call(lambda: server.store.payments.get(ch["paymentId"]))
     legacy_key = secrets.token_bytes(32)
     server.call(
-        lambda: server.store.run_sync(
+        lambda: server.store.db.run_sync(
             lambda c: c.execute(
                 "UPDATE payments SET root_key = ? WHERE payment_id = ?",
                 (legacy_key.hex(), payment.payment_id),
@@ -641,7 +641,7 @@ async def test_credential_whose_payment_row_is_gone_is_refused(
     ch = await challenge(client, "render-card", CARD)
     preimage = await dev_pay(client, ch["invoice"])
     server.call(
-        lambda: server.store.run_sync(
+        lambda: server.store.db.run_sync(
             lambda c: c.execute("DELETE FROM payments WHERE payment_id = ?", (ch["paymentId"],))
         )
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from satsgate.app import JOBS
 from satsgate.engines import EngineError
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
@@ -95,7 +96,7 @@ async def test_jobs_lost_in_a_restart_are_failed_and_refunded(
     spec = job_spec(_slow_ok)
     payment = await paid_payment(server, client, spec, 10)
     server.call(lambda: server.gate.refresh_paid(payment))  # settled at the node: paid
-    assert server.call(lambda: server.store.spend(payment.payment_id, int(time.time())))
+    assert server.call(lambda: server.store.payments.spend(payment.payment_id, int(time.time())))
     now = int(time.time())
     orphan = Job(
         "job_orphan_test",
@@ -108,8 +109,8 @@ async def test_jobs_lost_in_a_restart_are_failed_and_refunded(
         now,
         now,
     )
-    server.call(lambda: server.store.insert_job(orphan))  # as a crashed process left it
-    jobs = server.gate.jobs
+    server.call(lambda: server.store.jobs.insert(orphan))  # as a crashed process left it
+    jobs = server.app[JOBS]
     assert server.call(lambda: jobs.fail_orphans(server.gate.refund_orphaned_job)) >= 1
     body = (
         await client.get("/api/l402/job-status", params={"requestId": "job_orphan_test"})

@@ -358,7 +358,7 @@ async def test_models_pricing_and_roadmap(
             await mcp.call_tool("get_model_pricing", {"modelId": "best"})
 
         planned = structured(await mcp.call_tool("list_planned_services", {}))["services"]
-        roadmap = server.call(lambda: planned_services(server.store))
+        roadmap = server.call(lambda: planned_services(server.store.votes))
         assert planned == roadmap and len(planned) >= 1
         assert {"slug", "name", "description", "votes"} <= set(planned[0])
         assert [p["votes"] for p in planned] == sorted((p["votes"] for p in planned), reverse=True)

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from pydantic import Field
 
+from satsgate.app import mcp_server
 from satsgate.mcp import McpServer
 from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import Request
@@ -226,7 +227,7 @@ async def test_one_payment_serves_one_of_two_concurrent_calls(
         "tools/call",
         {"name": "render_card", "arguments": {"paymentId": pay["paymentId"], **CARD, "title": "b"}},
     )
-    before = server.call(server.store.ledger)
+    before = server.call(server.store.ledger.totals)
     # Two different calls race for one payment: exactly one is served.
     first, second = await asyncio.gather(rpc(client, body), rpc(client, other))
     results = [r.json()["result"] for r in (first, second)]
@@ -237,7 +238,7 @@ async def test_one_payment_serves_one_of_two_concurrent_calls(
     served_body = body if not results[0]["isError"] else other
     replay = (await rpc(client, served_body)).json()["result"]
     assert replay["isError"] is False
-    after = server.call(server.store.ledger)
+    after = server.call(server.store.ledger.totals)
     assert after["earned_msat"] - before["earned_msat"] == 5000
 
 
@@ -361,7 +362,7 @@ class Roadmap:
 
 
 def hinted_server(server: ThreadedServer) -> McpServer:
-    return McpServer(server.gate, services=(TEXT_SPEC, PAGES_SPEC, DOWN_SPEC), planned=Roadmap())
+    return mcp_server(server.app, services=(TEXT_SPEC, PAGES_SPEC, DOWN_SPEC), planned=Roadmap())
 
 
 def handle(server: ThreadedServer, mcp: McpServer, method: str, params: Any) -> dict[str, Any]:
@@ -408,7 +409,7 @@ async def test_text_priced_quotes_exact_or_from_hints(server: ThreadedServer) ->
 async def test_translate_epub_is_quoted_from_character_count(server: ThreadedServer) -> None:
     # The real spec, made available here: quoting never runs its engine.
     epub = replace(BY_SLUG["translate-epub"], engine=None)
-    mcp = McpServer(server.gate, services=(epub,))
+    mcp = mcp_server(server.app, services=(epub,))
     big = tool(
         server,
         mcp,
@@ -438,7 +439,7 @@ async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
 ) -> None:
     # epub-audiobook's estimator is "audiobook": characterCount sizes it.
     book = replace(BY_SLUG["epub-audiobook"], engine=None)
-    mcp = McpServer(server.gate, services=(book,))
+    mcp = mcp_server(server.app, services=(book,))
     quoted = tool(
         server, mcp, "create_payment", toolName="epub_to_audiobook", characterCount=66_000
     )["result"]["structuredContent"]
@@ -447,7 +448,7 @@ async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
     # generate-image's estimator ("image") takes none of the arguments given: the spec's
     # own price of them (the better tier, a side over 1024) stands, not the default tier.
     image = replace(BY_SLUG["generate-image"], engine=None)
-    mcp = McpServer(server.gate, services=(image,))
+    mcp = mcp_server(server.app, services=(image,))
     arguments = {"prompt": "a cat", "modelId": "better", "width": 4096}  # over 2048
     priced = tool(
         server, mcp, "create_payment", toolName="generate_image", arguments=arguments

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from lnurl.helpers import url_decode
 
+from satsgate.app import REFUNDS
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.invoices import sign_invoice
@@ -100,7 +101,7 @@ async def claim(client: httpx.AsyncClient, info: dict[str, Any], invoice: str) -
 
 async def wait_refund_status(server: ThreadedServer, k1: str, status: str) -> None:
     for _ in range(100):
-        refund = server.call(lambda: server.store.get_refund_by_k1(k1))
+        refund = server.call(lambda: server.store.refunds.get_by_k1(k1))
         if str(refund.status) == status:
             return
         await asyncio.sleep(0.02)
@@ -181,10 +182,10 @@ async def test_refunds_never_exceed_what_was_paid(
     spec = make_spec(_fine)
     payment = await paid_payment(server, client, spec, 30)
     execute(server, payment, spec, size=1)  # refunds 20 of 30
-    fresh = server.call(lambda: server.store.get_payment(payment.payment_id))
-    second = server.call(lambda: server.gate.refunds.refund_spent(fresh, 20_000, "again"))
+    fresh = server.call(lambda: server.store.payments.get(payment.payment_id))
+    second = server.call(lambda: server.app[REFUNDS].refund_spent(fresh, 20_000, "again"))
     assert second is None  # 20 + 20 > 30
-    third = server.call(lambda: server.gate.refunds.refund_spent(fresh, 10_000, "rest"))
+    third = server.call(lambda: server.app[REFUNDS].refund_spent(fresh, 10_000, "rest"))
     assert third is not None and third["amount_sats"] == 10
 
 
@@ -256,7 +257,7 @@ async def test_pending_payout_is_never_treated_as_failed(
         await wait_refund_status(server, info["k1"], "claiming")
         # While pending, another claim is refused and reconcile leaves it alone.
         assert (await claim(client, info, external_invoice(10_000)))["status"] == "ERROR"
-        assert server.call(server.gate.refunds.reconcile) == 0
+        assert server.call(server.app[REFUNDS].reconcile) == 0
         await wait_refund_status(server, info["k1"], "claiming")
 
 
@@ -273,7 +274,7 @@ async def test_failed_payout_reopens_the_link(fresh_server: ThreadedServer) -> N
 
 
 async def test_ledger_balances(server: ThreadedServer) -> None:
-    ledger = server.call(server.store.ledger)
+    ledger = server.call(server.store.ledger.totals)
     assert ledger["received_msat"] == (
         ledger["earned_msat"] + ledger["refunded_msat"] + ledger["open_msat"]
     )
@@ -288,18 +289,18 @@ async def test_an_expired_link_can_be_issued_anew_once(
         payment = await paid_payment(server, client, spec, 10)
         with pytest.raises(ApiError):
             execute(server, payment, spec)
-        fresh = server.call(lambda: server.store.get_payment(payment.payment_id))
-        refunds = server.gate.refunds
+        fresh = server.call(lambda: server.store.payments.get(payment.payment_id))
+        refunds = server.app[REFUNDS]
         # Nothing left while the first link is live.
         assert server.call(lambda: refunds.refund_remaining(fresh, "operator")) is None
         far_future = int(time.time()) + 10 * 365 * 86400
-        assert server.call(lambda: server.store.expire_refunds(far_future)) == 1
-        before = server.call(server.store.ledger)
+        assert server.call(lambda: server.store.refunds.expire(far_future)) == 1
+        before = server.call(server.store.ledger.totals)
         assert before["refunded_msat"] == 0  # an expired link stays earned
         again = server.call(lambda: refunds.refund_remaining(fresh, "operator"))
         assert again is not None and again["amount_sats"] == 10
         assert server.call(lambda: refunds.refund_remaining(fresh, "operator")) is None
-        after = server.call(server.store.ledger)
+        after = server.call(server.store.ledger.totals)
         assert after["refunded_msat"] == 10_000
         assert after["received_msat"] == (
             after["earned_msat"] + after["refunded_msat"] + after["open_msat"]
@@ -340,7 +341,7 @@ async def test_credential_path_refunds_overpayment_and_refuses_underpayment(
         await _credential_call(server, under, preimage, spec, size=5)
     assert err.value.code == "PAYMENT_INSUFFICIENT"
     assert err.value.refund is not None and err.value.refund["amount_sats"] == 10
-    refunded = server.call(lambda: server.store.get_payment(under.payment_id))
+    refunded = server.call(lambda: server.store.payments.get(under.payment_id))
     assert refunded is not None and str(refunded.status) == "refunded"
 
 
@@ -357,9 +358,9 @@ async def test_partial_delivery_refunds_what_was_not_earned(
     result = execute(server, payment, spec, size=4)  # earns 20 of the 40 quoted
     assert "refund" not in result.body
     assert result.body["partial_refund"]["amount_sats"] == 30  # 50 paid - 20 earned
-    ledger = server.call(server.store.ledger)
+    ledger = server.call(server.store.ledger.totals)
     assert ledger["received_msat"] == ledger["earned_msat"] + ledger["refunded_msat"] + ledger[
         "open_msat"
     ]
-    refunds = server.call(lambda: server.store.refunds_for_payment(payment.payment_id))
+    refunds = server.call(lambda: server.store.refunds.for_payment(payment.payment_id))
     assert [r.amount_msat for r in refunds] == [30_000]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from satsgate.errors import ApiError
-from satsgate.payments.gate import validate_params
+from satsgate.payments.challenger import validate_params
 from satsgate.services.registry import BY_SLUG
 from tests.test_services_media import (
     PNG,

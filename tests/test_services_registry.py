@@ -399,12 +399,12 @@ async def test_votes_are_counted_once_per_call_and_listed_most_voted_first(
     store = Store(tmp_path / "db.sqlite3")
     await store.open()
     try:
-        assert (await planned.vote_counts(store))["send-letter"] == 0
-        assert await planned.record_vote(store, "send-letter", "pay_1") == 1
-        assert await planned.record_vote(store, "send-letter", "pay_1") == 1  # retried handler
-        assert await planned.record_vote(store, "send-letter", "pay_2") == 2
-        assert await planned.record_vote(store, "voice-changer", "pay_3") == 1
-        listed = await planned.planned_services(store)
+        assert (await planned.vote_counts(store.votes))["send-letter"] == 0
+        assert await planned.record_vote(store.votes, "send-letter", "pay_1") == 1
+        assert await planned.record_vote(store.votes, "send-letter", "pay_1") == 1  # retried
+        assert await planned.record_vote(store.votes, "send-letter", "pay_2") == 2
+        assert await planned.record_vote(store.votes, "voice-changer", "pay_3") == 1
+        listed = await planned.planned_services(store.votes)
         assert [e["slug"] for e in listed[:2]] == ["send-letter", "voice-changer"]
         assert listed[0]["votes"] == 2 and set(listed[0]) == {"slug", "name", "description",
                                                               "votes"}

@@ -49,8 +49,8 @@ async def test_spend_while_another_connection_holds_the_write_lock(
     store: Store, tmp_path: Path,
 ) -> None:
     payment = _paid_payment()
-    await store.insert_payment(payment)
-    assert await store.get_payment(payment.payment_id) == payment  # positional mapping
+    await store.payments.insert(payment)
+    assert await store.payments.get(payment.payment_id) == payment  # positional mapping
 
     # Another process-like writer takes the database's write lock and keeps it.
     locked, release = threading.Event(), threading.Event()
@@ -76,7 +76,7 @@ async def test_spend_while_another_connection_holds_the_write_lock(
             await asyncio.sleep(0.01)
 
     tick_task = asyncio.create_task(ticker())
-    spends = [asyncio.create_task(store.spend(payment.payment_id, 1)) for _ in range(5)]
+    spends = [asyncio.create_task(store.payments.spend(payment.payment_id, 1)) for _ in range(5)]
     await asyncio.sleep(0.3)
     # The loop kept running while the spends waited for the lock off the loop.
     assert ticks >= 10
@@ -86,18 +86,18 @@ async def test_spend_while_another_connection_holds_the_write_lock(
     tick_task.cancel()
     holder.join()
     assert sorted(results) == [False, False, False, False, True]
-    spent = await store.get_payment(payment.payment_id)
+    spent = await store.payments.get(payment.payment_id)
     assert spent is not None and spent.status is PaymentStatus.SPENT
 
 
 async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
     payments = [_paid_payment() for _ in range(50)]
     for p in payments:
-        await store.insert_payment(p)
-    attempts = [store.spend(p.payment_id, 1) for p in payments for _ in range(3)]
+        await store.payments.insert(p)
+    attempts = [store.payments.spend(p.payment_id, 1) for p in payments for _ in range(3)]
     results = await asyncio.gather(*attempts)
     assert sum(results) == 50
-    ledger = await store.ledger()
+    ledger = await store.ledger.totals()
     assert ledger["received_msat"] == 50 * 5000
     assert ledger["earned_msat"] == 50 * 5000
 
@@ -108,13 +108,13 @@ async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> No
     new_unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, expires_at=now + 600)
     old_paid = _paid_payment()._replace(expires_at=now - 100)
     for p in (old_unpaid, new_unpaid, old_paid):
-        await store.insert_payment(p)
-    assert await store.prune_unpaid(now) == 1
-    assert await store.get_payment(old_unpaid.payment_id) is None
-    assert await store.get_payment(new_unpaid.payment_id) == new_unpaid
-    assert await store.get_payment(old_paid.payment_id) == old_paid
+        await store.payments.insert(p)
+    assert await store.payments.prune_unpaid(now) == 1
+    assert await store.payments.get(old_unpaid.payment_id) is None
+    assert await store.payments.get(new_unpaid.payment_id) == new_unpaid
+    assert await store.payments.get(old_paid.payment_id) == old_paid
     # The query uses the partial index rather than scanning the table.
-    plan = await store.run_sync(
+    plan = await store.db.run_sync(
         lambda c: c.execute(
             "EXPLAIN QUERY PLAN DELETE FROM payments"
             " WHERE status = 'unpaid' AND expires_at < 1"
@@ -128,9 +128,9 @@ async def test_wal_stays_bounded_under_a_stream_of_inline_writes(
 ) -> None:
     payments = [_paid_payment() for _ in range(2500)]
     for p in payments:
-        await store.insert_payment(p)
-        assert await store.spend(p.payment_id, 1)
-    await store.run_sync(lambda c: None)  # let a queued checkpoint finish
+        await store.payments.insert(p)
+        assert await store.payments.spend(p.payment_id, 1)
+    await store.db.run_sync(lambda c: None)  # let a queued checkpoint finish
     wal = tmp_path / "satsgate.db-wal"
     # Without the store's checkpoints these 5000 commits leave ~50 MB of WAL; with
     # them it never holds more than ~1000 commits' pages (an insert writes ~3).
@@ -142,16 +142,16 @@ async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None
     """A checkpoint never sends the loop's writes to the store thread: they wait for its
     short RESTART step on the loop instead, so none pays a thread hop or meets its lock."""
     on_store_thread: list[str] = []  # every statement the store thread's connection runs
-    await store.run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
+    await store.db.run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
     payments = [_paid_payment() for _ in range(1200)]
     for p in payments:
-        await store.insert_payment(p)
+        await store.payments.insert(p)
         await asyncio.sleep(0)  # other requests' turn, as on a busy loop
     served = 0
     for p in payments * 2:  # 2400 spends, the repeats refused
-        served += await store.spend(p.payment_id, 1)
+        served += await store.payments.spend(p.payment_id, 1)
         await asyncio.sleep(0)
-    await store.run_sync(lambda conn: conn.set_trace_callback(None))
+    await store.db.run_sync(lambda conn: conn.set_trace_callback(None))
     assert served == len(payments)
     assert any("wal_checkpoint(RESTART)" in sql for sql in on_store_thread)
     writes = [s for s in on_store_thread if s.lstrip().upper().startswith(("INSERT", "UPDATE"))]
@@ -173,7 +173,7 @@ def _status_seen_elsewhere(db_path: Path, payment_id: str) -> str:
 async def _add_commit_probe(store: Store) -> None:
     """A table whose rows must name a payment, checked at COMMIT (a deferred foreign
     key): inserting 'pay_none' into it is a way to make one commit fail."""
-    await store.run_sync(
+    await store.db.run_sync(
         lambda c: c.execute(
             "CREATE TABLE commit_probe (payment_id TEXT REFERENCES payments (payment_id)"
             " DEFERRABLE INITIALLY DEFERRED)"
@@ -186,15 +186,15 @@ async def test_the_writes_of_one_loop_iteration_share_one_commit(
 ) -> None:
     payments = [_paid_payment() for _ in range(40)]
     for p in payments:
-        await store.insert_payment(p)
+        await store.payments.insert(p)
     statements: list[str] = []
-    inline = store._inline
+    inline = store.db._inline
     assert inline is not None
     inline.set_trace_callback(statements.append)
     returned: list[int] = []
 
     async def spend(index: int) -> bool:
-        spent = await store.spend(payments[index].payment_id, 1)
+        spent = await store.payments.spend(payments[index].payment_id, 1)
         # The commit that holds this spend happened before the spend returned.
         returned.append(statements.count("COMMIT"))
         # Whichever of the pair spent it, its commit is done when either returns.
@@ -217,8 +217,8 @@ async def test_a_write_is_not_visible_or_returned_before_its_commit(
     store: Store, tmp_path: Path,
 ) -> None:
     payment = _paid_payment()
-    await store.insert_payment(payment)
-    spending = asyncio.create_task(store.spend(payment.payment_id, 1))
+    await store.payments.insert(payment)
+    spending = asyncio.create_task(store.payments.spend(payment.payment_id, 1))
     await asyncio.sleep(0)  # the task ran its UPDATE and now waits for the commit
     assert not spending.done()
     assert _status_seen_elsewhere(tmp_path / "satsgate.db", payment.payment_id) == "paid"
@@ -231,21 +231,21 @@ async def test_a_failed_commit_fails_every_write_in_it_and_keeps_none(
 ) -> None:
     await _add_commit_probe(store)
     payment = _paid_payment()
-    await store.insert_payment(payment)
+    await store.payments.insert(payment)
 
     async def orphan_row() -> int:
-        return await store._write_one("INSERT INTO commit_probe VALUES ('pay_none')", ())
+        return await store.db.write_one("INSERT INTO commit_probe VALUES ('pay_none')", ())
 
     spend, orphan = await asyncio.gather(
-        store.spend(payment.payment_id, 1), orphan_row(), return_exceptions=True
+        store.payments.spend(payment.payment_id, 1), orphan_row(), return_exceptions=True
     )
     assert isinstance(spend, sqlite3.IntegrityError)
     assert isinstance(orphan, sqlite3.IntegrityError)
-    fresh = await store.get_payment(payment.payment_id)
+    fresh = await store.payments.get(payment.payment_id)
     assert fresh is not None and fresh.status is PaymentStatus.PAID  # nothing was spent
     # The next iteration's writes commit normally; the payment is served once.
-    assert await store.spend(payment.payment_id, 2) is True
-    assert await store.spend(payment.payment_id, 3) is False
+    assert await store.payments.spend(payment.payment_id, 2) is True
+    assert await store.payments.spend(payment.payment_id, 3) is False
 
 
 async def test_store_thread_writes_get_the_lock_under_a_stream_of_loop_writes(
@@ -263,16 +263,16 @@ async def test_store_thread_writes_get_the_lock_under_a_stream_of_loop_writes(
         for p in payments[offset::8]:
             if stop.is_set():
                 break
-            await store.insert_payment(p)
+            await store.payments.insert(p)
             done += 1
         return done
 
     writers = [asyncio.create_task(stream(i)) for i in range(8)]
     await asyncio.sleep(0.05)
     unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, paid_at=None)
-    await store.insert_payment(unpaid)
+    await store.payments.insert(unpaid)
     started = time.monotonic()
-    assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
+    assert await store.payments.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
     waited = time.monotonic() - started
     stop.set()
     inserted = sum(await asyncio.gather(*writers))
@@ -287,13 +287,13 @@ async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began
     open and the store thread's next transaction cannot commit (settlements are
     written in such transactions)."""
     unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, paid_at=None)
-    await store.insert_payment(unpaid)
+    await store.payments.insert(unpaid)
     for _ in range(1000):  # the 1000th inline write starts a checkpoint's PASSIVE step
-        await store.insert_payment(_paid_payment())
-    assert store._passive_checkpoint is not None
-    await store.run_sync(lambda c: None)  # the PASSIVE step has run
-    assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
-    paid = await store.get_payment(unpaid.payment_id)
+        await store.payments.insert(_paid_payment())
+    assert store.db._passive_checkpoint is not None
+    await store.db.run_sync(lambda c: None)  # the PASSIVE step has run
+    assert await store.payments.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
+    paid = await store.payments.get(unpaid.payment_id)
     assert paid is not None and paid.status is PaymentStatus.PAID
 
 
@@ -302,9 +302,9 @@ async def test_a_cancelled_writer_cancels_nobody_else_and_its_write_still_commit
 ) -> None:
     first, second = _paid_payment(), _paid_payment()
     for p in (first, second):
-        await store.insert_payment(p)
-    cancelled = asyncio.create_task(store.spend(first.payment_id, 1))
-    other = asyncio.create_task(store.spend(second.payment_id, 1))
+        await store.payments.insert(p)
+    cancelled = asyncio.create_task(store.payments.spend(first.payment_id, 1))
+    other = asyncio.create_task(store.payments.spend(second.payment_id, 1))
     await asyncio.sleep(0)  # both ran their UPDATE in one batch and wait for its commit
     assert not cancelled.done() and not other.done()
     cancelled.cancel()
@@ -324,13 +324,13 @@ async def test_a_failed_commit_on_the_store_thread_leaves_its_connection_usable(
     settlements included, until a restart."""
     await _add_commit_probe(store)
     with pytest.raises(sqlite3.IntegrityError):  # the deferred check fails at COMMIT
-        await store.run_in_transaction(
+        await store.db.run_in_transaction(
             lambda c: c.execute("INSERT INTO commit_probe VALUES ('pay_none')")
         )
     unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, paid_at=None)
-    await store.insert_payment(unpaid)
-    assert await store.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
-    orphans = await store.run_sync(
+    await store.payments.insert(unpaid)
+    assert await store.payments.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
+    orphans = await store.db.run_sync(
         lambda c: c.execute("SELECT count(*) FROM commit_probe").fetchone()[0]
     )
     assert orphans == 0

@@ -7,6 +7,11 @@ from the 402 quote. The language tables hold no chrF scores yet, so ``chrF``
 is null ("where known": nowhere yet). Each rare language carries its quality tier and
 ``listedBy``, the published MT language lists (NLLB-200, MADLAD-400) that name it: the
 tier's evidence (see :mod:`satsgate.services.languages`).
+
+``here`` says what this node really translates (translate-text, translate-epub): a
+provider's text model takes any pair of the 119; a local engine such as Apertium only
+the language pairs it has installed, listed in ``thisNode.translation.pairs`` and, per
+target language, in its ``here.from``.
 """
 
 from __future__ import annotations
@@ -62,7 +67,44 @@ def served_languages(engines: Engines, engine: str, accepted: Iterable[str]) -> 
     return served
 
 
+def _this_node(engines: Engines) -> dict[str, Any]:
+    """Whether this node translates (translate-text, translate-epub), how, and which pairs:
+    ``pairs`` null means any pair of the 119 (a provider's text model). A translation
+    engine that serves some pairs only (a local one) says which: ``language_pairs()``."""
+    status = engines.status("translation")
+    doc: dict[str, Any] = {"available": status.available, "source": status.source}
+    if not status.available:
+        doc["pairs"] = []
+        return doc
+    if status.source == "local":
+        doc["label"] = status.label
+    pairs: set[tuple[str, str]] | None = set()
+    for binding in engines.bindings("translation"):
+        # A method its class defines (not whatever a proxy answers); without it: any pair.
+        if pairs is None or not callable(getattr(type(binding.engine), "language_pairs", None)):
+            pairs = None
+            break
+        engine: Any = binding.engine
+        listed: Iterable[tuple[str, str]] = engine.language_pairs()
+        pairs.update(listed)
+    doc["pairs"] = None if pairs is None else [
+        {"source": source, "target": target} for source, target in sorted(pairs)
+    ]
+    return doc
+
+
+def _here(code: str, node: dict[str, Any]) -> dict[str, Any]:
+    """Translation into ``code`` on this node: ``from`` the sources it takes (null: any)."""
+    if not node["available"]:
+        return {"into": False, "from": []}
+    if node["pairs"] is None:
+        return {"into": True, "from": None}
+    sources = sorted(p["source"] for p in node["pairs"] if p["target"] == code)
+    return {"into": bool(sources), "from": sources}
+
+
 def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any]:
+    node = _this_node(node_engines)
     translation = [
         {
             "code": code,
@@ -71,6 +113,7 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
             **_standard_price(code),
             "chrF": None,
             "transcription": code in TRANSCRIPTION_LANGUAGES,
+            "here": _here(code, node),
         }
         for code, name in TRANSLATION_LANGUAGES.items()
     ]
@@ -105,6 +148,7 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
         "version": LANGUAGES_VERSION,
         "unit": "msat per character (1000 msat = 1 sat)",
         "engines": list(engines.values()),
+        "thisNode": {"translation": node},
         "translation": translation,
         "rare": rare,
         # The 13 languages transcribe-audio accepts; ``here``: this node transcribes it

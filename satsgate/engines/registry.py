@@ -91,6 +91,20 @@ class Binding:
             return self.provider.maps_model(model_id)
         return self.models is None or model_id in self.models
 
+    def unsupported(self, request: object) -> str | None:
+        """Why this binding's engine cannot serve ``request``, or None if it can.
+
+        An engine may define ``unsupported(request) -> str | None`` (cheap and
+        synchronous: no I/O, no model load) for requests it cannot serve although its
+        name resolves, e.g. a language pair a local translator lacks; an engine without
+        it serves every request of its capability.
+        """
+        # Looked up on the class: a method it defines, not whatever a proxy answers.
+        if request is None or not callable(getattr(type(self.engine), "unsupported", None)):
+            return None
+        reason = cast(Any, self.engine).unsupported(request)
+        return reason if isinstance(reason, str) and reason else None
+
     def model_name(self, model_id: int | None) -> str | None:
         return self.provider.model_name(model_id) if self.provider is not None else None
 
@@ -139,6 +153,20 @@ class Engines:
     def serves_model(self, name: str, model_id: int | None) -> bool:
         return any(b.serves_model(model_id) for b in self._bindings.get(name, ()))
 
+    def unsupported(
+        self, name: str, request: object, *, model_id: int | None = None
+    ) -> str | None:
+        """None when a binding of ``name`` (serving ``model_id``) can serve ``request``;
+        else why not (the first binding's reason). See Binding.unsupported."""
+        reasons = []
+        for binding in self._bindings.get(name, ()):
+            if binding.serves_model(model_id):
+                reason = binding.unsupported(request)
+                if reason is None:
+                    return None
+                reasons.append(reason)
+        return reasons[0] if reasons else None
+
     def bindings(self, name: str) -> tuple[Binding, ...]:
         return self._bindings.get(name, ())
 
@@ -155,18 +183,26 @@ class Engines:
         call: Callable[[E, str | None], Awaitable[T]],
         *,
         model_id: int | None = None,
+        request: object = None,
     ) -> T:
         """``call(engine, provider_model_name)`` on the first binding that serves
-        ``model_id``; on an EngineError that allows it (``may_fall_back``), the next.
+        ``model_id`` (and ``request``, when given: Binding.unsupported); on an
+        EngineError that allows it (``may_fall_back``), the next.
 
         ``protocol`` is the capability the caller expects (for the type checker; the
         adapters implement it structurally).
         """
-        candidates = [b for b in self._bindings.get(name, ()) if b.serves_model(model_id)]
-        if not candidates:
+        serving = [b for b in self._bindings.get(name, ()) if b.serves_model(model_id)]
+        if not serving:
             # The gate refuses such a request before any invoice; reaching here is a bug,
             # and the call is refunded.
             raise EngineError("SERVICE_ERROR", "No engine serves this request on this node.")
+        candidates = [b for b in serving if b.unsupported(request) is None]
+        if not candidates:
+            # What only the paid call revealed (e.g. the language of a book read after the
+            # invoice): the caller's input, refunded.
+            reason = serving[0].unsupported(request)
+            raise EngineError("INVALID_INPUT", f"Cannot do this on this node: {reason}.")
         for index, binding in enumerate(candidates):
             try:
                 return await call(cast(E, binding.engine), binding.model_name(model_id))

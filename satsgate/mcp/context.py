@@ -9,12 +9,15 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import invalid_params
+from satsgate.jobs import JobRunner
 from satsgate.mcp.jsonrpc import notification
 from satsgate.payments.gate import Gate
+from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
-from satsgate.store import Store
 
 M = TypeVar("M", bound=BaseModel)
 AnySpec = ServiceSpec[Any]
@@ -28,20 +31,25 @@ class PlannedSource(Protocol):
 
 
 class RoadmapPlannedServices:
-    """The default: the roadmap of satsgate.services.planned, with votes from the store."""
+    """The default: the roadmap of satsgate.services.planned, with its votes."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, votes: planned.VoteCounts) -> None:
+        self._votes = votes
 
     async def planned_services(self) -> Sequence[Mapping[str, Any]]:
-        return await planned.planned_services(self._store)
+        return await planned.planned_services(self._votes)
 
 
 @dataclass(frozen=True)
 class ToolEnv:
-    """Everything a tool reaches: the gate (store, refunds, jobs) and the paid tools."""
+    """Everything a tool reaches: the gate (the paid-call flow), the jobs, the refunds,
+    the settings, the engines and the paid tools."""
 
     gate: Gate
+    jobs: JobRunner
+    refunds: RefundService
+    settings: Settings
+    engines: Engines
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource
@@ -56,6 +64,13 @@ class CallContext:
     progress_token: str | int | None = None
     send: Send | None = None
     keepalive: Callable[[], Awaitable[None]] | None = None
+    # The transport's per-client rate limit: rate_check(rule) raises RATE_LIMITED.
+    rate_check: Callable[[str], None] | None = None
+
+    def limit(self, rule: str) -> None:
+        """Spend one request of this call's client under ``rule`` (satsgate/ratelimit.py)."""
+        if self.rate_check is not None:
+            self.rate_check(rule)
 
     @property
     def can_stream(self) -> bool:

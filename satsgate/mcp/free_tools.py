@@ -137,7 +137,7 @@ async def get_model_pricing(
 
 
 async def _find_job(env: ToolEnv, args: JobArgs, payment_id: str | None = None) -> Job:
-    job = await env.gate.jobs.get(args.requestId)
+    job = await env.jobs.get(args.requestId)
     if (
         job is None
         or job.job_type != args.jobType
@@ -148,7 +148,7 @@ async def _find_job(env: ToolEnv, args: JobArgs, payment_id: str | None = None) 
 
 
 def _status(env: ToolEnv, job: Job) -> dict[str, Any]:
-    return status_body(job, env.gate.jobs.progress(job.job_id))
+    return status_body(job, env.jobs.progress(job.job_id))
 
 
 def _untrusted(env: ToolEnv, job: Job) -> bool:
@@ -182,7 +182,7 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
     job = await _find_job(env, args, args.paymentId)
     if not ctx.can_stream or job.status is not JobStatus.IN_PROGRESS:
         return _outcome(env, job)
-    jobs = env.gate.jobs
+    jobs = env.jobs
     loop = asyncio.get_running_loop()
     deadline = loop.time() + AWAIT_TIMEOUT_S
     last_sent = -1.0
@@ -236,9 +236,9 @@ async def list_planned_services(env: ToolEnv, args: NoArgs, ctx: CallContext) ->
 async def confirm_ai_call(
     env: ToolEnv, args: ConfirmAiCallArgs, ctx: CallContext
 ) -> dict[str, Any]:
-    settings = env.gate.settings
+    settings = env.settings
     record = await ai_calls.confirm(
-        settings, env.gate.engines, ai_calls.records_for(settings), args.sessionId, args.answers
+        settings, env.engines, ai_calls.records_for(settings), args.sessionId, args.answers
     )
     return results.success(record)
 
@@ -250,10 +250,10 @@ async def confirm_ai_call(
 async def voice_bridge_say(
     env: ToolEnv, args: VoiceBridgeSayParams, ctx: CallContext
 ) -> dict[str, Any]:
-    settings = env.gate.settings
+    settings = env.settings
     return results.success(
         await voice_bridge.say(
-            settings, env.gate.engines, voice_bridge.sessions_for(settings), args
+            settings, env.engines, voice_bridge.sessions_for(settings), args
         )
     )
 
@@ -261,10 +261,10 @@ async def voice_bridge_say(
 async def poll_voice_bridge(
     env: ToolEnv, args: VoiceBridgePollParams, ctx: CallContext
 ) -> dict[str, Any]:
-    settings = env.gate.settings
+    settings = env.settings
     return results.success(
         await voice_bridge.poll(
-            settings, env.gate.engines, voice_bridge.sessions_for(settings), args
+            settings, env.engines, voice_bridge.sessions_for(settings), args
         )
     )
 
@@ -272,9 +272,9 @@ async def poll_voice_bridge(
 async def end_voice_bridge(
     env: ToolEnv, args: VoiceBridgeEndParams, ctx: CallContext
 ) -> dict[str, Any]:
-    settings = env.gate.settings
+    settings = env.settings
     return results.success(
         await voice_bridge.end(
-            settings, env.gate.engines, voice_bridge.sessions_for(settings), args
+            settings, env.engines, voice_bridge.sessions_for(settings), args
         )
     )

@@ -15,16 +15,17 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from satsgate import json_input
 from satsgate.http_util import dumps
-from satsgate.mcp.context import CallContext, PlannedSource
+from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -34,7 +35,7 @@ from satsgate.mcp.jsonrpc import (
     parse_message,
 )
 from satsgate.mcp.server import SUPPORTED_VERSIONS, ClientGone, McpServer
-from satsgate.payments.gate import Gate
+from satsgate.ratelimit import LIMITS
 
 MCP_PATH = "/api/mcp"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -72,21 +73,22 @@ def _origin_of(url: str) -> str:
 
 def install(
     app: web.Application,
-    gate_key: web.AppKey[Gate],
+    make_server: Callable[[web.Application], McpServer],
     *,
-    planned: PlannedSource | None = None,
+    public_base_url: str,
+    max_body_bytes: int,
     allowed_origins: Iterable[str] = (),
 ) -> None:
-    """Add POST /api/mcp; the server is built at start-up, once the gate exists."""
+    """Add POST /api/mcp; the server is made at start-up (``make_server(app)``), once
+    what it serves exists."""
     origins = frozenset(o.strip().rstrip("/").lower() for o in allowed_origins)
 
     async def mcp_ctx(app: web.Application) -> Any:
-        gate = app[gate_key]
         app[MCP] = McpEndpoint(
-            server=McpServer(gate, planned=planned),
-            own_origin=_origin_of(gate.settings.public_base_url),
+            server=make_server(app),
+            own_origin=_origin_of(public_base_url),
             allowed_origins=origins,
-            max_body_bytes=gate.settings.max_body_bytes,
+            max_body_bytes=max_body_bytes,
         )
         yield
 
@@ -136,8 +138,8 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             error_message(None, RpcError(INVALID_REQUEST, "The request body is too large.")), 413
         )
     try:
-        payload = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        payload = json_input.loads(raw)
+    except json_input.JsonInputError as exc:
         return _rpc_response(error_message(None, RpcError(PARSE_ERROR, f"Parse error: {exc}")), 400)
     version = request.headers.get("MCP-Protocol-Version")
     if version is not None and version not in SUPPORTED_VERSIONS and not _negotiates(payload):
@@ -153,7 +155,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             400,
         )
     if isinstance(payload, list):
-        return await _batch(endpoint.server, payload)
+        return await _batch(endpoint.server, payload, _rate_check(request))
     return await _single(request, endpoint.server, payload)
 
 
@@ -176,6 +178,7 @@ async def _single(request: web.Request, server: McpServer, payload: Any) -> web.
         progress_token=message.progress_token,
         send=stream.send if stream is not None else None,
         keepalive=stream.keepalive if stream is not None else None,
+        rate_check=_rate_check(request),
     )
     try:
         response = await server.handle(message, ctx)
@@ -191,7 +194,16 @@ async def _single(request: web.Request, server: McpServer, payload: Any) -> web.
     return _rpc_response(response)
 
 
-async def _batch(server: McpServer, payload: list[Any]) -> web.Response:
+def _rate_check(request: web.Request) -> Callable[[str], None] | None:
+    limits = request.app.get(LIMITS)
+    if limits is None:
+        return None
+    return functools.partial(limits.limiter.check, client=limits.client(request))
+
+
+async def _batch(
+    server: McpServer, payload: list[Any], rate_check: Callable[[str], None] | None
+) -> web.Response:
     if not payload:
         return _rpc_response(
             error_message(None, RpcError(INVALID_REQUEST, "An empty batch is not a request.")),
@@ -206,7 +218,7 @@ async def _batch(server: McpServer, payload: list[Any]) -> web.Response:
             continue
         if message is None or message.is_notification:
             continue
-        answer = await server.handle(message, CallContext())
+        answer = await server.handle(message, CallContext(rate_check=rate_check))
         if answer is not None:
             answers.append(answer)
     if not answers:

@@ -19,7 +19,7 @@ from satsgate.errors import ApiError
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
 from satsgate.payments import refund_request
-from satsgate.payments.gate import Challenge, validate_params
+from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.mpp import rfc3339
 from satsgate.services.pricing import ESTIMATORS, estimate
 from satsgate.store import Payment, PaymentStatus
@@ -107,7 +107,7 @@ def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> d
 
 
 async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
-    payment = await env.gate.store.get_payment(payment_id)
+    payment = await env.gate.get_payment(payment_id)
     if payment is None:
         raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
     return payment
@@ -126,6 +126,7 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
             extra={"tools": sorted(env.paid)},
         )
     env.gate.ensure_available(spec)
+    ctx.limit("challenge")
     candidate: dict[str, Any] = {**(args.model_extra or {}), **(args.arguments or {})}
     candidate.pop("paymentId", None)
     fields = spec.params.model_fields
@@ -240,7 +241,7 @@ def _estimate_from_sizing_hints(
 def _payment_fields(
     challenge: Challenge, env: ToolEnv, spec: AnySpec, quote: str
 ) -> dict[str, Any]:
-    fields = challenge.body_fields(env.gate.settings.public_base_url)
+    fields = challenge.body_fields(env.settings.public_base_url)
     return {
         "paymentId": fields["paymentId"],
         "lightningInvoice": fields["lightningInvoice"],
@@ -263,7 +264,7 @@ async def check_payment_status(
 ) -> dict[str, Any]:
     payment = await env.gate.refresh_paid(await find_payment(env, args.paymentId))
     spec = env.by_slug.get(payment.service)
-    return results.success(payment_document(payment, spec, env.gate.settings.public_base_url))
+    return results.success(payment_document(payment, spec, env.settings.public_base_url))
 
 
 # -- the paid tool --------------------------------------------------------------------------
@@ -302,7 +303,7 @@ async def call_paid(
                 **exc.extra,
                 "lightningInvoice": payment.bolt11,
                 "hostedCheckoutUrl": (
-                    f"{env.gate.settings.public_base_url}/checkout/{payment.payment_id}"
+                    f"{env.settings.public_base_url}/checkout/{payment.payment_id}"
                 ),
             }
         # Decided after looking at the payment: a tool failure, never a protocol error.
@@ -315,6 +316,10 @@ async def call_paid(
 
 async def request_refund(env: ToolEnv, args: RequestRefundArgs, ctx: CallContext) -> dict[str, Any]:
     """The request_refund tool: see :mod:`satsgate.payments.refund_request`."""
+    ctx.limit("refund")
     return results.success(
-        await refund_request.request_refund(env.gate, args.paymentId, args.invoice, args.feedback)
+        await refund_request.request_refund(
+            env.gate, env.refunds, env.settings.network, args.paymentId, args.invoice,
+            args.feedback,
+        )
     )

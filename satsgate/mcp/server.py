@@ -14,13 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from satsgate import __version__
-from satsgate.mcp.context import (
-    AnySpec,
-    CallContext,
-    PlannedSource,
-    RoadmapPlannedServices,
-    ToolEnv,
-)
+from satsgate.config import Settings
+from satsgate.engines import Engines
+from satsgate.jobs import JobRunner
+from satsgate.mcp.context import AnySpec, CallContext, PlannedSource, ToolEnv
 from satsgate.mcp.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -32,6 +29,7 @@ from satsgate.mcp.jsonrpc import (
 )
 from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
+from satsgate.refunds import RefundService
 from satsgate.services import registry
 
 log = logging.getLogger(__name__)
@@ -61,15 +59,23 @@ class McpServer:
         self,
         gate: Gate,
         *,
+        jobs: JobRunner,
+        refunds: RefundService,
+        settings: Settings,
+        engines: Engines,
+        planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
-        planned: PlannedSource | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
         env = ToolEnv(
             gate=gate,
+            jobs=jobs,
+            refunds=refunds,
+            settings=settings,
+            engines=engines,
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
-            planned=planned or RoadmapPlannedServices(gate.store),
+            planned=planned,
         )
         self.tools = ToolCatalog(env)
 

@@ -25,7 +25,7 @@ from satsgate.errors import ApiError
 from satsgate.mcp import free_tools, payment_tools, results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv, validate_args
 from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
-from satsgate.payments.gate import validate_params
+from satsgate.payments.challenger import validate_params
 from satsgate.services.catalog import MODELS_BY_ID
 from satsgate.services.voice_bridge import (
     VoiceBridgeEndParams,
@@ -201,7 +201,7 @@ class ToolCatalog:
     def definitions(self) -> list[dict[str, Any]]:
         """Payment tools first, then the paid tools in registry order, then the other free ones."""
         if self._definitions is None:
-            engines = self.env.gate.engines
+            engines = self.env.engines
             free = [_free_definition(t) for t in FREE_TOOLS]
             paid = [
                 _paid_definition(spec, spec.is_available(engines))

@@ -12,7 +12,10 @@ from pydantic import BaseModel
 from satsgate.errors import ApiError, envelope
 from satsgate.http_util import dumps, read_json, result_response
 from satsgate.payments import l402, mpp
-from satsgate.payments.gate import Challenge, Gate, Verified, validate_params
+from satsgate.payments.challenger import Challenge, validate_params
+from satsgate.payments.gate import Gate
+from satsgate.payments.verifier import Verified
+from satsgate.ratelimit import check_challenge
 from satsgate.services.base import ServiceResult, ServiceSpec
 
 
@@ -40,7 +43,7 @@ async def _fresh_challenge(
     problem: str,
 ) -> web.Response:
     challenge = await gate.challenge_for(spec, params, via="http")
-    resp = challenge_response(challenge, gate.settings.public_base_url, code, message)
+    resp = challenge_response(challenge, gate.public_base_url, code, message)
     resp.headers["Content-Type"] = "application/json"
     resp.headers["X-Problem-Type"] = mpp.PROBLEM_BASE + problem
     return resp
@@ -55,7 +58,7 @@ async def handle_paid_call(
 ) -> web.Response:
     """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first."""
     gate.ensure_available(spec)
-    body = await read_json(request, min(spec.max_body_bytes, gate.settings.max_body_bytes))
+    body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
     if transform is not None:
         body = transform(body)
     params = validate_params(spec, body)
@@ -64,13 +67,14 @@ async def handle_paid_call(
     auth = request.headers.getall("Authorization", [])
     if not auth:
         challenge = await gate.challenge_for(spec, params, via="http")
-        return challenge_response(challenge, gate.settings.public_base_url)
+        return challenge_response(challenge, gate.public_base_url)
 
     try:
         verified = await gate.verify_authorization(auth, spec)
     except l402.MalformedCredential as exc:
         raise ApiError("MALFORMED_CREDENTIAL", f"Malformed credential: {exc}") from None
     except l402.CredentialError as exc:
+        check_challenge(request)  # a fresh invoice follows: limited like any challenge
         code = "PAYMENT_EXPIRED" if "expired" in str(exc) else "PAYMENT_INVALID"
         problem = "payment-expired" if code == "PAYMENT_EXPIRED" else "verification-failed"
         return await _fresh_challenge(
@@ -82,12 +86,15 @@ async def handle_paid_call(
             verified, spec, params, use_cache="X-No-Cache" not in request.headers
         )
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
+        check_challenge(request)
         return await _fresh_challenge(
             gate, spec, params, "PAYMENT_INVALID", f"The credential was not accepted: {exc}.",
             "verification-failed",
         )
     except ApiError as exc:
         if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
+            if exc.code == "PAYMENT_EXPIRED":
+                check_challenge(request)
             return await _unpaid_response(gate, spec, params, exc)
         raise
     return _served(result, verified, dedup_hit=replayed)
@@ -99,11 +106,11 @@ async def _unpaid_response(
     if exc.code == "PAYMENT_EXPIRED":
         return await _fresh_challenge(gate, spec, params, exc.code, exc.message, "payment-expired")
     # Unpaid: offer the same, still payable invoice again rather than a second one.
-    payment = await gate.store.get_payment(str(exc.extra.get("paymentId", "")))
+    payment = await gate.get_payment(str(exc.extra.get("paymentId", "")))
     if payment is None:
         raise exc
     resp = challenge_response(
-        gate.challenge_of(payment), gate.settings.public_base_url, exc.code, exc.message
+        gate.challenge_of(payment), gate.public_base_url, exc.code, exc.message
     )
     resp.headers["Retry-After"] = "5"
     return resp

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from satsgate import json_input
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.payments.l402 import CredentialError, MalformedCredential
 
@@ -126,12 +127,13 @@ class MppCredential:
         return "Payment"
 
 
-def parse_credential(value: str, *, secret: str) -> MppCredential:
-    """Decode and authenticate 'Payment <b64url JSON>'. Raises Malformed or CredentialError."""
+def parse_credential(value: str, *, secret: str, now: float | None = None) -> MppCredential:
+    """Decode and authenticate 'Payment <b64url JSON>', refusing an expired challenge.
+    Raises MalformedCredential or CredentialError."""
     try:
-        doc = json.loads(b64url_decode(value.strip()))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedCredential("the Payment credential is not base64url JSON") from exc
+        doc = json_input.loads(b64url_decode(value.strip()))
+    except json_input.JsonInputError as exc:
+        raise MalformedCredential(f"the Payment credential is not base64url JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("challenge"), dict):
         raise MalformedCredential("the Payment credential has no challenge object")
     ch = doc["challenge"]
@@ -163,6 +165,11 @@ def parse_credential(value: str, *, secret: str) -> MppCredential:
         payment_hash = str(request["methodDetails"]["paymentHash"]).lower()
     except (KeyError, TypeError, ValueError) as exc:
         raise CredentialError("the challenge request has no paymentHash") from exc
+    expires_at = parse_rfc3339(fields["expires"])
+    if expires_at <= (time.time() if now is None else now):
+        # The draft: a credential for an expired challenge is refused. A payment made
+        # for it and never used stays refundable (POST /api/l402/refund).
+        raise CredentialError(f"the challenge expired at {fields['expires']}")
     preimage = payload["preimage"].lower()
     if len(preimage) != 64 or any(c not in "0123456789abcdef" for c in preimage):
         raise MalformedCredential("payload.preimage must be 64 hex characters")
@@ -171,7 +178,7 @@ def parse_credential(value: str, *, secret: str) -> MppCredential:
         challenge_id=fields["id"],
         payment_hash=payment_hash,
         preimage=preimage,
-        expires_at=parse_rfc3339(fields["expires"]),
+        expires_at=expires_at,
         source=source if isinstance(source, str) else None,
     )
 

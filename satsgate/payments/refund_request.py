@@ -14,6 +14,7 @@ from typing import Any
 from satsgate.errors import ApiError
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.payments.gate import Gate
+from satsgate.refunds import RefundService
 from satsgate.store import Payment, PaymentStatus
 
 
@@ -26,10 +27,16 @@ def public_status(payment: Payment, now: float | None = None) -> str:
 
 
 async def request_refund(
-    gate: Gate, payment_id: str, invoice: str, feedback: str | None = None
+    gate: Gate,
+    refunds: RefundService,
+    network: str,
+    payment_id: str,
+    invoice: str,
+    feedback: str | None = None,
 ) -> dict[str, Any]:
-    """Refund in full; pay ``invoice`` at once unless it is the payment's own invoice."""
-    found = await gate.store.get_payment(payment_id)
+    """Refund in full; pay ``invoice`` at once unless it is the payment's own invoice
+    (which must be for ``network``)."""
+    found = await gate.get_payment(payment_id)
     if found is None:
         raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
     payment = await gate.refresh_paid(found)
@@ -41,11 +48,11 @@ async def request_refund(
         )
     payout_invoice = None if _same_invoice(invoice, payment.bolt11) else invoice
     if payout_invoice is not None:
-        _check_payout_invoice(payout_invoice, payment.amount_msat, gate.settings.network)
+        _check_payout_invoice(payout_invoice, payment.amount_msat, network)
     reason = "refund requested before use"
     if feedback:
         reason += f": {feedback[:300]}"
-    refund = await gate.refunds.refund_unspent(payment, reason)
+    refund = await refunds.refund_unspent(payment, reason)
     if refund is None:  # lost a race with a use (or another refund) of the same payment
         raise ApiError(
             "REFUND_NOT_AVAILABLE",
@@ -55,7 +62,7 @@ async def request_refund(
     message = "Refund issued: claim it with the LNURL-withdraw link in refund."
     payout = "link"
     if payout_invoice is not None:
-        claim = await gate.refunds.withdraw_callback(refund["refund_secret"], payout_invoice)
+        claim = await refunds.withdraw_callback(refund["refund_secret"], payout_invoice)
         if claim.get("status") == "OK":
             payout, message = "paying", "Refund issued: your invoice is being paid."
         else:

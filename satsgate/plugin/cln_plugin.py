@@ -29,6 +29,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pyln.client import Plugin, RpcException
 
+from satsgate.procguard import private_umask
+
 from .options import OPTIONS, PluginConfigError, settings_from_init
 
 if TYPE_CHECKING:  # the app's imports happen at init, keeping getmanifest fast
@@ -100,7 +102,7 @@ class SatsgatePlugin:
 
             from .service import ServiceThread
 
-            service = ServiceThread(cfg.settings, cfg.rpc_path)
+            service = ServiceThread(cfg.settings)
             try:
                 url = service.start(START_TIMEOUT_S)
             except Exception as exc:
@@ -163,5 +165,6 @@ class SatsgatePlugin:
 def main() -> None:
     """Entry point for lightningd (``plugin=`` line) and the ``satsgate-plugin`` command."""
     protocol_out = _reserve_stdout() if os.environ.get("LIGHTNINGD_PLUGIN") == "1" else None
+    private_umask()  # every file the plugin writes is 0600, its directories 0700
     logging.getLogger("satsgate").setLevel(logging.INFO)
     SatsgatePlugin(protocol_out).run()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from satsgate.cln_backend import normalize_network
+from satsgate.backends.cln import normalize_network
 from satsgate.config import Settings, load_settings
 
 # Not "satsgate": lightningd runs plugins in the lightning-dir, and a directory

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from satsgate.app import REFUNDS, SETTINGS
-from satsgate.cln_backend import ClnBackend
+from satsgate.backends import make_backend
 from satsgate.config import Settings
 from satsgate.runner import ServiceHandle, start_service
 from satsgate.store import PaymentStatus
@@ -31,9 +31,8 @@ class OperatorError(Exception):
 class ServiceThread:
     """One satsgate service against lightningd's socket, on a thread of its own."""
 
-    def __init__(self, settings: Settings, rpc_path: str) -> None:
-        self.settings = settings
-        self.rpc_path = rpc_path
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings  # backend "cln", cln_rpc lightningd's socket
         self.handle: ServiceHandle | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="satsgate-service",
@@ -42,7 +41,7 @@ class ServiceThread:
     def start(self, timeout_s: float) -> str:
         """Start listening; returns the service URL. Raises whatever start-up raised."""
         self._thread.start()
-        backend = ClnBackend(self.rpc_path, self.settings.network)
+        backend = make_backend(self.settings)
         try:
             self.handle = self.submit(start_service(self.settings, backend)).result(timeout_s)
         except BaseException:
@@ -82,7 +81,7 @@ class ServiceThread:
 
     async def status(self) -> dict[str, Any]:
         handle = self._running()
-        stats = await handle.store.stats()
+        stats = await handle.store.ledger.stats()
         return {
             "listening": handle.url,
             "network": handle.app[SETTINGS].network,
@@ -94,7 +93,7 @@ class ServiceThread:
         """Refund a paid payment in full, or what is left of a spent one, as an LNURL-withdraw."""
         handle = self._running()
         store, refunds = handle.store, handle.app[REFUNDS]
-        payment = await store.get_payment(payment_id)
+        payment = await store.payments.get(payment_id)
         if payment is None:
             raise OperatorError(f"no payment {payment_id}")
         if payment.status is PaymentStatus.UNPAID:

@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict
 
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
+from satsgate.errors import ApiError
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
-    from satsgate.store import Store
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -61,6 +61,14 @@ class ServiceResult:
     charged_msat: int | None = None
 
 
+class Votes(Protocol):
+    """The roadmap's vote box (the store's votes repository), for the vote service."""
+
+    async def record(self, slug: str, call_id: str) -> int:
+        """Count one vote for ``slug``, once per ``call_id``; the slug's total."""
+        ...
+
+
 @dataclass
 class ServiceContext:
     call_id: str
@@ -68,7 +76,7 @@ class ServiceContext:
     files: FileStore
     http: httpx.AsyncClient
     cpu: CpuRunner
-    store: Store
+    votes: Votes
     # The engines of this node: ``await ctx.engines.run("text", ChatEngine, ...)``.
     engines: Engines
     # Progress of a job (0..100, message); a no-op for synchronous calls.
@@ -189,6 +197,13 @@ class ServiceSpec(Generic[P]):
     # registry; None: satsgate runs it itself. A service whose engine does not resolve
     # is listed everywhere but refuses before any invoice.
     engine: str | None = None
+    # The request its engine would get, for a check before any invoice that the engine
+    # makes itself (Engines.unsupported: e.g. a language pair a local translator lacks);
+    # None: the engine serves every valid request. A refusal is 503 SERVICE_UNAVAILABLE
+    # (this node does not offer it), or, with ``engine_request_field``, 400
+    # L402_INVALID_PARAMS on that field (the service runs here; the caller can change it).
+    engine_request: Callable[[P], object] | None = None
+    engine_request_field: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
@@ -219,6 +234,22 @@ class ServiceSpec(Generic[P]):
             model = params.chosen_model
             if model in self.model_ids and not engines.serves_model(self.engine, model):
                 return f"model {model} of {self.title} is not offered on this node"
+        if self.engine_request is not None and params is not None:
+            model_id = params.chosen_model if isinstance(params, ChosenModel) else None
+            reason = engines.unsupported(
+                self.engine, self.engine_request(params),
+                model_id=model_id if model_id in self.model_ids else None,
+            )
+            if reason is not None and self.engine_request_field is not None:
+                # The service runs here, this request does not: the caller can change
+                # the field (400, before any invoice).
+                message = f"{reason}; nothing was charged"
+                raise ApiError(
+                    "L402_INVALID_PARAMS",
+                    f"Invalid parameters: {self.engine_request_field}: {message}",
+                    extra={"fields": [{"field": self.engine_request_field, "message": message}]},
+                )
+            return reason
         return None
 
     def quote_sats(self, params: P) -> int:

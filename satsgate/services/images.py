@@ -1,14 +1,18 @@
 """Image services: generate, edit, analyze, the image_process family and 3D models.
 
-All run on remote engines (``[engines.image]``, ``image_edit``, ``vision``,
-``image_process``, ``3d``); a node without one lists the service as
-unavailable and refuses it before any invoice.
+Each names its engine (``image``, ``image_edit``, ``vision``, ``3d``, and one per
+image_process operation: ``detect_nsfw``, ``upscale_image`` ...). The local engines
+(satsgate.engines.local.images) serve detect-nsfw, the faces of detect-objects,
+upscale-image, deblur-image and remove-object with no keys; the others need a
+provider. A node without an engine for a service lists it as unavailable and refuses
+it before any invoice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
@@ -20,9 +24,23 @@ from satsgate.engines.image_generation import (
     ImageGenerationEngine,
     ImageGenerationRequest,
 )
+from satsgate.engines.image_process import (
+    DeblurEngine,
+    DeblurMode,
+    Detection,
+    DetectionQuery,
+    ImageOutput,
+    InpaintEngine,
+    InpaintMethod,
+    NsfwEngine,
+    ObjectDetectionEngine,
+    UpscaleEngine,
+    UpscaleOptions,
+)
 from satsgate.engines.vision import DEFAULT_PROMPT, VisionEngine, VisionRequest
 from satsgate.services.ai_support import image_input, reference_png, stored_image, with_route
 from satsgate.services.base import (
+    Handler,
     Params,
     PriceShape,
     ServiceContext,
@@ -39,6 +57,7 @@ from satsgate.services.common import (
     b64_chars,
     body_limit,
     check_image,
+    decode_file,
     image_field,
     no_engine,
     prevalidate,
@@ -310,12 +329,34 @@ ANALYZE_IMAGE = ServiceSpec(
 
 # -- image_process family ------------------------------------------------------------------
 
+# Pixels an operation works on (input for the same-size operations, output for upscaling),
+# checked before any invoice: the work and the stored file stay bounded for a flat price.
+# Past MAX_OUTPUT_BYTES an encoded output is stored lossy (satsgate.engines.local.image_ops).
+PROCESS_MAX_PIXELS = 16_777_216  # 4096 x 4096
+
+
+def _check_pixels(width: int, height: int, field: str, what: str) -> None:
+    if width * height > PROCESS_MAX_PIXELS:
+        raise InvalidField(
+            field, f"{what} {width}x{height} is more than {PROCESS_MAX_PIXELS:,} pixels "
+            "(4096x4096)"
+        )
+
 
 class _ProcessParams(ServiceParams, ModelChoice):
     imageBase64: str = image_field("imageBase64", "image", "file")
 
     def check(self) -> Any:
         return check_image(self.imageBase64, "imageBase64")
+
+
+class _SameSizeParams(_ProcessParams):
+    """An operation whose output is the input's size: the input's pixels are bounded."""
+
+    def check(self) -> Any:
+        info = check_image(self.imageBase64, "imageBase64")
+        _check_pixels(info.width, info.height, "imageBase64", "the image is")
+        return info
 
 
 class RemoveBackgroundParams(_ProcessParams):
@@ -326,7 +367,7 @@ class RemoveBackgroundParams(_ProcessParams):
 class UpscaleImageParams(_ProcessParams):
     MODELS: ClassVar[tuple[int, ...]] = (36,)
     DEFAULT: ClassVar[int] = 36
-    MAX_OUTPUT_PIXELS: ClassVar[int] = 64_000_000
+    MAX_OUTPUT_PIXELS: ClassVar[int] = PROCESS_MAX_PIXELS
 
     scale: int = Field(2, ge=2, le=4, description="Upscaling factor, 2 to 4.")
     face_enhance: bool = Field(
@@ -338,7 +379,10 @@ class UpscaleImageParams(_ProcessParams):
         info = check_image(self.imageBase64, "imageBase64")
         if info.width * info.height * self.scale**2 > self.MAX_OUTPUT_PIXELS:
             raise InvalidField(
-                "scale", f"{info.width}x{info.height} at {self.scale}x exceeds 64 megapixels"
+                "scale",
+                f"{info.width}x{info.height} at {self.scale}x would be "
+                f"{info.width * self.scale}x{info.height * self.scale}: more than "
+                f"{self.MAX_OUTPUT_PIXELS:,} pixels (4096x4096); send a smaller image or scale",
             )
         return info
 
@@ -364,12 +408,14 @@ class DetectObjectsParams(_ProcessParams):
 
     prompt: str = Field(
         min_length=1, max_length=500, validation_alias=alias("prompt", "labels", "query"),
-        description="What to find (open set), e.g. 'cat, red car, person with umbrella'.",
+        description="What to find (open set), e.g. 'cat, red car, person with umbrella'. "
+        "A node on its local engine finds faces, eyes and cat faces only, and refuses "
+        "anything else before any invoice.",
     )
     threshold: float = Field(0.3, ge=0.0, le=1.0, description="Minimum confidence.")
 
 
-class RemoveObjectParams(_ProcessParams):
+class RemoveObjectParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (40,)
     DEFAULT: ClassVar[int] = 40
 
@@ -377,9 +423,13 @@ class RemoveObjectParams(_ProcessParams):
         "maskBase64", "mask",
         description="Binary mask as base64, the image's size: white is erased, black is kept.",
     )
+    method: Literal["telea", "ns"] = Field(
+        "telea", description="Inpainting method of the local engine: 'telea' (fast "
+        "marching) or 'ns' (Navier-Stokes).",
+    )
 
     def check(self) -> Any:
-        info = check_image(self.imageBase64, "imageBase64")
+        info = super().check()
         mask = check_image(self.maskBase64, "maskBase64")
         if (mask.width, mask.height) != (info.width, info.height):
             raise InvalidField(
@@ -394,14 +444,124 @@ class ColorizeImageParams(_ProcessParams):
     DEFAULT: ClassVar[int] = 41
 
 
-class DeblurImageParams(_ProcessParams):
+class DeblurImageParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (42,)
     DEFAULT: ClassVar[int] = 42
+
+    mode: Literal["both", "deblur", "denoise"] = Field(
+        "both", description="'deblur', 'denoise', or 'both' (denoise, then deblur)."
+    )
 
 
 class EstimateDepthParams(_ProcessParams):
     MODELS: ClassVar[tuple[int, ...]] = (48,)
     DEFAULT: ClassVar[int] = 48
+
+
+# (engine, params) -> why that engine cannot serve this request, or None.
+async def _decoded(value: str, field: str) -> bytes:
+    """A caller's image (checked before payment), decoded off the event loop."""
+    return await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
+
+
+def _detection(found: Detection) -> dict[str, Any]:
+    box = found.box
+    return {
+        "label": found.label,
+        "confidence": found.confidence,
+        "box": {"x": box.x, "y": box.y, "width": box.width, "height": box.height},
+    }
+
+
+async def _image_result(ctx: ServiceContext, out: ImageOutput, model: int) -> ServiceResult:
+    stored = await ctx.files.save(out.data, out.format)
+    return ServiceResult(
+        {
+            "image_url": stored.url,
+            "format": out.format,
+            "width": out.width,
+            "height": out.height,
+            "bytes": stored.size,
+            "method": out.method,
+            "details": dict(out.details),
+            "modelId": model,
+        }
+    )
+
+
+async def detect_nsfw(ctx: ServiceContext, params: DetectNsfwParams) -> ServiceResult:
+    image = await _decoded(params.imageBase64, "imageBase64")
+    result = await ctx.engines.run(
+        "detect_nsfw", NsfwEngine, lambda engine, model: engine.classify(image, model=model),
+        model_id=params.chosen_model,
+    )
+    return ServiceResult(
+        {
+            "label": result.label,
+            "confidence": result.confidence,
+            "nsfw_score": result.nsfw_score,
+            "detections": [_detection(d) for d in result.detections],
+            "method": result.method,
+            "modelId": params.chosen_model,
+        }
+    )
+
+
+async def detect_objects(ctx: ServiceContext, params: DetectObjectsParams) -> ServiceResult:
+    image = await _decoded(params.imageBase64, "imageBase64")
+    result = await ctx.engines.run(
+        "detect_objects",
+        ObjectDetectionEngine,
+        lambda engine, model: engine.detect(image, params.prompt, params.threshold, model=model),
+        model_id=params.chosen_model,
+    )
+    return ServiceResult(
+        {
+            "objects": [_detection(d) for d in result.objects],
+            "count": len(result.objects),
+            "width": result.width,
+            "height": result.height,
+            "method": result.method,
+            "confidence_note": result.confidence_note,
+            "modelId": params.chosen_model,
+        }
+    )
+
+
+async def upscale_image(ctx: ServiceContext, params: UpscaleImageParams) -> ServiceResult:
+    image = await _decoded(params.imageBase64, "imageBase64")
+    out = await ctx.engines.run(
+        "upscale_image",
+        UpscaleEngine,
+        lambda engine, model: engine.upscale(
+            image, params.scale, params.face_enhance, model=model
+        ),
+        model_id=params.chosen_model,
+    )
+    return await _image_result(ctx, out, params.chosen_model)
+
+
+async def deblur_image(ctx: ServiceContext, params: DeblurImageParams) -> ServiceResult:
+    image = await _decoded(params.imageBase64, "imageBase64")
+    mode: DeblurMode = params.mode
+    out = await ctx.engines.run(
+        "deblur_image", DeblurEngine,
+        lambda engine, model: engine.deblur(image, mode, model=model),
+        model_id=params.chosen_model,
+    )
+    return await _image_result(ctx, out, params.chosen_model)
+
+
+async def remove_object(ctx: ServiceContext, params: RemoveObjectParams) -> ServiceResult:
+    image = await _decoded(params.imageBase64, "imageBase64")
+    mask = await _decoded(params.maskBase64, "maskBase64")
+    method: InpaintMethod = params.method
+    out = await ctx.engines.run(
+        "remove_object", InpaintEngine,
+        lambda engine, model: engine.erase(image, mask, method, model=model),
+        model_id=params.chosen_model,
+    )
+    return await _image_result(ctx, out, params.chosen_model)
 
 
 def _process_spec(
@@ -414,6 +574,9 @@ def _process_spec(
     extra_files: int = 0,
     untrusted: bool = False,
     example: Mapping[str, Any] | None = None,
+    handler: Handler[Any] = no_engine,
+    engine_request: Callable[[Any], object] | None = None,
+    engine_request_field: str | None = None,
 ) -> ServiceSpec[Any]:
     sats = FLAT_SATS[price_key]
     return ServiceSpec(
@@ -424,7 +587,7 @@ def _process_spec(
         description=f"{description} {sats} sats.",
         params=params,
         price_msat=flat_price(price_key),
-        handler=no_engine,
+        handler=handler,
         untrusted_output=untrusted,
         model_ids=params.MODELS,
         failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -432,6 +595,8 @@ def _process_spec(
         prevalidate=prevalidate,
         example={"imageBase64": "<base64 PNG>", **(example or {})},
         engine=slug.replace("-", "_"),  # each one its own: engines differ per operation
+        engine_request=engine_request,
+        engine_request_field=engine_request_field,
     )
 
 
@@ -440,28 +605,39 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   "Cut out the subject: { image_url } of a transparent PNG.",
                   RemoveBackgroundParams, "remove-background"),
     _process_spec("upscale-image", "upscale_image", "Upscale image",
-                  "Upscale 2x to 4x (scale), optionally restoring faces: { image_url }.",
-                  UpscaleImageParams, "upscale-image"),
+                  "Upscale 2x to 4x (scale), optionally restoring faces, to at most 4096x4096 "
+                  "pixels: { image_url, width, height, method }; method says what ran "
+                  "(e.g. Lanczos resampling on a node without an AI upscaler).",
+                  UpscaleImageParams, "upscale-image", handler=upscale_image,
+                  engine_request=lambda p: UpscaleOptions(p.scale, p.face_enhance),
+                  engine_request_field="face_enhance"),
     _process_spec("restore-face", "restore_face", "Restore faces",
                   "Restore faces in a photo (fidelity 0 to 1): { image_url }.",
                   RestoreFaceParams, "restore-face"),
     _process_spec("detect-nsfw", "detect_nsfw", "Detect NSFW",
-                  "Classify an image: { label: normal | nsfw, confidence }.",
-                  DetectNsfwParams, "detect-nsfw"),
+                  "Classify an image: { label: normal | nsfw, confidence, nsfw_score, "
+                  "detections, method }.",
+                  DetectNsfwParams, "detect-nsfw", handler=detect_nsfw),
     _process_spec("detect-objects", "detect_objects", "Detect objects",
-                  "Open-set detection of what the prompt names: boxes with coordinates and "
-                  "confidence.", DetectObjectsParams, "detect-objects",
-                  example={"prompt": "cat, red car"}),
+                  "Open-set detection of what the prompt names: { objects: [{ label, "
+                  "confidence, box: { x, y, width, height } }], count, width, height, method }. "
+                  "A node on its local engine finds faces, eyes and cat faces only.",
+                  DetectObjectsParams, "detect-objects", handler=detect_objects,
+                  example={"prompt": "face"},
+                  engine_request=lambda p: DetectionQuery(p.prompt),
+                  engine_request_field="prompt"),
     _process_spec("remove-object", "remove_object", "Remove object",
-                  "Erase what a binary mask marks (white erased, black kept): { image_url }.",
+                  "Erase what a binary mask marks (white erased, black kept) by inpainting: "
+                  "{ image_url, method }.",
                   RemoveObjectParams, "remove-object", extra_files=1,
-                  example={"maskBase64": "<base64 PNG mask>"}),
+                  example={"maskBase64": "<base64 PNG mask>"}, handler=remove_object),
     _process_spec("colorize-image", "colorize_image", "Colorize image",
                   "Colorize a greyscale photo: { image_url }.",
                   ColorizeImageParams, "colorize-image"),
     _process_spec("deblur-image", "deblur_image", "Deblur image",
-                  "Deblur and denoise a photo: { image_url }.",
-                  DeblurImageParams, "deblur-image"),
+                  "Deblur and denoise a photo (mode both, deblur or denoise) up to 4096x4096: "
+                  "{ image_url, method }.",
+                  DeblurImageParams, "deblur-image", handler=deblur_image),
     _process_spec("estimate-depth", "estimate_depth", "Estimate depth",
                   "Depth map: { depth_url (raw greyscale), visualization_url (colour) }.",
                   EstimateDepthParams, "depth-estimation"),

@@ -1,7 +1,7 @@
 """Roadmap voting: the planned services and the paid ``vote`` service (1 sat per vote).
 
-Votes live in the ``votes`` table of the node's SQLite store, created
-idempotently on first use. One row per paid call, keyed by the call id
+Votes live in the store's votes repository (``satsgate.store.votes``), reached
+through the handler's context. One row per paid call, keyed by the call id
 (the payment id), so a vote is counted once however often its handler is
 retried. ``GET /api/l402/vote`` and ``list_planned_services`` use
 :func:`planned_services`.
@@ -9,17 +9,14 @@ retried. ``GET /api/l402/vote`` and ``list_planned_services`` use
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from pydantic import Field, field_validator
 
-from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec, Votes
 from satsgate.services.common import ServiceParams, prevalidate
 from satsgate.services.pricing import FLAT_SATS, MSAT
-from satsgate.store import Store
 
 
 @dataclass(frozen=True)
@@ -49,34 +46,28 @@ PLANNED: Final[tuple[PlannedService, ...]] = (
 )  # fmt: skip
 PLANNED_BY_SLUG: Final[dict[str, PlannedService]] = {p.slug: p for p in PLANNED}
 
-async def record_vote(store: Store, slug: str, call_id: str) -> int:
+
+class VoteCounts(Protocol):
+    """Where the votes are counted (the store's votes repository)."""
+
+    async def counts(self) -> dict[str, int]:
+        """Votes per slug, for every slug voted for."""
+        ...
+
+async def record_vote(votes: Votes, slug: str, call_id: str) -> int:
     """Count one vote for ``slug`` (once per ``call_id``); returns the slug's total."""
-
-    def go(conn: sqlite3.Connection) -> int:
-        conn.execute(
-            "INSERT OR IGNORE INTO votes (call_id, slug, created_at) VALUES (?, ?, ?)",
-            (call_id, slug, int(time.time())),
-        )
-        row = conn.execute("SELECT COUNT(*) FROM votes WHERE slug = ?", (slug,)).fetchone()
-        return int(row[0])
-
-    return await store.run_in_transaction(go)
+    return await votes.record(slug, call_id)
 
 
-async def vote_counts(store: Store) -> dict[str, int]:
+async def vote_counts(votes: VoteCounts) -> dict[str, int]:
     """Votes per planned slug (zero for a slug nobody voted for)."""
-
-    def go(conn: sqlite3.Connection) -> dict[str, int]:
-        rows = conn.execute("SELECT slug, COUNT(*) FROM votes GROUP BY slug").fetchall()
-        return {str(slug): int(n) for slug, n in rows}
-
-    counted = await store.run_sync(go)
+    counted = await votes.counts()
     return {p.slug: counted.get(p.slug, 0) for p in PLANNED}
 
 
-async def planned_services(store: Store) -> list[dict[str, Any]]:
+async def planned_services(votes: VoteCounts) -> list[dict[str, Any]]:
     """``{slug, name, description, votes}`` for every planned service, most voted first."""
-    counts = await vote_counts(store)
+    counts = await vote_counts(votes)
     entries = [
         {"slug": p.slug, "name": p.name, "description": p.description, "votes": counts[p.slug]}
         for p in PLANNED
@@ -99,7 +90,7 @@ class VoteParams(ServiceParams):
 
 
 async def vote(ctx: ServiceContext, params: VoteParams) -> ServiceResult:
-    votes = await record_vote(ctx.store, params.slug, ctx.call_id)
+    votes = await record_vote(ctx.votes, params.slug, ctx.call_id)
     return ServiceResult({"success": True, "slug": params.slug, "votes": votes})
 
 

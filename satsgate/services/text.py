@@ -4,8 +4,10 @@ and search. Remote engines: ``[engines.text]``, ``translation``, ``rare_translat
 
 from __future__ import annotations
 
+import asyncio
+import posixpath
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -13,7 +15,12 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
 from satsgate.engines.chat_translation import language_label
-from satsgate.engines.translation import TranslationEngine, TranslationRequest
+from satsgate.engines.translation import (
+    TranslationEngine,
+    TranslationRequest,
+    TranslationResult,
+)
+from satsgate.services import epub_translation
 from satsgate.services.ai_support import image_input, with_route
 from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import (
@@ -35,6 +42,7 @@ from satsgate.services.languages import (
     language_name,
     resolve_rare_language,
     resolve_translation_language,
+    translation_engine,
 )
 from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
@@ -150,6 +158,15 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         return True
 
 
+async def _prevalidate_text(p: GenerateTextParams) -> None:
+    """Only an image needs decoding (in a worker thread); plain text is checked inline,
+    sparing the common call a thread hand-off."""
+    if p.imageData is not None:
+        await prevalidate(p)
+    else:
+        p.checked()
+
+
 def chat_request(p: GenerateTextParams) -> ChatRequest:
     """The caller's conversation as a chat request: system-role messages and the system
     prompt become the system text; a file context goes with it, marked as the caller's
@@ -213,7 +230,7 @@ GENERATE_TEXT = ServiceSpec(
     model_ids=(6, 1, 31),
     failure_codes=("INVALID_INPUT", "RATE_LIMITED"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, 2 * TEXT_MAX_INPUT_CHARS[6] * 4),
-    prevalidate=prevalidate,
+    prevalidate=_prevalidate_text,
     example={"input": [{"role": "user", "content": "Explain Lightning in one sentence."}]},
     engine="text",
 )
@@ -343,6 +360,44 @@ class TranslateTextParams(ServiceParams, ModelChoice, TranslationLanguages):
 
     text: str = Field(min_length=1, max_length=TRANSLATE_MAX_CHARS)
 
+    @property
+    def pinned_model(self) -> int | None:
+        return self.chosen_model or None
+
+    def to_request(self) -> TranslationRequest:
+        return TranslationRequest(
+            self.text, self.targetLanguage, self.sourceLanguage, model_id=self.pinned_model
+        )
+
+
+async def _translate(
+    ctx: ServiceContext, request: TranslationRequest, model_id: int | None = None
+) -> TranslationResult:
+    """``request`` through the node's translation engine (local or provider alike)."""
+
+    async def call(engine: TranslationEngine, model_name: str | None) -> TranslationResult:
+        return await engine.translate(replace(request, model_name=model_name))
+
+    return await ctx.engines.run(
+        "translation", TranslationEngine, call, model_id=model_id, request=request
+    )
+
+
+async def translate_text(ctx: ServiceContext, params: TranslateTextParams) -> ServiceResult:
+    # A pinned text model runs there; else the engine's own choice, except that a routed
+    # target (where the standard engine is weak) asks for the better text tier wherever
+    # this node serves it.
+    model_id = params.pinned_model
+    if model_id is None and translation_engine(params.targetLanguage) == "routed":
+        model_id = 1 if ctx.engines.serves_model("translation", 1) else None
+    request = replace(params.to_request(), model_id=model_id)
+    result = await _translate(ctx, request, model_id)
+    return ServiceResult({
+        "translatedText": result.text,
+        "sourceLanguage": result.source_language or params.sourceLanguage,
+        "targetLanguage": params.targetLanguage,
+    })
+
 
 TRANSLATE_TEXT = ServiceSpec(
     slug="translate-text",
@@ -356,7 +411,7 @@ TRANSLATE_TEXT = ServiceSpec(
     price_msat=lambda p: translation_msat(
         len(p.text), p.targetLanguage, p.chosen_model or None
     ),
-    handler=no_engine,
+    handler=translate_text,
     price_shape=PriceShape(
         "per_character", "per character", TRANSLATE_MIN_SATS * MSAT,
         rate_by=("target_language", "tier"), estimate="translate",
@@ -370,6 +425,7 @@ TRANSLATE_TEXT = ServiceSpec(
     prevalidate=prevalidate,
     example={"text": "Good morning", "targetLanguage": "es"},
     engine="translation",
+    engine_request=TranslateTextParams.to_request,
 )
 
 # -- translate-rare-language ---------------------------------------------------------------
@@ -434,6 +490,16 @@ TRANSLATE_RARE = ServiceSpec(
 
 EPUB_MAX_BYTES = 50 * MiB
 EPUB_MAX_VISIBLE_CHARS = 3_000_000
+# The download link of a translated book (the spec: a 6-hour token).
+EPUB_URL_TTL_S = 6 * 3600
+# Documents translated at once (each one engine call per chunk).
+EPUB_PARALLEL_DOCUMENTS = 4
+
+
+@dataclass(frozen=True)
+class _CheckedEpub:
+    visible_chars: int  # the price's measure
+    sample: str  # plain text of its longest documents: its language, before any invoice
 
 
 class TranslateEpubParams(ServiceParams, CallbackFields, TranslationLanguages):
@@ -445,22 +511,105 @@ class TranslateEpubParams(ServiceParams, CallbackFields, TranslationLanguages):
         None, max_length=255, validation_alias=alias("fileName", "file_name")
     )
 
-    def check(self) -> int:
-        """Visible characters of the book (the price's measure)."""
+    def check(self) -> _CheckedEpub:
+        """Visible characters of the book (the price's measure), and a text sample."""
         data = decode_file(self.epubBase64, "epubBase64", EPUB_MAX_BYTES)
         try:
             chars = measure_book(data, "book.epub").chars
-        except MediaError as exc:
+            book = epub_translation.read_epub(data)
+        except (MediaError, epub_translation.EpubError) as exc:
             raise ValueError(f"epubBase64: {exc}") from None
         if chars > EPUB_MAX_VISIBLE_CHARS:
             raise ValueError(
                 f"the book has {chars} visible characters; at most {EPUB_MAX_VISIBLE_CHARS}"
             )
-        return chars
+        if not book.documents:
+            raise ValueError("epubBase64: the EPUB has no XHTML document with a body")
+        return _CheckedEpub(chars, book.sample())
 
     @property
     def visible_chars(self) -> int:
-        return int(self.checked())
+        checked: _CheckedEpub = self.checked()
+        return checked.visible_chars
+
+    def to_request(self) -> TranslationRequest:
+        """What the engine is asked, for the check before any invoice: the language pair,
+        and the book's text once it has been read (to identify a missing source)."""
+        checked = self._checked
+        sample = checked.sample if isinstance(checked, _CheckedEpub) else ""
+        return TranslationRequest(sample, self.targetLanguage, self.sourceLanguage)
+
+    @property
+    def output_name(self) -> str:
+        stem = posixpath.splitext(posixpath.basename(self.fileName or "book.epub"))[0]
+        return f"{stem or 'book'}.{self.targetLanguage}.epub"
+
+
+async def _translate_document(
+    ctx: ServiceContext, doc: epub_translation.Document, target: str, source: str | None
+) -> tuple[str, str | None]:
+    """A document's body in ``target`` (its chunks in order) and the source language the
+    engine read it as."""
+    parts = []
+    local = ctx.engines.status("translation").source == "local"
+    size = epub_translation.LOCAL_CHUNK_CHARS if local else epub_translation.CHUNK_CHARS
+    for chunk in doc.chunks(size):
+        request = TranslationRequest(chunk, target, source, format="html")
+        result = await _translate(ctx, request)
+        parts.append(result.text)
+        source = source or result.source_language
+    return "".join(parts), source
+
+
+async def translate_epub(ctx: ServiceContext, params: TranslateEpubParams) -> ServiceResult:
+    data = await asyncio.to_thread(decode_file, params.epubBase64, "epubBase64", EPUB_MAX_BYTES)
+    target = params.targetLanguage
+    try:
+        book = await ctx.run_cpu(epub_translation.read_epub, data)
+    except epub_translation.EpubError as exc:
+        raise EngineError("INVALID_INPUT", f"epubBase64: {exc}") from None
+    if not book.documents:  # checked before the invoice; never translate nothing for pay
+        raise EngineError("INVALID_INPUT", "epubBase64: the EPUB has no XHTML document.")
+    # The longest document first: without a sourceLanguage, the language it reads as is
+    # the book's, for every other document (a title page alone would be a poor guess).
+    docs = sorted(book.documents, key=lambda d: -len(d.body))
+    total = sum(len(d.body) for d in docs) or 1
+    done = 0
+    bodies: dict[str, str] = {}
+    ctx.progress(1, f"translating {len(docs)} documents")
+    first, source = await _translate_document(ctx, docs[0], target, params.sourceLanguage)
+    bodies[docs[0].name] = first
+    done += len(docs[0].body)
+    ctx.progress(100 * done / total * 0.95, f"translated 1 of {len(docs)} documents")
+    slots = asyncio.Semaphore(EPUB_PARALLEL_DOCUMENTS)
+
+    async def one(doc: epub_translation.Document) -> None:
+        nonlocal done
+        async with slots:
+            bodies[doc.name], _ = await _translate_document(ctx, doc, target, source)
+        done += len(doc.body)
+        ctx.progress(
+            100 * done / total * 0.95, f"translated {len(bodies)} of {len(docs)} documents"
+        )
+
+    await asyncio.gather(*(one(doc) for doc in docs[1:]))
+    try:
+        translated = await ctx.run_cpu(epub_translation.write_epub, data, book, bodies, target)
+    except epub_translation.EpubError as exc:
+        raise EngineError("BOOK_QUALITY_CHECK_FAILED", f"The translated book failed its "
+                          f"check: {exc}.") from None
+    stored = await ctx.files.save(translated, "epub")
+    ctx.progress(100, "done")
+    return ServiceResult({
+        "url": ctx.files.url_for(stored.name, EPUB_URL_TTL_S),
+        "fileName": params.output_name,
+        "docs": len(docs),
+        "visibleChars": params.visible_chars,
+        "sourceLanguage": source,
+        "targetLanguage": target,
+        "engine": translation_engine(target),
+        "bytes": stored.size,
+    })
 
 
 TRANSLATE_EPUB = ServiceSpec(
@@ -473,7 +622,7 @@ TRANSLATE_EPUB = ServiceSpec(
     "target engine's rate, minimum 50.",
     params=TranslateEpubParams,
     price_msat=lambda p: translate_epub_msat(p.visible_chars, p.targetLanguage),
-    handler=no_engine,
+    handler=translate_epub,
     price_shape=PriceShape(
         "per_character", "per visible character", TRANSLATE_EPUB_MIN_SATS * MSAT,
         rate_by=("target_language",), estimate="translate-epub",
@@ -486,6 +635,7 @@ TRANSLATE_EPUB = ServiceSpec(
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "targetLanguage": "French"},
     engine="translation",
+    engine_request=TranslateEpubParams.to_request,
 )
 
 # -- search --------------------------------------------------------------------------------

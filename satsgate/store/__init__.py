@@ -1,15 +1,46 @@
-"""Persistent state in SQLite (WAL), through sqlite-utils for the schema.
+"""Persistent state in SQLite (WAL).
+
+- :mod:`~satsgate.store.engine`: the connection-and-commit engine (the event loop's
+  connection with its group commit, the store thread, the WAL checkpoints);
+- one repository per aggregate, each the only place its SQL is written:
+  :mod:`~satsgate.store.payments` (the spend rule), :mod:`~satsgate.store.refunds`
+  (the refund race guard), :mod:`~satsgate.store.jobs`, :mod:`~satsgate.store.cursors`
+  (the node's settlement cursor), :mod:`~satsgate.store.votes`,
+  :mod:`~satsgate.store.ledger` (read-only totals);
+- :mod:`~satsgate.store.migrations`: numbered SQL files, recorded in
+  ``schema_migrations``;
+- :class:`Store` holds them all.
 
 Every state change that moves money is one conditional UPDATE (or an INSERT on
 a unique key) whose rowcount is checked: spend (paid -> spent), settle
-(unpaid -> paid), refund claim (open -> claiming). A lost race therefore shows
-up as rowcount 0, never as a double spend or a double payout.
-
-All statements run on one dedicated thread, so the event loop never waits on
-the disk and SQLite never sees two writers from this process.
+(unpaid -> paid), refund (paid -> refunded), refund claim (open -> claiming). A
+lost race therefore shows up as rowcount 0, never as a double spend or a double
+payout. No SQL is written outside this package.
 """
 
-from satsgate.store.db import Store
+from satsgate.store.cursors import CursorRepository
+from satsgate.store.engine import Database
+from satsgate.store.jobs import JobRepository
+from satsgate.store.ledger import LedgerRepository
 from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund, RefundStatus
+from satsgate.store.payments import PaymentRepository
+from satsgate.store.refunds import RefundRepository
+from satsgate.store.store import Store
+from satsgate.store.votes import VoteRepository
 
-__all__ = ["Job", "JobStatus", "Payment", "PaymentStatus", "Refund", "RefundStatus", "Store"]
+__all__ = [
+    "CursorRepository",
+    "Database",
+    "Job",
+    "JobRepository",
+    "JobStatus",
+    "LedgerRepository",
+    "Payment",
+    "PaymentRepository",
+    "PaymentStatus",
+    "Refund",
+    "RefundRepository",
+    "RefundStatus",
+    "Store",
+    "VoteRepository",
+]

@@ -85,7 +85,7 @@ def _asset(*parts: str) -> str:
 async def _load(gate: Gate, payment_id: str) -> Payment | None:
     if not _PAYMENT_ID.match(payment_id):
         return None
-    payment = await gate.store.get_payment(payment_id)
+    payment = await gate.get_payment(payment_id)
     return None if payment is None else await gate.refresh_paid(payment)
 
 
@@ -107,7 +107,7 @@ async def payment_status(
         wait_s = min(wait_s, max(payment.expires_at - time.time(), 0.0))
         payment = await _wait_paid(gate, payment, wait_s, closing or asyncio.Event())
     spec = BY_SLUG.get(payment.service)
-    doc = payment_document(payment, spec, gate.settings.public_base_url)
+    doc = payment_document(payment, spec, gate.public_base_url)
     resp = web.json_response(doc, dumps=dumps)
     resp.headers["Cache-Control"] = "no-store"
     return resp
@@ -128,7 +128,7 @@ async def _wait_paid(
         with contextlib.suppress(asyncio.CancelledError):
             await waiter
     if waiter.cancelled():
-        return await gate.store.get_payment(payment.payment_id) or payment
+        return await gate.get_payment(payment.payment_id) or payment
     return waiter.result()
 
 

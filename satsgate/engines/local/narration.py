@@ -32,7 +32,6 @@ from satsgate.engines.local.espeak import (
 )
 from satsgate.engines.local.tools import ToolRunner, probe_media
 from satsgate.engines.registry import EngineDeps
-from satsgate.services.media import MediaError, audio_duration_s
 
 LABEL = "eSpeak NG narration, ffmpeg M4B"
 PART_CHARS = 20_000
@@ -135,6 +134,11 @@ class EspeakNarrator:
             async def render(number: int, text: str) -> None:
                 async with in_flight:  # spoken and encoded before the next part starts
                     await render_part(number, text)
+
+            # Imported here, not with the module: services.media imports WeasyPrint, which
+            # sets Pillow's LOAD_TRUNCATED_IMAGES for the whole process, and this module is
+            # imported by every pool worker that imports satsgate.engines.local.
+            from satsgate.services.media import MediaError, audio_duration_s
 
             async def render_part(number: int, text: str) -> None:
                 nonlocal done

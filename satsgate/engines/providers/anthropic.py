@@ -17,17 +17,18 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anthropic
+import httpx2
 from anthropic import AsyncAnthropic
 
 from satsgate.engines.chat import ChatMessage, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
-from satsgate.engines.providers import upstream
-from satsgate.engines.providers.openai import default_text_model, retries_option
+from satsgate.engines.providers import transport, upstream
+from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
 
@@ -84,6 +85,7 @@ class AnthropicProvider:
             base_url=base_url,
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
+            http_client=transport.http_client(config.timeout_s),
         )
         self.retries = retries_option(config)
         max_tokens = config.options.get("max_tokens", DEFAULT_MAX_TOKENS)
@@ -115,6 +117,9 @@ class AnthropicProvider:
 
 def _messages(request: ChatRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
+    if request.messages and request.messages[0].role == "assistant":
+        # The Messages API starts with the user's turn.
+        messages.append({"role": "user", "content": "(The conversation so far.)"})
     for index, message in enumerate(request.messages):
         last = index == len(request.messages) - 1
         if last and request.images and message.role == "user":
@@ -167,17 +172,20 @@ class _Chat:
         if request.system:
             extra["system"] = request.system
         # ``temperature`` is not sent: the SDK's Messages API takes none (2.x).
-        create = self.provider.client.messages.with_raw_response.create
         cap = self.provider.max_tokens
+        payload = {
+            "model": model,
+            "max_tokens": min(request.max_tokens or cap, cap),
+            "messages": _messages(request),
+            **extra,
+        }
+        post = self.provider.client.post
 
         async def call() -> Any:
-            raw = await create(
-                model=model,
-                max_tokens=min(request.max_tokens or cap, cap),
-                messages=cast(Any, _messages(request)),
-                **extra,
-            )
-            return json.loads(raw.http_response.content)
+            # The SDK's generic request (its auth, version header and error mapping) with
+            # the body built here: the typed method's per-call param transform is skipped.
+            response = await post("/v1/messages", cast_to=httpx2.Response, body=payload)
+            return json.loads(response.content)
 
         body = await self.provider.call(self.engine, call)
         try:

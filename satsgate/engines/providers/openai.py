@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
 import httpx
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
@@ -53,7 +54,8 @@ from satsgate.engines.image_generation import (
     ImageEditRequest,
     ImageGenerationRequest,
 )
-from satsgate.engines.providers import upstream
+from satsgate.engines.providers import transport, upstream
+from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
@@ -92,6 +94,7 @@ DEFAULT_VOICES.update({
     "Narrateur": "onyx", "Erzaehler": "onyx",
 })  # fmt: skip
 DEFAULT_VOICE = "alloy"
+MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 _MIME = {"mp3": "audio/mpeg", "wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg",
          "m4a": "audio/mp4"}  # fmt: skip
@@ -145,6 +148,7 @@ class OpenAIProvider:
             base_url=config.base_url or DEFAULT_BASE_URL,
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
+            http_client=transport.http_client(config.timeout_s),
         )
         self.retries = retries_option(config)
         voices = options.get("voices", {})
@@ -209,27 +213,16 @@ class OpenAIProvider:
             raise _mapped(exc, engine) from None
 
     async def fetch(self, url: str) -> bytes:
-        """An output the upstream returned as a URL (older image models)."""
-        resp = await self._http.get(url)
-        resp.raise_for_status()
-        return resp.content
-
-
-def retries_option(config: ProviderConfig) -> int:
-    """``max_retries``: 0, 1 (default) or 2 repeats of a failed idempotent request."""
-    value = config.options.get("max_retries", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2:
-        raise EngineConfigError(f"[providers.{config.name}] max_retries must be 0, 1 or 2")
-    return value
-
-
-def default_text_model(config: ProviderConfig) -> str | None:
-    """The chat model for work that pins no spec model (translation): the standard text
-    tier (31), else better (1), else best (6)."""
-    for model_id in ("31", "1", "6"):
-        if model_id in config.models:
-            return config.models[model_id]
-    return None
+        """An output the upstream returned as a URL (older image models), at most
+        MAX_FETCH_BYTES; ValueError (malformed) past that."""
+        async with self._http.stream("GET", url) as resp:
+            resp.raise_for_status()
+            data = bytearray()
+            async for chunk in resp.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_FETCH_BYTES:
+                    raise ValueError("upstream output too large")
+            return bytes(data)
 
 
 def _json(raw: Any) -> Any:
@@ -279,12 +272,14 @@ class _Chat:
             extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
-        create = self.provider.client.chat.completions.with_raw_response.create
+        payload = {"model": model, "messages": _chat_messages(request), **extra}
+        post = self.provider.client.post
 
         async def call() -> Any:
-            return _json(await create(
-                model=model, messages=cast(Any, _chat_messages(request)), **extra
-            ))
+            # The SDK's generic request (its auth, headers and error mapping): the body is
+            # built here already, so the typed method's per-call param transform is skipped.
+            response = await post("/chat/completions", cast_to=httpx2.Response, body=payload)
+            return json.loads(response.content)
 
         body = await self.provider.call(self.engine, call, idempotent=True)
         try:

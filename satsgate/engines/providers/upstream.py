@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 
 log = logging.getLogger("satsgate.engines.providers")
@@ -130,3 +131,20 @@ async def with_retry(
                 raise
         await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def retries_option(config: ProviderConfig) -> int:
+    """``max_retries``: 0, 1 (default) or 2 repeats of a failed idempotent request."""
+    value = config.options.get("max_retries", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2:
+        raise EngineConfigError(f"[providers.{config.name}] max_retries must be 0, 1 or 2")
+    return value
+
+
+def default_text_model(config: ProviderConfig) -> str | None:
+    """The chat model for work that pins no spec model (translation): the standard text
+    tier (31), else better (1), else best (6)."""
+    for model_id in ("31", "1", "6"):
+        if model_id in config.models:
+            return config.models[model_id]
+    return None

@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import coincurve
 
@@ -34,14 +34,13 @@ from satsgate.lightning import (
     InvoiceState,
     InvoiceStatus,
     NodeInfo,
+    OutgoingMode,
     PaymentResult,
     PaymentState,
     Settlement,
 )
 
 T = TypeVar("T")
-OutgoingMode = Literal["succeed", "fail", "pending"]
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS invoices (
     payment_hash TEXT PRIMARY KEY,

@@ -73,7 +73,7 @@ class ClnBackend:
 
     ``network_expected``, when given, must match the node's network or
     :meth:`start` raises BackendError. The event loop never blocks: every RPC
-    runs on a thread (see :mod:`satsgate.cln_backend.rpc`).
+    runs on a thread (see :mod:`satsgate.backends.cln.rpc`).
     """
 
     name = "cln"

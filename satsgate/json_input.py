@@ -1,0 +1,51 @@
+"""Parse JSON from a client: every way it can fail is one ValueError, never a crash.
+
+``json.loads`` raises RecursionError on deeply nested input and a plain ValueError (not
+JSONDecodeError) for an integer of more than 4300 digits; both escaped the readers as
+500s. Input nested deeper than :data:`MAX_DEPTH` is refused too, so that what parses
+can still be validated, stored and echoed without hitting the recursion limit later.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_DEPTH = 64
+
+
+class JsonInputError(ValueError):
+    """The text is not JSON this service accepts; the message says why, for the client."""
+
+
+def loads(raw: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise JsonInputError(f"it is nested more than {max_depth} levels deep") from None
+    except UnicodeDecodeError:
+        raise JsonInputError("it is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise JsonInputError(str(exc)) from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise JsonInputError(str(exc).split(";")[0]) from None
+    if depth_exceeds(value, max_depth):
+        raise JsonInputError(f"it is nested more than {max_depth} levels deep")
+    return value
+
+
+def depth_exceeds(value: Any, max_depth: int) -> bool:
+    """Whether containers nest deeper than ``max_depth`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False

@@ -1,0 +1,212 @@
+"""The challenger: quote a call, issue its invoice, and answer with the challenge.
+
+Nothing here spends or charges: a 402 costs the caller nothing. The payment is
+stored as unpaid with the invoice; its macaroon (L402) and MPP challenge are
+derived from the stored row, so the same payment always gets the same challenge.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from satsgate.engines import Engines
+from satsgate.errors import ApiError, invalid_params
+from satsgate.lightning import BackendError, CreatedInvoice
+from satsgate.payments import l402, mpp
+from satsgate.services.base import ServiceSpec, request_digest
+from satsgate.store import Payment, PaymentStatus
+
+log = logging.getLogger(__name__)
+
+AnySpec = ServiceSpec[Any]
+
+
+class InvoiceIssuer(Protocol):
+    """The Lightning node, as far as issuing invoices goes."""
+
+    async def create_invoice(
+        self, amount_msat: int, description: str, expiry_s: int
+    ) -> CreatedInvoice:
+        """An invoice for exactly ``amount_msat``."""
+        ...
+
+
+class UnpaidPayments(Protocol):
+    """Where a new payment is recorded (the store's payments repository)."""
+
+    async def insert(self, payment: Payment) -> None:
+        """Record a new payment; returns once it is committed."""
+        ...
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """What a client needs to pay for one call."""
+
+    payment: Payment
+    macaroon_b64: str
+    mpp: mpp.Challenge
+
+    @property
+    def amount_sats(self) -> int:
+        return self.payment.amount_msat // 1000
+
+    def www_authenticate(self) -> list[str]:
+        return [*l402.challenge_headers(self.macaroon_b64, self.payment.bolt11), self.mpp.header()]
+
+    def body_fields(self, base_url: str) -> dict[str, Any]:
+        return {
+            "paymentId": self.payment.payment_id,
+            "invoice": self.payment.bolt11,
+            "lightningInvoice": self.payment.bolt11,
+            "paymentHash": self.payment.payment_hash,
+            "macaroon": self.macaroon_b64,
+            "amountSats": self.amount_sats,
+            "expiresAt": mpp.rfc3339(self.payment.expires_at),
+            "service": self.payment.service,
+            "hostedCheckoutUrl": f"{base_url}/checkout/{self.payment.payment_id}",
+        }
+
+
+def validate_params(spec: AnySpec, body: Any) -> BaseModel:
+    """Schema check before any invoice: L402_INVALID_PARAMS lists every bad field."""
+    if not isinstance(body, dict):
+        raise ApiError(
+            "L402_INVALID_PARAMS", "The request body must be a JSON object.", example=_example(spec)
+        )
+    try:
+        params: BaseModel = spec.params.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_params(exc, example=_example(spec)) from None
+    return params
+
+
+def _example(spec: AnySpec) -> str:
+    return mpp.canonical_json(dict(spec.example)) if spec.example else ""
+
+
+def realm_of(public_base_url: str) -> str:
+    """The MPP realm: the host (and port) of the public address."""
+    return public_base_url.split("://", 1)[-1].split("/", 1)[0]
+
+
+class Challenger:
+    """Quotes, invoices and challenges. ``engines`` says which services (and models)
+    this node can run; a credential stays valid ``credential_ttl_s`` past its invoice's
+    expiry; the MPP challenge is bound to ``server_secret``, ``network`` and the realm
+    of ``public_base_url``."""
+
+    def __init__(
+        self,
+        *,
+        node: InvoiceIssuer,
+        payments: UnpaidPayments,
+        engines: Engines,
+        root_keys: l402.RootKeys,
+        server_secret: str,
+        network: str,
+        public_base_url: str,
+        invoice_expiry_s: int,
+        credential_ttl_s: int,
+    ) -> None:
+        self._node = node
+        self._payments = payments
+        self._engines = engines
+        self._root_keys = root_keys
+        self._server_secret = server_secret
+        self._network = network
+        self._realm = realm_of(public_base_url)
+        self._invoice_expiry_s = invoice_expiry_s
+        self._credential_ttl_s = credential_ttl_s
+
+    def ensure_available(self, spec: AnySpec, params: BaseModel | None = None) -> None:
+        """Refuse, before any invoice, a service (or a model) no engine serves here."""
+        reason = spec.unavailable_reason(self._engines, params)
+        if reason is not None:
+            raise ApiError("SERVICE_UNAVAILABLE", f"{reason}; nothing was charged.")
+
+    async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
+        """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
+        and that an engine serves the model the request chose."""
+        self.ensure_available(spec, params)
+        if spec.prevalidate is not None:
+            await spec.prevalidate(params)
+
+    async def create_payment(
+        self,
+        spec: AnySpec,
+        *,
+        amount_sats: int,
+        digest: str,
+        via: str,
+    ) -> Challenge:
+        """Create the invoice and store the payment as unpaid; nothing else is charged."""
+        amount_msat = amount_sats * 1000
+        description = f"satsgate: {spec.title} ({amount_sats} sat)"
+        try:
+            invoice = await self._node.create_invoice(
+                amount_msat, description, self._invoice_expiry_s
+            )
+        except (BackendError, OSError) as exc:
+            log.error("invoice creation failed: %s", exc)
+            raise ApiError(
+                "SERVICE_ERROR",
+                "The Lightning node could not create an invoice; nothing was charged.",
+            ) from exc
+        now = int(time.time())
+        token_id = secrets.token_bytes(32)
+        payment = Payment(
+            payment_id=f"pay_{secrets.token_hex(16)}",
+            payment_hash=invoice.payment_hash,
+            bolt11=invoice.bolt11,
+            service=spec.slug,
+            amount_msat=amount_msat,
+            status=PaymentStatus.UNPAID,
+            created_at=now,
+            expires_at=invoice.expires_at,
+            paid_at=None,
+            spent_at=None,
+            root_key=self._root_keys.for_token(token_id).hex(),  # per-token macaroon root key
+            token_id=token_id.hex(),
+            request_digest=digest,
+            description=description,
+            via=via,
+        )
+        await self._payments.insert(payment)
+        return self.challenge_of(payment)
+
+    def challenge_of(self, payment: Payment) -> Challenge:
+        """The challenge for a stored payment: the same macaroon and invoice every time."""
+        token = l402.mint(
+            payment.payment_hash,
+            payment.service,
+            payment.expires_at + self._credential_ttl_s,
+            bytes.fromhex(payment.root_key),
+            bytes.fromhex(payment.token_id),
+        )
+        challenge = mpp.make_challenge(
+            secret=self._server_secret,
+            realm=self._realm,
+            amount_sats=payment.amount_msat // 1000,
+            bolt11=payment.bolt11,
+            payment_hash=payment.payment_hash,
+            network=self._network,
+            expires_at=payment.expires_at,
+            description=payment.description,
+        )
+        return Challenge(payment, token.macaroon_b64, challenge)
+
+    async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge:
+        """Quote ``params`` and issue its invoice: the 402 of one call."""
+        return await self.create_payment(
+            spec,
+            amount_sats=spec.quote_sats(params),
+            digest=request_digest(spec.slug, params),
+            via=via,
+        )

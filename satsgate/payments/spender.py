@@ -1,0 +1,361 @@
+"""The spender: spend a payment once, run its call, refund what was not earned.
+
+The spend rule: after every check of the credential (see the verifier), the call
+is re-priced; a payment that covers less is refunded in full and refused. Then
+one conditional UPDATE (``... SET status = 'spent' WHERE ... AND status =
+'paid'``), checked by its rowcount, decides who is served; the handler runs only
+after it. After the spend every failure carries a refund of the whole payment, and
+a call that delivered less than was paid is refunded the difference.
+
+The same request with the same payment within the dedup window gets the first
+outcome again, with no second spend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from satsgate.engines import EngineError
+from satsgate.errors import ApiError
+from satsgate.jobs import FailureRefund, JobWork
+from satsgate.payments import l402
+from satsgate.payments.dedup import DedupCache
+from satsgate.payments.verifier import Verified
+from satsgate.services.base import (
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+    request_digest,
+)
+from satsgate.store import Job, Payment, PaymentStatus
+
+log = logging.getLogger(__name__)
+
+AnySpec = ServiceSpec[Any]
+Progress = Callable[[float, str], None]
+
+
+class SpendablePayments(Protocol):
+    """The payments repository's spend rule and point reads."""
+
+    async def spend(self, payment_id: str, now: int) -> bool:
+        """paid -> spent; True for exactly one caller."""
+        ...
+
+    async def spend_token(
+        self, payment_hash: str, token_id: str, service: str, price_msat: int, now: int
+    ) -> Payment | None:
+        """paid -> spent for this token's payment if it covers ``price_msat``; the row."""
+        ...
+
+    async def get(self, payment_id: str) -> Payment | None: ...
+
+    async def get_by_hash(self, payment_hash: str) -> Payment | None: ...
+
+
+class Refunder(Protocol):
+    """Issues refund links (the refund service); each returns the refund object, or None
+    when there was nothing (left) to refund."""
+
+    async def refund_unspent(self, payment: Payment, reason: str) -> dict[str, Any] | None:
+        """paid -> refunded in full; None when the payment is no longer paid (a lost race)."""
+        ...
+
+    async def refund_spent(
+        self, payment: Payment, amount_msat: int, reason: str
+    ) -> dict[str, Any] | None:
+        """Part or all of a spent payment; never more in total than was paid."""
+        ...
+
+    async def latest_refund(self, payment_id: str) -> dict[str, Any] | None:
+        """The payment's most recent refund, if any."""
+        ...
+
+
+class PaidRefresher(Protocol):
+    """Asks the node about an unpaid row before it is refused (the settlements)."""
+
+    async def refresh_paid(self, payment: Payment) -> Payment: ...
+
+
+class JobQueue(Protocol):
+    """Runs a spent job-mode call in the background (the job runner)."""
+
+    async def submit(
+        self,
+        *,
+        payment_id: str,
+        service: str,
+        job_type: str,
+        work: JobWork,
+        refund_on_failure: FailureRefund,
+    ) -> Job: ...
+
+    def accepted_body(self, job: Job) -> dict[str, Any]: ...
+
+    def accepted_headers(self, job: Job) -> dict[str, str]: ...
+
+
+class HandlerContexts(Protocol):
+    """Makes the context a handler runs with."""
+
+    def for_call(self, call_id: str, progress: Progress | None = None) -> ServiceContext: ...
+
+
+class Spender:
+    def __init__(
+        self,
+        *,
+        payments: SpendablePayments,
+        refunds: Refunder,
+        settlements: PaidRefresher,
+        jobs: JobQueue,
+        contexts: HandlerContexts,
+        dedup_window_s: float,
+    ) -> None:
+        self._payments = payments
+        self._refunds = refunds
+        self._settlements = settlements
+        self._jobs = jobs
+        self._contexts = contexts
+        self._dedup = DedupCache(dedup_window_s)
+
+    async def execute_deduplicated(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
+    ) -> tuple[ServiceResult, bool]:
+        """:meth:`execute` behind the 30 s dedup cache; returns (result, replayed)."""
+        return await self._deduplicated(
+            payment.payment_hash, spec, params, lambda: self.execute(payment, spec, params),
+            use_cache,
+        )
+
+    async def execute_credential(
+        self, verified: Verified, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
+    ) -> tuple[ServiceResult, bool]:
+        """The call a verified credential pays for, behind the dedup cache.
+
+        A macaroon verified under its derived root key is spent by one statement that
+        also reads its row (paid, this token, this service, enough paid -> spent); only
+        when that finds nothing is the row read to say why (or to refresh an unpaid one
+        from the node), through :meth:`execute`. Raises CredentialError for a token
+        whose row is gone.
+        """
+
+        async def run() -> ServiceResult:
+            if verified.payment is not None:
+                return await self.execute(verified.payment, spec, params)
+            price_msat = spec.quote_sats(params) * 1000
+            spent = await self._payments.spend_token(
+                verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
+            )
+            if spent is not None:
+                return await self._dispatch(spent, spec, params, price_msat)
+            payment = await self._payments.get_by_hash(verified.payment_hash)
+            if payment is None or payment.token_id != verified.token_id:
+                raise l402.CredentialError("unknown or revoked macaroon")
+            return await self.execute(payment, spec, params)
+
+        return await self._deduplicated(verified.payment_hash, spec, params, run, use_cache)
+
+    async def _deduplicated(
+        self,
+        payment_hash: str,
+        spec: AnySpec,
+        params: BaseModel,
+        run: Callable[[], Awaitable[ServiceResult]],
+        use_cache: bool,
+    ) -> tuple[ServiceResult, bool]:
+        """``run()`` behind the 30 s dedup cache; returns (result, replayed).
+
+        The same request with the same payment within the window gets the first
+        outcome again (a result, or an error with its refund) with no second spend;
+        a repeat that arrives while the first is running waits for it. Keyed by the
+        payment hash, so only the payer can ever see a cached outcome.
+        """
+        key = (payment_hash, request_digest(spec.slug, params))
+        if use_cache:
+            earlier = self._dedup.lookup(key)
+            if earlier is not None:
+                try:
+                    return await asyncio.shield(earlier), True
+                except asyncio.CancelledError:
+                    if not earlier.cancelled():
+                        raise
+                    use_cache = False  # the first attempt never ran; the spend rule decides
+                except ApiError as exc:
+                    exc.headers = {**exc.headers, "X-Dedup": "hit"}
+                    raise
+            else:
+                self._dedup.begin(key)
+        try:
+            result = await run()
+        except ApiError as exc:
+            if use_cache:
+                # Cache only what followed a spend (it carries a refund); the rest never ran.
+                if exc.refund is not None:
+                    self._dedup.fail(key, exc)
+                else:
+                    self._dedup.forget(key)
+            raise
+        except BaseException:
+            if use_cache:
+                self._dedup.forget(key)
+            raise
+        if use_cache:
+            self._dedup.finish(key, result)
+        return result, False
+
+    async def execute(self, payment: Payment, spec: AnySpec, params: BaseModel) -> ServiceResult:
+        """Spend ``payment`` on one call of ``spec`` and run it. Raises ApiError.
+
+        After the spend, every failure carries a refund of the whole payment; a
+        call that prices below what was paid is refunded the difference.
+        """
+        if payment.service != spec.slug:
+            raise ApiError(
+                "PAYMENT_INVALID", f"This payment is for {payment.service}, not {spec.slug}."
+            )
+        payment = await self._settlements.refresh_paid(payment)
+        if payment.status is PaymentStatus.UNPAID:
+            if payment.expires_at <= time.time():
+                raise ApiError("PAYMENT_EXPIRED", "The invoice expired before it was paid.")
+            raise ApiError(
+                "PAYMENT_PENDING",
+                "The invoice is not paid yet.",
+                extra={"paymentId": payment.payment_id},
+            )
+        if payment.status is PaymentStatus.SPENT:
+            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+        if payment.status is PaymentStatus.REFUNDED:
+            raise ApiError(
+                "PAYMENT_ALREADY_USED", "Service already used: this payment was refunded."
+            )
+
+        price_msat = spec.quote_sats(params) * 1000
+        if price_msat > payment.amount_msat:
+            refund = await self._refunds.refund_unspent(
+                payment,
+                f"request prices at {price_msat // 1000} sat, "
+                f"{payment.amount_msat // 1000} sat were paid",
+            )
+            if refund is None:  # lost a race with another use: it was served or refunded
+                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(
+                "PAYMENT_INSUFFICIENT",
+                f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
+                " sat were paid for it. The payment was refunded in full.",
+                refund=refund,
+                extra={"amountSats": price_msat // 1000},
+            )
+
+        # The spend: whoever changes the row from paid is served; everyone else (a
+        # replay, a concurrent refund that won) is told it was used.
+        if not await self._payments.spend(payment.payment_id, int(time.time())):
+            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+        return await self._dispatch(payment, spec, params, price_msat)
+
+    async def _dispatch(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> ServiceResult:
+        """Run a just-spent call (or submit it as a job)."""
+        if spec.mode == "job":
+            return await self._submit_job(payment, spec, params, price_msat)
+        return await self._run_handler(
+            payment, spec, params, price_msat, self._contexts.for_call(payment.payment_id)
+        )
+
+    async def _run_handler(
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        params: BaseModel,
+        price_msat: int,
+        ctx: ServiceContext,
+    ) -> ServiceResult:
+        """Run a spent call's handler: any failure refunds the whole payment."""
+        try:
+            result = await spec.handler(ctx, params)
+        except ApiError as exc:
+            exc.refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
+            raise
+        except EngineError as exc:
+            refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
+            raise ApiError(
+                exc.code, exc.message, refund=refund, extra=exc.envelope_extra(),
+                headers=exc.http_headers(),
+            ) from exc
+        except asyncio.CancelledError:
+            # The client went away mid-call; the money is still owed back.
+            await asyncio.shield(
+                self._refund_after_spend(payment, payment.amount_msat, "call cancelled")
+            )
+            raise
+        except Exception as exc:
+            log.exception("service %s failed after payment", spec.slug)
+            refund = await self._refund_after_spend(payment, payment.amount_msat, repr(exc))
+            raise ApiError(
+                "L402_UPSTREAM_FAILED",
+                "The service failed after payment; the payment was refunded.",
+                refund=refund,
+            ) from exc
+
+        if spec.untrusted_output and isinstance(result.body, dict):
+            result = replace(result, body={**result.body, "untrusted_output": True})
+        # One refund link for all that was not earned: what was paid beyond the quote,
+        # plus what the service did not deliver of it.
+        earned_msat, field, reason = price_msat, "refund", "paid more than the request costs"
+        if result.charged_msat is not None and result.charged_msat < price_msat:
+            earned_msat = max(0, result.charged_msat)
+            field, reason = "partial_refund", "the call delivered less than was quoted"
+        unearned_msat = payment.amount_msat - earned_msat
+        if unearned_msat > 0:
+            refund = await self._refund_after_spend(payment, unearned_msat, reason)
+            if refund is not None and isinstance(result.body, dict):
+                result = replace(result, body={**result.body, field: refund})
+        return result
+
+    async def _submit_job(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> ServiceResult:
+        async def work(report: Progress) -> dict[str, Any]:
+            ctx = self._contexts.for_call(payment.payment_id, progress=report)
+            result = await self._run_handler(payment, spec, params, price_msat, ctx)
+            if isinstance(result.body, dict):
+                return result.body
+            return {"content": result.body if isinstance(result.body, str) else None}
+
+        async def refund(reason: str) -> dict[str, Any] | None:
+            issued = await self._refund_after_spend(payment, payment.amount_msat, reason)
+            if issued is None:  # already refunded (e.g. on cancellation): show that refund
+                issued = await self._refunds.latest_refund(payment.payment_id)
+            return issued
+
+        job = await self._jobs.submit(
+            payment_id=payment.payment_id,
+            service=spec.slug,
+            job_type=spec.job_type or spec.slug,
+            work=work,
+            refund_on_failure=refund,
+        )
+        return ServiceResult(
+            self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
+        )
+
+    async def refund_orphaned_job(self, job: Job) -> dict[str, Any] | None:
+        """Refund in full the payment of a job a restart interrupted."""
+        payment = await self._payments.get(job.payment_id)
+        if payment is None:
+            return None
+        return await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")
+
+    async def _refund_after_spend(
+        self, payment: Payment, amount_msat: int, reason: str
+    ) -> dict[str, Any] | None:
+        return await self._refunds.refund_spent(payment, amount_msat, reason[:500])

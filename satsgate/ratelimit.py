@@ -1,0 +1,255 @@
+"""Per-client rate limits: token buckets keyed by (rule, client address).
+
+Three rules, each ``<rule>_rate_per_min`` in Settings (0 turns it off):
+
+- ``challenge``: a request that would be answered with a new invoice (a 402 on a paid
+  route without Authorization, a fresh 402 after a rejected credential, MCP
+  ``create_payment``). A request carrying a credential is let through: a valid one is
+  never limited; an invalid one is charged only when the gate would issue a new
+  challenge for it (satsgate/payments/http.py calls :func:`check_challenge`).
+- ``refund``: POST /api/l402/refund and MCP ``request_refund``.
+- ``estimate``: GET /api/estimate-cost.
+
+A bucket holds a minute's worth of requests and refills continuously, so a client may
+burst up to the rate and then sustain it. Over the limit: 429 ``RATE_LIMITED`` with
+``Retry-After`` (whole seconds until one request is allowed again).
+
+The client is the peer address, or, when the peer is a trusted proxy
+(``trusted_proxies``), the right-most ``X-Forwarded-For`` entry that is not itself a
+trusted proxy. An IPv6 client is keyed by its /64, as one host usually holds a whole
+/64. Memory is bounded: buckets idle for a minute (refilled) are dropped as new ones
+come, and at most ``MAX_BUCKETS`` are kept (the least recently used go first).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from satsgate.config import Settings
+from satsgate.errors import ApiError
+from satsgate.http_util import Handler, error_response
+
+MAX_BUCKETS = 100_000
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Routes (aiohttp's canonical resource paths) whose unauthenticated POST issues a challenge.
+CHALLENGE_ROUTES = frozenset(
+    {
+        "/api/l402/{slug}",
+        "/api/m/{service}/{model}",
+        "/api/l402/voice-bridge/open",
+        "/api/l402/ai-call",
+    }
+)
+_RULE_ROUTES = {
+    ("POST", "/api/l402/refund"): "refund",
+    ("GET", "/api/estimate-cost"): "estimate",
+}
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class RateLimiter:
+    """Token buckets for named rules, each ``per_min`` requests a minute per client."""
+
+    def __init__(
+        self, rates_per_min: dict[str, int], *, max_buckets: int = MAX_BUCKETS
+    ) -> None:
+        self._rates = {rule: rate for rule, rate in rates_per_min.items() if rate > 0}
+        self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
+        self._max_buckets = max_buckets
+
+    def enabled(self, rule: str) -> bool:
+        return rule in self._rates
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, rule: str, client: str, now: float | None = None) -> float:
+        """Spend one request of ``client`` under ``rule``: 0.0 when allowed, else the
+        seconds until one is allowed again (nothing is spent then)."""
+        rate = self._rates.get(rule)
+        if rate is None:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        capacity = float(rate)
+        per_s = rate / 60.0
+        key = (rule, client)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = _Bucket(capacity, now)
+            self._buckets[key] = bucket
+            self._bound(now)
+        else:
+            bucket.tokens = min(capacity, bucket.tokens + (now - bucket.at) * per_s)
+            bucket.at = now
+            self._buckets.move_to_end(key)
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return 0.0
+        return (1.0 - bucket.tokens) / per_s
+
+    def _bound(self, now: float) -> None:
+        self.prune(now)
+        while len(self._buckets) > self._max_buckets:
+            self._buckets.popitem(last=False)  # least recently used
+
+    def prune(self, now: float | None = None) -> int:
+        """Drop the buckets that have refilled (forgetting them changes nothing). The
+        dict is in order of last use, so this stops at the first one still in use:
+        amortised O(1) per request."""
+        now = time.monotonic() if now is None else now
+        dropped = 0
+        while self._buckets:
+            key, bucket = next(iter(self._buckets.items()))
+            if now - bucket.at < 60.0:
+                break
+            del self._buckets[key]
+            dropped += 1
+        return dropped
+
+    def check(self, rule: str, client: str) -> None:
+        """:meth:`take`, raising RATE_LIMITED with Retry-After when over the limit."""
+        wait = self.take(rule, client)
+        if wait > 0:
+            raise rate_limited(rule, wait)
+
+
+def rate_limited(rule: str, wait_s: float) -> ApiError:
+    seconds = max(1, math.ceil(wait_s))
+    what = {
+        "challenge": "unpaid payment requests",
+        "refund": "refund requests",
+        "estimate": "estimates",
+    }.get(rule, "requests")
+    return ApiError(
+        "RATE_LIMITED",
+        f"Too many {what} from this address; retry in {seconds} s.",
+        extra={"retry_after_seconds": seconds},
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+# -- client address -------------------------------------------------------------------------
+
+
+def parse_networks(items: Iterable[str]) -> tuple[IpNetwork, ...]:
+    return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in items)
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    text = text.strip()
+    if text.startswith("[") and "]" in text:  # [v6]:port
+        text = text[1 : text.index("]")]
+    elif text.count(":") == 1:  # v4:port
+        text = text.split(":", 1)[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _trusted(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, proxies: tuple[IpNetwork, ...]
+) -> bool:
+    return any(address in net for net in proxies if net.version == address.version)
+
+
+def client_key(peer: str | None, forwarded_for: list[str], proxies: tuple[IpNetwork, ...]) -> str:
+    """The client's key: its address, or the /64 of an IPv6 one. ``forwarded_for``
+    is every X-Forwarded-For header value, in order; it counts only behind a trusted proxy.
+    """
+    address = _ip(peer or "")
+    if address is None:
+        return peer or "unknown"
+    if proxies and _trusted(address, proxies):
+        hops = [hop for value in forwarded_for for hop in value.split(",")]
+        for hop in reversed(hops):
+            candidate = _ip(hop)
+            if candidate is None:
+                break  # garbage from here on was written by the client: stop at the proxy
+            address = candidate
+            if not _trusted(candidate, proxies):
+                break
+    return address_key(address)
+
+
+def address_key(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+# -- the HTTP face --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the app holds: the limiter and the trusted proxies."""
+
+    limiter: RateLimiter
+    proxies: tuple[IpNetwork, ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            RateLimiter(
+                {
+                    "challenge": settings.challenge_rate_per_min,
+                    "refund": settings.refund_rate_per_min,
+                    "estimate": settings.estimate_rate_per_min,
+                }
+            ),
+            parse_networks(settings.trusted_proxies),
+        )
+
+    def client(self, request: web.BaseRequest) -> str:
+        return client_key(
+            request.remote, request.headers.getall("X-Forwarded-For", []), self.proxies
+        )
+
+
+LIMITS = web.AppKey("rate_limits", Limits)
+
+
+def check_challenge(request: web.Request) -> None:
+    """Before a new challenge is issued for ``request``: RATE_LIMITED when over the limit."""
+    limits = request.app.get(LIMITS)
+    if limits is not None:
+        limits.limiter.check("challenge", limits.client(request))
+
+
+def _rule_for(request: web.Request) -> str | None:
+    route = request.match_info.route.resource
+    path = route.canonical if route is not None else ""
+    if request.method == "POST" and path in CHALLENGE_ROUTES:
+        return None if "Authorization" in request.headers else "challenge"
+    return _RULE_ROUTES.get((request.method, path))
+
+
+@web.middleware
+async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Limit by route before any work: unpaid challenges, refunds, estimates."""
+    limits = request.app.get(LIMITS)
+    if limits is not None:
+        rule = _rule_for(request)
+        if rule is not None and limits.limiter.enabled(rule):
+            wait = limits.limiter.take(rule, limits.client(request))
+            if wait > 0:
+                return error_response(rate_limited(rule, wait))
+    return await handler(request)

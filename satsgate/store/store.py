@@ -1,0 +1,34 @@
+"""The Store: the engine and one repository per aggregate, opened and closed together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from satsgate.store.cursors import CursorRepository
+from satsgate.store.engine import Database
+from satsgate.store.jobs import JobRepository
+from satsgate.store.ledger import LedgerRepository
+from satsgate.store.payments import PaymentRepository
+from satsgate.store.refunds import RefundRepository
+from satsgate.store.votes import VoteRepository
+
+
+class Store:
+    """satsgate's SQLite database: ``db`` runs the statements (connections, group
+    commit, store thread, checkpoints); each repository owns its aggregate's SQL."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = Database(path)
+        self.payments = PaymentRepository(self.db)
+        self.refunds = RefundRepository(self.db)
+        self.jobs = JobRepository(self.db)
+        self.cursors = CursorRepository(self.db)
+        self.votes = VoteRepository(self.db)
+        self.ledger = LedgerRepository(self.db)
+
+    async def open(self) -> None:
+        """Open both connections and bring the schema up to date."""
+        await self.db.open()
+
+    async def close(self) -> None:
+        await self.db.close()

@@ -1,0 +1,157 @@
+"""Hostile input against a real server: every reader answers 400 in its envelope, never 500."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import socket
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from satsgate.json_input import MAX_DEPTH, JsonInputError, loads
+from tests.conftest import ThreadedServer
+
+DEEP = b"[" * 2500 + b"]" * 2500  # RecursionError in json.loads
+TOO_DEEP = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)  # parses, but deeper than allowed
+HUGE_INT = b'{"title": ' + b"7" * 5000 + b"}"  # ValueError: over 4300 digits
+HUGE_DIGITS = b"9" * 5000
+NESTED_FIELD = b'{"template": "headline", "title": ' + b"[" * 60 + b"]" * 60 + b"}"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
+    # (name, path, body, headers, status, error code or JSON-RPC code)
+    ("paid deep", "/api/l402/render-card", DEEP, {}, 400, "L402_INVALID_PARAMS"),
+    ("paid too deep", "/api/l402/render-card", TOO_DEEP, {}, 400, "L402_INVALID_PARAMS"),
+    ("paid huge int", "/api/l402/render-card", HUGE_INT, {}, 400, "L402_INVALID_PARAMS"),
+    ("paid nested field", "/api/l402/render-card", NESTED_FIELD, {}, 400, "L402_INVALID_PARAMS"),
+    ("path model deep", "/api/m/render-card/any", DEEP, {}, 400, "L402_INVALID_PARAMS"),
+    ("ai-call deep", "/api/l402/ai-call", DEEP, {}, 400, "L402_INVALID_PARAMS"),
+    ("refund deep", "/api/l402/refund", DEEP, {}, 400, "L402_INVALID_PARAMS"),
+    ("refund huge int", "/api/l402/refund", HUGE_INT, {}, 400, "L402_INVALID_PARAMS"),
+    ("mcp deep", "/api/mcp", DEEP, {}, 400, "-32700"),
+    ("mcp too deep", "/api/mcp", TOO_DEEP, {}, 400, "-32700"),
+    ("mcp huge int", "/api/mcp", b'{"id": ' + HUGE_DIGITS + b"}", {}, 400, "-32700"),
+    (
+        "mpp deep",
+        "/api/l402/render-card",
+        b'{"template": "headline", "title": "x"}',
+        {"Authorization": "Payment " + b64url(DEEP)},
+        400,
+        "MALFORMED_CREDENTIAL",
+    ),
+    (
+        "mpp huge int",
+        "/api/l402/render-card",
+        b'{"template": "headline", "title": "x"}',
+        {"Authorization": "Payment " + b64url(b'{"challenge": ' + b"1" * 5000 + b"}")},
+        400,
+        "MALFORMED_CREDENTIAL",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "body", "headers", "status", "code"), CASES, ids=[c[0] for c in CASES]
+)
+async def test_bad_json_is_a_400_envelope(
+    client: httpx.AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    code: str,
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        resp = await client.post(
+            path, content=body, headers={"Content-Type": "application/json", **headers}
+        )
+    assert resp.status_code == status, resp.text[:300]
+    payload = resp.json()
+    if code.startswith("-"):
+        assert payload["error"]["code"] == int(code)
+    else:
+        assert payload["error_code"] == code
+        assert resp.headers["X-Error-Code"] == code
+        assert payload["error"] and payload["suggestion"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def raw_request(server: ThreadedServer, data: bytes) -> tuple[bytes, Any]:
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(data)
+        sock.settimeout(5)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    head, _, body = received.partition(b"\r\n\r\n")
+    return head, json.loads(body)
+
+
+RAW_CASES = [
+    ("oversized header", b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"),
+    ("bad content-length", b"POST /api/l402/refund HTTP/1.1\r\nContent-Length: abc\r\n\r\n"),
+    ("bad request line", b"GET /api/health\x00 HTTP/1.1\r\nHost: x\r\n\r\n"),
+    (
+        "bad chunked body",
+        b"POST /api/l402/refund HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "data"), RAW_CASES, ids=[c[0] for c in RAW_CASES])
+def test_aiohttp_parser_errors_answer_the_envelope(
+    server: ThreadedServer, caplog: pytest.LogCaptureFixture, name: str, data: bytes
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        head, body = raw_request(server, data)
+    assert head.split(b"\r\n")[0].split(b" ")[1] == b"400", head
+    assert b"application/json" in head
+    assert b"X-Error-Code: INVALID_INPUT" in head
+    assert body["error_code"] == "INVALID_INPUT"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_client_cut_off_mid_upload_is_one_debug_line(
+    server: ThreadedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = int(server.url.rsplit(":", 1)[1])
+    with caplog.at_level(logging.DEBUG, logger="satsgate"):
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(
+                    b"POST /api/l402/render-card HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: 50000\r\n\r\n{"
+                    + b" " * 1000
+                )
+                time.sleep(0.1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            lines = [r for r in caplog.records if "ended early" in r.getMessage()]
+            if len(lines) >= 3:
+                break
+            time.sleep(0.05)
+    assert len(lines) == 3
+    assert all(r.levelno == logging.DEBUG and r.exc_info is None for r in lines)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_json_reader_alone() -> None:
+    assert loads(b'{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
+    assert loads(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is not None
+    for bad in (DEEP, TOO_DEEP, HUGE_INT, b"\xff\xfe", b"{"):
+        with pytest.raises(JsonInputError):
+            loads(bad)

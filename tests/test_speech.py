@@ -132,14 +132,18 @@ async def test_tts_voice_description_changes_the_voice(client: httpx.AsyncClient
 
 @pytest.mark.parametrize(
     ("extra", "said"),
-    [({"voice_description": "male, indian"}, "indian accent"), ({"language": "xx"}, "'xx'")],
+    [({"voice_description": "male, indian"}, "indian accent"), ({"language": "hmn"}, "'hmn'")],
 )
-async def test_tts_refunds_what_the_local_voice_cannot_do(
-    client: httpx.AsyncClient, extra: dict[str, str], said: str
+async def test_tts_what_the_local_voice_cannot_do_is_refused_before_any_invoice(
+    client: httpx.AsyncClient, server: ThreadedServer, extra: dict[str, str], said: str
 ) -> None:
-    resp = await paid_post(client, "text-to-speech", {"text": SENTENCE, "modelId": 43, **extra})
-    body = assert_envelope(resp, "INVALID_INPUT", 400)
-    assert said in body["error"] and body["refund"]["amount_sats"] >= 1
+    before = payment_count(server)
+    resp = await client.post(
+        "/api/l402/text-to-speech", json={"text": SENTENCE, "modelId": 43, **extra}
+    )
+    body = assert_envelope(resp, "SERVICE_UNAVAILABLE", 503)
+    assert said in body["error"] and "refund" not in body
+    assert payment_count(server) == before
 
 
 async def test_tts_tiers_the_node_does_not_serve_are_refused_before_any_invoice(
@@ -198,13 +202,18 @@ async def test_transcription_job_writes_out_english_speech(
     assert result["srt"].count("\n\n") == len(segments) - 1
 
 
-async def test_transcription_of_another_language_is_refunded(
-    client: httpx.AsyncClient, tmp_path: Path
+async def test_transcription_of_another_language_is_refused_before_any_invoice(
+    client: httpx.AsyncClient, server: ThreadedServer, tmp_path: Path
 ) -> None:
-    body = {"file": base64.b64encode(espeak_wav("Hello.", tmp_path)).decode(), "language": "de"}
-    done = await finished_job(client, await paid_post(client, "transcribe-audio", body))
-    assert done["status"] == "FAILED" and done["error_code"] == "INVALID_INPUT", done
-    assert "English only" in done["error"] and done["refund"]["amount_sats"] >= 1
+    before = payment_count(server)
+    audio = base64.b64encode(espeak_wav("Hello.", tmp_path)).decode()
+    for extra, said in (
+        ({"language": "de"}, "English only"), ({"type": "translation"}, "cannot translate")
+    ):
+        resp = await client.post("/api/l402/transcribe-audio", json={"file": audio, **extra})
+        body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+        assert body["fields"][0]["field"] == "language" and said in body["error"], body
+    assert payment_count(server) == before
 
 
 async def test_api_languages_says_which_transcription_languages_this_node_serves(
@@ -312,6 +321,10 @@ async def test_audiobook_bad_chapter_index_is_refused_before_any_invoice(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
     before = payment_count(server)
+    body = {"epubBase64": base64.b64encode(sample_epub()).decode(), "fileName": "mill.epub",
+            "modelId": 43, "language": "Hmong"}  # fmt: skip
+    resp = await client.post("/api/l402/epub-audiobook", json=body)
+    assert "does not speak 'hmn'" in assert_envelope(resp, "SERVICE_UNAVAILABLE", 503)["error"]
     body = {"epubBase64": base64.b64encode(sample_epub()).decode(), "fileName": "mill.epub",
             "modelId": 43, "selectedChapterIndices": [2, 9]}  # fmt: skip
     resp = await client.post("/api/l402/epub-audiobook", json=body)

@@ -219,6 +219,13 @@ TEXT_TO_SPEECH = ServiceSpec(
     prevalidate=prevalidate,
     example={"text": "Hello from satsgate.", "voice": "English_Aria"},
     engine="tts",
+    # A language or voice description the engine cannot speak (the local voice: no Hmong,
+    # no Indian accent) is refused before any invoice.
+    engine_request=lambda p: SynthesisRequest(
+        text=p.text, model_id=p.chosen_model, voice=p.voice, speed=p.speed,
+        language=p.language, voice_description=p.voice_description, emotion=p.emotion,
+        format=p.format,
+    ),
 )
 
 # -- clone-voice ---------------------------------------------------------------------------
@@ -419,6 +426,13 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
     engine="transcription",
+    # A language the engine does not transcribe (the local one: English only) is refused
+    # before any invoice; the audio is not needed to tell.
+    engine_request=lambda p: TranscriptionRequest(
+        audio=b"", format="", language=None if p.language == "auto" else p.language,
+        task=p.type,
+    ),
+    engine_request_field="language",
 )
 
 
@@ -735,6 +749,11 @@ EPUB_AUDIOBOOK = ServiceSpec(
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
     engine="audiobook",
+    # A narration language or voice the engine cannot speak is refused before any invoice.
+    engine_request=lambda p: NarrationRequest(
+        chapters=(), model_id=p.chosen_model, language=p.translateToLanguage or p.language,
+        speed=p.speed, voice=p.voice,
+    ),
 )
 
 # -- generate-music ------------------------------------------------------------------------

@@ -3,8 +3,11 @@ voice descriptions mapped to its voices, variants, pitch and rate, and what it r
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from satsgate.engines import EngineError
 from satsgate.engines.local.espeak import (
     BASE_WPM,
     Unsupported,
@@ -12,6 +15,7 @@ from satsgate.engines.local.espeak import (
     parse_voice_list,
     plan_voice,
 )
+from satsgate.engines.local.tools import ToolRunner, wav_duration_s
 from satsgate.engines.local.whisper import WhisperEngine
 from satsgate.engines.transcription import TranscriptionRequest
 
@@ -76,3 +80,18 @@ def test_the_recognizer_takes_english_only() -> None:
     assert "English only" in (ask(TranscriptionRequest(b"", "wav", "de")) or "")
     assert "cannot translate" in (ask(TranscriptionRequest(b"", "wav", None, "translation")) or "")
     assert WhisperEngine.languages == frozenset({"en"})
+
+
+async def test_a_tool_past_its_time_is_killed_and_a_failing_one_refunded() -> None:
+    tools = ToolRunner(0.3, parallel=1)
+    started = time.monotonic()
+    with pytest.raises(EngineError) as late:
+        await tools.run(["sleep", "20"], what="the test tool")
+    assert late.value.code == "TIMEOUT" and time.monotonic() - started < 5
+    assert "did not finish within 0.3 s" in late.value.message
+    with pytest.raises(EngineError) as failed:
+        await tools.run(["sh", "-c", "echo secret detail >&2; exit 3"], what="the test tool")
+    assert failed.value.code == "SERVICE_ERROR" and "secret" not in failed.value.message
+    assert await tools.run(["cat"], stdin=b"spoken") == b"spoken"
+    with pytest.raises(EngineError):
+        wav_duration_s(b"RIFF\0\0\0\0WAVE")

@@ -16,7 +16,9 @@ Scenarios (wrk in its own process, as bench/run.py):
 
 Reported: the p50 latency overhead at one connection (proxied - direct, per round, then
 the median; target < 2 ms), the throughput ratio at 16 connections (proxied / direct;
-target >= 0.5), and satsgate's CPU per proxied call. Writes
+target >= 0.5), and satsgate's CPU per proxied call. For context, the same pair at 16
+connections against a second upstream that answers in 50 ms (``*_c16_slow``, its own
+satsgate): a model's answer time rather than a bare handler's 30 us. Writes
 bench/results/proxy_overhead.{json,md}. The upstream is a bare aiohttp app in its own
 process (``--serve-upstream``); satsgate is the real app (``--serve-satsgate``) with a
 ``[providers.bench] kind = "openai"`` table pointing at it.
@@ -62,7 +64,13 @@ TARGET_RATIO = 0.5
 # -- the two servers (each its own process) ---------------------------------------------------
 
 
+DELAY_S = 0.0  # the upstream's answer time (--delay-ms of --serve-upstream)
+SLOW_UPSTREAM_MS = 50  # context: an upstream that takes as long as a fast model's answer
+
+
 async def _chat(request: web.Request) -> web.Response:
+    if DELAY_S:
+        await asyncio.sleep(DELAY_S)
     if request.headers.get("Authorization") != f"Bearer {KEY}":
         return web.json_response({"error": {"message": "bad key", "type": "invalid_request_error",
                                              "param": None, "code": "invalid_api_key"}},
@@ -124,10 +132,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--duration", type=float)
     parser.add_argument("--serve-upstream", type=int, metavar="PORT")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="upstream answer time")
     parser.add_argument("--serve-satsgate", nargs=3, metavar=("PORT", "DATA_DIR", "UPSTREAM"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.serve_upstream:
+        global DELAY_S
+        DELAY_S = args.delay_ms / 1000
         serve_upstream(args.serve_upstream)
         return 0
     if args.serve_satsgate:
@@ -163,6 +174,18 @@ def run(rounds: int, duration: float) -> int:
             tmp / "satsgate.log",
         )
         settings = bench_settings(data_dir, 0, upstream.url)
+        slow = start_server(
+            "upstream-slow",
+            [me, "--serve-upstream", str(free_port()), "--delay-ms", str(SLOW_UPSTREAM_MS)],
+            tmp / "upstream-slow.log",
+        )
+        data_dir_slow = tmp / "data-slow"
+        satsgate_slow = start_server(
+            "satsgate-slow",
+            [me, "--serve-satsgate", str(free_port()), str(data_dir_slow), slow.url],
+            tmp / "satsgate-slow.log",
+        )
+        settings_slow = bench_settings(data_dir_slow, 0, slow.url)
         try:
             sanity = check_once(satsgate.url, http)
             body = json.dumps(BODY, separators=(",", ":"))
@@ -190,7 +213,23 @@ def run(rounds: int, duration: float) -> int:
                     if proxied.exhausted_threads:
                         raise RuntimeError("credentials ran out: rerun (the rate was higher)")
                     rate = max(rate, proxied.rps)
-                    for result in (direct, proxied):
+                    pairs = [direct, proxied]
+                    if connections == 16:  # context: the same against a 50 ms upstream
+                        pairs.append(run_wrk(
+                            "direct_c16_slow", slow, f"{slow.url}/v1/chat/completions",
+                            "static.lua", ["POST", direct_body, "1", f"Bearer {KEY}"],
+                            duration=duration, connections=16, threads=1,
+                        ))
+                        creds = tmp / f"creds-{index}-slow"
+                        seed(settings_slow, seed_spec, int(16 / 0.05 * duration * 2) + 500,
+                             creds)
+                        pairs.append(run_wrk(
+                            "proxied_c16_slow", satsgate_slow,
+                            f"{satsgate_slow.url}/api/l402/generate-text", "paid.lua",
+                            [str(creds), "/api/l402/generate-text", body, "1"],
+                            duration=duration, connections=16, threads=1,
+                        ))
+                    for result in pairs:
                         statuses = {k: v for k, v in result.statuses.items() if k != "200"}
                         if statuses or result.socket_errors:
                             raise RuntimeError(f"{result.scenario}: non-200 {statuses} "
@@ -198,8 +237,8 @@ def run(rounds: int, duration: float) -> int:
                         one.append(result.__dict__)
                 results.append(one)
         finally:
-            satsgate.stop()
-            upstream.stop()
+            for server in (satsgate, upstream, satsgate_slow, slow):
+                server.stop()
     summary = summarise(results)
     doc = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -245,8 +284,14 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
     overhead = [p["latency_ms"]["p50"] - d["latency_ms"]["p50"]
                 for d, p in zip(by("direct_c1"), by("proxied_c1"), strict=True)]
     ratio = [p["rps"] / d["rps"] for d, p in zip(by("direct_c16"), by("proxied_c16"), strict=True)]
+    ratio_slow = [p["rps"] / d["rps"]
+                  for d, p in zip(by("direct_c16_slow"), by("proxied_c16_slow"), strict=True)]
     med = statistics.median
     return {
+        "throughput_ratio_c16_slow_upstream": round(med(ratio_slow), 3),
+        "rps_direct_c16_slow": med(r["rps"] for r in by("direct_c16_slow")),
+        "rps_proxied_c16_slow": med(r["rps"] for r in by("proxied_c16_slow")),
+        "slow_upstream_ms": SLOW_UPSTREAM_MS,
         "p50_direct_c1_ms": med(r["latency_ms"]["p50"] for r in by("direct_c1")),
         "p50_proxied_c1_ms": med(r["latency_ms"]["p50"] for r in by("proxied_c1")),
         "p50_overhead_ms": round(med(overhead), 3),
@@ -286,6 +331,9 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- throughput at 16 connections: proxied {s['rps_proxied_c16']} req/s vs direct "
         f"{s['rps_direct_c16']} req/s = **{s['throughput_ratio_c16']:.0%}** (target >= "
         f"{s['target_throughput_ratio']:.0%}: {'met' if s['throughput_ratio_met'] else 'NOT met'})",
+        f"- context: against an upstream that answers in {s['slow_upstream_ms']} ms, proxied "
+        f"{s['rps_proxied_c16_slow']} req/s vs direct {s['rps_direct_c16_slow']} req/s = "
+        f"**{s['throughput_ratio_c16_slow_upstream']:.0%}** at 16 connections",
         f"- CPU per call at 16 connections: satsgate {s['satsgate_cpu_us_per_call_c16']} us "
         f"(gate + provider call), the upstream alone {s['upstream_cpu_us_per_call_c16']} us",
         "",

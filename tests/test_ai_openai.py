@@ -240,6 +240,22 @@ async def test_generate_image_stores_the_image_at_the_asked_size(
     assert resp.headers["X-Route-Model"] == "8"
 
 
+async def test_generate_image_with_references_uploads_them_to_the_edits_endpoint(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    refs = [png(30, 20, (0, 0, 0)), png(30, 20, (255, 255, 255))]
+    resp = await paid(ai, "generate-image", {"prompt": "blend them", "modelId": 8,
+                                             "file": [b64(r) for r in refs]})
+    assert resp.status_code == 200, resp.text
+    (seen,) = fake.requests("/v1/images/edits")
+    assert [data for _name, data in seen.form["image[]"]] == refs
+    assert seen.form["model"] == ["fake-image-better"] and seen.form["prompt"] == ["blend them"]
+    with Image.open(io.BytesIO(await fetch(ai, resp.json()["image_url"]))) as img:
+        assert img.size == (30, 20)  # the fake inverts the first reference
+        assert img.convert("RGB").getpixel((1, 1)) == (255, 255, 255)
+    assert not fake.requests("/v1/images/generations")
+
+
 async def test_generate_image_answered_by_url_is_fetched_and_stored(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
@@ -558,6 +574,10 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
     [
         ({"kind": "openai", "max_retries": 5}, "text", "max_retries must be 0, 1 or 2"),
         ({"kind": "openai", "voices": "nova"}, "tts", "voices must be a table"),
+        ({"kind": "openai", "transcription_format": "srt"}, "transcription",
+         "transcription_format must be"),
+        ({"kind": "openai", "image_sizes": "any"}, "image", "image_sizes must be"),
+        ({"kind": "openai", "max_tokens_field": "tokens"}, "text", "max_tokens_field must be"),
         ({"kind": "anthropic", "max_tokens": "many"}, "text", "max_tokens must be a number"),
         ({"kind": "anthropic"}, "tts", "cannot serve it"),
         ({"kind": "openai", "models": {"10": "whisper"}}, "translation", "cannot serve it"),

@@ -144,7 +144,7 @@ class ChatTranslator:
                 messages=(ChatMessage("user", chunk),),
                 system=" ".join(rules),
                 max_tokens=min(MAX_ANSWER_TOKENS, len(chunk) + 256),
-                temperature=0.0,
+                # No temperature: reasoning models refuse any but their default.
                 model_name=model,
             )
         )

@@ -3,11 +3,12 @@ stored output, and the route header of a model choice."""
 
 from __future__ import annotations
 
-import io
+import asyncio
 from dataclasses import replace
 
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ImageInput
+from satsgate.engines.image_codec import convert_image, to_png
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.common import IMAGE_MAX_BYTES, ModelChoice, decode_file
 from satsgate.services.media import MediaError, image_info
@@ -19,35 +20,9 @@ _VISION_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp",
 _EXTENSIONS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "GIF": "gif"}
 
 
-def to_png(data: bytes) -> bytes:
-    """Any image Pillow reads, as PNG (first frame). In the process pool: it decodes."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        out = io.BytesIO()
-        converted = img if img.mode in ("RGB", "RGBA", "L", "LA", "P") else img.convert("RGBA")
-        converted.save(out, "PNG")
-        return out.getvalue()
-
-
-def convert_image(data: bytes, fmt: str) -> bytes:
-    """``data`` re-encoded as ``fmt`` (png, jpeg or webp). In the process pool."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        out = io.BytesIO()
-        if fmt == "jpeg":
-            img.convert("RGB").save(out, "JPEG", quality=92)
-        elif fmt == "webp":
-            img.save(out, "WEBP", quality=92)
-        else:
-            img.save(out, "PNG")
-        return out.getvalue()
-
-
 async def image_input(ctx: ServiceContext, value: str, field: str) -> ImageInput:
     """A caller's base64 image (checked before payment) as a vision engine's input."""
-    data = decode_file(value, field, IMAGE_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
     fmt = image_info(data).format
     if fmt in _VISION_TYPES:
         return ImageInput(data, _VISION_TYPES[fmt])
@@ -56,7 +31,7 @@ async def image_input(ctx: ServiceContext, value: str, field: str) -> ImageInput
 
 async def reference_png(ctx: ServiceContext, value: str, field: str) -> bytes:
     """A caller's base64 image as PNG bytes (what the image APIs take for uploads)."""
-    data = decode_file(value, field, IMAGE_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
     if image_info(data).format == "PNG":
         return data
     return await ctx.run_cpu(to_png, data)

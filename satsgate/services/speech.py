@@ -365,7 +365,7 @@ async def _transcribe(
     ctx: ServiceContext, p: _AudioInput, *, language: str | None, task: Task = "transcription",
     names: tuple[str, ...] = (), words: bool = False,
 ) -> TranscriptionResult:
-    data = decode_file(p.file, "file", AUDIO_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, p.file, "file", AUDIO_MAX_BYTES)
     request = TranscriptionRequest(
         audio=data, format=audio_format(data), language=language, task=task, names=names,
         word_timestamps=words,
@@ -463,7 +463,7 @@ class TranscribeTranslateParams(_AudioInput):
 async def transcribe_translate(
     ctx: ServiceContext, p: TranscribeTranslateParams
 ) -> ServiceResult:
-    data = decode_file(p.file, "file", AUDIO_MAX_BYTES)
+    data = await asyncio.to_thread(decode_file, p.file, "file", AUDIO_MAX_BYTES)
     request = SpeechTranslationRequest(
         audio=data, format=audio_format(data), target_language=p.targetLanguage,
         source_language=p.sourceLanguage,

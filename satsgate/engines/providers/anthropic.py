@@ -27,7 +27,7 @@ from satsgate.engines.chat import ChatMessage, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
-from satsgate.engines.providers import transport, upstream
+from satsgate.engines.providers import upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
@@ -85,7 +85,8 @@ class AnthropicProvider:
             base_url=base_url,
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
-            http_client=transport.http_client(config.timeout_s),
+            # The SDK's own aiohttp transport: a fraction of httpx's CPU per request.
+            http_client=anthropic.DefaultAioHttpClient(timeout=config.timeout_s),
         )
         self.retries = retries_option(config)
         max_tokens = config.options.get("max_tokens", DEFAULT_MAX_TOKENS)

@@ -54,7 +54,7 @@ from satsgate.engines.image_generation import (
     ImageEditRequest,
     ImageGenerationRequest,
 )
-from satsgate.engines.providers import transport, upstream
+from satsgate.engines.providers import upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
@@ -148,15 +148,24 @@ class OpenAIProvider:
             base_url=config.base_url or DEFAULT_BASE_URL,
             timeout=config.timeout_s,
             max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
-            http_client=transport.http_client(config.timeout_s),
+            # The SDK's own aiohttp transport: a fraction of httpx's CPU per request.
+            http_client=openai.DefaultAioHttpClient(timeout=config.timeout_s),
         )
         self.retries = retries_option(config)
         voices = options.get("voices", {})
         if not isinstance(voices, Mapping):
             raise EngineConfigError(f"[providers.{config.name}] voices must be a table")
         self.voices = {str(k): str(v) for k, v in voices.items()}
-        self.transcription_format = str(options.get("transcription_format", "verbose_json"))
+        self.transcription_format = options.get("transcription_format", "verbose_json")
+        if self.transcription_format not in ("verbose_json", "json"):
+            raise EngineConfigError(
+                f"[providers.{config.name}] transcription_format must be verbose_json or json"
+            )
         self.image_sizes = options.get("image_sizes")
+        if self.image_sizes not in (None, "openai", "exact"):
+            raise EngineConfigError(
+                f"[providers.{config.name}] image_sizes must be openai or exact"
+            )
         self.speech_instructions = options.get("speech_instructions")
         # OpenAI itself wants max_completion_tokens (max_tokens is deprecated there and
         # refused by its reasoning models); the compatible servers take max_tokens.
@@ -189,7 +198,7 @@ class OpenAIProvider:
             default = default_text_model(self.config)
             if default is None:
                 return None
-            translator = ChatTranslator(_Chat(self), default)
+            translator = ChatTranslator(_Chat(self, name), default)
             if name == "speech_translation":
                 return TranscribeThenTranslate(_Transcription(self), translator)
             return translator

@@ -116,6 +116,19 @@ class JobQueue(Protocol):
         ...
 
 
+class HoldDecisions(Protocol):
+    """Hold invoices (see :mod:`satsgate.payments.holds`): a hold payment is settled
+    after its call succeeded and canceled (given back) otherwise."""
+
+    def running(self, payment: Payment) -> None: ...
+
+    def stopped(self, payment: Payment) -> None: ...
+
+    async def settle(self, payment: Payment) -> bool: ...
+
+    async def cancel(self, payment: Payment, reason: str) -> dict[str, Any] | None: ...
+
+
 class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
@@ -134,7 +147,9 @@ class Spender:
         jobs: JobQueue,
         contexts: HandlerContexts,
         dedup_window_s: float,
+        holds: HoldDecisions | None = None,
     ) -> None:
+        self._holds = holds
         self._payments = payments
         self._refunds = refunds
         self._settlements = settlements
@@ -252,8 +267,26 @@ class Spender:
             raise ApiError(
                 "PAYMENT_ALREADY_USED", "Service already used: this payment was refunded."
             )
+        if payment.status is PaymentStatus.CANCELED:
+            raise ApiError(
+                "PAYMENT_ALREADY_USED",
+                "This held payment was canceled and went back to the paying wallet; "
+                "nothing was charged. Create a new payment.",
+            )
 
         price_msat = spec.quote_sats(params) * 1000
+        hold = self._holds if payment.mode == "hold" else None
+        if price_msat > payment.amount_msat and hold is not None:
+            canceled = await hold.cancel(payment, "the request prices above what was paid")
+            if canceled is None:
+                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(
+                "PAYMENT_INSUFFICIENT",
+                f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
+                " sat were paid for it. The held payment was canceled: nothing was charged.",
+                refund=canceled,
+                extra={"amountSats": price_msat // 1000},
+            )
         if price_msat > payment.amount_msat:
             refund = await self._refunds.refund_unspent(
                 payment,
@@ -272,7 +305,11 @@ class Spender:
 
         # The spend: whoever changes the row from paid is served; everyone else (a
         # replay, a concurrent refund that won) is told it was used.
+        if hold is not None:
+            hold.running(payment)  # before the spend: the hold watcher must not decide it
         if not await self._payments.spend(payment.payment_id, int(time.time())):
+            if hold is not None:
+                hold.stopped(payment)
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
         return await self._dispatch(payment, spec, params, price_msat)
 
@@ -302,8 +339,10 @@ class Spender:
             raise
         except EngineError as exc:
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            # The engine's envelope fields (output_duration_seconds ...) reach the caller.
-            raise ApiError(exc.code, exc.message, extra=dict(exc.extra), refund=refund) from exc
+            raise ApiError(
+                exc.code, exc.message, refund=refund, extra=exc.envelope_extra(),
+                headers=exc.http_headers(),
+            ) from exc
         except asyncio.CancelledError:
             if self._jobs.suspended(payment.payment_id):
                 raise  # shutdown keeps this job for the next start: nothing is owed yet
@@ -330,6 +369,10 @@ class Spender:
             earned_msat = max(0, result.charged_msat)
             field, reason = "partial_refund", "the call delivered less than was quoted"
         unearned_msat = payment.amount_msat - earned_msat
+        if self._holds is not None and payment.mode == "hold" and earned_msat > 0:
+            # The call succeeded and earned something: only now is the held payment kept
+            # (earning nothing, it is canceled below, as the full refund).
+            await self._holds.settle(payment)
         if unearned_msat > 0:
             refund = await self._refund_after_spend(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):
@@ -354,10 +397,10 @@ class Spender:
     async def resume_job(self, job: Job, spec: AnySpec, params: BaseModel) -> bool:
         """Take up, after a restart, a job whose resume state names a remote prediction:
         its handler runs again with the saved params and finds the prediction (it is
-        waited for, not made again). False when the payment is not spent (nothing to
-        resume: the orphan path answers it)."""
+        waited for, not made again). False when the payment is not spent, or is a hold
+        payment (whose held HTLC a restart cannot vouch for): the orphan path answers it."""
         payment = await self._payments.get(job.payment_id)
-        if payment is None or payment.status is not PaymentStatus.SPENT:
+        if payment is None or payment.status is not PaymentStatus.SPENT or payment.mode == "hold":
             return False
         work, refund = self._job_work(payment, spec, params, spec.quote_sats(params) * 1000)
         await self._jobs.adopt(job, work, refund)
@@ -394,4 +437,10 @@ class Spender:
     async def _refund_after_spend(
         self, payment: Payment, amount_msat: int, reason: str
     ) -> dict[str, Any] | None:
+        in_full = amount_msat >= payment.amount_msat
+        if self._holds is not None and payment.mode == "hold" and in_full:
+            # Not yet settled: cancel it, the payer's wallet gets it back by itself.
+            canceled = await self._holds.cancel(payment, reason)
+            if canceled is not None:
+                return canceled
         return await self._refunds.refund_spent(payment, amount_msat, reason[:500])

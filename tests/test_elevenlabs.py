@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
+import httpx
 import pytest
 
 from satsgate.config import Settings
@@ -16,6 +17,7 @@ from satsgate.engines.providers.elevenlabs import DEFAULT_MODELS, ElevenLabsProv
 from satsgate.engines.synthesis import SynthesisRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
 from satsgate.services.media import audio_duration_s, audio_format
+from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
 from tests.fake_platforms import ELEVEN_KEY, FakeElevenLabs, wav
 
 
@@ -34,6 +36,39 @@ def provider(fake: FakeElevenLabs, key: str = ELEVEN_KEY) -> ElevenLabsProvider:
                  "default_voice": "EXAVITQu4vr4xnSDxMaL"},
     )  # fmt: skip
     return ElevenLabsProvider(config, EngineDeps(Settings(), CpuRunner(ThreadPoolExecutor(1), 1)))
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeElevenLabs
+) -> Iterator[ThreadedServer]:
+    providers = {"voices": {
+        "kind": "elevenlabs", "base_url": fake.url, "api_key": ELEVEN_KEY,
+        "models": dict(DEFAULT_MODELS), "voices": {"English_Aria": "21m00Tcm4TlvDq8ikWAM"},
+    }}  # fmt: skip
+    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp("eleven"), providers=providers,
+                                       engines={"tts": "voices"}))
+    yield srv
+    srv.stop()
+
+
+async def test_text_to_speech_in_a_premium_voice_through_the_gate(
+    server: ThreadedServer, fake: FakeElevenLabs
+) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        text = "Good evening from satsgate."
+        body = {"text": text, "voice": "English_Aria", "format": "wav", "modelId": 33}
+        auth = await paid_l402_auth(client, "text-to-speech", body)
+        resp = await client.post("/api/l402/text-to-speech", json=body,
+                                 headers={"Authorization": auth})
+        assert resp.status_code == 200, resp.text
+        audio = (await client.get(resp.json()["audioUrl"])).content
+        assert audio_duration_s(audio) == pytest.approx(0.06 * len(text), abs=0.01)
+        assert fake.calls[-1]["voice"] == "21m00Tcm4TlvDq8ikWAM"
+        # A voice this node maps to no voice id: refused before any invoice.
+        other = {**body, "voice": "English_Brian"}
+        resp = await client.post("/api/l402/text-to-speech", json=other)
+        assert resp.status_code == 503 and "invoice" not in resp.json(), resp.text
 
 
 @pytest.fixture

@@ -74,7 +74,8 @@ def platform_settings(data_dir: Path, platforms: tuple[FakeReplicate, FakeFal]) 
     engines = {
         "video": "rep", "3d": "rep_short", "remove_background": "rep", "restore_face": "rep_url",
         "colorize_image": "rep", "estimate_depth": "rep", "upscale_image": "rep",
-        "music": "falq", "deblur_image": "rep", "remove_object": "rep",
+        "music": "falq", "deblur_image": "rep", "remove_object": "rep", "image": "rep",
+        "image_edit": "rep",
     }  # fmt: skip
     return make_settings(data_dir, providers=providers, engines=engines)
 
@@ -395,6 +396,26 @@ async def test_deblur_and_object_eraser_on_a_hosted_model(
     assert sent["mask_image"] == data_uri(buf.getvalue()) and sent["dilate"] == 4
     with Image.open(io.BytesIO(await fetch(client, resp.json()["image_url"], server))) as img:
         assert img.size == (48, 32)
+
+
+async def test_generate_and_edit_image_through_the_gate(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    rep.script = Script(processing_polls=1, outputs=lambda: [png(size=(64, 48))])
+    body = {"input": {"prompt": "a red kite", "width": 1024, "height": 768}, "modelId": 2}
+    resp = await paid(client, "generate-image", body)
+    assert resp.status_code == 200, resp.text
+    with Image.open(io.BytesIO(await fetch(client, resp.json()["image_url"], server))) as img:
+        assert img.size == (64, 48)
+    assert rep.last().model == "black-forest-labs/flux-schnell"
+    assert rep.last().input == {"prompt": "a red kite", "aspect_ratio": "4:3"}
+    resp = await paid(client, "edit-image", {"prompt": "add snow", "imageBase64": image_b64()})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["imageUrl"].startswith(server.url + "/api/files/")
+    assert rep.last().model == "black-forest-labs/flux-kontext-pro"
+    assert rep.last().input["prompt"] == "add snow"
+    no_platform_url(resp.json(), *platforms)
 
 
 async def test_a_rate_limited_create_is_refunded(

@@ -23,7 +23,7 @@ import pytest
 from PIL import Image
 
 from satsgate.config import Settings
-from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
+from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, EngineError, ProviderConfig
 from satsgate.engines.generation import MusicRequest, SavedPrediction, VideoRequest
 from satsgate.engines.image_generation import ImageEditRequest, ImageGenerationRequest
 from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
@@ -641,3 +641,16 @@ async def test_a_checkpoint_resumes_only_its_own_providers_prediction(
         assert lost.value.may_fall_back and len(rep.records) == made
     finally:
         await provider.aclose()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"poll_interval_s": 0}, {"max_wait_s": "soon"}, {"webhooks": "yes"},
+     {"input_names": {"m": "x"}}, {"input_names": {"m": {"image": 3}}},
+     {"input_files": "ftp"}],
+)
+def test_a_provider_table_that_cannot_work_refuses_to_start(options: dict[str, Any]) -> None:
+    config = ProviderConfig(name="bad", kind="replicate", options=options)
+    deps = EngineDeps(Settings(), CpuRunner(ThreadPoolExecutor(max_workers=1), 1.0))
+    with pytest.raises(EngineConfigError, match=r"\[providers.bad\]"):
+        replicate.ReplicateProvider(config, deps)

@@ -222,19 +222,37 @@ class PredictionProvider:
         self.config = config
         self.settings = deps.settings
         opts = config.options
-        self.poll_interval_s = float(opts.get("poll_interval_s", 2.0))
+        where = f"[providers.{config.name}]"
+
+        def positive(key: str, default: float) -> float:
+            value = opts.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise EngineConfigError(f"{where} {key} must be a positive number")
+            return float(value)
+
+        def tables(key: str) -> dict[str, dict[str, Any]]:
+            value = opts.get(key, {})
+            if not isinstance(value, Mapping) or not all(
+                isinstance(v, Mapping) for v in value.values()
+            ):
+                raise EngineConfigError(
+                    f'{where} {key} is a table of tables: {key}."<model>" = {{ ... }}'
+                )
+            return {str(k): dict(v) for k, v in value.items()}
+
+        self.poll_interval_s = positive("poll_interval_s", 2.0)
         # Polls of a prediction whose webhook is on its way: a safety net only.
-        self.webhook_poll_interval_s = float(opts.get("webhook_poll_interval_s", 15.0))
-        self.max_wait_s = float(opts.get("max_wait_s", 900.0))
-        self.max_output_bytes = int(opts.get("max_output_bytes", 200 * 1024 * 1024))
-        self.webhooks = bool(opts.get("webhooks", True))
-        self._input_names: Mapping[str, Mapping[str, str]] = dict(opts.get("input_names", {}))
-        self._input_values: Mapping[str, Mapping[str, Any]] = dict(
-            opts.get("input_values", {})
-        )
-        self.http = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout_s, connect=10.0), follow_redirects=True
-        )
+        self.webhook_poll_interval_s = positive("webhook_poll_interval_s", 15.0)
+        self.max_wait_s = positive("max_wait_s", 900.0)
+        self.max_output_bytes = int(positive("max_output_bytes", 200 * 1024 * 1024))
+        webhooks = opts.get("webhooks", True)
+        if not isinstance(webhooks, bool):
+            raise EngineConfigError(f"{where} webhooks must be true or false")
+        self.webhooks = webhooks
+        self._input_names: Mapping[str, Mapping[str, str]] = tables("input_names")
+        if not all(isinstance(n, str) for t in self._input_names.values() for n in t.values()):
+            raise EngineConfigError(f"{where} input_names map field names to input names")
+        self._input_values: Mapping[str, Mapping[str, Any]] = tables("input_values")
         self._watches: dict[str, _Watch] = {}
         self._early: dict[str, Prediction] = {}  # webhooks that came before their run waited
         self.input_files = str(opts.get("input_files", "auto"))
@@ -247,6 +265,9 @@ class PredictionProvider:
         self._inputs = FileStore(
             self.settings.files_dir, self.settings.public_base_url,
             self.settings.server_secret, INPUT_URL_TTL_S,
+        )
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s, connect=10.0), follow_redirects=True
         )
 
     # -- the Provider protocol ----------------------------------------------------------

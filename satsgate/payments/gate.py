@@ -13,7 +13,8 @@ through here, so the spend rule, re-pricing and refunds are written once.
 Order of checks for a paid call (every one before the spend):
 credential decodes -> preimage matches -> macaroon/challenge verifies -> bound to
 this service -> invoice settled -> not spent -> re-priced within what was paid.
-Then one conditional UPDATE (paid -> spent) decides who is served. For a macaroon
+Then one conditional UPDATE (paid -> serving) decides who is served; the call's
+recorded outcome (answer, job result, or refund) moves it to spent. For a macaroon
 under its derived root key the last four are conditions of that UPDATE itself,
 which also reads the row; when it changes nothing, the row is read to say why.
 """
@@ -109,6 +110,7 @@ class Gate:
         self.execute_credential = spender.execute_credential
         self.execute_deduplicated = spender.execute_deduplicated
         self.refund_orphaned_job = spender.refund_orphaned_job
+        self.refund_unanswered = spender.refund_unanswered
 
 
 def build_gate(

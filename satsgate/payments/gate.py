@@ -97,10 +97,13 @@ class Gate:
         self.create_payment = challenger.create_payment
         self.challenge_for = challenger.challenge_for
         self.challenge_of = challenger.challenge_of
+        self.checkout_url = challenger.checkout_url
+        self.checkout_payment_hash = challenger.checkout_payment_hash
         # the credential
         self.verify_authorization = verifier.verify_authorization
         # settlement
         self.get_payment = payments.get
+        self.get_payment_by_hash = payments.get_by_hash
         self.init_settlement_cursor = settlements.init_cursor
         self.watch_settlements = settlements.watch
         self.wait_paid = settlements.wait_paid

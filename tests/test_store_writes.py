@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from satsgate.store import Payment, PaymentStatus, Store
+from satsgate.store.payments import _PRUNE_UNPAID
 
 
 @pytest.fixture
@@ -117,10 +118,7 @@ async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> No
     assert await store.payments.get(old_paid.payment_id) == old_paid
     # The query uses the partial index rather than scanning the table.
     plan = await store.db.run_sync(
-        lambda c: c.execute(
-            "EXPLAIN QUERY PLAN DELETE FROM payments"
-            " WHERE status = 'unpaid' AND expires_at < 1"
-        ).fetchall()
+        lambda c: c.execute("EXPLAIN QUERY PLAN " + _PRUNE_UNPAID, (1, 1000)).fetchall()
     )
     assert "idx_payments_unpaid_expiry" in str(plan)
 

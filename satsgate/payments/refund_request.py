@@ -25,7 +25,10 @@ from satsgate.store import Payment, PaymentStatus
 
 
 def public_status(payment: Payment, now: float | None = None) -> str:
-    """unpaid, paid, spent, refunded, or expired (unpaid past its invoice expiry)."""
+    """unpaid, paid, spent, refunded, or expired (unpaid past its invoice expiry). A call
+    in flight (serving) is spent to the payer: the spec's three states."""
+    if payment.status is PaymentStatus.SERVING:
+        return "spent"
     moment = time.time() if now is None else now
     if payment.status is PaymentStatus.UNPAID and payment.expires_at <= moment:
         return "expired"

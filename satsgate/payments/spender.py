@@ -127,6 +127,19 @@ class JobQueue(Protocol):
     def accepted_headers(self, job: Job) -> dict[str, str]: ...
 
 
+class HoldDecisions(Protocol):
+    """Hold invoices (see :mod:`satsgate.payments.holds`): a hold payment is settled
+    after its call succeeded and canceled (given back) otherwise."""
+
+    def running(self, payment: Payment) -> None: ...
+
+    def stopped(self, payment: Payment) -> None: ...
+
+    async def settle(self, payment: Payment) -> bool: ...
+
+    async def cancel(self, payment: Payment, reason: str) -> dict[str, Any] | None: ...
+
+
 class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
@@ -143,7 +156,9 @@ class Spender:
         jobs: JobQueue,
         contexts: HandlerContexts,
         dedup_window_s: float,
+        holds: HoldDecisions | None = None,
     ) -> None:
+        self._holds = holds
         self._payments = payments
         self._refunds = refunds
         self._settlements = settlements
@@ -282,8 +297,26 @@ class Spender:
             elif refund is not None:
                 message = "Service already used; this payment's refund is attached."
             raise ApiError("PAYMENT_ALREADY_USED", message, refund=refund)
+        if payment.status is PaymentStatus.CANCELED:
+            raise ApiError(
+                "PAYMENT_ALREADY_USED",
+                "This held payment was canceled and went back to the paying wallet; "
+                "nothing was charged. Create a new payment.",
+            )
 
         price_msat = spec.quote_sats(params) * 1000
+        hold = self._holds if payment.mode == "hold" else None
+        if price_msat > payment.amount_msat and hold is not None:
+            canceled = await hold.cancel(payment, "the request prices above what was paid")
+            if canceled is None:
+                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(
+                "PAYMENT_INSUFFICIENT",
+                f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
+                " sat were paid for it. The held payment was canceled: nothing was charged.",
+                refund=canceled,
+                extra={"amountSats": price_msat // 1000},
+            )
         if price_msat > payment.amount_msat:
             refund = await self._refunds.refund_unspent(
                 payment,
@@ -300,13 +333,19 @@ class Spender:
                 extra={"amountSats": price_msat // 1000},
             )
 
-        if spec.mode == "job":  # the spend and the job's row in one transaction
-            return await self._submit_job(payment, spec, params, price_msat)
         # The spend: whoever changes the row from paid is served; everyone else (a
         # replay, a concurrent refund that won) is told it was used.
-        if not await self._payments.spend(payment.payment_id, int(time.time())):
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
-        return await self._dispatch(payment, spec, params, price_msat)
+        if hold is not None:
+            hold.running(payment)  # before the spend: the hold watcher must not decide it
+        if spec.mode == "job":  # the spend and the job's row in one transaction
+            accepted = await self._submit_job(payment, spec, params, price_msat)
+            if accepted is not None:
+                return accepted
+        elif await self._payments.spend(payment.payment_id, int(time.time())):
+            return await self._dispatch(payment, spec, params, price_msat)
+        if hold is not None:
+            hold.stopped(payment)
+        raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -360,6 +399,10 @@ class Spender:
             earned_msat = max(0, result.charged_msat)
             field, reason = "partial_refund", "the call delivered less than was quoted"
         unearned_msat = payment.amount_msat - earned_msat
+        if self._holds is not None and payment.mode == "hold" and earned_msat > 0:
+            # The call succeeded and earned something: only now is the held payment kept
+            # (earning nothing, it is canceled below, as the full refund).
+            await self._holds.settle(payment)
         if unearned_msat > 0:
             refund = await self._refund_after_spend(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):
@@ -368,7 +411,9 @@ class Spender:
 
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
-    ) -> ServiceResult:
+    ) -> ServiceResult | None:
+        """Spend ``payment`` and write its job's row in one transaction, then run the job;
+        the 202, or None when the spend was lost (the payment was used or refunded)."""
         async def work(report: Progress) -> dict[str, Any]:
             ctx = self._contexts.for_call(payment.payment_id, progress=report)
             result = await self._run_handler(payment, spec, params, price_msat, ctx)
@@ -386,7 +431,7 @@ class Spender:
             payment_id=payment.payment_id, service=spec.slug, job_type=spec.job_type or spec.slug
         )
         if not await self._payments.spend_for_job(job, int(time.time())):
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            return None
         self._jobs.start(job, work, refund)
         return ServiceResult(
             self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
@@ -422,4 +467,10 @@ class Spender:
     async def _refund_after_spend(
         self, payment: Payment, amount_msat: int, reason: str
     ) -> dict[str, Any] | None:
+        in_full = amount_msat >= payment.amount_msat
+        if self._holds is not None and payment.mode == "hold" and in_full:
+            # Not yet settled: cancel it, the payer's wallet gets it back by itself.
+            canceled = await self._holds.cancel(payment, reason)
+            if canceled is not None:
+                return canceled
         return await self._refunds.refund_spent(payment, amount_msat, reason[:500])

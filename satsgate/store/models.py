@@ -13,6 +13,7 @@ class PaymentStatus(enum.StrEnum):
     SERVING = "serving"  # spent on its call, whose answer or refund is not recorded yet
     SPENT = "spent"  # used for its one call: answered, or refunded after the spend
     REFUNDED = "refunded"  # paid, never served, refund issued in full
+    CANCELED = "canceled"  # hold invoice canceled: the payer's HTLCs went back, nothing kept
 
 
 class RefundStatus(enum.StrEnum):
@@ -42,6 +43,7 @@ class Payment(NamedTuple):
     request_digest: str  # sha256 of the priced request (service + canonical params)
     description: str
     via: str  # "http" or "mcp": the surface that created it
+    mode: str = "invoice"  # "invoice", or "hold": charged only when the call succeeds
 
 
 @dataclass(frozen=True)

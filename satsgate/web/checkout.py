@@ -57,6 +57,7 @@ _LABELS = {
     "paid": "Paid",
     "spent": "Paid · used",
     "refunded": "Paid · refunded",
+    "canceled": "Canceled · nothing charged",
     "expired": "Expired",
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from satsgate.discovery.describe import price_text
 from satsgate.discovery.documents import HTTP_FLOW, MCP_FLOW, NAME, SUMMARY, Catalog
 from satsgate.errors import CATALOG_VERSION, CODES
@@ -84,7 +86,7 @@ def llms_txt(catalog: Catalog) -> str:
 
 def _fragment(op: AnyOperation, catalog: Catalog) -> str:
     assert op.http is not None
-    path = op.http.path
+    path = re.sub(r"{(\w+)}", r"<\1>", op.http.path)  # /api/payments/<paymentId>
     text = op.http.llms.format(url=catalog.url(path)) if op.http.llms else f"`{path}`"
     return text + (f" (MCP `{op.tool}`)" if op.tool else "")
 

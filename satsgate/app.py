@@ -216,6 +216,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     gate, refunds, files = app[GATE], app[REFUNDS], app[FILES]
     await gate.init_settlement_cursor()  # before the site listens and issues invoices
     settle_task = asyncio.create_task(gate.watch_settlements(), name="settlements")
+    holds = gate.holds
+    hold_task = asyncio.create_task(holds.watch(), name="holds") if holds is not None else None
     scheduler = AsyncIOScheduler()
     scheduler.add_job(
         refunds.reconcile,
@@ -258,9 +260,11 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     app[STARTED_AT] = time.time()
     yield
     scheduler.shutdown(wait=False)
-    settle_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await settle_task
+    for task in (settle_task, hold_task):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 # -- routes ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The `satsgate` command: serve (dev node, or beside a Core Lightning node), and list
+"""The `satsgate` command: serve (dev node, or beside a Core Lightning or LND node), and list
 the engines this node can sell."""
 
 from __future__ import annotations
@@ -87,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--backend", choices=("dev", "cln", "lnd"))
     serve.add_argument("--network", help="expected network (default regtest)")
     serve.add_argument("--cln-rpc", help="path to Core Lightning's lightning-rpc socket")
+    serve.add_argument("--lnd-grpc", help="LND's gRPC address, HOST:PORT (e.g. 127.0.0.1:10009)")
+    serve.add_argument("--lnd-tls-cert", help="path to LND's tls.cert")
+    serve.add_argument("--lnd-macaroon", help="path to an LND macaroon file")
     serve.add_argument("--log-level", default="INFO")
     engines = sub.add_parser(
         "engines", help="list every engine: available or not, from which provider, and why"
@@ -118,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "backend": args.backend,
                 "network": args.network,
                 "cln_rpc": args.cln_rpc,
+                "lnd_grpc": args.lnd_grpc,
+                "lnd_tls_cert": args.lnd_tls_cert,
+                "lnd_macaroon": args.lnd_macaroon,
             },
         )
     except (OSError, ValueError) as exc:

@@ -32,6 +32,15 @@ class Settings:
     backend: str = "dev"
     network: str = "regtest"
     cln_rpc: str = ""
+    # LND (--backend lnd): gRPC address, the node's tls.cert and a macaroon file.
+    lnd_grpc: str = ""
+    lnd_tls_cert: str = ""
+    lnd_macaroon: str = ""
+    # Charge only on success (LND only): payments of the paymentId flow (MCP) use hold
+    # invoices, settled after the call succeeded and canceled otherwise (no refund step).
+    hold_invoices: bool = False
+    # A held payment nobody uses is canceled (given back) after this long.
+    hold_max_unused_s: int = 600
     # How long an invoice (and so a 402 challenge) may be paid.
     invoice_expiry_s: int = 600
     # How long a paid, unspent credential may still be used.
@@ -91,8 +100,9 @@ class Settings:
     pass_wwdr_certificate: str = ""
     pass_organization_name: str = ""
     # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
-    # list of them, plus price_source): see satsgate/engines/config.py.
-    providers: Mapping[str, Any] = field(default_factory=dict)
+    # list of them, plus price_source): see satsgate/engines/config.py. Not in repr: the
+    # tables hold API keys.
+    providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -115,6 +125,7 @@ class Settings:
 
 _INT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("int", int)}
 _FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("float", float)}
+_BOOL_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("bool", bool)}
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -123,6 +134,13 @@ def _coerce(name: str, value: Any) -> Any:
     if name in ("mcp_allowed_origins", "trusted_proxies"):
         items = value.split(",") if isinstance(value, str) else value
         return tuple(str(item).strip() for item in items if str(item).strip())
+    if name in _BOOL_FIELDS:
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(f"{name} must be true or false, not {value!r}")
+            return lowered in ("1", "true", "yes", "on")
+        return bool(value)
     if name in _INT_FIELDS:
         return int(value)
     if name in _FLOAT_FIELDS:
@@ -158,6 +176,8 @@ def load_settings(
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if settings.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+    if settings.hold_invoices and settings.backend != "lnd":
+        raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
     for proxy in settings.trusted_proxies:
         try:

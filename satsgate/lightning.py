@@ -2,7 +2,8 @@
 
 Every amount here is in millisatoshi (``*_msat``). Implementations: the built-in
 dev node (``satsgate.backends.dev``), Core Lightning over its JSON-RPC socket
-(``satsgate.backends.cln``); :func:`satsgate.backends.make_backend` picks one.
+(``satsgate.backends.cln``), LND over gRPC (``satsgate.backends.lnd``);
+:func:`satsgate.backends.make_backend` picks one.
 One contract test suite (``tests/backend_contract.py``) runs against each of them.
 Optional abilities are the runtime-checkable protocols at the end of this module.
 
@@ -145,3 +146,36 @@ class SimulatedPayments(Protocol):
     async def outgoing_payments(self) -> list[dict[str, Any]]: ...
 
     async def complete_pending(self, succeed: bool = True) -> int: ...
+
+
+@dataclass(frozen=True)
+class HoldInvoiceStatus:
+    """A hold invoice at the node. ``accepted``: the payer's HTLCs are held (paid, not
+    yet charged); ``blocks_left``: blocks until the earliest held HTLC expires (the
+    decision must come well before, or the node cancels it itself)."""
+
+    payment_hash: str
+    state: Literal["open", "accepted", "settled", "canceled"]
+    amount_msat: int
+    amount_received_msat: int = 0
+    blocks_left: int | None = None
+
+
+@runtime_checkable
+class HoldInvoices(Protocol):
+    """A node with hold invoices (LND): an invoice for a hash whose preimage satsgate
+    keeps, so a payment can be kept (settled) or given back (canceled) after the call."""
+
+    async def create_hold_invoice(
+        self, amount_msat: int, description: str, expiry_s: int, payment_hash: str
+    ) -> CreatedInvoice: ...
+
+    async def hold_status(self, payment_hash: str) -> HoldInvoiceStatus: ...
+
+    async def settle_hold(self, preimage: str) -> None:
+        """Keep the held payment (idempotent for a settled invoice)."""
+        ...
+
+    async def cancel_hold(self, payment_hash: str) -> None:
+        """Give the held payment back (idempotent for a canceled invoice)."""
+        ...

@@ -20,6 +20,7 @@ from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
+from satsgate.lightning import LightningBackend
 from satsgate.runner import ServiceHandle, start_service
 from satsgate.services import rates
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
@@ -46,17 +47,25 @@ class ThreadedServer:
     """satsgate running in its own thread and event loop, as a separate server would."""
 
     def __init__(
-        self, settings: Settings, provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS
+        self,
+        settings: Settings,
+        provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+        backend: LightningBackend | None = None,
     ) -> None:
         self.settings = settings
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.handle: ServiceHandle = self.call(
-            lambda: start_service(
-                settings, DevBackend(settings.data_dir), provider_kinds=provider_kinds
+        node = backend if backend is not None else DevBackend(settings.data_dir)
+        try:
+            self.handle: ServiceHandle = self.call(
+                lambda: start_service(settings, node, provider_kinds=provider_kinds)
             )
-        )
+        except BaseException:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+            raise
         self.url = self.handle.url
 
     def call(self, fn: Callable[[], Awaitable[T]], timeout: float = 60) -> T:

@@ -3,7 +3,7 @@
 
 - :mod:`~satsgate.backends.dev`: the built-in dev node (real signed regtest invoices);
 - :mod:`~satsgate.backends.cln`: Core Lightning over its JSON-RPC socket;
-- :mod:`~satsgate.backends.lnd`: LND over gRPC (the ``lnd`` extra; not in this release).
+- :mod:`~satsgate.backends.lnd`: LND over gRPC (the ``lnd`` extra: grpcio, protobuf).
 
 :func:`make_backend` is the one place a backend is chosen from the settings (the
 ``satsgate`` command and the Core Lightning plugin both use it). Optional abilities
@@ -33,6 +33,19 @@ def make_backend(settings: Settings) -> LightningBackend:
         from satsgate.backends.cln import ClnBackend
 
         return ClnBackend(settings.cln_rpc, settings.network)
-    raise BackendConfigError(
-        "the LND backend is not available in this version; use --backend dev or cln"
-    )
+    if settings.backend == "lnd":
+        missing = [flag for flag, value in (("--lnd-grpc HOST:PORT", settings.lnd_grpc),
+                                            ("--lnd-tls-cert PATH", settings.lnd_tls_cert),
+                                            ("--lnd-macaroon PATH", settings.lnd_macaroon))
+                   if not value]
+        if missing:
+            raise BackendConfigError(f"--backend lnd needs {', '.join(missing)}")
+        try:
+            from satsgate.backends.lnd import LndBackend
+        except ImportError as exc:
+            raise BackendConfigError(
+                f"--backend lnd needs the lnd extra (pip install 'satsgate[lnd]'): {exc}"
+            ) from None
+        return LndBackend(settings.lnd_grpc, settings.lnd_tls_cert, settings.lnd_macaroon,
+                          settings.network)
+    raise BackendConfigError(f"unknown backend {settings.backend!r}; use dev, cln or lnd")

@@ -38,6 +38,10 @@ class Refund(Body):
     charge_id: str | None = None
     recover_url: str | None = None
     expires_at: int | None = None
+    # A canceled hold invoice instead of a refund link: nothing was charged.
+    hold_invoice_canceled: bool | None = None
+    message: str | None = None
+    reason: str | None = None
 
 
 class ErrorEnvelope(Body):
@@ -117,7 +121,7 @@ class PaymentDocument(Body):
 
     paymentId: str
     paid: bool
-    status: Literal["unpaid", "paid", "spent", "refunded", "expired"]
+    status: Literal["unpaid", "paid", "spent", "refunded", "canceled", "expired"]
     amountSats: int
     service: str
     toolName: str | None
@@ -129,15 +133,16 @@ class PaymentDocument(Body):
 
 class RefundIssued(Body):
     """request_refund: the payment refunded in full; payout says whether your invoice is
-    being paid or the LNURL-withdraw link in refund is the way to claim it."""
+    being paid, the LNURL-withdraw link in refund is the way to claim it, or (a hold
+    invoice) the payment was canceled and returns to the paying wallet by itself."""
 
     model_config = ConfigDict(title="RefundIssued")
 
     success: bool
     message: str
-    chargeId: str
+    chargeId: str | None = Field(None, description="The refund's id (not for a canceled hold).")
     amountSats: int
-    payout: Literal["link", "paying"]
+    payout: Literal["link", "paying", "canceled"]
     refund: Refund
 
 

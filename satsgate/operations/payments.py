@@ -31,7 +31,8 @@ def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> d
     status = public_status(payment)
     doc: dict[str, Any] = {
         "paymentId": payment.payment_id,
-        "paid": payment.status is not PaymentStatus.UNPAID,
+        # A canceled hold invoice went back to the payer: not paid.
+        "paid": payment.status not in (PaymentStatus.UNPAID, PaymentStatus.CANCELED),
         "status": status,
         "amountSats": payment.amount_msat // 1000,
         "service": payment.service,

@@ -37,6 +37,16 @@ class InvoiceIssuer(Protocol):
         ...
 
 
+class HoldIssuer(Protocol):
+    """Hold invoices (see :mod:`satsgate.payments.holds`): issued with a kept preimage."""
+
+    async def create_invoice(
+        self, amount_msat: int, description: str, expiry_s: int
+    ) -> tuple[CreatedInvoice, str]: ...
+
+    async def insert(self, payment: Payment, preimage: str) -> None: ...
+
+
 class UnpaidPayments(Protocol):
     """Where a new payment is recorded (the store's payments repository)."""
 
@@ -114,8 +124,12 @@ class Challenger:
         public_base_url: str,
         invoice_expiry_s: int,
         credential_ttl_s: int,
+        holds: HoldIssuer | None = None,
     ) -> None:
         self._node = node
+        # With hold invoices on, payments of the paymentId flow (MCP) are hold invoices:
+        # L402/MPP need the preimage at payment time, which a held HTLC never gives.
+        self._holds = holds
         self._payments = payments
         self._engines = engines
         self._root_keys = root_keys
@@ -149,10 +163,17 @@ class Challenger:
         """Create the invoice and store the payment as unpaid; nothing else is charged."""
         amount_msat = amount_sats * 1000
         description = f"satsgate: {spec.title} ({amount_sats} sat)"
+        hold = self._holds is not None and via == "mcp"
+        preimage = ""
         try:
-            invoice = await self._node.create_invoice(
-                amount_msat, description, self._invoice_expiry_s
-            )
+            if self._holds is not None and hold:
+                invoice, preimage = await self._holds.create_invoice(
+                    amount_msat, description, self._invoice_expiry_s
+                )
+            else:
+                invoice = await self._node.create_invoice(
+                    amount_msat, description, self._invoice_expiry_s
+                )
         except (BackendError, OSError) as exc:
             log.error("invoice creation failed: %s", exc)
             raise ApiError(
@@ -177,8 +198,12 @@ class Challenger:
             request_digest=digest,
             description=description,
             via=via,
+            mode="hold" if hold else "invoice",
         )
-        await self._payments.insert(payment)
+        if self._holds is not None and hold:
+            await self._holds.insert(payment, preimage)
+        else:
+            await self._payments.insert(payment)
         return self.challenge_of(payment)
 
     def challenge_of(self, payment: Payment) -> Challenge:

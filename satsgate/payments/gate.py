@@ -28,9 +28,10 @@ from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
-from satsgate.lightning import LightningBackend
+from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.payments import l402
 from satsgate.payments.challenger import Challenger
+from satsgate.payments.holds import Holds
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
@@ -83,8 +84,10 @@ class Gate:
         payments: PaymentRepository,
         public_base_url: str,
         max_body_bytes: int,
+        holds: Holds | None = None,
     ) -> None:
         self.challenger = challenger
+        self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
         self.spender = spender
@@ -124,6 +127,20 @@ def build_gate(
     service and the job runner."""
     root_keys = l402.RootKeys(settings.server_secret)
     settlements = Settlements(node=backend, payments=store.payments, cursors=store.cursors)
+    holds = None
+    if settings.hold_invoices and not isinstance(backend, HoldInvoices):
+        raise ValueError(f"hold_invoices: the {backend.name} backend has no hold invoices")
+    if isinstance(backend, HoldInvoices):
+        # Deciding holds runs whenever the node has them (holds issued before
+        # hold_invoices was turned off are still decided); issuing needs the setting.
+        holds = Holds(
+            node=backend,
+            payments=store.payments,
+            holds=store.holds,
+            on_paid=settlements.notify_paid,
+            max_unused_s=settings.hold_max_unused_s,
+        )
+        settlements.holds = holds
     return Gate(
         challenger=Challenger(
             node=backend,
@@ -135,6 +152,7 @@ def build_gate(
             public_base_url=settings.public_base_url,
             invoice_expiry_s=settings.invoice_expiry_s,
             credential_ttl_s=settings.credential_ttl_s,
+            holds=holds if settings.hold_invoices else None,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret
@@ -147,8 +165,10 @@ def build_gate(
             jobs=jobs,
             contexts=handlers,
             dedup_window_s=settings.dedup_window_s,
+            holds=holds,
         ),
         payments=store.payments,
         public_base_url=settings.public_base_url,
         max_body_bytes=settings.max_body_bytes,
+        holds=holds,
     )

@@ -46,6 +46,22 @@ async def request_refund(
             _not_refundable(payment),
             extra={"paymentId": payment.payment_id, "status": public_status(payment)},
         )
+    if payment.mode == "hold" and gate.holds is not None:
+        # Held, never settled: canceling gives it back, no payout needed.
+        canceled = await gate.holds.cancel(payment, "refund requested before use")
+        if canceled is None:
+            raise ApiError(
+                "REFUND_NOT_AVAILABLE",
+                "The payment was used a moment ago.",
+                extra={"paymentId": payment.payment_id},
+            )
+        return {
+            "success": True,
+            "message": "The held payment was canceled: it returns to your wallet by itself.",
+            "amountSats": canceled["amount_sats"],
+            "payout": "canceled",
+            "refund": canceled,
+        }
     payout_invoice = None if _same_invoice(invoice, payment.bolt11) else invoice
     if payout_invoice is not None:
         _check_payout_invoice(payout_invoice, payment.amount_msat, network)
@@ -110,4 +126,6 @@ def _not_refundable(payment: Payment) -> str:
         return "The invoice was never paid; there is nothing to refund."
     if status == "spent":
         return "The payment was used for its call; failures after use are refunded automatically."
+    if status == "canceled":
+        return "The held payment was canceled; it went back to the paying wallet."
     return "The payment was already refunded; claim it with the link you were given."

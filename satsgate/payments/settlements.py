@@ -64,10 +64,17 @@ class SettlementCursors(Protocol):
     async def advance(self, name: str, value: int) -> None: ...
 
 
+class HoldRefresher(Protocol):
+    """Hold invoices (see :mod:`satsgate.payments.holds`): accepted counts as paid."""
+
+    async def refresh(self, payment: Payment) -> Payment: ...
+
+
 class Settlements:
     def __init__(
         self, *, node: SettlementSource, payments: SettledPayments, cursors: SettlementCursors
     ) -> None:
+        self.holds: HoldRefresher | None = None  # set when hold invoices are on
         self._node = node
         self._payments = payments
         self._cursors = cursors
@@ -101,7 +108,7 @@ class Settlements:
                         s.payment_hash, s.amount_received_msat, s.settled_at, (name, s.cursor)
                     )
                     cursor = s.cursor
-                    self._notify_paid(s.payment_hash)
+                    self.notify_paid(s.payment_hash)
                     backoff = 1.0
             except asyncio.CancelledError:
                 raise
@@ -110,7 +117,8 @@ class Settlements:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-    def _notify_paid(self, payment_hash: str) -> None:
+    def notify_paid(self, payment_hash: str) -> None:
+        """Wake whoever waits for this payment (a settlement, or an accepted hold)."""
         for fut in self._paid_waiters.pop(payment_hash, []):
             if not fut.done():
                 fut.set_result(None)
@@ -137,6 +145,8 @@ class Settlements:
         """An unpaid row may lag the node by a moment: ask the node before refusing."""
         if payment.status is not PaymentStatus.UNPAID:
             return payment
+        if payment.mode == "hold" and self.holds is not None:
+            return await self.holds.refresh(payment)
         try:
             status = await self._node.lookup_invoice(payment.payment_hash)
         except (BackendError, OSError):
@@ -145,6 +155,6 @@ class Settlements:
             await self._payments.mark_paid(
                 payment.payment_hash, status.amount_received_msat, int(time.time())
             )
-            self._notify_paid(payment.payment_hash)
+            self.notify_paid(payment.payment_hash)
             return await self._payments.get(payment.payment_id) or payment
         return payment

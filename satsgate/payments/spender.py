@@ -103,6 +103,19 @@ class JobQueue(Protocol):
     def accepted_headers(self, job: Job) -> dict[str, str]: ...
 
 
+class HoldDecisions(Protocol):
+    """Hold invoices (see :mod:`satsgate.payments.holds`): a hold payment is settled
+    after its call succeeded and canceled (given back) otherwise."""
+
+    def running(self, payment: Payment) -> None: ...
+
+    def stopped(self, payment: Payment) -> None: ...
+
+    async def settle(self, payment: Payment) -> bool: ...
+
+    async def cancel(self, payment: Payment, reason: str) -> dict[str, Any] | None: ...
+
+
 class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
@@ -119,7 +132,9 @@ class Spender:
         jobs: JobQueue,
         contexts: HandlerContexts,
         dedup_window_s: float,
+        holds: HoldDecisions | None = None,
     ) -> None:
+        self._holds = holds
         self._payments = payments
         self._refunds = refunds
         self._settlements = settlements
@@ -237,8 +252,26 @@ class Spender:
             raise ApiError(
                 "PAYMENT_ALREADY_USED", "Service already used: this payment was refunded."
             )
+        if payment.status is PaymentStatus.CANCELED:
+            raise ApiError(
+                "PAYMENT_ALREADY_USED",
+                "This held payment was canceled and went back to the paying wallet; "
+                "nothing was charged. Create a new payment.",
+            )
 
         price_msat = spec.quote_sats(params) * 1000
+        hold = self._holds if payment.mode == "hold" else None
+        if price_msat > payment.amount_msat and hold is not None:
+            canceled = await hold.cancel(payment, "the request prices above what was paid")
+            if canceled is None:
+                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(
+                "PAYMENT_INSUFFICIENT",
+                f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
+                " sat were paid for it. The held payment was canceled: nothing was charged.",
+                refund=canceled,
+                extra={"amountSats": price_msat // 1000},
+            )
         if price_msat > payment.amount_msat:
             refund = await self._refunds.refund_unspent(
                 payment,
@@ -257,7 +290,11 @@ class Spender:
 
         # The spend: whoever changes the row from paid is served; everyone else (a
         # replay, a concurrent refund that won) is told it was used.
+        if hold is not None:
+            hold.running(payment)  # before the spend: the hold watcher must not decide it
         if not await self._payments.spend(payment.payment_id, int(time.time())):
+            if hold is not None:
+                hold.stopped(payment)
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
         return await self._dispatch(payment, spec, params, price_msat)
 
@@ -287,7 +324,10 @@ class Spender:
             raise
         except EngineError as exc:
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            raise ApiError(exc.code, exc.message, refund=refund) from exc
+            raise ApiError(
+                exc.code, exc.message, refund=refund, extra=exc.envelope_extra(),
+                headers=exc.http_headers(),
+            ) from exc
         except asyncio.CancelledError:
             # The client went away mid-call; the money is still owed back.
             await asyncio.shield(
@@ -312,6 +352,10 @@ class Spender:
             earned_msat = max(0, result.charged_msat)
             field, reason = "partial_refund", "the call delivered less than was quoted"
         unearned_msat = payment.amount_msat - earned_msat
+        if self._holds is not None and payment.mode == "hold" and earned_msat > 0:
+            # The call succeeded and earned something: only now is the held payment kept
+            # (earning nothing, it is canceled below, as the full refund).
+            await self._holds.settle(payment)
         if unearned_msat > 0:
             refund = await self._refund_after_spend(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):
@@ -355,4 +399,10 @@ class Spender:
     async def _refund_after_spend(
         self, payment: Payment, amount_msat: int, reason: str
     ) -> dict[str, Any] | None:
+        in_full = amount_msat >= payment.amount_msat
+        if self._holds is not None and payment.mode == "hold" and in_full:
+            # Not yet settled: cancel it, the payer's wallet gets it back by itself.
+            canceled = await self._holds.cancel(payment, reason)
+            if canceled is not None:
+                return canceled
         return await self._refunds.refund_spent(payment, amount_msat, reason[:500])

@@ -6,7 +6,8 @@
   :mod:`~satsgate.store.payments` (the spend rule), :mod:`~satsgate.store.refunds`
   (the refund race guard), :mod:`~satsgate.store.jobs`, :mod:`~satsgate.store.cursors`
   (the node's settlement cursor), :mod:`~satsgate.store.votes`,
-  :mod:`~satsgate.store.ledger` (read-only totals);
+  :mod:`~satsgate.store.ledger` (read-only totals), :mod:`~satsgate.store.holds` (hold
+  invoices' preimages and decisions);
 - :mod:`~satsgate.store.migrations`: numbered SQL files, recorded in
   ``schema_migrations``;
 - :class:`Store` holds them all.
@@ -20,6 +21,7 @@ payout. No SQL is written outside this package.
 
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.engine import Database
+from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
 from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund, RefundStatus
@@ -31,6 +33,7 @@ from satsgate.store.votes import VoteRepository
 __all__ = [
     "CursorRepository",
     "Database",
+    "HoldRepository",
     "Job",
     "JobRepository",
     "JobStatus",

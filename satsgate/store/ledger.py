@@ -12,7 +12,7 @@ from satsgate.store.engine import Database
 def _totals(c: sqlite3.Connection) -> dict[str, int]:
     received, used, open_paid = c.execute(
         "SELECT"
-        " COALESCE(SUM(CASE WHEN status != 'unpaid' THEN amount_msat END), 0),"
+        " COALESCE(SUM(CASE WHEN status NOT IN ('unpaid', 'canceled') THEN amount_msat END), 0),"
         " COALESCE(SUM(CASE WHEN status IN ('spent', 'refunded') THEN amount_msat END), 0),"
         " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0)"
         " FROM payments"

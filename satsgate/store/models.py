@@ -12,6 +12,7 @@ class PaymentStatus(enum.StrEnum):
     PAID = "paid"  # settled, not yet used for its call
     SPENT = "spent"  # used for its one call
     REFUNDED = "refunded"  # paid, never served, refund issued in full
+    CANCELED = "canceled"  # hold invoice canceled: the payer's HTLCs went back, nothing kept
 
 
 class RefundStatus(enum.StrEnum):
@@ -41,6 +42,7 @@ class Payment(NamedTuple):
     request_digest: str  # sha256 of the priced request (service + canonical params)
     description: str
     via: str  # "http" or "mcp": the surface that created it
+    mode: str = "invoice"  # "invoice", or "hold": charged only when the call succeeds
 
 
 @dataclass(frozen=True)

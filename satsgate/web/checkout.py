@@ -42,6 +42,7 @@ _LABELS = {
     "paid": "Paid",
     "spent": "Paid · used",
     "refunded": "Paid · refunded",
+    "canceled": "Canceled · nothing charged",
     "expired": "Expired",
 }
 

@@ -1,0 +1,117 @@
+"""Hold invoices: the preimage satsgate keeps for each, and the decision taken on it.
+
+A decision is recorded before the node is told (``settling``/``canceling``), by one
+conditional UPDATE from undecided, so a settle and a cancel of one hold invoice can
+never both be chosen; a restart finds the recorded decision and finishes it. Canceling
+also moves the payment to ``canceled`` (from unpaid, paid or spent) in the same
+transaction: the ledger never counts a canceled hold as received.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from satsgate.store.engine import Database
+from satsgate.store.models import Payment
+from satsgate.store.payments import _PAYMENT_COLUMNS, _payment_of
+
+_OPEN = "h.decision IS NULL OR h.decision IN ('settling', 'canceling')"
+
+
+class HoldRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def insert(self, payment: Payment, preimage: str) -> None:
+        """Record a hold invoice's payment and its preimage together."""
+        values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
+        values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
+
+        def go(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO holds (payment_hash, preimage) VALUES (?, ?)",
+                (payment.payment_hash, preimage),
+            )
+            conn.execute(
+                f"INSERT INTO payments ({', '.join(_PAYMENT_COLUMNS)})"
+                f" VALUES ({', '.join('?' * len(_PAYMENT_COLUMNS))})",
+                values,
+            )
+
+        await self._db.run_in_transaction(go)
+
+    async def preimage(self, payment_hash: str) -> str | None:
+        row = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT preimage FROM holds WHERE payment_hash = ?", (payment_hash,)
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def decision(self, payment_hash: str) -> str | None:
+        row = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT decision FROM holds WHERE payment_hash = ?", (payment_hash,)
+            ).fetchone()
+        )
+        return None if row is None or row[0] is None else str(row[0])
+
+    async def choose_settle(self, payment_hash: str, now: int) -> bool:
+        """undecided -> settling (only a spent payment: its call succeeded)."""
+
+        def go(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE holds SET decision = 'settling', decided_at = ?"
+                " WHERE payment_hash = ? AND decision IS NULL AND EXISTS (SELECT 1 FROM"
+                " payments p WHERE p.payment_hash = holds.payment_hash AND p.status = 'spent')",
+                (now, payment_hash),
+            )
+            return cur.rowcount == 1
+
+        return await self._db.run_in_transaction(go)
+
+    async def choose_cancel(self, payment_hash: str, now: int, final: str = "canceling") -> bool:
+        """undecided -> canceling, and the payment paid/spent -> canceled, in one
+        transaction. ``expired`` (never paid) leaves the unpaid payment as it is: it
+        expires and is pruned like any other."""
+
+        def go(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE holds SET decision = ?, decided_at = ?"
+                " WHERE payment_hash = ? AND decision IS NULL",
+                (final, now, payment_hash),
+            )
+            if cur.rowcount != 1:
+                return False
+            if final != "expired":
+                conn.execute(
+                    "UPDATE payments SET status = 'canceled' WHERE payment_hash = ?"
+                    " AND status IN ('paid', 'spent')",
+                    (payment_hash,),
+                )
+            return True
+
+        return await self._db.run_in_transaction(go)
+
+    async def done(self, payment_hash: str, decision: str, now: int) -> None:
+        """settling -> settled, canceling -> canceled: the node did it."""
+        await self._db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE holds SET decision = ?, decided_at = ? WHERE payment_hash = ?"
+                " AND decision = ?",
+                (decision, now, payment_hash, "settling" if decision == "settled" else "canceling"),
+            )
+        )
+
+    async def open(self) -> list[tuple[Payment, str | None]]:
+        """Every hold payment whose decision is not finished, with that decision."""
+
+        def go(conn: sqlite3.Connection) -> list[tuple[Payment, str | None]]:
+            columns = ", ".join(f"p.{c}" for c in _PAYMENT_COLUMNS)
+            rows = conn.execute(
+                f"SELECT {columns}, h.decision FROM holds h JOIN payments p"
+                f" ON p.payment_hash = h.payment_hash WHERE {_OPEN}"
+            ).fetchall()
+            return [(_payment_of(row[:-1]), row[-1]) for row in rows]
+
+        return await self._db.run_sync(go)

@@ -2,7 +2,10 @@
 
 Resources are cleanup contexts, set up in order and torn down in reverse:
 store -> backend -> shared clients and pools -> gate -> background tasks.
-Application state lives under typed AppKeys, never in module globals.
+Application state lives under typed AppKeys (satsgate/appkeys.py), never in module
+globals. Routes live with their faces; this module only composes them:
+web/api.py (health, catalogs, files, LNURL-withdraw, dev), operations/http.py (the free
+operations and /api/l402/{slug}), discovery/, mcp/, web/checkout.py.
 """
 
 from __future__ import annotations

@@ -377,8 +377,8 @@ def _add_post_forms(
     body = post["requestBody"]["content"]["application/json"]
     name = _schema_name(slug)
     schemas[name] = {
-        "description": "The paid call, or: "
-        + "; ".join(f"the free {op.title.lower()}" for op in forms)
+        "description": "The paid call, or the body of the free "
+        + ", ".join(op.name for op in forms)
         + ".",
         "oneOf": [body["schema"], *(refs[(op.params, "validation")] for op in forms)],
     }
@@ -412,7 +412,7 @@ def _get_form(
     doc["responses"] = {
         "200": {
             "description": "The service description" + ("" if op.http.with_description
-            else ", or the answer of " + op.title.lower()) + ".",
+            else f", or the answer of {op.name}") + ".",
             "content": _json_content(answer),
         },
         **_error_responses(_codes(op)),

@@ -315,5 +315,3 @@ def mcp_server(
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
     )
-
-

@@ -411,8 +411,9 @@ def _get_form(
         doc["parameters"] = _parameters(op, optional=True)
     doc["responses"] = {
         "200": {
-            "description": "The service description" + ("" if op.http.with_description
-            else f", or the answer of {op.name}") + ".",
+            "description": "The service description"
+            + ("" if op.http.with_description else f", or the answer of {op.name}")
+            + ".",
             "content": _json_content(answer),
         },
         **_error_responses(_codes(op)),

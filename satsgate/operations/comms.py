@@ -193,9 +193,7 @@ async def confirm_ai_call(
     )
 
 
-async def poll_ai_call(
-    env: OperationEnv, args: AiCallPollParams, call: Call
-) -> AiCallRecord:
+async def poll_ai_call(env: OperationEnv, args: AiCallPollParams, call: Call) -> AiCallRecord:
     settings = env.settings
     records = ai_calls.records_for(settings)
     return AiCallRecord.model_validate(

@@ -112,4 +112,5 @@ ESTIMATE_COST: OperationSpec[EstimateQuery, Estimate] = OperationSpec(
         llms="`GET {url}?service=<id>&...`, no invoice",
     ),
     error_codes=("L402_INVALID_PARAMS", "RATE_LIMITED", "INTERNAL_ERROR"),
+    rate_rule="estimate",
 )

@@ -197,6 +197,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
+    unanswered = await gate.refund_unanswered()
+    if unanswered:
+        log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
     yield
     await jobs.close()
     await refunds.wait_payouts()

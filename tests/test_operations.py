@@ -87,9 +87,10 @@ async def test_answer_models_describe_the_real_bodies(client: httpx.AsyncClient)
     ErrorEnvelope.model_validate(envelope)
     assert _declared(ErrorEnvelope, envelope) == {"fields"}  # the invalid fields, listed
 
-    await dev_pay(client, body["invoice"])
+    preimage = await dev_pay(client, body["invoice"])  # the proof of an HTTP payment
     refunded = await client.post(
-        "/api/l402/refund", json={"paymentId": body["paymentId"], "invoice": body["invoice"]}
+        "/api/l402/refund",
+        json={"paymentId": body["paymentId"], "invoice": body["invoice"], "preimage": preimage},
     )
     issued = refunded.json()
     RefundIssued.model_validate(issued)

@@ -41,6 +41,8 @@ class CallContext:
     keepalive: Callable[[], Awaitable[None]] | None = None
     # The transport's per-client rate limit: rate_check(rule) raises RATE_LIMITED.
     rate_check: Callable[[str], None] | None = None
+    # MCP carries no credential: a payment is proven by its paymentId (create_payment's).
+    authorization: tuple[str, ...] = ()
 
     def limit(self, rule: str) -> None:
         """Spend one request of this call's client under ``rule`` (satsgate/ratelimit.py)."""

@@ -19,7 +19,7 @@ from satsgate.errors import ApiError
 from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
 from satsgate.operations import dump
-from satsgate.operations.jobs import JobResultArgs, find_job, job_body
+from satsgate.operations.jobs import JobResultArgs, find_job, job_result_body
 from satsgate.services.catalog import CATEGORIES, MODELS_BY_ID, list_models_document
 from satsgate.store import Job, JobStatus
 
@@ -91,9 +91,12 @@ async def get_model_pricing(
 # -- await_result ---------------------------------------------------------------------------
 
 
-def _outcome(env: ToolEnv, job: Job, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A job's answer: a FAILED job is a tool failure carrying its envelope and refund."""
-    status = job_body(env, job)
+async def _outcome(
+    env: ToolEnv, job: Job, payment_id: str | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A job's answer: a FAILED job is a tool failure carrying its envelope and refund
+    (the refund link for its payer only)."""
+    status = await job_result_body(env, job, payment_id)
     body = {**dump(status), **(extra or {})}
     if job.status is JobStatus.FAILED:
         return results.failure_envelope(body)
@@ -103,7 +106,7 @@ def _outcome(env: ToolEnv, job: Job, extra: dict[str, Any] | None = None) -> dic
 async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> dict[str, Any]:
     job = await find_job(env, args.requestId, args.jobType, args.paymentId)
     if not ctx.can_stream or job.status is not JobStatus.IN_PROGRESS:
-        return _outcome(env, job)
+        return await _outcome(env, job, args.paymentId)
     jobs = env.jobs
     loop = asyncio.get_running_loop()
     deadline = loop.time() + AWAIT_TIMEOUT_S
@@ -121,7 +124,7 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
                 await ctx.progress(
                     total, total, "done" if job.status is JobStatus.COMPLETED else "failed"
                 )
-            return _outcome(env, job)
+            return await _outcome(env, job, args.paymentId)
         value = progress.progress if progress is not None else 0.0
         # Progress must increase with every notification: send only when it moved.
         if value > last_sent:
@@ -129,9 +132,10 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
             last_sent, last_write = value, loop.time()
         now = loop.time()
         if now >= deadline or env.closing.is_set():
-            return _outcome(
+            return await _outcome(
                 env,
                 job,
+                args.paymentId,
                 {
                     "timedOut": True,
                     "message": "Still running; call await_result again.",

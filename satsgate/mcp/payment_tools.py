@@ -251,9 +251,7 @@ async def call_paid(
             exc.extra = {
                 **exc.extra,
                 "lightningInvoice": payment.bolt11,
-                "hostedCheckoutUrl": (
-                    f"{env.settings.public_base_url}/checkout/{payment.payment_id}"
-                ),
+                "hostedCheckoutUrl": env.gate.checkout_url(payment),
             }
         # Decided after looking at the payment: a tool failure, never a protocol error.
         return results.failure(exc)

@@ -69,13 +69,21 @@ class OperationEnv:
 
 class Call(Protocol):
     """What a face offers one call: ``limit(rule)`` spends one request of the caller
-    under a rate-limit rule (satsgate/ratelimit.py), raising RATE_LIMITED."""
+    under a rate-limit rule (satsgate/ratelimit.py), raising RATE_LIMITED;
+    ``authorization`` is the credential the request carried (HTTP), which proves a
+    payment (satsgate.payments.proof)."""
+
+    @property
+    def authorization(self) -> Sequence[str]: ...
 
     def limit(self, rule: str) -> None: ...
 
 
-class NoCall:
-    """A call without per-call abilities (HTTP limits by route in its middleware)."""
+@dataclass(frozen=True)
+class HttpCall:
+    """An HTTP call: its Authorization headers; HTTP limits by route in its middleware."""
+
+    authorization: Sequence[str] = ()
 
     def limit(self, rule: str) -> None:
         return None

@@ -21,14 +21,13 @@ from satsgate.appkeys import GATE, OPERATION_ENV, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
 from satsgate.errors import ApiError, invalid_params
 from satsgate.http_util import dumps, read_json
-from satsgate.operations.base import AnyOperation, NoCall, dump
+from satsgate.operations.base import AnyOperation, HttpCall, dump
 from satsgate.payments.http import handle_paid_call
 from satsgate.services.base import ServiceSpec
 from satsgate.services.routing import apply_path_model
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SLUG_PATH = "/api/l402/{slug}"
-_NO_CALL = NoCall()
 
 
 # -- one operation over HTTP ----------------------------------------------------------------
@@ -88,7 +87,8 @@ def respond(op: AnyOperation, body: Mapping[str, Any]) -> web.Response:
 
 async def run(request: web.Request, op: AnyOperation, raw: Any) -> dict[str, Any]:
     params = validate(op, raw)
-    result = await op.handler(request.app[OPERATION_ENV], params, _NO_CALL)
+    call = HttpCall(request.headers.getall("Authorization", []))
+    result = await op.handler(request.app[OPERATION_ENV], params, call)
     return dump(result)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
@@ -10,6 +11,7 @@ from satsgate.errors import ApiError
 from satsgate.jobs import JOB_TYPES, status_body
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import JobStatusBody
+from satsgate.payments.proof import proves, without_refund_secrets
 from satsgate.store import Job, JobStatus
 
 # A job type: one of JOB_TYPES (checked by _known_type; the schema lists them).
@@ -34,6 +36,12 @@ class JobQuery(BaseModel):
         description="Job id (requestId, jobId or job_id).",
     )
     jobType: JobType | None = Field(None, description="Job type.")
+    paymentId: str | None = Field(
+        None,
+        max_length=200,
+        description="A payment made with create_payment: its paymentId shows a failed job's "
+        "refund link (an HTTP payment's payer polls with its credential instead).",
+    )
 
     _known = field_validator("jobType")(_known_type)
 
@@ -83,19 +91,39 @@ def untrusted(env: OperationEnv, job: Job) -> bool:
     return marked or (spec is not None and spec.untrusted_output)
 
 
-def job_body(env: OperationEnv, job: Job) -> JobStatusBody:
-    body = JobStatusBody.model_validate(status_body(job, env.jobs.progress(job.job_id)))
-    body._untrusted = untrusted(env, job)
-    return body
+async def _payer_asks(
+    env: OperationEnv, job: Job, call: Call, payment_id: str | None
+) -> bool:
+    """The caller proved the job's payment: the credential it was paid with (HTTP) or,
+    for a payment made with create_payment, its paymentId (satsgate.payments.proof)."""
+    if job.status is not JobStatus.FAILED:
+        return False
+    payment = await env.gate.get_payment(job.payment_id)
+    return payment is not None and proves(
+        payment, authorization=call.authorization, payment_id=payment_id
+    )
+
+
+def job_body(env: OperationEnv, job: Job, refund_shown: bool = False) -> JobStatusBody:
+    """The poll answer; a failed job's refund link only for its payer (``refund_shown``)."""
+    body = status_body(job, env.jobs.progress(job.job_id))
+    if not refund_shown:
+        body = without_refund_secrets(body)  # a job id alone shows no refund link
+    status = JobStatusBody.model_validate(body)
+    status._untrusted = untrusted(env, job)
+    return status
 
 
 async def job_status(env: OperationEnv, args: JobQuery | JobArgs, call: Call) -> JobStatusBody:
     """One status check; FAILED is a status here, not a failure."""
-    return job_body(env, await find_job(env, args.requestId, args.jobType))
+    job = await find_job(env, args.requestId, args.jobType)
+    payment_id = args.paymentId if isinstance(args, JobQuery) else None
+    return job_body(env, job, await _payer_asks(env, job, call, payment_id))
 
 
 async def job_result(env: OperationEnv, args: JobResultArgs, call: Call) -> JobStatusBody:
-    return job_body(env, await find_job(env, args.requestId, args.jobType, args.paymentId))
+    job = await find_job(env, args.requestId, args.jobType, args.paymentId)
+    return job_body(env, job, await _payer_asks(env, job, call, args.paymentId))
 
 
 def _failed(result: JobStatusBody) -> bool:
@@ -138,3 +166,20 @@ JOB_RESULT: OperationSpec[JobResultArgs, JobStatusBody] = OperationSpec(
     untrusted=_untrusted,
     tool_failure=_failed,
 )
+
+
+async def job_result_body(env: OperationEnv, job: Job, payment_id: str | None) -> JobStatusBody:
+    """get_job_result's answer for ``job`` (await_result's too): the refund link shown when
+    ``payment_id`` proves an MCP payment."""
+    return job_body(env, job, await _payer_asks(env, job, _MCP_CALL, payment_id))
+
+
+@dataclass(frozen=True)
+class _NoCredential:
+    authorization: tuple[str, ...] = ()
+
+    def limit(self, rule: str) -> None:
+        return None
+
+
+_MCP_CALL = _NoCredential()

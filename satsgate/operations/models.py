@@ -115,11 +115,12 @@ class JobStatusBody(Body):
 
 
 class PaymentDocument(Body):
-    """A payment as check_payment_status and the checkout page report it."""
+    """A payment as check_payment_status and the checkout page report it (the page's
+    poll, by token, leaves out the paymentId)."""
 
     model_config = ConfigDict(title="Payment")
 
-    paymentId: str
+    paymentId: str | None = None
     paid: bool
     status: Literal["unpaid", "paid", "spent", "refunded", "canceled", "expired"]
     amountSats: int

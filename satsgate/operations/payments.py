@@ -22,12 +22,16 @@ public_status = refund_request.public_status
 
 # Payment ids are minted by the gate as pay_<32 hex>; anything else is not looked up.
 PAYMENT_ID = re.compile(r"^pay_[0-9a-f]{32}$")
-STATUS_PATH = "/api/payments/{paymentId}"
+STATUS_PATH = "/api/payments/{ref}"
 MAX_WAIT_S = 25.0
 
 
-def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> dict[str, Any]:
-    """The Payment resource as check_payment_status and the checkout page report it."""
+def payment_document(
+    payment: Payment, spec: AnySpec | None, checkout_url: str, *, with_id: bool = True
+) -> dict[str, Any]:
+    """The Payment resource as check_payment_status and the checkout page report it;
+    ``with_id`` False for the checkout page's poll, whose token must not lead to the
+    paymentId (which spends an MCP payment)."""
     status = public_status(payment)
     doc: dict[str, Any] = {
         "paymentId": payment.payment_id,
@@ -42,15 +46,22 @@ def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> d
     }
     if status == "unpaid":
         doc["lightningInvoice"] = payment.bolt11
-        doc["hostedCheckoutUrl"] = f"{base_url}/checkout/{payment.payment_id}"
+        doc["hostedCheckoutUrl"] = checkout_url
+    if not with_id:
+        del doc["paymentId"]
     return doc
 
 
-async def load_payment(gate: Gate, payment_id: str) -> Payment | None:
-    """The payment, refreshed from the node when its settlement was not seen yet."""
-    if not PAYMENT_ID.match(payment_id):
-        return None
-    payment = await gate.get_payment(payment_id)
+async def load_payment(gate: Gate, ref: str, *, by_id: bool = False) -> Payment | None:
+    """The payment of a checkout token (or, ``by_id``, of a paymentId too), refreshed
+    from the node when its settlement was not seen yet."""
+    payment: Payment | None = None
+    if by_id and PAYMENT_ID.match(ref):
+        payment = await gate.get_payment(ref)
+    else:
+        payment_hash = gate.checkout_payment_hash(ref)
+        if payment_hash is not None:
+            payment = await gate.get_payment_by_hash(payment_hash)
     return None if payment is None else await gate.refresh_paid(payment)
 
 
@@ -63,9 +74,17 @@ class PaymentIdArgs(BaseModel):
     paymentId: str = Field(min_length=1, max_length=200, description="From create_payment.")
 
 
-class PaymentStatusParams(PaymentIdArgs):
+class PaymentStatusParams(BaseModel):
+    """GET /api/payments/<ref>: a checkout token (the page's poll: the answer leaves out
+    the paymentId) or the paymentId itself; ``wait`` long-polls."""
+
     model_config = ConfigDict(extra="forbid", title="payment status parameters")
 
+    ref: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The token of a hostedCheckoutUrl, or the paymentId.",
+    )
     wait: str | None = Field(
         None,
         description="Long poll: wait up to this many seconds (at most 25) for the invoice "
@@ -73,11 +92,21 @@ class PaymentStatusParams(PaymentIdArgs):
     )
 
 
-async def payment_status(env: OperationEnv, params: PaymentIdArgs, call: Call) -> PaymentDocument:
-    payment = await load_payment(env.gate, params.paymentId)
-    if payment is None:
-        raise ApiError("PAYMENT_NOT_FOUND", f"No payment {params.paymentId!r}.")
-    wait = getattr(params, "wait", None)
+async def payment_status(
+    env: OperationEnv, params: PaymentStatusParams | PaymentIdArgs, call: Call
+) -> PaymentDocument:
+    gate = env.gate
+    if isinstance(params, PaymentStatusParams):  # HTTP: a checkout token or the paymentId
+        ref, wait = params.ref, params.wait
+        payment = await load_payment(gate, ref, by_id=True)
+        if payment is None:
+            raise ApiError("PAYMENT_NOT_FOUND", "No such payment.")
+    else:  # MCP: the paymentId
+        ref, wait = params.paymentId, None
+        found = await gate.get_payment(ref)
+        if found is None:
+            raise ApiError("PAYMENT_NOT_FOUND", f"No payment {ref!r}.")
+        payment = await gate.refresh_paid(found)
     if wait is not None:
         try:
             wait_s = min(max(float(wait), 0.0), MAX_WAIT_S)
@@ -86,11 +115,12 @@ async def payment_status(env: OperationEnv, params: PaymentIdArgs, call: Call) -
         if wait_s > 0 and public_status(payment) == "unpaid":
             # Never wait past the invoice expiry: the page should show "expired" then.
             wait_s = min(wait_s, max(payment.expires_at - time.time(), 0.0))
-            payment = await _wait_paid(env.gate, payment, wait_s, env.closing)
+            payment = await _wait_paid(gate, payment, wait_s, env.closing)
     spec = env.by_slug.get(payment.service)
-    return PaymentDocument.model_validate(
-        payment_document(payment, spec, env.settings.public_base_url)
+    doc = payment_document(
+        payment, spec, gate.checkout_url(payment), with_id=ref == payment.payment_id
     )
+    return PaymentDocument.model_validate(doc)
 
 
 async def _wait_paid(
@@ -124,9 +154,11 @@ CHECK_PAYMENT_STATUS: OperationSpec[PaymentStatusParams, PaymentDocument] = Oper
     http=HttpRoute(
         "GET",
         STATUS_PATH,
-        example="GET /api/payments/<paymentId>?wait=25",
+        example="GET /api/payments/<token or paymentId>?wait=25",
         headers={"Cache-Control": "no-store"},
-        summary="A payment's status; ?wait=N long-polls until it settles (at most 25 s).",
+        summary="A payment's status, by the token of its hostedCheckoutUrl (the answer "
+        "then leaves out the paymentId) or by its paymentId; ?wait=N long-polls until it "
+        "settles (at most 25 s).",
         llms="`GET {url}` (`?wait=25` long-polls until paid)",
     ),
     tool="check_payment_status",
@@ -147,6 +179,13 @@ class RequestRefundArgs(BaseModel):
         description="A BOLT11 invoice of yours for exactly the amount paid; the refund pays it. "
         "Send the payment's own lightningInvoice instead to get an LNURL-withdraw link only.",
     )
+    preimage: str | None = Field(
+        None,
+        min_length=64,
+        max_length=64,
+        description="Only for a payment made through an HTTP 402 challenge: its preimage "
+        "(the proof of payment). A payment from create_payment needs none.",
+    )
     email: str | None = Field(None, max_length=320, description="Optional; not stored.")
     feedback: str | None = Field(
         None, max_length=2000, description="Optional: why the call was not used."
@@ -163,6 +202,7 @@ async def request_refund(env: OperationEnv, args: RequestRefundArgs, call: Call)
             args.paymentId,
             args.invoice,
             args.feedback,
+            args.preimage,
         )
     )
 
@@ -180,7 +220,8 @@ REQUEST_REFUND: OperationSpec[RequestRefundArgs, RefundIssued] = OperationSpec(
         "POST",
         "/api/l402/refund",
         example='{"paymentId": "pay_...", "invoice": "lnbcrt..."}',
-        llms='`POST {url}` with `{{"paymentId": "...", "invoice": "<bolt11 for the amount>"}}`',
+        llms='`POST {url}` with `{{"paymentId": "...", "invoice": "<bolt11 for the amount>", '
+        '"preimage": "<the proof of payment, for a 402 payment>"}}`',
     ),
     tool="request_refund",
     read_only=False,
@@ -188,6 +229,7 @@ REQUEST_REFUND: OperationSpec[RequestRefundArgs, RefundIssued] = OperationSpec(
     error_codes=(
         "L402_INVALID_PARAMS",
         "INVALID_INPUT",
+        "PAYMENT_INVALID",
         "PAYMENT_NOT_FOUND",
         "REFUND_NOT_AVAILABLE",
         "RATE_LIMITED",

@@ -1,15 +1,20 @@
-"""The hosted checkout page (``/checkout/<paymentId>``) and its live status endpoint.
+"""The hosted checkout page (``/checkout/<token>``) and its live status endpoint.
+
+The page's token is its own (``Challenger.checkout_token``), never the paymentId: the
+link is meant to be shown to whoever pays (a person, a wallet), and a paymentId spends
+an MCP payment. The page and its poll never show the paymentId.
 
 The page is one self-contained HTML document: CSS and JS inline under a
 per-response CSP nonce, the QR code as inline SVG (segno), nothing fetched from
 elsewhere. Every value from the store is HTML-escaped; the JSON handed to the
 script is escaped so it cannot close its ``<script>`` element.
 
-``GET /api/payments/<paymentId>?wait=N`` (the check_payment_status operation,
-satsgate.operations.payments) long-polls: it returns at once when the payment is
-settled (or settles while waiting, via ``Gate.wait_paid``), else after at most
-25 s. The page polls it in a loop, so "paid" shows within a moment of settlement
-without a reload.
+``GET /api/payments/<token or paymentId>?wait=N`` (the check_payment_status operation,
+satsgate.operations.payments) long-polls (by paymentId it answers the MCP caller's
+Payment resource, by token the same without the paymentId): it returns at once when the
+payment is settled (or settles while waiting, via ``Gate.wait_paid``), else
+after at most 25 s. The page polls it in a loop, so "paid" shows within a
+moment of settlement without a reload.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from satsgate.payments.gate import Gate
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus
 
-CHECKOUT_PATH = "/checkout/{payment_id}"
+CHECKOUT_PATH = "/checkout/{token}"
 # An inline icon, so the browser does not ask for /favicon.ico.
 ICON = (
     "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
@@ -65,13 +70,14 @@ def _asset(*parts: str) -> str:
 
 
 async def checkout_page(request: web.Request, gate: Gate) -> web.Response:
-    payment = await load_payment(gate, request.match_info["payment_id"])
+    token = request.match_info["token"]
+    payment = await load_payment(gate, token)
     if payment is None:
         return _not_found_page()
-    return _page_response(render_checkout(payment))
+    return _page_response(render_checkout(payment, token))
 
 
-def render_checkout(payment: Payment) -> tuple[str, str]:
+def render_checkout(payment: Payment, token: str) -> tuple[str, str]:
     """(html, nonce) of the checkout page for ``payment``."""
     spec = BY_SLUG.get(payment.service)
     title = spec.title if spec is not None else payment.service
@@ -86,12 +92,11 @@ def render_checkout(payment: Payment) -> tuple[str, str]:
         scale=4, border=2, dark="#111111", light="#ffffff", omitsize=True, title="Invoice QR code"
     )
     data = {
-        "paymentId": payment.payment_id,
         "status": status,
         "invoice": payment.bolt11,
         "expiresAt": payment.expires_at,
         # Relative, so the page works behind a reverse proxy under any prefix.
-        "statusUrl": f"../api/payments/{payment.payment_id}",
+        "statusUrl": f"../api/payments/{token}",
     }
     nonce = secrets.token_urlsafe(16)
     esc = html.escape
@@ -109,7 +114,8 @@ def render_checkout(payment: Payment) -> tuple[str, str]:
         wallet_uri=esc(uri),
         bolt11=esc(payment.bolt11),
         tool=esc(spec.tool_name if spec is not None else payment.service),
-        payment_id=esc(payment.payment_id),
+        # A reference for support, not the paymentId: the invoice's hash, shortened.
+        payment_id=esc(payment.payment_hash[:16]),
         paid_hidden="" if payment.status in (PaymentStatus.PAID, PaymentStatus.SPENT) else "hidden",
         expires_unix=esc(str(payment.expires_at)),
         expiry_text="",

@@ -22,7 +22,6 @@ from satsgate.engines.speech_translation import (
     SpeechTranslationResult,
     TranscribeThenTranslate,
 )
-from satsgate.engines.translation import TranslationRequest
 from satsgate.services.languages import language_name
 
 LABEL = "Whisper tiny.en then Apertium (English speech)"
@@ -51,9 +50,12 @@ class LocalSpeechTranslation(TranscribeThenTranslate):
                 f"{language_name(request.source_language)}"
             )
         target = request.target_language
-        if target == SOURCE:
-            return None  # the transcript is the answer
-        return self.translator.unsupported(TranslationRequest("", target, SOURCE))
+        if target == SOURCE or target in self.targets:
+            return None  # (into English: the transcript is the answer)
+        return (
+            f"this node translates English speech into {', '.join(self.targets)} only, not "
+            f"into {language_name(target)}"
+        )
 
     async def transcribe_translate(
         self, request: SpeechTranslationRequest

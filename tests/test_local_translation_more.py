@@ -210,6 +210,27 @@ async def test_what_local_speech_translation_cannot_do_is_refused_before_any_inv
         assert f"not into {name}" in error and "es, " in error, error
 
 
+async def test_api_languages_says_which_rare_and_speech_pairs_this_node_serves(
+    client: httpx.AsyncClient,
+) -> None:
+    doc = (await client.get("/api/languages")).json()
+    rare_node = doc["thisNode"]["rareTranslation"]
+    assert rare_node["source"] == "local" and rare_node["label"] == apertium.RARE_LABEL
+    pairs = {(p["source"], p["target"]) for p in rare_node["pairs"]}
+    assert pairs == set(apertium.installed_pairs(target_code=apertium.rare_code)) >= RARE_PAIRS
+    rare = {entry["code"]: entry["here"] for entry in doc["rare"]}
+    assert rare["oci"] == {"into": True, "from": ["ca", "es", "fr"]}
+    assert rare["srd"] == {"into": True, "from": ["ca", "it"]}
+    assert rare["tpi"] == {"into": False, "from": []}
+    assert sum(here["into"] for here in rare.values()) == len({t for _, t in pairs})
+    speech = doc["thisNode"]["speechTranslation"]
+    if speech["available"]:
+        assert speech["label"] == speech_translation.LABEL
+        spoken = {(p["source"], p["target"]) for p in speech["pairs"]}
+        assert ("en", "es") in spoken and {s for s, _ in spoken} == {"en"}
+        assert spoken == {(s, t) for s, t in apertium.installed_pairs() if s == "en"}
+
+
 # -- what a fresh node offers --------------------------------------------------------------
 
 

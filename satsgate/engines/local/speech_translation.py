@@ -40,6 +40,10 @@ class LocalSpeechTranslation(TranscribeThenTranslate):
     def targets(self) -> tuple[str, ...]:
         return tuple(sorted({t for s, t in self.translator.language_pairs() if s == SOURCE}))
 
+    def language_pairs(self) -> tuple[tuple[str, str], ...]:
+        """(source, target) served (discovery's thisNode.speechTranslation.pairs)."""
+        return tuple((SOURCE, target) for target in self.targets)
+
     def unsupported(self, request: object) -> str | None:
         """Why ``request`` cannot be served here (cheap, no I/O; before any invoice)."""
         if not isinstance(request, SpeechTranslationRequest):

@@ -10,14 +10,16 @@ from satsgate.store.engine import Database
 
 
 def _totals(c: sqlite3.Connection) -> dict[str, int]:
-    received, used, open_paid = c.execute(
+    received, used, held, open_paid = c.execute(
         "SELECT"
         " COALESCE(SUM(CASE WHEN status NOT IN ('unpaid', 'canceled') THEN amount_msat END), 0),"
         " COALESCE(SUM(CASE WHEN status IN ('spent', 'refunded') THEN amount_msat END), 0),"
+        " COALESCE(SUM(CASE WHEN status = 'serving' THEN amount_msat END), 0),"
         " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0)"
         " FROM payments"
     ).fetchone()
-    # Refunds belong to spent or refunded payments; an expired link stays earned.
+    # Refunds belong to spent or refunded payments (a serving payment's refund moves it
+    # to spent in the same transaction); an expired link stays earned.
     refunded, paid_out = c.execute(
         "SELECT COALESCE(SUM(CASE WHEN status != 'expired' THEN amount_msat END), 0),"
         " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0) FROM refunds"
@@ -27,6 +29,7 @@ def _totals(c: sqlite3.Connection) -> dict[str, int]:
         "earned_msat": int(used - refunded),
         "refunded_msat": int(refunded),
         "refunds_paid_out_msat": int(paid_out),
+        "held_msat": int(held),
         "open_msat": int(open_paid),
     }
 
@@ -36,7 +39,9 @@ class LedgerRepository:
         self._db = db
 
     async def totals(self) -> dict[str, int]:
-        """received = earned + refunded + open (paid, not yet used), always."""
+        """received = earned + refunded + held + open, always: held is what calls in
+        flight were paid (serving: spent, neither answered nor refunded yet), open what
+        paid payments not yet used hold."""
         return await self._db.run_sync(_totals)
 
     async def stats(self, now: float | None = None) -> dict[str, int]:

@@ -508,6 +508,13 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
     engine="speech_translation",
+    # A local engine names the source and target languages it serves (English speech,
+    # the targets its translator reaches from English): others are refused before any
+    # invoice; the audio is not needed to tell.
+    engine_request=lambda p: SpeechTranslationRequest(
+        audio=b"", format="", target_language=p.targetLanguage,
+        source_language=p.sourceLanguage,
+    ),
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from satsgate.app import BACKEND, GATE, SETTINGS, STORE, create_app
 from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
 from satsgate.engines.local import cards
-from satsgate.http_util import result_response
+from satsgate.http_edge import result_response
 from satsgate.payments.challenger import validate_params
 from satsgate.payments.http import challenge_response
 from satsgate.services.documents import RENDER_CARD

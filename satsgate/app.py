@@ -46,7 +46,7 @@ from satsgate.engines import CpuRunner, EngineDeps, ProviderFactory, build_engin
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore
-from satsgate.http_util import error_middleware
+from satsgate.http_edge import error_middleware
 from satsgate.jobs import JobRunner
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.mcp import McpServer, PlannedSource

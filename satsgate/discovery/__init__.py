@@ -40,7 +40,7 @@ from satsgate.discovery.llms import llms_txt
 from satsgate.discovery.openapi import openapi_document
 from satsgate.engines import Engines
 from satsgate.errors import ApiError
-from satsgate.http_util import dumps
+from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
 from satsgate.services import rates

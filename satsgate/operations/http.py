@@ -20,7 +20,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 from satsgate.appkeys import GATE, OPERATION_ENV, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
 from satsgate.errors import ApiError, invalid_params
-from satsgate.http_util import dumps, read_json
+from satsgate.http_edge import dumps, read_json
 from satsgate.operations.base import AnyOperation, HttpCall, dump
 from satsgate.payments.http import handle_paid_call
 from satsgate.services.base import ServiceSpec

@@ -14,7 +14,7 @@ from aiohttp import web
 from satsgate import __version__
 from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT, STORE
 from satsgate.errors import ApiError, catalog_document
-from satsgate.http_util import dumps
+from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
 from satsgate.services.catalog import CATEGORIES, list_models_document
 

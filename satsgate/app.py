@@ -36,6 +36,7 @@ from satsgate.http_util import dumps, error_middleware, read_json
 from satsgate.jobs import JOB_TYPES, JobRunner, status_body
 from satsgate.lightning import BackendError, LightningBackend, SimulatedPayments
 from satsgate.mcp import McpServer, PlannedSource, RoadmapPlannedServices
+from satsgate.operator import ensure_operator_token
 from satsgate.payments.gate import Gate, HandlerResources, build_gate
 from satsgate.payments.http import handle_paid_call
 from satsgate.payments.refund_request import request_refund
@@ -53,7 +54,8 @@ from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES
 from satsgate.services.routing import apply_path_model
 from satsgate.store import Store
-from satsgate.web import checkout
+from satsgate.web import checkout, operator_routes
+from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,18 @@ def create_app(
     )
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
     _add_routes(app, settings, backend)
+    _add_operator_routes(app, settings)
     return app
+
+
+# -- the operator's routes and the payer's refund recovery (issue 16) -----------------------
+# Kept apart from _add_routes: /operator, /api/operator/ledger (the operator token) and
+# /recover, /recover/payout (a refund's own secret). Free; never an invoice.
+
+
+def _add_operator_routes(app: web.Application, settings: Settings) -> None:
+    app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
+    operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
 
 
 # -- resources ------------------------------------------------------------------------------
@@ -316,7 +329,7 @@ def _json(body: Any, status: int = 200) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     app = request.app
     info = await app[BACKEND].info()
-    stats = await app[STORE].ledger.stats()
+    # Liveness and versions only: business figures are the operator's (/api/operator/ledger).
     return _json(
         {
             "status": "ok",
@@ -325,7 +338,6 @@ async def health(request: web.Request) -> web.Response:
             "network": info.network,
             "node_pubkey": info.pubkey,
             "uptime_s": int(time.time() - app[STARTED_AT]),
-            **stats,
             "engines": [status.public() for status in app[ENGINES].statuses()],
         }
     )

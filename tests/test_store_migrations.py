@@ -204,7 +204,8 @@ async def test_a_database_part_way_through_the_legacy_versions_gets_the_rest(
         await store.close()
     assert "idx_payments_unpaid_expiry" in _schema(path)
     assert "idx_payments_status_created_at" not in _schema(path)
-    assert _versions(path) == ([1, 2, 3, 4, 5], 5)
+    latest = len(available())
+    assert _versions(path) == (list(range(1, latest + 1)), latest)
 
 
 def test_an_unterminated_statement_is_refused() -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from satsgate.store.engine import Database
 
@@ -33,6 +34,7 @@ _HELD = (
     "p.mode = 'hold' AND p.status IN ('paid', 'spent', 'refunded') AND NOT EXISTS"
     " (SELECT 1 FROM holds h WHERE h.payment_hash = p.payment_hash AND h.decision = 'settled')"
 )
+T = TypeVar("T")
 _REFUND_STATES = ("open", "claiming", "paid", "expired")
 _DAY = 86400
 
@@ -151,13 +153,27 @@ def _refunds_by_cause(c: sqlite3.Connection) -> list[dict[str, Any]]:
     return [{"cause": str(r[0]), "refunds": int(r[1]), "amount_msat": int(r[2])} for r in rows]
 
 
+def _snapshot(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    """Run ``fn`` in one read transaction: its several SELECTs see one state of the
+    database (WAL), so the figures balance even while payments move."""
+
+    def go(c: sqlite3.Connection) -> T:
+        c.execute("BEGIN")
+        try:
+            return fn(c)
+        finally:
+            c.execute("COMMIT" if c.in_transaction else "SELECT 1")
+
+    return go
+
+
 class LedgerRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
     async def totals(self) -> dict[str, int]:
         """received = earned + refunded + held + open, always (see the module)."""
-        return await self._db.run_sync(_totals)
+        return await self._db.run_sync(_snapshot(_totals))
 
     async def report(self) -> dict[str, Any]:
         """The operator's ledger: totals, per day, calls per service, refunds by cause."""
@@ -170,7 +186,7 @@ class LedgerRepository:
                 "refunds_by_cause": _refunds_by_cause(c),
             }
 
-        return await self._db.run_sync(go)
+        return await self._db.run_sync(_snapshot(go))
 
     async def stats(self, now: float | None = None) -> dict[str, int]:
         """Figures for `satsgate-status` (operator-only)."""

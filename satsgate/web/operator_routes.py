@@ -163,7 +163,7 @@ async def _find_refund(store: Store, payment_id: str, secret: str) -> Refund | N
 # -- pages ----------------------------------------------------------------------------------
 
 
-def _login_page(error: str = "", status: int = 401) -> web.Response:
+def _login_page(error: str = "", status: int = 200) -> web.Response:
     notice = f'<p class="notice error" id="login-error">{esc(error)}</p>' if error else ""
     body = (
         '<section class="card"><h1>Operator</h1>'

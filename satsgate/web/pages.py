@@ -143,8 +143,12 @@ def earnings_chart(days: Sequence[dict[str, Any]], width: int = 960, height: int
                 f"{esc(d['day'][5:])}</text>"
             )
     parts.append("</svg>")
+    def swatch(colour: str) -> str:
+        return (f'<svg width="10" height="10" aria-hidden="true"><rect width="10" height="10"'
+                f' fill="{colour}"/></svg>')
+
     legend = (
-        '<p class="muted"><span style-x>■</span> earned (orange) and refunded (grey) per day, '
-        "msat</p>"
-    ).replace(" style-x", "")
+        f'<p class="muted">{swatch("#f7931a")} earned &nbsp; {swatch("#8a8474")} refunded,'
+        " per day (msat; hover a bar for its figure)</p>"
+    )
     return "".join(parts) + legend

@@ -148,6 +148,14 @@ async def test_a_refund_paid_after_a_failed_attempt_clears_the_reason(
     assert fresh_server.call(fresh_server.store.refunds.payout_problems) == []
 
 
+def run_cli(*args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run(
+        [sys.executable, "-m", "satsgate.cli", *args],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    ).stdout
+
+
 def test_cli_ledger_and_operator_token(fresh_server: ThreadedServer) -> None:
     data_dir = fresh_server.settings.data_dir
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -169,12 +177,8 @@ def test_cli_ledger_and_operator_token(fresh_server: ThreadedServer) -> None:
 async def test_cli_ledger_after_the_scenarios(
     fresh_server: ThreadedServer, scenario: dict[str, Any]
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run(
-        [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir",
-         str(fresh_server.settings.data_dir)],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
-    ).stdout
+    out = await asyncio.to_thread(run_cli, "ledger", "--data-dir",
+                                  str(fresh_server.settings.data_dir))
     assert re.search(r"^total\s+70000\s+10000\s+30000\s+0\s+30000$", out, re.M), out
     assert re.search(r"^  paid\s+1\s+10000 msat$", out, re.M), out
     assert re.search(r"^  open\s+1\s+20000 msat$", out, re.M), out
@@ -271,7 +275,7 @@ async def test_every_recover_url_resolves_and_pays_out(
             "payment_id": payment_id, "refund_secret": refund["refund_secret"],
             "invoice": external_invoice(20_000)})
         assert "already" in again.text or "is paid" in again.text
-    assert_ledger_balances(fresh_server)["totals"]["refunds_paid_msat"] == 30_000
+    assert assert_ledger_balances(fresh_server)["totals"]["refunds_paid_msat"] == 30_000
 
 
 # -- the dashboard in a real browser --------------------------------------------------------

@@ -146,10 +146,14 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
     try:
         info = await backend.info()
         if info.network != settings.network:
-            raise BackendError(
+            message = (
                 f"the node is on {info.network} but satsgate is configured for "
-                f"{settings.network}; refusing to start"
+                f"{settings.network}; refusing to start. Fix: set network = "
+                f'"{info.network}" (--network, SATSGATE_NETWORK or the config file), or point '
+                "satsgate at the node of the network you meant"
             )
+            log.error("network mismatch: %s", message)
+            raise BackendError(message)
         log.info("lightning backend %s on %s, node %s", backend.name, info.network, info.pubkey)
     except BaseException:
         await backend.close()

@@ -116,7 +116,14 @@ def expected_totals() -> dict[str, int]:
 
 
 async def test_the_ledger_to_the_msat(fresh_server: ThreadedServer,
-                                      scenario: dict[str, Any]) -> None:
+                                      scenario: dict[str, Any],
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    # The failed payout was logged with the node's reason, the paid one with its fee.
+    logged = [r.getMessage() for r in caplog.get_records("setup")
+              if r.name == "satsgate.refunds"]
+    assert any("refund payout failed" in m and DEV_NO_ROUTE in m for m in logged), logged
+    assert any("refund paid out: 10000 msat" in m and "routing fee 10 msat" in m
+               for m in logged), logged
     report = assert_ledger_balances(fresh_server)
     totals = report["totals"]
     assert {k: totals[k] for k in expected_totals()} == expected_totals()

@@ -4,6 +4,7 @@ real headless Chromium), health without business figures, and refunds a payer re
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import shutil
@@ -89,7 +90,10 @@ async def money_scenarios(server: ThreadedServer, client: httpx.AsyncClient) -> 
 
 
 @pytest.fixture
-async def scenario(fresh_server: ThreadedServer) -> AsyncIterator[dict[str, Any]]:
+async def scenario(
+    fresh_server: ThreadedServer, caplog: pytest.LogCaptureFixture
+) -> AsyncIterator[dict[str, Any]]:
+    caplog.set_level(logging.INFO, logger="satsgate.refunds")
     async with httpx.AsyncClient(base_url=fresh_server.url, timeout=30) as client:
         yield await money_scenarios(fresh_server, client)
 

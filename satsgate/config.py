@@ -100,8 +100,9 @@ class Settings:
     pass_wwdr_certificate: str = ""
     pass_organization_name: str = ""
     # [providers.NAME] tables and [engines] routes (engine name -> provider NAME or a
-    # list of them, plus price_source): see satsgate/engines/config.py.
-    providers: Mapping[str, Any] = field(default_factory=dict)
+    # list of them, plus price_source): see satsgate/engines/config.py. Not in repr: the
+    # tables hold API keys.
+    providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -39,6 +39,16 @@ CONTENT_TYPES = {
     "vtt": "text/vtt", "gif": "image/gif", "bmp": "image/bmp", "tiff": "image/tiff",
     "tif": "image/tiff", "svg": "image/svg+xml", "html": "text/html; charset=utf-8",
     "md": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8",
+    # convert-file's office, archive and media outputs
+    "zip": "application/zip", "rtf": "application/rtf", "flac": "audio/flac",
+    "opus": "audio/ogg", "m4a": "audio/mp4", "webm": "video/webm", "mkv": "video/x-matroska",
+    "mov": "video/quicktime",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "odt": "application/vnd.oasis.opendocument.text",
+    "ods": "application/vnd.oasis.opendocument.spreadsheet",
+    "odp": "application/vnd.oasis.opendocument.presentation",
 }
 
 

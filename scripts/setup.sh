@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(fonts-dejavu-core fonts-noto-core fonts-wqy-microhei libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz0b)
+APT_PACKAGES+=(tesseract-ocr tesseract-ocr-eng tesseract-ocr-deu tesseract-ocr-fra tesseract-ocr-spa tesseract-ocr-ita tesseract-ocr-por tesseract-ocr-nld tesseract-ocr-jpn pandoc ffmpeg)  # documents: OCR, office/e-book and media conversion
 APT_PACKAGES+=(openssl)  # boarding passes: the signed-pass test verifies the PKCS#7 signature with openssl cms
 APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apertium-es-pt apertium-fr-es apertium-spa-ita apertium-es-gl apertium-en-gl apertium-es-ro apertium-eu-en apertium-isl-eng apertium-mkd-eng apertium-eo-en apertium-hbs-eng)  # translation: Apertium pairs
 if [ "${1:-}" = "--test" ]; then
@@ -34,3 +35,7 @@ if [ "${1:-}" = "--test" ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
+# documents: RapidOCR (Chinese and Japanese OCR; its wheel ships the PP-OCR ONNX models).
+# Without its dependencies: they are in pyproject.toml, but for its opencv-python, whose
+# cv2 would overwrite opencv-python-headless's.
+.venv/bin/python -m pip install -q --no-deps "rapidocr-onnxruntime>=1.4,<1.5"

@@ -377,7 +377,7 @@ INVALID: list[tuple[str, Any]] = [
     ("extract-document", {}),
     ("extract-document", {"documentBase64": PDF1, "modelId": 30}),
     ("extract-receipt", {"documentBase64": b64(pdf_bytes(51))}),
-    ("convert-file", {"file": PDF1, "targetFormat": "png"}),  # no PDF rasterizer
+    ("convert-file", {"file": PDF1, "targetFormat": "docx"}),  # PDF converts to txt, png
     ("convert-file", {"file": PNG, "targetFormat": "docx"}),
     ("convert-file", {"file": b64(b"hello"), "targetFormat": "pdf"}),  # text needs fileName
     ("convert-file", {"file": b64(b"\xff\xfe\x00bin"), "fileName": "a.txt", "targetFormat": "pdf"}),

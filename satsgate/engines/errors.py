@@ -36,3 +36,21 @@ class EngineError(Exception):
         # Envelope fields beyond code and message (e.g. the rework fields of
         # CONTENT_FILTERED_RETRY); merged into the error body as they are.
         self.extra = dict(extra or {})
+
+    def envelope_extra(self) -> dict[str, object]:
+        """Fields for the error body beyond code and message: ``extra``, and the retry
+        hint (``retry_after_seconds``, whole seconds) when the engine gave one."""
+        fields = dict(self.extra)
+        if self.retry_after_s is not None:
+            fields["retry_after_seconds"] = retry_seconds(self.retry_after_s)
+        return fields
+
+    def http_headers(self) -> dict[str, str]:
+        """``Retry-After`` when the engine gave a retry hint."""
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(retry_seconds(self.retry_after_s))}
+
+
+def retry_seconds(seconds: float) -> int:
+    return max(1, round(seconds))

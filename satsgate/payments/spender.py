@@ -324,7 +324,10 @@ class Spender:
             raise
         except EngineError as exc:
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            raise ApiError(exc.code, exc.message, refund=refund) from exc
+            raise ApiError(
+                exc.code, exc.message, refund=refund, extra=exc.envelope_extra(),
+                headers=exc.http_headers(),
+            ) from exc
         except asyncio.CancelledError:
             # The client went away mid-call; the money is still owed back.
             await asyncio.shield(

@@ -34,6 +34,13 @@ class ChosenModel(Protocol):
     def chosen_model(self) -> int: ...
 
 
+@runtime_checkable
+class FitsModel(Protocol):
+    """Params whose model may move to one this node serves (ModelChoice.fit_model)."""
+
+    def fit_model(self, served: Callable[[int], bool]) -> None: ...
+
+
 class Params(BaseModel):
     """Base of every service's params: unknown fields are refused, names are exact."""
 
@@ -221,6 +228,9 @@ class ServiceSpec(Generic[P]):
         if not self.is_available(engines):
             return f"{self.title} has no engine configured on this node"
         if self.model_ids and isinstance(params, ChosenModel):
+            engine = self.engine
+            if isinstance(params, FitsModel):
+                params.fit_model(lambda m: engines.serves_model(engine, m))
             model = params.chosen_model
             if model in self.model_ids and not engines.serves_model(self.engine, model):
                 return f"model {model} of {self.title} is not offered on this node"

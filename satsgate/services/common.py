@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
@@ -164,6 +164,53 @@ class ModelChoice(Params):
     @property
     def auto_routed(self) -> bool:
         return False
+
+    # -- the models this node serves ------------------------------------------------------
+
+    @property
+    def pinned(self) -> bool:
+        """The request pinned a model by its numeric id (then it runs there or nowhere)."""
+        value = self.modelId
+        if isinstance(value, int) and not isinstance(value, bool):
+            return True
+        return isinstance(value, str) and value.strip().isascii() and value.strip().isdecimal()
+
+    @property
+    def tier_asked(self) -> bool:
+        return not self.pinned and (
+            self.tier is not None or (isinstance(self.modelId, str) and bool(self.modelId))
+        )
+
+    def same_tier(self, a: int, b: int) -> bool:
+        """Whether ``a`` answers a tier ask that chose ``b`` (the catalog's tier)."""
+        from satsgate.services.catalog import MODELS_BY_ID
+
+        return MODELS_BY_ID[a].tier == MODELS_BY_ID[b].tier
+
+    def accepts_model(self, model_id: int) -> bool:
+        """Whether this request is valid on ``model_id`` too (its inputs fit that model)."""
+        return True
+
+    def fit_model(self, served: Callable[[int], bool]) -> None:
+        """Run on a model this node serves when the one chosen is not served and the
+        request did not pin it by id: the default, ``model: 'auto'`` and a tier pick the
+        nearest served model (in the service's best-first order) that takes the request;
+        a tier ask stays within its tier. Nothing served fits: the choice stands, and the
+        gate refuses it before any invoice. Deterministic, so the 402 quote and the paid
+        call price the same model."""
+        current = self.chosen_model
+        if self.pinned or served(current) or current not in self.MODELS:
+            return
+        order = list(self.MODELS)
+        here = order.index(current)
+        for candidate in sorted(order, key=lambda m: (abs(order.index(m) - here), order.index(m))):
+            if candidate == current or not served(candidate):
+                continue
+            if self.tier_asked and not self.same_tier(candidate, current):
+                continue
+            if self.accepts_model(candidate):
+                self._model = candidate
+                return
 
 
 async def prevalidate(params: Params) -> None:

@@ -1,10 +1,13 @@
 """Document services beyond documents.py: OCR (document, receipt), file conversion,
 e-signature and boarding-pass wallet passes.
 
-convert-file runs locally (Pillow, WeasyPrint, pypdf) and is always available;
-boardingpass-wallet runs on the local ``wallet_pass`` engine (satsgate/engines/local/
-pkpass.py: zxing-cpp, IATA BCBP, .pkpass, signed when a pass certificate is configured);
-the others need engines: ``ocr``, ``esign``.
+extract-document and extract-receipt run on the ``ocr`` engine (locally: the PDF text
+layer, tesseract, RapidOCR; satsgate.engines.local.ocr). convert-file runs on this node
+(satsgate.services.engines.convert: Pillow, WeasyPrint, pypdfium2, pandoc, LibreOffice,
+ffmpeg) and is always available; a file whose tool is missing here is refused before
+any invoice. boardingpass-wallet runs on the local ``wallet_pass`` engine
+(satsgate/engines/local/pkpass.py: zxing-cpp, IATA BCBP, .pkpass, signed when a pass
+certificate is configured); e-signature needs an ``esign`` engine.
 """
 
 from __future__ import annotations
@@ -14,15 +17,18 @@ import base64
 import datetime
 import io
 import posixpath
+import re
 import zipfile
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
-from PIL import Image
 from pydantic import Field, field_validator, model_validator
-from pypdf import PdfReader
 
 from satsgate.engines import EngineError
+from satsgate.engines.local import ocr as local_ocr
+from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
+from satsgate.errors import ApiError
 from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.common import (
     InvalidField,
@@ -37,12 +43,11 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
-from satsgate.services.engines import pdf
+from satsgate.services.engines import convert as conv
+from satsgate.services.engines.receipt import parse_receipt
 from satsgate.services.media import (
     MediaError,
     document_pages,
-    html_text,
-    image_info,
     is_pdf,
     pdf_pages,
 )
@@ -51,6 +56,20 @@ from satsgate.services.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_p
 # -- extract-document / extract-receipt ----------------------------------------------------
 
 OCR_MAX_BYTES = 30 * MiB
+
+# The language hint: ISO 639-1 codes and English names of the languages read locally.
+OCR_LANGUAGES = {
+    "en": "english", "de": "german", "fr": "french", "es": "spanish", "it": "italian",
+    "pt": "portuguese", "nl": "dutch", "zh": "chinese", "ja": "japanese",
+}  # fmt: skip
+_OCR_LANGUAGE_NAMES = {name: code for code, name in OCR_LANGUAGES.items()}
+
+
+@dataclass(frozen=True)
+class _Document:
+    data: bytes
+    kind: Literal["pdf", "image"]
+    pages: int
 
 
 class _OcrParams(ServiceParams, ModelChoice):
@@ -65,8 +84,28 @@ class _OcrParams(ServiceParams, ModelChoice):
     fileName: str | None = Field(
         None, max_length=255, validation_alias=alias("fileName", "file_name")
     )
+    language: str | None = Field(
+        None, max_length=32,
+        description="The text's language, to read scans and images with the right "
+        "alphabet: en, de, fr, es, it, pt, nl, zh (Chinese) or ja (Japanese), or their "
+        "English names; omit (or 'auto') to detect. A PDF's text layer needs none.",
+    )
 
-    def check(self) -> int:
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() in ("", "auto"):
+            return None
+        key = value.strip().lower().replace("_", "-")
+        code = key.split("-")[0] if key.split("-")[0] in OCR_LANGUAGES else None
+        code = code or _OCR_LANGUAGE_NAMES.get(key)
+        if code is None:
+            raise ValueError(
+                f"{value!r} is not read here: use one of {', '.join(OCR_LANGUAGES)} or auto"
+            )
+        return code
+
+    def check(self) -> _Document:
         """Pages (the price's measure): counted from the PDF before payment."""
         data = decode_file(self.documentBase64, "documentBase64", OCR_MAX_BYTES)
         try:
@@ -75,11 +114,22 @@ class _OcrParams(ServiceParams, ModelChoice):
             raise InvalidField("documentBase64", str(exc)) from None
         if pages > self.MAX_PAGES:
             raise InvalidField("documentBase64", f"{pages} pages; at most {self.MAX_PAGES}")
-        return pages
+        if self.language is not None and not local_ocr.reads(self.language):
+            raise ApiError(
+                "SERVICE_UNAVAILABLE",
+                f"OCR in {OCR_LANGUAGES[self.language].title()} is not installed on this "
+                "node; nothing was charged.",
+            )
+        return _Document(data, "pdf" if is_pdf(data) else "image", pages)
+
+    @property
+    def document(self) -> _Document:
+        doc: _Document = self.checked()
+        return doc
 
     @property
     def pages(self) -> int:
-        return int(self.checked())
+        return self.document.pages
 
 
 class ExtractDocumentParams(_OcrParams):
@@ -93,22 +143,74 @@ class ExtractReceiptParams(_OcrParams):
     MAX_PAGES: ClassVar[int] = 50
 
 
+async def _read(
+    ctx: ServiceContext, params: _OcrParams, layout: Literal["document", "receipt"]
+) -> OcrResult:
+    doc = params.document
+    request = OcrRequest(doc.data, doc.kind, params.language, layout)
+    result = await ctx.engines.run(
+        "ocr",
+        OcrEngine,
+        lambda engine, _model: engine.read(request),
+        model_id=params.chosen_model,
+    )
+    if not any(page.text.strip() for page in result.pages):
+        raise EngineError("INVALID_INPUT", "No text was found in the document.")
+    return result
+
+
+_MD_START = re.compile(r"^(\s{0,3})([#>]|[-=_*]{3,}\s*$|```|~~~)")
+
+
+def to_markdown(result: OcrResult) -> str:
+    """The pages as Markdown: paragraphs kept, pages apart by a rule; a line that
+    Markdown would read as a heading, quote, rule or fence is escaped."""
+    pages = []
+    for page in result.pages:
+        lines = [_MD_START.sub(r"\1\\\2", line) for line in page.text.split("\n")]
+        pages.append("\n".join(lines).strip())
+    return "\n\n---\n\n".join(pages).strip() + "\n"
+
+
+async def extract_document(ctx: ServiceContext, params: ExtractDocumentParams) -> ServiceResult:
+    result = await _read(ctx, params, "document")
+    return ServiceResult({
+        "content": to_markdown(result),
+        "pages": len(result.pages),
+        "pageMethods": [page.method for page in result.pages],
+        "modelId": params.chosen_model,
+    })
+
+
+async def extract_receipt(ctx: ServiceContext, params: ExtractReceiptParams) -> ServiceResult:
+    result = await _read(ctx, params, "receipt")
+    raw = result.text
+    return ServiceResult({
+        "structured": parse_receipt(raw),
+        "rawText": raw,
+        "pages": len(result.pages),
+        "modelId": params.chosen_model,
+    })
+
+
 EXTRACT_DOCUMENT = ServiceSpec(
     slug="extract-document",
     tool_name="extract_document",
     category="ocr",
     title="Extract document",
-    description="Document (PDF or image) to Markdown: { content, pages }. 10 sats per page.",
+    description="Document (PDF or image) to Markdown: { content, pages }. A PDF's text layer "
+    "is read as it is, scans and images by OCR (Latin-script languages, Chinese, "
+    "Japanese). 10 sats per page.",
     params=ExtractDocumentParams,
     price_msat=lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
-    handler=no_engine,
+    handler=extract_document,
     price_shape=PriceShape(
         "per_page", "per page", PER_PAGE_SATS["ocr"] * MSAT, estimate="ocr",
         note="A PDF is counted by its pages, an image is one page.",
     ),
     untrusted_output=True,
     model_ids=(27,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "TIMEOUT"),
     max_body_bytes=body_limit(OCR_MAX_BYTES),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},
@@ -120,18 +222,18 @@ EXTRACT_RECEIPT = ServiceSpec(
     tool_name="extract_receipt",
     category="utility",
     title="Extract receipt",
-    description="Receipt (PDF or image) to structured data: { structured, rawText }. 25 sats "
-    "per page.",
+    description="Receipt (PDF or image) to structured data: { structured: { merchant, date, "
+    "currency, total, tax, items }, rawText }. 25 sats per page.",
     params=ExtractReceiptParams,
     price_msat=lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
-    handler=no_engine,
+    handler=extract_receipt,
     price_shape=PriceShape(
         "per_page", "per page", PER_PAGE_SATS["receipt-ocr"] * MSAT, estimate="receipt-ocr",
         note="A PDF is counted by its pages, an image is one page.",
     ),
     untrusted_output=True,
     model_ids=(30,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "TIMEOUT"),
     max_body_bytes=body_limit(OCR_MAX_BYTES),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 JPEG>"},
@@ -141,78 +243,18 @@ EXTRACT_RECEIPT = ServiceSpec(
 # -- convert-file (local) ------------------------------------------------------------------
 
 CONVERT_MAX_BYTES = 20 * MiB
-Target = Literal["png", "jpeg", "webp", "gif", "bmp", "tiff", "pdf", "txt"]
-IMAGE_TARGETS: tuple[str, ...] = ("png", "jpeg", "webp", "gif", "bmp", "tiff")
-_TEXT_SOURCES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",
-                 ".txt": "txt"}
-# Source kind -> targets it converts to.
-CONVERSIONS: dict[str, tuple[str, ...]] = {
-    "image": (*IMAGE_TARGETS, "pdf"),
-    "pdf": ("txt",),
-    "markdown": ("pdf", "txt"),
-    "html": ("pdf", "txt"),
-    "txt": ("pdf",),
-}
-_PIL_NAMES = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF", "bmp": "BMP",
-              "tiff": "TIFF", "pdf": "PDF"}
+Target = Literal[
+    "png", "jpeg", "webp", "gif", "bmp", "tiff", "pdf", "txt", "html", "md", "docx", "odt",
+    "rtf", "epub", "xlsx", "ods", "csv", "pptx", "odp", "mp3", "wav", "flac", "ogg", "opus",
+    "m4a", "mp4", "webm", "mkv", "mov",
+]  # fmt: skip
 
 
-def source_kind(data: bytes, file_name: str | None) -> str:
-    """image, pdf, markdown, html or txt; ValueError when it cannot tell."""
-    if is_pdf(data):
-        return "pdf"
-    try:
-        image_info(data)
-        return "image"
-    except MediaError:
-        pass
-    ext = posixpath.splitext((file_name or "").lower())[1]
-    kind = _TEXT_SOURCES.get(ext)
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        kind = None
-    if kind is None:
-        raise ValueError(
-            "unsupported input: send an image, a PDF, or UTF-8 text with fileName ending in "
-            ".md, .html or .txt"
-        )
-    return kind
-
-
-def convert(data: bytes, kind: str, target: str) -> bytes:
-    """Convert ``data`` of ``kind`` to ``target`` (CPU-bound; runs in the process pool)."""
-    if kind == "image":
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
-            frame: Image.Image = img
-            needs_rgb = (target in ("jpeg", "bmp", "pdf") and img.mode not in ("RGB", "L")) or (
-                target == "gif" and img.mode not in ("P", "L")
-            )
-            if needs_rgb:
-                frame = img.convert("RGB")
-            out = io.BytesIO()
-            frame.save(out, _PIL_NAMES[target])
-            return out.getvalue()
-    if kind == "pdf":
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
-        return "\n\n\f".join(pages).encode("utf-8")
-    text = data.decode("utf-8")
-    if target == "txt":
-        markup = pdf.markdown_to_html(text) if kind == "markdown" else text
-        return html_text(markup).strip().encode("utf-8")
-    if kind == "markdown":
-        return pdf.markdown_to_pdf(text).data
-    if kind == "html":
-        return pdf.html_to_pdf(text).data
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    page = (
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><style>@page{size:A4;margin:18mm}'
-        "pre{white-space:pre-wrap;font:10pt 'DejaVu Sans Mono',monospace}</style></head>"
-        f"<body><pre>{escaped}</pre></body></html>"
-    )
-    return pdf.html_to_pdf(page).data
+@dataclass(frozen=True)
+class _Conversion:
+    data: bytes
+    source: conv.Source
+    tool: str  # "" (satsgate's own), pandoc, libreoffice or ffmpeg
 
 
 class ConvertFileParams(ServiceParams, ModelChoice):
@@ -222,49 +264,115 @@ class ConvertFileParams(ServiceParams, ModelChoice):
     file: str = Field(
         validation_alias=alias("file", "fileBase64", "documentBase64"),
         max_length=b64_chars(CONVERT_MAX_BYTES),
-        description="The file as base64, at most 20 MB: an image, a PDF, or UTF-8 Markdown, "
+        description="The file as base64, at most 20 MB: an image, a PDF, an office or e-book "
+        "file (DOCX, ODT, RTF, EPUB; DOC, XLS, XLSX, ODS, PPT, PPTX, ODP where the node has "
+        "LibreOffice), audio (MP3, WAV, FLAC, Ogg, M4A; at most 60 minutes) or video (MP4, "
+        "MOV, WebM, MKV, AVI; at most 5 minutes and 1920 px a side), or UTF-8 Markdown, "
         "HTML or text (say which with fileName).",
     )
     fileName: str | None = Field(
         None, max_length=255, validation_alias=alias("fileName", "file_name"),
-        description="Original name; its extension tells text formats apart (.md, .html, .txt).",
+        description="Original name; its extension tells text formats (.md, .html, .txt) and "
+        "legacy Office files (.doc, .xls, .ppt) apart.",
     )
     targetFormat: Target = Field(
         validation_alias=alias("targetFormat", "target_format", "to", "format"),
-        description="png, jpeg, webp, gif, bmp, tiff, pdf or txt. Images convert to images and "
-        "PDF; PDF to txt; Markdown and HTML to pdf and txt; text to pdf.",
+        description="Images: png, jpeg, webp, gif, bmp, tiff, pdf. PDF: txt, png (every page; "
+        "a ZIP of PNGs for several pages, at most 50). Markdown, HTML, text, DOCX, ODT, RTF, "
+        "EPUB: pdf, txt, html, md, docx, odt, rtf, epub. Spreadsheets: pdf, xlsx, ods, csv. "
+        "Presentations: pdf, pptx, odp. Audio: mp3, wav, flac, ogg, opus, m4a. Video: mp4, "
+        "webm, mkv, mov, or its sound as an audio format.",
     )
 
-    def check(self) -> tuple[bytes, str]:
+    def check(self) -> _Conversion:
         data = decode_file(self.file, "file", CONVERT_MAX_BYTES)
         try:
-            kind = source_kind(data, self.fileName)
+            kind = conv.sniff(data, self.fileName)
+            source = conv.Source(kind)
             if kind == "pdf":
-                pdf_pages(data)
+                source = conv.Source("pdf", pages=pdf_pages(data))
+            elif kind == "media":
+                container = conv.media_container(data)
+                assert container is not None
+                if (missing := conv.missing_tool("ffmpeg")) is not None:
+                    raise _unavailable("audio and video", missing)
+                source = conv.probe_media(data, container)
         except ValueError as exc:
             raise InvalidField("file", str(exc)) from None
-        if self.targetFormat not in CONVERSIONS[kind]:
+        targets = conv.targets_of(source.kind)
+        if self.targetFormat not in targets:
             raise InvalidField(
                 "targetFormat",
-                f"{kind} converts to {', '.join(CONVERSIONS[kind])}, not {self.targetFormat}",
+                f"{source.kind} converts to {', '.join(targets)}, not {self.targetFormat}",
             )
-        return data, kind
+        if source.kind == "video" and not source.has_audio and (
+            self.targetFormat in conv.AUDIO_TARGETS
+        ):
+            raise InvalidField("targetFormat", "the video has no sound to convert")
+        if self.targetFormat == "png" and (source.pages or 0) > conv.MAX_PNG_PAGES:
+            raise InvalidField(
+                "file", f"{source.pages} pages; at most {conv.MAX_PNG_PAGES} as PNG pages"
+            )
+        tool = conv.tool_for(source.kind, self.targetFormat)
+        if (missing := conv.missing_tool(tool)) is not None:
+            raise _unavailable(f"{source.kind} to {self.targetFormat}", missing)
+        if tool == "libreoffice" and (why := conv.external_reference(data, source.kind)):
+            raise InvalidField("file", why)
+        return _Conversion(data, source, tool)
+
+
+def _unavailable(what: str, missing: str) -> ApiError:
+    return ApiError(
+        "SERVICE_UNAVAILABLE",
+        f"Converting {what} is not offered on this node ({missing}); nothing was charged.",
+    )
 
 
 _INLINE_MAX_BYTES = 5 * MiB
 
 
+async def _converted(ctx: ServiceContext, job: _Conversion, target: str, title: str) -> bytes:
+    kind, data = job.source.kind, job.data
+    limit = ctx.settings.cpu_job_time_limit_s
+    try:
+        if job.tool == "ffmpeg":
+            return await conv.ffmpeg_convert(data, job.source, target, limit)
+        if job.tool == "libreoffice":
+            return await conv.libreoffice_convert(data, kind, target, limit)
+        if job.tool == "pandoc":
+            out = await conv.pandoc_convert(data, kind, target, title, limit)
+            return await ctx.run_cpu(conv.html_document_to_pdf, out) if target == "pdf" else out
+    except conv.ToolFailed as exc:
+        code = "TIMEOUT" if exc.timed_out else "SERVICE_ERROR"
+        raise EngineError(code, f"The conversion failed: {exc}") from None
+    if kind == "image":
+        return await ctx.run_cpu(conv.convert_image, data, target)
+    if kind == "pdf":
+        return await ctx.run_cpu(conv.pdf_text, data)
+    return await ctx.run_cpu(conv.text_document, data, kind, target)
+
+
 async def convert_file(ctx: ServiceContext, params: ConvertFileParams) -> ServiceResult:
-    data, kind = params.checked()
-    output = await ctx.run_cpu(convert, data, kind, params.targetFormat)
-    stored = await ctx.files.save(output, params.targetFormat)
-    body: dict[str, Any] = {
-        "file_url": stored.url,
-        "format": params.targetFormat,
-        "sourceFormat": kind,
-        "size": len(output),
-        "modelId": 11,
-    }
+    job: _Conversion = params.checked()
+    target = params.targetFormat
+    body: dict[str, Any] = {"format": target, "sourceFormat": job.source.kind, "modelId": 11}
+    if job.source.kind == "pdf" and target == "png":
+        pages = await ctx.run_cpu(conv.pdf_to_pngs, job.data)
+        stored_pages = [await ctx.files.save(page.data, "png") for page in pages]
+        body["pages"] = [
+            {"page": n, "file_url": f.url, "width": p.width, "height": p.height, "size": f.size}
+            for n, (p, f) in enumerate(zip(pages, stored_pages, strict=True), 1)
+        ]
+        if len(pages) == 1:
+            output, ext = pages[0].data, "png"
+        else:
+            output, ext = await ctx.run_cpu(conv.zip_pages, pages), "zip"
+            body["format"] = "zip"
+    else:
+        title = posixpath.splitext(params.fileName or "")[0] or "Document"
+        output, ext = await _converted(ctx, job, target, title), target
+    stored = await ctx.files.save(output, ext)
+    body.update(file_url=stored.url, size=len(output))
     if len(output) <= _INLINE_MAX_BYTES:
         body["file_base64"] = base64.b64encode(output).decode("ascii")
     return ServiceResult(body)
@@ -275,14 +383,15 @@ CONVERT_FILE = ServiceSpec(
     tool_name="convert_file",
     category="utility",
     title="Convert file",
-    description="Convert between image formats (PNG, JPEG, WebP, GIF, BMP, TIFF), images to "
-    "PDF, PDF to text, Markdown or HTML to PDF or text, text to PDF: { file_url, "
-    "file_base64, format }. Runs on this node. 100 sats.",
+    description="Convert images (PNG, JPEG, WebP, GIF, BMP, TIFF, to PDF too), PDF to text "
+    "or PNG pages, Markdown, HTML, text, DOCX, ODT, RTF and EPUB among themselves and to "
+    "PDF, spreadsheets and presentations (where LibreOffice is installed), audio and video "
+    "containers: { file_url, file_base64, format }. Runs on this node. 100 sats.",
     params=ConvertFileParams,
     price_msat=flat_price("file-conversion"),
     handler=convert_file,
     model_ids=(11,),
-    failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
+    failure_codes=("L402_INVALID_PARAMS", "SERVICE_UNAVAILABLE", "SERVICE_ERROR", "TIMEOUT"),
     max_body_bytes=body_limit(CONVERT_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 PNG>", "targetFormat": "jpeg"},

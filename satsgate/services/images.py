@@ -11,11 +11,19 @@ it before any invoice.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from satsgate.engines.image_generation import (
+    ImageEditEngine,
+    ImageEditRequest,
+    ImageGenerationEngine,
+    ImageGenerationRequest,
+)
 from satsgate.engines.image_process import (
     DeblurEngine,
     DeblurMode,
@@ -29,6 +37,8 @@ from satsgate.engines.image_process import (
     UpscaleEngine,
     UpscaleOptions,
 )
+from satsgate.engines.vision import DEFAULT_PROMPT, VisionEngine, VisionRequest
+from satsgate.services.ai_support import image_input, reference_png, stored_image, with_route
 from satsgate.services.base import (
     Handler,
     Params,
@@ -152,10 +162,34 @@ class GenerateImageParams(ServiceParams, ModelChoice):
     def auto_routed(self) -> bool:
         return self.model == "auto"
 
+    def accepts_model(self, model_id: int) -> bool:
+        if len(self.references) > REFERENCE_CAPACITY[model_id]:
+            return False
+        return model_id != 2 or self.resolution == "1K"
+
     def check(self) -> Any:
         for index, ref in enumerate(self.references):
             check_image(ref, f"file[{index}]" if isinstance(self.file, list) else "file")
         return True
+
+
+async def generate_image(ctx: ServiceContext, p: GenerateImageParams) -> ServiceResult:
+    many = isinstance(p.file, list)
+    references = tuple([
+        await reference_png(ctx, ref, f"file[{i}]" if many else "file")
+        for i, ref in enumerate(p.references)
+    ])
+    width, height = p.size
+    request = ImageGenerationRequest(p.text, width, height, references)
+    image = await ctx.engines.run(
+        "image", ImageGenerationEngine,
+        lambda engine, name: engine.generate(replace(request, model_name=name)),
+        model_id=p.chosen_model,
+    )
+    url, fmt, out_w, out_h, _ = await stored_image(ctx, image.data)
+    body = {"image_url": url, "format": fmt, "width": out_w, "height": out_h,
+            "modelId": p.chosen_model}
+    return with_route(ServiceResult(body), p)
 
 
 GENERATE_IMAGE = ServiceSpec(
@@ -168,7 +202,7 @@ GENERATE_IMAGE = ServiceSpec(
     "at 1K. model 'auto' routes by the request.",
     params=GenerateImageParams,
     price_msat=lambda p: image_price_sats(p.chosen_model, p.resolution) * MSAT,
-    handler=no_engine,
+    handler=generate_image,
     price_shape=PriceShape(
         "per_tier", "per image", image_price_sats(2) * MSAT, rate_by=("tier", "resolution"),
         tier_min_sats={m: image_price_sats(m) for m in GenerateImageParams.MODELS},
@@ -211,6 +245,24 @@ class EditImageParams(ServiceParams, ModelChoice):
         return check_image(self.imageBase64, "imageBase64")
 
 
+async def edit_image(ctx: ServiceContext, p: EditImageParams) -> ServiceResult:
+    request = ImageEditRequest(
+        p.prompt, await reference_png(ctx, p.imageBase64, "imageBase64"),
+        aspect_ratio=p.aspectRatio, resolution=p.resolution, output_format=p.outputFormat,
+    )
+    image = await ctx.engines.run(
+        "image_edit", ImageEditEngine,
+        lambda engine, name: engine.edit(replace(request, model_name=name)),
+        model_id=p.chosen_model,
+    )
+    url, fmt, width, height, data = await stored_image(ctx, image.data, p.outputFormat)
+    body: dict[str, Any] = {"success": True, "imageUrl": url, "fallback": False,
+                            "format": fmt, "width": width, "height": height}
+    if p.returnBase64:
+        body["base64Image"] = base64.b64encode(data).decode("ascii")
+    return ServiceResult(body)
+
+
 EDIT_IMAGE = ServiceSpec(
     slug="edit-image",
     tool_name="edit_image",
@@ -219,7 +271,7 @@ EDIT_IMAGE = ServiceSpec(
     description="Edit an image by instruction. 200 sats flat at any output size.",
     params=EditImageParams,
     price_msat=flat_price("image-edit"),
-    handler=no_engine,
+    handler=edit_image,
     model_ids=(18,),
     failure_codes=("CONTENT_FILTERED", "TIMEOUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
@@ -245,6 +297,18 @@ class AnalyzeImageParams(ServiceParams, ModelChoice):
         return check_image(self.imageBase64, "imageBase64")
 
 
+async def analyze_image(ctx: ServiceContext, p: AnalyzeImageParams) -> ServiceResult:
+    request = VisionRequest(
+        await image_input(ctx, p.imageBase64, "imageBase64"), p.prompt or DEFAULT_PROMPT
+    )
+    result = await ctx.engines.run(
+        "vision", VisionEngine,
+        lambda engine, name: engine.analyze(replace(request, model_name=name)),
+        model_id=p.chosen_model,
+    )
+    return ServiceResult({"content": result.content, "modelId": p.chosen_model})
+
+
 ANALYZE_IMAGE = ServiceSpec(
     slug="analyze-image",
     tool_name="analyze_image",
@@ -253,7 +317,7 @@ ANALYZE_IMAGE = ServiceSpec(
     description="Describe an image or answer a question about it: { content }. 21 sats.",
     params=AnalyzeImageParams,
     price_msat=flat_price("vision"),
-    handler=no_engine,
+    handler=analyze_image,
     untrusted_output=True,
     model_ids=(5,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),

@@ -4,11 +4,26 @@ book-to-audiobook and music. Remote engines: ``[engines.tts]``, ``voice_clone``,
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.services.base import PriceShape, ServiceSpec
+from satsgate.engines import EngineError
+from satsgate.engines.speech_translation import SpeechTranslationEngine, SpeechTranslationRequest
+from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
+from satsgate.engines.transcription import (
+    Segment,
+    Task,
+    TranscriptionEngine,
+    TranscriptionRequest,
+    TranscriptionResult,
+    to_srt,
+    to_vtt,
+)
+from satsgate.services.ai_support import with_route
+from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
 from satsgate.services.common import (
     CallbackFields,
@@ -135,6 +150,46 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
     def auto_routed(self) -> bool:
         return self.model == "auto"
 
+    def same_tier(self, a: int, b: int) -> bool:
+        return TTS_FAMILY[a] == TTS_FAMILY[b]
+
+    def accepts_model(self, model_id: int) -> bool:
+        # Voices, descriptions and emotion belong to a tier family: stay within it; a
+        # request with nothing tier-specific may also run on the global tier.
+        family = TTS_FAMILY[model_id]
+        if family == TTS_FAMILY[self.choose_model()]:
+            return True
+        return family == "global" and self.voice is None and self.emotion is None
+
+
+async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceResult:
+    request = SynthesisRequest(
+        text=p.text, model_id=p.chosen_model, voice=p.voice, speed=p.speed,
+        language=p.language, voice_description=p.voice_description, emotion=p.emotion,
+        format=p.format,
+    )
+    result = await ctx.engines.run(
+        "tts", SynthesisEngine,
+        lambda engine, name: engine.synthesize(replace(request, model_name=name)),
+        model_id=p.chosen_model,
+    )
+    seconds: float
+    try:
+        fmt = audio_format(result.audio)
+        if result.duration_s is not None:
+            seconds = result.duration_s
+        else:
+            seconds = await asyncio.to_thread(audio_duration_s, result.audio)
+    except MediaError:
+        fmt, seconds = "", 0.0
+    if fmt != p.format:
+        raise EngineError("SERVICE_ERROR", "The speech engine returned no usable audio; "
+                          "the payment was refunded.")
+    stored = await ctx.files.save(result.audio, p.format)
+    body = {"audioUrl": stored.url, "format": p.format, "durationSeconds": round(seconds, 2),
+            "modelId": p.chosen_model}
+    return with_route(ServiceResult(body), p)
+
 
 TEXT_TO_SPEECH = ServiceSpec(
     slug="text-to-speech",
@@ -145,7 +200,7 @@ TEXT_TO_SPEECH = ServiceSpec(
     "global (43) 106 chars/sat, premium (33, 34) 16, studio (3) 5.",
     params=TextToSpeechParams,
     price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
-    handler=no_engine,
+    handler=text_to_speech,
     price_shape=PriceShape(
         "per_character", "per character", MSAT, rate_by=("tier",), btc_pegged=True,
         estimate="text-to-speech",
@@ -293,6 +348,49 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
         return value
 
 
+async def _transcribe(
+    ctx: ServiceContext, p: _AudioInput, *, language: str | None, task: Task = "transcription",
+    names: tuple[str, ...] = (), words: bool = False,
+) -> TranscriptionResult:
+    data = await asyncio.to_thread(decode_file, p.file, "file", AUDIO_MAX_BYTES)
+    request = TranscriptionRequest(
+        audio=data, format=audio_format(data), language=language, task=task, names=names,
+        word_timestamps=words,
+    )
+    ctx.progress(5, "transcribing")
+    return await ctx.engines.run(
+        "transcription", TranscriptionEngine,
+        lambda engine, name: engine.transcribe(replace(request, model_name=name)),
+        model_id=10,
+    )
+
+
+def _segment_doc(segment: Segment, words: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "start": round(segment.start, 3), "end": round(segment.end, 3), "text": segment.text,
+    }
+    if words:
+        doc["words"] = [
+            {"start": round(w.start, 3), "end": round(w.end, 3), "word": w.text}
+            for w in segment.words
+        ]
+    return doc
+
+
+async def transcribe_audio(ctx: ServiceContext, p: TranscribeAudioParams) -> ServiceResult:
+    result = await _transcribe(
+        ctx, p, language=None if p.language == "auto" else p.language, task=p.type,
+        names=tuple(p.names or ()), words=p.timestamps == "word",
+    )
+    body: dict[str, Any] = {"text": result.text, "language": result.language,
+                            "durationSeconds": round(result.duration_s or p.seconds, 2)}
+    if result.segments:
+        body["segments"] = [_segment_doc(s, p.timestamps == "word") for s in result.segments]
+        body["srt"] = to_srt(result.segments)
+        body["vtt"] = to_vtt(result.segments)
+    return ServiceResult(body)
+
+
 TRANSCRIBE_AUDIO = ServiceSpec(
     slug="transcribe-audio",
     tool_name="transcribe_audio",
@@ -302,7 +400,7 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     "{ text, segments?, srt?, vtt? }. 10 sats per started minute of audio.",
     params=TranscribeAudioParams,
     price_msat=lambda p: transcription_msat(p.seconds),
-    handler=no_engine,
+    handler=transcribe_audio,
     price_shape=PriceShape(
         "per_minute", "per started minute", transcription_msat(0), estimate="transcribe-audio"
     ),
@@ -342,6 +440,29 @@ class TranscribeTranslateParams(_AudioInput):
         return None if code == "auto" else code
 
 
+async def transcribe_translate(
+    ctx: ServiceContext, p: TranscribeTranslateParams
+) -> ServiceResult:
+    data = await asyncio.to_thread(decode_file, p.file, "file", AUDIO_MAX_BYTES)
+    request = SpeechTranslationRequest(
+        audio=data, format=audio_format(data), target_language=p.targetLanguage,
+        source_language=p.sourceLanguage,
+    )
+    ctx.progress(5, "transcribing and translating")
+    result = await ctx.engines.run(
+        "speech_translation", SpeechTranslationEngine,
+        lambda engine, name: engine.transcribe_translate(replace(request, model_name=name)),
+        model_id=10,
+    )
+    return ServiceResult({
+        "transcript": result.transcript,
+        "translation": result.translation,
+        "sourceLanguage": result.source_language,
+        "targetLanguage": p.targetLanguage,
+        "translated": result.translated,
+    })
+
+
 TRANSCRIBE_TRANSLATE = ServiceSpec(
     slug="transcribe-translate",
     tool_name="transcribe_translate",
@@ -352,7 +473,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     "base plus 5 sats, plus 15%.",
     params=TranscribeTranslateParams,
     price_msat=lambda p: transcribe_translate_msat(p.seconds),
-    handler=no_engine,
+    handler=transcribe_translate,
     price_shape=PriceShape(
         "per_minute", "per started minute", transcribe_translate_msat(0),
         base_sats=TRANSCRIBE_TRANSLATE_HEADROOM_SATS, estimate="transcribe-translate",
@@ -366,7 +487,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
-    engine="transcription",
+    engine="speech_translation",
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------

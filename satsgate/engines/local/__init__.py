@@ -4,7 +4,7 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
-from satsgate.engines.local import apertium, pkpass
+from satsgate.engines.local import apertium, ocr, pkpass
 from satsgate.engines.local.images import LOCAL_IMAGE_ENGINES
 from satsgate.engines.registry import LocalEngine
 
@@ -12,4 +12,5 @@ LOCAL_ENGINES: tuple[LocalEngine, ...] = (
     pkpass.LOCAL,
     *LOCAL_IMAGE_ENGINES,
     apertium.APERTIUM,  # translation
+    ocr.ENGINE,  # extract-document, extract-receipt
 )

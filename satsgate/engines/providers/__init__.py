@@ -6,9 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from satsgate.engines.config import ProviderConfig
 from satsgate.engines.providers import smtp
-from satsgate.engines.registry import ProviderFactory
+from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
+
+
+# The AI SDKs take seconds to import: only a node that configures their kind loads them.
+def _openai(config: ProviderConfig, deps: EngineDeps) -> Provider:
+    from satsgate.engines.providers import openai
+
+    return openai.create(config, deps)
+
+
+def _anthropic(config: ProviderConfig, deps: EngineDeps) -> Provider:
+    from satsgate.engines.providers import anthropic
+
+    return anthropic.create(config, deps)
+
 
 PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     smtp.KIND: smtp.SmtpProvider,
+    "openai": _openai,  # any OpenAI-compatible API
+    "anthropic": _anthropic,  # the Anthropic Messages API
 }

@@ -17,9 +17,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from markdown_it import MarkdownIt
+from PIL import ImageFile
 from pypdf import PdfReader, PdfWriter
 from weasyprint import HTML
 from weasyprint.urls import URLFetcher
+
+# Importing WeasyPrint turns on Pillow's LOAD_TRUNCATED_IMAGES for the whole process; a
+# pool worker that once rendered a PDF would then decode every truncated image a caller
+# sends to the other engines (upscale, OCR ...) as if it were whole. Off again: a broken
+# image in a document is left out by WeasyPrint, as it does with any unreadable image.
+ImageFile.LOAD_TRUNCATED_IMAGES = False
 
 _MARKDOWN_CSS = """
 @page {

@@ -1,0 +1,345 @@
+"""What satsgate adds to an AI call: a paid generate-text call through satsgate, whose
+``openai`` provider calls an OpenAI-compatible upstream that answers at once, against the
+same chat request sent to that upstream directly; in one run, interleaved rounds.
+
+    python bench/proxy_overhead.py            # 3 rounds of 5 s per scenario (~1.5 min)
+    python bench/proxy_overhead.py --quick    # 1 round of 3 s
+
+Scenarios (wrk in its own process, as bench/run.py):
+
+- ``direct_c1`` / ``direct_c16``: ``POST /v1/chat/completions`` on the upstream, the body
+  the SDK sends, ``Authorization: Bearer``; 1 and 16 connections;
+- ``proxied_c1`` / ``proxied_c16``: ``POST /api/l402/generate-text`` on satsgate with a new
+  pre-paid L402 credential per request (seeded as bench/run.py does), which verifies and
+  spends the payment, validates and prices the request, and calls the upstream through the
+  SDK; 1 and 16 connections.
+
+Reported: the p50 latency overhead at one connection (proxied - direct, per round, then
+the median; target < 2 ms), the throughput ratio at 16 connections (proxied / direct;
+target >= 0.5), and satsgate's CPU per proxied call. For context, the same pair at 16
+connections against a second upstream that answers in 50 ms (``*_c16_slow``, its own
+satsgate): a model's answer time rather than a bare handler's 30 us. Writes
+bench/results/proxy_overhead.{json,md}. The upstream is a bare aiohttp app in its own
+process (``--serve-upstream``); satsgate is the real app (``--serve-satsgate``) with a
+``[providers.bench] kind = "openai"`` table pointing at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from _serve import serve_until_stopped  # bench/ is on sys.path: run as a script
+from aiohttp import web
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+KEY = "sk-bench-upstream-key"
+MODEL = "bench-mini"
+BODY = {"prompt": "Say hello.", "modelId": 31}
+# What the SDK sends for BODY (generate-text -> chat request), for the direct calls.
+UPSTREAM_BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}]}
+ANSWER = {
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1741569952, "model": MODEL,
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!",
+                                         "refusal": None, "annotations": []},
+                 "logprobs": None, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+}  # fmt: skip
+ANSWER_BYTES = json.dumps(ANSWER).encode()
+TARGET_P50_OVERHEAD_MS = 2.0
+TARGET_RATIO = 0.5
+
+
+# -- the two servers (each its own process) ---------------------------------------------------
+
+
+DELAY_S = 0.0  # the upstream's answer time (--delay-ms of --serve-upstream)
+SLOW_UPSTREAM_MS = 50  # context: an upstream that takes as long as a fast model's answer
+
+
+async def _chat(request: web.Request) -> web.Response:
+    if DELAY_S:
+        await asyncio.sleep(DELAY_S)
+    if request.headers.get("Authorization") != f"Bearer {KEY}":
+        return web.json_response({"error": {"message": "bad key", "type": "invalid_request_error",
+                                             "param": None, "code": "invalid_api_key"}},
+                                 status=401)
+    await request.read()
+    return web.Response(body=ANSWER_BYTES, content_type="application/json")
+
+
+def serve_upstream(port: int) -> None:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _chat)
+    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+
+
+def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
+    from satsgate.config import Settings
+
+    return replace(
+        Settings(host="127.0.0.1", port=port, data_dir=data_dir),
+        providers={"bench": {"kind": "openai", "base_url": f"{upstream}/v1", "api_key": KEY,
+                             "models": {"31": MODEL, "1": MODEL, "6": MODEL}}},
+        engines={"text": "bench"},
+    )
+
+
+def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
+    from satsgate.app import create_app
+    from satsgate.backends.dev import DevBackend
+    from satsgate.runner import freeze_startup_heap
+
+    settings = bench_settings(data_dir, port, upstream)
+    app = create_app(settings, DevBackend(settings.data_dir))
+
+    async def freeze(app: web.Application) -> None:
+        freeze_startup_heap()
+
+    app.on_startup.append(freeze)
+    profile = os.environ.get("PROXY_BENCH_CPROFILE")
+    if not profile:
+        asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--duration", type=float)
+    parser.add_argument("--serve-upstream", type=int, metavar="PORT")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="upstream answer time")
+    parser.add_argument("--serve-satsgate", nargs=3, metavar=("PORT", "DATA_DIR", "UPSTREAM"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.serve_upstream:
+        global DELAY_S
+        DELAY_S = args.delay_ms / 1000
+        serve_upstream(args.serve_upstream)
+        return 0
+    if args.serve_satsgate:
+        port, data_dir, upstream = args.serve_satsgate
+        serve_satsgate(int(port), Path(data_dir), upstream)
+        return 0
+    rounds = args.rounds or (1 if args.quick else 3)
+    duration = args.duration or (3.0 if args.quick else 5.0)
+    return run(rounds, duration)
+
+
+def run(rounds: int, duration: float) -> int:
+    from run import free_port, http, run_wrk, start_server
+    from seed import seed, spec_for
+
+    from satsgate.services.text import GENERATE_TEXT
+
+    params = GENERATE_TEXT.params.model_validate(BODY)
+    price_msat = GENERATE_TEXT.quote_sats(params) * 1000
+    seed_spec = spec_for(GENERATE_TEXT.slug, GENERATE_TEXT.title, price_msat, params)
+    started = time.time()
+    load_before = list(Path("/proc/loadavg").read_text().split()[:3])
+    with tempfile.TemporaryDirectory(prefix="satsgate-proxy-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        me = str(Path(__file__).resolve())
+        upstream = start_server(
+            "upstream", [me, "--serve-upstream", str(free_port())], tmp / "upstream.log"
+        )
+        data_dir = tmp / "data"
+        satsgate = start_server(
+            "satsgate",
+            [me, "--serve-satsgate", str(free_port()), str(data_dir), upstream.url],
+            tmp / "satsgate.log",
+        )
+        settings = bench_settings(data_dir, 0, upstream.url)
+        slow = start_server(
+            "upstream-slow",
+            [me, "--serve-upstream", str(free_port()), "--delay-ms", str(SLOW_UPSTREAM_MS)],
+            tmp / "upstream-slow.log",
+        )
+        data_dir_slow = tmp / "data-slow"
+        satsgate_slow = start_server(
+            "satsgate-slow",
+            [me, "--serve-satsgate", str(free_port()), str(data_dir_slow), slow.url],
+            tmp / "satsgate-slow.log",
+        )
+        settings_slow = bench_settings(data_dir_slow, 0, slow.url)
+        try:
+            sanity = check_once(satsgate.url, http)
+            body = json.dumps(BODY, separators=(",", ":"))
+            direct_body = json.dumps(UPSTREAM_BODY, separators=(",", ":"))
+            results: list[list[dict[str, Any]]] = []
+            rate = 2000.0
+            for index in range(rounds):
+                one: list[dict[str, Any]] = []
+                for connections in (1, 16):
+                    direct = run_wrk(
+                        f"direct_c{connections}", upstream,
+                        f"{upstream.url}/v1/chat/completions", "static.lua",
+                        ["POST", direct_body, "1", f"Bearer {KEY}"],
+                        duration=duration, connections=connections, threads=1,
+                    )
+                    count = int(rate * duration * 2) + 500
+                    creds = tmp / f"creds-{index}-{connections}"
+                    seed(settings, seed_spec, count, creds)
+                    proxied = run_wrk(
+                        f"proxied_c{connections}", satsgate,
+                        f"{satsgate.url}/api/l402/generate-text", "paid.lua",
+                        [str(creds), "/api/l402/generate-text", body, "1"],
+                        duration=duration, connections=connections, threads=1,
+                    )
+                    if proxied.exhausted_threads:
+                        raise RuntimeError("credentials ran out: rerun (the rate was higher)")
+                    rate = max(rate, proxied.rps)
+                    pairs = [direct, proxied]
+                    if connections == 16:  # context: the same against a 50 ms upstream
+                        pairs.append(run_wrk(
+                            "direct_c16_slow", slow, f"{slow.url}/v1/chat/completions",
+                            "static.lua", ["POST", direct_body, "1", f"Bearer {KEY}"],
+                            duration=duration, connections=16, threads=1,
+                        ))
+                        creds = tmp / f"creds-{index}-slow"
+                        seed(settings_slow, seed_spec, int(16 / 0.05 * duration * 2) + 500,
+                             creds)
+                        pairs.append(run_wrk(
+                            "proxied_c16_slow", satsgate_slow,
+                            f"{satsgate_slow.url}/api/l402/generate-text", "paid.lua",
+                            [str(creds), "/api/l402/generate-text", body, "1"],
+                            duration=duration, connections=16, threads=1,
+                        ))
+                    for result in pairs:
+                        statuses = {k: v for k, v in result.statuses.items() if k != "200"}
+                        if statuses or result.socket_errors:
+                            raise RuntimeError(f"{result.scenario}: non-200 {statuses} "
+                                               f"errors {result.errors}")
+                        one.append(result.__dict__)
+                results.append(one)
+        finally:
+            for server in (satsgate, upstream, satsgate_slow, slow):
+                server.stop()
+    summary = summarise(results)
+    doc = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "wall_s": round(time.time() - started, 1),
+        "loadavg_before": load_before,
+        "loadavg_after": list(Path("/proc/loadavg").read_text().split()[:3]),
+        "rounds": results, "duration_s": duration, "sanity": sanity, "summary": summary,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "proxy_overhead.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (RESULTS / "proxy_overhead.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0
+
+
+def check_once(url: str, http: Any) -> dict[str, Any]:
+    """One real paid call end to end (dev node pays the invoice): the upstream's answer
+    comes back as the body, and the chosen model in X-Route-Model."""
+    body = json.dumps(BODY)
+    status, doc, _ = http("POST", f"{url}/api/l402/generate-text", body)
+    if status != 402:
+        raise RuntimeError(f"generate-text without Authorization: {status} {doc}")
+    status, paid, _ = http("POST", f"{url}/api/dev/pay", json.dumps({"invoice": doc["invoice"]}))
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{url}/api/l402/generate-text", data=body.encode(), method="POST",
+        headers={"Content-Type": "application/json",
+                 "Authorization": f"L402 {doc['macaroon']}:{paid['preimage']}"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        text = resp.read().decode()
+        route = resp.headers.get("X-Route-Model")
+    if text != "Hello!" or route != "31":
+        raise RuntimeError(f"unexpected paid answer {text!r} (X-Route-Model {route})")
+    return {"paid_answer": text, "x_route_model": route, "price_sats": doc["amountSats"]}
+
+
+def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    def by(name: str) -> list[dict[str, Any]]:
+        return [r for rnd in rounds for r in rnd if r["scenario"] == name]
+
+    overhead = [p["latency_ms"]["p50"] - d["latency_ms"]["p50"]
+                for d, p in zip(by("direct_c1"), by("proxied_c1"), strict=True)]
+    ratio = [p["rps"] / d["rps"] for d, p in zip(by("direct_c16"), by("proxied_c16"), strict=True)]
+    ratio_slow = [p["rps"] / d["rps"]
+                  for d, p in zip(by("direct_c16_slow"), by("proxied_c16_slow"), strict=True)]
+    med = statistics.median
+    return {
+        "throughput_ratio_c16_slow_upstream": round(med(ratio_slow), 3),
+        "rps_direct_c16_slow": med(r["rps"] for r in by("direct_c16_slow")),
+        "rps_proxied_c16_slow": med(r["rps"] for r in by("proxied_c16_slow")),
+        "slow_upstream_ms": SLOW_UPSTREAM_MS,
+        "p50_direct_c1_ms": med(r["latency_ms"]["p50"] for r in by("direct_c1")),
+        "p50_proxied_c1_ms": med(r["latency_ms"]["p50"] for r in by("proxied_c1")),
+        "p50_overhead_ms": round(med(overhead), 3),
+        "rps_direct_c16": med(r["rps"] for r in by("direct_c16")),
+        "rps_proxied_c16": med(r["rps"] for r in by("proxied_c16")),
+        "throughput_ratio_c16": round(med(ratio), 3),
+        "satsgate_cpu_us_per_call_c16": med(r["cpu_us_per_request"] for r in by("proxied_c16")),
+        "upstream_cpu_us_per_call_c16": med(r["cpu_us_per_request"] for r in by("direct_c16")),
+        "target_p50_overhead_ms": TARGET_P50_OVERHEAD_MS,
+        "target_throughput_ratio": TARGET_RATIO,
+        "p50_overhead_met": med(overhead) < TARGET_P50_OVERHEAD_MS,
+        "throughput_ratio_met": med(ratio) >= TARGET_RATIO,
+    }
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    s = doc["summary"]
+    lines = [
+        "# Proxy overhead: paid generate-text through satsgate vs the upstream directly",
+        "",
+        f"{doc['started_at']}, {len(doc['rounds'])} round(s) of {doc['duration_s']} s per "
+        f"scenario, load average before {' '.join(doc['loadavg_before'])}.",
+        "",
+        "| scenario | conns | req/s | p50 ms | p90 ms | p99 ms | server CPU us/req |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for rnd in doc["rounds"]:
+        for r in rnd:
+            lat = r["latency_ms"]
+            lines.append(f"| {r['scenario']} | {r['connections']} | {r['rps']} | {lat['p50']} | "
+                         f"{lat['p90']} | {lat['p99']} | {r['cpu_us_per_request']} |")
+    lines += [
+        "",
+        f"- p50 overhead at 1 connection: **{s['p50_overhead_ms']} ms** (direct "
+        f"{s['p50_direct_c1_ms']} ms, proxied {s['p50_proxied_c1_ms']} ms; target < "
+        f"{s['target_p50_overhead_ms']} ms: {'met' if s['p50_overhead_met'] else 'NOT met'})",
+        f"- throughput at 16 connections: proxied {s['rps_proxied_c16']} req/s vs direct "
+        f"{s['rps_direct_c16']} req/s = **{s['throughput_ratio_c16']:.0%}** (target >= "
+        f"{s['target_throughput_ratio']:.0%}: {'met' if s['throughput_ratio_met'] else 'NOT met'})",
+        f"- context: against an upstream that answers in {s['slow_upstream_ms']} ms, proxied "
+        f"{s['rps_proxied_c16_slow']} req/s vs direct {s['rps_direct_c16_slow']} req/s = "
+        f"**{s['throughput_ratio_c16_slow_upstream']:.0%}** at 16 connections",
+        f"- CPU per call at 16 connections: satsgate {s['satsgate_cpu_us_per_call_c16']} us "
+        f"(gate + provider call), the upstream alone {s['upstream_cpu_us_per_call_c16']} us",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""``kind = "anthropic"``: the Anthropic Messages API, through the official ``anthropic``
+SDK. Engines served: ``text`` (ChatEngine), ``vision`` (VisionEngine: the image as a
+base64 block of the user message) and ``translation`` / ``rare_translation`` (the chat
+model, prompted to translate).
+
+``base_url`` defaults to ``https://api.anthropic.com`` (a trailing ``/v1`` is dropped:
+the SDK adds it). Kind-specific keys: ``max_tokens`` (the answer's limit when the caller
+sets none, and the most ever asked: the API requires one, and refuses more than the
+model's own limit; default 4096), ``max_retries`` (as for ``openai``).
+
+A refusal (``stop_reason: "refusal"``) is CONTENT_FILTERED; 529 (overloaded) is
+L402_UPSTREAM_FAILED with the retry hint, so a chain falls back to its next provider.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import anthropic
+import httpx2
+from anthropic import AsyncAnthropic
+
+from satsgate.engines.chat import ChatMessage, ChatRequest, ChatResult
+from satsgate.engines.chat_translation import ChatTranslator
+from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.errors import EngineError
+from satsgate.engines.providers import upstream
+from satsgate.engines.providers.upstream import default_text_model, retries_option
+from satsgate.engines.registry import EngineDeps
+from satsgate.engines.vision import VisionRequest, VisionResult
+
+KIND = "anthropic"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_MAX_TOKENS = 4096
+T = TypeVar("T")
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, anthropic.APITimeoutError):
+        return False
+    if isinstance(exc, anthropic.APIConnectionError):
+        return True
+    return (
+        isinstance(exc, anthropic.APIStatusError) and exc.status_code in upstream.RETRY_STATUSES
+    )
+
+
+def _upstream_type(body: object) -> str | None:
+    if isinstance(body, Mapping):
+        inner = body.get("error")
+        if isinstance(inner, Mapping) and isinstance(inner.get("type"), str):
+            return str(inner["type"])
+    return None
+
+
+def _mapped(exc: BaseException, engine: str) -> EngineError:
+    if isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, anthropic.APITimeoutError):
+        error, cause = upstream.timeout_error(), "timeout"
+    elif isinstance(exc, anthropic.APIConnectionError):
+        error = EngineError("L402_UPSTREAM_FAILED", upstream.UNAVAILABLE_MESSAGE)
+        cause = "connection failure"
+    elif isinstance(exc, anthropic.APIStatusError):
+        kind = _upstream_type(exc.body)
+        error = upstream.status_error(exc.status_code, exc.response.headers, None)
+        cause = f"HTTP {exc.status_code}" + (f" ({kind})" if kind else "")
+    else:
+        error, cause = upstream.malformed_error(), f"unusable answer ({type(exc).__name__})"
+    upstream.log_failure(engine, KIND, error, cause)
+    return error
+
+
+class AnthropicProvider:
+    def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
+        self.config = config
+        base_url = config.base_url or DEFAULT_BASE_URL
+        if base_url.endswith("/v1"):
+            base_url = base_url[: -len("/v1")]
+        self.client = AsyncAnthropic(
+            api_key=config.api_key or "unused",
+            base_url=base_url,
+            timeout=config.timeout_s,
+            max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
+            # The SDK's own aiohttp transport: a fraction of httpx's CPU per request.
+            http_client=anthropic.DefaultAioHttpClient(timeout=config.timeout_s),
+        )
+        self.retries = retries_option(config)
+        max_tokens = config.options.get("max_tokens", DEFAULT_MAX_TOKENS)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise EngineConfigError(f"[providers.{config.name}] max_tokens must be a number")
+        self.max_tokens = max_tokens
+
+    def engine(self, name: str) -> object | None:
+        if name == "text":
+            return _Chat(self)
+        if name == "vision":
+            return _Vision(self)
+        if name in ("translation", "rare_translation"):
+            default = default_text_model(self.config)
+            return None if default is None else ChatTranslator(_Chat(self), default)
+        return None
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def call(self, engine: str, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await upstream.with_retry(fn, retries=self.retries, retryable=_retryable)
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise _mapped(exc, engine) from None
+
+
+def _messages(request: ChatRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if request.messages and request.messages[0].role == "assistant":
+        # The Messages API starts with the user's turn.
+        messages.append({"role": "user", "content": "(The conversation so far.)"})
+    for index, message in enumerate(request.messages):
+        last = index == len(request.messages) - 1
+        if last and request.images and message.role == "user":
+            blocks: list[dict[str, Any]] = [
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": image.media_type,
+                        "data": base64.b64encode(image.data).decode("ascii"),
+                    },
+                }
+                for image in request.images
+            ]
+            blocks.append({"type": "text", "text": message.content})
+            messages.append({"role": "user", "content": blocks})
+        else:
+            messages.append({"role": message.role, "content": message.content})
+    return messages
+
+
+def chat_result(body: Any) -> ChatResult:
+    """A Messages API body -> ChatResult; CONTENT_FILTERED on a refusal, ValueError or
+    KeyError (malformed) on anything else unusable."""
+    stop = body["stop_reason"]
+    if stop == "refusal":
+        raise upstream.refused_error()
+    texts = [b["text"] for b in body["content"] if b.get("type") == "text"]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("no text")
+    usage = body.get("usage") or {}
+    return ChatResult(
+        text="".join(texts),
+        finish="length" if stop == "max_tokens" else "stop",
+        input_tokens=usage.get("input_tokens"),
+        output_tokens=usage.get("output_tokens"),
+    )
+
+
+class _Chat:
+    def __init__(self, provider: AnthropicProvider, engine: str = "text") -> None:
+        self.provider = provider
+        self.engine = engine
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        model = request.model_name
+        if not model:
+            raise EngineError("SERVICE_ERROR", "No model is configured for this request.")
+        extra: dict[str, Any] = {}
+        if request.system:
+            extra["system"] = request.system
+        # ``temperature`` is not sent: the SDK's Messages API takes none (2.x).
+        cap = self.provider.max_tokens
+        payload = {
+            "model": model,
+            "max_tokens": min(request.max_tokens or cap, cap),
+            "messages": _messages(request),
+            **extra,
+        }
+        post = self.provider.client.post
+
+        async def call() -> Any:
+            # The SDK's generic request (its auth, version header and error mapping) with
+            # the body built here: the typed method's per-call param transform is skipped.
+            response = await post("/v1/messages", cast_to=httpx2.Response, body=payload)
+            return json.loads(response.content)
+
+        body = await self.provider.call(self.engine, call)
+        try:
+            return chat_result(body)
+        except EngineError as exc:
+            upstream.log_failure(self.engine, KIND, exc, "refusal")
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise _mapped(exc, self.engine) from None
+
+
+class _Vision:
+    def __init__(self, provider: AnthropicProvider) -> None:
+        self.chat = _Chat(provider, "vision")
+
+    async def analyze(self, request: VisionRequest) -> VisionResult:
+        result = await self.chat.chat(
+            ChatRequest(
+                messages=(ChatMessage("user", request.prompt),),
+                images=(request.image,),
+                max_tokens=request.max_tokens,
+                model_name=request.model_name,
+            )
+        )
+        return VisionResult(result.text)
+
+
+def create(config: ProviderConfig, deps: EngineDeps) -> AnthropicProvider:
+    return AnthropicProvider(config, deps)

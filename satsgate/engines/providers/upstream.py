@@ -1,0 +1,150 @@
+"""What the provider kinds share: turning an upstream's HTTP answer into the catalog code a
+caller sees, the retry hint, one bounded retry for calls that are safe to repeat, and the
+rule that no upstream detail (provider name, URL, key, its own message) leaves satsgate.
+
+Callers see only the messages below. Operators see a log line naming the engine, the
+adapter kind and the upstream status, never the base URL or the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.errors import EngineError
+
+log = logging.getLogger("satsgate.engines.providers")
+
+# The SDKs' HTTP client logs every request's full URL at INFO, and its connection layer the
+# upstream's host and port at DEBUG: keep upstream addresses out of satsgate's logs.
+for _name in ("httpx2", "httpcore2"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+T = TypeVar("T")
+
+# One more try for a request that failed before the upstream could act on it (connection
+# reset) or with a transient server error, when the request is safe to repeat (it has no
+# effect beyond its answer and is cheap). Never for 429 (the chain's next provider or the
+# caller's own retry is the answer) nor after a timeout (the time is spent).
+RETRY_PAUSE_S = 0.25
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+
+TIMEOUT_MESSAGE = "The AI engine did not answer in time; the payment was refunded."
+RATE_LIMITED_MESSAGE = "The AI engine is rate-limited right now; the payment was refunded."
+UNAVAILABLE_MESSAGE = "The AI engine failed; the payment was refunded."
+MALFORMED_MESSAGE = "The AI engine returned an unusable answer; the payment was refunded."
+REFUSED_MESSAGE = "The AI engine refused this request under its content policy."
+REJECTED_MESSAGE = "The AI engine rejected the request; the payment was refunded."
+
+# Upstream error codes that mean "refused by a safety system" (OpenAI-compatible APIs).
+CONTENT_POLICY_CODES = frozenset({"content_policy_violation", "moderation_blocked",
+                                  "content_filter"})
+DEFAULT_RETRY_AFTER_S = 10.0
+MAX_RETRY_AFTER_S = 3600.0
+
+
+def retry_after_s(headers: Mapping[str, str] | None) -> float:
+    """The upstream's retry hint (``retry-after-ms``, then ``retry-after`` in seconds or
+    as an HTTP date), else 10 s; bounded to an hour."""
+    if headers:
+        raw_ms = headers.get("retry-after-ms")
+        if raw_ms:
+            try:
+                return _bounded(float(raw_ms) / 1000)
+            except ValueError:
+                pass
+        raw = headers.get("retry-after")
+        if raw:
+            try:
+                return _bounded(float(raw))
+            except ValueError:
+                parsed = email.utils.parsedate_to_datetime(raw) if raw.strip() else None
+                if parsed is not None:
+                    return _bounded(parsed.timestamp() - time.time())
+    return DEFAULT_RETRY_AFTER_S
+
+
+def _bounded(seconds: float) -> float:
+    return min(MAX_RETRY_AFTER_S, max(1.0, seconds))
+
+
+def timeout_error() -> EngineError:
+    return EngineError("TIMEOUT", TIMEOUT_MESSAGE, retry_after_s=20)
+
+
+def malformed_error() -> EngineError:
+    return EngineError("SERVICE_ERROR", MALFORMED_MESSAGE)
+
+
+def refused_error(detail: str = "") -> EngineError:
+    message = REFUSED_MESSAGE + (f" {detail}" if detail else "") + " Rephrase and retry."
+    return EngineError("CONTENT_FILTERED", message)
+
+
+def status_error(
+    status: int, headers: Mapping[str, str] | None, upstream_code: str | None
+) -> EngineError:
+    """An upstream HTTP error status -> the caller's code (refunded by the gate)."""
+    if upstream_code in CONTENT_POLICY_CODES:
+        return refused_error()
+    if status == 429 and upstream_code != "insufficient_quota":
+        return EngineError(
+            "RATE_LIMITED", RATE_LIMITED_MESSAGE, retry_after_s=retry_after_s(headers)
+        )
+    if status == 529:  # overloaded (Anthropic): retry later, or the next provider now
+        return EngineError(
+            "L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE, retry_after_s=retry_after_s(headers)
+        )
+    if status >= 500:
+        return EngineError("L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE)
+    # 400 (a request this adapter built and the upstream refused), 401/403 (the operator's
+    # key), 404 (a model name the upstream does not know), 413, 422 ...: nothing the caller
+    # can fix; the next provider of a chain may do better.
+    return EngineError("SERVICE_ERROR", REJECTED_MESSAGE)
+
+
+def log_failure(engine: str, kind: str, error: EngineError, cause: str) -> None:
+    """One operator-facing line: engine, adapter kind, what happened upstream (a status or
+    an exception type), never an address or a key."""
+    log.warning("engine %s (%s): upstream %s -> %s", engine, kind, cause, error.code)
+
+
+async def with_retry(
+    call: Callable[[], Awaitable[T]],
+    *,
+    retries: int,
+    retryable: Callable[[BaseException], bool],
+) -> T:
+    """``call()``, repeated at most ``retries`` times after a short pause while it fails
+    with a retryable error. ``retries`` is 0 for a request that is not safe to repeat. The
+    caller pays for one call either way."""
+    for attempt in range(retries + 1):
+        try:
+            return await call()
+        except Exception as exc:
+            if attempt >= retries or not retryable(exc):
+                raise
+        await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def retries_option(config: ProviderConfig) -> int:
+    """``max_retries``: 0, 1 (default) or 2 repeats of a failed idempotent request."""
+    value = config.options.get("max_retries", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2:
+        raise EngineConfigError(f"[providers.{config.name}] max_retries must be 0, 1 or 2")
+    return value
+
+
+def default_text_model(config: ProviderConfig) -> str | None:
+    """The chat model for work that pins no spec model (translation): the standard text
+    tier (31), else better (1), else best (6)."""
+    for model_id in ("31", "1", "6"):
+        if model_id in config.models:
+            return config.models[model_id]
+    return None

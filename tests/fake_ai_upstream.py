@@ -1,0 +1,405 @@
+"""Loopback fakes of two AI provider APIs, for the provider adapters' tests: an
+OpenAI-compatible API (under ``/v1``) and the Anthropic Messages API (under
+``/anthropic/v1``), one aiohttp app in a thread of its own.
+
+Written from the providers' references (docs in the shared providers notes): paths; auth
+(``Authorization: Bearer`` for OpenAI; ``x-api-key`` or ``Authorization: Bearer``,
+plus ``anthropic-version``, for Anthropic); JSON bodies and multipart uploads as the
+official SDKs send them; error
+bodies (``{"error": {message, type, param, code}}`` and ``{"type": "error", "error":
+{type, message}, "request_id"}``); 429 with ``retry-after``.
+
+Answers are deterministic and derived from the request, so a test can check the output
+itself: a chat echoes the last user text (and the size of an attached image); a
+translation prompt is answered from a small dictionary; images are drawn at the size asked
+(edits invert the uploaded image); speech is a WAV whose length follows the text;
+transcription segments follow the uploaded WAV's duration and spell the prompt's names.
+
+A test scripts failures with ``fake.fail_next(path, mode)``: ``refusal``, ``policy``
+(400 content_policy_violation), ``slow`` (answers after ``SLOW_S``), ``429``, ``500``,
+``529`` (Anthropic overloaded), ``malformed`` (200 with an unusable JSON body), ``html``
+(200 with an HTML page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import re
+import threading
+import wave
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+from PIL import Image, ImageOps
+
+from tests.conftest import free_port
+
+OPENAI_KEY = "sk-test-fake-openai-KEY-7f3a9c"
+ANTHROPIC_KEY = "sk-ant-test-fake-KEY-51d0e2"
+# Text the fakes put in their error bodies: it must never reach a caller.
+UPSTREAM_DETAIL = "upstream-internal-detail-9b1e"
+SLOW_S = 6.0
+RETRY_AFTER = "7"
+
+TRANSLATIONS = {  # english -> (spanish, german)
+    "good morning": ("buenos días", "guten Morgen"),
+    "the cat sleeps": ("el gato duerme", "die Katze schläft"),
+    "welcome": ("bienvenido", "willkommen"),
+}
+
+
+@dataclass
+class Seen:
+    """One request as the fake received it."""
+
+    path: str
+    headers: dict[str, str]
+    json: dict[str, Any] | None = None
+    form: dict[str, list[Any]] = field(default_factory=dict)  # multipart: name -> values
+
+
+def _openai_error(status: int, message: str, etype: str, code: str | None,
+                  headers: dict[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": f"{message} ({UPSTREAM_DETAIL})", "type": etype,
+                      "param": None, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _anthropic_error(status: int, etype: str, message: str,
+                     headers: dict[str, str] | None = None) -> web.Response:
+    body = {"type": "error", "error": {"type": etype, "message": f"{message} ({UPSTREAM_DETAIL})"},
+            "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def wav(seconds: float, rate: int = 8000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\x00\x00" * int(seconds * rate))
+    return out.getvalue()
+
+
+def png(width: int, height: int, color: tuple[int, int, int] = (200, 40, 40)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def _translate(text: str, target: str) -> str:
+    column = {"Spanish": 0, "German": 1}.get(target)
+    lines = []
+    for line in text.split("\n"):
+        key = line.strip().lower().rstrip(".")
+        if not key:
+            lines.append(line)
+            continue
+        known = column is not None and key in TRANSLATIONS
+        lines.append(TRANSLATIONS[key][column] if known else f"[{target}] {line}")  # type: ignore[index]
+    return "\n".join(lines)
+
+
+def _chat_answer(system: str, user_text: str, image_sizes: list[tuple[int, int]]) -> str:
+    match = re.search(r"Translate the user's text into (\w+)", system)
+    if match:
+        answer = _translate(user_text, match.group(1))
+        return ("SOURCE: en\n" + answer) if "SOURCE:" in system else answer
+    if "QUESTION_LANGUAGE" in system:
+        language = re.search(r"question in (\w+)", system)
+        return f"QUESTION_LANGUAGE: de\nAnswer in {language.group(1) if language else '?'}."
+    answer = f"You said: {user_text}"
+    for width, height in image_sizes:
+        answer += f" [image {width}x{height}]"
+    if system:
+        answer += f" [system {len(system)} chars]"
+    return answer
+
+
+def _image_size(data_uri_or_b64: str) -> tuple[int, int]:
+    raw = data_uri_or_b64.split(",", 1)[1] if data_uri_or_b64.startswith("data:") else (
+        data_uri_or_b64)
+    with Image.open(io.BytesIO(base64.b64decode(raw))) as img:
+        return img.size
+
+
+class FakeAIUpstream:
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.compressed = 0  # chat answers sent gzip-compressed
+        self.files: dict[str, bytes] = {}  # images answered by URL
+        self._script: dict[str, deque[str]] = {}
+        self._lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._runner: web.AppRunner | None = None
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+
+    # -- control (from the test's thread) ---------------------------------------------------
+
+    def fail_next(self, path: str, mode: str, times: int = 1) -> None:
+        with self._lock:
+            self._script.setdefault(path, deque()).extend([mode] * times)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self.seen.clear()
+
+    def requests(self, path: str) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.seen if s.path == path]
+
+    def stop(self) -> None:
+        async def stop() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    # -- server ------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/images/generations", self._generate)
+        app.router.add_post("/v1/images/edits", self._edit)
+        app.router.add_post("/v1/audio/speech", self._speech)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/audio/translations", self._transcribe)
+        app.router.add_post("/anthropic/v1/messages", self._messages)
+        app.router.add_get("/files/{name}", self._file)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _record(self, request: web.Request) -> Seen:
+        seen = Seen(request.path, {k.lower(): v for k, v in request.headers.items()})
+        if request.content_type == "application/json":
+            seen.json = await request.json()
+        elif request.content_type.startswith("multipart/"):
+            reader = await request.multipart()
+            while (part := await reader.next()) is not None:
+                assert isinstance(part, BodyPartReader)
+                value: Any = (part.filename, await part.read()) if part.filename else (
+                    await part.text())
+                seen.form.setdefault(str(part.name), []).append(value)
+        with self._lock:
+            self.seen.append(seen)
+        return seen
+
+    def _mode(self, path: str) -> str | None:
+        with self._lock:
+            queue = self._script.get(path)
+            return queue.popleft() if queue else None
+
+    async def _openai_gate(self, request: web.Request) -> tuple[Seen, str | None] | web.Response:
+        seen = await self._record(request)
+        if seen.headers.get("authorization") != f"Bearer {OPENAI_KEY}":
+            return _openai_error(401, "Incorrect API key provided", "invalid_request_error",
+                                 "invalid_api_key")
+        mode = self._mode(request.path)
+        if mode == "slow":
+            await asyncio.sleep(SLOW_S)
+        elif mode == "429":
+            return _openai_error(429, "Rate limit reached for requests", "requests",
+                                 "rate_limit_exceeded", {"retry-after": RETRY_AFTER})
+        elif mode == "500":
+            return _openai_error(500, "The server had an error while processing your request",
+                                 "server_error", None)
+        elif mode == "policy":
+            return _openai_error(
+                400, "Your request was rejected as a result of our safety system",
+                "invalid_request_error", "content_policy_violation")
+        elif mode == "html":
+            return web.Response(text="<html><body>Bad gateway</body></html>",
+                                content_type="text/html")
+        return seen, mode
+
+    # -- OpenAI-compatible endpoints -------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        gated = await self._openai_gate(request)
+        if isinstance(gated, web.Response):
+            return gated
+        seen, mode = gated
+        body = seen.json or {}
+        if mode == "malformed":
+            return web.json_response({"id": "chatcmpl-1", "object": "chat.completion"})
+        system = " ".join(m["content"] for m in body["messages"] if m["role"] == "system")
+        last = body["messages"][-1]
+        sizes: list[tuple[int, int]] = []
+        if isinstance(last["content"], list):
+            text = " ".join(p["text"] for p in last["content"] if p["type"] == "text")
+            sizes = [_image_size(p["image_url"]["url"]) for p in last["content"]
+                     if p["type"] == "image_url"]
+        else:
+            text = last["content"]
+        answer = _chat_answer(system, text, sizes)
+        message: dict[str, Any] = {"role": "assistant", "content": answer, "refusal": None,
+                                   "annotations": []}
+        if mode == "refusal":
+            message = {"role": "assistant", "content": None,
+                       "refusal": "I'm sorry, I can't help with that.", "annotations": []}
+        resp = web.json_response({
+            "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", "object": "chat.completion",
+            "created": 1741569952, "model": body["model"],
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29},
+        })
+        # As real APIs do when the client accepts it: the answer goes gzip-compressed.
+        if "gzip" in seen.headers.get("accept-encoding", ""):
+            resp.enable_compression(web.ContentCoding.gzip)
+            self.compressed += 1
+        return resp
+
+    async def _generate(self, request: web.Request) -> web.Response:
+        gated = await self._openai_gate(request)
+        if isinstance(gated, web.Response):
+            return gated
+        seen, mode = gated
+        if mode == "malformed":
+            return web.json_response({"created": 1713833628, "data": [{}]})
+        width, height = (int(x) for x in str((seen.json or {})["size"]).split("x"))
+        image = png(width, height)
+        if "url" in str((seen.json or {})["model"]):  # as dall-e answers by default
+            name = f"img-{len(self.files)}.png"
+            self.files[name] = image
+            return web.json_response({"created": 1713833628,
+                                      "data": [{"url": f"{self.url}/files/{name}"}]})
+        data = base64.b64encode(image).decode()
+        return web.json_response({"created": 1713833628,
+                                  "data": [{"b64_json": data, "revised_prompt": "a cat"}]})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["name"])
+        if data is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=data, content_type="image/png")
+
+    async def _edit(self, request: web.Request) -> web.Response:
+        gated = await self._openai_gate(request)
+        if isinstance(gated, web.Response):
+            return gated
+        seen, _mode = gated
+        images = seen.form.get("image", []) + seen.form.get("image[]", [])
+        _name, data = images[0]
+        with Image.open(io.BytesIO(data)) as img:
+            edited = ImageOps.invert(img.convert("RGB"))
+            out = io.BytesIO()
+            edited.save(out, "PNG")
+        data = base64.b64encode(out.getvalue()).decode()
+        return web.json_response({"created": 1713833628, "data": [{"b64_json": data}]})
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        gated = await self._openai_gate(request)
+        if isinstance(gated, web.Response):
+            return gated
+        seen, mode = gated
+        body = seen.json or {}
+        if mode == "malformed":
+            return web.json_response({"object": "not audio"})
+        seconds = 0.05 * len(body["input"]) / float(body.get("speed", 1.0))
+        return web.Response(body=wav(seconds), content_type="application/octet-stream")
+
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        gated = await self._openai_gate(request)
+        if isinstance(gated, web.Response):
+            return gated
+        seen, mode = gated
+        if mode == "malformed":
+            return web.json_response({"segments": "none"})
+        _name, audio = seen.form["file"][0]
+        with wave.open(io.BytesIO(audio)) as w:
+            duration = w.getnframes() / w.getframerate()
+        names = ""
+        prompt = seen.form.get("prompt", [""])[0]
+        if prompt.startswith("Names: "):
+            names = " " + prompt[len("Names: "):].rstrip(".").split(", ")[0]
+        translating = request.path.endswith("/translations")
+        first = "Hello from the harbour." if translating else "Hola desde el puerto."
+        second = f"Meet{names} at noon." if translating else f"Nos vemos{names} a mediodía."
+        half = round(duration / 2, 2)
+        segments = [
+            {"id": 0, "seek": 0, "start": 0.0, "end": half, "text": " " + first, "tokens": [1],
+             "temperature": 0.0, "avg_logprob": -0.2, "compression_ratio": 1.2,
+             "no_speech_prob": 0.01},
+            {"id": 1, "seek": 0, "start": half, "end": round(duration, 2), "text": " " + second,
+             "tokens": [2], "temperature": 0.0, "avg_logprob": -0.2, "compression_ratio": 1.2,
+             "no_speech_prob": 0.01},
+        ]
+        body: dict[str, Any] = {
+            "task": "translate" if translating else "transcribe",
+            "language": "english" if translating else "spanish",
+            "duration": round(duration, 2), "text": f" {first} {second}", "segments": segments,
+        }
+        if "word" in seen.form.get("timestamp_granularities[]", []):
+            body["words"] = [{"word": w, "start": round(i * half / 4, 3),
+                              "end": round((i + 1) * half / 4, 3)}
+                             for i, w in enumerate(first.rstrip(".").split())]
+        return web.json_response(body)
+
+    # -- Anthropic Messages ------------------------------------------------------------------
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        seen = await self._record(request)
+        # The key comes as x-api-key, or (the alternative the API documents, and what the
+        # SDK 2.14 sends for an API key) as Authorization: Bearer.
+        keys = {seen.headers.get("x-api-key"), seen.headers.get("authorization", "")[7:]}
+        if ANTHROPIC_KEY not in keys:
+            return _anthropic_error(401, "authentication_error", "invalid x-api-key")
+        if not seen.headers.get("anthropic-version"):
+            return _anthropic_error(400, "invalid_request_error", "anthropic-version missing")
+        body = seen.json or {}
+        if "max_tokens" not in body:
+            return _anthropic_error(400, "invalid_request_error", "max_tokens: Field required")
+        mode = self._mode(request.path)
+        if mode == "slow":
+            await asyncio.sleep(SLOW_S)
+        elif mode == "429":
+            return _anthropic_error(429, "rate_limit_error", "Number of requests exceeded",
+                                    {"retry-after": RETRY_AFTER})
+        elif mode == "500":
+            return _anthropic_error(500, "api_error", "Internal server error")
+        elif mode == "529":
+            return _anthropic_error(529, "overloaded_error", "Overloaded")
+        elif mode == "malformed":
+            return web.json_response({"id": "msg_1", "type": "message", "role": "assistant"})
+        elif mode == "html":
+            return web.Response(text="<html>oops</html>", content_type="text/html")
+        system = body.get("system") or ""
+        if isinstance(system, list):
+            system = " ".join(block["text"] for block in system)
+        last = body["messages"][-1]
+        sizes: list[tuple[int, int]] = []
+        if isinstance(last["content"], list):
+            text = " ".join(b["text"] for b in last["content"] if b["type"] == "text")
+            sizes = [_image_size(b["source"]["data"]) for b in last["content"]
+                     if b["type"] == "image"]
+        else:
+            text = last["content"]
+        stop: dict[str, Any] = {"stop_reason": "end_turn", "stop_sequence": None,
+                                "stop_details": None}
+        content = [{"type": "text", "text": _chat_answer(system, text, sizes)}]
+        if mode == "refusal":
+            content = []
+            stop = {"stop_reason": "refusal", "stop_sequence": None,
+                    "stop_details": {"type": "refusal", "category": None, "explanation": None}}
+        return web.json_response({
+            "id": "msg_013Zva2CMHLNnXjNJJKqJ2EF", "type": "message", "role": "assistant",
+            "model": body["model"], "content": content, **stop,
+            "usage": {"input_tokens": 11, "output_tokens": 6, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0},
+        })

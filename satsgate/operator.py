@@ -114,6 +114,14 @@ def ledger_text(report: dict[str, Any]) -> str:
         f"hold invoices canceled (never charged, outside the equation): "
         f"{t['canceled_holds']} ({t['canceled_holds_msat']} msat)"
     )
+    payouts = report.get("refund_payouts") or []
+    if payouts:
+        lines.append(f"refund payouts to look at: {len(payouts)}")
+        for item in payouts:
+            lines.append(
+                f"  {item['refund_id']} {item['amount_msat']} msat {item['status']}: "
+                f"{item['payout_error'] or 'payout under way or unknown'}"
+            )
     if t["received_msat"] != t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t[
         "open_msat"
     ]:  # pragma: no cover - the ledger is built to balance

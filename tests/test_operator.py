@@ -194,6 +194,7 @@ async def test_cli_ledger_after_the_scenarios(
     assert re.search(r"^  paid\s+1\s+10000 msat$", out, re.M), out
     assert re.search(r"^  open\s+1\s+20000 msat$", out, re.M), out
     assert "routing fees paid on refunds: 10 msat" in out
+    assert "refund payouts to look at: 1" in out and DEV_NO_ROUTE in out
 
 
 # -- the operator's API and health ----------------------------------------------------------

@@ -59,7 +59,15 @@ schema = schemathesis.pytest.from_fixture("api_schema").exclude(_unavailable)
     suppress_health_check=list(HealthCheck),
 )
 def test_no_server_errors(case: schemathesis.Case) -> None:  # type: ignore[type-arg]
-    case.call_and_validate(checks=[not_a_server_error])
+    response = case.call()
+    if response.status_code == 503 and response.headers.get("x-error-code") == [
+        "SERVICE_UNAVAILABLE"
+    ]:
+        # A model this node does not serve (a local voice serves one TTS tier): refused
+        # before any invoice, the documented answer, not a server error.
+        event("model not offered here")
+        return
+    case.validate_response(response, checks=[not_a_server_error])
 
 
 # -- the params models, in process --------------------------------------------------------

@@ -51,6 +51,22 @@ def _rare_price() -> dict[str, Any]:
     }
 
 
+def served_languages(engines: Engines, engine: str, accepted: Iterable[str]) -> set[str]:
+    """The codes of ``accepted`` that some binding of ``engine`` serves on this node: an
+    engine's class may say which (``languages``: a frozenset of codes); one that does not
+    serves every code the service accepts."""
+    accepted = set(accepted)
+    served: set[str] = set()
+    for binding in engines.bindings(engine):
+        # Looked up on the class: a set it declares, not whatever a proxy answers.
+        languages = getattr(type(binding.engine), "languages", None)
+        if isinstance(languages, frozenset | set):
+            served |= accepted & {str(code) for code in languages}
+        else:
+            served |= accepted
+    return served
+
+
 def _this_node(engines: Engines) -> dict[str, Any]:
     """Whether this node translates (translate-text, translate-epub), how, and which pairs:
     ``pairs`` null means any pair of the 119 (a provider's text model). A translation
@@ -102,6 +118,7 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
         for code, name in TRANSLATION_LANGUAGES.items()
     ]
     rare_price = _rare_price()
+    transcribed = served_languages(node_engines, "transcription", TRANSCRIPTION_LANGUAGES)
     rare = [
         {
             "code": code,
@@ -134,9 +151,13 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
         "thisNode": {"translation": node},
         "translation": translation,
         "rare": rare,
+        # The 13 languages transcribe-audio accepts; ``here``: this node transcribes it
+        # (a local engine may cover fewer: Whisper tiny.en speaks English only).
         "transcription": [
-            {"code": code, "name": name} for code, name in TRANSCRIPTION_LANGUAGES.items()
+            {"code": code, "name": name, "here": code in transcribed}
+            for code, name in TRANSCRIPTION_LANGUAGES.items()
         ],
+        "transcriptionEngine": node_engines.status("transcription").public(),
         "services": [
             service["id"]
             for service in catalog.services

@@ -1,6 +1,8 @@
 """Speech and audio: text-to-speech, clone-voice, transcription, transcribe-translate,
-book-to-audiobook and music. Remote engines: ``[engines.tts]``, ``voice_clone``,
-``transcription``, ``translation``, ``audiobook``, ``music``."""
+book-to-audiobook and music. Engine names: ``tts``, ``voice_clone``, ``transcription``,
+``speech_translation``, ``audiobook`` (and ``translation`` for a book's translateToLanguage),
+``music``. Local engines (satsgate.engines.local) serve ``tts`` and ``audiobook`` on the
+global tier (43) with eSpeak NG, and ``transcription`` in English with Whisper tiny.en."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
+from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationRequest
 from satsgate.engines.speech_translation import SpeechTranslationEngine, SpeechTranslationRequest
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.transcription import (
@@ -22,6 +25,8 @@ from satsgate.engines.transcription import (
     to_srt,
     to_vtt,
 )
+from satsgate.engines.translation import TranslationEngine, TranslationRequest
+from satsgate.errors import ApiError
 from satsgate.services.ai_support import with_route
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
@@ -38,6 +43,7 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
+from satsgate.services.engines import book as books
 from satsgate.services.languages import (
     resolve_transcription_language,
     resolve_translation_language,
@@ -213,6 +219,13 @@ TEXT_TO_SPEECH = ServiceSpec(
     prevalidate=prevalidate,
     example={"text": "Hello from satsgate.", "voice": "English_Aria"},
     engine="tts",
+    # A language or voice description the engine cannot speak (the local voice: no Hmong,
+    # no Indian accent) is refused before any invoice.
+    engine_request=lambda p: SynthesisRequest(
+        text=p.text, model_id=p.chosen_model, voice=p.voice, speed=p.speed,
+        language=p.language, voice_description=p.voice_description, emotion=p.emotion,
+        format=p.format,
+    ),
 )
 
 # -- clone-voice ---------------------------------------------------------------------------
@@ -413,6 +426,13 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
     engine="transcription",
+    # A language the engine does not transcribe (the local one: English only) is refused
+    # before any invoice; the audio is not needed to tell.
+    engine_request=lambda p: TranscriptionRequest(
+        audio=b"", format="", language=None if p.language == "auto" else p.language,
+        task=p.type,
+    ),
+    engine_request_field="language",
 )
 
 
@@ -560,6 +580,10 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
     def narrated_chars(self) -> int:
         return int(self.checked())
 
+    def accepts_model(self, model_id: int) -> bool:
+        # A tier's preset voice stays on its tier; without one any tier can narrate.
+        return self.voice is None or TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
+
 
 def _audiobook_msat(p: EpubAudiobookParams) -> int:
     chars = p.narrated_chars
@@ -567,6 +591,135 @@ def _audiobook_msat(p: EpubAudiobookParams) -> int:
     if p.translateToLanguage is not None:
         price += translation_msat(chars, p.translateToLanguage)
     return price
+
+
+# Sanity bounds of a narration's length: no voice reads faster than FASTEST_CHARS_PER_S
+# characters a second at speed 1.0 (espeak-ng reads about 15); an audiobook that would last
+# over MAX_AUDIOBOOK_S even so, or does, is refused (OUTPUT_DURATION_INSANE), and so is one
+# four times shorter than its text could be read.
+FASTEST_CHARS_PER_S = 25.0
+MAX_AUDIOBOOK_S = 24 * 3600
+
+
+def _duration_insane(seconds: float, why: str) -> ApiError:
+    return ApiError(
+        "OUTPUT_DURATION_INSANE",
+        f"{why}; nothing was delivered and the payment was refunded.",
+        extra={"output_duration_seconds": round(seconds, 1)},
+    )
+
+
+async def _translate(ctx: ServiceContext, text: str, source: str, target: str) -> str:
+    request = TranslationRequest(text=text, target_language=target, source_language=source)
+    result = await ctx.engines.run(
+        "translation",
+        TranslationEngine,
+        lambda engine, name: engine.translate(replace(request, model_name=name)),
+    )
+    return result.text
+
+
+async def _translate_chapters(
+    ctx: ServiceContext, chapters: tuple[tuple[str, str], ...], source: str, target: str
+) -> tuple[tuple[str, str], ...]:
+    if not ctx.engines.available("translation"):
+        raise EngineError(
+            "INVALID_INPUT", "translateToLanguage needs a translation engine; none runs here."
+        )
+    out = []
+    for number, (title, text) in enumerate(chapters, start=1):
+        ctx.progress(5.0 + 10.0 * number / len(chapters), "translating")
+        translated_title = await _translate(ctx, title, source, target)
+        out.append((translated_title, await _translate(ctx, text, source, target)))
+    return tuple(out)
+
+
+async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> ServiceResult:
+    data = await asyncio.to_thread(decode_file, params.epubBase64, "epubBase64", BOOK_MAX_BYTES)
+    ctx.progress(1.0, "reading the book")
+    try:
+        prepared = await ctx.run_cpu(
+            books.prepare, data, params.fileName, params.selectedChapterIndices, params.language
+        )
+    except MediaError as exc:  # it was measured before payment; it must read now too
+        raise EngineError("INVALID_INPUT", f"The book cannot be read: {exc}") from None
+    if prepared.failures or prepared.narration is None:
+        raise ApiError(
+            "BOOK_QUALITY_CHECK_FAILED",
+            f"{len(prepared.failures)} sanity check(s) failed on the chapters to narrate (see "
+            "smoke_failures); nothing was narrated and the payment was refunded.",
+            extra={"smoke_failures": prepared.failures},
+        )
+    told, selection = prepared.narration, prepared.selection
+    chapters, language = told.chapters, params.language
+    if params.translateToLanguage is not None and params.translateToLanguage != language:
+        chapters = await _translate_chapters(
+            ctx, chapters, language, params.translateToLanguage
+        )
+        language = params.translateToLanguage
+    spoken_chars = sum(len(title) + len(text) for title, text in chapters)
+    fastest_s = spoken_chars / (FASTEST_CHARS_PER_S * params.speed)
+    if fastest_s > MAX_AUDIOBOOK_S:
+        raise _duration_insane(
+            fastest_s, f"At this speed the narration would last over {fastest_s / 3600:.0f} "
+            "hours (the limit is 24)",
+        )
+    request = NarrationRequest(
+        chapters=tuple(Chapter(title, text) for title, text in chapters),
+        model_id=params.chosen_model,
+        language=language,
+        speed=params.speed,
+        voice=params.voice,
+        title=prepared.title,
+    )
+    ctx.progress(15.0, "narrating")
+    result = await ctx.engines.run(
+        "audiobook",
+        AudiobookEngine,
+        lambda engine, name: engine.narrate(
+            replace(request, model_name=name),
+            lambda done, message: ctx.progress(15.0 + 0.8 * done, message),
+        ),
+        model_id=params.chosen_model,
+    )
+    try:
+        seconds = audio_duration_s(result.m4b)  # measured here, whatever the engine says
+    except MediaError:
+        raise EngineError("SERVICE_ERROR", "The engine returned no readable audiobook.") from None
+    if seconds > MAX_AUDIOBOOK_S:
+        raise _duration_insane(seconds, f"The audiobook lasts {seconds / 3600:.1f} hours")
+    if seconds < spoken_chars / (FASTEST_CHARS_PER_S * 4 * params.speed):
+        raise _duration_insane(
+            seconds, f"The audiobook lasts {seconds:.0f} s, far too short for its text"
+        )
+    ctx.progress(97.0, "storing")
+    stored = await ctx.files.save(result.m4b, "m4b")
+    annexe_url = None
+    if told.annexe:
+        annexe = await ctx.run_cpu(books.annexe_pdf, prepared.title, told.annexe)
+        annexe_url = (await ctx.files.save(annexe.data, "pdf")).url
+    narrated_chars = prepared.priced_chars
+    charged = audiobook_msat(params.chosen_model, narrated_chars)
+    if params.translateToLanguage is not None:
+        charged += translation_msat(narrated_chars, params.translateToLanguage)
+    quoted = _audiobook_msat(params)
+    return ServiceResult(
+        {
+            "url": stored.url,
+            "annexeUrl": annexe_url,
+            "duration_s": round(seconds, 3),
+            "chapters": [
+                {"title": m.title, "start_s": m.start_s, "end_s": m.end_s}
+                for m in result.chapters
+            ],
+            "narratedChapters": list(selection.chosen),
+            "skippedChapters": [{"index": i, "reason": why} for i, why in selection.skipped],
+            "annexeEntries": len(told.annexe),
+            "language": language,
+            "modelId": params.chosen_model,
+        },
+        charged_msat=charged if charged < quoted else None,
+    )
 
 
 EPUB_AUDIOBOOK = ServiceSpec(
@@ -579,7 +732,7 @@ EPUB_AUDIOBOOK = ServiceSpec(
     "33 chars/sat, global 106, studio 5; minimum 500; translation added when asked.",
     params=EpubAudiobookParams,
     price_msat=_audiobook_msat,
-    handler=no_engine,
+    handler=epub_audiobook,
     price_shape=PriceShape(
         "per_character", "per character", AUDIOBOOK_MIN_SATS * MSAT,
         rate_by=("tier", "translation"), btc_pegged=True, estimate="audiobook",
@@ -596,6 +749,11 @@ EPUB_AUDIOBOOK = ServiceSpec(
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
     engine="audiobook",
+    # A narration language or voice the engine cannot speak is refused before any invoice.
+    engine_request=lambda p: NarrationRequest(
+        chapters=(), model_id=p.chosen_model, language=p.translateToLanguage or p.language,
+        speed=p.speed, voice=p.voice,
+    ),
 )
 
 # -- generate-music ------------------------------------------------------------------------

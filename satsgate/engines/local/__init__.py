@@ -4,7 +4,7 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
-from satsgate.engines.local import apertium, ocr, pkpass
+from satsgate.engines.local import apertium, espeak, narration, ocr, pkpass, whisper
 from satsgate.engines.local.images import LOCAL_IMAGE_ENGINES
 from satsgate.engines.registry import LocalEngine
 
@@ -13,4 +13,11 @@ LOCAL_ENGINES: tuple[LocalEngine, ...] = (
     *LOCAL_IMAGE_ENGINES,
     apertium.APERTIUM,  # translation
     ocr.ENGINE,  # extract-document, extract-receipt
+    # speech: the global TTS tier (43) and its audiobooks with eSpeak NG; English
+    # transcription with Whisper tiny.en
+    LocalEngine("tts", espeak.LABEL, espeak.probe, espeak.build, frozenset({43})),
+    LocalEngine(
+        "audiobook", narration.LABEL, espeak.probe, narration.build, frozenset({43})
+    ),
+    LocalEngine("transcription", whisper.LABEL, whisper.probe, whisper.build),
 )

@@ -1,0 +1,201 @@
+"""Audiobook narration on this machine: eSpeak NG reads each chapter (the global tier's
+voice, model 43), ffmpeg encodes AAC and joins the parts into one M4B whose chapter
+markers come from an ffmetadata file.
+
+A chapter is read in parts of at most PART_CHARS characters (cut between paragraphs),
+so each espeak-ng and ffmpeg run stays well inside the time limit whatever the book's
+size; parts are rendered a few at a time (the engine's tool slots), each encoded as soon
+as it is spoken so the temporary space holds a few WAV files, not the whole book.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from satsgate.engines.audiobook import (
+    ChapterMark,
+    NarrationRequest,
+    NarrationResult,
+    Progress,
+)
+from satsgate.engines.errors import EngineError
+from satsgate.engines.local.espeak import (
+    GLOBAL_TIER,
+    EspeakEngine,
+    Unsupported,
+    espeak_languages,
+    plan_voice,
+)
+from satsgate.engines.local.tools import ToolRunner, probe_media
+from satsgate.engines.registry import EngineDeps
+
+LABEL = "eSpeak NG narration, ffmpeg M4B"
+PART_CHARS = 20_000
+AAC_BITRATE = "32k"
+
+
+def split_text(text: str, limit: int = PART_CHARS) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters, cut between paragraphs, else
+    between sentences, else between words."""
+    pieces: list[str] = []
+    current = ""
+    for paragraph in _units(text, limit):
+        if current and len(current) + 2 + len(paragraph) > limit:
+            pieces.append(current)
+            current = ""
+        current = f"{current}\n\n{paragraph}" if current else paragraph
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _units(text: str, limit: int) -> list[str]:
+    units: list[str] = []
+    for paragraph in (p.strip() for p in re.split(r"\n\s*\n", text)):
+        if not paragraph:
+            continue
+        if len(paragraph) <= limit:
+            units.append(paragraph)
+            continue
+        sentence_cut = re.split(r"(?<=[.!?;])\s+", paragraph)
+        for sentence in sentence_cut:
+            while len(sentence) > limit:
+                cut = sentence.rfind(" ", 0, limit)
+                cut = cut if cut > 0 else limit
+                units.append(sentence[:cut])
+                sentence = sentence[cut:].lstrip()
+            if sentence:
+                units.append(sentence)
+    return units
+
+
+def metadata_value(value: str) -> str:
+    """A value escaped for an ffmetadata file."""
+    return re.sub(r"([=;#\\\n])", r"\\\1", value.replace("\r", " "))
+
+
+def ffmetadata(title: str | None, marks: list[ChapterMark]) -> str:
+    lines = [";FFMETADATA1"]
+    if title:
+        lines.append(f"title={metadata_value(title)}")
+    for mark in marks:
+        lines += [
+            "[CHAPTER]",
+            "TIMEBASE=1/1000",
+            f"START={round(mark.start_s * 1000)}",
+            f"END={round(mark.end_s * 1000)}",
+            f"title={metadata_value(mark.title)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class EspeakNarrator:
+    """AudiobookEngine for the global tier (43) with the local espeak-ng voice."""
+
+    def __init__(self, espeak: EspeakEngine, tools: ToolRunner) -> None:
+        self.espeak = espeak
+        self.tools = tools
+        self.languages = espeak.languages
+
+    def unsupported(self, request: object) -> str | None:
+        if not isinstance(request, NarrationRequest):
+            return None
+        if request.model_id != GLOBAL_TIER:
+            return f"model {request.model_id} is not served by this node's voice"
+        try:
+            plan_voice(self.espeak.voices, request.language, request.voice, 1.0)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    async def narrate(self, request: NarrationRequest, progress: Progress) -> NarrationResult:
+        reason = self.unsupported(request)
+        if reason is not None:
+            raise EngineError("INVALID_INPUT", reason[0].upper() + reason[1:] + ".")
+        plan = plan_voice(self.espeak.voices, request.language, request.voice, request.speed)
+        jobs: list[tuple[int, str]] = []
+        for index, chapter in enumerate(request.chapters):
+            spoken = f"{chapter.title.strip().rstrip('.')}.\n\n{chapter.text}"
+            jobs += [(index, piece) for piece in split_text(spoken)]
+        if not jobs:
+            raise EngineError("INVALID_INPUT", "There is nothing to narrate.")
+        durations: list[float] = [0.0] * len(jobs)
+        done = 0
+
+        with tempfile.TemporaryDirectory(prefix="satsgate-book-") as tmp:
+            root = Path(tmp)
+
+            in_flight = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+
+            async def render(number: int, text: str) -> None:
+                async with in_flight:  # spoken and encoded before the next part starts
+                    await render_part(number, text)
+
+            # Imported here, not with the module: services.media imports WeasyPrint, which
+            # sets Pillow's LOAD_TRUNCATED_IMAGES for the whole process, and this module is
+            # imported by every pool worker that imports satsgate.engines.local.
+            from satsgate.services.media import MediaError, audio_duration_s
+
+            async def render_part(number: int, text: str) -> None:
+                nonlocal done
+                wav, m4a = root / f"part{number:06d}.wav", root / f"part{number:06d}.m4a"
+                await self.espeak.speak_to_file(text, plan, wav)
+                await self.tools.run(
+                    [
+                        "ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav),
+                        "-c:a", "aac", "-aac_coder", "fast", "-b:a", AAC_BITRATE, str(m4a),
+                    ],
+                    what="audio encoding",
+                )  # fmt: skip
+                wav.unlink()
+                try:
+                    durations[number] = audio_duration_s(await asyncio.to_thread(m4a.read_bytes))
+                except MediaError:
+                    raise EngineError("SERVICE_ERROR", "The narration produced no audio.") from None
+                done += 1
+                progress(90.0 * done / len(jobs), f"narrated {done} of {len(jobs)} parts")
+
+            async with asyncio.TaskGroup() as group:
+                for number, (_chapter, text) in enumerate(jobs):
+                    group.create_task(render(number, text))
+
+            marks: list[ChapterMark] = []
+            clock = 0.0
+            for index, chapter in enumerate(request.chapters):
+                start = clock
+                clock += sum(d for (c, _t), d in zip(jobs, durations, strict=True) if c == index)
+                marks.append(ChapterMark(chapter.title, round(start, 3), round(clock, 3)))
+            listing = root / "parts.txt"
+            listing.write_text(
+                "".join(f"file 'part{n:06d}.m4a'\n" for n in range(len(jobs))), "utf-8"
+            )
+            meta = root / "chapters.txt"
+            meta.write_text(ffmetadata(request.title, marks), "utf-8")
+            out = root / "book.m4b"
+            progress(92.0, "joining the chapters")
+            await self.tools.run(
+                [
+                    "ffmpeg", "-nostdin", "-v", "error", "-y",
+                    "-f", "concat", "-safe", "0", "-i", str(listing),
+                    "-f", "ffmetadata", "-i", str(meta),
+                    "-map", "0:a", "-map_metadata", "1", "-map_chapters", "1",
+                    "-c", "copy", "-movflags", "+faststart", "-f", "mp4", str(out),
+                ],
+                timeout_s=max(self.tools.timeout_s, clock / 50),
+                what="joining the audiobook",
+            )  # fmt: skip
+            probed = await probe_media(self.tools, out)
+            if len(probed.get("chapters", ())) != len(marks):
+                raise EngineError("SERVICE_ERROR", "The audiobook's chapter markers are missing.")
+            duration = float(probed.get("format", {}).get("duration") or clock)
+            m4b = await asyncio.to_thread(out.read_bytes)
+            return NarrationResult(m4b, round(duration, 3), tuple(marks))
+
+
+def build(deps: EngineDeps) -> EspeakNarrator:
+    tools = ToolRunner(deps.settings.cpu_job_time_limit_s)
+    return EspeakNarrator(EspeakEngine(tools, espeak_languages()), tools)

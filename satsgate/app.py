@@ -39,6 +39,7 @@ from satsgate.mcp import McpServer, PlannedSource, RoadmapPlannedServices
 from satsgate.operator import ensure_operator_token
 from satsgate.payments.gate import Gate, HandlerResources, build_gate
 from satsgate.payments.http import handle_paid_call
+from satsgate.payments.proof import proves, without_refund_secrets
 from satsgate.payments.refund_request import request_refund
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -53,7 +54,7 @@ from satsgate.services.pricing import estimate
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES
 from satsgate.services.routing import apply_path_model
-from satsgate.store import Store
+from satsgate.store import Job, Store
 from satsgate.web import checkout, operator_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
@@ -190,6 +191,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
+    unanswered = await gate.refund_unanswered()
+    if unanswered:
+        log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
     yield
     await jobs.close()
     await refunds.wait_payouts()
@@ -299,7 +303,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
         max_body_bytes=settings.max_body_bytes,
         allowed_origins=settings.mcp_allowed_origins,
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
-    checkout.install(app, GATE)  # GET /checkout/<paymentId>, GET /api/payments/<paymentId>
+    checkout.install(app, GATE)  # GET /checkout/<token>, GET /api/payments/<token or id>
     if isinstance(backend, SimulatedPayments):
         # Dev-only routes exist only with a node that simulates payments (the dev node).
         r.add_post("/api/dev/pay", dev_pay)
@@ -403,6 +407,7 @@ class RefundRequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paymentId: str = Field(min_length=1, max_length=100)
     invoice: str = Field(min_length=1, max_length=4000)
+    preimage: str | None = Field(None, min_length=64, max_length=64)  # proof, HTTP payments
     email: str | None = Field(None, max_length=320)
     feedback: str | None = Field(None, max_length=2000)
 
@@ -420,7 +425,7 @@ async def refund_request_route(request: web.Request) -> web.Response:
     return _json(
         await request_refund(
             app[GATE], app[REFUNDS], app[SETTINGS].network, args.paymentId, args.invoice,
-            args.feedback,
+            args.feedback, args.preimage,
         )
     )
 
@@ -563,10 +568,24 @@ async def job_status(request: web.Request) -> web.Response:
         raise ApiError(
             "NOT_FOUND", f"No job {job_id!r}" + (f" of type {job_type}." if job_type else ".")
         )
-    resp = _json(status_body(job, jobs.progress(job.job_id)))
+    body = status_body(job, jobs.progress(job.job_id))
+    if job.error is not None and not await _payer_polls(request, job):
+        body = without_refund_secrets(body)  # a job id alone shows no refund link
+    resp = _json(body)
     if job.error is not None:
         resp.headers["X-Error-Code"] = str(job.error.get("error_code", ""))
     return resp
+
+
+async def _payer_polls(request: web.Request, job: Job) -> bool:
+    """The poll proves the job's payment: the credential it was paid with in
+    Authorization, or (a payment made with create_payment) its paymentId."""
+    payment = await request.app[GATE].get_payment(job.payment_id)
+    return payment is not None and proves(
+        payment,
+        authorization=request.headers.getall("Authorization", []),
+        payment_id=request.query.get("paymentId"),
+    )
 
 
 async def lnurl_withdraw(request: web.Request) -> web.Response:

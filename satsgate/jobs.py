@@ -1,8 +1,9 @@
 """Asynchronous jobs: a paid call that answers 202 at once and finishes in the background.
 
-The job row is written in the same call that spent the payment is answered, so
-a poll never finds nothing. A job ends exactly once (IN_PROGRESS -> COMPLETED or
-FAILED, one conditional UPDATE); a FAILED job carries the error envelope with
+The job row is written in the same transaction as the spend of its payment, so a
+poll never finds nothing and a crash never leaves a spent payment without its job.
+A job ends exactly once (IN_PROGRESS -> COMPLETED or FAILED, one conditional
+UPDATE); a FAILED job carries the error envelope with
 its refund. Jobs still IN_PROGRESS when satsgate starts were lost with the
 process that ran them: they are failed and refunded at start-up.
 """
@@ -80,17 +81,12 @@ class JobRunner:
             "X-Poll-Interval-Ms": str(POLL_INTERVAL_MS),
         }
 
-    async def submit(
-        self,
-        *,
-        payment_id: str,
-        service: str,
-        job_type: str,
-        work: JobWork,
-        refund_on_failure: FailureRefund,
-    ) -> Job:
+    def prepare(self, *, payment_id: str, service: str, job_type: str) -> Job:
+        """A new job's row, not yet written: the spender writes it in the transaction
+        that spends its payment (``PaymentRepository.spend_for_job``), then
+        :meth:`start` runs it."""
         now = int(time.time())
-        job = Job(
+        return Job(
             f"job_{secrets.token_hex(12)}",
             payment_id,
             service,
@@ -101,11 +97,27 @@ class JobRunner:
             now,
             now,
         )
-        await self._jobs.insert(job)
+
+    def start(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
+        """Run a job whose row is written, in the background."""
         self._progress[job.job_id] = Progress()
         self._changed[job.job_id] = asyncio.Event()
         task = asyncio.create_task(self._run(job, work, refund_on_failure), name=job.job_id)
         self._tasks[job.job_id] = task
+
+    async def submit(
+        self,
+        *,
+        payment_id: str,
+        service: str,
+        job_type: str,
+        work: JobWork,
+        refund_on_failure: FailureRefund,
+    ) -> Job:
+        """Write a job's row on its own and run it (a job whose payment is already spent)."""
+        job = self.prepare(payment_id=payment_id, service=service, job_type=job_type)
+        await self._jobs.insert(job)
+        self.start(job, work, refund_on_failure)
         return job
 
     async def _run(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:

@@ -111,7 +111,7 @@ class RefundService:
         nothing is left."""
         if payment.status is PaymentStatus.PAID:
             return await self.refund_unspent(payment, reason)
-        if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
+        if payment.status in (PaymentStatus.SERVING, PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             refunded = sum(
                 r.amount_msat for r in await self._refunds.for_payment(payment.payment_id)
                 if r.status is not RefundStatus.EXPIRED

@@ -70,13 +70,13 @@ def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
     amount_of: dict[str, int] = {}
     for payment_id, amount, status, mode, decision in payments:
         amount_of[payment_id] = amount
-        if status not in ("paid", "spent", "refunded"):
+        if status not in ("paid", "serving", "spent", "refunded"):
             continue
         received += amount
-        if mode == "hold" and decision != "settled":
-            held += amount
-        elif status == "paid":
+        if status == "paid":
             open_ += amount
+        elif status == "serving" or (mode == "hold" and decision != "settled"):
+            held += amount
     refunded = sum(amount for _, amount, status, _ in refunds if status != "expired")
     owed: dict[str, int] = {}
     for payment_id, amount, status, _ in refunds:

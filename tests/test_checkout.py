@@ -85,7 +85,7 @@ async def test_page_is_self_contained_and_escaped(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
     ch = await new_payment(client)
-    resp = await client.get(f"/checkout/{ch['paymentId']}")
+    resp = await client.get(ch["hostedCheckoutUrl"])
     assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/html")
     page = resp.text
     csp = resp.headers["Content-Security-Policy"]
@@ -113,7 +113,7 @@ async def test_page_escapes_stored_values(
         bolt11="lnbc1</script><script>alert(2)</script>",
         status=PaymentStatus.PAID,
     )
-    page, _nonce = render_checkout(hostile)
+    page, _nonce = render_checkout(hostile, "ck_token")
     assert "<script>alert" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     assert "lnbc1&lt;/script&gt;&lt;script&gt;alert(2)" in page  # in the textarea

@@ -13,7 +13,7 @@ from satsgate.app import JOBS
 from satsgate.engines import EngineError
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
-from tests.conftest import ThreadedServer
+from tests.conftest import ThreadedServer, dev_pay
 from tests.test_refunds import NoParams, make_spec, paid_payment
 
 RELEASE = asyncio.Event()
@@ -80,9 +80,16 @@ async def test_failed_job_carries_a_refund(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
     spec = job_spec(_slow_fail)
-    payment = await paid_payment(server, client, spec, 10)
+    challenge = server.call(
+        lambda: server.gate.create_payment(spec, amount_sats=10, digest="d", via="mcp")
+    )
+    await dev_pay(client, challenge.payment.bolt11)
+    payment = challenge.payment
     accepted = server.call(lambda: server.gate.execute(payment, spec, NoParams()))
-    failed = await poll(client, accepted.body["poll_url"], "FAILED")
+    # The payer (the paymentId of an MCP payment) is shown the refund link.
+    failed = await poll(
+        client, accepted.body["poll_url"] + f"&paymentId={payment.payment_id}", "FAILED"
+    )
     assert failed["error_code"] == "CONTENT_FILTERED"
     assert failed["refund"]["amount_sats"] == 10
     assert failed["refund"]["lnurl_withdraw"].startswith("LNURL1")

@@ -124,10 +124,10 @@ async def test_success_settles_the_held_payment_after_the_call(
         status = await tool(client, "check_payment_status", {"paymentId": payment.payment_id})
         assert status["structuredContent"]["paid"] is True
         assert invoice_at_node(lnd, payment).state == "ACCEPTED"  # still held
-        # Received but held: not the node's yet, and not earned.
+        # Accepted, not used yet: open (canceled if never used), not earned.
         held = assert_ledger_balances(srv)["totals"]
         assert (held["received_msat"], held["held_msat"], held["earned_msat"],
-                held["open_msat"]) == (payment.amount_msat, payment.amount_msat, 0, 0)
+                held["open_msat"]) == (payment.amount_msat, 0, 0, payment.amount_msat)
 
         result = await tool(client, "render_card", {"paymentId": payment.payment_id, **CARD})
         assert not result.get("isError"), result

@@ -113,7 +113,8 @@ async def test_whole_payment_flow_for_render_card(
         pay = await create_payment(mcp, toolName="render_card", arguments=CARD)
         assert pay["amountSats"] == 5 and pay["quote"] == "exact"
         assert pay["lightningInvoice"].startswith("lnbcrt50n")
-        assert pay["hostedCheckoutUrl"] == f"{server.url}/checkout/{pay['paymentId']}"
+        assert pay["hostedCheckoutUrl"].startswith(f"{server.url}/checkout/ck_")
+        assert pay["paymentId"] not in pay["hostedCheckoutUrl"]  # a token of its own
 
         before = structured(
             await mcp.call_tool("check_payment_status", {"paymentId": pay["paymentId"]})

@@ -45,8 +45,19 @@ class FakePayments:
         row = self.rows.get(payment_id)
         if row is None or row.status is not PaymentStatus.PAID:
             return False
-        self.rows[payment_id] = row._replace(status=PaymentStatus.SPENT, spent_at=now)
+        self.rows[payment_id] = row._replace(status=PaymentStatus.SERVING, spent_at=now)
         return True
+
+    async def spend_for_job(self, job: Job, now: int) -> bool:
+        return await self.spend(job.payment_id, now)
+
+    def answered(self, payment_id: str) -> None:
+        row = self.rows[payment_id]
+        if row.status is PaymentStatus.SERVING:
+            self.rows[payment_id] = row._replace(status=PaymentStatus.SPENT)
+
+    async def serving(self) -> list[Payment]:
+        return [p for p in self.rows.values() if p.status is PaymentStatus.SERVING]
 
     async def spend_token(
         self, payment_hash: str, token_id: str, service: str, price_msat: int, now: int
@@ -83,6 +94,9 @@ class FakeRefunds:
     async def refund_spent(
         self, payment: Payment, amount_msat: int, reason: str
     ) -> dict[str, Any] | None:
+        row = self.payments.rows[payment.payment_id]
+        if row.status is PaymentStatus.SERVING:  # its refund is its call's outcome
+            self.payments.rows[payment.payment_id] = row._replace(status=PaymentStatus.SPENT)
         self.issued.append(("spent", amount_msat, reason))
         return {"amount_sats": amount_msat // 1000}
 
@@ -91,8 +105,10 @@ class FakeRefunds:
 
 
 class NoJobs:
-    async def submit(self, *, payment_id: str, service: str, job_type: str, work: JobWork,
-                     refund_on_failure: FailureRefund) -> Job:
+    def prepare(self, *, payment_id: str, service: str, job_type: str) -> Job:
+        raise AssertionError("no job-mode service here")
+
+    def start(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
         raise AssertionError("no job-mode service here")
 
     def accepted_body(self, job: Job) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from satsgate.store import Payment, PaymentStatus, Store
+from satsgate.store.payments import _PRUNE_UNPAID
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ async def test_spend_while_another_connection_holds_the_write_lock(
     holder.join()
     assert sorted(results) == [False, False, False, False, True]
     spent = await store.payments.get(payment.payment_id)
-    assert spent is not None and spent.status is PaymentStatus.SPENT
+    assert spent is not None and spent.status is PaymentStatus.SERVING
 
 
 async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
@@ -99,7 +100,9 @@ async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
     assert sum(results) == 50
     ledger = await store.ledger.totals()
     assert ledger["received_msat"] == 50 * 5000
-    assert ledger["earned_msat"] == 50 * 5000
+    # Spent, not yet answered: held, neither earned nor open.
+    assert ledger["held_msat"] == 50 * 5000
+    assert ledger["earned_msat"] == 0 and ledger["open_msat"] == 0
 
 
 async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> None:
@@ -115,10 +118,7 @@ async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> No
     assert await store.payments.get(old_paid.payment_id) == old_paid
     # The query uses the partial index rather than scanning the table.
     plan = await store.db.run_sync(
-        lambda c: c.execute(
-            "EXPLAIN QUERY PLAN DELETE FROM payments"
-            " WHERE status = 'unpaid' AND expires_at < 1"
-        ).fetchall()
+        lambda c: c.execute("EXPLAIN QUERY PLAN " + _PRUNE_UNPAID, (1, 1000)).fetchall()
     )
     assert "idx_payments_unpaid_expiry" in str(plan)
 
@@ -199,7 +199,7 @@ async def test_the_writes_of_one_loop_iteration_share_one_commit(
         returned.append(statements.count("COMMIT"))
         # Whichever of the pair spent it, its commit is done when either returns.
         assert _status_seen_elsewhere(tmp_path / "satsgate.db", payments[index].payment_id) == (
-            "spent"
+            "serving"
         )
         return spent
 
@@ -223,7 +223,7 @@ async def test_a_write_is_not_visible_or_returned_before_its_commit(
     assert not spending.done()
     assert _status_seen_elsewhere(tmp_path / "satsgate.db", payment.payment_id) == "paid"
     assert await spending is True
-    assert _status_seen_elsewhere(tmp_path / "satsgate.db", payment.payment_id) == "spent"
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", payment.payment_id) == "serving"
 
 
 async def test_a_failed_commit_fails_every_write_in_it_and_keeps_none(
@@ -311,9 +311,9 @@ async def test_a_cancelled_writer_cancels_nobody_else_and_its_write_still_commit
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     # It gave up only once the commit was settled: its write is done, not half-done.
-    assert _status_seen_elsewhere(tmp_path / "satsgate.db", first.payment_id) == "spent"
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", first.payment_id) == "serving"
     assert await other is True
-    assert _status_seen_elsewhere(tmp_path / "satsgate.db", second.payment_id) == "spent"
+    assert _status_seen_elsewhere(tmp_path / "satsgate.db", second.payment_id) == "serving"
 
 
 async def test_a_failed_commit_on_the_store_thread_leaves_its_connection_usable(

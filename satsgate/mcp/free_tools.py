@@ -19,6 +19,7 @@ from satsgate.errors import ApiError
 from satsgate.jobs import JOB_TYPES, status_body
 from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
+from satsgate.payments.proof import proves, without_refund_secrets
 from satsgate.services import ai_calls, voice_bridge
 from satsgate.services.catalog import CATEGORIES, MODELS_BY_ID, list_models_document
 from satsgate.services.comms import AiCallAnswers, AiCallId
@@ -147,8 +148,19 @@ async def _find_job(env: ToolEnv, args: JobArgs, payment_id: str | None = None) 
     return job
 
 
-def _status(env: ToolEnv, job: Job) -> dict[str, Any]:
-    return status_body(job, env.jobs.progress(job.job_id))
+def _status(env: ToolEnv, job: Job, refund_shown: bool = False) -> dict[str, Any]:
+    """The poll answer; a failed job's refund link only for its payer (``refund_shown``)."""
+    body = status_body(job, env.jobs.progress(job.job_id))
+    return body if refund_shown else without_refund_secrets(body)
+
+
+async def _payer_asks(env: ToolEnv, job: Job, payment_id: str | None) -> bool:
+    """The caller proved the job's payment: the paymentId of an MCP payment (see
+    satsgate.payments.proof; an HTTP payment's payer polls with its credential)."""
+    if payment_id is None or job.status is not JobStatus.FAILED:
+        return False
+    payment = await env.gate.get_payment(job.payment_id)
+    return payment is not None and proves(payment, payment_id=payment_id)
 
 
 def _untrusted(env: ToolEnv, job: Job) -> bool:
@@ -160,9 +172,12 @@ def _untrusted(env: ToolEnv, job: Job) -> bool:
     return marked or (spec is not None and spec.untrusted_output)
 
 
-def _outcome(env: ToolEnv, job: Job, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A job's answer: a FAILED job is a tool failure carrying its envelope and refund."""
-    body = {**_status(env, job), **(extra or {})}
+async def _outcome(
+    env: ToolEnv, job: Job, payment_id: str | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A job's answer: a FAILED job is a tool failure carrying its envelope and refund
+    (the refund link for its payer only)."""
+    body = {**_status(env, job, await _payer_asks(env, job, payment_id)), **(extra or {})}
     if job.status is JobStatus.FAILED:
         return results.failure_envelope(body)
     return results.success(body, untrusted=_untrusted(env, job))
@@ -175,13 +190,13 @@ async def check_job_status(env: ToolEnv, args: JobArgs, ctx: CallContext) -> dic
 
 
 async def get_job_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> dict[str, Any]:
-    return _outcome(env, await _find_job(env, args, args.paymentId))
+    return await _outcome(env, await _find_job(env, args, args.paymentId), args.paymentId)
 
 
 async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> dict[str, Any]:
     job = await _find_job(env, args, args.paymentId)
     if not ctx.can_stream or job.status is not JobStatus.IN_PROGRESS:
-        return _outcome(env, job)
+        return await _outcome(env, job, args.paymentId)
     jobs = env.jobs
     loop = asyncio.get_running_loop()
     deadline = loop.time() + AWAIT_TIMEOUT_S
@@ -199,7 +214,7 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
                 await ctx.progress(
                     total, total, "done" if job.status is JobStatus.COMPLETED else "failed"
                 )
-            return _outcome(env, job)
+            return await _outcome(env, job, args.paymentId)
         value = progress.progress if progress is not None else 0.0
         # Progress must increase with every notification: send only when it moved.
         if value > last_sent:
@@ -207,9 +222,10 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
             last_sent, last_write = value, loop.time()
         now = loop.time()
         if now >= deadline or env.closing.is_set():
-            return _outcome(
+            return await _outcome(
                 env,
                 job,
+                args.paymentId,
                 {
                     "timedOut": True,
                     "message": "Still running; call await_result again.",

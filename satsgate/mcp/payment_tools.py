@@ -75,6 +75,13 @@ class RequestRefundArgs(BaseModel):
         description="A BOLT11 invoice of yours for exactly the amount paid; the refund pays it. "
         "Send the payment's own lightningInvoice instead to get an LNURL-withdraw link only.",
     )
+    preimage: str | None = Field(
+        None,
+        min_length=64,
+        max_length=64,
+        description="Only for a payment made through an HTTP 402 challenge: its preimage "
+        "(the proof of payment). A payment from create_payment needs none.",
+    )
     email: str | None = Field(None, max_length=320, description="Optional; not stored.")
     feedback: str | None = Field(
         None, max_length=2000, description="Optional: why the call was not used."
@@ -87,8 +94,12 @@ class RequestRefundArgs(BaseModel):
 public_status = refund_request.public_status
 
 
-def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> dict[str, Any]:
-    """The Payment resource as check_payment_status and the checkout page report it."""
+def payment_document(
+    payment: Payment, spec: AnySpec | None, checkout_url: str, *, with_id: bool = True
+) -> dict[str, Any]:
+    """The Payment resource as check_payment_status and the checkout page report it;
+    ``with_id`` False for the checkout page's poll, whose token must not lead to the
+    paymentId (which spends an MCP payment)."""
     status = public_status(payment)
     doc: dict[str, Any] = {
         "paymentId": payment.payment_id,
@@ -103,7 +114,9 @@ def payment_document(payment: Payment, spec: AnySpec | None, base_url: str) -> d
     }
     if status == "unpaid":
         doc["lightningInvoice"] = payment.bolt11
-        doc["hostedCheckoutUrl"] = f"{base_url}/checkout/{payment.payment_id}"
+        doc["hostedCheckoutUrl"] = checkout_url
+    if not with_id:
+        del doc["paymentId"]
     return doc
 
 
@@ -265,7 +278,7 @@ async def check_payment_status(
 ) -> dict[str, Any]:
     payment = await env.gate.refresh_paid(await find_payment(env, args.paymentId))
     spec = env.by_slug.get(payment.service)
-    return results.success(payment_document(payment, spec, env.settings.public_base_url))
+    return results.success(payment_document(payment, spec, env.gate.checkout_url(payment)))
 
 
 # -- the paid tool --------------------------------------------------------------------------
@@ -303,9 +316,7 @@ async def call_paid(
             exc.extra = {
                 **exc.extra,
                 "lightningInvoice": payment.bolt11,
-                "hostedCheckoutUrl": (
-                    f"{env.settings.public_base_url}/checkout/{payment.payment_id}"
-                ),
+                "hostedCheckoutUrl": env.gate.checkout_url(payment),
             }
         # Decided after looking at the payment: a tool failure, never a protocol error.
         return results.failure(exc)
@@ -321,6 +332,6 @@ async def request_refund(env: ToolEnv, args: RequestRefundArgs, ctx: CallContext
     return results.success(
         await refund_request.request_refund(
             env.gate, env.refunds, env.settings.network, args.paymentId, args.invoice,
-            args.feedback,
+            args.feedback, args.preimage,
         )
     )

@@ -3,11 +3,19 @@
 Nothing here spends or charges: a 402 costs the caller nothing. The payment is
 stored as unpaid with the invoice; its macaroon (L402) and MPP challenge are
 derived from the stored row, so the same payment always gets the same challenge.
+
+The hosted checkout link carries a token of its own, never the paymentId (which
+spends an MCP payment): ``ck_`` + the invoice's payment hash (public in the invoice
+anyway) + a MAC of it under the server secret (:meth:`Challenger.checkout_token`), so
+only satsgate mints one and it names its payment without a column or a lookup table.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -62,6 +70,7 @@ class Challenge:
     payment: Payment
     macaroon_b64: str
     mpp: mpp.Challenge
+    checkout_token: str
 
     @property
     def amount_sats(self) -> int:
@@ -80,8 +89,11 @@ class Challenge:
             "amountSats": self.amount_sats,
             "expiresAt": mpp.rfc3339(self.payment.expires_at),
             "service": self.payment.service,
-            "hostedCheckoutUrl": f"{base_url}/checkout/{self.payment.payment_id}",
+            "hostedCheckoutUrl": f"{base_url}/checkout/{self.checkout_token}",
         }
+
+
+_CHECKOUT_TOKEN = re.compile(r"^ck_([0-9a-f]{64})([0-9a-f]{32})$")
 
 
 def validate_params(spec: AnySpec, body: Any) -> BaseModel:
@@ -136,6 +148,7 @@ class Challenger:
         self._server_secret = server_secret
         self._network = network
         self._realm = realm_of(public_base_url)
+        self._public_base_url = public_base_url
         self._invoice_expiry_s = invoice_expiry_s
         self._credential_ttl_s = credential_ttl_s
 
@@ -225,7 +238,28 @@ class Challenger:
             expires_at=payment.expires_at,
             description=payment.description,
         )
-        return Challenge(payment, token.macaroon_b64, challenge)
+        return Challenge(payment, token.macaroon_b64, challenge, self.checkout_token(payment))
+
+    def checkout_token(self, payment: Payment) -> str:
+        """The hosted checkout page's token for ``payment`` (see the module docstring)."""
+        return f"ck_{payment.payment_hash}{self._checkout_mac(payment.payment_hash)}"
+
+    def checkout_url(self, payment: Payment) -> str:
+        return f"{self._public_base_url}/checkout/{self.checkout_token(payment)}"
+
+    def checkout_payment_hash(self, token: str) -> str | None:
+        """The payment hash a checkout token names, or None for a token satsgate did not
+        mint."""
+        match = _CHECKOUT_TOKEN.match(token)
+        if match is None or not hmac.compare_digest(
+            match[2], self._checkout_mac(match[1])
+        ):
+            return None
+        return match[1]
+
+    def _checkout_mac(self, payment_hash: str) -> str:
+        key = self._server_secret.encode()
+        return hmac.new(key, f"checkout\n{payment_hash}".encode(), hashlib.sha256).hexdigest()[:32]
 
     async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge:
         """Quote ``params`` and issue its invoice: the 402 of one call."""

@@ -13,7 +13,8 @@ through here, so the spend rule, re-pricing and refunds are written once.
 Order of checks for a paid call (every one before the spend):
 credential decodes -> preimage matches -> macaroon/challenge verifies -> bound to
 this service -> invoice settled -> not spent -> re-priced within what was paid.
-Then one conditional UPDATE (paid -> spent) decides who is served. For a macaroon
+Then one conditional UPDATE (paid -> serving) decides who is served; the call's
+recorded outcome (answer, job result, or refund) moves it to spent. For a macaroon
 under its derived root key the last four are conditions of that UPDATE itself,
 which also reads the row; when it changes nothing, the row is read to say why.
 """
@@ -99,10 +100,13 @@ class Gate:
         self.create_payment = challenger.create_payment
         self.challenge_for = challenger.challenge_for
         self.challenge_of = challenger.challenge_of
+        self.checkout_url = challenger.checkout_url
+        self.checkout_payment_hash = challenger.checkout_payment_hash
         # the credential
         self.verify_authorization = verifier.verify_authorization
         # settlement
         self.get_payment = payments.get
+        self.get_payment_by_hash = payments.get_by_hash
         self.init_settlement_cursor = settlements.init_cursor
         self.watch_settlements = settlements.watch
         self.wait_paid = settlements.wait_paid
@@ -112,6 +116,7 @@ class Gate:
         self.execute_credential = spender.execute_credential
         self.execute_deduplicated = spender.execute_deduplicated
         self.refund_orphaned_job = spender.refund_orphaned_job
+        self.refund_unanswered = spender.refund_unanswered
 
 
 def build_gate(

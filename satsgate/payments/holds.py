@@ -201,7 +201,7 @@ class Holds:
             unused_for = now - (payment.paid_at or now)
             if near_expiry or unused_for >= self.max_unused_s:
                 await self.cancel(payment, "the held payment was not used in time")
-        elif payment.status is PaymentStatus.SPENT:
+        elif payment.status in (PaymentStatus.SERVING, PaymentStatus.SPENT):
             if payment.payment_id not in self._running:
                 await self.cancel(payment, "the call's outcome was lost in a restart")
             elif near_expiry:

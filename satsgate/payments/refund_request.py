@@ -4,6 +4,11 @@ Shared by POST /api/l402/refund and the MCP tool. Eligible: any payment that is
 paid and unspent, whatever its age; once refunded it can never be used, because
 spending and refunding are the same conditional UPDATE from ``paid``. Anything
 else is REFUND_NOT_AVAILABLE.
+
+Only the payer may ask (see :mod:`satsgate.payments.proof`): a payment created by an
+HTTP 402 challenge needs its ``preimage``, the proof of payment, since its paymentId
+is no secret; one created by MCP ``create_payment`` needs its paymentId, the MCP
+caller's handle (the spec: "A refund request needs the original paymentId").
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ from typing import Any
 from satsgate.errors import ApiError
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.payments.gate import Gate
+from satsgate.payments.proof import proves
 from satsgate.refunds import RefundService
 from satsgate.store import Payment, PaymentStatus
 
 
 def public_status(payment: Payment, now: float | None = None) -> str:
-    """unpaid, paid, spent, refunded, or expired (unpaid past its invoice expiry)."""
+    """unpaid, paid, spent, refunded, or expired (unpaid past its invoice expiry). A call
+    in flight (serving) is spent to the payer: the spec's three states."""
+    if payment.status is PaymentStatus.SERVING:
+        return "spent"
     moment = time.time() if now is None else now
     if payment.status is PaymentStatus.UNPAID and payment.expires_at <= moment:
         return "expired"
@@ -33,12 +42,21 @@ async def request_refund(
     payment_id: str,
     invoice: str,
     feedback: str | None = None,
+    preimage: str | None = None,
 ) -> dict[str, Any]:
     """Refund in full; pay ``invoice`` at once unless it is the payment's own invoice
-    (which must be for ``network``)."""
+    (which must be for ``network``). ``preimage``: the proof of payment, required for
+    a payment created by an HTTP challenge."""
     found = await gate.get_payment(payment_id)
     if found is None:
         raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
+    if not proves(found, preimage=preimage, payment_id=payment_id):
+        raise ApiError(
+            "PAYMENT_INVALID",
+            "This payment was created by an HTTP 402 challenge: only its payer may have it "
+            "refunded. Send its preimage (the proof of payment, 64 hex) as preimage.",
+            extra={"paymentId": payment_id},
+        )
     payment = await gate.refresh_paid(found)
     if payment.status is not PaymentStatus.PAID:
         raise ApiError(

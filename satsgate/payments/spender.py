@@ -2,10 +2,23 @@
 
 The spend rule: after every check of the credential (see the verifier), the call
 is re-priced; a payment that covers less is refunded in full and refused. Then
-one conditional UPDATE (``... SET status = 'spent' WHERE ... AND status =
+one conditional UPDATE (``... SET status = 'serving' WHERE ... AND status =
 'paid'``), checked by its rowcount, decides who is served; the handler runs only
 after it. After the spend every failure carries a refund of the whole payment, and
 a call that delivered less than was paid is refunded the difference.
+
+``serving`` (spent, unanswered) becomes ``spent`` once the call's outcome is
+recorded: its refund (in the refund's transaction), a job's result (with the job's
+end), or a synchronous answer (a statement joining the group commit after the
+response, never waited for). A job's row is written in the transaction of its
+spend. At start-up :meth:`Spender.refund_unanswered` refunds in full every call a
+crash left ``serving`` (a synchronous result is not stored, so there is nothing to
+fetch; a finished job's result is, and its payment is already ``spent``).
+
+A payment created through an HTTP challenge (``via = 'http'``) is spent only with
+its credential (the proof of payment); its paymentId alone, which anyone who saw
+its checkout link or a log may know, spends nothing. A payment created through
+MCP ``create_payment`` is spent with its paymentId, the MCP caller's handle.
 
 The same request with the same payment within the dedup window gets the first
 outcome again, with no second spend.
@@ -46,13 +59,25 @@ class SpendablePayments(Protocol):
     """The payments repository's spend rule and point reads."""
 
     async def spend(self, payment_id: str, now: int) -> bool:
-        """paid -> spent; True for exactly one caller."""
+        """paid -> serving; True for exactly one caller."""
         ...
 
     async def spend_token(
         self, payment_hash: str, token_id: str, service: str, price_msat: int, now: int
     ) -> Payment | None:
-        """paid -> spent for this token's payment if it covers ``price_msat``; the row."""
+        """paid -> serving for this token's payment if it covers ``price_msat``; the row."""
+        ...
+
+    async def spend_for_job(self, job: Job, now: int) -> bool:
+        """paid -> serving and the job's row, in one transaction; True for one caller."""
+        ...
+
+    def answered(self, payment_id: str) -> None:
+        """serving -> spent once the answer went out (not waited for)."""
+        ...
+
+    async def serving(self) -> list[Payment]:
+        """Payments spent on calls whose answer or refund is not recorded."""
         ...
 
     async def get(self, payment_id: str) -> Payment | None: ...
@@ -71,7 +96,8 @@ class Refunder(Protocol):
     async def refund_spent(
         self, payment: Payment, amount_msat: int, reason: str
     ) -> dict[str, Any] | None:
-        """Part or all of a spent payment; never more in total than was paid."""
+        """Part or all of a spent (or serving: it becomes spent) payment; never more in
+        total than was paid."""
         ...
 
     async def latest_refund(self, payment_id: str) -> dict[str, Any] | None:
@@ -88,15 +114,13 @@ class PaidRefresher(Protocol):
 class JobQueue(Protocol):
     """Runs a spent job-mode call in the background (the job runner)."""
 
-    async def submit(
-        self,
-        *,
-        payment_id: str,
-        service: str,
-        job_type: str,
-        work: JobWork,
-        refund_on_failure: FailureRefund,
-    ) -> Job: ...
+    def prepare(self, *, payment_id: str, service: str, job_type: str) -> Job:
+        """The job's row, to be written with the spend."""
+        ...
+
+    def start(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
+        """Run a job whose row is written."""
+        ...
 
     def accepted_body(self, job: Job) -> dict[str, Any]: ...
 
@@ -145,7 +169,17 @@ class Spender:
     async def execute_deduplicated(
         self, payment: Payment, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
     ) -> tuple[ServiceResult, bool]:
-        """:meth:`execute` behind the 30 s dedup cache; returns (result, replayed)."""
+        """The paymentId flow (MCP): :meth:`execute` behind the 30 s dedup cache; returns
+        (result, replayed). Only a payment created through MCP ``create_payment`` is spent
+        by its paymentId alone; one created through an HTTP challenge needs its
+        credential (PAYMENT_INVALID, nothing spent)."""
+        if payment.via != "mcp":
+            raise ApiError(
+                "PAYMENT_INVALID",
+                "This payment was created by an HTTP 402 challenge: use it over HTTP with its "
+                "credential (Authorization: L402 <macaroon>:<preimage>, or Payment). A "
+                "paymentId alone spends only payments made with create_payment.",
+            )
         return await self._deduplicated(
             payment.payment_hash, spec, params, lambda: self.execute(payment, spec, params),
             use_cache,
@@ -166,6 +200,11 @@ class Spender:
         async def run() -> ServiceResult:
             if verified.payment is not None:
                 return await self.execute(verified.payment, spec, params)
+            if spec.mode == "job":  # its spend writes the job's row too: see execute
+                payment = await self._payments.get_by_hash(verified.payment_hash)
+                if payment is None or payment.token_id != verified.token_id:
+                    raise l402.CredentialError("unknown or revoked macaroon")
+                return await self.execute(payment, spec, params)
             price_msat = spec.quote_sats(params) * 1000
             spent = await self._payments.spend_token(
                 verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
@@ -246,12 +285,18 @@ class Spender:
                 "The invoice is not paid yet.",
                 extra={"paymentId": payment.payment_id},
             )
-        if payment.status is PaymentStatus.SPENT:
+        if payment.status is PaymentStatus.SERVING:
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
-        if payment.status is PaymentStatus.REFUNDED:
-            raise ApiError(
-                "PAYMENT_ALREADY_USED", "Service already used: this payment was refunded."
-            )
+        if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
+            # The caller proved the payment (credential, or the paymentId of an MCP
+            # payment): show it its refund, e.g. of a call a restart interrupted.
+            refund = await self._refunds.latest_refund(payment.payment_id)
+            message = "Service already used."
+            if payment.status is PaymentStatus.REFUNDED:
+                message = "Service already used: this payment was refunded."
+            elif refund is not None:
+                message = "Service already used; this payment's refund is attached."
+            raise ApiError("PAYMENT_ALREADY_USED", message, refund=refund)
         if payment.status is PaymentStatus.CANCELED:
             raise ApiError(
                 "PAYMENT_ALREADY_USED",
@@ -292,21 +337,26 @@ class Spender:
         # replay, a concurrent refund that won) is told it was used.
         if hold is not None:
             hold.running(payment)  # before the spend: the hold watcher must not decide it
-        if not await self._payments.spend(payment.payment_id, int(time.time())):
-            if hold is not None:
-                hold.stopped(payment)
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
-        return await self._dispatch(payment, spec, params, price_msat)
+        if spec.mode == "job":  # the spend and the job's row in one transaction
+            accepted = await self._submit_job(payment, spec, params, price_msat)
+            if accepted is not None:
+                return accepted
+        elif await self._payments.spend(payment.payment_id, int(time.time())):
+            return await self._dispatch(payment, spec, params, price_msat)
+        if hold is not None:
+            hold.stopped(payment)
+        raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
     ) -> ServiceResult:
-        """Run a just-spent call (or submit it as a job)."""
-        if spec.mode == "job":
-            return await self._submit_job(payment, spec, params, price_msat)
-        return await self._run_handler(
+        """Run a just-spent synchronous call; once it is answered, serving -> spent (a
+        failure's refund has moved it already)."""
+        result = await self._run_handler(
             payment, spec, params, price_msat, self._contexts.for_call(payment.payment_id)
         )
+        self._payments.answered(payment.payment_id)
+        return result
 
     async def _run_handler(
         self,
@@ -364,7 +414,9 @@ class Spender:
 
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
-    ) -> ServiceResult:
+    ) -> ServiceResult | None:
+        """Spend ``payment`` and write its job's row in one transaction, then run the job;
+        the 202, or None when the spend was lost (the payment was used or refunded)."""
         async def work(report: Progress) -> dict[str, Any]:
             ctx = self._contexts.for_call(payment.payment_id, progress=report)
             result = await self._run_handler(payment, spec, params, price_msat, ctx)
@@ -378,23 +430,42 @@ class Spender:
                 issued = await self._refunds.latest_refund(payment.payment_id)
             return issued
 
-        job = await self._jobs.submit(
-            payment_id=payment.payment_id,
-            service=spec.slug,
-            job_type=spec.job_type or spec.slug,
-            work=work,
-            refund_on_failure=refund,
+        job = self._jobs.prepare(
+            payment_id=payment.payment_id, service=spec.slug, job_type=spec.job_type or spec.slug
         )
+        if not await self._payments.spend_for_job(job, int(time.time())):
+            return None
+        self._jobs.start(job, work, refund)
         return ServiceResult(
             self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
         )
 
     async def refund_orphaned_job(self, job: Job) -> dict[str, Any] | None:
-        """Refund in full the payment of a job a restart interrupted."""
+        """Refund in full the payment of a job a restart interrupted (or show the refund
+        it already had, when the crash came between its refund and the job's end)."""
         payment = await self._payments.get(job.payment_id)
         if payment is None:
             return None
-        return await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")
+        refund = await self._refund_after_spend(
+            payment, payment.amount_msat, "job lost in restart"
+        )
+        return refund or await self._refunds.latest_refund(payment.payment_id)
+
+    async def refund_unanswered(self) -> int:
+        """At start-up, before any call is taken (and after the orphaned jobs): refund in
+        full every call a crash left serving, spent but neither answered nor refunded.
+        A synchronous call's result is never stored, so there is nothing to keep for
+        the payer; a retry with its credential is shown the refund. Returns how many."""
+        count = 0
+        for payment in await self._payments.serving():
+            refund = await self._refund_after_spend(
+                payment, payment.amount_msat, "the call was interrupted by a restart"
+            )
+            if refund is not None:
+                count += 1
+            else:
+                log.error("payment %s is left serving: its refund failed", payment.payment_id)
+        return count
 
     async def _refund_after_spend(
         self, payment: Payment, amount_msat: int, reason: str

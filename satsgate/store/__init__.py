@@ -13,10 +13,12 @@
 - :class:`Store` holds them all.
 
 Every state change that moves money is one conditional UPDATE (or an INSERT on
-a unique key) whose rowcount is checked: spend (paid -> spent), settle
+a unique key) whose rowcount is checked: spend (paid -> serving), settle
 (unpaid -> paid), refund (paid -> refunded), refund claim (open -> claiming). A
 lost race therefore shows up as rowcount 0, never as a double spend or a double
-payout. No SQL is written outside this package.
+payout. A spent call stays ``serving`` until its outcome is recorded (its answer,
+its job's result, or its refund: then ``spent``), so a crash leaves it visible to
+the start-up sweep that refunds it. No SQL is written outside this package.
 """
 
 from satsgate.store.cursors import CursorRepository

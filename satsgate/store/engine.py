@@ -92,6 +92,7 @@ class Database:
         # The open group commit of the loop's connection (see _inline_write), if any.
         self._batch: _WriteBatch | None = None
         self._thread_jobs = 0  # store-thread jobs submitted through _run and not yet done
+        self._later: set[asyncio.Task[int]] = set()  # write_soon's writes that had to wait
 
     async def open(self) -> None:
         await self._run(self._open)
@@ -136,6 +137,8 @@ class Database:
         self._thread_conn = conn
 
     async def close(self) -> None:
+        if self._later:
+            await asyncio.gather(*self._later, return_exceptions=True)
         if self._batch is not None:
             self._commit_batch()  # its writers are owed their outcome
         if self._inline is not None:
@@ -326,6 +329,38 @@ class Database:
     async def write_one(self, sql: str, args: Sequence[Any]) -> int:
         """One write statement (see :meth:`write`); returns its rowcount."""
         return await self.write(lambda conn: int(conn.execute(sql, args).rowcount))
+
+    def write_soon(self, sql: str, args: Sequence[Any]) -> None:
+        """One write statement that nobody waits for: it joins the loop iteration's open
+        group commit (opening one if the lock is free) and returns at once, so it costs
+        the statement, never a commit or a wait of its own. When it cannot join one now
+        (a checkpoint step, the store thread at work, a lock held elsewhere) it is
+        written by a task, like :meth:`write_one`. A crash before the commit loses it:
+        only for writes whose loss the next start repairs (see
+        ``PaymentRepository.answered``)."""
+        inline = self._inline
+        if inline is not None and not self._thread_jobs and not self._checkpoint_pending():
+            batch = self._batch
+            if batch is None and not inline.in_transaction:
+                batch = self._begin_batch(inline)
+            if batch is not None:
+                try:
+                    inline.execute(sql, args)
+                except sqlite3.Error as exc:
+                    if not inline.in_transaction:  # SQLite rolled the transaction back
+                        self._end_batch(batch, exc)
+                    log.error("a deferred write failed: %s", exc)
+                    return
+                self._count_write()
+                return
+        task = asyncio.ensure_future(self.write_one(sql, args))
+        self._later.add(task)
+        task.add_done_callback(self._later_done)
+
+    def _later_done(self, task: asyncio.Task[int]) -> None:
+        self._later.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a deferred write failed: %s", task.exception())
 
     def _checkpoint_pending(self) -> bool:
         """A checkpoint's PASSIVE step was submitted or its RESTART step is running."""

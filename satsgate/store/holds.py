@@ -3,7 +3,7 @@
 A decision is recorded before the node is told (``settling``/``canceling``), by one
 conditional UPDATE from undecided, so a settle and a cancel of one hold invoice can
 never both be chosen; a restart finds the recorded decision and finishes it. Canceling
-also moves the payment to ``canceled`` (from unpaid, paid or spent) in the same
+also moves the payment to ``canceled`` (from paid, serving or spent) in the same
 transaction: the ledger never counts a canceled hold as received.
 """
 
@@ -57,13 +57,15 @@ class HoldRepository:
         return None if row is None or row[0] is None else str(row[0])
 
     async def choose_settle(self, payment_hash: str, now: int) -> bool:
-        """undecided -> settling (only a spent payment: its call succeeded)."""
+        """undecided -> settling (only a spent payment, or one whose call is being
+        answered: its call succeeded)."""
 
         def go(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE holds SET decision = 'settling', decided_at = ?"
                 " WHERE payment_hash = ? AND decision IS NULL AND EXISTS (SELECT 1 FROM"
-                " payments p WHERE p.payment_hash = holds.payment_hash AND p.status = 'spent')",
+                " payments p WHERE p.payment_hash = holds.payment_hash"
+                " AND p.status IN ('serving', 'spent'))",
                 (now, payment_hash),
             )
             return cur.rowcount == 1
@@ -86,7 +88,7 @@ class HoldRepository:
             if final != "expired":
                 conn.execute(
                     "UPDATE payments SET status = 'canceled' WHERE payment_hash = ?"
-                    " AND status IN ('paid', 'spent')",
+                    " AND status IN ('paid', 'serving', 'spent')",
                     (payment_hash,),
                 )
             return True

@@ -1,4 +1,11 @@
-"""Jobs: the asynchronous runs of spent calls, and their outcomes."""
+"""Jobs: the asynchronous runs of spent calls, and their outcomes.
+
+A job's row is written in the same transaction as the spend of its payment
+(:meth:`satsgate.store.payments.PaymentRepository.spend_for_job`), and its end in the
+same transaction as its payment's move from ``serving`` to ``spent``
+(:meth:`JobRepository.finish`): a crash never leaves a spent payment without its job,
+nor a finished job whose payment still looks unanswered.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from typing import Any
 
 from satsgate.store.engine import Database
 from satsgate.store.models import Job, JobStatus
-from satsgate.store.sql import json_or_none
+from satsgate.store.sql import json_or_none, transaction
 
 _SELECT_JOB = (
     "SELECT job_id, payment_id, service, job_type, status, result_json, error_json,"
@@ -34,6 +41,30 @@ def _jobs_where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) ->
     ]
 
 
+_INSERT_JOB = (
+    "INSERT INTO jobs (job_id, payment_id, service, job_type, status, result_json,"
+    " error_json, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)"
+)
+
+
+def insert_job(conn: sqlite3.Connection, job: Job) -> None:
+    """The job's INSERT, inside the caller's transaction."""
+    conn.execute(
+        _INSERT_JOB,
+        (
+            job.job_id,
+            job.payment_id,
+            job.service,
+            job.job_type,
+            str(job.status),
+            json_or_none(job.result),
+            json_or_none(job.error),
+            job.created_at,
+            job.updated_at,
+        ),
+    )
+
+
 class JobRepository:
     """Every method runs on the store thread."""
 
@@ -41,23 +72,7 @@ class JobRepository:
         self._db = db
 
     async def insert(self, job: Job) -> None:
-        await self._db.run_sync(
-            lambda conn: conn.execute(
-                "INSERT INTO jobs (job_id, payment_id, service, job_type, status, result_json,"
-                " error_json, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    job.job_id,
-                    job.payment_id,
-                    job.service,
-                    job.job_type,
-                    str(job.status),
-                    json_or_none(job.result),
-                    json_or_none(job.error),
-                    job.created_at,
-                    job.updated_at,
-                ),
-            )
-        )
+        await self._db.run_sync(lambda conn: insert_job(conn, job))
 
     async def finish(
         self,
@@ -67,15 +82,31 @@ class JobRepository:
         error: dict[str, Any] | None,
         now: int,
     ) -> bool:
-        """IN_PROGRESS -> COMPLETED or FAILED, once."""
-        cur = await self._db.run_sync(
-            lambda conn: conn.execute(
-                "UPDATE jobs SET status = ?, result_json = ?, error_json = ?, updated_at = ?"
-                " WHERE job_id = ? AND status = 'IN_PROGRESS'",
-                (str(status), json_or_none(result), json_or_none(error), now, job_id),
-            )
-        )
-        return cur.rowcount == 1
+        """IN_PROGRESS -> COMPLETED or FAILED, once. COMPLETED moves its payment serving ->
+        spent in the same transaction (the result is recorded); a failure's payment moved
+        with its refund, and one whose refund could not be issued stays serving, for the
+        start-up sweep to refund."""
+
+        def go(conn: sqlite3.Connection) -> bool:
+            with transaction(conn):
+                cur = conn.execute(
+                    "UPDATE jobs SET status = ?, result_json = ?, error_json = ?,"
+                    " updated_at = ? WHERE job_id = ? AND status = 'IN_PROGRESS'"
+                    " RETURNING payment_id",
+                    (str(status), json_or_none(result), json_or_none(error), now, job_id),
+                )
+                found = cur.fetchall()
+                if not found:
+                    return False
+                if status is JobStatus.COMPLETED:
+                    conn.execute(
+                        "UPDATE payments SET status = 'spent'"
+                        " WHERE payment_id = ? AND status = 'serving'",
+                        (found[0][0],),
+                    )
+                return True
+
+        return await self._db.run_sync(go)
 
     async def get(self, job_id: str) -> Job | None:
         jobs = await self._db.run_sync(lambda conn: _jobs_where(conn, "job_id = ?", (job_id,)))

@@ -6,11 +6,13 @@ was paid; its refunds count on that day too, so each day balances on its own):
 
     received = earned + refunded + held + open
 
-- received: every settled or accepted payment (paid, spent, refunded); a canceled hold
-  invoice never counts, its HTLCs went back to the payer (shown apart, as canceled);
-- held: LND hold invoices accepted and not yet settled (the call is running, or its
-  settle is being recorded): received but not yet the node's;
-- open: paid and not yet used (the payer may still call, or ask for a refund);
+- received: every settled or accepted payment (paid, serving, spent, refunded); a
+  canceled hold invoice never counts, its HTLCs went back to the payer (shown apart);
+- held: calls in flight (serving: spent, neither answered nor refunded yet) and LND hold
+  invoices whose call is done but whose settle is not recorded yet: received, not yet
+  the node's;
+- open: paid and not yet used (the payer may still call, or ask for a refund; an
+  accepted hold invoice not used yet is open too: it is canceled if never used);
 - refunded: every refund link not expired (open, claiming or paid out): owed or given
   back; an expired link's money stays earned;
 - earned: the rest, what the node keeps.
@@ -29,10 +31,13 @@ from typing import Any, TypeVar
 
 from satsgate.store.engine import Database
 
-# A hold payment whose settle has not been recorded as done: received, not yet earned.
+# Held: paid, no longer the payer's to use, not yet the node's: a call in flight
+# (serving: spent, neither answered nor refunded yet), or an LND hold invoice whose call
+# is done but whose settle is not recorded as done.
 _HELD = (
-    "p.mode = 'hold' AND p.status IN ('paid', 'spent', 'refunded') AND NOT EXISTS"
-    " (SELECT 1 FROM holds h WHERE h.payment_hash = p.payment_hash AND h.decision = 'settled')"
+    "(p.status = 'serving' OR (p.mode = 'hold' AND p.status IN ('spent', 'refunded')"
+    " AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.payment_hash = p.payment_hash"
+    " AND h.decision = 'settled')))"
 )
 T = TypeVar("T")
 _REFUND_STATES = ("open", "claiming", "paid", "expired")
@@ -42,12 +47,11 @@ _DAY = 86400
 def _payment_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
     rows = c.execute(
         f"SELECT {group},"
-        " COALESCE(SUM(CASE WHEN p.status IN ('paid', 'spent', 'refunded')"
+        " COALESCE(SUM(CASE WHEN p.status IN ('paid', 'serving', 'spent', 'refunded')"
         "   THEN p.amount_msat END), 0),"
         f" COALESCE(SUM(CASE WHEN {_HELD} THEN p.amount_msat END), 0),"
-        f" COALESCE(SUM(CASE WHEN p.status = 'paid' AND NOT ({_HELD})"
-        "   THEN p.amount_msat END), 0),"
-        " COUNT(CASE WHEN p.status IN ('paid', 'spent', 'refunded') THEN 1 END),"
+        " COALESCE(SUM(CASE WHEN p.status = 'paid' THEN p.amount_msat END), 0),"
+        " COUNT(CASE WHEN p.status IN ('paid', 'serving', 'spent', 'refunded') THEN 1 END),"
         " COALESCE(SUM(CASE WHEN p.status = 'canceled' THEN p.amount_msat END), 0),"
         " COUNT(CASE WHEN p.status = 'canceled' THEN 1 END)"
         f" FROM payments p WHERE p.status != 'unpaid' GROUP BY {group}"
@@ -135,7 +139,7 @@ def _calls_per_service(c: sqlite3.Connection) -> list[dict[str, Any]]:
         "SELECT p.service, COUNT(*), COALESCE(SUM(p.amount_msat), 0),"
         " (SELECT COUNT(*) FROM refunds r JOIN payments q ON q.payment_id = r.payment_id"
         "  WHERE q.service = p.service)"
-        " FROM payments p WHERE p.status IN ('spent', 'refunded', 'canceled')"
+        " FROM payments p WHERE p.status IN ('serving', 'spent', 'refunded', 'canceled')"
         " GROUP BY p.service ORDER BY COUNT(*) DESC, p.service"
     ).fetchall()
     return [

@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 class PaymentStatus(enum.StrEnum):
     UNPAID = "unpaid"  # invoice issued, not settled
     PAID = "paid"  # settled, not yet used for its call
-    SPENT = "spent"  # used for its one call
+    SERVING = "serving"  # spent on its call, whose answer or refund is not recorded yet
+    SPENT = "spent"  # used for its one call: answered, or refunded after the spend
     REFUNDED = "refunded"  # paid, never served, refund issued in full
     CANCELED = "canceled"  # hold invoice canceled: the payer's HTLCs went back, nothing kept
 

@@ -82,8 +82,10 @@ class RefundRepository:
         return await self._db.run_sync(go)
 
     async def add_for_spent(self, refund: Refund) -> bool:
-        """Insert a refund for a spent (or refunded) payment, never more in total than was
-        paid. An expired link can never pay out, so it no longer counts against that.
+        """Insert a refund for a spent, serving (or refunded) payment, never more in total
+        than was paid. An expired link can never pay out, so it no longer counts against
+        that. A serving payment becomes spent in the same transaction: its refund is its
+        call's recorded outcome.
 
         The check and the INSERT share one transaction (BEGIN IMMEDIATE holds the write
         lock), so two refunds of one payment at once cannot both fit under its amount.
@@ -95,12 +97,17 @@ class RefundRepository:
                     "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
                     " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
                     " AND r.status != 'expired'"
-                    " WHERE p.payment_id = ? AND p.status IN ('spent', 'refunded')",
+                    " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')",
                     (refund.payment_id,),
                 ).fetchone()
                 if row is None or row[0] is None or row[0] < refund.amount_msat:
                     return False
                 _insert_refund(conn, refund)
+                conn.execute(
+                    "UPDATE payments SET status = 'spent'"
+                    " WHERE payment_id = ? AND status = 'serving'",
+                    (refund.payment_id,),
+                )
                 return True
 
         return await self._db.run_sync(go)

@@ -1,11 +1,17 @@
-"""The hosted checkout page (``/checkout/<paymentId>``) and its live status endpoint.
+"""The hosted checkout page (``/checkout/<token>``) and its live status endpoint.
+
+The page's token is its own (``Challenger.checkout_token``), never the paymentId: the
+link is meant to be shown to whoever pays (a person, a wallet), and a paymentId spends
+an MCP payment. The page and its poll never show the paymentId.
 
 The page is one self-contained HTML document: CSS and JS inline under a
 per-response CSP nonce, the QR code as inline SVG (segno), nothing fetched from
 elsewhere. Every value from the store is HTML-escaped; the JSON handed to the
 script is escaped so it cannot close its ``<script>`` element.
 
-``GET /api/payments/<paymentId>?wait=N`` long-polls: it returns at once when the
+``GET /api/payments/<token or paymentId>?wait=N`` long-polls (by paymentId it answers
+the MCP caller's Payment resource, by token the same without the paymentId): it
+returns at once when the
 payment is settled (or settles while waiting, via ``Gate.wait_paid``), else
 after at most 25 s. The page polls it in a loop, so "paid" shows within a
 moment of settlement without a reload.
@@ -35,8 +41,8 @@ from satsgate.payments.gate import Gate
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus
 
-CHECKOUT_PATH = "/checkout/{payment_id}"
-STATUS_PATH = "/api/payments/{payment_id}"
+CHECKOUT_PATH = "/checkout/{token}"
+STATUS_PATH = "/api/payments/{ref}"
 MAX_WAIT_S = 25.0
 # Payment ids are minted by the gate as pay_<32 hex>; anything else is not looked up.
 _PAYMENT_ID = re.compile(r"^pay_[0-9a-f]{32}$")
@@ -83,10 +89,15 @@ def _asset(*parts: str) -> str:
     return resources.files("satsgate.web").joinpath(*parts).read_text(encoding="utf-8")
 
 
-async def _load(gate: Gate, payment_id: str) -> Payment | None:
-    if not _PAYMENT_ID.match(payment_id):
-        return None
-    payment = await gate.get_payment(payment_id)
+async def _load(gate: Gate, ref: str, *, by_id: bool = False) -> Payment | None:
+    """The payment of a checkout token (or, ``by_id``, of a paymentId too)."""
+    payment: Payment | None = None
+    if by_id and _PAYMENT_ID.match(ref):
+        payment = await gate.get_payment(ref)
+    else:
+        payment_hash = gate.checkout_payment_hash(ref)
+        if payment_hash is not None:
+            payment = await gate.get_payment_by_hash(payment_hash)
     return None if payment is None else await gate.refresh_paid(payment)
 
 
@@ -96,7 +107,8 @@ async def _load(gate: Gate, payment_id: str) -> Payment | None:
 async def payment_status(
     request: web.Request, gate: Gate, closing: asyncio.Event | None = None
 ) -> web.Response:
-    payment = await _load(gate, request.match_info["payment_id"])
+    ref = request.match_info["ref"]
+    payment = await _load(gate, ref, by_id=True)
     if payment is None:
         raise ApiError("PAYMENT_NOT_FOUND", "No such payment.")
     try:
@@ -108,7 +120,9 @@ async def payment_status(
         wait_s = min(wait_s, max(payment.expires_at - time.time(), 0.0))
         payment = await _wait_paid(gate, payment, wait_s, closing or asyncio.Event())
     spec = BY_SLUG.get(payment.service)
-    doc = payment_document(payment, spec, gate.public_base_url)
+    doc = payment_document(
+        payment, spec, gate.checkout_url(payment), with_id=ref == payment.payment_id
+    )
     resp = web.json_response(doc, dumps=dumps)
     resp.headers["Cache-Control"] = "no-store"
     return resp
@@ -137,13 +151,14 @@ async def _wait_paid(
 
 
 async def checkout_page(request: web.Request, gate: Gate) -> web.Response:
-    payment = await _load(gate, request.match_info["payment_id"])
+    token = request.match_info["token"]
+    payment = await _load(gate, token)
     if payment is None:
         return _not_found_page()
-    return _page_response(render_checkout(payment))
+    return _page_response(render_checkout(payment, token))
 
 
-def render_checkout(payment: Payment) -> tuple[str, str]:
+def render_checkout(payment: Payment, token: str) -> tuple[str, str]:
     """(html, nonce) of the checkout page for ``payment``."""
     spec = BY_SLUG.get(payment.service)
     title = spec.title if spec is not None else payment.service
@@ -158,12 +173,11 @@ def render_checkout(payment: Payment) -> tuple[str, str]:
         scale=4, border=2, dark="#111111", light="#ffffff", omitsize=True, title="Invoice QR code"
     )
     data = {
-        "paymentId": payment.payment_id,
         "status": status,
         "invoice": payment.bolt11,
         "expiresAt": payment.expires_at,
         # Relative, so the page works behind a reverse proxy under any prefix.
-        "statusUrl": f"../api/payments/{payment.payment_id}",
+        "statusUrl": f"../api/payments/{token}",
     }
     nonce = secrets.token_urlsafe(16)
     esc = html.escape
@@ -181,7 +195,8 @@ def render_checkout(payment: Payment) -> tuple[str, str]:
         wallet_uri=esc(uri),
         bolt11=esc(payment.bolt11),
         tool=esc(spec.tool_name if spec is not None else payment.service),
-        payment_id=esc(payment.payment_id),
+        # A reference for support, not the paymentId: the invoice's hash, shortened.
+        payment_id=esc(payment.payment_hash[:16]),
         paid_hidden="" if payment.status in (PaymentStatus.PAID, PaymentStatus.SPENT) else "hidden",
         expires_unix=esc(str(payment.expires_at)),
         expiry_text="",

@@ -193,7 +193,7 @@ def _dashboard_body(report: dict[str, Any]) -> str:
             _figure("received", "Received", t["received_msat"], f"{t['payments']} payments"),
             _figure("earned", "Earned", t["earned_msat"]),
             _figure("refunded", "Refunded", t["refunded_msat"], "open, claiming or paid out"),
-            _figure("held", "Held (hold invoices)", t["held_msat"]),
+            _figure("held", "Held", t["held_msat"], "calls in flight, holds settling"),
             _figure("open", "Open (paid, not used)", t["open_msat"]),
             _figure("refund-fees", "Routing fees on refunds", t["refund_fees_msat"]),
         )

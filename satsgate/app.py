@@ -53,6 +53,7 @@ from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
+from satsgate.operator import ensure_operator_token
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -62,7 +63,8 @@ from satsgate.services.base import ServiceSpec
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
-from satsgate.web import api, checkout
+from satsgate.web import api, checkout, operator_routes
+from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,7 @@ def create_app(
     )
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
     _add_routes(app, settings, backend)
+    _add_operator_routes(app, settings)
     return app
 
 
@@ -147,10 +150,14 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
     try:
         info = await backend.info()
         if info.network != settings.network:
-            raise BackendError(
+            message = (
                 f"the node is on {info.network} but satsgate is configured for "
-                f"{settings.network}; refusing to start"
+                f"{settings.network}; refusing to start. Fix: set network = "
+                f'"{info.network}" (--network, SATSGATE_NETWORK or the config file), or point '
+                "satsgate at the node of the network you meant"
             )
+            log.error("network mismatch: %s", message)
+            raise BackendError(message)
         log.info("lightning backend %s on %s, node %s", backend.name, info.network, info.pubkey)
     except BaseException:
         await backend.close()
@@ -292,6 +299,13 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>
     app.on_shutdown.append(_wake_waiting_calls)
+
+
+def _add_operator_routes(app: web.Application, settings: Settings) -> None:
+    """/operator and /api/operator/ledger (behind the operator token), /recover and
+    /recover/payout (behind a refund's own secret). Free; never an invoice."""
+    app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
+    operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
 
 
 async def _wake_waiting_calls(app: web.Application) -> None:

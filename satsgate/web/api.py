@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate import __version__
-from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT, STORE
+from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
 from satsgate.errors import ApiError, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
@@ -41,7 +41,7 @@ def _json(body: Any, status: int = 200) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     app = request.app
     info = await app[BACKEND].info()
-    stats = await app[STORE].ledger.stats()
+    # Liveness and versions only: business figures are the operator's (/api/operator/ledger).
     return _json(
         {
             "status": "ok",
@@ -50,7 +50,6 @@ async def health(request: web.Request) -> web.Response:
             "network": info.network,
             "node_pubkey": info.pubkey,
             "uptime_s": int(time.time() - app[STARTED_AT]),
-            **stats,
             "engines": [status.public() for status in app[ENGINES].statuses()],
         }
     )

@@ -9,7 +9,7 @@
   speech (espeak-ng), in a spawned process pool like the server's; the first call loads
   the model in the worker (cold), the second does not (warm); the worker's peak RSS.
 * ``audiobook``: a generated EPUB of ``--pages`` pages (about 1800 characters of prose per
-  page, one chapter per 10 pages) read by ``services.engines.book.prepare`` (in the pool)
+  page, one chapter per 10 pages) read by ``engines.local.book.prepare`` (in the pool)
   and narrated to an M4B by the local narration engine; wall time, audio duration, file
   size, peak RSS of this process (it holds the M4B).
 * ``health``: p50/p99 of ``GET /api/health`` on a real server while 4 paid 5000-character
@@ -45,11 +45,11 @@ from satsgate.backends.dev import DevBackend  # noqa: E402
 from satsgate.config import Settings  # noqa: E402
 from satsgate.engines import CpuRunner, EngineDeps  # noqa: E402
 from satsgate.engines.audiobook import Chapter, NarrationRequest  # noqa: E402
+from satsgate.engines.local import book as books  # noqa: E402
 from satsgate.engines.local import espeak, narration, whisper  # noqa: E402
 from satsgate.engines.synthesis import SynthesisRequest  # noqa: E402
 from satsgate.engines.transcription import TranscriptionRequest  # noqa: E402
 from satsgate.runner import start_service  # noqa: E402
-from satsgate.services.engines import book as books  # noqa: E402
 from tests.epub_maker import chapter, make_epub, nav_doc, prose  # noqa: E402
 
 MB = 1024  # ru_maxrss is in KiB on Linux

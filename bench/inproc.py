@@ -5,7 +5,7 @@
 Prints one JSON object on stdout (the bench runner reads it). Nothing listens on
 a port: the app's start-up (store, dev node, gate) runs without a site.
 
-* ``render``: ``satsgate.services.engines.cards.render_card`` called N times on
+* ``render``: ``satsgate.engines.local.cards.render_card`` called N times on
   the bench's render-card request, in this process (no pool, no IPC).
 * ``gate_402``: ``Gate.challenge_for`` timed with ``perf_counter_ns``, minus the
   ``backend.create_invoice`` inside it (wrapped on the instance to time it), per
@@ -38,11 +38,11 @@ from seed import insert_rows, make_rows, spec_for
 from satsgate.app import BACKEND, GATE, SETTINGS, STORE, create_app
 from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
-from satsgate.http_util import result_response
+from satsgate.engines.local import cards
+from satsgate.http_edge import result_response
 from satsgate.payments.challenger import validate_params
 from satsgate.payments.http import challenge_response
 from satsgate.services.documents import RENDER_CARD
-from satsgate.services.engines import cards
 
 RENDER_BODY: dict[str, Any] = {
     "template": "headline",

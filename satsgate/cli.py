@@ -75,6 +75,24 @@ def engines_report(settings: Settings) -> str:
     return "\n".join(lines)
 
 
+async def _ledger(settings: Settings, as_json: bool) -> str:
+    import json
+
+    from satsgate.operator import ledger_text
+    from satsgate.store import Store
+
+    if not settings.db_path.exists():
+        raise SystemExit(f"no satsgate database at {settings.db_path} (check --data-dir)")
+    store = Store(settings.db_path)
+    await store.open()
+    try:
+        report = await store.ledger.report()
+        report["refund_payouts"] = await store.refunds.payout_problems()
+    finally:
+        await store.close()
+    return json.dumps(report, indent=2) if as_json else ledger_text(report)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="satsgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,7 +113,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         "engines", help="list every engine: available or not, from which provider, and why"
     )
     engines.add_argument("--config", help="TOML settings file")
+    ledger = sub.add_parser(
+        "ledger",
+        help="received = earned + refunded + held + open, per day and in total (msat)",
+    )
+    ledger.add_argument("--config", help="TOML settings file")
+    ledger.add_argument("--data-dir")
+    ledger.add_argument("--json", action="store_true", help="the full report as JSON")
+    token = sub.add_parser(
+        "operator-token", help="print the operator token for /operator (created if missing)"
+    )
+    token.add_argument("--config", help="TOML settings file")
+    token.add_argument("--data-dir")
     args = parser.parse_args(argv)
+
+    if args.command in ("ledger", "operator-token"):
+        try:
+            settings = load_settings(args.config, {"data_dir": args.data_dir})
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
+        if args.command == "ledger":
+            print(asyncio.run(_ledger(settings, args.json)))
+        else:
+            from satsgate.operator import ensure_operator_token
+
+            private_umask()
+            print(ensure_operator_token(settings.data_dir))
+        return 0
 
     if args.command == "engines":
         try:

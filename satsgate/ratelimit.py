@@ -34,7 +34,7 @@ from aiohttp import web
 
 from satsgate.config import Settings
 from satsgate.errors import ApiError
-from satsgate.http_util import Handler, error_response
+from satsgate.http_edge import Handler, error_response
 
 MAX_BUCKETS = 100_000
 

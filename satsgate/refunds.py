@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from typing import Any
@@ -24,8 +25,15 @@ from lnurl.helpers import url_encode
 
 from satsgate.config import Settings
 from satsgate.invoices import InvalidInvoice, decode_invoice
-from satsgate.lightning import BackendError, LightningBackend, PaymentState
+from satsgate.lightning import BackendError, LightningBackend, PaymentResult, PaymentState
 from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, RefundStatus
+
+log = logging.getLogger("satsgate.refunds")
+
+NO_LIQUIDITY_HINT = (
+    "the node could not route the payout: refunds need outbound liquidity above the"
+    " channel reserve"
+)
 
 
 def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
@@ -181,19 +189,35 @@ class RefundService:
             result = await self._backend.pay_invoice(
                 bolt11, self.max_fee_msat(amount_msat), self._settings.refund_pay_timeout_s
             )
-            await self._apply_outcome(k1, result.state)
-        except (BackendError, OSError, TimeoutError):
-            pass  # outcome unknown: stays claiming, reconcile() asks the node later
+            await self._apply_outcome(k1, result)
+        except (BackendError, OSError, TimeoutError) as exc:
+            # Outcome unknown: stays claiming, reconcile() asks the node later.
+            log.warning("refund payout of %d msat: outcome unknown, the link stays claiming"
+                        " until the node says (%s)", amount_msat, exc or type(exc).__name__)
+            with contextlib.suppress(Exception):
+                await self._refunds.note_payout(k1, None, f"outcome unknown: {exc}"[:500])
         finally:
             self._in_flight.discard(k1)
 
-    async def _apply_outcome(self, k1: str, state: PaymentState) -> None:
+    async def _apply_outcome(self, k1: str, result: PaymentResult) -> None:
         now = int(time.time())
+        state = result.state
         if state is PaymentState.SUCCEEDED:
             await self._refunds.settle_claim(k1, RefundStatus.PAID, now)
+            await self._refunds.note_payout(k1, result.fee_msat, None)
+            log.info("refund paid out: %d msat to %s, routing fee %d msat",
+                     result.amount_msat, result.payment_hash[:16] or "?", result.fee_msat)
         elif state is PaymentState.FAILED:
+            reason = result.failure_reason or "the node gave no reason"
             await self._refunds.settle_claim(k1, RefundStatus.OPEN, now)
+            await self._refunds.note_payout(k1, None, reason[:500])
+            log.warning("refund payout failed, the link is open again: %s (%s)",
+                        reason, NO_LIQUIDITY_HINT)
         # PENDING: leave it claiming; never free the link while money may be moving.
+
+    async def last_payout_error(self, k1: str) -> str | None:
+        """The node's reason for the link's last failed payout, if any."""
+        return await self._refunds.payout_error(k1)
 
     async def reconcile(self) -> int:
         """Resolve claims whose payout outcome was unknown; expire unclaimed links."""
@@ -211,7 +235,7 @@ class RefundService:
             with contextlib.suppress(BackendError, OSError, TimeoutError):
                 result = await self._backend.lookup_payment(refund.payout_hash)
                 if result.state is not PaymentState.PENDING:
-                    await self._apply_outcome(refund.k1, result.state)
+                    await self._apply_outcome(refund.k1, result)
                     resolved += 1
         await self._refunds.expire(int(time.time()))
         return resolved

@@ -43,7 +43,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from satsgate.config import Settings
 from satsgate.errors import ApiError, envelope
-from satsgate.http_util import Handler, dumps
+from satsgate.http_edge import Handler, dumps
 from satsgate.ratelimit import IpNetwork, address_key, parse_networks
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(fonts-dejavu-core fonts-noto-core fonts-wqy-microhei libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz0b)
 APT_PACKAGES+=(tesseract-ocr tesseract-ocr-eng tesseract-ocr-deu tesseract-ocr-fra tesseract-ocr-spa tesseract-ocr-ita tesseract-ocr-por tesseract-ocr-nld tesseract-ocr-jpn pandoc ffmpeg)  # documents: OCR, office/e-book and media conversion
 APT_PACKAGES+=(openssl)  # boarding passes: the signed-pass test verifies the PKCS#7 signature with openssl cms
-APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apertium-es-pt apertium-fr-es apertium-spa-ita apertium-es-gl apertium-en-gl apertium-es-ro apertium-eu-en apertium-isl-eng apertium-mkd-eng apertium-eo-en apertium-hbs-eng)  # translation: Apertium pairs
+APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apertium-es-pt apertium-fr-es apertium-spa-ita apertium-es-gl apertium-en-gl apertium-es-ro apertium-eu-en apertium-isl-eng apertium-mkd-eng apertium-eo-en apertium-hbs-eng apertium-oc-ca apertium-oc-es apertium-oci-fra apertium-cat-srd apertium-srd-ita apertium-spa-ast)  # translation: Apertium pairs (the last six: into Occitan, Sardinian, Asturian for translate-rare-language)
 APT_PACKAGES+=(espeak-ng ffmpeg)  # speech: text-to-speech, audio decoding, M4B audiobooks
 if [ "${1:-}" = "--test" ]; then
   APT_PACKAGES+=(chromium)

@@ -181,3 +181,14 @@ async def paid_l402_auth(client: httpx.AsyncClient, slug: str, body: dict[str, A
     ch = await challenge(client, slug, body)
     preimage = await dev_pay(client, ch["invoice"])
     return f"L402 {ch['macaroon']}:{preimage}"
+
+
+@pytest.fixture(autouse=True)
+def _ledger_balances_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test on the shared server, the ledger still balances: received =
+    earned + refunded + held + open, in total and per day, as the rows say."""
+    yield
+    if "server" in request.fixturenames:
+        from tests.ledger_check import assert_ledger_balances
+
+        assert_ledger_balances(request.getfixturevalue("server"))

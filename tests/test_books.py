@@ -9,8 +9,8 @@ import pytest
 from pypdf import PdfReader
 
 from satsgate.engines.audiobook import ChapterMark
+from satsgate.engines.local import book as books
 from satsgate.engines.local.narration import ffmetadata, metadata_value, split_text
-from satsgate.services.engines import book as books
 from satsgate.services.media import measure_book
 from tests.epub_maker import Doc, chapter, make_epub, nav_doc, prose
 
@@ -102,7 +102,7 @@ def test_txt_and_pdf_books() -> None:
     book = books.read_book(txt, "b.txt")
     assert [c.priced_chars for c in book.chapters] == list(measure_book(txt, "b.txt").chapters)
     assert book.chapters[0].title == "Part One" and book.chapters[1].title == "Part 2"
-    from satsgate.services.engines.pdf import markdown_to_pdf
+    from satsgate.engines.local.pdf import markdown_to_pdf
 
     pdf = markdown_to_pdf("\n\n".join(prose(100, 8)) + "\n\nSee https://example.org/x for more.")
     book = books.read_book(pdf.data, "b.pdf")

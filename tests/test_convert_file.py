@@ -26,8 +26,8 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
+from satsgate.engines.local.convert import ALL_TARGETS, external_reference, html_to_text
 from satsgate.services.documents_extra import Target
-from satsgate.services.engines.convert import ALL_TARGETS, external_reference, html_to_text
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import text_layer_pdf
 from tests.test_gateway import assert_envelope, payment_count
@@ -127,7 +127,7 @@ def test_pdf_rendering_leaves_truncated_images_refused() -> None:
     image for the other engines."""
     from PIL import ImageFile
 
-    import satsgate.services.engines.pdf  # noqa: F401  # the import is what is tested
+    import satsgate.engines.local.pdf  # noqa: F401  # the import is what is tested
 
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
     whole = io.BytesIO()

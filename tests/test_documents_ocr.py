@@ -14,7 +14,7 @@ import httpx
 import pytest
 from PIL import Image, ImageFilter
 
-from satsgate.services.engines.receipt import find_date, parse_number, parse_receipt
+from satsgate.engines.local.receipt import find_date, parse_number, parse_receipt
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import (
     CJK,

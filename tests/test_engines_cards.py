@@ -15,8 +15,8 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 from PIL import Image
 
-from satsgate.services.engines import fonts
-from satsgate.services.engines.cards import (
+from satsgate.engines.local import fonts
+from satsgate.engines.local.cards import (
     DEFAULT_HEIGHT,
     DEFAULT_WIDTH,
     FIELD_MAX_LENGTHS,
@@ -31,7 +31,7 @@ from satsgate.services.engines.cards import (
     check_fits,
     render_card,
 )
-from satsgate.services.engines.fonts import FontsMissing, font_chain, missing_glyphs, split_runs
+from satsgate.engines.local.fonts import FontsMissing, font_chain, missing_glyphs, split_runs
 from tests.conftest import skip_unless_ci
 
 EXAMPLES: Mapping[str, dict[str, str | list[str]]] = {

@@ -15,7 +15,7 @@ import weasyprint
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
-from satsgate.services.engines.pdf import (
+from satsgate.engines.local.pdf import (
     InvalidPdf,
     RenderedPdf,
     count_pdf_pages,

@@ -30,6 +30,7 @@ from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 from tests.fake_lnd import FakeLnd, running_lnd
 from tests.fake_lnd.node import FakeInvoice
+from tests.ledger_check import assert_ledger_balances
 
 CARD = {"template": "headline", "title": "hi"}
 ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -123,6 +124,10 @@ async def test_success_settles_the_held_payment_after_the_call(
         status = await tool(client, "check_payment_status", {"paymentId": payment.payment_id})
         assert status["structuredContent"]["paid"] is True
         assert invoice_at_node(lnd, payment).state == "ACCEPTED"  # still held
+        # Accepted, not used yet: open (canceled if never used), not earned.
+        held = assert_ledger_balances(srv)["totals"]
+        assert (held["received_msat"], held["held_msat"], held["earned_msat"],
+                held["open_msat"]) == (payment.amount_msat, 0, 0, payment.amount_msat)
 
         result = await tool(client, "render_card", {"paymentId": payment.payment_id, **CARD})
         assert not result.get("isError"), result
@@ -134,8 +139,9 @@ async def test_success_settles_the_held_payment_after_the_call(
     assert hashlib.sha256(held.r_preimage).hexdigest() == payment.payment_hash
     assert payment_of(srv, payment.payment_id).status is PaymentStatus.SPENT
     assert srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "settled"
-    totals = srv.call(srv.store.ledger.totals)
+    totals = assert_ledger_balances(srv)["totals"]
     assert totals["received_msat"] == totals["earned_msat"] == payment.amount_msat
+    assert totals["held_msat"] == 0
 
 
 async def test_failure_cancels_and_the_payer_is_never_charged(
@@ -161,8 +167,10 @@ async def test_failure_cancels_and_the_payer_is_never_charged(
     assert held.state == "CANCELED" and held.settle_index == 0 and held.r_preimage == b""
     assert payment_of(srv, payment.payment_id).status is PaymentStatus.CANCELED
     assert srv.call(partial(srv.store.refunds.for_payment, payment.payment_id)) == []
-    totals = srv.call(srv.store.ledger.totals)
+    totals = assert_ledger_balances(srv)["totals"]
     assert totals["received_msat"] == totals["earned_msat"] == 0
+    # A canceled hold is outside the equation, shown apart.
+    assert (totals["canceled_holds"], totals["canceled_holds_msat"]) == (1, payment.amount_msat)
 
 
 async def test_a_restart_decides_undecided_holds(lnd: FakeLnd, tmp_path: Path) -> None:

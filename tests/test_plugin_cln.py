@@ -65,7 +65,8 @@ def test_manifest_options_commands_and_shutdown_subscription(plugin: PluginHost)
     assert all("default" in o and o["description"] for o in options.values())
     assert {o.name for o in OPTIONS} == set(options)
     methods = {m["name"]: m for m in plugin.manifest["rpcmethods"]}
-    assert set(methods) == {"satsgate-status", "satsgate-refund"}
+    assert set(methods) == {"satsgate-status", "satsgate-refund", "satsgate-ledger",
+                            "satsgate-operator-token"}
     assert "payment_id" in methods["satsgate-refund"]["usage"]
     assert plugin.manifest["subscriptions"] == ["shutdown"]
 
@@ -108,6 +109,31 @@ def test_operator_refund_of_a_paid_unused_call(
     with pytest.raises(PluginCallError, match=r"usage: satsgate-refund <payment_id>"):
         plugin.call("satsgate-refund", [])
 
+    # The ledger: the paid call was refunded in full, its link still open.
+    ledger = plugin.call("satsgate-ledger")
+    totals = ledger["totals"]
+    assert totals["received_msat"] == refund["amount_sats"] * 1000 == totals["refunded_msat"]
+    assert totals["received_msat"] == (totals["earned_msat"] + totals["refunded_msat"]
+                                       + totals["held_msat"] + totals["open_msat"])
+    assert (totals["refunds_open"], totals["earned_msat"]) == (1, 0)
+    assert [d["received_msat"] for d in ledger["per_day"]] == [totals["received_msat"]]
+
+
+def test_operator_token_opens_the_operator_api(
+        plugin: PluginHost, lightningd: FakeLightningd) -> None:
+    answer = plugin.call("satsgate-operator-token")
+    token_file = lightningd.lightning_dir / "satsgate-data" / "operator_token"
+    assert answer["file"] == str(token_file)
+    assert answer["operator_token"] == token_file.read_text().strip()
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    url = plugin.call("satsgate-status")["listening"]
+    resp = httpx.get(f"{url}/api/operator/ledger", timeout=10,
+                     headers={"Authorization": f"Bearer {answer['operator_token']}"})
+    assert resp.status_code == 200 and "totals" in resp.json()
+    assert httpx.get(f"{url}/api/operator/ledger", timeout=10).status_code == 401
+    assert any(level == "info" and "satsgate started: listening on" in message
+               for level, message in plugin.logs)
+
 
 def test_a_base_url_with_a_trailing_comment_disables_the_plugin_with_the_fix() -> None:
     with running_lightningd() as ln:
@@ -141,6 +167,7 @@ def test_network_mismatch_disables_the_plugin(tmp_path: Path) -> None:
         assert host.disabled is not None
         assert "network mismatch" in host.disabled and "regtest" in host.disabled
         assert any(level == "error" and "network mismatch" in message
+                   and 'Fix: set network = "regtest"' in message
                    for level, message in host.logs)
         assert host.process.poll() is not None
         assert "invoice" not in ln.calls  # refused before serving anything

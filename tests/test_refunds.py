@@ -19,6 +19,7 @@ from satsgate.errors import ApiError
 from satsgate.invoices import sign_invoice
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 from tests.conftest import ThreadedServer, dev_pay
+from tests.ledger_check import assert_ledger_balances
 
 OTHER_NODE = coincurve.PrivateKey()
 
@@ -274,9 +275,10 @@ async def test_failed_payout_reopens_the_link(fresh_server: ThreadedServer) -> N
 
 
 async def test_ledger_balances(server: ThreadedServer) -> None:
-    ledger = server.call(server.store.ledger.totals)
-    assert ledger["received_msat"] == (
-        ledger["earned_msat"] + ledger["refunded_msat"] + ledger["open_msat"]
+    totals = assert_ledger_balances(server)["totals"]
+    assert totals["received_msat"] == (
+        totals["earned_msat"] + totals["refunded_msat"] + totals["held_msat"]
+        + totals["open_msat"]
     )
 
 
@@ -358,9 +360,6 @@ async def test_partial_delivery_refunds_what_was_not_earned(
     result = execute(server, payment, spec, size=4)  # earns 20 of the 40 quoted
     assert "refund" not in result.body
     assert result.body["partial_refund"]["amount_sats"] == 30  # 50 paid - 20 earned
-    ledger = server.call(server.store.ledger.totals)
-    assert ledger["received_msat"] == ledger["earned_msat"] + ledger["refunded_msat"] + ledger[
-        "open_msat"
-    ]
+    assert_ledger_balances(server)
     refunds = server.call(lambda: server.store.refunds.for_payment(payment.payment_id))
     assert [r.amount_msat for r in refunds] == [30_000]

@@ -103,7 +103,7 @@ async def test_unavailable_service_refuses_before_any_invoice(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
     before = payment_count(server)
-    for slug in ("generate-image", "send-sms", "transcribe-translate", "voice-bridge-open"):
+    for slug in ("generate-image", "send-sms", "generate-video", "voice-bridge-open"):
         resp = await client.post(f"/api/l402/{slug}", json=VALID[slug])
         body = assert_envelope(resp, "SERVICE_UNAVAILABLE", 503)
         assert "WWW-Authenticate" not in resp.headers

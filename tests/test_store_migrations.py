@@ -165,17 +165,20 @@ async def test_a_database_made_before_migration_files_opens_and_keeps_working(
     finally:
         await store.close()
     # Nothing of 1-4 re-ran; what came after the legacy code was added to it (5: hold
-    # invoices on payments; 6: the jobs' resume state).
+    # invoices on payments; 6: refund payouts; 7: the jobs' resume state).
     after = _schema(path)
-    changed = ("payments", "jobs")
-    assert {k: v for k, v in after.items() if k in before and k not in changed} == {
-        k: v for k, v in before.items() if k not in changed
+    altered = ("payments", "refunds", "jobs")  # columns added by later migrations
+    assert {k: v for k, v in after.items() if k in before and k not in altered} == {
+        k: v for k, v in before.items() if k not in altered
     }
     assert after["payments"].startswith(before["payments"][:-1])
+    assert after["refunds"].startswith(before["refunds"][:-1])
+    assert "payout_fee_msat" in after["refunds"] and "payout_error" in after["refunds"]
     assert "holds" in after and "holds" not in before
     assert after["jobs"].startswith(before["jobs"].rstrip(")\n "))
     assert "resume_json" in after["jobs"]
-    assert _versions(path) == (list(range(1, len(available()) + 1)), len(available()))
+    latest = len(available())
+    assert _versions(path) == (list(range(1, latest + 1)), latest)
     store = Store(path)  # and it opens again as it is
     await store.open()
     await store.close()
@@ -205,7 +208,8 @@ async def test_a_database_part_way_through_the_legacy_versions_gets_the_rest(
         await store.close()
     assert "idx_payments_unpaid_expiry" in _schema(path)
     assert "idx_payments_status_created_at" not in _schema(path)
-    assert _versions(path) == (list(range(1, len(available()) + 1)), len(available()))
+    latest = len(available())
+    assert _versions(path) == (list(range(1, latest + 1)), latest)
 
 
 def test_an_unterminated_statement_is_refused() -> None:

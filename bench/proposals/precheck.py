@@ -10,7 +10,7 @@ returns the error text instead of raising, so nothing custom is pickled back.
 
 from __future__ import annotations
 
-from satsgate.services.engines import cards
+from satsgate.engines.local import cards
 
 
 def card_fit_error(request: cards.CardRequest) -> str | None:

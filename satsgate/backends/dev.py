@@ -65,6 +65,9 @@ CREATE TABLE IF NOT EXISTS outgoing (
 """
 
 
+DEV_NO_ROUTE = "no route found: not enough outbound liquidity (simulated by the dev node)"
+
+
 class DevBackend:
     """LightningBackend for development and tests. Network is always regtest."""
 
@@ -295,12 +298,16 @@ class DevBackend:
             "fail": PaymentState.FAILED,
             "pending": PaymentState.PENDING,
         }[self.outgoing_mode]
+        # Like a real node: a routing fee (1 ppt, at least 1 msat, within the cap) on what
+        # it paid, and its reason on what it could not.
+        fee = min(max(1, decoded.amount_msat // 1000), max_fee_msat)
         return await self._run(
-            self._record_outgoing, decoded.payment_hash, bolt11, decoded.amount_msat, state
+            self._record_outgoing, decoded.payment_hash, bolt11, decoded.amount_msat, state, fee
         )
 
     def _record_outgoing(
-        self, payment_hash: str, bolt11: str, amount_msat: int, state: PaymentState
+        self, payment_hash: str, bolt11: str, amount_msat: int, state: PaymentState,
+        fee_msat: int = 0,
     ) -> PaymentResult:
         db = self._db()
         with self._lock:
@@ -310,13 +317,17 @@ class DevBackend:
             if row is not None and row[0] == PaymentState.SUCCEEDED.value:
                 # Like a real node: an invoice is paid at most once.
                 return PaymentResult(payment_hash, PaymentState.SUCCEEDED, row[1])
+            paid_fee = fee_msat if state is PaymentState.SUCCEEDED else 0
             db.execute(
                 "INSERT INTO outgoing (payment_hash, bolt11, amount_msat, fee_msat, state,"
-                " created_at) VALUES (?,?,?,0,?,?) ON CONFLICT(payment_hash) DO UPDATE SET"
-                " state=excluded.state, attempts=attempts+1",
-                (payment_hash, bolt11, amount_msat, state.value, int(time.time())),
+                " created_at) VALUES (?,?,?,?,?,?) ON CONFLICT(payment_hash) DO UPDATE SET"
+                " state=excluded.state, fee_msat=excluded.fee_msat, attempts=attempts+1",
+                (payment_hash, bolt11, amount_msat, paid_fee, state.value, int(time.time())),
             )
-        return PaymentResult(payment_hash, state, amount_msat)
+        if state is PaymentState.FAILED:
+            return PaymentResult(payment_hash, state, amount_msat,
+                                 failure_reason=DEV_NO_ROUTE)
+        return PaymentResult(payment_hash, state, amount_msat, fee_msat=paid_fee)
 
     async def lookup_payment(self, payment_hash: str) -> PaymentResult:
         row = await self._run(
@@ -333,7 +344,9 @@ class DevBackend:
             return PaymentResult(
                 payment_hash, PaymentState.FAILED, failure_reason="no such payment"
             )
-        return PaymentResult(payment_hash, PaymentState(row[0]), row[1], row[2])
+        state = PaymentState(row[0])
+        return PaymentResult(payment_hash, state, row[1], row[2], failure_reason=(
+            DEV_NO_ROUTE if state is PaymentState.FAILED else None))
 
     async def complete_pending(self, succeed: bool = True) -> int:
         """Resolve every pending outgoing payment (dev and tests); returns how many."""

@@ -6,8 +6,8 @@ document with the same price and endpoint without any edit here.
 
 Routes (all GET, free)::
 
-    /api/l402/<slug>              one service (describe; ai-call with ?call_id= polls,
-                                  served by the app)
+    /api/l402/<slug>              one service (service_description; the route is
+                                  operations.http's, which also serves the free forms)
     /.well-known/l402-services    satsgate's service manifest
     /.well-known/l402[.json]      Lightning Labs L402 discovery manifest
     /.well-known/mpp, /payment    MPP (Payment scheme) discovery
@@ -40,7 +40,7 @@ from satsgate.discovery.llms import llms_txt
 from satsgate.discovery.openapi import openapi_document
 from satsgate.engines import Engines
 from satsgate.errors import ApiError
-from satsgate.http_util import dumps
+from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
 from satsgate.services import rates
@@ -163,10 +163,6 @@ async def _languages(d: Discovery, c: Catalog, app: web.Application) -> Any:
     return languages_document(c, d.engines)
 
 
-async def describe_service(request: web.Request) -> web.Response:
-    return service_description(request.app, request.match_info["slug"])
-
-
 def service_description(app: web.Application, slug: str) -> web.Response:
     """The answer of ``GET /api/l402/<slug>``: the service as :func:`describe` gives it."""
     service = app[DISCOVERY].catalog.by_slug.get(slug)
@@ -187,10 +183,10 @@ async def discover(request: web.Request) -> web.Response:
 def add_routes(
     app: web.Application, settings: Settings, backend: LightningBackend, engines: Engines
 ) -> None:
-    """Register every discovery route (GET, free) on ``app``."""
+    """Register every discovery route (GET, free) on ``app``; ``GET /api/l402/{slug}`` is
+    operations.http's (it answers service_description unless a free form matches)."""
     app[DISCOVERY] = Discovery(settings, backend, engines)
     r = app.router
-    r.add_get("/api/l402/{slug}", describe_service)
     r.add_get("/api/discover", discover)
     json_documents: dict[str, Builder] = {
         "/.well-known/l402-services": _l402_services,

@@ -11,7 +11,10 @@ tier's evidence (see :mod:`satsgate.services.languages`).
 ``here`` says what this node really translates (translate-text, translate-epub): a
 provider's text model takes any pair of the 119; a local engine such as Apertium only
 the language pairs it has installed, listed in ``thisNode.translation.pairs`` and, per
-target language, in its ``here.from``.
+target language, in its ``here.from``. The rare languages say the same of
+translate-rare-language (``thisNode.rareTranslation``: Apertium serves a few, such as
+Occitan, from the languages its pairs start from); ``thisNode.speechTranslation`` lists
+the (spoken, written) pairs of transcribe-translate.
 """
 
 from __future__ import annotations
@@ -67,11 +70,12 @@ def served_languages(engines: Engines, engine: str, accepted: Iterable[str]) -> 
     return served
 
 
-def _this_node(engines: Engines) -> dict[str, Any]:
-    """Whether this node translates (translate-text, translate-epub), how, and which pairs:
-    ``pairs`` null means any pair of the 119 (a provider's text model). A translation
-    engine that serves some pairs only (a local one) says which: ``language_pairs()``."""
-    status = engines.status("translation")
+def _this_node(engines: Engines, name: str = "translation") -> dict[str, Any]:
+    """Whether this node translates (engine ``name``: ``translation`` for translate-text
+    and translate-epub, ``rare_translation``, ``speech_translation``), how, and which
+    pairs: ``pairs`` null means any pair (a provider's text model). An engine that serves
+    some pairs only (a local one) says which: ``language_pairs()``."""
+    status = engines.status(name)
     doc: dict[str, Any] = {"available": status.available, "source": status.source}
     if not status.available:
         doc["pairs"] = []
@@ -79,7 +83,7 @@ def _this_node(engines: Engines) -> dict[str, Any]:
     if status.source == "local":
         doc["label"] = status.label
     pairs: set[tuple[str, str]] | None = set()
-    for binding in engines.bindings("translation"):
+    for binding in engines.bindings(name):
         # A method its class defines (not whatever a proxy answers); without it: any pair.
         if pairs is None or not callable(getattr(type(binding.engine), "language_pairs", None)):
             pairs = None
@@ -118,6 +122,7 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
         for code, name in TRANSLATION_LANGUAGES.items()
     ]
     rare_price = _rare_price()
+    rare_node = _this_node(node_engines, "rare_translation")
     transcribed = served_languages(node_engines, "transcription", TRANSCRIPTION_LANGUAGES)
     rare = [
         {
@@ -128,6 +133,7 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
             "listedBy": list(RARE_LISTED_BY[code]),
             **rare_price,
             "chrF": None,
+            "here": _here(code, rare_node),
         }
         for code, (name, tier) in RARE_LANGUAGES.items()
     ]
@@ -148,7 +154,14 @@ def languages_document(catalog: Catalog, node_engines: Engines) -> dict[str, Any
         "version": LANGUAGES_VERSION,
         "unit": "msat per character (1000 msat = 1 sat)",
         "engines": list(engines.values()),
-        "thisNode": {"translation": node},
+        # What this node translates: text (translate-text, translate-epub), into the rare
+        # languages (translate-rare-language), speech (transcribe-translate; local: English
+        # speech into the targets its translator reaches from English).
+        "thisNode": {
+            "translation": node,
+            "rareTranslation": rare_node,
+            "speechTranslation": _this_node(node_engines, "speech_translation"),
+        },
         "translation": translation,
         "rare": rare,
         # The 13 languages transcribe-audio accepts; ``here``: this node transcribes it

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from satsgate.discovery.describe import price_text
 from satsgate.discovery.documents import HTTP_FLOW, MCP_FLOW, NAME, SUMMARY, Catalog
 from satsgate.errors import CATALOG_VERSION, CODES
 from satsgate.mcp import MCP_PATH
-from satsgate.services import voice_bridge
-from satsgate.services.comms import AI_CALL, VOICE_BRIDGE_OPEN
+from satsgate.operations import OPERATIONS, AnyOperation
 
 
 def llms_txt(catalog: Catalog) -> str:
@@ -54,7 +55,6 @@ def llms_txt(catalog: Catalog) -> str:
         "## Free endpoints",
         "",
         f"- [Service search]({url('/api/discover?q=pdf')}): rank services by a query.",
-        f"- [Price estimate]({url('/api/estimate-cost')}): `?service=<id>&...`, no invoice.",
         f"- [Models]({url('/api/l402/models')}): model ids, tiers and prices.",
         f"- [OpenAPI 3.1]({url('/api/openapi.json')}): every endpoint, schema and error code.",
         f"- [Service manifest]({url('/.well-known/l402-services')}), "
@@ -62,8 +62,7 @@ def llms_txt(catalog: Catalog) -> str:
         f"[MCP server card]({url('/.well-known/mcp')}), "
         f"[MCP tools]({url('/api/mcp/discovery')}), "
         f"[A2A agent card]({url('/.well-known/agent-card.json')}).",
-        *_ai_call_free_forms(catalog),
-        *_voice_bridge_tools(catalog),
+        *operation_lines(catalog),
         "",
         "## Errors",
         "",
@@ -85,36 +84,31 @@ def llms_txt(catalog: Catalog) -> str:
     return "\n".join(out)
 
 
-def _ai_call_free_forms(catalog: Catalog) -> list[str]:
-    """The AI call's confirmation and poll: free, on the paid call's own path."""
-    service = catalog.by_slug.get(AI_CALL.slug)
-    if service is None:
-        return []
-    endpoint = service["endpoint"]
-    note = "" if service["available"] else " Not configured on this node."
-    return [
-        f'- AI call, free: `POST {endpoint}` with `{{"action": "confirm", '
-        '"session_id": "...", "answers": {...}}` lets a `pending_confirm` call proceed on '
-        "its original payment (MCP tool `confirm_ai_call`); "
-        f"`GET {endpoint}?call_id=<call_id>` polls a call (transcript, results, refund "
-        f"status).{note}"
-    ]
+def _fragment(op: AnyOperation, catalog: Catalog) -> str:
+    assert op.http is not None
+    path = re.sub(r"{(\w+)}", r"<\1>", op.http.path)  # /api/payments/<paymentId>
+    text = op.http.llms.format(url=catalog.url(path)) if op.http.llms else f"`{path}`"
+    return text + (f" (MCP `{op.tool}`)" if op.tool else "")
 
 
-def _voice_bridge_tools(catalog: Catalog) -> list[str]:
-    """A voice-bridge session's say, poll and end: free, on paths of their own."""
-    service = catalog.by_slug.get(VOICE_BRIDGE_OPEN.slug)
-    if service is None:
-        return []
-    url = catalog.url
-    note = "" if service["available"] else " Not configured on this node."
-    return [
-        f"- Voice bridge, free (the session's deposit pays): `POST "
-        f"{url(voice_bridge.SAY_PATH)}` with `{{\"sessionId\": \"...\", \"text\": \"...\"}}` "
-        "(or `audioBase64` with `encoding`) speaks into the call (MCP `voice_bridge_say`); "
-        f"`GET {url(voice_bridge.POLL_PATH)}?sessionId=<sessionId>&cursor=<nextCursor>` "
-        "polls transcript and system events (MCP `poll_voice_bridge`, every 0.5 to 1 s); "
-        f"`POST {url(voice_bridge.END_PATH)}` with `{{\"sessionId\": \"...\"}}` hangs up, "
-        "bills the elapsed time and refunds the rest of the deposit (MCP "
-        f"`end_voice_bridge`).{note}"
-    ]
+def operation_lines(catalog: Catalog) -> list[str]:
+    """One line per free operation (satsgate.operations), one per family (the follow-ups
+    of one paid service, noted where that service is not configured)."""
+    groups: dict[str, list[AnyOperation]] = {}  # in registry order
+    for op in OPERATIONS:
+        if op.http is None:
+            continue
+        if op.family is not None and op.family.service not in catalog.by_slug:
+            continue
+        groups.setdefault(op.family.name if op.family else op.name, []).append(op)
+    lines: list[str] = []
+    for ops in groups.values():
+        family = ops[0].family
+        fragments = "; ".join(_fragment(op, catalog) for op in ops)
+        if family is None:
+            lines.append(f"- {ops[0].title}, free: {fragments}.")
+            continue
+        available = catalog.by_slug[family.service]["available"]
+        note = "" if available else " Not configured on this node."
+        lines.append(f"- {family.name}, free{family.note}: {fragments}.{note}")
+    return lines

@@ -11,21 +11,27 @@ Payment metadata rides on each paid operation in the two draft vocabularies:
 ``x-payment-info`` (MPP, draft-payment-discovery) and ``x-l402-*``
 (lightninglabs/L402 discovery-spec.md Section 8).
 
+The free operations (satsgate.operations) are generated from their
+OperationSpecs: an operation on a path of its own gets that path (its params model
+as the body or the parameters, its result model as the 200 answer); a form sharing
+a paid service's path (the AI call's confirmation and poll, the vote listing) is an
+alternative request body of that POST, or the other answer of that GET. Members of a
+family (the voice bridge, the AI call) are marked ``x-available`` like their paid
+service. Every answer body is a pydantic model (satsgate.operations.models): the
+components are generated from them, never written by hand.
+
 Free endpoints are documented only when the route is registered, so the
-document never lists a path the server does not answer. The ai-call path also
-carries its free forms (services.ai_calls): the confirmation body as an
-alternative request body of its POST, and the poll (``call_id``) on its GET. A
-voice-bridge session's follow-ups (services.voice_bridge) have paths of their own:
-say, poll and end, free, marked ``x-available`` like the paid open.
+document never lists a path the server does not answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import re
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, JsonSchemaValue, models_json_schema
 
 from satsgate.discovery.describe import price_text
 from satsgate.discovery.documents import (
@@ -40,19 +46,14 @@ from satsgate.discovery.documents import (
     security_schemes,
 )
 from satsgate.errors import CATALOG_VERSION, CODES
-from satsgate.services import voice_bridge
+from satsgate.operations import OPERATIONS, AnyOperation
+from satsgate.operations.models import COMPONENTS
 from satsgate.services.catalog import CATEGORIES
-from satsgate.services.comms import (
-    AI_CALL,
-    VOICE_BRIDGE_OPEN,
-    AiCallConfirmParams,
-    AiCallPollParams,
-)
-from satsgate.services.pricing import ESTIMATORS
 
 OPENAPI_VERSION = "3.1.0"
 DOCUMENT_VERSION = "0.3.0"  # the machine-readable description's own version (spec, Versioning)
 _REF = "#/components/schemas/"
+Refs = Mapping[tuple[Any, JsonSchemaMode], JsonSchemaValue]
 
 # Codes any paid call can end in besides its service's own failure codes.
 _GATE_CODES = (
@@ -106,171 +107,6 @@ def _error_responses(codes: Collection[str]) -> dict[str, Any]:
             "content": _json_content(_ref("ErrorEnvelope")),
         }
     return responses
-
-
-def _components_schemas() -> dict[str, Any]:
-    code_names = list(CODES)
-    return {
-        "ErrorEnvelope": {
-            "type": "object",
-            "description": "Every error response; X-Error-Code repeats error_code.",
-            "required": ["error", "error_code", "suggestion"],
-            "properties": {
-                "error": {"type": "string"},
-                "error_code": {"type": "string", "enum": code_names},
-                "suggestion": {"type": "string"},
-                "example": {"type": "string"},
-                "retry_after_seconds": {"type": "number"},
-                "refund": _ref("Refund"),
-            },
-            "additionalProperties": True,
-        },
-        "Refund": {
-            "type": "object",
-            "description": "A one-time LNURL-withdraw refund after a post-payment failure.",
-            "properties": {
-                "lnurl_withdraw": {"type": "string"},
-                "amount_sats": {"type": "number"},
-                "refund_amount": {
-                    "type": "number",
-                    "deprecated": True,
-                    "description": "Alias of amount_sats.",
-                },
-                "refund_secret": {"type": "string"},
-                "status": {"type": "string"},
-                "charge_id": {"type": "string"},
-            },
-            "additionalProperties": True,
-        },
-        "PaymentChallenge": {
-            "allOf": [
-                _ref("ErrorEnvelope"),
-                {
-                    "type": "object",
-                    "properties": {
-                        "paymentId": {"type": "string"},
-                        "invoice": {"type": "string", "description": "BOLT11"},
-                        "lightningInvoice": {"type": "string"},
-                        "paymentHash": {"type": "string"},
-                        "macaroon": {"type": "string", "description": "standard base64"},
-                        "amountSats": {"type": "integer"},
-                        "expiresAt": {"type": "string", "format": "date-time"},
-                        "service": {"type": "string"},
-                        "hostedCheckoutUrl": {"type": "string"},
-                    },
-                },
-            ]
-        },
-        "JobAccepted": {
-            "type": "object",
-            "description": "An accepted async job: poll poll_url until COMPLETED or FAILED.",
-            "properties": {
-                "job_id": {"type": "string"},
-                "requestId": {"type": "string"},
-                "jobType": {"type": "string"},
-                "status": {"type": "string"},
-                "poll_url": {"type": "string"},
-                "poll_interval_ms": {"type": "integer"},
-            },
-            "additionalProperties": True,
-        },
-        "AiCallRecord": {
-            "type": "object",
-            "description": "An AI call: { success, call_id, status, poll_url } and, by "
-            "polling, transcript, results and refund status. status includes "
-            "pending_confirm (then questions holds the clarification questions).",
-            "required": ["success", "call_id", "status", "poll_url"],
-            "properties": {
-                "success": {"type": "boolean"},
-                "call_id": {"type": "string"},
-                "status": {"type": "string"},
-                "poll_url": {"type": "string"},
-                "questions": {"type": "array", "items": {"type": "string"}},
-                "transcript": {"type": "string"},
-                "results": {"type": "object"},
-                "refund_status": {"type": "string"},
-            },
-            "additionalProperties": True,
-        },
-        "VoiceBridgeSaid": {
-            "type": "object",
-            "description": "voice_bridge_say: the audio bytes sent into the call.",
-            "required": ["success", "bytesSent"],
-            "properties": {"success": {"type": "boolean"}, "bytesSent": {"type": "integer"}},
-            "additionalProperties": True,
-        },
-        "VoiceBridgeEvents": {
-            "type": "object",
-            "description": "poll_voice_bridge: the session's state and its events after "
-            "the cursor; poll again with nextCursor.",
-            "required": ["success", "sessionId", "state", "events", "nextCursor", "callId"],
-            "properties": {
-                "success": {"type": "boolean"},
-                "sessionId": {"type": "string"},
-                "state": {"type": "string"},
-                "events": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "description": "A partial or final transcript, or a system event.",
-                        "required": ["seq", "type", "text", "ts_ms"],
-                        "properties": {
-                            "seq": {"type": "integer"},
-                            "type": {"type": "string"},
-                            "text": {"type": "string"},
-                            "ts_ms": {"type": "integer"},
-                        },
-                    },
-                },
-                "nextCursor": {"type": "integer"},
-                "callId": {"type": "string"},
-            },
-            "additionalProperties": True,
-        },
-        "VoiceBridgeSettlement": {
-            "type": "object",
-            "description": "end_voice_bridge: elapsed time billed at perMinuteSats, the rest "
-            "of the deposit refunded (to refundAddress, else an LNURL-withdraw).",
-            "required": [
-                "success",
-                "elapsedSec",
-                "usedSats",
-                "depositSats",
-                "refundableSats",
-                "refund",
-                "finalTranscript",
-            ],
-            "properties": {
-                "success": {"type": "boolean"},
-                "elapsedSec": {"type": "integer"},
-                "usedSats": {"type": "integer"},
-                "depositSats": {"type": "integer"},
-                "refundableSats": {"type": "integer"},
-                "refund": {"anyOf": [_ref("Refund"), {"type": "null"}]},
-                "finalTranscript": {"type": "string"},
-            },
-            "additionalProperties": True,
-        },
-        "ServiceDescription": {
-            "type": "object",
-            "required": ["id", "name", "endpoint", "method", "pricing", "input_schema"],
-            "properties": {
-                "id": {"type": "string"},
-                "name": {"type": "string"},
-                "tool": {"type": "string"},
-                "category": {"type": "string"},
-                "description": {"type": "string"},
-                "endpoint": {"type": "string"},
-                "method": {"type": "string"},
-                "mode": {"type": "string", "enum": ["sync", "job"]},
-                "pricing": {"type": "object"},
-                "input_schema": {"type": "object"},
-                "failure_codes": {"type": "array", "items": {"type": "string"}},
-                "available": {"type": "boolean"},
-            },
-            "additionalProperties": True,
-        },
-    }
 
 
 def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -> dict[str, Any]:
@@ -392,41 +228,6 @@ def _free(
     return op
 
 
-def _query_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic field schema as a query parameter schema: no title, no null option."""
-    schema = {k: v for k, v in schema.items() if k != "title"}
-    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
-    if len(options) == 1:
-        schema.update(options[0])
-    elif options:
-        schema["anyOf"] = options
-    if schema.get("default", 0) is None:
-        del schema["default"]
-    return schema
-
-
-def _estimate_parameters() -> list[dict[str, Any]]:
-    """The query parameters of every estimator (pricing.ESTIMATORS), merged by name."""
-    schemas: dict[str, list[dict[str, Any]]] = {}
-    users: dict[str, list[str]] = {}
-    for service, estimator in ESTIMATORS.items():
-        fields = estimator.params.model_json_schema().get("properties", {})
-        for name, schema in fields.items():
-            options = schemas.setdefault(name, [])
-            cleaned = _query_schema(schema)
-            if cleaned not in options:
-                options.append(cleaned)
-            users.setdefault(name, []).append(service)
-    return [
-        _query(
-            name,
-            options[0] if len(options) == 1 else {"anyOf": options},
-            "Used by: " + ", ".join(users[name]) + ".",
-        )
-        for name, options in schemas.items()
-    ]
-
-
 def _free_endpoints() -> dict[str, dict[str, Any]]:
     """Every free GET endpoint satsgate may serve, by path."""
     doc = "Discovery document (free)."
@@ -438,29 +239,6 @@ def _free_endpoints() -> dict[str, dict[str, Any]]:
             "The model catalog: ids, tiers, defaults, prices.",
             parameters=[
                 _query("category", {"type": "string", "enum": list(CATEGORIES)}, "One category.")
-            ],
-            codes=_FREE_CODES,
-        ),
-        "/api/estimate-cost": _free(
-            "estimateCost",
-            "A price quote without an invoice (X-Error-Code: L402_ESTIMATE_ONLY).",
-            parameters=[
-                _query(
-                    "service",
-                    {"type": "string", "enum": sorted(ESTIMATORS)},
-                    "Estimate id.",
-                    required=True,
-                ),
-                *_estimate_parameters(),
-            ],
-            codes=_FREE_CODES,
-        ),
-        "/api/l402/job-status": _free(
-            "jobStatus",
-            "Status and result of an async job (check_job_status, get_job_result).",
-            parameters=[
-                _query("requestId", {"type": "string"}, "Job id.", required=True),
-                _query("jobType", {"type": "string"}, "Job type."),
             ],
             codes=_FREE_CODES,
         ),
@@ -494,180 +272,187 @@ def _free_endpoints() -> dict[str, dict[str, Any]]:
     }
 
 
-_AI_CALL_PATH = f"/api/l402/{AI_CALL.slug}"
-_AI_CALL_FREE_CODES = ("L402_INVALID_PARAMS", "AI_CALL_NOT_FOUND", "SERVICE_UNAVAILABLE")
+# -- the free operations (satsgate.operations) ----------------------------------------------
 
 
-def _add_ai_call_confirmation(
-    post: dict[str, Any], schemas: dict[str, Any], confirm_schema: dict[str, Any]
-) -> None:
-    """The POST of ai-call also takes ``{action: 'confirm', session_id, answers?}``."""
-    body = post["requestBody"]["content"]["application/json"]
-    schemas["AiCallRequest"] = {
-        "description": "The paid call, or the free confirmation of a pending_confirm call.",
-        "oneOf": [body["schema"], confirm_schema],
-    }
-    body["schema"] = _ref("AiCallRequest")
-    post["description"] += (
-        "\n\nConfirmation (free): the body {action: 'confirm', session_id, answers?} lets a "
-        "call that answered status pending_confirm proceed on its original payment. It needs "
-        "no Authorization and never answers 402: 200 with { success, call_id, status, "
-        "poll_url }, or AI_CALL_NOT_FOUND (404) when no call awaits confirmation under "
-        "session_id. MCP: confirm_ai_call."
-    )
-    codes = list(dict.fromkeys([*post["x-error-codes"], *_AI_CALL_FREE_CODES]))
-    post["x-error-codes"] = codes
-    post["responses"].update(_error_responses(codes))
+def _query_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic field schema as a query parameter schema: no title, no null option."""
+    schema = {k: v for k, v in schema.items() if k != "title"}
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema.update(options[0])
+    elif options:
+        schema["anyOf"] = options
+    if schema.get("default", 0) is None:
+        del schema["default"]
+    return schema
 
 
-def _describe_or_poll_ai_call(describe: dict[str, Any], available: bool) -> dict[str, Any]:
-    """The GET of ai-call: the description, or with ``call_id`` the free poll of a call."""
-    call_id = _query_schema(AiCallPollParams.model_json_schema()["properties"]["call_id"])
-    unavailable = "" if available else " Not configured on this node: polling answers 503."
-    return {
-        **describe,
-        "summary": f"Describe {AI_CALL.title}, or poll one call with call_id (free)",
-        "description": "Without call_id: the service description. With call_id: the call's "
-        "record (transcript, results and refund status when the call has them), free of "
-        "charge; x-available is whether polling works on this node." + unavailable,
-        "parameters": [
-            _query("call_id", call_id, "The call_id returned when the call was placed.")
-        ],
-        "responses": {
-            "200": {
-                "description": "The service description, or with call_id the call record.",
-                "content": _json_content(
-                    {"oneOf": [_ref("ServiceDescription"), _ref("AiCallRecord")]}
-                ),
-            },
-            **_error_responses([*_AI_CALL_FREE_CODES, "INTERNAL_ERROR"]),
-        },
-        "x-available": available,
-    }
+def _parameters(op: AnyOperation, optional: bool = False) -> list[dict[str, Any]]:
+    """A GET operation's parameters from its params model: path parameters (named in its
+    path), then query parameters; ``optional`` for a form picked by its parameters."""
+    assert op.http is not None
+    schema = op.params.model_json_schema()
+    required = set(schema.get("required", []))
+    in_path = set(re.findall(r"{(\w+)}", op.http.path))
+    params: list[dict[str, Any]] = []
+    for name, field in schema.get("properties", {}).items():
+        where = "path" if name in in_path else "query"
+        params.append(
+            {
+                "name": name,
+                "in": where,
+                "required": where == "path" or (name in required and not optional),
+                "description": field.get("description", name),
+                "schema": _query_schema(field),
+            }
+        )
+    if op.http.extra_parameters is not None:
+        params += op.http.extra_parameters()
+    return sorted(params, key=lambda p: p["in"] != "path")
 
 
-def _add_ai_call_forms(
-    paths: dict[str, Any],
-    schemas: dict[str, Any],
-    routes: Collection[tuple[str, str]],
-    confirm_schema: dict[str, Any],
-    available: bool,
-) -> None:
-    """Document the free forms on the ai-call path, each only where its route exists."""
-    item = paths.get(_AI_CALL_PATH)
-    if item is None:
-        return
-    if ("POST", _AI_CALL_PATH) in routes:
-        _add_ai_call_confirmation(item["post"], schemas, confirm_schema)
-    if ("GET", _AI_CALL_PATH) in routes and "get" in item:
-        item["get"] = _describe_or_poll_ai_call(item["get"], available)
+def _codes(op: AnyOperation) -> list[str]:
+    assert op.http is not None
+    extra = ["PAYLOAD_TOO_LARGE"] if op.http.method == "POST" else []
+    return list(dict.fromkeys([*op.error_codes, *extra]))
 
 
-_VOICE_BRIDGE_CODES = (
-    "L402_INVALID_PARAMS",
-    "VOICE_BRIDGE_SESSION_NOT_FOUND",
-    "SERVICE_UNAVAILABLE",
-    "INTERNAL_ERROR",
-)
-_VOICE_BRIDGE_BODIES = (voice_bridge.VoiceBridgeSayParams, voice_bridge.VoiceBridgeEndParams)
+def _available(op: AnyOperation, catalog: Catalog) -> bool:
+    """Where the paid service of its family is available (always, without a family)."""
+    if op.family is None:
+        return True
+    service = catalog.by_slug.get(op.family.service)
+    return service is not None and bool(service["available"])
 
 
-def _voice_bridge_operation(
-    tool: str,
-    summary: str,
-    description: str,
-    answer: str,
-    available: bool,
-    *,
-    body: dict[str, Any] | None = None,
-    parameters: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """A free follow-up of a voice-bridge session: no security, never a 402."""
-    codes = [*_VOICE_BRIDGE_CODES, *(["PAYLOAD_TOO_LARGE"] if body is not None else [])]
+def _free_operation(op: AnyOperation, catalog: Catalog, refs: Refs) -> dict[str, Any]:
+    """An operation on a path of its own: no security, never a 402."""
+    assert op.http is not None
+    codes = _codes(op)
+    available = _available(op, catalog)
     unavailable = "" if available else "\n\nNot configured on this node (503)."
-    op: dict[str, Any] = {
-        "operationId": tool,
-        "summary": f"{summary} (free)",
-        "description": f"{description} Free: the session's deposit pays; no Authorization, "
-        f"never 402. MCP: {tool}.\n\nError codes: {', '.join(codes)}.{unavailable}",
-        "tags": [VOICE_BRIDGE_OPEN.category, "free"],
+    mcp = f" MCP: {op.tool}." if op.tool else ""
+    doc: dict[str, Any] = {
+        "operationId": op.name,
+        "summary": f"{op.title} (free)",
+        "description": f"{op.http.summary or op.description}{mcp}\n\nError codes: "
+        f"{', '.join(codes)}.{unavailable}",
+        "tags": list(op.tags),
         "security": [],
         "responses": {
-            "200": {"description": summary, "content": _json_content(_ref(answer))},
+            "200": {
+                "description": op.title,
+                "content": _json_content(refs[(op.result, "validation")]),
+            },
             **_error_responses(codes),
         },
         "x-error-codes": codes,
-        "x-mcp-tool": tool,
         "x-available": available,
     }
-    if body is not None:
-        op["requestBody"] = {"required": True, "content": _json_content(body)}
-    if parameters is not None:
-        op["parameters"] = parameters
-    return op
+    if op.tool:
+        doc["x-mcp-tool"] = op.tool
+    if op.http.method == "POST":
+        body = refs[(op.params, "validation")]
+        doc["requestBody"] = {"required": True, "content": _json_content(body)}
+    else:
+        parameters = _parameters(op)
+        if parameters:
+            doc["parameters"] = parameters
+    return doc
 
 
-def _voice_bridge_paths(
-    routes: Collection[tuple[str, str]],
-    say_schema: dict[str, Any],
-    end_schema: dict[str, Any],
-    available: bool,
+def _schema_name(slug: str) -> str:
+    return "".join(part.capitalize() for part in slug.split("-")) + "Request"
+
+
+def _add_post_forms(
+    post: dict[str, Any],
+    slug: str,
+    forms: list[AnyOperation],
+    schemas: dict[str, Any],
+    refs: Refs,
+) -> None:
+    """The paid POST also takes the forms' bodies (free, picked by their keys)."""
+    body = post["requestBody"]["content"]["application/json"]
+    name = _schema_name(slug)
+    schemas[name] = {
+        "description": "The paid call, or the body of the free "
+        + ", ".join(op.name for op in forms)
+        + ".",
+        "oneOf": [body["schema"], *(refs[(op.params, "validation")] for op in forms)],
+    }
+    body["schema"] = _ref(name)
+    codes = list(post["x-error-codes"])
+    for op in forms:
+        assert op.http is not None
+        mcp = f" MCP: {op.tool}." if op.tool else ""
+        post["description"] += f"\n\n{op.title} (free): {op.http.summary}{mcp}"
+        codes += op.error_codes
+    post["x-error-codes"] = codes = list(dict.fromkeys(codes))
+    post["responses"].update(_error_responses(codes))
+
+
+def _get_form(
+    describe: dict[str, Any], op: AnyOperation, catalog: Catalog, refs: Refs
 ) -> dict[str, Any]:
-    """say, poll and end of a voice-bridge session, each only where its route exists."""
-    paths: dict[str, Any] = {}
-    if ("POST", voice_bridge.SAY_PATH) in routes:
-        paths[voice_bridge.SAY_PATH] = {
-            "post": _voice_bridge_operation(
-                "voice_bridge_say",
-                "Speak into a voice bridge",
-                "Play speech into an open session: exactly one of text (synthesized; "
-                "optional language, voiceDescription) or audioBase64 (raw audio, at most "
-                "1 MB decoded; optional encoding, default the session's activeCodec). Speech "
-                "recognition is muted while it plays.",
-                "VoiceBridgeSaid",
-                available,
-                body=say_schema,
-            )
-        }
-    if ("GET", voice_bridge.POLL_PATH) in routes:
-        fields = voice_bridge.VoiceBridgePollParams.model_json_schema()["properties"]
-        paths[voice_bridge.POLL_PATH] = {
-            "get": _voice_bridge_operation(
-                "poll_voice_bridge",
-                "Poll a voice bridge",
-                "Transcript and system events since cursor; poll about every 0.5 to 1 s. "
-                "session_id is accepted for sessionId.",
-                "VoiceBridgeEvents",
-                available,
-                parameters=[
-                    _query(
-                        "sessionId",
-                        _query_schema(fields["sessionId"]),
-                        "The sessionId from the open_voice_bridge answer.",
-                        required=True,
-                    ),
-                    _query(
-                        "cursor",
-                        _query_schema(fields["cursor"]),
-                        "nextCursor of the previous poll; 0 from the start.",
-                    ),
-                ],
-            )
-        }
-    if ("POST", voice_bridge.END_PATH) in routes:
-        paths[voice_bridge.END_PATH] = {
-            "post": _voice_bridge_operation(
-                "end_voice_bridge",
-                "End a voice bridge",
-                "Hang up and settle the deposit, once: the elapsed time is billed at "
-                "perMinuteSats, the rest refunded to refundAddress or as an LNURL-withdraw. "
-                "Ending again returns the same settlement.",
-                "VoiceBridgeSettlement",
-                available,
-                body=end_schema,
-            )
-        }
-    return paths
+    """The service's GET: the description, or the form's answer (free)."""
+    assert op.http is not None
+    result = refs[(op.result, "validation")]
+    available = _available(op, catalog)
+    doc: dict[str, Any] = {**describe, "summary": op.http.summary or f"{op.title} (free)"}
+    if op.http.with_description:
+        answer: dict[str, Any] = {"allOf": [_ref("ServiceDescription"), result]}
+        doc["description"] = op.description
+    else:
+        answer = {"oneOf": [_ref("ServiceDescription"), result]}
+        unavailable = "" if available else " Not configured on this node: answers 503."
+        doc["description"] = op.description + unavailable
+        doc["parameters"] = _parameters(op, optional=True)
+    doc["responses"] = {
+        "200": {
+            "description": "The service description"
+            + ("" if op.http.with_description else f", or the answer of {op.name}")
+            + ".",
+            "content": _json_content(answer),
+        },
+        **_error_responses(_codes(op)),
+    }
+    doc["x-available"] = available
+    if op.tool:
+        doc["x-mcp-tool"] = op.tool
+    return doc
+
+
+def _add_operations(
+    paths: dict[str, Any],
+    schemas: dict[str, Any],
+    catalog: Catalog,
+    routes: Collection[tuple[str, str]],
+    refs: Refs,
+) -> None:
+    """Each operation where its route exists: its own path, or a form of a service's."""
+    post_forms: dict[str, list[AnyOperation]] = {}
+    for op in OPERATIONS:
+        route = op.http
+        if route is None:
+            continue
+        if op.family is not None and op.family.service not in catalog.by_slug:
+            continue
+        if route.on_service is None:
+            if (route.method, route.path) in routes:
+                item = paths.setdefault(route.path, {})
+                item[route.method.lower()] = _free_operation(op, catalog, refs)
+            continue
+        item = paths.get(f"/api/l402/{route.on_service}")
+        if item is None or (route.method, "/api/l402/{slug}") not in routes:
+            continue
+        if route.method == "POST":
+            post_forms.setdefault(route.on_service, []).append(op)
+        elif "get" in item:
+            item["get"] = _get_form(item["get"], op, catalog, refs)
+    for slug, forms in post_forms.items():
+        _add_post_forms(paths[f"/api/l402/{slug}"]["post"], slug, forms, schemas, refs)
 
 
 def openapi_document(
@@ -676,14 +461,15 @@ def openapi_document(
     """The document; ``routes`` is the (METHOD, path) set the server answers."""
     models: list[type[BaseModel]] = [
         *(spec.params for spec in catalog.specs),
-        AiCallConfirmParams,
-        *_VOICE_BRIDGE_BODIES,
+        *COMPONENTS,
+        *(op.params for op in OPERATIONS if op.http is not None),
+        *(op.result for op in OPERATIONS if op.http is not None),
     ]
     unique_models = list(dict.fromkeys(models))
     refs, defs = models_json_schema(
         [(model, "validation") for model in unique_models], ref_template=_REF + "{model}"
     )
-    schemas = {**defs.get("$defs", {}), **_components_schemas()}
+    schemas = dict(defs.get("$defs", {}))
 
     paths: dict[str, Any] = {}
     for index, spec in enumerate(catalog.specs):
@@ -697,16 +483,7 @@ def openapi_document(
     for path, operation in _free_endpoints().items():
         if ("GET", path) in routes:
             paths[path] = {"get": operation}
-    ai_call = catalog.by_slug.get(AI_CALL.slug)
-    if ai_call is not None:
-        confirm_schema = refs[(AiCallConfirmParams, "validation")]
-        _add_ai_call_forms(paths, schemas, routes, confirm_schema, bool(ai_call["available"]))
-    bridge = catalog.by_slug.get(VOICE_BRIDGE_OPEN.slug)
-    if bridge is not None:
-        say_schema = refs[(voice_bridge.VoiceBridgeSayParams, "validation")]
-        end_schema = refs[(voice_bridge.VoiceBridgeEndParams, "validation")]
-        available = bool(bridge["available"])
-        paths.update(_voice_bridge_paths(routes, say_schema, end_schema, available))
+    _add_operations(paths, schemas, catalog, routes, refs)
 
     categories = sorted({spec.category for spec in catalog.specs})
     return {

@@ -1,7 +1,7 @@
 """Book narration: the capability the ``audiobook`` engine name serves (epub-audiobook).
 
 The service reads the book, picks and checks the chapters and moves what cannot be read
-aloud into the annexe (``services/engines/book.py``); the engine turns the chapters'
+aloud into the annexe (``engines/local/book.py``); the engine turns the chapters'
 text into one M4B (AAC in MP4) with a chapter marker at the start of each chapter.
 Implemented locally by ``engines/local/narration.py`` (eSpeak NG and ffmpeg); a provider
 may implement it with its own voices.

@@ -5,9 +5,11 @@ Layers, outermost first:
 - :mod:`satsgate.mcp.http` — Streamable HTTP transport (stateless, SSE for progress,
   Origin check); :func:`install` adds it to the app.
 - :mod:`satsgate.mcp.server` — the MCP methods (initialize, ping, tools/list, tools/call).
-- :mod:`satsgate.mcp.tools` — the catalog: free tools plus one paid tool per registry spec.
-- :mod:`satsgate.mcp.payment_tools`, :mod:`satsgate.mcp.free_tools` — the tools themselves;
-  paid calls go through the same Gate methods as HTTP.
+- :mod:`satsgate.mcp.tools` — the catalog: free tools plus one paid tool per registry spec;
+  the free operations (satsgate.operations) become tools there.
+- :mod:`satsgate.mcp.payment_tools`, :mod:`satsgate.mcp.free_tools` — the MCP-only tools
+  (create_payment and the paid call, the model catalog, await_result); paid calls go
+  through the same Gate methods as HTTP.
 - :mod:`satsgate.mcp.results`, :mod:`satsgate.mcp.jsonrpc` — result and message shapes.
 """
 

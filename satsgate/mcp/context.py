@@ -1,60 +1,35 @@
-"""What a tool handler gets: the gate and registry (ToolEnv) and its call (CallContext)."""
+"""What a tool handler gets: the gate and registry (ToolEnv, the operations' OperationEnv)
+and its call (CallContext)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from satsgate.config import Settings
-from satsgate.engines import Engines
 from satsgate.errors import invalid_params
-from satsgate.jobs import JobRunner
 from satsgate.mcp.jsonrpc import notification
-from satsgate.payments.gate import Gate
-from satsgate.refunds import RefundService
-from satsgate.services import planned
+from satsgate.operations.base import OperationEnv, PlannedSource, RoadmapPlannedServices
 from satsgate.services.base import ServiceSpec
+
+__all__ = [
+    "AnySpec",
+    "CallContext",
+    "PlannedSource",
+    "RoadmapPlannedServices",
+    "ToolEnv",
+    "validate_args",
+]
 
 M = TypeVar("M", bound=BaseModel)
 AnySpec = ServiceSpec[Any]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class PlannedSource(Protocol):
-    """Planned (not yet offered) services with their votes; the vote module provides one."""
-
-    async def planned_services(self) -> Sequence[Mapping[str, Any]]: ...
-
-
-class RoadmapPlannedServices:
-    """The default: the roadmap of satsgate.services.planned, with its votes."""
-
-    def __init__(self, votes: planned.VoteCounts) -> None:
-        self._votes = votes
-
-    async def planned_services(self) -> Sequence[Mapping[str, Any]]:
-        return await planned.planned_services(self._votes)
-
-
-@dataclass(frozen=True)
-class ToolEnv:
-    """Everything a tool reaches: the gate (the paid-call flow), the jobs, the refunds,
-    the settings, the engines and the paid tools."""
-
-    gate: Gate
-    jobs: JobRunner
-    refunds: RefundService
-    settings: Settings
-    engines: Engines
-    paid: Mapping[str, AnySpec]  # by tool name
-    by_slug: Mapping[str, AnySpec]
-    planned: PlannedSource
-    # Set at shutdown: waiting tools answer at once instead of holding the server open.
-    closing: asyncio.Event = field(default_factory=asyncio.Event)
+# What every tool reaches: the app's gate, jobs, refunds, settings, engines, paid tools.
+ToolEnv = OperationEnv
 
 
 @dataclass(frozen=True)
@@ -66,6 +41,8 @@ class CallContext:
     keepalive: Callable[[], Awaitable[None]] | None = None
     # The transport's per-client rate limit: rate_check(rule) raises RATE_LIMITED.
     rate_check: Callable[[str], None] | None = None
+    # MCP carries no credential: a payment is proven by its paymentId (create_payment's).
+    authorization: tuple[str, ...] = ()
 
     def limit(self, rule: str) -> None:
         """Spend one request of this call's client under ``rule`` (satsgate/ratelimit.py)."""

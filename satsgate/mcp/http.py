@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from satsgate import json_input
-from satsgate.http_util import dumps
+from satsgate.http_edge import dumps
 from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import (
     INVALID_REQUEST,

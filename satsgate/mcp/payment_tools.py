@@ -1,5 +1,7 @@
 """The paymentId flow: create_payment -> pay -> check_payment_status -> the paid tool.
 
+(check_payment_status and request_refund are free operations: satsgate.operations.payments.)
+
 Every step goes through the Gate, exactly as the HTTP face does: the quote
 (``challenge_for``), the spend rule, re-pricing and refunds live there once.
 Schema failures before any payment raise L402_INVALID_PARAMS, which the
@@ -18,11 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from satsgate.errors import ApiError
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
-from satsgate.payments import refund_request
+from satsgate.operations import payments
 from satsgate.payments.challenger import Challenge, validate_params
-from satsgate.payments.mpp import rfc3339
 from satsgate.services.pricing import ESTIMATORS, estimate
-from satsgate.store import Payment, PaymentStatus
+from satsgate.store import Payment
 
 # Fields of a params model that a bare ``prompt`` (or ``characterCount``) may stand in
 # for when an estimate is all that can be made: the spec's "the text to be processed".
@@ -59,65 +60,10 @@ class CreatePaymentArgs(BaseModel):
     )
 
 
-class PaymentIdArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="check_payment_status arguments")
+# -- the payment resource (satsgate.operations.payments) -------------------------------------
 
-    paymentId: str = Field(min_length=1, max_length=200, description="From create_payment.")
-
-
-class RequestRefundArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="request_refund arguments")
-
-    paymentId: str = Field(min_length=1, max_length=200, description="The paid, unused payment.")
-    invoice: str = Field(
-        min_length=1,
-        max_length=4000,
-        description="A BOLT11 invoice of yours for exactly the amount paid; the refund pays it. "
-        "Send the payment's own lightningInvoice instead to get an LNURL-withdraw link only.",
-    )
-    preimage: str | None = Field(
-        None,
-        min_length=64,
-        max_length=64,
-        description="Only for a payment made through an HTTP 402 challenge: its preimage "
-        "(the proof of payment). A payment from create_payment needs none.",
-    )
-    email: str | None = Field(None, max_length=320, description="Optional; not stored.")
-    feedback: str | None = Field(
-        None, max_length=2000, description="Optional: why the call was not used."
-    )
-
-
-# -- the payment resource -------------------------------------------------------------------
-
-
-public_status = refund_request.public_status
-
-
-def payment_document(
-    payment: Payment, spec: AnySpec | None, checkout_url: str, *, with_id: bool = True
-) -> dict[str, Any]:
-    """The Payment resource as check_payment_status and the checkout page report it;
-    ``with_id`` False for the checkout page's poll, whose token must not lead to the
-    paymentId (which spends an MCP payment)."""
-    status = public_status(payment)
-    doc: dict[str, Any] = {
-        "paymentId": payment.payment_id,
-        # A canceled hold invoice went back to the payer: not paid.
-        "paid": payment.status not in (PaymentStatus.UNPAID, PaymentStatus.CANCELED),
-        "status": status,
-        "amountSats": payment.amount_msat // 1000,
-        "service": payment.service,
-        "toolName": spec.tool_name if spec is not None else None,
-        "title": spec.title if spec is not None else payment.service,
-        "expiresAt": rfc3339(payment.expires_at),
-    }
-    if status == "unpaid":
-        doc["lightningInvoice"] = payment.bolt11
-        doc["hostedCheckoutUrl"] = checkout_url
-    if not with_id:
-        del doc["paymentId"]
-    return doc
+public_status = payments.public_status
+payment_document = payments.payment_document
 
 
 async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
@@ -270,17 +216,6 @@ def _payment_fields(
     }
 
 
-# -- check_payment_status -------------------------------------------------------------------
-
-
-async def check_payment_status(
-    env: ToolEnv, args: PaymentIdArgs, ctx: CallContext
-) -> dict[str, Any]:
-    payment = await env.gate.refresh_paid(await find_payment(env, args.paymentId))
-    spec = env.by_slug.get(payment.service)
-    return results.success(payment_document(payment, spec, env.gate.checkout_url(payment)))
-
-
 # -- the paid tool --------------------------------------------------------------------------
 
 
@@ -321,17 +256,3 @@ async def call_paid(
         # Decided after looking at the payment: a tool failure, never a protocol error.
         return results.failure(exc)
     return results.from_service_result(result, untrusted=spec.untrusted_output)
-
-
-# -- request_refund -------------------------------------------------------------------------
-
-
-async def request_refund(env: ToolEnv, args: RequestRefundArgs, ctx: CallContext) -> dict[str, Any]:
-    """The request_refund tool: see :mod:`satsgate.payments.refund_request`."""
-    ctx.limit("refund")
-    return results.success(
-        await refund_request.request_refund(
-            env.gate, env.refunds, env.settings.network, args.paymentId, args.invoice,
-            args.feedback, args.preimage,
-        )
-    )

@@ -1,5 +1,9 @@
 """The tool catalog: free tools, plus one paid tool per ServiceSpec of the registry.
 
+The free tools are the free operations with an MCP tool name (satsgate.operations:
+arguments, handler and result declared once for every face) plus the MCP-only ones
+(create_payment, the model catalog, await_result).
+
 tools/list and tools/call are generated from the same registry as the HTTP
 endpoints: name = ``ServiceSpec.tool_name``, inputSchema = the spec's params
 model plus a required ``paymentId``. A free tool's name wins over a paid one
@@ -25,13 +29,10 @@ from satsgate.errors import ApiError
 from satsgate.mcp import free_tools, payment_tools, results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv, validate_args
 from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
+from satsgate.operations import OPERATIONS, AnyOperation, dump
+from satsgate.operations.jobs import JobResultArgs
 from satsgate.payments.challenger import validate_params
 from satsgate.services.catalog import MODELS_BY_ID
-from satsgate.services.voice_bridge import (
-    VoiceBridgeEndParams,
-    VoiceBridgePollParams,
-    VoiceBridgeSayParams,
-)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ class FreeTool:
     read_only: bool = True
 
 
-FREE_TOOLS: tuple[FreeTool, ...] = (
+# The MCP-only free tools; the others are the free operations (satsgate.operations).
+_OWN_TOOLS: tuple[FreeTool, ...] = (
     FreeTool(
         "create_payment",
         "Create a payment",
@@ -57,24 +59,6 @@ FREE_TOOLS: tuple[FreeTool, ...] = (
         "Returns paymentId, lightningInvoice, amountSats, hostedCheckoutUrl. Free.",
         payment_tools.CreatePaymentArgs,
         payment_tools.create_payment,
-        read_only=False,
-    ),
-    FreeTool(
-        "check_payment_status",
-        "Check a payment",
-        "Step 2: whether the invoice of a paymentId has settled (paid: true), and its status "
-        "(unpaid, paid, spent, refunded, expired). Free.",
-        payment_tools.PaymentIdArgs,
-        payment_tools.check_payment_status,
-    ),
-    FreeTool(
-        "request_refund",
-        "Refund an unused payment",
-        "Refund a paid payment that was never used for its call, in full. Pass an invoice of "
-        "yours for exactly the amount paid to be paid at once; an LNURL-withdraw link is "
-        "returned either way. Used, unpaid or refunded payments: REFUND_NOT_AVAILABLE. Free.",
-        payment_tools.RequestRefundArgs,
-        payment_tools.request_refund,
         read_only=False,
     ),
     FreeTool(
@@ -92,89 +76,62 @@ FREE_TOOLS: tuple[FreeTool, ...] = (
         free_tools.get_model_pricing,
     ),
     FreeTool(
-        "check_job_status",
-        "Check a job",
-        "One status check of an asynchronous job: IN_PROGRESS, COMPLETED (with result) or "
-        "FAILED (with the error and its refund). Free.",
-        free_tools.JobArgs,
-        free_tools.check_job_status,
-    ),
-    FreeTool(
-        "get_job_result",
-        "Get a job's result",
-        "The result of an asynchronous job; a FAILED job is a tool error carrying its refund. "
-        "Free.",
-        free_tools.JobResultArgs,
-        free_tools.get_job_result,
-    ),
-    FreeTool(
         "await_result",
         "Wait for a job",
         "Wait up to about 4 minutes for an asynchronous job, streaming notifications/progress "
         "over SSE when the request sends Accept: text/event-stream and a progressToken; "
         "otherwise one status check. Call again while IN_PROGRESS. Free.",
-        free_tools.JobResultArgs,
+        JobResultArgs,
         free_tools.await_result,
     ),
-    FreeTool(
-        "list_planned_services",
-        "Planned services",
-        "Services planned but not offered yet, most voted first: { services: [{ slug, name, "
-        "description, votes }] }. Free.",
-        free_tools.NoArgs,
-        free_tools.list_planned_services,
-    ),
-    FreeTool(
-        "confirm_ai_call",
-        "Confirm an AI call",
-        "Let an ai_call that answered status pending_confirm (with clarification questions) "
-        "proceed: sessionId from that answer, optional answers by question. Uses the call's "
-        "original payment: free, no new payment. Returns { success, call_id, status, "
-        "poll_url }. Unknown or already confirmed session: AI_CALL_NOT_FOUND; a node "
-        "without the AI-call engine: SERVICE_UNAVAILABLE.",
-        free_tools.ConfirmAiCallArgs,
-        free_tools.confirm_ai_call,
-        read_only=False,
-    ),
-    FreeTool(
-        "voice_bridge_say",
-        "Speak into a voice bridge",
-        "Play speech into a session opened with open_voice_bridge: exactly one of text "
-        "(synthesized in 602 languages; optional language, voiceDescription) or audioBase64 "
-        "(raw audio, at most 1 MB; optional encoding mulaw_8000 or pcm_l16_16000, default "
-        "the session's activeCodec). Speech recognition is muted while it plays. Returns "
-        "{ success, bytesSent }. Free: the session's deposit pays. Unknown or ended session: "
-        "VOICE_BRIDGE_SESSION_NOT_FOUND; a node without the voice-bridge engine: "
-        "SERVICE_UNAVAILABLE.",
-        VoiceBridgeSayParams,
-        free_tools.voice_bridge_say,
-        read_only=False,
-    ),
-    FreeTool(
-        "poll_voice_bridge",
-        "Poll a voice bridge",
-        "Transcript and system events of a voice-bridge session since cursor: { success, "
-        "sessionId, state, events: [{ seq, type, text, ts_ms }], nextCursor, callId }. Pass "
-        "nextCursor as the next cursor; poll about every 0.5 to 1 s. Free. Unknown session: "
-        "VOICE_BRIDGE_SESSION_NOT_FOUND; a node without the voice-bridge engine: "
-        "SERVICE_UNAVAILABLE.",
-        VoiceBridgePollParams,
-        free_tools.poll_voice_bridge,
-    ),
-    FreeTool(
-        "end_voice_bridge",
-        "End a voice bridge",
-        "Hang up a voice-bridge session and settle its deposit, once: { success, elapsedSec, "
-        "usedSats, depositSats, refundableSats, refund, finalTranscript }. The elapsed time "
-        "is billed at perMinuteSats; the unused deposit goes to refundAddress when the "
-        "session has one, otherwise refund is an LNURL-withdraw. Ending again returns the "
-        "same settlement. Free. Unknown session: VOICE_BRIDGE_SESSION_NOT_FOUND; a node "
-        "without the voice-bridge engine: SERVICE_UNAVAILABLE.",
-        VoiceBridgeEndParams,
-        free_tools.end_voice_bridge,
-        read_only=False,
-    ),
 )
+
+
+def operation_tool(op: AnyOperation) -> FreeTool:
+    """A free operation as an MCP tool: its arguments, its handler, its result."""
+    assert op.tool is not None
+
+    async def run(env: ToolEnv, args: Any, ctx: CallContext) -> dict[str, Any]:
+        if op.rate_rule is not None:
+            ctx.limit(op.rate_rule)
+        result = await op.handler(env, args, ctx)
+        body = dump(result)
+        if op.tool_failure is not None and op.tool_failure(result):
+            return results.failure_envelope(body)
+        return results.success(body, untrusted=op.untrusted is not None and op.untrusted(result))
+
+    return FreeTool(op.tool, op.title, op.description, op.arguments, run, op.read_only)
+
+
+# tools/list order: the payment steps first (then the paid tools), then the rest.
+_ORDER = (
+    "create_payment",
+    "check_payment_status",
+    "request_refund",
+    "list_models",
+    "get_model_pricing",
+    "check_job_status",
+    "get_job_result",
+    "await_result",
+    "list_planned_services",
+    "confirm_ai_call",
+    "voice_bridge_say",
+    "poll_voice_bridge",
+    "end_voice_bridge",
+)
+_PAYMENT_STEPS = 3
+
+
+def _free_tools() -> tuple[FreeTool, ...]:
+    tools = {t.name: t for t in _OWN_TOOLS}
+    for op in OPERATIONS:
+        if op.tool is not None:
+            tools[op.tool] = operation_tool(op)
+    ordered = [tools.pop(name) for name in _ORDER if name in tools]
+    return (*ordered, *tools.values())
+
+
+FREE_TOOLS: tuple[FreeTool, ...] = _free_tools()
 FREE_BY_NAME: dict[str, FreeTool] = {t.name: t for t in FREE_TOOLS}
 
 
@@ -207,7 +164,8 @@ class ToolCatalog:
                 _paid_definition(spec, spec.is_available(engines))
                 for spec in self.env.paid.values()
             ]
-            self._definitions = [*free[:3], *paid, *free[3:]]
+            steps = _PAYMENT_STEPS
+            self._definitions = [*free[:steps], *paid, *free[steps:]]
         return copy.deepcopy(self._definitions)
 
     async def call(

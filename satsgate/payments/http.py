@@ -10,7 +10,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from satsgate.errors import ApiError, envelope
-from satsgate.http_util import dumps, read_json, result_response
+from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import l402, mpp
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate

@@ -99,6 +99,8 @@ class Settlements:
         """Apply the node's settlements to the store forever, resuming from the cursor."""
         name = self._cursor_name
         cursor = await self.init_cursor()
+        started_at = int(time.time())
+        log.info("watching the node's settlements after cursor %s=%d", name, cursor)
         backoff = 1.0
         while True:
             try:
@@ -108,6 +110,10 @@ class Settlements:
                         s.payment_hash, s.amount_received_msat, s.settled_at, (name, s.cursor)
                     )
                     cursor = s.cursor
+                    if s.settled_at < started_at:  # paid while satsgate was not watching
+                        log.info("applied a settlement made before this start: %d msat,"
+                                 " payment hash %s (cursor %d)", s.amount_received_msat,
+                                 s.payment_hash, s.cursor)
                     self.notify_paid(s.payment_hash)
                     backoff = 1.0
             except asyncio.CancelledError:

@@ -4,7 +4,8 @@ lightningd runs this with ``LIGHTNINGD_PLUGIN=1`` and talks JSON-RPC over its
 stdin/stdout. The flow:
 
 - ``getmanifest``: the options in :data:`satsgate.plugin.options.OPTIONS`, the
-  commands ``satsgate-status`` and ``satsgate-refund``, the ``shutdown`` subscription.
+  commands ``satsgate-status``, ``satsgate-refund``, ``satsgate-ledger`` and
+  ``satsgate-operator-token``, the ``shutdown`` subscription.
 - ``init``: Settings from the options, the config file and the node's
   network; the service starts on its own thread against ``<lightning-dir>/<rpc-file>``.
   Any problem (network mismatch, port taken, unreadable config) answers
@@ -63,7 +64,9 @@ class SatsgatePlugin:
         self.plugin.init()(self._make_init())
         # pyln reads a method's description from its docstring.
         for name, func in (("satsgate-status", self._make_status()),
-                           ("satsgate-refund", self._make_refund())):
+                           ("satsgate-refund", self._make_refund()),
+                           ("satsgate-ledger", self._make_ledger()),
+                           ("satsgate-operator-token", self._make_operator_token())):
             self.plugin.add_method(name, func, background=True, description=func.__doc__)
         self.plugin.add_subscription("shutdown", self._make_shutdown())
 
@@ -109,8 +112,10 @@ class SatsgatePlugin:
                 return self._disable(f"cannot start satsgate: {exc}")
             self.service = service
             freeze_startup_heap()
-            log.info("satsgate listening on %s (network %s, data %s)", url,
-                     cfg.settings.network, cfg.settings.data_dir)
+            log.info("satsgate started: listening on %s, public address %s (network %s,"
+                     " data %s); operator dashboard at %s/operator (token: lightning-cli"
+                     " satsgate-operator-token)", url, cfg.settings.public_base_url,
+                     cfg.settings.network, cfg.settings.data_dir, cfg.settings.public_base_url)
             return None
 
         return init
@@ -153,6 +158,28 @@ class SatsgatePlugin:
             self._answer(request, lambda service: service.refund(str(payment_id)))
 
         return refund
+
+    def _make_ledger(self) -> Any:
+        def ledger(plugin: Any = None, request: Any = None, **kwargs: Any) -> None:
+            """The ledger in msat: received = earned + refunded + held + open, per day and
+            in total; refunds by state, routing fees on refunds, payouts to look at."""
+            self._answer(request, lambda service: service.ledger())
+
+        return ledger
+
+    def _make_operator_token(self) -> Any:
+        def operator_token(plugin: Any = None, request: Any = None, **kwargs: Any) -> None:
+            """The operator token that opens the dashboard at /operator."""
+            service = self.service
+            if service is None:
+                request.set_exception(RpcException("satsgate is not running"))
+                return
+            try:
+                request.set_result(service.operator_token())
+            except Exception as exc:
+                request.set_exception(RpcException(str(exc)))
+
+        return operator_token
 
     def _make_shutdown(self) -> Any:
         def on_shutdown(plugin: Any = None, **kwargs: Any) -> None:

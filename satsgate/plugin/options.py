@@ -95,7 +95,9 @@ def settings_from_init(options: Mapping[str, Any], configuration: Mapping[str, A
     if "network" in explicit and normalize_network(settings.network) != node_network:
         raise PluginConfigError(
             f"network mismatch: this node runs on {node_network} but satsgate is"
-            f" configured for {settings.network}; refusing to start"
+            f" configured for {settings.network}; refusing to start. Fix: set network ="
+            f" \"{node_network}\" in the satsgate config file (or SATSGATE_NETWORK), or remove"
+            " it: under Core Lightning satsgate follows the node's network"
         )
     settings = dataclasses.replace(settings, network=node_network)
     if "data_dir" not in overrides and "data_dir" not in explicit:

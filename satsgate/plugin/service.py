@@ -103,6 +103,27 @@ class ServiceThread:
             raise OperatorError(f"payment {payment_id} has nothing left to refund")
         return {"payment_id": payment_id, "refund": refund}
 
+    async def ledger(self) -> dict[str, Any]:
+        """The ledger: received = earned + refunded + held + open, per day and in total."""
+        from satsgate.operator import operator_report
+
+        handle = self._running()
+        report = await operator_report(handle.store, None)
+        report["equation"] = "received = earned + refunded + held + open (msat)"
+        return report
+
+    def operator_token(self) -> dict[str, Any]:
+        """The operator token for /operator and /api/operator/ledger."""
+        from satsgate.operator import ensure_operator_token, token_path
+
+        handle = self._running()
+        data_dir = handle.app[SETTINGS].data_dir
+        return {
+            "operator_token": ensure_operator_token(data_dir),
+            "file": str(token_path(data_dir)),
+            "dashboard": f"{handle.app[SETTINGS].public_base_url}/operator",
+        }
+
     def _running(self) -> ServiceHandle:
         if self.handle is None:
             raise OperatorError("satsgate is not running")

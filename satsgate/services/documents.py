@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from satsgate.engines.local import cards, pdf
 from satsgate.errors import ApiError
 from satsgate.services.base import (
     FlatPrice,
@@ -18,7 +19,6 @@ from satsgate.services.base import (
     ServiceSpec,
 )
 from satsgate.services.encoding import BadBase64, decode_base64_file
-from satsgate.services.engines import cards, pdf
 from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price
 
 # -- render-card --------------------------------------------------------------------------

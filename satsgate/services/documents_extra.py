@@ -3,7 +3,7 @@ e-signature and boarding-pass wallet passes.
 
 extract-document and extract-receipt run on the ``ocr`` engine (locally: the PDF text
 layer, tesseract, RapidOCR; satsgate.engines.local.ocr). convert-file runs on this node
-(satsgate.services.engines.convert: Pillow, WeasyPrint, pypdfium2, pandoc, LibreOffice,
+(satsgate.engines.local.convert: Pillow, WeasyPrint, pypdfium2, pandoc, LibreOffice,
 ffmpeg) and is always available; a file whose tool is missing here is refused before
 any invoice. boardingpass-wallet runs on the local ``wallet_pass`` engine
 (satsgate/engines/local/pkpass.py: zxing-cpp, IATA BCBP, .pkpass, signed when a pass
@@ -25,7 +25,9 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
+from satsgate.engines.local import convert as conv
 from satsgate.engines.local import ocr as local_ocr
+from satsgate.engines.local.receipt import parse_receipt
 from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
 from satsgate.errors import ApiError
@@ -43,8 +45,6 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
-from satsgate.services.engines import convert as conv
-from satsgate.services.engines.receipt import parse_receipt
 from satsgate.services.media import (
     MediaError,
     document_pages,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.services.engines.pdf import InvalidPdf, validate_pdf
+from satsgate.engines.local.pdf import InvalidPdf, validate_pdf
 
 
 class MediaError(ValueError):

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationRequest
+from satsgate.engines.local import book as books
 from satsgate.engines.speech_translation import SpeechTranslationEngine, SpeechTranslationRequest
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.transcription import (
@@ -43,7 +44,6 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
-from satsgate.services.engines import book as books
 from satsgate.services.languages import (
     resolve_transcription_language,
     resolve_translation_language,
@@ -509,6 +509,13 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
     engine="speech_translation",
+    # A local engine names the source and target languages it serves (English speech,
+    # the targets its translator reaches from English): others are refused before any
+    # invoice; the audio is not needed to tell.
+    engine_request=lambda p: SpeechTranslationRequest(
+        audio=b"", format="", target_language=p.targetLanguage,
+        source_language=p.sourceLanguage,
+    ),
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------

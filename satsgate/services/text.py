@@ -445,12 +445,19 @@ class TranslateRareParams(ServiceParams):
     def _target(cls, value: str) -> str:
         return resolve_rare_language(value)
 
+    def to_request(self) -> TranslationRequest:
+        # No source language in the spec's parameters: the engine identifies it (a local
+        # engine that serves some pairs only refuses, before any invoice, a text in a
+        # language it cannot translate into the target).
+        return TranslationRequest(self.text, self.targetLanguage)
+
 
 async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> ServiceResult:
-    request = TranslationRequest(p.text, p.targetLanguage)
+    request = p.to_request()
     result = await ctx.engines.run(
         "rare_translation", TranslationEngine,
         lambda engine, name: engine.translate(replace(request, model_name=name)),
+        request=request,
     )
     tier = RARE_LANGUAGES[p.targetLanguage][1] if p.targetLanguage in RARE_LANGUAGES else (
         "unverified"
@@ -484,6 +491,7 @@ TRANSLATE_RARE = ServiceSpec(
     prevalidate=prevalidate,
     example={"text": "Welcome", "targetLanguage": "tpi"},
     engine="rare_translation",
+    engine_request=TranslateRareParams.to_request,
 )
 
 # -- translate-epub ------------------------------------------------------------------------

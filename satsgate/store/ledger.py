@@ -1,37 +1,174 @@
-"""The ledger: what was received, earned, refunded and is still open, and the operator's
-figures. Read-only views over payments and refunds."""
+"""The ledger: what was received, earned, refunded, held and is still open, and the
+operator's figures. Read-only views over payments, refunds and holds.
+
+The equation, to the msat, in total and for every day (a payment's day is the UTC day it
+was paid; its refunds count on that day too, so each day balances on its own):
+
+    received = earned + refunded + held + open
+
+- received: every settled or accepted payment (paid, serving, spent, refunded); a
+  canceled hold invoice never counts, its HTLCs went back to the payer (shown apart);
+- held: calls in flight (serving: spent, neither answered nor refunded yet) and LND hold
+  invoices whose call is done but whose settle is not recorded yet: received, not yet
+  the node's;
+- open: paid and not yet used (the payer may still call, or ask for a refund; an
+  accepted hold invoice not used yet is open too: it is canceled if never used);
+- refunded: every refund link not expired (open, claiming or paid out): owed or given
+  back; an expired link's money stays earned;
+- earned: the rest, what the node keeps.
+
+Refunds are also broken down by state (open, claiming, paid, expired) with the routing
+fees the node paid on the payouts it made (outside the equation: fees are the node's
+cost, not the payer's money).
+"""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from satsgate.store.engine import Database
 
+# Held: paid, no longer the payer's to use, not yet the node's: a call in flight
+# (serving: spent, neither answered nor refunded yet), or an LND hold invoice whose call
+# is done but whose settle is not recorded as done.
+_HELD = (
+    "(p.status = 'serving' OR (p.mode = 'hold' AND p.status IN ('spent', 'refunded')"
+    " AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.payment_hash = p.payment_hash"
+    " AND h.decision = 'settled')))"
+)
+T = TypeVar("T")
+_REFUND_STATES = ("open", "claiming", "paid", "expired")
+_DAY = 86400
+
+
+def _payment_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
+    rows = c.execute(
+        f"SELECT {group},"
+        " COALESCE(SUM(CASE WHEN p.status IN ('paid', 'serving', 'spent', 'refunded')"
+        "   THEN p.amount_msat END), 0),"
+        f" COALESCE(SUM(CASE WHEN {_HELD} THEN p.amount_msat END), 0),"
+        " COALESCE(SUM(CASE WHEN p.status = 'paid' THEN p.amount_msat END), 0),"
+        " COUNT(CASE WHEN p.status IN ('paid', 'serving', 'spent', 'refunded') THEN 1 END),"
+        " COALESCE(SUM(CASE WHEN p.status = 'canceled' THEN p.amount_msat END), 0),"
+        " COUNT(CASE WHEN p.status = 'canceled' THEN 1 END)"
+        f" FROM payments p WHERE p.status != 'unpaid' GROUP BY {group}"
+    ).fetchall()
+    return {
+        row[0]: {
+            "received_msat": int(row[1]),
+            "held_msat": int(row[2]),
+            "open_msat": int(row[3]),
+            "payments": int(row[4]),
+            "canceled_holds_msat": int(row[5]),
+            "canceled_holds": int(row[6]),
+        }
+        for row in rows
+    }
+
+
+def _refund_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
+    states = "".join(
+        f", COALESCE(SUM(CASE WHEN r.status = '{s}' THEN r.amount_msat END), 0),"
+        f" COUNT(CASE WHEN r.status = '{s}' THEN 1 END)"
+        for s in _REFUND_STATES
+    )
+    rows = c.execute(
+        f"SELECT {group}{states}, COALESCE(SUM(r.payout_fee_msat), 0)"
+        " FROM refunds r JOIN payments p ON p.payment_id = r.payment_id"
+        f" GROUP BY {group}"
+    ).fetchall()
+    out: dict[Any, dict[str, int]] = {}
+    for row in rows:
+        figures: dict[str, int] = {}
+        for i, state in enumerate(_REFUND_STATES):
+            figures[f"refunds_{state}_msat"] = int(row[1 + 2 * i])
+            figures[f"refunds_{state}"] = int(row[2 + 2 * i])
+        figures["refund_fees_msat"] = int(row[-1])
+        out[row[0]] = figures
+    return out
+
+
+def _combine(payments: dict[str, int], refunds: dict[str, int]) -> dict[str, int]:
+    refunds = refunds or {
+        **{f"refunds_{s}_msat": 0 for s in _REFUND_STATES},
+        **{f"refunds_{s}": 0 for s in _REFUND_STATES},
+        "refund_fees_msat": 0,
+    }
+    refunded = sum(refunds[f"refunds_{s}_msat"] for s in ("open", "claiming", "paid"))
+    received = payments.get("received_msat", 0)
+    held, open_ = payments.get("held_msat", 0), payments.get("open_msat", 0)
+    return {
+        "received_msat": received,
+        "earned_msat": received - refunded - held - open_,
+        "refunded_msat": refunded,
+        "held_msat": held,
+        "open_msat": open_,
+        "refunds_paid_out_msat": refunds["refunds_paid_msat"],
+        "payments": payments.get("payments", 0),
+        "canceled_holds": payments.get("canceled_holds", 0),
+        "canceled_holds_msat": payments.get("canceled_holds_msat", 0),
+        **refunds,
+    }
+
 
 def _totals(c: sqlite3.Connection) -> dict[str, int]:
-    received, used, held, open_paid = c.execute(
-        "SELECT"
-        " COALESCE(SUM(CASE WHEN status NOT IN ('unpaid', 'canceled') THEN amount_msat END), 0),"
-        " COALESCE(SUM(CASE WHEN status IN ('spent', 'refunded') THEN amount_msat END), 0),"
-        " COALESCE(SUM(CASE WHEN status = 'serving' THEN amount_msat END), 0),"
-        " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0)"
-        " FROM payments"
-    ).fetchone()
-    # Refunds belong to spent or refunded payments (a serving payment's refund moves it
-    # to spent in the same transaction); an expired link stays earned.
-    refunded, paid_out = c.execute(
-        "SELECT COALESCE(SUM(CASE WHEN status != 'expired' THEN amount_msat END), 0),"
-        " COALESCE(SUM(CASE WHEN status = 'paid' THEN amount_msat END), 0) FROM refunds"
-    ).fetchone()
-    return {
-        "received_msat": int(received),
-        "earned_msat": int(used - refunded),
-        "refunded_msat": int(refunded),
-        "refunds_paid_out_msat": int(paid_out),
-        "held_msat": int(held),
-        "open_msat": int(open_paid),
-    }
+    payments = _payment_figures(c, "1").get(1, {})
+    refunds = _refund_figures(c, "1").get(1, {})
+    return _combine(payments, refunds)
+
+
+def _per_day(c: sqlite3.Connection) -> list[dict[str, Any]]:
+    day = f"(COALESCE(p.paid_at, p.created_at) / {_DAY}) * {_DAY}"
+    payments = _payment_figures(c, day)
+    refunds = _refund_figures(c, day)
+    days = sorted(set(payments) | set(refunds))
+    return [
+        {
+            "day": time.strftime("%Y-%m-%d", time.gmtime(int(d))),
+            **_combine(payments.get(d, {}), refunds.get(d, {})),
+        }
+        for d in days
+    ]
+
+
+def _calls_per_service(c: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = c.execute(
+        "SELECT p.service, COUNT(*), COALESCE(SUM(p.amount_msat), 0),"
+        " (SELECT COUNT(*) FROM refunds r JOIN payments q ON q.payment_id = r.payment_id"
+        "  WHERE q.service = p.service)"
+        " FROM payments p WHERE p.status IN ('serving', 'spent', 'refunded', 'canceled')"
+        " GROUP BY p.service ORDER BY COUNT(*) DESC, p.service"
+    ).fetchall()
+    return [
+        {"service": str(r[0]), "calls": int(r[1]), "paid_msat": int(r[2]), "refunds": int(r[3])}
+        for r in rows
+    ]
+
+
+def _refunds_by_cause(c: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = c.execute(
+        "SELECT COALESCE(NULLIF(substr(reason, 1, 120), ''), '(no reason)') AS cause,"
+        " COUNT(*), COALESCE(SUM(amount_msat), 0) FROM refunds"
+        " GROUP BY cause ORDER BY COUNT(*) DESC, cause LIMIT 50"
+    ).fetchall()
+    return [{"cause": str(r[0]), "refunds": int(r[1]), "amount_msat": int(r[2])} for r in rows]
+
+
+def _snapshot(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    """Run ``fn`` in one read transaction: its several SELECTs see one state of the
+    database (WAL), so the figures balance even while payments move."""
+
+    def go(c: sqlite3.Connection) -> T:
+        c.execute("BEGIN")
+        try:
+            return fn(c)
+        finally:
+            c.execute("COMMIT" if c.in_transaction else "SELECT 1")
+
+    return go
 
 
 class LedgerRepository:
@@ -39,13 +176,24 @@ class LedgerRepository:
         self._db = db
 
     async def totals(self) -> dict[str, int]:
-        """received = earned + refunded + held + open, always: held is what calls in
-        flight were paid (serving: spent, neither answered nor refunded yet), open what
-        paid payments not yet used hold."""
-        return await self._db.run_sync(_totals)
+        """received = earned + refunded + held + open, always (see the module)."""
+        return await self._db.run_sync(_snapshot(_totals))
+
+    async def report(self) -> dict[str, Any]:
+        """The operator's ledger: totals, per day, calls per service, refunds by cause."""
+
+        def go(c: sqlite3.Connection) -> dict[str, Any]:
+            return {
+                "totals": _totals(c),
+                "per_day": _per_day(c),
+                "calls_per_service": _calls_per_service(c),
+                "refunds_by_cause": _refunds_by_cause(c),
+            }
+
+        return await self._db.run_sync(_snapshot(go))
 
     async def stats(self, now: float | None = None) -> dict[str, int]:
-        """Figures for `satsgate-status` and /api/health."""
+        """Figures for `satsgate-status` (operator-only)."""
         t = time.time() if now is None else now
         day_start = int(t - t % 86400)
 

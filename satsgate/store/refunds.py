@@ -161,3 +161,40 @@ class RefundRepository:
             )
         )
         return int(cur.rowcount)
+
+    async def note_payout(self, k1: str, fee_msat: int | None, error: str | None) -> None:
+        """Record what a payout attempt ended with: the routing fee the node paid (on
+        success) or the node's reason (on a failure; kept for the operator after the link
+        went back to open)."""
+        await self._db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE refunds SET payout_fee_msat = COALESCE(?, payout_fee_msat),"
+                " payout_error = ? WHERE k1 = ?",
+                (fee_msat, error, k1),
+            )
+        )
+
+    async def payout_problems(self) -> list[dict[str, Any]]:
+        """Refunds the operator should look at: claims still under way or unknown, and
+        links whose last payout failed (with the node's reason), newest first."""
+
+        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT refund_id, payment_id, amount_msat, status, reason, payout_error,"
+                " created_at, expires_at, updated_at FROM refunds"
+                " WHERE status = 'claiming' OR (status = 'open' AND payout_error IS NOT NULL)"
+                " ORDER BY updated_at DESC LIMIT 200"
+            ).fetchall()
+            keys = ("refund_id", "payment_id", "amount_msat", "status", "reason",
+                    "payout_error", "created_at", "expires_at", "updated_at")
+            return [dict(zip(keys, row, strict=True)) for row in rows]
+
+        return await self._db.run_sync(go)
+
+    async def payout_error(self, k1: str) -> str | None:
+        row = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT payout_error FROM refunds WHERE k1 = ?", (k1,)
+            ).fetchone()
+        )
+        return None if row is None or row[0] is None else str(row[0])

@@ -9,9 +9,9 @@ per-response CSP nonce, the QR code as inline SVG (segno), nothing fetched from
 elsewhere. Every value from the store is HTML-escaped; the JSON handed to the
 script is escaped so it cannot close its ``<script>`` element.
 
-``GET /api/payments/<token or paymentId>?wait=N`` long-polls (by paymentId it answers
-the MCP caller's Payment resource, by token the same without the paymentId): it
-returns at once when the
+``GET /api/payments/<token or paymentId>?wait=N`` (the check_payment_status operation,
+satsgate.operations.payments) long-polls (by paymentId it answers the MCP caller's
+Payment resource, by token the same without the paymentId): it returns at once when the
 payment is settled (or settles while waiting, via ``Gate.wait_paid``), else
 after at most 25 s. The page polls it in a loop, so "paid" shows within a
 moment of settlement without a reload.
@@ -19,13 +19,9 @@ moment of settlement without a reload.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import html
 import json
-import re
 import secrets
-import time
 from functools import cache
 from importlib import resources
 from string import Template
@@ -34,18 +30,12 @@ from typing import Any
 import segno
 from aiohttp import web
 
-from satsgate.errors import ApiError
-from satsgate.http_util import dumps
-from satsgate.mcp.payment_tools import payment_document, public_status
+from satsgate.operations.payments import load_payment, public_status
 from satsgate.payments.gate import Gate
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus
 
 CHECKOUT_PATH = "/checkout/{token}"
-STATUS_PATH = "/api/payments/{ref}"
-MAX_WAIT_S = 25.0
-# Payment ids are minted by the gate as pay_<32 hex>; anything else is not looked up.
-_PAYMENT_ID = re.compile(r"^pay_[0-9a-f]{32}$")
 # An inline icon, so the browser does not ask for /favicon.ico.
 ICON = (
     "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
@@ -62,26 +52,13 @@ _LABELS = {
 }
 
 
-# Set at shutdown: long polls answer at once instead of holding shutdown for 25 s.
-CLOSING = web.AppKey("checkout_closing", asyncio.Event)
-
-
 def install(app: web.Application, gate_key: web.AppKey[Gate]) -> None:
-    """Add the checkout page and the payment status endpoint."""
-    app[CLOSING] = asyncio.Event()
+    """Add the checkout page (its status endpoint is the check_payment_status operation)."""
 
     async def page(request: web.Request) -> web.Response:
         return await checkout_page(request, request.app[gate_key])
 
-    async def status(request: web.Request) -> web.Response:
-        return await payment_status(request, request.app[gate_key], request.app[CLOSING])
-
-    async def wake_long_polls(app: web.Application) -> None:
-        app[CLOSING].set()
-
     app.router.add_get(CHECKOUT_PATH, page)
-    app.router.add_get(STATUS_PATH, status)
-    app.on_shutdown.append(wake_long_polls)
 
 
 @cache
@@ -89,70 +66,12 @@ def _asset(*parts: str) -> str:
     return resources.files("satsgate.web").joinpath(*parts).read_text(encoding="utf-8")
 
 
-async def _load(gate: Gate, ref: str, *, by_id: bool = False) -> Payment | None:
-    """The payment of a checkout token (or, ``by_id``, of a paymentId too)."""
-    payment: Payment | None = None
-    if by_id and _PAYMENT_ID.match(ref):
-        payment = await gate.get_payment(ref)
-    else:
-        payment_hash = gate.checkout_payment_hash(ref)
-        if payment_hash is not None:
-            payment = await gate.get_payment_by_hash(payment_hash)
-    return None if payment is None else await gate.refresh_paid(payment)
-
-
-# -- status endpoint ------------------------------------------------------------------------
-
-
-async def payment_status(
-    request: web.Request, gate: Gate, closing: asyncio.Event | None = None
-) -> web.Response:
-    ref = request.match_info["ref"]
-    payment = await _load(gate, ref, by_id=True)
-    if payment is None:
-        raise ApiError("PAYMENT_NOT_FOUND", "No such payment.")
-    try:
-        wait_s = min(max(float(request.query.get("wait", "0")), 0.0), MAX_WAIT_S)
-    except ValueError:
-        raise ApiError("INVALID_INPUT", "wait must be a number of seconds (0 to 25).") from None
-    if wait_s > 0 and public_status(payment) == "unpaid":
-        # Never wait past the invoice expiry: the page should show "expired" then.
-        wait_s = min(wait_s, max(payment.expires_at - time.time(), 0.0))
-        payment = await _wait_paid(gate, payment, wait_s, closing or asyncio.Event())
-    spec = BY_SLUG.get(payment.service)
-    doc = payment_document(
-        payment, spec, gate.checkout_url(payment), with_id=ref == payment.payment_id
-    )
-    resp = web.json_response(doc, dumps=dumps)
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
-
-
-async def _wait_paid(
-    gate: Gate, payment: Payment, wait_s: float, closing: asyncio.Event
-) -> Payment:
-    """Gate.wait_paid, cut short when the service shuts down."""
-    waiter = asyncio.ensure_future(gate.wait_paid(payment, wait_s))
-    closer = asyncio.ensure_future(closing.wait())
-    try:
-        await asyncio.wait({waiter, closer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        closer.cancel()
-        if not waiter.done():
-            waiter.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiter
-    if waiter.cancelled():
-        return await gate.get_payment(payment.payment_id) or payment
-    return waiter.result()
-
-
 # -- the page -------------------------------------------------------------------------------
 
 
 async def checkout_page(request: web.Request, gate: Gate) -> web.Response:
     token = request.match_info["token"]
-    payment = await _load(gate, token)
+    payment = await load_payment(gate, token)
     if payment is None:
         return _not_found_page()
     return _page_response(render_checkout(payment, token))

@@ -4,7 +4,15 @@ wherever its probe finds it installed (satsgate.engines.registry.LocalEngine).""
 
 from __future__ import annotations
 
-from satsgate.engines.local import apertium, espeak, narration, ocr, pkpass, whisper
+from satsgate.engines.local import (
+    apertium,
+    espeak,
+    narration,
+    ocr,
+    pkpass,
+    speech_translation,
+    whisper,
+)
 from satsgate.engines.local.images import LOCAL_IMAGE_ENGINES
 from satsgate.engines.registry import LocalEngine
 
@@ -20,4 +28,8 @@ LOCAL_ENGINES: tuple[LocalEngine, ...] = (
         "audiobook", narration.LABEL, espeak.probe, narration.build, frozenset({43})
     ),
     LocalEngine("transcription", whisper.LABEL, whisper.probe, whisper.build),
+    # translate-rare-language: Apertium pairs into Occitan, Sardinian, Asturian
+    apertium.APERTIUM_RARE,
+    # transcribe-translate: English speech (Whisper) then Apertium from English
+    speech_translation.LOCAL,
 )

@@ -28,14 +28,20 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from satsgate.engines.errors import EngineError
 from satsgate.engines.local import language_id
 from satsgate.engines.registry import EngineDeps, LocalEngine
 from satsgate.engines.translation import TranslationRequest, TranslationResult
-from satsgate.services.languages import TRANSLATION_LANGUAGES, language_name
+from satsgate.services.languages import (
+    RARE_LANGUAGES,
+    TRANSLATION_LANGUAGES,
+    UnknownLanguage,
+    language_name,
+    resolve_rare_language,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +71,23 @@ def _code(apertium_code: str) -> str | None:
     return code if code in TRANSLATION_LANGUAGES else None
 
 
-def find_pairs(mode_names: Iterable[str]) -> dict[tuple[str, str], str]:
+def rare_code(apertium_code: str) -> str | None:
+    """An Apertium language code -> its code in translate-rare-language's table ("oc" ->
+    "oci"), or None where the table does not list it."""
+    try:
+        code = resolve_rare_language(apertium_code)
+    except UnknownLanguage:
+        return None
+    return code if code in RARE_LANGUAGES else None
+
+
+def find_pairs(
+    mode_names: Iterable[str], target_code: Callable[[str], str | None] = _code
+) -> dict[tuple[str, str], str]:
     """Installed mode names -> {(source, target) in satsgate's codes: the mode to run}.
+
+    Sources are always one of the 119 (``_code``); targets are named by ``target_code``
+    (None: not served): the 119 for translate-text, :func:`rare_code` for the rare ones.
 
     A plain mode ("spa-eng") serves its pair; a variant ("spa-eng_US", "eng-cat_valencia",
     "es-pt_BR") only where it names the target language itself ("eng-hbs_SR": Serbian).
@@ -80,9 +101,10 @@ def find_pairs(mode_names: Iterable[str]) -> dict[tuple[str, str], str]:
         source, target, variant = match.groups()
         sources = tuple(_HBS_STANDARDS.values()) if source == _HBS else (_code(source),)
         if target == _HBS:
-            targets: tuple[str | None, ...] = (_HBS_STANDARDS.get(variant or ""),)
+            standard = _HBS_STANDARDS.get(variant or "")
+            targets: tuple[str | None, ...] = (standard and target_code(standard),)
         elif variant is None:
-            targets = (_code(target),)
+            targets = (target_code(target),)
         else:
             continue
         for src in sources:
@@ -92,13 +114,15 @@ def find_pairs(mode_names: Iterable[str]) -> dict[tuple[str, str], str]:
     return pairs
 
 
-def installed_pairs(root: Path | None = None) -> dict[tuple[str, str], str]:
+def installed_pairs(
+    root: Path | None = None, target_code: Callable[[str], str | None] = _code
+) -> dict[tuple[str, str], str]:
     modes = (root or datadir()) / "modes"
     try:
         names = [p.name[: -len(".mode")] for p in modes.iterdir() if p.name.endswith(".mode")]
     except OSError:
         return {}
-    return find_pairs(names)
+    return find_pairs(names, target_code)
 
 
 def probe() -> str:
@@ -106,6 +130,14 @@ def probe() -> str:
         return "apertium not installed"
     if not installed_pairs():
         return "no Apertium language pair installed"
+    return ""
+
+
+def probe_rare() -> str:
+    if shutil.which("apertium") is None:
+        return "apertium not installed"
+    if not installed_pairs(target_code=rare_code):
+        return "no Apertium language pair into a rare language installed"
     return ""
 
 
@@ -240,14 +272,28 @@ class ApertiumTranslator:
         return out.decode("utf-8", errors="replace")
 
 
-def build(deps: EngineDeps) -> ApertiumTranslator:
+def _build(deps: EngineDeps, target_code: Callable[[str], str | None]) -> ApertiumTranslator:
     language_id.warm_up()
     return ApertiumTranslator(
-        installed_pairs(),
+        installed_pairs(target_code=target_code),
         timeout_s=deps.settings.cpu_job_time_limit_s,
         parallel=os.cpu_count() or 2,
     )
 
 
+def build(deps: EngineDeps) -> ApertiumTranslator:
+    return _build(deps, _code)
+
+
+def build_rare(deps: EngineDeps) -> ApertiumTranslator:
+    return _build(deps, rare_code)
+
+
 APERTIUM = LocalEngine(engine="translation", label=LABEL, probe=probe, build=build,
                        models=frozenset())
+# translate-rare-language: the installed pairs into a language of its table (Occitan,
+# Sardinian, Asturian ... from Catalan, Spanish, French, Italian).
+RARE_LABEL = "Apertium rule-based translation into rare languages"
+APERTIUM_RARE = LocalEngine(
+    engine="rare_translation", label=RARE_LABEL, probe=probe_rare, build=build_rare
+)

@@ -21,7 +21,7 @@ from typing import Literal, get_args
 
 from PIL import Image, ImageChops, ImageDraw, ImageFont, features
 
-from satsgate.services.engines.fonts import (
+from satsgate.engines.local.fonts import (
     FontFile,
     find_font,
     font_chain,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from pypdf import PdfReader
 
-from satsgate.services.engines.pdf import RenderedPdf, html_to_pdf
+from satsgate.engines.local.pdf import RenderedPdf, html_to_pdf
 from satsgate.services.media import MAX_BOOK_UNPACKED, MediaError, html_visible_chars, visible_chars
 
 # -- what a book is made of --------------------------------------------------------------------

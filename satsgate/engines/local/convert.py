@@ -41,7 +41,7 @@ from typing import Any
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.services.engines import pdf
+from satsgate.engines.local import pdf
 from satsgate.services.media import MediaError, image_info, is_pdf
 
 # -- what a file is ------------------------------------------------------------------------

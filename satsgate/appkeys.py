@@ -1,0 +1,32 @@
+"""The app's typed AppKeys: application state lives under these, never in module globals."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+
+import httpx
+from aiohttp import web
+
+from satsgate.config import Settings
+from satsgate.engines import Engines
+from satsgate.files import FileStore
+from satsgate.jobs import JobRunner
+from satsgate.lightning import LightningBackend
+from satsgate.operations.base import OperationEnv
+from satsgate.payments.gate import Gate, HandlerResources
+from satsgate.refunds import RefundService
+from satsgate.store import Store
+
+SETTINGS = web.AppKey("settings", Settings)
+BACKEND = web.AppKey("backend", LightningBackend)
+STORE = web.AppKey("store", Store)
+GATE = web.AppKey("gate", Gate)
+HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts hold
+REFUNDS = web.AppKey("refunds", RefundService)
+FILES = web.AppKey("files", FileStore)
+JOBS = web.AppKey("jobs", JobRunner)
+ENGINES = web.AppKey("engines", Engines)
+POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
+HTTP = web.AppKey("http", httpx.AsyncClient)
+STARTED_AT = web.AppKey("started_at", float)
+OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach

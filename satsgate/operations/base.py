@@ -1,0 +1,164 @@
+"""OperationSpec: one free operation, declared once, served on every face.
+
+A paid call is a :class:`~satsgate.services.base.ServiceSpec`; a free one (refund, job
+status, payment status, a voice-bridge session's follow-ups, the AI-call confirmation
+and poll, the vote listing, the price estimate) is an :class:`OperationSpec`. From it
+come the HTTP route (``operations/http.py``), the MCP tool (``mcp/tools.py``), the
+OpenAPI operation (``discovery/openapi.py``) and the llms.txt line
+(``discovery/llms.py``).
+
+A handler gets the :class:`OperationEnv` (what the app holds: gate, jobs, refunds,
+settings, engines, the paid registry, the vote source), its validated params and its
+:class:`Call` (the face's per-call abilities), and returns its result model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from satsgate.config import Settings
+from satsgate.engines import Engines
+from satsgate.jobs import JobRunner
+from satsgate.payments.gate import Gate
+from satsgate.refunds import RefundService
+from satsgate.services import planned
+from satsgate.services.base import ServiceSpec
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+AnySpec = ServiceSpec[Any]
+
+
+class PlannedSource(Protocol):
+    """Planned (not yet offered) services with their votes; the vote module provides one."""
+
+    async def planned_services(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+class RoadmapPlannedServices:
+    """The default: the roadmap of satsgate.services.planned, with its votes."""
+
+    def __init__(self, votes: planned.VoteCounts) -> None:
+        self._votes = votes
+
+    async def planned_services(self) -> Sequence[Mapping[str, Any]]:
+        return await planned.planned_services(self._votes)
+
+
+@dataclass(frozen=True)
+class OperationEnv:
+    """Everything an operation (or an MCP tool) reaches: the gate (the paid-call flow),
+    the jobs, the refunds, the settings, the engines, the paid tools and the votes."""
+
+    gate: Gate
+    jobs: JobRunner
+    refunds: RefundService
+    settings: Settings
+    engines: Engines
+    paid: Mapping[str, AnySpec]  # by tool name
+    by_slug: Mapping[str, AnySpec]
+    planned: PlannedSource
+    # Set at shutdown: waiting calls answer at once instead of holding the server open.
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Call(Protocol):
+    """What a face offers one call: ``limit(rule)`` spends one request of the caller
+    under a rate-limit rule (satsgate/ratelimit.py), raising RATE_LIMITED;
+    ``authorization`` is the credential the request carried (HTTP), which proves a
+    payment (satsgate.payments.proof)."""
+
+    @property
+    def authorization(self) -> Sequence[str]: ...
+
+    def limit(self, rule: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """An HTTP call: its Authorization headers; HTTP limits by route in its middleware."""
+
+    authorization: Sequence[str] = ()
+
+    def limit(self, rule: str) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Family:
+    """Operations that belong to one paid service (its follow-ups): they are available
+    where it is, and llms.txt gives them one line."""
+
+    name: str  # "Voice bridge"
+    service: str  # the paid service's slug
+    note: str = ""  # after "free" in the llms.txt line
+
+
+@dataclass(frozen=True)
+class HttpRoute:
+    """Where an operation answers over HTTP.
+
+    ``path`` is its own route, or, with ``on_service``, the path of that paid service,
+    shared explicitly: ``when`` picks this operation's requests there (by the body's or
+    the query's keys; None: every request of this method). Params come from the JSON
+    body (POST) or the query string plus path parameters (GET)."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    example: str = ""  # shown with L402_INVALID_PARAMS
+    max_body_bytes: int = 64 * 1024
+    on_service: str | None = None
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # Query parameters beyond the params model's own (documented only, e.g. per estimator).
+    extra_parameters: Callable[[], list[dict[str, Any]]] | None = None
+    # The form's answer on a service's GET path extends that service's description.
+    with_description: bool = False
+    summary: str = ""  # OpenAPI summary; the title when empty
+    llms: str = ""  # its llms.txt fragment; {url} is the full URL of the path
+
+
+@dataclass(frozen=True)
+class OperationSpec(Generic[P, R]):
+    """One free operation.
+
+    ``params`` is its arguments model on every face; ``tool_params`` the MCP arguments
+    model where MCP is stricter (and the handler gets that one there). ``result`` is its
+    answer model. On MCP a result is a tool failure when ``tool_failure`` says so (a
+    FAILED job's result), and fenced as untrusted when ``untrusted`` says so."""
+
+    name: str  # the operationId
+    title: str
+    description: str
+    params: type[P]
+    result: type[R]
+    handler: Callable[[OperationEnv, Any, Call], Awaitable[R]]
+    http: HttpRoute | None = None
+    tool: str | None = None
+    tool_params: type[BaseModel] | None = None
+    read_only: bool = True
+    error_codes: tuple[str, ...] = ("L402_INVALID_PARAMS", "NOT_FOUND", "INTERNAL_ERROR")
+    family: Family | None = None
+    rate_rule: str | None = None  # MCP: limited per call; HTTP: by route in the middleware
+    tags: tuple[str, ...] = ("free",)
+    tool_failure: Callable[[Any], bool] | None = None
+    untrusted: Callable[[Any], bool] | None = None
+
+    @property
+    def arguments(self) -> type[BaseModel]:
+        """The MCP arguments model."""
+        return self.tool_params or self.params
+
+
+AnyOperation = OperationSpec[Any, Any]
+
+
+def dump(result: BaseModel) -> dict[str, Any]:
+    """A result model as its JSON body: the fields it was given (None included when
+    given), extras kept."""
+    return result.model_dump(mode="json", exclude_unset=True, by_alias=True)

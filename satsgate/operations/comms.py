@@ -1,0 +1,267 @@
+"""Free follow-ups of the communication services: a voice-bridge session's say, poll and
+end (on paths of their own), and an AI call's confirmation and poll (forms of the
+ai-call path itself). The work is done in services.voice_bridge and services.ai_calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
+from satsgate.operations.models import (
+    AiCallRecord,
+    VoiceBridgeEvents,
+    VoiceBridgeSaid,
+    VoiceBridgeSettlement,
+)
+from satsgate.services import ai_calls, voice_bridge
+from satsgate.services.comms import (
+    AI_CALL,
+    VOICE_BRIDGE_OPEN,
+    AiCallAnswers,
+    AiCallConfirmParams,
+    AiCallId,
+    AiCallPollParams,
+)
+from satsgate.services.voice_bridge import (
+    VoiceBridgeEndParams,
+    VoiceBridgePollParams,
+    VoiceBridgeSayParams,
+)
+
+# -- voice bridge ---------------------------------------------------------------------------
+# The arguments are the HTTP params models themselves: one schema, both spellings.
+
+VOICE_BRIDGE = Family("Voice bridge", VOICE_BRIDGE_OPEN.slug, " (the session's deposit pays)")
+_BRIDGE_CODES = (
+    "L402_INVALID_PARAMS",
+    "VOICE_BRIDGE_SESSION_NOT_FOUND",
+    "SERVICE_UNAVAILABLE",
+    "INTERNAL_ERROR",
+)
+_FREE_NOTE = " Free: the session's deposit pays; no Authorization, never 402."
+
+
+async def voice_bridge_say(
+    env: OperationEnv, args: VoiceBridgeSayParams, call: Call
+) -> VoiceBridgeSaid:
+    settings = env.settings
+    sessions = voice_bridge.sessions_for(settings)
+    return VoiceBridgeSaid.model_validate(
+        await voice_bridge.say(settings, env.engines, sessions, args)
+    )
+
+
+async def poll_voice_bridge(
+    env: OperationEnv, args: VoiceBridgePollParams, call: Call
+) -> VoiceBridgeEvents:
+    settings = env.settings
+    sessions = voice_bridge.sessions_for(settings)
+    return VoiceBridgeEvents.model_validate(
+        await voice_bridge.poll(settings, env.engines, sessions, args)
+    )
+
+
+async def end_voice_bridge(
+    env: OperationEnv, args: VoiceBridgeEndParams, call: Call
+) -> VoiceBridgeSettlement:
+    settings = env.settings
+    sessions = voice_bridge.sessions_for(settings)
+    return VoiceBridgeSettlement.model_validate(
+        await voice_bridge.end(settings, env.engines, sessions, args)
+    )
+
+
+VOICE_BRIDGE_SAY: OperationSpec[VoiceBridgeSayParams, VoiceBridgeSaid] = OperationSpec(
+    name="voice_bridge_say",
+    title="Speak into a voice bridge",
+    description="Play speech into a session opened with open_voice_bridge: exactly one of text "
+    "(synthesized in 602 languages; optional language, voiceDescription) or audioBase64 "
+    "(raw audio, at most 1 MB; optional encoding mulaw_8000 or pcm_l16_16000, default "
+    "the session's activeCodec). Speech recognition is muted while it plays. Returns "
+    "{ success, bytesSent }. Free: the session's deposit pays. Unknown or ended session: "
+    "VOICE_BRIDGE_SESSION_NOT_FOUND; a node without the voice-bridge engine: "
+    "SERVICE_UNAVAILABLE.",
+    params=VoiceBridgeSayParams,
+    result=VoiceBridgeSaid,
+    handler=voice_bridge_say,
+    http=HttpRoute(
+        "POST",
+        voice_bridge.SAY_PATH,
+        example='{"sessionId": "<sessionId>", "text": "Hello"}',
+        max_body_bytes=voice_bridge.SAY_MAX_BODY_BYTES,
+        summary="Play speech into an open session: exactly one of text (synthesized; "
+        "optional language, voiceDescription) or audioBase64 (raw audio, at most 1 MB "
+        "decoded; optional encoding, default the session's activeCodec). Speech recognition "
+        "is muted while it plays." + _FREE_NOTE,
+        llms='`POST {url}` with `{{"sessionId": "...", "text": "..."}}` (or `audioBase64` '
+        "with `encoding`) speaks into the call",
+    ),
+    tool="voice_bridge_say",
+    read_only=False,
+    error_codes=_BRIDGE_CODES,
+    family=VOICE_BRIDGE,
+    tags=(VOICE_BRIDGE_OPEN.category, "free"),
+)
+
+VOICE_BRIDGE_POLL: OperationSpec[VoiceBridgePollParams, VoiceBridgeEvents] = OperationSpec(
+    name="poll_voice_bridge",
+    title="Poll a voice bridge",
+    description="Transcript and system events of a voice-bridge session since cursor: { "
+    "success, sessionId, state, events: [{ seq, type, text, ts_ms }], nextCursor, callId }. "
+    "Pass nextCursor as the next cursor; poll about every 0.5 to 1 s. Free. Unknown session: "
+    "VOICE_BRIDGE_SESSION_NOT_FOUND; a node without the voice-bridge engine: "
+    "SERVICE_UNAVAILABLE.",
+    params=VoiceBridgePollParams,
+    result=VoiceBridgeEvents,
+    handler=poll_voice_bridge,
+    http=HttpRoute(
+        "GET",
+        voice_bridge.POLL_PATH,
+        example=f"GET {voice_bridge.POLL_PATH}?sessionId=<sessionId>&cursor=0",
+        headers={"Cache-Control": "no-store"},  # the call moves on between polls
+        summary="Transcript and system events since cursor; poll about every 0.5 to 1 s. "
+        "session_id is accepted for sessionId." + _FREE_NOTE,
+        llms="`GET {url}?sessionId=<sessionId>&cursor=<nextCursor>` polls transcript and "
+        "system events (every 0.5 to 1 s)",
+    ),
+    tool="poll_voice_bridge",
+    error_codes=_BRIDGE_CODES,
+    family=VOICE_BRIDGE,
+    tags=(VOICE_BRIDGE_OPEN.category, "free"),
+)
+
+VOICE_BRIDGE_END: OperationSpec[VoiceBridgeEndParams, VoiceBridgeSettlement] = OperationSpec(
+    name="end_voice_bridge",
+    title="End a voice bridge",
+    description="Hang up a voice-bridge session and settle its deposit, once: { success, "
+    "elapsedSec, usedSats, depositSats, refundableSats, refund, finalTranscript }. The "
+    "elapsed time is billed at perMinuteSats; the unused deposit goes to refundAddress when "
+    "the session has one, otherwise refund is an LNURL-withdraw. Ending again returns the "
+    "same settlement. Free. Unknown session: VOICE_BRIDGE_SESSION_NOT_FOUND; a node "
+    "without the voice-bridge engine: SERVICE_UNAVAILABLE.",
+    params=VoiceBridgeEndParams,
+    result=VoiceBridgeSettlement,
+    handler=end_voice_bridge,
+    http=HttpRoute(
+        "POST",
+        voice_bridge.END_PATH,
+        example='{"sessionId": "<sessionId>"}',
+        max_body_bytes=voice_bridge.SMALL_BODY_BYTES,
+        summary="Hang up and settle the deposit, once: the elapsed time is billed at "
+        "perMinuteSats, the rest refunded to refundAddress or as an LNURL-withdraw. Ending "
+        "again returns the same settlement." + _FREE_NOTE,
+        llms='`POST {url}` with `{{"sessionId": "..."}}` hangs up, bills the elapsed time '
+        "and refunds the rest of the deposit",
+    ),
+    tool="end_voice_bridge",
+    read_only=False,
+    error_codes=_BRIDGE_CODES,
+    family=VOICE_BRIDGE,
+    tags=(VOICE_BRIDGE_OPEN.category, "free"),
+)
+
+
+# -- AI call --------------------------------------------------------------------------------
+
+AI_CALLS = Family("AI call", AI_CALL.slug)
+_AI_CALL_CODES = ("L402_INVALID_PARAMS", "AI_CALL_NOT_FOUND", "SERVICE_UNAVAILABLE")
+
+
+class ConfirmAiCallArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="confirm_ai_call arguments")
+
+    sessionId: AiCallId = Field(description="The session_id of the pending_confirm answer.")
+    answers: AiCallAnswers | None = Field(
+        None, description="Answers to the clarification questions, by question (at most 50)."
+    )
+
+    @property
+    def session_id(self) -> str:
+        return self.sessionId
+
+
+async def confirm_ai_call(
+    env: OperationEnv, args: AiCallConfirmParams | ConfirmAiCallArgs, call: Call
+) -> AiCallRecord:
+    settings = env.settings
+    records = ai_calls.records_for(settings)
+    return AiCallRecord.model_validate(
+        await ai_calls.confirm(settings, env.engines, records, args.session_id, args.answers)
+    )
+
+
+async def poll_ai_call(env: OperationEnv, args: AiCallPollParams, call: Call) -> AiCallRecord:
+    settings = env.settings
+    records = ai_calls.records_for(settings)
+    return AiCallRecord.model_validate(
+        await ai_calls.poll(settings, env.engines, records, args.call_id)
+    )
+
+
+def _confirming(body: Mapping[str, Any]) -> bool:
+    return "action" in body
+
+
+def _polling(query: Mapping[str, Any]) -> bool:
+    return "call_id" in query
+
+
+CONFIRM_AI_CALL: OperationSpec[AiCallConfirmParams, AiCallRecord] = OperationSpec(
+    name="confirm_ai_call",
+    title="Confirm an AI call",
+    description="Let an ai_call that answered status pending_confirm (with clarification "
+    "questions) proceed: sessionId from that answer, optional answers by question. Uses the "
+    "call's original payment: free, no new payment. Returns { success, call_id, status, "
+    "poll_url }. Unknown or already confirmed session: AI_CALL_NOT_FOUND; a node "
+    "without the AI-call engine: SERVICE_UNAVAILABLE.",
+    params=AiCallConfirmParams,
+    tool_params=ConfirmAiCallArgs,
+    result=AiCallRecord,
+    handler=confirm_ai_call,
+    http=HttpRoute(
+        "POST",
+        f"/api/l402/{AI_CALL.slug}",
+        example='{"action": "confirm", "session_id": "<session_id>", '
+        '"answers": {"<question>": "<answer>"}}',
+        max_body_bytes=AI_CALL.max_body_bytes,
+        on_service=AI_CALL.slug,
+        when=_confirming,
+        summary="the body {action: 'confirm', session_id, answers?} lets a call that "
+        "answered status pending_confirm proceed on its original payment. It needs no "
+        "Authorization and never answers 402: 200 with { success, call_id, status, "
+        "poll_url }, or AI_CALL_NOT_FOUND (404) when no call awaits confirmation under "
+        "session_id.",
+        llms='`POST {url}` with `{{"action": "confirm", "session_id": "...", "answers": '
+        "{{...}}}}` lets a `pending_confirm` call proceed on its original payment",
+    ),
+    tool="confirm_ai_call",
+    read_only=False,
+    error_codes=_AI_CALL_CODES,
+    family=AI_CALLS,
+)
+
+POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
+    name="poll_ai_call",
+    title="Poll an AI call",
+    description="Without call_id: the service description. With call_id: the call's record "
+    "(transcript, results and refund status when the call has them), free of charge; "
+    "x-available is whether polling works on this node.",
+    params=AiCallPollParams,
+    result=AiCallRecord,
+    handler=poll_ai_call,
+    http=HttpRoute(
+        "GET",
+        f"/api/l402/{AI_CALL.slug}",
+        example=f"GET /api/l402/{AI_CALL.slug}?call_id=<call_id>",
+        on_service=AI_CALL.slug,
+        when=_polling,
+        headers={"Cache-Control": "no-store"},  # the call moves on between polls
+        summary=f"Describe {AI_CALL.title}, or poll one call with call_id (free)",
+        llms="`GET {url}?call_id=<call_id>` polls a call (transcript, results, refund status)",
+    ),
+    error_codes=(*_AI_CALL_CODES, "INTERNAL_ERROR"),
+    family=AI_CALLS,
+)

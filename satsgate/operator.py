@@ -1,0 +1,129 @@
+"""The node operator's side: the operator token, the ledger report as text, and the
+operator's figures (ledger, payouts that need a look, engines).
+
+The token is 32 random bytes (hex) in ``<data_dir>/operator_token``, mode 0600, created
+at first start; ``satsgate operator-token`` prints it. It is the operator's own key and
+never one a payer holds: payers' credentials are per-payment macaroons and refund
+secrets, none of which opens anything here. The API takes it as a bearer token; the
+dashboard page sets a cookie after its login form (an HMAC of the token, so the token
+itself is never stored in a browser).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from satsgate.engines import Engines
+from satsgate.store import Store
+
+TOKEN_FILE = "operator_token"
+COOKIE = "satsgate_operator"
+
+
+def token_path(data_dir: Path) -> Path:
+    return data_dir / TOKEN_FILE
+
+
+def ensure_operator_token(data_dir: Path) -> str:
+    """The operator token, created (0600) the first time."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = token_path(data_dir)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+    token = path.read_text().strip()
+    if len(token) < 32:
+        raise ValueError(f"{path} does not hold an operator token; delete it to make a new one")
+    return token
+
+
+def session_value(token: str) -> str:
+    """The dashboard cookie's value: proves the token without being it."""
+    return hmac.new(token.encode(), b"satsgate operator session v1", hashlib.sha256).hexdigest()
+
+
+def token_matches(token: str, offered: str) -> bool:
+    return hmac.compare_digest(token.encode(), offered.strip().encode())
+
+
+def cookie_matches(token: str, offered: str) -> bool:
+    return hmac.compare_digest(session_value(token).encode(), offered.encode())
+
+
+async def operator_report(store: Store, engines: Engines | None) -> dict[str, Any]:
+    """Everything the dashboard shows, as JSON: the ledger, payouts to look at, engines."""
+    report = await store.ledger.report()
+    report["refund_payouts"] = await store.refunds.payout_problems()
+    if engines is not None:
+        report["engines"] = [
+            {
+                "engine": s.name,
+                "available": s.available,
+                "source": s.source,
+                "label": s.label,
+                "reason": s.reason,
+            }
+            for s in engines.statuses()
+        ]
+    return report
+
+
+def _msat(value: int) -> str:
+    sats, rest = divmod(value, 1000)
+    return f"{sats:,}.{rest:03d} sat" if rest else f"{sats:,} sat"
+
+
+def ledger_text(report: dict[str, Any]) -> str:
+    """``satsgate ledger``: the equation in total and per day, refunds by state, fees."""
+    t = report["totals"]
+    lines = [
+        "received = earned + refunded + held + open  (msat)",
+        "",
+        f"{'':<12}{'received':>14}{'earned':>14}{'refunded':>14}{'held':>12}{'open':>12}",
+    ]
+
+    def row(label: str, f: dict[str, Any]) -> str:
+        return (
+            f"{label:<12}{f['received_msat']:>14}{f['earned_msat']:>14}"
+            f"{f['refunded_msat']:>14}{f['held_msat']:>12}{f['open_msat']:>12}"
+        )
+
+    for day in report["per_day"]:
+        lines.append(row(day["day"], day))
+    lines.append(row("total", t))
+    lines += [
+        "",
+        f"earned: {_msat(t['earned_msat'])} from {t['payments']} payments",
+        "refunds by state:",
+    ]
+    for state in ("open", "claiming", "paid", "expired"):
+        lines.append(
+            f"  {state:<9}{t[f'refunds_{state}']:>6}  {t[f'refunds_{state}_msat']:>14} msat"
+        )
+    lines.append(f"routing fees paid on refunds: {t['refund_fees_msat']} msat")
+    lines.append(
+        f"hold invoices canceled (never charged, outside the equation): "
+        f"{t['canceled_holds']} ({t['canceled_holds_msat']} msat)"
+    )
+    payouts = report.get("refund_payouts") or []
+    if payouts:
+        lines.append(f"refund payouts to look at: {len(payouts)}")
+        for item in payouts:
+            lines.append(
+                f"  {item['refund_id']} {item['amount_msat']} msat {item['status']}: "
+                f"{item['payout_error'] or 'payout under way or unknown'}"
+            )
+    if t["received_msat"] != t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t[
+        "open_msat"
+    ]:  # pragma: no cover - the ledger is built to balance
+        lines.append("WARNING: the ledger does not balance")
+    return "\n".join(lines)

@@ -1,1 +1,0 @@
-"""Deterministic, CPU-bound engines: card rendering, fonts and PDF tools."""

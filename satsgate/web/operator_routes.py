@@ -1,0 +1,341 @@
+"""The operator's routes and the payer's refund recovery.
+
+- ``GET /operator``: the dashboard (login form until the operator cookie is set);
+  ``POST /operator/login`` checks the token and sets the cookie; ``POST /operator/logout``.
+- ``GET /api/operator/ledger``: the ledger and the operator's figures as JSON, with the
+  token as ``Authorization: Bearer <token>`` (or the dashboard cookie).
+- ``GET /recover``: a payer enters the payment id and refund secret of a refund and gets
+  its LNURL-withdraw QR code, or pastes an invoice (``POST /recover/payout``) that the
+  node pays out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+from lnurl.helpers import url_encode
+
+from satsgate.config import Settings
+from satsgate.engines import Engines
+from satsgate.operator import (
+    COOKIE,
+    cookie_matches,
+    operator_report,
+    session_value,
+    token_matches,
+)
+from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
+from satsgate.store import Refund, RefundStatus, Store
+from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
+
+OPERATOR_TOKEN = web.AppKey("operator_token", str)
+
+
+class Keys:
+    """The app's keys this module reads (defined in satsgate.app)."""
+
+    def __init__(
+        self,
+        settings: web.AppKey[Settings],
+        store: web.AppKey[Store],
+        engines: web.AppKey[Engines],
+        refunds: web.AppKey[RefundService],
+    ) -> None:
+        self.settings, self.store, self.engines, self.refunds = settings, store, engines, refunds
+
+
+def install(app: web.Application, keys: Keys) -> None:
+    r = app.router
+
+    def authorized(request: web.Request) -> bool:
+        token = request.app[OPERATOR_TOKEN]
+        auth = request.headers.get("Authorization", "")
+        if auth.lower().startswith("bearer "):
+            return token_matches(token, auth[7:])
+        cookie = request.cookies.get(COOKIE)
+        return cookie is not None and cookie_matches(token, cookie)
+
+    async def ledger_api(request: web.Request) -> web.Response:
+        if not authorized(request):
+            # The operator's API, not the payers': outside the spec's error catalog.
+            return web.json_response(
+                {
+                    "error_code": "OPERATOR_UNAUTHORIZED",
+                    "message": "Send the operator token (satsgate operator-token) as"
+                    " Authorization: Bearer <token>.",
+                },
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
+            )
+        report = await operator_report(request.app[keys.store], request.app[keys.engines])
+        resp = web.json_response(report)
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    async def dashboard(request: web.Request) -> web.Response:
+        if not authorized(request):
+            return _login_page()
+        report = await operator_report(request.app[keys.store], request.app[keys.engines])
+        return page("Operator", _dashboard_body(report))
+
+    async def login(request: web.Request) -> web.Response:
+        form = await request.post()
+        offered = str(form.get("token", ""))
+        token = request.app[OPERATOR_TOKEN]
+        if not offered or not token_matches(token, offered):
+            await asyncio.sleep(0.5)  # a guess costs time
+            return _login_page("That is not the operator token.", status=403)
+        resp = web.HTTPSeeOther("/operator")
+        resp.set_cookie(
+            COOKIE, session_value(token), path="/", httponly=True, samesite="Strict",
+            secure=request.app[keys.settings].public_base_url.startswith("https://"),
+            max_age=7 * 86400,
+        )
+        raise resp
+
+    async def logout(request: web.Request) -> web.Response:
+        resp = web.HTTPSeeOther("/operator")
+        resp.del_cookie(COOKIE, path="/")
+        raise resp
+
+    async def recover(request: web.Request) -> web.Response:
+        secret = request.query.get("refund_secret", "").strip()
+        payment_id = request.query.get("payment_id", "").strip()
+        if not secret:
+            return page("Recover a refund", _recover_form(payment_id, secret))
+        refund = await _find_refund(request.app[keys.store], payment_id, secret)
+        if refund is None:
+            return page("Recover a refund", _recover_form(
+                payment_id, secret, "No refund matches this payment id and refund secret."
+            ), status=404)
+        return page("Your refund", await _refund_body(request, keys, refund, payment_id))
+
+    async def recover_payout(request: web.Request) -> web.Response:
+        form = await request.post()
+        secret = str(form.get("refund_secret", "")).strip()
+        payment_id = str(form.get("payment_id", "")).strip()
+        invoice = str(form.get("invoice", "")).strip()
+        if invoice.lower().startswith("lightning:"):
+            invoice = invoice[10:]
+        refund = await _find_refund(request.app[keys.store], payment_id, secret)
+        if refund is None:
+            return page("Recover a refund", _recover_form(
+                payment_id, secret, "No refund matches this payment id and refund secret."
+            ), status=404)
+        refunds = request.app[keys.refunds]
+        answer = await refunds.withdraw_callback(refund.k1, invoice)
+        message = None
+        if answer.get("status") != "OK":
+            message = str(answer.get("reason", "The payout was refused."))
+        else:
+            # The payout runs in the background; wait a moment for its outcome.
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                current = await request.app[keys.store].refunds.get_by_k1(refund.k1)
+                if current is not None and current.status is not RefundStatus.CLAIMING:
+                    break
+        current = await request.app[keys.store].refunds.get_by_k1(refund.k1) or refund
+        return page("Your refund", await _refund_body(request, keys, current, payment_id,
+                                                      message))
+
+    r.add_get("/operator", dashboard)
+    r.add_post("/operator/login", login)
+    r.add_post("/operator/logout", logout)
+    r.add_get("/api/operator/ledger", ledger_api)
+    r.add_get("/recover", recover)
+    r.add_post("/recover/payout", recover_payout)
+
+
+async def _find_refund(store: Store, payment_id: str, secret: str) -> Refund | None:
+    """The refund whose secret this is; the payment id, when given, must be its own."""
+    if not secret or len(secret) > 128:
+        return None
+    refund = await store.refunds.get_by_k1(secret.lower())
+    if refund is None or (payment_id and refund.payment_id != payment_id):
+        return None
+    return refund
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+def _login_page(error: str = "", status: int = 200) -> web.Response:
+    notice = f'<p class="notice error" id="login-error">{esc(error)}</p>' if error else ""
+    body = (
+        '<section class="card"><h1>Operator</h1>'
+        "<p>Enter the operator token. On the node: <code>satsgate operator-token</code> "
+        "(or <code>lightning-cli satsgate-operator-token</code> with the plugin).</p>"
+        f'{notice}<form method="post" action="/operator/login">'
+        '<label>Operator token <input type="password" name="token" id="token" '
+        'autocomplete="current-password" required></label>'
+        '<button type="submit" id="login">Sign in</button></form></section>'
+    )
+    return page("Operator sign-in", body, status=status)
+
+
+def _figure(ident: str, label: str, msat: int, sub: str = "") -> str:
+    sats = f"{msat / 1000:,.3f}".rstrip("0").rstrip(".")
+    return (
+        f'<div class="figure"><div class="label">{esc(label)}</div>'
+        f'<div class="value" id="{ident}" data-msat="{msat}">{msat} msat</div>'
+        f'<div class="sub">{esc(sats)} sat{(" · " + esc(sub)) if sub else ""}</div></div>'
+    )
+
+
+def _dashboard_body(report: dict[str, Any]) -> str:
+    t = report["totals"]
+    figures = "".join(
+        (
+            _figure("received", "Received", t["received_msat"], f"{t['payments']} payments"),
+            _figure("earned", "Earned", t["earned_msat"]),
+            _figure("refunded", "Refunded", t["refunded_msat"], "open, claiming or paid out"),
+            _figure("held", "Held", t["held_msat"], "calls in flight, holds settling"),
+            _figure("open", "Open (paid, not used)", t["open_msat"]),
+            _figure("refund-fees", "Routing fees on refunds", t["refund_fees_msat"]),
+        )
+    )
+    per_day = table(
+        ("day", "received", "earned", "refunded", "held", "open"),
+        (
+            (d["day"], d["received_msat"], d["earned_msat"], d["refunded_msat"],
+             d["held_msat"], d["open_msat"])
+            for d in reversed(report["per_day"])
+        ),
+        numeric={1, 2, 3, 4, 5},
+        table_id="per-day",
+    )
+    states = table(
+        ("state", "refunds", "msat"),
+        (
+            (s, t[f"refunds_{s}"], t[f"refunds_{s}_msat"])
+            for s in ("open", "claiming", "paid", "expired")
+        ),
+        numeric={1, 2},
+        table_id="refund-states",
+    )
+    services = table(
+        ("service", "calls", "paid msat", "refunds"),
+        ((s["service"], s["calls"], s["paid_msat"], s["refunds"])
+         for s in report["calls_per_service"]),
+        numeric={1, 2, 3},
+        table_id="calls-per-service",
+    )
+    causes = table(
+        ("cause", "refunds", "msat"),
+        ((c["cause"], c["refunds"], c["amount_msat"]) for c in report["refunds_by_cause"]),
+        numeric={1, 2},
+        table_id="refund-causes",
+    )
+    payouts = table(
+        ("refund", "payment", "msat", "state", "node's reason"),
+        (
+            (p["refund_id"], p["payment_id"], p["amount_msat"], p["status"],
+             p["payout_error"] or "payout under way or unknown")
+            for p in report["refund_payouts"]
+        ),
+        numeric={2},
+        table_id="refund-payouts",
+    )
+    engines = table(
+        ("engine", "state", "source", "detail"),
+        (
+            (e["engine"], "available" if e["available"] else "unavailable", e["source"] or "-",
+             e["label"] if e["available"] else e["reason"])
+            for e in report.get("engines", [])
+        ),
+        table_id="engines",
+    )
+    canceled = (
+        f'<p class="muted" id="canceled-holds">Hold invoices canceled (never charged, '
+        f"outside the equation): {t['canceled_holds']} ({t['canceled_holds_msat']} msat)</p>"
+    )
+    return (
+        '<h1>Operator</h1><p class="muted">received = earned + refunded + held + open, '
+        'to the msat</p>'
+        f'<div class="figures">{figures}</div>{canceled}'
+        f'<section class="card"><h2>Earnings over time</h2>{earnings_chart(report["per_day"])}'
+        f"</section>"
+        f'<section class="card"><h2>Per day</h2>{per_day}</section>'
+        f'<section class="card"><h2>Refunds by state</h2>{states}</section>'
+        f'<section class="card"><h2>Refund payouts to look at</h2>'
+        '<p class="muted">Claims under way, and links whose last payout failed (the link '
+        "stays open; the payer can try again).</p>"
+        f"{payouts}</section>"
+        f'<section class="card"><h2>Calls per service</h2>{services}</section>'
+        f'<section class="card"><h2>Failures and refunds by cause</h2>{causes}</section>'
+        f'<section class="card"><h2>Engines</h2>{engines}</section>'
+        '<form method="post" action="/operator/logout"><button type="submit">Sign out'
+        "</button></form>"
+    )
+
+
+def _recover_form(payment_id: str, secret: str, error: str = "") -> str:
+    notice = f'<p class="notice error" id="recover-error">{esc(error)}</p>' if error else ""
+    return (
+        '<section class="card"><h1>Recover a refund</h1>'
+        "<p>A call that failed after payment was refunded. Enter the payment id and the "
+        "refund secret from the refund (the error body of the failed call) to claim it.</p>"
+        f'{notice}<form method="get" action="/recover">'
+        f'<label>Payment id <input name="payment_id" id="payment_id" value="{esc(payment_id)}"'
+        ' placeholder="pay_…" autocomplete="off"></label>'
+        f'<label>Refund secret <input name="refund_secret" id="refund_secret" '
+        f'value="{esc(secret)}" required autocomplete="off"></label>'
+        '<button type="submit" id="find">Find my refund</button></form></section>'
+    )
+
+
+async def _refund_body(
+    request: web.Request, keys: Keys, refund: Refund, payment_id: str,
+    message: str | None = None,
+) -> str:
+    base = request.app[keys.settings].public_base_url
+    refunds = request.app[keys.refunds]
+    sats = refund.amount_msat // 1000
+    expired = refund.status is RefundStatus.OPEN and refund.expires_at <= time.time()
+    status = "expired" if expired else str(refund.status)
+    notices = []
+    if message:
+        notices.append(f'<p class="notice error" id="payout-error">{esc(message)}</p>')
+    last_error = await refunds.last_payout_error(refund.k1)
+    if refund.status is RefundStatus.OPEN and last_error and not expired:
+        notices.append(
+            '<p class="notice" id="last-payout-error">The last payout attempt failed: '
+            f"{esc(last_error)}. The refund is still open: try again later or with another "
+            f"wallet ({esc(NO_LIQUIDITY_HINT)}).</p>"
+        )
+    head = (
+        f'<section class="card"><h1>Refund of {esc(sats)} sat</h1>'
+        f'<p>Status: <strong id="refund-status">{esc(status)}</strong> · '
+        f'<span class="mono">{esc(refund.refund_id)}</span> · payment '
+        f'<span class="mono">{esc(refund.payment_id)}</span></p>{"".join(notices)}'
+    )
+    if status == "paid":
+        return head + '<p class="ok" id="refund-done">Paid out to your wallet.</p></section>'
+    if status == "claiming":
+        return head + (
+            '<p id="refund-claiming">A payout is under way. Reload this page in a minute.'
+            "</p></section>"
+        )
+    if status == "expired":
+        return head + (
+            '<p id="refund-expired">This refund link expired unclaimed. Ask the operator of '
+            "this service to issue it again.</p></section>"
+        )
+    lnurl = url_encode(f"{base}/api/lnurlw/{refund.k1}")
+    return head + (
+        "<h2>Scan with your wallet</h2>"
+        f'<div class="qr" id="refund-qr">{qr_svg("lightning:" + str(lnurl).upper(), "Refund QR")}'
+        "</div>"
+        f'<p class="mono" id="lnurl">{esc(lnurl)}</p>'
+        f"<h2>Or paste an invoice for exactly {esc(sats)} sat</h2>"
+        '<form method="post" action="/recover/payout">'
+        f'<input type="hidden" name="refund_secret" value="{esc(refund.k1)}">'
+        f'<input type="hidden" name="payment_id" value="{esc(payment_id)}">'
+        '<label>Lightning invoice <textarea name="invoice" id="invoice" rows="4" required>'
+        "</textarea></label>"
+        '<button type="submit" id="payout">Pay out my refund</button></form></section>'
+    )

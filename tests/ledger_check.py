@@ -1,0 +1,92 @@
+"""The ledger's equation, checked against the database itself after a money scenario."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+FIELDS = ("received_msat", "earned_msat", "refunded_msat", "held_msat", "open_msat")
+
+
+def assert_ledger_balances(server: Any) -> dict[str, Any]:
+    """received = earned + refunded + held + open, in total and for every day, and each
+    figure agrees with the rows themselves. Returns the report.
+
+    A payout of an earlier test may still be moving: the report is compared with the rows
+    read just before and just after it, once those two reads agree."""
+    db = Path(server.settings.db_path)
+    for _ in range(100):
+        before = _rows(db)
+        report: dict[str, Any] = server.call(server.store.ledger.report)
+        if _rows(db) == before:
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the store never stood still for the ledger check")
+    t = report["totals"]
+    assert t["received_msat"] == (
+        t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t["open_msat"]
+    ), t
+    assert all(t[f] >= 0 for f in FIELDS), t
+    for day in report["per_day"]:
+        assert day["received_msat"] == (
+            day["earned_msat"] + day["refunded_msat"] + day["held_msat"] + day["open_msat"]
+        ), day
+    for field in (*FIELDS, "refund_fees_msat", "payments"):
+        assert sum(d[field] for d in report["per_day"]) == t[field], field
+    by_state = sum(t[f"refunds_{s}_msat"] for s in ("open", "claiming", "paid"))
+    assert t["refunded_msat"] == by_state
+    _against_rows(before, t)
+    return report
+
+
+Rows = tuple[list[Any], list[Any]]
+
+
+def _rows(db: Path) -> Rows:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        conn.execute("BEGIN")
+        payments = conn.execute(
+            "SELECT p.payment_id, p.amount_msat, p.status, p.mode, h.decision FROM payments p"
+            " LEFT JOIN holds h ON h.payment_hash = p.payment_hash"
+            " WHERE p.status != 'unpaid' ORDER BY p.payment_id"
+        ).fetchall()
+        refunds = conn.execute(
+            "SELECT payment_id, amount_msat, status, payout_fee_msat FROM refunds"
+            " ORDER BY refund_id"
+        ).fetchall()
+    finally:
+        conn.close()
+    return payments, refunds
+
+
+def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
+    """The figures from the rows, counted here in Python rather than in SQL."""
+    payments, refunds = rows
+    received = held = open_ = 0
+    amount_of: dict[str, int] = {}
+    for payment_id, amount, status, mode, decision in payments:
+        amount_of[payment_id] = amount
+        if status not in ("paid", "serving", "spent", "refunded"):
+            continue
+        received += amount
+        if status == "paid":
+            open_ += amount
+        elif status == "serving" or (mode == "hold" and decision != "settled"):
+            held += amount
+    refunded = sum(amount for _, amount, status, _ in refunds if status != "expired")
+    owed: dict[str, int] = {}
+    for payment_id, amount, status, _ in refunds:
+        if status != "expired":
+            owed[payment_id] = owed.get(payment_id, 0) + amount
+    for payment_id, total in owed.items():  # never more back than was paid
+        assert total <= amount_of[payment_id], payment_id
+    fees = sum(fee or 0 for *_, fee in refunds)
+    assert (t["received_msat"], t["held_msat"], t["open_msat"], t["refunded_msat"]) == (
+        received, held, open_, refunded
+    )
+    assert t["earned_msat"] == received - refunded - held - open_
+    assert t["refund_fees_msat"] == fees

@@ -75,7 +75,7 @@ async def handle_paid_call(
         raise ApiError("MALFORMED_CREDENTIAL", f"Malformed credential: {exc}") from None
     except l402.CredentialError as exc:
         check_challenge(request)  # a fresh invoice follows: limited like any challenge
-        code = "PAYMENT_EXPIRED" if "expired" in str(exc) else "PAYMENT_INVALID"
+        code = exc.code
         problem = "payment-expired" if code == "PAYMENT_EXPIRED" else "verification-failed"
         return await _fresh_challenge(
             gate, spec, params, code, f"The credential was not accepted: {exc}.", problem

@@ -32,6 +32,15 @@ _IDENTIFIER_PREFIX = struct.pack(">H", _IDENTIFIER_VERSION)
 class CredentialError(Exception):
     """The credential is well-formed but does not verify; message says which check failed."""
 
+    code = "PAYMENT_INVALID"  # the error-catalog code the caller gets
+
+
+class CredentialExpired(CredentialError):
+    """The credential verified once and its time is past (a macaroon caveat, an MPP
+    challenge's ``expires``)."""
+
+    code = "PAYMENT_EXPIRED"
+
 
 class MalformedCredential(Exception):
     """The Authorization header cannot be parsed as a credential."""
@@ -276,7 +285,7 @@ def check_each_caveat(decoded: DecodedMacaroon, service: str, now: int) -> None:
             except ValueError as exc:
                 raise CredentialError(f"malformed caveat {caveat!r}") from exc
             if now >= until:
-                raise CredentialError("the credential has expired")
+                raise CredentialExpired("the credential has expired")
         elif condition.endswith("_capabilities"):
             continue  # satsgate grants no capabilities beyond the call itself
         else:

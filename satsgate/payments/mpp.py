@@ -20,7 +20,7 @@ from typing import Any
 
 from satsgate import json_input
 from satsgate.payments.hmac_sha256 import HmacKey
-from satsgate.payments.l402 import CredentialError, MalformedCredential
+from satsgate.payments.l402 import CredentialError, CredentialExpired, MalformedCredential
 
 METHOD = "lightning"
 INTENT = "charge"
@@ -169,7 +169,7 @@ def parse_credential(value: str, *, secret: str, now: float | None = None) -> Mp
     if expires_at <= (time.time() if now is None else now):
         # The draft: a credential for an expired challenge is refused. A payment made
         # for it and never used stays refundable (POST /api/l402/refund).
-        raise CredentialError(f"the challenge expired at {fields['expires']}")
+        raise CredentialExpired(f"the challenge expired at {fields['expires']}")
     preimage = payload["preimage"].lower()
     if len(preimage) != 64 or any(c not in "0123456789abcdef" for c in preimage):
         raise MalformedCredential("payload.preimage must be 64 hex characters")

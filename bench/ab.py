@@ -62,8 +62,9 @@ def one_run(bench: Bench, scenario: str, target: Target, duration: float) -> Wrk
     if scenario == "paid_noop":
         return bench.paid(target, target.noop, duration)
     assert target.server is not None
-    return bench.static("challenge_402_noop", target.server, target.noop.path, "POST", "{}",
-                        duration)
+    return bench.static(
+        "challenge_402_noop", target.server, target.noop.path, "POST", "{}", duration
+    )
 
 
 def main() -> int:
@@ -76,9 +77,16 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     args = parser.parse_args()
     cfg = Config(
-        quick=True, rounds=args.rounds, duration=args.duration, connections=args.connections,
-        threads=1, render_connections=1, c1_duration=args.duration, warmup=1.0,
-        inproc_iterations=0, render_iterations=0,
+        quick=True,
+        rounds=args.rounds,
+        duration=args.duration,
+        connections=args.connections,
+        threads=1,
+        render_connections=1,
+        c1_duration=args.duration,
+        warmup=1.0,
+        inproc_iterations=0,
+        render_iterations=0,
     )
     with tempfile.TemporaryDirectory(prefix="satsgate-ab-") as tmp_name:
         tmp = Path(tmp_name)
@@ -101,29 +109,39 @@ def main() -> int:
                 for index in range(args.rounds):
                     order = (a_target, b_target) if index % 2 == 0 else (b_target, a_target)
                     base = bench.static("baseline", bench.base, "/", "GET", "", args.duration)
-                    results = {t.suffix: one_run(bench, args.scenario, t, args.duration)
-                               for t in order}
+                    results = {
+                        t.suffix: one_run(bench, args.scenario, t, args.duration) for t in order
+                    }
                     a, b = results[""], results["+b"]
                     for r in (a, b):
                         if r.exhausted_threads or r.statuses.keys() - {"200", "402"}:
                             raise SystemExit(f"bad run: {r.statuses} {r.exhausted_threads}")
-                    rows.append((base.rps, a.rps, b.rps, a.cpu_us_per_request,
-                                 b.cpu_us_per_request))
-                    log(f"round {index + 1}: baseline {base.rps:.0f}  A {a.rps:.0f} req/s"
+                    rows.append(
+                        (base.rps, a.rps, b.rps, a.cpu_us_per_request, b.cpu_us_per_request)
+                    )
+                    log(
+                        f"round {index + 1}: baseline {base.rps:.0f}  A {a.rps:.0f} req/s"
                         f" {a.cpu_us_per_request:.0f} us  B {b.rps:.0f} req/s"
-                        f" {b.cpu_us_per_request:.0f} us")
+                        f" {b.cpu_us_per_request:.0f} us"
+                    )
         finally:
             bench.stop()
     med = statistics.median
-    print(f"scenario {args.scenario}, {args.rounds} rounds of {args.duration:g} s,"
-          f" A={args.a} B={args.b or 'work tree'}")
+    print(
+        f"scenario {args.scenario}, {args.rounds} rounds of {args.duration:g} s,"
+        f" A={args.a} B={args.b or 'work tree'}"
+    )
     print(f"baseline GET /: {med(r[0] for r in rows):.0f} req/s")
     for label, i, j in (("A", 1, 3), ("B", 2, 4)):
         ratio = med(r[i] / r[0] for r in rows)
-        print(f"{label}: {med(r[i] for r in rows):.0f} req/s, {ratio:.1%} of baseline,"
-              f" {med(r[j] for r in rows):.0f} us server CPU/req")
-    print(f"B/A req/s per round, median: {med(r[2] / r[1] for r in rows):.3f}"
-          f" (range {min(r[2] / r[1] for r in rows):.3f}-{max(r[2] / r[1] for r in rows):.3f})")
+        print(
+            f"{label}: {med(r[i] for r in rows):.0f} req/s, {ratio:.1%} of baseline,"
+            f" {med(r[j] for r in rows):.0f} us server CPU/req"
+        )
+    print(
+        f"B/A req/s per round, median: {med(r[2] / r[1] for r in rows):.3f}"
+        f" (range {min(r[2] / r[1] for r in rows):.3f}-{max(r[2] / r[1] for r in rows):.3f})"
+    )
     return 0
 
 

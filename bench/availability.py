@@ -67,8 +67,18 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "satsgate.cli", "serve", "--port", str(self.port),
-             "--data-dir", str(self.data), "--log-level", "WARNING"],
+            [
+                sys.executable,
+                "-m",
+                "satsgate.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data),
+                "--log-level",
+                "WARNING",
+            ],
             env={**os.environ, "PYTHONPATH": str(TREE[0]), **env},
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -169,7 +179,9 @@ def wrk_flood(url: str, seconds: int, tmp: Path) -> dict[str, Any]:
     wrk = shutil.which("wrk") or "/usr/bin/wrk"
     out = subprocess.run(
         [wrk, "-t1", "-c32", f"-d{seconds}s", "-s", str(script), f"{url}/api/l402/render-card"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]

@@ -128,18 +128,14 @@ def health_under_ocr(calls: int = 4, pages: int = 5) -> dict[str, Any]:
         try:
             stop = threading.Event()
             idle: list[float] = []
-            poll = threading.Thread(
-                target=lambda: idle.extend(_health_latencies(server.url, stop))
-            )
+            poll = threading.Thread(target=lambda: idle.extend(_health_latencies(server.url, stop)))
             poll.start()
             time.sleep(3)
             stop.set()
             poll.join()
             stop = threading.Event()
             busy: list[float] = []
-            poll = threading.Thread(
-                target=lambda: busy.extend(_health_latencies(server.url, stop))
-            )
+            poll = threading.Thread(target=lambda: busy.extend(_health_latencies(server.url, stop)))
             poll.start()
             started = time.perf_counter()
             seconds: list[float] = []
@@ -157,12 +153,22 @@ def health_under_ocr(calls: int = 4, pages: int = 5) -> dict[str, Any]:
         finally:
             server.stop()
     return {
-        "calls": calls, "pages_each": pages, "window_s": round(window, 1),
+        "calls": calls,
+        "pages_each": pages,
+        "window_s": round(window, 1),
         "call_seconds": sorted(round(s, 1) for s in seconds),
-        "idle_ms": {"n": len(idle), "p50": round(statistics.median(idle), 2),
-                    "p99": round(_pct(idle, 0.99), 2), "max": round(max(idle), 2)},
-        "busy_ms": {"n": len(busy), "p50": round(statistics.median(busy), 2),
-                    "p99": round(_pct(busy, 0.99), 2), "max": round(max(busy), 2)},
+        "idle_ms": {
+            "n": len(idle),
+            "p50": round(statistics.median(idle), 2),
+            "p99": round(_pct(idle, 0.99), 2),
+            "max": round(max(idle), 2),
+        },
+        "busy_ms": {
+            "n": len(busy),
+            "p50": round(statistics.median(busy), 2),
+            "p99": round(_pct(busy, 0.99), 2),
+            "max": round(max(busy), 2),
+        },
     }
 
 
@@ -174,9 +180,7 @@ def _peak() -> tuple[int, int, int]:
     return os.getpid(), own, children
 
 
-async def run_case(
-    name: str, request: OcrRequest, workers: int, limit_s: float
-) -> dict[str, Any]:
+async def run_case(name: str, request: OcrRequest, workers: int, limit_s: float) -> dict[str, Any]:
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     try:
         runner = CpuRunner(pool, limit_s)
@@ -210,7 +214,8 @@ async def main() -> None:
     parser.add_argument("--limit", type=float, default=600.0, help="CPU job time limit, s")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
-        "--health", action="store_true",
+        "--health",
+        action="store_true",
         help="also: GET /api/health latency while 4 paid OCR calls run on a server",
     )
     args = parser.parse_args()
@@ -218,16 +223,26 @@ async def main() -> None:
     scan = scanned_pdf(
         [a4_page([line.format(n=n) for line in LETTER], size=32) for n in range(args.pages)]
     )
-    layer = text_layer_pdf(*(
-        "<br>".join(line.format(n=n) for line in LETTER) for n in range(args.pages)
-    ))
+    layer = text_layer_pdf(
+        *("<br>".join(line.format(n=n) for line in LETTER) for n in range(args.pages))
+    )
     cases = [
         ("image", OcrRequest(png(text_image(PARAGRAPH)), "image")),
-        ("image-zh", OcrRequest(
-            png(text_image(["今天天气很好，我们去公园散步。", "闪电网络的发票在几秒钟内结算。"],
-                           font=CJK, size=40, width=1000)),
-            "image", "zh",
-        )),
+        (
+            "image-zh",
+            OcrRequest(
+                png(
+                    text_image(
+                        ["今天天气很好，我们去公园散步。", "闪电网络的发票在几秒钟内结算。"],
+                        font=CJK,
+                        size=40,
+                        width=1000,
+                    )
+                ),
+                "image",
+                "zh",
+            ),
+        ),
         (f"pdf-text-{args.pages}p", OcrRequest(layer, "pdf")),
         (f"pdf-scan-{args.pages}p", OcrRequest(scan, "pdf")),
     ]
@@ -237,16 +252,22 @@ async def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     machine = {
-        "cpus": os.cpu_count(), "python": platform.python_version(),
-        "load_1min": round(os.getloadavg()[0], 2), "workers": args.workers,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_1min": round(os.getloadavg()[0], 2),
+        "workers": args.workers,
     }
-    print("\n| case | pages | read by | wall s | s/page | worker peak RSS MiB | "
-          "tesseract peak RSS MiB |")
+    print(
+        "\n| case | pages | read by | wall s | s/page | worker peak RSS MiB | "
+        "tesseract peak RSS MiB |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['pages']} | {', '.join(r['methods'])} | {r['seconds']} | "
-              f"{r['seconds_per_page']} | {r['worker_peak_rss_mib']} | "
-              f"{r['tesseract_peak_rss_mib']} |")
+        print(
+            f"| {r['case']} | {r['pages']} | {', '.join(r['methods'])} | {r['seconds']} | "
+            f"{r['seconds_per_page']} | {r['worker_peak_rss_mib']} | "
+            f"{r['tesseract_peak_rss_mib']} |"
+        )
     print(f"\nmachine: {machine}")
     health = health_under_ocr() if args.health else None
     if health is not None:

@@ -118,22 +118,33 @@ def measure(engine: str, size: str, work: tuple[Any, ...], repeat: int, out: Any
     warm = min(times)
     peak = peak_rss_kb()
     info: dict[str, Any] = {
-        "engine": engine, "size": size, "cold_s": round(cold, 3), "warm_s": round(warm, 3),
+        "engine": engine,
+        "size": size,
+        "cold_s": round(cold, 3),
+        "warm_s": round(warm, 3),
         "warm_cpu_s": round(min(cpu_times), 3),
-        "peak_rss_mb": round(peak / 1024, 1), "start_rss_mb": round(base_rss / 1024, 1),
+        "peak_rss_mb": round(peak / 1024, 1),
+        "start_rss_mb": round(base_rss / 1024, 1),
         "input_bytes": len(args[0]),
     }
     data = getattr(result, "data", None)
     if data is not None:
-        info.update(output_bytes=len(data), output=f"{result.width}x{result.height}",
-                    method=result.method)
+        info.update(
+            output_bytes=len(data), output=f"{result.width}x{result.height}", method=result.method
+        )
     else:
         info["method"] = result.method
     out.put(info)
 
 
-ENGINES = ("detect_nsfw", "detect_objects", "upscale_image", "deblur_image",
-           "denoise_image", "remove_object")
+ENGINES = (
+    "detect_nsfw",
+    "detect_objects",
+    "upscale_image",
+    "deblur_image",
+    "denoise_image",
+    "remove_object",
+)
 
 
 def main() -> None:
@@ -160,20 +171,31 @@ def main() -> None:
                 flush=True,
             )
     print()
-    print("| engine | input | cold s | warm s | warm CPU s | peak RSS MB (at start) | output "
-          "(bytes) |")
+    print(
+        "| engine | input | cold s | warm s | warm CPU s | peak RSS MB (at start) | output "
+        "(bytes) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        side = (f"{UPSCALE[row['size']][0]}px x{UPSCALE[row['size']][1]}"
-                if row["engine"] == "upscale_image" else f"{SIZES[row['size']]}px")
+        side = (
+            f"{UPSCALE[row['size']][0]}px x{UPSCALE[row['size']][1]}"
+            if row["engine"] == "upscale_image"
+            else f"{SIZES[row['size']]}px"
+        )
         output = f"{row.get('output', '-')} {row.get('output_bytes', '')}".strip()
-        print(f"| {row['engine']} | {side} JPEG | {row['cold_s']} | {row['warm_s']} | "
-              f"{row['warm_cpu_s']} | "
-              f"{row['peak_rss_mb']} ({row['start_rss_mb']}) | {output} |")
+        print(
+            f"| {row['engine']} | {side} JPEG | {row['cold_s']} | {row['warm_s']} | "
+            f"{row['warm_cpu_s']} | "
+            f"{row['peak_rss_mb']} ({row['start_rss_mb']}) | {output} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps(
-            {"machine": platform.platform(), "cpus": multiprocessing.cpu_count(),
-             "rows": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {"machine": platform.platform(), "cpus": multiprocessing.cpu_count(), "rows": rows},
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

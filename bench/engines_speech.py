@@ -86,8 +86,22 @@ def bench_tools() -> dict[str, Any]:
         espeak_mb, espeak_s = tool_peak_mb(
             ["espeak-ng", "-v", "en-us", "-b", "1", "-w", str(wav)], english(5000).encode()
         )
-        mp3_mb, mp3_s = tool_peak_mb(["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav),
-                                      "-codec:a", "libmp3lame", "-b:a", "64k", f"{out}.mp3"])
+        mp3_mb, mp3_s = tool_peak_mb(
+            [
+                "ffmpeg",
+                "-nostdin",
+                "-v",
+                "error",
+                "-y",
+                "-i",
+                str(wav),
+                "-codec:a",
+                "libmp3lame",
+                "-b:a",
+                "64k",
+                f"{out}.mp3",
+            ]
+        )
         aac_mb, aac_s = tool_peak_mb(["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav),
                                       "-c:a", "aac", "-aac_coder", "fast", "-b:a", "32k",
                                       f"{out}.m4a"])  # fmt: skip
@@ -215,9 +229,7 @@ async def _paid_tts(client: httpx.AsyncClient, body: dict[str, Any]) -> float:
     challenge = (await client.post("/api/l402/text-to-speech", json=body)).json()
     paid = await client.post("/api/dev/pay", json={"invoice": challenge["invoice"]})
     auth = f"L402 {challenge['macaroon']}:{paid.json()['preimage']}"
-    resp = await client.post(
-        "/api/l402/text-to-speech", json=body, headers={"Authorization": auth}
-    )
+    resp = await client.post("/api/l402/text-to-speech", json=body, headers={"Authorization": auth})
     assert resp.status_code == 200, resp.text
     return time.perf_counter() - started
 

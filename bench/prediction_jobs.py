@@ -103,8 +103,7 @@ async def _pay_and_submit(client: httpx.AsyncClient, body: dict[str, Any]) -> st
     challenge = ch.json()
     paid = await client.post("/api/dev/pay", json={"invoice": challenge["invoice"]})
     auth = f"L402 {challenge['macaroon']}:{paid.json()['preimage']}"
-    resp = await client.post("/api/l402/generate-video", json=body,
-                             headers={"Authorization": auth})
+    resp = await client.post("/api/l402/generate-video", json=body, headers={"Authorization": auth})
     assert resp.status_code == 202, resp.text
     return str(resp.json()["poll_url"])
 
@@ -146,8 +145,7 @@ async def load(url: str, jobs: int, child: int, data_dir: Path) -> dict[str, Any
             tail = time.perf_counter() - after_submit
             statuses = dict(db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status"))
             spans = sorted(
-                end - start
-                for start, end in db.execute("SELECT created_at, updated_at FROM jobs")
+                end - start for start, end in db.execute("SELECT created_at, updated_at FROM jobs")
             )
         finally:
             db.close()
@@ -215,7 +213,10 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'bench'}"}
     platform = subprocess.Popen(
         [sys.executable, __file__, "--mode", args.mode, "--fake"],
-        stdout=subprocess.PIPE, stdin=subprocess.PIPE, env=env, text=True,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        env=env,
+        text=True,
     )
     assert platform.stdout is not None and platform.stdin is not None
     fake_url = platform.stdout.readline().strip()
@@ -223,7 +224,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         child = subprocess.Popen(
             [sys.executable, __file__, "--mode", args.mode, "--serve", data, str(port), fake_url],
-            stdout=subprocess.PIPE, stdin=subprocess.PIPE, env=env, text=True,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            env=env,
+            text=True,
         )
         try:
             assert child.stdout is not None

@@ -72,9 +72,17 @@ async def _chat(request: web.Request) -> web.Response:
     if DELAY_S:
         await asyncio.sleep(DELAY_S)
     if request.headers.get("Authorization") != f"Bearer {KEY}":
-        return web.json_response({"error": {"message": "bad key", "type": "invalid_request_error",
-                                             "param": None, "code": "invalid_api_key"}},
-                                 status=401)
+        return web.json_response(
+            {
+                "error": {
+                    "message": "bad key",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            },
+            status=401,
+        )
     await request.read()
     return web.Response(body=ANSWER_BYTES, content_type="application/json")
 
@@ -90,8 +98,14 @@ def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
 
     return replace(
         Settings(host="127.0.0.1", port=port, data_dir=data_dir),
-        providers={"bench": {"kind": "openai", "base_url": f"{upstream}/v1", "api_key": KEY,
-                             "models": {"31": MODEL, "1": MODEL, "6": MODEL}}},
+        providers={
+            "bench": {
+                "kind": "openai",
+                "base_url": f"{upstream}/v1",
+                "api_key": KEY,
+                "models": {"31": MODEL, "1": MODEL, "6": MODEL},
+            }
+        },
         engines={"text": "bench"},
     )
 
@@ -196,44 +210,65 @@ def run(rounds: int, duration: float) -> int:
                 one: list[dict[str, Any]] = []
                 for connections in (1, 16):
                     direct = run_wrk(
-                        f"direct_c{connections}", upstream,
-                        f"{upstream.url}/v1/chat/completions", "static.lua",
+                        f"direct_c{connections}",
+                        upstream,
+                        f"{upstream.url}/v1/chat/completions",
+                        "static.lua",
                         ["POST", direct_body, "1", f"Bearer {KEY}"],
-                        duration=duration, connections=connections, threads=1,
+                        duration=duration,
+                        connections=connections,
+                        threads=1,
                     )
                     count = int(rate * duration * 2) + 500
                     creds = tmp / f"creds-{index}-{connections}"
                     seed(settings, seed_spec, count, creds)
                     proxied = run_wrk(
-                        f"proxied_c{connections}", satsgate,
-                        f"{satsgate.url}/api/l402/generate-text", "paid.lua",
+                        f"proxied_c{connections}",
+                        satsgate,
+                        f"{satsgate.url}/api/l402/generate-text",
+                        "paid.lua",
                         [str(creds), "/api/l402/generate-text", body, "1"],
-                        duration=duration, connections=connections, threads=1,
+                        duration=duration,
+                        connections=connections,
+                        threads=1,
                     )
                     if proxied.exhausted_threads:
                         raise RuntimeError("credentials ran out: rerun (the rate was higher)")
                     rate = max(rate, proxied.rps)
                     pairs = [direct, proxied]
                     if connections == 16:  # context: the same against a 50 ms upstream
-                        pairs.append(run_wrk(
-                            "direct_c16_slow", slow, f"{slow.url}/v1/chat/completions",
-                            "static.lua", ["POST", direct_body, "1", f"Bearer {KEY}"],
-                            duration=duration, connections=16, threads=1,
-                        ))
+                        pairs.append(
+                            run_wrk(
+                                "direct_c16_slow",
+                                slow,
+                                f"{slow.url}/v1/chat/completions",
+                                "static.lua",
+                                ["POST", direct_body, "1", f"Bearer {KEY}"],
+                                duration=duration,
+                                connections=16,
+                                threads=1,
+                            )
+                        )
                         creds = tmp / f"creds-{index}-slow"
-                        seed(settings_slow, seed_spec, int(16 / 0.05 * duration * 2) + 500,
-                             creds)
-                        pairs.append(run_wrk(
-                            "proxied_c16_slow", satsgate_slow,
-                            f"{satsgate_slow.url}/api/l402/generate-text", "paid.lua",
-                            [str(creds), "/api/l402/generate-text", body, "1"],
-                            duration=duration, connections=16, threads=1,
-                        ))
+                        seed(settings_slow, seed_spec, int(16 / 0.05 * duration * 2) + 500, creds)
+                        pairs.append(
+                            run_wrk(
+                                "proxied_c16_slow",
+                                satsgate_slow,
+                                f"{satsgate_slow.url}/api/l402/generate-text",
+                                "paid.lua",
+                                [str(creds), "/api/l402/generate-text", body, "1"],
+                                duration=duration,
+                                connections=16,
+                                threads=1,
+                            )
+                        )
                     for result in pairs:
                         statuses = {k: v for k, v in result.statuses.items() if k != "200"}
                         if statuses or result.socket_errors:
-                            raise RuntimeError(f"{result.scenario}: non-200 {statuses} "
-                                               f"errors {result.errors}")
+                            raise RuntimeError(
+                                f"{result.scenario}: non-200 {statuses} errors {result.errors}"
+                            )
                         one.append(result.__dict__)
                 results.append(one)
         finally:
@@ -245,7 +280,10 @@ def run(rounds: int, duration: float) -> int:
         "wall_s": round(time.time() - started, 1),
         "loadavg_before": load_before,
         "loadavg_after": list(Path("/proc/loadavg").read_text().split()[:3]),
-        "rounds": results, "duration_s": duration, "sanity": sanity, "summary": summary,
+        "rounds": results,
+        "duration_s": duration,
+        "sanity": sanity,
+        "summary": summary,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "proxy_overhead.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -265,9 +303,13 @@ def check_once(url: str, http: Any) -> dict[str, Any]:
     import urllib.request
 
     req = urllib.request.Request(
-        f"{url}/api/l402/generate-text", data=body.encode(), method="POST",
-        headers={"Content-Type": "application/json",
-                 "Authorization": f"L402 {doc['macaroon']}:{paid['preimage']}"},
+        f"{url}/api/l402/generate-text",
+        data=body.encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"L402 {doc['macaroon']}:{paid['preimage']}",
+        },
     )
     with urllib.request.urlopen(req, timeout=30) as resp:
         text = resp.read().decode()
@@ -281,11 +323,15 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
     def by(name: str) -> list[dict[str, Any]]:
         return [r for rnd in rounds for r in rnd if r["scenario"] == name]
 
-    overhead = [p["latency_ms"]["p50"] - d["latency_ms"]["p50"]
-                for d, p in zip(by("direct_c1"), by("proxied_c1"), strict=True)]
+    overhead = [
+        p["latency_ms"]["p50"] - d["latency_ms"]["p50"]
+        for d, p in zip(by("direct_c1"), by("proxied_c1"), strict=True)
+    ]
     ratio = [p["rps"] / d["rps"] for d, p in zip(by("direct_c16"), by("proxied_c16"), strict=True)]
-    ratio_slow = [p["rps"] / d["rps"]
-                  for d, p in zip(by("direct_c16_slow"), by("proxied_c16_slow"), strict=True)]
+    ratio_slow = [
+        p["rps"] / d["rps"]
+        for d, p in zip(by("direct_c16_slow"), by("proxied_c16_slow"), strict=True)
+    ]
     med = statistics.median
     return {
         "throughput_ratio_c16_slow_upstream": round(med(ratio_slow), 3),
@@ -321,8 +367,10 @@ def markdown(doc: dict[str, Any]) -> str:
     for rnd in doc["rounds"]:
         for r in rnd:
             lat = r["latency_ms"]
-            lines.append(f"| {r['scenario']} | {r['connections']} | {r['rps']} | {lat['p50']} | "
-                         f"{lat['p90']} | {lat['p99']} | {r['cpu_us_per_request']} |")
+            lines.append(
+                f"| {r['scenario']} | {r['connections']} | {r['rps']} | {lat['p50']} | "
+                f"{lat['p90']} | {lat['p99']} | {r['cpu_us_per_request']} |"
+            )
     lines += [
         "",
         f"- p50 overhead at 1 connection: **{s['p50_overhead_ms']} ms** (direct "

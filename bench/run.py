@@ -366,8 +366,14 @@ class Bench:
     ) -> Server:
         """Start ``target``'s satsgate server (its satsgate package from ``tree``, a source
         tree put first on PYTHONPATH, if given) and keep it for :meth:`stop`."""
-        cmd = [str(BENCH / "satsgate_server.py"), "--port", str(free_port()),
-               "--data-dir", str(target.data_dir), *(args or [])]
+        cmd = [
+            str(BENCH / "satsgate_server.py"),
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(target.data_dir),
+            *(args or []),
+        ]
         env_path = os.environ.get("PYTHONPATH", "")
         if tree is not None:
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env_path) if p)
@@ -490,9 +496,7 @@ class Bench:
                 "median_ms": round(statistics.median(pool_ms), 3) if pool_ms else None,
             }
             # ... and, right after, the engine alone in a spawned worker, as the pool runs it.
-            result.render_alone = self.pool.submit(
-                time_render, self.cfg.render_iterations
-            ).result()
+            result.render_alone = self.pool.submit(time_render, self.cfg.render_iterations).result()
         target.served_200[paid.spec.slug] += result.statuses.get("200", 0)
         # A run that ran dry measured its credentials, not the server: its rate is a
         # floor, so the next run gets four times as many.
@@ -528,9 +532,7 @@ class Bench:
                     connections=self.cfg.connections,
                     threads=self.cfg.threads,
                 ),
-                self.static(
-                    "challenge_402_noop" + sfx, sg, t.noop.path, "POST", "{}", duration
-                ),
+                self.static("challenge_402_noop" + sfx, sg, t.noop.path, "POST", "{}", duration),
                 self.paid(t, t.noop, duration),
                 self.paid(t, t.noop_c1, c1),
                 self.paid(t, t.render, duration),
@@ -658,9 +660,7 @@ def summarise(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
     scenarios: dict[str, Any] = {}
     for name, runs in by_name.items():
         plain = name.removesuffix("+exp")
-        ratios = [
-            r["rps"] / base for r, base in zip(runs, base_by_round, strict=True) if base > 0
-        ]
+        ratios = [r["rps"] / base for r, base in zip(runs, base_by_round, strict=True) if base > 0]
         scenarios[name] = {
             "description": SCENARIO_INFO[plain][0],
             "endpoint": SCENARIO_INFO[plain][1],
@@ -962,21 +962,29 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"| Part | {col_head} |",
         f"|---|{col_rule}|",
         f"| full paid call, wrk -c{cfg['render_connections']} p50 | "
-        + cols([f"{s['paid_render_p50_ms']:.2f}" for s in splits]) + " |",
+        + cols([f"{s['paid_render_p50_ms']:.2f}" for s in splits])
+        + " |",
         "| waiting for the render pool (render + pickling/IPC), median of the same calls | "
-        + cols([f"{s['render_pool_ms']:.2f}" for s in splits]) + " |",
+        + cols([f"{s['render_pool_ms']:.2f}" for s in splits])
+        + " |",
         "| **gate + dispatch** (full − pool, per round, then median) | "
-        + cols([
-            f"**{s['gate_and_dispatch_ms']:.2f}** ({s['gate_and_dispatch_share'] * 100:.1f}%)"
-            for s in splits
-        ]) + " |",
+        + cols(
+            [
+                f"**{s['gate_and_dispatch_ms']:.2f}** ({s['gate_and_dispatch_share'] * 100:.1f}%)"
+                for s in splits
+            ]
+        )
+        + " |",
         "| of which the gate path alone (paid no-op p50, -c1) | "
-        + cols([f"{s['paid_noop_p50_ms_c1']:.2f}" for s in splits]) + " |",
+        + cols([f"{s['paid_noop_p50_ms_c1']:.2f}" for s in splits])
+        + " |",
         "| rest: pre-check (check_fits), file save, base64 + JSON of the image, loop wake-ups | "
-        + cols([f"{s['rest_beyond_noop_ms']:.2f}" for s in splits]) + " |",
+        + cols([f"{s['rest_beyond_noop_ms']:.2f}" for s in splits])
+        + " |",
         "| for context: the engine alone in a spawned worker, right after the run"
         f" ({splits[0]['render_engine_calls_per_round']} calls) | "
-        + cols([f"{s['render_engine_alone_ms']:.2f}" for s in splits]) + " |",
+        + cols([f"{s['render_engine_alone_ms']:.2f}" for s in splits])
+        + " |",
         "",
         f"## The gate's own share of the 402 path (in-process, {gates[0]['gate_share']['n']}"
         " iterations)",
@@ -985,8 +993,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         " inside it (its instance method wrapped to time it), per iteration; median. The other"
         " steps of the 402 handler are shown for context (median, p90).",
         "",
-        "| Step | Median ms | p90 ms |"
-        + (" With proposals: median | p90 |" if has_exp else ""),
+        "| Step | Median ms | p90 ms |" + (" With proposals: median | p90 |" if has_exp else ""),
         "|---|---:|---:|" + ("---:|---:|" if has_exp else ""),
     ]
     labels = [
@@ -1015,10 +1022,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ]
         for key, label in (
             ("total", "**all three**"),
-            ("verify_authorization", "Gate.verify_authorization (parse, decode, preimage,"
-             " store lookup, signature, caveats)"),
-            ("execute", "Gate.execute_credential (the spend that reads its row"
-             " + dispatch to the no-op handler)"),
+            (
+                "verify_authorization",
+                "Gate.verify_authorization (parse, decode, preimage,"
+                " store lookup, signature, caveats)",
+            ),
+            (
+                "execute",
+                "Gate.execute_credential (the spend that reads its row"
+                " + dispatch to the no-op handler)",
+            ),
             ("result_response", "result_response (the JSON response)"),
         ):
             cells = " | ".join(f"{p[key]['median_ms']:.3f} | {p[key]['p90_ms']:.3f}" for p in paid)
@@ -1055,7 +1068,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         " is bounded by the credentials). Each run gets about twice the credentials its"
         " measured rate needs.",
         "- `/bench/noop` is a bench-only route: the real app from `create_app`, plus a"
-        " ServiceSpec whose handler returns `{\"ok\": true}`, dispatched by"
+        ' ServiceSpec whose handler returns `{"ok": true}`, dispatched by'
         " `handle_paid_call(request, app[GATE], NOOP_SPEC)`.",
         "- wrk runs in its own process, each server in its own process (satsgate with its"
         " store thread, dev-node thread and a 2-process render pool); all share 2 cores."
@@ -1077,13 +1090,20 @@ def config_from_args(argv: list[str] | None = None) -> tuple[Config, bool]:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--render-connections", type=int, default=1)
-    parser.add_argument("--cprofile", action="store_true",
-                        help="run the satsgate server under cProfile (slows it down);"
-                        " writes bench/results/satsgate_server.prof")
-    parser.add_argument("--experiment", action="append", default=[],
-                        help="also run a second satsgate server with this proposed change"
-                        " (see experiments.py), side by side in the same rounds; results go"
-                        " to results/compare-<names>.{md,json}, never latest.*")
+    parser.add_argument(
+        "--cprofile",
+        action="store_true",
+        help="run the satsgate server under cProfile (slows it down);"
+        " writes bench/results/satsgate_server.prof",
+    )
+    parser.add_argument(
+        "--experiment",
+        action="append",
+        default=[],
+        help="also run a second satsgate server with this proposed change"
+        " (see experiments.py), side by side in the same rounds; results go"
+        " to results/compare-<names>.{md,json}, never latest.*",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, store)")
     args = parser.parse_args(argv)
     quick = bool(args.quick)
@@ -1119,8 +1139,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg, keep = config_from_args(argv)
     unknown = set(cfg.experiments) - set(experiments.CHOICES)
     if unknown:
-        print(f"unknown experiment(s) {sorted(unknown)}; choose from {experiments.CHOICES}",
-              file=sys.stderr)
+        print(
+            f"unknown experiment(s) {sorted(unknown)}; choose from {experiments.CHOICES}",
+            file=sys.stderr,
+        )
         return 2
     if not Path(WRK).exists():
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)

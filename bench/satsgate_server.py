@@ -137,7 +137,10 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--cprofile", type=Path, help="profile the whole run, write pstats here")
     parser.add_argument(
-        "--experiment", action="append", default=[], choices=experiments.CHOICES,
+        "--experiment",
+        action="append",
+        default=[],
+        choices=experiments.CHOICES,
         help="apply a proposed change in this process (see experiments.py)",
     )
     args = parser.parse_args()

@@ -69,9 +69,11 @@ def summary(name: str, samples: list[float | None]) -> str:
     missed = len(samples) - len(ms)
     if not ms:
         return f"{name}: n={len(samples)}, none seen paid within 10 s"
-    return (f"{name}: n={len(samples)} median {statistics.median(ms):.1f} ms,"
-            f" p90 {ms[max(int(len(ms) * 0.9) - 1, 0)]:.1f} ms, max {ms[-1]:.1f} ms,"
-            f" not seen paid within 10 s: {missed}")
+    return (
+        f"{name}: n={len(samples)} median {statistics.median(ms):.1f} ms,"
+        f" p90 {ms[max(int(len(ms) * 0.9) - 1, 0)]:.1f} ms, max {ms[-1]:.1f} ms,"
+        f" not seen paid within 10 s: {missed}"
+    )
 
 
 def main() -> int:
@@ -79,9 +81,18 @@ def main() -> int:
     parser.add_argument("--payments", type=int, default=40)
     parser.add_argument("--duration", type=float, default=12.0)
     args = parser.parse_args()
-    cfg = Config(quick=True, rounds=1, duration=args.duration, connections=32, threads=1,
-                 render_connections=1, c1_duration=1.0, warmup=1.0, inproc_iterations=0,
-                 render_iterations=0)
+    cfg = Config(
+        quick=True,
+        rounds=1,
+        duration=args.duration,
+        connections=32,
+        threads=1,
+        render_connections=1,
+        c1_duration=1.0,
+        warmup=1.0,
+        inproc_iterations=0,
+        render_iterations=0,
+    )
     with tempfile.TemporaryDirectory(prefix="satsgate-settle-") as tmp_name:
         tmp = Path(tmp_name)
         bench = Bench(cfg, tmp)

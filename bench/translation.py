@@ -55,7 +55,9 @@ def text_round(mode: str, chars: int) -> tuple[float, int]:
     base = SENTENCES[mode]
     text = (base * (chars // len(base) + 1))[:chars]
     out = subprocess.run(
-        [sys.executable, "-c", _RUN, mode], input=text.encode(), capture_output=True,
+        [sys.executable, "-c", _RUN, mode],
+        input=text.encode(),
+        capture_output=True,
         check=True,
     ).stdout.split()
     return float(out[0]), int(out[1])
@@ -71,8 +73,10 @@ def book(pages: int) -> bytes:
         for n in range(chapters)
     )
     spine = "".join(f'<itemref idref="c{n}"/>' for n in range(chapters))
-    opf = (_OPF.split("<manifest>")[0] + f"<manifest>{items}</manifest><spine>{spine}"
-           "</spine></package>")
+    opf = (
+        _OPF.split("<manifest>")[0] + f"<manifest>{items}</manifest><spine>{spine}"
+        "</spine></package>"
+    )
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as epub:
         epub.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
@@ -93,8 +97,11 @@ async def epub_round(url: str, pages: int, target: str) -> dict[str, float]:
 
     from tests.conftest import paid_l402_auth
 
-    body = {"epubBase64": base64.b64encode(book(pages)).decode(), "targetLanguage": target,
-            "sourceLanguage": "es"}
+    body = {
+        "epubBase64": base64.b64encode(book(pages)).decode(),
+        "targetLanguage": target,
+        "sourceLanguage": "es",
+    }
     async with httpx.AsyncClient(base_url=url, timeout=3600) as client:
         auth = await paid_l402_auth(client, "translate-epub", body)
         start = time.perf_counter()
@@ -112,8 +119,12 @@ async def epub_round(url: str, pages: int, target: str) -> dict[str, float]:
     if status["status"] != "COMPLETED":
         raise SystemExit(f"translate-epub failed: {status}")
     chars = status["result"]["visibleChars"]
-    return {"pages": pages, "visibleChars": chars, "seconds": round(seconds, 2),
-            "msPer1000Chars": round(seconds / chars * 1e6, 1)}
+    return {
+        "pages": pages,
+        "visibleChars": chars,
+        "seconds": round(seconds, 2),
+        "msPer1000Chars": round(seconds / chars * 1e6, 1),
+    }
 
 
 def main() -> None:
@@ -124,9 +135,13 @@ def main() -> None:
     for mode in SENTENCES:
         for chars in (small, large):
             seconds, peak_kib = text_round(mode, chars)
-            row = {"mode": mode, "chars": chars, "seconds": round(seconds, 3),
-                   "msPer1000Chars": round(seconds / chars * 1e6, 1),
-                   "peakMiB": round(peak_kib / 1024, 1)}
+            row = {
+                "mode": mode,
+                "chars": chars,
+                "seconds": round(seconds, 3),
+                "msPer1000Chars": round(seconds / chars * 1e6, 1),
+                "peakMiB": round(peak_kib / 1024, 1),
+            }
             print(json.dumps(row), flush=True)
 
     from tests.conftest import ThreadedServer, make_settings

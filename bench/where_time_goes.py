@@ -116,8 +116,9 @@ def main() -> int:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--experiment", action="append", default=[])
-    parser.add_argument("--raw", action="store_true",
-                        help="keep the collapsed stacks in results/ (~0.4 MB)")
+    parser.add_argument(
+        "--raw", action="store_true", help="keep the collapsed stacks in results/ (~0.4 MB)"
+    )
     args = parser.parse_args()
     pyspy = shutil.which("py-spy")
     if pyspy is None:
@@ -143,12 +144,16 @@ def main() -> int:
             count = paid.credentials_for_run(args.duration)
             creds = bench.credentials(target, paid, count)
             url = target.url + paid.path
-            script = ["-s", str(LUA / "paid.lua"), url, "--", str(creds), paid.path,
-                      paid.body, "1"]
+            script = ["-s", str(LUA / "paid.lua"), url, "--", str(creds), paid.path, paid.body, "1"]
             conns = paid.connections
         elif args.scenario == "challenge_402_distinct":
-            script = ["-s", str(LUA / "distinct.lua"), target.url + target.render.path, "--",
-                      RENDER_JSON_DISTINCT]
+            script = [
+                "-s",
+                str(LUA / "distinct.lua"),
+                target.url + target.render.path,
+                "--",
+                RENDER_JSON_DISTINCT,
+            ]
             conns = cfg.connections
         else:
             path, method, body = {
@@ -156,8 +161,7 @@ def main() -> int:
                 "challenge_402_noop": (target.noop.path, "POST", "{}"),
                 "free_models": ("/api/l402/models", "GET", ""),
             }[args.scenario]
-            script = ["-s", str(LUA / "static.lua"), target.url + path, "--", method, body,
-                      "1"]
+            script = ["-s", str(LUA / "static.lua"), target.url + path, "--", method, body, "1"]
             conns = cfg.connections
         log(f"wrk {args.scenario} for {args.duration} s, py-spy after 1 s")
         assert target.server is not None
@@ -169,8 +173,22 @@ def main() -> int:
         time.sleep(1)
         spy_seconds = max(1, args.duration - 2)
         spy = subprocess.run(
-            [pyspy, "record", "-p", str(target.server.proc.pid), "-d", str(spy_seconds),
-             "-r", str(args.rate), "--gil", "--threads", "-f", "raw", "-o", str(raw)],
+            [
+                pyspy,
+                "record",
+                "-p",
+                str(target.server.proc.pid),
+                "-d",
+                str(spy_seconds),
+                "-r",
+                str(args.rate),
+                "--gil",
+                "--threads",
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+            ],
             capture_output=True,
             text=True,
         )

@@ -344,8 +344,10 @@ async def provider_webhook(request: web.Request) -> web.Response:
     provider verifies its signature; 404 for a provider that takes none."""
     provider = request.app[ENGINES].provider(request.match_info["name"])
     receive = getattr(provider, "receive_webhook", None)
-    if provider is None or receive is None or (
-        getattr(provider, "webhook_kind", None) != request.match_info["kind"]
+    if (
+        provider is None
+        or receive is None
+        or (getattr(provider, "webhook_kind", None) != request.match_info["kind"])
     ):
         return web.Response(status=404)
     body = await request.read()

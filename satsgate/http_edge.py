@@ -63,8 +63,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except (ConnectionError, web.RequestPayloadError) as exc:
         # The client went away mid-request (an upload cut short), or sent a body that
         # cannot be decoded: its doing, so one debug line, never a traceback.
-        log.debug("%s %s from %s ended early: %r", request.method, request.path,
-                  request.remote, exc)
+        log.debug(
+            "%s %s from %s ended early: %r", request.method, request.path, request.remote, exc
+        )
         return _http_error("INVALID_INPUT", web.HTTPBadRequest(), "The request body was cut short.")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)

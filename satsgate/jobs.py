@@ -185,9 +185,7 @@ class JobRunner:
                 str(exc),
             )
         else:
-            await self._jobs.finish(
-                job.job_id, JobStatus.COMPLETED, result, None, int(time.time())
-            )
+            await self._jobs.finish(job.job_id, JobStatus.COMPLETED, result, None, int(time.time()))
         finally:
             self._tasks.pop(job.job_id, None)
             self._signal(job.job_id)

@@ -122,8 +122,9 @@ def ledger_text(report: dict[str, Any]) -> str:
                 f"  {item['refund_id']} {item['amount_msat']} msat {item['status']}: "
                 f"{item['payout_error'] or 'payout under way or unknown'}"
             )
-    if t["received_msat"] != t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t[
-        "open_msat"
-    ]:  # pragma: no cover - the ledger is built to balance
+    if (
+        t["received_msat"]
+        != t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t["open_msat"]
+    ):  # pragma: no cover - the ledger is built to balance
         lines.append("WARNING: the ledger does not balance")
     return "\n".join(lines)

@@ -64,9 +64,7 @@ class _Bucket:
 class RateLimiter:
     """Token buckets for named rules, each ``per_min`` requests a minute per client."""
 
-    def __init__(
-        self, rates_per_min: dict[str, int], *, max_buckets: int = MAX_BUCKETS
-    ) -> None:
+    def __init__(self, rates_per_min: dict[str, int], *, max_buckets: int = MAX_BUCKETS) -> None:
         self._rates = {rule: rate for rule, rate in rates_per_min.items() if rate > 0}
         self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
         self._max_buckets = max_buckets

@@ -31,8 +31,7 @@ from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, Ref
 log = logging.getLogger("satsgate.refunds")
 
 NO_LIQUIDITY_HINT = (
-    "the node could not route the payout: refunds need outbound liquidity above the"
-    " channel reserve"
+    "the node could not route the payout: refunds need outbound liquidity above the channel reserve"
 )
 
 
@@ -113,7 +112,8 @@ class RefundService:
             return await self.refund_unspent(payment, reason)
         if payment.status in (PaymentStatus.SERVING, PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             refunded = sum(
-                r.amount_msat for r in await self._refunds.for_payment(payment.payment_id)
+                r.amount_msat
+                for r in await self._refunds.for_payment(payment.payment_id)
                 if r.status is not RefundStatus.EXPIRED
             )
             return await self.refund_spent(payment, payment.amount_msat - refunded, reason)
@@ -192,8 +192,12 @@ class RefundService:
             await self._apply_outcome(k1, result)
         except (BackendError, OSError, TimeoutError) as exc:
             # Outcome unknown: stays claiming, reconcile() asks the node later.
-            log.warning("refund payout of %d msat: outcome unknown, the link stays claiming"
-                        " until the node says (%s)", amount_msat, exc or type(exc).__name__)
+            log.warning(
+                "refund payout of %d msat: outcome unknown, the link stays claiming"
+                " until the node says (%s)",
+                amount_msat,
+                exc or type(exc).__name__,
+            )
             with contextlib.suppress(Exception):
                 await self._refunds.note_payout(k1, None, f"outcome unknown: {exc}"[:500])
         finally:
@@ -205,14 +209,19 @@ class RefundService:
         if state is PaymentState.SUCCEEDED:
             await self._refunds.settle_claim(k1, RefundStatus.PAID, now)
             await self._refunds.note_payout(k1, result.fee_msat, None)
-            log.info("refund paid out: %d msat to %s, routing fee %d msat",
-                     result.amount_msat, result.payment_hash[:16] or "?", result.fee_msat)
+            log.info(
+                "refund paid out: %d msat to %s, routing fee %d msat",
+                result.amount_msat,
+                result.payment_hash[:16] or "?",
+                result.fee_msat,
+            )
         elif state is PaymentState.FAILED:
             reason = result.failure_reason or "the node gave no reason"
             await self._refunds.settle_claim(k1, RefundStatus.OPEN, now)
             await self._refunds.note_payout(k1, None, reason[:500])
-            log.warning("refund payout failed, the link is open again: %s (%s)",
-                        reason, NO_LIQUIDITY_HINT)
+            log.warning(
+                "refund payout failed, the link is open again: %s (%s)", reason, NO_LIQUIDITY_HINT
+            )
         # PENDING: leave it claiming; never free the link while money may be moving.
 
     async def last_payout_error(self, k1: str) -> str | None:

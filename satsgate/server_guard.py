@@ -110,9 +110,7 @@ class ConnectionGuard:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
         proxy = any(
-            address in net
-            for net in self.config.trusted_proxies
-            if net.version == address.version
+            address in net for net in self.config.trusted_proxies if net.version == address.version
         )
         return address_key(address), proxy
 
@@ -220,9 +218,7 @@ class GuardedRequestHandler(web.RequestHandler):
             self._head_timer = None
         timeout = self._guard.config.body_timeout_s
         if timeout > 0 and request.body_exists and not request.content.is_eof():
-            self._body_timer = self._loop.call_later(
-                timeout, self._body_timed_out, request.content
-            )
+            self._body_timer = self._loop.call_later(timeout, self._body_timed_out, request.content)
 
     def _body_timed_out(self, content: Any) -> None:
         self._body_timer = None

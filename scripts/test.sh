@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PATH="$PWD/.venv/bin:$PATH"
-echo "== ruff" && ruff check .
+echo "== ruff" && ruff check . && ruff format --check .
 echo "== mypy" && mypy
 # The coverage floor of satsgate/ (line coverage of the test run; processes the tests
 # spawn are not counted).

@@ -16,8 +16,13 @@ CJK = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"
 
 
 def text_image(
-    lines: Sequence[str], *, width: int = 1200, size: int = 30, font: str = SANS,
-    line_height: float = 1.6, margin: int = 60,
+    lines: Sequence[str],
+    *,
+    width: int = 1200,
+    size: int = 30,
+    font: str = SANS,
+    line_height: float = 1.6,
+    margin: int = 60,
 ) -> Image.Image:
     """Black text on white, one line per entry ("" leaves a blank line)."""
     face = ImageFont.truetype(font, size)
@@ -54,15 +59,20 @@ def a4_page(lines: Sequence[str], size: int = 36) -> Image.Image:
 
 
 def text_layer_pdf(*pages: str) -> bytes:
-    body = "".join(
-        f'<div style="page-break-after: always"><p>{page}</p></div>' for page in pages[:-1]
-    ) + f"<div><p>{pages[-1]}</p></div>"
+    body = (
+        "".join(f'<div style="page-break-after: always"><p>{page}</p></div>' for page in pages[:-1])
+        + f"<div><p>{pages[-1]}</p></div>"
+    )
     return pdf.html_to_pdf(f"<html><body>{body}</body></html>").data
 
 
 def receipt_image(
-    header: Sequence[str], rows: Sequence[tuple[str, str]], footer: Sequence[str] = (),
-    *, width: int = 760, size: int = 30,
+    header: Sequence[str],
+    rows: Sequence[tuple[str, str]],
+    footer: Sequence[str] = (),
+    *,
+    width: int = 760,
+    size: int = 30,
 ) -> Image.Image:
     """A till receipt: centred header lines, item rows with the amount right-aligned."""
     face = ImageFont.truetype(MONO, size)

@@ -62,17 +62,28 @@ class Seen:
     form: dict[str, list[Any]] = field(default_factory=dict)  # multipart: name -> values
 
 
-def _openai_error(status: int, message: str, etype: str, code: str | None,
-                  headers: dict[str, str] | None = None) -> web.Response:
-    body = {"error": {"message": f"{message} ({UPSTREAM_DETAIL})", "type": etype,
-                      "param": None, "code": code}}
+def _openai_error(
+    status: int, message: str, etype: str, code: str | None, headers: dict[str, str] | None = None
+) -> web.Response:
+    body = {
+        "error": {
+            "message": f"{message} ({UPSTREAM_DETAIL})",
+            "type": etype,
+            "param": None,
+            "code": code,
+        }
+    }
     return web.json_response(body, status=status, headers=headers)
 
 
-def _anthropic_error(status: int, etype: str, message: str,
-                     headers: dict[str, str] | None = None) -> web.Response:
-    body = {"type": "error", "error": {"type": etype, "message": f"{message} ({UPSTREAM_DETAIL})"},
-            "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"}
+def _anthropic_error(
+    status: int, etype: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    body = {
+        "type": "error",
+        "error": {"type": etype, "message": f"{message} ({UPSTREAM_DETAIL})"},
+        "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy",
+    }
     return web.json_response(body, status=status, headers=headers)
 
 
@@ -122,8 +133,11 @@ def _chat_answer(system: str, user_text: str, image_sizes: list[tuple[int, int]]
 
 
 def _image_size(data_uri_or_b64: str) -> tuple[int, int]:
-    raw = data_uri_or_b64.split(",", 1)[1] if data_uri_or_b64.startswith("data:") else (
-        data_uri_or_b64)
+    raw = (
+        data_uri_or_b64.split(",", 1)[1]
+        if data_uri_or_b64.startswith("data:")
+        else (data_uri_or_b64)
+    )
     with Image.open(io.BytesIO(base64.b64decode(raw))) as img:
         return img.size
 
@@ -192,8 +206,9 @@ class FakeAIUpstream:
             reader = await request.multipart()
             while (part := await reader.next()) is not None:
                 assert isinstance(part, BodyPartReader)
-                value: Any = (part.filename, await part.read()) if part.filename else (
-                    await part.text())
+                value: Any = (
+                    (part.filename, await part.read()) if part.filename else (await part.text())
+                )
                 seen.form.setdefault(str(part.name), []).append(value)
         with self._lock:
             self.seen.append(seen)
@@ -207,24 +222,35 @@ class FakeAIUpstream:
     async def _openai_gate(self, request: web.Request) -> tuple[Seen, str | None] | web.Response:
         seen = await self._record(request)
         if seen.headers.get("authorization") != f"Bearer {OPENAI_KEY}":
-            return _openai_error(401, "Incorrect API key provided", "invalid_request_error",
-                                 "invalid_api_key")
+            return _openai_error(
+                401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
+            )
         mode = self._mode(request.path)
         if mode == "slow":
             await asyncio.sleep(SLOW_S)
         elif mode == "429":
-            return _openai_error(429, "Rate limit reached for requests", "requests",
-                                 "rate_limit_exceeded", {"retry-after": RETRY_AFTER})
+            return _openai_error(
+                429,
+                "Rate limit reached for requests",
+                "requests",
+                "rate_limit_exceeded",
+                {"retry-after": RETRY_AFTER},
+            )
         elif mode == "500":
-            return _openai_error(500, "The server had an error while processing your request",
-                                 "server_error", None)
+            return _openai_error(
+                500, "The server had an error while processing your request", "server_error", None
+            )
         elif mode == "policy":
             return _openai_error(
-                400, "Your request was rejected as a result of our safety system",
-                "invalid_request_error", "content_policy_violation")
+                400,
+                "Your request was rejected as a result of our safety system",
+                "invalid_request_error",
+                "content_policy_violation",
+            )
         elif mode == "html":
-            return web.Response(text="<html><body>Bad gateway</body></html>",
-                                content_type="text/html")
+            return web.Response(
+                text="<html><body>Bad gateway</body></html>", content_type="text/html"
+            )
         return seen, mode
 
     # -- OpenAI-compatible endpoints -------------------------------------------------------
@@ -242,23 +268,39 @@ class FakeAIUpstream:
         sizes: list[tuple[int, int]] = []
         if isinstance(last["content"], list):
             text = " ".join(p["text"] for p in last["content"] if p["type"] == "text")
-            sizes = [_image_size(p["image_url"]["url"]) for p in last["content"]
-                     if p["type"] == "image_url"]
+            sizes = [
+                _image_size(p["image_url"]["url"])
+                for p in last["content"]
+                if p["type"] == "image_url"
+            ]
         else:
             text = last["content"]
         answer = _chat_answer(system, text, sizes)
-        message: dict[str, Any] = {"role": "assistant", "content": answer, "refusal": None,
-                                   "annotations": []}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": answer,
+            "refusal": None,
+            "annotations": [],
+        }
         if mode == "refusal":
-            message = {"role": "assistant", "content": None,
-                       "refusal": "I'm sorry, I can't help with that.", "annotations": []}
-        resp = web.json_response({
-            "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", "object": "chat.completion",
-            "created": 1741569952, "model": body["model"],
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29},
-        })
+            message = {
+                "role": "assistant",
+                "content": None,
+                "refusal": "I'm sorry, I can't help with that.",
+                "annotations": [],
+            }
+        resp = web.json_response(
+            {
+                "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
+                "object": "chat.completion",
+                "created": 1741569952,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29},
+            }
+        )
         # As real APIs do when the client accepts it: the answer goes gzip-compressed.
         if "gzip" in seen.headers.get("accept-encoding", ""):
             resp.enable_compression(web.ContentCoding.gzip)
@@ -277,11 +319,13 @@ class FakeAIUpstream:
         if "url" in str((seen.json or {})["model"]):  # as dall-e answers by default
             name = f"img-{len(self.files)}.png"
             self.files[name] = image
-            return web.json_response({"created": 1713833628,
-                                      "data": [{"url": f"{self.url}/files/{name}"}]})
+            return web.json_response(
+                {"created": 1713833628, "data": [{"url": f"{self.url}/files/{name}"}]}
+            )
         data = base64.b64encode(image).decode()
-        return web.json_response({"created": 1713833628,
-                                  "data": [{"b64_json": data, "revised_prompt": "a cat"}]})
+        return web.json_response(
+            {"created": 1713833628, "data": [{"b64_json": data, "revised_prompt": "a cat"}]}
+        )
 
     async def _file(self, request: web.Request) -> web.Response:
         data = self.files.get(request.match_info["name"])
@@ -327,28 +371,49 @@ class FakeAIUpstream:
         names = ""
         prompt = seen.form.get("prompt", [""])[0]
         if prompt.startswith("Names: "):
-            names = " " + prompt[len("Names: "):].rstrip(".").split(", ")[0]
+            names = " " + prompt[len("Names: ") :].rstrip(".").split(", ")[0]
         translating = request.path.endswith("/translations")
         first = "Hello from the harbour." if translating else "Hola desde el puerto."
         second = f"Meet{names} at noon." if translating else f"Nos vemos{names} a mediodía."
         half = round(duration / 2, 2)
         segments = [
-            {"id": 0, "seek": 0, "start": 0.0, "end": half, "text": " " + first, "tokens": [1],
-             "temperature": 0.0, "avg_logprob": -0.2, "compression_ratio": 1.2,
-             "no_speech_prob": 0.01},
-            {"id": 1, "seek": 0, "start": half, "end": round(duration, 2), "text": " " + second,
-             "tokens": [2], "temperature": 0.0, "avg_logprob": -0.2, "compression_ratio": 1.2,
-             "no_speech_prob": 0.01},
+            {
+                "id": 0,
+                "seek": 0,
+                "start": 0.0,
+                "end": half,
+                "text": " " + first,
+                "tokens": [1],
+                "temperature": 0.0,
+                "avg_logprob": -0.2,
+                "compression_ratio": 1.2,
+                "no_speech_prob": 0.01,
+            },
+            {
+                "id": 1,
+                "seek": 0,
+                "start": half,
+                "end": round(duration, 2),
+                "text": " " + second,
+                "tokens": [2],
+                "temperature": 0.0,
+                "avg_logprob": -0.2,
+                "compression_ratio": 1.2,
+                "no_speech_prob": 0.01,
+            },
         ]
         body: dict[str, Any] = {
             "task": "translate" if translating else "transcribe",
             "language": "english" if translating else "spanish",
-            "duration": round(duration, 2), "text": f" {first} {second}", "segments": segments,
+            "duration": round(duration, 2),
+            "text": f" {first} {second}",
+            "segments": segments,
         }
         if "word" in seen.form.get("timestamp_granularities[]", []):
-            body["words"] = [{"word": w, "start": round(i * half / 4, 3),
-                              "end": round((i + 1) * half / 4, 3)}
-                             for i, w in enumerate(first.rstrip(".").split())]
+            body["words"] = [
+                {"word": w, "start": round(i * half / 4, 3), "end": round((i + 1) * half / 4, 3)}
+                for i, w in enumerate(first.rstrip(".").split())
+            ]
         return web.json_response(body)
 
     # -- Anthropic Messages ------------------------------------------------------------------
@@ -369,8 +434,9 @@ class FakeAIUpstream:
         if mode == "slow":
             await asyncio.sleep(SLOW_S)
         elif mode == "429":
-            return _anthropic_error(429, "rate_limit_error", "Number of requests exceeded",
-                                    {"retry-after": RETRY_AFTER})
+            return _anthropic_error(
+                429, "rate_limit_error", "Number of requests exceeded", {"retry-after": RETRY_AFTER}
+            )
         elif mode == "500":
             return _anthropic_error(500, "api_error", "Internal server error")
         elif mode == "529":
@@ -386,20 +452,37 @@ class FakeAIUpstream:
         sizes: list[tuple[int, int]] = []
         if isinstance(last["content"], list):
             text = " ".join(b["text"] for b in last["content"] if b["type"] == "text")
-            sizes = [_image_size(b["source"]["data"]) for b in last["content"]
-                     if b["type"] == "image"]
+            sizes = [
+                _image_size(b["source"]["data"]) for b in last["content"] if b["type"] == "image"
+            ]
         else:
             text = last["content"]
-        stop: dict[str, Any] = {"stop_reason": "end_turn", "stop_sequence": None,
-                                "stop_details": None}
+        stop: dict[str, Any] = {
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "stop_details": None,
+        }
         content = [{"type": "text", "text": _chat_answer(system, text, sizes)}]
         if mode == "refusal":
             content = []
-            stop = {"stop_reason": "refusal", "stop_sequence": None,
-                    "stop_details": {"type": "refusal", "category": None, "explanation": None}}
-        return web.json_response({
-            "id": "msg_013Zva2CMHLNnXjNJJKqJ2EF", "type": "message", "role": "assistant",
-            "model": body["model"], "content": content, **stop,
-            "usage": {"input_tokens": 11, "output_tokens": 6, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0},
-        })
+            stop = {
+                "stop_reason": "refusal",
+                "stop_sequence": None,
+                "stop_details": {"type": "refusal", "category": None, "explanation": None},
+            }
+        return web.json_response(
+            {
+                "id": "msg_013Zva2CMHLNnXjNJJKqJ2EF",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": content,
+                **stop,
+                "usage": {
+                    "input_tokens": 11,
+                    "output_tokens": 6,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0,
+                },
+            }
+        )

@@ -210,8 +210,10 @@ class FakePlatform:
         s = rec.script
         if rec.polls <= s.starting_polls:
             rec.status = "starting"
-        elif rec.polls <= s.starting_polls + s.processing_polls or s.by_webhook or (
-            s.outcome == "never"
+        elif (
+            rec.polls <= s.starting_polls + s.processing_polls
+            or s.by_webhook
+            or (s.outcome == "never")
         ):
             rec.status = "processing"
         else:
@@ -246,7 +248,9 @@ class FakeReplicate(FakePlatform):
     def _problem(status: int, detail: str, **headers: str) -> web.Response:
         return web.json_response(
             {"type": "about:blank", "title": "error", "status": status, "detail": detail},
-            status=status, headers=headers, content_type="application/problem+json",
+            status=status,
+            headers=headers,
+            content_type="application/problem+json",
         )
 
     def doc(self, rec: Record) -> dict[str, Any]:
@@ -274,13 +278,15 @@ class FakeReplicate(FakePlatform):
             return self._problem(401, "Invalid token.")
         script = self.script
         if script.create_error is not None:
-            return self._problem(script.create_error, "Request was throttled.",
-                                 **{"Retry-After": "1"})
+            return self._problem(
+                script.create_error, "Request was throttled.", **{"Retry-After": "1"}
+            )
         body = await request.json()
         self.prefer.append(request.headers.get("Prefer", ""))
         model = (
             f"{request.match_info['owner']}/{request.match_info['name']}"
-            if "owner" in request.match_info else body["version"]
+            if "owner" in request.match_info
+            else body["version"]
         )
         rec = Record(secrets.token_hex(13), model, body["input"], script, body.get("webhook"))
         self.records[rec.id] = rec
@@ -293,8 +299,10 @@ class FakeReplicate(FakePlatform):
             rec.ended_by_webhook = True
             await self.send_webhook(rec.webhook, self.doc(rec))
             return web.json_response(answer, status=201)
-        elif rec.webhook and script.by_webhook and "completed" in body.get(
-            "webhook_events_filter", ["completed"]
+        elif (
+            rec.webhook
+            and script.by_webhook
+            and "completed" in body.get("webhook_events_filter", ["completed"])
         ):
             self._spawn(self._webhook_later(rec))
         return web.json_response(self.doc(rec), status=201)
@@ -381,8 +389,15 @@ class FakeFal(FakePlatform):
         return request.headers.get("Authorization") == f"Key {FAL_KEY}"
 
     def payload(self, rec: Record) -> dict[str, Any]:
-        files = [{"url": u, "content_type": "application/octet-stream", "file_name": "out",
-                  "file_size": len(self.files[u.rsplit("/", 1)[1]])} for u in rec.outputs]
+        files = [
+            {
+                "url": u,
+                "content_type": "application/octet-stream",
+                "file_name": "out",
+                "file_size": len(self.files[u.rsplit("/", 1)[1]]),
+            }
+            for u in rec.outputs
+        ]
         if len(files) == 1:
             return {"audio_file": files[0], "seed": 7}
         return {"images": files, "seed": 7}
@@ -392,11 +407,19 @@ class FakeFal(FakePlatform):
             return web.json_response({"detail": "Unauthorized"}, status=401)
         script = self.script
         if script.create_error is not None:
-            return web.json_response({"detail": "Too many requests"}, status=script.create_error,
-                                     headers={"Retry-After": "1"})
+            return web.json_response(
+                {"detail": "Too many requests"},
+                status=script.create_error,
+                headers={"Retry-After": "1"},
+            )
         model = request.match_info["model"]
-        rec = Record(secrets.token_hex(16), model, await request.json(), script,
-                     request.query.get("fal_webhook"))
+        rec = Record(
+            secrets.token_hex(16),
+            model,
+            await request.json(),
+            script,
+            request.query.get("fal_webhook"),
+        )
         self.records[rec.id] = rec
         app = "/".join(model.split("/")[:2])
         base = f"{self.url}/{app}/requests/{rec.id}"
@@ -413,8 +436,9 @@ class FakeFal(FakePlatform):
             return web.json_response({"detail": "Not found"}, status=404)
         if rec.script.poll_errors:
             status = rec.script.poll_errors.pop(0)
-            return web.json_response({"detail": "busy"}, status=status,
-                                     headers={"Retry-After": "0"})
+            return web.json_response(
+                {"detail": "busy"}, status=status, headers={"Retry-After": "0"}
+            )
         self.advance(rec)
         base = f"{self.url}/{request.match_info['owner']}/{request.match_info['app']}"
         response_url = f"{base}/requests/{rec.id}"
@@ -457,19 +481,34 @@ class FakeFal(FakePlatform):
         await asyncio.sleep(rec.script.webhook_after_s)
         assert rec.webhook is not None
         if rec.script.forged_webhook:
-            await self.send_webhook(rec, {"request_id": rec.id, "gateway_request_id": rec.id,
-                                          "status": "OK", "payload": {"audio_file": {
-                                              "url": f"{self.url}/files/forged"}}},
-                                    key=self.other_key)
+            await self.send_webhook(
+                rec,
+                {
+                    "request_id": rec.id,
+                    "gateway_request_id": rec.id,
+                    "status": "OK",
+                    "payload": {"audio_file": {"url": f"{self.url}/files/forged"}},
+                },
+                key=self.other_key,
+            )
         if rec.status not in ("succeeded", "failed", "canceled"):
             self.end(rec)
         rec.ended_by_webhook = True
         if rec.status == "succeeded":
-            doc: dict[str, Any] = {"request_id": rec.id, "gateway_request_id": rec.id,
-                                   "status": "OK", "payload": self.payload(rec)}
+            doc: dict[str, Any] = {
+                "request_id": rec.id,
+                "gateway_request_id": rec.id,
+                "status": "OK",
+                "payload": self.payload(rec),
+            }
         else:
-            doc = {"request_id": rec.id, "gateway_request_id": rec.id, "status": "ERROR",
-                   "error": rec.script.error, "payload": {"detail": rec.script.error}}
+            doc = {
+                "request_id": rec.id,
+                "gateway_request_id": rec.id,
+                "status": "ERROR",
+                "error": rec.script.error,
+                "payload": {"detail": rec.script.error},
+            }
         await self.send_webhook(rec, doc)
 
     async def send_webhook(
@@ -524,17 +563,23 @@ class FakeElevenLabs(FakePlatform):
             return self._error(400, "voice_not_found")
         if not body.get("text"):
             return web.json_response(
-                {"detail": [{"loc": ["body", "text"], "msg": "field required",
-                             "type": "value_error.missing"}]}, status=422,
+                {
+                    "detail": [
+                        {
+                            "loc": ["body", "text"],
+                            "msg": "field required",
+                            "type": "value_error.missing",
+                        }
+                    ]
+                },
+                status=422,
             )
         seconds = 0.06 * len(body["text"])
         fmt = request.query.get("output_format", "mp3_44100_128")
         if fmt.startswith("wav_"):
-            return web.Response(body=wav(seconds, int(fmt.split("_")[1])),
-                                content_type="audio/wav")
+            return web.Response(body=wav(seconds, int(fmt.split("_")[1])), content_type="audio/wav")
         frame = b"\xff\xfb\x90\x64" + bytes(413)  # MPEG-1 layer III, 128 kb/s, 44.1 kHz
-        return web.Response(body=frame * max(1, int(seconds * 38.28)),
-                            content_type="audio/mpeg")
+        return web.Response(body=frame * max(1, int(seconds * 38.28)), content_type="audio/mpeg")
 
     async def _add(self, request: web.Request) -> web.Response:
         if request.headers.get("xi-api-key") != ELEVEN_KEY:
@@ -542,10 +587,16 @@ class FakeElevenLabs(FakePlatform):
         form = await request.post()
         sample = form.get("files")
         if not isinstance(sample, web.FileField) or not form.get("name"):
-            return web.json_response({"detail": [{"loc": ["body", "files"],
-                                                  "msg": "field required"}]}, status=422)
+            return web.json_response(
+                {"detail": [{"loc": ["body", "files"], "msg": "field required"}]}, status=422
+            )
         voice_id = secrets.token_hex(10)[:20]
         self.voices[voice_id] = str(form["name"])
-        self.calls.append({"add": str(form["name"]), "bytes": len(sample.file.read()),
-                           "noise": form.get("remove_background_noise")})
+        self.calls.append(
+            {
+                "add": str(form["name"]),
+                "bytes": len(sample.file.read()),
+                "noise": form.get("remove_background_noise"),
+            }
+        )
         return web.json_response({"voice_id": voice_id, "requires_verification": False})

@@ -86,7 +86,10 @@ def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
         assert total <= amount_of[payment_id], payment_id
     fees = sum(fee or 0 for *_, fee in refunds)
     assert (t["received_msat"], t["held_msat"], t["open_msat"], t["refunded_msat"]) == (
-        received, held, open_, refunded
+        received,
+        held,
+        open_,
+        refunded,
     )
     assert t["earned_msat"] == received - refunded - held - open_
     assert t["refund_fees_msat"] == fees

@@ -45,11 +45,20 @@ def claude_server(
     settings = make_settings(
         tmp_path_factory.mktemp("ai-anthropic"),
         providers={
-            "claude": {"kind": "anthropic", "base_url": f"{fake.url}/anthropic/v1",
-                       "api_key": ANTHROPIC_KEY, "timeout_s": 2, "models": MODELS,
-                       "max_tokens": 1000},
-            "backup": {"kind": "openai", "base_url": f"{fake.url}/v1", "api_key": OPENAI_KEY,
-                       "models": {"1": "fake-backup-better", "31": "fake-backup-mini"}},
+            "claude": {
+                "kind": "anthropic",
+                "base_url": f"{fake.url}/anthropic/v1",
+                "api_key": ANTHROPIC_KEY,
+                "timeout_s": 2,
+                "models": MODELS,
+                "max_tokens": 1000,
+            },
+            "backup": {
+                "kind": "openai",
+                "base_url": f"{fake.url}/v1",
+                "api_key": OPENAI_KEY,
+                "models": {"1": "fake-backup-better", "31": "fake-backup-mini"},
+            },
         },
         engines={"text": ["claude", "backup"], "vision": "claude", "rare_translation": "claude"},
     )
@@ -70,10 +79,15 @@ async def ai(
 async def test_generate_text_speaks_the_messages_api(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    body = {"input": [{"role": "user", "content": "First"},
-                      {"role": "assistant", "content": "Ok"},
-                      {"role": "user", "content": "Say hi"}],
-            "systemPrompt": "Be kind.", "modelId": 1}
+    body = {
+        "input": [
+            {"role": "user", "content": "First"},
+            {"role": "assistant", "content": "Ok"},
+            {"role": "user", "content": "Say hi"},
+        ],
+        "systemPrompt": "Be kind.",
+        "modelId": 1,
+    }
     resp = await paid(ai, "generate-text", body)
     assert resp.status_code == 200, resp.text
     assert resp.text == "You said: Say hi [system 8 chars]"
@@ -131,11 +145,16 @@ async def test_timeout_is_refunded(ai: httpx.AsyncClient, fake: FakeAIUpstream) 
     assert body["retry_after_seconds"] == 20
 
 
-@pytest.mark.parametrize(("mode", "code"), [("429", "RATE_LIMITED"),
-                                            ("500", "L402_UPSTREAM_FAILED"),
-                                            ("529", "L402_UPSTREAM_FAILED"),
-                                            ("malformed", "SERVICE_ERROR"),
-                                            ("html", "SERVICE_ERROR")])
+@pytest.mark.parametrize(
+    ("mode", "code"),
+    [
+        ("429", "RATE_LIMITED"),
+        ("500", "L402_UPSTREAM_FAILED"),
+        ("529", "L402_UPSTREAM_FAILED"),
+        ("malformed", "SERVICE_ERROR"),
+        ("html", "SERVICE_ERROR"),
+    ],
+)
 async def test_failures_are_refunded_with_nothing_upstream_shown(
     ai: httpx.AsyncClient, fake: FakeAIUpstream, mode: str, code: str
 ) -> None:
@@ -169,8 +188,13 @@ async def test_overloaded_first_provider_falls_back_to_the_next(
 async def test_a_conversation_opened_by_the_assistant_starts_with_a_user_turn(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    body = {"input": [{"role": "assistant", "content": "How can I help?"},
-                      {"role": "user", "content": "Say hi"}], "modelId": 1}
+    body = {
+        "input": [
+            {"role": "assistant", "content": "How can I help?"},
+            {"role": "user", "content": "Say hi"},
+        ],
+        "modelId": 1,
+    }
     resp = await paid(ai, "generate-text", body)
     assert resp.status_code == 200, resp.text
     sent = fake.requests(MESSAGES)[0].json or {}

@@ -64,8 +64,15 @@ def ai_server(
 ) -> Iterator[ThreadedServer]:
     settings = make_settings(
         tmp_path_factory.mktemp("ai-openai"),
-        providers={"cloud": {"kind": "openai", "base_url": f"{fake.url}/v1",
-                             "api_key": OPENAI_KEY, "timeout_s": TIMEOUT_S, "models": MODELS}},
+        providers={
+            "cloud": {
+                "kind": "openai",
+                "base_url": f"{fake.url}/v1",
+                "api_key": OPENAI_KEY,
+                "timeout_s": TIMEOUT_S,
+                "models": MODELS,
+            }
+        },
         engines={name: "cloud" for name in ENGINES},
     )
     srv = ThreadedServer(settings)
@@ -103,8 +110,15 @@ async def fetch(client: httpx.AsyncClient, url: str) -> bytes:
 
 
 def assert_no_leak(text: str, fake: FakeAIUpstream) -> None:
-    for secret in (OPENAI_KEY, fake.url, str(fake.port), UPSTREAM_DETAIL, "fake-", "openai",
-                   "cloud"):
+    for secret in (
+        OPENAI_KEY,
+        fake.url,
+        str(fake.port),
+        UPSTREAM_DETAIL,
+        "fake-",
+        "openai",
+        "cloud",
+    ):
         assert secret not in text, secret
 
 
@@ -123,8 +137,13 @@ def assert_refunded(resp: httpx.Response, code: str, fake: FakeAIUpstream) -> di
 async def test_generate_text_sends_mapped_model_and_key_and_returns_the_answer(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    body = {"input": [{"role": "user", "content": "Name a colour."}], "modelId": 31,
-            "systemPrompt": "Be brief.", "maxTokens": 50, "fileContext": "A red report."}
+    body = {
+        "input": [{"role": "user", "content": "Name a colour."}],
+        "modelId": 31,
+        "systemPrompt": "Be brief.",
+        "maxTokens": 50,
+        "fileContext": "A red report.",
+    }
     resp = await paid(ai, "generate-text", body)
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"].startswith("text/plain")
@@ -149,8 +168,9 @@ async def test_generate_text_auto_routes_and_names_the_model(
     assert resp.status_code == 200, resp.text
     assert resp.headers["X-Route-Model"] == "31"
     assert fake.requests("/v1/chat/completions")[0].json["model"] == "fake-mini"  # type: ignore[index]
-    resp = await paid(ai, "generate-text", {"prompt": "Prove the theorem step by step",
-                                            "model": "auto"})
+    resp = await paid(
+        ai, "generate-text", {"prompt": "Prove the theorem step by step", "model": "auto"}
+    )
     assert resp.headers["X-Route-Model"] == "6"
     assert fake.requests("/v1/chat/completions")[1].json["model"] == "fake-best"  # type: ignore[index]
 
@@ -173,8 +193,9 @@ async def test_analyze_image_describes_the_image(
 ) -> None:
     jpeg = io.BytesIO()
     Image.new("RGB", (33, 21), (0, 90, 200)).save(jpeg, "JPEG")
-    resp = await paid(ai, "analyze-image", {"imageBase64": b64(jpeg.getvalue()),
-                                            "prompt": "Which colour?"})
+    resp = await paid(
+        ai, "analyze-image", {"imageBase64": b64(jpeg.getvalue()), "prompt": "Which colour?"}
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["content"] == "You said: Which colour? [image 33x21]"
@@ -182,18 +203,25 @@ async def test_analyze_image_describes_the_image(
     sent = fake.requests("/v1/chat/completions")[0].json or {}
     assert sent["model"] == "fake-vision"
     assert sent["messages"][-1]["content"][1]["image_url"]["url"].startswith(
-        "data:image/jpeg;base64,")
+        "data:image/jpeg;base64,"
+    )
 
 
 async def test_multilingual_ask_answers_in_the_language(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    resp = await paid(ai, "multilingual-ask", {"question": "Wie spät ist es?", "language": "fr",
-                                               "model": "Best"})
+    resp = await paid(
+        ai, "multilingual-ask", {"question": "Wie spät ist es?", "language": "fr", "model": "Best"}
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
-    assert body == {"answer": "Answer in French.", "language": "fr", "translated": True,
-                    "modelId": 6, "untrusted_output": True}
+    assert body == {
+        "answer": "Answer in French.",
+        "language": "fr",
+        "translated": True,
+        "modelId": 6,
+        "untrusted_output": True,
+    }
     assert fake.requests("/v1/chat/completions")[0].json["model"] == "fake-best"  # type: ignore[index]
 
 
@@ -225,9 +253,11 @@ async def test_long_translation_goes_in_chunks_and_comes_back_in_order(
 async def test_generate_image_stores_the_image_at_the_asked_size(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    resp = await paid(ai, "generate-image", {"input": {"prompt": "a red square",
-                                                       "width": 512, "height": 768},
-                                             "modelId": 8})
+    resp = await paid(
+        ai,
+        "generate-image",
+        {"input": {"prompt": "a red square", "width": 512, "height": 768}, "modelId": 8},
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert (body["width"], body["height"], body["format"]) == (512, 768, "png")
@@ -244,8 +274,9 @@ async def test_generate_image_with_references_uploads_them_to_the_edits_endpoint
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
     refs = [png(30, 20, (0, 0, 0)), png(30, 20, (255, 255, 255))]
-    resp = await paid(ai, "generate-image", {"prompt": "blend them", "modelId": 8,
-                                             "file": [b64(r) for r in refs]})
+    resp = await paid(
+        ai, "generate-image", {"prompt": "blend them", "modelId": 8, "file": [b64(r) for r in refs]}
+    )
     assert resp.status_code == 200, resp.text
     (seen,) = fake.requests("/v1/images/edits")
     assert [data for _name, data in seen.form["image[]"]] == refs
@@ -266,15 +297,24 @@ async def test_generate_image_answered_by_url_is_fetched_and_stored(
     with Image.open(io.BytesIO(await fetch(ai, body["image_url"]))) as img:
         assert img.size == (1024, 1024) and img.getpixel((0, 0)) == (200, 40, 40)
     assert (fake.requests("/v1/images/generations")[0].json or {})["model"] == (
-        "fake-image-std-url")
+        "fake-image-std-url"
+    )
 
 
 async def test_edit_image_uploads_multipart_and_returns_the_edit(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
     source = png(20, 10, (10, 20, 30))
-    resp = await paid(ai, "edit-image", {"prompt": "invert it", "imageBase64": b64(source),
-                                         "outputFormat": "jpeg", "returnBase64": True})
+    resp = await paid(
+        ai,
+        "edit-image",
+        {
+            "prompt": "invert it",
+            "imageBase64": b64(source),
+            "outputFormat": "jpeg",
+            "returnBase64": True,
+        },
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["success"] is True and body["fallback"] is False
@@ -296,8 +336,11 @@ async def test_text_to_speech_maps_the_voice_and_stores_audio(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
     text = "Hello from satsgate, twenty chars x"
-    resp = await paid(ai, "text-to-speech", {"text": text, "voice": "English_Brian",
-                                             "format": "wav", "speed": 1.0})
+    resp = await paid(
+        ai,
+        "text-to-speech",
+        {"text": text, "voice": "English_Brian", "format": "wav", "speed": 1.0},
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     audio = await fetch(ai, body["audioUrl"])
@@ -315,9 +358,17 @@ async def test_text_to_speech_maps_the_voice_and_stores_audio(
 async def test_text_to_speech_global_tier_sends_language_and_description(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    resp = await paid(ai, "text-to-speech", {
-        "text": "Bonjour", "modelId": 43, "language": "fr", "format": "wav",
-        "voice_description": "female, elderly"})
+    resp = await paid(
+        ai,
+        "text-to-speech",
+        {
+            "text": "Bonjour",
+            "modelId": 43,
+            "language": "fr",
+            "format": "wav",
+            "voice_description": "female, elderly",
+        },
+    )
     assert resp.status_code == 200, resp.text
     sent = fake.requests("/v1/audio/speech")[0].json or {}
     assert sent["model"] == "fake-tts-global" and sent["voice"] == "nova"
@@ -329,16 +380,18 @@ async def test_transcribe_audio_job_gives_segments_srt_and_vtt(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
     audio = wav(4.0)
-    resp = await paid(ai, "transcribe-audio", {"file": b64(audio), "language": "es",
-                                               "names": ["Zyxxa"], "timestamps": "word"})
+    resp = await paid(
+        ai,
+        "transcribe-audio",
+        {"file": b64(audio), "language": "es", "names": ["Zyxxa"], "timestamps": "word"},
+    )
     doc = await job_result(ai, resp)
     assert doc["status"] == "COMPLETED", doc
     result = doc["result"]
     assert result["text"] == "Hola desde el puerto. Nos vemos Zyxxa a mediodía."
     assert result["language"] == "es"
     assert [s["end"] for s in result["segments"]] == [2.0, 4.0]
-    assert [w["word"] for w in result["segments"][0]["words"]] == ["Hola", "desde", "el",
-                                                                    "puerto"]
+    assert [w["word"] for w in result["segments"][0]["words"]] == ["Hola", "desde", "el", "puerto"]
     assert result["srt"].startswith("1\n00:00:00,000 --> 00:00:02,000\nHola desde el puerto.\n")
     assert "2\n00:00:02,000 --> 00:00:04,000\nNos vemos Zyxxa a mediodía.\n" in result["srt"]
     assert result["vtt"].startswith("WEBVTT\n\n00:00:00.000 --> 00:00:02.000\n")
@@ -366,8 +419,9 @@ async def test_transcribe_audio_translation_uses_the_translations_endpoint(
 async def test_transcribe_translate_transcribes_then_translates(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
-    resp = await paid(ai, "transcribe-translate", {"file": b64(wav(2.0)),
-                                                   "targetLanguage": "German"})
+    resp = await paid(
+        ai, "transcribe-translate", {"file": b64(wav(2.0)), "targetLanguage": "German"}
+    )
     doc = await job_result(ai, resp)
     assert doc["status"] == "COMPLETED", doc
     result = doc["result"]
@@ -381,14 +435,18 @@ async def test_transcribe_translate_transcribes_then_translates(
 
 
 def test_subtitles_from_segments() -> None:
-    segments = (Segment(0.0, 1.5, "One"), Segment(1.5, 3661.25, "Two --> three"),
-                Segment(4.0, 5.0, "  "))
+    segments = (
+        Segment(0.0, 1.5, "One"),
+        Segment(1.5, 3661.25, "Two --> three"),
+        Segment(4.0, 5.0, "  "),
+    )
     assert to_srt(segments) == (
-        "1\n00:00:00,000 --> 00:00:01,500\nOne\n\n2\n00:00:01,500 --> 01:01:01,250\n"
-        "Two --> three\n")
+        "1\n00:00:00,000 --> 00:00:01,500\nOne\n\n2\n00:00:01,500 --> 01:01:01,250\nTwo --> three\n"
+    )
     assert to_vtt(segments) == (
         "WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nOne\n\n00:00:01.500 --> 01:01:01.250\n"
-        "Two -> three\n")
+        "Two -> three\n"
+    )
 
 
 # -- failures after payment: each refunded, nothing upstream shown -------------------------
@@ -505,9 +563,15 @@ async def test_unmapped_model_is_refused_before_any_invoice(
     any invoice and never sent upstream; the default and 'auto' run on the standard tier."""
     settings = make_settings(
         tmp_path_factory.mktemp("ai-mini"),
-        providers={"mini": {"kind": "openai", "base_url": f"{fake.url}/v1",
-                            "api_key": OPENAI_KEY, "models": {"31": "only-mini"},
-                            "max_tokens_field": "max_completion_tokens"}},
+        providers={
+            "mini": {
+                "kind": "openai",
+                "base_url": f"{fake.url}/v1",
+                "api_key": OPENAI_KEY,
+                "models": {"31": "only-mini"},
+                "max_tokens_field": "max_completion_tokens",
+            }
+        },
         engines={"text": "mini"},
     )
     srv = ThreadedServer(settings)
@@ -515,18 +579,19 @@ async def test_unmapped_model_is_refused_before_any_invoice(
     try:
         async for client in http_client(srv):
             before = payment_count(srv)
-            resp = await client.post("/api/l402/generate-text",
-                                     json={"prompt": "x", "modelId": 6})
+            resp = await client.post("/api/l402/generate-text", json={"prompt": "x", "modelId": 6})
             assert_envelope(resp, "SERVICE_UNAVAILABLE", 503)
             assert payment_count(srv) == before
-            resp = await client.post("/api/l402/generate-text",
-                                     json={"prompt": "analyze this proof", "model": "auto"})
+            resp = await client.post(
+                "/api/l402/generate-text", json={"prompt": "analyze this proof", "model": "auto"}
+            )
             assert resp.status_code == 402
             resp = await paid(client, "generate-text", {"prompt": "x", "maxTokens": 7})
             assert resp.status_code == 200, resp.text
             assert resp.headers["X-Route-Model"] == "31"
-            resp = await paid(client, "generate-text",
-                              {"prompt": "prove it step by step", "model": "auto"})
+            resp = await paid(
+                client, "generate-text", {"prompt": "prove it step by step", "model": "auto"}
+            )
             assert resp.status_code == 200 and resp.headers["X-Route-Model"] == "31"
         sent = [s.json or {} for s in fake.requests(CHAT)]
         assert [s["model"] for s in sent] == ["only-mini"] * 2
@@ -555,8 +620,14 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
 ) -> None:
     settings = make_settings(
         tmp_path_factory.mktemp("ai-badkey"),
-        providers={"cloud": {"kind": "openai", "base_url": f"{fake.url}/v1",
-                             "api_key": "sk-wrong-KEY-0000", "models": MODELS}},
+        providers={
+            "cloud": {
+                "kind": "openai",
+                "base_url": f"{fake.url}/v1",
+                "api_key": "sk-wrong-KEY-0000",
+                "models": MODELS,
+            }
+        },
         engines={"text": "cloud"},
     )
     srv = ThreadedServer(settings)
@@ -574,8 +645,11 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
     [
         ({"kind": "openai", "max_retries": 5}, "text", "max_retries must be 0, 1 or 2"),
         ({"kind": "openai", "voices": "nova"}, "tts", "voices must be a table"),
-        ({"kind": "openai", "transcription_format": "srt"}, "transcription",
-         "transcription_format must be"),
+        (
+            {"kind": "openai", "transcription_format": "srt"},
+            "transcription",
+            "transcription_format must be",
+        ),
         ({"kind": "openai", "image_sizes": "any"}, "image", "image_sizes must be"),
         ({"kind": "openai", "max_tokens_field": "tokens"}, "text", "max_tokens_field must be"),
         ({"kind": "anthropic", "max_tokens": "many"}, "text", "max_tokens must be a number"),
@@ -586,27 +660,33 @@ async def test_wrong_key_is_a_refunded_error_that_shows_no_key(
 def test_provider_configuration_that_cannot_work_refuses_to_start(
     tmp_path: Any, provider: dict[str, Any], engine: str, message: str
 ) -> None:
-    settings = make_settings(tmp_path, providers={"p": {"models": {"31": "m"}, **provider}},
-                             engines={engine: "p"})
+    settings = make_settings(
+        tmp_path, providers={"p": {"models": {"31": "m"}, **provider}}, engines={engine: "p"}
+    )
     with pytest.raises(EngineConfigError, match=message):
         engines_for(settings)
 
 
 def test_operator_sees_the_provider_callers_do_not(tmp_path: Any) -> None:
     settings = make_settings(
-        tmp_path, providers={"cloud": {"kind": "openai", "api_key": OPENAI_KEY,
-                                       "models": {"31": "m", "10": "w"}}},
+        tmp_path,
+        providers={
+            "cloud": {"kind": "openai", "api_key": OPENAI_KEY, "models": {"31": "m", "10": "w"}}
+        },
         engines={"text": "cloud", "speech_translation": "cloud"},
     )
     status = engines_for(settings).status("speech_translation")
     assert status.available and status.label == "openai via cloud"
-    assert status.public() == {"engine": "speech_translation", "available": True,
-                               "source": "provider"}
+    assert status.public() == {
+        "engine": "speech_translation",
+        "available": True,
+        "source": "provider",
+    }
     assert OPENAI_KEY not in repr(status) and OPENAI_KEY not in repr(settings)
 
 
 def test_html_is_cut_after_block_end_tags_only() -> None:
-    blocks = [f"<p class=\"c{i}\">Sentence {i} " + "text " * 100 + "</p>\n" for i in range(30)]
+    blocks = [f'<p class="c{i}">Sentence {i} ' + "text " * 100 + "</p>\n" for i in range(30)]
     html = "<div>" + "".join(blocks) + "</div>"
     pieces = split_html(html, 3500)
     assert "".join(pieces) == html

@@ -24,12 +24,20 @@ def test_make_backend_builds_the_configured_node(tmp_path: Path) -> None:
     assert isinstance(cln, ClnBackend) and isinstance(cln, LightningBackend)
     with pytest.raises(BackendConfigError, match="--cln-rpc"):
         make_backend(replace(base, backend="cln", cln_rpc=""))
-    lnd = make_backend(replace(base, backend="lnd", lnd_grpc="127.0.0.1:10009",
-                               lnd_tls_cert="tls.cert", lnd_macaroon="x.macaroon"))
+    lnd = make_backend(
+        replace(
+            base,
+            backend="lnd",
+            lnd_grpc="127.0.0.1:10009",
+            lnd_tls_cert="tls.cert",
+            lnd_macaroon="x.macaroon",
+        )
+    )
     assert isinstance(lnd, LndBackend) and isinstance(lnd, LightningBackend)
     with pytest.raises(BackendConfigError, match="--lnd-tls-cert PATH"):
-        make_backend(replace(base, backend="lnd", lnd_grpc="127.0.0.1:10009",
-                             lnd_macaroon="x.macaroon"))
+        make_backend(
+            replace(base, backend="lnd", lnd_grpc="127.0.0.1:10009", lnd_macaroon="x.macaroon")
+        )
     with pytest.raises(SystemExit, match="--lnd-grpc"):  # the command says why and exits
         build_backend(replace(base, backend="lnd"))
 

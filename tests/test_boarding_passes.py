@@ -58,11 +58,13 @@ ONE_LEG = bcbp.encode(
 TWO_LEGS = bcbp.encode(
     "DOE/JANE",
     [
-        bcbp.LegInput("XYZ789", "LHR", "JFK", "BA", "117", DAY1, "Y", "23F", 7,
-                      frequent_flyer="BA 12345678"),
+        bcbp.LegInput(
+            "XYZ789", "LHR", "JFK", "BA", "117", DAY1, "Y", "23F", 7, frequent_flyer="BA 12345678"
+        ),
         bcbp.LegInput("XYZ789", "JFK", "SFO", "AA", "15", DAY2, "Y", "12C", 88),
     ],
-    issue_date=f"{TODAY.year % 10}{TODAY.timetuple().tm_yday:03d}", issuer="BA",
+    issue_date=f"{TODAY.year % 10}{TODAY.timetuple().tm_yday:03d}",
+    issuer="BA",
 )
 SECOND_PASSENGER = bcbp.encode(
     "DOE/JOHN",
@@ -101,8 +103,9 @@ def photo_of(page: Image.Image, angle: float = 4.0, scale: float = 0.8) -> bytes
     """A phone photo of a printed page: grey surroundings, turned, smaller, soft, noisy, JPEG."""
     rgb = page.convert("RGB")
     small = rgb.resize((int(rgb.width * scale), int(rgb.height * scale)), Image.Resampling.BICUBIC)
-    turned = small.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True,
-                          fillcolor=(118, 110, 100))
+    turned = small.rotate(
+        angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=(118, 110, 100)
+    )
     soft = turned.filter(ImageFilter.GaussianBlur(0.8))
     rng = random.Random(7)
     pixels = soft.load()
@@ -128,7 +131,8 @@ def documents() -> dict[str, bytes]:
         "qr_pdf": pdf_of(page_with(barcode_image(SECOND_PASSENGER, F.QRCode, 6), "BA117")),
         "pdf417_photo": photo_of(
             # PDF417 reads only near level: this one is turned back by the engine.
-            page_with(barcode_image(SECOND_PASSENGER, F.PDF417, 4), "BA117"), angle=-12
+            page_with(barcode_image(SECOND_PASSENGER, F.PDF417, 4), "BA117"),
+            angle=-12,
         ),
         "no_code_photo": photo_of(page_with(Image.new("L", (400, 200), 230), "Receipt 42")),
         "url_qr_pdf": pdf_of(
@@ -167,26 +171,45 @@ def fields(doc: dict[str, Any]) -> dict[str, str]:
     board = doc["boardingPass"]
     return {
         f["key"]: f["value"]
-        for group in ("headerFields", "primaryFields", "secondaryFields", "auxiliaryFields",
-                      "backFields")
+        for group in (
+            "headerFields",
+            "primaryFields",
+            "secondaryFields",
+            "auxiliaryFields",
+            "backFields",
+        )
         for f in board[group]
     }
 
 
 def check_pass(
-    doc: dict[str, Any], message: str, fmt: str, passenger: str, flight: str, origin: str,
-    destination: str, seat: str, date: str,
+    doc: dict[str, Any],
+    message: str,
+    fmt: str,
+    passenger: str,
+    flight: str,
+    origin: str,
+    destination: str,
+    seat: str,
+    date: str,
 ) -> None:
     assert doc["formatVersion"] == 1
     assert doc["boardingPass"]["transitType"] == "PKTransitTypeAir"
     assert doc["barcodes"][0] == {
-        "format": fmt, "message": message, "messageEncoding": "iso-8859-1"
+        "format": fmt,
+        "message": message,
+        "messageEncoding": "iso-8859-1",
     }
     assert doc["barcode"] == doc["barcodes"][0]
     values = fields(doc)
-    assert (values["passenger"], values["flight"], values["origin"], values["destination"],
-            values["seat"], values["date"]) == (
-        passenger, flight, origin, destination, seat, date)
+    assert (
+        values["passenger"],
+        values["flight"],
+        values["origin"],
+        values["destination"],
+        values["seat"],
+        values["date"],
+    ) == (passenger, flight, origin, destination, seat, date)
 
 
 async def paid(client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
@@ -210,8 +233,12 @@ async def test_pdf417_in_a_pdf_makes_one_unsigned_pass(
     assert UNSIGNED_WARNING in doc["warnings"]
     entry = doc["passes"][0]
     assert {k: entry[k] for k in ("passenger", "flight", "from", "to", "seat", "date")} == {
-        "passenger": "LUC DESMARAIS", "flight": "AC834", "from": "YUL", "to": "FRA",
-        "seat": "1A", "date": DATE1,
+        "passenger": "LUC DESMARAIS",
+        "flight": "AC834",
+        "from": "YUL",
+        "to": "FRA",
+        "seat": "1A",
+        "date": DATE1,
     }
     assert entry["zone"] is None and entry["gate"] is None and entry["boarding_time"] is None
     assert 1790 <= link_lifetime(entry["save_url"]) <= 1800
@@ -220,8 +247,17 @@ async def test_pdf417_in_a_pdf_makes_one_unsigned_pass(
     assert file.headers["Content-Type"] == "application/vnd.apple.pkpass"
     pass_doc, files = unpack(file.content)
     assert "signature" not in files
-    check_pass(pass_doc, ONE_LEG, "PKBarcodeFormatPDF417", "LUC DESMARAIS", "AC834", "YUL",
-               "FRA", "1A", DATE1)
+    check_pass(
+        pass_doc,
+        ONE_LEG,
+        "PKBarcodeFormatPDF417",
+        "LUC DESMARAIS",
+        "AC834",
+        "YUL",
+        "FRA",
+        "1A",
+        DATE1,
+    )
     assert fields(pass_doc)["pnr"] == "ABC123"
 
 
@@ -233,8 +269,10 @@ async def test_two_legs_from_a_photo_and_a_second_passenger(
     assert resp.status_code == 200, resp.text
     doc = resp.json()
     assert doc["count"] == 3 and "partial_refund" not in doc
-    got = [(p["passenger"], p["flight"], p["from"], p["to"], p["seat"], p["date"], p["document"])
-           for p in doc["passes"]]
+    got = [
+        (p["passenger"], p["flight"], p["from"], p["to"], p["seat"], p["date"], p["document"])
+        for p in doc["passes"]
+    ]
     assert got == [
         ("JANE DOE", "BA117", "LHR", "JFK", "23F", DATE1, 1),
         ("JANE DOE", "AA15", "JFK", "SFO", "12C", DATE2, 1),
@@ -246,12 +284,23 @@ async def test_two_legs_from_a_photo_and_a_second_passenger(
         names = archive.namelist()
         passes = [unpack(archive.read(n))[0] for n in names]
     assert len(names) == 3 and all(n.endswith(".pkpass") for n in names)
-    check_pass(passes[0], TWO_LEGS, "PKBarcodeFormatAztec", "JANE DOE", "BA117", "LHR", "JFK",
-               "23F", DATE1)
-    check_pass(passes[1], TWO_LEGS, "PKBarcodeFormatAztec", "JANE DOE", "AA15", "JFK", "SFO",
-               "12C", DATE2)
-    check_pass(passes[2], SECOND_PASSENGER, "PKBarcodeFormatQR", "JOHN DOE", "BA117", "LHR",
-               "JFK", "23E", DATE1)
+    check_pass(
+        passes[0], TWO_LEGS, "PKBarcodeFormatAztec", "JANE DOE", "BA117", "LHR", "JFK", "23F", DATE1
+    )
+    check_pass(
+        passes[1], TWO_LEGS, "PKBarcodeFormatAztec", "JANE DOE", "AA15", "JFK", "SFO", "12C", DATE2
+    )
+    check_pass(
+        passes[2],
+        SECOND_PASSENGER,
+        "PKBarcodeFormatQR",
+        "JOHN DOE",
+        "BA117",
+        "LHR",
+        "JFK",
+        "23E",
+        DATE1,
+    )
     assert passes[0]["serialNumber"] != passes[1]["serialNumber"]
     for entry, pass_doc in zip(doc["passes"], passes, strict=True):
         single = unpack((await fetch(client, entry["save_url"])).content)[0]
@@ -261,8 +310,13 @@ async def test_two_legs_from_a_photo_and_a_second_passenger(
 async def test_documents_without_a_pass_are_refunded(
     client: httpx.AsyncClient, documents: dict[str, bytes]
 ) -> None:
-    body = {"documents": [b64(documents["pdf417_photo"]), b64(documents["no_code_photo"]),
-                          b64(documents["url_qr_pdf"])]}
+    body = {
+        "documents": [
+            b64(documents["pdf417_photo"]),
+            b64(documents["no_code_photo"]),
+            b64(documents["url_qr_pdf"]),
+        ]
+    }
     resp = await paid(client, body)
     assert resp.status_code == 200, resp.text
     doc = resp.json()
@@ -272,8 +326,10 @@ async def test_documents_without_a_pass_are_refunded(
     # Quoted 3 x 100 sats; one pass made: 200 sats back.
     assert doc["partial_refund"]["amount_sats"] == 200
     assert "document 2: no boarding-pass barcode found" in doc["warnings"]
-    assert any(w.startswith("document 3: a QRCode code that is not a boarding pass")
-               for w in doc["warnings"])
+    assert any(
+        w.startswith("document 3: a QRCode code that is not a boarding pass")
+        for w in doc["warnings"]
+    )
 
 
 async def test_no_pass_at_all_refunds_everything(
@@ -288,8 +344,9 @@ async def test_no_pass_at_all_refunds_everything(
 
 
 async def test_a_non_document_is_refused_before_any_invoice(client: httpx.AsyncClient) -> None:
-    resp = await client.post("/api/l402/boardingpass-wallet",
-                             json={"documentBase64": b64(b"not a pdf nor an image")})
+    resp = await client.post(
+        "/api/l402/boardingpass-wallet", json={"documentBase64": b64(b"not a pdf nor an image")}
+    )
     assert resp.status_code == 400, resp.text
     assert "invoice" not in resp.json()
 
@@ -326,8 +383,10 @@ def signing_node(
 ) -> Iterator[ThreadedServer]:
     settings = make_settings(
         tmp_path_factory.mktemp("passes-signed"),
-        pass_certificate=str(pass_ca["cert"]), pass_key=str(pass_ca["key"]),
-        pass_key_password="pw", pass_wwdr_certificate=str(pass_ca["wwdr"]),
+        pass_certificate=str(pass_ca["cert"]),
+        pass_key=str(pass_ca["key"]),
+        pass_key_password="pw",
+        pass_wwdr_certificate=str(pass_ca["wwdr"]),
         pass_organization_name="Example Node",
     )
     srv = ThreadedServer(settings)
@@ -342,7 +401,9 @@ async def signing_client(signing_node: ThreadedServer) -> AsyncIterator[httpx.As
 
 
 async def test_signed_pass_verifies_against_the_operator_chain(
-    signing_client: httpx.AsyncClient, documents: dict[str, bytes], pass_ca: dict[str, Path],
+    signing_client: httpx.AsyncClient,
+    documents: dict[str, bytes],
+    pass_ca: dict[str, Path],
     tmp_path: Path,
 ) -> None:
     if shutil.which("openssl") is None:
@@ -361,10 +422,27 @@ async def test_signed_pass_verifies_against_the_operator_chain(
 
     def verify(manifest: Path) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            ["openssl", "cms", "-verify", "-binary", "-inform", "DER",
-             "-in", str(tmp_path / "signature"), "-content", str(manifest),
-             "-CAfile", str(pass_ca["root"]), "-purpose", "any", "-out", "/dev/null"],
-            capture_output=True, timeout=30, check=False,
+            [
+                "openssl",
+                "cms",
+                "-verify",
+                "-binary",
+                "-inform",
+                "DER",
+                "-in",
+                str(tmp_path / "signature"),
+                "-content",
+                str(manifest),
+                "-CAfile",
+                str(pass_ca["root"]),
+                "-purpose",
+                "any",
+                "-out",
+                "/dev/null",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
         )
 
     ok = verify(tmp_path / "manifest.json")
@@ -375,8 +453,12 @@ async def test_signed_pass_verifies_against_the_operator_chain(
 
 
 def test_signing_settings_are_checked_at_start(pass_ca: dict[str, Path]) -> None:
-    base = Settings(pass_certificate=str(pass_ca["cert"]), pass_key=str(pass_ca["key"]),
-                    pass_key_password="pw", pass_wwdr_certificate=str(pass_ca["wwdr"]))
+    base = Settings(
+        pass_certificate=str(pass_ca["cert"]),
+        pass_key=str(pass_ca["key"]),
+        pass_key_password="pw",
+        pass_wwdr_certificate=str(pass_ca["wwdr"]),
+    )
     signing = load_signing(base)
     assert signing is not None and signing.team_identifier == TEAM
     assert load_signing(Settings()) is None
@@ -398,33 +480,45 @@ def test_signing_settings_are_checked_at_start(pass_ca: dict[str, Path]) -> None
 def test_bcbp_round_trip_and_the_resolution_792_example() -> None:
     example = bcbp.parse("M1DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 100")
     leg = example.legs[0]
-    assert (example.passenger, leg.flight, leg.origin, leg.destination, leg.seat,
-            leg.sequence, leg.compartment, leg.julian_date) == (
-        "LUC DESMARAIS", "AC834", "YUL", "FRA", "1A", "25", "J", 326)
+    assert (
+        example.passenger,
+        leg.flight,
+        leg.origin,
+        leg.destination,
+        leg.seat,
+        leg.sequence,
+        leg.compartment,
+        leg.julian_date,
+    ) == ("LUC DESMARAIS", "AC834", "YUL", "FRA", "1A", "25", "J", 326)
     assert example.flight_date(leg, datetime.date(2026, 11, 25)) == datetime.date(2026, 11, 22)
     assert example.flight_date(leg, datetime.date(2027, 1, 10)) == datetime.date(2026, 11, 22)
 
     two = bcbp.parse(TWO_LEGS)
     assert [(x.flight, x.origin, x.destination) for x in two.legs] == [
-        ("BA117", "LHR", "JFK"), ("AA15", "JFK", "SFO")]
+        ("BA117", "LHR", "JFK"),
+        ("AA15", "JFK", "SFO"),
+    ]
     assert two.legs[0].frequent_flyer == "BA 12345678"
     assert two.issuer == "BA" and two.version == "6"
     # The issue date fixes the year: a flight on day 10 issued on day 360 is next year.
-    late = bcbp.encode("A/B", [bcbp.LegInput("P", "AMS", "CDG", "KL", "1", 10)],
-                       issue_date="5360")
+    late = bcbp.encode("A/B", [bcbp.LegInput("P", "AMS", "CDG", "KL", "1", 10)], issue_date="5360")
     parsed = bcbp.parse(late)
     assert parsed.flight_date(parsed.legs[0], datetime.date(2025, 12, 27)) == datetime.date(
-        2026, 1, 10)
+        2026, 1, 10
+    )
 
 
-@pytest.mark.parametrize("message", [
-    "https://example.org/x" + " " * 60,
-    "M5DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 100",  # 5 legs
-    "M1DESMARAIS/LUC       EABC123 YU1FRAAC 0834 326J001A0025 100",  # airport code
-    "M1DESMARAIS/LUC       EABC123 YULFRAAC 0834 399J001A0025 100",  # day 399
-    "M1DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 1FF",  # variable part missing
-    "M2DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 100",  # second leg missing
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "https://example.org/x" + " " * 60,
+        "M5DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 100",  # 5 legs
+        "M1DESMARAIS/LUC       EABC123 YU1FRAAC 0834 326J001A0025 100",  # airport code
+        "M1DESMARAIS/LUC       EABC123 YULFRAAC 0834 399J001A0025 100",  # day 399
+        "M1DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 1FF",  # variable part missing
+        "M2DESMARAIS/LUC       EABC123 YULFRAAC 0834 326J001A0025 100",  # second leg missing
+    ],
+)
 def test_bcbp_refuses_what_is_not_a_boarding_pass(message: str) -> None:
     with pytest.raises(bcbp.BcbpError):
         bcbp.parse(message)

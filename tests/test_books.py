@@ -18,9 +18,7 @@ HASH = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 
 def sample_epub() -> bytes:
-    table = (
-        "<table><tr><th>Year</th><th>Wheat</th></tr><tr><td>1901</td><td>12 t</td></tr></table>"
-    )
+    table = "<table><tr><th>Year</th><th>Wheat</th></tr><tr><td>1901</td><td>12 t</td></tr></table>"
     return make_epub(
         "The Mill",
         [

@@ -61,30 +61,40 @@ async def next_settlement(stream: AsyncIterator[Settlement], timeout_s: float = 
 
 
 async def test_invoice_has_satsgate_label_explicit_expiry_and_exact_amount(
-        backend: ClnBackend, lightningd: FakeLightningd) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd
+) -> None:
     before = int(time.time())
     inv = await backend.create_invoice(21_000, "render-card", expiry_s=300)
     other = await backend.create_invoice(21_000, "render-card", expiry_s=300)
     listed = lightningd.node.listinvoices(payment_hash=inv.payment_hash)["invoices"][0]
     assert listed["label"].startswith(LABEL_PREFIX)
-    assert listed["label"] != lightningd.node.listinvoices(
-        payment_hash=other.payment_hash)["invoices"][0]["label"]
+    assert (
+        listed["label"]
+        != lightningd.node.listinvoices(payment_hash=other.payment_hash)["invoices"][0]["label"]
+    )
     assert before + 300 <= inv.expires_at <= int(time.time()) + 300
     decoded = decode_invoice(inv.bolt11)
     assert (decoded.payment_hash, decoded.amount_msat, decoded.network) == (
-        inv.payment_hash, 21_000, "regtest")
+        inv.payment_hash,
+        21_000,
+        "regtest",
+    )
     assert decoded.payee == (await backend.info()).pubkey
 
 
 async def test_lookup_invoice_open_settled_expired_unknown(
-        backend: ClnBackend, lightningd: FakeLightningd) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd
+) -> None:
     open_inv = await backend.create_invoice(5_000, "a", expiry_s=600)
     short = await backend.create_invoice(5_000, "b", expiry_s=1)
     assert (await backend.lookup_invoice(open_inv.payment_hash)).state is InvoiceState.OPEN
     preimage = await pay_outside(lightningd, open_inv.bolt11)
     settled = await backend.lookup_invoice(open_inv.payment_hash)
     assert (settled.state, settled.preimage, settled.amount_received_msat) == (
-        InvoiceState.SETTLED, preimage, 5_000)
+        InvoiceState.SETTLED,
+        preimage,
+        5_000,
+    )
     await asyncio.sleep(1.05)
     assert (await backend.lookup_invoice(short.payment_hash)).state is InvoiceState.EXPIRED
     with pytest.raises(BackendError, match="unknown invoice"):
@@ -95,7 +105,8 @@ async def test_lookup_invoice_open_settled_expired_unknown(
 
 
 async def test_settlement_carries_preimage_amount_and_pay_index(
-        backend: ClnBackend, lightningd: FakeLightningd) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd
+) -> None:
     inv = await backend.create_invoice(7_000, "x", expiry_s=600)
     stream = aiter(backend.settlements(0))
     waiting = asyncio.ensure_future(next_settlement(stream))
@@ -110,7 +121,8 @@ async def test_settlement_carries_preimage_amount_and_pay_index(
 
 
 async def test_restart_from_cursor_replays_exactly_what_was_paid_while_down(
-        lightningd: FakeLightningd) -> None:
+    lightningd: FakeLightningd,
+) -> None:
     first = make_backend(lightningd)
     await first.start()
     invs = [await first.create_invoice(1_000 * (i + 1), f"n{i}", expiry_s=600) for i in range(3)]
@@ -134,7 +146,8 @@ async def test_restart_from_cursor_replays_exactly_what_was_paid_while_down(
 
 
 async def test_first_start_skips_history_and_other_applications_invoices(
-        backend: ClnBackend, lightningd: FakeLightningd) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd
+) -> None:
     node = lightningd.node
     old = node.invoice(3_000, "some-shop-1", "before satsgate")["bolt11"]
     await pay_outside(lightningd, old)
@@ -155,7 +168,8 @@ async def test_first_start_skips_history_and_other_applications_invoices(
 
 
 async def test_idle_stream_outlives_waitanyinvoice_timeouts(
-        backend: ClnBackend, lightningd: FakeLightningd) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd
+) -> None:
     stream = aiter(backend.settlements(0))
     waiting = asyncio.ensure_future(next_settlement(stream))
     await asyncio.sleep(1.3)  # wait_timeout_s=1: lightningd answered 904 at least once
@@ -181,13 +195,17 @@ async def test_close_ends_a_waiting_stream_at_once(lightningd: FakeLightningd) -
 
 
 async def test_pay_reports_fee_and_preimage_and_repeat_is_success(
-        backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
+) -> None:
     bolt11 = payee.invoice(50_000, "refund-1", "refund")["bolt11"]
     result = await backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=5)
     payee_inv = payee.listinvoices(label="refund-1")["invoices"][0]
     assert result.state is PaymentState.SUCCEEDED
     assert (result.preimage, result.amount_msat, result.fee_msat) == (
-        payee_inv["payment_preimage"], 50_000, lightningd.node.route_fee_msat)
+        payee_inv["payment_preimage"],
+        50_000,
+        lightningd.node.route_fee_msat,
+    )
     assert payee_inv["status"] == "paid"
 
     again = await backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=5)
@@ -197,7 +215,8 @@ async def test_pay_reports_fee_and_preimage_and_repeat_is_success(
 
 
 async def test_fee_cap_below_route_fee_fails_and_sends_nothing(
-        backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
+) -> None:
     bolt11 = payee.invoice(50_000, "r", "refund")["bolt11"]
     result = await backend.pay_invoice(bolt11, max_fee_msat=999, timeout_s=5)
     assert result.state is PaymentState.FAILED
@@ -207,7 +226,8 @@ async def test_fee_cap_below_route_fee_fails_and_sends_nothing(
 
 
 async def test_node_without_xpay_pays_with_pay_and_remembers(
-        backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
+) -> None:
     lightningd.node.has_xpay = False
     for label in ("a", "b"):
         bolt11 = payee.invoice(10_000, label, "refund")["bolt11"]
@@ -219,7 +239,8 @@ async def test_node_without_xpay_pays_with_pay_and_remembers(
 
 
 async def test_stuck_payment_is_pending_until_the_node_resolves_it(
-        backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
+) -> None:
     lightningd.node.hold_outgoing = True
     bolt11 = payee.invoice(20_000, "stuck", "refund")["bolt11"]
     pay = asyncio.ensure_future(backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=1))
@@ -250,7 +271,8 @@ async def test_stuck_payment_is_pending_until_the_node_resolves_it(
 
 
 async def test_lightningd_stopping_mid_payment_is_pending_not_failed(
-        backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode) -> None:
+    backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
+) -> None:
     lightningd.node.hold_outgoing = True
     bolt11 = payee.invoice(20_000, "cut", "refund")["bolt11"]
     pay = asyncio.ensure_future(backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=30))
@@ -260,11 +282,11 @@ async def test_lightningd_stopping_mid_payment_is_pending_not_failed(
     assert result.state is PaymentState.PENDING
 
 
-async def test_definite_failures_are_failed(
-        backend: ClnBackend, payee: FakeNode) -> None:
+async def test_definite_failures_are_failed(backend: ClnBackend, payee: FakeNode) -> None:
     stranger = FakeNode(alias="not-connected")
     no_route = await backend.pay_invoice(
-        stranger.invoice(1_000, "x", "y")["bolt11"], max_fee_msat=5_000, timeout_s=5)
+        stranger.invoice(1_000, "x", "y")["bolt11"], max_fee_msat=5_000, timeout_s=5
+    )
     assert no_route.state is PaymentState.FAILED and no_route.failure_reason
     garbage = await backend.pay_invoice("lnbcrt1garbage", max_fee_msat=5_000, timeout_s=5)
     assert garbage.state is PaymentState.FAILED

@@ -49,8 +49,11 @@ def test_stream_of_requests_split_and_batched(lightningd: FakeLightningd) -> Non
     data = (one + two).encode()
     answers = raw_exchange(lightningd.rpc_path, [data[:10], data[10:]], answers=2)
     assert answers[0]["id"] == "a:1" and answers[0]["result"]["network"] == "regtest"
-    assert answers[1] == {"jsonrpc": "2.0", "id": 7,
-                          "error": {"code": -32601, "message": "Unknown command 'nosuch'"}}
+    assert answers[1] == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {"code": -32601, "message": "Unknown command 'nosuch'"},
+    }
 
 
 def test_params_checked_like_lightningd(lightningd: FakeLightningd) -> None:
@@ -69,32 +72,40 @@ def test_params_checked_like_lightningd(lightningd: FakeLightningd) -> None:
 def test_invoice_fields_errors_and_lookups(lightningd: FakeLightningd) -> None:
     rpc = LightningRpc(lightningd.rpc_path)
     inv = rpc.invoice(amount_msat=5000, label="l1", description="d", expiry=600)
-    assert set(inv) == {"bolt11", "payment_hash", "payment_secret", "expires_at",
-                        "created_index"}
+    assert set(inv) == {"bolt11", "payment_hash", "payment_secret", "expires_at", "created_index"}
     with pytest.raises(RpcError) as dup:
         rpc.invoice(amount_msat=5000, label="l1", description="d")
     assert dup.value.error["code"] == 900
-    by = [rpc.listinvoices(label="l1"), rpc.listinvoices(payment_hash=inv["payment_hash"]),
-          rpc.listinvoices(invstring=inv["bolt11"])]
+    by = [
+        rpc.listinvoices(label="l1"),
+        rpc.listinvoices(payment_hash=inv["payment_hash"]),
+        rpc.listinvoices(invstring=inv["bolt11"]),
+    ]
     assert all(r["invoices"][0]["status"] == "unpaid" for r in by)
     with pytest.raises(RpcError) as two:
         rpc.listinvoices(label="l1", payment_hash=inv["payment_hash"])
     assert two.value.error["code"] == -32602
 
     paid = rpc.call("dev-fake-pay", {"bolt11": inv["bolt11"]})
-    assert hashlib.sha256(bytes.fromhex(paid["payment_preimage"])).hexdigest() == \
-        inv["payment_hash"]
+    assert (
+        hashlib.sha256(bytes.fromhex(paid["payment_preimage"])).hexdigest() == inv["payment_hash"]
+    )
     assert (paid["status"], paid["pay_index"], paid["amount_received_msat"]) == ("paid", 1, 5000)
     with pytest.raises(RpcError) as wrong_status:
         rpc.delinvoice(label="l1", status="unpaid")
     assert wrong_status.value.error["code"] == 906
-    assert wrong_status.value.error["data"] == {"current_status": "paid",
-                                                "expected_status": "unpaid"}
+    assert wrong_status.value.error["data"] == {
+        "current_status": "paid",
+        "expected_status": "unpaid",
+    }
     assert rpc.delinvoice(label="l1", status="paid")["label"] == "l1"
     assert rpc.listinvoices(label="l1")["invoices"] == []
     decoded = rpc.decode(rpc.invoice(1000, "l2", "x")["bolt11"])
     assert (decoded["type"], decoded["currency"], decoded["payee"]) == (
-        "bolt11 invoice", "bcrt", lightningd.node.node_id)
+        "bolt11 invoice",
+        "bcrt",
+        lightningd.node.node_id,
+    )
 
 
 def test_waitanyinvoice_cursor_timeout_and_filter(lightningd: FakeLightningd) -> None:

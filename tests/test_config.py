@@ -40,8 +40,14 @@ def test_unknown_keys_and_backends_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["pay.example.com", "ftp://pay.example.com", "https://", "https://pay.example.com/?a=1",
-     "https://pay.example.com     # the public address", "https://pay example.com"],
+    [
+        "pay.example.com",
+        "ftp://pay.example.com",
+        "https://",
+        "https://pay.example.com/?a=1",
+        "https://pay.example.com     # the public address",
+        "https://pay example.com",
+    ],
 )
 def test_a_base_url_that_links_cannot_carry_is_refused(value: str) -> None:
     with pytest.raises(ValueError, match="base_url must be an http:// or https:// address"):

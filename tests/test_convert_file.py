@@ -70,16 +70,28 @@ def pdf_text(data: bytes) -> str:
 
 def pandoc_make(markdown: bytes, fmt: str, *extra: str) -> bytes:
     return subprocess.run(
-        ["pandoc", "-f", "markdown", "-t", fmt, *extra, "-o", "-"], input=markdown,
-        capture_output=True, check=True,
+        ["pandoc", "-f", "markdown", "-t", fmt, *extra, "-o", "-"],
+        input=markdown,
+        capture_output=True,
+        check=True,
     ).stdout
 
 
 def office_make(office: str, source: Path, fmt: str) -> bytes:
     subprocess.run(
-        [office, "--headless", f"-env:UserInstallation=file://{source.parent}/p",
-         "--convert-to", fmt, "--outdir", str(source.parent), str(source)],
-        capture_output=True, check=True, timeout=120,
+        [
+            office,
+            "--headless",
+            f"-env:UserInstallation=file://{source.parent}/p",
+            "--convert-to",
+            fmt,
+            "--outdir",
+            str(source.parent),
+            str(source),
+        ],
+        capture_output=True,
+        check=True,
+        timeout=120,
     )
     return source.with_suffix(f".{fmt}").read_bytes()
 
@@ -95,8 +107,18 @@ def ffprobe(data: bytes, tmp: Path) -> dict[str, Any]:
     path = tmp / "probe.bin"
     path.write_bytes(data)
     out = subprocess.run(
-        ["ffprobe", "-v", "error", "-print_format", "json", "-show_format", "-show_streams",
-         str(path)], capture_output=True, check=True,
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-print_format",
+            "json",
+            "-show_format",
+            "-show_streams",
+            str(path),
+        ],
+        capture_output=True,
+        check=True,
     )
     info: dict[str, Any] = json.loads(out.stdout)
     return info
@@ -210,24 +232,18 @@ async def test_markdown_to_docx_reaches_no_file_or_url(
 async def test_docx_to_pdf_reads_back(client: httpx.AsyncClient) -> None:
     need("pandoc")
     docx = pandoc_make(b"# Minutes\n\nThe committee approved the lighthouse budget.\n", "docx")
-    result = await convert(
-        client, {"file": b64(docx), "fileName": "m.docx", "targetFormat": "pdf"}
-    )
+    result = await convert(client, {"file": b64(docx), "fileName": "m.docx", "targetFormat": "pdf"})
     assert result["sourceFormat"] == "docx"
     text = pdf_text(await output(client, result))
     assert "Minutes" in text and "lighthouse budget" in text
 
 
-async def test_docx_to_pdf_without_libreoffice(
-    client: httpx.AsyncClient, only_tools: Any
-) -> None:
+async def test_docx_to_pdf_without_libreoffice(client: httpx.AsyncClient, only_tools: Any) -> None:
     """pandoc to HTML, WeasyPrint to PDF: the path of a node without LibreOffice."""
     need("pandoc")
     docx = pandoc_make(b"# Ledger\n\nNine sailboats were counted at dawn.\n", "docx")
     only_tools("pandoc")
-    result = await convert(
-        client, {"file": b64(docx), "fileName": "l.docx", "targetFormat": "pdf"}
-    )
+    result = await convert(client, {"file": b64(docx), "fileName": "l.docx", "targetFormat": "pdf"})
     text = pdf_text(await output(client, result))
     assert "Ledger" in text and "Nine sailboats were counted at dawn." in text
 
@@ -259,7 +275,8 @@ def test_office_files_linking_outside_are_refused_for_libreoffice() -> None:
     docx = pandoc_make(b"See [the site](https://example.org).\n", "docx")
     assert external_reference(docx, "docx") is None  # a hyperlink is only a link
     linked = _with_part(
-        docx, "word/_rels/document.xml.rels",
+        docx,
+        "word/_rels/document.xml.rels",
         lambda rels: rels.replace(
             b"</Relationships>",
             b'<Relationship Id="rIdX" Type="http://schemas.openxmlformats.org/officeDocument/'
@@ -271,7 +288,8 @@ def test_office_files_linking_outside_are_refused_for_libreoffice() -> None:
     odt = pandoc_make(b"Plain words.\n", "odt")
     assert external_reference(odt, "odt") is None
     odt_linked = _with_part(
-        odt, "content.xml",
+        odt,
+        "content.xml",
         lambda xml: xml.replace(
             b"</office:text>",
             b'<text:p><draw:frame><draw:image xlink:href="/etc/hostname"/></draw:frame>'
@@ -341,9 +359,7 @@ async def test_pdf_to_png_pages(client: httpx.AsyncClient) -> None:
             with Image.open(io.BytesIO(archive.read(name))) as img:
                 assert img.format == "PNG" and a4_at_150_dpi(img.size)
                 assert (page["width"], page["height"]) == img.size
-    single = await convert(
-        client, {"file": b64(text_layer_pdf("only")), "targetFormat": "png"}
-    )
+    single = await convert(client, {"file": b64(text_layer_pdf("only")), "targetFormat": "png"})
     assert single["format"] == "png"
     with Image.open(io.BytesIO(await output(client, single))) as img:
         assert a4_at_150_dpi(img.size)
@@ -358,10 +374,12 @@ def sine_wav(seconds: float, rate: int = 16000) -> bytes:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes(b"".join(
-            struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
-            for i in range(int(seconds * rate))
-        ))
+        w.writeframes(
+            b"".join(
+                struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
+                for i in range(int(seconds * rate))
+            )
+        )
     return out.getvalue()
 
 
@@ -371,10 +389,28 @@ def lavfi_video(
     path = tmp / "v.mp4"
     audio = ["-f", "lavfi", "-i", "sine=frequency=300", "-c:a", "aac"] if sound else []
     subprocess.run(
-        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", f"testsrc=size={size}:rate={rate}",
-         *audio, "-t", str(seconds), "-c:v", "libx264", "-preset", "ultrafast",
-         "-pix_fmt", "yuv420p", "-y", str(path)],
-        check=True, capture_output=True,
+        [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc=size={size}:rate={rate}",
+            *audio,
+            "-t",
+            str(seconds),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            "-y",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
     )
     return path.read_bytes()
 
@@ -431,8 +467,11 @@ async def test_refused_before_any_invoice(
     for body in (
         {"file": b64(docx), "targetFormat": "odt"},
         {"file": b64(sine_wav(0.5)), "targetFormat": "mp3"},
-        {"file": b64(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(600)), "fileName": "a.xls",
-         "targetFormat": "pdf"},
+        {
+            "file": b64(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(600)),
+            "fileName": "a.xls",
+            "targetFormat": "pdf",
+        },
     ):
         resp = await client.post("/api/l402/convert-file", json=body)
         error = assert_envelope(resp, "SERVICE_UNAVAILABLE", 503)

@@ -118,8 +118,7 @@ async def test_held_outcomes_are_not_walked_by_the_garbage_collector() -> None:
     calls). Flat results, as services return them, must leave nothing tracked."""
     cache = DedupCache(window_s=30)
     results = [
-        ServiceResult({"ok": True, "n": n, "image_url": f"/api/files/{n}.png"})
-        for n in range(2000)
+        ServiceResult({"ok": True, "n": n, "image_url": f"/api/files/{n}.png"}) for n in range(2000)
     ]
     gc.collect()
     before = len(gc.get_objects())

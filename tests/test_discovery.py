@@ -215,7 +215,8 @@ async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
     llms = (await client.get("/llms.txt")).text
     for slug in slugs:
         (line,) = [
-            ln for ln in llms.splitlines()
+            ln
+            for ln in llms.splitlines()
             if ln.startswith("- [") and f"`POST {endpoint[slug]}`" in ln
         ]
         assert f": {price_text(price[slug])}. " in line, line

@@ -57,11 +57,13 @@ def words(text: str) -> set[str]:
 
 
 async def test_an_image_is_read_by_ocr(client: httpx.AsyncClient) -> None:
-    image = text_image([
-        "Lightning invoices settle within seconds.",
-        "",
-        "Die Straße ist schön und grün.",
-    ])
+    image = text_image(
+        [
+            "Lightning invoices settle within seconds.",
+            "",
+            "Die Straße ist schön und grün.",
+        ]
+    )
     resp = await paid(client, "extract-document", {"imageBase64": b64(png(image))}, sats=10)
     assert resp.status_code == 200, resp.text
     result = resp.json()
@@ -90,8 +92,12 @@ async def test_a_scanned_pdf_is_read_page_by_page(client: httpx.AsyncClient) -> 
 
 async def test_a_page_scanned_sideways_is_turned_upright(client: httpx.AsyncClient) -> None:
     page = text_image(
-        ["Quarterly report of the harbour authority.", "Revenue grew by twelve percent",
-         "while the operating costs stayed flat."], width=1240,
+        [
+            "Quarterly report of the harbour authority.",
+            "Revenue grew by twelve percent",
+            "while the operating costs stayed flat.",
+        ],
+        width=1240,
     )
     data = scanned_pdf([page.rotate(90, expand=True, fillcolor=255)])
     resp = await paid(client, "extract-document", {"documentBase64": b64(data)}, sats=10)
@@ -164,12 +170,24 @@ RECEIPTS = [
     pytest.param(
         receipt_image(
             ["CORNER CAFE", "123 Main Street", "03/15/2024 10:42"],
-            [("2 x Latte", "9.00"), ("Bagel", "3.25"), ("Orange juice", "2.75"),
-             ("Subtotal", "15.00"), ("Sales Tax 8%", "1.20"), ("TOTAL", "$16.20"),
-             ("Cash", "20.00"), ("Change", "3.80")],
+            [
+                ("2 x Latte", "9.00"),
+                ("Bagel", "3.25"),
+                ("Orange juice", "2.75"),
+                ("Subtotal", "15.00"),
+                ("Sales Tax 8%", "1.20"),
+                ("TOTAL", "$16.20"),
+                ("Cash", "20.00"),
+                ("Change", "3.80"),
+            ],
         ),
-        {"merchant": "CORNER CAFE", "date": "2024-03-15", "currency": "USD", "total": 16.2,
-         "tax": 1.2},
+        {
+            "merchant": "CORNER CAFE",
+            "date": "2024-03-15",
+            "currency": "USD",
+            "total": 16.2,
+            "tax": 1.2,
+        },
         {"Latte", "Bagel", "Orange juice"},
         None,
         id="usd-month-first",
@@ -177,12 +195,23 @@ RECEIPTS = [
     pytest.param(
         receipt_image(
             ["Bäckerei Müller", "Hauptstr. 5, 10115 Berlin", "15.03.2024 08:12"],
-            [("Brezel", "1,20 €"), ("Kaffee", "2,80 €"), ("Croissant", "1,90 €"),
-             ("Summe EUR", "5,90"), ("MwSt 7%", "0,39"), ("Bar", "10,00"),
-             ("Rückgeld", "4,10")],
+            [
+                ("Brezel", "1,20 €"),
+                ("Kaffee", "2,80 €"),
+                ("Croissant", "1,90 €"),
+                ("Summe EUR", "5,90"),
+                ("MwSt 7%", "0,39"),
+                ("Bar", "10,00"),
+                ("Rückgeld", "4,10"),
+            ],
         ),
-        {"merchant": "Bäckerei Müller", "date": "2024-03-15", "currency": "EUR", "total": 5.9,
-         "tax": 0.39},
+        {
+            "merchant": "Bäckerei Müller",
+            "date": "2024-03-15",
+            "currency": "EUR",
+            "total": 5.9,
+            "tax": 0.39,
+        },
         {"Brezel", "Kaffee", "Croissant"},
         "de",
         id="eur-decimal-comma",
@@ -190,11 +219,20 @@ RECEIPTS = [
     pytest.param(
         receipt_image(
             ["THE RED LION", "Receipt", "12 March 2024"],
-            [("Fish and chips", "£12.50"), ("Ale 2 @ 4.20", "8.40"), ("TOTAL", "£20.90"),
-             ("VAT 20% included", "£3.48")],
+            [
+                ("Fish and chips", "£12.50"),
+                ("Ale 2 @ 4.20", "8.40"),
+                ("TOTAL", "£20.90"),
+                ("VAT 20% included", "£3.48"),
+            ],
         ),
-        {"merchant": "THE RED LION", "date": "2024-03-12", "currency": "GBP", "total": 20.9,
-         "tax": 3.48},
+        {
+            "merchant": "THE RED LION",
+            "date": "2024-03-12",
+            "currency": "GBP",
+            "total": 20.9,
+            "tax": 3.48,
+        },
         {"Fish and chips", "Ale"},
         None,
         id="gbp-written-date",
@@ -204,7 +242,10 @@ RECEIPTS = [
 
 @pytest.mark.parametrize(("image", "expected", "items", "language"), RECEIPTS)
 async def test_receipts_are_parsed(
-    client: httpx.AsyncClient, image: Any, expected: dict[str, Any], items: set[str],
+    client: httpx.AsyncClient,
+    image: Any,
+    expected: dict[str, Any],
+    items: set[str],
     language: str | None,
 ) -> None:
     body = {"imageBase64": b64(png(image)), "language": language}
@@ -224,9 +265,7 @@ def photographed(image: Image.Image) -> bytes:
     assert pixels is not None
     noise = random.Random(2)
     for _ in range(image.width * image.height // 40):
-        pixels[noise.randrange(image.width), noise.randrange(image.height)] = noise.choice(
-            (0, 255)
-        )
+        pixels[noise.randrange(image.width), noise.randrange(image.height)] = noise.choice((0, 255))
     out = io.BytesIO()
     image.convert("RGB").save(out, "JPEG", quality=60)
     return out.getvalue()
@@ -235,9 +274,14 @@ def photographed(image: Image.Image) -> bytes:
 async def test_a_photographed_receipt(client: httpx.AsyncClient) -> None:
     image = receipt_image(
         ["FARMACIA CENTRAL", "Rua Augusta 10, Lisboa", "Data: 07/11/2024"],
-        [("Paracetamol 500mg", "3,95"), ("2 x Agua 1,5L", "1,80"),
-         ("Protetor solar", "12,49"), ("Total", "18,24 €"), ("IVA 6%", "1,03"),
-         ("Multibanco", "18,24")],
+        [
+            ("Paracetamol 500mg", "3,95"),
+            ("2 x Agua 1,5L", "1,80"),
+            ("Protetor solar", "12,49"),
+            ("Total", "18,24 €"),
+            ("IVA 6%", "1,03"),
+            ("Multibanco", "18,24"),
+        ],
     )
     resp = await paid(client, "extract-receipt", {"imageBase64": b64(photographed(image))})
     assert resp.status_code == 200, resp.text
@@ -245,7 +289,9 @@ async def test_a_photographed_receipt(client: httpx.AsyncClient) -> None:
     assert (structured["merchant"], structured["date"]) == ("FARMACIA CENTRAL", "2024-11-07")
     assert (structured["total"], structured["tax"]) == (18.24, 1.03)
     assert [(i["quantity"], i["price"]) for i in structured["items"]] == [
-        (1, 3.95), (2, 1.8), (1, 12.49)
+        (1, 3.95),
+        (2, 1.8),
+        (1, 12.49),
     ]
     assert "Paracetamol" in structured["items"][0]["name"]
 
@@ -268,8 +314,16 @@ async def test_a_receipt_pdf_with_a_text_layer(client: httpx.AsyncClient) -> Non
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("12.50", "12.50"), ("12,50", "12.50"), ("1,234.56", "1234.56"), ("1.234,56", "1234.56"),
-     ("1 234,56", "1234.56"), ("1,280", "1280"), ("1.280", "1280"), ("7", "7")],
+    [
+        ("12.50", "12.50"),
+        ("12,50", "12.50"),
+        ("1,234.56", "1234.56"),
+        ("1.234,56", "1234.56"),
+        ("1 234,56", "1234.56"),
+        ("1,280", "1280"),
+        ("1.280", "1280"),
+        ("7", "7"),
+    ],
 )
 def test_amount_notations(text: str, value: str) -> None:
     assert str(parse_number(text)) == value
@@ -277,11 +331,18 @@ def test_amount_notations(text: str, value: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "iso", "month_first"),
-    [("2024-03-05", "2024-03-05", False), ("05.03.2024", "2024-03-05", False),
-     ("05/03/24", "2024-03-05", False), ("03/05/2024", "2024-03-05", True),
-     ("25/12/2023", "2023-12-25", True), ("March 5, 2024", "2024-03-05", False),
-     ("5. März 2024", "2024-03-05", False), ("le 5 avril 2024", "2024-04-05", False),
-     ("2024年3月5日", "2024-03-05", False), ("no date 12:30", None, False)],
+    [
+        ("2024-03-05", "2024-03-05", False),
+        ("05.03.2024", "2024-03-05", False),
+        ("05/03/24", "2024-03-05", False),
+        ("03/05/2024", "2024-03-05", True),
+        ("25/12/2023", "2023-12-25", True),
+        ("March 5, 2024", "2024-03-05", False),
+        ("5. März 2024", "2024-03-05", False),
+        ("le 5 avril 2024", "2024-04-05", False),
+        ("2024年3月5日", "2024-03-05", False),
+        ("no date 12:30", None, False),
+    ],
 )
 def test_date_formats(text: str, iso: str | None, month_first: bool) -> None:
     assert find_date(text, month_first=month_first) == iso

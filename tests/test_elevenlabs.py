@@ -46,8 +46,11 @@ def server(
         "kind": "elevenlabs", "base_url": fake.url, "api_key": ELEVEN_KEY,
         "models": dict(DEFAULT_MODELS), "voices": {"English_Aria": "21m00Tcm4TlvDq8ikWAM"},
     }}  # fmt: skip
-    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp("eleven"), providers=providers,
-                                       engines={"tts": "voices"}))
+    srv = ThreadedServer(
+        make_settings(
+            tmp_path_factory.mktemp("eleven"), providers=providers, engines={"tts": "voices"}
+        )
+    )
     yield srv
     srv.stop()
 
@@ -59,8 +62,9 @@ async def test_text_to_speech_in_a_premium_voice_through_the_gate(
         text = "Good evening from satsgate."
         body = {"text": text, "voice": "English_Aria", "format": "wav", "modelId": 33}
         auth = await paid_l402_auth(client, "text-to-speech", body)
-        resp = await client.post("/api/l402/text-to-speech", json=body,
-                                 headers={"Authorization": auth})
+        resp = await client.post(
+            "/api/l402/text-to-speech", json=body, headers={"Authorization": auth}
+        )
         assert resp.status_code == 200, resp.text
         audio = (await client.get(resp.json()["audioUrl"])).content
         assert audio_duration_s(audio) == pytest.approx(0.06 * len(text), abs=0.01)
@@ -87,8 +91,15 @@ async def test_premium_speech_in_a_mapped_voice(
 ) -> None:
     text = "Hello from a premium voice."
     out = await speech(eleven).synthesize(
-        SynthesisRequest(text, 33, voice="English_Aria", speed=1.5, language="en",
-                         format="wav", model_name=DEFAULT_MODELS["33"])
+        SynthesisRequest(
+            text,
+            33,
+            voice="English_Aria",
+            speed=1.5,
+            language="en",
+            format="wav",
+            model_name=DEFAULT_MODELS["33"],
+        )
     )
     assert out.format == "wav" and audio_format(out.audio) == "wav"
     assert audio_duration_s(out.audio) == pytest.approx(0.06 * len(text), abs=0.01)
@@ -110,8 +121,13 @@ async def test_a_cloned_voice_is_reusable_for_speech(
     result = await clone.clone(VoiceCloneRequest(wav(12.0), "wav", "caller-voice-1", True))
     assert fake.calls[-1] == {"add": "caller-voice-1", "bytes": len(wav(12.0)), "noise": "true"}
     out = await speech(eleven).synthesize(
-        SynthesisRequest("In my own voice.", 33, voice=result.voice_id, format="wav",
-                         model_name=DEFAULT_MODELS["33"])
+        SynthesisRequest(
+            "In my own voice.",
+            33,
+            voice=result.voice_id,
+            format="wav",
+            model_name=DEFAULT_MODELS["33"],
+        )
     )
     assert fake.calls[-1]["voice"] == result.voice_id and audio_duration_s(out.audio) > 0.5
 

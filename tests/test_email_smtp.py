@@ -44,7 +44,11 @@ class Mailbox:
     received: list[tuple[Envelope, EmailMessage]] = field(default_factory=list)
 
     async def handle_RCPT(
-        self, server: SMTPServer, session: Session, envelope: Envelope, address: str,
+        self,
+        server: SMTPServer,
+        session: Session,
+        envelope: Envelope,
+        address: str,
         rcpt_options: list[str],
     ) -> str:
         if address.startswith("nobody"):
@@ -67,7 +71,11 @@ class Logins:
         self.seen: list[tuple[bytes, bytes]] = []
 
     def __call__(
-        self, server: SMTPServer, session: Session, envelope: Envelope, mechanism: str,
+        self,
+        server: SMTPServer,
+        session: Session,
+        envelope: Envelope,
+        mechanism: str,
         auth_data: Any,
     ) -> AuthResult:
         assert isinstance(auth_data, LoginPassword)
@@ -104,8 +112,14 @@ def tls_smtp(tls_files: tuple[Path, Path]) -> Iterator[Smtp]:
     context.load_cert_chain(*tls_files)
     box, logins, port = Mailbox(), Logins(), free_port()
     controller = Controller(
-        box, hostname="127.0.0.1", port=port, tls_context=context, require_starttls=True,
-        authenticator=logins, auth_required=True, auth_require_tls=True,
+        box,
+        hostname="127.0.0.1",
+        port=port,
+        tls_context=context,
+        require_starttls=True,
+        authenticator=logins,
+        auth_required=True,
+        auth_require_tls=True,
     )
     for _ in _serve(controller):
         yield Smtp(box, port, logins)
@@ -131,16 +145,31 @@ def tls_node(
 
     os.environ["SATSGATE_TEST_SMTP_PASSWORD"] = "s3cret"
     providers = {
-        "down": {"kind": "smtp", "host": "127.0.0.1", "port": free_port(),
-                 "from_address": FROM, "starttls": False, "timeout_s": 5},
-        "mail": {"kind": "smtp", "host": "localhost", "port": tls_smtp.port,
-                 "from_address": FROM, "starttls": True, "username": "node",
-                 "password_env": "SATSGATE_TEST_SMTP_PASSWORD", "ca_file": str(tls_files[0]),
-                 "from_name": "Satsgate node", "timeout_s": 10},
+        "down": {
+            "kind": "smtp",
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "from_address": FROM,
+            "starttls": False,
+            "timeout_s": 5,
+        },
+        "mail": {
+            "kind": "smtp",
+            "host": "localhost",
+            "port": tls_smtp.port,
+            "from_address": FROM,
+            "starttls": True,
+            "username": "node",
+            "password_env": "SATSGATE_TEST_SMTP_PASSWORD",
+            "ca_file": str(tls_files[0]),
+            "from_name": "Satsgate node",
+            "timeout_s": 10,
+        },
     }
     settings = make_settings(
         tmp_path_factory.mktemp("email-tls"),
-        providers=providers, engines={"email": ["down", "mail"]},
+        providers=providers,
+        engines={"email": ["down", "mail"]},
     )
     srv = ThreadedServer(settings)
     yield srv
@@ -154,13 +183,19 @@ def chain_node(
 ) -> Iterator[ThreadedServer]:
     first, second = plain_smtps
     providers = {
-        name: {"kind": "smtp", "host": "127.0.0.1", "port": box.port, "from_address": FROM,
-               "starttls": False}
+        name: {
+            "kind": "smtp",
+            "host": "127.0.0.1",
+            "port": box.port,
+            "from_address": FROM,
+            "starttls": False,
+        }
         for name, box in (("first", first), ("second", second))
     }
     settings = make_settings(
         tmp_path_factory.mktemp("email-chain"),
-        providers=providers, engines={"email": ["first", "second"]},
+        providers=providers,
+        engines={"email": ["first", "second"]},
     )
     srv = ThreadedServer(settings)
     yield srv
@@ -257,8 +292,10 @@ async def test_a_refusal_at_data_is_refunded_and_never_sent_elsewhere(
     assert ok.status_code == 200, ok.text
     assert len(first.mailbox.received) == 1 and not second.mailbox.received
 
-    resp = await _paid(chain_client, {"to": ["e@example.org", "f@example.org"],
-                                      "subject": "REJECT this", "text": "spam?"})
+    resp = await _paid(
+        chain_client,
+        {"to": ["e@example.org", "f@example.org"], "subject": "REJECT this", "text": "spam?"},
+    )
     assert resp.status_code >= 400
     doc = resp.json()
     assert doc["error_code"] == "INVALID_INPUT", doc
@@ -274,8 +311,7 @@ async def test_catalog_and_quote_agree_on_the_email_price(
     models = (await chain_client.get("/api/l402/models")).json()["models"]
     listed = next(m for m in models if m["id"] == EMAIL_MODEL_ID)
     assert listed["name"] == "E-mail" and listed["priceSats"] == 200
-    body = {"to": ["a@example.org", "b@example.org", "c@example.org"], "subject": "s",
-            "text": "t"}
+    body = {"to": ["a@example.org", "b@example.org", "c@example.org"], "subject": "s", "text": "t"}
     resp = await chain_client.post("/api/l402/send-email", json=body)
     assert resp.status_code == 402
     assert resp.json()["amountSats"] == 3 * listed["priceSats"]
@@ -323,18 +359,40 @@ async def test_implicit_tls_and_a_hang_up_after_the_data(tls_files: tuple[Path, 
     dropping, drop_port = DropsAtData(), free_port()
     message = OutgoingEmail(to=("gina@example.org",), subject="TLS", text="over TLS")
     for _ in _serve(Controller(box, hostname="127.0.0.1", port=port, ssl_context=context)):
-        engine = SmtpEmail(ProviderConfig("mail", "smtp", timeout_s=10, options={
-            "host": "localhost", "port": port, "from_address": FROM, "tls": True,
-            "ca_file": str(tls_files[0]),
-        }), {})
+        engine = SmtpEmail(
+            ProviderConfig(
+                "mail",
+                "smtp",
+                timeout_s=10,
+                options={
+                    "host": "localhost",
+                    "port": port,
+                    "from_address": FROM,
+                    "tls": True,
+                    "ca_file": str(tls_files[0]),
+                },
+            ),
+            {},
+        )
         sent = await engine.send(message)
         assert sent.accepted == ("gina@example.org",)
         envelope, received = box.received[-1]
         assert envelope.rcpt_tos == ["gina@example.org"] and received["Subject"] == "TLS"
     for _ in _serve(Controller(dropping, hostname="127.0.0.1", port=drop_port)):
-        engine = SmtpEmail(ProviderConfig("mail", "smtp", timeout_s=10, options={
-            "host": "127.0.0.1", "port": drop_port, "from_address": FROM, "starttls": False,
-        }), {})
+        engine = SmtpEmail(
+            ProviderConfig(
+                "mail",
+                "smtp",
+                timeout_s=10,
+                options={
+                    "host": "127.0.0.1",
+                    "port": drop_port,
+                    "from_address": FROM,
+                    "starttls": False,
+                },
+            ),
+            {},
+        )
         with pytest.raises(EngineError) as caught:
             await engine.send(message)
         assert caught.value.may_fall_back is False

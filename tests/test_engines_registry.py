@@ -50,8 +50,9 @@ class ScriptedProvider:
         self.calls.append((text, model))
         failure = self.config.options.get("fail")
         if failure:
-            raise EngineError(failure, "upstream refused", may_fall_back=self.config.options.get(
-                "may_fall_back"))
+            raise EngineError(
+                failure, "upstream refused", may_fall_back=self.config.options.get("may_fall_back")
+            )
         return f"{self.config.name}:{model}:{text}"
 
     async def aclose(self) -> None:
@@ -74,8 +75,9 @@ def build(settings: Settings, **kwargs: Any) -> Engines:
 
 
 def scripted(name: str, **options: Any) -> dict[str, Any]:
-    return {name: {"kind": "scripted", "models": {"6": f"{name}-big", "31": f"{name}-small"},
-                   **options}}
+    return {
+        name: {"kind": "scripted", "models": {"6": f"{name}-big", "31": f"{name}-small"}, **options}
+    }
 
 
 async def test_a_chain_falls_back_only_where_the_failure_allows() -> None:
@@ -129,8 +131,12 @@ def test_local_engines_are_the_default_and_report_what_is_missing() -> None:
 
     local = (
         LocalEngine("ocr", "test OCR", probe=lambda: "", build=ocr_build),
-        LocalEngine("tts", "test voice", probe=lambda: "espeak-ng not installed",
-                    build=lambda deps: object()),
+        LocalEngine(
+            "tts",
+            "test voice",
+            probe=lambda: "espeak-ng not installed",
+            build=lambda deps: object(),
+        ),
     )
     engines = build(Settings(), local_engines=local)
     assert engines.status("ocr").available and engines.status("ocr").source == "local"
@@ -139,8 +145,10 @@ def test_local_engines_are_the_default_and_report_what_is_missing() -> None:
     assert not tts.available and tts.reason == "no provider configured; espeak-ng not installed"
     assert engines.status("sms").reason == "no provider configured"
     # A configured provider wins over the local engine.
-    routed = build(Settings(providers=scripted("a"), engines={"vision": "a"}),
-                   local_engines=(LocalEngine("vision", "v", lambda: "", lambda d: object()),))
+    routed = build(
+        Settings(providers=scripted("a"), engines={"vision": "a"}),
+        local_engines=(LocalEngine("vision", "v", lambda: "", lambda d: object()),),
+    )
     assert routed.status("vision").source == "provider"
 
 
@@ -197,12 +205,15 @@ def test_the_toml_form_loads_as_written(tmp_path: Any) -> None:
 def routed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     overrides = down_engines(["sms"])
     overrides["providers"]["secretive"] = {
-        "kind": "down", "base_url": "http://10.1.2.3:4/v1", "api_key": "sk-do-not-show",
+        "kind": "down",
+        "base_url": "http://10.1.2.3:4/v1",
+        "api_key": "sk-do-not-show",
         "models": {"31": "tiny-model"},
     }
     overrides["engines"]["text"] = "secretive"
-    srv = ThreadedServer(make_settings(tmp_path_factory.mktemp("routed"), **overrides),
-                         {**KINDS, **DOWN_KINDS})
+    srv = ThreadedServer(
+        make_settings(tmp_path_factory.mktemp("routed"), **overrides), {**KINDS, **DOWN_KINDS}
+    )
     yield srv
     srv.stop()
 
@@ -213,28 +224,35 @@ async def test_callers_see_availability_but_never_providers(routed_server: Threa
         engines = {e["engine"]: e for e in health["engines"]}
         assert engines["text"] == {"engine": "text", "available": True, "source": "provider"}
         assert engines["video"] == {
-            "engine": "video", "available": False, "reason": "no provider configured"
+            "engine": "video",
+            "available": False,
+            "reason": "no provider configured",
         }
         before = payment_count(routed_server)
         # Model 6 is not mapped by the text provider: refused before any invoice.
-        resp = await client.post("/api/l402/generate-text",
-                                 json={"prompt": "hi", "modelId": 6})
+        resp = await client.post("/api/l402/generate-text", json={"prompt": "hi", "modelId": 6})
         body = assert_envelope(resp, "SERVICE_UNAVAILABLE", 503)
         assert "model 6" in body["error"]
         assert payment_count(routed_server) == before
         # Model 31 is: the 402 comes, and the call through the (down) upstream is refunded.
-        resp = await client.post("/api/l402/generate-text",
-                                 json={"prompt": "hi", "modelId": 31})
+        resp = await client.post("/api/l402/generate-text", json={"prompt": "hi", "modelId": 31})
         assert resp.status_code == 402
         auth = await paid_l402_auth(client, "generate-text", {"prompt": "hi", "modelId": 31})
-        failed = await client.post("/api/l402/generate-text", headers={"Authorization": auth},
-                                   json={"prompt": "hi", "modelId": 31})
+        failed = await client.post(
+            "/api/l402/generate-text",
+            headers={"Authorization": auth},
+            json={"prompt": "hi", "modelId": 31},
+        )
         body = assert_envelope(failed, "SERVICE_ERROR", 502)
         # The whole price back (model 31: its 5-sat minimum), as a withdraw link.
         assert body["refund"]["amount_sats"] == 5 and body["refund"]["lnurl_withdraw"]
         assert "secretive" not in failed.text and "10.1.2.3" not in failed.text
-        for path in ("/api/health", "/.well-known/l402-services", "/api/openapi.json",
-                     "/api/l402/generate-text"):
+        for path in (
+            "/api/health",
+            "/.well-known/l402-services",
+            "/api/openapi.json",
+            "/api/l402/generate-text",
+        ):
             text = json.dumps((await client.get(path)).json())
             for secret in ("secretive", "10.1.2.3", "sk-do-not-show", "tiny-model"):
                 assert secret not in text, (path, secret)
@@ -248,8 +266,7 @@ class Picky(ScriptedProvider):
         return None if request in takes else f"{self.config.name} does not take {request!r}"
 
 
-async def test_an_engine_may_refuse_a_request_before_any_invoice_and_the_chain_skips_it(
-) -> None:
+async def test_an_engine_may_refuse_a_request_before_any_invoice_and_the_chain_skips_it() -> None:
     providers = {
         "a": {"kind": "picky", "takes": ["hi"], "models": {"6": "a-big"}},
         "b": {"kind": "picky", "takes": ["hi", "yo"], "models": {"6": "b-big"}},
@@ -262,8 +279,7 @@ async def test_an_engine_may_refuse_a_request_before_any_invoice_and_the_chain_s
     assert engines.unsupported("text", "yo") is None  # b takes it
     assert engines.unsupported("text", "hey") == "a does not take 'hey'"  # the first reason
     # run() skips a binding that refuses the request: "yo" goes to b alone.
-    answer = await engines.run("text", Echo, lambda e, m: e.echo("yo", m), model_id=6,
-                               request="yo")
+    answer = await engines.run("text", Echo, lambda e, m: e.echo("yo", m), model_id=6, request="yo")
     assert answer == "b:b-big:yo"
     first = engines.bindings("text")[0].engine
     assert isinstance(first, Picky) and first.calls == []

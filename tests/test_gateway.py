@@ -48,11 +48,13 @@ SPEC_CODES = [
 
 
 def payment_count(server: ThreadedServer) -> int:
-    return int(server.call(
-        lambda: server.store.db.run_sync(
-            lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
+    return int(
+        server.call(
+            lambda: server.store.db.run_sync(
+                lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
+            )
         )
-    ))
+    )
 
 
 def assert_envelope(resp: httpx.Response, code: str, status: int) -> dict[str, Any]:
@@ -213,6 +215,7 @@ async def test_bad_credentials_are_never_served(
 ) -> None:
     ch = await challenge(client, "render-card", CARD)
     preimage = await dev_pay(client, ch["invoice"])
+
     async def post(auth: str) -> httpx.Response:
         return await client.post(
             "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
@@ -617,18 +620,27 @@ async def test_macaroon_minted_with_a_stored_random_root_key_still_serves_once(
         )
     )
     legacy = l402.mint(
-        payment.payment_hash, "render-card", payment.expires_at + 3600, legacy_key,
+        payment.payment_hash,
+        "render-card",
+        payment.expires_at + 3600,
+        legacy_key,
         bytes.fromhex(payment.token_id),
     )
+
     async def post(mac: str) -> httpx.Response:
         return await client.post(
-            "/api/l402/render-card", json=CARD,
+            "/api/l402/render-card",
+            json=CARD,
             headers={"Authorization": f"L402 {mac}:{preimage}", "X-No-Cache": "1"},
         )
+
     # Signed with some other random key: neither derived nor stored.
     forged = l402.mint(
-        payment.payment_hash, "render-card", payment.expires_at + 3600,
-        secrets.token_bytes(32), bytes.fromhex(payment.token_id),
+        payment.payment_hash,
+        "render-card",
+        payment.expires_at + 3600,
+        secrets.token_bytes(32),
+        bytes.fromhex(payment.token_id),
     )
     assert_envelope(await post(forged.macaroon_b64), "PAYMENT_INVALID", 402)
     assert (await post(legacy.macaroon_b64)).status_code == 200
@@ -646,7 +658,8 @@ async def test_credential_whose_payment_row_is_gone_is_refused(
         )
     )
     resp = await client.post(
-        "/api/l402/render-card", json=CARD,
+        "/api/l402/render-card",
+        json=CARD,
         headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"},
     )
     body = assert_envelope(resp, "PAYMENT_INVALID", 402)

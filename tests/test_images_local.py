@@ -90,8 +90,7 @@ def astronaut_crop() -> U8:
 
 def test_the_local_image_engines_are_installed_and_labelled(server: ThreadedServer) -> None:
     engines = server.app[ENGINES]
-    for name in ("detect_nsfw", "detect_objects", "upscale_image", "deblur_image",
-                 "remove_object"):
+    for name in ("detect_nsfw", "detect_objects", "upscale_image", "deblur_image", "remove_object"):
         status = engines.status(name)
         assert status.available and status.source == "local", (name, status)
     assert "not AI super-resolution" in engines.status("upscale_image").label
@@ -173,12 +172,13 @@ async def test_detect_objects_refuses_open_set_queries_before_any_invoice(
     before = payment_count(server)
     for prompt in ("cat", "face, red car", "person with umbrella"):
         resp = await client.post(
-            "/api/l402/detect-objects", json={"imageBase64": encode(astronaut_crop()),
-                                              "prompt": prompt}
+            "/api/l402/detect-objects",
+            json={"imageBase64": encode(astronaut_crop()), "prompt": prompt},
         )
         body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
-        assert "faces, eyes and cat faces" in body["error"] and "nothing was charged" in body[
-            "error"]
+        assert (
+            "faces, eyes and cat faces" in body["error"] and "nothing was charged" in body["error"]
+        )
         assert body["fields"][0]["field"] == "prompt"
         assert "WWW-Authenticate" not in resp.headers
     assert payment_count(server) == before
@@ -302,8 +302,7 @@ async def test_deblur_refuses_a_bad_mode_before_any_invoice(
 ) -> None:
     before = payment_count(server)
     resp = await client.post(
-        "/api/l402/deblur-image", json={"imageBase64": encode(astronaut_crop()),
-                                        "mode": "sharpen"}
+        "/api/l402/deblur-image", json={"imageBase64": encode(astronaut_crop()), "mode": "sharpen"}
     )
     assert_envelope(resp, "L402_INVALID_PARAMS", 400)
     huge = encode(Image.new("RGB", (4097, 4096), "white"))  # one column past the cap

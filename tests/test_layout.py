@@ -38,8 +38,6 @@ def test_no_backend_is_recognised_by_its_class_or_by_name() -> None:
     by_class = re.compile(r"isinstance\([^)]*,\s*(DevBackend|ClnBackend|LndBackend)\)")
     by_name = re.compile(r"getattr\([^)]*backend[^)]*\)")
     found = [
-        name
-        for name, text in _sources().items()
-        if by_class.search(text) or by_name.search(text)
+        name for name, text in _sources().items() if by_class.search(text) or by_name.search(text)
     ]
     assert found == []

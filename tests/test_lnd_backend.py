@@ -34,8 +34,9 @@ def lnd(tmp_path: Path) -> Iterator[FakeLnd]:
 
 
 def backend_for(lnd: FakeLnd, network: str | None = "regtest") -> LndBackend:
-    return LndBackend(lnd.target, lnd.tls_cert, lnd.macaroon_path, network, max_backoff_s=0.5,
-                      pay_grace_s=0.5)
+    return LndBackend(
+        lnd.target, lnd.tls_cert, lnd.macaroon_path, network, max_backoff_s=0.5, pay_grace_s=0.5
+    )
 
 
 @pytest.fixture
@@ -276,10 +277,25 @@ def test_paid_call_through_satsgate_serve_backend_lnd(lnd: FakeLnd, tmp_path: Pa
         f'lnd_macaroon = "{lnd.macaroon_path}"\n'
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "satsgate.cli", "serve", "--config", str(config),
-         "--backend", "lnd", "--network", "regtest", "--port", str(port),
-         "--data-dir", str(tmp_path / "data")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "satsgate.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--backend",
+            "lnd",
+            "--network",
+            "regtest",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -296,21 +312,31 @@ def test_paid_call_through_satsgate_serve_backend_lnd(lnd: FakeLnd, tmp_path: Pa
 
         resp = httpx.post(f"{url}/api/l402/render-card", json=CARD, timeout=30)
         assert resp.status_code == 402, resp.text
-        found = re.search(r'L402 macaroon="(.*?)", invoice="(.*?)"',
-                          ", ".join(resp.headers.get_list("www-authenticate")))
+        found = re.search(
+            r'L402 macaroon="(.*?)", invoice="(.*?)"',
+            ", ".join(resp.headers.get_list("www-authenticate")),
+        )
         assert found, resp.headers
         macaroon, invoice = found.groups()
         invoice_hash = bytes.fromhex(resp.json()["paymentHash"])
         assert lnd.node.lookup(invoice_hash).value_msat == resp.json()["amountSats"] * 1000
         preimage = lnd.node.pay_from_outside(invoice)
 
-        paid = httpx.post(f"{url}/api/l402/render-card", json=CARD, timeout=60,
-                          headers={"Authorization": f"L402 {macaroon}:{preimage}"})
+        paid = httpx.post(
+            f"{url}/api/l402/render-card",
+            json=CARD,
+            timeout=60,
+            headers={"Authorization": f"L402 {macaroon}:{preimage}"},
+        )
         assert paid.status_code == 200, paid.text
         assert base64.b64decode(paid.json()["image_base64"]).startswith(b"\x89PNG")
         other = {**CARD, "title": "another"}
-        again = httpx.post(f"{url}/api/l402/render-card", json=other, timeout=60,
-                           headers={"Authorization": f"L402 {macaroon}:{preimage}"})
+        again = httpx.post(
+            f"{url}/api/l402/render-card",
+            json=other,
+            timeout=60,
+            headers={"Authorization": f"L402 {macaroon}:{preimage}"},
+        )
         assert again.status_code == 403, again.text  # one payment, one call
         assert again.json()["error_code"] == "PAYMENT_ALREADY_USED"
     finally:

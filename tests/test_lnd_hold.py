@@ -43,8 +43,9 @@ def lnd(tmp_path: Path) -> Iterator[FakeLnd]:
 
 
 def start(lnd: FakeLnd, settings: Settings) -> ThreadedServer:
-    backend = LndBackend(lnd.target, lnd.tls_cert, lnd.macaroon_path, "regtest",
-                         max_backoff_s=0.5, pay_grace_s=0.5)
+    backend = LndBackend(
+        lnd.target, lnd.tls_cert, lnd.macaroon_path, "regtest", max_backoff_s=0.5, pay_grace_s=0.5
+    )
     srv = ThreadedServer(settings, {**PROVIDER_KINDS, **DOWN_KINDS}, backend=backend)
     assert srv.gate.holds is not None
     srv.gate.holds.poll_s = 0.05  # the watcher's period (1 s by default)
@@ -52,8 +53,9 @@ def start(lnd: FakeLnd, settings: Settings) -> ThreadedServer:
 
 
 def hold_settings(data: Path, **overrides: Any) -> Settings:
-    return make_settings(data, backend="lnd", hold_invoices=True,
-                         **down_engines(["text"]), **overrides)
+    return make_settings(
+        data, backend="lnd", hold_invoices=True, **down_engines(["text"]), **overrides
+    )
 
 
 @pytest.fixture
@@ -64,17 +66,24 @@ async def srv(lnd: FakeLnd, tmp_path: Path) -> AsyncIterator[ThreadedServer]:
 
 
 async def tool(client: httpx.AsyncClient, name: str, arguments: dict[str, Any]) -> Any:
-    resp = await client.post("/api/mcp", headers=ACCEPT, json={
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments}})
+    resp = await client.post(
+        "/api/mcp",
+        headers=ACCEPT,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        },
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()["result"]
 
 
-async def create_payment(client: httpx.AsyncClient, tool_name: str,
-                         arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await tool(client, "create_payment", {"toolName": tool_name,
-                                                   "arguments": arguments})
+async def create_payment(
+    client: httpx.AsyncClient, tool_name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    result = await tool(client, "create_payment", {"toolName": tool_name, "arguments": arguments})
     assert not result.get("isError"), result
     return dict(result["structuredContent"])
 
@@ -126,8 +135,12 @@ async def test_success_settles_the_held_payment_after_the_call(
         assert invoice_at_node(lnd, payment).state == "ACCEPTED"  # still held
         # Accepted, not used yet: open (canceled if never used), not earned.
         held = assert_ledger_balances(srv)["totals"]
-        assert (held["received_msat"], held["held_msat"], held["earned_msat"],
-                held["open_msat"]) == (payment.amount_msat, 0, 0, payment.amount_msat)
+        assert (
+            held["received_msat"],
+            held["held_msat"],
+            held["earned_msat"],
+            held["open_msat"],
+        ) == (payment.amount_msat, 0, 0, payment.amount_msat)
 
         result = await tool(client, "render_card", {"paymentId": payment.payment_id, **CARD})
         assert not result.get("isError"), result
@@ -160,8 +173,11 @@ async def test_failure_cancels_and_the_payer_is_never_charged(
         assert refund["hold_invoice_canceled"] is True and "lnurl_withdraw" not in refund
         assert refund["amount_sats"] == payment.amount_msat // 1000
         # The same payment again: canceled, not served, still nothing charged.
-        again = await tool(client, "generate_text",
-                           {"paymentId": payment.payment_id, "prompt": "other", "modelId": 31})
+        again = await tool(
+            client,
+            "generate_text",
+            {"paymentId": payment.payment_id, "prompt": "other", "modelId": 31},
+        )
         assert again["isError"] is True
     held = invoice_at_node(lnd, payment)
     assert held.state == "CANCELED" and held.settle_index == 0 and held.r_preimage == b""
@@ -240,15 +256,16 @@ async def test_an_unused_held_payment_is_given_back(lnd: FakeLnd, tmp_path: Path
         srv.stop()
 
 
-async def test_a_refund_request_cancels_the_held_payment(
-    lnd: FakeLnd, srv: ThreadedServer
-) -> None:
+async def test_a_refund_request_cancels_the_held_payment(lnd: FakeLnd, srv: ThreadedServer) -> None:
     async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
         asked = await create_payment(client, "render_card", CARD)
         lnd.node.pay_from_outside(asked["lightningInvoice"])
         await status_soon(srv, asked["paymentId"], PaymentStatus.PAID)
-        refund = await tool(client, "request_refund", {
-            "paymentId": asked["paymentId"], "invoice": asked["lightningInvoice"]})
+        refund = await tool(
+            client,
+            "request_refund",
+            {"paymentId": asked["paymentId"], "invoice": asked["lightningInvoice"]},
+        )
         assert refund["structuredContent"]["payout"] == "canceled", refund
     payment = payment_of(srv, asked["paymentId"])
     assert payment.status is PaymentStatus.CANCELED
@@ -270,8 +287,12 @@ def test_hold_invoices_need_lnd(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="LND"):
         load_settings(overrides={"backend": "cln", "hold_invoices": True})
-    assert load_settings(overrides={"backend": "lnd"},
-                         environ={"SATSGATE_HOLD_INVOICES": "true"}).hold_invoices is True
+    assert (
+        load_settings(
+            overrides={"backend": "lnd"}, environ={"SATSGATE_HOLD_INVOICES": "true"}
+        ).hold_invoices
+        is True
+    )
 
 
 async def test_a_settle_lnd_missed_is_finished_when_it_is_back(

@@ -21,17 +21,28 @@ def test_generated_stubs_match_the_protos(tmp_path: Path) -> None:
     for name in PROTOS:
         shutil.copy(ROOT / PROTO_DIR / name, tmp_path / PROTO_DIR / name)
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", "-I", ".", "--python_out=.",
-         "--grpc_python_out=.", "--pyi_out=.", *(str(PROTO_DIR / p) for p in PROTOS)],
-        cwd=tmp_path, check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            ".",
+            "--python_out=.",
+            "--grpc_python_out=.",
+            "--pyi_out=.",
+            *(str(PROTO_DIR / p) for p in PROTOS),
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
     )
     generated = sorted(p.name for p in (tmp_path / PROTO_DIR).glob("*_pb2*"))
     committed = sorted(p.name for p in (ROOT / PROTO_DIR).glob("*_pb2*"))
     assert generated == committed
     for name in generated:
-        assert (tmp_path / PROTO_DIR / name).read_text() == (
-            ROOT / PROTO_DIR / name
-        ).read_text(), f"{name} is stale: run scripts/gen-lnd-protos.sh"
+        assert (tmp_path / PROTO_DIR / name).read_text() == (ROOT / PROTO_DIR / name).read_text(), (
+            f"{name} is stale: run scripts/gen-lnd-protos.sh"
+        )
 
 
 def test_the_protos_keep_lnds_names_and_numbers() -> None:
@@ -45,12 +56,23 @@ def test_the_protos_keep_lnds_names_and_numbers() -> None:
     assert numbers["amt_paid_msat"] == 20 and numbers["state"] == 21
     assert numbers["r_preimage"] == 3 and numbers["r_hash"] == 4 and numbers["expiry"] == 11
     assert dict(lightning_pb2.Invoice.InvoiceState.items()) == {
-        "OPEN": 0, "SETTLED": 1, "CANCELED": 2, "ACCEPTED": 3}
+        "OPEN": 0,
+        "SETTLED": 1,
+        "CANCELED": 2,
+        "ACCEPTED": 3,
+    }
     send = {f.name: f.number for f in router_pb2.SendPaymentRequest.DESCRIPTOR.fields}
-    assert send == {"payment_request": 5, "timeout_seconds": 6, "fee_limit_msat": 13,
-                    "no_inflight_updates": 18}
+    assert send == {
+        "payment_request": 5,
+        "timeout_seconds": 6,
+        "fee_limit_msat": 13,
+        "no_inflight_updates": 18,
+    }
     hold = {f.name: f.number for f in invoices_pb2.AddHoldInvoiceRequest.DESCRIPTOR.fields}
     assert hold["hash"] == 2 and hold["value_msat"] == 10 and hold["cltv_expiry"] == 7
-    services = {s.full_name for pb in (lightning_pb2, invoices_pb2, router_pb2)
-                for s in pb.DESCRIPTOR.services_by_name.values()}
+    services = {
+        s.full_name
+        for pb in (lightning_pb2, invoices_pb2, router_pb2)
+        for s in pb.DESCRIPTOR.services_by_name.values()
+    }
     assert services == {"lnrpc.Lightning", "invoicesrpc.Invoices", "routerrpc.Router"}

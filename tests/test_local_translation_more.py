@@ -128,9 +128,13 @@ async def test_what_the_rare_pairs_cannot_do_is_refused_before_any_invoice(
     assert "not into Tok Pisin" in error and "ca->oci" in error, error
     # A text in a language not translated into Occitan here.
     error = await _refused(
-        client, server, "translate-rare-language",
-        {"text": "Der Hund schläft heute im Garten hinter dem großen Haus.",
-         "targetLanguage": "oci"},
+        client,
+        server,
+        "translate-rare-language",
+        {
+            "text": "Der Hund schläft heute im Garten hinter dem großen Haus.",
+            "targetLanguage": "oci",
+        },
     )
     assert "German (de)" in error, error
 
@@ -147,9 +151,14 @@ async def test_a_rare_translation_past_its_time_limit_is_refunded(
     hasty_server: ThreadedServer,
 ) -> None:
     async for client in http_client(hasty_server):
-        resp = await _paid(client, "translate-rare-language", {
-            "text": "El gos menja pa a la casa. " * 100, "targetLanguage": "oci",
-        })
+        resp = await _paid(
+            client,
+            "translate-rare-language",
+            {
+                "text": "El gos menja pa a la casa. " * 100,
+                "targetLanguage": "oci",
+            },
+        )
         error = assert_envelope(resp, "TIMEOUT", resp.status_code)
         assert resp.status_code != 200
         # All of it: 50 + 0.002 * 2700 = 55.4, rounded up.
@@ -200,13 +209,18 @@ async def test_what_local_speech_translation_cannot_do_is_refused_before_any_inv
     _speech_tools()
     audio = _espeak_wav("Hello.", tmp_path)
     # Speech in another language than English.
-    error = await _refused(client, server, "transcribe-translate",
-                           {"file": audio, "targetLanguage": "es", "sourceLanguage": "de"})
+    error = await _refused(
+        client,
+        server,
+        "transcribe-translate",
+        {"file": audio, "targetLanguage": "es", "sourceLanguage": "de"},
+    )
     assert "English speech only" in error, error
     # A target no installed pair reaches from English (French, German).
     for target, name in (("fr", "French"), ("de", "German")):
-        error = await _refused(client, server, "transcribe-translate",
-                               {"file": audio, "targetLanguage": target})
+        error = await _refused(
+            client, server, "transcribe-translate", {"file": audio, "targetLanguage": target}
+        )
         assert f"not into {name}" in error and "es, " in error, error
 
 

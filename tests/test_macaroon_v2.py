@@ -73,8 +73,9 @@ def test_serialize_matches_pymacaroons_byte_for_byte(
 
 
 def test_third_party_caveats_parse_like_pymacaroons_and_are_refused() -> None:
-    ref = Macaroon(location="lsat", identifier=b"\x00\x00" + bytes(64), key=b"k",
-                   version=MACAROON_V2)
+    ref = Macaroon(
+        location="lsat", identifier=b"\x00\x00" + bytes(64), key=b"k", version=MACAROON_V2
+    )
     ref.add_first_party_caveat("services=render-card:0")
     ref.add_third_party_caveat("https://elsewhere", secrets.token_bytes(32), b"tp-id")
     raw = BinarySerializer().serialize_raw(ref)
@@ -89,11 +90,17 @@ def _outcome(parse: object, raw: bytes) -> tuple[str, object]:
     try:
         if parse is _reference:
             ref = _reference(raw)
-            return "ok", (ref.identifier_bytes, ref.signature_bytes.decode(),
-                          tuple(c.caveat_id_bytes for c in ref.caveats))
+            return "ok", (
+                ref.identifier_bytes,
+                ref.signature_bytes.decode(),
+                tuple(c.caveat_id_bytes for c in ref.caveats),
+            )
         ours = macaroon_v2.parse(raw)
-        return "ok", (ours.identifier, ours.signature.hex(),
-                      tuple(c.caveat_id for c in ours.caveats))
+        return "ok", (
+            ours.identifier,
+            ours.signature.hex(),
+            tuple(c.caveat_id for c in ours.caveats),
+        )
     except Exception:
         return "refused", None
 
@@ -162,7 +169,8 @@ def test_the_fast_read_of_minted_macaroons_agrees_with_the_general_parser() -> N
         raw = base64.b64decode(token.macaroon_b64)
         decoded = l402.decode_macaroon(raw)
         assert _general_decode(raw) == (
-            "ok", (decoded.identifier, decoded.caveat_ids, decoded.signature)
+            "ok",
+            (decoded.identifier, decoded.caveat_ids, decoded.signature),
         )
         # Read by position whenever each caveat id fits a one-byte length.
         fits = all(len(c) < 0x80 for c in decoded.caveat_ids)
@@ -174,19 +182,19 @@ def test_the_fast_read_of_minted_macaroons_agrees_with_the_general_parser() -> N
                 continue
             fast_reads += 1
             assert _general_decode(mutated) == (
-                "ok", (fast.identifier, fast.caveat_ids, fast.signature)
+                "ok",
+                (fast.identifier, fast.caveat_ids, fast.signature),
             ), mutated.hex()
             assert (fast.payment_hash, fast.token_id) == (
-                fast.identifier[2:34].hex(), fast.identifier[34:].hex()
+                fast.identifier[2:34].hex(),
+                fast.identifier[34:].hex(),
             )
     assert fast_reads > 100  # mutations inside ids and the signature still read fast
 
 
 def _general_caveat_outcome(caveats: tuple[bytes, ...], service: str, now: int) -> str:
     try:
-        l402.check_each_caveat(
-            l402.DecodedMacaroon(b"", "", "", caveats, b""), service, now
-        )
+        l402.check_each_caveat(l402.DecodedMacaroon(b"", "", "", caveats, b""), service, now)
     except l402.CredentialError:
         return "refused"
     return "ok"
@@ -199,9 +207,7 @@ def _general_caveat_outcome(caveats: tuple[bytes, ...], service: str, now: int) 
     value=st.one_of(
         st.integers(min_value=0, max_value=2 * 10**9).map(lambda n: str(n).encode()),
         st.binary(max_size=12),
-        st.sampled_from(
-            [b" 5", b"+5", b"1_0", b"\xd9\xa5", b"99999999999999999999", b"9" * 5000]
-        ),
+        st.sampled_from([b" 5", b"+5", b"1_0", b"\xd9\xa5", b"99999999999999999999", b"9" * 5000]),
     ),
     now=st.integers(min_value=0, max_value=2 * 10**9),
 )

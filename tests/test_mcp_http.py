@@ -450,9 +450,9 @@ async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
     image = replace(BY_SLUG["generate-image"], engine=None)
     mcp = mcp_server(server.app, services=(image,))
     arguments = {"prompt": "a cat", "modelId": "better", "width": 4096}  # over 2048
-    priced = tool(
-        server, mcp, "create_payment", toolName="generate_image", arguments=arguments
-    )["result"]["structuredContent"]
+    priced = tool(server, mcp, "create_payment", toolName="generate_image", arguments=arguments)[
+        "result"
+    ]["structuredContent"]
     assert (priced["quote"], priced["amountSats"]) == ("estimate", 300)
 
 

@@ -85,8 +85,12 @@ async def money_scenarios(server: ThreadedServer, client: httpx.AsyncClient) -> 
 
     await paid_payment(server, client, fine, 30)
     await _wait_open(server, 30_000)
-    return {"unlucky": unlucky, "open_refund": open_refund, "paid_refund": paid_refund,
-            "failed": failed}
+    return {
+        "unlucky": unlucky,
+        "open_refund": open_refund,
+        "paid_refund": paid_refund,
+        "failed": failed,
+    }
 
 
 @pytest.fixture
@@ -119,15 +123,15 @@ def expected_totals() -> dict[str, int]:
 # -- the ledger -----------------------------------------------------------------------------
 
 
-async def test_the_ledger_to_the_msat(fresh_server: ThreadedServer,
-                                      scenario: dict[str, Any],
-                                      caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_ledger_to_the_msat(
+    fresh_server: ThreadedServer, scenario: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # The failed payout was logged with the node's reason, the paid one with its fee.
-    logged = [r.getMessage() for r in caplog.get_records("setup")
-              if r.name == "satsgate.refunds"]
+    logged = [r.getMessage() for r in caplog.get_records("setup") if r.name == "satsgate.refunds"]
     assert any("refund payout failed" in m and DEV_NO_ROUTE in m for m in logged), logged
-    assert any("refund paid out: 10000 msat" in m and "routing fee 10 msat" in m
-               for m in logged), logged
+    assert any("refund paid out: 10000 msat" in m and "routing fee 10 msat" in m for m in logged), (
+        logged
+    )
     report = assert_ledger_balances(fresh_server)
     totals = report["totals"]
     assert {k: totals[k] for k in expected_totals()} == expected_totals()
@@ -163,7 +167,11 @@ def run_cli(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.run(
         [sys.executable, "-m", "satsgate.cli", *args],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     ).stdout
 
 
@@ -172,14 +180,22 @@ def test_cli_ledger_and_operator_token(fresh_server: ThreadedServer) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     token = subprocess.run(
         [sys.executable, "-m", "satsgate.cli", "operator-token", "--data-dir", str(data_dir)],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     ).stdout.strip()
     path = token_path(data_dir)
     assert token == path.read_text().strip() and len(token) == 64
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     out = subprocess.run(
         [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir", str(data_dir)],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     ).stdout
     assert "received = earned + refunded + held + open" in out
     assert re.search(r"^total\s+0\s+0\s+0\s+0\s+0$", out, re.M), out
@@ -188,8 +204,9 @@ def test_cli_ledger_and_operator_token(fresh_server: ThreadedServer) -> None:
 async def test_cli_ledger_after_the_scenarios(
     fresh_server: ThreadedServer, scenario: dict[str, Any]
 ) -> None:
-    out = await asyncio.to_thread(run_cli, "ledger", "--data-dir",
-                                  str(fresh_server.settings.data_dir))
+    out = await asyncio.to_thread(
+        run_cli, "ledger", "--data-dir", str(fresh_server.settings.data_dir)
+    )
     assert re.search(r"^total\s+70000\s+10000\s+30000\s+0\s+30000$", out, re.M), out
     assert re.search(r"^  paid\s+1\s+10000 msat$", out, re.M), out
     assert re.search(r"^  open\s+1\s+20000 msat$", out, re.M), out
@@ -206,16 +223,18 @@ async def test_the_operator_api_takes_only_the_operator_token(
     token = token_path(fresh_server.settings.data_dir).read_text().strip()
     async with httpx.AsyncClient(base_url=fresh_server.url) as client:
         assert (await client.get("/api/operator/ledger")).status_code == 401
-        wrong = await client.get("/api/operator/ledger",
-                                 headers={"Authorization": "Bearer " + "0" * 64})
+        wrong = await client.get(
+            "/api/operator/ledger", headers={"Authorization": "Bearer " + "0" * 64}
+        )
         assert wrong.status_code == 401
         # A payer's credential (a paid L402) opens nothing here.
-        payer = await paid_l402_auth(client, "render-card", {"template": "headline",
-                                                             "title": "x"})
-        assert (await client.get("/api/operator/ledger",
-                                 headers={"Authorization": payer})).status_code == 401
-        resp = await client.get("/api/operator/ledger",
-                                headers={"Authorization": f"Bearer {token}"})
+        payer = await paid_l402_auth(client, "render-card", {"template": "headline", "title": "x"})
+        assert (
+            await client.get("/api/operator/ledger", headers={"Authorization": payer})
+        ).status_code == 401
+        resp = await client.get(
+            "/api/operator/ledger", headers={"Authorization": f"Bearer {token}"}
+        )
         assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
         body = resp.json()
     t = body["totals"]
@@ -255,8 +274,9 @@ async def test_every_recover_url_resolves_and_pays_out(
             assert r["charge_id"] in page.text
         unknown = await client.get("/recover", params={"refund_secret": "ab" * 32})
         assert unknown.status_code == 404 and "No refund matches" in unknown.text
-        found = await client.get("/recover", params={"payment_id": payment_id,
-                                                     "refund_secret": refund["refund_secret"]})
+        found = await client.get(
+            "/recover", params={"payment_id": payment_id, "refund_secret": refund["refund_secret"]}
+        )
         assert found.status_code == 200
         assert 'id="refund-status">open<' in found.text
         assert "<svg" in found.text and "Refund QR" in found.text
@@ -267,25 +287,44 @@ async def test_every_recover_url_resolves_and_pays_out(
         assert "The last payout attempt failed" in found.text
         assert "outbound liquidity" in found.text
         # Another payment's id with this secret finds nothing.
-        other = await client.get("/recover", params={
-            "payment_id": scenario["failed"].payment_id,
-            "refund_secret": refund["refund_secret"]})
+        other = await client.get(
+            "/recover",
+            params={
+                "payment_id": scenario["failed"].payment_id,
+                "refund_secret": refund["refund_secret"],
+            },
+        )
         assert other.status_code == 404 and "No refund matches" in other.text
-        wrong_amount = await client.post("/recover/payout", data={
-            "payment_id": payment_id, "refund_secret": refund["refund_secret"],
-            "invoice": external_invoice(1_000)})
+        wrong_amount = await client.post(
+            "/recover/payout",
+            data={
+                "payment_id": payment_id,
+                "refund_secret": refund["refund_secret"],
+                "invoice": external_invoice(1_000),
+            },
+        )
         assert "exactly 20000 msat" in wrong_amount.text
         invoice = external_invoice(20_000)
-        paid = await client.post("/recover/payout", data={
-            "payment_id": payment_id, "refund_secret": refund["refund_secret"],
-            "invoice": "lightning:" + invoice})
+        paid = await client.post(
+            "/recover/payout",
+            data={
+                "payment_id": payment_id,
+                "refund_secret": refund["refund_secret"],
+                "invoice": "lightning:" + invoice,
+            },
+        )
         assert paid.status_code == 200
         assert 'id="refund-status">paid<' in paid.text and "Paid out" in paid.text
         outgoing = (await client.get("/api/dev/outgoing")).json()["payments"]
         assert [p["amount_msat"] for p in outgoing if p["bolt11"] == invoice] == [20_000]
-        again = await client.post("/recover/payout", data={
-            "payment_id": payment_id, "refund_secret": refund["refund_secret"],
-            "invoice": external_invoice(20_000)})
+        again = await client.post(
+            "/recover/payout",
+            data={
+                "payment_id": payment_id,
+                "refund_secret": refund["refund_secret"],
+                "invoice": external_invoice(20_000),
+            },
+        )
         assert "already" in again.text or "is paid" in again.text
     assert assert_ledger_balances(fresh_server)["totals"]["refunds_paid_msat"] == 30_000
 
@@ -320,8 +359,10 @@ async def test_dashboard_in_chromium_shows_the_ledger(
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
     external: list[str] = []
-    page.on("request", lambda r: None if r.url.startswith((fresh_server.url, "data:"))
-            else external.append(r.url))
+    page.on(
+        "request",
+        lambda r: None if r.url.startswith((fresh_server.url, "data:")) else external.append(r.url),
+    )
 
     await page.goto(fresh_server.url + "/operator")
     assert await page.locator("#token").count() == 1  # the login form, nothing else
@@ -339,9 +380,14 @@ async def test_dashboard_in_chromium_shows_the_ledger(
     await page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
 
-    for ident, key in (("received", "received_msat"), ("earned", "earned_msat"),
-                       ("refunded", "refunded_msat"), ("held", "held_msat"),
-                       ("open", "open_msat"), ("refund-fees", "refund_fees_msat")):
+    for ident, key in (
+        ("received", "received_msat"),
+        ("earned", "earned_msat"),
+        ("refunded", "refunded_msat"),
+        ("held", "held_msat"),
+        ("open", "open_msat"),
+        ("refund-fees", "refund_fees_msat"),
+    ):
         assert await page.locator(f"#{ident}").text_content() == f"{totals[key]} msat", ident
     assert (await page.locator("#earned").text_content()) == "10000 msat"
     # The chart: one day, its earned bar carries the ledger's figure.
@@ -352,7 +398,9 @@ async def test_dashboard_in_chromium_shows_the_ledger(
     assert box is not None and box["height"] > 100
     states = await page.locator("#refund-states tbody tr").all_inner_texts()
     assert [re.split(r"\s+", s.strip()) for s in states] == [
-        ["open", "1", "20000"], ["claiming", "0", "0"], ["paid", "1", "10000"],
+        ["open", "1", "20000"],
+        ["claiming", "0", "0"],
+        ["paid", "1", "10000"],
         ["expired", "0", "0"],
     ]
     payouts = await page.locator("#refund-payouts tbody").inner_text()

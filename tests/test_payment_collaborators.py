@@ -28,8 +28,23 @@ from satsgate.store import Job, Payment, PaymentStatus
 
 def _payment(status: PaymentStatus = PaymentStatus.PAID, amount_msat: int = 5000) -> Payment:
     now = int(time.time())
-    return Payment("pay_1", "ab" * 32, "lnbcrt1", "fake", amount_msat, status, now, now + 600,
-                   now, None, "00", "11", "d", "", "http")
+    return Payment(
+        "pay_1",
+        "ab" * 32,
+        "lnbcrt1",
+        "fake",
+        amount_msat,
+        status,
+        now,
+        now + 600,
+        now,
+        None,
+        "00",
+        "11",
+        "d",
+        "",
+        "http",
+    )
 
 
 class FakePayments:
@@ -75,7 +90,10 @@ class FakePayments:
         return self.rows[row.payment_id] if await self.spend(row.payment_id, now) else None
 
     async def mark_paid(
-        self, payment_hash: str, received_msat: int, paid_at: int,
+        self,
+        payment_hash: str,
+        received_msat: int,
+        paid_at: int,
         cursor: tuple[str, int] | None = None,
     ) -> bool:
         row = self._by_hash(payment_hash)
@@ -154,14 +172,27 @@ class NoParams(Params):
 
 
 def _spec(handler: Any, price_msat: int = 5000) -> ServiceSpec[Any]:
-    return ServiceSpec(slug="fake", tool_name="fake", category="utility", title="Fake",
-                       description="fake", params=NoParams, price_msat=FlatPrice(price_msat),
-                       handler=handler)
+    return ServiceSpec(
+        slug="fake",
+        tool_name="fake",
+        category="utility",
+        title="Fake",
+        description="fake",
+        params=NoParams,
+        price_msat=FlatPrice(price_msat),
+        handler=handler,
+    )
 
 
 def _spender(payments: FakePayments, refunds: FakeRefunds) -> Spender:
-    return Spender(payments=payments, refunds=refunds, settlements=SettledAlready(),
-                   jobs=NoJobs(), contexts=NoContexts(), dedup_window_s=30)
+    return Spender(
+        payments=payments,
+        refunds=refunds,
+        settlements=SettledAlready(),
+        jobs=NoJobs(),
+        contexts=NoContexts(),
+        dedup_window_s=30,
+    )
 
 
 async def _ok(ctx: ServiceContext, params: BaseModel) -> ServiceResult:
@@ -208,8 +239,7 @@ async def test_underpaid_is_refunded_in_full_and_a_failure_after_the_spend_too()
     payments = FakePayments(_payment(amount_msat=5000))
     refunds = FakeRefunds(payments)
     with pytest.raises(ApiError) as failed:
-        await _spender(payments, refunds).execute(payments.rows["pay_1"], _spec(broken),
-                                                  NoParams())
+        await _spender(payments, refunds).execute(payments.rows["pay_1"], _spec(broken), NoParams())
     assert failed.value.code == "L402_UPSTREAM_FAILED"
     assert payments.rows["pay_1"].status is PaymentStatus.SPENT
     assert [(kind, amount) for kind, amount, _ in refunds.issued] == [("spent", 5000)]

@@ -58,21 +58,31 @@ def wait_status(plugin: PluginHost, key: str, value: int, timeout_s: float = 5) 
 
 def test_manifest_options_commands_and_shutdown_subscription(plugin: PluginHost) -> None:
     options = {o["name"]: o for o in plugin.manifest["options"]}
-    assert set(options) == {"satsgate-host", "satsgate-port", "satsgate-data-dir",
-                            "satsgate-base-url", "satsgate-config"}
+    assert set(options) == {
+        "satsgate-host",
+        "satsgate-port",
+        "satsgate-data-dir",
+        "satsgate-base-url",
+        "satsgate-config",
+    }
     assert options["satsgate-host"]["default"] == "127.0.0.1"
     assert (options["satsgate-port"]["type"], options["satsgate-port"]["default"]) == ("int", 8402)
     assert all("default" in o and o["description"] for o in options.values())
     assert {o.name for o in OPTIONS} == set(options)
     methods = {m["name"]: m for m in plugin.manifest["rpcmethods"]}
-    assert set(methods) == {"satsgate-status", "satsgate-refund", "satsgate-ledger",
-                            "satsgate-operator-token"}
+    assert set(methods) == {
+        "satsgate-status",
+        "satsgate-refund",
+        "satsgate-ledger",
+        "satsgate-operator-token",
+    }
     assert "payment_id" in methods["satsgate-refund"]["usage"]
     assert plugin.manifest["subscriptions"] == ["shutdown"]
 
 
 def test_status_reports_where_it_listens_and_the_day(
-        plugin: PluginHost, lightningd: FakeLightningd) -> None:
+    plugin: PluginHost, lightningd: FakeLightningd
+) -> None:
     status = plugin.call("satsgate-status")
     port = plugin.user_options["satsgate-port"]
     assert status["listening"] == f"http://127.0.0.1:{port}"
@@ -84,10 +94,12 @@ def test_status_reports_where_it_listens_and_the_day(
 
 
 def test_operator_refund_of_a_paid_unused_call(
-        plugin: PluginHost, lightningd: FakeLightningd) -> None:
+    plugin: PluginHost, lightningd: FakeLightningd
+) -> None:
     url = plugin.call("satsgate-status")["listening"]
-    resp = httpx.post(f"{url}/api/l402/render-card", json={"template": "headline", "title": "hi"},
-                      timeout=10)
+    resp = httpx.post(
+        f"{url}/api/l402/render-card", json={"template": "headline", "title": "hi"}, timeout=10
+    )
     assert resp.status_code == 402
     challenge = resp.json()
     lightningd.pay_from_outside(challenge["invoice"])
@@ -97,8 +109,12 @@ def test_operator_refund_of_a_paid_unused_call(
     refund = refunded["refund"]
     assert refunded["payment_id"] == challenge["paymentId"]
     assert refund["lnurl_withdraw"].upper().startswith("LNURL")
-    assert refund["amount_sats"] * 1000 == lightningd.node.listinvoices(
-        invstring=challenge["invoice"])["invoices"][0]["amount_received_msat"]
+    assert (
+        refund["amount_sats"] * 1000
+        == lightningd.node.listinvoices(invstring=challenge["invoice"])["invoices"][0][
+            "amount_received_msat"
+        ]
+    )
     assert plugin.call("satsgate-status")["refunds_open"] == 1
 
     with pytest.raises(PluginCallError, match=r"nothing (left )?to refund"):
@@ -113,33 +129,41 @@ def test_operator_refund_of_a_paid_unused_call(
     ledger = plugin.call("satsgate-ledger")
     totals = ledger["totals"]
     assert totals["received_msat"] == refund["amount_sats"] * 1000 == totals["refunded_msat"]
-    assert totals["received_msat"] == (totals["earned_msat"] + totals["refunded_msat"]
-                                       + totals["held_msat"] + totals["open_msat"])
+    assert totals["received_msat"] == (
+        totals["earned_msat"] + totals["refunded_msat"] + totals["held_msat"] + totals["open_msat"]
+    )
     assert (totals["refunds_open"], totals["earned_msat"]) == (1, 0)
     assert [d["received_msat"] for d in ledger["per_day"]] == [totals["received_msat"]]
 
 
 def test_operator_token_opens_the_operator_api(
-        plugin: PluginHost, lightningd: FakeLightningd) -> None:
+    plugin: PluginHost, lightningd: FakeLightningd
+) -> None:
     answer = plugin.call("satsgate-operator-token")
     token_file = lightningd.lightning_dir / "satsgate-data" / "operator_token"
     assert answer["file"] == str(token_file)
     assert answer["operator_token"] == token_file.read_text().strip()
     assert token_file.stat().st_mode & 0o777 == 0o600
     url = plugin.call("satsgate-status")["listening"]
-    resp = httpx.get(f"{url}/api/operator/ledger", timeout=10,
-                     headers={"Authorization": f"Bearer {answer['operator_token']}"})
+    resp = httpx.get(
+        f"{url}/api/operator/ledger",
+        timeout=10,
+        headers={"Authorization": f"Bearer {answer['operator_token']}"},
+    )
     assert resp.status_code == 200 and "totals" in resp.json()
     assert httpx.get(f"{url}/api/operator/ledger", timeout=10).status_code == 401
-    assert any(level == "info" and "satsgate started: listening on" in message
-               for level, message in plugin.logs)
+    assert any(
+        level == "info" and "satsgate started: listening on" in message
+        for level, message in plugin.logs
+    )
 
 
 def test_a_base_url_with_a_trailing_comment_disables_the_plugin_with_the_fix() -> None:
     with running_lightningd() as ln:
         value = "https://pay.example.com     # the public address used in links"
-        host = PluginHost(PLUGIN_CMD, ln, options={"satsgate-base-url": value,
-                                                   "satsgate-port": free_port()})
+        host = PluginHost(
+            PLUGIN_CMD, ln, options={"satsgate-base-url": value, "satsgate-port": free_port()}
+        )
         host.start()
         assert host.disabled is not None
         assert "base_url must be an http:// or https:// address" in host.disabled
@@ -161,14 +185,20 @@ def test_shutdown_stops_the_service_and_exits_in_time(plugin: PluginHost) -> Non
 def test_network_mismatch_disables_the_plugin(tmp_path: Path) -> None:
     with running_lightningd() as ln:
         (ln.lightning_dir / "satsgate.toml").write_text('network = "bitcoin"\n')
-        host = PluginHost(PLUGIN_CMD, ln, options={"satsgate-config": "satsgate.toml",
-                                                   "satsgate-port": free_port()})
+        host = PluginHost(
+            PLUGIN_CMD,
+            ln,
+            options={"satsgate-config": "satsgate.toml", "satsgate-port": free_port()},
+        )
         host.start()
         assert host.disabled is not None
         assert "network mismatch" in host.disabled and "regtest" in host.disabled
-        assert any(level == "error" and "network mismatch" in message
-                   and 'Fix: set network = "regtest"' in message
-                   for level, message in host.logs)
+        assert any(
+            level == "error"
+            and "network mismatch" in message
+            and 'Fix: set network = "regtest"' in message
+            for level, message in host.logs
+        )
         assert host.process.poll() is not None
         assert "invoice" not in ln.calls  # refused before serving anything
 
@@ -184,8 +214,9 @@ def test_stray_writes_to_fd_1_never_reach_the_protocol_pipe() -> None:
         proto.write('{"jsonrpc": "2.0"}\\n\\n')
         proto.flush()
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=30,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=30, check=True
+    )
     assert done.stdout == b'{"jsonrpc": "2.0"}\n\n'
     for stray in (b"raw write", b"from a child process", b"a print"):
         assert stray in done.stderr

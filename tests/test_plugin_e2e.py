@@ -59,11 +59,17 @@ def test_paid_call_survives_a_plugin_restart_between_402_and_payment() -> None:
                 status = second.call("satsgate-status")
             assert status["payments_today"] == 1, "settlement made while down was lost"
             # The log says what the start did with it.
-            assert any("applied a settlement made before this start" in message
-                       for _, message in second.logs), second.log_text()
+            assert any(
+                "applied a settlement made before this start" in message
+                for _, message in second.logs
+            ), second.log_text()
 
-            paid = httpx.post(f"{url}/api/l402/render-card", json=BODY, timeout=60,
-                              headers={"Authorization": f"L402 {macaroon}:{preimage}"})
+            paid = httpx.post(
+                f"{url}/api/l402/render-card",
+                json=BODY,
+                timeout=60,
+                headers={"Authorization": f"L402 {macaroon}:{preimage}"},
+            )
             assert paid.status_code == 200, paid.text
             assert second.call("satsgate-status")["earned_sats"] > 0
         finally:

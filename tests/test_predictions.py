@@ -211,8 +211,7 @@ async def test_a_shorter_clip_is_charged_for_its_seconds(
     ("script", "code"),
     [
         (Script(outcome="failed", error="CUDA out of memory"), "SERVICE_ERROR"),
-        (Script(outcome="failed", error="NSFW content detected in the output"),
-         "CONTENT_FILTERED"),
+        (Script(outcome="failed", error="NSFW content detected in the output"), "CONTENT_FILTERED"),
         (Script(outcome="canceled"), "SERVICE_ERROR"),
         (Script(outputs=lambda: [mp4(1.0)]), "OUTPUT_DURATION_INSANE"),
         (Script(outputs=lambda: [png()]), "SERVICE_ERROR"),  # no video at all
@@ -470,15 +469,19 @@ async def test_music_on_fal_by_webhook_with_a_forgery_refused(
     ("script", "code"),
     [
         (Script(outcome="failed", error="Internal error"), "SERVICE_ERROR"),
-        (Script(outcome="failed", error="content_policy_violation", by_webhook=True),
-         "CONTENT_FILTERED"),
+        (
+            Script(outcome="failed", error="content_policy_violation", by_webhook=True),
+            "CONTENT_FILTERED",
+        ),
         (Script(outputs=lambda: [wav(200.0)]), "OUTPUT_DURATION_INSANE"),
         (Script(poll_errors=[429, 502], outputs=lambda: [wav(15.0)]), None),
     ],
     ids=["failed", "refused-by-webhook", "duration-insane", "429-5xx-ridden-out"],
 )
 async def test_music_failures_on_fal_are_refunded(
-    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal], script: Script,
+    client: httpx.AsyncClient,
+    platforms: tuple[FakeReplicate, FakeFal],
+    script: Script,
     code: str | None,
 ) -> None:
     _, falq = platforms
@@ -512,8 +515,12 @@ async def test_webhook_routes_refuse_what_is_not_signed_by_the_platform(
              "webhook-signature": sign(rep.key, "msg_1", old, body)}  # fmt: skip
     assert (await client.post(url, content=body, headers=stale)).status_code == 401
     assert (await client.post(url, content=body)).status_code == 401
-    fal_headers = {"x-fal-webhook-request-id": "r1", "x-fal-webhook-user-id": "u",
-                   "x-fal-webhook-timestamp": stamp, "x-fal-webhook-signature": "00" * 64}
+    fal_headers = {
+        "x-fal-webhook-request-id": "r1",
+        "x-fal-webhook-user-id": "u",
+        "x-fal-webhook-timestamp": stamp,
+        "x-fal-webhook-signature": "00" * 64,
+    }
     resp = await client.post("/api/webhooks/fal/falq", content=b"{}", headers=fal_headers)
     assert resp.status_code == 401
     assert (await client.post("/api/webhooks/fal/rep", content=body)).status_code == 404
@@ -525,8 +532,9 @@ def test_replicate_signature_matches_the_documented_vector() -> None:
     body = b'{"test": 2432232314}'
     expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
     assert sign(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body) == expected
-    assert verify_signature(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body,
-                            f"v1,bm90IGl0 {expected}")
+    assert verify_signature(
+        key, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body, f"v1,bm90IGl0 {expected}"
+    )
     assert not verify_signature(key, "msg_other", "1614265330", body, expected)
 
 
@@ -552,14 +560,23 @@ async def test_generate_and_edit_image_as_a_second_source(
     try:
         assert provider.engine("image") is provider and provider.engine("image_edit")
         made = await provider.generate(
-            ImageGenerationRequest("a lighthouse", 1344, 768, (png(),),
-                                   model_name="black-forest-labs/flux-1.1-pro-ultra")
+            ImageGenerationRequest(
+                "a lighthouse",
+                1344,
+                768,
+                (png(),),
+                model_name="black-forest-labs/flux-1.1-pro-ultra",
+            )
         )
         assert Image.open(io.BytesIO(made.data)).size == (64, 36)
-        assert rep.last().input == {"prompt": "a lighthouse", "aspect_ratio": "16:9",
-                                    "image_prompt": data_uri(png())}
-        await provider.edit(ImageEditRequest("stormy sky", png(),
-                                             model_name="black-forest-labs/flux-kontext-pro"))
+        assert rep.last().input == {
+            "prompt": "a lighthouse",
+            "aspect_ratio": "16:9",
+            "image_prompt": data_uri(png()),
+        }
+        await provider.edit(
+            ImageEditRequest("stormy sky", png(), model_name="black-forest-labs/flux-kontext-pro")
+        )
         assert rep.last().input["aspect_ratio"] == "match_input_image"
         assert rep.last().input["input_image"].startswith("data:image/png;base64,")
     finally:
@@ -571,8 +588,10 @@ async def test_generate_and_edit_image_as_a_second_source(
         await provider.generate(
             ImageGenerationRequest("a fox", 1024, 768, model_name="fal-ai/flux-pro/v1.1")
         )
-        assert falq.last().input == {"prompt": "a fox",
-                                     "image_size": {"width": 1024, "height": 768}}
+        assert falq.last().input == {
+            "prompt": "a fox",
+            "image_size": {"width": 1024, "height": 768},
+        }
     finally:
         await provider.aclose()
 
@@ -626,8 +645,9 @@ async def test_a_checkpoint_resumes_only_its_own_providers_prediction(
     provider = _provider("replicate", rep.url, API_KEY)
     try:
         checkpoint = MemoryCheckpoint()
-        request = VideoRequest("a pan", 5, "768p", model_name="minimax/hailuo-02",
-                               checkpoint=checkpoint)
+        request = VideoRequest(
+            "a pan", 5, "768p", model_name="minimax/hailuo-02", checkpoint=checkpoint
+        )
         await provider.generate_video(request)
         assert checkpoint.saved is not None and checkpoint.saved.prediction_id == rep.last().id
         made = len(rep.records)
@@ -645,9 +665,14 @@ async def test_a_checkpoint_resumes_only_its_own_providers_prediction(
 
 @pytest.mark.parametrize(
     "options",
-    [{"poll_interval_s": 0}, {"max_wait_s": "soon"}, {"webhooks": "yes"},
-     {"input_names": {"m": "x"}}, {"input_names": {"m": {"image": 3}}},
-     {"input_files": "ftp"}],
+    [
+        {"poll_interval_s": 0},
+        {"max_wait_s": "soon"},
+        {"webhooks": "yes"},
+        {"input_names": {"m": "x"}},
+        {"input_names": {"m": {"image": 3}}},
+        {"input_files": "ftp"},
+    ],
 )
 def test_a_provider_table_that_cannot_work_refuses_to_start(options: dict[str, Any]) -> None:
     config = ProviderConfig(name="bad", kind="replicate", options=options)

@@ -277,8 +277,7 @@ async def test_failed_payout_reopens_the_link(fresh_server: ThreadedServer) -> N
 async def test_ledger_balances(server: ThreadedServer) -> None:
     totals = assert_ledger_balances(server)["totals"]
     assert totals["received_msat"] == (
-        totals["earned_msat"] + totals["refunded_msat"] + totals["held_msat"]
-        + totals["open_msat"]
+        totals["earned_msat"] + totals["refunded_msat"] + totals["held_msat"] + totals["open_msat"]
     )
 
 

@@ -55,8 +55,11 @@ VALID: dict[str, dict[str, Any]] = {
     "extract-document": {"documentBase64": b64(pdf_bytes(4))},
     "extract-receipt": {"documentBase64": PNG},
     "convert-file": {"file": PNG, "targetFormat": "webp"},
-    "e-signature": {"documentBase64": b64(pdf_bytes(1)), "customerEmail": "me@example.org",
-                    "signers": [{"name": "A", "email": "a@example.org"}]},
+    "e-signature": {
+        "documentBase64": b64(pdf_bytes(1)),
+        "customerEmail": "me@example.org",
+        "signers": [{"name": "A", "email": "a@example.org"}],
+    },
     "boardingpass-wallet": {"documents": [PNG, PNG]},
     "send-email": {"to": ["a@example.org", "b@example.org"], "subject": "s", "text": "t"},
     "send-sms": {"phoneNumber": "+447700900123", "message": "hello"},
@@ -130,8 +133,11 @@ INVALID_HTTP = [
     ("send-sms", {"phone_number": US, "message": "x" * 121}, "L402_INVALID_PARAMS"),
     ("send-sms", {"phone_number": "0044 7700 900123", "message": "hi"}, "L402_INVALID_PARAMS"),
     ("text-to-speech", {"text": "x", "speed": 2.5}, "L402_INVALID_PARAMS"),
-    ("text-to-speech", {"text": "x", "modelId": 43, "voice_description": "female, loud"},
-     "L402_INVALID_PARAMS"),
+    (
+        "text-to-speech",
+        {"text": "x", "modelId": 43, "voice_description": "female, loud"},
+        "L402_INVALID_PARAMS",
+    ),
     ("generate-music", {"prompt": "x", "duration": 301}, "L402_INVALID_PARAMS"),
     ("generate-video", {"prompt": "x", "duration": 16}, "L402_INVALID_PARAMS"),
     ("ai-call", {"phoneNumber": US, "task": "t", "durationMinutes": 11}, "L402_INVALID_PARAMS"),
@@ -139,10 +145,16 @@ INVALID_HTTP = [
     ("generate-image", {"prompt": "x", "modelId": 77}, "L402_INVALID_PARAMS"),
     ("transcribe-audio", {"file": PNG}, "L402_INVALID_PARAMS"),
     ("extract-document", {"documentBase64": b64(b"%PDF-1.7 truncated")}, "L402_INVALID_PARAMS"),
-    ("generate-video", {"prompt": "x", "callback_url": "https://127.0.0.1/hook"},
-     "L402_CALLBACK_INVALID"),
-    ("transcribe-audio", {"file": b64(wav_bytes(3)), "callback_url": "https://10.0.0.1/"},
-     "L402_CALLBACK_INVALID"),
+    (
+        "generate-video",
+        {"prompt": "x", "callback_url": "https://127.0.0.1/hook"},
+        "L402_CALLBACK_INVALID",
+    ),
+    (
+        "transcribe-audio",
+        {"file": b64(wav_bytes(3)), "callback_url": "https://10.0.0.1/"},
+        "L402_CALLBACK_INVALID",
+    ),
 ]
 
 

@@ -88,8 +88,11 @@ def m4a_bytes(seconds: float, timescale: int = 1000, version: int = 0) -> bytes:
 def ogg_opus_bytes(seconds: float, pre_skip: int = 312) -> bytes:
     def page(granule: int, payload: bytes) -> bytes:
         return (
-            b"OggS\x00\x00" + struct.pack("<q", granule) + b"\0" * 12
-            + bytes([1, len(payload)]) + payload
+            b"OggS\x00\x00"
+            + struct.pack("<q", granule)
+            + b"\0" * 12
+            + bytes([1, len(payload)])
+            + payload
         )
 
     head = b"OpusHead" + bytes([1, 2]) + struct.pack("<H", pre_skip) + b"\0" * 8
@@ -232,7 +235,8 @@ def test_non_public_or_non_https_urls_are_refused(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["https://hooks.example.org/cb?x=1", "https://8.8.8.8/cb", "https://[2606:4700::1]:8443/"]
+    "url",
+    ["https://hooks.example.org/cb?x=1", "https://8.8.8.8/cb", "https://[2606:4700::1]:8443/"],
 )
 def test_public_https_urls_pass(url: str) -> None:
     assert check_public_https_url(url) == url

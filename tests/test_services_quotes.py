@@ -51,8 +51,11 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("generate-image", {"input": {"prompt": "a cat"}}, 1200),
     ("generate-image", {"prompt": "a cat", "modelId": "better"}, 150),
     ("generate-image", {"prompt": "a cat", "tier": "better", "width": 2048}, 300),
-    ("generate-image", {"input": {"prompt": "c", "width": 1536, "height": 1024}, "modelId": 8},
-     300),
+    (
+        "generate-image",
+        {"input": {"prompt": "c", "width": 1536, "height": 1024}, "modelId": 8},
+        300,
+    ),
     ("generate-image", {"prompt": "a cat", "modelId": "2"}, 100),
     ("generate-image", {"prompt": "a cat", "modelId": 2, "imageBase64": PNG}, 100),
     ("generate-image", {"input": {"prompt": "a cat"}, "modelId": 8, "file": [PNG] * 10}, 150),
@@ -62,8 +65,17 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("generate-image", {"prompt": "a cat", "model": "auto", "file": [PNG, PNG]}, 150),
     # edit-image: flat at any output size
     ("edit-image", {"prompt": "stormy sky", "imageBase64": PNG}, 200),
-    ("edit-image", {"prompt": "stormy sky", "image": PNG, "resolution": "4K",
-                    "output_format": "webp", "returnBase64": True}, 200),
+    (
+        "edit-image",
+        {
+            "prompt": "stormy sky",
+            "image": PNG,
+            "resolution": "4K",
+            "output_format": "webp",
+            "returnBase64": True,
+        },
+        200,
+    ),
     # analyze-image
     ("analyze-image", {"imageBase64": PNG}, 21),
     ("analyze-image", {"file": PNG, "prompt": "What is this?", "modelId": 5}, 21),
@@ -82,18 +94,36 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("estimate-depth", {"imageBase64": PNG}, 5),
     # generate-3d-model: exactly one of image or prompt
     ("generate-3d-model", {"prompt": "a wooden chair"}, 1600),
-    ("generate-3d-model", {"imageBase64": PNG, "callback_url": "https://hooks.example.org/x",
-                           "callback_id": "c" * 128}, 1600),
+    (
+        "generate-3d-model",
+        {
+            "imageBase64": PNG,
+            "callback_url": "https://hooks.example.org/x",
+            "callback_id": "c" * 128,
+        },
+        1600,
+    ),
     # generate-text: input length at the model's rate, minimums
     ("generate-text", {"input": [{"role": "user", "content": "x" * 100}]}, 15),
-    ("generate-text", {"input": [{"role": "system", "content": "x" * 400},
-                                 {"role": "user", "content": "y" * 600}]}, 100),
+    (
+        "generate-text",
+        {
+            "input": [
+                {"role": "system", "content": "x" * 400},
+                {"role": "user", "content": "y" * 600},
+            ]
+        },
+        100,
+    ),
     ("generate-text", {"prompt": "x" * 3000, "modelId": 31}, 5),
     ("generate-text", {"prompt": "x" * 10_000, "tier": "standard"}, 10),
     ("generate-text", {"prompt": "x" * 200, "modelId": "better"}, 5),
     ("generate-text", {"prompt": "x" * 1000, "modelId": 1}, 10),
-    ("generate-text", {"prompt": "hi", "fileContext": "y" * 288, "systemPrompt": "z" * 10,
-                       "modelId": 6}, 30),
+    (
+        "generate-text",
+        {"prompt": "hi", "fileContext": "y" * 288, "systemPrompt": "z" * 10, "modelId": 6},
+        30,
+    ),
     ("generate-text", {"prompt": "hi", "file_context": "y" * 298, "maxTokens": 100}, 30),
     ("generate-text", {"prompt": "describe", "imageBase64": PNG}, 15),
     ("generate-text", {"prompt": "describe", "imageData": PNG, "fileName": "a.png"}, 15),
@@ -110,8 +140,11 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("translate-text", {"text": "x" * 1500, "target_language": "haw"}, 15),
     ("translate-text", {"text": "x" * 2500, "targetLanguage": "fr", "modelId": 6}, 250),
     ("translate-text", {"text": "x", "targetLanguage": "pt-BR", "sourceLanguage": "auto"}, 1),
-    ("translate-text", {"text": "x" * 1001, "targetLanguage": "zh", "source_language": "German"},
-     2),
+    (
+        "translate-text",
+        {"text": "x" * 1001, "targetLanguage": "zh", "source_language": "German"},
+        2,
+    ),
     # translate-rare-language: 50 + 0.002 per character
     ("translate-rare-language", {"text": "x" * 1000, "targetLanguage": "tpi"}, 52),
     ("translate-rare-language", {"text": "hi", "target_language": "Tok Pisin"}, 51),
@@ -119,23 +152,52 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     # translate-epub: visible characters at the target's rate, minimum 50
     ("translate-epub", {"epubBase64": BOOK_106K, "targetLanguage": "es"}, 106),
     ("translate-epub", {"file": BOOK_SMALL, "targetLanguage": "French"}, 50),
-    ("translate-epub", {"epubBase64": BOOK_33K, "target_language": "haw", "fileName": "b.epub",
-                        "callbackUrl": "https://hooks.example.org/done"}, 330),
+    (
+        "translate-epub",
+        {
+            "epubBase64": BOOK_33K,
+            "target_language": "haw",
+            "fileName": "b.epub",
+            "callbackUrl": "https://hooks.example.org/done",
+        },
+        330,
+    ),
     # search
     ("search", {"query": "lightning"}, 21),
     ("search", {"q": "lightning", "num_results": 20, "language": "de"}, 21),
     # text-to-speech: characters at the tier's rate
     ("text-to-speech", {"text": "x" * 1600, "voice": "English_Aria"}, 100),
     ("text-to-speech", {"text": "x" * 5000}, 313),
-    ("text-to-speech", {"text": "x" * 1600, "modelId": "global",
-                        "voice_description": "female, young adult, british"}, 16),
-    ("text-to-speech", {"text": "x" * 1060, "tier": "standard", "language": "sw",
-                        "voiceDescription": "Male, very low pitch, whisper, indian accent"}, 10),
+    (
+        "text-to-speech",
+        {
+            "text": "x" * 1600,
+            "modelId": "global",
+            "voice_description": "female, young adult, british",
+        },
+        16,
+    ),
+    (
+        "text-to-speech",
+        {
+            "text": "x" * 1060,
+            "tier": "standard",
+            "language": "sw",
+            "voiceDescription": "Male, very low pitch, whisper, indian accent",
+        },
+        10,
+    ),
     ("text-to-speech", {"text": "x" * 1000, "modelId": 3, "voice": "English_Narrator"}, 200),
-    ("text-to-speech", {"text": "x" * 1000, "modelId": "studio", "voice": "Custom_ab12cd34ef"},
-     200),
-    ("text-to-speech", {"text": "x" * 160, "modelId": 34, "voice": "German_Felix",
-                        "speed": 0.5}, 10),
+    (
+        "text-to-speech",
+        {"text": "x" * 1000, "modelId": "studio", "voice": "Custom_ab12cd34ef"},
+        200,
+    ),
+    (
+        "text-to-speech",
+        {"text": "x" * 160, "modelId": 34, "voice": "German_Felix", "speed": 0.5},
+        10,
+    ),
     ("text-to-speech", {"text": "x", "speed": 2.0, "emotion": "happy"}, 1),
     ("text-to-speech", {"text": "x" * 50, "model": "auto", "voice": "English_Narrator"}, 10),
     ("text-to-speech", {"text": "x" * 1060, "model": "auto", "language": "sw"}, 10),
@@ -148,43 +210,102 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     # transcribe-audio: 10 per started minute
     ("transcribe-audio", {"file": WAV61, "type": "transcription"}, 20),
     ("transcribe-audio", {"audioBase64": WAV30, "language": "de"}, 10),
-    ("transcribe-audio", {"audio": MP3_10, "type": "translation", "language": "German",
-                          "names": ["Satoshi"], "timestamps": "word"}, 10),
+    (
+        "transcribe-audio",
+        {
+            "audio": MP3_10,
+            "type": "translation",
+            "language": "German",
+            "names": ["Satoshi"],
+            "timestamps": "word",
+        },
+        10,
+    ),
     ("transcribe-audio", {"file": FLAC_20, "modelId": 10}, 10),
     # transcribe-translate: (base + 5) * 1.15
     ("transcribe-translate", {"file": WAV61, "targetLanguage": "Spanish"}, 29),
-    ("transcribe-translate", {"audioBase64": WAV30, "target_language": "ja",
-                              "sourceLanguage": "en"}, 18),
+    (
+        "transcribe-translate",
+        {"audioBase64": WAV30, "target_language": "ja", "sourceLanguage": "en"},
+        18,
+    ),
     # epub-audiobook: premium 33 chars/sat, global 106, studio 5, minimum 500, + translation
     ("epub-audiobook", {"epubBase64": BOOK_33K, "fileName": "b.epub"}, 1000),
     ("epub-audiobook", {"file": BOOK_SMALL, "file_name": "b.EPUB"}, 500),
-    ("epub-audiobook", {"epubBase64": BOOK_106K, "fileName": "b.epub", "modelId": "global",
-                        "voice": "female, elderly"}, 1000),
-    ("epub-audiobook", {"epubBase64": BOOK_33K, "fileName": "b.epub",
-                        "translateToLanguage": "es"}, 1033),
-    ("epub-audiobook", {"epubBase64": BOOK_33K, "fileName": "b.epub", "modelId": 3,
-                        "voice": "English_Narrator", "selectedChapterIndices": [0]}, 2600),
+    (
+        "epub-audiobook",
+        {
+            "epubBase64": BOOK_106K,
+            "fileName": "b.epub",
+            "modelId": "global",
+            "voice": "female, elderly",
+        },
+        1000,
+    ),
+    (
+        "epub-audiobook",
+        {"epubBase64": BOOK_33K, "fileName": "b.epub", "translateToLanguage": "es"},
+        1033,
+    ),
+    (
+        "epub-audiobook",
+        {
+            "epubBase64": BOOK_33K,
+            "fileName": "b.epub",
+            "modelId": 3,
+            "voice": "English_Narrator",
+            "selectedChapterIndices": [0],
+        },
+        2600,
+    ),
     ("epub-audiobook", {"epubBase64": PDF2, "fileName": "scan.pdf", "speed": 1.5}, 500),
-    ("epub-audiobook", {"epubBase64": b64(b"w" * 66_000), "fileName": "notes.txt",
-                        "language": "de"}, 2000),
+    (
+        "epub-audiobook",
+        {"epubBase64": b64(b"w" * 66_000), "fileName": "notes.txt", "language": "de"},
+        2000,
+    ),
     # generate-music: 5 per second (15 to 300), lyricsAddon +25
     ("generate-music", {"prompt": "lo-fi"}, 300),
     ("generate-music", {"prompt": "lo-fi", "duration": 15}, 75),
-    ("generate-music", {"prompt": "x" * 2000, "duration": 300, "lyricsAddon": True,
-                        "lyricsAbout": "the sea"}, 1525),
+    (
+        "generate-music",
+        {"prompt": "x" * 2000, "duration": 300, "lyricsAddon": True, "lyricsAbout": "the sea"},
+        1525,
+    ),
     ("generate-music", {"prompt": "x", "lyrics_optimizer": True, "duration": 20}, 125),
-    ("generate-music", {"prompt": "x", "lyrics": "[Verse]\n" + "l" * 3400, "duration": 30,
-                        "audio_format": "wav", "sample_rate": 44100}, 150),
+    (
+        "generate-music",
+        {
+            "prompt": "x",
+            "lyrics": "[Verse]\n" + "l" * 3400,
+            "duration": 30,
+            "audio_format": "wav",
+            "sample_rate": 44100,
+        },
+        150,
+    ),
     ("generate-music", {"prompt": "x", "is_instrumental": True, "duration": 100}, 500),
     # video: per second by resolution, 3 to 15 s
     ("generate-video", {"prompt": "waves"}, 1250),
     ("generate-video", {"prompt": "waves", "duration": 3, "mode": "standard"}, 750),
-    ("generate-video", {"prompt": "waves", "duration": 15, "resolution": "2K",
-                        "generate_audio": True, "reference_image": PNG}, 6000),
+    (
+        "generate-video",
+        {
+            "prompt": "waves",
+            "duration": 15,
+            "resolution": "2K",
+            "generate_audio": True,
+            "reference_image": PNG,
+        },
+        6000,
+    ),
     ("generate-video", {"prompt": "waves", "referenceAudio": WAV5, "generateAudio": True}, 1250),
     ("animate-image", {"prompt": "turn", "image": PNG}, 1250),
-    ("animate-image", {"prompt": "turn", "imageBase64": PNG, "duration": 10, "resolution": "2K"},
-     4000),
+    (
+        "animate-image",
+        {"prompt": "turn", "imageBase64": PNG, "duration": 10, "resolution": "2K"},
+        4000,
+    ),
     # OCR: pages counted before payment; an image is one page
     ("extract-document", {"documentBase64": PDF3}, 30),
     ("extract-document", {"file": PNG, "modelId": 27}, 10),
@@ -192,24 +313,52 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("extract-receipt", {"imageBase64": PNG}, 25),
     # convert-file
     ("convert-file", {"file": PNG, "targetFormat": "jpeg"}, 100),
-    ("convert-file", {"fileBase64": b64(b"# Title"), "fileName": "a.md", "target_format": "pdf"},
-     100),
+    (
+        "convert-file",
+        {"fileBase64": b64(b"# Title"), "fileName": "a.md", "target_format": "pdf"},
+        100,
+    ),
     ("convert-file", {"documentBase64": PDF1, "to": "txt"}, 100),
     # e-signature: flat per document
-    ("e-signature", {"documentBase64": PDF1, "signers": [{"name": "A", "email": "a@example.org"}],
-                     "customerEmail": "me@example.org"}, 1000),
-    ("e-signature", {"file": PDF2, "customer_email": "me@example.org", "note": "please",
-                     "signers": [{"name": "A", "email": "a@example.org"},
-                                 {"name": "B", "email": "b@example.org"}]}, 1000),
+    (
+        "e-signature",
+        {
+            "documentBase64": PDF1,
+            "signers": [{"name": "A", "email": "a@example.org"}],
+            "customerEmail": "me@example.org",
+        },
+        1000,
+    ),
+    (
+        "e-signature",
+        {
+            "file": PDF2,
+            "customer_email": "me@example.org",
+            "note": "please",
+            "signers": [
+                {"name": "A", "email": "a@example.org"},
+                {"name": "B", "email": "b@example.org"},
+            ],
+        },
+        1000,
+    ),
     # boarding passes: 100 per document (refunded down to the passes found)
     ("boardingpass-wallet", {"documentBase64": PDF1}, 100),
     ("boardingpass-wallet", {"documents": [PDF1, PNG, PDF1]}, 300),
     ("boardingpass-wallet", {"documents": [PNG] * 8}, 800),
     # e-mail: 200 per recipient
     ("send-email", {"to": "a@example.org", "subject": "Hi", "text": "Hello"}, 200),
-    ("send-email", {"email": ["a@example.org", "b@example.org", "c@xn--mnchen-3ya.de"],
-                    "subject": "Hi", "html": "<p>Hello</p>", "reply_to": "me@example.org",
-                    "from_name": "Me"}, 600),
+    (
+        "send-email",
+        {
+            "email": ["a@example.org", "b@example.org", "c@xn--mnchen-3ya.de"],
+            "subject": "Hi",
+            "html": "<p>Hello</p>",
+            "reply_to": "me@example.org",
+            "from_name": "Me",
+        },
+        600,
+    ),
     # SMS by destination country
     ("send-sms", {"phone_number": US, "message": "hi"}, 15),
     ("send-sms", {"phoneNumber": GB, "message": "x" * 120}, 40),
@@ -219,12 +368,36 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("call", {"phoneNumber": PH, "text": "hi", "durationMinutes": 3, "language": "fil-PH"}, 360),
     # AI call: minutes x (telephony + AI), minimum 50
     ("ai-call", {"phone_number": US, "task": "Book a table"}, 450),
-    ("ai-call", {"phoneNumber": GB, "task": "t", "durationMinutes": 1, "language": "en_gb",
-                 "voice": "myra", "beginMessage": "Hello", "callerName": "Ann",
-                 "callbackNumber": US, "voicemail": "message", "callScreening": False,
-                 "refundAddress": "ann@getalby.com"}, 160),
-    ("ai-call", {"phone_number": DE, "task": "t", "duration_minutes": 10, "language": "multi",
-                 "caller_name": "Ann", "call_screening": True, "refund_address": "a@b.io"}, 1700),
+    (
+        "ai-call",
+        {
+            "phoneNumber": GB,
+            "task": "t",
+            "durationMinutes": 1,
+            "language": "en_gb",
+            "voice": "myra",
+            "beginMessage": "Hello",
+            "callerName": "Ann",
+            "callbackNumber": US,
+            "voicemail": "message",
+            "callScreening": False,
+            "refundAddress": "ann@getalby.com",
+        },
+        160,
+    ),
+    (
+        "ai-call",
+        {
+            "phone_number": DE,
+            "task": "t",
+            "duration_minutes": 10,
+            "language": "multi",
+            "caller_name": "Ann",
+            "call_screening": True,
+            "refund_address": "a@b.io",
+        },
+        1700,
+    ),
     # fax
     ("send-fax", {"faxNumber": US, "documentBase64": PDF3}, 500),
     ("send-fax", {"fax_number": GB, "file": PDF1, "coverText": "For you"}, 500),
@@ -232,15 +405,25 @@ VALID: list[tuple[str, dict[str, Any], int]] = [
     ("receive-fax", {"country": "gb", "forwardEmail": "me@example.org"}, 500),
     # voice bridge: deposit minutes x (telephony + 20)
     ("voice-bridge-open", {"phoneNumber": US}, 250),
-    ("voice-bridge-open", {"phone_number": DE, "duration_minutes": 2, "codec": "pcm_l16_16000",
-                           "stt_enabled": False, "ttsEnabled": True}, 140),
+    (
+        "voice-bridge-open",
+        {
+            "phone_number": DE,
+            "duration_minutes": 2,
+            "codec": "pcm_l16_16000",
+            "stt_enabled": False,
+            "ttsEnabled": True,
+        },
+        140,
+    ),
     # vote
     ("vote", {"slug": "generate-podcast"}, 1),
 ]
 
 
-@pytest.mark.parametrize(("slug", "body", "sats"), VALID, ids=[f"{s}-{i}" for i, (s, _b, _p)
-                                                                in enumerate(VALID)])
+@pytest.mark.parametrize(
+    ("slug", "body", "sats"), VALID, ids=[f"{s}-{i}" for i, (s, _b, _p) in enumerate(VALID)]
+)
 async def test_valid_bodies_quote_exactly(slug: str, body: dict[str, Any], sats: int) -> None:
     assert await quote(slug, body) == sats
 
@@ -348,14 +531,22 @@ INVALID: list[tuple[str, Any]] = [
     ("epub-audiobook", {"epubBase64": BOOK_SMALL}),  # fileName is required
     ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "book.docx"}),
     ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "speed": 3}),
-    ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "modelId": 3,
-                        "voice": "English_Aria"}),
-    ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "modelId": 43,
-                        "voice": "robot"}),
-    ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "b.epub",
-                        "selectedChapterIndices": [3]}),
-    ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "b.epub",
-                        "translateToLanguage": "Klingon"}),
+    (
+        "epub-audiobook",
+        {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "modelId": 3, "voice": "English_Aria"},
+    ),
+    (
+        "epub-audiobook",
+        {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "modelId": 43, "voice": "robot"},
+    ),
+    (
+        "epub-audiobook",
+        {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "selectedChapterIndices": [3]},
+    ),
+    (
+        "epub-audiobook",
+        {"epubBase64": BOOK_SMALL, "fileName": "b.epub", "translateToLanguage": "Klingon"},
+    ),
     ("epub-audiobook", {"epubBase64": b64(b"not a zip"), "fileName": "b.epub"}),
     ("generate-music", {"prompt": "x", "duration": 14}),
     ("generate-music", {"prompt": "x", "duration": 301}),
@@ -381,18 +572,49 @@ INVALID: list[tuple[str, Any]] = [
     ("convert-file", {"file": PNG, "targetFormat": "docx"}),
     ("convert-file", {"file": b64(b"hello"), "targetFormat": "pdf"}),  # text needs fileName
     ("convert-file", {"file": b64(b"\xff\xfe\x00bin"), "fileName": "a.txt", "targetFormat": "pdf"}),
-    ("e-signature", {"documentBase64": PDF1, "customerEmail": "me@example.org",
-                     "signers": [{"name": "A", "email": "not-an-email"}]}),
-    ("e-signature", {"documentBase64": PDF1, "customerEmail": "me@example.org",
-                     "signers": [{"name": "A", "email": "a@example.org"},
-                                 {"name": "B", "email": "A@example.org"}]}),
-    ("e-signature", {"documentBase64": PDF1, "customerEmail": "me@example.org",
-                     "signers": [{"name": f"S{i}", "email": f"s{i}@example.org"}
-                                 for i in range(11)]}),
-    ("e-signature", {"documentBase64": PDF1, "customerEmail": "me@localhost",
-                     "signers": [{"name": "A", "email": "a@example.org"}]}),
-    ("e-signature", {"documentBase64": PNG, "customerEmail": "me@example.org",
-                     "signers": [{"name": "A", "email": "a@example.org"}]}),
+    (
+        "e-signature",
+        {
+            "documentBase64": PDF1,
+            "customerEmail": "me@example.org",
+            "signers": [{"name": "A", "email": "not-an-email"}],
+        },
+    ),
+    (
+        "e-signature",
+        {
+            "documentBase64": PDF1,
+            "customerEmail": "me@example.org",
+            "signers": [
+                {"name": "A", "email": "a@example.org"},
+                {"name": "B", "email": "A@example.org"},
+            ],
+        },
+    ),
+    (
+        "e-signature",
+        {
+            "documentBase64": PDF1,
+            "customerEmail": "me@example.org",
+            "signers": [{"name": f"S{i}", "email": f"s{i}@example.org"} for i in range(11)],
+        },
+    ),
+    (
+        "e-signature",
+        {
+            "documentBase64": PDF1,
+            "customerEmail": "me@localhost",
+            "signers": [{"name": "A", "email": "a@example.org"}],
+        },
+    ),
+    (
+        "e-signature",
+        {
+            "documentBase64": PNG,
+            "customerEmail": "me@example.org",
+            "signers": [{"name": "A", "email": "a@example.org"}],
+        },
+    ),
     ("e-signature", {"documentBase64": PDF1, "customerEmail": "me@example.org", "signers": []}),
     ("boardingpass-wallet", {"documents": [PNG] * 9}),  # up to 8
     ("boardingpass-wallet", {"documentBase64": PDF1, "documents": [PDF1]}),
@@ -435,8 +657,9 @@ INVALID: list[tuple[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize(("slug", "body"), INVALID, ids=[f"{s}-{i}" for i, (s, _b)
-                                                         in enumerate(INVALID)])
+@pytest.mark.parametrize(
+    ("slug", "body"), INVALID, ids=[f"{s}-{i}" for i, (s, _b) in enumerate(INVALID)]
+)
 async def test_invalid_bodies_are_refused_before_any_invoice(slug: str, body: Any) -> None:
     with pytest.raises(ApiError) as info:
         await quote(slug, body)
@@ -446,13 +669,27 @@ async def test_invalid_bodies_are_refused_before_any_invoice(slug: str, body: An
 
 CALLBACK_REFUSED = [
     ("generate-3d-model", {"prompt": "chair", "callback_url": "https://127.0.0.1/cb"}),
-    ("translate-epub", {"epubBase64": BOOK_SMALL, "targetLanguage": "es",
-                        "callback_url": "http://hooks.example.org/cb"}),
+    (
+        "translate-epub",
+        {
+            "epubBase64": BOOK_SMALL,
+            "targetLanguage": "es",
+            "callback_url": "http://hooks.example.org/cb",
+        },
+    ),
     ("transcribe-audio", {"file": WAV30, "callbackUrl": "https://10.0.0.7/cb"}),
-    ("transcribe-translate", {"file": WAV30, "targetLanguage": "es",
-                              "callback_url": "https://[::1]/cb"}),
-    ("epub-audiobook", {"epubBase64": BOOK_SMALL, "fileName": "b.epub",
-                        "callback_url": "https://169.254.169.254/latest"}),
+    (
+        "transcribe-translate",
+        {"file": WAV30, "targetLanguage": "es", "callback_url": "https://[::1]/cb"},
+    ),
+    (
+        "epub-audiobook",
+        {
+            "epubBase64": BOOK_SMALL,
+            "fileName": "b.epub",
+            "callback_url": "https://169.254.169.254/latest",
+        },
+    ),
     ("generate-video", {"prompt": "x", "callback_url": "https://localhost/cb"}),
     ("animate-image", {"prompt": "x", "image": PNG, "callback_url": "https://192.168.0.2/"}),
     ("receive-fax", {"callback_url": "https://100.64.1.1/cb"}),

@@ -131,8 +131,7 @@ class _RequestStandIn:
 
 def test_every_service_declares_the_spec_price_shape() -> None:
     shapes = {
-        s.slug: (s.price_shape.model, sats_for_msat(s.price_shape.minimum_msat()))
-        for s in SERVICES
+        s.slug: (s.price_shape.model, sats_for_msat(s.price_shape.minimum_msat())) for s in SERVICES
     }
     assert shapes == SPEC_SHAPES
     assert all(s.price_shape is not UNDESCRIBED_PRICE for s in SERVICES)
@@ -270,7 +269,9 @@ def test_routed_result_sets_header_and_body() -> None:
 def test_apply_path_model_body_field_wins() -> None:
     assert routing.apply_path_model({"prompt": "x"}, "8") == {"prompt": "x", "modelId": 8}
     assert routing.apply_path_model({"prompt": "x"}, "better") == {
-        "prompt": "x", "modelId": "better"}
+        "prompt": "x",
+        "modelId": "better",
+    }
     assert routing.apply_path_model({"prompt": "x"}, "auto") == {"prompt": "x", "model": "auto"}
     body = {"prompt": "x", "tier": "standard"}
     assert routing.apply_path_model(body, "16") == body
@@ -360,7 +361,20 @@ def test_parse_price_with_a_path() -> None:
 def test_language_tables() -> None:
     assert len(languages.TRANSLATION_LANGUAGES) == 119
     assert list(languages.TRANSCRIPTION_LANGUAGES) == [
-        "en", "zh", "hi", "es", "ar", "fr", "pt", "ru", "de", "ja", "ko", "it", "nl"]
+        "en",
+        "zh",
+        "hi",
+        "es",
+        "ar",
+        "fr",
+        "pt",
+        "ru",
+        "de",
+        "ja",
+        "ko",
+        "it",
+        "nl",
+    ]
     assert set(languages.TRANSCRIPTION_LANGUAGES) <= set(languages.TRANSLATION_LANGUAGES)
     assert languages.resolve_translation_language("Filipino") == "tl"
     assert languages.resolve_translation_language("zh-Hant-TW") == "zh"
@@ -406,8 +420,12 @@ async def test_votes_are_counted_once_per_call_and_listed_most_voted_first(
         assert await planned.record_vote(store.votes, "voice-changer", "pay_3") == 1
         listed = await planned.planned_services(store.votes)
         assert [e["slug"] for e in listed[:2]] == ["send-letter", "voice-changer"]
-        assert listed[0]["votes"] == 2 and set(listed[0]) == {"slug", "name", "description",
-                                                              "votes"}
+        assert listed[0]["votes"] == 2 and set(listed[0]) == {
+            "slug",
+            "name",
+            "description",
+            "votes",
+        }
         assert len(listed) == len(planned.PLANNED)
     finally:
         await store.close()

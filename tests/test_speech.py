@@ -208,7 +208,8 @@ async def test_transcription_of_another_language_is_refused_before_any_invoice(
     before = payment_count(server)
     audio = base64.b64encode(espeak_wav("Hello.", tmp_path)).decode()
     for extra, said in (
-        ({"language": "de"}, "English only"), ({"type": "translation"}, "cannot translate")
+        ({"language": "de"}, "English only"),
+        ({"type": "translation"}, "cannot translate"),
     ):
         resp = await client.post("/api/l402/transcribe-audio", json={"file": audio, **extra})
         body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
@@ -239,7 +240,9 @@ async def test_api_languages_with_a_transcription_provider_lists_all_13(
         doc = (await client.get("/api/languages")).json()
     assert len(doc["transcription"]) == 13 and all(e["here"] for e in doc["transcription"])
     assert doc["transcriptionEngine"] == {
-        "engine": "transcription", "available": True, "source": "provider"
+        "engine": "transcription",
+        "available": True,
+        "source": "provider",
     }
 
 
@@ -332,9 +335,7 @@ async def test_audiobook_bad_chapter_index_is_refused_before_any_invoice(
     assert payment_count(server) == before
 
 
-async def test_audiobook_selected_chapters_only(
-    client: httpx.AsyncClient, tmp_path: Path
-) -> None:
+async def test_audiobook_selected_chapters_only(client: httpx.AsyncClient, tmp_path: Path) -> None:
     epub = make_epub(
         "Three", [chapter(i, f"Part {w}", prose(40, i)) for i, w in enumerate(("A", "B", "C"))]
     )
@@ -346,4 +347,3 @@ async def test_audiobook_selected_chapters_only(
     m4b.write_bytes((await client.get(done["result"]["url"])).content)
     assert [c["tags"]["title"] for c in ffprobe(m4b)["chapters"]] == ["Part A", "Part C"]
     assert done["result"]["annexeUrl"] is None
-

@@ -109,8 +109,24 @@ def _legacy_database(path: Path) -> None:
     now = int(time.time())
     conn.execute(
         "INSERT INTO payments VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        ("pay_old", "ab" * 32, "lnbcrt1old", "vote", 5000, "paid", now, now + 600, now,
-         None, "00" * 32, "11" * 32, "d" * 64, "old", "http", 5000),
+        (
+            "pay_old",
+            "ab" * 32,
+            "lnbcrt1old",
+            "vote",
+            5000,
+            "paid",
+            now,
+            now + 600,
+            now,
+            None,
+            "00" * 32,
+            "11" * 32,
+            "d" * 64,
+            "old",
+            "http",
+            5000,
+        ),
     )
     conn.execute("INSERT INTO cursors VALUES ('settle:dev', 7)")
     conn.commit()
@@ -121,10 +137,15 @@ def test_migration_files_are_numbered_without_gaps_and_split_into_statements() -
     migrations = available()
     assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
     assert all(m.statements() for m in migrations)
-    two = Migration(9, "t", "-- a comment; with a semicolon\nCREATE TABLE t (x TEXT DEFAULT ';');\n"
-                             "DROP TABLE t;")
-    assert two.statements() == ["-- a comment; with a semicolon\nCREATE TABLE t (x TEXT DEFAULT"
-                                " ';');", "DROP TABLE t;"]
+    two = Migration(
+        9,
+        "t",
+        "-- a comment; with a semicolon\nCREATE TABLE t (x TEXT DEFAULT ';');\nDROP TABLE t;",
+    )
+    assert two.statements() == [
+        "-- a comment; with a semicolon\nCREATE TABLE t (x TEXT DEFAULT ';');",
+        "DROP TABLE t;",
+    ]
 
 
 async def test_a_new_database_gets_the_legacy_schema_and_records_every_migration(
@@ -199,8 +220,23 @@ async def test_a_database_part_way_through_the_legacy_versions_gets_the_rest(
     await store.open()
     try:
         now = int(time.time())
-        payment = Payment("pay_new", "cd" * 32, "lnbcrt1", "vote", 1000, PaymentStatus.UNPAID,
-                          now, now - 10, None, None, "00", "11", "d", "", "http")
+        payment = Payment(
+            "pay_new",
+            "cd" * 32,
+            "lnbcrt1",
+            "vote",
+            1000,
+            PaymentStatus.UNPAID,
+            now,
+            now - 10,
+            None,
+            None,
+            "00",
+            "11",
+            "d",
+            "",
+            "http",
+        )
         await store.payments.insert(payment)
         assert await store.payments.prune_unpaid(now) == 1
         assert await store.votes.counts() == {}

@@ -47,7 +47,8 @@ def _paid_payment() -> Payment:
 
 
 async def test_spend_while_another_connection_holds_the_write_lock(
-    store: Store, tmp_path: Path,
+    store: Store,
+    tmp_path: Path,
 ) -> None:
     payment = _paid_payment()
     await store.payments.insert(payment)
@@ -124,7 +125,8 @@ async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> No
 
 
 async def test_wal_stays_bounded_under_a_stream_of_inline_writes(
-    store: Store, tmp_path: Path,
+    store: Store,
+    tmp_path: Path,
 ) -> None:
     payments = [_paid_payment() for _ in range(2500)]
     for p in payments:
@@ -135,7 +137,6 @@ async def test_wal_stays_bounded_under_a_stream_of_inline_writes(
     # Without the store's checkpoints these 5000 commits leave ~50 MB of WAL; with
     # them it never holds more than ~1000 commits' pages (an insert writes ~3).
     assert wal.stat().st_size <= 16 * 1024 * 1024
-
 
 
 async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None:
@@ -182,7 +183,8 @@ async def _add_commit_probe(store: Store) -> None:
 
 
 async def test_the_writes_of_one_loop_iteration_share_one_commit(
-    store: Store, tmp_path: Path,
+    store: Store,
+    tmp_path: Path,
 ) -> None:
     payments = [_paid_payment() for _ in range(40)]
     for p in payments:
@@ -214,7 +216,8 @@ async def test_the_writes_of_one_loop_iteration_share_one_commit(
 
 
 async def test_a_write_is_not_visible_or_returned_before_its_commit(
-    store: Store, tmp_path: Path,
+    store: Store,
+    tmp_path: Path,
 ) -> None:
     payment = _paid_payment()
     await store.payments.insert(payment)
@@ -298,7 +301,8 @@ async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began
 
 
 async def test_a_cancelled_writer_cancels_nobody_else_and_its_write_still_commits(
-    store: Store, tmp_path: Path,
+    store: Store,
+    tmp_path: Path,
 ) -> None:
     first, second = _paid_payment(), _paid_payment()
     for p in (first, second):

@@ -67,10 +67,14 @@ async def _refused_before_invoice(
 
 
 async def test_spanish_to_english(client: httpx.AsyncClient) -> None:
-    out = await _translate(client, {
-        "text": "El perro come pan en la casa de mi madre.",
-        "sourceLanguage": "Spanish", "targetLanguage": "en",
-    })
+    out = await _translate(
+        client,
+        {
+            "text": "El perro come pan en la casa de mi madre.",
+            "sourceLanguage": "Spanish",
+            "targetLanguage": "en",
+        },
+    )
     words = out["translatedText"].lower()
     for word in ("dog", "eats", "bread", "house", "mother"):
         assert word in words, out
@@ -78,35 +82,55 @@ async def test_spanish_to_english(client: httpx.AsyncClient) -> None:
 
 
 async def test_english_to_catalan_and_portuguese_to_spanish(client: httpx.AsyncClient) -> None:
-    catalan = await _translate(client, {
-        "text": "The house is big.", "sourceLanguage": "en", "targetLanguage": "Catalan",
-    })
+    catalan = await _translate(
+        client,
+        {
+            "text": "The house is big.",
+            "sourceLanguage": "en",
+            "targetLanguage": "Catalan",
+        },
+    )
     assert "casa" in catalan["translatedText"] and "és" in catalan["translatedText"], catalan
-    spanish = await _translate(client, {
-        "text": "O gato come peixe todos os dias.", "sourceLanguage": "pt-BR",
-        "targetLanguage": "es",
-    })
+    spanish = await _translate(
+        client,
+        {
+            "text": "O gato come peixe todos os dias.",
+            "sourceLanguage": "pt-BR",
+            "targetLanguage": "es",
+        },
+    )
     assert "El gato come pez todos los días" in spanish["translatedText"], spanish
 
 
 async def test_source_language_is_detected(client: httpx.AsyncClient) -> None:
-    out = await _translate(client, {
-        "text": "Le chat mange du poisson tous les jours dans la cuisine de la maison.",
-        "sourceLanguage": "auto", "targetLanguage": "es",
-    })
+    out = await _translate(
+        client,
+        {
+            "text": "Le chat mange du poisson tous les jours dans la cuisine de la maison.",
+            "sourceLanguage": "auto",
+            "targetLanguage": "es",
+        },
+    )
     assert out["sourceLanguage"] == "fr"
     assert "gato" in out["translatedText"] and "pescado" in out["translatedText"], out
-    omitted = await _translate(client, {
-        "text": "Mañana vamos a la playa con los niños y comemos pescado.",
-        "targetLanguage": "en",
-    })
+    omitted = await _translate(
+        client,
+        {
+            "text": "Mañana vamos a la playa con los niños y comemos pescado.",
+            "targetLanguage": "en",
+        },
+    )
     assert omitted["sourceLanguage"] == "es"
     assert "beach" in omitted["translatedText"] and "tomorrow" in omitted["translatedText"].lower()
     # A few words fit many languages: the likeliest one this node translates from (the
     # spec's own example, and a greeting no identifier can place by itself).
     example = await _translate(client, {"text": "Good morning", "targetLanguage": "es"})
-    assert example == {"translatedText": "Buenos días", "sourceLanguage": "en",
-                       "targetLanguage": "es", "untrusted_output": True}
+    assert example == {
+        "translatedText": "Buenos días",
+        "sourceLanguage": "en",
+        "targetLanguage": "es",
+        "untrusted_output": True,
+    }
     hola = await _translate(client, {"text": "Hola", "targetLanguage": "en"})
     assert hola["translatedText"] == "Hello" and hola["sourceLanguage"] == "es"
 
@@ -121,26 +145,32 @@ async def test_pairs_this_node_lacks_are_refused_before_any_invoice(
     assert "German" in error["error"] and "es->en" in error["error"]
     # A known target from a source it is not translated from here.
     error = await _refused_before_invoice(
-        client, "translate-text",
+        client,
+        "translate-text",
         {"text": "Bonjour", "sourceLanguage": "fr", "targetLanguage": "en"},
     )
     assert "from French" in error["error"] or "not from French" in error["error"]
     # No source given, and the text reads as a language not served into English.
     error = await _refused_before_invoice(
-        client, "translate-text",
-        {"text": "Der Hund schläft heute im Garten hinter dem großen Haus.",
-         "targetLanguage": "en"},
+        client,
+        "translate-text",
+        {
+            "text": "Der Hund schläft heute im Garten hinter dem großen Haus.",
+            "targetLanguage": "en",
+        },
     )
     assert "German (de)" in error["error"] and "sourceLanguage" in error["error"]
     # A pinned text model: the local engine is no text model.
     error = await _refused_before_invoice(
-        client, "translate-text",
+        client,
+        "translate-text",
         {"text": "Hola", "sourceLanguage": "es", "targetLanguage": "en", "modelId": 31},
     )
     assert "model 31" in error["error"]
     # The EPUB service checks its pair the same way.
     await _refused_before_invoice(
-        client, "translate-epub",
+        client,
+        "translate-epub",
         {"epubBase64": _b64(_epub()), "sourceLanguage": "es", "targetLanguage": "de"},
     )
 
@@ -157,9 +187,15 @@ async def test_a_translation_past_its_time_limit_is_refunded(
     hasty_server: ThreadedServer,
 ) -> None:
     async for client in http_client(hasty_server):
-        resp = await _paid(client, "translate-text", {
-            "text": "El perro come pan. " * 200, "sourceLanguage": "es", "targetLanguage": "en",
-        })
+        resp = await _paid(
+            client,
+            "translate-text",
+            {
+                "text": "El perro come pan. " * 200,
+                "sourceLanguage": "es",
+                "targetLanguage": "en",
+            },
+        )
         assert resp.status_code != 200, resp.text
         error = resp.json()
         assert error["error_code"] == "TIMEOUT", error
@@ -220,12 +256,16 @@ def _epub(paragraphs: int = 3) -> bytes:
         book.writestr("META-INF/container.xml", _CONTAINER)
         book.writestr("OEBPS/content.opf", _OPF)
         for n, (title, text) in enumerate(
-            [("La casa", "La casa es grande y está cerca del río. Bebo caf&eacute;."),
-             ("El perro", "El perro come pan en la cocina de mi madre.")], start=1
+            [
+                ("La casa", "La casa es grande y está cerca del río. Bebo caf&eacute;."),
+                ("El perro", "El perro come pan en la cocina de mi madre."),
+            ],
+            start=1,
         ):
             body = "\n".join(f"<p>{text}</p>" for _ in range(paragraphs * n))
             book.writestr(
-                f"OEBPS/text/c{n}.xhtml", _CHAPTER.format(title=title, n=n, paragraphs=body),
+                f"OEBPS/text/c{n}.xhtml",
+                _CHAPTER.format(title=title, n=n, paragraphs=body),
                 compress_type=zipfile.ZIP_DEFLATED,
             )
         book.writestr("OEBPS/text/style.css", "h1 { color: navy }")
@@ -251,9 +291,14 @@ async def _job_result(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[s
 
 async def test_epub_round_trip(client: httpx.AsyncClient) -> None:
     original = _epub()
-    done = await _job_result(client, {
-        "epubBase64": _b64(original), "targetLanguage": "English", "fileName": "libro.epub",
-    })
+    done = await _job_result(
+        client,
+        {
+            "epubBase64": _b64(original),
+            "targetLanguage": "English",
+            "fileName": "libro.epub",
+        },
+    )
     assert done["status"] == "COMPLETED", done
     result = done["result"]
     assert result["fileName"] == "libro.en.epub"
@@ -295,9 +340,14 @@ async def test_epub_round_trip(client: httpx.AsyncClient) -> None:
 
 
 async def test_epub_with_a_given_source_and_a_second_pair(client: httpx.AsyncClient) -> None:
-    done = await _job_result(client, {
-        "epubBase64": _b64(_epub(1)), "sourceLanguage": "es", "targetLanguage": "pt",
-    })
+    done = await _job_result(
+        client,
+        {
+            "epubBase64": _b64(_epub(1)),
+            "sourceLanguage": "es",
+            "targetLanguage": "pt",
+        },
+    )
     assert done["status"] == "COMPLETED", done
     data = (await client.get(done["result"]["url"])).content
     with zipfile.ZipFile(io.BytesIO(data)) as book:
@@ -317,26 +367,54 @@ def test_long_bodies_are_cut_after_block_ends() -> None:
 
 
 def test_mode_names_map_to_language_pairs() -> None:
-    pairs = apertium.find_pairs([
-        "spa-eng", "spa-eng_US", "eng-cat_valencia", "eng-cat", "es-pt", "es-pt_BR",
-        "hbs-eng", "eng-hbs", "eng-hbs_SR", "eng-hbs_HR", "Cyrl-Latn", "eco-es-fr",
-        "en-eo-bytecode", "nno-nob", "oc-ca", "xyz-eng",
-    ])
+    pairs = apertium.find_pairs(
+        [
+            "spa-eng",
+            "spa-eng_US",
+            "eng-cat_valencia",
+            "eng-cat",
+            "es-pt",
+            "es-pt_BR",
+            "hbs-eng",
+            "eng-hbs",
+            "eng-hbs_SR",
+            "eng-hbs_HR",
+            "Cyrl-Latn",
+            "eco-es-fr",
+            "en-eo-bytecode",
+            "nno-nob",
+            "oc-ca",
+            "xyz-eng",
+        ]
+    )
     assert pairs == {
-        ("es", "en"): "spa-eng", ("en", "ca"): "eng-cat", ("es", "pt"): "es-pt",
-        ("sr", "en"): "hbs-eng", ("hr", "en"): "hbs-eng", ("bs", "en"): "hbs-eng",
-        ("en", "sr"): "eng-hbs_SR", ("en", "hr"): "eng-hbs_HR",
+        ("es", "en"): "spa-eng",
+        ("en", "ca"): "eng-cat",
+        ("es", "pt"): "es-pt",
+        ("sr", "en"): "hbs-eng",
+        ("hr", "en"): "hbs-eng",
+        ("bs", "en"): "hbs-eng",
+        ("en", "sr"): "eng-hbs_SR",
+        ("en", "hr"): "eng-hbs_HR",
     }
 
 
 async def test_an_epub_in_a_language_not_served_is_never_translated_and_charged(
     client: httpx.AsyncClient,
 ) -> None:
-    german = _epub().replace(b"La casa es grande y est\xc3\xa1 cerca del r\xc3\xado.",
-                             "Das Haus ist groß und steht nahe am Fluss.".encode())
-    german = _epub_with(german, "OEBPS/text/c2.xhtml", _CHAPTER.format(
-        title="Der Hund", n=2, paragraphs="<p>Der Hund frisst heute Brot in der Küche.</p>" * 6,
-    ))
+    german = _epub().replace(
+        b"La casa es grande y est\xc3\xa1 cerca del r\xc3\xado.",
+        "Das Haus ist groß und steht nahe am Fluss.".encode(),
+    )
+    german = _epub_with(
+        german,
+        "OEBPS/text/c2.xhtml",
+        _CHAPTER.format(
+            title="Der Hund",
+            n=2,
+            paragraphs="<p>Der Hund frisst heute Brot in der Küche.</p>" * 6,
+        ),
+    )
     body = {"epubBase64": _b64(german), "targetLanguage": "en"}
     first = await client.post("/api/l402/translate-epub", json=body)
     if first.status_code == 503:  # refused before any invoice: the book's language read first
@@ -379,7 +457,9 @@ async def test_api_languages_says_which_pairs_this_node_translates(
 def test_epub_reading_and_writing_in_process() -> None:
     book = epub_translation.read_epub(_epub(1))
     assert [d.name for d in book.documents] == [
-        "OEBPS/text/c1.xhtml", "OEBPS/text/c2.xhtml", "OEBPS/toc.ncx",
+        "OEBPS/text/c1.xhtml",
+        "OEBPS/text/c2.xhtml",
+        "OEBPS/toc.ncx",
     ]
     assert book.opf == "OEBPS/content.opf"
     assert "La casa es grande" in book.sample() and "<p>" not in book.sample()
@@ -388,24 +468,24 @@ def test_epub_reading_and_writing_in_process() -> None:
     assert book.documents[1].xml_ok and book.documents[1].encoding == "utf-8"
     # A translation that breaks a well-formed document is refused (the book would not open).
     with pytest.raises(epub_translation.EpubError, match=r"c2\.xhtml"):
-        epub_translation.write_epub(
-            _epub(1), book, {"OEBPS/text/c2.xhtml": "<p>unclosed"}, "en"
-        )
+        epub_translation.write_epub(_epub(1), book, {"OEBPS/text/c2.xhtml": "<p>unclosed"}, "en")
     # Without dc:language, the package gains one; only translated documents change.
     no_language = _epub_with(
         _epub(1), "OEBPS/content.opf", _OPF.replace("<dc:language>es</dc:language>", "")
     )
     book = epub_translation.read_epub(no_language)
     out = epub_translation.write_epub(no_language, book, {}, "ca")
-    with zipfile.ZipFile(io.BytesIO(out)) as written, \
-            zipfile.ZipFile(io.BytesIO(no_language)) as source:
+    with (
+        zipfile.ZipFile(io.BytesIO(out)) as written,
+        zipfile.ZipFile(io.BytesIO(no_language)) as source,
+    ):
         assert "<dc:language>ca</dc:language>" in written.read("OEBPS/content.opf").decode()
         assert written.read("OEBPS/text/c2.xhtml") == source.read("OEBPS/text/c2.xhtml")
 
 
-@pytest.mark.parametrize("data", [b"PK not a zip", _epub_with(
-    _epub(1), "META-INF/container.xml", "<container/>"
-)])
+@pytest.mark.parametrize(
+    "data", [b"PK not a zip", _epub_with(_epub(1), "META-INF/container.xml", "<container/>")]
+)
 def test_what_is_no_epub_is_refused(data: bytes) -> None:
     with pytest.raises(epub_translation.EpubError):
         epub_translation.read_epub(data)
@@ -425,8 +505,11 @@ def test_this_node_translation_with_a_provider_or_without_any_engine() -> None:
     assert _here("de", provider) == {"into": True, "from": None}  # any source
     with ThreadPoolExecutor(max_workers=1) as pool:
         bare = build_engines(
-            Settings(), ENGINE_NAMES, EngineDeps(Settings(), CpuRunner(pool, 1.0)),
-            provider_kinds={}, local_engines=(),
+            Settings(),
+            ENGINE_NAMES,
+            EngineDeps(Settings(), CpuRunner(pool, 1.0)),
+            provider_kinds={},
+            local_engines=(),
         )
     none = _this_node(bare)
     assert none == {"available": False, "source": None, "pairs": []}

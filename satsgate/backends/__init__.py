@@ -34,10 +34,15 @@ def make_backend(settings: Settings) -> LightningBackend:
 
         return ClnBackend(settings.cln_rpc, settings.network)
     if settings.backend == "lnd":
-        missing = [flag for flag, value in (("--lnd-grpc HOST:PORT", settings.lnd_grpc),
-                                            ("--lnd-tls-cert PATH", settings.lnd_tls_cert),
-                                            ("--lnd-macaroon PATH", settings.lnd_macaroon))
-                   if not value]
+        missing = [
+            flag
+            for flag, value in (
+                ("--lnd-grpc HOST:PORT", settings.lnd_grpc),
+                ("--lnd-tls-cert PATH", settings.lnd_tls_cert),
+                ("--lnd-macaroon PATH", settings.lnd_macaroon),
+            )
+            if not value
+        ]
         if missing:
             raise BackendConfigError(f"--backend lnd needs {', '.join(missing)}")
         try:
@@ -46,6 +51,7 @@ def make_backend(settings: Settings) -> LightningBackend:
             raise BackendConfigError(
                 f"--backend lnd needs the lnd extra (pip install 'satsgate[lnd]'): {exc}"
             ) from None
-        return LndBackend(settings.lnd_grpc, settings.lnd_tls_cert, settings.lnd_macaroon,
-                          settings.network)
+        return LndBackend(
+            settings.lnd_grpc, settings.lnd_tls_cert, settings.lnd_macaroon, settings.network
+        )
     raise BackendConfigError(f"unknown backend {settings.backend!r}; use dev, cln or lnd")

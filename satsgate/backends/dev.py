@@ -306,7 +306,11 @@ class DevBackend:
         )
 
     def _record_outgoing(
-        self, payment_hash: str, bolt11: str, amount_msat: int, state: PaymentState,
+        self,
+        payment_hash: str,
+        bolt11: str,
+        amount_msat: int,
+        state: PaymentState,
         fee_msat: int = 0,
     ) -> PaymentResult:
         db = self._db()
@@ -325,8 +329,7 @@ class DevBackend:
                 (payment_hash, bolt11, amount_msat, paid_fee, state.value, int(time.time())),
             )
         if state is PaymentState.FAILED:
-            return PaymentResult(payment_hash, state, amount_msat,
-                                 failure_reason=DEV_NO_ROUTE)
+            return PaymentResult(payment_hash, state, amount_msat, failure_reason=DEV_NO_ROUTE)
         return PaymentResult(payment_hash, state, amount_msat, fee_msat=paid_fee)
 
     async def lookup_payment(self, payment_hash: str) -> PaymentResult:
@@ -345,8 +348,13 @@ class DevBackend:
                 payment_hash, PaymentState.FAILED, failure_reason="no such payment"
             )
         state = PaymentState(row[0])
-        return PaymentResult(payment_hash, state, row[1], row[2], failure_reason=(
-            DEV_NO_ROUTE if state is PaymentState.FAILED else None))
+        return PaymentResult(
+            payment_hash,
+            state,
+            row[1],
+            row[2],
+            failure_reason=(DEV_NO_ROUTE if state is PaymentState.FAILED else None),
+        )
 
     async def complete_pending(self, succeed: bool = True) -> int:
         """Resolve every pending outgoing payment (dev and tests); returns how many."""

@@ -91,9 +91,11 @@ def _this_node(engines: Engines, name: str = "translation") -> dict[str, Any]:
         engine: Any = binding.engine
         listed: Iterable[tuple[str, str]] = engine.language_pairs()
         pairs.update(listed)
-    doc["pairs"] = None if pairs is None else [
-        {"source": source, "target": target} for source, target in sorted(pairs)
-    ]
+    doc["pairs"] = (
+        None
+        if pairs is None
+        else [{"source": source, "target": target} for source, target in sorted(pairs)]
+    )
     return doc
 
 

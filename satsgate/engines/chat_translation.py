@@ -73,8 +73,9 @@ def split_html(text: str, limit: int = CHUNK_CHARS) -> list[str]:
     if len(text) <= limit:
         return [text]
     pieces = _BLOCK_END.split(text)  # text, end tag, text, end tag, ..., text
-    parts = [pieces[i] + (pieces[i + 1] if i + 1 < len(pieces) else "")
-             for i in range(0, len(pieces), 2)]
+    parts = [
+        pieces[i] + (pieces[i + 1] if i + 1 < len(pieces) else "") for i in range(0, len(pieces), 2)
+    ]
     chunks: list[str] = []
     current = ""
     for part in parts:

@@ -71,16 +71,14 @@ def parse_providers(
             raise EngineConfigError(f"{where} must be a table")
         kind = table.get("kind")
         if not isinstance(kind, str) or not kind:
-            raise EngineConfigError(f"{where} needs kind = \"...\"")
+            raise EngineConfigError(f'{where} needs kind = "..."')
         api_key = table.get("api_key", "")
         key_env = table.get("api_key_env")
         if key_env is not None:
             if api_key:
                 raise EngineConfigError(f"{where}: give api_key or api_key_env, not both")
             if not isinstance(key_env, str) or key_env not in env:
-                raise EngineConfigError(
-                    f"{where}: api_key_env names {key_env!r}, which is not set"
-                )
+                raise EngineConfigError(f"{where}: api_key_env names {key_env!r}, which is not set")
             api_key = env[key_env]
         if not isinstance(api_key, str):
             raise EngineConfigError(f"{where}: api_key must be a string")
@@ -118,17 +116,17 @@ def parse_routes(raw: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
             continue
         if isinstance(value, str) and value:
             routes[engine] = (value,)
-        elif isinstance(value, list | tuple) and value and all(
-            isinstance(v, str) and v for v in value
+        elif (
+            isinstance(value, list | tuple)
+            and value
+            and all(isinstance(v, str) and v for v in value)
         ):
             routes[engine] = tuple(value)
         elif isinstance(value, Mapping):
             raise EngineConfigError(
                 f"[engines.{engine}] is a table; engines name providers now: write "
-                f"[providers.NAME] with kind = ..., and [engines] {engine} = \"NAME\""
+                f'[providers.NAME] with kind = ..., and [engines] {engine} = "NAME"'
             )
         else:
-            raise EngineConfigError(
-                f"[engines] {engine} must be a provider name or a list of them"
-            )
+            raise EngineConfigError(f"[engines] {engine} must be a provider name or a list of them")
     return routes

@@ -60,9 +60,7 @@ def run_with_time_limit(limit_s: float, fn: Callable[..., R], *args: Any) -> R:
 
 async def run_cpu_job(pool: Executor, limit_s: float, fn: Callable[..., R], *args: Any) -> R:
     """``fn(*args)`` in ``pool`` within ``limit_s`` seconds; raises CpuTimeLimitExceeded."""
-    job = asyncio.get_running_loop().run_in_executor(
-        pool, run_with_time_limit, limit_s, fn, *args
-    )
+    job = asyncio.get_running_loop().run_in_executor(pool, run_with_time_limit, limit_s, fn, *args)
     try:
         return await asyncio.wait_for(job, limit_s + _GRACE_S)
     except TimeoutError:

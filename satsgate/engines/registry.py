@@ -160,9 +160,7 @@ class Engines:
         """The built provider of ``[providers.NAME]``; None when no engine routes to it."""
         return self._named.get(name)
 
-    def unsupported(
-        self, name: str, request: object, *, model_id: int | None = None
-    ) -> str | None:
+    def unsupported(self, name: str, request: object, *, model_id: int | None = None) -> str | None:
         """None when a binding of ``name`` (serving ``model_id``) can serve ``request``;
         else why not (the first binding's reason). See Binding.unsupported."""
         reasons = []
@@ -218,7 +216,9 @@ class Engines:
                     raise
                 log.warning(
                     "engine %s: %s failed (%s); trying the next provider",
-                    name, binding.label, exc.code,
+                    name,
+                    binding.label,
+                    exc.code,
                 )
         raise AssertionError("unreachable")
 
@@ -286,7 +286,10 @@ def build_engines(
                 )
             bindings[engine] = tuple(chain)
             statuses[engine] = EngineStatus(
-                engine, True, "provider", ", ".join(b.label for b in chain),
+                engine,
+                True,
+                "provider",
+                ", ".join(b.label for b in chain),
                 providers=routes[engine],
             )
             continue
@@ -300,8 +303,6 @@ def build_engines(
                 engine, False, "local", local.label, reason=f"{NO_PROVIDER}; {missing}"
             )
             continue
-        bindings[engine] = (
-            Binding(local.build(deps), "local", local.label, models=local.models),
-        )
+        bindings[engine] = (Binding(local.build(deps), "local", local.label, models=local.models),)
         statuses[engine] = EngineStatus(engine, True, "local", local.label)
     return Engines(bindings, statuses, built.values(), named=built)

@@ -50,7 +50,9 @@ class TranscribeThenTranslate:
     ) -> SpeechTranslationResult:
         heard = await self.transcriber.transcribe(
             TranscriptionRequest(
-                audio=request.audio, format=request.format, language=request.source_language,
+                audio=request.audio,
+                format=request.format,
+                language=request.source_language,
                 model_name=request.model_name,
             )
         )

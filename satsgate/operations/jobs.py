@@ -91,9 +91,7 @@ def untrusted(env: OperationEnv, job: Job) -> bool:
     return marked or (spec is not None and spec.untrusted_output)
 
 
-async def _payer_asks(
-    env: OperationEnv, job: Job, call: Call, payment_id: str | None
-) -> bool:
+async def _payer_asks(env: OperationEnv, job: Job, call: Call, payment_id: str | None) -> bool:
     """The caller proved the job's payment: the credential it was paid with (HTTP) or,
     for a payment made with create_payment, its paymentId (satsgate.payments.proof)."""
     if job.status is not JobStatus.FAILED:

@@ -251,9 +251,7 @@ class Challenger:
         """The payment hash a checkout token names, or None for a token satsgate did not
         mint."""
         match = _CHECKOUT_TOKEN.match(token)
-        if match is None or not hmac.compare_digest(
-            match[2], self._checkout_mac(match[1])
-        ):
+        if match is None or not hmac.compare_digest(match[2], self._checkout_mac(match[1])):
             return None
         return match[1]
 

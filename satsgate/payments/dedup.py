@@ -136,8 +136,13 @@ class DedupCache:
             body = outcome.body
             size = len(body) if isinstance(body, (str, bytes)) else _rough_size(body)
             self._finished[key] = (
-                sequence, now, size, outcome.status, outcome.content_type,
-                tuple(outcome.headers.items()), outcome.charged_msat,
+                sequence,
+                now,
+                size,
+                outcome.status,
+                outcome.content_type,
+                tuple(outcome.headers.items()),
+                outcome.charged_msat,
             )
             self._outcomes[key] = body
             self._bytes += size

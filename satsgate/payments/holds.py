@@ -184,8 +184,11 @@ class Holds:
             never_paid = payment.status is PaymentStatus.UNPAID
             final = "expired" if never_paid else "canceled"
             if await self._holds.choose_cancel(payment.payment_hash, now, final=final):
-                log.log(logging.INFO if never_paid else logging.WARNING,
-                        "hold %s was canceled by the node", payment.payment_hash)
+                log.log(
+                    logging.INFO if never_paid else logging.WARNING,
+                    "hold %s was canceled by the node",
+                    payment.payment_hash,
+                )
             return
         if payment.status is PaymentStatus.UNPAID:
             if status.state == "open":

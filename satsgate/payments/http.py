@@ -53,7 +53,9 @@ BodyTransform = Callable[[Any], Any]
 
 
 async def handle_paid_call(
-    request: web.Request, gate: Gate, spec: ServiceSpec[Any],
+    request: web.Request,
+    gate: Gate,
+    spec: ServiceSpec[Any],
     transform: BodyTransform | None = None,
 ) -> web.Response:
     """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first."""
@@ -88,7 +90,11 @@ async def handle_paid_call(
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
         check_challenge(request)
         return await _fresh_challenge(
-            gate, spec, params, "PAYMENT_INVALID", f"The credential was not accepted: {exc}.",
+            gate,
+            spec,
+            params,
+            "PAYMENT_INVALID",
+            f"The credential was not accepted: {exc}.",
             "verification-failed",
         )
     except ApiError as exc:

@@ -49,8 +49,7 @@ def preimage_of(authorization: Sequence[str]) -> str | None:
             payload = doc.get("payload") if isinstance(doc, dict) else None
             preimage = payload.get("preimage") if isinstance(payload, dict) else None
             return preimage if isinstance(preimage, str) else None
-    except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError,
-            ValueError):
+    except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError, ValueError):
         return None
     return None
 
@@ -64,8 +63,10 @@ def proves(
 ) -> bool:
     """The caller showed it owns ``payment``: its preimage (given, or in its credential),
     or, for a payment created through MCP only, its paymentId."""
-    if payment.via == "mcp" and payment_id is not None and hmac.compare_digest(
-        payment_id, payment.payment_id
+    if (
+        payment.via == "mcp"
+        and payment_id is not None
+        and hmac.compare_digest(payment_id, payment.payment_id)
     ):
         return True
     if preimage_proves(payment, preimage):

@@ -111,9 +111,13 @@ class Settlements:
                     )
                     cursor = s.cursor
                     if s.settled_at < started_at:  # paid while satsgate was not watching
-                        log.info("applied a settlement made before this start: %d msat,"
-                                 " payment hash %s (cursor %d)", s.amount_received_msat,
-                                 s.payment_hash, s.cursor)
+                        log.info(
+                            "applied a settlement made before this start: %d msat,"
+                            " payment hash %s (cursor %d)",
+                            s.amount_received_msat,
+                            s.payment_hash,
+                            s.cursor,
+                        )
                     self.notify_paid(s.payment_hash)
                     backoff = 1.0
             except asyncio.CancelledError:

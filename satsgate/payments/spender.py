@@ -200,7 +200,10 @@ class Spender:
                 "paymentId alone spends only payments made with create_payment.",
             )
         return await self._deduplicated(
-            payment.payment_hash, spec, params, lambda: self.execute(payment, spec, params),
+            payment.payment_hash,
+            spec,
+            params,
+            lambda: self.execute(payment, spec, params),
             use_cache,
         )
 
@@ -394,7 +397,10 @@ class Spender:
         except EngineError as exc:
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
             raise ApiError(
-                exc.code, exc.message, refund=refund, extra=exc.envelope_extra(),
+                exc.code,
+                exc.message,
+                refund=refund,
+                extra=exc.envelope_extra(),
                 headers=exc.http_headers(),
             ) from exc
         except asyncio.CancelledError:
@@ -455,8 +461,10 @@ class Spender:
         waited for, not made again). False when the payment is not serving, or is a hold
         payment (whose held HTLC a restart cannot vouch for): the orphan path answers it."""
         payment = await self._payments.get(job.payment_id)
-        if payment is None or payment.status is not PaymentStatus.SERVING or (
-            payment.mode == "hold"
+        if (
+            payment is None
+            or payment.status is not PaymentStatus.SERVING
+            or (payment.mode == "hold")
         ):
             return False
         work, refund = self._job_work(payment, spec, params, spec.quote_sats(params) * 1000)
@@ -468,7 +476,8 @@ class Spender:
     ) -> tuple[JobWork, FailureRefund]:
         async def work(report: Progress) -> dict[str, Any]:
             ctx = self._contexts.for_call(
-                payment.payment_id, progress=report,
+                payment.payment_id,
+                progress=report,
                 job_state=self._jobs.state_for(payment.payment_id),
             )
             result = await self._run_handler(payment, spec, params, price_msat, ctx)
@@ -490,9 +499,7 @@ class Spender:
         payment = await self._payments.get(job.payment_id)
         if payment is None:
             return None
-        refund = await self._refund_after_spend(
-            payment, payment.amount_msat, "job lost in restart"
-        )
+        refund = await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")
         return refund or await self._refunds.latest_refund(payment.payment_id)
 
     async def refund_unanswered(self) -> int:

@@ -63,10 +63,12 @@ class SatsgatePlugin:
             self.plugin.add_option(opt.name, opt.default, opt.description, opt_type=opt.opt_type)
         self.plugin.init()(self._make_init())
         # pyln reads a method's description from its docstring.
-        for name, func in (("satsgate-status", self._make_status()),
-                           ("satsgate-refund", self._make_refund()),
-                           ("satsgate-ledger", self._make_ledger()),
-                           ("satsgate-operator-token", self._make_operator_token())):
+        for name, func in (
+            ("satsgate-status", self._make_status()),
+            ("satsgate-refund", self._make_refund()),
+            ("satsgate-ledger", self._make_ledger()),
+            ("satsgate-operator-token", self._make_operator_token()),
+        ):
             self.plugin.add_method(name, func, background=True, description=func.__doc__)
         self.plugin.add_subscription("shutdown", self._make_shutdown())
 
@@ -95,8 +97,9 @@ class SatsgatePlugin:
     # pyln binds parameters by name and shows them as usage: plain functions, not methods.
 
     def _make_init(self) -> Any:
-        def init(options: dict[str, Any], configuration: dict[str, Any],
-                 plugin: Any, **kwargs: Any) -> dict[str, str] | None:
+        def init(
+            options: dict[str, Any], configuration: dict[str, Any], plugin: Any, **kwargs: Any
+        ) -> dict[str, str] | None:
             try:
                 cfg = settings_from_init(options, configuration)
             except PluginConfigError as exc:
@@ -112,16 +115,23 @@ class SatsgatePlugin:
                 return self._disable(f"cannot start satsgate: {exc}")
             self.service = service
             freeze_startup_heap()
-            log.info("satsgate started: listening on %s, public address %s (network %s,"
-                     " data %s); operator dashboard at %s/operator (token: lightning-cli"
-                     " satsgate-operator-token)", url, cfg.settings.public_base_url,
-                     cfg.settings.network, cfg.settings.data_dir, cfg.settings.public_base_url)
+            log.info(
+                "satsgate started: listening on %s, public address %s (network %s,"
+                " data %s); operator dashboard at %s/operator (token: lightning-cli"
+                " satsgate-operator-token)",
+                url,
+                cfg.settings.public_base_url,
+                cfg.settings.network,
+                cfg.settings.data_dir,
+                cfg.settings.public_base_url,
+            )
             return None
 
         return init
 
-    def _answer(self, request: Any,
-                coro_factory: Callable[[ServiceThread], Awaitable[dict[str, Any]]]) -> None:
+    def _answer(
+        self, request: Any, coro_factory: Callable[[ServiceThread], Awaitable[dict[str, Any]]]
+    ) -> None:
         from .service import OperatorError, reply_when_done
 
         service = self.service
@@ -146,14 +156,17 @@ class SatsgatePlugin:
     def _make_refund(self) -> Any:
         # plugin and request first: pyln injects them by position, and a missing
         # payment_id must not shift them (lightning-cli satsgate-refund with no argument).
-        def refund(plugin: Any = None, request: Any = None, payment_id: str = "",
-                   **kwargs: Any) -> None:
+        def refund(
+            plugin: Any = None, request: Any = None, payment_id: str = "", **kwargs: Any
+        ) -> None:
             """Refund a payment by its payment id, as a one-time LNURL-withdraw link."""
             if not str(payment_id).strip():
-                request.set_exception(RpcException(
-                    "usage: satsgate-refund <payment_id> (the id is in the call's refund "
-                    "object, its 402 body and satsgate-status)"
-                ))
+                request.set_exception(
+                    RpcException(
+                        "usage: satsgate-refund <payment_id> (the id is in the call's refund "
+                        "object, its 402 body and satsgate-status)"
+                    )
+                )
                 return
             self._answer(request, lambda service: service.refund(str(payment_id)))
 

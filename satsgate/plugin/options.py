@@ -34,16 +34,37 @@ class PluginOption:
 
 
 OPTIONS = (
-    PluginOption("satsgate-host", "host", "127.0.0.1",
-                 "Address the satsgate HTTP service listens on (default 127.0.0.1)."),
-    PluginOption("satsgate-port", "port", 8402,
-                 "TCP port of the satsgate HTTP service (default 8402).", "int"),
-    PluginOption("satsgate-data-dir", "data_dir", "",
-                 "satsgate's data directory (empty: <lightning-dir>/satsgate-data)."),
-    PluginOption("satsgate-base-url", "base_url", "",
-                 "Public base URL used in links (empty: http://<host>:<port>)."),
-    PluginOption("satsgate-config", "", "",
-                 "Path of a satsgate TOML settings file; relative to the lightning-dir."),
+    PluginOption(
+        "satsgate-host",
+        "host",
+        "127.0.0.1",
+        "Address the satsgate HTTP service listens on (default 127.0.0.1).",
+    ),
+    PluginOption(
+        "satsgate-port",
+        "port",
+        8402,
+        "TCP port of the satsgate HTTP service (default 8402).",
+        "int",
+    ),
+    PluginOption(
+        "satsgate-data-dir",
+        "data_dir",
+        "",
+        "satsgate's data directory (empty: <lightning-dir>/satsgate-data).",
+    ),
+    PluginOption(
+        "satsgate-base-url",
+        "base_url",
+        "",
+        "Public base URL used in links (empty: http://<host>:<port>).",
+    ),
+    PluginOption(
+        "satsgate-config",
+        "",
+        "",
+        "Path of a satsgate TOML settings file; relative to the lightning-dir.",
+    ),
 )
 
 
@@ -67,8 +88,11 @@ def _explicit_keys(config_file: Path | None, environ: Mapping[str, str]) -> set[
     return keys
 
 
-def settings_from_init(options: Mapping[str, Any], configuration: Mapping[str, Any],
-                       environ: Mapping[str, str] | None = None) -> InitConfig:
+def settings_from_init(
+    options: Mapping[str, Any],
+    configuration: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+) -> InitConfig:
     """Settings for the service from lightningd's ``init`` message.
 
     Raises PluginConfigError on an unreadable config file or when a network
@@ -96,7 +120,7 @@ def settings_from_init(options: Mapping[str, Any], configuration: Mapping[str, A
         raise PluginConfigError(
             f"network mismatch: this node runs on {node_network} but satsgate is"
             f" configured for {settings.network}; refusing to start. Fix: set network ="
-            f" \"{node_network}\" in the satsgate config file (or SATSGATE_NETWORK), or remove"
+            f' "{node_network}" in the satsgate config file (or SATSGATE_NETWORK), or remove'
             " it: under Core Lightning satsgate follows the node's network"
         )
     settings = dataclasses.replace(settings, network=node_network)

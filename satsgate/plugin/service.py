@@ -35,8 +35,9 @@ class ServiceThread:
         self.settings = settings  # backend "cln", cln_rpc lightningd's socket
         self.handle: ServiceHandle | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="satsgate-service",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="satsgate-service", daemon=True
+        )
 
     def start(self, timeout_s: float) -> str:
         """Start listening; returns the service URL. Raises whatever start-up raised."""
@@ -51,6 +52,7 @@ class ServiceThread:
 
     def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
         """Run a coroutine on the service loop; safe from any thread."""
+
         async def run() -> T:
             return await coro
 
@@ -130,9 +132,13 @@ class ServiceThread:
         return self.handle
 
 
-def reply_when_done(fut: concurrent.futures.Future[T], on_result: Callable[[T], None],
-                    on_error: Callable[[BaseException], None]) -> None:
+def reply_when_done(
+    fut: concurrent.futures.Future[T],
+    on_result: Callable[[T], None],
+    on_error: Callable[[BaseException], None],
+) -> None:
     """Call back from the service thread once ``fut`` settles."""
+
     def done(f: concurrent.futures.Future[T]) -> None:
         exc = f.exception()
         if exc is not None:
@@ -141,4 +147,3 @@ def reply_when_done(fut: concurrent.futures.Future[T], on_result: Callable[[T], 
             on_result(f.result())
 
     fut.add_done_callback(done)
-

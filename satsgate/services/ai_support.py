@@ -45,8 +45,9 @@ async def stored_image(
     try:
         info = image_info(data)
     except MediaError:
-        raise EngineError("SERVICE_ERROR", "The AI engine returned no readable image; "
-                          "the payment was refunded.") from None
+        raise EngineError(
+            "SERVICE_ERROR", "The AI engine returned no readable image; the payment was refunded."
+        ) from None
     fmt = _EXTENSIONS.get(info.format)
     if (want is not None and fmt != want) or fmt is None:
         target = want or "png"

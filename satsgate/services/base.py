@@ -260,7 +260,8 @@ class ServiceSpec(Generic[P]):
         if self.engine_request is not None and params is not None:
             model_id = params.chosen_model if isinstance(params, ChosenModel) else None
             reason = engines.unsupported(
-                self.engine, self.engine_request(params),
+                self.engine,
+                self.engine_request(params),
                 model_id=model_id if model_id in self.model_ids else None,
             )
             if reason is not None and self.engine_request_field is not None:

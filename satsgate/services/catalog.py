@@ -202,8 +202,13 @@ MODELS: tuple[Model, ...] = (
     # model 28, the only utility model at 200. send-email's price derives from this entry
     # (satsgate.services.pricing FLAT_SATS["email"]).
     Model(
-        EMAIL_MODEL_ID, "E-mail", "utility", None, 200,
-        "E-mail through the node's mail server, per recipient.", type="email",
+        EMAIL_MODEL_ID,
+        "E-mail",
+        "utility",
+        None,
+        200,
+        "E-mail through the node's mail server, per recipient.",
+        type="email",
     ),
     Model(
         46, "E-signature", "utility", None, 1000, "E-signature, flat per document.", type="esign"

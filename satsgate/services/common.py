@@ -108,8 +108,7 @@ class CallbackFields(Params):
         validation_alias=alias("callback_id", "callbackId"),
         min_length=1,
         max_length=callbacks_guard.MAX_CALLBACK_ID_CHARS,
-        description="Opaque id echoed in the callback (at most 128 characters; no personal "
-        "data).",
+        description="Opaque id echoed in the callback (at most 128 characters; no personal data).",
     )
 
 
@@ -240,10 +239,14 @@ def check_image(value: str, field: str, max_bytes: int = IMAGE_MAX_BYTES) -> Ima
         raise InvalidField(field, str(exc)) from None
 
 
-def image_field(*names: str, description: str = "The image as base64 (data URI or raw): "
-                "PNG, JPEG, WebP, GIF, BMP or TIFF, at most 10 MB.") -> Any:
+def image_field(
+    *names: str,
+    description: str = "The image as base64 (data URI or raw): "
+    "PNG, JPEG, WebP, GIF, BMP or TIFF, at most 10 MB.",
+) -> Any:
     return Field(
-        validation_alias=alias(*names), max_length=b64_chars(IMAGE_MAX_BYTES),
+        validation_alias=alias(*names),
+        max_length=b64_chars(IMAGE_MAX_BYTES),
         description=description,
     )
 

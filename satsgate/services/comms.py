@@ -89,13 +89,19 @@ class SendEmailParams(ServiceParams):
     )
     subject: str = Field(min_length=1, max_length=200)
     text: str | None = Field(
-        None, min_length=1, max_length=100_000, validation_alias=alias("text", "body", "message"),
+        None,
+        min_length=1,
+        max_length=100_000,
+        validation_alias=alias("text", "body", "message"),
         description="Plain-text body; send text, html or both.",
     )
     html: str | None = Field(None, min_length=1, max_length=500_000)
     replyTo: str | None = Field(None, validation_alias=alias("replyTo", "reply_to"))
     fromName: str | None = Field(
-        None, min_length=1, max_length=64, validation_alias=alias("fromName", "from_name"),
+        None,
+        min_length=1,
+        max_length=64,
+        validation_alias=alias("fromName", "from_name"),
         description="Display name of the sender (the address is the node's).",
     )
 
@@ -208,8 +214,12 @@ SEND_SMS = ServiceSpec(
     price_msat=lambda p: sms_msat(p.phone_number),
     handler=no_engine,
     price_shape=PriceShape(
-        "per_destination", "per message", sms_min_msat, rate_by=("destination",),
-        btc_pegged=True, estimate="sms",
+        "per_destination",
+        "per message",
+        sms_min_msat,
+        rate_by=("destination",),
+        btc_pegged=True,
+        estimate="sms",
         note="One price per destination country (E.164 prefix); the minimum is the cheapest.",
     ),
     model_ids=(20,),
@@ -228,13 +238,18 @@ class CallParams(ServiceParams):
         validation_alias=alias("phone_number", "phoneNumber", "to"), description="E.164."
     )
     message: str = Field(
-        min_length=1, max_length=2000, validation_alias=alias("message", "text"),
+        min_length=1,
+        max_length=2000,
+        validation_alias=alias("message", "text"),
         description="What the call says (synthesized speech).",
     )
     language: str = Field("en-US", description="Speech locale (the AI-call locale list).")
     repeat: int = Field(1, ge=1, le=3, description="Times the message is played.")
     duration_minutes: int = Field(
-        1, ge=1, le=10, validation_alias=alias("duration_minutes", "durationMinutes"),
+        1,
+        ge=1,
+        le=10,
+        validation_alias=alias("duration_minutes", "durationMinutes"),
         description="Longest call time paid for, 1 to 10 minutes.",
     )
 
@@ -253,7 +268,11 @@ CALL = ServiceSpec(
     price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
     handler=no_engine,
     price_shape=PriceShape(
-        "per_minute", "per minute", call_min_msat, rate_by=("destination",), btc_pegged=True,
+        "per_minute",
+        "per minute",
+        call_min_msat,
+        rate_by=("destination",),
+        btc_pegged=True,
         estimate="call",
         note="duration_minutes (1 to 10) at the destination country's rate per minute.",
     ),
@@ -276,7 +295,10 @@ class AiCallParams(ServiceParams):
     )
     task: str = Field(min_length=1, max_length=4000, description="Instructions for the agent.")
     duration_minutes: int = Field(
-        3, ge=1, le=10, validation_alias=alias("duration_minutes", "durationMinutes"),
+        3,
+        ge=1,
+        le=10,
+        validation_alias=alias("duration_minutes", "durationMinutes"),
         description="Deposit for 1 to 10 minutes, default 3; unused time is refunded.",
     )
     language: str = Field("en-US", description="Locale code, default en-US.")
@@ -291,15 +313,16 @@ class AiCallParams(ServiceParams):
     )
     reason: str | None = Field(None, min_length=1, max_length=200)
     callback_number: str | None = Field(
-        None, validation_alias=alias("callback_number", "callbackNumber"),
+        None,
+        validation_alias=alias("callback_number", "callbackNumber"),
         description="The caller's own number (E.164); given only when asked and in a voicemail.",
     )
     voicemail: Literal["message", "hangup"] = "hangup"
-    call_screening: bool = Field(
-        True, validation_alias=alias("call_screening", "callScreening")
-    )
+    call_screening: bool = Field(True, validation_alias=alias("call_screening", "callScreening"))
     refund_address: str | None = Field(
-        None, max_length=254, validation_alias=alias("refund_address", "refundAddress"),
+        None,
+        max_length=254,
+        validation_alias=alias("refund_address", "refundAddress"),
         description="Lightning address for the automatic refund of unused time.",
     )
 
@@ -371,8 +394,12 @@ AI_CALL = ServiceSpec(
     price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
     handler=no_engine,
     price_shape=PriceShape(
-        "per_minute", "per minute", ai_call_min_msat, rate_by=("destination",),
-        btc_pegged=True, estimate="ai-call",
+        "per_minute",
+        "per minute",
+        ai_call_min_msat,
+        rate_by=("destination",),
+        btc_pegged=True,
+        estimate="ai-call",
         note="A deposit of duration_minutes (1 to 10) at the destination's rate per minute "
         f"(telephony plus AI), minimum {AI_CALL_MIN_SATS}; unused minutes are refunded.",
     ),
@@ -438,11 +465,14 @@ SEND_FAX = ServiceSpec(
 
 class ReceiveFaxParams(ServiceParams, CallbackFields):
     country: str = Field(
-        "US", min_length=2, max_length=2,
+        "US",
+        min_length=2,
+        max_length=2,
         description="ISO country code of the inbound number (a served country).",
     )
     forwardEmail: str | None = Field(
-        None, validation_alias=alias("forwardEmail", "forward_email", "email"),
+        None,
+        validation_alias=alias("forwardEmail", "forward_email", "email"),
         description="Also e-mail each received fax (PDF) to this address.",
     )
 
@@ -487,7 +517,10 @@ class VoiceBridgeOpenParams(ServiceParams):
     )
     language: str = Field("en-US", description="Speech-recognition locale (AI-call locales).")
     durationMinutes: int = Field(
-        5, ge=1, le=60, validation_alias=alias("durationMinutes", "duration_minutes"),
+        5,
+        ge=1,
+        le=60,
+        validation_alias=alias("durationMinutes", "duration_minutes"),
         description="Deposit in minutes (1 to 60); billing is the elapsed time, the rest is "
         "refunded.",
     )
@@ -522,7 +555,10 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     price_msat=lambda p: p.durationMinutes * p.per_minute_msat,
     handler=no_engine,
     price_shape=PriceShape(
-        "per_minute", "per minute", voice_bridge_min_msat, rate_by=("destination",),
+        "per_minute",
+        "per minute",
+        voice_bridge_min_msat,
+        rate_by=("destination",),
         btc_pegged=True,
         note="A deposit of durationMinutes (1 to 60) at the destination's rate per minute; "
         "the elapsed time is billed and the rest refunded.",

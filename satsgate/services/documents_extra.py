@@ -85,7 +85,8 @@ class _OcrParams(ServiceParams, ModelChoice):
         None, max_length=255, validation_alias=alias("fileName", "file_name")
     )
     language: str | None = Field(
-        None, max_length=32,
+        None,
+        max_length=32,
         description="The text's language, to read scans and images with the right "
         "alphabet: en, de, fr, es, it, pt, nl, zh (Chinese) or ja (Japanese), or their "
         "English names; omit (or 'auto') to detect. A PDF's text layer needs none.",
@@ -174,23 +175,27 @@ def to_markdown(result: OcrResult) -> str:
 
 async def extract_document(ctx: ServiceContext, params: ExtractDocumentParams) -> ServiceResult:
     result = await _read(ctx, params, "document")
-    return ServiceResult({
-        "content": to_markdown(result),
-        "pages": len(result.pages),
-        "pageMethods": [page.method for page in result.pages],
-        "modelId": params.chosen_model,
-    })
+    return ServiceResult(
+        {
+            "content": to_markdown(result),
+            "pages": len(result.pages),
+            "pageMethods": [page.method for page in result.pages],
+            "modelId": params.chosen_model,
+        }
+    )
 
 
 async def extract_receipt(ctx: ServiceContext, params: ExtractReceiptParams) -> ServiceResult:
     result = await _read(ctx, params, "receipt")
     raw = result.text
-    return ServiceResult({
-        "structured": parse_receipt(raw),
-        "rawText": raw,
-        "pages": len(result.pages),
-        "modelId": params.chosen_model,
-    })
+    return ServiceResult(
+        {
+            "structured": parse_receipt(raw),
+            "rawText": raw,
+            "pages": len(result.pages),
+            "modelId": params.chosen_model,
+        }
+    )
 
 
 EXTRACT_DOCUMENT = ServiceSpec(
@@ -205,7 +210,10 @@ EXTRACT_DOCUMENT = ServiceSpec(
     price_msat=lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
     handler=extract_document,
     price_shape=PriceShape(
-        "per_page", "per page", PER_PAGE_SATS["ocr"] * MSAT, estimate="ocr",
+        "per_page",
+        "per page",
+        PER_PAGE_SATS["ocr"] * MSAT,
+        estimate="ocr",
         note="A PDF is counted by its pages, an image is one page.",
     ),
     untrusted_output=True,
@@ -228,7 +236,10 @@ EXTRACT_RECEIPT = ServiceSpec(
     price_msat=lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
     handler=extract_receipt,
     price_shape=PriceShape(
-        "per_page", "per page", PER_PAGE_SATS["receipt-ocr"] * MSAT, estimate="receipt-ocr",
+        "per_page",
+        "per page",
+        PER_PAGE_SATS["receipt-ocr"] * MSAT,
+        estimate="receipt-ocr",
         note="A PDF is counted by its pages, an image is one page.",
     ),
     untrusted_output=True,
@@ -271,7 +282,9 @@ class ConvertFileParams(ServiceParams, ModelChoice):
         "HTML or text (say which with fileName).",
     )
     fileName: str | None = Field(
-        None, max_length=255, validation_alias=alias("fileName", "file_name"),
+        None,
+        max_length=255,
+        validation_alias=alias("fileName", "file_name"),
         description="Original name; its extension tells text formats (.md, .html, .txt) and "
         "legacy Office files (.doc, .xls, .ppt) apart.",
     )
@@ -305,8 +318,10 @@ class ConvertFileParams(ServiceParams, ModelChoice):
                 "targetFormat",
                 f"{source.kind} converts to {', '.join(targets)}, not {self.targetFormat}",
             )
-        if source.kind == "video" and not source.has_audio and (
-            self.targetFormat in conv.AUDIO_TARGETS
+        if (
+            source.kind == "video"
+            and not source.has_audio
+            and (self.targetFormat in conv.AUDIO_TARGETS)
         ):
             raise InvalidField("targetFormat", "the video has no sound to convert")
         if self.targetFormat == "png" and (source.pages or 0) > conv.MAX_PNG_PAGES:
@@ -419,7 +434,8 @@ class ESignatureParams(ServiceParams, ModelChoice):
 
     documentBase64: str = Field(
         validation_alias=alias("documentBase64", "file", "document"),
-        max_length=b64_chars(ESIGN_MAX_BYTES), description="The PDF to sign, base64, 20 MB.",
+        max_length=b64_chars(ESIGN_MAX_BYTES),
+        description="The PDF to sign, base64, 20 MB.",
     )
     signers: list[Signer] = Field(min_length=1, max_length=MAX_SIGNERS)
     customerEmail: str = Field(
@@ -485,12 +501,15 @@ class BoardingPassParams(ServiceParams, ModelChoice):
     DEFAULT: ClassVar[int] = 47
 
     documentBase64: str | None = Field(
-        None, validation_alias=alias("documentBase64", "file", "document"),
+        None,
+        validation_alias=alias("documentBase64", "file", "document"),
         max_length=b64_chars(PASS_DOC_MAX_BYTES),
         description="One boarding pass (PDF or image) as base64, at most 10 MB.",
     )
     documents: list[str] | None = Field(
-        None, min_length=1, max_length=MAX_PASS_DOCUMENTS,
+        None,
+        min_length=1,
+        max_length=MAX_PASS_DOCUMENTS,
         description="Up to 8 boarding passes (PDF or image) as base64.",
     )
 
@@ -509,8 +528,8 @@ class BoardingPassParams(ServiceParams, ModelChoice):
 
     @property
     def all_documents(self) -> list[str]:
-        return [self.documentBase64] if self.documentBase64 is not None else list(
-            self.documents or []
+        return (
+            [self.documentBase64] if self.documentBase64 is not None else list(self.documents or [])
         )
 
     def decoded(self) -> list[bytes]:
@@ -544,8 +563,13 @@ def _bundle(named: list[tuple[str, bytes]]) -> bytes:
 
 def _file_stem(wallet_pass: WalletPass, number: int) -> str:
     surname = wallet_pass.passenger.rsplit(" ", 1)[-1]
-    words = [f"{number:02d}", wallet_pass.flight, wallet_pass.origin, wallet_pass.destination,
-             surname]
+    words = [
+        f"{number:02d}",
+        wallet_pass.flight,
+        wallet_pass.origin,
+        wallet_pass.destination,
+        surname,
+    ]
     return "-".join("".join(ch for ch in w if ch.isalnum()) for w in words if w)
 
 
@@ -569,25 +593,27 @@ async def boardingpass_wallet(ctx: ServiceContext, params: BoardingPassParams) -
     for number, wallet_pass in enumerate(batch.passes, 1):
         stored = await ctx.files.save(wallet_pass.pkpass, "pkpass", ttl_s=PASS_LINK_TTL_S)
         named.append((f"{_file_stem(wallet_pass, number)}.pkpass", wallet_pass.pkpass))
-        entries.append({
-            "passenger": wallet_pass.passenger,
-            "flight": wallet_pass.flight,
-            "from": wallet_pass.origin,
-            "to": wallet_pass.destination,
-            "date": wallet_pass.date,
-            "seat": wallet_pass.seat,
-            # Not in the barcode (IATA BCBP has no zone, gate or boarding time).
-            "zone": None,
-            "gate": None,
-            "boarding_time": None,
-            "class": wallet_pass.compartment,
-            "sequence": wallet_pass.sequence,
-            "pnr": wallet_pass.pnr,
-            "barcode_format": wallet_pass.barcode_format,
-            "document": wallet_pass.document + 1,
-            "signed": wallet_pass.signed,
-            "save_url": stored.url,
-        })
+        entries.append(
+            {
+                "passenger": wallet_pass.passenger,
+                "flight": wallet_pass.flight,
+                "from": wallet_pass.origin,
+                "to": wallet_pass.destination,
+                "date": wallet_pass.date,
+                "seat": wallet_pass.seat,
+                # Not in the barcode (IATA BCBP has no zone, gate or boarding time).
+                "zone": None,
+                "gate": None,
+                "boarding_time": None,
+                "class": wallet_pass.compartment,
+                "sequence": wallet_pass.sequence,
+                "pnr": wallet_pass.pnr,
+                "barcode_format": wallet_pass.barcode_format,
+                "document": wallet_pass.document + 1,
+                "signed": wallet_pass.signed,
+                "save_url": stored.url,
+            }
+        )
     bundle = await asyncio.to_thread(_bundle, named)
     saved_all = await ctx.files.save(bundle, "pkpasses", ttl_s=PASS_LINK_TTL_S)
     expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=PASS_LINK_TTL_S)
@@ -619,7 +645,9 @@ BOARDINGPASS_WALLET = ServiceSpec(
     price_msat=lambda p: len(p.all_documents) * PER_PASS_SATS * MSAT,
     handler=boardingpass_wallet,
     price_shape=PriceShape(
-        "per_pass", "per pass", PER_PASS_SATS * MSAT,
+        "per_pass",
+        "per pass",
+        PER_PASS_SATS * MSAT,
         note="Quoted per document sent; a document holding fewer passes is refunded the "
         "difference after parsing.",
     ),
@@ -638,4 +666,3 @@ SERVICES: tuple[ServiceSpec[Any], ...] = (
     E_SIGNATURE,
     BOARDINGPASS_WALLET,
 )
-

@@ -121,8 +121,9 @@ def _characters(markup: str) -> str:
     return _REFERENCE.sub(one, markup)
 
 
-def _split(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> \
-        tuple[str, str, str] | None:
+def _split(
+    text: str, opening: re.Pattern[str], closing: re.Pattern[str]
+) -> tuple[str, str, str] | None:
     """(up to and including the opening tag, the content, from the last closing tag on)."""
     opened = opening.search(text)
     if opened is None:
@@ -131,7 +132,7 @@ def _split(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> \
     if not closes:
         return None
     closed = closes[-1]
-    return text[: opened.end()], text[opened.end(): closed.start()], text[closed.start():]
+    return text[: opened.end()], text[opened.end() : closed.start()], text[closed.start() :]
 
 
 def _parses(raw: bytes) -> bool:
@@ -176,15 +177,23 @@ def read_epub(data: bytes) -> EpubText:
                 if text is None:
                     continue
                 parts = (
-                    _split(text, _NAVMAP_OPEN, _NAVMAP_CLOSE) if media_type == _NCX_TYPE
+                    _split(text, _NAVMAP_OPEN, _NAVMAP_CLOSE)
+                    if media_type == _NCX_TYPE
                     else _split(text, _BODY_OPEN, _BODY_CLOSE)
                 )
                 if parts is None:
                     continue
                 head, body, tail = parts
-                documents.append(Document(
-                    name, head, _characters(body), tail, _parses(raw), _encoding(raw),
-                ))
+                documents.append(
+                    Document(
+                        name,
+                        head,
+                        _characters(body),
+                        tail,
+                        _parses(raw),
+                        _encoding(raw),
+                    )
+                )
     except EpubError:
         raise
     except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, OSError, EOFError) as exc:
@@ -199,7 +208,7 @@ def _set_html_lang(head: str, language: str) -> str:
     if opened is None:
         return head
     tag = _LANG_ATTR.sub(lambda m: f"{m[1]}{m[2]}{language}{m[2]}", opened[0])
-    return head[: opened.start()] + tag + head[opened.end():]
+    return head[: opened.start()] + tag + head[opened.end() :]
 
 
 def _set_package_language(opf: str, language: str) -> str:
@@ -217,17 +226,15 @@ def _set_package_language(opf: str, language: str) -> str:
         meta = _METADATA_OPEN.search(opf)
         if meta is not None:
             element = f"<dc:language>{language}</dc:language>"
-            opf = opf[: meta.end()] + element + opf[meta.end():]
+            opf = opf[: meta.end()] + element + opf[meta.end() :]
     package = _PACKAGE_OPEN.search(opf)
     if package is not None:
         tag = _LANG_ATTR.sub(lambda m: f"{m[1]}{m[2]}{language}{m[2]}", package[0])
-        opf = opf[: package.start()] + tag + opf[package.end():]
+        opf = opf[: package.start()] + tag + opf[package.end() :]
     return opf
 
 
-def write_epub(
-    data: bytes, book: EpubText, bodies: Mapping[str, str], language: str
-) -> bytes:
+def write_epub(data: bytes, book: EpubText, bodies: Mapping[str, str], language: str) -> bytes:
     """The original EPUB with each document's body replaced by ``bodies[name]`` and the
     language set to ``language``: ``mimetype`` first and stored, then every other member
     in its original order. EpubError when a translated document that was well-formed XML
@@ -254,9 +261,7 @@ def write_epub(
                 if info.filename == book.opf:
                     opf = _read_text(content)
                     if opf is not None:
-                        content = _set_package_language(opf, language).encode(
-                            _encoding(content)
-                        )
+                        content = _set_package_language(opf, language).encode(_encoding(content))
             member = zipfile.ZipInfo(info.filename, date_time=info.date_time)
             member.external_attr = info.external_attr
             target.writestr(member, content, compress_type=zipfile.ZIP_DEFLATED)

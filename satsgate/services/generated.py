@@ -31,7 +31,8 @@ class JobCheckpoint:
         if not saved or not saved.get("prediction_id"):
             return None
         return SavedPrediction(
-            str(saved["provider"]), str(saved["prediction_id"]),
+            str(saved["provider"]),
+            str(saved["prediction_id"]),
             {str(k): str(v) for k, v in dict(saved.get("handle") or {}).items()},
         )
 

@@ -191,20 +191,28 @@ class GenerateImageParams(ServiceParams, ModelChoice):
 
 async def generate_image(ctx: ServiceContext, p: GenerateImageParams) -> ServiceResult:
     many = isinstance(p.file, list)
-    references = tuple([
-        await reference_png(ctx, ref, f"file[{i}]" if many else "file")
-        for i, ref in enumerate(p.references)
-    ])
+    references = tuple(
+        [
+            await reference_png(ctx, ref, f"file[{i}]" if many else "file")
+            for i, ref in enumerate(p.references)
+        ]
+    )
     width, height = p.size
     request = ImageGenerationRequest(p.text, width, height, references)
     image = await ctx.engines.run(
-        "image", ImageGenerationEngine,
+        "image",
+        ImageGenerationEngine,
         lambda engine, name: engine.generate(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
     url, fmt, out_w, out_h, _ = await stored_image(ctx, image.data)
-    body = {"image_url": url, "format": fmt, "width": out_w, "height": out_h,
-            "modelId": p.chosen_model}
+    body = {
+        "image_url": url,
+        "format": fmt,
+        "width": out_w,
+        "height": out_h,
+        "modelId": p.chosen_model,
+    }
     return with_route(ServiceResult(body), p)
 
 
@@ -220,11 +228,13 @@ GENERATE_IMAGE = ServiceSpec(
     price_msat=lambda p: image_price_sats(p.chosen_model, p.resolution) * MSAT,
     handler=generate_image,
     price_shape=PriceShape(
-        "per_tier", "per image", image_price_sats(2) * MSAT, rate_by=("tier", "resolution"),
+        "per_tier",
+        "per image",
+        image_price_sats(2) * MSAT,
+        rate_by=("tier", "resolution"),
         tier_min_sats={m: image_price_sats(m) for m in GenerateImageParams.MODELS},
         estimate="image",
-        note=f"The better tier (8) is {image_price_sats(8, '2K')} sats at 2K (a side over "
-        "1024).",
+        note=f"The better tier (8) is {image_price_sats(8, '2K')} sats at 2K (a side over 1024).",
     ),
     model_ids=(16, 8, 2),
     failure_codes=("CONTENT_FILTERED", "TIMEOUT"),
@@ -243,8 +253,8 @@ class EditImageParams(ServiceParams, ModelChoice):
 
     prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS, description="The edit.")
     imageBase64: str = image_field("imageBase64", "image", "file")
-    aspectRatio: Literal["auto", "1:1", "4:3", "3:4", "3:2", "2:3", "16:9", "9:16", "21:9"] = (
-        Field("auto", validation_alias=alias("aspectRatio", "aspect_ratio"))
+    aspectRatio: Literal["auto", "1:1", "4:3", "3:4", "3:2", "2:3", "16:9", "9:16", "21:9"] = Field(
+        "auto", validation_alias=alias("aspectRatio", "aspect_ratio")
     )
     outputFormat: Literal["png", "jpeg", "webp"] = Field(
         "png", validation_alias=alias("outputFormat", "output_format")
@@ -253,7 +263,8 @@ class EditImageParams(ServiceParams, ModelChoice):
         "1K", description="Output size; accepted at every size for the same price."
     )
     returnBase64: bool = Field(
-        False, validation_alias=alias("returnBase64", "return_base64"),
+        False,
+        validation_alias=alias("returnBase64", "return_base64"),
         description="Also return the image as base64.",
     )
 
@@ -263,17 +274,27 @@ class EditImageParams(ServiceParams, ModelChoice):
 
 async def edit_image(ctx: ServiceContext, p: EditImageParams) -> ServiceResult:
     request = ImageEditRequest(
-        p.prompt, await reference_png(ctx, p.imageBase64, "imageBase64"),
-        aspect_ratio=p.aspectRatio, resolution=p.resolution, output_format=p.outputFormat,
+        p.prompt,
+        await reference_png(ctx, p.imageBase64, "imageBase64"),
+        aspect_ratio=p.aspectRatio,
+        resolution=p.resolution,
+        output_format=p.outputFormat,
     )
     image = await ctx.engines.run(
-        "image_edit", ImageEditEngine,
+        "image_edit",
+        ImageEditEngine,
         lambda engine, name: engine.edit(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
     url, fmt, width, height, data = await stored_image(ctx, image.data, p.outputFormat)
-    body: dict[str, Any] = {"success": True, "imageUrl": url, "fallback": False,
-                            "format": fmt, "width": width, "height": height}
+    body: dict[str, Any] = {
+        "success": True,
+        "imageUrl": url,
+        "fallback": False,
+        "format": fmt,
+        "width": width,
+        "height": height,
+    }
     if p.returnBase64:
         body["base64Image"] = base64.b64encode(data).decode("ascii")
     return ServiceResult(body)
@@ -305,7 +326,9 @@ class AnalyzeImageParams(ServiceParams, ModelChoice):
 
     imageBase64: str = image_field("imageBase64", "image", "file")
     prompt: str | None = Field(
-        None, min_length=1, max_length=PROMPT_MAX_CHARS,
+        None,
+        min_length=1,
+        max_length=PROMPT_MAX_CHARS,
         description="Question about the image; omit for a description.",
     )
 
@@ -318,7 +341,8 @@ async def analyze_image(ctx: ServiceContext, p: AnalyzeImageParams) -> ServiceRe
         await image_input(ctx, p.imageBase64, "imageBase64"), p.prompt or DEFAULT_PROMPT
     )
     result = await ctx.engines.run(
-        "vision", VisionEngine,
+        "vision",
+        VisionEngine,
         lambda engine, name: engine.analyze(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
@@ -354,8 +378,7 @@ PROCESS_MAX_PIXELS = 16_777_216  # 4096 x 4096
 def _check_pixels(width: int, height: int, field: str, what: str) -> None:
     if width * height > PROCESS_MAX_PIXELS:
         raise InvalidField(
-            field, f"{what} {width}x{height} is more than {PROCESS_MAX_PIXELS:,} pixels "
-            "(4096x4096)"
+            field, f"{what} {width}x{height} is more than {PROCESS_MAX_PIXELS:,} pixels (4096x4096)"
         )
 
 
@@ -387,7 +410,8 @@ class UpscaleImageParams(_ProcessParams):
 
     scale: int = Field(2, ge=2, le=4, description="Upscaling factor, 2 to 4.")
     face_enhance: bool = Field(
-        False, validation_alias=alias("face_enhance", "faceEnhance"),
+        False,
+        validation_alias=alias("face_enhance", "faceEnhance"),
         description="Also restore faces.",
     )
 
@@ -408,7 +432,9 @@ class RestoreFaceParams(_ProcessParams):
     DEFAULT: ClassVar[int] = 37
 
     fidelity: float = Field(
-        0.5, ge=0.0, le=1.0,
+        0.5,
+        ge=0.0,
+        le=1.0,
         description="0 favours quality (stronger restoration), 1 favours fidelity to the input.",
     )
 
@@ -423,7 +449,9 @@ class DetectObjectsParams(_ProcessParams):
     DEFAULT: ClassVar[int] = 39
 
     prompt: str = Field(
-        min_length=1, max_length=500, validation_alias=alias("prompt", "labels", "query"),
+        min_length=1,
+        max_length=500,
+        validation_alias=alias("prompt", "labels", "query"),
         description="What to find (open set), e.g. 'cat, red car, person with umbrella'. "
         "A node on its local engine finds faces, eyes and cat faces only, and refuses "
         "anything else before any invoice.",
@@ -436,11 +464,13 @@ class RemoveObjectParams(_SameSizeParams):
     DEFAULT: ClassVar[int] = 40
 
     maskBase64: str = image_field(
-        "maskBase64", "mask",
+        "maskBase64",
+        "mask",
         description="Binary mask as base64, the image's size: white is erased, black is kept.",
     )
     method: Literal["telea", "ns"] = Field(
-        "telea", description="Inpainting method of the local engine: 'telea' (fast "
+        "telea",
+        description="Inpainting method of the local engine: 'telea' (fast "
         "marching) or 'ns' (Navier-Stokes).",
     )
 
@@ -508,7 +538,9 @@ async def _image_result(ctx: ServiceContext, out: ImageOutput, model: int) -> Se
 async def detect_nsfw(ctx: ServiceContext, params: DetectNsfwParams) -> ServiceResult:
     image = await _decoded(params.imageBase64, "imageBase64")
     result = await ctx.engines.run(
-        "detect_nsfw", NsfwEngine, lambda engine, model: engine.classify(image, model=model),
+        "detect_nsfw",
+        NsfwEngine,
+        lambda engine, model: engine.classify(image, model=model),
         model_id=params.chosen_model,
     )
     return ServiceResult(
@@ -549,9 +581,7 @@ async def upscale_image(ctx: ServiceContext, params: UpscaleImageParams) -> Serv
     out = await ctx.engines.run(
         "upscale_image",
         UpscaleEngine,
-        lambda engine, model: engine.upscale(
-            image, params.scale, params.face_enhance, model=model
-        ),
+        lambda engine, model: engine.upscale(image, params.scale, params.face_enhance, model=model),
         model_id=params.chosen_model,
     )
     return await _image_result(ctx, out, params.chosen_model)
@@ -561,7 +591,8 @@ async def deblur_image(ctx: ServiceContext, params: DeblurImageParams) -> Servic
     image = await _decoded(params.imageBase64, "imageBase64")
     mode: DeblurMode = params.mode
     out = await ctx.engines.run(
-        "deblur_image", DeblurEngine,
+        "deblur_image",
+        DeblurEngine,
         lambda engine, model: engine.deblur(image, mode, model=model),
         model_id=params.chosen_model,
     )
@@ -573,7 +604,8 @@ async def remove_object(ctx: ServiceContext, params: RemoveObjectParams) -> Serv
     mask = await _decoded(params.maskBase64, "maskBase64")
     method: InpaintMethod = params.method
     out = await ctx.engines.run(
-        "remove_object", InpaintEngine,
+        "remove_object",
+        InpaintEngine,
         lambda engine, model: engine.erase(image, mask, method, model=model),
         model_id=params.chosen_model,
     )
@@ -581,16 +613,18 @@ async def remove_object(ctx: ServiceContext, params: RemoveObjectParams) -> Serv
 
 
 async def _image_op(
-    ctx: ServiceContext, operation: ImageOperation, params: _ProcessParams,
+    ctx: ServiceContext,
+    operation: ImageOperation,
+    params: _ProcessParams,
     options: Mapping[str, object] | None = None,
 ) -> tuple[bytes, str]:
     """One image operation on the engine named after it: its first output, and what ran."""
     image = await decoded(params.imageBase64, "imageBase64")
     result = await ctx.engines.run(
-        operation, ImageOpEngine,
+        operation,
+        ImageOpEngine,
         lambda engine, name: engine.process_image(
-            ImageOpRequest(operation, image, dict(options or {}), name, ctx.call_id,
-                           ctx.progress)
+            ImageOpRequest(operation, image, dict(options or {}), name, ctx.call_id, ctx.progress)
         ),
         model_id=params.chosen_model,
     )
@@ -605,8 +639,9 @@ async def _stored_image(
             data = await asyncio.to_thread(to_png, data)
         width, height, _mode = await asyncio.to_thread(image_size, data)
     except Exception as exc:  # Pillow raises many kinds on a broken file
-        raise EngineError("SERVICE_ERROR", "The model returned an unreadable image.",
-                          may_fall_back=False) from exc
+        raise EngineError(
+            "SERVICE_ERROR", "The model returned an unreadable image.", may_fall_back=False
+        ) from exc
     fmt: ImageFormat = (
         "png" if png or data[:4] == b"\x89PNG" else "jpeg" if data[:2] == b"\xff\xd8" else "webp"
     )
@@ -633,8 +668,9 @@ async def estimate_depth(ctx: ServiceContext, params: EstimateDepthParams) -> Se
     try:
         raw, vis, width, height = await asyncio.to_thread(depth_maps, data)
     except Exception as exc:
-        raise EngineError("SERVICE_ERROR", "The model returned an unreadable depth map.",
-                          may_fall_back=False) from exc
+        raise EngineError(
+            "SERVICE_ERROR", "The model returned an unreadable depth map.", may_fall_back=False
+        ) from exc
     depth = await ctx.files.save(raw, "png")
     visual = await ctx.files.save(vis, "png")
     return ServiceResult(
@@ -737,12 +773,15 @@ class Generate3dParams(ServiceParams, ModelChoice, CallbackFields):
     DEFAULT: ClassVar[int] = 17
 
     imageBase64: str | None = Field(
-        None, validation_alias=alias("imageBase64", "image", "file"),
+        None,
+        validation_alias=alias("imageBase64", "image", "file"),
         max_length=b64_chars(IMAGE_MAX_BYTES),
         description="A photo of the object (base64); send this or prompt.",
     )
     prompt: str | None = Field(
-        None, min_length=1, max_length=PROMPT_MAX_CHARS,
+        None,
+        min_length=1,
+        max_length=PROMPT_MAX_CHARS,
         description="A description of the object; send this or imageBase64.",
     )
 
@@ -761,20 +800,25 @@ class Generate3dParams(ServiceParams, ModelChoice, CallbackFields):
 async def generate_3d(ctx: ServiceContext, params: Generate3dParams) -> ServiceResult:
     ctx.progress(1.0, "submitted")
     image = (
-        await decoded(params.imageBase64, "imageBase64") if params.imageBase64 is not None
-        else None
+        await decoded(params.imageBase64, "imageBase64") if params.imageBase64 is not None else None
     )
     model = await ctx.engines.run(
-        "3d", Model3dEngine,
+        "3d",
+        Model3dEngine,
         lambda engine, name: engine.generate_model(
-            Model3dRequest(params.prompt, image, name, ctx.call_id, ctx.progress,
-                           JobCheckpoint(ctx.job_state, params))
+            Model3dRequest(
+                params.prompt,
+                image,
+                name,
+                ctx.call_id,
+                ctx.progress,
+                JobCheckpoint(ctx.job_state, params),
+            )
         ),
         model_id=params.chosen_model,
     )
     if model.data[:4] != b"glTF":
-        raise EngineError("SERVICE_ERROR", "The model returned no GLB file.",
-                          may_fall_back=False)
+        raise EngineError("SERVICE_ERROR", "The model returned no GLB file.", may_fall_back=False)
     stored = await ctx.files.save(model.data, "glb")
     return ServiceResult(
         {

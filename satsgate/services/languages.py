@@ -152,8 +152,7 @@ def resolve_transcription_language(value: str) -> str:
     code = _lookup(value, _TRANSLATION_LOOKUP, "transcription")
     if code not in TRANSCRIPTION_LANGUAGES:
         raise UnknownLanguage(
-            f"transcription: {value.strip()!r} is not one of "
-            + ", ".join(TRANSCRIPTION_LANGUAGES)
+            f"transcription: {value.strip()!r} is not one of " + ", ".join(TRANSCRIPTION_LANGUAGES)
         )
     return code
 

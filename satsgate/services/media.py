@@ -316,9 +316,7 @@ def _epub_chapters(data: bytes) -> tuple[int, ...]:
             for el in opf.iter()
             if el.tag.endswith("}item") or el.tag == "item"
         }
-        spine = [
-            el.attrib.get("idref") for el in opf.iter() if el.tag.endswith("itemref")
-        ]
+        spine = [el.attrib.get("idref") for el in opf.iter() if el.tag.endswith("itemref")]
         chapters = []
         for idref in spine:
             href = manifest.get(idref)

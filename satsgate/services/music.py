@@ -20,13 +20,20 @@ async def generate_music(ctx: ServiceContext, params: GenerateMusicParams) -> Se
     ctx.progress(1.0, "submitted")
     model = params.chosen_model
     track = await ctx.engines.run(
-        "music", MusicEngine,
+        "music",
+        MusicEngine,
         lambda engine, name: engine.generate_music(
             MusicRequest(
-                prompt=params.prompt, duration_s=params.duration, lyrics=params.lyrics,
-                instrumental=params.is_instrumental, audio_format=params.audio_format,
-                sample_rate=params.sample_rate, bitrate=params.bitrate, model_name=name,
-                call_id=ctx.call_id, progress=ctx.progress,
+                prompt=params.prompt,
+                duration_s=params.duration,
+                lyrics=params.lyrics,
+                instrumental=params.is_instrumental,
+                audio_format=params.audio_format,
+                sample_rate=params.sample_rate,
+                bitrate=params.bitrate,
+                model_name=name,
+                call_id=ctx.call_id,
+                progress=ctx.progress,
             )
         ),
         model_id=model,

@@ -54,6 +54,7 @@ class VoteCounts(Protocol):
         """Votes per slug, for every slug voted for."""
         ...
 
+
 async def record_vote(votes: Votes, slug: str, call_id: str) -> int:
     """Count one vote for ``slug`` (once per ``call_id``); returns the slug's total."""
     return await votes.record(slug, call_id)
@@ -83,8 +84,7 @@ class VoteParams(ServiceParams):
     def _planned(cls, value: str) -> str:
         if value not in PLANNED_BY_SLUG:
             raise ValueError(
-                f"{value!r} is not a planned service; vote for one of "
-                + ", ".join(PLANNED_BY_SLUG)
+                f"{value!r} is not a planned service; vote for one of " + ", ".join(PLANNED_BY_SLUG)
             )
         return value
 

@@ -103,6 +103,8 @@ FLAT_SATS = {
 def flat_price(key: str) -> FlatPrice:
     """The flat price ``FLAT_SATS[key]``, quoted by the estimator of the same id."""
     return FlatPrice(FLAT_SATS[key] * MSAT, estimate=key)
+
+
 PER_PAGE_SATS = {"ocr": 10, "receipt-ocr": 25}
 
 
@@ -389,9 +391,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "image": Estimator(_Image, _image_estimate_msat, "per image"),
     "image-edit": _flat("image-edit"),
     "music": Estimator(_Music, lambda p: music_msat(p.seconds, p.lyricsAddon), "per second"),
-    "email": Estimator(
-        _Email, lambda p: p.recipients * FLAT_SATS["email"] * MSAT, "per recipient"
-    ),
+    "email": Estimator(_Email, lambda p: p.recipients * FLAT_SATS["email"] * MSAT, "per recipient"),
     "vision": _flat("vision"),
     "text-to-speech": Estimator(
         _Tts, lambda p: tts_msat(_tts_model(p.model), p.chars), "per character"
@@ -413,9 +413,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "sms": Estimator(_Destination, lambda p: sms_msat(p.to), "per message"),
     "call": Estimator(_Destination, lambda p: call_msat(p.to, p.minutes), "per minute"),
     "ai-call": Estimator(_Destination, lambda p: ai_call_msat(p.to, p.minutes), "per minute"),
-    "video": Estimator(
-        _Video, lambda p: video_msat(p.seconds, p.resolution), "per second"
-    ),
+    "video": Estimator(_Video, lambda p: video_msat(p.seconds, p.resolution), "per second"),
     "video-from-image": Estimator(
         _Video, lambda p: video_msat(p.seconds, p.resolution), "per second"
     ),

@@ -95,8 +95,9 @@ def auto_text_model(text: str, *, has_image: bool, has_file_context: bool) -> in
     return 31
 
 
-_TEXT_IN_IMAGE = re.compile(r"[\"“«].{2,}?[\"”»]|\b(typography|logo|poster|lettering)\b",
-                            re.IGNORECASE)
+_TEXT_IN_IMAGE = re.compile(
+    r"[\"“«].{2,}?[\"”»]|\b(typography|logo|poster|lettering)\b", re.IGNORECASE
+)
 AUTO_IMAGE_LONG_PROMPT = 400
 
 

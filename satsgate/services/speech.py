@@ -108,11 +108,13 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
     )
     speed: float = Field(1.0, ge=SPEED_MIN, le=SPEED_MAX, description="0.5 to 2.0, default 1.0.")
     language: str | None = Field(
-        None, pattern=LANGUAGE_CODE,
+        None,
+        pattern=LANGUAGE_CODE,
         description="Global tier only: ISO 639 code (602+ languages), default en.",
     )
     voice_description: str | None = Field(
-        None, validation_alias=alias("voice_description", "voiceDescription"),
+        None,
+        validation_alias=alias("voice_description", "voiceDescription"),
         description="Global tier only: comma-separated words, one per group: male|female; "
         "child|teenager|young adult|middle-aged|elderly; very low|low|moderate|high|very high "
         "pitch; whisper; american|british|australian|canadian|indian|chinese|korean|japanese|"
@@ -123,7 +125,8 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
     )
     format: Literal["mp3", "wav"] = Field("mp3", validation_alias=alias("format", "audio_format"))
     model: Literal["auto"] | None = Field(
-        None, description="'auto': a preset voice picks its tier; a description or a non-English "
+        None,
+        description="'auto': a preset voice picks its tier; a description or a non-English "
         "language picks global; otherwise premium.",
     )
 
@@ -148,8 +151,10 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
     def choose_model(self) -> int:
         if self.model == "auto":
             return auto_tts_model(
-                voice=self.voice, voice_description=self.voice_description,
-                language=self.language, family_of=_voice_owner,
+                voice=self.voice,
+                voice_description=self.voice_description,
+                language=self.language,
+                family_of=_voice_owner,
             )
         return super().choose_model()
 
@@ -171,12 +176,18 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
 
 async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceResult:
     request = SynthesisRequest(
-        text=p.text, model_id=p.chosen_model, voice=p.voice, speed=p.speed,
-        language=p.language, voice_description=p.voice_description, emotion=p.emotion,
+        text=p.text,
+        model_id=p.chosen_model,
+        voice=p.voice,
+        speed=p.speed,
+        language=p.language,
+        voice_description=p.voice_description,
+        emotion=p.emotion,
         format=p.format,
     )
     result = await ctx.engines.run(
-        "tts", SynthesisEngine,
+        "tts",
+        SynthesisEngine,
         lambda engine, name: engine.synthesize(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
@@ -190,11 +201,16 @@ async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceR
     except MediaError:
         fmt, seconds = "", 0.0
     if fmt != p.format:
-        raise EngineError("SERVICE_ERROR", "The speech engine returned no usable audio; "
-                          "the payment was refunded.")
+        raise EngineError(
+            "SERVICE_ERROR", "The speech engine returned no usable audio; the payment was refunded."
+        )
     stored = await ctx.files.save(result.audio, p.format)
-    body = {"audioUrl": stored.url, "format": p.format, "durationSeconds": round(seconds, 2),
-            "modelId": p.chosen_model}
+    body = {
+        "audioUrl": stored.url,
+        "format": p.format,
+        "durationSeconds": round(seconds, 2),
+        "modelId": p.chosen_model,
+    }
     return with_route(ServiceResult(body), p)
 
 
@@ -209,10 +225,15 @@ TEXT_TO_SPEECH = ServiceSpec(
     price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
     handler=text_to_speech,
     price_shape=PriceShape(
-        "per_character", "per character", MSAT, rate_by=("tier",), btc_pegged=True,
+        "per_character",
+        "per character",
+        MSAT,
+        rate_by=("tier",),
+        btc_pegged=True,
         estimate="text-to-speech",
-        note="About " + ", ".join(f"{TTS_CHARS_PER_SAT[m]} chars/sat on model {m}"
-                                  for m in TTS_MODELS) + " (BTC-pegged); at least 1 sat.",
+        note="About "
+        + ", ".join(f"{TTS_CHARS_PER_SAT[m]} chars/sat on model {m}" for m in TTS_MODELS)
+        + " (BTC-pegged); at least 1 sat.",
     ),
     model_ids=TTS_MODELS,
     failure_codes=("INVALID_INPUT",),
@@ -223,8 +244,13 @@ TEXT_TO_SPEECH = ServiceSpec(
     # A language or voice description the engine cannot speak (the local voice: no Hmong,
     # no Indian accent) is refused before any invoice.
     engine_request=lambda p: SynthesisRequest(
-        text=p.text, model_id=p.chosen_model, voice=p.voice, speed=p.speed,
-        language=p.language, voice_description=p.voice_description, emotion=p.emotion,
+        text=p.text,
+        model_id=p.chosen_model,
+        voice=p.voice,
+        speed=p.speed,
+        language=p.language,
+        voice_description=p.voice_description,
+        emotion=p.emotion,
         format=p.format,
     ),
 )
@@ -237,11 +263,14 @@ CLONE_MIN_S, CLONE_MAX_S = 10.0, 300.0
 
 class CloneVoiceParams(ServiceParams):
     voiceFileUrl: str | None = Field(
-        None, max_length=2048, validation_alias=alias("voiceFileUrl", "voice_file_url", "url"),
+        None,
+        max_length=2048,
+        validation_alias=alias("voiceFileUrl", "voice_file_url", "url"),
         description="Public https:// URL of the sample; send this or voiceFileBase64.",
     )
     voiceFileBase64: str | None = Field(
-        None, max_length=b64_chars(CLONE_MAX_BYTES),
+        None,
+        max_length=b64_chars(CLONE_MAX_BYTES),
         validation_alias=alias("voiceFileBase64", "file", "audioBase64"),
         description="The sample as base64: MP3, M4A or WAV, 10 s to 5 min, at most 20 MB, one "
         "speaker, no background music.",
@@ -342,7 +371,9 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
     )
     language: str = Field("auto", max_length=32, description="auto or one of the 13 codes.")
     names: list[str] | None = Field(
-        None, max_length=100, validation_alias=alias("names", "namesHint", "names_hint"),
+        None,
+        max_length=100,
+        validation_alias=alias("names", "namesHint", "names_hint"),
         description="Names of people and places to spell right (no extra cost).",
     )
     timestamps: Literal["segment", "word"] = Field(
@@ -363,17 +394,27 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
 
 
 async def _transcribe(
-    ctx: ServiceContext, p: _AudioInput, *, language: str | None, task: Task = "transcription",
-    names: tuple[str, ...] = (), words: bool = False,
+    ctx: ServiceContext,
+    p: _AudioInput,
+    *,
+    language: str | None,
+    task: Task = "transcription",
+    names: tuple[str, ...] = (),
+    words: bool = False,
 ) -> TranscriptionResult:
     data = await asyncio.to_thread(decode_file, p.file, "file", AUDIO_MAX_BYTES)
     request = TranscriptionRequest(
-        audio=data, format=audio_format(data), language=language, task=task, names=names,
+        audio=data,
+        format=audio_format(data),
+        language=language,
+        task=task,
+        names=names,
         word_timestamps=words,
     )
     ctx.progress(5, "transcribing")
     return await ctx.engines.run(
-        "transcription", TranscriptionEngine,
+        "transcription",
+        TranscriptionEngine,
         lambda engine, name: engine.transcribe(replace(request, model_name=name)),
         model_id=10,
     )
@@ -381,7 +422,9 @@ async def _transcribe(
 
 def _segment_doc(segment: Segment, words: bool) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "start": round(segment.start, 3), "end": round(segment.end, 3), "text": segment.text,
+        "start": round(segment.start, 3),
+        "end": round(segment.end, 3),
+        "text": segment.text,
     }
     if words:
         doc["words"] = [
@@ -393,11 +436,18 @@ def _segment_doc(segment: Segment, words: bool) -> dict[str, Any]:
 
 async def transcribe_audio(ctx: ServiceContext, p: TranscribeAudioParams) -> ServiceResult:
     result = await _transcribe(
-        ctx, p, language=None if p.language == "auto" else p.language, task=p.type,
-        names=tuple(p.names or ()), words=p.timestamps == "word",
+        ctx,
+        p,
+        language=None if p.language == "auto" else p.language,
+        task=p.type,
+        names=tuple(p.names or ()),
+        words=p.timestamps == "word",
     )
-    body: dict[str, Any] = {"text": result.text, "language": result.language,
-                            "durationSeconds": round(result.duration_s or p.seconds, 2)}
+    body: dict[str, Any] = {
+        "text": result.text,
+        "language": result.language,
+        "durationSeconds": round(result.duration_s or p.seconds, 2),
+    }
     if result.segments:
         body["segments"] = [_segment_doc(s, p.timestamps == "word") for s in result.segments]
         body["srt"] = to_srt(result.segments)
@@ -430,7 +480,9 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     # A language the engine does not transcribe (the local one: English only) is refused
     # before any invoice; the audio is not needed to tell.
     engine_request=lambda p: TranscriptionRequest(
-        audio=b"", format="", language=None if p.language == "auto" else p.language,
+        audio=b"",
+        format="",
+        language=None if p.language == "auto" else p.language,
         task=p.type,
     ),
     engine_request_field="language",
@@ -439,11 +491,14 @@ TRANSCRIBE_AUDIO = ServiceSpec(
 
 class TranscribeTranslateParams(_AudioInput):
     targetLanguage: str = Field(
-        max_length=64, validation_alias=alias("targetLanguage", "target_language"),
+        max_length=64,
+        validation_alias=alias("targetLanguage", "target_language"),
         description="English name or ISO 639 code; one of 119.",
     )
     sourceLanguage: str | None = Field(
-        None, max_length=32, validation_alias=alias("sourceLanguage", "source_language"),
+        None,
+        max_length=32,
+        validation_alias=alias("sourceLanguage", "source_language"),
         description="One of the 13 transcription codes; omit to detect.",
     )
 
@@ -461,27 +516,30 @@ class TranscribeTranslateParams(_AudioInput):
         return None if code == "auto" else code
 
 
-async def transcribe_translate(
-    ctx: ServiceContext, p: TranscribeTranslateParams
-) -> ServiceResult:
+async def transcribe_translate(ctx: ServiceContext, p: TranscribeTranslateParams) -> ServiceResult:
     data = await asyncio.to_thread(decode_file, p.file, "file", AUDIO_MAX_BYTES)
     request = SpeechTranslationRequest(
-        audio=data, format=audio_format(data), target_language=p.targetLanguage,
+        audio=data,
+        format=audio_format(data),
+        target_language=p.targetLanguage,
         source_language=p.sourceLanguage,
     )
     ctx.progress(5, "transcribing and translating")
     result = await ctx.engines.run(
-        "speech_translation", SpeechTranslationEngine,
+        "speech_translation",
+        SpeechTranslationEngine,
         lambda engine, name: engine.transcribe_translate(replace(request, model_name=name)),
         model_id=10,
     )
-    return ServiceResult({
-        "transcript": result.transcript,
-        "translation": result.translation,
-        "sourceLanguage": result.source_language,
-        "targetLanguage": p.targetLanguage,
-        "translated": result.translated,
-    })
+    return ServiceResult(
+        {
+            "transcript": result.transcript,
+            "translation": result.translation,
+            "sourceLanguage": result.source_language,
+            "targetLanguage": p.targetLanguage,
+            "translated": result.translated,
+        }
+    )
 
 
 TRANSCRIBE_TRANSLATE = ServiceSpec(
@@ -496,8 +554,11 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     price_msat=lambda p: transcribe_translate_msat(p.seconds),
     handler=transcribe_translate,
     price_shape=PriceShape(
-        "per_minute", "per started minute", transcribe_translate_msat(0),
-        base_sats=TRANSCRIBE_TRANSLATE_HEADROOM_SATS, estimate="transcribe-translate",
+        "per_minute",
+        "per started minute",
+        transcribe_translate_msat(0),
+        base_sats=TRANSCRIBE_TRANSLATE_HEADROOM_SATS,
+        estimate="transcribe-translate",
         note="The transcription price (10 sats per started minute) plus 5 sats, plus 15%.",
     ),
     mode="job",
@@ -513,7 +574,9 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     # the targets its translator reaches from English): others are refused before any
     # invoice; the audio is not needed to tell.
     engine_request=lambda p: SpeechTranslationRequest(
-        audio=b"", format="", target_language=p.targetLanguage,
+        audio=b"",
+        format="",
+        target_language=p.targetLanguage,
         source_language=p.sourceLanguage,
     ),
 )
@@ -534,24 +597,30 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
         description="Base64 of an EPUB, PDF or TXT file, at most 50 MB.",
     )
     fileName: str = Field(
-        min_length=5, max_length=255, pattern=r"(?i)\.(epub|pdf|txt)$",
+        min_length=5,
+        max_length=255,
+        pattern=r"(?i)\.(epub|pdf|txt)$",
         validation_alias=alias("fileName", "file_name"),
         description="Original name with extension (.epub, .pdf or .txt).",
     )
     voice: str | None = Field(
-        None, max_length=200,
+        None,
+        max_length=200,
         description="A voice of the resolved tier (omit unless modelId is pinned); on the global "
         "tier a voice design from the voice_description word groups.",
     )
     language: str = Field("English", max_length=64, description="Narration language.")
     speed: float = Field(1.0, ge=SPEED_MIN, le=SPEED_MAX, description="0.5 to 2.0, default 1.0.")
     selectedChapterIndices: list[int] | None = Field(
-        None, max_length=2000,
+        None,
+        max_length=2000,
         validation_alias=alias("selectedChapterIndices", "selected_chapter_indices"),
         description="Zero-based chapter indices; omit to narrate every chapter.",
     )
     translateToLanguage: str | None = Field(
-        None, max_length=64, validation_alias=alias("translateToLanguage", "translate_to_language"),
+        None,
+        max_length=64,
+        validation_alias=alias("translateToLanguage", "translate_to_language"),
         description="Translate first (English name, ISO 639 code or locale tag); the "
         "translation cost is added.",
     )
@@ -661,15 +730,14 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
     told, selection = prepared.narration, prepared.selection
     chapters, language = told.chapters, params.language
     if params.translateToLanguage is not None and params.translateToLanguage != language:
-        chapters = await _translate_chapters(
-            ctx, chapters, language, params.translateToLanguage
-        )
+        chapters = await _translate_chapters(ctx, chapters, language, params.translateToLanguage)
         language = params.translateToLanguage
     spoken_chars = sum(len(title) + len(text) for title, text in chapters)
     fastest_s = spoken_chars / (FASTEST_CHARS_PER_S * params.speed)
     if fastest_s > MAX_AUDIOBOOK_S:
         raise _duration_insane(
-            fastest_s, f"At this speed the narration would last over {fastest_s / 3600:.0f} "
+            fastest_s,
+            f"At this speed the narration would last over {fastest_s / 3600:.0f} "
             "hours (the limit is 24)",
         )
     request = NarrationRequest(
@@ -717,8 +785,7 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
             "annexeUrl": annexe_url,
             "duration_s": round(seconds, 3),
             "chapters": [
-                {"title": m.title, "start_s": m.start_s, "end_s": m.end_s}
-                for m in result.chapters
+                {"title": m.title, "start_s": m.start_s, "end_s": m.end_s} for m in result.chapters
             ],
             "narratedChapters": list(selection.chosen),
             "skippedChapters": [{"index": i, "reason": why} for i, why in selection.skipped],
@@ -742,8 +809,12 @@ EPUB_AUDIOBOOK = ServiceSpec(
     price_msat=_audiobook_msat,
     handler=epub_audiobook,
     price_shape=PriceShape(
-        "per_character", "per character", AUDIOBOOK_MIN_SATS * MSAT,
-        rate_by=("tier", "translation"), btc_pegged=True, estimate="audiobook",
+        "per_character",
+        "per character",
+        AUDIOBOOK_MIN_SATS * MSAT,
+        rate_by=("tier", "translation"),
+        btc_pegged=True,
+        estimate="audiobook",
         note="Narrated characters at about "
         + ", ".join(f"{AUDIOBOOK_CHARS_PER_SAT[m]} chars/sat on model {m}" for m in TTS_MODELS)
         + f" (BTC-pegged), minimum {AUDIOBOOK_MIN_SATS}; translateToLanguage adds the "
@@ -759,8 +830,11 @@ EPUB_AUDIOBOOK = ServiceSpec(
     engine="audiobook",
     # A narration language or voice the engine cannot speak is refused before any invoice.
     engine_request=lambda p: NarrationRequest(
-        chapters=(), model_id=p.chosen_model, language=p.translateToLanguage or p.language,
-        speed=p.speed, voice=p.voice,
+        chapters=(),
+        model_id=p.chosen_model,
+        language=p.translateToLanguage or p.language,
+        speed=p.speed,
+        voice=p.voice,
     ),
 )
 
@@ -775,11 +849,14 @@ class GenerateMusicParams(ServiceParams, ModelChoice):
     DEFAULT: ClassVar[int] = 23
 
     prompt: str = Field(
-        min_length=1, max_length=2000,
+        min_length=1,
+        max_length=2000,
         description="Style, BPM, key, genre, mood, instruments; up to 2000 characters.",
     )
     lyrics: str | None = Field(
-        None, min_length=1, max_length=3500,
+        None,
+        min_length=1,
+        max_length=3500,
         description="Up to 3500 characters; section tags like [Verse] on their own lines.",
     )
     duration: int = Field(60, ge=15, le=300, description="Seconds, 15 to 300.")
@@ -787,11 +864,15 @@ class GenerateMusicParams(ServiceParams, ModelChoice):
         False, validation_alias=alias("is_instrumental", "isInstrumental", "instrumental")
     )
     lyricsAddon: bool = Field(
-        False, validation_alias=alias("lyricsAddon", "lyrics_optimizer", "lyricsOptimizer"),
+        False,
+        validation_alias=alias("lyricsAddon", "lyrics_optimizer", "lyricsOptimizer"),
         description="Write lyrics from the prompt (+25 sats).",
     )
     lyricsAbout: str | None = Field(
-        None, min_length=1, max_length=500, validation_alias=alias("lyricsAbout", "lyrics_about"),
+        None,
+        min_length=1,
+        max_length=500,
+        validation_alias=alias("lyricsAbout", "lyrics_about"),
         description="What generated lyrics are about (with lyricsAddon).",
     )
     sample_rate: Literal[16000, 24000, 32000, 44100] = Field(
@@ -824,7 +905,10 @@ GENERATE_MUSIC = ServiceSpec(
     price_msat=lambda p: music_msat(p.duration, p.lyricsAddon),
     handler=generate_music,
     price_shape=PriceShape(
-        "per_second", "per second", music_msat(15, False), estimate="music",
+        "per_second",
+        "per second",
+        music_msat(15, False),
+        estimate="music",
         note=f"15 to 300 seconds; lyricsAddon adds {MUSIC_LYRICS_ADDON_SATS} sats.",
     ),
     model_ids=(23,),

@@ -73,8 +73,9 @@ class NoRoute(ValueError):
 def check_e164(value: str) -> str:
     """``+`` then 7 to 15 digits, no leading zero: the number as sent, or ValueError."""
     if not E164.match(value):
-        raise ValueError("phone number must be E.164: '+' then country code and number, e.g. "
-                         "+14155550123")
+        raise ValueError(
+            "phone number must be E.164: '+' then country code and number, e.g. +14155550123"
+        )
     return value
 
 

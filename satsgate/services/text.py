@@ -87,14 +87,18 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         None, min_length=1, max_length=TEXT_MAX_INPUT_CHARS[6], description="Tool form prompt."
     )
     systemPrompt: str | None = Field(
-        None, min_length=1, max_length=100_000,
+        None,
+        min_length=1,
+        max_length=100_000,
         validation_alias=alias("systemPrompt", "system_prompt", "system"),
     )
     maxTokens: int | None = Field(
         None, ge=1, le=32_768, validation_alias=alias("maxTokens", "max_tokens")
     )
     fileContext: str | None = Field(
-        None, min_length=1, max_length=TEXT_MAX_INPUT_CHARS[6],
+        None,
+        min_length=1,
+        max_length=TEXT_MAX_INPUT_CHARS[6],
         validation_alias=alias("fileContext", "file_context"),
         description="Pre-extracted document text (from extract-document or extract-receipt).",
     )
@@ -102,12 +106,14 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         None, max_length=255, validation_alias=alias("fileName", "file_name")
     )
     imageData: str | None = Field(
-        None, validation_alias=alias("imageData", "imageBase64", "image"),
+        None,
+        validation_alias=alias("imageData", "imageBase64", "image"),
         max_length=b64_chars(IMAGE_MAX_BYTES),
         description="Base64 image (data URI), best tier only.",
     )
     model: Literal["auto"] | None = Field(
-        None, description="'auto': vision, documents, long or complex asks go to best, the rest "
+        None,
+        description="'auto': vision, documents, long or complex asks go to best, the rest "
         "to standard.",
     )
 
@@ -138,7 +144,8 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         if self.model == "auto":
             text = "\n".join(m.content for m in self.input or []) + (self.prompt or "")
             return auto_text_model(
-                text, has_image=self.imageData is not None,
+                text,
+                has_image=self.imageData is not None,
                 has_file_context=self.fileContext is not None,
             )
         return super().choose_model()
@@ -201,7 +208,8 @@ async def generate_text(ctx: ServiceContext, p: GenerateTextParams) -> ServiceRe
     if p.imageData is not None:
         request = replace(request, images=(await image_input(ctx, p.imageData, "imageData"),))
     result = await ctx.engines.run(
-        "text", ChatEngine,
+        "text",
+        ChatEngine,
         lambda engine, name: engine.chat(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
@@ -220,8 +228,11 @@ GENERATE_TEXT = ServiceSpec(
     price_msat=lambda p: text_msat(p.chosen_model, p.input_chars),
     handler=generate_text,
     price_shape=PriceShape(
-        "per_character", "per character", min(TEXT_MIN_SATS.values()) * MSAT,
-        rate_by=("tier",), tier_min_sats=dict(TEXT_MIN_SATS),
+        "per_character",
+        "per character",
+        min(TEXT_MIN_SATS.values()) * MSAT,
+        rate_by=("tier",),
+        tier_min_sats=dict(TEXT_MIN_SATS),
         note="Input characters (messages, systemPrompt, fileContext) at the tier's rate: "
         + ", ".join(f"model {m} {TEXT_CHARS_PER_SAT[m]} chars/sat" for m in TEXT_CHARS_PER_SAT)
         + ".",
@@ -244,7 +255,8 @@ class MultilingualAskParams(ServiceParams):
         max_length=64, description="Answer language: one of the 119 (ISO 639 code or name)."
     )
     model: Literal["standard", "better", "best", "Standard", "Better", "Best"] = Field(
-        "standard", validation_alias=alias("model", "tier"),
+        "standard",
+        validation_alias=alias("model", "tier"),
         description="Standard (default), Better or Best.",
     )
 
@@ -277,7 +289,8 @@ async def multilingual_ask(ctx: ServiceContext, p: MultilingualAskParams) -> Ser
         messages=(ChatMessage("user", p.question),), system=system, max_tokens=ASK_MAX_TOKENS
     )
     result = await ctx.engines.run(
-        "text", ChatEngine,
+        "text",
+        ChatEngine,
         lambda engine, name: engine.chat(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
@@ -287,13 +300,15 @@ async def multilingual_ask(ctx: ServiceContext, p: MultilingualAskParams) -> Ser
     if not answer:
         raise EngineError("SERVICE_ERROR", "The AI engine returned an empty answer; refunded.")
     asked_in = match.group(1).lower() if match else None
-    return ServiceResult({
-        "answer": answer,
-        "language": p.language,
-        # The answer is in another language than the question was asked in.
-        "translated": asked_in is not None and asked_in != p.language,
-        "modelId": p.chosen_model,
-    })
+    return ServiceResult(
+        {
+            "answer": answer,
+            "language": p.language,
+            # The answer is in another language than the question was asked in.
+            "translated": asked_in is not None and asked_in != p.language,
+            "modelId": p.chosen_model,
+        }
+    )
 
 
 MULTILINGUAL_ASK = ServiceSpec(
@@ -307,7 +322,10 @@ MULTILINGUAL_ASK = ServiceSpec(
     price_msat=lambda p: multilingual_ask_msat(len(p.question), p.chosen_model),
     handler=multilingual_ask,
     price_shape=PriceShape(
-        "per_character", "per character", multilingual_ask_msat(1, 31), rate_by=("tier",),
+        "per_character",
+        "per character",
+        multilingual_ask_msat(1, 31),
+        rate_by=("tier",),
         note="Question characters plus a 2000-character answer allowance at the tier's text "
         "rate, plus 15%.",
     ),
@@ -330,11 +348,14 @@ class TranslationLanguages(BaseModel):
     or locale tag; the source may be omitted (or 'auto') to be detected."""
 
     targetLanguage: str = Field(
-        max_length=64, validation_alias=alias("targetLanguage", "target_language"),
+        max_length=64,
+        validation_alias=alias("targetLanguage", "target_language"),
         description="ISO 639 code, English name or locale tag; one of 119.",
     )
     sourceLanguage: str | None = Field(
-        None, max_length=64, validation_alias=alias("sourceLanguage", "source_language"),
+        None,
+        max_length=64,
+        validation_alias=alias("sourceLanguage", "source_language"),
         description="Omit (or 'auto') to detect.",
     )
 
@@ -392,11 +413,13 @@ async def translate_text(ctx: ServiceContext, params: TranslateTextParams) -> Se
         model_id = 1 if ctx.engines.serves_model("translation", 1) else None
     request = replace(params.to_request(), model_id=model_id)
     result = await _translate(ctx, request, model_id)
-    return ServiceResult({
-        "translatedText": result.text,
-        "sourceLanguage": result.source_language or params.sourceLanguage,
-        "targetLanguage": params.targetLanguage,
-    })
+    return ServiceResult(
+        {
+            "translatedText": result.text,
+            "sourceLanguage": result.source_language or params.sourceLanguage,
+            "targetLanguage": params.targetLanguage,
+        }
+    )
 
 
 TRANSLATE_TEXT = ServiceSpec(
@@ -408,13 +431,14 @@ TRANSLATE_TEXT = ServiceSpec(
     "targetLanguage }. 1 sat per 1000 characters on the standard engine (minimum 1); routed "
     "targets cost 10 sats per 1000.",
     params=TranslateTextParams,
-    price_msat=lambda p: translation_msat(
-        len(p.text), p.targetLanguage, p.chosen_model or None
-    ),
+    price_msat=lambda p: translation_msat(len(p.text), p.targetLanguage, p.chosen_model or None),
     handler=translate_text,
     price_shape=PriceShape(
-        "per_character", "per character", TRANSLATE_MIN_SATS * MSAT,
-        rate_by=("target_language", "tier"), estimate="translate",
+        "per_character",
+        "per character",
+        TRANSLATE_MIN_SATS * MSAT,
+        rate_by=("target_language", "tier"),
+        estimate="translate",
         note="1 sat per 1000 characters on the standard engine, 10 on routed targets (GET "
         "/api/languages); a pinned modelId prices at that text model's rate.",
     ),
@@ -436,7 +460,8 @@ RARE_MAX_CHARS = 20_000
 class TranslateRareParams(ServiceParams):
     text: str = Field(min_length=1, max_length=RARE_MAX_CHARS)
     targetLanguage: str = Field(
-        max_length=64, validation_alias=alias("targetLanguage", "target_language"),
+        max_length=64,
+        validation_alias=alias("targetLanguage", "target_language"),
         description="ISO 639-3 code or English name (GET /api/languages).",
     )
 
@@ -455,20 +480,25 @@ class TranslateRareParams(ServiceParams):
 async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> ServiceResult:
     request = p.to_request()
     result = await ctx.engines.run(
-        "rare_translation", TranslationEngine,
+        "rare_translation",
+        TranslationEngine,
         lambda engine, name: engine.translate(replace(request, model_name=name)),
         request=request,
     )
-    tier = RARE_LANGUAGES[p.targetLanguage][1] if p.targetLanguage in RARE_LANGUAGES else (
-        "unverified"
+    tier = (
+        RARE_LANGUAGES[p.targetLanguage][1]
+        if p.targetLanguage in RARE_LANGUAGES
+        else ("unverified")
     )
-    return ServiceResult({
-        "translatedText": result.text,
-        "targetLanguage": p.targetLanguage,
-        "targetLanguageName": language_name(p.targetLanguage),
-        # No chrF is measured here for any language (services.languages): null.
-        "quality": {"tier": tier, "chrf": None},
-    })
+    return ServiceResult(
+        {
+            "translatedText": result.text,
+            "targetLanguage": p.targetLanguage,
+            "targetLanguageName": language_name(p.targetLanguage),
+            # No chrF is measured here for any language (services.languages): null.
+            "quality": {"tier": tier, "chrf": None},
+        }
+    )
 
 
 TRANSLATE_RARE = ServiceSpec(
@@ -482,8 +512,11 @@ TRANSLATE_RARE = ServiceSpec(
     price_msat=lambda p: rare_translation_msat(len(p.text)),
     handler=translate_rare,
     price_shape=PriceShape(
-        "per_character", "per character", rare_translation_msat(1),
-        base_sats=rare_translation_msat(0) // MSAT, note="0.002 sat per character.",
+        "per_character",
+        "per character",
+        rare_translation_msat(1),
+        base_sats=rare_translation_msat(0) // MSAT,
+        note="0.002 sat per character.",
     ),
     untrusted_output=True,
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -513,7 +546,8 @@ class _CheckedEpub:
 class TranslateEpubParams(ServiceParams, CallbackFields, TranslationLanguages):
     epubBase64: str = Field(
         validation_alias=alias("epubBase64", "file", "epub"),
-        max_length=b64_chars(EPUB_MAX_BYTES), description="The EPUB as base64, at most 50 MB.",
+        max_length=b64_chars(EPUB_MAX_BYTES),
+        description="The EPUB as base64, at most 50 MB.",
     )
     fileName: str | None = Field(
         None, max_length=255, validation_alias=alias("fileName", "file_name")
@@ -604,20 +638,23 @@ async def translate_epub(ctx: ServiceContext, params: TranslateEpubParams) -> Se
     try:
         translated = await ctx.run_cpu(epub_translation.write_epub, data, book, bodies, target)
     except epub_translation.EpubError as exc:
-        raise EngineError("BOOK_QUALITY_CHECK_FAILED", f"The translated book failed its "
-                          f"check: {exc}.") from None
+        raise EngineError(
+            "BOOK_QUALITY_CHECK_FAILED", f"The translated book failed its check: {exc}."
+        ) from None
     stored = await ctx.files.save(translated, "epub")
     ctx.progress(100, "done")
-    return ServiceResult({
-        "url": ctx.files.url_for(stored.name, EPUB_URL_TTL_S),
-        "fileName": params.output_name,
-        "docs": len(docs),
-        "visibleChars": params.visible_chars,
-        "sourceLanguage": source,
-        "targetLanguage": target,
-        "engine": translation_engine(target),
-        "bytes": stored.size,
-    })
+    return ServiceResult(
+        {
+            "url": ctx.files.url_for(stored.name, EPUB_URL_TTL_S),
+            "fileName": params.output_name,
+            "docs": len(docs),
+            "visibleChars": params.visible_chars,
+            "sourceLanguage": source,
+            "targetLanguage": target,
+            "engine": translation_engine(target),
+            "bytes": stored.size,
+        }
+    )
 
 
 TRANSLATE_EPUB = ServiceSpec(
@@ -632,8 +669,11 @@ TRANSLATE_EPUB = ServiceSpec(
     price_msat=lambda p: translate_epub_msat(p.visible_chars, p.targetLanguage),
     handler=translate_epub,
     price_shape=PriceShape(
-        "per_character", "per visible character", TRANSLATE_EPUB_MIN_SATS * MSAT,
-        rate_by=("target_language",), estimate="translate-epub",
+        "per_character",
+        "per visible character",
+        TRANSLATE_EPUB_MIN_SATS * MSAT,
+        rate_by=("target_language",),
+        estimate="translate-epub",
         note="Visible characters of the book at the target engine's rate.",
     ),
     mode="job",
@@ -657,7 +697,10 @@ class SearchParams(ServiceParams, ModelChoice):
         min_length=1, max_length=1000, validation_alias=alias("query", "q", "prompt")
     )
     count: int = Field(
-        10, ge=1, le=20, validation_alias=alias("count", "num_results", "numResults"),
+        10,
+        ge=1,
+        le=20,
+        validation_alias=alias("count", "num_results", "numResults"),
         description="Results to return, 1 to 20.",
     )
     language: str | None = Field(

@@ -48,14 +48,17 @@ class _VideoParams(ServiceParams, ModelChoice, CallbackFields):
 
     prompt: str = Field(min_length=1, max_length=4000)
     duration: int = Field(
-        5, ge=DURATION_MIN_S, le=DURATION_MAX_S,
+        5,
+        ge=DURATION_MIN_S,
+        le=DURATION_MAX_S,
         description="Seconds, 3 to 15 (the request schema's bound; the tool catalog says 5).",
     )
     resolution: Resolution = Field(
         "768p", description="768p (250 sats/s) or 2K (400 sats/s; upscaled from 768p)."
     )
     generate_audio: bool = Field(
-        False, validation_alias=alias("generate_audio", "generateAudio"),
+        False,
+        validation_alias=alias("generate_audio", "generateAudio"),
         description="Native audio track.",
     )
 
@@ -68,11 +71,14 @@ class GenerateVideoParams(_VideoParams):
         "pro", description="Render mode (request schema); the price is set by resolution."
     )
     reference_image: str | None = Field(
-        None, validation_alias=alias("reference_image", "referenceImage"),
-        max_length=b64_chars(IMAGE_MAX_BYTES), description="Optional style reference (base64).",
+        None,
+        validation_alias=alias("reference_image", "referenceImage"),
+        max_length=b64_chars(IMAGE_MAX_BYTES),
+        description="Optional style reference (base64).",
     )
     reference_audio: str | None = Field(
-        None, validation_alias=alias("reference_audio", "referenceAudio"),
+        None,
+        validation_alias=alias("reference_audio", "referenceAudio"),
         max_length=b64_chars(REFERENCE_AUDIO_MAX_BYTES),
         description="Optional audio to follow (base64 mp3, wav, flac, ogg or m4a; 10 MB).",
     )
@@ -102,21 +108,32 @@ class AnimateImageParams(_VideoParams):
 
 
 async def _video(
-    ctx: ServiceContext, params: _VideoParams, image: bytes | None = None,
-    reference_image: bytes | None = None, reference_audio: bytes | None = None,
+    ctx: ServiceContext,
+    params: _VideoParams,
+    image: bytes | None = None,
+    reference_image: bytes | None = None,
+    reference_audio: bytes | None = None,
 ) -> ServiceResult:
     """Run the video engine, check the clip's length, store it: { videoUrl, ... }."""
     ctx.progress(1.0, "submitted")
     mode = params.mode if isinstance(params, GenerateVideoParams) else "pro"
     model = params.chosen_model
     clip = await ctx.engines.run(
-        "video", VideoEngine,
+        "video",
+        VideoEngine,
         lambda engine, name: engine.generate_video(
             VideoRequest(
-                prompt=params.prompt, duration_s=params.duration, resolution=params.resolution,
-                generate_audio=params.generate_audio, image=image,
-                reference_image=reference_image, reference_audio=reference_audio, mode=mode,
-                model_name=name, call_id=ctx.call_id, progress=ctx.progress,
+                prompt=params.prompt,
+                duration_s=params.duration,
+                resolution=params.resolution,
+                generate_audio=params.generate_audio,
+                image=image,
+                reference_image=reference_image,
+                reference_audio=reference_audio,
+                mode=mode,
+                model_name=name,
+                call_id=ctx.call_id,
+                progress=ctx.progress,
                 checkpoint=JobCheckpoint(ctx.job_state, params),
             )
         ),
@@ -143,11 +160,13 @@ async def _video(
 async def generate_video(ctx: ServiceContext, params: GenerateVideoParams) -> ServiceResult:
     reference_image = (
         await decoded(params.reference_image, "reference_image")
-        if params.reference_image is not None else None
+        if params.reference_image is not None
+        else None
     )
     reference_audio = (
         await decoded(params.reference_audio, "reference_audio", REFERENCE_AUDIO_MAX_BYTES)
-        if params.reference_audio is not None else None
+        if params.reference_audio is not None
+        else None
     )
     return await _video(
         ctx, params, reference_image=reference_image, reference_audio=reference_audio
@@ -163,15 +182,17 @@ def _per_second(p: _VideoParams) -> int:
 
 
 _PRICE_NOTE = (
-    f"{VIDEO_SATS_PER_SECOND['768p']} sats per second at 768p, "
-    f"{VIDEO_SATS_PER_SECOND['2K']} at 2K"
+    f"{VIDEO_SATS_PER_SECOND['768p']} sats per second at 768p, {VIDEO_SATS_PER_SECOND['2K']} at 2K"
 )
 
 
 def _price_shape(estimate: str) -> PriceShape:
     return PriceShape(
-        "per_second", "per second", video_msat(DURATION_MIN_S, "768p"),
-        rate_by=("resolution",), estimate=estimate,
+        "per_second",
+        "per second",
+        video_msat(DURATION_MIN_S, "768p"),
+        rate_by=("resolution",),
+        estimate=estimate,
         note=f"{_PRICE_NOTE}; {DURATION_MIN_S} to {DURATION_MAX_S} seconds.",
     )
 

@@ -18,7 +18,6 @@ TtsFamily = Literal["premium", "studio", "global"]
 TTS_FAMILY: Final[dict[int, TtsFamily]] = {33: "premium", 34: "premium", 3: "studio", 43: "global"}
 
 
-
 def _words(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
@@ -119,8 +118,9 @@ def check_ai_call_locale(value: str) -> str:
     """The canonical spelling of one of the listed locales (case-insensitive, ``_`` or ``-``)."""
     found = _LOCALE_BY_LOWER.get(value.strip().replace("_", "-").lower())
     if found is None:
-        raise ValueError(f"language {value!r} is not one of the AI-call locales: "
-                         + ", ".join(AI_CALL_LOCALES))
+        raise ValueError(
+            f"language {value!r} is not one of the AI-call locales: " + ", ".join(AI_CALL_LOCALES)
+        )
     return found
 
 

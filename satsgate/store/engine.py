@@ -195,9 +195,7 @@ class Database:
             return await self._run(lambda: run(self._conn))
         return await self._inline_write(inline, run)
 
-    async def _alone(
-        self, inline: sqlite3.Connection, run: Callable[[sqlite3.Connection], T]
-    ) -> T:
+    async def _alone(self, inline: sqlite3.Connection, run: Callable[[sqlite3.Connection], T]) -> T:
         """One statement as its own transaction on the loop's connection; when another
         connection holds a lock, on the store thread instead (which may wait for it)."""
         try:
@@ -316,9 +314,7 @@ class Database:
             and not self._checkpoint_pending()
         ):
             self._writes_since_checkpoint = 0
-            self._passive_checkpoint = self._executor.submit(
-                self._checkpoint, "PASSIVE"
-            )
+            self._passive_checkpoint = self._executor.submit(self._checkpoint, "PASSIVE")
 
     def _checkpoint(self, mode: str) -> list[Any]:
         """Run a checkpoint on the store thread's connection and read its one row: an

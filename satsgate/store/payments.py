@@ -36,8 +36,7 @@ _INSERT_PAYMENT = (
 )
 _SELECT_PAYMENT = f"SELECT {', '.join(_PAYMENT_COLUMNS)} FROM payments WHERE "
 _SPEND = (
-    "UPDATE payments SET status = 'serving', spent_at = ?"
-    " WHERE payment_id = ? AND status = 'paid'"
+    "UPDATE payments SET status = 'serving', spent_at = ? WHERE payment_id = ? AND status = 'paid'"
 )
 _ANSWERED = "UPDATE payments SET status = 'spent' WHERE payment_id = ? AND status = 'serving'"
 _SPEND_TOKEN = (

@@ -185,8 +185,17 @@ class RefundRepository:
                 " WHERE status = 'claiming' OR (status = 'open' AND payout_error IS NOT NULL)"
                 " ORDER BY updated_at DESC LIMIT 200"
             ).fetchall()
-            keys = ("refund_id", "payment_id", "amount_msat", "status", "reason",
-                    "payout_error", "created_at", "expires_at", "updated_at")
+            keys = (
+                "refund_id",
+                "payment_id",
+                "amount_msat",
+                "status",
+                "reason",
+                "payout_error",
+                "created_at",
+                "expires_at",
+                "updated_at",
+            )
             return [dict(zip(keys, row, strict=True)) for row in rows]
 
         return await self._db.run_sync(go)

@@ -90,7 +90,11 @@ def install(app: web.Application, keys: Keys) -> None:
             return _login_page("That is not the operator token.", status=403)
         resp = web.HTTPSeeOther("/operator")
         resp.set_cookie(
-            COOKIE, session_value(token), path="/", httponly=True, samesite="Strict",
+            COOKIE,
+            session_value(token),
+            path="/",
+            httponly=True,
+            samesite="Strict",
             secure=request.app[keys.settings].public_base_url.startswith("https://"),
             max_age=7 * 86400,
         )
@@ -108,9 +112,13 @@ def install(app: web.Application, keys: Keys) -> None:
             return page("Recover a refund", _recover_form(payment_id, secret))
         refund = await _find_refund(request.app[keys.store], payment_id, secret)
         if refund is None:
-            return page("Recover a refund", _recover_form(
-                payment_id, secret, "No refund matches this payment id and refund secret."
-            ), status=404)
+            return page(
+                "Recover a refund",
+                _recover_form(
+                    payment_id, secret, "No refund matches this payment id and refund secret."
+                ),
+                status=404,
+            )
         return page("Your refund", await _refund_body(request, keys, refund, payment_id))
 
     async def recover_payout(request: web.Request) -> web.Response:
@@ -122,9 +130,13 @@ def install(app: web.Application, keys: Keys) -> None:
             invoice = invoice[10:]
         refund = await _find_refund(request.app[keys.store], payment_id, secret)
         if refund is None:
-            return page("Recover a refund", _recover_form(
-                payment_id, secret, "No refund matches this payment id and refund secret."
-            ), status=404)
+            return page(
+                "Recover a refund",
+                _recover_form(
+                    payment_id, secret, "No refund matches this payment id and refund secret."
+                ),
+                status=404,
+            )
         refunds = request.app[keys.refunds]
         answer = await refunds.withdraw_callback(refund.k1, invoice)
         message = None
@@ -139,8 +151,7 @@ def install(app: web.Application, keys: Keys) -> None:
                 if current is not None and current.status is not RefundStatus.CLAIMING:
                     break
         current = await request.app[keys.store].refunds.get_by_k1(refund.k1) or refund
-        return page("Your refund", await _refund_body(request, keys, current, payment_id,
-                                                      message))
+        return page("Your refund", await _refund_body(request, keys, current, payment_id, message))
 
     r.add_get("/operator", dashboard)
     r.add_post("/operator/login", login)
@@ -201,8 +212,14 @@ def _dashboard_body(report: dict[str, Any]) -> str:
     per_day = table(
         ("day", "received", "earned", "refunded", "held", "open"),
         (
-            (d["day"], d["received_msat"], d["earned_msat"], d["refunded_msat"],
-             d["held_msat"], d["open_msat"])
+            (
+                d["day"],
+                d["received_msat"],
+                d["earned_msat"],
+                d["refunded_msat"],
+                d["held_msat"],
+                d["open_msat"],
+            )
             for d in reversed(report["per_day"])
         ),
         numeric={1, 2, 3, 4, 5},
@@ -219,8 +236,10 @@ def _dashboard_body(report: dict[str, Any]) -> str:
     )
     services = table(
         ("service", "calls", "paid msat", "refunds"),
-        ((s["service"], s["calls"], s["paid_msat"], s["refunds"])
-         for s in report["calls_per_service"]),
+        (
+            (s["service"], s["calls"], s["paid_msat"], s["refunds"])
+            for s in report["calls_per_service"]
+        ),
         numeric={1, 2, 3},
         table_id="calls-per-service",
     )
@@ -233,8 +252,13 @@ def _dashboard_body(report: dict[str, Any]) -> str:
     payouts = table(
         ("refund", "payment", "msat", "state", "node's reason"),
         (
-            (p["refund_id"], p["payment_id"], p["amount_msat"], p["status"],
-             p["payout_error"] or "payout under way or unknown")
+            (
+                p["refund_id"],
+                p["payment_id"],
+                p["amount_msat"],
+                p["status"],
+                p["payout_error"] or "payout under way or unknown",
+            )
             for p in report["refund_payouts"]
         ),
         numeric={2},
@@ -243,8 +267,12 @@ def _dashboard_body(report: dict[str, Any]) -> str:
     engines = table(
         ("engine", "state", "source", "detail"),
         (
-            (e["engine"], "available" if e["available"] else "unavailable", e["source"] or "-",
-             e["label"] if e["available"] else e["reason"])
+            (
+                e["engine"],
+                "available" if e["available"] else "unavailable",
+                e["source"] or "-",
+                e["label"] if e["available"] else e["reason"],
+            )
             for e in report.get("engines", [])
         ),
         table_id="engines",
@@ -255,7 +283,7 @@ def _dashboard_body(report: dict[str, Any]) -> str:
     )
     return (
         '<h1>Operator</h1><p class="muted">received = earned + refunded + held + open, '
-        'to the msat</p>'
+        "to the msat</p>"
         f'<div class="figures">{figures}</div>{canceled}'
         f'<section class="card"><h2>Earnings over time</h2>{earnings_chart(report["per_day"])}'
         f"</section>"
@@ -289,7 +317,10 @@ def _recover_form(payment_id: str, secret: str, error: str = "") -> str:
 
 
 async def _refund_body(
-    request: web.Request, keys: Keys, refund: Refund, payment_id: str,
+    request: web.Request,
+    keys: Keys,
+    refund: Refund,
+    payment_id: str,
     message: str | None = None,
 ) -> str:
     base = request.app[keys.settings].public_base_url

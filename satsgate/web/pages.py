@@ -74,7 +74,9 @@ def page(title: str, body: str, status: int = 200) -> web.Response:
 
 
 def table(
-    headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: set[int] | None = None,
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    numeric: set[int] | None = None,
     table_id: str = "",
 ) -> str:
     numeric = numeric or set()
@@ -127,8 +129,10 @@ def earnings_chart(days: Sequence[dict[str, Any]], width: int = 960, height: int
     ]
     for i, d in enumerate(days):
         x = pad_left + i * slot + slot / 2
-        for offset, key, colour in ((-bar, "earned_msat", "#f7931a"), (0, "refunded_msat",
-                                                                        "#8a8474")):
+        for offset, key, colour in (
+            (-bar, "earned_msat", "#f7931a"),
+            (0, "refunded_msat", "#8a8474"),
+        ):
             value = max(int(d[key]), 0)
             h = plot_h * value / top
             parts.append(
@@ -143,9 +147,12 @@ def earnings_chart(days: Sequence[dict[str, Any]], width: int = 960, height: int
                 f"{esc(d['day'][5:])}</text>"
             )
     parts.append("</svg>")
+
     def swatch(colour: str) -> str:
-        return (f'<svg width="10" height="10" aria-hidden="true"><rect width="10" height="10"'
-                f' fill="{colour}"/></svg>')
+        return (
+            f'<svg width="10" height="10" aria-hidden="true"><rect width="10" height="10"'
+            f' fill="{colour}"/></svg>'
+        )
 
     legend = (
         f'<p class="muted">{swatch("#f7931a")} earned &nbsp; {swatch("#8a8474")} refunded,'

@@ -9,5 +9,12 @@ from .node import FakeNode, RpcFailure
 from .plugin_host import PluginCallError, PluginHost
 from .server import FakeLightningd, apply_filter, running_lightningd
 
-__all__ = ["FakeLightningd", "FakeNode", "PluginCallError", "PluginHost", "RpcFailure",
-           "apply_filter", "running_lightningd"]
+__all__ = [
+    "FakeLightningd",
+    "FakeNode",
+    "PluginCallError",
+    "PluginHost",
+    "RpcFailure",
+    "apply_filter",
+    "running_lightningd",
+]

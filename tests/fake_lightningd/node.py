@@ -169,9 +169,15 @@ class FakeNode:
                 return inv
         return None
 
-    def invoice(self, amount_msat: Any, label: Any, description: str,
-                expiry: int = DEFAULT_INVOICE_EXPIRY_S, preimage: str | None = None,
-                **_ignored: Any) -> dict[str, Any]:
+    def invoice(
+        self,
+        amount_msat: Any,
+        label: Any,
+        description: str,
+        expiry: int = DEFAULT_INVOICE_EXPIRY_S,
+        preimage: str | None = None,
+        **_ignored: Any,
+    ) -> dict[str, Any]:
         if amount_msat == "any":
             raise RpcFailure(INVALID_PARAMS, "fake lightningd: amountless invoices unsupported")
         msat = parse_msat_param("amount_msat", amount_msat)
@@ -183,9 +189,14 @@ class FakeNode:
         payment_secret = secrets.token_hex(32)
         now = self._now()
         bolt11 = sign_invoice(
-            network=self.network, amount_msat=msat, payment_hash=payment_hash,
-            payment_secret=payment_secret, description=description, expiry_s=int(expiry),
-            private_key_hex=self._key.secret.hex(), created_at=now,
+            network=self.network,
+            amount_msat=msat,
+            payment_hash=payment_hash,
+            payment_secret=payment_secret,
+            description=description,
+            expiry_s=int(expiry),
+            private_key_hex=self._key.secret.hex(),
+            created_at=now,
         )
         with self._cond:
             if label in self._invoices:
@@ -194,10 +205,16 @@ class FakeNode:
                 raise RpcFailure(INVOICE_PREIMAGE_ALREADY_EXISTS, "preimage already used")
             self._created_index += 1
             self._invoices[label] = {
-                "label": label, "bolt11": bolt11, "payment_hash": payment_hash,
-                "amount_msat": msat, "status": "unpaid", "description": description,
-                "expires_at": now + int(expiry), "created_index": self._created_index,
-                "payment_preimage": pre.hex(), "payment_secret": payment_secret,
+                "label": label,
+                "bolt11": bolt11,
+                "payment_hash": payment_hash,
+                "amount_msat": msat,
+                "status": "unpaid",
+                "description": description,
+                "expires_at": now + int(expiry),
+                "created_index": self._created_index,
+                "payment_preimage": pre.hex(),
+                "payment_secret": payment_secret,
             }
             return {
                 "payment_hash": payment_hash,
@@ -207,13 +224,21 @@ class FakeNode:
                 "created_index": self._created_index,
             }
 
-    def listinvoices(self, label: Any = None, invstring: str | None = None,
-                     payment_hash: str | None = None, offer_id: str | None = None,
-                     index: str | None = None, start: int = 0,
-                     limit: int | None = None) -> dict[str, Any]:
+    def listinvoices(
+        self,
+        label: Any = None,
+        invstring: str | None = None,
+        payment_hash: str | None = None,
+        offer_id: str | None = None,
+        index: str | None = None,
+        start: int = 0,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         if sum(x is not None for x in (label, invstring, payment_hash, offer_id)) > 1:
-            raise RpcFailure(INVALID_PARAMS, "Can only specify one of {label}, {invstring},"
-                                             " {payment_hash} or {offer_id}")
+            raise RpcFailure(
+                INVALID_PARAMS,
+                "Can only specify one of {label}, {invstring}, {payment_hash} or {offer_id}",
+            )
         if start and index is None:
             raise RpcFailure(INVALID_PARAMS, "Can only specify {start} with {index}")
         if limit is not None and index is None:
@@ -231,8 +256,9 @@ class FakeNode:
                 rows = [i for i in rows if i["payment_hash"] == payment_hash.lower()]
             if index is not None:
                 key = "created_index" if index == "created" else "updated_index"
-                rows = sorted((i for i in rows if i.get(key, 0) >= start),
-                              key=lambda i: i.get(key, 0))
+                rows = sorted(
+                    (i for i in rows if i.get(key, 0) >= start), key=lambda i: i.get(key, 0)
+                )
                 if limit is not None:
                     rows = rows[:limit]
             return {"invoices": [self._invoice_json(i) for i in rows]}
@@ -254,21 +280,24 @@ class FakeNode:
             self._cond.notify_all()
             return out
 
-    def waitanyinvoice(self, lastpay_index: int = 0,
-                       timeout: int | None = None) -> dict[str, Any]:
+    def waitanyinvoice(self, lastpay_index: int = 0, timeout: int | None = None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + int(timeout)
         with self._cond:
             while True:
-                paid = [i for i in self._invoices.values()
-                        if i["status"] == "paid" and i["pay_index"] > int(lastpay_index)]
+                paid = [
+                    i
+                    for i in self._invoices.values()
+                    if i["status"] == "paid" and i["pay_index"] > int(lastpay_index)
+                ]
                 if paid:
                     return self._invoice_json(min(paid, key=lambda i: i["pay_index"]))
                 if self._stopping:
                     raise RpcFailure(LIGHTNINGD_SHUTDOWN, "lightningd is shutting down")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise RpcFailure(INVOICE_WAIT_TIMED_OUT,
-                                     "Timed out while waiting for invoice to be paid")
+                    raise RpcFailure(
+                        INVOICE_WAIT_TIMED_OUT, "Timed out while waiting for invoice to be paid"
+                    )
                 self._cond.wait(remaining)
 
     def _receive(self, payment_hash: str, amount_msat: int) -> str:
@@ -284,17 +313,30 @@ class FakeNode:
                 )
             self._pay_index += 1
             self._updated_index += 1
-            inv.update(status="paid", pay_index=self._pay_index,
-                       amount_received_msat=amount_msat, paid_at=self._now(),
-                       updated_index=self._updated_index)
+            inv.update(
+                status="paid",
+                pay_index=self._pay_index,
+                amount_received_msat=amount_msat,
+                paid_at=self._now(),
+                updated_index=self._updated_index,
+            )
             self._cond.notify_all()
             return str(inv["payment_preimage"])
 
     # -- outgoing -------------------------------------------------------------------------
 
     def _pay_json(self, pay: dict[str, Any]) -> dict[str, Any]:
-        out = {k: pay[k] for k in ("created_index", "payment_hash", "status", "destination",
-                                   "created_at", "bolt11")}
+        out = {
+            k: pay[k]
+            for k in (
+                "created_index",
+                "payment_hash",
+                "status",
+                "destination",
+                "created_at",
+                "bolt11",
+            )
+        }
         if pay["status"] == "complete":
             out["completed_at"] = pay["completed_at"]
         out["amount_msat"] = pay["amount_msat"]
@@ -303,16 +345,25 @@ class FakeNode:
             out["preimage"] = pay["preimage"]
         return out
 
-    def listpays(self, bolt11: str | None = None, payment_hash: str | None = None,
-                 status: str | None = None, index: str | None = None, start: int = 0,
-                 limit: int | None = None) -> dict[str, Any]:
+    def listpays(
+        self,
+        bolt11: str | None = None,
+        payment_hash: str | None = None,
+        status: str | None = None,
+        index: str | None = None,
+        start: int = 0,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         if bolt11 is not None and payment_hash is not None:
             raise RpcFailure(INVALID_PARAMS, "Can only specify one of {bolt11} or {payment_hash}")
         with self._cond:
-            rows = [p for p in self._pays
-                    if (bolt11 is None or p["bolt11"] == bolt11)
-                    and (payment_hash is None or p["payment_hash"] == payment_hash.lower())
-                    and (status is None or p["status"] == status)]
+            rows = [
+                p
+                for p in self._pays
+                if (bolt11 is None or p["bolt11"] == bolt11)
+                and (payment_hash is None or p["payment_hash"] == payment_hash.lower())
+                and (status is None or p["status"] == status)
+            ]
             return {"pays": [self._pay_json(p) for p in rows]}
 
     def _send(self, bolt11: str, maxfee_msat: int | None, *, xpay: bool) -> dict[str, Any]:
@@ -322,8 +373,9 @@ class FakeNode:
         except InvalidInvoice:
             raise RpcFailure(INVALID_PARAMS, "invstring: Invalid bolt11") from None
         if decoded.network != self.network:
-            raise RpcFailure(INVALID_PARAMS, f"invstring: Invalid bolt11: wrong network"
-                                             f" ({decoded.network})")
+            raise RpcFailure(
+                INVALID_PARAMS, f"invstring: Invalid bolt11: wrong network ({decoded.network})"
+            )
         if decoded.amount_msat is None:
             raise RpcFailure(INVALID_PARAMS, "amount_msat: required for amountless invoice")
         if decoded.expired():
@@ -339,21 +391,28 @@ class FakeNode:
             if any(p["status"] == "pending" for p in previous):
                 if xpay:  # xpay's injectpaymentonion is refused, xpay reports it as -3
                     raise RpcFailure(
-                        PLUGIN_ERROR, f"Unexpected injectpaymentonion error {PAY_IN_PROGRESS}:"
-                        " Already have payment in progress")
+                        PLUGIN_ERROR,
+                        f"Unexpected injectpaymentonion error {PAY_IN_PROGRESS}:"
+                        " Already have payment in progress",
+                    )
                 raise RpcFailure(PAY_IN_PROGRESS, "Payment already in progress")
             peer = self._peers.get(decoded.payee)
             if peer is None:
                 raise RpcFailure(PAY_ROUTE_NOT_FOUND, "Failed: Unknown destination: no route")
             fee = self.route_fee_msat
             if maxfee_msat is not None and fee > maxfee_msat:
-                raise RpcFailure(PAY_ROUTE_TOO_EXPENSIVE,
-                                 "Failed: Could not find route without excessive cost")
+                raise RpcFailure(
+                    PAY_ROUTE_TOO_EXPENSIVE, "Failed: Could not find route without excessive cost"
+                )
             self._pay_created_index += 1
             pay: dict[str, Any] = {
-                "created_index": self._pay_created_index, "payment_hash": decoded.payment_hash,
-                "status": "pending", "destination": decoded.payee, "created_at": self._now(),
-                "bolt11": bolt11, "amount_msat": amount_msat,
+                "created_index": self._pay_created_index,
+                "payment_hash": decoded.payment_hash,
+                "status": "pending",
+                "destination": decoded.payee,
+                "created_at": self._now(),
+                "bolt11": bolt11,
+                "amount_msat": amount_msat,
                 "amount_sent_msat": amount_msat + fee,
             }
             self._pays.append(pay)
@@ -376,23 +435,45 @@ class FakeNode:
 
     def _pay_result(self, pay: dict[str, Any], *, xpay: bool) -> dict[str, Any]:
         if xpay:
-            return {"payment_preimage": pay["preimage"], "amount_msat": pay["amount_msat"],
-                    "amount_sent_msat": pay["amount_sent_msat"], "failed_parts": 0,
-                    "successful_parts": 1}
-        return {"destination": pay["destination"], "payment_hash": pay["payment_hash"],
-                "created_at": pay["created_at"], "parts": 1, "amount_msat": pay["amount_msat"],
+            return {
+                "payment_preimage": pay["preimage"],
+                "amount_msat": pay["amount_msat"],
                 "amount_sent_msat": pay["amount_sent_msat"],
-                "payment_preimage": pay["preimage"], "status": "complete"}
+                "failed_parts": 0,
+                "successful_parts": 1,
+            }
+        return {
+            "destination": pay["destination"],
+            "payment_hash": pay["payment_hash"],
+            "created_at": pay["created_at"],
+            "parts": 1,
+            "amount_msat": pay["amount_msat"],
+            "amount_sent_msat": pay["amount_sent_msat"],
+            "payment_preimage": pay["preimage"],
+            "status": "complete",
+        }
 
-    def xpay(self, invstring: str, amount_msat: Any = None, maxfee: Any = None,
-             retry_for: int | None = None, **_ignored: Any) -> dict[str, Any]:
+    def xpay(
+        self,
+        invstring: str,
+        amount_msat: Any = None,
+        maxfee: Any = None,
+        retry_for: int | None = None,
+        **_ignored: Any,
+    ) -> dict[str, Any]:
         if not self.has_xpay:
             raise RpcFailure(METHOD_NOT_FOUND, "Unknown command 'xpay'")
         fee = None if maxfee is None else parse_msat_param("maxfee", maxfee)
         return self._send(invstring, fee, xpay=True)
 
-    def pay(self, bolt11: str, amount_msat: Any = None, maxfee: Any = None,
-            retry_for: int | None = None, **_ignored: Any) -> dict[str, Any]:
+    def pay(
+        self,
+        bolt11: str,
+        amount_msat: Any = None,
+        maxfee: Any = None,
+        retry_for: int | None = None,
+        **_ignored: Any,
+    ) -> dict[str, Any]:
         fee = None if maxfee is None else parse_msat_param("maxfee", maxfee)
         return self._send(bolt11, fee, xpay=False)
 
@@ -402,13 +483,26 @@ class FakeNode:
         with self._cond:
             peers = len(self._peers)
         return {
-            "id": self.node_id, "alias": self.alias, "color": "02bf81",
-            "num_peers": peers, "num_pending_channels": 0, "num_active_channels": peers,
-            "num_inactive_channels": 0, "address": [], "binding": [],
-            "version": "v25.12-fake", "blockheight": 101, "network": self.network,
-            "fees_collected_msat": 0, "lightning-dir": lightning_dir,
-            "our_features": {"init": "08a0000a8a5961", "node": "88a0000a8a5961",
-                             "channel": "", "invoice": "02000002024100"},
+            "id": self.node_id,
+            "alias": self.alias,
+            "color": "02bf81",
+            "num_peers": peers,
+            "num_pending_channels": 0,
+            "num_active_channels": peers,
+            "num_inactive_channels": 0,
+            "address": [],
+            "binding": [],
+            "version": "v25.12-fake",
+            "blockheight": 101,
+            "network": self.network,
+            "fees_collected_msat": 0,
+            "lightning-dir": lightning_dir,
+            "our_features": {
+                "init": "08a0000a8a5961",
+                "node": "88a0000a8a5961",
+                "channel": "",
+                "invoice": "02000002024100",
+            },
         }
 
     def decode(self, string: str) -> dict[str, Any]:
@@ -418,10 +512,15 @@ class FakeNode:
             raise RpcFailure(INVALID_PARAMS, f"string: Unparsable invoice: {exc}") from None
         currency = {"bitcoin": "bc", "testnet": "tb", "signet": "tbs", "regtest": "bcrt"}
         out: dict[str, Any] = {
-            "type": "bolt11 invoice", "currency": currency[d.network],
-            "created_at": d.created_at, "expiry": d.expires_at - d.created_at,
-            "payee": d.payee, "payment_hash": d.payment_hash,
-            "description": d.description, "min_final_cltv_expiry": 18, "valid": True,
+            "type": "bolt11 invoice",
+            "currency": currency[d.network],
+            "created_at": d.created_at,
+            "expiry": d.expires_at - d.created_at,
+            "payee": d.payee,
+            "payment_hash": d.payment_hash,
+            "description": d.description,
+            "min_final_cltv_expiry": 18,
+            "valid": True,
         }
         if d.amount_msat is not None:
             out["amount_msat"] = d.amount_msat

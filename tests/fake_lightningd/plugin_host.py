@@ -42,9 +42,13 @@ class PluginCallError(Exception):
 class PluginHost:
     """Runs one plugin under a FakeLightningd's configuration."""
 
-    def __init__(self, command: Sequence[str], lightningd: FakeLightningd,
-                 options: Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        lightningd: FakeLightningd,
+        options: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.command = list(command)
         self.lightningd = lightningd
         self.user_options = dict(options or {})
@@ -77,8 +81,12 @@ class PluginHost:
         env["LIGHTNINGD_PLUGIN"] = "1"
         env["LIGHTNINGD_VERSION"] = "v25.12-fake"
         self._proc = subprocess.Popen(
-            self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=self.lightningd.lightning_dir, env=env,
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.lightningd.lightning_dir,
+            env=env,
         )
         self._readers = [
             threading.Thread(target=self._read_stdout, daemon=True, name="plugin-stdout"),
@@ -86,20 +94,29 @@ class PluginHost:
         ]
         for reader in self._readers:
             reader.start()
-        self.manifest = self.request("getmanifest", {"allow-deprecated-apis": False},
-                                     timeout_s=timeout_s)
+        self.manifest = self.request(
+            "getmanifest", {"allow-deprecated-apis": False}, timeout_s=timeout_s
+        )
         self._check_manifest()
-        self.init_result = self.request("init", {
-            "options": self._init_options(),
-            "configuration": {
-                "lightning-dir": str(self.lightningd.lightning_dir),
-                "rpc-file": self.lightningd.rpc_file,
-                "startup": True,
-                "network": self.lightningd.node.network,
-                "feature_set": {"init": "08a0000a8a5961", "node": "88a0000a8a5961",
-                                "channel": "", "invoice": "02000002024100"},
+        self.init_result = self.request(
+            "init",
+            {
+                "options": self._init_options(),
+                "configuration": {
+                    "lightning-dir": str(self.lightningd.lightning_dir),
+                    "rpc-file": self.lightningd.rpc_file,
+                    "startup": True,
+                    "network": self.lightningd.node.network,
+                    "feature_set": {
+                        "init": "08a0000a8a5961",
+                        "node": "88a0000a8a5961",
+                        "channel": "",
+                        "invoice": "02000002024100",
+                    },
+                },
             },
-        }, timeout_s=timeout_s)
+            timeout_s=timeout_s,
+        )
         if isinstance(self.init_result, dict) and "disable" in self.init_result:
             # lightningd logs "disabled itself at init" and kills the process.
             self.disabled = str(self.init_result["disable"])
@@ -190,8 +207,10 @@ class PluginHost:
                 if remaining <= 0:
                     raise TimeoutError(f"plugin did not answer {method} within {timeout_s} s")
                 if self.process.poll() is not None and not self._readers_alive():
-                    raise ConnectionError(f"plugin exited ({self.process.returncode}) before"
-                                          f" answering {method}; stderr: {self.stderr_lines}")
+                    raise ConnectionError(
+                        f"plugin exited ({self.process.returncode}) before"
+                        f" answering {method}; stderr: {self.stderr_lines}"
+                    )
                 self._cond.wait(min(remaining, 0.2))
             response = self._pending.pop(req_id)
         if "error" in response:
@@ -202,8 +221,9 @@ class PluginHost:
         """A command a user runs with lightning-cli, forwarded to the plugin that registered it."""
         names = {m["name"] for m in self.manifest.get("rpcmethods", [])}
         if method not in names:
-            raise PluginCallError(method, {"code": -32601,
-                                           "message": f"Unknown command '{method}'"})
+            raise PluginCallError(
+                method, {"code": -32601, "message": f"Unknown command '{method}'"}
+            )
         return self.request(method, {} if params is None else params, timeout_s)
 
     def _readers_alive(self) -> bool:

@@ -28,18 +28,45 @@ from .node import INVALID_PARAMS, METHOD_NOT_FOUND, FakeNode, RpcFailure
 # Parameter names per command, in lightningd's positional order; "*" marks required.
 _PARAMS: dict[str, tuple[str, ...]] = {
     "getinfo": (),
-    "invoice": ("*amount_msat", "*label", "*description", "expiry", "fallbacks", "preimage",
-                "exposeprivatechannels", "cltv", "deschashonly"),
-    "listinvoices": ("label", "invstring", "payment_hash", "offer_id", "index", "start",
-                     "limit"),
+    "invoice": (
+        "*amount_msat",
+        "*label",
+        "*description",
+        "expiry",
+        "fallbacks",
+        "preimage",
+        "exposeprivatechannels",
+        "cltv",
+        "deschashonly",
+    ),
+    "listinvoices": ("label", "invstring", "payment_hash", "offer_id", "index", "start", "limit"),
     "delinvoice": ("*label", "*status", "desconly"),
     "waitanyinvoice": ("lastpay_index", "timeout"),
     "decode": ("*string",),
-    "xpay": ("*invstring", "amount_msat", "maxfee", "layers", "retry_for", "partial_msat",
-             "maxdelay"),
-    "pay": ("*bolt11", "amount_msat", "label", "riskfactor", "maxfeepercent", "retry_for",
-            "maxdelay", "exemptfee", "localinvreqid", "exclude", "maxfee", "description",
-            "partial_msat"),
+    "xpay": (
+        "*invstring",
+        "amount_msat",
+        "maxfee",
+        "layers",
+        "retry_for",
+        "partial_msat",
+        "maxdelay",
+    ),
+    "pay": (
+        "*bolt11",
+        "amount_msat",
+        "label",
+        "riskfactor",
+        "maxfeepercent",
+        "retry_for",
+        "maxdelay",
+        "exemptfee",
+        "localinvreqid",
+        "exclude",
+        "maxfee",
+        "description",
+        "partial_msat",
+    ),
     "listpays": ("bolt11", "payment_hash", "status", "index", "start", "limit"),
     "dev-fake-pay": ("*bolt11", "amount_msat"),
 }
@@ -61,16 +88,20 @@ def _bind_params(method: str, params: Any) -> dict[str, Any]:
     names = [n.lstrip("*") for n in spec]
     if isinstance(params, list):
         if len(params) > len(names):
-            raise RpcFailure(INVALID_PARAMS, f"too many parameters: got {len(params)},"
-                                             f" expected {len(names)}")
+            raise RpcFailure(
+                INVALID_PARAMS, f"too many parameters: got {len(params)}, expected {len(names)}"
+            )
         bound = {n: v for n, v in zip(names, params, strict=False) if v is not None}
     elif isinstance(params, dict):
         for key in params:
             if key not in names:
-                raise RpcFailure(INVALID_PARAMS, f"unknown parameter: {key}, this may be caused"
-                                 " by a failure to autodetect key=value-style parameters."
-                                 " Please try using the -k flag and explicit key=value pairs"
-                                 " of parameters.")
+                raise RpcFailure(
+                    INVALID_PARAMS,
+                    f"unknown parameter: {key}, this may be caused"
+                    " by a failure to autodetect key=value-style parameters."
+                    " Please try using the -k flag and explicit key=value pairs"
+                    " of parameters.",
+                )
         bound = {k: v for k, v in params.items() if v is not None}
     else:
         raise RpcFailure(INVALID_PARAMS, "Expected array or object for params")
@@ -115,8 +146,9 @@ class FakeLightningd:
         server = socketserver.ThreadingUnixStreamServer(self.rpc_path, Handler)
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,),
-                                        name="fake-lightningd", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="fake-lightningd", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -153,7 +185,8 @@ class FakeLightningd:
             "pay": node.pay,
             "listpays": node.listpays,
             "dev-fake-pay": lambda bolt11, amount_msat=None: node.pay_from_outside(
-                bolt11, amount_msat),
+                bolt11, amount_msat
+            ),
         }
 
     def _serve_connection(self, conn: socket.socket) -> None:
@@ -191,8 +224,11 @@ class FakeLightningd:
 
     def _answer(self, request: Any) -> dict[str, Any]:
         if not isinstance(request, dict) or "method" not in request:
-            return {"jsonrpc": "2.0", "id": None,
-                    "error": {"code": -32600, "message": "Expected object with method"}}
+            return {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32600, "message": "Expected object with method"},
+            }
         req_id = request.get("id")
         method = str(request["method"])
         self.calls.append(method)

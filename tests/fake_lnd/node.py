@@ -26,8 +26,12 @@ import coincurve
 from satsgate.invoices import InvalidInvoice, decode_invoice, sign_invoice
 
 # lnd's names for networks (GetInfo chains[].network) -> BOLT11 network names.
-_BOLT11_NETWORK = {"mainnet": "bitcoin", "testnet": "testnet", "signet": "signet",
-                   "regtest": "regtest"}
+_BOLT11_NETWORK = {
+    "mainnet": "bitcoin",
+    "testnet": "testnet",
+    "signet": "signet",
+    "regtest": "regtest",
+}
 
 # lnd cancels a held HTLC back this many blocks before it expires (HoldInvoiceExpiryDelta).
 HOLD_EXPIRY_DELTA = 12
@@ -103,8 +107,7 @@ class FakeLndNode:
     _add_index: int = 0
     _settle_index: int = 0
     _payment_index: int = 0
-    _watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(
-        default_factory=list)
+    _watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
 
     @property
     def pubkey(self) -> str:
@@ -168,14 +171,23 @@ class FakeLndNode:
         now = time.time()
         for inv in self.invoices.values():
             open_expired = inv.state == "OPEN" and inv.creation_date + inv.expiry <= now
-            near_cltv = (inv.state == "ACCEPTED"
-                         and self.block_height >= inv.htlc_expiry_height - HOLD_EXPIRY_DELTA)
+            near_cltv = (
+                inv.state == "ACCEPTED"
+                and self.block_height >= inv.htlc_expiry_height - HOLD_EXPIRY_DELTA
+            )
             if open_expired or near_cltv:
                 inv.state = "CANCELED"
 
-    def add_invoice(self, memo: str, value_msat: int, expiry: int,
-                    preimage: bytes = b"", r_hash: bytes = b"", cltv_expiry: int = 0,
-                    hold: bool = False) -> FakeInvoice:
+    def add_invoice(
+        self,
+        memo: str,
+        value_msat: int,
+        expiry: int,
+        preimage: bytes = b"",
+        r_hash: bytes = b"",
+        cltv_expiry: int = 0,
+        hold: bool = False,
+    ) -> FakeInvoice:
         if value_msat <= 0:
             raise LndError("UNKNOWN", "fake lnd: amountless invoices unsupported")
         if not hold:
@@ -186,9 +198,13 @@ class FakeLndNode:
         expiry = expiry or 86_400  # lnd's default: one day
         now = int(time.time())
         bolt11 = sign_invoice(
-            network=_BOLT11_NETWORK[self.network], amount_msat=value_msat,
-            payment_hash=r_hash.hex(), payment_secret=secrets.token_hex(32),
-            description=memo, expiry_s=expiry, private_key_hex=self._key.secret.hex(),
+            network=_BOLT11_NETWORK[self.network],
+            amount_msat=value_msat,
+            payment_hash=r_hash.hex(),
+            payment_secret=secrets.token_hex(32),
+            description=memo,
+            expiry_s=expiry,
+            private_key_hex=self._key.secret.hex(),
             created_at=now,
         )
         with self._lock:
@@ -196,9 +212,16 @@ class FakeLndNode:
                 raise LndError("ALREADY_EXISTS", "invoice with payment hash already exists")
             self._add_index += 1
             inv = FakeInvoice(
-                r_hash=r_hash, r_preimage=preimage, memo=memo, value_msat=value_msat,
-                payment_request=bolt11, creation_date=now, expiry=expiry,
-                add_index=self._add_index, cltv_expiry=cltv_expiry or 80, hold=hold,
+                r_hash=r_hash,
+                r_preimage=preimage,
+                memo=memo,
+                value_msat=value_msat,
+                payment_request=bolt11,
+                creation_date=now,
+                expiry=expiry,
+                add_index=self._add_index,
+                cltv_expiry=cltv_expiry or 80,
+                hold=hold,
             )
             self.invoices[r_hash] = inv
             self.events.append(_Event("add", r_hash))
@@ -268,14 +291,21 @@ class FakeLndNode:
 
     def settled_after(self, settle_index: int) -> list[FakeInvoice]:
         with self._lock:
-            return sorted((i for i in self.invoices.values()
-                           if i.state == "SETTLED" and i.settle_index > settle_index),
-                          key=lambda i: i.settle_index)
+            return sorted(
+                (
+                    i
+                    for i in self.invoices.values()
+                    if i.state == "SETTLED" and i.settle_index > settle_index
+                ),
+                key=lambda i: i.settle_index,
+            )
 
     def added_after(self, add_index: int) -> list[FakeInvoice]:
         with self._lock:
-            return sorted((i for i in self.invoices.values() if i.add_index > add_index),
-                          key=lambda i: i.add_index)
+            return sorted(
+                (i for i in self.invoices.values() if i.add_index > add_index),
+                key=lambda i: i.add_index,
+            )
 
     def events_from(self, position: int) -> tuple[list[_Event], int]:
         with self._lock:
@@ -300,8 +330,10 @@ class FakeLndNode:
                 raise LndError("ALREADY_EXISTS", "payment is in transition")
             self._payment_index += 1
             pay = FakePayment(
-                payment_hash=decoded.payment_hash, payment_request=bolt11,
-                value_msat=decoded.amount_msat or 0, index=self._payment_index,
+                payment_hash=decoded.payment_hash,
+                payment_request=bolt11,
+                value_msat=decoded.amount_msat or 0,
+                index=self._payment_index,
                 attempts=(known.attempts + 1) if known else 1,
             )
             self.payments[decoded.payment_hash] = pay

@@ -135,7 +135,8 @@ def test_a_client_cut_off_mid_upload_is_one_debug_line(
                 sock.sendall(
                     b"POST /api/l402/render-card HTTP/1.1\r\nHost: x\r\n"
                     b"Content-Type: application/json\r\nContent-Length: 50000\r\n\r\n{"
-                    + b" " * 1000
+                    + b" "
+                    * 1000
                 )
                 time.sleep(0.1)
         deadline = time.monotonic() + 5

@@ -46,8 +46,18 @@ class Serve:
             "SATSGATE_CHALLENGE_RATE_PER_MIN": "0",
         }
         self.proc = proc = subprocess.Popen(
-            [sys.executable, "-m", "satsgate.cli", "serve", "--port", str(self.port),
-             "--data-dir", str(self.data), "--log-level", "WARNING"],
+            [
+                sys.executable,
+                "-m",
+                "satsgate.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data),
+                "--log-level",
+                "WARNING",
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -141,8 +151,11 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
     db = serve.data / "satsgate.sqlite3"
     with httpx.Client(base_url=serve.url, timeout=30) as client:
         calls = [
-            _challenge(client, "translate-epub", {"epubBase64": epub, "targetLanguage": "en",
-                                                   "fileName": f"b{n}.epub"})
+            _challenge(
+                client,
+                "translate-epub",
+                {"epubBase64": epub, "targetLanguage": "en", "fileName": f"b{n}.epub"},
+            )
             for n in range(JOB_CALLS)
         ] + [
             _challenge(client, "render-card", {**CARD, "title": f"Crash {n}"})
@@ -154,8 +167,11 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
     def fire(call: dict[str, Any]) -> None:
         try:
             with httpx.Client(base_url=serve.url, timeout=30) as c:
-                resp = c.post(f"/api/l402/{call['slug']}", json=call["body"],
-                              headers={"Authorization": call["auth"]})
+                resp = c.post(
+                    f"/api/l402/{call['slug']}",
+                    json=call["body"],
+                    headers={"Authorization": call["auth"]},
+                )
             call["outcome"] = resp.status_code
             call["response"] = resp.json()
         except httpx.TransportError:
@@ -170,8 +186,12 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
         serve.kill()
 
     # The precondition of the test: the kill caught paid calls spent and not answered.
-    spent = {pid for (pid,) in _rows(db, "SELECT payment_id FROM payments"
-                                         " WHERE status IN ('serving', 'spent')")}
+    spent = {
+        pid
+        for (pid,) in _rows(
+            db, "SELECT payment_id FROM payments WHERE status IN ('serving', 'spent')"
+        )
+    }
     served_before = [c for c in calls if c["outcome"] in (200, 202)]
     assert any(c["outcome"] == "lost" and c["payment_id"] in spent for c in calls)
 
@@ -181,12 +201,13 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
         for pid, status, amount in _rows(db, "SELECT payment_id, status, amount_msat FROM payments")
     }
     refunded = dict(
-        _rows(db, "SELECT payment_id, SUM(amount_msat) FROM refunds WHERE status != 'expired'"
-                  " GROUP BY payment_id")
+        _rows(
+            db,
+            "SELECT payment_id, SUM(amount_msat) FROM refunds WHERE status != 'expired'"
+            " GROUP BY payment_id",
+        )
     )
-    jobs = {
-        pid: status for pid, status in _rows(db, "SELECT payment_id, status FROM jobs")
-    }
+    jobs = {pid: status for pid, status in _rows(db, "SELECT payment_id, status FROM jobs")}
     usable = []
     for call in calls:
         status, amount = rows[call["payment_id"]]
@@ -207,8 +228,10 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
                 # not answered: refunded in full by the restart
                 assert refunded.get(call["payment_id"]) == amount, call
     lost_and_refunded = [
-        c for c in calls
-        if c["outcome"] == "lost" and rows[c["payment_id"]][0] == "spent"
+        c
+        for c in calls
+        if c["outcome"] == "lost"
+        and rows[c["payment_id"]][0] == "spent"
         and c["slug"] == "render-card"
     ]
     assert lost_and_refunded, "some unanswered calls should have been refunded"
@@ -216,8 +239,9 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
     with httpx.Client(base_url=serve.url, timeout=60) as client:
         # A refunded call's payer retries with its credential and is shown the refund.
         retry = lost_and_refunded[0]
-        again = client.post("/api/l402/render-card", json=retry["body"],
-                            headers={"Authorization": retry["auth"]})
+        again = client.post(
+            "/api/l402/render-card", json=retry["body"], headers={"Authorization": retry["auth"]}
+        )
         assert again.status_code == 403, again.text
         refund = again.json()["refund"]
         k1 = _rows(db, "SELECT k1 FROM refunds WHERE payment_id = ?", retry["payment_id"])
@@ -225,8 +249,11 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
         assert refund["amount_sats"] * 1000 == rows[retry["payment_id"]][1]
         # Usable again means it: each one that never reached its spend serves now.
         for call in usable:
-            resp = client.post(f"/api/l402/{call['slug']}", json=call["body"],
-                               headers={"Authorization": call["auth"]})
+            resp = client.post(
+                f"/api/l402/{call['slug']}",
+                json=call["body"],
+                headers={"Authorization": call["auth"]},
+            )
             assert resp.status_code in (200, 202), resp.text
         # Jobs the restart failed carry their refund; completed ones their result.
         for call in calls[:JOB_CALLS]:
@@ -238,7 +265,6 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
     serve.kill()
     ledger = _ledger(db)
     assert ledger["received_msat"] == (
-        ledger["earned_msat"] + ledger["refunded_msat"] + ledger["held_msat"]
-        + ledger["open_msat"]
+        ledger["earned_msat"] + ledger["refunded_msat"] + ledger["held_msat"] + ledger["open_msat"]
     ), ledger
     assert ledger["received_msat"] == sum(amount for _, amount in rows.values())

@@ -28,9 +28,13 @@ async def test_an_expired_mpp_challenge_is_refused(tmp_path: Path) -> None:
 
             late = await client.post("/api/l402/render-card", json=CARD)
             auth = mpp_credential(late, await dev_pay(client, late.json()["invoice"]))
-            expires = next(
-                v for v in late.headers.get_list("WWW-Authenticate") if v.startswith("Payment ")
-            ).split('expires="', 1)[1].split('"', 1)[0]
+            expires = (
+                next(
+                    v for v in late.headers.get_list("WWW-Authenticate") if v.startswith("Payment ")
+                )
+                .split('expires="', 1)[1]
+                .split('"', 1)[0]
+            )
             wait_s = max(0.0, parse_rfc3339(expires) + 1 - time.time())
             await asyncio.sleep(wait_s)
             refused = await client.post(

@@ -60,8 +60,18 @@ def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]
         "SATSGATE_CHALLENGE_RATE_PER_MIN": "0",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "satsgate.cli", "serve", "--port", str(port),
-         "--data-dir", str(data), "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "satsgate.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data),
+            "--log-level",
+            "WARNING",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

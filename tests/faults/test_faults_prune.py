@@ -18,8 +18,21 @@ EXPIRED = 20_000
 def _payment(status: PaymentStatus, expires_at: int) -> Payment:
     now = int(time.time())
     return Payment(
-        f"pay_{secrets.token_hex(16)}", secrets.token_hex(32), "lnbcrt1test", "render-card",
-        5000, status, now, expires_at, None, None, "00" * 32, "11" * 32, "d" * 64, "t", "http",
+        f"pay_{secrets.token_hex(16)}",
+        secrets.token_hex(32),
+        "lnbcrt1test",
+        "render-card",
+        5000,
+        status,
+        now,
+        expires_at,
+        None,
+        None,
+        "00" * 32,
+        "11" * 32,
+        "d" * 64,
+        "t",
+        "http",
     )
 
 

@@ -150,9 +150,7 @@ async def test_x_forwarded_for_is_ignored_unless_the_proxy_is_trusted(tmp_path: 
         untrusted.stop()
 
     trusted = ThreadedServer(
-        make_settings(
-            tmp_path / "b", challenge_rate_per_min=2, trusted_proxies=("127.0.0.0/8",)
-        )
+        make_settings(tmp_path / "b", challenge_rate_per_min=2, trusted_proxies=("127.0.0.0/8",))
     )
     try:
         async for client in http_client(trusted):

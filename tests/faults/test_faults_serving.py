@@ -23,8 +23,7 @@ async def _ok(ctx: ServiceContext, params: NoParams) -> ServiceResult:
 def balanced(server: ThreadedServer) -> dict[str, int]:
     ledger: dict[str, int] = server.call(lambda: server.store.ledger.totals())
     assert ledger["received_msat"] == (
-        ledger["earned_msat"] + ledger["refunded_msat"] + ledger["held_msat"]
-        + ledger["open_msat"]
+        ledger["earned_msat"] + ledger["refunded_msat"] + ledger["held_msat"] + ledger["open_msat"]
     ), ledger
     return ledger
 
@@ -74,8 +73,17 @@ async def test_a_job_is_spent_with_its_row_or_not_at_all(
     now = int(time.time())
 
     def job(job_id: str) -> Job:
-        return Job(job_id, payment.payment_id, spec.slug, "video", JobStatus.IN_PROGRESS,
-                   None, None, now, now)
+        return Job(
+            job_id,
+            payment.payment_id,
+            spec.slug,
+            "video",
+            JobStatus.IN_PROGRESS,
+            None,
+            None,
+            now,
+            now,
+        )
 
     assert server.call(lambda: server.store.payments.spend_for_job(job("job_a"), now))
     # A second spend of the same payment writes no second job.

@@ -158,8 +158,7 @@ async def test_a_job_id_shows_its_refund_secret_only_to_the_payer(
     job_id = accepted.body["requestId"]
     by_id = await client.get(
         "/api/l402/job-status",
-        params={"requestId": job_id, "jobType": "video",
-                "paymentId": challenge.payment.payment_id},
+        params={"requestId": job_id, "jobType": "video", "paymentId": challenge.payment.payment_id},
     )
     assert by_id.json()["status"] == "FAILED"
     assert "refund_secret" not in by_id.json()["refund"]  # an HTTP payment's id proves nothing

@@ -51,8 +51,9 @@ PAY_ALREADY_PAID = 219
 # shows no pending part: bad parameters, no route, too expensive, expired,
 # destination refused, retries exhausted, no pay command at all. Any other error (plugin died,
 # lightningd shutting down, catch-all -1) leaves the outcome unknown: PENDING.
-_FAILURE_CODES = frozenset({METHOD_NOT_FOUND, INVALID_PARAMS, 201, 203, 205, 206, 207, 209,
-                            210, 212, 215, 216, 217, 220})
+_FAILURE_CODES = frozenset(
+    {METHOD_NOT_FOUND, INVALID_PARAMS, 201, 203, 205, 206, 207, 209, 210, 212, 215, 216, 217, 220}
+)
 
 _NETWORK_ALIASES = {"mainnet": "bitcoin", "testnet4": "testnet"}
 
@@ -78,8 +79,14 @@ class ClnBackend:
 
     name = "cln"
 
-    def __init__(self, rpc_path: str, network_expected: str | None = None, *,
-                 wait_timeout_s: int = 10, pay_grace_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        rpc_path: str,
+        network_expected: str | None = None,
+        *,
+        wait_timeout_s: int = 10,
+        pay_grace_s: float = 10.0,
+    ) -> None:
         self.rpc_path = rpc_path
         self.network_expected = network_expected
         # waitanyinvoice's timeout: how long close() may leave a waiting
@@ -121,23 +128,33 @@ class ClnBackend:
     async def initial_cursor(self) -> int:
         """The node's highest pay_index now: a first start resumes here and replays no history."""
         res = await self._rpc.call("listinvoices", {}, filter_={"invoices": [{"pay_index": True}]})
-        return max((int(inv["pay_index"]) for inv in res.get("invoices", [])
-                    if inv.get("pay_index") is not None), default=0)
+        return max(
+            (
+                int(inv["pay_index"])
+                for inv in res.get("invoices", [])
+                if inv.get("pay_index") is not None
+            ),
+            default=0,
+        )
 
-    async def create_invoice(self, amount_msat: int, description: str,
-                             expiry_s: int) -> CreatedInvoice:
+    async def create_invoice(
+        self, amount_msat: int, description: str, expiry_s: int
+    ) -> CreatedInvoice:
         if amount_msat <= 0:
             raise ValueError("amount_msat must be positive")
         if expiry_s <= 0:
             raise ValueError("expiry_s must be positive")
         # Unique without a round trip; lightningd refuses a duplicate (900) anyway.
         label = f"{LABEL_PREFIX}{int(time.time())}-{secrets.token_hex(8)}"
-        res = await self._rpc.call("invoice", {
-            "amount_msat": amount_msat,
-            "label": label,
-            "description": description,
-            "expiry": expiry_s,
-        })
+        res = await self._rpc.call(
+            "invoice",
+            {
+                "amount_msat": amount_msat,
+                "label": label,
+                "description": description,
+                "expiry": expiry_s,
+            },
+        )
         return CreatedInvoice(
             bolt11=str(res["bolt11"]),
             payment_hash=str(res["payment_hash"]).lower(),
@@ -190,12 +207,16 @@ class ClnBackend:
 
     async def _wait_any(self, cursor: int) -> dict[str, Any] | None:
         """One waitanyinvoice on its own thread; None when close() interrupts it."""
-        call = asyncio.ensure_future(self._rpc.call_blocking(
-            "waitanyinvoice", {"lastpay_index": cursor, "timeout": self.wait_timeout_s},
-            wait_s=self.wait_timeout_s + 30,
-        ))
+        call = asyncio.ensure_future(
+            self._rpc.call_blocking(
+                "waitanyinvoice",
+                {"lastpay_index": cursor, "timeout": self.wait_timeout_s},
+                wait_s=self.wait_timeout_s + 30,
+            )
+        )
         closing = asyncio.ensure_future(
-            self._closing.wait() if self._closing is not None else asyncio.Event().wait())
+            self._closing.wait() if self._closing is not None else asyncio.Event().wait()
+        )
         try:
             await asyncio.wait({call, closing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -225,8 +246,9 @@ class ClnBackend:
         res = await self._rpc.call("listinvoices", {"payment_hash": payment_hash.lower()})
         invoices = res.get("invoices", [])
         if not invoices:
-            raise BackendError(f"unknown invoice {payment_hash}: not at this node"
-                               " (never created, or deleted)")
+            raise BackendError(
+                f"unknown invoice {payment_hash}: not at this node (never created, or deleted)"
+            )
         inv = invoices[0]
         status = inv.get("status")
         amount_msat = parse_msat(inv.get("amount_msat", 0))
@@ -239,24 +261,26 @@ class ClnBackend:
                 preimage=str(inv["payment_preimage"]).lower(),
             )
         state = InvoiceState.EXPIRED if status == "expired" else InvoiceState.OPEN
-        return InvoiceStatus(payment_hash=str(inv["payment_hash"]).lower(), state=state,
-                             amount_msat=amount_msat)
+        return InvoiceStatus(
+            payment_hash=str(inv["payment_hash"]).lower(), state=state, amount_msat=amount_msat
+        )
 
-    async def pay_invoice(self, bolt11: str, max_fee_msat: int,
-                          timeout_s: int) -> PaymentResult:
+    async def pay_invoice(self, bolt11: str, max_fee_msat: int, timeout_s: int) -> PaymentResult:
         """Pay with a fee cap. FAILED only when nothing can still arrive; unknown is PENDING."""
         try:
             payment_hash = decode_invoice(bolt11).payment_hash
         except InvalidInvoice as exc:
-            return PaymentResult(payment_hash="", state=PaymentState.FAILED,
-                                 failure_reason=str(exc))
+            return PaymentResult(
+                payment_hash="", state=PaymentState.FAILED, failure_reason=str(exc)
+            )
         try:
             res = await self._send_payment(bolt11, max_fee_msat, timeout_s)
         except ClnRpcError as exc:
             return await self._after_pay_error(payment_hash, exc)
         except (TimeoutError, ClnConnectionError) as exc:
-            _log.warning("payment %s outcome unknown: %s", payment_hash,
-                         str(exc) or "no answer in time")
+            _log.warning(
+                "payment %s outcome unknown: %s", payment_hash, str(exc) or "no answer in time"
+            )
             return await self._outcome_unknown(payment_hash)
         amount_msat = parse_msat(res.get("amount_msat", 0))
         sent_msat = parse_msat(res.get("amount_sent_msat", amount_msat))
@@ -268,22 +292,33 @@ class ClnBackend:
             preimage=str(res["payment_preimage"]).lower(),
         )
 
-    async def _send_payment(self, bolt11: str, max_fee_msat: int,
-                            timeout_s: int) -> dict[str, Any]:
+    async def _send_payment(self, bolt11: str, max_fee_msat: int, timeout_s: int) -> dict[str, Any]:
         wait_s = timeout_s + self.pay_grace_s
         if self._use_xpay:
             try:
-                return await self._rpc.call_blocking("xpay", {
-                    "invstring": bolt11, "maxfee": max_fee_msat, "retry_for": timeout_s,
-                }, wait_s=wait_s)
+                return await self._rpc.call_blocking(
+                    "xpay",
+                    {
+                        "invstring": bolt11,
+                        "maxfee": max_fee_msat,
+                        "retry_for": timeout_s,
+                    },
+                    wait_s=wait_s,
+                )
             except ClnRpcError as exc:
                 if exc.code != METHOD_NOT_FOUND:
                     raise
                 _log.info("lightningd has no xpay; paying with pay")
                 self._use_xpay = False
-        return await self._rpc.call_blocking("pay", {
-            "bolt11": bolt11, "maxfee": max_fee_msat, "retry_for": timeout_s,
-        }, wait_s=wait_s)
+        return await self._rpc.call_blocking(
+            "pay",
+            {
+                "bolt11": bolt11,
+                "maxfee": max_fee_msat,
+                "retry_for": timeout_s,
+            },
+            wait_s=wait_s,
+        )
 
     async def _after_pay_error(self, payment_hash: str, exc: ClnRpcError) -> PaymentResult:
         already_paid = exc.code == PAY_ALREADY_PAID or "already paid" in exc.message.lower()
@@ -298,8 +333,9 @@ class ClnBackend:
             # no longer lists it (autoclean): success, preimage unknown here.
             return PaymentResult(payment_hash=payment_hash, state=PaymentState.SUCCEEDED)
         if known is not None and exc.code in _FAILURE_CODES:
-            return PaymentResult(payment_hash=payment_hash, state=PaymentState.FAILED,
-                                 failure_reason=exc.message)
+            return PaymentResult(
+                payment_hash=payment_hash, state=PaymentState.FAILED, failure_reason=exc.message
+            )
         _log.warning("payment %s: unclassified error, reporting pending: %s", payment_hash, exc)
         return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
 
@@ -336,5 +372,6 @@ class ClnBackend:
         if any(pay.get("status") == "pending" for pay in pays):
             return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
         reason = "every attempt failed" if pays else "no payment for this hash at the node"
-        return PaymentResult(payment_hash=payment_hash, state=PaymentState.FAILED,
-                             failure_reason=reason)
+        return PaymentResult(
+            payment_hash=payment_hash, state=PaymentState.FAILED, failure_reason=reason
+        )

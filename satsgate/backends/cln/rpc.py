@@ -76,8 +76,9 @@ class ClnRpc:
             self._local.rpc = rpc
         return rpc
 
-    def _call_sync(self, rpc: Any, method: str, params: Mapping[str, Any],
-                   filter_: Mapping[str, Any] | None) -> dict[str, Any]:
+    def _call_sync(
+        self, rpc: Any, method: str, params: Mapping[str, Any], filter_: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
         try:
             result = rpc.call(method, dict(params), filter=filter_)
         except RpcError as exc:
@@ -85,8 +86,10 @@ class ClnRpc:
             if isinstance(err, dict):
                 code = err.get("code")
                 raise ClnRpcError(
-                    method, code if isinstance(code, int) else None,
-                    str(err.get("message", "")), err.get("data"),
+                    method,
+                    code if isinstance(code, int) else None,
+                    str(err.get("message", "")),
+                    err.get("data"),
                 ) from None
             # pyln reports a connection closed mid-call as a string error.
             raise ClnConnectionError(f"{method}: {err}") from None
@@ -100,8 +103,12 @@ class ClnRpc:
             raise ClnConnectionError(f"{method}: result is not an object: {result!r}")
         return result
 
-    async def call(self, method: str, params: Mapping[str, Any] | None = None,
-                   filter_: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    async def call(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        filter_: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """One short call on a pool thread."""
         if self._closed:
             raise ClnConnectionError(f"{method}: backend is closed")
@@ -110,8 +117,9 @@ class ClnRpc:
             self._pool, lambda: self._call_sync(self._thread_rpc(), method, params or {}, filter_)
         )
 
-    async def call_blocking(self, method: str, params: Mapping[str, Any],
-                            wait_s: float | None = None) -> dict[str, Any]:
+    async def call_blocking(
+        self, method: str, params: Mapping[str, Any], wait_s: float | None = None
+    ) -> dict[str, Any]:
         """A call that may block for long, on its own daemon thread and connection.
 
         Raises TimeoutError after ``wait_s``: the call then keeps running in

@@ -226,7 +226,9 @@ class LndBackend:
         except InvalidInvoice as exc:
             raise BackendError(f"LND returned an invoice that does not decode: {exc}") from None
         return CreatedInvoice(
-            bolt11=bolt11, payment_hash=payment_hash, amount_msat=amount_msat,
+            bolt11=bolt11,
+            payment_hash=payment_hash,
+            amount_msat=amount_msat,
             expires_at=expires_at,
         )
 
@@ -245,9 +247,7 @@ class LndBackend:
             if exc.code() is grpc.StatusCode.NOT_FOUND or "unable to locate" in (
                 exc.details() or ""
             ):
-                raise BackendError(
-                    f"unknown invoice {payment_hash}: not at this node"
-                ) from None
+                raise BackendError(f"unknown invoice {payment_hash}: not at this node") from None
             raise _backend_error(exc, self.target) from None
 
     async def lookup_invoice(self, payment_hash: str) -> InvoiceStatus:
@@ -291,8 +291,13 @@ class LndBackend:
                         # A settlement from the complete ListInvoices view moves the
                         # cursor; one LookupInvoice found (a gap) leaves it where it is.
                         cursor = max(cursor, s.cursor)
-                        yield Settlement(s.payment_hash, s.amount_received_msat, s.preimage,
-                                         s.settled_at, max(cursor, s.cursor))
+                        yield Settlement(
+                            s.payment_hash,
+                            s.amount_received_msat,
+                            s.preimage,
+                            s.settled_at,
+                            max(cursor, s.cursor),
+                        )
                 backoff = 0.5
                 async for inv in _stream(call, self._closing):
                     if inv.state != _INV.SETTLED or not inv.settle_index:
@@ -304,12 +309,14 @@ class LndBackend:
                 # lnd ended the stream (shutting down): connect again.
             except grpc.aio.AioRpcError as exc:
                 if not self._closed:
-                    _log.warning("SubscribeInvoices: %s; reconnecting in %.1fs",
-                                 _describe(exc), backoff)
+                    _log.warning(
+                        "SubscribeInvoices: %s; reconnecting in %.1fs", _describe(exc), backoff
+                    )
             except BackendError as exc:
                 if not self._closed:
-                    _log.warning("LND settlement reconciliation: %s; reconnecting in %.1fs",
-                                 exc, backoff)
+                    _log.warning(
+                        "LND settlement reconciliation: %s; reconnecting in %.1fs", exc, backoff
+                    )
             finally:
                 if call is not None:
                     call.cancel()
@@ -344,8 +351,11 @@ class LndBackend:
                 # Above the cursor the subscription replays it, in order; at or below it
                 # the stream never will: a gap, yielded without moving the cursor.
                 if s.cursor <= cursor:
-                    gaps.append(Settlement(s.payment_hash, s.amount_received_msat,
-                                           s.preimage, s.settled_at, cursor))
+                    gaps.append(
+                        Settlement(
+                            s.payment_hash, s.amount_received_msat, s.preimage, s.settled_at, cursor
+                        )
+                    )
             elif inv.state == _INV.CANCELED or expires_at + 3600 < now:
                 self._open.pop(payment_hash, None)
         return found + gaps
@@ -357,36 +367,52 @@ class LndBackend:
     ) -> CreatedInvoice:
         if amount_msat <= 0 or expiry_s <= 0:
             raise ValueError("amount_msat and expiry_s must be positive")
-        res = await self._unary(self._invoices.AddHoldInvoice, invoices_pb2.AddHoldInvoiceRequest(
-            memo=description, hash=bytes.fromhex(payment_hash), value_msat=amount_msat,
-            expiry=expiry_s, cltv_expiry=self.hold_cltv_expiry,
-        ))
+        res = await self._unary(
+            self._invoices.AddHoldInvoice,
+            invoices_pb2.AddHoldInvoiceRequest(
+                memo=description,
+                hash=bytes.fromhex(payment_hash),
+                value_msat=amount_msat,
+                expiry=expiry_s,
+                cltv_expiry=self.hold_cltv_expiry,
+            ),
+        )
         return self._created(str(res.payment_request), payment_hash.lower(), amount_msat)
 
     async def hold_status(self, payment_hash: str) -> HoldInvoiceStatus:
         inv = await self._lookup_raw(payment_hash.lower())
         state = {_INV.OPEN: "open", _INV.ACCEPTED: "accepted", _INV.SETTLED: "settled"}.get(
-            inv.state, "canceled")
+            inv.state, "canceled"
+        )
         blocks_left = None
         if state == "accepted":
-            heights = [int(h.expiry_height) for h in inv.htlcs
-                       if h.state == lightning_pb2.InvoiceHTLCState.Value("ACCEPTED")]
+            heights = [
+                int(h.expiry_height)
+                for h in inv.htlcs
+                if h.state == lightning_pb2.InvoiceHTLCState.Value("ACCEPTED")
+            ]
             if heights:
                 info = await self._unary(self._ln.GetInfo, lightning_pb2.GetInfoRequest())
                 blocks_left = min(heights) - int(info.block_height)
         return HoldInvoiceStatus(
-            payment_hash=payment_hash.lower(), state=state,  # type: ignore[arg-type]
-            amount_msat=int(inv.value_msat), amount_received_msat=int(inv.amt_paid_msat),
+            payment_hash=payment_hash.lower(),
+            state=state,  # type: ignore[arg-type]
+            amount_msat=int(inv.value_msat),
+            amount_received_msat=int(inv.amt_paid_msat),
             blocks_left=blocks_left,
         )
 
     async def settle_hold(self, preimage: str) -> None:
-        await self._unary(self._invoices.SettleInvoice,
-                          invoices_pb2.SettleInvoiceMsg(preimage=bytes.fromhex(preimage)))
+        await self._unary(
+            self._invoices.SettleInvoice,
+            invoices_pb2.SettleInvoiceMsg(preimage=bytes.fromhex(preimage)),
+        )
 
     async def cancel_hold(self, payment_hash: str) -> None:
-        await self._unary(self._invoices.CancelInvoice,
-                          invoices_pb2.CancelInvoiceMsg(payment_hash=bytes.fromhex(payment_hash)))
+        await self._unary(
+            self._invoices.CancelInvoice,
+            invoices_pb2.CancelInvoiceMsg(payment_hash=bytes.fromhex(payment_hash)),
+        )
 
     # -- outgoing payments ------------------------------------------------------------------
 
@@ -395,13 +421,16 @@ class LndBackend:
         try:
             payment_hash = decode_invoice(bolt11).payment_hash
         except InvalidInvoice as exc:
-            return PaymentResult(payment_hash="", state=PaymentState.FAILED,
-                                 failure_reason=str(exc))
+            return PaymentResult(
+                payment_hash="", state=PaymentState.FAILED, failure_reason=str(exc)
+            )
         if self._router is None:
             raise BackendError("the LND backend is not started")
         request = router_pb2.SendPaymentRequest(
-            payment_request=bolt11, timeout_seconds=max(1, int(timeout_s)),
-            fee_limit_msat=max(0, int(max_fee_msat)), no_inflight_updates=True,
+            payment_request=bolt11,
+            timeout_seconds=max(1, int(timeout_s)),
+            fee_limit_msat=max(0, int(max_fee_msat)),
+            no_inflight_updates=True,
         )
         call = self._router.SendPaymentV2(request, metadata=self._metadata)
         try:
@@ -417,10 +446,14 @@ class LndBackend:
                 return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
             if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
                 # Refused before any HTLC left (bad or expired invoice, self-payment).
-                return PaymentResult(payment_hash=payment_hash, state=PaymentState.FAILED,
-                                     failure_reason=exc.details() or exc.code().name)
-            _log.warning("payment %s: %s; outcome unknown, asking the node",
-                         payment_hash, _describe(exc))
+                return PaymentResult(
+                    payment_hash=payment_hash,
+                    state=PaymentState.FAILED,
+                    failure_reason=exc.details() or exc.code().name,
+                )
+            _log.warning(
+                "payment %s: %s; outcome unknown, asking the node", payment_hash, _describe(exc)
+            )
             known = await self._track(payment_hash, wait_s=2.0)
             if known is not None and known.state is PaymentState.SUCCEEDED:
                 return known
@@ -465,8 +498,9 @@ class LndBackend:
         if self._router is None:
             raise BackendError("the LND backend is not started")
         call = self._router.TrackPaymentV2(
-            router_pb2.TrackPaymentRequest(payment_hash=bytes.fromhex(payment_hash),
-                                           no_inflight_updates=False),
+            router_pb2.TrackPaymentRequest(
+                payment_hash=bytes.fromhex(payment_hash), no_inflight_updates=False
+            ),
             metadata=self._metadata,
         )
         try:
@@ -475,8 +509,11 @@ class LndBackend:
                     return _payment(payment, payment_hash)  # the current state comes first
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.NOT_FOUND:
-                return PaymentResult(payment_hash=payment_hash, state=PaymentState.FAILED,
-                                     failure_reason="no payment for this hash at the node")
+                return PaymentResult(
+                    payment_hash=payment_hash,
+                    state=PaymentState.FAILED,
+                    failure_reason="no payment for this hash at the node",
+                )
             raise _backend_error(exc, self.target) from None
         except TimeoutError:
             pass
@@ -515,8 +552,11 @@ async def _stream(call: Any, closing: asyncio.Event | None) -> AsyncIterator[Any
 
 def _backend_error(exc: grpc.aio.AioRpcError, target: str) -> BackendError:
     details = exc.details() or ""
-    if (exc.code() is grpc.StatusCode.UNAUTHENTICATED or "verification failed" in details
-            or "macaroon" in details.lower()):
+    if (
+        exc.code() is grpc.StatusCode.UNAUTHENTICATED
+        or "verification failed" in details
+        or "macaroon" in details.lower()
+    ):
         return BackendError(f"LND at {target} refused the macaroon: {details}")
     if exc.code() is grpc.StatusCode.UNAVAILABLE:
         return BackendError(f"LND at {target} is unreachable: {details}")
@@ -539,7 +579,9 @@ def _status(inv: Any) -> InvoiceStatus:
     if inv.state == _INV.SETTLED:
         preimage = bytes(inv.r_preimage)
         return InvoiceStatus(
-            payment_hash=payment_hash, state=InvoiceState.SETTLED, amount_msat=amount_msat,
+            payment_hash=payment_hash,
+            state=InvoiceState.SETTLED,
+            amount_msat=amount_msat,
             amount_received_msat=int(inv.amt_paid_msat),
             preimage=preimage.hex() if preimage else None,
         )
@@ -550,8 +592,12 @@ def _status(inv: Any) -> InvoiceStatus:
         return InvoiceStatus(payment_hash=payment_hash, state=state, amount_msat=amount_msat)
     # OPEN, or ACCEPTED (HTLCs held, not settled: not paid yet).
     state = InvoiceState.EXPIRED if expired and inv.state == _INV.OPEN else InvoiceState.OPEN
-    return InvoiceStatus(payment_hash=payment_hash, state=state, amount_msat=amount_msat,
-                         amount_received_msat=int(inv.amt_paid_msat))
+    return InvoiceStatus(
+        payment_hash=payment_hash,
+        state=state,
+        amount_msat=amount_msat,
+        amount_received_msat=int(inv.amt_paid_msat),
+    )
 
 
 def _payment(payment: Any, payment_hash: str) -> PaymentResult:
@@ -559,14 +605,20 @@ def _payment(payment: Any, payment_hash: str) -> PaymentResult:
     if status == _PAY.SUCCEEDED:
         preimage = str(payment.payment_preimage).lower()
         return PaymentResult(
-            payment_hash=payment_hash, state=PaymentState.SUCCEEDED,
-            amount_msat=int(payment.value_msat), fee_msat=int(payment.fee_msat),
+            payment_hash=payment_hash,
+            state=PaymentState.SUCCEEDED,
+            amount_msat=int(payment.value_msat),
+            fee_msat=int(payment.fee_msat),
             preimage=preimage if preimage.strip("0") else None,
         )
     if status == _PAY.FAILED:
         reason = lightning_pb2.PaymentFailureReason.Name(payment.failure_reason)
-        return PaymentResult(payment_hash=payment_hash, state=PaymentState.FAILED,
-                             amount_msat=int(payment.value_msat), failure_reason=reason)
-    return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING,
-                         amount_msat=int(payment.value_msat))
-
+        return PaymentResult(
+            payment_hash=payment_hash,
+            state=PaymentState.FAILED,
+            amount_msat=int(payment.value_msat),
+            failure_reason=reason,
+        )
+    return PaymentResult(
+        payment_hash=payment_hash, state=PaymentState.PENDING, amount_msat=int(payment.value_msat)
+    )

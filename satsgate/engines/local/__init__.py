@@ -24,9 +24,7 @@ LOCAL_ENGINES: tuple[LocalEngine, ...] = (
     # speech: the global TTS tier (43) and its audiobooks with eSpeak NG; English
     # transcription with Whisper tiny.en
     LocalEngine("tts", espeak.LABEL, espeak.probe, espeak.build, frozenset({43})),
-    LocalEngine(
-        "audiobook", narration.LABEL, espeak.probe, narration.build, frozenset({43})
-    ),
+    LocalEngine("audiobook", narration.LABEL, espeak.probe, narration.build, frozenset({43})),
     LocalEngine("transcription", whisper.LABEL, whisper.probe, whisper.build),
     # translate-rare-language: Apertium pairs into Occitan, Sardinian, Asturian
     apertium.APERTIUM_RARE,

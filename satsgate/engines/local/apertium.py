@@ -197,8 +197,7 @@ class ApertiumTranslator:
             detected = language_id.detect(text, sources, target)
         except RuntimeError:
             return None, (
-                "sourceLanguage is needed: language identification is not installed on "
-                "this node"
+                "sourceLanguage is needed: language identification is not installed on this node"
             )
         if detected is None:
             if not text.strip():
@@ -241,7 +240,11 @@ class ApertiumTranslator:
         async with self._slots:
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    "apertium", "-u", "-f", fmt, mode,
+                    "apertium",
+                    "-u",
+                    "-f",
+                    fmt,
+                    mode,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
@@ -249,8 +252,9 @@ class ApertiumTranslator:
                 )
             except OSError as exc:
                 log.error("apertium could not start: %s", exc)
-                raise EngineError("SERVICE_ERROR", "The translation engine could not start.") \
-                    from None
+                raise EngineError(
+                    "SERVICE_ERROR", "The translation engine could not start."
+                ) from None
             try:
                 out, err = await asyncio.wait_for(
                     proc.communicate(text.encode("utf-8")), self._timeout_s
@@ -258,8 +262,7 @@ class ApertiumTranslator:
             except TimeoutError:
                 raise EngineError(
                     "TIMEOUT",
-                    f"The translation did not finish within {self._timeout_s:g} s and was "
-                    "stopped.",
+                    f"The translation did not finish within {self._timeout_s:g} s and was stopped.",
                 ) from None
             finally:
                 if proc.returncode is None:
@@ -289,8 +292,9 @@ def build_rare(deps: EngineDeps) -> ApertiumTranslator:
     return _build(deps, rare_code)
 
 
-APERTIUM = LocalEngine(engine="translation", label=LABEL, probe=probe, build=build,
-                       models=frozenset())
+APERTIUM = LocalEngine(
+    engine="translation", label=LABEL, probe=probe, build=build, models=frozenset()
+)
 # translate-rare-language: the installed pairs into a language of its table (Occitan,
 # Sardinian, Asturian ... from Catalan, Spanish, French, Italian).
 RARE_LABEL = "Apertium rule-based translation into rare languages"

@@ -97,7 +97,8 @@ class BoardingPassData:
                     if day is not None and day >= issued - datetime.timedelta(days=1):
                         return day
         days = [
-            d for y in (today.year - 1, today.year, today.year + 1)
+            d
+            for y in (today.year - 1, today.year, today.year + 1)
             if (d := _day_of_year(y, leg.julian_date)) is not None
         ]
         return min(days, key=lambda d: abs((d - today).days)) if days else None
@@ -150,7 +151,7 @@ def parse(message: str) -> BoardingPassData:
     legs: list[Leg] = []
     unique: dict[str, str] = {}
     for index in range(count):
-        item = message[pos:pos + _MANDATORY_LEG]
+        item = message[pos : pos + _MANDATORY_LEG]
         if len(item) < _MANDATORY_LEG:
             raise BcbpError(f"leg {index + 1} is cut short")
         origin, destination, carrier = item[7:10], item[10:13], item[13:16].strip()
@@ -166,7 +167,7 @@ def parse(message: str) -> BoardingPassData:
         except ValueError:
             raise BcbpError(f"leg {index + 1}: variable size {item[35:37]!r}") from None
         pos += _MANDATORY_LEG
-        variable = message[pos:pos + size]
+        variable = message[pos : pos + size]
         if len(variable) < size:
             raise BcbpError(f"leg {index + 1}: variable part cut short")
         pos += size
@@ -174,23 +175,25 @@ def parse(message: str) -> BoardingPassData:
             unique, variable = _unique_items(variable)
         repeated, airline = _repeated_items(variable)
         flight = item[16:21]
-        legs.append(Leg(
-            pnr=item[0:7].strip(),
-            origin=origin,
-            destination=destination,
-            carrier=carrier,
-            flight_number=(_strip_zeros(flight[:4]) + flight[4:]).strip(),
-            julian_date=int(julian) if julian else None,
-            compartment=item[24].strip(),
-            seat=_strip_zeros(item[25:29]),
-            sequence=_strip_zeros(item[29:34]),
-            passenger_status=item[34].strip(),
-            marketing_carrier=repeated.get("marketing_carrier", ""),
-            frequent_flyer=repeated.get("frequent_flyer", ""),
-            baggage_allowance=repeated.get("baggage_allowance", ""),
-            fast_track=repeated.get("fast_track", "") == "Y",
-            airline_data=airline,
-        ))
+        legs.append(
+            Leg(
+                pnr=item[0:7].strip(),
+                origin=origin,
+                destination=destination,
+                carrier=carrier,
+                flight_number=(_strip_zeros(flight[:4]) + flight[4:]).strip(),
+                julian_date=int(julian) if julian else None,
+                compartment=item[24].strip(),
+                seat=_strip_zeros(item[25:29]),
+                sequence=_strip_zeros(item[29:34]),
+                passenger_status=item[34].strip(),
+                marketing_carrier=repeated.get("marketing_carrier", ""),
+                frequent_flyer=repeated.get("frequent_flyer", ""),
+                baggage_allowance=repeated.get("baggage_allowance", ""),
+                fast_track=repeated.get("fast_track", "") == "Y",
+                airline_data=airline,
+            )
+        )
     rest = message[pos:]
     security = rest if rest.startswith("^") else ""
     return BoardingPassData(
@@ -214,13 +217,17 @@ def _unique_items(variable: str) -> tuple[dict[str, str], str]:
         size = _hex(variable[2:4])
     except ValueError:
         return items, variable[4:]
-    block = variable[4:4 + size]
+    block = variable[4 : 4 + size]
     for key, start, end in (
-        ("passenger_description", 0, 1), ("checkin_source", 1, 2), ("issue_source", 2, 3),
-        ("issue_date", 3, 7), ("document_type", 7, 8), ("issuer", 8, 11),
+        ("passenger_description", 0, 1),
+        ("checkin_source", 1, 2),
+        ("issue_source", 2, 3),
+        ("issue_date", 3, 7),
+        ("document_type", 7, 8),
+        ("issuer", 8, 11),
     ):
         items[key] = block[start:end].strip()
-    return items, variable[4 + size:]
+    return items, variable[4 + size :]
 
 
 def _repeated_items(variable: str) -> tuple[dict[str, str], str]:
@@ -231,16 +238,14 @@ def _repeated_items(variable: str) -> tuple[dict[str, str], str]:
         size = _hex(variable[:2])
     except ValueError:
         return {}, variable
-    block = variable[2:2 + size]
+    block = variable[2 : 2 + size]
     items = {
         "marketing_carrier": block[15:18].strip(),
-        "frequent_flyer": " ".join(
-            p for p in (block[18:21].strip(), block[21:37].strip()) if p
-        ),
+        "frequent_flyer": " ".join(p for p in (block[18:21].strip(), block[21:37].strip()) if p),
         "baggage_allowance": block[38:41].strip(),
         "fast_track": block[41:42],
     }
-    return items, variable[2 + size:]
+    return items, variable[2 + size :]
 
 
 # -- writing (tests, examples) ---------------------------------------------------------------
@@ -263,7 +268,11 @@ class LegInput:
 
 
 def encode(
-    passenger_name: str, legs: list[LegInput], *, issue_date: str = "", issuer: str = "",
+    passenger_name: str,
+    legs: list[LegInput],
+    *,
+    issue_date: str = "",
+    issuer: str = "",
     security: str = "",
 ) -> str:
     """A BCBP message (version 6) for these legs: the inverse of :func:`parse`."""

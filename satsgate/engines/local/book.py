@@ -602,9 +602,7 @@ class Prepared:
     priced_chars: int  # characters of the chosen chapters as the price counts them
 
 
-def prepare(
-    data: bytes, file_name: str, indices: list[int] | None, language: str
-) -> Prepared:
+def prepare(data: bytes, file_name: str, indices: list[int] | None, language: str) -> Prepared:
     """Read the book, choose the chapters, run the sanity checks and, when they pass, make
     the text to read aloud and the annexe entries."""
     book = read_book(data, file_name)

@@ -86,8 +86,15 @@ ALL_TARGETS: tuple[str, ...] = tuple(
     dict.fromkeys(t for kind in SOURCE_KINDS for t in targets_of(kind))
 )
 
-_TEXT_EXTS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",
-              ".xhtml": "html", ".txt": "txt", ".text": "txt"}
+_TEXT_EXTS = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".txt": "txt",
+    ".text": "txt",
+}
 _OLE_EXTS = {".doc": "doc", ".xls": "xls", ".ppt": "ppt"}
 _ODF_TYPES = {
     "application/vnd.oasis.opendocument.text": "odt",
@@ -236,8 +243,12 @@ class ToolFailed(Exception):
 async def run_tool(args: Sequence[str], timeout_s: float, cwd: str | None = None) -> bytes:
     """Run a tool with no stdin; its stdout, or ToolFailed (killed past ``timeout_s``)."""
     proc = await asyncio.create_subprocess_exec(
-        *args, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        *args,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
@@ -275,9 +286,22 @@ def probe_media(data: bytes, container: str, timeout_s: float = 20) -> Source:
         path.write_bytes(data)
         try:
             out = subprocess.run(
-                ["ffprobe", "-v", "error", "-f", container, "-print_format", "json",
-                 "-show_format", "-show_streams", str(path)],
-                capture_output=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
+                [
+                    "ffprobe",
+                    "-v",
+                    "error",
+                    "-f",
+                    container,
+                    "-print_format",
+                    "json",
+                    "-show_format",
+                    "-show_streams",
+                    str(path),
+                ],
+                capture_output=True,
+                timeout=timeout_s,
+                check=False,
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
             raise Unsupported("the media file cannot be read in time") from None
@@ -286,10 +310,9 @@ def probe_media(data: bytes, container: str, timeout_s: float = 20) -> Source:
     info = json.loads(out.stdout or b"{}")
     streams = info.get("streams") or []
     video = [
-        s for s in streams
-        if s.get("codec_type") == "video" and not (s.get("disposition") or {}).get(
-            "attached_pic"
-        )
+        s
+        for s in streams
+        if s.get("codec_type") == "video" and not (s.get("disposition") or {}).get("attached_pic")
     ]
     audio = [s for s in streams if s.get("codec_type") == "audio"]
     if not video and not audio:
@@ -342,8 +365,22 @@ async def ffmpeg_convert(data: bytes, source: Source, target: str, timeout_s: fl
         src, out = Path(tmp) / "input", Path(tmp) / f"output.{target}"
         await asyncio.to_thread(src.write_bytes, data)
         await run_tool(
-            ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "2",
-             "-f", source.container, "-i", str(src), *args, "-y", str(out)],
+            [
+                "ffmpeg",
+                "-nostdin",
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-threads",
+                "2",
+                "-f",
+                source.container,
+                "-i",
+                str(src),
+                *args,
+                "-y",
+                str(out),
+            ],
             timeout_s,
         )
         return await asyncio.to_thread(out.read_bytes)
@@ -351,10 +388,24 @@ async def ffmpeg_convert(data: bytes, source: Source, target: str, timeout_s: fl
 
 # -- pandoc --------------------------------------------------------------------------------
 
-_PANDOC_READERS = {"markdown": "markdown", "html": "html", "docx": "docx", "odt": "odt",
-                   "rtf": "rtf", "epub": "epub", "txt": "html"}
-_PANDOC_WRITERS = {"docx": "docx", "odt": "odt", "rtf": "rtf", "epub": "epub",
-                   "html": "html5", "md": "gfm", "txt": "plain"}
+_PANDOC_READERS = {
+    "markdown": "markdown",
+    "html": "html",
+    "docx": "docx",
+    "odt": "odt",
+    "rtf": "rtf",
+    "epub": "epub",
+    "txt": "html",
+}
+_PANDOC_WRITERS = {
+    "docx": "docx",
+    "odt": "odt",
+    "rtf": "rtf",
+    "epub": "epub",
+    "html": "html5",
+    "md": "gfm",
+    "txt": "plain",
+}
 _KEPT_META = ("title", "subtitle", "author", "date", "lang")
 
 
@@ -369,9 +420,18 @@ async def pandoc_convert(
             data = _text_as_html(data.decode("utf-8")).encode("utf-8")
         await asyncio.to_thread(src.write_bytes, data)
         tree = await run_tool(
-            ["pandoc", "--sandbox", f"--extract-media={tmp}/media", "-f",
-             _PANDOC_READERS[kind], "-t", "json", str(src)],
-            timeout_s, cwd=tmp,
+            [
+                "pandoc",
+                "--sandbox",
+                f"--extract-media={tmp}/media",
+                "-f",
+                _PANDOC_READERS[kind],
+                "-t",
+                "json",
+                str(src),
+            ],
+            timeout_s,
+            cwd=tmp,
         )
         clean = await asyncio.to_thread(_clean_tree, tree, Path(tmp), title, target == "epub")
         await asyncio.to_thread((Path(tmp) / "tree.json").write_bytes, clean)
@@ -380,9 +440,19 @@ async def pandoc_convert(
         # Markdown and text come out bare (no metadata block); the rest as whole files.
         whole = [] if target in ("md", "txt") else ["--standalone"]
         await run_tool(
-            ["pandoc", "-f", "json", "-t", writer, *whole, "-o", str(out),
-             str(Path(tmp) / "tree.json")],
-            timeout_s, cwd=tmp,
+            [
+                "pandoc",
+                "-f",
+                "json",
+                "-t",
+                writer,
+                *whole,
+                "-o",
+                str(out),
+                str(Path(tmp) / "tree.json"),
+            ],
+            timeout_s,
+            cwd=tmp,
         )
         result = await asyncio.to_thread(out.read_bytes)
         return result.strip() + b"\n" if target in ("md", "txt") else result
@@ -444,8 +514,12 @@ def _clean_tree(tree: bytes, tmp: Path, title: str, need_title: bool) -> bytes:
 
 
 def _image_mime(head: bytes) -> str | None:
-    for magic, mime in ((b"\x89PNG", "image/png"), (b"\xff\xd8", "image/jpeg"),
-                        (b"GIF8", "image/gif"), (b"RIFF", "image/webp")):
+    for magic, mime in (
+        (b"\x89PNG", "image/png"),
+        (b"\xff\xd8", "image/jpeg"),
+        (b"GIF8", "image/gif"),
+        (b"RIFF", "image/webp"),
+    ):
         if head.startswith(magic):
             return mime
     return None
@@ -458,7 +532,7 @@ def _image_mime(head: bytes) -> str | None:
 # Hyperlinks are only followed by a reader who clicks them, and are kept.
 _OOXML_RELATIONSHIP = re.compile(rb"<Relationship\b[^>]*>", re.I)
 _ODF_LINKED = re.compile(
-    rb'<draw:(?:image|object|object-ole|plugin|applet|floating-frame)\b[^>]*?'
+    rb"<draw:(?:image|object|object-ole|plugin|applet|floating-frame)\b[^>]*?"
     rb'xlink:href="([^"]*)"',
     re.I,
 )
@@ -522,16 +596,28 @@ def _can_unshare() -> bool:
     if shutil.which("unshare") is None:
         return False
     try:
-        return subprocess.run(
-            ["unshare", "-rn", "true"], capture_output=True, timeout=10, check=False
-        ).returncode == 0
+        return (
+            subprocess.run(
+                ["unshare", "-rn", "true"], capture_output=True, timeout=10, check=False
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
-_LO_FILTERS = {"pdf": "pdf", "docx": "docx:MS Word 2007 XML", "odt": "odt", "rtf": "rtf",
-               "txt": "txt:Text (encoded):UTF8", "xlsx": "xlsx:Calc MS Excel 2007 XML",
-               "ods": "ods", "csv": "csv:Text - txt - csv (StarCalc):44,34,76,1",
-               "pptx": "pptx:Impress MS PowerPoint 2007 XML", "odp": "odp"}
+
+_LO_FILTERS = {
+    "pdf": "pdf",
+    "docx": "docx:MS Word 2007 XML",
+    "odt": "odt",
+    "rtf": "rtf",
+    "txt": "txt:Text (encoded):UTF8",
+    "xlsx": "xlsx:Calc MS Excel 2007 XML",
+    "ods": "ods",
+    "csv": "csv:Text - txt - csv (StarCalc):44,34,76,1",
+    "pptx": "pptx:Impress MS PowerPoint 2007 XML",
+    "odp": "odp",
+}
 
 
 async def libreoffice_convert(data: bytes, kind: str, target: str, timeout_s: float) -> bytes:
@@ -546,10 +632,22 @@ async def libreoffice_convert(data: bytes, kind: str, target: str, timeout_s: fl
         # No network where the kernel allows it: whatever a document links stays unloaded.
         jail = ["unshare", "-rn"] if _can_unshare() else []
         await run_tool(
-            [*jail, office, "--headless", "--norestore", "--nolockcheck", "--nodefault",
-             f"-env:UserInstallation=file://{tmp}/profile", "--convert-to",
-             _LO_FILTERS[target], "--outdir", str(outdir), str(src)],
-            timeout_s, cwd=tmp,
+            [
+                *jail,
+                office,
+                "--headless",
+                "--norestore",
+                "--nolockcheck",
+                "--nodefault",
+                f"-env:UserInstallation=file://{tmp}/profile",
+                "--convert-to",
+                _LO_FILTERS[target],
+                "--outdir",
+                str(outdir),
+                str(src),
+            ],
+            timeout_s,
+            cwd=tmp,
         )
         produced = list(outdir.glob("input.*")) if outdir.exists() else []
         if not produced:
@@ -559,8 +657,15 @@ async def libreoffice_convert(data: bytes, kind: str, target: str, timeout_s: fl
 
 # -- satsgate's own conversions (process pool) ---------------------------------------------
 
-_PIL_NAMES = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF", "bmp": "BMP",
-              "tiff": "TIFF", "pdf": "PDF"}
+_PIL_NAMES = {
+    "png": "PNG",
+    "jpeg": "JPEG",
+    "webp": "WEBP",
+    "gif": "GIF",
+    "bmp": "BMP",
+    "tiff": "TIFF",
+    "pdf": "PDF",
+}
 
 
 def convert_image(data: bytes, target: str) -> bytes:
@@ -635,8 +740,7 @@ def text_document(data: bytes, kind: str, target: str) -> bytes:
     if target == "html":
         body = pdf.markdown_to_html(text) if kind == "markdown" else _text_as_html(text)
         return (
-            '<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>'
-            f"{body}</body></html>"
+            f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{body}</body></html>'
         ).encode()
     if kind == "markdown":
         return pdf.markdown_to_pdf(text).data

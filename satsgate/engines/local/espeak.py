@@ -142,8 +142,7 @@ def plan_voice(
             )
         if accent not in ACCENT_VOICES:
             raise Unsupported(
-                f"this node's voice has no {accent} accent; it has "
-                + " and ".join(ACCENT_VOICES)
+                f"this node's voice has no {accent} accent; it has " + " and ".join(ACCENT_VOICES)
             )
         base = ACCENT_VOICES[accent]
     gender, age = words.get("gender"), words.get("age")
@@ -212,9 +211,11 @@ class EspeakEngine:
         return wav_duration_s(await asyncio.to_thread(path.read_bytes))
 
     async def encode(self, wav: Path, out: Path, fmt: Literal["mp3", "aac"]) -> None:
-        codec = ["-codec:a", "libmp3lame", "-b:a", MP3_BITRATE] if fmt == "mp3" else [
-            "-codec:a", "aac", "-b:a", "48k"
-        ]
+        codec = (
+            ["-codec:a", "libmp3lame", "-b:a", MP3_BITRATE]
+            if fmt == "mp3"
+            else ["-codec:a", "aac", "-b:a", "48k"]
+        )
         await self.tools.run(
             ["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav), *codec, str(out)],
             what="audio encoding",

@@ -157,9 +157,7 @@ def _nudenet() -> Any:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    return onnxruntime.InferenceSession(
-        str(path), options, providers=["CPUExecutionProvider"]
-    )
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def classify_nsfw(data: bytes) -> NsfwResult:
@@ -194,8 +192,9 @@ def classify_nsfw(data: bytes) -> NsfwResult:
             round(float(best[keep[j]]), 4),
             Box(*boxes[j]),
         )
-        for j in sorted((int(j) for j in np.asarray(chosen).reshape(-1)),
-                        key=lambda j: -float(best[keep[j]]))
+        for j in sorted(
+            (int(j) for j in np.asarray(chosen).reshape(-1)), key=lambda j: -float(best[keep[j]])
+        )
     )
     nsfw = nsfw_score >= NSFW_THRESHOLD
     return NsfwResult(
@@ -272,8 +271,12 @@ def detect_haar(data: bytes, labels: tuple[str, ...], threshold: float) -> Detec
     img, _ = _open(data)
     width, height = img.size
     factor = min(1.0, DETECT_MAX_SIDE / max(width, height))
-    small = img if factor == 1.0 else img.resize(
-        (max(1, round(width * factor)), max(1, round(height * factor))), Image.Resampling.BOX
+    small = (
+        img
+        if factor == 1.0
+        else img.resize(
+            (max(1, round(width * factor)), max(1, round(height * factor))), Image.Resampling.BOX
+        )
     )
     gray = np.asarray(small.convert("L"), dtype=np.uint8)
 
@@ -316,9 +319,7 @@ def detect_haar(data: bytes, labels: tuple[str, ...], threshold: float) -> Detec
 def upscale(data: bytes, scale: int) -> ImageOutput:
     img, fmt = _open(data)
     out = img.resize((img.width * scale, img.height * scale), Image.Resampling.LANCZOS)
-    return _output(
-        out, fmt, f"Lanczos resampling ({scale}x); not AI super-resolution", scale=scale
-    )
+    return _output(out, fmt, f"Lanczos resampling ({scale}x); not AI super-resolution", scale=scale)
 
 
 # -- deblur and denoise ------------------------------------------------------------------
@@ -441,6 +442,8 @@ def inpaint(data: bytes, mask_data: bytes, method: InpaintMethod) -> ImageOutput
         rgb = np.asarray(cv2.inpaint(rgb, mask, INPAINT_RADIUS, flag), np.uint8)
     name = "Telea's fast marching" if method == "telea" else "Navier-Stokes"
     return _output(
-        _join(rgb, alpha), fmt, f"OpenCV inpainting ({name}, radius {INPAINT_RADIUS} px)",
+        _join(rgb, alpha),
+        fmt,
+        f"OpenCV inpainting ({name}, radius {INPAINT_RADIUS} px)",
         erased_pixels=erased,
     )

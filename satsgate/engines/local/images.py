@@ -169,9 +169,7 @@ class HaarDetector:
         if reason is not None:  # reached only if the check before payment was skipped
             raise EngineError("INVALID_INPUT", reason, may_fall_back=True)
         labels, _ = parse_queries(prompt)
-        result: DetectionResult = await _run(
-            self._deps, "detect_haar", image, labels, threshold
-        )
+        result: DetectionResult = await _run(self._deps, "detect_haar", image, labels, threshold)
         return result
 
 
@@ -220,7 +218,10 @@ class OpenCvInpaint:
 
 
 def _local(
-    engine: str, label: str, probe: Callable[[], str], cls: Callable[[EngineDeps], object],
+    engine: str,
+    label: str,
+    probe: Callable[[], str],
+    cls: Callable[[EngineDeps], object],
     model: int,
 ) -> LocalEngine:
     return LocalEngine(engine, label, probe, cls, models=frozenset({model}))

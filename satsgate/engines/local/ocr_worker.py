@@ -211,7 +211,9 @@ def _upright(image: Image.Image) -> Image.Image | None:
         return None
     try:
         osd = pytesseract.image_to_osd(
-            image, config="--psm 0", output_type=pytesseract.Output.DICT,
+            image,
+            config="--psm 0",
+            output_type=pytesseract.Output.DICT,
             timeout=TESSERACT_TIMEOUT_S,
         )
     except (RuntimeError, pytesseract.TesseractError):  # too little text to tell
@@ -226,7 +228,10 @@ def _upright(image: Image.Image) -> Image.Image | None:
 def installed_tesseract_langs() -> frozenset[str]:
     try:
         out = subprocess.run(
-            ["tesseract", "--list-langs"], capture_output=True, text=True, timeout=20,
+            ["tesseract", "--list-langs"],
+            capture_output=True,
+            text=True,
+            timeout=20,
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
@@ -316,8 +321,11 @@ def rapid_read(image: Image.Image) -> PageText:
         raise OcrFailed(f"RapidOCR failed ({type(exc).__name__})") from None
     boxes = [
         (
-            min(p[1] for p in box), max(p[1] for p in box), min(p[0] for p in box),
-            str(text), float(score),
+            min(p[1] for p in box),
+            max(p[1] for p in box),
+            min(p[0] for p in box),
+            str(text),
+            float(score),
         )
         for box, text, score in (result or [])
         if str(text).strip()

@@ -148,8 +148,9 @@ def _deskew_pdf417(image: Any) -> list[FoundBarcode]:
         )
     for step in range(_DESKEW_STEP, _DESKEW_MAX + 1, _DESKEW_STEP):
         for angle in (step, -step):
-            turned = image.rotate(angle, resample=Image.Resampling.BILINEAR, expand=True,
-                                  fillcolor=255)
+            turned = image.rotate(
+                angle, resample=Image.Resampling.BILINEAR, expand=True, fillcolor=255
+            )
             found = _scan(turned, zxingcpp.BarcodeFormat.PDF417)
             if _has_pass(found):
                 return found
@@ -244,8 +245,10 @@ def _icon(size: int) -> bytes:
     draw = ImageDraw.Draw(image)
     s = size / 29
     # A paper plane: the sign of a boarding pass, drawn, no font needed.
-    draw.polygon([(4 * s, 14 * s), (25 * s, 5 * s), (16 * s, 25 * s), (13 * s, 17 * s)],
-                 fill=(248, 250, 252, 255))
+    draw.polygon(
+        [(4 * s, 14 * s), (25 * s, 5 * s), (16 * s, 25 * s), (13 * s, 17 * s)],
+        fill=(248, 250, 252, 255),
+    )
     draw.line([(13 * s, 17 * s), (25 * s, 5 * s)], fill=(30, 41, 59, 255), width=max(1, size // 29))
     out = io.BytesIO()
     image.save(out, "PNG")
@@ -276,11 +279,14 @@ def pass_json(job: PassJob, signing: Signing | None) -> dict[str, Any]:
     ]
     if leg.frequent_flyer:
         back.append(_field("ffp", "Frequent flyer", leg.frequent_flyer))
-    back.append(_field(
-        "note", "Note",
-        "Made from the boarding pass's barcode, which is unchanged. Gate and boarding time "
-        "are not in the barcode: check them with the airline.",
-    ))
+    back.append(
+        _field(
+            "note",
+            "Note",
+            "Made from the boarding pass's barcode, which is unchanged. Gate and boarding time "
+            "are not in the barcode: check them with the airline.",
+        )
+    )
     return {
         "formatVersion": 1,
         "passTypeIdentifier": signing.pass_type_identifier if signing else UNSIGNED_PASS_TYPE,
@@ -322,8 +328,8 @@ def _signer(signing: Signing) -> tuple[x509.Certificate, Any, x509.Certificate |
 def sign_manifest(manifest: bytes, signing: Signing) -> bytes:
     """A detached PKCS#7 (DER) signature of the manifest, with the WWDR certificate."""
     cert, key, wwdr = _signer(signing)
-    builder = pkcs7.PKCS7SignatureBuilder().set_data(manifest).add_signer(
-        cert, key, hashes.SHA256()
+    builder = (
+        pkcs7.PKCS7SignatureBuilder().set_data(manifest).add_signer(cert, key, hashes.SHA256())
     )
     if wwdr is not None:
         builder = builder.add_certificate(wwdr)
@@ -389,35 +395,43 @@ class PkpassEngine:
             for barcode in found:
                 if not bcbp.looks_like_bcbp(barcode.message):
                     warnings.append(
-                        f"{label}: a {barcode.format} code that is not a boarding pass was "
-                        "ignored"
+                        f"{label}: a {barcode.format} code that is not a boarding pass was ignored"
                     )
                     continue
                 try:
                     data = bcbp.parse(barcode.message)
                 except bcbp.BcbpError as exc:
-                    warnings.append(f"{label}: a {barcode.format} code is not a readable "
-                                    f"boarding pass ({exc})")
+                    warnings.append(
+                        f"{label}: a {barcode.format} code is not a readable boarding pass ({exc})"
+                    )
                     continue
                 if barcode.message in seen:
                     first = seen[barcode.message]
                     warnings.append(
                         f"{label}: the same boarding pass as document {first + 1}; made once"
-                        if first != index else
-                        f"{label}: the same boarding pass appears twice; made once"
+                        if first != index
+                        else f"{label}: the same boarding pass appears twice; made once"
                     )
                     continue
                 seen[barcode.message] = index
                 if barcode.format == "DataMatrix":
-                    warnings.append(f"{label}: a Data Matrix code is shown as a QR code "
-                                    "(wallets have no Data Matrix); it holds the same data")
+                    warnings.append(
+                        f"{label}: a Data Matrix code is shown as a QR code "
+                        "(wallets have no Data Matrix); it holds the same data"
+                    )
                 usable += 1
                 for leg_index, leg in enumerate(data.legs):
                     date = data.flight_date(leg, today)
-                    jobs.append(PassJob(
-                        index, data, leg_index, barcode.format,
-                        date.isoformat() if date else None, self.organization_name,
-                    ))
+                    jobs.append(
+                        PassJob(
+                            index,
+                            data,
+                            leg_index,
+                            barcode.format,
+                            date.isoformat() if date else None,
+                            self.organization_name,
+                        )
+                    )
             if not usable and not any(seen.get(b.message) is not None for b in found):
                 warnings.append(f"{label}: no boarding-pass barcode found")
         if jobs and self.signing is None:
@@ -519,7 +533,8 @@ def load_signing(settings: Settings) -> Signing | None:
     return Signing(
         certificate_pem=cert.public_bytes(serialization.Encoding.PEM),
         key_pem=key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         ),
         wwdr_pem=wwdr.public_bytes(serialization.Encoding.PEM),

@@ -109,14 +109,35 @@ def _words(*words: str) -> re.Pattern[str]:
 
 
 _SUBTOTAL = _words(
-    r"sub-?\s?total", "zwischensumme", r"sous-?total", "subtotale", "netto", "net",
-    r"total\s+(?:ht|excl\.?|before tax|net)", "小計", "小计",
+    r"sub-?\s?total",
+    "zwischensumme",
+    r"sous-?total",
+    "subtotale",
+    "netto",
+    "net",
+    r"total\s+(?:ht|excl\.?|before tax|net)",
+    "小計",
+    "小计",
 )
 _TOTAL = re.compile(
     _words(
-        "total", r"grand\s+total", r"amount\s+due", r"balance\s+due", r"total\s+due",
-        "summe", "gesamt", "gesamtbetrag", r"zu\s+zahlen", "endbetrag", r"total\s+ttc",
-        "montant", r"net\s+à\s+payer", "totale", "importe", r"total\s+a\s+pagar", "totaal",
+        "total",
+        r"grand\s+total",
+        r"amount\s+due",
+        r"balance\s+due",
+        r"total\s+due",
+        "summe",
+        "gesamt",
+        "gesamtbetrag",
+        r"zu\s+zahlen",
+        "endbetrag",
+        r"total\s+ttc",
+        "montant",
+        r"net\s+à\s+payer",
+        "totale",
+        "importe",
+        r"total\s+a\s+pagar",
+        "totaal",
         r"te\s+betalen",
     ).pattern
     + r"|合計|合计|总计|總計|お会計",
@@ -124,17 +145,59 @@ _TOTAL = re.compile(
 )
 _TAX = re.compile(
     _words(
-        "tax", "vat", r"sales\s+tax", "mwst", r"mwst\.", "ust", "tva", "iva", "gst", "hst",
-        "btw", r"incl\.?\s+tax", "steuer", "imposta", "impuesto",
+        "tax",
+        "vat",
+        r"sales\s+tax",
+        "mwst",
+        r"mwst\.",
+        "ust",
+        "tva",
+        "iva",
+        "gst",
+        "hst",
+        "btw",
+        r"incl\.?\s+tax",
+        "steuer",
+        "imposta",
+        "impuesto",
     ).pattern
     + r"|消費税|税|增值税",
     re.I,
 )
 _PAYMENT = _words(
-    "cash", "change", "card", "visa", "mastercard", "amex", "tendered", "paid", "payment",
-    "rückgeld", "gegeben", "kreditkarte", "ec", "girocard", "espèces", "rendu",
-    "monnaie", "carte", "cb", "efectivo", "cambio", "tarjeta", "contanti", "resto",
-    "carta", "dinheiro", "troco", "tip", "trinkgeld", "pourboire", "propina", "お釣り", "お預り",
+    "cash",
+    "change",
+    "card",
+    "visa",
+    "mastercard",
+    "amex",
+    "tendered",
+    "paid",
+    "payment",
+    "rückgeld",
+    "gegeben",
+    "kreditkarte",
+    "ec",
+    "girocard",
+    "espèces",
+    "rendu",
+    "monnaie",
+    "carte",
+    "cb",
+    "efectivo",
+    "cambio",
+    "tarjeta",
+    "contanti",
+    "resto",
+    "carta",
+    "dinheiro",
+    "troco",
+    "tip",
+    "trinkgeld",
+    "pourboire",
+    "propina",
+    "お釣り",
+    "お預り",
 )
 _CASH_DE = re.compile(r"^bar\b", re.I)  # German "Bar 50,00": cash (not "Chocolate bar")
 
@@ -144,10 +207,39 @@ def _is_payment(line: str) -> bool:
 
 
 _NOT_MERCHANT = _words(
-    "receipt", "invoice", "rechnung", "quittung", "beleg", "kassenbon", "ticket", "reçu",
-    "facture", "recibo", "factura", "scontrino", "ricevuta", "tel", "phone", "fax", "www",
-    "welcome", "willkommen", "bienvenue", "bienvenido", "benvenuto", "date", "datum",
-    "order", "table", "tisch", "vat", "tax", "ust-id", "siret", "cif", "nif",
+    "receipt",
+    "invoice",
+    "rechnung",
+    "quittung",
+    "beleg",
+    "kassenbon",
+    "ticket",
+    "reçu",
+    "facture",
+    "recibo",
+    "factura",
+    "scontrino",
+    "ricevuta",
+    "tel",
+    "phone",
+    "fax",
+    "www",
+    "welcome",
+    "willkommen",
+    "bienvenue",
+    "bienvenido",
+    "benvenuto",
+    "date",
+    "datum",
+    "order",
+    "table",
+    "tisch",
+    "vat",
+    "tax",
+    "ust-id",
+    "siret",
+    "cif",
+    "nif",
 )
 
 # -- dates ---------------------------------------------------------------------------------
@@ -182,9 +274,7 @@ _NUMERIC_DATE = re.compile(r"(?<![\d.,])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})
 _DAY_MONTH = re.compile(
     rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\.?\s+({_MONTH_RE})\.?,?\s+(\d{{4}})\b", re.I
 )
-_MONTH_DAY = re.compile(
-    rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I
-)
+_MONTH_DAY = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
 
 
 def _valid(year: int, month: int, day: int) -> str | None:
@@ -319,7 +409,9 @@ def parse_receipt(text: str) -> dict[str, Any]:
         if sum(ch.isalpha() for ch in name) < 2:
             continue
         item: dict[str, Any] = {
-            "name": name, "quantity": quantity, "price": _money(price, currency),
+            "name": name,
+            "quantity": quantity,
+            "price": _money(price, currency),
         }
         if unit_price is not None:
             item["unitPrice"] = _money(unit_price, currency)

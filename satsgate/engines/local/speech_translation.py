@@ -67,7 +67,10 @@ class LocalSpeechTranslation(TranscribeThenTranslate):
         # The recognizer is told the language it hears: English, always.
         return await super().transcribe_translate(
             SpeechTranslationRequest(
-                request.audio, request.format, request.target_language, SOURCE,
+                request.audio,
+                request.format,
+                request.target_language,
+                SOURCE,
                 request.model_name,
             )
         )

@@ -48,7 +48,8 @@ class ToolRunner:
         limit = self.timeout_s if timeout_s is None else timeout_s
         async with self._slots:
             proc = await asyncio.create_subprocess_exec(
-                *_NICE, *args,
+                *_NICE,
+                *args,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

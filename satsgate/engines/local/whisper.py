@@ -111,9 +111,7 @@ def transcribe_piece(
             Word(_at(offset_s, w.start), _at(offset_s, w.end), w.word.strip())
             for w in (piece.words or ())
         )
-        out.append(
-            Segment(_at(offset_s, piece.start), _at(offset_s, piece.end), text, words)
-        )
+        out.append(Segment(_at(offset_s, piece.start), _at(offset_s, piece.end), text, words))
     return out
 
 
@@ -138,9 +136,7 @@ class WhisperEngine:
         if not isinstance(request, TranscriptionRequest):
             return None
         if request.language is not None and request.language not in LANGUAGES:
-            return (
-                f"this node transcribes English only, not {request.language!r}"
-            )
+            return f"this node transcribes English only, not {request.language!r}"
         if request.task == "translation" and request.language != "en":
             return (
                 "this node cannot translate speech; it transcribes English (send language "

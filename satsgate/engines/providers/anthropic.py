@@ -43,9 +43,7 @@ def _retryable(exc: BaseException) -> bool:
         return False
     if isinstance(exc, anthropic.APIConnectionError):
         return True
-    return (
-        isinstance(exc, anthropic.APIStatusError) and exc.status_code in upstream.RETRY_STATUSES
-    )
+    return isinstance(exc, anthropic.APIStatusError) and exc.status_code in upstream.RETRY_STATUSES
 
 
 def _upstream_type(body: object) -> str | None:

@@ -83,23 +83,32 @@ class ElevenLabsProvider:
         try:
             resp = await self.http.post(f"{self.base_url}{path}", headers=headers, **kwargs)
         except httpx.TimeoutException as exc:
-            raise EngineError("TIMEOUT", "The voice service took too long.",
-                              may_fall_back=False) from exc
+            raise EngineError(
+                "TIMEOUT", "The voice service took too long.", may_fall_back=False
+            ) from exc
         except httpx.HTTPError as exc:
             raise EngineError("SERVICE_ERROR", "The voice service could not be reached.") from exc
         if resp.status_code < 400:
             return resp
         status = _status(resp)
-        log.warning("elevenlabs %s: %s answered %d (%s)", self.config.name, path.split("?")[0]
-                    .rsplit("/", 1)[0], resp.status_code, status)
+        log.warning(
+            "elevenlabs %s: %s answered %d (%s)",
+            self.config.name,
+            path.split("?")[0].rsplit("/", 1)[0],
+            resp.status_code,
+            status,
+        )
         if resp.status_code == 429:
             retry = resp.headers.get("retry-after")
-            raise EngineError("RATE_LIMITED", "The voice service is busy; try again shortly.",
-                              retry_after_s=float(retry) if retry and retry.isdigit() else None)
-        if resp.status_code == 422 or status in ("voice_not_found",
-                                                  "max_character_limit_exceeded"):
-            raise EngineError("INVALID_INPUT", "The voice service refused this input.",
-                              may_fall_back=False)
+            raise EngineError(
+                "RATE_LIMITED",
+                "The voice service is busy; try again shortly.",
+                retry_after_s=float(retry) if retry and retry.isdigit() else None,
+            )
+        if resp.status_code == 422 or status in ("voice_not_found", "max_character_limit_exceeded"):
+            raise EngineError(
+                "INVALID_INPUT", "The voice service refused this input.", may_fall_back=False
+            )
         raise EngineError("SERVICE_ERROR", "The voice service failed.")
 
 
@@ -119,8 +128,9 @@ class _Speech:
     async def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
         voice = self.p.voice_id(request.voice)
         if voice is None or not request.model_name:
-            raise EngineError("INVALID_INPUT", "This voice is not offered on this node.",
-                              may_fall_back=True)
+            raise EngineError(
+                "INVALID_INPUT", "This voice is not offered on this node.", may_fall_back=True
+            )
         body: dict[str, Any] = {
             "text": request.text,
             "model_id": request.model_name,
@@ -144,18 +154,25 @@ class _Clone:
         self.p = provider
 
     async def clone(self, request: VoiceCloneRequest) -> VoiceCloneResult:
-        files = {"files": (f"sample.{request.format}", request.sample,
-                           _MIME.get(request.format, "application/octet-stream"))}
-        data = {"name": request.name,
-                "remove_background_noise": "true" if request.remove_background_noise
-                else "false"}
+        files = {
+            "files": (
+                f"sample.{request.format}",
+                request.sample,
+                _MIME.get(request.format, "application/octet-stream"),
+            )
+        }
+        data = {
+            "name": request.name,
+            "remove_background_noise": "true" if request.remove_background_noise else "false",
+        }
         resp = await self.p.post("/v1/voices/add", data=data, files=files)
         try:
             doc = resp.json()
             return VoiceCloneResult(str(doc["voice_id"]), bool(doc.get("requires_verification")))
         except (ValueError, KeyError, TypeError) as exc:
-            raise EngineError("SERVICE_ERROR", "The voice service answered nonsense.",
-                              may_fall_back=False) from exc
+            raise EngineError(
+                "SERVICE_ERROR", "The voice service answered nonsense.", may_fall_back=False
+            ) from exc
 
 
 def _status(resp: httpx.Response) -> str:

@@ -158,10 +158,14 @@ class FalProvider(PredictionProvider):
             with contextlib.suppress(ValueError):
                 detail = _text(resp.json().get("detail"), resp.json())
             if is_refusal(detail):
-                raise EngineError("CONTENT_FILTERED", "The model refused this request "
-                                  "(content policy); rephrase it.", may_fall_back=False)
-            raise EngineError("SERVICE_ERROR", "The model failed to produce an output.",
-                              may_fall_back=False)
+                raise EngineError(
+                    "CONTENT_FILTERED",
+                    "The model refused this request (content policy); rephrase it.",
+                    may_fall_back=False,
+                )
+            raise EngineError(
+                "SERVICE_ERROR", "The model failed to produce an output.", may_fall_back=False
+            )
         self.check_poll(resp)
         return resp.json()
 
@@ -183,8 +187,9 @@ class FalProvider(PredictionProvider):
                 self._keys = _jwks_keys(resp.json())
                 self._keys_at = time.time()
             except Exception as exc:  # polling still ends the run
-                log.warning("fal %s: webhook keys unavailable (%r): polling only",
-                            self.config.name, exc)
+                log.warning(
+                    "fal %s: webhook keys unavailable (%r): polling only", self.config.name, exc
+                )
         return url if self._keys else None
 
     def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> Prediction | None:
@@ -213,8 +218,7 @@ class FalProvider(PredictionProvider):
             return Prediction(request_id, "succeeded", doc["payload"])
         if doc.get("status") == "OK":  # payload too large to send: fetch the result
             return Prediction(request_id, "succeeded")
-        return Prediction(request_id, "failed",
-                          error=_text(doc.get("error"), doc.get("payload")))
+        return Prediction(request_id, "failed", error=_text(doc.get("error"), doc.get("payload")))
 
 
 def _verifies(key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:

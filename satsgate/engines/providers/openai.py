@@ -170,7 +170,8 @@ class OpenAIProvider:
         # OpenAI itself wants max_completion_tokens (max_tokens is deprecated there and
         # refused by its reasoning models); the compatible servers take max_tokens.
         default_field = (
-            "max_completion_tokens" if "api.openai.com" in (config.base_url or DEFAULT_BASE_URL)
+            "max_completion_tokens"
+            if "api.openai.com" in (config.base_url or DEFAULT_BASE_URL)
             else "max_tokens"
         )
         self.max_tokens_field = str(options.get("max_tokens_field", default_field))
@@ -208,9 +209,7 @@ class OpenAIProvider:
         await self.client.close()
         await self._http.aclose()
 
-    async def call(
-        self, engine: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool
-    ) -> T:
+    async def call(self, engine: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         """Run one SDK request with the retry rule; any failure -> EngineError."""
         try:
             return await upstream.with_retry(
@@ -259,10 +258,12 @@ def _chat_messages(request: ChatRequest) -> list[dict[str, Any]]:
             parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}]
             for image in request.images:
                 data = base64.b64encode(image.data).decode("ascii")
-                parts.append({
-                    "type": "image_url",
-                    "image_url": {"url": f"data:{image.media_type};base64,{data}"},
-                })
+                parts.append(
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": f"data:{image.media_type};base64,{data}"},
+                    }
+                )
             messages.append({"role": "user", "content": parts})
         else:
             messages.append({"role": message.role, "content": message.content})
@@ -397,11 +398,15 @@ class _ImageGeneration:
 
         async def call() -> Any:
             if request.references:  # image-to-image: the edits endpoint takes references
-                files = [(f"reference-{i}.png", ref, "image/png")
-                         for i, ref in enumerate(request.references)]
+                files = [
+                    (f"reference-{i}.png", ref, "image/png")
+                    for i, ref in enumerate(request.references)
+                ]
                 raw = await images.with_raw_response.edit(
                     image=files if len(files) > 1 else files[0],
-                    prompt=request.prompt, model=model, **extra,
+                    prompt=request.prompt,
+                    model=model,
+                    **extra,
                 )
             else:
                 raw = await images.with_raw_response.generate(
@@ -435,7 +440,9 @@ class _ImageEdit:
         async def call() -> Any:
             raw = await edit(
                 image=("image.png", request.image, "image/png"),
-                prompt=request.prompt, model=model, **extra,
+                prompt=request.prompt,
+                model=model,
+                **extra,
             )
             return await _image_from(self.provider, _json(raw))
 
@@ -498,8 +505,12 @@ class _Speech:
 
         async def call() -> bytes:
             raw = await create(
-                model=model, input=request.text, voice=cast(Any, voice),
-                response_format=request.format, speed=request.speed, **extra,
+                model=model,
+                input=request.text,
+                voice=cast(Any, voice),
+                response_format=request.format,
+                speed=request.speed,
+                **extra,
             )
             data: bytes = raw.http_response.content
             if not data or data.lstrip()[:1] in (b"{", b"<"):
@@ -568,9 +579,11 @@ class _Transcription:
         if request.task == "translation":
 
             async def call() -> Any:
-                return _json(await audio_api.translations.with_raw_response.create(
-                    file=audio, model=model, **extra
-                ))
+                return _json(
+                    await audio_api.translations.with_raw_response.create(
+                        file=audio, model=model, **extra
+                    )
+                )
         else:
             if request.language:
                 extra["language"] = request.language
@@ -580,9 +593,11 @@ class _Transcription:
                 )
 
             async def call() -> Any:
-                return _json(await audio_api.transcriptions.with_raw_response.create(
-                    file=audio, model=model, **extra
-                ))
+                return _json(
+                    await audio_api.transcriptions.with_raw_response.create(
+                        file=audio, model=model, **extra
+                    )
+                )
 
         body = await self.provider.call("transcription", call, idempotent=True)
         try:

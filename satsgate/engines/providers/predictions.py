@@ -263,8 +263,10 @@ class PredictionProvider:
         # The app's file store (same directory, base URL and secret): its signed URLs
         # are served by GET /api/files.
         self._inputs = FileStore(
-            self.settings.files_dir, self.settings.public_base_url,
-            self.settings.server_secret, INPUT_URL_TTL_S,
+            self.settings.files_dir,
+            self.settings.public_base_url,
+            self.settings.server_secret,
+            INPUT_URL_TTL_S,
         )
         self.http = httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s, connect=10.0), follow_redirects=True
@@ -370,7 +372,11 @@ class PredictionProvider:
         return shaped
 
     async def run(
-        self, model: str, inputs: dict[str, Any], call_id: str, progress: ProgressFn,
+        self,
+        model: str,
+        inputs: dict[str, Any],
+        call_id: str,
+        progress: ProgressFn,
         checkpoint: PredictionCheckpoint | None = None,
     ) -> list[MediaFile]:
         """Create a prediction (or, with a checkpoint that holds one of this provider's,
@@ -380,7 +386,8 @@ class PredictionProvider:
             # Another provider of the chain made it: that one takes it up. A job is never
             # run a second time elsewhere (no binding took it up: refunded).
             raise EngineError(
-                "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded.",
+                "L402_UPSTREAM_FAILED",
+                "The job was lost in a restart; the payment was refunded.",
                 may_fall_back=True,
             )
         if saved is not None:
@@ -417,8 +424,9 @@ class PredictionProvider:
                     "The model refused this request (content policy); rephrase it.",
                     may_fall_back=False,
                 )
-            log.warning("%s prediction %s failed: %s", self.KIND, prediction.id,
-                        prediction.error[:300])
+            log.warning(
+                "%s prediction %s failed: %s", self.KIND, prediction.id, prediction.error[:300]
+            )
             raise EngineError(
                 "SERVICE_ERROR", "The model failed to produce an output.", may_fall_back=False
             )
@@ -444,7 +452,8 @@ class PredictionProvider:
     ) -> Prediction:
         started = time.monotonic()
         interval = (
-            self.webhook_poll_interval_s if prediction.handle.get("webhook")
+            self.webhook_poll_interval_s
+            if prediction.handle.get("webhook")
             else self.poll_interval_s
         )
         while not prediction.terminal:
@@ -453,7 +462,8 @@ class PredictionProvider:
             if remaining <= 0:
                 await self._cancel_quietly(prediction)
                 raise EngineError(
-                    "TIMEOUT", "The generation took too long and was stopped.",
+                    "TIMEOUT",
+                    "The generation took too long and was stopped.",
                     may_fall_back=False,
                 )
             with contextlib.suppress(TimeoutError):
@@ -497,17 +507,24 @@ class PredictionProvider:
         if resp.status_code < 400:
             return
         detail = _detail(resp)
-        log.warning("%s %s: create answered %d: %s", self.KIND, self.config.name,
-                    resp.status_code, detail[:300])
+        log.warning(
+            "%s %s: create answered %d: %s",
+            self.KIND,
+            self.config.name,
+            resp.status_code,
+            detail[:300],
+        )
         if resp.status_code == 429:
             raise EngineError(
-                "RATE_LIMITED", "The model is busy; try again shortly.",
+                "RATE_LIMITED",
+                "The model is busy; try again shortly.",
                 retry_after_s=retry_after_s(resp),
             )
         if resp.status_code in (400, 422) and is_refusal(detail):
             raise EngineError(
-                "CONTENT_FILTERED", "The model refused this request (content policy); "
-                "rephrase it.", may_fall_back=False,
+                "CONTENT_FILTERED",
+                "The model refused this request (content policy); rephrase it.",
+                may_fall_back=False,
             )
         raise EngineError("SERVICE_ERROR", "The model could not take the request.")
 
@@ -517,8 +534,9 @@ class PredictionProvider:
             wait = retry_after_s(resp)
             raise _Transient(f"HTTP {resp.status_code}", 1.0 if wait is None else wait)
         if resp.status_code >= 400:
-            log.warning("%s: poll answered %d: %s", self.KIND, resp.status_code,
-                        _detail(resp)[:300])
+            log.warning(
+                "%s: poll answered %d: %s", self.KIND, resp.status_code, _detail(resp)[:300]
+            )
             raise EngineError(
                 "SERVICE_ERROR", "The generation was lost upstream.", may_fall_back=False
             )
@@ -537,14 +555,16 @@ class PredictionProvider:
                 _, encoded = url.split(",", 1)
                 data = base64.b64decode(encoded, validate=False)
             except ValueError as exc:
-                raise EngineError("SERVICE_ERROR", "The model's output could not be read.",
-                                  may_fall_back=False) from exc
+                raise EngineError(
+                    "SERVICE_ERROR", "The model's output could not be read.", may_fall_back=False
+                ) from exc
             return MediaFile(data, sniff_ext(data))
         parts = urlsplit(url)
         base = urlsplit(self.config.base_url)
         if parts.scheme != "https" and not (parts.scheme == "http" and base.scheme == "http"):
-            raise EngineError("SERVICE_ERROR", "The model's output could not be fetched.",
-                              may_fall_back=False)
+            raise EngineError(
+                "SERVICE_ERROR", "The model's output could not be fetched.", may_fall_back=False
+            )
         headers = self.auth_headers() if parts.netloc == base.netloc else {}
         for attempt in range(4):
             try:
@@ -558,18 +578,21 @@ class PredictionProvider:
                         buf.write(chunk)
                         if buf.tell() > self.max_output_bytes:
                             raise EngineError(
-                                "SERVICE_ERROR", "The model's output is too large.",
+                                "SERVICE_ERROR",
+                                "The model's output is too large.",
                                 may_fall_back=False,
                             )
                     data = buf.getvalue()
-                    return MediaFile(data, sniff_ext(data, resp.headers.get("content-type", ""),
-                                                     url))
+                    return MediaFile(
+                        data, sniff_ext(data, resp.headers.get("content-type", ""), url)
+                    )
             except (_Transient, httpx.HTTPError) as exc:
                 wait = exc.retry_after if isinstance(exc, _Transient) else 1.0
                 log.info("%s: output download: %r (attempt %d)", self.KIND, exc, attempt + 1)
                 await asyncio.sleep(min(wait, 5.0) * (attempt + 1) * 0.25)
-        raise EngineError("SERVICE_ERROR", "The model's output could not be fetched.",
-                          may_fall_back=False)
+        raise EngineError(
+            "SERVICE_ERROR", "The model's output could not be fetched.", may_fall_back=False
+        )
 
     def auth_headers(self) -> dict[str, str]:
         raise NotImplementedError
@@ -593,8 +616,13 @@ class PredictionProvider:
             "reference_image": await self.file_input(request.reference_image),
             "reference_audio": await self.file_input(request.reference_audio),
         }
-        files = await self.run(model, self.shape_input(model, fields), request.call_id,
-                               request.progress, request.checkpoint)
+        files = await self.run(
+            model,
+            self.shape_input(model, fields),
+            request.call_id,
+            request.progress,
+            request.checkpoint,
+        )
         return _first(files, ("mp4", "webm", "mov"), "a video")
 
     async def generate_music(self, request: MusicRequest) -> MediaFile:
@@ -608,8 +636,9 @@ class PredictionProvider:
             "sample_rate": request.sample_rate,
             "bitrate": request.bitrate,
         }
-        files = await self.run(model, self.shape_input(model, fields), request.call_id,
-                               request.progress)
+        files = await self.run(
+            model, self.shape_input(model, fields), request.call_id, request.progress
+        )
         return _first(files, ("wav", "mp3", "flac", "ogg", "m4a"), "audio")
 
     async def generate_model(self, request: Model3dRequest) -> MediaFile:
@@ -618,20 +647,24 @@ class PredictionProvider:
             "prompt": request.prompt,
             "image": await self.file_input(request.image),
         }
-        files = await self.run(model, self.shape_input(model, fields), request.call_id,
-                               request.progress, request.checkpoint)
+        files = await self.run(
+            model,
+            self.shape_input(model, fields),
+            request.call_id,
+            request.progress,
+            request.checkpoint,
+        )
         return _first(files, ("glb",), "a GLB model")
 
     async def process_image(self, request: ImageOpRequest) -> ImageOpResult:
         model = self._model(request.model_name)
-        fields: dict[str, Any] = {"image": await self.file_input(request.image),
-                                  **request.options}
-        files = await self.run(model, self.shape_input(model, fields), request.call_id,
-                               request.progress)
+        fields: dict[str, Any] = {"image": await self.file_input(request.image), **request.options}
+        files = await self.run(
+            model, self.shape_input(model, fields), request.call_id, request.progress
+        )
         images = tuple(f for f in files if f.ext in ("png", "jpeg", "webp"))
         if not images:
-            raise EngineError("SERVICE_ERROR", "The model returned no image.",
-                              may_fall_back=False)
+            raise EngineError("SERVICE_ERROR", "The model returned no image.", may_fall_back=False)
         return ImageOpResult(images, self.LABEL)
 
     async def generate(self, request: ImageGenerationRequest) -> GeneratedImage:
@@ -682,8 +715,11 @@ class PredictionProvider:
         self, image: bytes, scale: int, face_enhance: bool, *, model: str | None = None
     ) -> ImageOutput:
         """upscale-image: canonical fields image, scale, face_enhance."""
-        fields = {"image": await self.file_input(image), "scale": scale,
-                  "face_enhance": face_enhance}
+        fields = {
+            "image": await self.file_input(image),
+            "scale": scale,
+            "face_enhance": face_enhance,
+        }
         return await self._image_output(
             model, fields, f"AI super-resolution ({scale}x, {self.LABEL})"
         )
@@ -746,8 +782,9 @@ def _image_size(data: bytes) -> tuple[int, int]:
         with Image.open(io.BytesIO(data)) as img:
             return img.width, img.height
     except Exception as exc:
-        raise EngineError("SERVICE_ERROR", "The model returned an unreadable image.",
-                          may_fall_back=False) from exc
+        raise EngineError(
+            "SERVICE_ERROR", "The model returned an unreadable image.", may_fall_back=False
+        ) from exc
 
 
 def _detail(resp: httpx.Response) -> str:

@@ -177,8 +177,11 @@ class ReplicateProvider(PredictionProvider):
                 resp.raise_for_status()
                 self._secret = _secret_key(str(resp.json()["key"]))
             except Exception as exc:  # polling still ends the run
-                log.warning("replicate %s: no webhook signing secret (%r): polling only",
-                            self.config.name, exc)
+                log.warning(
+                    "replicate %s: no webhook signing secret (%r): polling only",
+                    self.config.name,
+                    exc,
+                )
                 return None
         return url
 

@@ -47,17 +47,28 @@ from satsgate.engines.registry import EngineDeps
 log = logging.getLogger(__name__)
 
 KIND = "smtp"
-_KNOWN_OPTIONS = frozenset({
-    "host", "port", "from_address", "from_name", "starttls", "tls", "username", "password",
-    "password_env", "ca_file", "validate_certs",
-})
+_KNOWN_OPTIONS = frozenset(
+    {
+        "host",
+        "port",
+        "from_address",
+        "from_name",
+        "starttls",
+        "tls",
+        "username",
+        "password",
+        "password_env",
+        "ca_file",
+        "validate_certs",
+    }
+)
 
 
 def _option(options: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = options.get(key)
-    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) != (
-        kind is bool
-    )):
+    if value is not None and (
+        not isinstance(value, kind) or isinstance(value, bool) != (kind is bool)
+    ):
         raise EngineConfigError(f"{where}: {key} must be a {kind.__name__}")
     return value
 
@@ -74,14 +85,14 @@ class SmtpEmail:
             raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
         host = _option(opts, "host", str, where)
         if not host:
-            raise EngineConfigError(f"{where} needs host = \"...\"")
+            raise EngineConfigError(f'{where} needs host = "..."')
         port = _option(opts, "port", int, where)
         port = 587 if port is None else port
         if not 0 < port < 65536:
             raise EngineConfigError(f"{where}: port must be 1 to 65535")
         from_address = _option(opts, "from_address", str, where)
         if not from_address or "@" not in from_address or any(c in from_address for c in "\r\n"):
-            raise EngineConfigError(f"{where} needs from_address = \"name@domain\"")
+            raise EngineConfigError(f'{where} needs from_address = "name@domain"')
         tls = _option(opts, "tls", bool, where)
         starttls = _option(opts, "starttls", bool, where)
         self.use_tls = (port == 465) if tls is None else tls
@@ -209,8 +220,8 @@ class SmtpEmail:
                     may_fall_back=False,
                 ) from None
             raise EngineError(
-                "SERVICE_ERROR", "The mail server could not be reached or refused the "
-                "connection; nothing was sent.",
+                "SERVICE_ERROR",
+                "The mail server could not be reached or refused the connection; nothing was sent.",
             ) from None
         finally:
             if smtp.is_connected:

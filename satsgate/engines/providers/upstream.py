@@ -42,8 +42,9 @@ REFUSED_MESSAGE = "The AI engine refused this request under its content policy."
 REJECTED_MESSAGE = "The AI engine rejected the request; the payment was refunded."
 
 # Upstream error codes that mean "refused by a safety system" (OpenAI-compatible APIs).
-CONTENT_POLICY_CODES = frozenset({"content_policy_violation", "moderation_blocked",
-                                  "content_filter"})
+CONTENT_POLICY_CODES = frozenset(
+    {"content_policy_violation", "moderation_blocked", "content_filter"}
+)
 DEFAULT_RETRY_AFTER_S = 10.0
 MAX_RETRY_AFTER_S = 3600.0
 

@@ -63,9 +63,7 @@ def available() -> tuple[Migration, ...]:
     for entry in resources.files(__name__).iterdir():
         match = _FILE_NAME.match(entry.name)
         if match is not None:
-            found.append(
-                Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8"))
-            )
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise RuntimeError(f"migrations must be numbered 1..n: {[m.version for m in found]}")

@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +42,7 @@ from satsgate.appkeys import (
     STORE,
 )
 from satsgate.config import Settings, ensure_server_secret
-from satsgate.engines import CpuRunner, EngineDeps, ProviderFactory, build_engines
+from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore
@@ -87,6 +87,23 @@ __all__ = [
 ]
 
 
+def node_engines(
+    settings: Settings,
+    pool: Executor,
+    provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+) -> Engines:
+    """This node's engine registry: every engine name the services run on, resolved to
+    the providers the settings route it to, else the local engine installed here.
+    EngineConfigError when the configuration cannot work."""
+    return build_engines(
+        settings,
+        ENGINE_NAMES,
+        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        provider_kinds=provider_kinds,
+        local_engines=LOCAL_ENGINES,
+    )
+
+
 def create_app(
     settings: Settings,
     backend: LightningBackend,
@@ -106,13 +123,7 @@ def create_app(
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    engines = build_engines(
-        settings,
-        ENGINE_NAMES,
-        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
-        provider_kinds=provider_kinds,
-        local_engines=LOCAL_ENGINES,
-    )
+    engines = node_engines(settings, pool, provider_kinds)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,

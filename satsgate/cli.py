@@ -53,19 +53,11 @@ def engines_report(settings: Settings) -> str:
     ``satsgate engines`` prints. Operator-facing, so provider names are shown."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from satsgate.engines import CpuRunner, EngineDeps, build_engines
-    from satsgate.engines.local import LOCAL_ENGINES
-    from satsgate.engines.providers import PROVIDER_KINDS
-    from satsgate.services.registry import ENGINE_NAMES, SERVICES
+    from satsgate.app import node_engines
+    from satsgate.services.registry import SERVICES
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
-        engines = build_engines(
-            settings,
-            ENGINE_NAMES,
-            EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
-            provider_kinds=PROVIDER_KINDS,
-            local_engines=LOCAL_ENGINES,
-        )
+        engines = node_engines(settings, pool)
     lines = []
     for status in engines.statuses():
         slugs = ", ".join(s.slug for s in SERVICES if s.engine == status.name) or "-"

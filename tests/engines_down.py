@@ -9,19 +9,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from satsgate.app import node_engines
 from satsgate.config import Settings
 from satsgate.engines import (
-    CpuRunner,
     EngineDeps,
     EngineError,
     Engines,
     ProviderConfig,
     ProviderFactory,
-    build_engines,
 )
-from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS as BUILT_IN_KINDS
-from satsgate.services.registry import ENGINE_NAMES, SERVICES
+from satsgate.services.registry import SERVICES
 
 KIND = "down"
 
@@ -59,10 +57,4 @@ def down_engines(names: Iterable[str]) -> dict[str, Any]:
 def engines_for(settings: Settings) -> Engines:
     """The engine registry these settings give, with the down provider kind known."""
     with ThreadPoolExecutor(max_workers=1) as pool:  # statuses only: nothing runs
-        return build_engines(
-            settings,
-            ENGINE_NAMES,
-            EngineDeps(settings, CpuRunner(pool, 1.0)),
-            provider_kinds={**BUILT_IN_KINDS, **PROVIDER_KINDS},
-            local_engines=LOCAL_ENGINES,
-        )
+        return node_engines(settings, pool, {**BUILT_IN_KINDS, **PROVIDER_KINDS})

@@ -38,14 +38,6 @@ DEFAULT_MAX_TOKENS = 4096
 T = TypeVar("T")
 
 
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, anthropic.APITimeoutError):
-        return False
-    if isinstance(exc, anthropic.APIConnectionError):
-        return True
-    return isinstance(exc, anthropic.APIStatusError) and exc.status_code in upstream.RETRY_STATUSES
-
-
 def _upstream_type(body: object) -> str | None:
     if isinstance(body, Mapping):
         inner = body.get("error")
@@ -54,22 +46,15 @@ def _upstream_type(body: object) -> str | None:
     return None
 
 
-def _mapped(exc: BaseException, engine: str) -> EngineError:
-    if isinstance(exc, EngineError):
-        return exc
-    if isinstance(exc, anthropic.APITimeoutError):
-        error, cause = upstream.timeout_error(), "timeout"
-    elif isinstance(exc, anthropic.APIConnectionError):
-        error = EngineError("L402_UPSTREAM_FAILED", upstream.UNAVAILABLE_MESSAGE)
-        cause = "connection failure"
-    elif isinstance(exc, anthropic.APIStatusError):
-        kind = _upstream_type(exc.body)
-        error = upstream.status_error(exc.status_code, exc.response.headers, None)
-        cause = f"HTTP {exc.status_code}" + (f" ({kind})" if kind else "")
-    else:
-        error, cause = upstream.malformed_error(), f"unusable answer ({type(exc).__name__})"
-    upstream.log_failure(engine, KIND, error, cause)
-    return error
+# The error type only names the failure in the log: no Anthropic type is a policy code.
+ERRORS = upstream.SdkErrors(
+    KIND,
+    anthropic.APITimeoutError,
+    anthropic.APIConnectionError,
+    anthropic.APIStatusError,
+    _upstream_type,
+    code_decides=False,
+)
 
 
 class AnthropicProvider:
@@ -107,11 +92,11 @@ class AnthropicProvider:
 
     async def call(self, engine: str, fn: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await upstream.with_retry(fn, retries=self.retries, retryable=_retryable)
+            return await upstream.with_retry(fn, retries=self.retries, retryable=ERRORS.retryable)
         except EngineError:
             raise
         except Exception as exc:
-            raise _mapped(exc, engine) from None
+            raise ERRORS.mapped(exc, engine) from None
 
 
 def _messages(request: ChatRequest) -> list[dict[str, Any]]:
@@ -193,7 +178,7 @@ class _Chat:
             upstream.log_failure(self.engine, KIND, exc, "refusal")
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise _mapped(exc, self.engine) from None
+            raise ERRORS.mapped(exc, self.engine) from None
 
 
 class _Vision:

@@ -100,14 +100,6 @@ _MIME = {"mp3": "audio/mpeg", "wav": "audio/wav", "flac": "audio/flac", "ogg": "
          "m4a": "audio/mp4"}  # fmt: skip
 
 
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APITimeoutError):
-        return False
-    if isinstance(exc, openai.APIConnectionError):
-        return True
-    return isinstance(exc, openai.APIStatusError) and exc.status_code in upstream.RETRY_STATUSES
-
-
 def _upstream_code(body: object) -> str | None:
     if isinstance(body, Mapping):
         inner = body.get("error", body)
@@ -117,23 +109,13 @@ def _upstream_code(body: object) -> str | None:
     return None
 
 
-def _mapped(exc: BaseException, engine: str) -> EngineError:
-    """An SDK exception -> the caller's EngineError (and one operator log line)."""
-    if isinstance(exc, EngineError):
-        return exc
-    if isinstance(exc, openai.APITimeoutError):
-        error, cause = upstream.timeout_error(), "timeout"
-    elif isinstance(exc, openai.APIConnectionError):
-        error = EngineError("L402_UPSTREAM_FAILED", upstream.UNAVAILABLE_MESSAGE)
-        cause = "connection failure"
-    elif isinstance(exc, openai.APIStatusError):
-        code = _upstream_code(exc.body)
-        error = upstream.status_error(exc.status_code, exc.response.headers, code)
-        cause = f"HTTP {exc.status_code}" + (f" ({code})" if code else "")
-    else:  # a body the SDK could not read, or one this adapter could not use
-        error, cause = upstream.malformed_error(), f"unusable answer ({type(exc).__name__})"
-    upstream.log_failure(engine, KIND, error, cause)
-    return error
+ERRORS = upstream.SdkErrors(
+    KIND,
+    openai.APITimeoutError,
+    openai.APIConnectionError,
+    openai.APIStatusError,
+    _upstream_code,
+)
 
 
 class OpenAIProvider:
@@ -213,12 +195,12 @@ class OpenAIProvider:
         """Run one SDK request with the retry rule; any failure -> EngineError."""
         try:
             return await upstream.with_retry(
-                fn, retries=self.retries if idempotent else 0, retryable=_retryable
+                fn, retries=self.retries if idempotent else 0, retryable=ERRORS.retryable
             )
         except EngineError:
             raise
         except Exception as exc:
-            raise _mapped(exc, engine) from None
+            raise ERRORS.mapped(exc, engine) from None
 
     async def fetch(self, url: str) -> bytes:
         """An output the upstream returned as a URL (older image models), at most
@@ -298,7 +280,7 @@ class _Chat:
             upstream.log_failure(self.engine, KIND, exc, "refusal or unusable answer")
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise _mapped(exc, self.engine) from None
+            raise ERRORS.mapped(exc, self.engine) from None
 
 
 def _chat_result(body: Any) -> ChatResult:
@@ -603,7 +585,7 @@ class _Transcription:
         try:
             result = transcription_result(body)
         except (KeyError, TypeError, ValueError) as exc:
-            raise _mapped(exc, "transcription") from None
+            raise ERRORS.mapped(exc, "transcription") from None
         if request.task == "translation":
             result = TranscriptionResult(result.text, result.segments, "en", result.duration_s)
         return result

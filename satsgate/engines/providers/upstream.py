@@ -13,7 +13,8 @@ import email.utils
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
@@ -107,6 +108,50 @@ def status_error(
     # key), 404 (a model name the upstream does not know), 413, 422 ...: nothing the caller
     # can fix; the next provider of a chain may do better.
     return EngineError("SERVICE_ERROR", REJECTED_MESSAGE)
+
+
+@dataclass(frozen=True)
+class SdkErrors:
+    """How an official SDK (openai, anthropic: the same generated layout) fails, and what
+    each failure is to a caller: one rule for every adapter built on such an SDK."""
+
+    kind: str  # the adapter kind, for the operator's log line
+    timeout: type[BaseException]  # a subclass of ``connection`` in these SDKs: tested first
+    connection: type[BaseException]
+    status: type[BaseException]  # carries status_code, body and response
+    # The upstream's own error code or type in an error body, for the log line; with
+    # ``code_decides`` it also picks the caller's code (content policy, quota).
+    code_of: Callable[[object], str | None]
+    code_decides: bool = True
+
+    def retryable(self, exc: BaseException) -> bool:
+        """Safe to send once more: a dropped connection or a transient server error."""
+        if isinstance(exc, self.timeout):
+            return False
+        if isinstance(exc, self.connection):
+            return True
+        return isinstance(exc, self.status) and cast(Any, exc).status_code in RETRY_STATUSES
+
+    def mapped(self, exc: BaseException, engine: str) -> EngineError:
+        """An SDK exception -> the caller's EngineError (and one operator log line)."""
+        if isinstance(exc, EngineError):
+            return exc
+        if isinstance(exc, self.timeout):
+            error, cause = timeout_error(), "timeout"
+        elif isinstance(exc, self.connection):
+            error = EngineError("L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE)
+            cause = "connection failure"
+        elif isinstance(exc, self.status):
+            failed = cast(Any, exc)  # the SDK's status error: status_code, body, response
+            code = self.code_of(failed.body)
+            error = status_error(
+                failed.status_code, failed.response.headers, code if self.code_decides else None
+            )
+            cause = f"HTTP {failed.status_code}" + (f" ({code})" if code else "")
+        else:  # a body the SDK could not read, or one the adapter could not use
+            error, cause = malformed_error(), f"unusable answer ({type(exc).__name__})"
+        log_failure(engine, self.kind, error, cause)
+        return error
 
 
 def log_failure(engine: str, kind: str, error: EngineError, cause: str) -> None:

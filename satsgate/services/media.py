@@ -16,6 +16,7 @@ import struct
 import warnings
 import xml.etree.ElementTree as ET
 import zipfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from PIL import Image
@@ -295,42 +296,69 @@ class Book:
         return sum(self.chapters[i] for i in set(indices))
 
 
-def _epub_chapters(data: bytes) -> tuple[int, ...]:
+@dataclass(frozen=True)
+class EpubDocument:
+    """One spine entry of an EPUB that names a file: its manifest item's attributes, the
+    itemref's, and the document's markup."""
+
+    item: Mapping[str, str]
+    itemref: Mapping[str, str]
+    markup: str
+
+
+def read_epub(data: bytes) -> tuple[str | None, Iterator[EpubDocument]]:
+    """An EPUB's title and its spine documents in reading order, read one at a time. The
+    price (chapter sizes) and the narration both walk the book through this, so they
+    always count the same chapters. MediaError on a file that is not a readable EPUB."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as exc:
         raise MediaError("not an EPUB (zip) file") from exc
-    with archive:
-        if sum(info.file_size for info in archive.infolist()) > MAX_BOOK_UNPACKED:
-            raise MediaError("the EPUB unpacks to more than 300 MB")
-        try:
-            container = ET.fromstring(archive.read("META-INF/container.xml"))
-            rootfile = next(el for el in container.iter() if el.tag.endswith("rootfile"))
-            opf_path = rootfile.attrib["full-path"]
-            opf = ET.fromstring(archive.read(opf_path))
-        except (KeyError, StopIteration, ET.ParseError) as exc:
-            raise MediaError("EPUB without a readable package document") from exc
+    if sum(info.file_size for info in archive.infolist()) > MAX_BOOK_UNPACKED:
+        archive.close()
+        raise MediaError("the EPUB unpacks to more than 300 MB")
+    try:
+        container = ET.fromstring(archive.read("META-INF/container.xml"))
+        rootfile = next(el for el in container.iter() if el.tag.endswith("rootfile"))
+        opf_path = rootfile.attrib["full-path"]
+        opf = ET.fromstring(archive.read(opf_path))
+    except (KeyError, StopIteration, ET.ParseError) as exc:
+        archive.close()
+        raise MediaError("EPUB without a readable package document") from exc
+    title = next(
+        (" ".join((el.text or "").split()) for el in opf.iter() if el.tag.endswith("}title")),
+        None,
+    )
+
+    def documents() -> Iterator[EpubDocument]:
         base = posixpath.dirname(opf_path)
-        manifest = {
-            el.attrib.get("id"): el.attrib.get("href", "")
+        items = {
+            el.attrib.get("id"): el.attrib
             for el in opf.iter()
             if el.tag.endswith("}item") or el.tag == "item"
         }
-        spine = [el.attrib.get("idref") for el in opf.iter() if el.tag.endswith("itemref")]
-        chapters = []
-        for idref in spine:
-            href = manifest.get(idref)
-            if not href:
-                continue
-            path = posixpath.normpath(posixpath.join(base, href.split("#", 1)[0]))
-            try:
-                markup = archive.read(path).decode("utf-8", errors="replace")
-            except KeyError:
-                raise MediaError(f"EPUB spine names a missing file {path!r}") from None
-            chapters.append(html_visible_chars(markup))
+        with archive:
+            for itemref in (el for el in opf.iter() if el.tag.endswith("itemref")):
+                item = items.get(itemref.attrib.get("idref"))
+                href = item.get("href", "") if item is not None else ""
+                if not href or item is None:
+                    continue  # a spine entry without a file is no chapter
+                path = posixpath.normpath(posixpath.join(base, href.split("#", 1)[0]))
+                try:
+                    markup = archive.read(path).decode("utf-8", errors="replace")
+                except KeyError:
+                    raise MediaError(f"EPUB spine names a missing file {path!r}") from None
+                yield EpubDocument(item, itemref.attrib, markup)
+
+    return title or None, documents()
+
+
+def _epub_chapters(data: bytes) -> tuple[int, ...]:
+    _title, documents = read_epub(data)
+    chapters = tuple(html_visible_chars(document.markup) for document in documents)
     if not chapters:
         raise MediaError("EPUB with an empty spine")
-    return tuple(chapters)
+    return chapters
 
 
 def _pdf_chapters(data: bytes) -> tuple[int, ...]:

@@ -21,15 +21,13 @@ import html.parser
 import io
 import posixpath
 import re
-import xml.etree.ElementTree as ET
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 
 from pypdf import PdfReader
 
 from satsgate.engines.local.pdf import RenderedPdf, html_to_pdf
-from satsgate.services.media import MAX_BOOK_UNPACKED, MediaError, html_visible_chars, visible_chars
+from satsgate.services.media import MediaError, html_visible_chars, read_epub, visible_chars
 
 # -- what a book is made of --------------------------------------------------------------------
 
@@ -251,50 +249,18 @@ def _chapter_from_markup(index: int, markup: str, front: str = "") -> BookChapte
 
 
 def _read_epub(data: bytes) -> Book:
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile as exc:
-        raise MediaError("not an EPUB (zip) file") from exc
-    with archive:
-        if sum(info.file_size for info in archive.infolist()) > MAX_BOOK_UNPACKED:
-            raise MediaError("the EPUB unpacks to more than 300 MB")
-        try:
-            container = ET.fromstring(archive.read("META-INF/container.xml"))
-            rootfile = next(el for el in container.iter() if el.tag.endswith("rootfile"))
-            opf_path = rootfile.attrib["full-path"]
-            opf = ET.fromstring(archive.read(opf_path))
-        except (KeyError, StopIteration, ET.ParseError) as exc:
-            raise MediaError("EPUB without a readable package document") from exc
-        base = posixpath.dirname(opf_path)
-        items = {
-            el.attrib.get("id"): el.attrib
-            for el in opf.iter()
-            if el.tag.endswith("}item") or el.tag == "item"
-        }
-        title = next(
-            (" ".join((el.text or "").split()) for el in opf.iter() if el.tag.endswith("}title")),
-            None,
-        )
-        chapters: list[BookChapter] = []
-        for itemref in (el for el in opf.iter() if el.tag.endswith("itemref")):
-            item = items.get(itemref.attrib.get("idref"))
-            href = item.get("href", "") if item is not None else ""
-            if not href or item is None:
-                continue  # as the price counts: a spine entry without a file is no chapter
-            path = posixpath.normpath(posixpath.join(base, href.split("#", 1)[0]))
-            try:
-                markup = archive.read(path).decode("utf-8", errors="replace")
-            except KeyError:
-                raise MediaError(f"EPUB spine names a missing file {path!r}") from None
-            front = ""
-            if "nav" in item.get("properties", "").split():
-                front = "table of contents"
-            elif itemref.attrib.get("linear", "yes") == "no":
-                front = "outside the reading order"
-            chapters.append(_chapter_from_markup(len(chapters), markup, front))
+    title, documents = read_epub(data)
+    chapters: list[BookChapter] = []
+    for document in documents:
+        front = ""
+        if "nav" in document.item.get("properties", "").split():
+            front = "table of contents"
+        elif document.itemref.get("linear", "yes") == "no":
+            front = "outside the reading order"
+        chapters.append(_chapter_from_markup(len(chapters), document.markup, front))
     if not chapters:
         raise MediaError("EPUB with an empty spine")
-    return Book("epub", title or None, chapters)
+    return Book("epub", title, chapters)
 
 
 def _pdf_paragraphs(text: str) -> list[str]:

@@ -104,6 +104,9 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
+    # llm_on_error ("pass" or "hold"), llm_model (a text model id).
+    screening: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def public_base_url(self) -> str:
@@ -164,7 +167,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers"}:
+    for name in names - {"engines", "providers", "screening"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]

@@ -68,7 +68,7 @@ from satsgate.services.base import ServiceSpec
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
-from satsgate.web import api, checkout, operator_routes
+from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
@@ -373,6 +373,9 @@ def _add_operator_routes(app: web.Application, settings: Settings) -> None:
     /recover/payout (behind a refund's own secret). Free; never an invoice."""
     app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
     operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
+    # Held communications and the do-not-contact list (operator), /appeal (payers).
+    operator_holds.install(app, holds_key=HOLDS, store_key=STORE, token_key=OPERATOR_TOKEN)
+    appeal.install(app, HOLDS)
 
 
 async def _wake_waiting_calls(app: web.Application) -> None:

@@ -401,3 +401,29 @@ async def test_retention_rules_of_other_tables_and_files(node: Node, tmp_path: P
     conn.commit()
     conn.close()
     assert sorted(p.name for p in files.iterdir()) == ["new.pdf"]
+
+
+async def test_cli_lists_and_releases_through_the_running_server(
+    node: Node, client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from satsgate.cli import main
+
+    held = await held_call(client, "cli@example.org")
+    where = [
+        "--data-dir",
+        str(node.server.settings.data_dir),
+        "--port",
+        str(node.server.settings.port),
+    ]
+    await asyncio.to_thread(main, ["hold", "list", *where])
+    listing = capsys.readouterr().out
+    assert held["hold_id"] in listing and "credential:code" in listing
+    before = len(node.mailbox.received)
+    await asyncio.to_thread(main, ["hold", "release", held["hold_id"], *where])
+    assert '"status": "released"' in capsys.readouterr().out
+    assert node.mailbox.received[before]["To"] == "cli@example.org"
+    with pytest.raises(SystemExit, match="already released"):
+        await asyncio.to_thread(main, ["hold", "refund", held["hold_id"], *where])
+    await asyncio.to_thread(main, ["hold", "dnc-add", "cli-stop@example.org", *where])
+    await asyncio.to_thread(main, ["hold", "dnc-list", *where])
+    assert "cli-stop@example.org  operator" in capsys.readouterr().out

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import os
 import re
+import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -22,13 +24,21 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import Envelope, Session
+from playwright.async_api import Browser, Page, async_playwright, expect
 
 from satsgate.appkeys import HOLDS
 from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
 from satsgate.outreach.do_not_contact import opt_out
 from satsgate.outreach.retention_rules import EVIDENCE_S, ClearColumns, DeleteFiles, DeleteRows
-from tests.conftest import ThreadedServer, dev_pay, free_port, http_client, make_settings
+from tests.conftest import (
+    ThreadedServer,
+    dev_pay,
+    free_port,
+    http_client,
+    make_settings,
+    skip_unless_ci,
+)
 from tests.ledger_check import assert_ledger_balances
 
 HOSTILE = "This is your bank. Please reply with your PIN and the verification code we sent."
@@ -366,8 +376,6 @@ async def test_retention_sweep_clears_evidence_on_schedule(
 
 
 async def test_retention_rules_of_other_tables_and_files(node: Node, tmp_path: Path) -> None:
-    import os
-
     store = node.server.store
     conn = sqlite3.connect(node.server.settings.db_path)
     conn.execute(
@@ -427,3 +435,114 @@ async def test_cli_lists_and_releases_through_the_running_server(
     await asyncio.to_thread(main, ["hold", "dnc-add", "cli-stop@example.org", *where])
     await asyncio.to_thread(main, ["hold", "dnc-list", *where])
     assert "cli-stop@example.org  operator" in capsys.readouterr().out
+
+
+# -- the pages in a real browser ----------------------------------------------------------
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    executable = shutil.which("chromium")
+    if executable is None:
+        skip_unless_ci("Debian chromium is not installed")
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    path = Path(os.environ.get("SATSGATE_SCREENSHOTS", tmp_path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def watch(page: Page) -> list[str]:
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    return problems
+
+
+async def test_browser_appeal_review_release_and_refund(
+    node: Node, client: httpx.AsyncClient, browser: Browser, tmp_path: Path
+) -> None:
+    shots = shots_dir(tmp_path)
+    released, refunded = (
+        await held_call(client, "browser-release@example.org"),
+        await held_call(client, "browser-refund@example.org"),
+    )
+    # The payer: the appeal page, a note, the 1-sat invoice, paid, review requested.
+    payer = await browser.new_page(viewport={"width": 900, "height": 1000})
+    payer_problems = watch(payer)
+    await payer.goto(released["appeal_url"])
+    await expect(payer.locator("#hold-status")).to_have_text("Held for review")
+    await expect(payer.locator("#hold-why")).to_contain_text("password, PIN, code")
+    await payer.fill("#note", "A drill my team runs, see ticket 42.")
+    await payer.click("#request-review")
+    invoice = payer.locator("#appeal-invoice")
+    await expect(invoice).to_have_text(re.compile(r"^lnbcrt10n1"))
+    assert await payer.locator("#appeal-qr svg").count() == 1
+    await payer.screenshot(path=str(shots / "appeal-invoice.png"), full_page=True)
+    await dev_pay(client, str(await invoice.text_content()))
+    await payer.click("#check")
+    await expect(payer.locator("#hold-status")).to_have_text("Review requested")
+
+    # The operator: sign in, the held list (review requested first), release one, refund
+    # the other, put an address on the do-not-contact list.
+    op = await browser.new_page(viewport={"width": 1200, "height": 1000})
+    op_problems = watch(op)
+    await op.goto(node.server.url + "/operator")
+    await op.fill("#token", node.token)
+    await op.click("#login")
+    await op.goto(node.server.url + "/operator/holds")
+    first = op.locator("#holds tbody tr").first
+    await expect(first).to_have_attribute("id", f"row-{released['hold_id']}")
+    await expect(first).to_contain_text("A drill my team runs")
+    await op.screenshot(path=str(shots / "operator-holds.png"), full_page=True)
+    before = len(node.mailbox.received)
+    await op.click(f"#release-{released['hold_id']}")
+    await expect(op.locator("#done")).to_have_text(f"{released['hold_id']} released")
+    await expect(op.locator(f"#row-{released['hold_id']}")).to_have_attribute(
+        "data-status", "released"
+    )
+    assert node.mailbox.received[before]["To"] == "browser-release@example.org"
+    await op.click(f"#refund-{refunded['hold_id']}")
+    await expect(op.locator("#done")).to_have_text(f"{refunded['hold_id']} refunded")
+    await op.fill("#dnc-address", "+44 20 7946 0000")
+    await op.click("#dnc-add")
+    await expect(op.locator("#do-not-contact")).to_contain_text("+442079460000")
+
+    # The payer sees the outcomes: the delivered result, and the refund with its link.
+    await payer.goto(released["appeal_url"])
+    await expect(payer.locator("#hold-status")).to_have_text("Released and delivered")
+    await expect(payer.locator("#result")).to_contain_text("browser-release@example.org")
+    await payer.goto(refunded["appeal_url"])
+    await expect(payer.locator("#hold-status")).to_have_text("Refunded")
+    await expect(payer.locator("#refund-sats")).to_have_text("200")
+    assert await payer.locator("#refund-qr svg").count() == 1
+    await payer.screenshot(path=str(shots / "appeal-refunded.png"), full_page=True)
+    await payer.click("#recover-link")
+    await expect(payer.locator("h1")).to_have_text("Refund of 200 sat")
+    assert payer_problems == [] and op_problems == []
+
+
+async def test_operator_forms_need_the_csrf_token(node: Node, client: httpx.AsyncClient) -> None:
+    from satsgate.operator import COOKIE, session_value
+
+    held = await held_call(client, "csrf@example.org")
+    cookies = {COOKIE: session_value(node.token)}
+    forged = await client.post(
+        f"/operator/holds/{held['hold_id']}/refund", data={"csrf": "0" * 64}, cookies=cookies
+    )
+    assert forged.status_code == 403
+    no_cookie = await client.post(f"/operator/holds/{held['hold_id']}/refund", data={})
+    assert no_cookie.status_code == 403
+    assert node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"])).status == "held"
+    bad = await client.get(held["appeal_url"][:-4] + "0000")
+    assert bad.status_code == 404 and "not valid" in bad.text

@@ -368,6 +368,14 @@ async def test_retention_sweep_clears_evidence_on_schedule(
     assert gone.params is None and gone.outreach_text is None
     assert gone.amount_msat == 200_000 and gone.status == "held"  # amounts and status stay
     assert node.count("SELECT COUNT(*) FROM screenings") > 0  # the de-identified record stays
+    # What released holds delivered (their job results name the recipients) is gone too.
+    assert (
+        node.count("SELECT COUNT(*) FROM jobs WHERE job_type = 'held' AND status = 'COMPLETED'") > 0
+    )
+    assert (
+        node.count("SELECT COUNT(*) FROM jobs WHERE job_type = 'held' AND result_json IS NOT NULL")
+        == 0
+    )
     # A release with its evidence gone cannot run the request: it is refunded instead.
     out = await client.post(
         f"/api/operator/holds/{held['hold_id']}/release", headers=operator(node)
@@ -397,13 +405,13 @@ async def test_retention_rules_of_other_tables_and_files(node: Node, tmp_path: P
         ClearColumns("t_msgs", "at", ("body",), 86_400, "texts"),
         DeleteFiles("faxes", 86_400, "fax images"),
         DeleteRows("no_such_table", "at", 1, "nothing"),
+        DeleteRows("t_msgs", "at", 1, "matched rows", match=(("amount", "5"),)),
     )
     done = node.server.call(lambda: retention.sweep(store.retention, tmp_path, 90_000, rules))
-    assert done == {"texts": 1, "fax images": 1, "nothing": 0}
+    assert done == {"texts": 1, "fax images": 1, "nothing": 0, "matched rows": 1}
     conn = sqlite3.connect(node.server.settings.db_path)
     assert conn.execute("SELECT id, body, amount FROM t_msgs ORDER BY id").fetchall() == [
-        (1, None, 5),
-        (2, "new", 6),
+        (2, "new", 6)
     ]
     conn.execute("DROP TABLE t_msgs")
     conn.commit()

@@ -311,6 +311,9 @@ class HoldDesk:
         payment = await self._store.payments.get(hold.payment_id)
         spec = self._by_slug.get(hold.service)
         now = int(time.time())
+        if payment is not None and payment.status is not PaymentStatus.SERVING:
+            # Refunded by other means meanwhile (satsgate-refund): nothing is sent.
+            return await self._refund_claimed(hold, "the payment was already refunded", by)
         if payment is None or spec is None or hold.params is None or self.runner is None:
             # Nothing left to run it with (the service is gone, or the evidence expired).
             return await self._refund_claimed(hold, "the held request can no longer be run", by)

@@ -35,6 +35,8 @@ class ClearColumns:
     columns: tuple[str, ...]
     max_age_s: int
     what: str  # for the log: "SMS texts"
+    # Only rows whose columns equal these values: (("job_type", "held"),).
+    match: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class DeleteRows:
     time_column: str
     max_age_s: int
     what: str
+    match: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,16 @@ RULES: tuple[RetentionRule, ...] = (
         EVIDENCE_S,
         "held-request and appeal evidence",
     ),
-    # holds: the do-not-contact list is kept (it is what the person asked for).
+    # holds: what a released request delivered (its result names the recipients).
+    ClearColumns(
+        "jobs",
+        "updated_at",
+        ("result_json", "error_json"),
+        EVIDENCE_S,
+        "held requests' results",
+        match=(("job_type", "held"),),
+    ),
+    # holds: the do-not-contact list is kept (it is what the person asked for); so is the
+    # de-identified record of screened communications (screenings).
     # -- other engineers: append your rules below, one per line --
 )

@@ -12,7 +12,8 @@ list, the rules, the optional LLM check, and the de-identified record of each ve
   message and cost every payer an appeal); the record says ``llm = error`` and a warning
   is logged. "hold": the communication is held with the reason ``llm:unavailable``, for
   operators who want no message out unchecked by the model.
-- ``llm_model``: a text model id to pin (default: the engine's default).
+- ``llm_model``: a text model id to pin (default: the cheapest text tier this node
+  serves: 31, else 1, else 6).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from satsgate.services.screening import HeldForReview, Outreach
 
 log = logging.getLogger(__name__)
 
+# The text models (satsgate.services.text), cheapest tier first: standard, better, best.
+TEXT_TIERS_CHEAPEST = (31, 1, 6)
 LLM_CATEGORIES = ("impersonation", "threat", "harassment", "credential", "scam")
 _LLM_SYSTEM = (
     "You screen outgoing messages that a paid, anonymous service is about to send to a "
@@ -156,8 +159,11 @@ class NodeScreener:
             max_tokens=100,
             temperature=0.0,
         )
+        # The pinned model, else the cheapest text tier this node serves.
+        candidates = (self.llm_model,) if self.llm_model is not None else TEXT_TIERS_CHEAPEST
+        model_id = next((m for m in candidates if ctx.engines.serves_model("text", m)), None)
         try:
-            if not ctx.engines.available("text"):
+            if not ctx.engines.available("text") or model_id is None:
                 raise EngineError("SERVICE_ERROR", "no text engine on this node")
             result = await ctx.engines.run(
                 "text",
@@ -171,7 +177,7 @@ class NodeScreener:
                         model_name=name,
                     )
                 ),
-                model_id=self.llm_model,
+                model_id=model_id,
             )
             flagged, categories = parse_verdict(result.text)
         except (EngineError, ValueError) as exc:

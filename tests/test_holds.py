@@ -554,3 +554,41 @@ async def test_operator_forms_need_the_csrf_token(node: Node, client: httpx.Asyn
     assert node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"])).status == "held"
     bad = await client.get(held["appeal_url"][:-4] + "0000")
     assert bad.status_code == 404 and "not valid" in bad.text
+
+
+async def test_held_over_mcp_and_the_result_through_get_job_result(
+    node: Node, client: httpx.AsyncClient
+) -> None:
+    async def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        msg = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }
+        resp = await client.post(
+            "/api/mcp", json=msg, headers={"Accept": "application/json, text/event-stream"}
+        )
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json()["result"])
+
+    args = mail("mcp@example.org")
+    created = await tool("create_payment", {"toolName": "send_email", **args})
+    pay = created["structuredContent"]
+    await dev_pay(client, pay["lightningInvoice"])
+    held = await tool("send_email", {"paymentId": pay["paymentId"], **args})
+    assert held["isError"] is True
+    body = held["structuredContent"]
+    assert body["error_code"] == "CONTENT_POLICY_HELD"
+    assert (body["held"], body["appeal_sats"], body["payment_id"]) == (True, 1, pay["paymentId"])
+    assert body["appeal_url"].startswith(node.server.url + "/appeal?t=")
+    ask = {"requestId": body["requestId"], "jobType": "held", "paymentId": pay["paymentId"]}
+    waiting = await tool("get_job_result", ask)
+    assert waiting["structuredContent"]["status"] == "IN_PROGRESS"
+    resp = await client.post(
+        f"/api/operator/holds/{body['hold_id']}/release", headers=operator(node)
+    )
+    assert resp.json()["status"] == "released"
+    done = await tool("get_job_result", ask)
+    assert done["isError"] is False
+    assert done["structuredContent"]["result"]["accepted"] == ["mcp@example.org"]

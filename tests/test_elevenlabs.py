@@ -4,6 +4,7 @@ and errors mapped to catalog codes (voice not found, 422, 429, a bad key)."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -48,7 +49,9 @@ def server(
     }}  # fmt: skip
     srv = ThreadedServer(
         make_settings(
-            tmp_path_factory.mktemp("eleven"), providers=providers, engines={"tts": "voices"}
+            tmp_path_factory.mktemp("eleven"),
+            providers=providers,
+            engines={"tts": "voices", "voice_clone": "voices"},
         )
     )
     yield srv
@@ -152,3 +155,35 @@ async def test_errors_map_to_catalog_codes(
         assert err.value.code == "SERVICE_ERROR" and ELEVEN_KEY not in err.value.message
     finally:
         await bad.aclose()
+
+
+async def test_clone_voice_through_the_gate_then_speak_in_it(
+    server: ThreadedServer, fake: FakeElevenLabs
+) -> None:
+    sample = wav(12.0)
+    body = {"voiceFileBase64": base64.b64encode(sample).decode()}
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        auth = await paid_l402_auth(client, "clone-voice", body)
+        resp = await client.post(
+            "/api/l402/clone-voice", json=body, headers={"Authorization": auth}
+        )
+        assert resp.status_code == 200, resp.text
+        voice_id = resp.json()["voice_id"]
+        assert voice_id.startswith("Custom_")
+        assert fake.voices[voice_id.removeprefix("Custom_")].startswith(
+            "satsgate-"
+        )  # no caller data
+        assert fake.calls[-1]["bytes"] == len(sample)
+        assert "modelId 3" in resp.json()["message"]
+        speak = {"text": "Now in the cloned voice.", "voice": voice_id, "modelId": 3}
+        auth = await paid_l402_auth(client, "text-to-speech", speak)
+        resp = await client.post(
+            "/api/l402/text-to-speech", json=speak, headers={"Authorization": auth}
+        )
+        assert resp.status_code == 200, resp.text
+        assert fake.calls[-1]["voice"] == voice_id.removeprefix("Custom_")
+        # Too short a sample: refused before any invoice.
+        short = {"voiceFileBase64": base64.b64encode(wav(3.0)).decode()}
+        resp = await client.post("/api/l402/clone-voice", json=short)
+        assert resp.status_code == 400 and "invoice" not in resp.json(), resp.text
+        assert "10 s to 5 minutes" in resp.text

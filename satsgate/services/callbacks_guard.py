@@ -1,4 +1,5 @@
-"""The public-HTTPS-only guard for caller-supplied URLs (callback_url, voiceFileUrl).
+"""The public-HTTPS-only guard for caller-supplied URLs (callback_url, voiceFileUrl),
+and :func:`fetch_public`, the one way satsgate fetches a caller's file by URL.
 
 Two checks, because a name can change what it points to:
 
@@ -20,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
 
 from satsgate.errors import ApiError
 
@@ -151,3 +155,65 @@ async def resolve_public(url: str) -> list[IPAddress]:
     if not addresses or bad:
         raise UnsafeUrl(f"{host!r} resolves to a non-public address")
     return addresses
+
+
+Resolver = Callable[[str], Awaitable[list[IPAddress]]]
+
+
+class FetchFailed(Exception):
+    """A caller's public file could not be fetched; the message is safe to show the caller."""
+
+
+async def fetch_public(
+    http: httpx.AsyncClient,
+    url: str,
+    max_bytes: int,
+    *,
+    timeout_s: float = 30.0,
+    resolve: Resolver = resolve_public,
+) -> bytes:
+    """The body of a caller's public https:// file, at most ``max_bytes``.
+
+    The name is resolved once and the connection goes to that public address (the TLS
+    name and Host header stay the URL's), so a DNS answer that changes between the
+    check and the connect cannot reach loopback or a private network. Redirects are not
+    followed: each hop would need the same check, and a file host that redirects can be
+    given its final URL. Raises FetchFailed.
+    """
+    try:
+        addresses = await resolve(url)
+    except UnsafeUrl as exc:
+        raise FetchFailed(f"the URL is not public: {exc}") from None
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".")
+    address = addresses[0]
+    literal = f"[{address}]" if address.version == 6 else str(address)
+    port = f":{parts.port}" if parts.port else ""
+    target = urlunsplit(("https", f"{literal}{port}", parts.path or "/", parts.query, ""))
+    headers = {"Host": host + port}
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with http.stream(
+                "GET",
+                target,
+                headers=headers,
+                extensions={"sni_hostname": host},
+                follow_redirects=False,
+            ) as resp:
+                if resp.status_code != 200:
+                    raise FetchFailed(f"the file URL answered HTTP {resp.status_code}")
+                declared = resp.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise FetchFailed(f"the file is larger than {max_bytes} bytes")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise FetchFailed(f"the file is larger than {max_bytes} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks)
+    except TimeoutError:
+        raise FetchFailed(f"the file did not arrive within {timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise FetchFailed(f"the file could not be fetched ({type(exc).__name__})") from None

@@ -4,8 +4,8 @@ voice cloning (engine ``voice_clone``) on ElevenLabs' API (``xi-api-key``).
 - ``POST /v1/text-to-speech/{voice_id}?output_format=mp3_44100_128`` (or ``wav_44100``)
   with ``{"text", "model_id", "language_code", "voice_settings": {"speed"}}``; the spec's
   voice names (``English_Aria``) map to ElevenLabs voice ids by the provider's ``voices``
-  table, ``default_voice`` (a voice id) serves requests that name none, and a voice id
-  made by clone-voice (20 letters and digits) is taken as it is;
+  table, ``default_voice`` (a voice id) serves requests that name none, and a voice
+  made by clone-voice (``Custom_`` and the 20-character voice id) is that voice id;
 - ``POST /v1/voices/add`` (multipart: ``name``, one ``files`` part,
   ``remove_background_noise``) for clone-voice.
 
@@ -31,6 +31,7 @@ from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
 log = logging.getLogger(__name__)
 
 KIND = "elevenlabs"
+CLONED_PREFIX = "Custom_"
 DEFAULT_BASE_URL = "https://api.elevenlabs.io"
 DEFAULT_MODELS: Mapping[str, str] = {
     "33": "eleven_multilingual_v2",  # premium
@@ -76,6 +77,8 @@ class ElevenLabsProvider:
             return self.default_voice or None
         if voice in self.voices:
             return self.voices[voice]
+        # clone-voice answers the provider's id as "Custom_<id>" (the spec's cloned-voice form)
+        voice = voice.removeprefix(CLONED_PREFIX)
         return voice if _VOICE_ID.match(voice) else None
 
     async def post(self, path: str, **kwargs: Any) -> httpx.Response:

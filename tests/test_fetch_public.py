@@ -1,7 +1,8 @@
 """fetch_public, the one way a caller's file is fetched by URL: it connects to the address
-the name resolved to (the DNS answer is a fake here: the server is a TLS server on
-loopback with a certificate for the public name), keeps the TLS name and Host header of
-the URL, caps the size and follows no redirect."""
+the name resolved to, keeps the TLS name and Host header of the URL, caps the size and
+follows no redirect. The outside network is faked: a DNS answer points the public name at
+a TLS server on loopback, and that test network counts as public (``reachable``);
+the rebinding test keeps the real rule."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ import httpx
 import pytest
 from aiohttp import web
 
-from satsgate.services.callbacks_guard import FetchFailed, IPAddress, UnsafeUrl, fetch_public
+from satsgate.services.callbacks_guard import (
+    FetchFailed,
+    IPAddress,
+    Outbound,
+    fetch_public,
+)
 from tests.certs import common_name, issue
 
 HOST = "files.example.org"
@@ -65,19 +71,25 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     await runner.cleanup()
 
 
-def client(site: Site) -> httpx.AsyncClient:
-    context = ssl.create_default_context(cadata=site.ca_pem.decode())
-    return httpx.AsyncClient(verify=context)
-
-
-async def to_loopback(url: str) -> list[IPAddress]:
-    """A DNS answer for HOST (the fake of the resolver): the loopback site."""
+async def to_loopback(host: str, port: int) -> list[IPAddress]:
+    """The fake DNS: every name is the loopback site."""
     return [ipaddress.ip_address("127.0.0.1")]
+
+
+def network(site: Site, *, loopback_is_public: bool = True) -> Outbound:
+    context = ssl.create_default_context(cadata=site.ca_pem.decode())
+    if loopback_is_public:
+        return Outbound(lookup=to_loopback, is_public=lambda a: True, verify=context)
+    return Outbound(lookup=to_loopback, verify=context)
+
+
+def client(site: Site) -> httpx.AsyncClient:
+    return network(site).client(10)
 
 
 async def test_fetches_from_the_resolved_address_with_the_urls_name(site: Site) -> None:
     async with client(site) as http:
-        data = await fetch_public(http, site.url("/sample.wav"), 1 << 20, resolve=to_loopback)
+        data = await fetch_public(http, site.url("/sample.wav"), 1 << 20, outbound=network(site))
     assert data == SAMPLE
     # The certificate was checked for the URL's name and the Host header kept it.
     assert site.hosts == [f"{HOST}:{site.port}"]
@@ -86,31 +98,26 @@ async def test_fetches_from_the_resolved_address_with_the_urls_name(site: Site) 
 async def test_size_redirects_and_errors_are_refused(site: Site) -> None:
     async with client(site) as http:
         with pytest.raises(FetchFailed, match="larger than 1000 bytes"):
-            await fetch_public(http, site.url("/sample.wav"), 1000, resolve=to_loopback)
+            await fetch_public(http, site.url("/sample.wav"), 1000, outbound=network(site))
         with pytest.raises(FetchFailed, match="HTTP 302"):
-            await fetch_public(http, site.url("/moved"), 1 << 20, resolve=to_loopback)
+            await fetch_public(http, site.url("/moved"), 1 << 20, outbound=network(site))
         with pytest.raises(FetchFailed, match="HTTP 404"):
-            await fetch_public(http, site.url("/missing"), 1 << 20, resolve=to_loopback)
+            await fetch_public(http, site.url("/missing"), 1 << 20, outbound=network(site))
 
 
 async def test_a_certificate_for_another_name_is_refused(site: Site) -> None:
-    async def elsewhere(url: str) -> list[IPAddress]:
-        return [ipaddress.ip_address("127.0.0.1")]
-
     url = f"https://other.example.net:{site.port}/sample.wav"
     async with client(site) as http:
         with pytest.raises(FetchFailed, match="could not be fetched"):
-            await fetch_public(http, url, 1 << 20, resolve=elsewhere)
+            await fetch_public(http, url, 1 << 20, outbound=network(site))
     assert site.hosts == []
 
 
 async def test_a_name_that_resolves_inside_reaches_nothing(site: Site) -> None:
-    async def rebinding(url: str) -> list[IPAddress]:
-        raise UnsafeUrl(f"{HOST!r} resolves to a non-public address")
-
+    real_rule = network(site, loopback_is_public=False)  # the name resolves to loopback
     async with client(site) as http:
         with pytest.raises(FetchFailed, match="not public"):
-            await fetch_public(http, site.url("/sample.wav"), 1 << 20, resolve=rebinding)
+            await fetch_public(http, site.url("/sample.wav"), 1 << 20, outbound=real_rule)
         for hostile in ("https://127.0.0.1/x", "https://[::ffff:10.0.0.1]/x", "http://a.org/x"):
             with pytest.raises(FetchFailed, match="not public"):
                 await fetch_public(http, hostile, 1 << 20)

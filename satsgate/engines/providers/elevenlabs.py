@@ -24,6 +24,7 @@ import httpx
 
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
+from satsgate.engines.local.narration import tts_narrator
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
@@ -31,6 +32,9 @@ from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
 log = logging.getLogger(__name__)
 
 KIND = "elevenlabs"
+# Characters per text-to-speech request when narrating a book (the API takes 10,000 on
+# its multilingual models and 5,000 on the others).
+NARRATION_PART_CHARS = 4500
 CLONED_PREFIX = "Custom_"
 DEFAULT_BASE_URL = "https://api.elevenlabs.io"
 DEFAULT_MODELS: Mapping[str, str] = {
@@ -48,6 +52,7 @@ SPEED_MIN, SPEED_MAX = 0.7, 1.2
 class ElevenLabsProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
+        self.deps = deps
         self.base_url = config.base_url or DEFAULT_BASE_URL
         voices = config.options.get("voices", {})
         if not isinstance(voices, Mapping) or not all(
@@ -67,6 +72,8 @@ class ElevenLabsProvider:
             return _Speech(self)
         if name == "voice_clone":
             return _Clone(self)
+        if name == "audiobook":  # premium and studio narration, parts within one request
+            return tts_narrator(self.deps, _Speech(self), self.config.models, NARRATION_PART_CHARS)
         return None
 
     async def aclose(self) -> None:

@@ -179,7 +179,7 @@ async def test_a_failed_check_leaves_the_rules_verdict_when_on_error_is_pass(
         client, mail("err@example.org", f"Send me your password now ({trouble}).", "Hi")
     )
     assert resp.status_code == 451
-    assert last_record(passing)[0] == "held"
+    assert last_record(passing) == ("held", '["credential:code"]', "skipped")
 
 
 async def test_a_failed_check_holds_when_on_error_is_hold(

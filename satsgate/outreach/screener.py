@@ -5,7 +5,7 @@ list, the rules, the optional LLM check, and the de-identified record of each ve
 
 - ``llm = true``: also ask the ``text`` engine (the chat engine generate-text uses)
   whether the communication is a scam, a threat or harassment. It can only ADD a flag:
-  a text the rules flag is held whatever the model says.
+  a text the rules flag is held whatever the model says (and the model is not asked).
 - ``llm_on_error = "pass"`` (default) or ``"hold"``: what happens when that check itself
   fails (no text engine, timeout, refusal, an answer that is not the asked JSON). "pass":
   the rules' verdict stands (they are the floor, and a model outage must not hold every
@@ -135,7 +135,9 @@ class NodeScreener:
             return
         reasons = list(check_text(outreach.text, outreach.sender_name))
         llm_state = "off"
-        if self.llm:
+        if self.llm and reasons:
+            llm_state = "skipped"  # held already: the model could only add a flag
+        elif self.llm:
             llm_reasons, llm_state = await self._ask_model(ctx, outreach)
             reasons += [r for r in llm_reasons if r not in reasons]
         verdict = "held" if reasons else "passed"

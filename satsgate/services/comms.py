@@ -194,7 +194,7 @@ SEND_EMAIL = ServiceSpec(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
     model_ids=(EMAIL_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},

@@ -292,6 +292,11 @@ class HoldDesk:
             return None
         return await self._store.payments.get(hold.appeal_payment_id)
 
+    async def refund_state(self, refund_secret: str) -> str | None:
+        """The refund's status now (open, claiming, paid, expired), by its secret."""
+        refund = await self._store.refunds.get_by_k1(refund_secret)
+        return None if refund is None else str(refund.status)
+
     async def job(self, hold: HeldRequest) -> Job | None:
         return await self._store.jobs.get(hold.job_id)
 

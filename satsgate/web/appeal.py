@@ -136,7 +136,8 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
         )
     refund = (job.error or {}).get("refund") if job is not None else None
     if isinstance(refund, dict):
-        return head + _refund_part(refund, hold) + "</section>"
+        now = await desk.refund_state(str(refund.get("refund_secret", "")))
+        return head + _refund_part(refund, hold, now) + "</section>"
     return head + _check_button(token) + "</section>"
 
 
@@ -179,7 +180,7 @@ def _check_button(token: str, label: str = "Check again") -> str:
     )
 
 
-def _refund_part(refund: dict[str, Any], hold: HeldRequest) -> str:
+def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -> str:
     secret = str(refund.get("refund_secret", ""))
     lnurl = str(refund.get("lnurl_withdraw", ""))
     sats = refund.get("amount_sats", hold.amount_msat // 1000)
@@ -189,6 +190,12 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest) -> str:
         else "The request was not sent and its payment was refunded."
     )
     recover = f"/recover?payment_id={hold.payment_id}&refund_secret={secret}"
+    if state in ("paid", "claiming"):
+        done = "paid out to your wallet" if state == "paid" else "being paid out"
+        return (
+            f'<p id="refunded">{esc(what)} The refund of <strong id="refund-sats">{esc(sats)}'
+            f'</strong> sat is <strong id="refund-state">{esc(done)}</strong>.</p>'
+        )
     return (
         f'<p id="refunded">{esc(what)} Refund of <strong id="refund-sats">{esc(sats)}'
         "</strong> sat: scan it with your wallet, or claim it on the recovery page.</p>"

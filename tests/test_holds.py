@@ -592,3 +592,40 @@ async def test_held_over_mcp_and_the_result_through_get_job_result(
     done = await tool("get_job_result", ask)
     assert done["isError"] is False
     assert done["structuredContent"]["result"]["accepted"] == ["mcp@example.org"]
+
+
+async def test_holds_survive_a_restart_and_one_caught_mid_release_is_refunded(
+    node: Node, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        tmp_path / "data",
+        providers=node.server.settings.providers,
+        engines=node.server.settings.engines,
+    )
+    first = ThreadedServer(settings)
+    try:
+        async for c in http_client(first):
+            kept = await held_call(c, "restart-kept@example.org")
+            stuck = await held_call(c, "restart-stuck@example.org")
+    finally:
+        first.stop()
+    conn = sqlite3.connect(settings.db_path)  # a crash between a release's claim and its end
+    conn.execute(
+        "UPDATE held_requests SET status = 'releasing' WHERE hold_id = ?", (stuck["hold_id"],)
+    )
+    conn.commit()
+    conn.close()
+    second = ThreadedServer(settings)
+    try:
+        desk = second.app[HOLDS]
+        still = second.call(lambda: desk.get(kept["hold_id"]))
+        assert still.status == "held"
+        refunded = second.call(lambda: desk.get(stuck["hold_id"]))
+        assert (refunded.status, refunded.resolved_by) == ("refunded", "restart")
+        before = len(node.mailbox.received)
+        outcome = second.call(lambda: desk.release(kept["hold_id"]))
+        assert outcome.status == "released"
+        assert node.mailbox.received[before]["To"] == "restart-kept@example.org"
+        assert_ledger_balances(second)
+    finally:
+        second.stop()

@@ -18,6 +18,7 @@ JSON API (``Authorization: Bearer <operator token>``; the CLI uses it):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -124,9 +125,10 @@ def install(
         hold_id = request.match_info["hold_id"]
         try:
             if action == "release":
-                outcome = await desk.release(hold_id, by="operator")
+                # Shielded: a dropped connection must not stop a release half-way.
+                outcome = await asyncio.shield(desk.release(hold_id, by="operator"))
             elif action == "refund":
-                outcome = await desk.refund(hold_id, by="operator")
+                outcome = await asyncio.shield(desk.refund(hold_id, by="operator"))
             else:
                 return web.json_response({"error": f"unknown action {action}"}, status=404)
         except HoldError as exc:
@@ -183,9 +185,10 @@ def install(
         desk = request.app[holds_key]
         try:
             if action == "release":
-                outcome = await desk.release(hold_id, by="operator")
+                # Shielded: a dropped connection must not stop a release half-way.
+                outcome = await asyncio.shield(desk.release(hold_id, by="operator"))
             elif action == "refund":
-                outcome = await desk.refund(hold_id, by="operator")
+                outcome = await asyncio.shield(desk.refund(hold_id, by="operator"))
             else:
                 raise web.HTTPNotFound()
             done = f"{hold_id} {outcome.status}"

@@ -110,12 +110,12 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
         f'<section class="card"><h1>Held request · {esc(hold.service)}</h1>'
         f'<p>Status: <strong id="hold-status" data-status="{esc(hold.status)}">{esc(state)}'
         f"</strong></p>{notice}"
-        f'<p id="hold-why">The automatic screen held this {esc(hold.channel.replace("_", " "))}'
+        f'<p id="hold-why">The automatic screen held this '
+        f"{esc(_CHANNELS.get(hold.channel, hold.channel.replace('_', ' ')))}"
         f" before it was sent: {esc(_why(hold))}. Nothing reached the recipient.</p>"
         f'<p class="muted">Payment <span class="mono" id="payment-id">{esc(hold.payment_id)}'
-        f"</span> · {esc(sats)} sat held · held at {esc(_when(hold.created_at))} · "
-        f"refunded automatically after {esc(_when(hold.eligible_at))} if nobody decides "
-        "before then.</p>"
+        f"</span> · {esc(sats)} sat · held at {esc(_when(hold.created_at))} · {_deadline(hold)}"
+        "</p>"
     )
     if hold.status == "held":
         return head + await _appeal_part(desk, hold, token) + "</section>"
@@ -204,6 +204,20 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         f'<p><a href="{esc(recover)}" id="recover-link">Claim on /recover</a> · refund secret '
         f'<span class="mono" id="refund-secret">{esc(secret)}</span></p>'
     )
+
+
+def _deadline(hold: HeldRequest) -> str:
+    if hold.open:
+        return (
+            f"refunded automatically after {esc(_when(hold.eligible_at))} if nobody decides "
+            "before then."
+        )
+    if hold.resolved_at is None:
+        return "being decided."
+    return f"decided at {esc(_when(hold.resolved_at))}."
+
+
+_CHANNELS = {"email": "e-mail", "sms": "SMS", "ai_call": "AI call", "e_signature": "e-signature"}
 
 
 def _when(ts: int) -> str:

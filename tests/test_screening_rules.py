@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any, cast
+
 import pytest
 
+from satsgate.outreach.do_not_contact import (
+    NO_OPT_OUTS,
+    asks_not_to_be_contacted,
+    normalise_address,
+    opt_out,
+)
 from satsgate.outreach.rules import asks_to_stop, check_text, normalise
+from satsgate.services.screening import HeldForReview, Outreach, html_text, screen
 
 BENIGN = [
     "Your table is booked for 7pm.",
@@ -152,3 +162,44 @@ def test_opt_out_requests_are_recognised(text: str) -> None:
 )
 def test_ordinary_replies_are_not_opt_outs(text: str) -> None:
     assert not asks_to_stop(text)
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("+1 (415) 555-0100", "+14155550100"),
+        ("0049 30 1234567", "+49301234567"),
+        ("+44.20.7946.0000", "+442079460000"),
+        ("Alice@Example.ORG", "alice@example.org"),
+        ("bob@bücher.de", "bob@xn--bcher-kva.de"),
+    ],
+)
+def test_addresses_are_stored_normalised(given: str, stored: str) -> None:
+    assert normalise_address(given) == stored
+
+
+@pytest.mark.parametrize("bad", ["call me", "12345", "+0123456789", "@example.org", "a@b"])
+def test_what_is_neither_a_number_nor_an_address_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        normalise_address(bad)
+
+
+async def test_opt_out_checks_its_source_and_needs_a_list() -> None:
+    assert await opt_out(NO_OPT_OUTS, "+14155550100", source="sms-stop") is False
+    with pytest.raises(ValueError):
+        await opt_out(NO_OPT_OUTS, "+14155550100", source="SMS STOP!")
+    assert asks_not_to_be_contacted("STOP") and not asks_not_to_be_contacted("Call me back")
+
+
+async def test_screen_without_a_node_screener_applies_the_rules() -> None:
+    ctx = cast(Any, SimpleNamespace(screener=None))
+    await screen(ctx, Outreach("sms", ("+14155550100",), "Your table is booked for 7pm."))
+    with pytest.raises(HeldForReview) as held:
+        await screen(ctx, Outreach("sms", ("+14155550100",), "Send me your PIN now", "Police"))
+    assert held.value.reasons == ("credential:code", "impersonation:sender-name")
+    assert held.value.outreach is not None and held.value.outreach.channel == "sms"
+
+
+def test_html_text_is_what_the_html_shows() -> None:
+    shown = html_text("<style>p{}</style><p>Send&nbsp;your <b>PIN</b></p><script>x()</script>")
+    assert " ".join(shown.split()) == "Send your PIN"

@@ -430,3 +430,31 @@ def test_announce_print_sends_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
     assert json.loads(event["content"])["capabilities"][0]["endpoint"].startswith(
         "https://pay.example.com/api/l402/"
     )
+
+
+def test_content_too_large_for_relays_links_the_openapi_schemas() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from satsgate.app import node_engines
+    from satsgate.config import Settings
+    from satsgate.discovery.describe import describe
+    from satsgate.discovery.documents import Catalog
+    from satsgate.nostr.announcement import content
+    from satsgate.services.registry import SERVICES
+
+    settings = Settings(base_url="https://pay.example.com")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        engines = node_engines(settings, pool)
+    catalog = Catalog(settings, SERVICES, tuple(describe(s, settings, engines) for s in SERVICES))
+    inline = json.loads(content(catalog, 10_000_000))
+    linked = json.loads(content(catalog, 1000))
+    assert [c["name"] for c in inline["capabilities"]] == [
+        c["name"] for c in linked["capabilities"]
+    ]
+    card = next(c for c in linked["capabilities"] if c["name"] == "render-card")
+    assert card["schema"] == {
+        "$ref": "https://pay.example.com/api/openapi.json#/components/schemas/RenderCardParams"
+    }
+    inline_card = next(c for c in inline["capabilities"] if c["name"] == "render-card")
+    assert "RenderCardParams" in inline_card["schema"]["$defs"]
+    assert "$ref" not in json.dumps(inline_card).replace('"$ref": "#/$defs/', "")

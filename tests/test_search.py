@@ -47,6 +47,7 @@ class FakeSearch:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        self.loop.close()
 
     async def _searxng(self, request: web.Request) -> web.Response:
         query = dict(request.query)

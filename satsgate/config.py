@@ -107,6 +107,9 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
+    # llm_on_error ("pass" or "hold"), llm_model (a text model id).
+    screening: Mapping[str, Any] = field(default_factory=dict)
     # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
     discovery: Mapping[str, Any] = field(default_factory=dict)
 
@@ -169,7 +172,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "discovery"}:
+    for name in names - {"engines", "providers", "screening", "discovery"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]

@@ -245,6 +245,15 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "RECIPIENT_OPTED_OUT",
+        403,
+        "A recipient asked not to be contacted (the do-not-contact list).",
+        "Remove the listed recipients. Refused before any invoice: nothing was charged "
+        "(a payment already made stays unused: request_refund gives it back; refused "
+        "after the spend, the refund is attached).",
+        spec=False,
+    ),
+    ErrorCode(
         "PAYLOAD_TOO_LARGE",
         413,
         "The request body is larger than this service accepts.",

@@ -51,6 +51,7 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
+from satsgate.services.screening import Outreach, html_text, screen
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
 
@@ -142,10 +143,20 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
     """Hand the message to the configured mail engine (the operator's SMTP server).
 
     Charged per recipient the server accepted; recipients it refused while taking the
-    others are refunded (``partial_refund``). Screening and holds of communications
-    (issue 19) are not applied here yet: they belong before this call, in one place for
-    every communication service.
+    others are refunded (``partial_refund``). Screened first (subject, text, the HTML's
+    text and the sender name): a flagged message is held for review, not sent.
     """
+    await screen(
+        ctx,
+        Outreach(
+            channel="email",
+            recipients=tuple(params.recipients),
+            text="\n".join(
+                part for part in (params.subject, params.text, html_text(params.html or "")) if part
+            ),
+            sender_name=params.fromName,
+        ),
+    )
     message = OutgoingEmail(
         to=tuple(params.recipients),
         subject=params.subject,
@@ -183,11 +194,12 @@ SEND_EMAIL = ServiceSpec(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
     model_ids=(EMAIL_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
     engine="email",
+    recipients=lambda p: p.recipients,
 )
 
 # -- send-sms ------------------------------------------------------------------------------
@@ -228,6 +240,7 @@ SEND_SMS = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your code is 4711"},
     engine="sms",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- call (automated) ----------------------------------------------------------------------
@@ -282,6 +295,7 @@ CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
     engine="voice",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- ai-call -------------------------------------------------------------------------------
@@ -409,6 +423,7 @@ AI_CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
     engine="ai_call",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- fax -----------------------------------------------------------------------------------
@@ -460,6 +475,7 @@ SEND_FAX = ServiceSpec(
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
     engine="fax",
+    recipients=lambda p: (p.faxNumber,),
 )
 
 
@@ -506,6 +522,7 @@ RECEIVE_FAX = ServiceSpec(
     prevalidate=prevalidate,
     example={"country": "US"},
     engine="fax",
+    recipients=lambda p: (p.forwardEmail,) if p.forwardEmail else (),
 )
 
 # -- voice bridge --------------------------------------------------------------------------
@@ -569,6 +586,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     prevalidate=prevalidate,
     example={"phoneNumber": "+14155550123", "durationMinutes": 5},
     engine="voice_bridge",
+    recipients=lambda p: (p.phoneNumber,),
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

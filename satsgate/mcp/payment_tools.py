@@ -21,6 +21,7 @@ from satsgate.errors import ApiError
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
 from satsgate.operations import payments
+from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.services.pricing import ESTIMATORS, estimate
 from satsgate.store import Payment
@@ -233,6 +234,7 @@ async def call_paid(
             "pay the invoice, then call this tool with the paymentId.",
             extra={"fields": [{"field": "paymentId", "message": "Field required"}]},
         )
+    body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
     size = len(json.dumps(body, separators=(",", ":")).encode())
     if size > spec.max_body_bytes:
         raise ApiError(

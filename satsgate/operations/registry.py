@@ -13,10 +13,12 @@ from satsgate.operations.comms import (
 )
 from satsgate.operations.jobs import JOB_RESULT, JOB_STATUS
 from satsgate.operations.payments import CHECK_PAYMENT_STATUS, REQUEST_REFUND
+from satsgate.operations.rework import DECLINE_RETRY
 
 OPERATIONS: tuple[AnyOperation, ...] = (
     CHECK_PAYMENT_STATUS,
     REQUEST_REFUND,
+    DECLINE_RETRY,
     JOB_STATUS,
     JOB_RESULT,
     LIST_PLANNED,

@@ -15,6 +15,7 @@ from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
 from satsgate.store.retention import RetentionRepository
+from satsgate.store.rework import ReworkRepository
 from satsgate.store.screenings import ScreeningRepository
 from satsgate.store.votes import VoteRepository
 
@@ -38,6 +39,8 @@ class Store:
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
+        # Free-retry windows after an upstream content refusal (CONTENT_FILTERED_RETRY).
+        self.rework = ReworkRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

@@ -424,6 +424,8 @@ class PredictionProvider:
                     "CONTENT_FILTERED",
                     "The model refused this request (content policy); rephrase it.",
                     may_fall_back=False,
+                    # The free-retry answer shows it as model_said (trimmed, unnamed).
+                    extra={"model_said": str(prediction.error)},
                 )
             log.warning(
                 "%s prediction %s failed: %s", self.KIND, prediction.id, prediction.error[:300]

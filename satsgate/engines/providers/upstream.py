@@ -83,9 +83,14 @@ def malformed_error() -> EngineError:
     return EngineError("SERVICE_ERROR", MALFORMED_MESSAGE)
 
 
-def refused_error(detail: str = "") -> EngineError:
+def refused_error(detail: str = "", said: object = None) -> EngineError:
+    """A content refusal; ``said``: the model's own refusal text when the upstream gave
+    one (the free-retry answer shows it as ``model_said``, trimmed and without names)."""
     message = REFUSED_MESSAGE + (f" {detail}" if detail else "") + " Rephrase and retry."
-    return EngineError("CONTENT_FILTERED", message)
+    extra: dict[str, object] | None = None
+    if isinstance(said, str) and said.strip():
+        extra = {"model_said": said.strip()}
+    return EngineError("CONTENT_FILTERED", message, extra=extra)
 
 
 def status_error(

@@ -67,6 +67,12 @@ public_status = payments.public_status
 payment_document = payments.payment_document
 
 
+REWORK_TOKEN_DOC = (
+    "Only for a free retry after CONTENT_FILTERED_RETRY: its rework_token, sent with the "
+    "same paymentId and the changed arguments before rework_until."
+)
+
+
 async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
     payment = await env.gate.get_payment(payment_id)
     if payment is None:

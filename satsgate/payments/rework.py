@@ -242,22 +242,22 @@ class ReworkDesk:
                 "A free retry of this payment is running; wait for its answer.",
             )
         until = rfc3339(int(window.rework_until))
-        if token is None or not hmac.compare_digest(_hash(token), window.token_hash):
-            raise ApiError(
-                "REWORK_TOKEN_INVALID",
-                "This payment is in its free-retry window: send the rework_token of the "
-                "latest CONTENT_FILTERED_RETRY answer as reworkToken in the body. Nothing "
-                "ran. Without a retry the payment is refunded after rework_until.",
-                extra={"paymentId": payment.payment_id, "rework_until": until},
-            )
         now = time.time()
-        if now > window.rework_until:
+        if now > window.rework_until:  # the caller proved the payment: its refund, at once
             refund = await self.end(payment.payment_id, EXPIRED, None)
             raise ApiError(
                 "REWORK_EXPIRED",
                 "The free-retry window ended at rework_until; nothing ran. The payment is "
                 "refunded in full (the refund is attached; also claimable at /recover).",
                 refund=refund,
+                extra={"paymentId": payment.payment_id, "rework_until": until},
+            )
+        if token is None or not hmac.compare_digest(_hash(token), window.token_hash):
+            raise ApiError(
+                "REWORK_TOKEN_INVALID",
+                "This payment is in its free-retry window: send the rework_token of the "
+                "latest CONTENT_FILTERED_RETRY answer as reworkToken in the body. Nothing "
+                "ran. Without a retry the payment is refunded after rework_until.",
                 extra={"paymentId": payment.payment_id, "rework_until": until},
             )
         price_msat = spec.quote_sats(params) * 1000
@@ -372,6 +372,8 @@ class ReworkDesk:
         if window is None:
             return {}
         if window.state in (OPEN, RUNNING):
+            if payment.status is not PaymentStatus.SERVING:
+                return {}  # a retry a restart interrupted: refunded as such
             return {"rework": self._window_fields(window)}
         if window.state not in (DECLINED, EXPIRED):
             return {}

@@ -21,6 +21,7 @@ from satsgate.config import Settings
 from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
+from tests.test_gateway import mpp_credential
 
 pytestmark = pytest.mark.usefixtures("fallback_rates")
 
@@ -310,6 +311,28 @@ async def test_decline_and_retry_race_one_wins(
         end["refunded_msat"] - before["refunded_msat"],
     )
     assert moved in ((PRICE_SATS * 1000, 0), (0, PRICE_SATS * 1000)), moved
+
+
+async def test_mpp_credential_retry_with_the_token(
+    rw: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    first = await rw.post("/api/l402/generate-text", json=REFUSED)
+    auth = mpp_credential(first, await dev_pay(rw, first.json()["invoice"]))
+    headers = {"Authorization": auth, "X-No-Cache": "1"}
+    refused = await rw.post("/api/l402/generate-text", json=REFUSED, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["Content-Type"].startswith("application/problem+json")
+    doc = refused.json()
+    assert (
+        doc["error_code"] == "CONTENT_FILTERED_RETRY" and "Payment-Receipt" not in refused.headers
+    )
+    bare = await rw.post("/api/l402/generate-text", json=CHANGED, headers=headers)
+    assert bare.status_code == 403 and bare.json()["error_code"] == "REWORK_TOKEN_INVALID"
+    body = {**CHANGED, "reworkToken": doc["rework_token"]}
+    served = await rw.post("/api/l402/generate-text", json=body, headers=headers)
+    assert served.status_code == 200, served.text
+    assert "pin tumbler" in served.text and served.headers["Payment-Receipt"]
+    assert len(fake.requests(CHAT)) == 2
 
 
 # -- MCP -------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services.base import ServiceSpec
+from satsgate.services.faxes import attach_inbox
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
@@ -140,7 +141,7 @@ def create_app(
         settings.server_secret,
         settings.file_url_ttl_s,
     )
-    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     return app
@@ -227,6 +228,15 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
+    """receive-fax's inbox: the fax engines' inbound numbers, their leases, retention."""
+    inbox = attach_inbox(app[ENGINES], app[STORE].faxes, app[FILES], app[SETTINGS])
+    if app[ENGINES].available("fax"):
+        inbox.start()
+    yield
+    await inbox.close()
 
 
 # An unpaid payment is deleted this long after its invoice expired.

@@ -63,6 +63,14 @@ class InboundFax:
 InboundHandler = Callable[[InboundFax], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class InboundRequest:
+    """receive-fax's question before any invoice (``engine.unsupported(request)``, see
+    satsgate.engines.registry.Binding.unsupported): a number in this country?"""
+
+    country: str  # ISO 3166 alpha-2
+
+
 class FaxEngine(Protocol):
     async def send(self, request: FaxRequest) -> FaxState:
         """Hand the fax to the provider; its first status (normally ``queued``).

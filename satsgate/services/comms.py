@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
+from satsgate.services import faxes
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -449,13 +451,17 @@ SEND_FAX = ServiceSpec(
     tool_name="send_fax",
     category="fax",
     title="Send fax",
-    description="Fax a PDF (up to 50 pages) to an E.164 number: { success, faxId, status }. "
-    "500 sats.",
+    description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number. A job (jobType fax): "
+    "202 with job_id, which is the faxId; poll it (or GET /api/l402/send-fax?faxId=, free) "
+    "for status queued, sending, delivered or failed. COMPLETED result { success, status: "
+    "'delivered', pages }; a fax that fails is refunded in full. 500 sats per fax.",
     params=SendFaxParams,
     price_msat=flat_price("fax-send"),
-    handler=no_engine,
+    handler=faxes.send_fax,
+    mode="job",
+    job_type="fax",
     model_ids=(44,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "TIMEOUT", "CONTENT_POLICY_HELD"),
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
@@ -495,11 +501,16 @@ RECEIVE_FAX = ServiceSpec(
     tool_name="receive_fax",
     category="fax",
     title="Receive fax",
-    description="A temporary inbound fax number for 24 hours: { faxNumber, expiresAt, "
-    "poll_url }; received faxes are PDFs (polled, e-mailed or called back). 500 sats.",
+    description="An inbound fax number of the requested country for 24 hours, yours alone: "
+    "{ success, inboxId, faxNumber, expiresAt, poll_url, faxes }. Faxes it receives are "
+    "listed with download links by GET poll_url (free; keep inboxId secret) and, with "
+    "forwardEmail, e-mailed as a link. Received documents are deleted 12 hours after "
+    "arrival. 500 sats.",
     params=ReceiveFaxParams,
     price_msat=flat_price("fax-receive"),
-    handler=no_engine,
+    handler=faxes.receive_fax,
+    engine_request=lambda p: InboundRequest(p.country),
+    engine_request_field="country",
     model_ids=(45,),
     failure_codes=("SERVICE_ERROR",),
     max_body_bytes=16 * 1024,

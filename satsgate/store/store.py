@@ -6,6 +6,7 @@ from pathlib import Path
 
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.engine import Database
+from satsgate.store.faxes import FaxRepository
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
@@ -27,6 +28,7 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
+        self.faxes = FaxRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

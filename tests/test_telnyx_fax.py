@@ -1,0 +1,318 @@
+"""send-fax and receive-fax through the gate on ``kind = "telnyx"``, against a loopback
+fake of Telnyx's API (tests/fake_telnyx.py) that fetches the hosted PDF, answers JSON
+under Bearer auth and sends Ed25519-signed webhooks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pypdf import PdfReader
+
+from satsgate.config import Settings
+from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
+from tests.documents_inputs import text_layer_pdf
+from tests.fake_telnyx import API_KEY, FakeTelnyx, FaxScript, event, signed_headers
+from tests.test_gateway import assert_envelope
+
+FAX_FROM = "+13125550100"
+INBOUND_US = "+13125550101"
+INBOUND_US_2 = "+13125550102"
+INBOUND_GB = "+442071838750"
+TO = "+14155550123"
+
+
+@pytest.fixture(scope="module")
+def telnyx() -> Iterator[FakeTelnyx]:
+    fake = FakeTelnyx()
+    yield fake
+    fake.stop()
+
+
+def telnyx_settings(data_dir: Path, fake: FakeTelnyx) -> Settings:
+    providers = {
+        "tx": {
+            "kind": "telnyx",
+            "base_url": f"{fake.url}/v2",
+            "api_key": API_KEY,
+            "public_key": fake.public_key,
+            "fax_connection_id": "fax-app-1",
+            "from_number": FAX_FROM,
+            "inbound_fax_numbers": [INBOUND_US, INBOUND_US_2, INBOUND_GB],
+            "status_poll_s": 0.5,
+            "timeout_s": 5,
+        }
+    }
+    return make_settings(data_dir, providers=providers, engines={"fax": "tx"})
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, telnyx: FakeTelnyx
+) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(telnyx_settings(tmp_path_factory.mktemp("telnyx"), telnyx))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+async def client(server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in http_client(server):
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def fresh_script(telnyx: FakeTelnyx) -> None:
+    telnyx.script = FaxScript()
+
+
+@pytest.fixture(scope="module")
+def letter() -> bytes:
+    return text_layer_pdf("Invoice 4711 for Alice", "Second page: thank you")
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def paid(
+    client: httpx.AsyncClient, slug: str, body: dict[str, Any]
+) -> tuple[httpx.Response, str]:
+    auth = await paid_l402_auth(client, slug, body)
+    resp = await client.post(f"/api/l402/{slug}", json=body, headers={"Authorization": auth})
+    return resp, auth
+
+
+async def until_final(
+    client: httpx.AsyncClient, fax_id: str, auth: str = ""
+) -> list[dict[str, Any]]:
+    """Poll the free fax status until delivered or failed; every answer seen."""
+    seen: list[dict[str, Any]] = []
+    headers = {"Authorization": auth} if auth else {}
+    for _ in range(300):
+        resp = await client.get("/api/l402/send-fax", params={"faxId": fax_id}, headers=headers)
+        assert resp.status_code == 200, resp.text
+        seen.append(resp.json())
+        if seen[-1]["status"] in ("delivered", "failed"):
+            return seen
+        await asyncio.sleep(0.02)
+    raise AssertionError("the fax never ended")
+
+
+def webhook_url(server: ThreadedServer) -> str:
+    return f"{server.url}/api/webhooks/telnyx/tx"
+
+
+# -- send-fax ----------------------------------------------------------------------------------
+
+
+async def test_send_fax_delivered(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes
+) -> None:
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    assert resp.status_code == 202, resp.text
+    accepted = resp.json()
+    fax_id = accepted["job_id"]
+    seen = await until_final(client, fax_id)
+    statuses = [s["status"] for s in seen]
+    assert statuses[-1] == "delivered"
+    assert set(statuses) <= {"queued", "sending", "delivered"}
+    assert seen[-1]["faxId"] == fax_id and seen[-1]["pages"] == 2
+    # Telnyx got the caller's PDF itself, from a signed URL of the node, and our numbers.
+    fax = list(telnyx.faxes.values())[-1]
+    assert fax.media == letter
+    assert fax.body["to"] == TO and fax.body["from"] == FAX_FROM
+    assert fax.body["connection_id"] == "fax-app-1"
+    assert "/api/files/" in fax.body["media_url"] and "sig=" in fax.body["media_url"]
+    assert fax.body["webhook_url"].endswith("/api/webhooks/telnyx/tx")
+    # The job itself: COMPLETED with the result, nothing of the provider in it.
+    job = (await client.get(accepted["poll_url"])).json()
+    assert job["status"] == "COMPLETED" and job["jobType"] == "fax"
+    assert job["result"] == {"success": True, "status": "delivered", "pages": 2}
+    assert "telnyx" not in json.dumps(job).lower()
+
+
+async def test_send_fax_failure_is_refunded(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes
+) -> None:
+    telnyx.script.outcome = "failed"
+    telnyx.script.failure_reason = "receiver_call_dropped"
+    resp, auth = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    assert resp.status_code == 202, resp.text
+    fax_id = resp.json()["job_id"]
+    seen = await until_final(client, fax_id, auth)
+    last = seen[-1]
+    assert last["status"] == "failed"
+    assert "receiver call dropped" in last["error"]
+    assert last["refund"]["amount_sats"] == 500 and last["refund"]["lnurl_withdraw"]
+    # Without the payer's credential, no refund secret.
+    anonymous = (await client.get("/api/l402/send-fax", params={"faxId": fax_id})).json()
+    assert "lnurl_withdraw" not in json.dumps(anonymous)
+    job = (await client.get(resp.json()["poll_url"], headers={"Authorization": auth})).json()
+    assert job["status"] == "FAILED" and job["refund"]["amount_sats"] == 500
+
+
+async def test_provider_refusal_is_refunded_and_not_repeated(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes
+) -> None:
+    before = len(telnyx.creates)
+    telnyx.script.create_errors = [500]
+    resp, auth = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    seen = await until_final(client, resp.json()["job_id"], auth)
+    assert seen[-1]["status"] == "failed" and seen[-1]["refund"]["amount_sats"] == 500
+    assert "telnyx" not in json.dumps(seen[-1]).lower()
+    # A 500 after a POST may have sent the fax: never sent again.
+    assert telnyx.creates[before:] == [500]
+
+
+async def test_rate_limited_create_is_retried(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes
+) -> None:
+    before = len(telnyx.creates)
+    telnyx.script.create_errors = [429]
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    seen = await until_final(client, resp.json()["job_id"])
+    assert seen[-1]["status"] == "delivered"
+    assert telnyx.creates[before:] == [429, 202]
+
+
+async def test_forged_and_stale_webhooks_change_nothing(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer, letter: bytes
+) -> None:
+    telnyx.script.outcome = "never"  # the fax stays "sending" unless a webhook says more
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    fax_id = resp.json()["job_id"]
+    for _ in range(200):
+        state = (await client.get("/api/l402/send-fax", params={"faxId": fax_id})).json()
+        if state["status"] == "sending":
+            break
+        await asyncio.sleep(0.02)
+    assert state["status"] == "sending"
+    fax = list(telnyx.faxes.values())[-1]
+    payload = {"fax_id": fax.id, "direction": "outbound", "status": "failed",
+               "failure_reason": "user_busy", "to": TO, "from": FAX_FROM}  # fmt: skip
+    url = webhook_url(server)
+    body = event("fax.failed", payload)
+    forged = signed_headers(Ed25519PrivateKey.generate(), body)
+    stale = signed_headers(telnyx.key, body, stamp=int(time.time()) - 301)
+    tampered = signed_headers(telnyx.key, body)
+    async with httpx.AsyncClient(timeout=10) as raw:
+        assert (await raw.post(url, content=body, headers=forged)).status_code == 401
+        assert (await raw.post(url, content=body, headers=stale)).status_code == 401
+        other = body.replace(b"user_busy", b"no_answer")
+        assert (await raw.post(url, content=other, headers=tampered)).status_code == 401
+        unsigned = {"content-type": "application/json"}
+        assert (await raw.post(url, content=body, headers=unsigned)).status_code == 401
+        assert (await raw.post(f"{server.url}/api/webhooks/telnyx/nope", content=body,
+                               headers=tampered)).status_code == 404  # fmt: skip
+        await asyncio.sleep(0.3)
+        state = (await client.get("/api/l402/send-fax", params={"faxId": fax_id})).json()
+        assert state["status"] == "sending"
+        # The genuine one ends it (failed: refunded).
+        assert (await raw.post(url, content=body, headers=tampered)).status_code == 200
+    seen = await until_final(client, fax_id)
+    assert seen[-1]["status"] == "failed" and "user busy" in seen[-1]["error"]
+
+
+async def test_send_fax_refuses_bad_input_before_any_invoice(client: httpx.AsyncClient) -> None:
+    resp = await client.post(
+        "/api/l402/send-fax", json={"faxNumber": TO, "documentBase64": b64(b"not a pdf")}
+    )
+    assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+    unknown = await client.get("/api/l402/send-fax", params={"faxId": "nosuchfax123"})
+    assert_envelope(unknown, "NOT_FOUND", 404)
+
+
+# -- receive-fax -------------------------------------------------------------------------------
+
+
+async def test_receive_fax_delivers_to_the_payer(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer
+) -> None:
+    resp, _ = await paid(client, "receive-fax", {"country": "GB"})
+    assert resp.status_code == 200, resp.text
+    inbox = resp.json()
+    assert inbox["faxNumber"] == INBOUND_GB and inbox["faxes"] == [] and inbox["active"]
+    assert inbox["poll_url"].endswith(f"inboxId={inbox['inboxId']}")
+    # A fax to a number nobody leased is not even fetched.
+    stray = telnyx.serve(text_layer_pdf("Not for anyone"))
+    assert telnyx.inbound_fax(webhook_url(server), INBOUND_US_2, TO, stray) == 200
+    # A forged fax to the leased number is refused and stored nowhere.
+    forged_url = telnyx.serve(text_layer_pdf("Forged"))
+    status = telnyx.inbound_fax(
+        webhook_url(server), INBOUND_GB, TO, forged_url, key=Ed25519PrivateKey.generate()
+    )
+    assert status == 401
+    # The genuine fax: fetched, stored, listed for the payer with a link to the PDF.
+    document = text_layer_pdf("Contract for Bob", "Page two of the contract")
+    media = telnyx.serve(document)
+    assert telnyx.inbound_fax(webhook_url(server), INBOUND_GB.lstrip("+"), TO, media, 2) == 200
+    faxes: list[dict[str, Any]] = []
+    for _ in range(200):
+        faxes = (await client.get(inbox["poll_url"])).json()["faxes"]
+        if faxes:
+            break
+        await asyncio.sleep(0.02)
+    assert len(faxes) == 1, faxes
+    got = faxes[0]
+    assert got["status"] == "received" and got["pages"] == 2 and got["from"] == TO
+    pdf = (await client.get(got["url"])).content
+    assert pdf == document
+    text = " ".join(page.extract_text() for page in PdfReader(io.BytesIO(pdf)).pages)
+    assert "Contract for Bob" in text and "Page two" in text
+    stray_name = stray.rsplit("/", 1)[1]
+    forged_name = forged_url.rsplit("/", 1)[1]
+    assert stray_name not in telnyx.media_gets and forged_name not in telnyx.media_gets
+    # Over MCP too (free tool).
+    arguments = {"inboxId": inbox["inboxId"]}
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+           "params": {"name": "check_fax_inbox", "arguments": arguments}}  # fmt: skip
+    answer = (await client.post("/api/mcp", json=rpc)).json()
+    listed = answer["result"]["structuredContent"]
+    assert answer["result"]["isError"] is False
+    assert listed["faxNumber"] == INBOUND_GB and [f["faxId"] for f in listed["faxes"]] == [
+        got["faxId"]
+    ]
+
+
+async def test_inbound_fax_only_from_the_providers_host(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer
+) -> None:
+    resp, _ = await paid(client, "receive-fax", {"country": "US"})
+    inbox = resp.json()
+    elsewhere = "http://localhost:9/fax.pdf"  # not the provider's host
+    assert telnyx.inbound_fax(webhook_url(server), inbox["faxNumber"], TO, elsewhere) == 200
+    for _ in range(200):
+        faxes = (await client.get(inbox["poll_url"])).json()["faxes"]
+        if faxes:
+            break
+        await asyncio.sleep(0.02)
+    assert faxes[0]["status"] == "unavailable" and "url" not in faxes[0]
+
+
+async def test_receive_fax_refuses_a_country_without_numbers(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/api/l402/receive-fax", json={"country": "DE"})
+    body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+    assert "DE" in body["error"] and "invoice" not in resp.headers.get("WWW-Authenticate", "")
+    unknown = await client.get("/api/l402/receive-fax", params={"inboxId": "nosuchinbox1"})
+    assert_envelope(unknown, "NOT_FOUND", 404)
+
+
+async def test_mcp_fax_status(client: httpx.AsyncClient, letter: bytes) -> None:
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    fax_id = resp.json()["job_id"]
+    await until_final(client, fax_id)
+    rpc = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+           "params": {"name": "get_fax_status", "arguments": {"faxId": fax_id}}}  # fmt: skip
+    answer = (await client.post("/api/mcp", json=rpc)).json()
+    record = answer["result"]["structuredContent"]
+    assert record["faxId"] == fax_id and record["status"] == "delivered" and record["pages"] == 2

@@ -190,6 +190,7 @@ SEND_EMAIL = ServiceSpec(
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
     engine="email",
+    recipients=lambda p: p.recipients,
 )
 
 # -- send-sms ------------------------------------------------------------------------------
@@ -230,6 +231,7 @@ SEND_SMS = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your code is 4711"},
     engine="sms",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- call (automated) ----------------------------------------------------------------------
@@ -284,6 +286,7 @@ CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
     engine="voice",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- ai-call -------------------------------------------------------------------------------
@@ -411,6 +414,7 @@ AI_CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
     engine="ai_call",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- fax -----------------------------------------------------------------------------------
@@ -466,6 +470,7 @@ SEND_FAX = ServiceSpec(
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
     engine="fax",
+    recipients=lambda p: (p.faxNumber,),
 )
 
 
@@ -517,6 +522,7 @@ RECEIVE_FAX = ServiceSpec(
     prevalidate=prevalidate,
     example={"country": "US"},
     engine="fax",
+    recipients=lambda p: (p.forwardEmail,) if p.forwardEmail else (),
 )
 
 # -- voice bridge --------------------------------------------------------------------------
@@ -580,6 +586,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     prevalidate=prevalidate,
     example={"phoneNumber": "+14155550123", "durationMinutes": 5},
     engine="voice_bridge",
+    recipients=lambda p: (p.phoneNumber,),
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

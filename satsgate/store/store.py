@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from satsgate.store.cursors import CursorRepository
+from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.engine import Database
 from satsgate.store.faxes import FaxRepository
 from satsgate.store.holds import HoldRepository
@@ -28,6 +29,7 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
+        self.deliveries = DeliveryRepository(self.db)
         self.faxes = FaxRepository(self.db)
 
     async def open(self) -> None:

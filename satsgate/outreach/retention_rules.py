@@ -65,4 +65,13 @@ RULES: tuple[RetentionRule, ...] = (
     ),
     # holds: the do-not-contact list is kept (it is what the person asked for).
     # -- other engineers: append your rules below, one per line --
+    # telnyx: a received fax's sender and document (the file itself goes with the file
+    # store's 12-hour cleanup and satsgate.services.faxes.FaxInbox.clean), 12 hours.
+    ClearColumns(
+        "fax_received", "received_at", ("sender", "file_name"), 12 * HOUR, "received faxes"
+    ),
+    # telnyx: the forwarding address of a receive-fax lease, 12 hours after it ended.
+    ClearColumns(
+        "fax_leases", "expires_at", ("forward_email",), 12 * HOUR, "fax forwarding addresses"
+    ),
 )

@@ -15,13 +15,11 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from satsgate.engines import EngineError
+from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
-from satsgate.services import deliveries
-from satsgate.engines.fax import InboundRequest
-from satsgate.engines.mail import EmailEngine, OutgoingEmail
-from satsgate.services import faxes
+from satsgate.services import deliveries, faxes
 from satsgate.services.base import (
     Params,
     PriceShape,

@@ -39,6 +39,7 @@ from satsgate.engines import EngineError, Engines
 from satsgate.engines.fax import FaxEngine, FaxRequest, FaxState, InboundFax
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.files import FileStore
+from satsgate.services import screening
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.common import decode_file
 from satsgate.services.telephony import destination
@@ -165,22 +166,13 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
 
 
 async def screen_fax(ctx: ServiceContext, to: str, document: bytes, cover_text: str | None) -> None:
-    """The communication screen over what a fax says: its PDF's text layer (a scanned
-    page without one has nothing to read) and the cover text."""
+    """The communication screen (satsgate.services.screening) over what a fax says: its
+    cover text and its PDF's text layer (a scanned page without one has nothing to
+    read). Raises HeldForReview (the gate holds the request) or RECIPIENT_OPTED_OUT."""
     text = await ctx.run_cpu(pdf_text, document)
     if cover_text:
         text = f"{cover_text}\n{text}"
-    await _screen(ctx, to, text)
-
-
-async def _screen(ctx: ServiceContext, to: str, text: str) -> None:
-    """The screening seam of issue 19 (satsgate.services.screening), when it is present."""
-    try:
-        from satsgate.services import screening  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    outreach = screening.Outreach(channel="fax", recipients=[to], text=text)
-    await screening.screen(ctx, outreach)
+    await screening.screen(ctx, screening.Outreach(channel="fax", recipients=(to,), text=text))
 
 
 # -- receive-fax -----------------------------------------------------------------------------

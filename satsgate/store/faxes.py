@@ -29,7 +29,7 @@ class FaxLease:
 class ReceivedFax:
     fax_id: str
     inbox_id: str
-    sender: str
+    sender: str  # "" when withheld, or deleted by retention
     pages: int | None
     file_name: str | None  # None once retention deleted the document (or none was fetched)
     status: str  # "received" | "unavailable" (the document could not be fetched)
@@ -55,7 +55,7 @@ def _fax(row: Sequence[object]) -> ReceivedFax:
     return ReceivedFax(
         str(row[0]),
         str(row[1]),
-        str(row[2]),
+        "" if row[2] is None else str(row[2]),
         None if row[3] is None else int(str(row[3])),
         None if row[4] is None else str(row[4]),
         str(row[5]),
@@ -176,11 +176,11 @@ class FaxRepository:
         def go(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
                 "SELECT file_name FROM fax_received WHERE received_at < ? "
-                "AND (file_name IS NOT NULL OR sender != '')",
+                "AND (file_name IS NOT NULL OR sender IS NOT NULL)",
                 (received_before,),
             ).fetchall()
             conn.execute(
-                "UPDATE fax_received SET file_name = NULL, sender = '' WHERE received_at < ?",
+                "UPDATE fax_received SET file_name = NULL, sender = NULL WHERE received_at < ?",
                 (received_before,),
             )
             conn.execute(

@@ -15,7 +15,7 @@ CREATE TABLE "fax_received" (
    "fax_id" TEXT PRIMARY KEY,
    "inbox_id" TEXT NOT NULL,
    "upstream_id" TEXT NOT NULL UNIQUE,
-   "sender" TEXT NOT NULL,
+   "sender" TEXT,
    "pages" INTEGER,
    "file_name" TEXT,
    "status" TEXT NOT NULL,

@@ -206,12 +206,12 @@ async def test_forged_and_stale_webhooks_change_nothing(
     stale = signed_headers(telnyx.key, body, stamp=int(time.time()) - 301)
     tampered = signed_headers(telnyx.key, body)
     async with httpx.AsyncClient(timeout=10) as raw:
-        assert (await raw.post(url, content=body, headers=forged)).status_code == 401
-        assert (await raw.post(url, content=body, headers=stale)).status_code == 401
+        assert (await raw.post(url, content=body, headers=forged)).status_code == 403
+        assert (await raw.post(url, content=body, headers=stale)).status_code == 403
         other = body.replace(b"user_busy", b"no_answer")
-        assert (await raw.post(url, content=other, headers=tampered)).status_code == 401
+        assert (await raw.post(url, content=other, headers=tampered)).status_code == 403
         unsigned = {"content-type": "application/json"}
-        assert (await raw.post(url, content=body, headers=unsigned)).status_code == 401
+        assert (await raw.post(url, content=body, headers=unsigned)).status_code == 403
         assert (await raw.post(f"{server.url}/api/webhooks/telnyx/nope", content=body,
                                headers=tampered)).status_code == 404  # fmt: skip
         await asyncio.sleep(0.3)
@@ -251,7 +251,7 @@ async def test_receive_fax_delivers_to_the_payer(
     status = telnyx.inbound_fax(
         webhook_url(server), INBOUND_GB, TO, forged_url, key=Ed25519PrivateKey.generate()
     )
-    assert status == 401
+    assert status == 403
     # The genuine fax: fetched, stored, listed for the payer with a link to the PDF.
     document = text_layer_pdf("Contract for Bob", "Page two of the contract")
     media = telnyx.serve(document)

@@ -31,22 +31,31 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import re
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.delivery import (
+    REFERENCE_PARAM,
+    InboundMessage,
+    StatusUpdate,
+    WebhookEvents,
+    WebhookRequest,
+)
 from satsgate.engines.errors import EngineError
 from satsgate.engines.fax import (
     FaxRequest,
@@ -56,6 +65,7 @@ from satsgate.engines.fax import (
     InboundHandler,
     InboundRequest,
 )
+from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
 from satsgate.engines.providers.upstream import (
     log_failure,
     retries_option,
@@ -63,6 +73,8 @@ from satsgate.engines.providers.upstream import (
     status_error,
 )
 from satsgate.engines.registry import EngineDeps
+from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
+from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.services.telephony import check_e164, destination
 
 log = logging.getLogger(__name__)
@@ -76,8 +88,9 @@ DEFAULT_STATUS_POLL_S = 30.0
 # the API's own host; the operator's ``media_hosts`` replaces this list.
 DEFAULT_MEDIA_HOSTS = ("telnyx.com",)
 MAX_REDIRECTS = 3
-# Telnyx's error codes that mean the destination number is wrong (the caller's input).
-_NUMBER_ERROR_CODES = frozenset({"10016", "40310", "40300", "40013"})
+# Telnyx's messaging error for a recipient who replied STOP (obs.: Telnyx's error list,
+# not providers.md): the number goes on the do-not-contact list.
+OPTED_OUT_CODE = "40300"
 # Fax statuses (providers.md) -> the four the payer sees.
 _FAX_STATUS: Mapping[str, FaxStatus] = {
     "queued": "queued",
@@ -188,6 +201,23 @@ class TelnyxProvider:
             self._number(n, f"{where} inbound_fax_numbers")
             for n in _str_list(options.get("inbound_fax_numbers"), f"{where} inbound_fax_numbers")
         )
+        self.messaging_profile_id = str(options.get("messaging_profile_id", "") or "")
+        self.call_connection_id = str(options.get("call_connection_id", "") or "")
+        ring = options.get("ring_timeout_s", 30)
+        if isinstance(ring, bool) or not isinstance(ring, int) or not 5 <= ring <= 120:
+            raise EngineConfigError(f"{where} ring_timeout_s must be 5 to 120 (seconds)")
+        self.ring_timeout_s = ring
+        voices = options.get("voices", {})
+        if not isinstance(voices, Mapping) or not all(
+            isinstance(v, str) and v for v in voices.values()
+        ):
+            raise EngineConfigError(f"{where}.voices maps locales to speak voices")
+        self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
+        default_voice = options.get("default_voice", "female")
+        if not isinstance(default_voice, str) or not default_voice:
+            raise EngineConfigError(f"{where} default_voice must be a voice name")
+        self.default_voice = default_voice
+        self.deps = deps
         hosts = _str_list(options.get("media_hosts"), f"{where} media_hosts")
         api_host = urlsplit(self.base_url).hostname or ""
         self.media_hosts = (api_host, *(hosts or DEFAULT_MEDIA_HOSTS))
@@ -198,6 +228,9 @@ class TelnyxProvider:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._inbound_handler: InboundHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._calls: OrderedDict[str, _Call] = OrderedDict()
+        self._sms = TelnyxSms(self)
+        self._voice = TelnyxVoice(self)
 
     @staticmethod
     def _number(value: object, where: str) -> str:
@@ -218,6 +251,20 @@ class TelnyxProvider:
                     "from_number (or fax_from_number)"
                 )
             return self
+        if name == "sms":
+            if not self.from_number and not self.messaging_profile_id:
+                raise EngineConfigError(
+                    f"[providers.{self.config.name}] serves sms with from_number or "
+                    "messaging_profile_id"
+                )
+            return self._sms
+        if name == "voice":
+            if not self.call_connection_id or not self.from_number:
+                raise EngineConfigError(
+                    f"[providers.{self.config.name}] serves voice with call_connection_id "
+                    "(a Call Control application) and from_number"
+                )
+            return self._voice
         return None
 
     async def aclose(self) -> None:
@@ -230,8 +277,14 @@ class TelnyxProvider:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.config.api_key}", "Accept": "application/json"}
 
-    def webhook_url(self) -> str:
-        return f"{self.settings.public_base_url}/api/webhooks/{KIND}/{self.config.name}"
+    def webhook_url(self, reference: str | None = None) -> str:
+        url = f"{self.settings.public_base_url}/api/webhooks/{KIND}/{self.config.name}"
+        return f"{url}?{urlencode({REFERENCE_PARAM: reference})}" if reference else url
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
 
     async def request(
         self, method: str, path: str, engine: str, body: Mapping[str, Any] | None = None
@@ -276,10 +329,15 @@ class TelnyxProvider:
             if retryable and not last:
                 await asyncio.sleep(min(retry_after_s(resp.headers), 2.0) * (attempt + 1) / 2)
                 continue
-            code = _error_code(resp)
+            code, pointer = _error_of(resp)
             cause = f"HTTP {status}" + (f" ({code})" if code else "")
-            if status == 422 and code in _NUMBER_ERROR_CODES:
-                error = EngineError("INVALID_INPUT", INVALID_NUMBER_MESSAGE)
+            if code == OPTED_OUT_CODE:
+                error = EngineError("RECIPIENT_OPTED_OUT", OPTED_OUT_MESSAGE, may_fall_back=False)
+                log_failure(engine, KIND, error, cause)
+                raise error
+            if status in (400, 422) and pointer == "/to":
+                # The destination itself was refused: the caller's input, on any provider.
+                error = EngineError("INVALID_INPUT", INVALID_NUMBER_MESSAGE, may_fall_back=False)
                 log_failure(engine, KIND, error, cause)
                 raise error
             mapped = status_error(status, resp.headers, None)
@@ -448,14 +506,18 @@ class TelnyxProvider:
 
     # -- webhooks -------------------------------------------------------------------------
 
-    async def receive_webhook(self, headers: Mapping[str, str], body: bytes) -> int:
-        """POST /api/webhooks/telnyx/<NAME>: 401 unless signed by the account's key within
-        300 s; then 200 (also for events nobody waits for, so Telnyx does not retry)."""
-        if not verify_signature(self._public_key, headers, body):
+    async def receive_events(self, request: WebhookRequest) -> WebhookEvents:
+        """POST /api/webhooks/telnyx/<NAME>: 403 unless signed by the account's key within
+        300 s (then nothing changes); else 200, also for events nobody waits for (Telnyx
+        retries anything else). Fax events are taken here; message and call events
+        become delivery reports and inbound messages for the app."""
+        if request.method != "POST":
+            return WebhookEvents(405)
+        if not verify_signature(self._public_key, request.headers, request.body):
             log.warning("telnyx %s: webhook refused (signature or timestamp)", self.config.name)
-            return 401
+            return WebhookEvents(403)
         try:
-            doc = json.loads(body)
+            doc = json.loads(request.body)
             data = doc["data"]
             event_type = str(data["event_type"])
             event_id = str(data.get("id") or "")
@@ -463,21 +525,32 @@ class TelnyxProvider:
             if not isinstance(payload, dict):
                 raise TypeError("payload")
         except (ValueError, KeyError, TypeError):
-            return 400
+            return WebhookEvents(400)
         if event_id:
             if event_id in self._seen:
-                return 200  # a duplicate delivery
+                return WebhookEvents(200)  # a duplicate delivery
             self._seen[event_id] = None
             while len(self._seen) > _SEEN_EVENTS:
                 self._seen.popitem(last=False)
-        await self.on_event(event_type, payload, data)
-        return 200
+        refs = parse_qs(urlsplit(request.url).query).get(REFERENCE_PARAM)
+        reference = refs[0] if refs else None
+        return await self.on_event(event_type, payload, data, reference)
 
     async def on_event(
-        self, event_type: str, payload: dict[str, Any], data: Mapping[str, Any]
-    ) -> None:
+        self,
+        event_type: str,
+        payload: dict[str, Any],
+        data: Mapping[str, Any],
+        reference: str | None,
+    ) -> WebhookEvents:
         if event_type.startswith("fax."):
             self._on_fax_event(event_type, payload, data)
+            return WebhookEvents(200)
+        if event_type.startswith("message."):
+            return await self._on_message_event(event_type, payload, reference)
+        if event_type.startswith("call."):
+            return self._on_call_event(event_type, payload, data, reference)
+        return WebhookEvents(200)
 
     def _on_fax_event(
         self, event_type: str, payload: dict[str, Any], data: Mapping[str, Any]
@@ -519,20 +592,268 @@ class TelnyxProvider:
             received_at=_timestamp(data.get("occurred_at")),
         )
         # Answered at once (Telnyx retries a slow webhook); the inbox fetches the document.
-        task = asyncio.ensure_future(handler(fax))
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
+        self.spawn(handler(fax))
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("telnyx %s: inbound fax handling failed", self.config.name,
+            log.error("telnyx %s: webhook follow-up failed", self.config.name,
                       exc_info=task.exception())  # fmt: skip
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def _on_message_event(
+        self, event_type: str, payload: Mapping[str, Any], reference: str | None
+    ) -> WebhookEvents:
+        if event_type == "message.received" or payload.get("direction") == "inbound":
+            sender = payload.get("from")
+            recipients = payload.get("to")
+            number = _e164(sender.get("phone_number") if isinstance(sender, dict) else sender)
+            to = ""
+            if isinstance(recipients, list) and recipients and isinstance(recipients[0], dict):
+                to = _e164(recipients[0].get("phone_number"))
+            if not number:
+                return WebhookEvents(200)
+            message = InboundMessage(number, to, str(payload.get("text") or ""),
+                                     str(payload.get("id") or ""))  # fmt: skip
+            await self._inbound_message(message)
+            return WebhookEvents(200, inbound=(message,))
+        update = message_update(payload, reference)
+        if not update.provider_ref:
+            return WebhookEvents(200)
+        return WebhookEvents(200, updates=(update,))
+
+    async def _inbound_message(self, message: InboundMessage) -> None:
+        """A STOP reply (or another request not to be contacted) -> do-not-contact."""
+        if not asks_not_to_be_contacted(message.text):
+            return
+        try:
+            added = await opt_out(self.deps.opt_outs, message.from_number, source="sms-stop")
+        except ValueError:
+            return
+        if added:
+            log.info("telnyx %s: a number opted out by SMS reply", self.config.name)
+
+    # -- calls (Call Control) ----------------------------------------------------------------
+
+    def _on_call_event(
+        self,
+        event_type: str,
+        payload: Mapping[str, Any],
+        data: Mapping[str, Any],
+        reference: str | None,
+    ) -> WebhookEvents:
+        call_id = str(payload.get("call_control_id") or "")
+        if not call_id:
+            return WebhookEvents(200)
+        call = self._calls.get(call_id)
+        at = int(_timestamp(data.get("occurred_at")))
+        ref = reference or (call.request.reference if call is not None else None)
+
+        def report(status: CallStatus, **extra: Any) -> WebhookEvents:
+            update = StatusUpdate("call", call_id, status, reference=ref, at=at, **extra)
+            return WebhookEvents(200, updates=(update,))
+
+        if event_type == "call.initiated":
+            return report("queued")
+        if event_type == "call.answered":
+            if call is None:  # a call this process did not place (or forgot): end it
+                self.spawn(self._command(call_id, "hangup", {}))
+                return report("in-progress")
+            call.answered_at = at
+            self.spawn(self._play(call_id, call))
+            return report("in-progress")
+        if event_type in ("call.speak.ended", "call.playback.ended"):
+            if call is not None:
+                call.plays += 1
+                if call.plays < call.request.repeat:
+                    self.spawn(self._play(call_id, call))
+                else:
+                    self.spawn(self._command(call_id, "hangup", {}))
+            return WebhookEvents(200)
+        if event_type in ("call.machine.detection.ended", "call.machine.premium.detection.ended"):
+            result = str(payload.get("result") or "")
+            answered_by = {"human": "human", "machine": "machine"}.get(result, "unknown")
+            if call is not None:
+                call.answered_by = answered_by
+            return report("in-progress", answered_by=answered_by)
+        if event_type == "call.hangup":
+            cause = str(payload.get("hangup_cause") or "")
+            answered = call.answered_at if call is not None else None
+            self._calls.pop(call_id, None)
+            if answered is not None:
+                return report("completed", duration_s=max(0, at - answered), error=cause or None)
+            status = _HANGUP_STATUS.get(cause, "failed")
+            return report(status, error=cause or None)
+        return WebhookEvents(200)
+
+    async def _play(self, call_id: str, call: _Call) -> None:
+        request = call.request
+        if request.audio_url:
+            await self._command(call_id, "playback_start", {"audio_url": request.audio_url})
+            return
+        language = "en-US" if request.language == "multi" else request.language
+        voice = request.voice or self.voices.get(language.lower()) or self.default_voice
+        await self._command(
+            call_id, "speak", {"payload": request.text, "voice": voice, "language": language}
+        )
+
+    async def _command(self, call_id: str, action: str, body: Mapping[str, Any]) -> None:
+        """A Call Control command; command_id makes a repeated one harmless."""
+        try:
+            await self.request(
+                "POST",
+                f"/calls/{call_id}/actions/{action}",
+                "voice",
+                {**body, "command_id": str(uuid.uuid4())},
+            )
+        except EngineError as exc:
+            log.warning("telnyx %s: call command %s failed: %s", self.config.name, action, exc.code)
+            if action != "hangup":  # a call that cannot speak is ended, not left open
+                with contextlib.suppress(EngineError):
+                    await self.request("POST", f"/calls/{call_id}/actions/hangup", "voice", {})
+
+    def remember_call(self, call_id: str, request: CallRequest) -> None:
+        self._calls[call_id] = _Call(request)
+        while len(self._calls) > _MAX_CALLS:
+            self._calls.popitem(last=False)
+
+
+@dataclass
+class _Call:
+    """A call this process placed: what it says, once answered."""
+
+    request: CallRequest
+    plays: int = 0
+    answered_at: int | None = None
+    answered_by: str | None = None
+
+
+_MAX_CALLS = 1000
+# call.hangup causes of a call never answered -> the neutral call status.
+_HANGUP_STATUS: Mapping[str, CallStatus] = {
+    "user_busy": "busy",
+    "call_rejected": "busy",
+    "no_answer": "no-answer",
+    "timeout": "no-answer",
+    "originator_cancel": "canceled",
+    "normal_clearing": "no-answer",
+    "time_limit": "no-answer",
+}
+# Message to[].status (providers.md) -> the neutral message status.
+_MESSAGE_STATUS: Mapping[str, MessageStatus] = {
+    "queued": "queued",
+    "sending": "queued",
+    "sent": "sent",
+    "delivered": "delivered",
+    "sending_failed": "failed",
+    "delivery_failed": "undelivered",
+    # The carrier took it and never confirmed: as far as anyone can tell, sent.
+    "delivery_unconfirmed": "sent",
+}
+
+
+def message_update(doc: Mapping[str, Any], reference: str | None = None) -> StatusUpdate:
+    """A message object (API answer or webhook payload) -> a StatusUpdate."""
+    recipients = doc.get("to")
+    raw = ""
+    if isinstance(recipients, list) and recipients and isinstance(recipients[0], dict):
+        raw = str(recipients[0].get("status") or "")
+    errors = doc.get("errors")
+    error = None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        code = errors[0].get("code")
+        error = str(code) if code is not None else None
+    return StatusUpdate(
+        channel="sms",
+        provider_ref=str(doc.get("id") or ""),
+        status=_MESSAGE_STATUS.get(raw, "queued"),
+        reference=reference,
+        at=int(_timestamp(doc.get("completed_at") or doc.get("sent_at"))),
+        error=error,
+    )
+
+
+class TelnyxSms:
+    """The ``sms`` engine (satsgate.engines.messaging.SmsEngine) on the Messaging API."""
+
+    def __init__(self, provider: TelnyxProvider) -> None:
+        self.p = provider
+
+    async def send_sms(self, request: SmsRequest) -> SmsSent:
+        p = self.p
+        body: dict[str, Any] = {
+            "to": request.to,
+            "text": request.text,
+            "type": "SMS",
+            "webhook_url": p.webhook_url(request.reference),
+            "use_profile_webhooks": False,
+        }
+        if p.from_number:
+            body["from"] = p.from_number
+        if p.messaging_profile_id:
+            body["messaging_profile_id"] = p.messaging_profile_id
+        try:
+            data = await p.request("POST", "/messages", "sms", body)
+        except EngineError as exc:
+            if exc.code == "RECIPIENT_OPTED_OUT":
+                with contextlib.suppress(ValueError):
+                    await opt_out(p.deps.opt_outs, request.to, source="sms-stop")
+            raise
+        update = message_update(data)
+        if not update.provider_ref:
+            raise p._failed("sms", "SERVICE_ERROR", "answer without an id", False)
+        status: MessageStatus = update.status  # type: ignore[assignment]
+        return SmsSent(update.provider_ref, status, _int(data.get("parts")))
+
+    async def sms_status(self, message_id: str) -> StatusUpdate:
+        return message_update(await self.p.request("GET", f"/messages/{message_id}", "sms"))
+
+
+class TelnyxVoice:
+    """The ``voice`` engine (satsgate.engines.voice_call.VoiceCallEngine) on Call Control:
+    dial, then on ``call.answered`` speak (or play) the message ``repeat`` times and hang
+    up; ``time_limit_secs`` ends a call at the paid time whatever happens."""
+
+    def __init__(self, provider: TelnyxProvider) -> None:
+        self.p = provider
+
+    async def place_call(self, request: CallRequest) -> CallPlaced:
+        p = self.p
+        body = {
+            "connection_id": p.call_connection_id,
+            "to": request.to,
+            "from": p.from_number,
+            "webhook_url": p.webhook_url(request.reference),
+            "client_state": base64.b64encode(request.reference.encode()).decode(),
+            "timeout_secs": p.ring_timeout_s,
+            "time_limit_secs": max(30, request.max_duration_s),
+        }
+        data = await p.request("POST", "/calls", "voice", body)
+        call_id = str(data.get("call_control_id") or "")
+        if not call_id:
+            raise p._failed("voice", "SERVICE_ERROR", "answer without a call id", False)
+        p.remember_call(call_id, request)
+        return CallPlaced(call_id, "queued")
+
+    async def call_status(self, call_id: str) -> StatusUpdate:
+        data = await self.p.request("GET", f"/calls/{call_id}", "voice")
+        call = self.p._calls.get(call_id)
+        reference = call.request.reference if call is not None else None
+        if data.get("is_alive"):
+            status: CallStatus = "in-progress" if call is None or call.answered_at else "queued"
+            return StatusUpdate("call", call_id, status, reference=reference)
+        duration = _int(data.get("call_duration")) or 0
+        if duration > 0:
+            return StatusUpdate("call", call_id, "completed", reference=reference,
+                                duration_s=duration)  # fmt: skip
+        return StatusUpdate("call", call_id, "no-answer", reference=reference)
 
 
 _RANK: Mapping[FaxStatus, int] = {"queued": 0, "sending": 1, "delivered": 2, "failed": 2}
 
 INVALID_NUMBER_MESSAGE = "The destination number was refused; the payment was refunded."
+OPTED_OUT_MESSAGE = "The recipient opted out of messages from this node; the payment was refunded."
 _MESSAGES: Mapping[str, str] = {
     "RATE_LIMITED": "The telephony engine is rate-limited right now; the payment was refunded.",
     "TIMEOUT": "The telephony engine did not answer in time; the payment was refunded.",
@@ -541,15 +862,22 @@ _MESSAGES: Mapping[str, str] = {
 }
 
 
-def _error_code(resp: httpx.Response) -> str | None:
+def _error_of(resp: httpx.Response) -> tuple[str | None, str | None]:
+    """The first error's ``code`` and ``source.pointer`` of Telnyx's error body."""
     try:
         errors = resp.json().get("errors")
         if isinstance(errors, list) and errors and isinstance(errors[0], dict):
-            code = errors[0].get("code")
-            return str(code) if code is not None else None
+            first = errors[0]
+            code = first.get("code")
+            source = first.get("source")
+            pointer = source.get("pointer") if isinstance(source, dict) else None
+            return (
+                str(code) if code is not None else None,
+                str(pointer) if pointer is not None else None,
+            )
     except (ValueError, AttributeError):
         pass
-    return None
+    return None, None
 
 
 def _fax_state(fax_id: str, data: Mapping[str, Any]) -> FaxState:

@@ -8,7 +8,14 @@ own thread and event loop as a remote provider would be.
   each signed with the fake account's Ed25519 key over ``f"{timestamp}|{body}"``;
 - ``GET /v2/faxes/{id}`` answers the fax's current record;
 - :meth:`FakeTelnyx.inbound_fax` sends a ``fax.received`` webhook whose ``media_url``
-  is a document the fake serves (or any URL a test gives).
+  is a document the fake serves (or any URL a test gives);
+- ``POST /v2/messages`` answers the message object and then reports ``message.sent``
+  and ``message.finalized`` (delivered) to its ``webhook_url``;
+  :meth:`FakeTelnyx.inbound_sms` sends a ``message.received``;
+- ``POST /v2/calls`` dials: ``call.initiated``, then ``call.answered`` (or a
+  ``call.hangup`` with ``user_busy``); the commands ``speak``, ``playback_start`` and
+  ``hangup`` (``/v2/calls/{id}/actions/...``) are recorded and answered with
+  ``call.speak.ended`` / ``call.playback.ended`` / ``call.hangup``.
 """
 
 from __future__ import annotations
@@ -70,6 +77,20 @@ class FaxScript:
 
 
 @dataclass
+class CallScript:
+    outcome: str = "answered"  # answered | busy
+    talk_s: float = 0.05  # how long each speak lasts
+
+
+@dataclass
+class CallRecord:
+    id: str
+    body: dict[str, Any]
+    commands: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    alive: bool = True
+
+
+@dataclass
 class FaxRecord:
     id: str
     body: dict[str, Any]
@@ -85,7 +106,10 @@ class FakeTelnyx:
         self.key = Ed25519PrivateKey.generate()
         self.public_key = public_key_b64(self.key)
         self.script = FaxScript()
+        self.call_script = CallScript()
         self.faxes: dict[str, FaxRecord] = {}
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.calls: dict[str, CallRecord] = {}
         self.creates: list[int] = []  # the status answered to each POST /v2/faxes
         self.media: dict[str, bytes] = {}
         self.media_gets: list[str] = []
@@ -107,6 +131,11 @@ class FakeTelnyx:
         app.router.add_post("/v2/faxes", self._create_fax)
         app.router.add_get("/v2/faxes/{id}", self._get_fax)
         app.router.add_get("/media/{name}", self._media)
+        app.router.add_post("/v2/messages", self._create_message)
+        app.router.add_get("/v2/messages/{id}", self._get_message)
+        app.router.add_post("/v2/calls", self._dial)
+        app.router.add_get("/v2/calls/{id}", self._get_call)
+        app.router.add_post("/v2/calls/{id}/actions/{action}", self._command)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -281,3 +310,138 @@ class FakeTelnyx:
         body = event("fax.received", payload)
         headers = signed_headers(key or self.key, body, stamp)
         return int(self.run(self.post(webhook_url, body, headers)))
+
+    # -- messaging ----------------------------------------------------------------------------
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "10009", "Authentication failed")
+        body = await request.json()
+        if (
+            not body.get("to")
+            or not body.get("text")
+            or not (body.get("from") or body.get("messaging_profile_id"))
+        ):
+            return self._error(422, "10002", "to, text and from are required")
+        if body["to"] == "+15005550009":
+            resp = self._error(422, "40310", "Invalid 'to' address")
+            doc = json.loads(resp.text or "{}")
+            doc["errors"][0]["source"] = {"pointer": "/to"}
+            return web.json_response(doc, status=422)
+        message = {
+            "id": str(uuid.uuid4()),
+            "record_type": "message",
+            "direction": "outbound",
+            "type": "SMS",
+            "text": body["text"],
+            "parts": 1,
+            "from": {"phone_number": body.get("from"), "carrier": "Telnyx", "line_type": "VoIP"},
+            "to": [{"phone_number": body["to"], "carrier": "T-Mobile", "line_type": "Wireless",
+                    "status": "queued"}],
+            "media": [],
+            "cost": None,
+            "errors": [],
+            "webhook_url": body.get("webhook_url"),
+            "messaging_profile_id": body.get("messaging_profile_id"),
+        }  # fmt: skip
+        self.messages[message["id"]] = message
+        if body.get("webhook_url"):
+            self._spawn(self._message_progress(message))
+        return web.json_response({"data": message})
+
+    async def _get_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "10009", "Authentication failed")
+        message = self.messages.get(request.match_info["id"])
+        if message is None:
+            return self._error(404, "10005", "Resource not found")
+        return web.json_response({"data": message})
+
+    async def _message_progress(self, message: dict[str, Any]) -> None:
+        for event_type, status in (("message.sent", "sent"), ("message.finalized", "delivered")):
+            await asyncio.sleep(self.script.step_s)
+            message["to"][0]["status"] = status
+            await self.post(message["webhook_url"], event(event_type, dict(message)))
+
+    def inbound_sms(self, webhook_url: str, sender: str, to: str, text: str) -> int:
+        payload = {
+            "id": str(uuid.uuid4()),
+            "record_type": "message",
+            "direction": "inbound",
+            "type": "SMS",
+            "text": text,
+            "from": {"phone_number": sender, "carrier": "T-Mobile", "line_type": "Wireless"},
+            "to": [{"phone_number": to, "status": "webhook_delivered"}],
+        }
+        return int(self.run(self.post(webhook_url, event("message.received", payload))))
+
+    # -- Call Control -------------------------------------------------------------------------
+
+    async def _dial(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "10009", "Authentication failed")
+        body = await request.json()
+        for key in ("connection_id", "to", "from"):
+            if not body.get(key):
+                return self._error(422, "10002", f"{key} is required")
+        call = CallRecord(id="v3:" + secrets.token_urlsafe(16), body=body)
+        self.calls[call.id] = call
+        if body.get("webhook_url"):
+            self._spawn(self._ring(call))
+        data = {"call_control_id": call.id, "call_leg_id": str(uuid.uuid4()),
+                "call_session_id": str(uuid.uuid4()), "is_alive": True, "record_type": "call",
+                "client_state": body.get("client_state")}  # fmt: skip
+        return web.json_response({"data": data})
+
+    def _call_payload(self, call: CallRecord, **extra: Any) -> dict[str, Any]:
+        return {"call_control_id": call.id, "connection_id": call.body["connection_id"],
+                "from": call.body["from"], "to": call.body["to"], "direction": "outgoing",
+                "client_state": call.body.get("client_state"), **extra}  # fmt: skip
+
+    async def _ring(self, call: CallRecord) -> None:
+        url = call.body["webhook_url"]
+        await asyncio.sleep(self.call_script.talk_s)
+        await self.post(url, event("call.initiated", self._call_payload(call, state="bridging")))
+        await asyncio.sleep(self.call_script.talk_s)
+        if self.call_script.outcome == "busy":
+            call.alive = False
+            payload = self._call_payload(call, hangup_cause="user_busy", hangup_source="callee")
+            await self.post(url, event("call.hangup", payload))
+            return
+        await self.post(url, event("call.answered", self._call_payload(call, state="answered")))
+
+    async def _get_call(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "10009", "Authentication failed")
+        call = self.calls.get(request.match_info["id"])
+        if call is None:
+            return self._error(404, "10005", "Resource not found")
+        return web.json_response({"data": {"call_control_id": call.id, "is_alive": call.alive,
+                                           "record_type": "call"}})  # fmt: skip
+
+    async def _command(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "10009", "Authentication failed")
+        call = self.calls.get(request.match_info["id"])
+        if call is None or not call.alive:
+            return self._error(422, "90018", "Call has already ended")
+        action = request.match_info["action"]
+        body = await request.json()
+        call.commands.append((action, body))
+        url = call.body["webhook_url"]
+        if action == "speak":
+            self._spawn(self._after(url, "call.speak.ended", call))
+        elif action == "playback_start":
+            self._spawn(self._after(url, "call.playback.ended", call))
+        elif action == "hangup":
+            call.alive = False
+            payload = self._call_payload(call, hangup_cause="normal_clearing",
+                                         hangup_source="caller")  # fmt: skip
+            self._spawn(self._after(url, "call.hangup", call, payload))
+        return web.json_response({"data": {"result": "ok"}})
+
+    async def _after(
+        self, url: str, event_type: str, call: CallRecord, payload: dict[str, Any] | None = None
+    ) -> None:
+        await asyncio.sleep(self.call_script.talk_s)
+        await self.post(url, event(event_type, payload or self._call_payload(call)))

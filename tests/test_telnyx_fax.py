@@ -1,6 +1,6 @@
-"""send-fax and receive-fax through the gate on ``kind = "telnyx"``, against a loopback
-fake of Telnyx's API (tests/fake_telnyx.py) that fetches the hosted PDF, answers JSON
-under Bearer auth and sends Ed25519-signed webhooks."""
+"""send-fax, receive-fax, send-sms and call through the gate on ``kind = "telnyx"``,
+against a loopback fake of Telnyx's API (tests/fake_telnyx.py) that fetches the hosted
+PDF, answers JSON under Bearer auth and sends Ed25519-signed webhooks."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import base64
 import io
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -19,9 +19,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
 
 from satsgate.config import Settings
+from satsgate.engines import EngineDeps
+from satsgate.engines.config import parse_providers
+from satsgate.engines.delivery import WebhookRequest
+from satsgate.engines.providers.telnyx import TelnyxProvider
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
 from tests.documents_inputs import text_layer_pdf
-from tests.fake_telnyx import API_KEY, FakeTelnyx, FaxScript, event, signed_headers
+from tests.fake_telnyx import (
+    API_KEY,
+    CallScript,
+    FakeTelnyx,
+    FaxScript,
+    event,
+    signed_headers,
+)
 from tests.test_gateway import assert_envelope
 
 FAX_FROM = "+13125550100"
@@ -50,9 +61,13 @@ def telnyx_settings(data_dir: Path, fake: FakeTelnyx) -> Settings:
             "inbound_fax_numbers": [INBOUND_US, INBOUND_US_2, INBOUND_GB],
             "status_poll_s": 0.5,
             "timeout_s": 5,
+            "messaging_profile_id": "mp-1",
+            "call_connection_id": "cc-app-1",
+            "voices": {"de-de": "male"},
         }
     }
-    return make_settings(data_dir, providers=providers, engines={"fax": "tx"})
+    engines = {"fax": "tx", "sms": "tx", "voice": "tx"}
+    return make_settings(data_dir, providers=providers, engines=engines)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +88,7 @@ async def client(server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture(autouse=True)
 def fresh_script(telnyx: FakeTelnyx) -> None:
     telnyx.script = FaxScript()
+    telnyx.call_script = CallScript()
 
 
 @pytest.fixture(scope="module")
@@ -316,3 +332,117 @@ async def test_mcp_fax_status(client: httpx.AsyncClient, letter: bytes) -> None:
     answer = (await client.post("/api/mcp", json=rpc)).json()
     record = answer["result"]["structuredContent"]
     assert record["faxId"] == fax_id and record["status"] == "delivered" and record["pages"] == 2
+
+
+# -- SMS and calls on the twilio branch's Protocols ----------------------------------------------
+
+
+async def until_status(
+    client: httpx.AsyncClient, url: str, final: bool = True, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    for _ in range(300):
+        body = (await client.get(url, headers=headers or {})).json()
+        if body.get("final") == final:
+            return dict(body)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no final status at {url}")
+
+
+async def test_sms_through_the_sms_engine(client: httpx.AsyncClient, telnyx: FakeTelnyx) -> None:
+    resp, _ = await paid(client, "send-sms", {"phone_number": TO, "message": "Table at 8pm"})
+    assert resp.status_code == 200, resp.text
+    message_id = resp.headers["X-Message-Id"]
+    sent = list(telnyx.messages.values())[-1]
+    assert sent["text"] == "Table at 8pm" and sent["to"][0]["phone_number"] == TO
+    assert sent["from"]["phone_number"] == FAX_FROM and sent["messaging_profile_id"] == "mp-1"
+    assert sent["webhook_url"].endswith(f"/api/webhooks/telnyx/tx?ref={message_id}")
+    status = await until_status(client, resp.headers["X-Status-Url"])
+    assert status["status"] == "delivered" and status["message_id"] == message_id
+    assert "telnyx" not in json.dumps(status).lower()
+
+
+async def test_sms_to_a_refused_number_is_refunded(client: httpx.AsyncClient) -> None:
+    resp, _ = await paid(client, "send-sms", {"phone_number": "+15005550009", "message": "Hi"})
+    body = assert_envelope(resp, "INVALID_INPUT", 400)
+    assert body["refund"]["amount_sats"] > 0
+    assert "telnyx" not in json.dumps(body).lower()
+
+
+async def test_call_speaks_the_message_and_bills_connected_minutes(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx
+) -> None:
+    body = {"phone_number": TO, "message": "Your table is ready", "repeat": 2,
+            "duration_minutes": 3, "language": "de-DE"}  # fmt: skip
+    resp, auth = await paid(client, "call", body)
+    assert resp.status_code == 200, resp.text
+    placed = resp.json()
+    status = await until_status(client, placed["status_url"], headers={"Authorization": auth})
+    assert status["status"] == "completed" and status["billed_minutes"] == 1
+    call = list(telnyx.calls.values())[-1]
+    assert call.body["connection_id"] == "cc-app-1" and call.body["to"] == TO
+    assert call.body["time_limit_secs"] == 180
+    actions = [action for action, _ in call.commands]
+    assert actions == ["speak", "speak", "hangup"]
+    speak = call.commands[0][1]
+    assert speak["payload"] == "Your table is ready"
+    assert speak["voice"] == "male" and speak["language"] == "de-DE"
+    # One minute billed of the three paid: the other two refunded.
+    assert status["refund"]["amount_sats"] == round(status["charged_sats"] * 2)
+
+
+async def test_busy_call_is_refunded_in_full(client: httpx.AsyncClient, telnyx: FakeTelnyx) -> None:
+    telnyx.call_script.outcome = "busy"
+    resp, auth = await paid(client, "call", {"phone_number": TO, "message": "Hello"})
+    status = await until_status(client, resp.json()["status_url"], headers={"Authorization": auth})
+    assert status["status"] == "busy" and status["charged_sats"] == 0
+    assert status["refund"]["amount_sats"] > 0
+    assert list(telnyx.calls.values())[-1].commands == []  # nothing spoken, nothing to end
+
+
+class ListOptOuts:
+    """An in-memory do-not-contact list (the store's is holds'; the adapter only adds)."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, str]] = []
+
+    async def add(self, address: str, source: str, now: int | None = None) -> bool:
+        self.added.append((address, source))
+        return True
+
+    async def opted_out(self, addresses: Sequence[str]) -> list[str]:
+        return [a for a in addresses if any(a == added for added, _ in self.added)]
+
+
+async def test_stop_reply_opts_the_sender_out(telnyx: FakeTelnyx, tmp_path: Path) -> None:
+    opt_outs = ListOptOuts()
+    settings = telnyx_settings(tmp_path, telnyx)
+    config = parse_providers(settings.providers)["tx"]
+    deps = EngineDeps(settings, cast(Any, None), opt_outs=opt_outs)
+    provider = TelnyxProvider(config, deps)
+    try:
+        url = f"{settings.public_base_url}/api/webhooks/telnyx/tx"
+
+        def received(text: str, sender: str) -> bytes:
+            payload = {"id": "m-" + text, "direction": "inbound", "text": text,
+                       "from": {"phone_number": sender},
+                       "to": [{"phone_number": FAX_FROM}]}  # fmt: skip
+            return event("message.received", payload)
+
+        hello = received("Hello there", "+14155550111")
+        answer = await provider.receive_events(
+            WebhookRequest(url, "POST", signed_headers(telnyx.key, hello), hello)
+        )
+        assert answer.status == 200 and answer.inbound[0].text == "Hello there"
+        stop = received("STOP", "+14155550112")
+        forged = signed_headers(Ed25519PrivateKey.generate(), stop)
+        assert (
+            await provider.receive_events(WebhookRequest(url, "POST", forged, stop))
+        ).status == 403
+        assert opt_outs.added == []
+        answer = await provider.receive_events(
+            WebhookRequest(url, "POST", signed_headers(telnyx.key, stop), stop)
+        )
+        assert answer.status == 200
+        assert opt_outs.added == [("+14155550112", "sms-stop")]
+    finally:
+        await provider.aclose()

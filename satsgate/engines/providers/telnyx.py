@@ -34,6 +34,7 @@ import binascii
 import contextlib
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -647,7 +648,8 @@ class TelnyxProvider:
         if not call_id:
             return WebhookEvents(200)
         call = self._calls.get(call_id)
-        at = int(_timestamp(data.get("occurred_at")))
+        moment = _timestamp(data.get("occurred_at"))
+        at = int(moment)
         ref = reference or (call.request.reference if call is not None else None)
 
         def report(status: CallStatus, **extra: Any) -> WebhookEvents:
@@ -660,7 +662,7 @@ class TelnyxProvider:
             if call is None:  # a call this process did not place (or forgot): end it
                 self.spawn(self._command(call_id, "hangup", {}))
                 return report("in-progress")
-            call.answered_at = at
+            call.answered_at = moment
             self.spawn(self._play(call_id, call))
             return report("in-progress")
         if event_type in ("call.speak.ended", "call.playback.ended"):
@@ -682,7 +684,9 @@ class TelnyxProvider:
             answered = call.answered_at if call is not None else None
             self._calls.pop(call_id, None)
             if answered is not None:
-                return report("completed", duration_s=max(0, at - answered), error=cause or None)
+                # Connected time in whole seconds, at least 1: an answered call was connected.
+                connected = max(1, math.ceil(moment - answered))
+                return report("completed", duration_s=connected, error=cause or None)
             status = _HANGUP_STATUS.get(cause, "failed")
             return report(status, error=cause or None)
         return WebhookEvents(200)
@@ -725,7 +729,7 @@ class _Call:
 
     request: CallRequest
     plays: int = 0
-    answered_at: int | None = None
+    answered_at: float | None = None  # Unix seconds of call.answered
     answered_by: str | None = None
 
 

@@ -63,7 +63,7 @@ from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
-from satsgate.services.faxes import attach_inbox
+from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
@@ -246,12 +246,15 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
-    """receive-fax's inbox: the fax engines' inbound numbers, their leases, retention."""
-    inbox = attach_inbox(app[ENGINES], app[STORE].faxes, app[FILES], app[SETTINGS])
+    """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
+    store = app[STORE]
+    desk = attach_desk(
+        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
+    )
     if app[ENGINES].available("fax"):
-        inbox.start()
+        await desk.start()
     yield
-    await inbox.close()
+    await desk.close()
 
 
 # An unpaid payment is deleted this long after its invoice expired.

@@ -41,7 +41,6 @@ JOB_TYPES = (
     "epub-audiobook",
     "transcribe-translate",
     "translate-epub",
-    "fax",  # send-fax: queued -> sending -> delivered (COMPLETED) or failed (refunded)
 )
 POLL_INTERVAL_MS = 5000
 MAX_WAIT_MS = 600_000

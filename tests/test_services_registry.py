@@ -50,8 +50,6 @@ SPEC_JOBS = {
     "generate-video": "video", "animate-image": "video-image", "generate-3d-model": "image-3d",
     "transcribe-audio": "transcription", "transcribe-translate": "transcribe-translate",
     "epub-audiobook": "epub-audiobook", "translate-epub": "translate-epub",
-    # Not a spec type: a fax is delivered (or fails, refunded) minutes after it is sent.
-    "send-fax": "fax",
 }  # fmt: skip
 
 # Fixed prices of the catalog that a service charges as is.

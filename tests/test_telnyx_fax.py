@@ -15,15 +15,24 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from aiosmtpd.controller import Controller
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
 
+from satsgate.app import ENGINES
 from satsgate.config import Settings
 from satsgate.engines import EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.providers.telnyx import TelnyxProvider
-from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
+from satsgate.services import faxes as faxes_module
+from tests.conftest import (
+    ThreadedServer,
+    free_port,
+    http_client,
+    make_settings,
+    paid_l402_auth,
+)
 from tests.documents_inputs import text_layer_pdf
 from tests.fake_telnyx import (
     API_KEY,
@@ -33,6 +42,7 @@ from tests.fake_telnyx import (
     event,
     signed_headers,
 )
+from tests.test_email_smtp import Mailbox, Smtp
 from tests.test_gateway import assert_envelope
 
 FAX_FROM = "+13125550100"
@@ -49,8 +59,17 @@ def telnyx() -> Iterator[FakeTelnyx]:
     fake.stop()
 
 
-def telnyx_settings(data_dir: Path, fake: FakeTelnyx) -> Settings:
-    providers = {
+@pytest.fixture(scope="module")
+def smtp() -> Iterator[Smtp]:
+    box = Smtp(Mailbox(), free_port())
+    controller = Controller(box.mailbox, hostname="127.0.0.1", port=box.port)
+    controller.start()
+    yield box
+    controller.stop()
+
+
+def telnyx_settings(data_dir: Path, fake: FakeTelnyx, smtp: Smtp | None = None) -> Settings:
+    providers: dict[str, Any] = {
         "tx": {
             "kind": "telnyx",
             "base_url": f"{fake.url}/v2",
@@ -67,14 +86,18 @@ def telnyx_settings(data_dir: Path, fake: FakeTelnyx) -> Settings:
         }
     }
     engines = {"fax": "tx", "sms": "tx", "voice": "tx"}
+    if smtp is not None:
+        providers["mail"] = {"kind": "smtp", "host": "127.0.0.1", "port": smtp.port,
+                             "from_address": "node@example.com", "starttls": False}  # fmt: skip
+        engines["email"] = "mail"
     return make_settings(data_dir, providers=providers, engines=engines)
 
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, telnyx: FakeTelnyx
+    tmp_path_factory: pytest.TempPathFactory, telnyx: FakeTelnyx, smtp: Smtp
 ) -> Iterator[ThreadedServer]:
-    srv = ThreadedServer(telnyx_settings(tmp_path_factory.mktemp("telnyx"), telnyx))
+    srv = ThreadedServer(telnyx_settings(tmp_path_factory.mktemp("telnyx"), telnyx, smtp))
     yield srv
     srv.stop()
 
@@ -111,17 +134,23 @@ async def paid(
 async def until_final(
     client: httpx.AsyncClient, fax_id: str, auth: str = ""
 ) -> list[dict[str, Any]]:
-    """Poll the free fax status until delivered or failed; every answer seen."""
+    """Poll the free fax status until it is final (and settled); every answer seen."""
     seen: list[dict[str, Any]] = []
     headers = {"Authorization": auth} if auth else {}
     for _ in range(300):
         resp = await client.get("/api/l402/send-fax", params={"faxId": fax_id}, headers=headers)
         assert resp.status_code == 200, resp.text
         seen.append(resp.json())
-        if seen[-1]["status"] in ("delivered", "failed"):
+        if seen[-1]["final"] and (seen[-1]["status"] == "delivered" or "refund" in seen[-1]):
             return seen
         await asyncio.sleep(0.02)
     raise AssertionError("the fax never ended")
+
+
+async def sent_fax(client: httpx.AsyncClient, letter: bytes) -> tuple[dict[str, Any], str]:
+    resp, auth = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json()), auth
 
 
 def webhook_url(server: ThreadedServer) -> str:
@@ -134,37 +163,33 @@ def webhook_url(server: ThreadedServer) -> str:
 async def test_send_fax_delivered(
     client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes
 ) -> None:
-    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
-    assert resp.status_code == 202, resp.text
-    accepted = resp.json()
-    fax_id = accepted["job_id"]
+    answer, _ = await sent_fax(client, letter)
+    assert answer["success"] is True and answer["status"] == "queued"
+    fax_id = answer["faxId"]
+    assert answer["status_url"].endswith(f"/api/l402/send-fax?faxId={fax_id}")
     seen = await until_final(client, fax_id)
     statuses = [s["status"] for s in seen]
     assert statuses[-1] == "delivered"
     assert set(statuses) <= {"queued", "sending", "delivered"}
     assert seen[-1]["faxId"] == fax_id and seen[-1]["pages"] == 2
+    assert "refund" not in seen[-1]
     # Telnyx got the caller's PDF itself, from a signed URL of the node, and our numbers.
     fax = list(telnyx.faxes.values())[-1]
     assert fax.media == letter
     assert fax.body["to"] == TO and fax.body["from"] == FAX_FROM
     assert fax.body["connection_id"] == "fax-app-1"
     assert "/api/files/" in fax.body["media_url"] and "sig=" in fax.body["media_url"]
-    assert fax.body["webhook_url"].endswith("/api/webhooks/telnyx/tx")
-    # The job itself: COMPLETED with the result, nothing of the provider in it.
-    job = (await client.get(accepted["poll_url"])).json()
-    assert job["status"] == "COMPLETED" and job["jobType"] == "fax"
-    assert job["result"] == {"success": True, "status": "delivered", "pages": 2}
-    assert "telnyx" not in json.dumps(job).lower()
+    assert fax.body["webhook_url"].endswith(f"/api/webhooks/telnyx/tx?ref={fax_id}")
+    assert "telnyx" not in json.dumps(seen).lower()
 
 
 async def test_send_fax_failure_is_refunded(
-    client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, letter: bytes, server: ThreadedServer
 ) -> None:
     telnyx.script.outcome = "failed"
     telnyx.script.failure_reason = "receiver_call_dropped"
-    resp, auth = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
-    assert resp.status_code == 202, resp.text
-    fax_id = resp.json()["job_id"]
+    answer, auth = await sent_fax(client, letter)
+    fax_id = answer["faxId"]
     seen = await until_final(client, fax_id, auth)
     last = seen[-1]
     assert last["status"] == "failed"
@@ -172,9 +197,23 @@ async def test_send_fax_failure_is_refunded(
     assert last["refund"]["amount_sats"] == 500 and last["refund"]["lnurl_withdraw"]
     # Without the payer's credential, no refund secret.
     anonymous = (await client.get("/api/l402/send-fax", params={"faxId": fax_id})).json()
-    assert "lnurl_withdraw" not in json.dumps(anonymous)
-    job = (await client.get(resp.json()["poll_url"], headers={"Authorization": auth})).json()
-    assert job["status"] == "FAILED" and job["refund"]["amount_sats"] == 500
+    assert anonymous["status"] == "failed" and "lnurl_withdraw" not in json.dumps(anonymous)
+    # Settled once: a late duplicate report changes nothing, no second refund.
+    fax = list(telnyx.faxes.values())[-1]
+    body = event("fax.failed", telnyx._payload(fax, "failed"))
+    headers = signed_headers(telnyx.key, body)
+    async with httpx.AsyncClient(timeout=10) as raw:
+        resp = await raw.post(webhook_url(server), content=body, headers=headers)
+        assert resp.status_code == 200
+    await asyncio.sleep(0.2)
+    payment_id = _payment_of(server, fax_id)
+    refunds = server.call(lambda: server.store.refunds.for_payment(payment_id))
+    assert len(refunds) == 1
+
+
+def _payment_of(server: ThreadedServer, fax_id: str) -> str:
+    fax = server.call(lambda: server.store.faxes.get_send(fax_id))
+    return str(fax.payment_id)
 
 
 async def test_provider_refusal_is_refunded_and_not_repeated(
@@ -182,10 +221,10 @@ async def test_provider_refusal_is_refunded_and_not_repeated(
 ) -> None:
     before = len(telnyx.creates)
     telnyx.script.create_errors = [500]
-    resp, auth = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
-    seen = await until_final(client, resp.json()["job_id"], auth)
-    assert seen[-1]["status"] == "failed" and seen[-1]["refund"]["amount_sats"] == 500
-    assert "telnyx" not in json.dumps(seen[-1]).lower()
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    body = assert_envelope(resp, "L402_UPSTREAM_FAILED", 502)
+    assert body["refund"]["amount_sats"] == 500
+    assert "telnyx" not in json.dumps(body).lower()
     # A 500 after a POST may have sent the fax: never sent again.
     assert telnyx.creates[before:] == [500]
 
@@ -195,8 +234,8 @@ async def test_rate_limited_create_is_retried(
 ) -> None:
     before = len(telnyx.creates)
     telnyx.script.create_errors = [429]
-    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
-    seen = await until_final(client, resp.json()["job_id"])
+    answer, _ = await sent_fax(client, letter)
+    seen = await until_final(client, answer["faxId"])
     assert seen[-1]["status"] == "delivered"
     assert telnyx.creates[before:] == [429, 202]
 
@@ -205,8 +244,8 @@ async def test_forged_and_stale_webhooks_change_nothing(
     client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer, letter: bytes
 ) -> None:
     telnyx.script.outcome = "never"  # the fax stays "sending" unless a webhook says more
-    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
-    fax_id = resp.json()["job_id"]
+    answer, _ = await sent_fax(client, letter)
+    fax_id = answer["faxId"]
     for _ in range(200):
         state = (await client.get("/api/l402/send-fax", params={"faxId": fax_id})).json()
         if state["status"] == "sending":
@@ -252,9 +291,9 @@ async def test_send_fax_refuses_bad_input_before_any_invoice(client: httpx.Async
 
 
 async def test_receive_fax_delivers_to_the_payer(
-    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer, smtp: Smtp
 ) -> None:
-    resp, _ = await paid(client, "receive-fax", {"country": "GB"})
+    resp, _ = await paid(client, "receive-fax", {"country": "GB", "forwardEmail": "me@example.org"})
     assert resp.status_code == 200, resp.text
     inbox = resp.json()
     assert inbox["faxNumber"] == INBOUND_GB and inbox["faxes"] == [] and inbox["active"]
@@ -285,6 +324,16 @@ async def test_receive_fax_delivers_to_the_payer(
     assert pdf == document
     text = " ".join(page.extract_text() for page in PdfReader(io.BytesIO(pdf)).pages)
     assert "Contract for Bob" in text and "Page two" in text
+    # E-mailed to forwardEmail too: a link to the same document.
+    for _ in range(200):
+        if smtp.mailbox.received:
+            break
+        await asyncio.sleep(0.02)
+    envelope, mail = smtp.mailbox.received[-1]
+    assert envelope.rcpt_tos == ["me@example.org"] and INBOUND_GB in str(mail["Subject"])
+    text = mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    link = next(line for line in text.splitlines() if "/api/files/" in line).strip()
+    assert (await client.get(link)).content == document
     stray_name = stray.rsplit("/", 1)[1]
     forged_name = forged_url.rsplit("/", 1)[1]
     assert stray_name not in telnyx.media_gets and forged_name not in telnyx.media_gets
@@ -324,8 +373,8 @@ async def test_receive_fax_refuses_a_country_without_numbers(client: httpx.Async
 
 
 async def test_mcp_fax_status(client: httpx.AsyncClient, letter: bytes) -> None:
-    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
-    fax_id = resp.json()["job_id"]
+    answer, _ = await sent_fax(client, letter)
+    fax_id = answer["faxId"]
     await until_final(client, fax_id)
     rpc = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
            "params": {"name": "get_fax_status", "arguments": {"faxId": fax_id}}}  # fmt: skip
@@ -338,11 +387,12 @@ async def test_mcp_fax_status(client: httpx.AsyncClient, letter: bytes) -> None:
 
 
 async def until_status(
-    client: httpx.AsyncClient, url: str, final: bool = True, headers: dict[str, str] | None = None
+    client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    """The status read once final (a call's: once settled, with its billing)."""
     for _ in range(300):
         body = (await client.get(url, headers=headers or {})).json()
-        if body.get("final") == final:
+        if body.get("final") and ("call_id" not in body or "charged_sats" in body):
             return dict(body)
         await asyncio.sleep(0.02)
     raise AssertionError(f"no final status at {url}")
@@ -446,3 +496,58 @@ async def test_stop_reply_opts_the_sender_out(telnyx: FakeTelnyx, tmp_path: Path
         assert opt_outs.added == [("+14155550112", "sms-stop")]
     finally:
         await provider.aclose()
+
+
+async def test_received_documents_are_deleted_after_12_hours(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer
+) -> None:
+    resp, _ = await paid(client, "receive-fax", {"country": "US"})
+    inbox = resp.json()
+    media = telnyx.serve(text_layer_pdf("Kept for twelve hours"))
+    assert telnyx.inbound_fax(webhook_url(server), inbox["faxNumber"], TO, media) == 200
+    for _ in range(200):
+        faxes = (await client.get(inbox["poll_url"])).json()["faxes"]
+        if faxes:
+            break
+        await asyncio.sleep(0.02)
+    link = faxes[0]["url"]
+    assert (await client.get(link)).status_code == 200
+    desk = faxes_module.desk_for(server.app[ENGINES])
+    server.call(lambda: desk.clean(now=time.time() + 11 * 3600))
+    assert (await client.get(link)).status_code == 200  # not yet
+    server.call(lambda: desk.clean(now=time.time() + 12 * 3600 + 60))
+    assert (await client.get(link)).status_code == 404
+    after = (await client.get(inbox["poll_url"])).json()["faxes"]
+    assert after[0]["status"] == "deleted" and "url" not in after[0] and "from" not in after[0]
+
+
+async def test_a_restart_follows_the_fax_it_sent(
+    telnyx: FakeTelnyx, tmp_path: Path, letter: bytes
+) -> None:
+    """A fax in flight when satsgate stops is followed again after the start: its end
+    settles it (here: refunded), and it is never sent twice."""
+    telnyx.script.outcome = "never"
+    settings = telnyx_settings(tmp_path / "node", telnyx)
+    first = ThreadedServer(settings)
+    try:
+        async for client in http_client(first):
+            answer, auth = await sent_fax(client, letter)
+    finally:
+        first.stop()
+    creates = len(telnyx.creates)
+    fax = list(telnyx.faxes.values())[-1]
+    second = ThreadedServer(settings)
+    try:
+        url = f"{second.url}/api/webhooks/telnyx/tx"
+        body = event(
+            "fax.failed", {**telnyx._payload(fax, "failed"), "failure_reason": "user_busy"}
+        )
+        async with httpx.AsyncClient(timeout=10) as raw:
+            resp = await raw.post(url, content=body, headers=signed_headers(telnyx.key, body))
+            assert resp.status_code == 200
+        async for client in http_client(second):
+            seen = await until_final(client, answer["faxId"], auth)
+        assert seen[-1]["status"] == "failed" and seen[-1]["refund"]["amount_sats"] == 500
+        assert len(telnyx.creates) == creates
+    finally:
+        second.stop()

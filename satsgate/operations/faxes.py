@@ -9,13 +9,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body, Refund
-from satsgate.payments.proof import proves, without_refund_secrets
+from satsgate.payments.proof import proves
 from satsgate.services import faxes
 from satsgate.services.comms import RECEIVE_FAX, SEND_FAX
-from satsgate.store import JobStatus
 
 Token = Annotated[str, StringConstraints(min_length=8, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 
@@ -23,7 +23,7 @@ Token = Annotated[str, StringConstraints(min_length=8, max_length=128, pattern=r
 class FaxStatusParams(BaseModel):
     model_config = ConfigDict(extra="forbid", title="fax status query")
 
-    faxId: Token = Field(description="The job_id send-fax answered (the fax's id).")
+    faxId: Token = Field(description="The faxId send-fax answered.")
     paymentId: str | None = Field(
         None,
         max_length=200,
@@ -39,14 +39,18 @@ class FaxInboxParams(BaseModel):
 
 
 class FaxStatusRecord(Body):
-    """A sent fax: status queued, sending, delivered or failed."""
+    """A sent fax: status queued, sending, delivered or failed (final once delivered or
+    failed; a failed fax is refunded in full)."""
 
     model_config = ConfigDict(title="FaxStatusRecord")
 
     success: bool
     faxId: str
     status: str
+    status_url: str
+    final: bool
     pages: int | None = None
+    updated_at: str | None = None
     error: str | None = None
     refund: Refund | None = None
 
@@ -85,41 +89,26 @@ def _unavailable(title: str) -> ApiError:
 async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -> FaxStatusRecord:
     if not SEND_FAX.is_available(env.engines):
         raise _unavailable(SEND_FAX.title)
-    job = await env.jobs.get(args.faxId)
-    if job is None or job.service != SEND_FAX.slug:
+    try:
+        desk = faxes.desk_for(env.engines)
+    except EngineError:
+        raise _unavailable(SEND_FAX.title) from None
+    fax = await desk.status(args.faxId)
+    if fax is None:
         raise ApiError("NOT_FOUND", f"No fax {args.faxId!r}.")
-    body: dict[str, Any] = {"success": True, "faxId": job.job_id}
-    if job.status is JobStatus.COMPLETED:
-        result = job.result or {}
-        body.update(status="delivered", pages=result.get("pages"))
-    elif job.status is JobStatus.FAILED:
-        body["status"] = "failed"
-        error = dict(job.error or {})
-        body["error"] = error.get("error")
-        payment = await env.gate.get_payment(job.payment_id)
-        payer = payment is not None and proves(
-            payment, authorization=call.authorization, payment_id=args.paymentId
-        )
-        if error.get("refund") is not None:
-            shown = error if payer else without_refund_secrets(error)
-            body["refund"] = shown.get("refund")
-    else:
-        progress = env.jobs.progress(job.job_id)
-        status = progress.message if progress is not None else ""
-        if status not in ("queued", "sending"):
-            saved = await env.jobs.state_for(job.payment_id).load() or {}
-            status = str(saved.get("status") or "queued")
-        # The job's end (its result or its refund) makes a fax delivered or failed.
-        body["status"] = status if status in ("queued", "sending") else "sending"
-    return FaxStatusRecord.model_validate(body)
+    payment = await env.gate.get_payment(fax.payment_id)
+    payer = payment is not None and proves(
+        payment, authorization=call.authorization, payment_id=args.paymentId
+    )
+    return FaxStatusRecord.model_validate(await desk.status_body(fax, payer))
 
 
 async def check_fax_inbox(env: OperationEnv, args: FaxInboxParams, call: Call) -> FaxInboxRecord:
     if not RECEIVE_FAX.is_available(env.engines):
         raise _unavailable(RECEIVE_FAX.title)
     try:
-        inbox = faxes.inbox_for(env.engines)
-    except Exception:
+        inbox = faxes.desk_for(env.engines)
+    except EngineError:
         raise _unavailable(RECEIVE_FAX.title) from None
     lease = await inbox.get(args.inboxId)
     if lease is None:
@@ -142,21 +131,21 @@ GET_FAX_STATUS: OperationSpec[FaxStatusParams, FaxStatusRecord] = OperationSpec(
     name="get_fax_status",
     title="Fax status",
     description="The status of a fax sent with send_fax, free: { success, faxId, status, "
-    "pages, error?, refund? }; status is queued, sending, delivered or failed (a failed fax "
-    "is refunded in full; its refund link is shown to the payer). faxId is the job_id of "
-    "the submission. Unknown fax: NOT_FOUND.",
+    "final, pages, status_url, error?, refund? }; status is queued, sending, delivered or "
+    "failed (a failed fax is refunded in full; its refund link is shown to the payer: "
+    "the HTTP credential, or paymentId). Unknown fax: NOT_FOUND.",
     params=FaxStatusParams,
     result=FaxStatusRecord,
     handler=get_fax_status,
     http=HttpRoute(
         "GET",
         faxes.SEND_PATH,
-        example=f"GET {faxes.SEND_PATH}?faxId=<job_id>",
+        example=f"GET {faxes.SEND_PATH}?faxId=<faxId>",
         on_service=SEND_FAX.slug,
         when=_has("faxId"),
         headers={"Cache-Control": "no-store"},
         summary=f"Describe {SEND_FAX.title}, or read one fax's status with faxId (free)",
-        llms="`GET {url}?faxId=<job_id>` reads a sent fax's status (queued, sending, "
+        llms="`GET {url}?faxId=<faxId>` reads a sent fax's status (queued, sending, "
         "delivered, failed)",
     ),
     tool="get_fax_status",

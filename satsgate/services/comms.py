@@ -667,15 +667,13 @@ SEND_FAX = ServiceSpec(
     tool_name="send_fax",
     category="fax",
     title="Send fax",
-    description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number. A job (jobType fax): "
-    "202 with job_id, which is the faxId; poll it (or GET /api/l402/send-fax?faxId=, free) "
-    "for status queued, sending, delivered or failed. COMPLETED result { success, status: "
-    "'delivered', pages }; a fax that fails is refunded in full. 500 sats per fax.",
+    description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number: { success, faxId, "
+    "status, status_url }. Read the status for free at status_url (or MCP get_fax_status): "
+    "queued, sending, delivered or failed; a fax that fails is refunded in full (the "
+    "refund link is in the payer's status read). 500 sats per fax.",
     params=SendFaxParams,
     price_msat=flat_price("fax-send"),
     handler=faxes.send_fax,
-    mode="job",
-    job_type="fax",
     model_ids=(44,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "TIMEOUT", "CONTENT_POLICY_HELD"),
     max_body_bytes=body_limit(FAX_MAX_BYTES),

@@ -1,11 +1,13 @@
 """Fax send and receive on the ``fax`` engine (satsgate.engines.fax).
 
-send-fax is a job (``jobType: "fax"``; the job id is the fax's ``faxId``): the PDF is
-hosted at a signed URL on the node's public URL for the engine to fetch, screened,
-sent, and the job follows the engine's status (``queued`` -> ``sending`` ->
-``delivered``) until the fax is delivered (COMPLETED) or failed (FAILED, refunded in
-full). The status is free to read: ``GET /api/l402/send-fax?faxId=`` and MCP
-``get_fax_status`` (satsgate.operations.faxes), or the job-status endpoint.
+send-fax: the PDF is screened (its text layer and the cover text), hosted at a signed,
+expiring URL on the node's public URL for the engine to fetch, and sent; the answer is
+``{ success, faxId, status, status_url }``. The node's :class:`FaxDesk` follows the
+fax through the engine's webhooks (``queued`` -> ``sending`` -> ``delivered`` or
+``failed``) and settles it once: a delivered fax is charged, a failed one (or one not
+delivered within :data:`DELIVERY_LIMIT_S`) is refunded in full. The status is free to
+read: ``GET /api/l402/send-fax?faxId=`` and MCP ``get_fax_status``
+(satsgate.operations.faxes); a restart follows the unsettled faxes again.
 
 receive-fax leases one of the engine's inbound numbers to the payment for
 :data:`LEASE_S` (:class:`FaxInbox`). Every fax that number receives during the lease is
@@ -30,20 +32,24 @@ import logging
 import secrets
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from satsgate.config import Settings
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.fax import FaxEngine, FaxRequest, FaxState, InboundFax
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.files import FileStore
+from satsgate.payments.proof import without_refund_secrets
+from satsgate.refunds import RefundService
 from satsgate.services import screening
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.common import decode_file
 from satsgate.services.telephony import destination
-from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax
+from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
+from satsgate.store.models import Payment
 
 if TYPE_CHECKING:
     from satsgate.services.comms import ReceiveFaxParams, SendFaxParams
@@ -93,76 +99,42 @@ def _iso(ts: float) -> str:
 # -- send-fax --------------------------------------------------------------------------------
 
 
-def _progress(status: str) -> float:
-    return {"queued": 10.0, "sending": 50.0}.get(status, 100.0)
-
-
 async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
-    """Send, then follow the fax to its end (the job's handler; resumed after a restart
-    from its saved state, waiting for the same fax, never sending it twice)."""
-    saved = await ctx.job_state.load() or {}
-    bindings = ctx.engines.bindings("fax")
-    if saved.get("fax_id") and isinstance(saved.get("binding"), int):
-        index = int(saved["binding"])
-        if not 0 <= index < len(bindings):
-            raise EngineError(
-                "SERVICE_ERROR", "The fax engine changed during a restart.", may_fall_back=False
-            )
-        engine: FaxEngine = bindings[index].engine  # type: ignore[assignment]
-        state = FaxState(str(saved["fax_id"]), saved.get("status", "queued"))
-        pages = int(saved.get("pages") or 0)
-        started = float(saved.get("started") or time.time())
-    else:
-        from satsgate.services.comms import FAX_MAX_BYTES
+    """Screen, host the PDF, send: ``{ success, faxId, status, status_url }``. The node's
+    fax desk follows the fax to its end and settles it once: delivered is charged, failed
+    (or not delivered within an hour) is refunded in full. Run again for the same payment
+    (a released hold), it answers the fax already sent."""
+    from satsgate.services.comms import FAX_MAX_BYTES
 
-        data = decode_file(params.documentBase64, "documentBase64", FAX_MAX_BYTES)
-        pages = int(await asyncio.to_thread(params.checked))
-        await screen_fax(ctx, params.faxNumber, data, params.coverText)
-        stored = await ctx.files.save(data, "pdf", ttl_s=SEND_MEDIA_TTL_S)
-        request = FaxRequest(
-            to=params.faxNumber, media_url=stored.url, pages=pages, reference=ctx.call_id
-        )
-        used: list[object] = []
+    desk = desk_for(ctx.engines)
+    data = decode_file(params.documentBase64, "documentBase64", FAX_MAX_BYTES)
+    pages = int(await asyncio.to_thread(params.checked))
+    await screen_fax(ctx, params.faxNumber, data, params.coverText)
+    existing = await desk.sent_for_payment(ctx.call_id)
+    if existing is not None and existing.upstream_id is not None:
+        return ServiceResult(desk.send_body(existing))
+    stored = await ctx.files.save(data, "pdf", ttl_s=SEND_MEDIA_TTL_S)
+    fax_id = existing.fax_id if existing is not None else "fax_" + secrets.token_urlsafe(16)
+    request = FaxRequest(to=params.faxNumber, media_url=stored.url, pages=pages, reference=fax_id)
 
-        async def send(engine: FaxEngine, _model: str | None) -> FaxState:
-            sent = await engine.send(request)
-            used.append(engine)
-            return sent
+    async def send(engine: FaxEngine, _model: str | None) -> tuple[str, FaxState]:
+        provider = desk.provider_of(engine)
+        await desk.record_send(fax_id, ctx.call_id, provider, pages, flat_fax_msat())
+        return provider, await engine.send(request)
 
-        state = await ctx.engines.run("fax", FaxEngine, send)
-        engine = used[0]  # type: ignore[assignment]
-        index = next(i for i, b in enumerate(bindings) if b.engine is engine)
-        started = time.time()
-        await ctx.job_state.save(
-            {"fax_id": state.fax_id, "binding": index, "status": state.status,
-             "pages": pages, "started": started}
-        )  # fmt: skip
-    ctx.progress(_progress(state.status), state.status)
-    while not state.final:
-        left = started + DELIVERY_LIMIT_S - time.time()
-        if left <= 0:
-            raise EngineError(
-                "TIMEOUT",
-                "The fax was not delivered within an hour; the payment was refunded.",
-                may_fall_back=False,
-            )
-        changed = await engine.wait(state.fax_id, min(WAIT_STEP_S, left))
-        if changed.status != state.status:
-            await ctx.job_state.save(
-                {"fax_id": changed.fax_id, "binding": index, "status": changed.status,
-                 "pages": pages, "started": started}
-            )  # fmt: skip
-            ctx.progress(_progress(changed.status), changed.status)
-        state = changed
-    if state.status == "failed":
-        reason = state.failure_reason or "not delivered"
-        raise EngineError(
-            "SERVICE_ERROR",
-            f"The fax could not be delivered ({reason}); the payment was refunded.",
-            may_fall_back=False,
-            extra={"fax_status": "failed"},
-        )
-    return ServiceResult({"success": True, "status": "delivered", "pages": state.pages or pages})
+    try:
+        provider, state = await ctx.engines.run("fax", FaxEngine, send)
+    except EngineError as exc:
+        await desk.mark_failed(fax_id, exc.message)
+        raise
+    record = await desk.sent(fax_id, provider, state)
+    return ServiceResult(desk.send_body(record))
+
+
+def flat_fax_msat() -> int:
+    from satsgate.services.pricing import FLAT_SATS, MSAT
+
+    return FLAT_SATS["fax-send"] * MSAT
 
 
 async def screen_fax(ctx: ServiceContext, to: str, document: bytes, cover_text: str | None) -> None:
@@ -184,16 +156,26 @@ class _Number:
     engine: FaxEngine
 
 
-class FaxInbox:
-    """The node's inbound fax numbers, their leases and the faxes they received."""
+class FaxDesk:
+    """The node's faxes: the sent ones followed to their end and settled, the inbound
+    numbers, their leases and the faxes they received. App-scoped (desk_for)."""
 
     def __init__(
-        self, engines: Engines, repo: FaxRepository, files: FileStore, settings: Settings
+        self,
+        engines: Engines,
+        repo: FaxRepository,
+        files: FileStore,
+        settings: Settings,
+        payments: Callable[[str], Awaitable[Payment | None]],
+        refunds: RefundService,
     ) -> None:
         self._engines = engines
         self._repo = repo
         self._files = files
         self._settings = settings
+        self._payments = payments
+        self._refunds = refunds
+        self._following: dict[str, asyncio.Task[None]] = {}
         self._numbers: dict[str, _Number] = {}
         for binding in engines.bindings("fax"):
             engine: FaxEngine = binding.engine  # type: ignore[assignment]
@@ -202,14 +184,142 @@ class FaxInbox:
             engine.on_inbound(self._handler(engine))
         self._cleanup: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._cleanup = asyncio.create_task(self._clean_periodically(), name="fax-inbox")
+    async def start(self) -> None:
+        """Retention, and the faxes a restart left unsettled followed again."""
+        self._cleanup = asyncio.create_task(self._clean_periodically(), name="fax-desk")
+        for fax in await self._repo.unsettled_sends():
+            self._follow(fax)
 
     async def close(self) -> None:
-        if self._cleanup is not None:
-            self._cleanup.cancel()
+        tasks = [t for t in (self._cleanup, *self._following.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._cleanup
+                await task
+
+    # -- sent faxes ------------------------------------------------------------------------
+
+    def provider_of(self, engine: object) -> str:
+        for binding in self._engines.bindings("fax"):
+            if binding.engine is engine and binding.provider is not None:
+                return binding.provider.name
+        return ""
+
+    def _engine(self, provider: str) -> FaxEngine | None:
+        for binding in self._engines.bindings("fax"):
+            if binding.provider is not None and binding.provider.name == provider:
+                return cast(FaxEngine, binding.engine)
+        return None
+
+    async def sent_for_payment(self, payment_id: str) -> SentFax | None:
+        return await self._repo.send_for_payment(payment_id)
+
+    async def record_send(
+        self, fax_id: str, payment_id: str, provider: str, pages: int, paid_msat: int
+    ) -> None:
+        now = int(time.time())
+        await self._repo.create_send(
+            SentFax(fax_id, payment_id, provider, None, "queued", pages, None, paid_msat,
+                    None, now, now, None)
+        )  # fmt: skip
+
+    async def mark_failed(self, fax_id: str, reason: str) -> None:
+        """The provider refused the fax: nothing was sent, the gate refunds the call."""
+        now = int(time.time())
+        if await self._repo.update_send(fax_id, status="failed", now=now, reason=reason):
+            await self._repo.settle_send(fax_id, 0, now)
+
+    async def sent(self, fax_id: str, provider: str, state: FaxState) -> SentFax:
+        record = await self._repo.update_send(
+            fax_id, status=state.status, now=int(time.time()), upstream_id=state.fax_id,
+            provider=provider, pages=state.pages,
+        )  # fmt: skip
+        assert record is not None
+        self._follow(record)
+        return record
+
+    def _follow(self, fax: SentFax) -> None:
+        if fax.fax_id in self._following or fax.upstream_id is None:
+            return
+        task = asyncio.create_task(self._follow_to_end(fax), name=f"fax-{fax.fax_id}")
+        self._following[fax.fax_id] = task
+        task.add_done_callback(lambda _t: self._following.pop(fax.fax_id, None))
+
+    async def _follow_to_end(self, fax: SentFax) -> None:
+        """The fax's statuses until it is delivered or failed (or an hour passed), then
+        its settlement."""
+        try:
+            engine = self._engine(fax.provider)
+            record: SentFax | None = fax
+            while record is not None and not record.final and engine is not None:
+                left = fax.created_at + DELIVERY_LIMIT_S - time.time()
+                if left <= 0:
+                    record = await self._repo.update_send(
+                        fax.fax_id, status="failed", now=int(time.time()),
+                        reason="not delivered within an hour",
+                    )  # fmt: skip
+                    break
+                try:
+                    state = await engine.wait(str(fax.upstream_id), min(WAIT_STEP_S, left))
+                except EngineError as exc:
+                    log.info("fax %s: status unavailable (%s)", fax.fax_id, exc.code)
+                    await asyncio.sleep(min(WAIT_STEP_S, max(1.0, left)))
+                    continue
+                record = await self._repo.update_send(
+                    fax.fax_id, status=state.status, now=int(time.time()), pages=state.pages,
+                    reason=state.failure_reason or None,
+                )  # fmt: skip
+            if engine is None:
+                log.error("fax %s: its provider %s is gone; not followed", fax.fax_id, fax.provider)
+                return
+            if record is not None and record.final:
+                await self._settle(record)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("following fax %s failed", fax.fax_id)
+
+    async def _settle(self, fax: SentFax) -> None:
+        """Once: a delivered fax is charged; a failed one refunded in full."""
+        now = int(time.time())
+        if fax.status == "delivered":
+            await self._repo.settle_send(fax.fax_id, fax.paid_msat, now)
+            return
+        if not await self._repo.settle_send(fax.fax_id, 0, now):
+            return
+        payment = await self._payments(fax.payment_id)
+        if payment is None:
+            log.error("fax %s: its payment is gone; not refunded", fax.fax_id)
+            return
+        reason = f"fax not delivered: {fax.reason or 'failed'}"
+        await self._refunds.refund_spent(payment, payment.amount_msat, reason)
+
+    def send_body(self, fax: SentFax) -> dict[str, Any]:
+        """The send-fax answer: ``{ success, faxId, status, status_url }``."""
+        return {
+            "success": True,
+            "faxId": fax.fax_id,
+            "status": fax.status,
+            "status_url": status_url(self._settings.public_base_url, fax.fax_id),
+        }
+
+    async def status(self, fax_id: str) -> SentFax | None:
+        return await self._repo.get_send(fax_id)
+
+    async def status_body(self, fax: SentFax, payer: bool) -> dict[str, Any]:
+        """The free status read; a failed fax's refund link only for its payer."""
+        body = self.send_body(fax)
+        body.update(final=fax.final, pages=fax.pages, updated_at=_iso(fax.updated_at))
+        if fax.status == "failed":
+            body["error"] = f"The fax could not be delivered ({fax.reason or 'failed'})."
+            if fax.settled_at is not None:
+                refund = await self._refunds.latest_refund(fax.payment_id)
+                if refund is not None:
+                    body["refund"] = (
+                        refund if payer else without_refund_secrets({"refund": refund})["refund"]
+                    )
+        return body
 
     def countries(self) -> set[str]:
         found = set()
@@ -355,30 +465,39 @@ def poll_url(base_url: str, inbox_id: str) -> str:
     return f"{base_url}{RECEIVE_PATH}?inboxId={inbox_id}"
 
 
-# The inbox of each app, by its engine registry (app-scoped; the handlers and the free
+def status_url(base_url: str, fax_id: str) -> str:
+    return f"{base_url}{SEND_PATH}?faxId={fax_id}"
+
+
+# The desk of each app, by its engine registry (app-scoped; the handlers and the free
 # operations reach it through the engines they are given).
-_INBOXES: weakref.WeakKeyDictionary[Engines, FaxInbox] = weakref.WeakKeyDictionary()
+_DESKS: weakref.WeakKeyDictionary[Engines, FaxDesk] = weakref.WeakKeyDictionary()
 
 
-def attach_inbox(
-    engines: Engines, repo: FaxRepository, files: FileStore, settings: Settings
-) -> FaxInbox:
-    inbox = FaxInbox(engines, repo, files, settings)
-    _INBOXES[engines] = inbox
-    return inbox
+def attach_desk(
+    engines: Engines,
+    repo: FaxRepository,
+    files: FileStore,
+    settings: Settings,
+    payments: Callable[[str], Awaitable[Payment | None]],
+    refunds: RefundService,
+) -> FaxDesk:
+    desk = FaxDesk(engines, repo, files, settings, payments, refunds)
+    _DESKS[engines] = desk
+    return desk
 
 
-def inbox_for(engines: Engines) -> FaxInbox:
-    inbox = _INBOXES.get(engines)
-    if inbox is None:
-        raise EngineError("SERVICE_ERROR", "The fax inbox is not running on this node.")
-    return inbox
+def desk_for(engines: Engines) -> FaxDesk:
+    desk = _DESKS.get(engines)
+    if desk is None:
+        raise EngineError("SERVICE_ERROR", "The fax desk is not running on this node.")
+    return desk
 
 
 async def receive_fax(ctx: ServiceContext, params: ReceiveFaxParams) -> ServiceResult:
     """Lease an inbound number for 24 hours: { success, inboxId, faxNumber, expiresAt,
     poll_url, faxes }."""
-    inbox = inbox_for(ctx.engines)
+    inbox = desk_for(ctx.engines)
     if params.forwardEmail and not ctx.engines.available("email"):
         raise EngineError(
             "INVALID_INPUT",

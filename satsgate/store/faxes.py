@@ -1,4 +1,8 @@
-"""receive-fax: inbound fax numbers leased to payments, and the faxes received on them.
+"""Faxes: the faxes sent (send-fax) and followed to their end, inbound fax numbers
+leased to payments (receive-fax), and the faxes received on them.
+
+A sent fax is settled once (one conditional UPDATE on ``settled_at``): charged when it
+was delivered, refunded when it failed. Its status only moves forward.
 
 A number is leased to one payment at a time: a lease is one INSERT inside the
 transaction that checked no other lease holds the number (nor held it within the reuse
@@ -36,6 +40,54 @@ class ReceivedFax:
     received_at: int
 
 
+@dataclass(frozen=True)
+class SentFax:
+    fax_id: str
+    payment_id: str
+    provider: str  # the operator's [providers.NAME] that sent it
+    upstream_id: str | None  # the provider's id, once it took the fax
+    status: str  # queued | sending | delivered | failed
+    pages: int | None
+    reason: str | None  # why it failed, in the payer's words
+    paid_msat: int
+    charged_msat: int | None
+    created_at: int
+    updated_at: int
+    settled_at: int | None
+
+    @property
+    def final(self) -> bool:
+        return self.status in ("delivered", "failed")
+
+
+_SEND = (
+    "fax_id, payment_id, provider, upstream_id, status, pages, reason, paid_msat, "
+    "charged_msat, created_at, updated_at, settled_at"
+)
+_SEND_RANK = {"queued": 0, "sending": 1, "delivered": 2, "failed": 2}
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+def _send(row: Sequence[object]) -> SentFax:
+    return SentFax(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        None if row[3] is None else str(row[3]),
+        str(row[4]),
+        _opt_int(row[5]),
+        None if row[6] is None else str(row[6]),
+        int(str(row[7])),
+        _opt_int(row[8]),
+        int(str(row[9])),
+        int(str(row[10])),
+        _opt_int(row[11]),
+    )
+
+
 _LEASE = "inbox_id, payment_id, number, forward_email, created_at, expires_at"
 _FAX = "fax_id, inbox_id, sender, pages, file_name, status, received_at"
 
@@ -66,6 +118,99 @@ def _fax(row: Sequence[object]) -> ReceivedFax:
 class FaxRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    # -- sent faxes ------------------------------------------------------------------------
+
+    async def create_send(self, fax: SentFax) -> SentFax:
+        """Record a fax about to be sent; the payment's existing one if it has one (a
+        handler run again, e.g. a released hold): a payment sends one fax."""
+
+        def go(conn: sqlite3.Connection) -> SentFax:
+            row = conn.execute(
+                f"SELECT {_SEND} FROM fax_sends WHERE payment_id = ?", (fax.payment_id,)
+            ).fetchone()
+            if row is not None:
+                return _send(row)
+            conn.execute(
+                f"INSERT INTO fax_sends ({_SEND}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (fax.fax_id, fax.payment_id, fax.provider, fax.upstream_id, fax.status,
+                 fax.pages, fax.reason, fax.paid_msat, fax.charged_msat, fax.created_at,
+                 fax.updated_at, fax.settled_at),
+            )  # fmt: skip
+            return fax
+
+        return await self._db.run_in_transaction(go)
+
+    async def send_for_payment(self, payment_id: str) -> SentFax | None:
+        def go(conn: sqlite3.Connection) -> SentFax | None:
+            row = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE payment_id = ?", (payment_id,))
+            found = row.fetchone()
+            return None if found is None else _send(found)
+
+        return await self._db.run_sync(go)
+
+    async def get_send(self, fax_id: str) -> SentFax | None:
+        def go(conn: sqlite3.Connection) -> SentFax | None:
+            row = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE fax_id = ?", (fax_id,))
+            found = row.fetchone()
+            return None if found is None else _send(found)
+
+        return await self._db.run_sync(go)
+
+    async def update_send(
+        self,
+        fax_id: str,
+        *,
+        status: str,
+        now: int,
+        upstream_id: str | None = None,
+        provider: str | None = None,
+        pages: int | None = None,
+        reason: str | None = None,
+    ) -> SentFax | None:
+        """Move a fax's status forward (never back, never away from a final one); the
+        provider that took it, with its id, once it did."""
+
+        def go(conn: sqlite3.Connection) -> SentFax | None:
+            row = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE fax_id = ?", (fax_id,))
+            found = row.fetchone()
+            if found is None:
+                return None
+            fax = _send(found)
+            forward = not fax.final and _SEND_RANK[status] >= _SEND_RANK.get(fax.status, 0)
+            conn.execute(
+                "UPDATE fax_sends SET status = ?, upstream_id = COALESCE(?, upstream_id), "
+                "provider = COALESCE(?, provider), pages = COALESCE(?, pages), "
+                "reason = COALESCE(?, reason), updated_at = ? WHERE fax_id = ?",
+                (status if forward else fax.status, upstream_id, provider, pages,
+                 reason if forward else None, now, fax_id),
+            )  # fmt: skip
+            again = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE fax_id = ?", (fax_id,))
+            return _send(again.fetchone())
+
+        return await self._db.run_in_transaction(go)
+
+    async def settle_send(self, fax_id: str, charged_msat: int, now: int) -> bool:
+        """Settle a final fax once; False when it was settled before."""
+        changed = await self._db.run_sync(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE fax_sends SET charged_msat = ?, settled_at = ? "
+                    "WHERE fax_id = ? AND settled_at IS NULL",
+                    (charged_msat, now, fax_id),
+                ).rowcount
+            )
+        )
+        return int(changed) == 1
+
+    async def unsettled_sends(self) -> list[SentFax]:
+        def go(conn: sqlite3.Connection) -> list[SentFax]:
+            rows = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE settled_at IS NULL")
+            return [_send(r) for r in rows.fetchall()]
+
+        return await self._db.run_sync(go)
+
+    # -- inbound numbers -------------------------------------------------------------------
 
     async def lease(
         self,

@@ -379,7 +379,7 @@ class TelnyxProvider:
             "media_url": request.media_url,
             "to": request.to,
             "from": self.fax_from,
-            "webhook_url": self.webhook_url(),
+            "webhook_url": self.webhook_url(request.reference),
             "client_state": base64.b64encode(request.reference.encode()).decode(),
             "store_media": False,
         }

@@ -23,3 +23,21 @@ CREATE TABLE "fax_received" (
 );
 CREATE INDEX "idx_fax_received_inbox"
     ON "fax_received" ("inbox_id", "received_at");
+-- send-fax: one row per fax sent (fax_id is the payer's faxId), followed to delivered or
+-- failed and settled once: charged when delivered, refunded in full when it failed.
+CREATE TABLE "fax_sends" (
+   "fax_id" TEXT PRIMARY KEY,
+   "payment_id" TEXT NOT NULL UNIQUE,
+   "provider" TEXT NOT NULL,
+   "upstream_id" TEXT,
+   "status" TEXT NOT NULL,
+   "pages" INTEGER,
+   "reason" TEXT,
+   "paid_msat" INTEGER NOT NULL,
+   "charged_msat" INTEGER,
+   "created_at" INTEGER NOT NULL,
+   "updated_at" INTEGER NOT NULL,
+   "settled_at" INTEGER
+);
+CREATE INDEX "idx_fax_sends_unsettled"
+    ON "fax_sends" ("settled_at");

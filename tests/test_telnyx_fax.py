@@ -278,6 +278,23 @@ async def test_forged_and_stale_webhooks_change_nothing(
     assert seen[-1]["status"] == "failed" and "user busy" in seen[-1]["error"]
 
 
+async def test_a_scam_fax_is_screened_by_its_text_layer(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx
+) -> None:
+    """The screen reads the PDF's text: a credential-phishing fax is not sent."""
+    scam = text_layer_pdf(
+        "This is your bank. Your account is suspended.",
+        "Confirm your password and the verification code now or your account will be closed.",
+    )
+    before = len(telnyx.creates)
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(scam)})
+    assert resp.status_code != 200
+    # Held for review where the gate has the hold desk (holds' branch); without it the
+    # flagged call is refused and refunded.
+    assert resp.json()["error_code"] in ("CONTENT_POLICY_HELD", "L402_UPSTREAM_FAILED")
+    assert len(telnyx.creates) == before  # nothing reached the provider
+
+
 async def test_send_fax_refuses_bad_input_before_any_invoice(client: httpx.AsyncClient) -> None:
     resp = await client.post(
         "/api/l402/send-fax", json={"faxNumber": TO, "documentBase64": b64(b"not a pdf")}

@@ -29,7 +29,6 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog import EMAIL_MODEL_ID
 from satsgate.services.common import (
-    CallbackFields,
     InvalidField,
     MiB,
     ServiceParams,
@@ -691,7 +690,10 @@ SEND_FAX = ServiceSpec(
 )
 
 
-class ReceiveFaxParams(ServiceParams, CallbackFields):
+class ReceiveFaxParams(ServiceParams):
+    """No callback_url: satsgate's callbacks report a job's end, and an inbox has no end
+    but many faxes; poll it (free) or give forwardEmail."""
+
     country: str = Field(
         "US",
         min_length=2,

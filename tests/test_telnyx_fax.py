@@ -21,10 +21,10 @@ from pypdf import PdfReader
 
 from satsgate.app import ENGINES
 from satsgate.config import Settings
-from satsgate.engines import EngineDeps
+from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest
-from satsgate.engines.providers.telnyx import TelnyxProvider
+from satsgate.engines.providers.telnyx import TelnyxProvider, public_key_from, verify_signature
 from satsgate.services import faxes as faxes_module
 from tests.conftest import (
     ThreadedServer,
@@ -40,6 +40,7 @@ from tests.fake_telnyx import (
     FakeTelnyx,
     FaxScript,
     event,
+    public_key_b64,
     signed_headers,
 )
 from tests.test_email_smtp import Mailbox, Smtp
@@ -568,3 +569,29 @@ async def test_a_restart_follows_the_fax_it_sent(
         assert len(telnyx.creates) == creates
     finally:
         second.stop()
+
+
+def test_signature_rule_and_configuration_errors(telnyx: FakeTelnyx, tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    public = public_key_from(public_key_b64(key), "[providers.tx]")
+    body = b'{"data":{}}'
+    now = 1_800_000_000
+    for age, ok in ((0, True), (300, True), (-300, True), (301, False), (-301, False)):
+        headers = {k.lower(): v for k, v in signed_headers(key, body, now - age).items()}
+        assert verify_signature(public, headers, body, now=now) is ok, age
+    headers = {k.lower(): v for k, v in signed_headers(key, body, now).items()}
+    assert not verify_signature(public, headers, body + b" ", now=now)
+    settings = telnyx_settings(tmp_path, telnyx)
+    base = dict(settings.providers["tx"])
+    deps = EngineDeps(settings, cast(Any, None))
+    for change, words in (
+        ({"public_key": None}, "public_key"),
+        ({"public_key": "bm90IGEga2V5"}, "public_key"),
+        ({"fax_conection_id": "x"}, "unknown keys fax_conection_id"),
+        ({"api_key": ""}, "API key"),
+        ({"from_number": "555-0100"}, "from_number"),
+    ):
+        table = {k: v for k, v in {**base, **change}.items() if v is not None}
+        config = parse_providers({"tx": table})["tx"]
+        with pytest.raises(EngineConfigError, match=words):
+            TelnyxProvider(config, deps)

@@ -1,5 +1,6 @@
-"""Provider kind ``telnyx``: Telnyx's v2 API (Programmable Fax; see also ``sms`` and
-``voice`` when those engines are routed here).
+"""Provider kind ``telnyx``: Telnyx's v2 API for the engines ``fax`` (Programmable Fax,
+send and inbound), ``sms`` (Messaging API) and ``voice`` (Call Control: dial, then
+speak or play the message, then hang up by commands).
 
 The operator's table::
 
@@ -7,23 +8,28 @@ The operator's table::
     kind = "telnyx"
     api_key_env = "TELNYX_API_KEY"          # Bearer key (API v2)
     public_key = "<base64, 32 bytes>"       # the account's webhook public key (portal)
-    fax_connection_id = "..."               # the Programmable Fax Application's id
-    from_number = "+13125550100"            # the number faxes (and messages) come from
-    inbound_fax_numbers = ["+13125550101"]  # numbers of that fax application leased by receive-fax
-    # optional: base_url, timeout_s (30), max_retries (0..2, default 1),
-    # status_poll_s (30: polling fallback when webhooks are late), media_hosts
+    from_number = "+13125550100"            # faxes, messages and calls come from it
+    fax_connection_id = "..."               # fax: the Programmable Fax Application's id
+    inbound_fax_numbers = ["+13125550101"]  # receive-fax: numbers on that application
+    messaging_profile_id = "..."            # sms: optional (the profile, or its number pool)
+    call_connection_id = "..."              # voice: the Call Control Application's id
+    # optional: base_url, timeout_s (30), max_retries (0..2, default 1), fax_from_number,
+    # status_poll_s (30: fax status polling when webhooks are late), media_hosts
+    # (hosts an inbound fax may be fetched from; default the API host and telnyx.com),
+    # ring_timeout_s (30), default_voice ("female"), [providers.tx.voices] locale = voice
 
-Webhooks reach ``<public base URL>/api/webhooks/telnyx/<NAME>`` (asked for on each fax
-sent; the operator sets the same URL on the fax application for inbound faxes). Each is
+Webhooks reach ``<public base URL>/api/webhooks/telnyx/<NAME>`` (``?ref=<satsgate's
+id>`` is added on each fax, message and call sent; the operator sets the bare URL on the
+fax application and the messaging profile for inbound faxes and STOP replies). Each is
 verified with Ed25519 over ``f"{telnyx-timestamp}|{raw body}"`` against ``public_key``
-and refused unless its timestamp is within 300 s of now: a forged or stale webhook
-changes nothing.
+and refused (403) unless its timestamp is within 300 s of now: a forged or stale
+webhook changes nothing.
 
 Errors: 429 and 5xx are retried (a POST only when the answer proves nothing was done:
 429 and 503), then mapped to the catalog (RATE_LIMITED, L402_UPSTREAM_FAILED,
-SERVICE_ERROR); a 422 about the destination number is INVALID_INPUT. Messages never
-name the provider, its URL or the key; the operator's log line names the engine, the
-kind and the upstream status and error code.
+SERVICE_ERROR); a 400/422 whose error points at ``/to`` is INVALID_INPUT, Telnyx's
+opted-out error RECIPIENT_OPTED_OUT. Messages never name the provider, its URL or the
+key; the operator's log line names the engine, the kind, the upstream status and code.
 """
 
 from __future__ import annotations
@@ -112,6 +118,14 @@ _FAX_EVENT_STATUS: Mapping[str, FaxStatus] = {
     "fax.failed": "failed",
 }
 _REASON_RE = re.compile(r"^[a-z0-9_.\- ]{1,64}$")
+_KNOWN_OPTIONS = frozenset(
+    {
+        "public_key", "from_number", "fax_connection_id", "fax_from_number",
+        "inbound_fax_numbers", "media_hosts", "status_poll_s", "max_retries",
+        "messaging_profile_id", "call_connection_id", "ring_timeout_s", "voices",
+        "default_voice",
+    }
+)  # fmt: skip
 _SEEN_EVENTS = 2048  # webhook ids remembered, to drop Telnyx's duplicate deliveries
 
 
@@ -181,6 +195,13 @@ class TelnyxProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         where = f"[providers.{config.name}]"
         options = config.options
+        unknown = set(options) - _KNOWN_OPTIONS
+        if unknown:
+            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        if not config.api_key:
+            raise EngineConfigError(
+                f'{where} needs the API key: api_key_env = "ENV_VAR" or api_key = "..."'
+            )
         self.config = config
         self.settings = deps.settings
         self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")

@@ -362,6 +362,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        deliveries=app[STORE].deliveries,
     )
 
 

@@ -298,6 +298,20 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    # SMS and calls whose status webhooks never came: asked again, calls settled.
+    store = app[STORE]
+    scheduler.add_job(
+        deliveries.sweep,
+        "interval",
+        minutes=5,
+        args=[
+            deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds),
+            app[ENGINES],
+        ],
+        id="deliveries-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield

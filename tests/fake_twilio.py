@@ -260,7 +260,10 @@ class FakeTwilio:
         callback = fields.get("StatusCallback")
         if callback and self.callbacks:
             self._spawn(self._call_callbacks(call, callback, events, outcome))
-        return web.json_response(call, status=201)
+            return web.json_response(call, status=201)
+        answer = web.json_response(call, status=201)
+        call["status"], call["duration"] = outcome[0], str(outcome[1])  # ended, unreported
+        return answer
 
     async def _call_callbacks(
         self, call: dict[str, Any], url: str, events: list[str], outcome: tuple[str, int]

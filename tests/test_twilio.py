@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -19,11 +20,12 @@ import httpx
 import pytest
 from mcp import Client
 
+from satsgate.appkeys import ENGINES, REFUNDS
 from satsgate.config import load_settings
 from satsgate.engines import EngineDeps, ProviderConfig
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.engines.providers.twilio import TwilioProvider, say_twiml, signature
-from satsgate.services import telephony
+from satsgate.services import deliveries, telephony
 from satsgate.services.pricing import call_msat, sms_msat
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
 from tests.fake_twilio import ACCOUNT_SID, AUTH_TOKEN, FROM_NUMBER, FakeTwilio
@@ -103,9 +105,9 @@ def sent_form(fake: FakeTwilio) -> dict[str, list[str]]:
 
 
 async def wait_status(
-    client: httpx.AsyncClient, url: str, until: set[str], timeout: float = 5.0
+    client: httpx.AsyncClient, url: str, until: set[str], within_s: float = 5.0
 ) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within_s
     while True:
         resp = await client.get(url)
         assert resp.status_code == 200, resp.text
@@ -385,6 +387,28 @@ async def test_call_the_provider_refuses_is_refunded(
     resp = await paid_post(client, "call", {"phone_number": US, "message": "Hello"})
     error = assert_envelope(resp, "SERVICE_ERROR", 502)
     assert error["refund"]["amount_sats"] * 1000 == call_msat(US, 1)
+
+
+async def test_the_sweep_settles_a_call_whose_webhooks_never_came(
+    server: ThreadedServer, fake: FakeTwilio, client: httpx.AsyncClient
+) -> None:
+    fake.callbacks = False
+    fake.call_outcome.append(("completed", 30))
+    try:
+        body = {"phone_number": US, "message": "Reminder", "duration_minutes": 2}
+        resp = await paid_post(client, "call", body)
+    finally:
+        fake.callbacks = True
+    assert resp.status_code == 200, resp.text
+    call_id = resp.json()["call_id"]
+    app = server.app
+    env = deliveries.DeliveryEnv(server.store.deliveries, server.store.payments.get, app[REFUNDS])
+    later = int(time.time()) + deliveries.SWEEP_AFTER_S + 1
+    finished = server.call(lambda: deliveries.sweep(env, app[ENGINES], now=later))
+    assert finished >= 1
+    doc = (await client.get(f"/api/l402/call?call_id={call_id}")).json()
+    assert doc["status"] == "completed" and doc["billed_minutes"] == 1
+    assert doc["refund"]["amount_sats"] * 1000 == pytest.approx(call_msat(US, 2) / 2, abs=1000)
 
 
 def test_twiml_is_escaped_and_long_text_stays_valid() -> None:

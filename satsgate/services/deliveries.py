@@ -250,3 +250,41 @@ async def call_body(env: DeliveryEnv, record: Delivery, base_url: str) -> dict[s
         body["charged_sats"] = record.charged_msat / 1000
         body["refund"] = await env.refunds.latest_refund(record.payment_id)
     return body
+
+
+# -- the sweep (scheduled) ------------------------------------------------------------------
+
+# A record no report finished this long after its last change is asked about again; one
+# older than SWEEP_MAX_AGE_S is left as it is (the provider has forgotten it too).
+SWEEP_AFTER_S = 15 * 60
+SWEEP_MAX_AGE_S = 3 * 86400
+
+
+async def sweep(env: DeliveryEnv, engines: Engines, now: int | None = None) -> int:
+    """Finish what no webhook finished: fetch the status of open SMS and calls from their
+    provider, settle the calls that ended (their refund); a record the provider never
+    answered for (a restart between the record and the send) is closed as failed (its
+    payment was refunded by the gate's restart sweep). Returns the records finished."""
+    stamp = int(time.time()) if now is None else now
+    finished = 0
+    for channel in ("call", "sms"):
+        records = await env.deliveries.open_records(
+            channel, stamp - SWEEP_AFTER_S, stamp - SWEEP_MAX_AGE_S
+        )
+        for record in records:
+            try:
+                if record.provider_ref is None:
+                    ranked = rank(channel, "failed")
+                    assert ranked is not None
+                    await env.deliveries.update(
+                        provider=record.provider, delivery_id=record.delivery_id,
+                        status="failed", rank=ranked[0], final=True, error="lost", now=stamp,
+                    )  # fmt: skip
+                    await env.deliveries.settle(record.delivery_id, 0, now=stamp)
+                    finished += 1
+                    continue
+                got = await read_status(env, engines, channel, record.delivery_id, now=stamp)
+                finished += int(got.final)
+            except Exception:  # one record must not stop the sweep
+                log.exception("delivery sweep: %s failed", record.delivery_id)
+    return finished

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
@@ -26,8 +27,9 @@ from satsgate.engines import EngineDeps, ProviderConfig
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.engines.providers.twilio import TwilioProvider, say_twiml, signature
 from satsgate.services import deliveries, telephony
+from satsgate.services.media import audio_duration_s, audio_format
 from satsgate.services.pricing import call_msat, sms_msat
-from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
+from tests.conftest import ThreadedServer, make_settings, paid_l402_auth, skip_unless_ci
 from tests.fake_twilio import ACCOUNT_SID, AUTH_TOKEN, FROM_NUMBER, FakeTwilio
 from tests.test_gateway import assert_envelope
 from tests.test_mcp import mcp_url, structured
@@ -409,6 +411,36 @@ async def test_the_sweep_settles_a_call_whose_webhooks_never_came(
     doc = (await client.get(f"/api/l402/call?call_id={call_id}")).json()
     assert doc["status"] == "completed" and doc["billed_minutes"] == 1
     assert doc["refund"]["amount_sats"] * 1000 == pytest.approx(call_msat(US, 2) / 2, abs=1000)
+
+
+async def test_call_plays_the_nodes_own_speech_when_configured(
+    tmp_path: Path, fake: FakeTwilio
+) -> None:
+    if not (shutil.which("espeak-ng") and shutil.which("ffmpeg")):
+        skip_unless_ci("espeak-ng and ffmpeg speak the node's own audio")
+    providers = {"phone": {
+        "kind": "twilio", "base_url": fake.url, "api_key": AUTH_TOKEN,
+        "account_sid": ACCOUNT_SID, "from_number": FROM_NUMBER, "speech": "node",
+    }}  # fmt: skip
+    srv = ThreadedServer(
+        make_settings(tmp_path / "node-speech", providers=providers, engines={"voice": "phone"})
+    )
+    try:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+            body = {"phone_number": US, "message": "Guten Abend, Ihr Tisch ist bereit.",
+                    "language": "de-DE", "repeat": 2}  # fmt: skip
+            resp = await paid_post(client, "call", body)
+            assert resp.status_code == 200, resp.text
+            root = ET.fromstring(sent_form(fake)["Twiml"][0])
+            assert [child.tag for child in root] == ["Play", "Hangup"]
+            assert root[0].attrib == {"loop": "2"}
+            audio_url = str(root[0].text)
+            assert audio_url.startswith(srv.url)
+            audio = (await client.get(audio_url)).content
+            assert audio_format(audio) == "mp3"
+            assert 1.0 < audio_duration_s(audio) < 10.0
+    finally:
+        srv.stop()
 
 
 def test_twiml_is_escaped_and_long_text_stays_valid() -> None:

@@ -10,6 +10,8 @@ The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
@@ -17,6 +19,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 from satsgate.engines import EngineError
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
+from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
 from satsgate.services import deliveries
 from satsgate.services.base import (
@@ -60,7 +63,11 @@ from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
 
+log = logging.getLogger(__name__)
+
 MAX_EMAIL_RECIPIENTS = 10
+# The text-to-speech tier a call speaks with when its provider plays the node's audio.
+GLOBAL_TTS_MODEL = 43
 
 
 def _routable(value: str) -> str:
@@ -388,6 +395,31 @@ class CallParams(ServiceParams):
     _locale = field_validator("language")(check_ai_call_locale)
 
 
+async def _node_speech(ctx: ServiceContext, params: CallParams) -> str | None:
+    """The message spoken by this node's own text-to-speech (the global tier, 43) as an
+    expiring file link the call plays; None (the provider speaks it) when the node has
+    no such engine or it cannot speak this language."""
+    if not ctx.engines.serves_model("tts", GLOBAL_TTS_MODEL):
+        return None
+    request = SynthesisRequest(
+        text=params.message,
+        model_id=GLOBAL_TTS_MODEL,
+        language=None if params.language == "multi" else params.language,
+        format="mp3",
+    )
+    try:
+        result = await ctx.engines.run(
+            "tts",
+            SynthesisEngine,
+            lambda engine, name: engine.synthesize(replace(request, model_name=name)),
+            model_id=GLOBAL_TTS_MODEL,
+        )
+    except EngineError as exc:
+        log.info("call: the node's speech failed (%s); the provider speaks instead", exc.code)
+        return None
+    return (await ctx.files.save(result.audio, "mp3")).url
+
+
 async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     """Screen, dial, record: ``{ success, call_id, status, status_url, max_duration_s }``.
     The call is billed later by its connected minutes (at least one when answered;
@@ -405,6 +437,9 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
             ctx, records, created, delivery_id=delivery_id, channel="call", provider=provider,
             country=country, paid_msat=rate * params.duration_minutes, rate_msat=rate,
         )  # fmt: skip
+        audio_url = None
+        if getattr(engine, "wants_audio", False):
+            audio_url = await _node_speech(ctx, params)
         request = CallRequest(
             to=params.phone_number,
             text=params.message,
@@ -412,6 +447,7 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
             repeat=params.repeat,
             max_duration_s=params.duration_minutes * 60,
             reference=delivery_id,
+            audio_url=audio_url,
         )
         return provider, await engine.place_call(request)
 

@@ -19,6 +19,9 @@
     status_callbacks = true             # optional: ask for status webhooks (default true)
     voices = { "de-DE" = "Google.de-DE-Standard-A" }   # optional: <Say> voice by locale
     default_voice = "Polly.Joanna"      # optional: <Say> voice for other locales
+    speech = "provider"                 # optional: "node" plays the node's own speech
+                                        # (text-to-speech global tier, an expiring file
+                                        # link under the public base URL) instead of <Say>
 
     [engines]
     sms = "twilio"
@@ -103,6 +106,7 @@ _KNOWN_OPTIONS = frozenset(
         "status_callbacks",
         "voices",
         "default_voice",
+        "speech",
     }
 )
 
@@ -556,6 +560,10 @@ class TwilioProvider:
             raise EngineConfigError(f"{where}.voices maps locales to <Say> voice names")
         self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
         self.default_voice = _opt_str(opts, "default_voice", where)
+        speech = opts.get("speech", "provider")
+        if speech not in ("provider", "node"):
+            raise EngineConfigError(f'{where} speech must be "provider" or "node"')
+        self.node_speech = speech == "node"
         self.config = config
         self.deps = deps
         self.client = TwilioClient(
@@ -714,6 +722,9 @@ class TwilioVoice:
 
     def __init__(self, provider: TwilioProvider) -> None:
         self.p = provider
+        # The call service synthesizes the message and passes its audio_url (``speech =
+        # "node"``); otherwise Twilio's <Say> speaks the text.
+        self.wants_audio = provider.node_speech
 
     async def place_call(self, request: CallRequest) -> CallPlaced:
         p = self.p

@@ -258,10 +258,12 @@ class FakeTwilio:
         outcome = self.call_outcome.popleft() if self.call_outcome else ("completed", 75)
         events = [v for k, v in form if k == "StatusCallbackEvent"] or ["completed"]
         callback = fields.get("StatusCallback")
+        if "Url" in fields:
+            call["_url"] = fields["Url"]
         if callback and self.callbacks:
             self._spawn(self._call_callbacks(call, callback, events, outcome))
-            return web.json_response(call, status=201)
-        answer = web.json_response(call, status=201)
+            return web.json_response(_public(call), status=201)
+        answer = web.json_response(_public(call), status=201)
         call["status"], call["duration"] = outcome[0], str(outcome[1])  # ended, unreported
         return answer
 
@@ -276,6 +278,12 @@ class FakeTwilio:
         for event, status in steps:
             await asyncio.sleep(0.05)
             call["status"] = status
+            if event == "answered" and "_url" in call:  # the call asks for its TwiML
+                params = [("CallSid", call["sid"]), ("AccountSid", ACCOUNT_SID),
+                          ("CallStatus", "in-progress"), ("From", call["from"]),
+                          ("To", call["to"]), ("Direction", "outbound-api")]  # fmt: skip
+                resp = await self.post_signed(call["_url"], params)
+                call["_twiml"] = resp.text if resp.status_code == 200 else None
             if event != "completed" and event not in events:
                 continue
             params = [
@@ -296,7 +304,7 @@ class FakeTwilio:
         call = self.calls.get(request.match_info["sid"])
         if call is None:
             return self._error(404, 20404, "not found")
-        return web.json_response(call)
+        return web.json_response(_public(call))
 
     async def _update_call(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -307,7 +315,12 @@ class FakeTwilio:
         form = dict(await self._form(request) or [])
         if form.get("Status") == "completed":
             call["status"] = "completed"
-        return web.json_response(call)
+        return web.json_response(_public(call))
+
+
+def _public(resource: dict[str, Any]) -> dict[str, Any]:
+    """A resource without the fake's own bookkeeping (keys starting with _)."""
+    return {k: v for k, v in resource.items() if not k.startswith("_")}
 
 
 def _multi(params: list[tuple[str, str]]) -> dict[str, list[str]]:

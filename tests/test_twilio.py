@@ -369,6 +369,21 @@ async def test_call_speaks_the_message_and_bills_the_connected_minutes(
         assert structured(result)["billed_minutes"] == 2
 
 
+async def test_a_long_message_is_fetched_by_the_call_from_the_webhook_route(
+    fake: FakeTwilio, client: httpx.AsyncClient
+) -> None:
+    message = "R&D&Co&" * 286  # 2002 characters; escaped (&amp;) well over 4000
+    resp = await paid_post(client, "call", {"phone_number": US, "message": message[:2000]})
+    assert resp.status_code == 200, resp.text
+    form = sent_form(fake)
+    assert "Twiml" not in form and form["Method"] == ["POST"]
+    assert urlsplit(form["Url"][0]).path == "/api/webhooks/twilio/phone"
+    await wait_status(client, resp.json()["status_url"], {"completed"})
+    call = fake.calls[next(iter(reversed(fake.calls)))]
+    root = ET.fromstring(call["_twiml"])
+    assert root[0].tag == "Say" and root[0].text == message[:2000]
+
+
 async def test_unanswered_call_is_refunded_in_full(
     fake: FakeTwilio, client: httpx.AsyncClient
 ) -> None:

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (phrase tables: one phrase family per line reads better unbroken)
 """The screen's rules: impersonation, threats, harassment and credential or code
 solicitation, in English, German, French, Spanish and Portuguese.
 

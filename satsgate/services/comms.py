@@ -58,7 +58,7 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
-from satsgate.services.screening import Outreach, screen
+from satsgate.services.screening import Outreach, html_text, screen
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
@@ -155,10 +155,20 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
     """Hand the message to the configured mail engine (the operator's SMTP server).
 
     Charged per recipient the server accepted; recipients it refused while taking the
-    others are refunded (``partial_refund``). Screening and holds of communications
-    (issue 19) are not applied here yet: they belong before this call, in one place for
-    every communication service.
+    others are refunded (``partial_refund``). Screened first (subject, text, the HTML's
+    text and the sender name): a flagged message is held for review, not sent.
     """
+    await screen(
+        ctx,
+        Outreach(
+            channel="email",
+            recipients=tuple(params.recipients),
+            text="\n".join(
+                part for part in (params.subject, params.text, html_text(params.html or "")) if part
+            ),
+            sender_name=params.fromName,
+        ),
+    )
     message = OutgoingEmail(
         to=tuple(params.recipients),
         subject=params.subject,

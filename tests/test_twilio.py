@@ -11,8 +11,7 @@ import re
 import shutil
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,11 +20,9 @@ import httpx
 import pytest
 from mcp import Client
 
-from satsgate.appkeys import ENGINES, REFUNDS
+from satsgate.appkeys import ENGINES, HOLDS, REFUNDS
 from satsgate.config import load_settings
-from satsgate.engines import EngineDeps, ProviderConfig
-from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.engines.providers.twilio import TwilioProvider, say_twiml, signature
+from satsgate.engines.providers.twilio import say_twiml, signature
 from satsgate.services import deliveries, telephony
 from satsgate.services.media import audio_duration_s, audio_format
 from satsgate.services.pricing import call_msat, sms_msat
@@ -35,29 +32,6 @@ from tests.test_gateway import assert_envelope
 from tests.test_mcp import mcp_url, structured
 
 US = "+14155550123"
-
-
-class RecordedOptOuts:
-    """Stands in for the do-not-contact list until the node's store-backed one is wired
-    into provider deps (the holds work): records what the adapter adds."""
-
-    def __init__(self) -> None:
-        self.added: list[tuple[str, str]] = []
-
-    async def add(self, address: str, source: str, now: int | None = None) -> bool:
-        self.added.append((address, source))
-        return True
-
-    async def opted_out(self, addresses: Sequence[str]) -> list[str]:
-        listed = {a for a, _ in self.added}
-        return [a for a in addresses if a in listed]
-
-
-OPT_OUTS = RecordedOptOuts()
-
-
-def _twilio_with_recorded_opt_outs(config: ProviderConfig, deps: EngineDeps) -> TwilioProvider:
-    return TwilioProvider(config, replace(deps, opt_outs=OPT_OUTS))
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake: FakeTwilio) -> Iterat
         providers=providers,
         engines={"sms": "phone", "voice": "phone"},
     )
-    srv = ThreadedServer(settings, {**PROVIDER_KINDS, "twilio": _twilio_with_recorded_opt_outs})
+    srv = ThreadedServer(settings)
     yield srv
     srv.stop()
 
@@ -291,30 +265,73 @@ async def test_a_429_then_success_is_retried_and_sent(
     assert len(fake.requests) - before == 2
 
 
-async def test_stop_reply_opts_the_number_out(server: ThreadedServer, fake: FakeTwilio) -> None:
+def opted_out(server: ThreadedServer, number: str) -> bool:
+    listed = server.call(lambda: server.store.do_not_contact.opted_out([number]))
+    return bool(listed)
+
+
+async def test_stop_reply_refuses_later_sms_to_that_number_before_any_invoice(
+    server: ThreadedServer, fake: FakeTwilio, client: httpx.AsyncClient
+) -> None:
     url = webhook_url(server)
-    answer = await asyncio.to_thread(fake.send_inbound, url, "+14155550999", "Stop")
+    number = "+14155550999"
+    answer = await asyncio.to_thread(fake.send_inbound, url, number, "Stop")
     assert answer.status_code == 200
     assert ET.fromstring(answer.content).tag == "Response"  # TwiML: no reply sent
-    assert ("+14155550999", "sms-stop") in OPT_OUTS.added
-    # An ordinary reply opts nobody out; a forged STOP is refused.
+    assert opted_out(server, number)
+    resp = await client.post("/api/l402/send-sms", json={"phone_number": number, "message": "Hi"})
+    assert_envelope(resp, "RECIPIENT_OPTED_OUT", 403)
+    assert "invoice" not in resp.json() and "www-authenticate" not in resp.headers
+    # An ordinary reply opts nobody out; a forged STOP is refused and changes nothing.
     await asyncio.to_thread(fake.send_inbound, url, "+14155550998", "Thanks, see you at 8")
-    assert all(number != "+14155550998" for number, _ in OPT_OUTS.added)
+    assert not opted_out(server, "+14155550998")
     async with httpx.AsyncClient(timeout=10) as raw:
         forged = await raw.post(url, data={"MessageSid": "SM" + "0" * 32, "From": "+14155550997",
                                            "To": FROM_NUMBER, "Body": "STOP"})  # fmt: skip
         assert forged.status_code == 403
-    assert all(number != "+14155550997" for number, _ in OPT_OUTS.added)
+    assert not opted_out(server, "+14155550997")
+    # Twilio's own opt-out classification counts too.
+    await asyncio.to_thread(
+        fake.send_inbound, url, "+14155550996", "please no more", opt_out_type="STOP"
+    )
+    assert opted_out(server, "+14155550996")
 
 
 async def test_twilio_opt_out_error_refunds_and_records_the_opt_out(
-    fake: FakeTwilio, client: httpx.AsyncClient
+    server: ThreadedServer, fake: FakeTwilio, client: httpx.AsyncClient
 ) -> None:
     fake.fail_next.append((400, 21610))
     resp = await paid_post(client, "send-sms", {"phone_number": "+14155550777", "message": "Hi"})
     error = assert_envelope(resp, "RECIPIENT_OPTED_OUT", 403)
     assert error["refund"]["amount_sats"] > 0
-    assert ("+14155550777", "sms-stop") in OPT_OUTS.added
+    assert opted_out(server, "+14155550777")
+
+
+async def test_flagged_sms_is_held_not_sent_and_sent_on_release(
+    server: ThreadedServer, fake: FakeTwilio, client: httpx.AsyncClient
+) -> None:
+    before = len(fake.requests)
+    body = {"phone_number": US, "message": "Your bank: reply with the verification code now"}
+    resp = await paid_post(client, "send-sms", body)
+    held = assert_envelope(resp, "CONTENT_POLICY_HELD", resp.status_code)
+    assert held["held"] is True and held["appeal_sats"] == 1 and "refund" not in held
+    assert len(fake.requests) == before  # nothing reached the provider
+    # The operator releases it: the handler runs again from the stored request and sends.
+    outcome = server.call(lambda: server.app[HOLDS].release(held["hold_id"]))
+    assert outcome.status == "released", outcome
+    assert len(fake.requests) == before + 1
+    assert sent_form(fake)["Body"] == [body["message"]]
+    message_id = plain_fields(outcome.result["content"])["message_id"]
+    doc = await wait_status(client, f"/api/l402/send-sms?message_id={message_id}", {"delivered"})
+    assert doc["status"] == "delivered"
+
+
+async def test_flagged_call_is_held_not_placed(fake: FakeTwilio, client: httpx.AsyncClient) -> None:
+    before = len(fake.requests)
+    body = {"phone_number": US, "message": "This is your bank. Tell us your PIN code to unlock."}
+    resp = await paid_post(client, "call", body)
+    assert_envelope(resp, "CONTENT_POLICY_HELD", resp.status_code)
+    assert len(fake.requests) == before
 
 
 async def test_bad_input_is_refused_before_any_invoice(client: httpx.AsyncClient) -> None:

@@ -123,7 +123,7 @@ async def test_sms_is_sent_and_its_delivery_reaches_the_payer(
     assert status_url.endswith(f"/api/l402/send-sms?message_id={message_id}")
     doc = await wait_status(client, status_url, {"delivered"})
     assert doc["status"] == "delivered" and doc["final"] is True
-    assert doc["message_id"] == message_id
+    assert doc["message_id"] == message_id and "refund" not in doc
     for _ in range(100):  # the fake notes satsgate's answer just after sending
         if ("delivered", 200) in fake.callback_answers:
             break
@@ -151,7 +151,7 @@ async def test_sms_is_sent_and_its_delivery_reaches_the_payer(
     assert_envelope(unknown, "DELIVERY_NOT_FOUND", 404)
 
 
-async def test_undelivered_sms_shows_undelivered(
+async def test_undelivered_sms_is_refunded(
     fake: FakeTwilio, client: httpx.AsyncClient
 ) -> None:
     fake.sms_final.append("undelivered")
@@ -159,6 +159,10 @@ async def test_undelivered_sms_shows_undelivered(
     assert resp.status_code == 200, resp.text
     doc = await wait_status(client, plain_fields(resp.text)["status_url"], {"undelivered"})
     assert doc["status"] == "undelivered" and doc["final"] is True
+    # Not delivered: refunded in full, once.
+    assert doc["refund"]["amount_sats"] * 1000 == sms_msat(US)
+    again = (await client.get(plain_fields(resp.text)["status_url"])).json()
+    assert again["refund"]["charge_id"] == doc["refund"]["charge_id"]
 
 
 async def test_forged_status_callbacks_are_refused_and_change_nothing(

@@ -12,6 +12,7 @@ import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,8 +22,9 @@ import pytest
 from mcp import Client
 
 from satsgate.appkeys import ENGINES, HOLDS, REFUNDS
-from satsgate.config import load_settings
-from satsgate.engines.providers.twilio import say_twiml, signature
+from satsgate.config import Settings, load_settings
+from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, ProviderConfig
+from satsgate.engines.providers.twilio import TwilioProvider, say_twiml, signature
 from satsgate.services import deliveries, telephony
 from satsgate.services.media import audio_duration_s, audio_format
 from satsgate.services.pricing import call_msat, sms_msat
@@ -151,9 +153,7 @@ async def test_sms_is_sent_and_its_delivery_reaches_the_payer(
     assert_envelope(unknown, "DELIVERY_NOT_FOUND", 404)
 
 
-async def test_undelivered_sms_is_refunded(
-    fake: FakeTwilio, client: httpx.AsyncClient
-) -> None:
+async def test_undelivered_sms_is_refunded(fake: FakeTwilio, client: httpx.AsyncClient) -> None:
     fake.sms_final.append("undelivered")
     resp = await paid_post(client, "send-sms", {"phone_number": US, "message": "Hello"})
     assert resp.status_code == 200, resp.text
@@ -527,3 +527,34 @@ def test_rates_file_replaces_the_table_and_is_checked_at_start(tmp_path: Path) -
             load_settings(overrides={"telephony": {"rates_file": str(bad)}})
     with pytest.raises(ValueError, match="cannot read"):
         load_settings(overrides={"telephony": {"rates_file": str(tmp_path / "missing.csv")}})
+
+
+def test_provider_configuration_is_checked_at_start() -> None:
+    deps = EngineDeps(Settings(), CpuRunner(ThreadPoolExecutor(1), 1))
+    good = {"account_sid": ACCOUNT_SID, "from_number": FROM_NUMBER}
+
+    def build(api_key: str = AUTH_TOKEN, **options: Any) -> TwilioProvider:
+        config = ProviderConfig(name="phone", kind="twilio", api_key=api_key, options=options)
+        return TwilioProvider(config, deps)
+
+    for options, api_key, fault in (
+        ({"from_number": FROM_NUMBER}, AUTH_TOKEN, "account_sid"),
+        ({**good, "account_sid": "AC123"}, AUTH_TOKEN, "account_sid"),
+        (good, "", "Auth Token"),
+        ({"account_sid": ACCOUNT_SID}, AUTH_TOKEN, "from_number"),
+        ({**good, "from_number": "4155550100"}, AUTH_TOKEN, "E.164"),
+        ({**good, "api_key_sid": "SK" + "0" * 32}, "secret", "webhook_token"),
+        ({**good, "max_retries": 5}, AUTH_TOKEN, "max_retries"),
+        ({**good, "speech": "loud"}, AUTH_TOKEN, "speech"),
+        ({**good, "form_number": FROM_NUMBER}, AUTH_TOKEN, "unknown keys"),
+    ):
+        with pytest.raises(EngineConfigError, match=fault):
+            build(api_key, **options)
+    provider = build(**good)
+    assert provider.engine("sms") is not None and provider.engine("voice") is not None
+    assert provider.engine("ocr") is None
+    # A Messaging Service sends SMS; calls still need a number of their own.
+    service_only = build(account_sid=ACCOUNT_SID, messaging_service_sid="MG" + "0" * 32)
+    assert service_only.engine("sms") is not None
+    with pytest.raises(EngineConfigError, match="from_number"):
+        service_only.engine("voice")

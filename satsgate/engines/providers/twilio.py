@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -58,7 +59,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 
@@ -603,7 +604,7 @@ class TwilioProvider:
     def webhook_url(self, reference: str, **extra: str) -> str:
         query = urlencode({REFERENCE_PARAM: reference, **extra})
         base = self.deps.settings.public_base_url.rstrip("/")
-        return f"{base}/api/webhooks/{KIND}/{self.config.name}?{query}"
+        return f"{base}/api/webhooks/{KIND}/{quote(self.config.name, safe='')}?{query}"
 
     def voice_for(self, language: str) -> str | None:
         return self.voices.get(language.lower()) or self.default_voice or None
@@ -651,7 +652,7 @@ class TwilioProvider:
                 self._pending_twiml.pop(reference, None)
             error = one("ErrorCode") or None
             if error:
-                update = StatusUpdate(**{**update.__dict__, "error": error})
+                update = dataclasses.replace(update, error=error)
             return WebhookEvents(200, updates=(update,))
         message_status = one("MessageStatus") or one("SmsStatus")
         if one("MessageSid") and message_status and message_status not in ("received", "receiving"):

@@ -65,4 +65,13 @@ RULES: tuple[RetentionRule, ...] = (
     ),
     # holds: the do-not-contact list is kept (it is what the person asked for).
     # -- other engineers: append your rules below, one per line --
+    # twilio: delivery records keep no text or number; the provider's id (which the
+    # provider links to the number in its own records) goes after 30 days.
+    ClearColumns(
+        "deliveries",
+        "created_at",
+        ("provider_ref", "error", "answered_by"),
+        EVIDENCE_S,
+        "provider ids of sent SMS and calls",
+    ),
 )

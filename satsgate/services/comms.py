@@ -348,8 +348,10 @@ SEND_SMS = ServiceSpec(
     tool_name="send_sms",
     category="telco",
     title="Send SMS",
-    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer. "
-    "Priced by destination country.",
+    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer "
+    "with message_id, status and status_url (the delivery status, free: GET "
+    "/api/l402/send-sms?message_id=..., tool get_sms_status). Priced by destination "
+    "country; refunded when it ends undelivered or failed.",
     params=SendSmsParams,
     price_msat=lambda p: sms_msat(p.phone_number),
     handler=send_sms,
@@ -491,8 +493,11 @@ CALL = ServiceSpec(
     tool_name="call",
     category="telco",
     title="Automated call",
-    description="Phone an E.164 number and speak a message: { success, call_id, status }. "
-    "Priced by destination country per minute of duration_minutes.",
+    description="Phone an E.164 number and speak a message: { success, call_id, status, "
+    "status_url, max_duration_s }. Prepaid for duration_minutes at the destination "
+    "country's rate per minute; billed by the connected minutes (at least one when "
+    "answered), the rest refunded, everything when nobody answers (status and refund: GET "
+    "/api/l402/call?call_id=..., tool get_call_status).",
     params=CallParams,
     price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
     handler=place_call,

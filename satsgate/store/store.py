@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
@@ -38,6 +39,7 @@ class Store:
         self.do_not_contact = DoNotContactRepository(self.db)
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)
+        self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

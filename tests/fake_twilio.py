@@ -31,6 +31,10 @@ from tests.conftest import free_port
 ACCOUNT_SID = "AC" + "1f" * 16
 AUTH_TOKEN = "twilio-test-auth-token-0123456789"
 FROM_NUMBER = "+15005550006"
+# An API key of the account (REST auth as ApiKeySid:Secret; webhooks stay signed with the
+# Auth Token).
+API_KEY_SID = "SK" + "2e" * 16
+API_KEY_SECRET = "twilio-test-api-key-secret"
 
 
 def twilio_signature(token: str, url: str, params: list[tuple[str, str]]) -> str:
@@ -110,8 +114,11 @@ class FakeTwilio:
 
     @staticmethod
     def _authorized(request: web.Request) -> bool:
-        expected = base64.b64encode(f"{ACCOUNT_SID}:{AUTH_TOKEN}".encode()).decode()
-        return request.headers.get("Authorization") == f"Basic {expected}"
+        given = request.headers.get("Authorization", "")
+        return any(
+            given == "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+            for user, secret in ((ACCOUNT_SID, AUTH_TOKEN), (API_KEY_SID, API_KEY_SECRET))
+        )
 
     async def _form(self, request: web.Request) -> list[tuple[str, str]] | None:
         if request.content_type != "application/x-www-form-urlencoded":

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -24,12 +24,22 @@ from mcp import Client
 from satsgate.appkeys import ENGINES, HOLDS, REFUNDS
 from satsgate.config import Settings, load_settings
 from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, ProviderConfig
-from satsgate.engines.providers.twilio import TwilioProvider, say_twiml, signature
+from satsgate.engines.delivery import WebhookRequest
+from satsgate.engines.messaging import SmsRequest
+from satsgate.engines.providers.twilio import TwilioProvider, TwilioSms, say_twiml, signature
 from satsgate.services import deliveries, telephony
 from satsgate.services.media import audio_duration_s, audio_format
 from satsgate.services.pricing import call_msat, sms_msat
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth, skip_unless_ci
-from tests.fake_twilio import ACCOUNT_SID, AUTH_TOKEN, FROM_NUMBER, FakeTwilio
+from tests.fake_twilio import (
+    ACCOUNT_SID,
+    API_KEY_SECRET,
+    API_KEY_SID,
+    AUTH_TOKEN,
+    FROM_NUMBER,
+    FakeTwilio,
+    twilio_signature,
+)
 from tests.test_gateway import assert_envelope
 from tests.test_mcp import mcp_url, structured
 
@@ -558,3 +568,46 @@ def test_provider_configuration_is_checked_at_start() -> None:
     assert service_only.engine("sms") is not None
     with pytest.raises(EngineConfigError, match="from_number"):
         service_only.engine("voice")
+
+
+async def test_api_key_auth_sends_and_auth_token_verifies_webhooks(fake: FakeTwilio) -> None:
+    deps = EngineDeps(
+        Settings(base_url="https://pay.example.com"), CpuRunner(ThreadPoolExecutor(1), 1)
+    )
+    config = ProviderConfig(
+        name="phone", kind="twilio", base_url=fake.url, api_key=API_KEY_SECRET,
+        options={"account_sid": ACCOUNT_SID, "from_number": FROM_NUMBER,
+                 "api_key_sid": API_KEY_SID, "webhook_token": AUTH_TOKEN},
+    )  # fmt: skip
+    provider = TwilioProvider(config, deps)
+    try:
+        sms = provider.engine("sms")
+        assert isinstance(sms, TwilioSms)
+        fake.callbacks = False
+        try:
+            sent = await sms.send_sms(SmsRequest(US, "Key auth", "msg_test_reference_1234"))
+        finally:
+            fake.callbacks = True
+        assert sent.message_id.startswith("SM") and sent.status == "queued"
+        callback = sent_form(fake)["StatusCallback"][0]
+        assert callback == (
+            "https://pay.example.com/api/webhooks/twilio/phone?ref=msg_test_reference_1234"
+        )
+        params = [("MessageSid", sent.message_id), ("MessageStatus", "delivered")]
+        body = urlencode(params).encode()
+        headers = {"x-twilio-signature": twilio_signature(AUTH_TOKEN, callback, params)}
+        events = await provider.receive_events(WebhookRequest(callback, "POST", headers, body))
+        assert events.status == 200
+        assert [(u.provider_ref, u.status, u.reference) for u in events.updates] == [
+            (sent.message_id, "delivered", "msg_test_reference_1234")
+        ]
+        # Signed with the key's secret instead of the Auth Token: refused.
+        wrong = {"x-twilio-signature": twilio_signature(API_KEY_SECRET, callback, params)}
+        refused = await provider.receive_events(WebhookRequest(callback, "POST", wrong, body))
+        assert refused.status == 403 and not refused.updates
+        # The default port spelled out is the same URL (Twilio's SDK accepts both).
+        ported = callback.replace("pay.example.com", "pay.example.com:443")
+        same = await provider.receive_events(WebhookRequest(ported, "POST", headers, body))
+        assert same.status == 200
+    finally:
+        await provider.aclose()

@@ -381,8 +381,9 @@ async def test_call_speaks_the_message_and_bills_the_connected_minutes(
     assert set(form["StatusCallbackEvent"]) == {"initiated", "ringing", "answered", "completed"}
     # The TwiML says exactly the caller's text, escaped: one Say, no injected Play.
     root = ET.fromstring(form["Twiml"][0])
-    assert [child.tag for child in root] == ["Say", "Hangup"]
-    say = root[0]
+    assert [child.tag for child in root] == ["Pause", "Say", "Hangup"]
+    assert "MachineDetection" not in form
+    say = root[1]
     assert say.text == message
     assert say.attrib == {"language": "de-DE", "voice": "Google.de-DE-Standard-A", "loop": "2"}
     doc = await wait_status(client, answer["status_url"], {"completed"})
@@ -412,7 +413,7 @@ async def test_a_long_message_is_fetched_by_the_call_from_the_webhook_route(
     await wait_status(client, resp.json()["status_url"], {"completed"})
     call = fake.calls[next(iter(reversed(fake.calls)))]
     root = ET.fromstring(call["_twiml"])
-    assert root[0].tag == "Say" and root[0].text == message[:2000]
+    assert root[1].tag == "Say" and root[1].text == message[:2000]
 
 
 async def test_unanswered_call_is_refunded_in_full(
@@ -467,6 +468,7 @@ async def test_call_plays_the_nodes_own_speech_when_configured(
     providers = {"phone": {
         "kind": "twilio", "base_url": fake.url, "api_key": AUTH_TOKEN,
         "account_sid": ACCOUNT_SID, "from_number": FROM_NUMBER, "speech": "node",
+        "machine_detection": True,
     }}  # fmt: skip
     srv = ThreadedServer(
         make_settings(tmp_path / "node-speech", providers=providers, engines={"voice": "phone"})
@@ -478,9 +480,10 @@ async def test_call_plays_the_nodes_own_speech_when_configured(
             resp = await paid_post(client, "call", body)
             assert resp.status_code == 200, resp.text
             root = ET.fromstring(sent_form(fake)["Twiml"][0])
-            assert [child.tag for child in root] == ["Play", "Hangup"]
-            assert root[0].attrib == {"loop": "2"}
-            audio_url = str(root[0].text)
+            assert [child.tag for child in root] == ["Pause", "Play", "Hangup"]
+            assert root[1].attrib == {"loop": "2"}
+            assert sent_form(fake)["MachineDetection"] == ["DetectMessageEnd"]
+            audio_url = str(root[1].text)
             assert audio_url.startswith(srv.url)
             audio = (await client.get(audio_url)).content
             assert audio_format(audio) == "mp3"
@@ -492,11 +495,11 @@ async def test_call_plays_the_nodes_own_speech_when_configured(
 def test_twiml_is_escaped_and_long_text_stays_valid() -> None:
     twiml = say_twiml("a\x00b <c> & d]]>", language="en-US", voice=None, repeat=1, audio_url=None)
     root = ET.fromstring(twiml)
-    assert root[0].text == "a b <c> & d]]>"
+    assert root[1].text == "a b <c> & d]]>"
     played = say_twiml(
         "x", language=None, voice=None, repeat=3, audio_url="https://n/f.mp3?a=1&b=2"
     )
-    assert ET.fromstring(played)[0].text == "https://n/f.mp3?a=1&b=2"
+    assert ET.fromstring(played)[1].text == "https://n/f.mp3?a=1&b=2"
 
 
 def test_signature_matches_the_documented_vector() -> None:

@@ -19,6 +19,9 @@
     status_callbacks = true             # optional: ask for status webhooks (default true)
     voices = { "de-DE" = "Google.de-DE-Standard-A" }   # optional: <Say> voice by locale
     default_voice = "Polly.Joanna"      # optional: <Say> voice for other locales
+    machine_detection = false           # optional: true waits for a voicemail's beep
+                                        # (MachineDetection=DetectMessageEnd) so the whole
+                                        # message is recorded; humans hear it ~2 s later
     speech = "provider"                 # optional: "node" plays the node's own speech
                                         # (text-to-speech global tier, an expiring file
                                         # link under the public base URL) instead of <Say>
@@ -108,6 +111,7 @@ _KNOWN_OPTIONS = frozenset(
         "voices",
         "default_voice",
         "speech",
+        "machine_detection",
     }
 )
 
@@ -204,9 +208,11 @@ def speakable(text: str) -> str:
 def say_twiml(
     text: str, *, language: str | None, voice: str | None, repeat: int, audio_url: str | None
 ) -> str:
-    """``<Response><Say|Play loop="repeat">...</Say|Play><Hangup/></Response>``: every
+    """``<Response><Pause length="1"/><Say|Play loop="repeat">...</Say|Play><Hangup/>
+    </Response>``: a second's pause so the person who picked up hears the start; every
     caller-given string is XML-escaped by the serializer, never pasted into markup."""
     root = ET.Element("Response")
+    ET.SubElement(root, "Pause", {"length": "1"})
     if audio_url is not None:
         play = ET.SubElement(root, "Play", {"loop": str(repeat)})
         play.text = audio_url
@@ -387,6 +393,7 @@ class TwilioClient:
         time_limit_s: int | None = None,
         url: str | None = None,
         ring_timeout_s: int | None = None,
+        machine_detection: str | None = None,
     ) -> str:
         """POST Calls.json with inline ``twiml`` (or a ``url`` that serves it) -> the
         call's SID."""
@@ -404,6 +411,8 @@ class TwilioClient:
             form.append(("TimeLimit", str(int(time_limit_s))))
         if ring_timeout_s is not None:
             form.append(("Timeout", str(int(ring_timeout_s))))
+        if machine_detection is not None:
+            form.append(("MachineDetection", machine_detection))
         doc = await self._request("POST", "/Calls.json", form, creates=True, failed=CALL_FAILED)
         sid = doc.get("sid")
         if not isinstance(sid, str) or not sid:
@@ -565,6 +574,10 @@ class TwilioProvider:
         if speech not in ("provider", "node"):
             raise EngineConfigError(f'{where} speech must be "provider" or "node"')
         self.node_speech = speech == "node"
+        detection = opts.get("machine_detection", False)
+        if not isinstance(detection, bool):
+            raise EngineConfigError(f"{where} machine_detection must be true or false")
+        self.machine_detection = detection
         self.config = config
         self.deps = deps
         self.client = TwilioClient(
@@ -754,6 +767,7 @@ class TwilioVoice:
                 status_events=("initiated", "ringing", "answered", "completed"),
                 time_limit_s=request.max_duration_s,
                 ring_timeout_s=p.ring_timeout_s,
+                machine_detection="DetectMessageEnd" if p.machine_detection else None,
             )
         except EngineError:
             p._pending_twiml.pop(request.reference, None)

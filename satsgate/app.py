@@ -34,6 +34,7 @@ from satsgate.appkeys import (
     FILES,
     GATE,
     HANDLERS,
+    HOLDS,
     HTTP,
     JOBS,
     OPERATION_ENV,
@@ -59,6 +60,10 @@ from satsgate.mcp.tools import paid_tools
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
+from satsgate.outreach import retention
+from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
+from satsgate.outreach.holds import HoldDesk
+from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -100,6 +105,7 @@ def node_engines(
     settings: Settings,
     pool: Executor,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+    opt_outs: OptOuts = NO_OPT_OUTS,
 ) -> Engines:
     """This node's engine registry: every engine name the services run on, resolved to
     the providers the settings route it to, else the local engine installed here.
@@ -107,7 +113,7 @@ def node_engines(
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s), opt_outs),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
@@ -143,7 +149,9 @@ def create_app(
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    engines = node_engines(settings, pool, provider_kinds)
+    store = Store(settings.db_path)
+    # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
+    engines = node_engines(settings, pool, provider_kinds, store.do_not_contact)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -153,7 +161,7 @@ def create_app(
     app[BACKEND] = backend
     app[POOL] = pool
     app[ENGINES] = engines
-    app[STORE] = Store(settings.db_path)
+    app[STORE] = store
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
@@ -209,6 +217,12 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    screener = NodeScreener(
+        settings=settings,
+        opt_outs=store.do_not_contact,
+        screenings=store.screenings,
+        payments=store.payments,
+    )
     app[HANDLERS] = handlers = HandlerResources(
         settings=settings,
         files=app[FILES],
@@ -217,6 +231,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         votes=store.votes,
         engines=app[ENGINES],
         deliveries=store.deliveries,
+        screener=screener,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -225,7 +240,21 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         refunds=refunds,
         jobs=jobs,
         handlers=handlers,
+        opt_outs=store.do_not_contact,
     )
+    app[HOLDS] = desk = HoldDesk(
+        store=store,
+        jobs=jobs,
+        refunds=refunds,
+        invoices=gate,
+        contexts=handlers,
+        released_screener=screener.released(),
+        by_slug=dict(BY_SLUG),
+        server_secret=settings.server_secret,
+        public_base_url=settings.public_base_url,
+    )
+    gate.spender.held = desk  # the spender holds what the screen flags
+    desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,
         jobs=jobs,
@@ -243,6 +272,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
+    interrupted = await desk.finish_interrupted()
+    if interrupted:
+        log.warning("%d held request(s) were mid-review at a restart: refunded", interrupted)
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
@@ -312,6 +344,25 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    # Held communications: refunded once unresolved for 24 hours.
+    scheduler.add_job(
+        app[HOLDS].expire,
+        "interval",
+        minutes=10,
+        id="holds-expire",
+        max_instances=1,
+        coalesce=True,
+    )
+    # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
+    scheduler.add_job(
+        retention.sweep,
+        "interval",
+        hours=1,
+        args=[app[STORE].retention, app[SETTINGS].data_dir],
+        id="retention-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
     scheduler.add_job(
         refresh_rates,
@@ -320,6 +371,20 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         args=[app[HTTP], app[SETTINGS]],
         id="rates-refresh",
         next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+    )
+    # SMS and calls whose status webhooks never came: asked again, calls settled.
+    store = app[STORE]
+    scheduler.add_job(
+        deliveries.sweep,
+        "interval",
+        minutes=5,
+        args=[
+            deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds),
+            app[ENGINES],
+        ],
+        id="deliveries-sweep",
         max_instances=1,
         coalesce=True,
     )
@@ -400,6 +465,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        deliveries=app[STORE].deliveries,
     )
 
 

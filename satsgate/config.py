@@ -107,6 +107,9 @@ class Settings:
     # [telephony] rates_file = "rates.csv": the operator's destination rates replacing the
     # built-in table (satsgate/services/telephony.py), checked at start-up.
     telephony: Mapping[str, Any] = field(default_factory=dict)
+    # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
+    # llm_on_error ("pass" or "hold"), llm_model (a text model id).
+    screening: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def public_base_url(self) -> str:
@@ -167,7 +170,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "telephony"}:
+    for name in names - {"engines", "providers", "screening", "telephony"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]

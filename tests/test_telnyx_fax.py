@@ -19,7 +19,7 @@ from aiosmtpd.controller import Controller
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
 
-from satsgate.app import ENGINES
+from satsgate.appkeys import ENGINES, HOLDS
 from satsgate.config import Settings
 from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
@@ -279,21 +279,48 @@ async def test_forged_and_stale_webhooks_change_nothing(
     assert seen[-1]["status"] == "failed" and "user busy" in seen[-1]["error"]
 
 
-async def test_a_scam_fax_is_screened_by_its_text_layer(
-    client: httpx.AsyncClient, telnyx: FakeTelnyx
+async def test_a_scam_fax_is_held_by_its_text_layer_and_sent_on_release(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer
 ) -> None:
-    """The screen reads the PDF's text: a credential-phishing fax is not sent."""
+    """The screen reads the PDF's text: a credential-phishing fax is held, not sent; the
+    operator's release sends it (the handler runs again from the stored request)."""
     scam = text_layer_pdf(
         "This is your bank. Your account is suspended.",
         "Confirm your password and the verification code now or your account will be closed.",
     )
     before = len(telnyx.creates)
     resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(scam)})
-    assert resp.status_code != 200
-    # Held for review where the gate has the hold desk (holds' branch); without it the
-    # flagged call is refused and refunded.
-    assert resp.json()["error_code"] in ("CONTENT_POLICY_HELD", "L402_UPSTREAM_FAILED")
+    held = assert_envelope(resp, "CONTENT_POLICY_HELD", resp.status_code)
+    assert held["held"] is True and "refund" not in held
     assert len(telnyx.creates) == before  # nothing reached the provider
+    outcome = server.call(lambda: server.app[HOLDS].release(held["hold_id"]))
+    assert outcome.status == "released", outcome
+    assert len(telnyx.creates) == before + 1
+    assert list(telnyx.faxes.values())[-1].media == scam
+    seen = await until_final(client, outcome.result["faxId"])
+    assert seen[-1]["status"] == "delivered"
+
+
+async def test_stop_reply_refuses_later_faxes_and_sms_before_any_invoice(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer, letter: bytes
+) -> None:
+    number = "+14155550999"
+    answer = await asyncio.to_thread(
+        telnyx.inbound_sms, webhook_url(server), number, FAX_FROM, "STOP"
+    )
+    assert answer == 200
+    assert server.call(lambda: server.store.do_not_contact.opted_out([number]))
+    for slug, body in (
+        ("send-fax", {"faxNumber": number, "documentBase64": b64(letter)}),
+        ("send-sms", {"phone_number": number, "message": "Hi"}),
+    ):
+        resp = await client.post(f"/api/l402/{slug}", json=body)
+        assert_envelope(resp, "RECIPIENT_OPTED_OUT", 403)
+        assert "www-authenticate" not in resp.headers
+    # An ordinary reply opts nobody out.
+    other = "+14155550998"
+    await asyncio.to_thread(telnyx.inbound_sms, webhook_url(server), other, FAX_FROM, "Thanks!")
+    assert not server.call(lambda: server.store.do_not_contact.opted_out([other]))
 
 
 async def test_send_fax_refuses_bad_input_before_any_invoice(client: httpx.AsyncClient) -> None:

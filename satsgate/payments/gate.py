@@ -41,6 +41,7 @@ from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
+from satsgate.store.deliveries import DeliveryRepository
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -57,6 +58,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
     # rules alone (satsgate.services.screening.screen).
     screener: Screener | None = None
@@ -79,6 +81,7 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            deliveries=self.deliveries,
             screener=screener or self.screener,
         )
 

@@ -224,6 +224,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await jobs.close()
     await refunds.wait_payouts()
+    if gate.sessions is not None:
+        await gate.sessions.wait_closing()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -254,6 +256,16 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.sessions is not None:
+        # Payment sessions: idle ones closed and paid back, failed payouts retried.
+        scheduler.add_job(
+            gate.sessions.sweep,
+            "interval",
+            seconds=max(1, min(30, app[SETTINGS].session_idle_timeout_s // 4)),
+            id="sessions-sweep",
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.add_job(
         files.remove_older_than,
         "interval",

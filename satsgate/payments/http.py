@@ -44,6 +44,8 @@ async def _fresh_challenge(
 ) -> web.Response:
     challenge = await gate.challenge_for(spec, params, via="http")
     resp = challenge_response(challenge, gate.public_base_url, code, message)
+    if gate.sessions is not None:  # the session intent's deposit (payments/sessions.py)
+        await gate.sessions.offer(resp, spec, params)
     resp.headers["Content-Type"] = "application/json"
     resp.headers["X-Problem-Type"] = mpp.PROBLEM_BASE + problem
     return resp
@@ -57,9 +59,13 @@ async def handle_paid_call(
     gate: Gate,
     spec: ServiceSpec[Any],
     transform: BodyTransform | None = None,
-) -> web.Response:
+) -> web.StreamResponse:
     """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first."""
     gate.ensure_available(spec)
+    if gate.sessions is not None:  # a session credential (payments/sessions.py)
+        answered = await gate.sessions.http_call(request, gate, spec, transform)
+        if answered is not None:
+            return answered
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
     if transform is not None:
         body = transform(body)
@@ -69,7 +75,10 @@ async def handle_paid_call(
     auth = request.headers.getall("Authorization", [])
     if not auth:
         challenge = await gate.challenge_for(spec, params, via="http")
-        return challenge_response(challenge, gate.public_base_url)
+        resp = challenge_response(challenge, gate.public_base_url)
+        if gate.sessions is not None:
+            await gate.sessions.offer(resp, spec, params)
+        return resp
 
     try:
         verified = await gate.verify_authorization(auth, spec)

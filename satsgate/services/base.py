@@ -59,6 +59,11 @@ class ServiceResult:
     # (e.g. fewer boarding passes than documents): the gate refunds the rest and puts
     # the refund in the body as ``partial_refund``. None: the quote stands.
     charged_msat: int | None = None
+    # What the call costs by what it actually used (a chat model's tokens, from the
+    # provider's usage), in msat, for a payer billed by use: a payment session reserves
+    # the quote, debits this (never more than the quote) and credits the rest back.
+    # None: the quote stands. Calls paid one by one keep their quoted price.
+    metered_msat: int | None = None
 
 
 class Votes(Protocol):

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
-from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
+from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import language_label
 from satsgate.engines.translation import (
     TranslationEngine,
@@ -47,7 +47,9 @@ from satsgate.services.languages import (
 from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
     MSAT,
+    MULTILINGUAL_MARGIN_PERCENT,
     TEXT_CHARS_PER_SAT,
+    TEXT_MAX_INPUT_CHARS_BY_MODEL,
     TEXT_MIN_SATS,
     TRANSLATE_EPUB_MIN_SATS,
     TRANSLATE_MIN_SATS,
@@ -55,13 +57,14 @@ from satsgate.services.pricing import (
     multilingual_ask_msat,
     rare_translation_msat,
     text_msat,
+    text_tokens_msat,
     translate_epub_msat,
     translation_msat,
 )
 from satsgate.services.routing import auto_text_model
 
 # Input limits by model: about 3.5 characters per token of the context window.
-TEXT_MAX_INPUT_CHARS = {6: 900_000, 1: 120_000, 31: 120_000}
+TEXT_MAX_INPUT_CHARS = TEXT_MAX_INPUT_CHARS_BY_MODEL
 MAX_MESSAGES = 500
 
 # -- generate-text -------------------------------------------------------------------------
@@ -213,7 +216,19 @@ async def generate_text(ctx: ServiceContext, p: GenerateTextParams) -> ServiceRe
         lambda engine, name: engine.chat(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
-    return with_route(ServiceResult(result.text, content_type="text/plain"), p)
+    metered = _metered(result, p.chosen_model)
+    return with_route(
+        ServiceResult(result.text, content_type="text/plain", metered_msat=metered), p
+    )
+
+
+def _metered(result: ChatResult, model_id: int, margin_percent: int = 0) -> int | None:
+    """The call's cost by the tokens the provider reports it used (prompt + completion),
+    for a payer billed by use (a payment session); None when the provider reported none."""
+    if result.input_tokens is None and result.output_tokens is None:
+        return None
+    tokens = (result.input_tokens or 0) + (result.output_tokens or 0)
+    return text_tokens_msat(model_id, tokens, margin_percent)
 
 
 GENERATE_TEXT = ServiceSpec(
@@ -307,7 +322,8 @@ async def multilingual_ask(ctx: ServiceContext, p: MultilingualAskParams) -> Ser
             # The answer is in another language than the question was asked in.
             "translated": asked_in is not None and asked_in != p.language,
             "modelId": p.chosen_model,
-        }
+        },
+        metered_msat=_metered(result, p.chosen_model, MULTILINGUAL_MARGIN_PERCENT),
     )
 
 

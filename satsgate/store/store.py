@@ -11,6 +11,7 @@ from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
+from satsgate.store.sessions import SessionRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -27,6 +28,7 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
+        self.sessions = SessionRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

@@ -188,8 +188,9 @@ class FakeLndNode:
         cltv_expiry: int = 0,
         hold: bool = False,
     ) -> FakeInvoice:
-        if value_msat <= 0:
-            raise LndError("UNKNOWN", "fake lnd: amountless invoices unsupported")
+        if value_msat < 0:
+            raise LndError("UNKNOWN", "amount must not be negative")
+        # value 0: an amountless invoice (the payer names the amount), as lnd makes.
         if not hold:
             preimage = preimage or secrets.token_bytes(32)
             r_hash = hashlib.sha256(preimage).digest()

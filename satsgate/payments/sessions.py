@@ -81,6 +81,7 @@ _PROBLEM_TITLES = {
     "invalid-return-invoice": "Invalid return invoice",
 }
 _HEX = frozenset("0123456789abcdef")
+_MAX_KNOWN_BEARERS = 10_000
 
 
 class SessionProblem(Exception):
@@ -324,6 +325,9 @@ class Sessions:
         # An open's call, replayed to a retry of the same credential (the draft's
         # idempotency by challenge id) for five minutes.
         self._opened = DedupCache(300.0, max_entries=2_000)
+        # Bearer credentials (the Authorization value) verified already: session id and
+        # challenge id. Proof of the preimage, like the value itself: kept in memory only.
+        self._bearers: dict[str, tuple[str, str]] = {}
 
     # -- the challenge ---------------------------------------------------------------------
 
@@ -397,6 +401,15 @@ class Sessions:
         auth = request.headers.getall("Authorization", [])
         if len(auth) != 1:
             return None
+        known = self._bearers.get(auth[0])
+        if known is not None:  # this very bearer credential verified before
+            session_id, challenge = known
+            checked = await self._params(request, gate, spec, transform)
+            try:
+                served = await self._debit_and_run(session_id, spec, checked)
+            except SessionProblem as problem:
+                return await self._problem_response(gate, spec, checked, problem)
+            return self._served_response(served, challenge)
         scheme, _, rest = auth[0].strip().partition(" ")
         if scheme.lower() != "payment":
             return None
@@ -410,12 +423,17 @@ class Sessions:
                 params = await self._params(request, gate, spec, transform)
             if cred.action == "open":
                 served = await self._open(cred, spec, params)
-                return self._served_response(served, cred)
+                return self._served_response(served, cred.challenge_id)
             if cred.action == "bearer" and params is not None:
-                served = await self.bearer(
-                    cred.text("sessionId"), cred.hex32("preimage"), spec, params
-                )
-                return self._served_response(served, cred)
+                session_id = cred.text("sessionId").lower()
+                _check_owner(session_id, cred.hex32("preimage"))
+                served = await self._debit_and_run(session_id, spec, params)
+                # Verified: its repeats (the same header value) skip the decode, the
+                # challenge's HMAC and the hash. Bounded; cleared when full.
+                if len(self._bearers) >= _MAX_KNOWN_BEARERS:
+                    self._bearers.clear()
+                self._bearers[auth[0]] = (session_id, cred.challenge_id)
+                return self._served_response(served, cred.challenge_id)
             if cred.action == "topUp":
                 session = await self._top_up(cred)
                 return self._action_response(
@@ -475,13 +493,13 @@ class Sessions:
         except ApiError:
             return None
 
-    def _served_response(self, served: Served, cred: SessionCredential) -> web.StreamResponse:
+    def _served_response(self, served: Served, challenge_id: str) -> web.StreamResponse:
         resp = result_response(served.result)
         if resp.status < 300:
             resp.headers["Payment-Receipt"] = receipt_header(
                 served.session_id,
                 int(time.time()),
-                challengeId=cred.challenge_id,
+                challengeId=challenge_id,
                 balanceSats=_sats(served.balance_msat),
                 balanceMsat=served.balance_msat,
                 chargedMsat=served.charged_msat,
@@ -678,6 +696,10 @@ class Sessions:
         SessionProblem before the debit, ApiError (with the credit) after it."""
         session_id = session_id.lower()
         _check_owner(session_id, preimage)
+        return await self._debit_and_run(session_id, spec, params)
+
+    async def _debit_and_run(self, session_id: str, spec: AnySpec, params: BaseModel) -> Served:
+        """The debit, the call, the credit of what it did not earn (ownership proven)."""
         if spec.mode == "job":
             raise SessionProblem(
                 "insufficient-balance",

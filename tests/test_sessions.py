@@ -373,6 +373,93 @@ async def test_a_call_failing_after_the_debit_is_credited_back_at_once(
     await client.close()
 
 
+# -- streamed text ---------------------------------------------------------------------------
+
+
+def sse_events(raw: str) -> list[tuple[str, str]]:
+    """(event name or "", data) of each server-sent event."""
+    events = []
+    for block in raw.split("\n\n"):
+        if not block.strip():
+            continue
+        name, data = "", ""
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                data = line.removeprefix("data: ")
+        events.append((name, data))
+    return events
+
+
+STREAM = (
+    "generate-text",
+    {"prompt": "Say hello to the stream", "tier": "standard", "stream": True},
+)
+
+
+async def test_a_stream_is_billed_by_the_usage_of_its_last_chunk(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream
+) -> None:
+    client = Client(http)
+    assert (await client.open(*RARE)).status_code == 200
+    before = session_row(srv, client.session_id).balance_msat
+    price = await price_msat(http, *STREAM)
+    resp = await client.bearer(*STREAM)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert receipt(resp)["reservedMsat"] == price
+    assert receipt(resp)["balanceMsat"] == before - price
+    events = sse_events(resp.text)
+    texts = [json.loads(d)["text"] for name, d in events if name == "" and d != "[DONE]"]
+    assert "".join(texts) == "You said: Say hello to the stream"
+    assert events[-1] == ("", "[DONE]")
+    name, data = events[-2]
+    assert name == "payment-receipt"
+    charged = text_tokens_msat(31, FAKE_TOKENS)
+    got = json.loads(data)
+    assert (got["spentMsat"], got["units"], got["reference"]) == (
+        charged,
+        len(texts),
+        client.session_id,
+    )
+    assert got["balanceMsat"] == before - charged
+    assert session_row(srv, client.session_id).balance_msat == before - charged
+    sent = fake.requests(CHAT)[-1].json
+    assert sent is not None and sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+    await client.close()
+
+
+async def test_an_abandoned_stream_pays_its_reservation(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream
+) -> None:
+    client = Client(http)
+    rare = await price_msat(http, *RARE)
+    price = await price_msat(http, *STREAM)
+    assert (await client.open(*RARE)).status_code == 200
+    fake.fail_next(CHAT, "slow_stream")
+    cut_before = fake.streams_cut
+    async with httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own:
+        async with own.stream(
+            "POST", "/api/l402/generate-text", json=STREAM[1],
+            headers={"Authorization": client.bearer_auth()},
+        ) as resp:  # fmt: skip
+            assert resp.status_code == 200
+            async for line in resp.aiter_lines():
+                if line.startswith("data: "):
+                    break  # the first piece, then the reader goes away
+    for _ in range(100):  # the server stops the upstream stream too
+        if fake.streams_cut > cut_before:
+            break
+        await asyncio.sleep(0.1)
+    assert fake.streams_cut == cut_before + 1
+    closed = await client.close()  # waits for the stream's call to end
+    row = session_row(srv, client.session_id)
+    assert row.refund_msat == 11 * rare - rare - price  # the reservation was kept
+    assert closed.json()["refundSats"] == row.refund_msat // 1000
+
+
 # -- refusals: the draft's problem types ---------------------------------------------------
 
 

@@ -406,6 +406,8 @@ class Sessions:
             session_id, challenge = known
             checked = await self._params(request, gate, spec, transform)
             try:
+                if _wants_stream(spec, checked):
+                    return await self._stream(request, session_id, spec, checked, challenge)
                 served = await self._debit_and_run(session_id, spec, checked)
             except SessionProblem as problem:
                 return await self._problem_response(gate, spec, checked, problem)
@@ -421,12 +423,20 @@ class Sessions:
             cred = parse_credential(doc, self._key)
             if cred.action in ("open", "bearer"):
                 params = await self._params(request, gate, spec, transform)
+            if cred.action == "open" and params is not None and _wants_stream(spec, params):
+                deposit_hash, _, return_invoice = self._open_checks(cred)
+                opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
+                return await self._stream(
+                    request, opened.session_id, spec, params, cred.challenge_id
+                )
             if cred.action == "open":
                 served = await self._open(cred, spec, params)
                 return self._served_response(served, cred.challenge_id)
             if cred.action == "bearer" and params is not None:
                 session_id = cred.text("sessionId").lower()
                 _check_owner(session_id, cred.hex32("preimage"))
+                if _wants_stream(spec, params):
+                    return await self._stream(request, session_id, spec, params, cred.challenge_id)
                 served = await self._debit_and_run(session_id, spec, params)
                 # Verified: its repeats (the same header value) skip the decode, the
                 # challenge's HMAC and the hash. Bounded; cleared when full.
@@ -574,7 +584,7 @@ class Sessions:
             payment = await self._settlements.refresh_paid(payment)
         if payment.status is PaymentStatus.UNPAID:
             raise SessionProblem(
-                "invalid-preimage",
+                "unknown-challenge",
                 "PAYMENT_PENDING",
                 "the deposit invoice is not paid yet",
                 {"retry_after_seconds": 2},
@@ -609,27 +619,22 @@ class Sessions:
             )
         return bolt11.strip()
 
-    async def _open(
-        self, cred: SessionCredential, spec: AnySpec, params: BaseModel | None
-    ) -> Served:
-        assert params is not None
+    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, str]:
+        """An open credential's deposit hash, preimage and return invoice, checked."""
         deposit_hash = self._fresh(cred)
         preimage = cred.hex32("preimage")
         if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
             raise SessionProblem(
                 "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the paymentHash"
             )
-        return_invoice = self._return_invoice(cred.text("returnInvoice"))
-        key = (cred.challenge_id, "open")
-        earlier = self._opened.lookup(key)
-        if earlier is not None:  # a retry of this open: its first answer, nothing again
-            result = await asyncio.shield(earlier)
-            session = await self._sessions.get(deposit_hash)
-            balance = session.balance_msat if session is not None else 0
-            return Served(result, deposit_hash, 0, balance)
+        return deposit_hash, preimage, self._return_invoice(cred.text("returnInvoice"))
+
+    async def _open_session(
+        self, deposit_hash: str, challenge_id: str, return_invoice: str
+    ) -> Session:
         deposit = await self._deposit(deposit_hash)
         session = await self._sessions.open(
-            deposit.payment_hash, cred.challenge_id, return_invoice, int(time.time())
+            deposit.payment_hash, challenge_id, return_invoice, int(time.time())
         )
         if session is None:
             raise SessionProblem(
@@ -639,6 +644,21 @@ class Sessions:
                 await self._used_deposit(deposit_hash),
             )
         log.info("session %s opened with %d msat", session.session_id[:16], session.deposit_msat)
+        return session
+
+    async def _open(
+        self, cred: SessionCredential, spec: AnySpec, params: BaseModel | None
+    ) -> Served:
+        assert params is not None
+        deposit_hash, preimage, return_invoice = self._open_checks(cred)
+        key = (cred.challenge_id, "open")
+        earlier = self._opened.lookup(key)
+        if earlier is not None:  # a retry of this open: its first answer, nothing again
+            result = await asyncio.shield(earlier)
+            session = await self._sessions.get(deposit_hash)
+            balance = session.balance_msat if session is not None else 0
+            return Served(result, deposit_hash, 0, balance)
+        session = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
         self._opened.begin(key)
         try:
             served = await self.bearer(session.session_id, preimage, spec, params)
@@ -708,21 +728,159 @@ class Sessions:
                 "not from a session",
             )
         price_msat = spec.quote_sats(params) * 1000
-        balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
-        if balance is None:
-            raise await self._why_not(session_id, price_msat)
+        # Counted in flight before the debit: a close that comes meanwhile waits for this
+        # call (and its credit, if any) before it decides the refund.
         flight = self._in_flight.get(session_id)
         if flight is None:
             flight = self._in_flight[session_id] = _InFlight()
         flight.count += 1
         flight.idle.clear()
         try:
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
             return await self._run(session_id, spec, params, price_msat, balance)
         finally:
             flight.count -= 1
             if flight.count == 0:
                 flight.idle.set()
-                del self._in_flight[session_id]
+                if self._in_flight.get(session_id) is flight:
+                    del self._in_flight[session_id]
+
+    async def _stream(
+        self,
+        request: web.Request,
+        session_id: str,
+        spec: AnySpec,
+        params: BaseModel,
+        challenge_id: str,
+    ) -> web.StreamResponse:
+        """A streamed call (server-sent events) paid from the session: the quote is
+        reserved (debited) first; the answer goes out as ``data: {"text": ...}`` events;
+        at its end the cost by the tokens used is debited instead (the rest credited),
+        an ``event: payment-receipt`` says what it cost, then ``data: [DONE]``. A failure
+        before the first piece is credited and answered as an error; one after it is
+        credited and ends the stream with ``event: error``. A stream the client
+        abandons keeps its reservation (what was generated for it is paid)."""
+        assert spec.stream_handler is not None
+        price_msat = spec.quote_sats(params) * 1000
+        flight = self._in_flight.get(session_id)
+        if flight is None:
+            flight = self._in_flight[session_id] = _InFlight()
+        flight.count += 1
+        flight.idle.clear()
+        try:
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
+            ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+            pieces = spec.stream_handler(ctx, params)
+            try:
+                return await self._relay(
+                    request, pieces, session_id, price_msat, balance, challenge_id
+                )
+            finally:
+                await pieces.aclose()  # type: ignore[attr-defined]
+        finally:
+            flight.count -= 1
+            if flight.count == 0:
+                flight.idle.set()
+                if self._in_flight.get(session_id) is flight:
+                    del self._in_flight[session_id]
+
+    async def _relay(
+        self,
+        request: web.Request,
+        pieces: Any,
+        session_id: str,
+        price_msat: int,
+        balance: int,
+        challenge_id: str,
+    ) -> web.StreamResponse:
+        try:
+            first = await anext(pieces, None)
+        except ApiError as exc:
+            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
+            raise
+        except EngineError as exc:
+            credit = await self._credit(session_id, price_msat, exc.message)
+            raise ApiError(
+                exc.code, exc.message, extra={**exc.envelope_extra(), **credit},
+                headers=exc.http_headers(),
+            ) from exc  # fmt: skip
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "private, no-store",
+                # At the start: what was reserved for this call; the final cost follows
+                # in the stream's payment-receipt event.
+                "Payment-Receipt": receipt_header(
+                    session_id,
+                    int(time.time()),
+                    challengeId=challenge_id,
+                    balanceSats=_sats(balance),
+                    balanceMsat=balance,
+                    reservedMsat=price_msat,
+                ),
+            }
+        )
+        units = 0
+        metered: int | None = None
+        try:
+            await resp.prepare(request)
+            piece = first
+            while piece is not None:
+                if piece.metered_msat is not None:
+                    metered = piece.metered_msat
+                if piece.text:
+                    units += 1
+                    await resp.write(_event(None, {"text": piece.text}))
+                piece = await anext(pieces, None)
+        except (ConnectionError, asyncio.CancelledError):
+            log.info("session %s: the client left a stream; its reservation is kept", session_id)
+            raise
+        except (ApiError, EngineError) as exc:
+            credit = await self._credit(session_id, price_msat, str(exc))
+            with contextlib.suppress(ConnectionError):
+                await resp.write(_event("error", envelope(exc.code, str(exc)) | credit))
+                await resp.write_eof()
+            return resp
+        except Exception as exc:
+            log.exception("a streamed session call failed")
+            credit = await self._credit(session_id, price_msat, repr(exc))
+            with contextlib.suppress(ConnectionError):
+                await resp.write(
+                    _event("error", envelope("L402_UPSTREAM_FAILED", "The stream failed.") | credit)
+                )
+                await resp.write_eof()
+            return resp
+        earned = price_msat if metered is None else max(0, min(price_msat, metered))
+        if earned < price_msat:
+            after = await self._sessions.credit(session_id, price_msat - earned, int(time.time()))
+            if after is not None:
+                balance = after
+            else:
+                earned = price_msat
+        with contextlib.suppress(ConnectionError):
+            await resp.write(
+                _event(
+                    "payment-receipt",
+                    {
+                        "method": mpp.METHOD,
+                        "reference": session_id,
+                        "status": "success",
+                        "timestamp": mpp.rfc3339(int(time.time())),
+                        "spent": earned / 1000,
+                        "spentMsat": earned,
+                        "units": units,
+                        "balanceMsat": balance,
+                        "balanceSats": _sats(balance),
+                    },
+                )
+            )
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        return resp
 
     async def _why_not(self, session_id: str, price_msat: int) -> SessionProblem:
         session = await self._sessions.get(session_id)
@@ -960,6 +1118,15 @@ class Sessions:
         """Let closes under way finish (shutdown, tests)."""
         if self._closing:
             await asyncio.gather(*list(self._closing.values()), return_exceptions=True)
+
+
+def _wants_stream(spec: AnySpec, params: BaseModel) -> bool:
+    return spec.stream_handler is not None and bool(getattr(params, "stream", False))
+
+
+def _event(name: str | None, data: dict[str, Any]) -> bytes:
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {mpp.canonical_json(data)}\n\n".encode()
 
 
 def _check_owner(session_id: str, preimage: str) -> None:

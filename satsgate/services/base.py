@@ -8,7 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -117,6 +117,17 @@ class ServiceContext:
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """One piece of a streamed answer; the last one says what the call cost by use."""
+
+    text: str = ""
+    metered_msat: int | None = None
+
+
+StreamHandler = Callable[[ServiceContext, P], AsyncIterator[StreamPiece]]
 Validator = Callable[[P], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
@@ -232,6 +243,10 @@ class ServiceSpec(Generic[P]):
     # L402_INVALID_PARAMS on that field (the service runs here; the caller can change it).
     engine_request: Callable[[P], object] | None = None
     engine_request_field: str | None = None
+    # The answer as it is generated, for a request that asks for a stream (its params'
+    # ``stream``) and is paid from a payment session (payments/sessions.py): text pieces,
+    # the last one carrying ``metered_msat``. None: the service answers in one piece.
+    stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:

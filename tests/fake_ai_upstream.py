@@ -258,7 +258,7 @@ class FakeAIUpstream:
 
     # -- OpenAI-compatible endpoints -------------------------------------------------------
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         gated = await self._openai_gate(request)
         if isinstance(gated, web.Response):
             return gated

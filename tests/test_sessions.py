@@ -440,15 +440,14 @@ async def test_an_abandoned_stream_pays_its_reservation(
     assert (await client.open(*RARE)).status_code == 200
     fake.fail_next(CHAT, "slow_stream")
     cut_before = fake.streams_cut
-    async with httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own:
-        async with own.stream(
-            "POST", "/api/l402/generate-text", json=STREAM[1],
-            headers={"Authorization": client.bearer_auth()},
-        ) as resp:  # fmt: skip
-            assert resp.status_code == 200
-            async for line in resp.aiter_lines():
-                if line.startswith("data: "):
-                    break  # the first piece, then the reader goes away
+    async with httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own, own.stream(
+        "POST", "/api/l402/generate-text", json=STREAM[1],
+        headers={"Authorization": client.bearer_auth()},
+    ) as resp:  # fmt: skip
+        assert resp.status_code == 200
+        async for line in resp.aiter_lines():
+            if line.startswith("data: "):
+                break  # the first piece, then the reader goes away
     for _ in range(100):  # the server stops the upstream stream too
         if fake.streams_cut > cut_before:
             break

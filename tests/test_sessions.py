@@ -763,3 +763,45 @@ def test_backends_pay_an_amountless_invoice_with_the_amount_given() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(go(tmp))
     assert time.time() > 0
+
+
+# -- the official MPP SDK as the client -----------------------------------------------------
+
+
+async def test_pympp_reads_the_session_challenge_and_drives_a_session(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    """pympp (0.16.0, no lightning method: the deposit is paid through the dev node here)
+    parses the session challenge, its own verifier agrees with its id under the server
+    secret, its Credential serialises the open, bearer and close actions, and it parses
+    the receipts."""
+    import mpp
+
+    from satsgate.app import SETTINGS
+    from satsgate.payments.challenger import realm_of
+
+    settings = srv.app[SETTINGS]
+    resp = await http.post(f"/api/l402/{RARE[0]}", json=RARE[1])
+    line = next(v for v in resp.headers.get_list("www-authenticate") if 'intent="session"' in v)
+    challenge = mpp.Challenge.from_www_authenticate(line)
+    assert (challenge.method, challenge.intent) == ("lightning", "session")
+    assert challenge.verify(settings.server_secret, realm_of(settings.public_base_url))
+    preimage = await dev_pay(http, challenge.request["depositInvoice"])
+    refund_to = return_invoice()
+
+    async def send(payload: dict[str, Any]) -> httpx.Response:
+        auth = mpp.Credential(challenge.to_echo(), payload).to_authorization()
+        return await http.post(
+            f"/api/l402/{RARE[0]}", json=RARE[1], headers={"Authorization": auth}
+        )
+
+    opened = await send({"action": "open", "preimage": preimage, "returnInvoice": refund_to})
+    assert opened.status_code == 200, opened.text
+    session_id = challenge.request["paymentHash"]
+    bearer = await send({"action": "bearer", "sessionId": session_id, "preimage": preimage})
+    assert bearer.status_code == 200 and bearer.json()["translatedText"] == "[Tok] Welcome"
+    got = mpp.Receipt.from_payment_receipt(bearer.headers["payment-receipt"])
+    assert (got.status, got.method, got.reference) == ("success", "lightning", session_id)
+    closed = await send({"action": "close", "sessionId": session_id, "preimage": preimage})
+    assert closed.json()["refundStatus"] == "succeeded"
+    assert mpp.Receipt.from_payment_receipt(closed.headers["payment-receipt"]).status == "success"

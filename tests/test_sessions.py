@@ -508,6 +508,29 @@ async def test_refused_credentials_get_402_a_fresh_challenge_and_the_problem_typ
     await client.close()
 
 
+async def test_a_deposit_paid_and_never_opened_is_refunded_like_any_unused_payment(
+    http: httpx.AsyncClient,
+) -> None:
+    client = Client(http)
+    challenge, preimage = await client.offer(*RARE)
+    request = unb64url(challenge["request"])
+    refunded = await http.post(
+        "/api/l402/refund",
+        json={
+            "paymentId": f"dep_{request['paymentHash']}",
+            "invoice": request["depositInvoice"],
+            "preimage": preimage,
+        },
+    )
+    assert refunded.status_code == 200, refunded.text
+    assert refunded.json()["refund"]["amount_sats"] == int(request["depositAmount"])
+    # Refunded, it opens nothing (the refund and the open both start from paid).
+    payload = {"action": "open", "preimage": preimage, "returnInvoice": client.return_invoice}
+    opened = await client.post(*RARE, credential(challenge, payload))
+    assert opened.status_code == 402
+    assert opened.json()["type"] == PROBLEMS + "unknown-challenge"
+
+
 # -- close ---------------------------------------------------------------------------------
 
 

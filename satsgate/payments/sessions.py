@@ -344,7 +344,10 @@ class Sessions:
         now = int(time.time())
         await self._payments.insert(
             Payment(
-                payment_id=f"dep_{secrets.token_hex(16)}",
+                # Named by its hash (public in the challenge): a deposit paid and never
+                # opened is refunded like any unused payment (POST /api/l402/refund with
+                # paymentId "dep_<paymentHash>" and the preimage).
+                payment_id=f"dep_{invoice.payment_hash}",
                 payment_hash=invoice.payment_hash,
                 bolt11=invoice.bolt11,
                 service=SESSION_SERVICE,

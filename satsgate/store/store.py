@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.engine import Database
 from satsgate.store.holds import HoldRepository
@@ -29,6 +30,7 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.sessions = SessionRepository(self.db)
+        self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

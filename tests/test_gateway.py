@@ -48,10 +48,14 @@ SPEC_CODES = [
 
 
 def payment_count(server: ThreadedServer) -> int:
+    """The calls' payments: one per 402 (each 402 also offers a payment session's deposit,
+    a row of its own with mode 'deposit', made only with a call's payment)."""
     return int(
         server.call(
             lambda: server.store.db.run_sync(
-                lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
+                lambda c: c.execute(
+                    "SELECT COUNT(*) FROM payments WHERE mode != 'deposit'"
+                ).fetchone()[0]
             )
         )
     )

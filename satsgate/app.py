@@ -230,6 +230,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    if gate.sessions is not None:
+        given_back = await gate.sessions.give_back_held()
+        if given_back:
+            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     yield
     await jobs.close()
     await callbacks.close()

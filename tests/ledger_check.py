@@ -59,7 +59,7 @@ def _rows(db: Path) -> Rows:
             " ORDER BY refund_id"
         ).fetchall()
         sessions = conn.execute(
-            "SELECT session_id, deposit_msat, spent_msat, refund_msat, payout_status"
+            "SELECT session_id, deposit_msat, spent_msat, refund_msat, payout_status, held_msat"
             " FROM sessions ORDER BY session_id"
         ).fetchall()
     finally:
@@ -84,10 +84,10 @@ def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
     refunded = sum(amount for _, amount, status, _ in refunds if status != "expired")
     # Payment sessions: an undecided balance is held, a decided refund (unless skipped)
     # is refunded; a session never spends more than was deposited nor less than nothing.
-    for _, deposit, spent, refund, payout_status in sessions:
-        assert 0 <= spent <= deposit
+    for _, deposit, spent, refund, payout_status, in_flight in sessions:
+        assert 0 <= in_flight <= spent <= deposit
         if refund is None:
-            held += deposit - spent
+            held += deposit - spent + in_flight
         else:
             assert refund == deposit - spent
             if payout_status != "skipped":

@@ -828,3 +828,31 @@ async def test_pympp_reads_the_session_challenge_and_drives_a_session(
     closed = await send({"action": "close", "sessionId": session_id, "preimage": preimage})
     assert closed.json()["refundStatus"] == "succeeded"
     assert mpp.Receipt.from_payment_receipt(closed.headers["payment-receipt"]).status == "success"
+
+
+async def test_a_call_a_restart_interrupted_is_credited_back_at_start(tmp_path: Any) -> None:
+    """A debit whose call never ended (the process died mid-call: simulated by a debit
+    with no call behind it) is given back when satsgate starts again."""
+    from satsgate.engines.providers import PROVIDER_KINDS
+
+    settings = make_settings(tmp_path / "data", **down_engines(["rare_translation"]))
+    kinds = {**PROVIDER_KINDS, **DOWN_KINDS}
+    first = ThreadedServer(settings, kinds)
+    try:
+        async with httpx.AsyncClient(base_url=first.url, timeout=30) as http:
+            client = Client(http)
+            price = await price_msat(http, *RARE)
+            opened = await client.open(*RARE)  # its call fails: credited
+            deposit = opened.json()["session"]["balanceMsat"]
+            assert deposit == 20 * price
+            left = first.call(lambda: first.store.sessions.debit(client.session_id, price, 0))
+            assert left == deposit - price
+            assert session_row(first, client.session_id).balance_msat == deposit - price
+    finally:
+        first.stop()
+    again = ThreadedServer(settings, kinds)
+    try:
+        assert session_row(again, client.session_id).balance_msat == deposit
+        assert_ledger_balances(again)
+    finally:
+        again.stop()

@@ -811,6 +811,14 @@ class Sessions:
                 exc.code, exc.message, extra={**exc.envelope_extra(), **credit},
                 headers=exc.http_headers(),
             ) from exc  # fmt: skip
+        except Exception as exc:
+            log.exception("a streamed session call failed before its first piece")
+            credit = await self._credit(session_id, price_msat, repr(exc))
+            raise ApiError(
+                "L402_UPSTREAM_FAILED",
+                "The service failed; its price was credited back to the session.",
+                extra=credit,
+            ) from exc
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -841,6 +849,7 @@ class Sessions:
                 piece = await anext(pieces, None)
         except (ConnectionError, asyncio.CancelledError):
             log.info("session %s: the client left a stream; its reservation is kept", session_id)
+            self._sessions.answered(session_id, price_msat)
             raise
         except (ApiError, EngineError) as exc:
             credit = await self._credit(session_id, price_msat, str(exc))
@@ -859,11 +868,15 @@ class Sessions:
             return resp
         earned = price_msat if metered is None else max(0, min(price_msat, metered))
         if earned < price_msat:
-            after = await self._sessions.credit(session_id, price_msat - earned, int(time.time()))
+            after = await self._sessions.credit(
+                session_id, price_msat - earned, int(time.time()), held_msat=price_msat
+            )
             if after is not None:
                 balance = after
             else:
                 earned = price_msat
+        else:
+            self._sessions.answered(session_id, price_msat)
         with contextlib.suppress(ConnectionError):
             await resp.write(
                 _event(
@@ -950,17 +963,23 @@ class Sessions:
         elif result.charged_msat is not None and result.charged_msat < price_msat:
             earned = max(0, result.charged_msat)
         if earned < price_msat:
-            after = await self._sessions.credit(session_id, price_msat - earned, int(time.time()))
+            after = await self._sessions.credit(
+                session_id, price_msat - earned, int(time.time()), held_msat=price_msat
+            )
             if after is not None:
                 balance = after
             else:
                 log.error("session %s: a true-up credit was refused", session_id[:16])
                 earned = price_msat
+        else:
+            self._sessions.answered(session_id, price_msat)
         return Served(result, session_id, earned, balance)
 
     async def _credit(self, session_id: str, amount_msat: int, reason: str) -> dict[str, Any]:
         """Give a failed call's debit back at once; the envelope's ``session`` member."""
-        balance = await self._sessions.credit(session_id, amount_msat, int(time.time()))
+        balance = await self._sessions.credit(
+            session_id, amount_msat, int(time.time()), held_msat=amount_msat
+        )
         if balance is None:
             log.error(
                 "session %s: the credit of %d msat was refused (%s)",
@@ -1116,6 +1135,11 @@ class Sessions:
                     await self._apply(session_id, session.payout_attempts, result)
                     done["resolved"] += 1
         return done
+
+    async def give_back_held(self) -> int:
+        """At start-up, before any call: what calls a crash left unanswered had debited
+        goes back to their sessions (see SessionRepository.give_back_held)."""
+        return await self._sessions.give_back_held(int(time.time()))
 
     async def wait_closing(self) -> None:
         """Let closes under way finish (shutdown, tests)."""

@@ -18,10 +18,10 @@ was paid; its refunds count on that day too, so each day balances on its own):
 - earned: the rest, what the node keeps.
 
 Payment sessions (store/sessions.py): a deposit is a payment (received on the day its
-session opened, which every deposit of the session counts on, so each day balances);
-the balance of a session whose refund is not decided yet is held (the payer's money,
-drawn on by calls); a closed session's refund is refunded (owed or paid back); what its
-calls spent is earned.
+session opened, which every deposit of the session counts on, so each day balances).
+Until a session's refund is decided its balance is held (the payer's money, drawn on by
+calls), and so are its calls in flight (debited, not answered yet); a closed session's
+refund is refunded (owed or paid back); what its calls spent is earned.
 
 Refunds are also broken down by state (open, claiming, paid, expired) with the routing
 fees the node paid on the payouts it made (outside the equation: fees are the node's
@@ -87,8 +87,8 @@ _PAYMENT_DAY = (
 def _session_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
     rows = c.execute(
         f"SELECT {group},"
-        " COALESCE(SUM(CASE WHEN s.refund_msat IS NULL THEN s.deposit_msat - s.spent_msat"
-        "   END), 0),"
+        " COALESCE(SUM(CASE WHEN s.refund_msat IS NULL"
+        "   THEN s.deposit_msat - s.spent_msat + s.held_msat END), 0),"
         " COALESCE(SUM(CASE WHEN s.payout_status != 'skipped' THEN s.refund_msat END), 0),"
         " COALESCE(SUM(CASE WHEN s.payout_status = 'succeeded' THEN s.refund_msat END), 0),"
         " COALESCE(SUM(s.payout_fee_msat), 0),"

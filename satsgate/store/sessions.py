@@ -74,14 +74,18 @@ _CONSUME_DEPOSIT = (
     " WHERE payment_hash = ? AND mode = 'deposit' AND status = 'paid' RETURNING amount_msat"
 )
 _DEBIT = (
-    "UPDATE sessions SET spent_msat = spent_msat + ?1, last_used_at = ?2, updated_at = ?2"
+    "UPDATE sessions SET spent_msat = spent_msat + ?1, held_msat = held_msat + ?1,"
+    " last_used_at = ?2, updated_at = ?2"
     " WHERE session_id = ?3 AND status = 'open' AND deposit_msat - spent_msat >= ?1"
     " RETURNING deposit_msat - spent_msat"
 )
 _CREDIT = (
-    "UPDATE sessions SET spent_msat = spent_msat - ?1, updated_at = ?2"
-    " WHERE session_id = ?3 AND refund_msat IS NULL AND spent_msat >= ?1"
-    " RETURNING deposit_msat - spent_msat"
+    "UPDATE sessions SET spent_msat = spent_msat - ?1, held_msat = held_msat - ?4,"
+    " updated_at = ?2 WHERE session_id = ?3 AND refund_msat IS NULL AND spent_msat >= ?1"
+    " AND held_msat >= ?4 RETURNING deposit_msat - spent_msat"
+)
+_ANSWERED = (
+    "UPDATE sessions SET held_msat = held_msat - ?1 WHERE session_id = ?2 AND held_msat >= ?1"
 )
 
 
@@ -190,15 +194,36 @@ class SessionRepository:
 
         return await self._db.write(run)
 
-    async def credit(self, session_id: str, amount_msat: int, now: int) -> int | None:
+    async def credit(
+        self, session_id: str, amount_msat: int, now: int, held_msat: int = 0
+    ) -> int | None:
         """Give back ``amount_msat`` of what the session spent (before its refund is
-        decided); the balance after, or None when nothing was given back."""
+        decided), and release ``held_msat`` of a call that ended; the balance after, or
+        None when nothing changed."""
 
         def run(conn: sqlite3.Connection) -> int | None:
-            rows = conn.execute(_CREDIT, (amount_msat, now, session_id)).fetchall()
+            rows = conn.execute(_CREDIT, (amount_msat, now, session_id, held_msat)).fetchall()
             return int(rows[0][0]) if rows else None
 
         return await self._db.write(run)
+
+    def answered(self, session_id: str, held_msat: int) -> None:
+        """A call that earned its whole debit ended: its debit is no longer held. Joins
+        the group commit unwaited (``Database.write_soon``): a crash before that commit
+        leaves it held, and the next start gives it back (the payer's side of the doubt)."""
+        self._db.write_soon(_ANSWERED, (held_msat, session_id))
+
+    async def give_back_held(self, now: int) -> int:
+        """At start-up: the debits of calls a crash left unanswered go back to their
+        balance (a call's result is never stored); how many sessions."""
+        cur = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET spent_msat = spent_msat - held_msat, held_msat = 0,"
+                " updated_at = ? WHERE held_msat > 0 AND refund_msat IS NULL",
+                (now,),
+            )
+        )
+        return int(cur.rowcount)
 
     async def close(self, session_id: str, reason: str, now: int) -> bool:
         """open -> closed: no debit or top-up is taken after it. True for one caller."""

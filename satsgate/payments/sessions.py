@@ -54,7 +54,7 @@ from satsgate.errors import ApiError, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
-from satsgate.payments import mpp
+from satsgate.payments import mpp, problems
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec
@@ -82,6 +82,9 @@ _PROBLEM_TITLES = {
 }
 _HEX = frozenset("0123456789abcdef")
 _MAX_KNOWN_BEARERS = 10_000
+# What Accept-Payment is asked about: would it take the session intent (beside charge)?
+_CHARGE_PROBE = 'Payment id="", method="lightning", intent="charge"'
+_SESSION_PROBE = 'Payment id="", method="lightning", intent="session"'
 
 
 class SessionProblem(Exception):
@@ -380,15 +383,23 @@ class Sessions:
         cid = challenge_id(self._key, c.realm, request_b64, expires)
         return SessionChallenge(cid, c.realm, request_b64, expires, request)
 
-    async def offer(self, resp: web.StreamResponse, spec: AnySpec, params: BaseModel) -> None:
-        """Add the session challenge to a 402 that offers this call (best effort: a node
-        that cannot make the deposit invoice leaves the other challenges standing)."""
+    async def offer_lines(
+        self, spec: AnySpec, params: BaseModel, accept_payment: str | None = None
+    ) -> list[str]:
+        """The session challenge for a 402 that offers this call, as WWW-Authenticate
+        lines: none when ``Accept-Payment`` leaves the session intent out (then no
+        deposit invoice is made), or when the node cannot make one (the other
+        challenges stand)."""
+        if accept_payment and _SESSION_PROBE not in problems.select_challenges(
+            (_CHARGE_PROBE, _SESSION_PROBE), accept_payment
+        ):
+            return []
         try:
             challenge = await self.challenge(spec.quote_sats(params), spec.title)
         except (BackendError, OSError) as exc:
             log.warning("no session challenge: the deposit invoice failed: %s", exc)
-            return
-        resp.headers.add("WWW-Authenticate", challenge.header())
+            return []
+        return [challenge.header()]
 
     # -- HTTP -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -48,6 +49,7 @@ from satsgate.appkeys import (
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
+from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore
@@ -70,10 +72,13 @@ from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
+from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
+from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
@@ -117,6 +122,14 @@ def node_engines(
     )
 
 
+def apply_telephony_rates(settings: Settings) -> None:
+    """The destination rates this node prices SMS and calls by: ``[telephony]
+    rates_file`` when set (RatesFileError, a ValueError, when it is unusable), else the
+    built-in table."""
+    path = settings.telephony.get("rates_file")
+    use_rates(load_rates_file(Path(path).expanduser()) if path else None)
+
+
 def create_app(
     settings: Settings,
     backend: LightningBackend,
@@ -128,6 +141,7 @@ def create_app(
     work. ``provider_kinds``: the adapters ``kind = ...`` may name; ``outbound``: the
     outside network callers' URLs are reached through (DNS, public addresses, CAs)."""
     settings = ensure_server_secret(settings)
+    apply_telephony_rates(settings)
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
     # on the first job.
@@ -161,7 +175,7 @@ def create_app(
         settings.server_secret,
         settings.file_url_ttl_s,
     )
-    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     _add_nostr(app, settings)
@@ -232,6 +246,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
+        deliveries=store.deliveries,
         screener=screener,
     )
     app[GATE] = gate = build_gate(
@@ -273,6 +288,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        deliveries=store.deliveries,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -286,13 +302,31 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    if gate.sessions is not None:
+        given_back = await gate.sessions.give_back_held()
+        if given_back:
+            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     yield
     await jobs.close()
     await callbacks.close()
     await refunds.wait_payouts()
+    if gate.sessions is not None:
+        await gate.sessions.wait_closing()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
+    store = app[STORE]
+    desk = attach_desk(
+        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
+    )
+    if app[ENGINES].available("fax"):
+        await desk.start()
+    yield
+    await desk.close()
 
 
 REWORK_SWEEP_S = 60  # how often expired free-retry windows are refunded
@@ -323,6 +357,16 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.sessions is not None:
+        # Payment sessions: idle ones closed and paid back, failed payouts retried.
+        scheduler.add_job(
+            gate.sessions.sweep,
+            "interval",
+            seconds=max(1, min(30, app[SETTINGS].session_idle_timeout_s // 4)),
+            id="sessions-sweep",
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.add_job(
         files.remove_older_than,
         "interval",
@@ -379,6 +423,20 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         args=[app[HTTP], app[SETTINGS]],
         id="rates-refresh",
         next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+    )
+    # SMS and calls whose status webhooks never came: asked again, calls settled.
+    store = app[STORE]
+    scheduler.add_job(
+        deliveries.sweep,
+        "interval",
+        minutes=5,
+        args=[
+            deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds),
+            app[ENGINES],
+        ],
+        id="deliveries-sweep",
         max_instances=1,
         coalesce=True,
     )
@@ -462,13 +520,34 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        deliveries=app[STORE].deliveries,
     )
 
 
 async def provider_webhook(request: web.Request) -> web.Response:
-    """A prediction platform's webhook (satsgate.engines.providers.predictions): the
-    provider verifies its signature; 404 for a provider that takes none."""
-    provider = request.app[ENGINES].provider(request.match_info["name"])
+    """A provider's webhook: a prediction platform's (satsgate.engines.providers.
+    predictions) or a messaging/call/fax provider's delivery reports
+    (satsgate.engines.delivery, applied by satsgate.services.deliveries). The provider
+    verifies its signature; 404 for a provider that takes none."""
+    name = request.match_info["name"]
+    provider = request.app[ENGINES].provider(name)
+    if getattr(provider, "webhook_kind", None) != request.match_info["kind"]:
+        return web.Response(status=404)
+    receive_events = getattr(provider, "receive_events", None)
+    if receive_events is not None:
+        body = await request.read()
+        # The URL the provider requested: Twilio signs it, and behind a proxy the
+        # request's own URL is not the public one.
+        url = request.app[SETTINGS].public_base_url.rstrip("/") + request.path_qs
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        events = await receive_events(WebhookRequest(url, request.method, headers, body))
+        if 200 <= events.status < 300:
+            store = request.app[STORE]
+            env = deliveries.DeliveryEnv(store.deliveries, store.payments.get, request.app[REFUNDS])
+            await deliveries.apply_events(env, name, events)
+        return web.Response(
+            status=events.status, body=events.body, content_type=events.content_type
+        )
     receive = getattr(provider, "receive_webhook", None)
     if (
         provider is None

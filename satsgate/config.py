@@ -61,6 +61,13 @@ class Settings:
     refund_fee_min_msat: int = 10_000
     refund_fee_max_pct: int = 50
     refund_pay_timeout_s: int = 60
+    # Payment sessions (the MPP session intent, lightning method; payments/sessions.py):
+    # a session's deposit is this many times the price of the call whose 402 offered it,
+    # at most session_max_deposit_sat (never below that one call's price); a session idle
+    # this long is closed and its balance paid to its return invoice.
+    session_deposit_multiplier: int = 20
+    session_max_deposit_sat: int = 100_000
+    session_idle_timeout_s: int = 300
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
     # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold
@@ -112,6 +119,9 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [telephony] rates_file = "rates.csv": the operator's destination rates replacing the
+    # built-in table (satsgate/services/telephony.py), checked at start-up.
+    telephony: Mapping[str, Any] = field(default_factory=dict)
     # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
     # llm_on_error ("pass" or "hold"), llm_model (a text model id).
     screening: Mapping[str, Any] = field(default_factory=dict)
@@ -177,7 +187,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "screening", "discovery"}:
+    for name in names - {"engines", "providers", "screening", "telephony", "discovery"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -192,6 +202,7 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    check_telephony(settings.telephony)
     from satsgate.nostr.config import NostrConfig
 
     NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
@@ -201,6 +212,22 @@ def load_settings(
         except ValueError:
             raise ValueError(f"trusted_proxies: {proxy!r} is not an address or CIDR") from None
     return settings
+
+
+def check_telephony(table: Mapping[str, Any]) -> None:
+    """``[telephony]``: only ``rates_file``, a readable rates CSV (ValueError otherwise)."""
+    if not isinstance(table, Mapping):
+        raise ValueError("[telephony] must be a table")
+    unknown = set(table) - {"rates_file"}
+    if unknown:
+        raise ValueError(f"unknown settings in [telephony]: {', '.join(sorted(unknown))}")
+    path = table.get("rates_file")
+    if path is not None:
+        if not isinstance(path, str) or not path:
+            raise ValueError("[telephony] rates_file must be a file path")
+        from satsgate.services.telephony import load_rates_file
+
+        load_rates_file(Path(path).expanduser())
 
 
 def check_base_url(value: str) -> None:

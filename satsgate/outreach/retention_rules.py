@@ -78,4 +78,22 @@ RULES: tuple[RetentionRule, ...] = (
     # holds: the do-not-contact list is kept (it is what the person asked for); so is the
     # de-identified record of screened communications (screenings).
     # -- other engineers: append your rules below, one per line --
+    # twilio: delivery records keep no text or number; the provider's id (which the
+    # provider links to the number in its own records) goes after 30 days.
+    ClearColumns(
+        "deliveries",
+        "created_at",
+        ("provider_ref", "error", "answered_by"),
+        EVIDENCE_S,
+        "provider ids of sent SMS and calls",
+    ),
+    # telnyx: a received fax's sender and document (the file itself goes with the file
+    # store's 12-hour cleanup and satsgate.services.faxes.FaxDesk.clean), 12 hours.
+    ClearColumns(
+        "fax_received", "received_at", ("sender", "file_name"), 12 * HOUR, "received faxes"
+    ),
+    # telnyx: the forwarding address of a receive-fax lease, 12 hours after it ended.
+    ClearColumns(
+        "fax_leases", "expires_at", ("forward_email",), 12 * HOUR, "fax forwarding addresses"
+    ),
 )

@@ -32,8 +32,9 @@ from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
-from satsgate.payments.challenger import Challenger
+from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
@@ -41,6 +42,7 @@ from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
+from satsgate.store.deliveries import DeliveryRepository
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -57,6 +59,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
     # rules alone (satsgate.services.screening.screen).
     screener: Screener | None = None
@@ -79,6 +82,7 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            deliveries=self.deliveries,
             screener=screener or self.screener,
         )
 
@@ -100,8 +104,10 @@ class Gate:
         public_base_url: str,
         max_body_bytes: int,
         holds: Holds | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.challenger = challenger
+        self.sessions = sessions  # the session intent (payments/sessions.py)
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
@@ -163,7 +169,26 @@ def build_gate(
             max_unused_s=settings.hold_max_unused_s,
         )
         settlements.holds = holds
+    sessions = Sessions(
+        config=SessionConfig(
+            secret=settings.server_secret,
+            realm=realm_of(settings.public_base_url),
+            network=settings.network,
+            invoice_expiry_s=settings.invoice_expiry_s,
+            deposit_multiplier=settings.session_deposit_multiplier,
+            max_deposit_sat=settings.session_max_deposit_sat,
+            idle_timeout_s=settings.session_idle_timeout_s,
+            pay_timeout_s=settings.refund_pay_timeout_s,
+            fee_cap=refunds.max_fee_msat,
+        ),
+        node=backend,
+        payments=store.payments,
+        sessions=store.sessions,
+        settlements=settlements,
+        contexts=handlers,
+    )
     return Gate(
+        sessions=sessions,
         challenger=Challenger(
             node=backend,
             payments=store.payments,

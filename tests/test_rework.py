@@ -25,7 +25,7 @@ from tests.test_gateway import mpp_credential
 
 pytestmark = pytest.mark.usefixtures("fallback_rates")
 
-MODELS = {"6": "fake-best", "31": "fake-mini", "2": "fake-image-std-url"}
+MODELS = {"6": "fake-best", "31": "fake-mini", "2": "fake-image-std-url", "16": "fake-image-best"}
 CHAT = "/v1/chat/completions"
 IMAGES = "/v1/images/generations"
 TERM = "lockpick"
@@ -239,6 +239,26 @@ async def test_image_refusal_scope_is_the_prompt(
     )
     assert resp.status_code == 200, resp.text
     assert len(fake.requests(IMAGES)) == 2
+
+
+async def test_a_cheaper_retry_refunds_the_difference(
+    rw: httpx.AsyncClient, rw_server: ThreadedServer, fake: FakeAIUpstream
+) -> None:
+    before = totals(rw_server)
+    body = {"prompt": f"a {TERM} kit, photographed", "modelId": 16}  # 1200 sat
+    paid, doc = await refused_call(rw, "generate-image", body)
+    cheaper = {
+        "prompt": "a brass key, photographed",
+        "modelId": 2,
+        "reworkToken": doc["rework_token"],
+    }
+    resp = await call(rw, paid, cheaper, "generate-image")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["refund"]["amount_sats"] == 1100  # paid 1200, the retry costs 100
+    await asyncio.sleep(0.05)
+    end = totals(rw_server)
+    assert end["earned_msat"] - before["earned_msat"] == 100_000
+    assert end["refunded_msat"] - before["refunded_msat"] == 1_100_000
 
 
 # -- decline, races --------------------------------------------------------------------------

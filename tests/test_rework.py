@@ -18,6 +18,7 @@ import pytest
 from mcp import Client
 
 from satsgate.config import Settings
+from satsgate.engines.refusals import said_by_model
 from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
@@ -199,6 +200,7 @@ async def test_a_retry_refused_again_reopens_the_window_and_the_cap_refunds_in_f
     # The fourth refusal (the third free retry) is at the cap: refunded in full.
     assert resp.status_code == 422 and doc["error_code"] == "CONTENT_FILTERED", doc
     assert doc["refund"]["amount_sats"] == PRICE_SATS
+    assert (doc["attempt"], doc["retries_left"], doc["retries_max"]) == (4, 0, 3)
     assert len(fake.requests(CHAT)) == 4
     assert payment_status(rw_server, paid.payment_id) == "spent"
     end = totals(rw_server)
@@ -449,3 +451,17 @@ async def test_expired_window_is_refused_and_refunded_and_a_restart_keeps_an_ope
             assert_ledger_balances(srv)
     finally:
         srv.stop()
+
+
+def test_model_said_is_one_short_line_without_names_or_addresses() -> None:
+    assert said_by_model("Claude cannot help with this.") == "the model cannot help with this."
+    assert said_by_model("This violates OpenAI's usage policies.") == (
+        "This violates the model's usage policies."
+    )
+    assert (
+        said_by_model("Refused, see https://api.example.com/v1/x?key=1  now") == "Refused, see now"
+    )
+    assert said_by_model('{"error": "content_policy_violation"}') is None
+    assert said_by_model("  ") is None and said_by_model(None) is None
+    long = said_by_model("no " * 400)
+    assert long is not None and len(long) == 300 and "\n" not in long

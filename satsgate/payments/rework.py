@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -42,6 +41,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from satsgate.engines import EngineError
+from satsgate.engines.refusals import said_by_model
 from satsgate.errors import ApiError
 from satsgate.payments.mpp import rfc3339
 from satsgate.services.base import ServiceResult, ServiceSpec
@@ -62,7 +62,6 @@ Dispatch = Callable[[Payment, AnySpec, BaseModel, int], Awaitable[ServiceResult]
 
 TOKEN_FIELDS = ("reworkToken", "rework_token")
 MAX_TOKEN_CHARS = 200
-MODEL_SAID_CHARS = 300
 
 # The request's rework token, set by the face for the task serving it (see take_token).
 _TOKEN: ContextVar[str | None] = ContextVar("rework_token", default=None)
@@ -81,21 +80,6 @@ CAUSE = (
     "The AI model refused this request under its own content policy, although the "
     "service's content screen passed it."
 )
-# Provider and model names never reach a caller (the spec: model_said never names one).
-_NAMES = re.compile(
-    r"\b(?:an?\s+)?(?:open\s?ai|chat\s?gpt|gpt[-\w.]*|dall[-\s]?e[-\w]*|anthropic|"
-    r"claude[-\w.]*|gemini[-\w.]*|google|mistral[-\w.]*|llama[-\w.]*|meta\s+ai|replicate|"
-    r"fal(?:\.ai)?|stability(?:\s?ai)?|groq|together(?:\s?ai)?|openrouter|ollama|vllm)"
-    r"(?P<s>'s)?(?:\s+(?:ai\s+)?(?:language\s+)?(?:models?|assistants?))?\b",
-    re.IGNORECASE,
-)
-
-
-_URL = re.compile(r"\b(?:https?|wss?)://\S+", re.IGNORECASE)
-
-
-def _unnamed(match: re.Match[str]) -> str:
-    return "the model's" if match.group("s") else "the model"
 
 
 def take_token(body: Any) -> Any:
@@ -115,17 +99,6 @@ def take_token(body: Any) -> Any:
 
 def current_token() -> str | None:
     return _TOKEN.get()
-
-
-def model_said(text: str | None) -> str | None:
-    """An upstream's refusal text as a caller may see it: one line, trimmed, without
-    provider or model names."""
-    if not text or not isinstance(text, str) or "{" in text:
-        return None  # nothing, or a structured error body: not the model's words
-    said = _NAMES.sub(_unnamed, " ".join(_URL.sub("", text).split()))
-    if len(said) > MODEL_SAID_CHARS:
-        said = said[: MODEL_SAID_CHARS - 1].rstrip() + "…"
-    return said or None
 
 
 def refusal_scope(spec: AnySpec) -> str:
@@ -193,6 +166,10 @@ class ReworkDesk:
             attempt = window.attempts
             if attempt > self.retries_max:
                 await self._windows.close_running(payment.payment_id, int(now))
+                # The refund's answer (CONTENT_FILTERED) says the cap was reached.
+                exc.extra.update(
+                    {"attempt": attempt, "retries_left": 0, "retries_max": self.retries_max}
+                )
                 log.info("payment %s: refused at the retry cap, refunded", payment.payment_id)
                 return None
             if not await self._windows.reopen(payment.payment_id, _hash(token), until, int(now)):
@@ -200,7 +177,7 @@ class ReworkDesk:
         else:
             return None
         retries_left = self.retries_max + 1 - attempt
-        said = model_said(str(exc.extra.get("model_said") or "")) if exc.extra else None
+        said = said_by_model(exc.extra.get("model_said"))
         scope = refusal_scope(spec)
         return ApiError(
             "CONTENT_FILTERED_RETRY",

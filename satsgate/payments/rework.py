@@ -152,6 +152,15 @@ class ReworkDesk:
             return None
         if self.retries_max <= 0:
             return None
+        try:
+            return await self._open_or_reopen(payment, spec, exc)
+        except Exception:  # the window could not be recorded: refund as any failure
+            log.exception("payment %s: free-retry window not recorded", payment.payment_id)
+            return None
+
+    async def _open_or_reopen(
+        self, payment: Payment, spec: AnySpec, exc: EngineError
+    ) -> ApiError | None:
         now = time.time()
         token = secrets.token_urlsafe(32)
         until = now + self.window_s

@@ -28,6 +28,7 @@ INVALID_PARAMS = -32602
 PLUGIN_ERROR = -3
 LIGHTNINGD_SHUTDOWN = -5
 PAY_IN_PROGRESS = 200
+PAY_RHASH_ALREADY_USED = 201
 PAY_DESTINATION_PERM_FAIL = 203
 PAY_ROUTE_NOT_FOUND = 205
 PAY_ROUTE_TOO_EXPENSIVE = 206
@@ -394,6 +395,15 @@ class FakeNode:
             previous = [p for p in self._pays if p["payment_hash"] == decoded.payment_hash]
             done = next((p for p in previous if p["status"] == "complete"), None)
             if done is not None:
+                if xpay and done["amount_msat"] != amount_msat:
+                    # v26.06, amountless invoice paid before with another amount: xpay's
+                    # injectpaymentonion refuses with 201, xpay reports it as -3.
+                    raise RpcFailure(
+                        PLUGIN_ERROR,
+                        f"Unexpected injectpaymentonion error {PAY_RHASH_ALREADY_USED}:"
+                        f' {{"code":{PAY_RHASH_ALREADY_USED},"message":"Already succeeded with'
+                        f' amount {done["amount_msat"]}msat (not {amount_msat}msat)"}}',
+                    )
                 if xpay:
                     raise RpcFailure(PAY_ALREADY_PAID, "Already paid this invoice successfully")
                 return self._pay_result(done, xpay=False)  # pay returns the earlier success

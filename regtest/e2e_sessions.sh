@@ -3,7 +3,9 @@
 # pay the deposit invoice of a 402's session challenge, open with an AMOUNTLESS
 # return invoice of the payer node, make a bearer call, close; the payer's
 # return invoice is paid once, deposit minus what was charged; a second close
-# pays nothing more. Last line: "SESSION {json figures}" for tests.
+# pays nothing more. Another session naming the same return invoice is refused
+# at open (a node pays an invoice once) and opens with a fresh one.
+# Prints "SESSION {json figures}" for tests.
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 
@@ -133,12 +135,43 @@ assert len(pays) == 1 and pays[0]["status"] == "complete", pays' "$pays" \
 sent_msat="$(json_get pays.0.amount_sent_msat <<<"$pays")"
 fee_msat=$(( sent_msat - received_msat ))
 
+say "another session naming the same return invoice is refused (a node pays it once)"
+code="$(post "")"
+[ "$code" = 402 ] || die "expected 402, got $code: $(cat "$work/body")"
+challenge2="$(session_challenge < "$work/headers")"
+preimage2="$(payer_ln pay "$(json_get decoded.depositInvoice <<<"$challenge2")" | json_get payment_preimage)"
+session2="$(json_get decoded.paymentHash <<<"$challenge2")"
+open2() {
+  credential "$challenge2" "$(python3 -c 'import json, sys; print(json.dumps({"action": "open", "preimage": sys.argv[1], "returnInvoice": sys.argv[2]}))' "$preimage2" "$1")"
+}
+code="$(post "$(open2 "$return_invoice")")"
+[ "$code" = 402 ] || die "reused return invoice: expected 402, got $code: $(cat "$work/body")"
+reused="$(json_get type < "$work/body")"
+[ "${reused##*/}" = invalid-return-invoice ] || die "reused return invoice: $(cat "$work/body")"
+label2="$label-2"
+return2="$(payer_ln invoice any "$label2" "satsgate session refund 2" | json_get bolt11)"
+code="$(post "$(open2 "$return2")")"
+[ "$code" = 200 ] || die "the same deposit with a fresh return invoice: got $code: $(cat "$work/body")"
+balance2="$(receipt < "$work/headers" | json_get balanceMsat)"
+code="$(post "$(credential "$challenge2" "{\"action\":\"close\",\"sessionId\":\"$session2\",\"preimage\":\"$preimage2\"}")")"
+[ "$code" = 200 ] || die "second session close: got $code: $(cat "$work/body")"
+json_true "d['refundStatus'] == 'succeeded'" < "$work/body" || die "second close: $(cat "$work/body")"
+second_paid() { payer_ln listinvoices "$label2" | json_true "d['invoices'][0]['status'] == 'paid'"; }
+wait_until "the second session's return invoice to be paid" 30 second_paid
+received2="$(payer_ln listinvoices "$label2" | json_get invoices.0.amount_received_msat)"
+[ "$received2" = "$balance2" ] || die "second session: received $received2 msat of $balance2"
+[ "$(payer_ln listinvoices "$label" | json_get invoices.0.amount_received_msat)" = "$received_msat" ] \
+  || die "the first return invoice received more"
+
 python3 -c '
 import json, sys
 keys = ("session_id", "deposit_msat", "price_msat", "charged_msat", "balance_msat",
-        "received_msat", "sent_msat", "fee_msat", "close_s", "return_hash")
+        "received_msat", "sent_msat", "fee_msat", "close_s", "return_hash",
+        "reused_return_invoice", "second_balance_msat", "second_received_msat")
 vals = sys.argv[1:]
-print("SESSION " + json.dumps({k: (v if k in ("session_id", "return_hash") else float(v) if k == "close_s" else int(v)) for k, v in zip(keys, vals)}))' \
+texts = ("session_id", "return_hash", "reused_return_invoice")
+print("SESSION " + json.dumps({k: (v if k in texts else float(v) if k == "close_s" else int(v)) for k, v in zip(keys, vals)}))' \
   "$session_id" "$deposit_msat" "$price_msat" "$charged_msat" "$balance_msat" \
-  "$received_msat" "$sent_msat" "$fee_msat" "$close_s" "$return_hash"
+  "$received_msat" "$sent_msat" "$fee_msat" "$close_s" "$return_hash" \
+  "${reused##*/}" "$balance2" "$received2"
 echo "OK: session paid out once on close ($MODE mode)"

@@ -4,8 +4,10 @@ Runs regtest/up.sh and fund.sh in native mode (binaries from PATH, satsgate from
 interpreter as a Core Lightning plugin, state in a temporary directory, ports picked
 free), then on that one chain: e2e.sh (one L402 call), e2e_sessions.sh (a payment
 session: deposit, open with the payer node's amountless return invoice, a bearer call,
-close, the balance paid back once), e2e_refund.sh (a call failing after payment,
-refunded through LNURL-withdraw to the payer node, once), and reads satsgate's ledger;
+close, the balance paid back once; a second session may not reuse that return invoice),
+e2e_refund.sh (a call failing after payment, refunded through LNURL-withdraw to the
+payer node, once; a claim with an invoice paid already is refused), and reads
+satsgate's ledger;
 then down.sh. Skipped, with the reason, where the binaries are absent.
 """
 
@@ -111,6 +113,11 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         assert s["received_msat"] == s["balance_msat"]  # at the payer node, once
         assert 0 <= s["fee_msat"] <= fee_cap(s["balance_msat"])
         assert s["sent_msat"] == s["received_msat"] + s["fee_msat"]
+        # A second session naming the same return invoice: refused at open (the node would
+        # answer "already paid"), then opened with a fresh one on the same deposit.
+        assert s["reused_return_invoice"] == "invalid-return-invoice"
+        assert s["second_balance_msat"] == s["deposit_msat"] - price  # its open served one
+        assert s["second_received_msat"] == s["second_balance_msat"]
 
         # A call failing after payment: refunded in full through LNURL-withdraw, once.
         out = run("e2e_refund.sh", env, 180)
@@ -120,21 +127,26 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         assert r["received_msat"] == r["amount_msat"]
         assert r["sent_msat"] - r["received_msat"] <= fee_cap(r["amount_msat"])
         assert r["second_claim"]["status"] == "ERROR"
+        assert r["paid_invoice_claim"] == {
+            "status": "ERROR",
+            "reason": "This invoice was paid already: send a fresh one.",
+        }
 
         # The ledger after them: received = earned + refunded + held + open, to the msat.
         t = ledger(state)["totals"]
-        assert t["received_msat"] == price + s["deposit_msat"] + r["paid_msat"]
-        assert t["earned_msat"] == price + s["charged_msat"]
-        assert t["refunded_msat"] == r["amount_msat"] + s["balance_msat"]
+        sessions_paid = s["received_msat"] + s["second_received_msat"]
+        assert t["received_msat"] == price + 2 * s["deposit_msat"] + 2 * r["paid_msat"]
+        assert t["earned_msat"] == price + s["charged_msat"] + price
+        assert t["refunded_msat"] == 2 * r["amount_msat"] + sessions_paid
         assert t["held_msat"] == t["open_msat"] == 0
         assert t["received_msat"] == (
             t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t["open_msat"]
         )
-        assert (t["refunds_paid"], t["refunds_paid_msat"]) == (1, r["amount_msat"])
-        assert t["refund_fees_msat"] == r["sent_msat"] - r["received_msat"]
-        assert t["session_refunds_paid_msat"] == s["received_msat"]
+        assert (t["refunds_paid"], t["refunds_paid_msat"]) == (2, 2 * r["amount_msat"])
+        assert t["refund_fees_msat"] == 2 * (r["sent_msat"] - r["received_msat"])
+        assert t["session_refunds_paid_msat"] == sessions_paid  # what reached the payer
         assert t["session_payout_fees_msat"] == s["fee_msat"]
-        assert (t["sessions"], t["sessions_open"], t["session_balances_msat"]) == (1, 0, 0)
+        assert (t["sessions"], t["sessions_open"], t["session_balances_msat"]) == (2, 0, 0)
     finally:
         subprocess.run(
             ["bash", str(REGTEST / "down.sh"), "--clean"], env=env, capture_output=True, timeout=120

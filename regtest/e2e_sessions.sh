@@ -4,7 +4,9 @@
 # return invoice of the payer node, make a bearer call, close; the payer's
 # return invoice is paid once, deposit minus what was charged; a second close
 # pays nothing more. Another session naming the same return invoice is refused
-# at open (a node pays an invoice once) and opens with a fresh one.
+# at open (a node pays an invoice once) and opens with a fresh one. A third
+# session's return invoice, paid by the node's operator by hand before the close,
+# is not paid again nor reported paid (refundStatus failed, for the operator).
 # Prints "SESSION {json figures}" for tests.
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -163,15 +165,37 @@ received2="$(payer_ln listinvoices "$label2" | json_get invoices.0.amount_receiv
 [ "$(payer_ln listinvoices "$label" | json_get invoices.0.amount_received_msat)" = "$received_msat" ] \
   || die "the first return invoice received more"
 
+say "a return invoice the node paid already (the operator, by hand) is not reported paid"
+code="$(post "")"
+[ "$code" = 402 ] || die "expected 402, got $code: $(cat "$work/body")"
+challenge3="$(session_challenge < "$work/headers")"
+preimage3="$(payer_ln pay "$(json_get decoded.depositInvoice <<<"$challenge3")" | json_get payment_preimage)"
+session3="$(json_get decoded.paymentHash <<<"$challenge3")"
+label3="$label-3"
+return3="$(payer_ln invoice any "$label3" "satsgate session refund 3" | json_get bolt11)"
+code="$(post "$(credential "$challenge3" "$(python3 -c 'import json, sys; print(json.dumps({"action": "open", "preimage": sys.argv[1], "returnInvoice": sys.argv[2]}))' "$preimage3" "$return3")")")"
+[ "$code" = 200 ] || die "third session open: got $code: $(cat "$work/body")"
+satsgate_ln -k xpay invstring="$return3" amount_msat=1000 >/dev/null
+code="$(post "$(credential "$challenge3" "{\"action\":\"close\",\"sessionId\":\"$session3\",\"preimage\":\"$preimage3\"}")")"
+[ "$code" = 200 ] || die "third session close: got $code: $(cat "$work/body")"
+third_status="$(json_get refundStatus < "$work/body")"
+[ "$third_status" = failed ] || die "third close: $(cat "$work/body")"
+sleep 1
+received3="$(payer_ln listinvoices "$label3" | json_get invoices.0.amount_received_msat)"
+[ "$received3" = 1000 ] || die "the third return invoice received $received3 msat, not the operator's 1000"
+satsgate_ln listpays bolt11="$return3" | json_true "len(d['pays']) == 1" \
+  || die "the node paid the third return invoice more than once"
+
 python3 -c '
 import json, sys
 keys = ("session_id", "deposit_msat", "price_msat", "charged_msat", "balance_msat",
         "received_msat", "sent_msat", "fee_msat", "close_s", "return_hash",
-        "reused_return_invoice", "second_balance_msat", "second_received_msat")
+        "reused_return_invoice", "second_balance_msat", "second_received_msat",
+        "third_refund_status", "third_received_msat")
 vals = sys.argv[1:]
-texts = ("session_id", "return_hash", "reused_return_invoice")
+texts = ("session_id", "return_hash", "reused_return_invoice", "third_refund_status")
 print("SESSION " + json.dumps({k: (v if k in texts else float(v) if k == "close_s" else int(v)) for k, v in zip(keys, vals)}))' \
   "$session_id" "$deposit_msat" "$price_msat" "$charged_msat" "$balance_msat" \
   "$received_msat" "$sent_msat" "$fee_msat" "$close_s" "$return_hash" \
-  "${reused##*/}" "$balance2" "$received2"
+  "${reused##*/}" "$balance2" "$received2" "$third_status" "$received3"
 echo "OK: session paid out once on close ($MODE mode)"

@@ -4,7 +4,8 @@ Runs regtest/up.sh and fund.sh in native mode (binaries from PATH, satsgate from
 interpreter as a Core Lightning plugin, state in a temporary directory, ports picked
 free), then on that one chain: e2e.sh (one L402 call), e2e_sessions.sh (a payment
 session: deposit, open with the payer node's amountless return invoice, a bearer call,
-close, the balance paid back once; a second session may not reuse that return invoice),
+close, the balance paid back once; a second session may not reuse that return invoice;
+a third's return invoice paid by hand is not reported paid),
 e2e_refund.sh (a call failing after payment, refunded through LNURL-withdraw to the
 payer node, once; a claim with an invoice paid already is refused), and reads
 satsgate's ledger;
@@ -118,6 +119,9 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         assert s["reused_return_invoice"] == "invalid-return-invoice"
         assert s["second_balance_msat"] == s["deposit_msat"] - price  # its open served one
         assert s["second_received_msat"] == s["second_balance_msat"]
+        # A third session's return invoice, paid by the operator by hand (1 sat) before the
+        # close: not paid again, and not reported paid either (the operator settles it).
+        assert (s["third_refund_status"], s["third_received_msat"]) == ("failed", 1_000)
 
         # A call failing after payment: refunded in full through LNURL-withdraw, once.
         out = run("e2e_refund.sh", env, 180)
@@ -133,20 +137,26 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         }
 
         # The ledger after them: received = earned + refunded + held + open, to the msat.
-        t = ledger(state)["totals"]
+        report = ledger(state)
+        t = report["totals"]
         sessions_paid = s["received_msat"] + s["second_received_msat"]
-        assert t["received_msat"] == price + 2 * s["deposit_msat"] + 2 * r["paid_msat"]
-        assert t["earned_msat"] == price + s["charged_msat"] + price
-        assert t["refunded_msat"] == 2 * r["amount_msat"] + sessions_paid
+        third_owed = s["deposit_msat"] - price  # its open served one call
+        assert t["received_msat"] == price + 3 * s["deposit_msat"] + 2 * r["paid_msat"]
+        assert t["earned_msat"] == price + s["charged_msat"] + 2 * price
+        assert t["refunded_msat"] == 2 * r["amount_msat"] + sessions_paid + third_owed
         assert t["held_msat"] == t["open_msat"] == 0
         assert t["received_msat"] == (
             t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t["open_msat"]
         )
         assert (t["refunds_paid"], t["refunds_paid_msat"]) == (2, 2 * r["amount_msat"])
         assert t["refund_fees_msat"] == 2 * (r["sent_msat"] - r["received_msat"])
+        assert t["session_refunds_msat"] == sessions_paid + third_owed
         assert t["session_refunds_paid_msat"] == sessions_paid  # what reached the payer
         assert t["session_payout_fees_msat"] == s["fee_msat"]
-        assert (t["sessions"], t["sessions_open"], t["session_balances_msat"]) == (2, 0, 0)
+        assert (t["sessions"], t["sessions_open"], t["session_balances_msat"]) == (3, 0, 0)
+        owed = report["session_payouts"]
+        assert [(p["refund_msat"], p["payout_status"]) for p in owed] == [(third_owed, "failed")]
+        assert "paid already" in owed[0]["payout_error"]
     finally:
         subprocess.run(
             ["bash", str(REGTEST / "down.sh"), "--clean"], env=env, capture_output=True, timeout=120

@@ -313,7 +313,7 @@ class FakeNode:
                 # A node refuses unknown, paid, expired or underpaid invoices alike.
                 raise RpcFailure(
                     PAY_DESTINATION_PERM_FAIL,
-                    "Failed: Destination said it doesn't know invoice: "
+                    "Destination said it doesn't know invoice: "
                     "incorrect_or_unknown_payment_details",
                 )
             self._pay_index += 1
@@ -344,8 +344,10 @@ class FakeNode:
         }
         if pay["status"] == "complete":
             out["completed_at"] = pay["completed_at"]
-        out["amount_msat"] = pay["amount_msat"]
-        out["amount_sent_msat"] = pay["amount_sent_msat"]
+        # v26.06 lists a failed payment without amount_msat, and amount_sent_msat 0
+        if pay["status"] != "failed":
+            out["amount_msat"] = pay["amount_msat"]
+        out["amount_sent_msat"] = 0 if pay["status"] == "failed" else pay["amount_sent_msat"]
         if pay["status"] == "complete":
             out["preimage"] = pay["preimage"]
         return out
@@ -417,7 +419,9 @@ class FakeNode:
                 raise RpcFailure(PAY_IN_PROGRESS, "Payment already in progress")
             peer = self._peers.get(decoded.payee)
             if peer is None:
-                raise RpcFailure(PAY_ROUTE_NOT_FOUND, "Failed: Unknown destination: no route")
+                raise RpcFailure(
+                    PAY_ROUTE_NOT_FOUND, f"Failed: Unknown destination node {decoded.payee}"
+                )
             fee = self.route_fee_msat
             if maxfee_msat is not None and fee > maxfee_msat:
                 raise RpcFailure(

@@ -30,6 +30,7 @@ from satsgate.appkeys import (
     BACKEND,
     CALLBACKS,
     ENGINES,
+    ESIGN,
     FILES,
     GATE,
     HANDLERS,
@@ -65,6 +66,7 @@ from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
@@ -206,6 +208,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    # E-signature requests, followed to their signed copy (webhooks, the poll).
+    app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
+    esign.attach()
     app[HANDLERS] = handlers = HandlerResources(
         settings=settings,
         files=app[FILES],
@@ -213,6 +218,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
         votes=store.votes,
         engines=app[ENGINES],
+        esign=esign,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -231,6 +237,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        esign=esign,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -242,6 +249,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
     yield
+    await esign.close()
     await jobs.close()
     await callbacks.close()
     await refunds.wait_payouts()
@@ -319,6 +327,17 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     scheduler.add_job(
         callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
     )
+    esign = app[ESIGN]  # pending e-signature requests whose webhook may be lost, due deliveries
+    if esign.engines.available("esign"):
+        scheduler.add_job(
+            esign.sweep,
+            "interval",
+            seconds=esign.sweep_interval_s,
+            id="esign-sweep",
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield

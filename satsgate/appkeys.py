@@ -17,6 +17,7 @@ from satsgate.operations.base import OperationEnv
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.callbacks_guard import Outbound
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -34,3 +35,4 @@ STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
+ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their signed copy

@@ -11,6 +11,7 @@ from satsgate.operations.comms import (
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_SAY,
 )
+from satsgate.operations.esign import E_SIGNATURE_STATUS
 from satsgate.operations.jobs import JOB_RESULT, JOB_STATUS
 from satsgate.operations.payments import CHECK_PAYMENT_STATUS, REQUEST_REFUND
 
@@ -26,6 +27,7 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     VOICE_BRIDGE_SAY,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_END,
+    E_SIGNATURE_STATUS,
 )
 BY_NAME: dict[str, AnyOperation] = {op.name: op for op in OPERATIONS}
 BY_TOOL: dict[str, AnyOperation] = {op.tool: op for op in OPERATIONS if op.tool is not None}

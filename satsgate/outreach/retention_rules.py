@@ -65,4 +65,7 @@ RULES: tuple[RetentionRule, ...] = (
     ),
     # holds: the do-not-contact list is kept (it is what the person asked for).
     # -- other engineers: append your rules below, one per line --
+    # esign: the customer's address of a request (cleared at once when it ends; this
+    # catches any left, e.g. a request stuck past the desk's 30-day watch).
+    ClearColumns("esign_requests", "created_at", ("customer_email",), EVIDENCE_S, "e-sign"),
 )

@@ -38,6 +38,7 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store import PaymentRepository, Store
 
 
@@ -55,6 +56,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    esign: ESignDesk | None = None  # the e-signature desk
 
     def for_call(
         self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
@@ -69,6 +71,7 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            esign=self.esign,
         )
 
 

@@ -21,6 +21,7 @@ from satsgate.errors import ApiError
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
+    from satsgate.services.esign_desk import ESignDesk
     from satsgate.services.screening import Screener
 
 P = TypeVar("P", bound=BaseModel)
@@ -112,6 +113,8 @@ class ServiceContext:
     # The node's screen of communications (satsgate.services.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
+    # The e-signature desk (records and follows signing requests); None outside an app.
+    esign: ESignDesk | None = None
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within
@@ -239,6 +242,9 @@ class ServiceSpec(Generic[P]):
     # refuses, before any invoice, a request to anyone on the do-not-contact list
     # (RECIPIENT_OPTED_OUT). None: the service contacts nobody.
     recipients: Callable[[P], Sequence[str]] | None = None
+    # Engines it needs besides ``engine``, all of which must resolve for it to be
+    # available (e-signature: its signed copy goes out through ``email``).
+    also_engines: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
@@ -251,6 +257,8 @@ class ServiceSpec(Generic[P]):
             return True
         if not engines.available(self.engine):
             return False
+        if not all(engines.available(name) for name in self.also_engines):
+            return False
         default = getattr(self.params, "DEFAULT", None)  # ModelChoice params declare one
         if not self.model_ids or default not in self.model_ids:
             return True  # the engine picks (or there is no model choice)
@@ -261,6 +269,12 @@ class ServiceSpec(Generic[P]):
         if self.engine is None:  # satsgate's own: always (and the cheap path of paid calls)
             return None
         if not self.is_available(engines):
+            missing = [n for n in self.also_engines if not engines.available(n)]
+            if engines.available(self.engine) and missing:
+                return (
+                    f"{self.title} also needs the {', '.join(missing)} engine, which is not "
+                    "configured on this node"
+                )
             return f"{self.title} has no engine configured on this node"
         if self.model_ids and isinstance(params, ChosenModel):
             engine = self.engine

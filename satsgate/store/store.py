@@ -7,6 +7,7 @@ from pathlib import Path
 from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.engine import Database
+from satsgate.store.esign import ESignRepository
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
@@ -29,6 +30,7 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
+        self.esign = ESignRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

@@ -402,6 +402,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        esign=app.get(ESIGN),
     )
 
 

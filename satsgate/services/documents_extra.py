@@ -431,9 +431,9 @@ class Signer(Params):
         return check_email_address(value)
 
 
-class ESignatureParams(ServiceParams, ModelChoice):
-    MODELS: ClassVar[tuple[int, ...]] = (46,)
-    DEFAULT: ClassVar[int] = 46
+class ESignatureParams(ServiceParams):
+    """No model choice (model 46 is the service itself, as send-email's): the node's
+    ``esign`` engine serves it without a ``[providers.NAME.models]`` entry."""
 
     documentBase64: str = Field(
         validation_alias=alias("documentBase64", "file", "document"),
@@ -502,7 +502,6 @@ async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceR
         "esign",
         esign.ESignEngine,
         lambda engine, _model: engine.send_for_signature(request),
-        model_id=params.chosen_model,
     )
     await desk.record(
         request_id=request_id,

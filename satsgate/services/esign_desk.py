@@ -96,17 +96,18 @@ class ESignDesk:
     def attach(self) -> None:
         """Listen to the webhooks of every e-signature engine of this node."""
         for binding in self.engines.bindings("esign"):
-            on_event = getattr(binding.engine, "on_event", None)
-            if callable(on_event):
-                on_event(self.on_event)
+            # Looked up on the class: a method it defines, not whatever a proxy answers.
+            if callable(getattr(type(binding.engine), "on_event", None)):
+                binding.engine.on_event(self.on_event)  # type: ignore[attr-defined]
 
     @property
     def sweep_interval_s(self) -> float:
         """How often the scheduler runs :meth:`sweep`: the shortest poll interval of the
         engines, within 1 s and 60 s."""
         intervals = [
-            float(getattr(b.engine, "poll_interval_s", 60.0))
+            float(value)
             for b in self.engines.bindings("esign")
+            if isinstance(value := getattr(b.engine, "poll_interval_s", None), int | float)
         ]
         return min(60.0, max(1.0, min(intervals, default=60.0)))
 

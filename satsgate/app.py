@@ -359,7 +359,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
     discovery.add_routes(app, settings, backend, app[ENGINES])  # well-known, OpenAPI, llms
-    # Prediction platforms' webhooks, each verified by its provider.
+    # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(
         app,
@@ -407,8 +407,9 @@ def mcp_server(
 
 
 async def provider_webhook(request: web.Request) -> web.Response:
-    """A prediction platform's webhook (satsgate.engines.providers.predictions): the
-    provider verifies its signature; 404 for a provider that takes none."""
+    """A provider's webhook (prediction platforms: satsgate.engines.providers.predictions;
+    Documenso: providers/documenso.py): the provider verifies its signature or secret;
+    404 for a provider that takes none."""
     provider = request.app[ENGINES].provider(request.match_info["name"])
     receive = getattr(provider, "receive_webhook", None)
     if (

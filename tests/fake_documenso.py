@@ -260,21 +260,42 @@ class FakeDocumenso(FakePlatform):
             return 0
         return int(self._run(self._send(webhook_url, envelope, WEBHOOK_SECRET)))
 
+    def reject(self, envelope_id: str, webhook_url: str) -> int:
+        """The first signer declines: REJECTED, and the DOCUMENT_REJECTED webhook."""
+        envelope = self.envelopes[envelope_id]
+
+        async def decline() -> None:
+            envelope.status = "REJECTED"
+
+        self._run(decline())
+        return int(
+            self._run(
+                self._send(webhook_url, envelope, WEBHOOK_SECRET, "DOCUMENT_REJECTED", "REJECTED")
+            )
+        )
+
     def forge(self, envelope_id: str, webhook_url: str, secret: str | None) -> int:
         """A DOCUMENT_COMPLETED webhook with the wrong secret (or none), nothing signed."""
         return int(self._run(self._send(webhook_url, self.envelopes[envelope_id], secret)))
 
-    async def _send(self, url: str, envelope: Envelope, secret: str | None) -> int:
+    async def _send(
+        self,
+        url: str,
+        envelope: Envelope,
+        secret: str | None,
+        event: str = "DOCUMENT_COMPLETED",
+        status: str = "COMPLETED",
+    ) -> int:
         body = json.dumps(
             {
-                "event": "DOCUMENT_COMPLETED",
+                "event": event,
                 "payload": {
                     "id": 10,
                     "envelopeId": envelope.id,
                     "externalId": envelope.payload.get("externalId"),
                     "userId": 1,
                     "title": envelope.payload.get("title"),
-                    "status": "COMPLETED",
+                    "status": status,
                     "completedAt": "2026-11-25T12:00:00.000Z",
                     "documentMeta": {},
                     "recipients": envelope.recipients(),

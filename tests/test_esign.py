@@ -22,7 +22,14 @@ import pytest
 from aiosmtpd.controller import Controller
 from pypdf import PdfReader, PdfWriter
 
-from satsgate.engines import Binding, EngineDeps, Engines, build_engines
+from satsgate.engines import (
+    Binding,
+    EngineConfigError,
+    EngineDeps,
+    Engines,
+    ProviderConfig,
+    build_engines,
+)
 from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.esign import Signer, SigningRequest
 from satsgate.engines.providers import PROVIDER_KINDS
@@ -54,6 +61,7 @@ def pdf(pages: int) -> bytes:
 
 
 PDF2 = pdf(2)
+_DEPS = EngineDeps(make_settings(Path("/nonexistent")), CpuRunner(None, 10))  # type: ignore[arg-type]
 
 
 def request_body(**overrides: Any) -> dict[str, Any]:
@@ -217,7 +225,7 @@ async def test_signed_copy_is_emailed_once_after_the_completion_webhook(
     signed = PdfReader(io.BytesIO(data))
     assert len(signed.pages) == 2
     assert signed.metadata is not None
-    assert signed.metadata["/SignedBy"] == "alice@example.org, bob@example.org"
+    assert str(signed.metadata["/SignedBy"]) == "alice@example.org, bob@example.org"
     assert request_id in str(message.get_body(("plain",)).get_content())  # type: ignore[union-attr]
 
     # The same webhook again (Documenso retries): no second e-mail.
@@ -233,6 +241,62 @@ async def test_signed_copy_is_emailed_once_after_the_completion_webhook(
     )
     assert record.customer_email is None  # the address is not kept once delivered
     assert documenso.unauthorized == 0
+
+
+async def test_a_declined_request_is_recorded_and_shown_without_any_email(
+    node: ThreadedServer,
+    client: httpx.AsyncClient,
+    documenso: FakeDocumenso,
+    smtp: tuple[Mailbox, int],
+) -> None:
+    resp = await _paid(client, request_body())
+    request_id = resp.json()["requestId"]
+    assert documenso.reject(documenso.only().id, _webhook(node)) == 200
+    status = (await client.get(f"/api/l402/e-signature?requestId={request_id}")).json()
+    assert status["status"] == "rejected" and status["final"] is True
+    assert "declined" in status["message"]
+    record = await asyncio.wrap_future(
+        asyncio.run_coroutine_threadsafe(node.store.esign.get(request_id), node.loop)
+    )
+    assert record.customer_email is None
+    await asyncio.sleep(0.3)
+    assert smtp[0].received == []
+
+
+async def test_webhooks_are_refused_when_no_secret_is_configured(documenso: FakeDocumenso) -> None:
+    config = ProviderConfig("sign", "documenso", base_url=documenso.api, api_key=API_KEY)
+    provider = DocumensoProvider(config, _DEPS, environ={})
+    seen: list[object] = []
+
+    async def listen(event: object) -> None:
+        seen.append(event)
+
+    provider.on_event(listen)
+    body = b'{"event": "DOCUMENT_COMPLETED", "payload": {"envelopeId": "envelope_x"}}'
+    try:
+        assert await provider.receive_webhook({"x-documenso-secret": ""}, body) == 403
+        assert await provider.receive_webhook({}, body) == 403
+        assert seen == []
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({}, "needs api_key"),
+        ({"api_key": "k", "colour": "blue"}, "unknown keys colour"),
+        ({"api_key": "k", "poll_interval_s": 0}, "poll_interval_s"),
+        ({"api_key": "k", "webhook_secret_env": "NOT_SET_ANYWHERE"}, "not set"),
+        ({"api_key": "k", "webhook_secret": "a", "webhook_secret_env": "X"}, "not both"),
+        ({"api_key": "k", "signature_page": "middle"}, "signature_page"),
+    ],
+)
+def test_provider_configuration_is_checked(table: dict[str, Any], message: str) -> None:
+    options = {k: v for k, v in table.items() if k != "api_key"}
+    config = ProviderConfig("sign", "documenso", api_key=table.get("api_key", ""), options=options)
+    with pytest.raises(EngineConfigError, match=message):
+        DocumensoProvider(config, _DEPS, environ={})
 
 
 async def test_status_over_mcp_and_unknown_request(
@@ -289,7 +353,7 @@ async def test_a_failed_send_withdraws_the_draft_and_is_refunded(
     ("overrides", "field"),
     [
         ({"documentBase64": base64.b64encode(b"not a pdf at all").decode()}, "documentBase64"),
-        ({"signers": [SIGNERS[0], {**SIGNERS[1], "email": "ALICE@example.org"}]}, "body"),
+        ({"signers": [SIGNERS[0], {**SIGNERS[1], "email": "ALICE@example.org"}]}, "own e-mail"),
         ({"signers": []}, "signers"),
         ({"customerEmail": "nobody"}, "customerEmail"),
     ],
@@ -300,6 +364,7 @@ async def test_bad_input_is_refused_before_any_invoice(
     resp = await client.post("/api/l402/e-signature", json=request_body(**overrides))
     assert resp.status_code == 400, resp.text
     assert resp.json()["error_code"] == "L402_INVALID_PARAMS"
+    assert field in resp.json()["error"]
     assert "invoice" not in resp.json() and "WWW-Authenticate" not in resp.headers
     assert documenso.envelopes == {}
 

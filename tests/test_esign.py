@@ -437,7 +437,7 @@ async def test_a_failed_email_of_the_signed_copy_is_retried_then_given_up(
             )
             await desk.record(
                 request_id=f"sig_{n}",
-                call_id=f"call{n}",
+                payment_id=f"pay{n}",
                 sent=sent,
                 customer_email=CUSTOMER,
                 signers_total=1,

@@ -505,7 +505,7 @@ async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceR
     )
     await desk.record(
         request_id=request_id,
-        call_id=ctx.call_id,
+        payment_id=ctx.call_id,  # the payment's id
         sent=sent,
         customer_email=params.customerEmail,
         signers_total=len(signers),

@@ -135,7 +135,7 @@ class ESignDesk:
         self,
         *,
         request_id: str,
-        call_id: str,
+        payment_id: str,
         sent: SigningSent,
         customer_email: str,
         signers_total: int,
@@ -143,7 +143,7 @@ class ESignDesk:
         now = self._now()
         await self.repo.create(
             request_id=request_id,
-            call_id=call_id,
+            payment_id=payment_id,
             provider=sent.source,
             envelope_id=sent.envelope_id,
             customer_email=customer_email,

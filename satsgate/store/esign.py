@@ -19,7 +19,7 @@ from satsgate.store.engine import Database
 FINAL = ("done", "rejected", "cancelled", "expired", "undeliverable")
 
 _COLUMNS = (
-    "request_id, call_id, provider, envelope_id, status, customer_email, signers_total,"
+    "request_id, payment_id, provider, envelope_id, status, customer_email, signers_total,"
     " signers_signed, attempts, next_check_at, created_at, updated_at, completed_at,"
     " delivered_at, last_error"
 )
@@ -28,7 +28,7 @@ _COLUMNS = (
 @dataclass(frozen=True)
 class ESignRecord:
     request_id: str
-    call_id: str
+    payment_id: str
     provider: str  # the operator's provider name that holds the envelope
     envelope_id: str
     status: (
@@ -62,7 +62,7 @@ class ESignRepository:
         self,
         *,
         request_id: str,
-        call_id: str,
+        payment_id: str,
         provider: str,
         envelope_id: str,
         customer_email: str,
@@ -72,12 +72,12 @@ class ESignRepository:
     ) -> None:
         await self._db.write(
             lambda conn: conn.execute(
-                "INSERT INTO esign_requests (request_id, call_id, provider, envelope_id,"
+                "INSERT INTO esign_requests (request_id, payment_id, provider, envelope_id,"
                 " status, customer_email, signers_total, next_check_at, created_at,"
                 " updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
                 (
                     request_id,
-                    call_id,
+                    payment_id,
                     provider,
                     envelope_id,
                     customer_email,

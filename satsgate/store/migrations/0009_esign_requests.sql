@@ -7,7 +7,7 @@
 -- e-mail failed every attempt).
 CREATE TABLE esign_requests (
     request_id TEXT PRIMARY KEY,
-    call_id TEXT NOT NULL,
+    payment_id TEXT NOT NULL,  -- the payment that paid for it (ctx.call_id)
     provider TEXT NOT NULL,
     envelope_id TEXT NOT NULL,
     status TEXT NOT NULL,

@@ -38,7 +38,13 @@ The wire (docs/providers.md section 9; documenso/documenso v2.17.0):
   ``version``: "signed" returns the completed document with all signatures and the
   audit trail). It takes the same ``Authorization: api_...`` header;
 - webhooks: ``X-Documenso-Secret: <secret>`` (plain, compared in constant time), JSON
-  ``{"event": "DOCUMENT_COMPLETED", "payload": {"envelopeId": "envelope_...", ...}}``.
+  ``{"event": "DOCUMENT_COMPLETED", "payload": {"envelopeId": "envelope_...", ...}}``
+  (``envelopeId``: ``packages/lib/types/webhook-payload.ts``).
+
+Checked against the same tree: ``POST /envelope/delete`` ``{"envelopeId"}``
+(``envelope-router/delete-envelope.types.ts``); field positions and sizes are
+percentages 0..100, ``page`` from 1, ``fieldMeta`` optional for SIGNATURE
+(``packages/lib/types/field.ts``, ``field-meta.ts``).
 
 Auth: ``Authorization: <api key>`` (Documenso also strips a ``Bearer `` prefix).
 Errors never name the provider, its URL or the key.

@@ -35,7 +35,7 @@ from satsgate.engines.esign import Signer, SigningRequest
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.engines.providers.documenso import DocumensoProvider
 from satsgate.services.documents_extra import E_SIGNATURE
-from satsgate.services.esign_desk import RETRY_DELAYS_S, ESignDesk
+from satsgate.services.esign_desk import DELIVERY_LEASE_S, RETRY_DELAYS_S, ESignDesk
 from satsgate.services.registry import ENGINE_NAMES
 from satsgate.store import Store
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings, paid_l402_auth
@@ -479,6 +479,84 @@ async def test_a_failed_email_of_the_signed_copy_is_retried_then_given_up(
         assert desk.body(gone)["message"].startswith("Everyone has signed, but")
         await desk.sweep()  # nothing more is tried
         assert (await store.esign.get("sig_1")).attempts == gone.attempts  # type: ignore[union-attr]
+    finally:
+        await desk.close()
+        await engines.aclose()
+        await store.close()
+
+
+async def test_concurrent_deliveries_send_once_and_a_dead_sender_is_taken_over(
+    tmp_path: Path, documenso: FakeDocumenso, smtp: tuple[Mailbox, int]
+) -> None:
+    """A webhook, the poll and a status read reaching one completed request together
+    e-mail it once; a claim whose sender died (a crash mid-delivery) runs out and the
+    sweep delivers it."""
+    settings = make_settings(
+        tmp_path,
+        providers=_providers(documenso, smtp[1], 3600),
+        engines={"esign": "sign", "email": "mail"},
+    )
+    engines = build_engines(
+        settings,
+        ENGINE_NAMES,
+        EngineDeps(settings, CpuRunner(None, 10)),  # type: ignore[arg-type]
+        provider_kinds=PROVIDER_KINDS,
+        local_engines=(),
+    )
+    store = Store(tmp_path / "desk.db")
+    await store.open()
+    clock = [time.time()]
+    desk = ESignDesk(store.esign, engines, settings, clock=lambda: clock[0])
+    engine = engines.bindings("esign")[0].engine
+    assert isinstance(engine, DocumensoProvider)
+    try:
+        for n in range(2):
+            sent = await engine.send_for_signature(
+                SigningRequest(PDF2, 2, (Signer("Al", "al@example.org"),), "Doc", None, f"r{n}")
+            )
+            await desk.record(
+                request_id=f"sig_{n}",
+                payment_id=f"pay{n}",
+                sent=sent,
+                customer_email=f"customer{n}@example.org",
+                signers_total=1,
+            )
+            documenso.complete(sent.envelope_id, None)
+        clock[0] += 3600
+        first = await store.esign.get("sig_0")
+        assert first is not None
+        await asyncio.gather(desk.look(first), desk.look(first), desk.sweep(), desk.status("sig_0"))
+        await asyncio.sleep(0.2)
+        await desk.close()  # background deliveries, if any, are done or cut
+        to = [e.rcpt_tos for e, _ in smtp[0].received]
+        assert to.count(["customer0@example.org"]) == 1
+
+        assert to.count(["customer1@example.org"]) == 1  # the sweep took the other one
+
+        # A claim left by a sender that died mid-delivery:
+        smtp[0].received.clear()
+        sent = await engine.send_for_signature(
+            SigningRequest(PDF2, 2, (Signer("Al", "al@example.org"),), "Doc", None, "r2")
+        )
+        await desk.record(
+            request_id="sig_2",
+            payment_id="pay2",
+            sent=sent,
+            customer_email="customer2@example.org",
+            signers_total=1,
+        )
+        documenso.complete(sent.envelope_id, None)
+        record = await store.esign.get("sig_2")
+        assert record is not None
+        assert await store.esign.mark_signed("sig_2", 1, int(clock[0]))
+        assert await store.esign.claim("sig_2", DELIVERY_LEASE_S, int(clock[0])) is not None
+        await desk.sweep()  # the claim still runs: nobody else sends
+        assert smtp[0].received == []
+        clock[0] += DELIVERY_LEASE_S
+        await desk.sweep()
+        assert [e.rcpt_tos for e, _ in smtp[0].received] == [["customer2@example.org"]]
+        done = await store.esign.get("sig_2")
+        assert done is not None and (done.status, done.attempts) == ("done", 2)
     finally:
         await desk.close()
         await engines.aclose()

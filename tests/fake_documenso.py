@@ -45,6 +45,8 @@ class Envelope:
     status: str = "DRAFT"
     signed: set[str] = field(default_factory=set)
     signed_pdf: bytes | None = None
+    number: int | None = None  # a v1 document's number (its id there)
+    upload_token: str = ""
 
     def recipients(self) -> list[dict[str, Any]]:
         out = []
@@ -97,10 +99,13 @@ class FakeDocumenso(FakePlatform):
         self.unauthorized = 0
         self.fail_create = False
         self.fail_distribute = False
+        self.key_sent_to_files = 0  # v1: the API key sent to a presigned URL (must stay 0)
+        self._numbers = 100
         super().__init__()
         self.api = f"{self.url}/api/v2"
 
     def routes(self, app: web.Application) -> None:
+        self._v1_routes(app)
         app.router.add_post("/api/v2/envelope/create", self._create)
         app.router.add_post("/api/v2/envelope/distribute", self._distribute)
         app.router.add_post("/api/v2/envelope/delete", self._delete)
@@ -278,6 +283,182 @@ class FakeDocumenso(FakePlatform):
         """A DOCUMENT_COMPLETED webhook with the wrong secret (or none), nothing signed."""
         return int(self._run(self._send(webhook_url, self.envelopes[envelope_id], secret)))
 
+    # -- v1 (deprecated): documents, presigned upload, fields, send -----------------------
+
+    def _v1_routes(self, app: web.Application) -> None:
+        app.router.add_post("/api/v1/documents", self._v1_create)
+        app.router.add_put("/upload/{token}", self._v1_upload)
+        app.router.add_post("/api/v1/documents/{id}/fields", self._v1_fields)
+        app.router.add_post("/api/v1/documents/{id}/send", self._v1_send)
+        app.router.add_get("/api/v1/documents/{id}/download", self._v1_download)
+        app.router.add_get("/api/v1/documents/{id}", self._v1_get)
+        app.router.add_delete("/api/v1/documents/{id}", self._v1_delete)
+        app.router.add_get("/signed/{token}", self._v1_file)
+
+    def _v1_doc(self, envelope: Envelope) -> dict[str, Any]:
+        recipients = [
+            {
+                "id": r["id"],
+                "documentId": envelope.number,
+                "email": r["email"],
+                "name": r["name"],
+                "role": r["role"],
+                "signingOrder": index,
+                "token": r["token"],
+                "signedAt": None,
+                "readStatus": r["readStatus"],
+                "signingStatus": r["signingStatus"],
+                "sendStatus": r["sendStatus"],
+                "signingUrl": r["signingUrl"],
+            }
+            for index, r in enumerate(envelope.recipients(), start=1)
+        ]
+        return {
+            "id": envelope.number,
+            "externalId": envelope.payload.get("externalId"),
+            "userId": 1,
+            "title": envelope.payload.get("title"),
+            "status": envelope.status,
+            "completedAt": None,
+            "recipients": recipients,
+        }
+
+    async def _v1_create(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Unauthorized")
+        if self.fail_create:
+            return self._error(500, "Internal server error")
+        doc = await self._json(request)
+        if not doc or not doc.get("title") or not isinstance(doc.get("recipients"), list):
+            return self._refuse("title and recipients required")
+        self._numbers += 1
+        payload = {
+            "type": "DOCUMENT",
+            "title": doc["title"],
+            "externalId": doc.get("externalId"),
+            "meta": doc.get("meta", {}),
+            "recipients": [{**r, "fields": []} for r in doc["recipients"]],
+        }
+        envelope = Envelope(str(self._numbers), payload, b"", 0, "", number=self._numbers)
+        envelope.upload_token = secrets.token_hex(8)
+        self.envelopes[envelope.id] = envelope
+        return web.json_response(
+            {
+                "uploadUrl": f"{self.url}/upload/{envelope.upload_token}",
+                "documentId": envelope.number,
+                "externalId": payload["externalId"],
+                "recipients": [
+                    {
+                        "recipientId": r["id"],
+                        "name": r["name"],
+                        "email": r["email"],
+                        "token": r["token"],
+                        "role": r["role"],
+                        "signingOrder": None,
+                        "signingUrl": r["signingUrl"],
+                    }
+                    for r in envelope.recipients()
+                ],
+            }
+        )
+
+    def _by_token(self, token: str) -> Envelope | None:
+        return next((e for e in self.envelopes.values() if e.upload_token == token), None)
+
+    async def _v1_upload(self, request: web.Request) -> web.Response:
+        if "Authorization" in request.headers:
+            self.key_sent_to_files += 1
+            return web.Response(status=400, text="presigned URLs take no Authorization")
+        envelope = self._by_token(request.match_info["token"])
+        if envelope is None or request.content_type != "application/pdf":
+            return web.Response(status=403)
+        envelope.pdf = await request.read()
+        envelope.pages = len(PdfReader(io.BytesIO(envelope.pdf)).pages)
+        return web.Response(status=200)
+
+    def _v1_envelope(self, request: web.Request) -> Envelope | None:
+        envelope = self.envelopes.get(request.match_info["id"])
+        return envelope if envelope is not None and envelope.number is not None else None
+
+    async def _v1_fields(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Unauthorized")
+        envelope = self._v1_envelope(request)
+        if envelope is None:
+            return self._error(404, "Document not found")
+        fields = await request.json()
+        fields = fields if isinstance(fields, list) else [fields]
+        recipients = envelope.payload["recipients"]
+        for f in fields:
+            index = int(f["recipientId"]) - 1
+            if not 0 <= index < len(recipients):
+                return self._refuse("unknown recipientId")
+            recipients[index]["fields"].append(
+                {
+                    "identifier": 0,
+                    "type": f["type"],
+                    "page": f["pageNumber"],
+                    "positionX": f["pageX"],
+                    "positionY": f["pageY"],
+                    "width": f["pageWidth"],
+                    "height": f["pageHeight"],
+                }
+            )
+        problem = self._check(envelope.payload, envelope.pages)
+        if problem:
+            return self._refuse(problem)
+        return web.json_response({"fields": fields})
+
+    async def _v1_send(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Unauthorized")
+        envelope = self._v1_envelope(request)
+        if envelope is None:
+            return self._error(404, "Document not found")
+        if not envelope.pdf or self._check(envelope.payload, envelope.pages):
+            return self._error(400, "Document is not ready to be sent")
+        if self.fail_distribute:
+            return self._error(500, "Internal server error")
+        envelope.status = "PENDING"
+        return web.json_response(
+            {"message": "Document sent for signing successfully", **self._v1_doc(envelope)}
+        )
+
+    async def _v1_get(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Unauthorized")
+        envelope = self._v1_envelope(request)
+        if envelope is None:
+            return self._error(404, "Document not found")
+        return web.json_response(self._v1_doc(envelope))
+
+    async def _v1_download(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Unauthorized")
+        envelope = self._v1_envelope(request)
+        if envelope is None:
+            return self._error(404, "Document not found")
+        return web.json_response({"downloadUrl": f"{self.url}/signed/{envelope.upload_token}"})
+
+    async def _v1_file(self, request: web.Request) -> web.Response:
+        if "Authorization" in request.headers:
+            self.key_sent_to_files += 1
+            return web.Response(status=400)
+        envelope = self._by_token(request.match_info["token"])
+        if envelope is None:
+            return web.Response(status=404)
+        data = envelope.signed_pdf if envelope.signed_pdf is not None else envelope.pdf
+        return web.Response(body=data, content_type="application/pdf")
+
+    async def _v1_delete(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Unauthorized")
+        envelope = self.envelopes.pop(request.match_info["id"], None)
+        if envelope is None:
+            return self._error(404, "Document not found")
+        self.deleted.append(envelope.id)
+        return web.json_response(self._v1_doc(envelope))
+
     async def _send(
         self,
         url: str,
@@ -290,8 +471,8 @@ class FakeDocumenso(FakePlatform):
             {
                 "event": event,
                 "payload": {
-                    "id": 10,
-                    "envelopeId": envelope.id,
+                    "id": envelope.number if envelope.number is not None else 10,
+                    **({"envelopeId": envelope.id} if envelope.number is None else {}),
                     "externalId": envelope.payload.get("externalId"),
                     "userId": 1,
                     "title": envelope.payload.get("title"),

@@ -91,11 +91,14 @@ def documenso() -> Iterator[FakeDocumenso]:
     fake.stop()
 
 
-def _providers(fake: FakeDocumenso, smtp_port: int, poll_s: int) -> dict[str, Any]:
+def _providers(
+    fake: FakeDocumenso, smtp_port: int, poll_s: int, api_version: int = 2
+) -> dict[str, Any]:
     return {
         "sign": {
             "kind": "documenso",
-            "base_url": fake.api,
+            "base_url": fake.api if api_version == 2 else f"{fake.url}/api/v1",
+            "api_version": api_version,
             "api_key": API_KEY,
             "webhook_secret": WEBHOOK_SECRET,
             "poll_interval_s": poll_s,
@@ -112,10 +115,12 @@ def _providers(fake: FakeDocumenso, smtp_port: int, poll_s: int) -> dict[str, An
     }
 
 
-def _node(tmp: Path, fake: FakeDocumenso, smtp_port: int, poll_s: int) -> ThreadedServer:
+def _node(
+    tmp: Path, fake: FakeDocumenso, smtp_port: int, poll_s: int, api_version: int = 2
+) -> ThreadedServer:
     settings = make_settings(
         tmp,
-        providers=_providers(fake, smtp_port, poll_s),
+        providers=_providers(fake, smtp_port, poll_s, api_version),
         engines={"esign": "sign", "email": "mail"},
     )
     return ThreadedServer(settings)
@@ -290,6 +295,7 @@ async def test_webhooks_are_refused_when_no_secret_is_configured(documenso: Fake
         ({"api_key": "k", "webhook_secret_env": "NOT_SET_ANYWHERE"}, "not set"),
         ({"api_key": "k", "webhook_secret": "a", "webhook_secret_env": "X"}, "not both"),
         ({"api_key": "k", "signature_page": "middle"}, "signature_page"),
+        ({"api_key": "k", "api_version": 3}, "api_version"),
     ],
 )
 def test_provider_configuration_is_checked(table: dict[str, Any], message: str) -> None:
@@ -561,3 +567,44 @@ async def test_concurrent_deliveries_send_once_and_a_dead_sender_is_taken_over(
         await desk.close()
         await engines.aclose()
         await store.close()
+
+
+async def test_the_v1_documents_api_of_older_instances(
+    tmp_path: Path, documenso: FakeDocumenso, smtp: tuple[Mailbox, int]
+) -> None:
+    """api_version = 1: create, the PDF to the presigned upload URL (without the API key),
+    the fields, send; the webhook names the document number; the signed PDF comes from
+    the download link (without the key). A failed send deletes the document, refunded."""
+    srv = _node(tmp_path, documenso, smtp[1], 3600, api_version=1)
+    try:
+        async for c in http_client(srv):
+            resp = await _paid(c, request_body())
+            assert resp.status_code == 200, resp.text
+            request_id = resp.json()["requestId"]
+            document = documenso.only()
+            assert document.number is not None and document.status == "PENDING"
+            assert document.pdf == PDF2 and document.payload["externalId"] == request_id
+            recipients = document.payload["recipients"]
+            assert [(r["email"], r["signingOrder"]) for r in recipients] == [
+                ("alice@example.org", 1),
+                ("bob@example.org", 2),
+            ]
+            fields = [r["fields"][0] for r in recipients]
+            assert {f["page"] for f in fields} == {2} and len({f["positionX"] for f in fields}) == 2
+            webhook = f"{srv.url}/api/webhooks/documenso/sign"
+            assert documenso.forge(document.id, webhook, "wrong") == 403
+            assert documenso.complete(document.id, webhook) == 200
+            message = await _mail_to(smtp[0], CUSTOMER)
+            assert _attachment(message)[2] == document.signed_pdf
+            status = (await c.get(f"/api/l402/e-signature?requestId={request_id}")).json()
+            assert status["status"] == "done"
+
+            documenso.envelopes.clear()
+            documenso.fail_distribute = True
+            failed = (await _paid(c, request_body())).json()
+            assert failed["error_code"] == "SERVICE_ERROR"
+            assert failed["refund"]["amount_sats"] == 1000
+            assert documenso.envelopes == {}
+        assert documenso.key_sent_to_files == 0 and documenso.unauthorized == 0
+    finally:
+        srv.stop()

@@ -10,6 +10,9 @@
     timeout_s = 30                                   # optional: per HTTP request
     poll_interval_s = 900                            # optional: how often a pending request
                                                      # is looked at (a webhook may be lost)
+    signature_page = "last"                          # optional: or "first"
+    api_version = 2                                  # optional: 1 for an instance without
+                                                     # v2 envelopes (base_url then its /api/v1)
 
     [engines]
     esign = "documenso"
@@ -46,6 +49,15 @@ Checked against the same tree: ``POST /envelope/delete`` ``{"envelopeId"}``
 percentages 0..100, ``page`` from 1, ``fieldMeta`` optional for SIGNATURE
 (``packages/lib/types/field.ts``, ``field-meta.ts``).
 
+v1 (``api_version = 1``; deprecated, for instances without envelopes; providers.md
+section 9 and ``packages/api/v1/{contract,schema}.ts``): ``POST /documents`` (recipients
+with ``signingOrder``) -> ``uploadUrl`` + ``documentId``; ``PUT`` the PDF to the presigned
+``uploadUrl`` (never with the API key); ``POST /documents/{id}/fields`` (``recipientId``,
+``type``, ``pageNumber``, ``pageX``/``pageY``/``pageWidth``/``pageHeight`` in percent);
+``POST /documents/{id}/send`` ``{"sendEmail": true}``; ``GET /documents/{id}``;
+``GET /documents/{id}/download`` -> ``{"downloadUrl"}`` (fetched without the key);
+``DELETE /documents/{id}``. Webhooks name the document by its number (``payload.id``).
+
 Auth: ``Authorization: <api key>`` (Documenso also strips a ``Bearer `` prefix).
 Errors never name the provider, its URL or the key.
 """
@@ -79,9 +91,10 @@ log = logging.getLogger(__name__)
 
 KIND = "documenso"
 DEFAULT_BASE_URL = "https://app.documenso.com/api/v2"
+DEFAULT_BASE_URL_V1 = "https://app.documenso.com/api/v1"
 DEFAULT_POLL_INTERVAL_S = 900.0
 _KNOWN_OPTIONS = frozenset(
-    {"webhook_secret", "webhook_secret_env", "poll_interval_s", "signature_page"}
+    {"webhook_secret", "webhook_secret_env", "poll_interval_s", "signature_page", "api_version"}
 )
 MAX_WEBHOOK_BYTES = 1024 * 1024
 
@@ -167,16 +180,26 @@ class DocumensoProvider:
         page = config.options.get("signature_page", "last")
         if page not in ("last", "first"):
             raise EngineConfigError(f'{where}: signature_page is "last" or "first"')
+        version = config.options.get("api_version", 2)
+        if version not in (1, 2) or isinstance(version, bool):
+            raise EngineConfigError(f"{where}: api_version is 2 (envelopes) or 1 (documents)")
+        self.api_version = int(version)
         self.config = config
         self.source = config.name
         self.poll_interval_s = float(poll)
         self.signature_page = str(page)
-        self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
+        default_url = DEFAULT_BASE_URL if self.api_version == 2 else DEFAULT_BASE_URL_V1
+        self.base_url = (config.base_url or default_url).rstrip("/")
         self._webhook_secret = _secret(config, env, where)
         self._listeners: list[EventListener] = []
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"Authorization": config.api_key},
+            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
+            follow_redirects=False,
+        )
+        # v1's presigned upload and download URLs: never sent the API key.
+        self.files = httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
             follow_redirects=False,
         )
@@ -186,6 +209,7 @@ class DocumensoProvider:
 
     async def aclose(self) -> None:
         await self.http.aclose()
+        await self.files.aclose()
 
     # -- the API --------------------------------------------------------------------------
 
@@ -233,11 +257,20 @@ class DocumensoProvider:
             raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
         return doc
 
-    async def send_for_signature(self, request: SigningRequest) -> SigningSent:
-        page = max(1, request.pages) if self.signature_page == "last" else 1
+    def _meta(self, request: SigningRequest) -> dict[str, Any]:
         meta: dict[str, Any] = {"subject": f"Please sign: {request.title}"}
         if request.message:
             meta["message"] = request.message
+        return meta
+
+    def _page(self, request: SigningRequest) -> int:
+        return max(1, request.pages) if self.signature_page == "last" else 1
+
+    async def send_for_signature(self, request: SigningRequest) -> SigningSent:
+        if self.api_version == 1:
+            return await self._send_v1(request)
+        page = self._page(request)
+        meta = self._meta(request)
         payload = {
             "type": "DOCUMENT",
             "title": request.title,
@@ -304,7 +337,12 @@ class DocumensoProvider:
         return self._json(resp)
 
     async def envelope(self, envelope_id: str) -> EnvelopeState:
-        doc = await self._envelope_doc(envelope_id)
+        if self.api_version == 1:
+            doc = self._json(
+                await self._request("GET", f"/documents/{envelope_id}", "document get")
+            )
+        else:
+            doc = await self._envelope_doc(envelope_id)
         status = _STATUS.get(str(doc.get("status")))
         if status is None:
             raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
@@ -321,6 +359,8 @@ class DocumensoProvider:
         return EnvelopeState(envelope_id, status, tuple(signers))
 
     async def signed_pdf(self, envelope_id: str, max_bytes: int) -> bytes:
+        if self.api_version == 1:
+            return await self._signed_pdf_v1(envelope_id, max_bytes)
         doc = await self._envelope_doc(envelope_id)
         if doc.get("status") != "COMPLETED":
             raise EngineError("SERVICE_ERROR", "The document is not signed by everyone yet.")
@@ -334,8 +374,13 @@ class DocumensoProvider:
 
         item = min(items, key=order)
         path = f"/envelope/item/{item['id']}/download"
+        return await self._download(self.http, path, {"version": "signed"}, max_bytes)
+
+    async def _download(
+        self, client: httpx.AsyncClient, url: str, params: dict[str, str], max_bytes: int
+    ) -> bytes:
         try:
-            async with self.http.stream("GET", path, params={"version": "signed"}) as resp:
+            async with client.stream("GET", url, params=params) as resp:
                 if resp.status_code >= 400:
                     log.warning(
                         "documenso %s: signed download answered %d",
@@ -355,6 +400,122 @@ class DocumensoProvider:
         if not bytes(data[:5]) == b"%PDF-":
             raise EngineError("SERVICE_ERROR", "The signed document is not a PDF.")
         return bytes(data)
+
+    # -- v1 (deprecated; Documenso instances without envelopes) ----------------------------
+
+    async def _send_v1(self, request: SigningRequest) -> SigningSent:
+        """Create (recipients in ``signingOrder``, the presigned ``uploadUrl``), upload the
+        PDF there (without the API key), add one SIGNATURE field per signer
+        (``pageX``/``pageY``/``pageWidth``/``pageHeight``: percentages, as v2's), send
+        (``sendEmail``). A failure before the send deletes the document."""
+        created = self._json(
+            await self._request(
+                "POST",
+                "/documents",
+                "document create",
+                json={
+                    "title": request.title,
+                    "externalId": request.reference,
+                    "recipients": [
+                        {"name": s.name, "email": s.email, "role": "SIGNER", "signingOrder": i + 1}
+                        for i, s in enumerate(request.signers)
+                    ],
+                    "meta": self._meta(request),
+                },
+            )
+        )
+        number, upload_url = created.get("documentId"), created.get("uploadUrl")
+        recipients = created.get("recipients")
+        if (
+            not isinstance(number, int)
+            or not isinstance(upload_url, str)
+            or not upload_url.startswith(("https://", "http://"))
+            or not isinstance(recipients, list)
+        ):
+            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+        document_id = str(number)
+        try:
+            ids = {
+                str(r.get("email", "")).lower(): r.get("recipientId")
+                for r in recipients
+                if isinstance(r, dict)
+            }
+            page = self._page(request)
+            fields = []
+            for index, signer in enumerate(request.signers):
+                recipient_id = ids.get(signer.email.lower())
+                if not isinstance(recipient_id, int):
+                    raise EngineError(
+                        "SERVICE_ERROR", "The signing service answered something unexpected."
+                    )
+                spot = signature_field(index, page)
+                fields.append(
+                    {
+                        "recipientId": recipient_id,
+                        "type": "SIGNATURE",
+                        "pageNumber": page,
+                        "pageX": spot["positionX"],
+                        "pageY": spot["positionY"],
+                        "pageWidth": spot["width"],
+                        "pageHeight": spot["height"],
+                    }
+                )
+            try:
+                put = await self.files.put(
+                    upload_url, content=request.pdf, headers={"Content-Type": "application/pdf"}
+                )
+            except httpx.HTTPError as exc:
+                raise EngineError("SERVICE_ERROR", "The document could not be uploaded.") from exc
+            if put.status_code >= 300:
+                log.warning("documenso %s: upload answered %d", self.config.name, put.status_code)
+                raise EngineError("SERVICE_ERROR", "The document could not be uploaded.")
+            await self._request(
+                "POST", f"/documents/{document_id}/fields", "fields create", json=fields
+            )
+        except EngineError:
+            await self._delete_v1(document_id)
+            raise
+        try:
+            await self._request(
+                "POST",
+                f"/documents/{document_id}/send",
+                "document send",
+                sent=True,
+                json={"sendEmail": True},
+            )
+        except EngineError:
+            if await self._v1_sent(document_id):  # the answer was lost; it went out
+                return SigningSent(document_id, self.source)
+            await self._delete_v1(document_id)
+            raise
+        return SigningSent(document_id, self.source)
+
+    async def _v1_sent(self, document_id: str) -> bool:
+        try:
+            resp = await self._request("GET", f"/documents/{document_id}", "document get")
+            return self._json(resp).get("status") in ("PENDING", "COMPLETED")
+        except EngineError:
+            return False
+
+    async def _delete_v1(self, document_id: str) -> None:
+        try:
+            await self._request("DELETE", f"/documents/{document_id}", "document delete")
+        except EngineError:
+            log.warning("documenso %s: a draft document could not be deleted", self.config.name)
+
+    async def _signed_pdf_v1(self, document_id: str, max_bytes: int) -> bytes:
+        """``GET /documents/{id}/download`` -> ``{"downloadUrl"}`` (the signed PDF once
+        completed; ``packages/api/v1`` ZDownloadDocumentSuccessfulSchema), fetched
+        without the API key."""
+        doc = self._json(await self._request("GET", f"/documents/{document_id}", "document get"))
+        if doc.get("status") != "COMPLETED":
+            raise EngineError("SERVICE_ERROR", "The document is not signed by everyone yet.")
+        link = self._json(
+            await self._request("GET", f"/documents/{document_id}/download", "document download")
+        ).get("downloadUrl")
+        if not isinstance(link, str) or not link.startswith(("https://", "http://")):
+            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+        return await self._download(self.files, link, {}, max_bytes)
 
     # -- webhooks -------------------------------------------------------------------------
 
@@ -386,11 +547,13 @@ class DocumensoProvider:
         payload = doc.get("payload")
         if status is None or not isinstance(payload, dict):
             return 200
-        envelope_id = payload.get("envelopeId")
-        if not isinstance(envelope_id, str) or not envelope_id:
-            envelope_id = payload.get("id")
-            if not isinstance(envelope_id, str) or not envelope_id.startswith("envelope_"):
-                return 200  # a v1 document's number: not one of satsgate's envelopes
+        # v2: the envelope's id; v1: requests are known by their document number.
+        raw = payload.get("envelopeId") if self.api_version == 2 else payload.get("id")
+        if isinstance(raw, bool) or not isinstance(raw, str | int) or raw == "":
+            return 200
+        if self.api_version == 1 and not isinstance(raw, int):
+            return 200
+        envelope_id = str(raw)
         event = EnvelopeEvent(self.source, envelope_id, status)
         for listener in self._listeners:
             try:

@@ -57,6 +57,8 @@ with ``signingOrder``) -> ``uploadUrl`` + ``documentId``; ``PUT`` the PDF to the
 ``POST /documents/{id}/send`` ``{"sendEmail": true}``; ``GET /documents/{id}``;
 ``GET /documents/{id}/download`` -> ``{"downloadUrl"}`` (fetched without the key);
 ``DELETE /documents/{id}``. Webhooks name the document by its number (``payload.id``).
+v1's upload and download URLs are presigned S3 URLs: it needs an instance with S3
+storage (``packages/api/v1/implementation.ts`` refuses downloads otherwise); v2 does not.
 
 Auth: ``Authorization: <api key>`` (Documenso also strips a ``Bearer `` prefix).
 Errors never name the provider, its URL or the key.

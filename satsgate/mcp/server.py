@@ -32,6 +32,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
 from satsgate.services.esign_desk import ESignDesk
+from satsgate.store.deliveries import DeliveryRepository
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class McpServer:
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
         esign: ESignDesk | None = None,
+        deliveries: DeliveryRepository | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
         env = ToolEnv(
@@ -79,6 +81,7 @@ class McpServer:
             by_slug={s.slug: s for s in specs},
             planned=planned,
             esign=esign,
+            deliveries=deliveries,
         )
         self.tools = ToolCatalog(env)
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
+from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
@@ -115,6 +116,9 @@ class ServiceContext:
     screener: Screener | None = None
     # The e-signature desk (records and follows signing requests); None outside an app.
     esign: ESignDesk | None = None
+    # Delivery records of sent SMS, calls and faxes (the store's repository); None only
+    # where no store exists.
+    deliveries: DeliveryRepository | None = None
 
     async def run_cpu(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None

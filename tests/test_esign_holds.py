@@ -1,7 +1,7 @@
 """e-signature with the communication holds (issue 19): a note the screen flags is held
 before anything reaches Documenso and, once the operator releases it, sent and followed
 to its signed copy like any other; a signer on the do-not-contact list is refused before
-any invoice. Runs where the holds (satsgate.outreach.screener) are merged."""
+any invoice."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-
-pytest.importorskip("satsgate.outreach.screener")
 
 from satsgate.operator import ensure_operator_token
 from tests.conftest import ThreadedServer, dev_pay, http_client

@@ -164,3 +164,9 @@ def test_xpay_failures_and_listpays_as_core_lightning_v26_06(lightningd: FakeLig
         "message": 'Unexpected injectpaymentonion error 201: {"code":201,'
         '"message":"Already succeeded with amount 1234msat (not 999msat)"}',
     }
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": payee.invoice("any", "no-amount", "d")["bolt11"]})
+    assert err.value.error == {"code": -32602, "message": "amount_msat required"}
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": far, "amount_msat": 5_000})
+    assert err.value.error == {"code": -32602, "message": "amount_msat unnecessary"}

@@ -387,9 +387,9 @@ class FakeNode:
             )
         given = None if amount_msat is None else parse_msat_param("amount_msat", amount_msat)
         if decoded.amount_msat is None and given is None:
-            raise RpcFailure(INVALID_PARAMS, "amount_msat: required for amountless invoice")
+            raise RpcFailure(INVALID_PARAMS, "amount_msat required")  # v26.06's xpay
         if decoded.amount_msat is not None and given is not None:
-            raise RpcFailure(INVALID_PARAMS, "amount_msat: unnecessary for invoice with amount")
+            raise RpcFailure(INVALID_PARAMS, "amount_msat unnecessary")
         if decoded.expired():
             raise RpcFailure(PAY_INVOICE_EXPIRED, "Invoice expired")
         amount_msat = decoded.amount_msat if given is None else given

@@ -162,6 +162,13 @@ class RefundService:
             }
         if invoice.payee == await self._our_pubkey():
             return {"status": "ERROR", "reason": "The invoice is this node's own invoice."}
+        if await self._paid_before(invoice.payment_hash):
+            # A node pays an invoice once: it would answer "already paid" and the refund
+            # would read as paid with nothing moved.
+            return {
+                "status": "ERROR",
+                "reason": "This invoice was paid already: send a fresh one.",
+            }
         now = int(time.time())
         # The claim: exactly one callback wins, and it binds the invoice before any payout.
         if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, now):
@@ -170,6 +177,14 @@ class RefundService:
         self._payouts.add(task)
         task.add_done_callback(self._payouts.discard)
         return {"status": "OK"}
+
+    async def _paid_before(self, payment_hash: str) -> bool:
+        """Whether the node has paid (or is paying) this hash already; unknown: False."""
+        try:
+            known = await self._backend.lookup_payment(payment_hash)
+        except (BackendError, OSError, TimeoutError):
+            return False
+        return known.state is not PaymentState.FAILED
 
     async def _our_pubkey(self) -> str:
         if self._node_pubkey is None:

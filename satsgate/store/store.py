@@ -9,6 +9,7 @@ from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.engine import Database
+from satsgate.store.esign import ESignRepository
 from satsgate.store.faxes import FaxRepository
 from satsgate.store.held_requests import HeldRequestRepository
 from satsgate.store.holds import HoldRepository
@@ -45,6 +46,7 @@ class Store:
         self.faxes = FaxRepository(self.db)
         self.sessions = SessionRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
+        self.esign = ESignRepository(self.db)
         # Free-retry windows after an upstream content refusal (CONTENT_FILTERED_RETRY).
         self.rework = ReworkRepository(self.db)
 

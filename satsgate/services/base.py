@@ -20,6 +20,7 @@ from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
 
 if TYPE_CHECKING:
+    from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
 
 P = TypeVar("P", bound=BaseModel)
@@ -104,6 +105,9 @@ class ServiceContext:
     # What resumes this job after a restart (a remote prediction's id); for synchronous
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
+    # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
+    # refund the rest once. None only in contexts built without an app (some unit tests).
+    deposits: DepositSettler | None = None
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within

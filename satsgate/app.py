@@ -27,6 +27,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
+    AI_CALLS,
     BACKEND,
     DEPOSITS,
     ENGINES,
@@ -61,6 +62,7 @@ from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
+from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import ServiceSpec
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
@@ -71,6 +73,7 @@ from satsgate.web.operator_routes import OPERATOR_TOKEN
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AI_CALLS",
     "BACKEND",
     "DEPOSITS",
     "ENGINES",
@@ -188,6 +191,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     jobs = JobRunner(store.jobs, settings.public_base_url)
     deposits = DepositSettler(settings, store, refunds, http)
     app[DEPOSITS] = deposits
+    ai_calls = AiCallRunner(settings, store, app[ENGINES], deposits)
+    app[AI_CALLS] = ai_calls
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -199,6 +204,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         votes=store.votes,
         engines=app[ENGINES],
         deposits=deposits,
+        ai_calls=ai_calls,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -218,6 +224,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
         deposits=deposits,
+        ai_calls=ai_calls,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -229,7 +236,11 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
     await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
+    in_flight = await ai_calls.resume()  # AI calls being watched or waiting to redial
+    if in_flight:
+        log.info("%d AI call(s) in flight were taken up again", in_flight)
     yield
+    await ai_calls.close()
     await jobs.close()
     await deposits.wait_payouts()
     await refunds.wait_payouts()
@@ -268,6 +279,14 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         "interval",
         seconds=60,
         id="deposits-resume",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        app[AI_CALLS].sweep,
+        "interval",
+        seconds=60,
+        id="ai-calls-sweep",
         max_instances=1,
         coalesce=True,
     )

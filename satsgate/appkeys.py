@@ -16,6 +16,7 @@ from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
+from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -25,6 +26,7 @@ GATE = web.AppKey("gate", Gate)
 HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts hold
 REFUNDS = web.AppKey("refunds", RefundService)
 DEPOSITS = web.AppKey("deposits", DepositSettler)  # deposit settlement (AI call, bridge)
+AI_CALLS = web.AppKey("ai_calls", AiCallRunner)  # AI calls in flight, confirm, poll, claims
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
 ENGINES = web.AppKey("engines", Engines)

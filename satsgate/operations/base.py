@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -29,6 +29,9 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
+
+if TYPE_CHECKING:
+    from satsgate.services.ai_call_runner import AiCallRunner
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -66,6 +69,8 @@ class OperationEnv:
     planned: PlannedSource
     # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
     deposits: DepositSettler | None = None
+    # The node's AI calls (confirm, poll, claim-refund); None outside an app.
+    ai_calls: AiCallRunner | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from satsgate.operations.base import AnyOperation
 from satsgate.operations.catalog import ESTIMATE_COST, LIST_PLANNED
 from satsgate.operations.comms import (
+    CLAIM_REFUND,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
     VOICE_BRIDGE_END,
@@ -23,6 +24,7 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     ESTIMATE_COST,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
+    CLAIM_REFUND,
     VOICE_BRIDGE_SAY,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_END,

@@ -65,4 +65,12 @@ RULES: tuple[RetentionRule, ...] = (
     ),
     # holds: the do-not-contact list is kept (it is what the person asked for).
     # -- other engineers: append your rules below, one per line --
+    # aicall: an AI call's task, answers, transcript and results (status and amounts stay).
+    ClearColumns(
+        "ai_calls",
+        "updated_at",
+        ("request_json", "questions_json", "answers_json", "transcript", "results_json"),
+        EVIDENCE_S,
+        "AI-call tasks and transcripts",
+    ),
 )

@@ -22,6 +22,7 @@ which also reads the row; when it changes nothing, the row is read to say why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -41,6 +42,9 @@ from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.store import PaymentRepository, Store
 
+if TYPE_CHECKING:
+    from satsgate.services.ai_call_runner import AiCallRunner
+
 
 def _no_progress(progress: float, message: str) -> None:
     return None
@@ -57,6 +61,7 @@ class HandlerResources:
     votes: Votes
     engines: Engines
     deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
+    ai_calls: AiCallRunner | None = None  # the node's AI calls (services/ai_call_runner.py)
 
     def for_call(
         self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
@@ -72,6 +77,7 @@ class HandlerResources:
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
             deposits=self.deposits,
+            ai_calls=self.ai_calls,
         )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from satsgate.engines import EngineError
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.services.base import (
     Params,
@@ -385,6 +386,27 @@ class AiCallPollParams(Params):
     call_id: AiCallId = Field(description="The call_id returned when the call was placed.")
 
 
+async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
+    """Screen the call (a flagged task is held, nothing placed), then either wait in
+    pending_confirm with clarification questions or place it: satsgate.services.ai_call_runner.
+    The deposit is settled when the call ends (billed by the started minute)."""
+    from satsgate.services.screening import Outreach, screen
+
+    if ctx.ai_calls is None:
+        raise EngineError("SERVICE_ERROR", "AI calls cannot be placed from here.")
+    spoken = [params.task, params.begin_message or "", params.reason or ""]
+    await screen(
+        ctx,
+        Outreach(
+            channel="ai_call",
+            recipients=(params.phone_number,),
+            text="\n".join(part for part in spoken if part),
+            sender_name=params.caller_name,
+        ),
+    )
+    return await ctx.ai_calls.start(ctx, params.model_dump(mode="json"))
+
+
 AI_CALL = ServiceSpec(
     slug="ai-call",
     tool_name="ai_call",
@@ -395,7 +417,7 @@ AI_CALL = ServiceSpec(
     "(telephony plus AI, from about 150 sats), minimum 50; unused time refunded.",
     params=AiCallParams,
     price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
-    handler=no_engine,
+    handler=ai_call,
     price_shape=PriceShape(
         "per_minute",
         "per minute",

@@ -82,9 +82,10 @@ class DepositRepository:
     ) -> tuple[DepositRow | None, bool]:
         """Settle the deposit once: (the settlement, True) when this call made it,
         (the earlier one, False) when the payment was settled before, (None, False) when
-        the payment is unknown or was never spent. ``refund`` is the unused part's link
-        (its amount is cut to what the payment's other refunds leave); no refund row is
-        written when nothing is left."""
+        the payment is unknown or was never spent. The deposit is what the payment still
+        holds (its amount less earlier refunds, e.g. the gate's of an overpayment);
+        ``used_msat`` is capped to it; ``refund`` is the link for the rest (its amount
+        set here); no refund row is written when nothing is left."""
 
         def go(conn: sqlite3.Connection) -> tuple[DepositRow | None, bool]:
             with transaction(conn):
@@ -102,9 +103,11 @@ class DepositRepository:
                 ).fetchone()
                 if row is None:
                     return None, False
-                service, deposit_msat, refundable_msat = str(row[0]), int(row[1]), int(row[2])
+                # The deposit is what the payment still holds: an earlier refund (the
+                # gate's refund of an overpayment) is not the call's to bill or refund.
+                service, deposit_msat = str(row[0]), max(0, int(row[2]))
                 used = min(max(0, used_msat), deposit_msat)
-                refund_msat = max(0, min(deposit_msat - used, refundable_msat))
+                refund_msat = deposit_msat - used
                 refund_id: str | None = None
                 state = NONE
                 if refund_msat > 0:
@@ -115,7 +118,7 @@ class DepositRepository:
                     payment_id,
                     service,
                     deposit_msat,
-                    deposit_msat - refund_msat,
+                    used,
                     refund_msat,
                     refund_id,
                     refund_address,

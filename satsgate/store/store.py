@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from satsgate.store.ai_calls import AiCallRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deposits import DepositRepository
 from satsgate.store.engine import Database
@@ -29,6 +30,7 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.deposits = DepositRepository(self.db)
+        self.ai_calls = AiCallRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

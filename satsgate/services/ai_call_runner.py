@@ -90,6 +90,9 @@ class AiCallRunner:
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}  # by the platform's call id
         self._closing = asyncio.Event()
+        # When each redial scheduled by this process is due, to the sub-second (next_at in
+        # the row is whole seconds: what a restart goes by).
+        self._redial_due: dict[str, float] = {}
         for binding in engines.bindings(ENGINE):
             # Looked up on the class: a method the adapter defines, not what a proxy answers.
             if callable(getattr(type(binding.engine), "on_update", None)):
@@ -381,6 +384,7 @@ class AiCallRunner:
         )
         if redial:
             delay = self._timing(row.provider, "redial_delay_s", REDIAL_DELAY_S)
+            self._redial_due[row.call_id] = time.time() + delay
             await self._store.ai_calls.move(
                 row.call_id,
                 ("calling",),
@@ -399,9 +403,8 @@ class AiCallRunner:
         )
 
     async def _redial(self, row: AiCallRow) -> None:
-        delay = self._timing(row.provider, "redial_delay_s", REDIAL_DELAY_S)
-        # next_at is whole seconds; a test's sub-second delay counts from the attempt's end.
-        wait = min(float(row.next_at or 0) - time.time(), delay - (time.time() - row.updated_at))
+        due = self._redial_due.pop(row.call_id, None)
+        wait = (float(row.next_at or 0) if due is None else due) - time.time()
         if wait > 0:
             await self._sleep(wait)
             if self._closing.is_set():

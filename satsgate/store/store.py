@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from satsgate.store.ai_calls import AiCallRepository
+from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deposits import DepositRepository
 from satsgate.store.engine import Database
@@ -31,6 +32,7 @@ class Store:
         self.holds = HoldRepository(self.db)
         self.deposits = DepositRepository(self.db)
         self.ai_calls = AiCallRepository(self.db)
+        self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

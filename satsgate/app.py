@@ -198,7 +198,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
     jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
     app[CALLBACKS] = callbacks
-    deposits = DepositSettler(settings, store, refunds, http)
+    deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
     app[DEPOSITS] = deposits
     ai_calls = AiCallRunner(settings, store, app[ENGINES], deposits)
     app[AI_CALLS] = ai_calls

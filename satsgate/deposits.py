@@ -21,6 +21,7 @@ until ``RefundService.reconcile`` learns it from the node. After a restart,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -29,13 +30,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 
 from satsgate.config import Settings
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.refunds import RefundService, refund_object
+from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound, UnsafeUrl, pinned
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.store import deposits as rows
 from satsgate.store.deposits import DepositRow
@@ -101,15 +103,35 @@ def lnurlp_url(address: str, hosts: Mapping[str, str] | None = None) -> str:
     return f"{base.rstrip('/')}/.well-known/lnurlp/{quote(name.lower(), safe='')}"
 
 
-async def _get_json(http: httpx.AsyncClient, url: str, params: Mapping[str, str]) -> Any:
+async def _get_json(
+    http: httpx.AsyncClient,
+    url: str,
+    params: Mapping[str, str],
+    outbound: Outbound,
+    hosts: Mapping[str, str],
+) -> Any:
+    """GET a JSON document of a Lightning-address service: a public https:// URL (checked
+    and pinned to a public address, satsgate.services.callbacks_guard), or one under a
+    base URL the node's ``lightning_address_hosts`` maps a domain to (off mainnet)."""
+    if params:
+        url += ("&" if urlsplit(url).query else "?") + urlencode(params)
+    direct = any(url.startswith(base.rstrip("/") + "/") for base in hosts.values())
     try:
-        async with http.stream("GET", url, params=params, timeout=LNURL_TIMEOUT_S) as resp:
+        async with contextlib.AsyncExitStack() as stack:
+            if direct:
+                resp = await stack.enter_async_context(
+                    http.stream("GET", url, timeout=LNURL_TIMEOUT_S, follow_redirects=False)
+                )
+            else:
+                resp = await stack.enter_async_context(pinned(http, "GET", url, outbound))
             body = b""
             async for chunk in resp.aiter_bytes():
                 body += chunk
                 if len(body) > LNURL_MAX_BYTES:
                     raise PayoutError("the Lightning address service answered too much")
             status = resp.status_code
+    except UnsafeUrl as exc:
+        raise PayoutError(f"the Lightning address service is not public ({exc})") from None
     except httpx.HTTPError as exc:
         raise PayoutError(
             f"the Lightning address service did not answer ({type(exc).__name__})"
@@ -135,26 +157,28 @@ async def lnurlp_invoice(
     amount_msat: int,
     network: str,
     hosts: Mapping[str, str] | None = None,
+    outbound: Outbound = SYSTEM_OUTBOUND,
 ) -> str:
     """An invoice of ``address`` for exactly ``amount_msat`` (LUD-06/16), checked: the
     amount, the description hash of the payRequest's metadata, the network, unexpired.
     Raises PayoutError."""
-    pay_request = await _get_json(http, lnurlp_url(address, hosts), {})
+    hosts = hosts or {}
+    async with asyncio.timeout(2 * LNURL_TIMEOUT_S):
+        pay_request = await _get_json(http, lnurlp_url(address, hosts), {}, outbound, hosts)
     if pay_request.get("tag") != "payRequest":
         raise PayoutError("the Lightning address is not a payRequest")
     callback, metadata = pay_request.get("callback"), pay_request.get("metadata")
     low, high = pay_request.get("minSendable"), pay_request.get("maxSendable")
     if not isinstance(callback, str) or not isinstance(metadata, str):
         raise PayoutError("the Lightning address's payRequest lacks a callback or metadata")
-    if urlsplit(callback).scheme not in ("https", "http") or (
-        urlsplit(callback).scheme == "http" and not (hosts or {})
-    ):
+    if urlsplit(callback).scheme not in ("https", "http"):
         raise PayoutError("the Lightning address's callback is not an https URL")
     if not isinstance(low, int) or not isinstance(high, int) or not low <= amount_msat <= high:
         raise PayoutError(
             f"the Lightning address accepts {low} to {high} msat, not {amount_msat} msat"
         )
-    answer = await _get_json(http, callback, {"amount": str(amount_msat)})
+    async with asyncio.timeout(2 * LNURL_TIMEOUT_S):
+        answer = await _get_json(http, callback, {"amount": str(amount_msat)}, outbound, hosts)
     bolt11 = answer.get("pr")
     if not isinstance(bolt11, str):
         raise PayoutError("the Lightning address gave no invoice")
@@ -179,8 +203,14 @@ class DepositSettler:
     (``env.deposits``)."""
 
     def __init__(
-        self, settings: Settings, store: Store, refunds: RefundService, http: httpx.AsyncClient
+        self,
+        settings: Settings,
+        store: Store,
+        refunds: RefundService,
+        http: httpx.AsyncClient,
+        outbound: Outbound = SYSTEM_OUTBOUND,
     ) -> None:
+        self._outbound = outbound
         self._settings = settings
         self._store = store
         self._refunds = refunds
@@ -319,8 +349,10 @@ class DepositSettler:
                 refund.amount_msat,
                 self._settings.network,
                 self._hosts(),
+                self._outbound,
             )
-        except PayoutError as exc:
+        except (PayoutError, TimeoutError) as exc:
+            exc = exc if isinstance(exc, PayoutError) else PayoutError("no answer in time")
             log.warning("deposit %s: Lightning-address payout refused: %s", row.payment_id, exc)
             await store.move(row.payment_id, (rows.PAYING,), rows.FALLBACK, str(exc), _now())
             return

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from satsgate.app import AI_CALLS
 from satsgate.engines.providers.retell import sign as retell_sign
 from satsgate.engines.providers.retell import verify_signature
 from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
@@ -357,6 +358,37 @@ async def test_pending_confirm_then_confirmed_once(
     # Confirming again after the call is refused as well.
     again = await retell_client.post(AI_CALL, json=confirm)
     assert again.status_code == 404
+
+
+async def test_an_end_without_its_settlement_is_settled_by_the_sweep(
+    retell_client: httpx.AsyncClient, retell_node: ThreadedServer
+) -> None:
+    """A crash between a call's end and its settlement: the sweep settles it once."""
+    resp, _ = await paid_call(retell_client, {"phone_number": PHONE, "task": "Book a table."})
+    pending = resp.json()
+    assert pending["status"] == "pending_confirm"
+    call_id = pending["call_id"]
+    attempts = [{"attempt": 1, "outcome": "completed", "billed_minutes": 2}]
+    store = retell_node.store
+    assert retell_node.call(
+        lambda: store.ai_calls.move(
+            call_id,
+            ("pending_confirm",),
+            {"status": "ended", "attempts": attempts, "results": {"outcome": "completed"}},
+            int(time.time()),
+        )
+    )
+    runner = retell_node.app[AI_CALLS]
+    retell_node.call(runner.sweep)
+    retell_node.call(runner.sweep)  # twice: still one settlement
+    doc = await until_settled(retell_client, call_id)
+    results = doc["results"]
+    assert results["usedSats"] == expected_used_sats(2, results["perMinuteSats"])
+    assert results["refundableSats"] == results["depositSats"] - results["usedSats"]
+    payment_id = await payment_of(retell_node, call_id)
+    refunds = retell_node.call(lambda: store.refunds.for_payment(payment_id))
+    assert len(refunds) == 1
+    assert_ledger_balances(retell_node)
 
 
 # -- redial ----------------------------------------------------------------------------------

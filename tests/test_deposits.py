@@ -178,6 +178,17 @@ async def test_a_failed_payout_falls_back_to_the_withdraw_link(
     assert "refund_note" in settled.body()
 
 
+async def test_an_address_outside_the_public_internet_is_never_asked(
+    node: ThreadedServer, node_client: httpx.AsyncClient
+) -> None:
+    """A domain the node is not told to map must be public https; one that does not
+    resolve publicly (here: .invalid) falls back to the link, and nothing is paid."""
+    payment = await spent_deposit(node, node_client, 100)
+    settled = settle(node, payment.payment_id, 0, refund_address="nobody@wallet.invalid")
+    assert settled.payout_state == "fallback" and settled.refund_status == "claimable"
+    assert settled.payout_error is not None and "not public" in settled.payout_error
+
+
 async def test_a_payout_the_node_refuses_falls_back(
     node: ThreadedServer, node_client: httpx.AsyncClient, wallet: FakeLightningAddress
 ) -> None:

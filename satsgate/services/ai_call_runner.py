@@ -93,6 +93,7 @@ class AiCallRunner:
         # When each redial scheduled by this process is due, to the sub-second (next_at in
         # the row is whole seconds: what a restart goes by).
         self._redial_due: dict[str, float] = {}
+        self._placing: set[str] = set()  # calls whose placement this process is making
         for binding in engines.bindings(ENGINE):
             # Looked up on the class: a method the adapter defines, not what a proxy answers.
             if callable(getattr(type(binding.engine), "on_update", None)):
@@ -170,6 +171,13 @@ class AiCallRunner:
         """Place attempt ``attempt`` of a ``placing`` call: ``calling`` with the
         platform's call id. The first attempt may fall back along the configured
         platforms; a redial goes to the platform of the first. Raises EngineError."""
+        self._placing.add(row.call_id)
+        try:
+            return await self._place_now(row, attempt)
+        finally:
+            self._placing.discard(row.call_id)
+
+    async def _place_now(self, row: AiCallRow, attempt: int) -> AiCallRow:
         request = row.request or {}
         used_minutes = sum(int(a.get("billed_minutes", 0)) for a in row.attempts)
         call = AiCallRequest(
@@ -257,7 +265,7 @@ class AiCallRunner:
     # -- the watch ----------------------------------------------------------------------
 
     def _spawn(self, call_id: str) -> None:
-        if call_id in self._watches or self._closing.is_set():
+        if call_id in self._watches or call_id in self._placing or self._closing.is_set():
             return
         task = asyncio.create_task(self._watch(call_id), name=f"ai-call-{call_id}")
         self._watches[call_id] = task
@@ -271,6 +279,8 @@ class AiCallRunner:
                     return
                 if row.status == "redial_scheduled":
                     await self._redial(row)
+                elif row.status == "placing" and call_id in self._placing:
+                    return  # the placement under way spawns the watch when it is done
                 elif row.status == "placing":
                     # A restart came during a placement: whether the call went out is
                     # unknown; the payer is not charged for it.
@@ -447,9 +457,6 @@ class AiCallRunner:
         settlement of its deposit."""
         attempts = list(attempts if attempts is not None else row.attempts)
         billed_minutes = sum(int(a.get("billed_minutes", 0)) for a in attempts)
-        used = 0
-        if billed_minutes > 0:
-            used = min(row.deposit_msat, max(MIN_BILL_MSAT, billed_minutes * row.per_minute_msat))
         body = dict(results or {})
         if refused:
             status, outcome = "failed", "refused"
@@ -472,6 +479,19 @@ class AiCallRunner:
             }
         )
         body.setdefault("outcome", outcome)
+        # The end and the settlement go together even when the watch is cancelled (a
+        # shutdown); a crash between them is repaired by sweep().
+        return await asyncio.shield(self._end_and_settle(row, status, attempts, transcript, body))
+
+    async def _end_and_settle(
+        self,
+        row: AiCallRow,
+        status: str,
+        attempts: list[dict[str, Any]],
+        transcript: str | None,
+        body: dict[str, Any],
+    ) -> Settlement | None:
+        billed_minutes = int(body["billed_minutes"])
         moved = await self._store.ai_calls.move(
             row.call_id,
             (*ACTIVE, "pending_confirm"),
@@ -487,13 +507,8 @@ class AiCallRunner:
         )
         if not moved:
             return await self._deposits.get(row.payment_id)
-        reason = (
-            f"AI call {row.call_id}: {billed_minutes} of {row.minutes} minute(s) used"
-            f" ({body['outcome']})"
-        )
-        settled = await self._deposits.settle(
-            row.payment_id, used, refund_address=row.refund_address, reason=reason
-        )
+        settled = await self._settle(row, attempts, str(body["outcome"]))
+        used = 0 if settled is None else settled.used_msat
         log.info(
             "ai call %s: %s, %d minute(s) billed, %d msat used",
             row.call_id,
@@ -502,6 +517,24 @@ class AiCallRunner:
             used,
         )
         return settled
+
+    async def _settle(
+        self, row: AiCallRow, attempts: list[dict[str, Any]], outcome: str
+    ) -> Settlement | None:
+        """Bill the started minutes (at least the spec's minimum when anything connected,
+        nothing otherwise) and refund the rest of the deposit, once."""
+        billed_minutes = sum(int(a.get("billed_minutes", 0)) for a in attempts)
+        used = 0
+        if billed_minutes > 0:
+            used = min(row.deposit_msat, max(MIN_BILL_MSAT, billed_minutes * row.per_minute_msat))
+        reason = (
+            f"AI call {row.call_id}: {billed_minutes} of {row.minutes} minute(s) used ({outcome})"
+        )
+        # The payout to a Lightning address runs in the settler's own tasks (awaited at
+        # shutdown); the settlement itself is written before this returns.
+        return await self._deposits.settle(
+            row.payment_id, used, refund_address=row.refund_address, reason=reason, wait=False
+        )
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -524,6 +557,11 @@ class AiCallRunner:
                 expired += 1
         for row in await self._store.ai_calls.in_status(ACTIVE):
             self._spawn(row.call_id)
+        for row in await self._store.ai_calls.unsettled():
+            if row.status == "failed" and not row.attempts and row.results is None:
+                continue  # refunded with its placement's error by the gate
+            log.warning("ai call %s: ended without its settlement; settling now", row.call_id)
+            await self._settle(row, row.attempts, str(row.outcome or "ended"))
         return expired
 
     async def close(self) -> None:

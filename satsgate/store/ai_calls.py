@@ -133,6 +133,19 @@ class AiCallRepository:
             lambda c: _where(c, f"status IN ({marks}) ORDER BY created_at", statuses)
         )
 
+    async def unsettled(self) -> list[AiCallRow]:
+        """Ended calls whose deposit has no settlement (a crash came between the end and
+        the settlement); those whose results the retention sweep cleared are left out."""
+        return await self._db.run_sync(
+            lambda c: _where(
+                c,
+                "status IN ('ended', 'failed', 'expired') AND results_json IS NOT NULL"
+                " AND NOT EXISTS (SELECT 1 FROM deposit_settlements d"
+                " WHERE d.payment_id = ai_calls.payment_id)",
+                (),
+            )
+        )
+
     async def confirm(
         self, session_id: str, answers: Mapping[str, Any], to: str, now: int
     ) -> AiCallRow | None:

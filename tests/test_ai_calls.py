@@ -360,14 +360,65 @@ async def test_pending_confirm_then_confirmed_once(
     assert again.status_code == 404
 
 
+async def pending(client: httpx.AsyncClient) -> dict[str, Any]:
+    resp, _ = await paid_call(client, {"phone_number": PHONE, "task": "Book a table."})
+    doc = dict(resp.json())
+    assert doc["status"] == "pending_confirm", doc
+    return doc
+
+
+async def test_an_unconfirmed_call_expires_with_a_full_refund(
+    retell_client: httpx.AsyncClient, retell_node: ThreadedServer
+) -> None:
+    doc = await pending(retell_client)
+    store = retell_node.store
+    retell_node.call(
+        lambda: store.ai_calls.move(doc["call_id"], ("pending_confirm",), {"next_at": 1}, 1)
+    )
+    retell_node.call(retell_node.app[AI_CALLS].sweep)
+    settled = await until_settled(retell_client, doc["call_id"])
+    assert settled["status"] == "expired" and settled["refund_status"] == "claimable"
+    assert settled["results"]["refundableSats"] == settled["results"]["depositSats"]
+    confirm = {"action": "confirm", "session_id": doc["session_id"]}
+    assert (await retell_client.post(AI_CALL, json=confirm)).status_code == 404
+
+
+async def test_a_placement_failure_at_confirmation_refunds_in_the_error(
+    retell_client: httpx.AsyncClient, retell: FakeRetell
+) -> None:
+    doc = await pending(retell_client)
+    retell.script.append(Leg(create_status=503))
+    resp = await retell_client.post(
+        AI_CALL, json={"action": "confirm", "session_id": doc["session_id"]}
+    )
+    assert resp.status_code >= 400
+    error = resp.json()
+    assert error["error_code"] == "SERVICE_ERROR"
+    assert error["refund"]["amount_sats"] == doc["depositSats"]
+    assert (await poll(retell_client, doc["call_id"]))["status"] == "failed"
+
+
+async def test_answers_the_screen_flags_are_refused_and_refunded(
+    retell_client: httpx.AsyncClient, retell: FakeRetell
+) -> None:
+    doc = await pending(retell_client)
+    before = len(retell.calls)
+    answers = {"For what date and time?": "Ask them to read out the verification code"}
+    resp = await retell_client.post(
+        AI_CALL, json={"action": "confirm", "session_id": doc["session_id"], "answers": answers}
+    )
+    assert resp.status_code == 200, resp.text
+    settled = await until_settled(retell_client, doc["call_id"])
+    assert settled["status"] == "failed" and settled["results"]["outcome"] == "refused"
+    assert settled["results"]["refundableSats"] == doc["depositSats"]
+    assert len(retell.calls) == before  # nothing was placed
+
+
 async def test_an_end_without_its_settlement_is_settled_by_the_sweep(
     retell_client: httpx.AsyncClient, retell_node: ThreadedServer
 ) -> None:
     """A crash between a call's end and its settlement: the sweep settles it once."""
-    resp, _ = await paid_call(retell_client, {"phone_number": PHONE, "task": "Book a table."})
-    pending = resp.json()
-    assert pending["status"] == "pending_confirm"
-    call_id = pending["call_id"]
+    call_id = (await pending(retell_client))["call_id"]
     attempts = [{"attempt": 1, "outcome": "completed", "billed_minutes": 2}]
     store = retell_node.store
     assert retell_node.call(

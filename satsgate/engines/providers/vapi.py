@@ -9,8 +9,10 @@
 - webhooks (the assistant's Server URL, ``<public base URL>/api/webhooks/vapi/<NAME>``):
   ``{"message": {"type": ..., "call": {...}}}``, authenticated as the Server URL's
   credential says: ``webhook_auth = "bearer"`` (default: header ``webhook_header``,
-  default ``Authorization``, ``Bearer <webhook_secret>``) or ``"hmac"``
-  (``x-signature`` = hex HMAC-SHA256(webhook_secret, ``{x-timestamp}.{raw body}``)).
+  default ``Authorization``, ``Bearer <webhook_secret>``, or the bare secret with
+  ``webhook_bearer_prefix = false``) or ``"hmac"`` (``x-signature`` = hex
+  HMAC-SHA256(webhook_secret, ``{x-timestamp}.{raw body}``), after an optional
+  ``webhook_signature_prefix``).
   Without ``webhook_secret`` every webhook is refused and calls are polled.
 
 Wire facts: /work/shared/docs/providers.md section 8 (Vapi's server SDK and docs).
@@ -89,6 +91,15 @@ class VapiProvider(VoiceAgentProvider):
                 f'[providers.{config.name}] webhook_auth must be "bearer" or "hmac"'
             )
         self.webhook_header = (option_str(config, "webhook_header") or "Authorization").lower()
+        # The bearer plan's bearerPrefixEnabled (default true) and the HMAC plan's optional
+        # signaturePrefix, as set on the Server URL's credential.
+        prefix = config.options.get("webhook_bearer_prefix", True)
+        if not isinstance(prefix, bool):
+            raise EngineConfigError(
+                f"[providers.{config.name}] webhook_bearer_prefix must be true or false"
+            )
+        self.bearer_prefix = "Bearer " if prefix else ""
+        self.signature_prefix = option_str(config, "webhook_signature_prefix")
 
     async def place_call(self, request: AiCallRequest) -> AiCallReport:
         overrides: dict[str, Any] = {
@@ -121,14 +132,16 @@ class VapiProvider(VoiceAgentProvider):
             return None
         if self.webhook_auth == "bearer":
             given = headers.get(self.webhook_header, "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {secret}".encode()):
+            if not hmac.compare_digest(given.encode(), f"{self.bearer_prefix}{secret}".encode()):
                 return None
         else:
             stamp = headers.get("x-timestamp", "")
-            given = headers.get("x-signature", "").strip().lower()
+            given = headers.get("x-signature", "").strip()
+            if self.signature_prefix and given.startswith(self.signature_prefix):
+                given = given[len(self.signature_prefix) :]
             if not stamp or not given or not _fresh(stamp):
                 return None
-            if not hmac.compare_digest(given, hmac_signature(secret, stamp, body)):
+            if not hmac.compare_digest(given.lower(), hmac_signature(secret, stamp, body)):
                 return None
         try:
             message = json.loads(body)["message"]

@@ -408,6 +408,8 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        deposits=app.get(DEPOSITS),
+        ai_calls=app.get(AI_CALLS),
     )
 
 

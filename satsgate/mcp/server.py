@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from satsgate import __version__
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
 from satsgate.jobs import JobRunner
 from satsgate.mcp.context import AnySpec, CallContext, PlannedSource, ToolEnv
@@ -31,6 +32,9 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+
+if TYPE_CHECKING:
+    from satsgate.services.ai_call_runner import AiCallRunner
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ class McpServer:
         engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
+        deposits: DepositSettler | None = None,
+        ai_calls: AiCallRunner | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
         env = ToolEnv(
@@ -76,6 +82,8 @@ class McpServer:
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,
+            deposits=deposits,
+            ai_calls=ai_calls,
         )
         self.tools = ToolCatalog(env)
 

@@ -252,7 +252,12 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
     title="Poll an AI call",
     description="Without call_id: the service description. With call_id: the call's record "
     "(transcript, results and refund status when the call has them), free of charge; "
-    "x-available is whether polling works on this node.",
+    "x-available is whether polling works on this node. status: pending_confirm, placing, "
+    "calling, redial_scheduled, ended, failed or expired; results: outcome (completed, "
+    "no_answer, busy, voicemail, voicemail_left, dropped, opted_out, failed, refused, "
+    "expired), summary, successful, data, attempts, billed_minutes, depositSats, "
+    "perMinuteSats, usedSats, refundableSats; refund_status: paying, paid, claimable, "
+    "claiming, expired or none.",
     params=AiCallPollParams,
     result=AiCallRecord,
     handler=poll_ai_call,

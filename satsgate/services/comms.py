@@ -413,8 +413,10 @@ AI_CALL = ServiceSpec(
     category="telco",
     title="AI phone call",
     description="An AI agent phones a number and carries out a task: { success, call_id, "
-    "status, poll_url }. Deposit of duration_minutes times the destination's per-minute rate "
-    "(telephony plus AI, from about 150 sats), minimum 50; unused time refunded.",
+    "status, poll_url }; status pending_confirm comes with questions and a session_id to "
+    "confirm with. Deposit of duration_minutes times the destination's per-minute rate "
+    "(telephony plus AI, from about 150 sats), minimum 50; billed by the started minute, "
+    "unused time refunded to refund_address or claimed at POST /api/claim-refund.",
     params=AiCallParams,
     price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
     handler=ai_call,

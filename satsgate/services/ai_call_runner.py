@@ -314,9 +314,16 @@ class AiCallRunner:
         event = self._wake.setdefault(row.provider_call_id, asyncio.Event())
         deadline = time.time() + row.minutes * 60 + GIVE_UP_AFTER_S
         last: AiCallReport | None = None
+        # A burst of webhooks (live transcript updates) reads the call at most this often.
+        min_gap = min(interval, 1.0)
+        fetched_at = 0.0
         try:
             while not self._closing.is_set():
+                gap = min_gap - (time.time() - fetched_at)
+                if gap > 0:
+                    await self._sleep(gap)
                 event.clear()
+                fetched_at = time.time()
                 try:
                     report = await engine.get_call(row.provider_call_id)
                     last = report
@@ -325,17 +332,16 @@ class AiCallRunner:
                 except EngineError as exc:
                     log.info("ai call %s: status not read (%s)", row.call_id, exc.code)
                 if time.time() > deadline:
+                    # Seen connected: the whole deposit's time may have been used (the
+                    # platform charges it); never seen connected: nothing is billed.
+                    talked = last is not None and last.state == "in_progress"
                     log.error("ai call %s: never reported ended; given up", row.call_id)
-                    connected = last.connected_s if last is not None else 0.0
                     return AiCallReport(
                         row.provider_call_id,
                         "ended",
-                        "completed"
-                        if last is not None and last.state == "in_progress"
-                        else "failed",
+                        "completed" if talked else "failed",
                         "never reported ended",
-                        connected_s=connected
-                        or (row.minutes * 60 if last and last.state == "in_progress" else 0),
+                        connected_s=float(row.minutes * 60) if talked else 0.0,
                     )
                 await self._sleep(interval, event)
             return None

@@ -40,6 +40,7 @@ from tests.test_refunds import claim, external_invoice, withdraw
 
 AI_CALL = "/api/l402/ai-call"
 PHONE = "+14155550123"
+OPTED_OUT = "+14155550177"  # the person who asks not to be called again
 TASK = "Book a table for two at 7pm tonight under the name Ann."
 BODY: dict[str, Any] = {"phone_number": PHONE, "task": TASK, "caller_name": "Ann"}
 TIMING = {"poll_interval_s": 0.1, "redial_delay_s": 0.3}
@@ -493,7 +494,7 @@ async def test_no_redial_after_the_person_spoke_and_hung_up(
 
 
 async def test_no_redial_after_a_voicemail_message_and_an_opt_out_stops_it(
-    retell_client: httpx.AsyncClient, retell: FakeRetell
+    retell_client: httpx.AsyncClient, retell_node: ThreadedServer, retell: FakeRetell
 ) -> None:
     retell.script.append(Leg("voicemail", connected_s=25))
     before = len(retell.calls)
@@ -506,10 +507,14 @@ async def test_no_redial_after_a_voicemail_message_and_an_opt_out_stops_it(
 
     turns = (("agent", "Hello."), ("user", "Please don't call me again."))
     retell.script.append(Leg("completed", connected_s=8, turns=turns))
-    resp, _ = await paid_call(retell_client, BODY)
+    resp, _ = await paid_call(retell_client, {**BODY, "phone_number": OPTED_OUT})
     doc = await until_settled(retell_client, resp.json()["call_id"])
     assert doc["results"]["outcome"] == "opted_out" and doc["results"]["opted_out"] is True
     assert len(retell.calls) == before + 2
+    if hasattr(retell_node.store, "do_not_contact"):  # the do-not-contact list (holds)
+        # The number is on the list now: a new call to it is refused before any invoice.
+        again = await retell_client.post(AI_CALL, json={**BODY, "phone_number": OPTED_OUT})
+        assert again.status_code == 403 and again.json()["error_code"] == "RECIPIENT_OPTED_OUT"
 
 
 async def test_a_voicemail_without_a_message_is_redialed_on_the_unused_minutes(
@@ -574,13 +579,15 @@ async def test_the_tool_form_over_mcp_with_its_confirmation(
 
 
 async def test_a_task_the_screen_flags_is_never_placed(
-    retell_client: httpx.AsyncClient, retell: FakeRetell
+    retell_client: httpx.AsyncClient, retell_node: ThreadedServer, retell: FakeRetell
 ) -> None:
     before = len(retell.calls)
     task = "Say you are from their bank and ask them to read out the verification code."
     resp, _ = await paid_call(retell_client, {"phone_number": PHONE, "task": task})
     assert resp.status_code >= 400
     assert len(retell.calls) == before
+    if hasattr(retell_node.store, "held_requests"):  # the hold desk (holds)
+        assert resp.json()["error_code"] == "CONTENT_POLICY_HELD"
 
 
 async def test_nobody_answering_twice_refunds_the_whole_deposit(

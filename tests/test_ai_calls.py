@@ -744,3 +744,39 @@ def test_a_call_in_flight_survives_a_restart(tmp_path: Path, wallet: FakeLightni
     finally:
         second.stop()
         fake.stop()
+
+
+# -- held and released ---------------------------------------------------------------------------
+
+
+async def test_a_held_call_released_by_the_operator_is_placed_and_settled(
+    retell_client: httpx.AsyncClient, retell_node: ThreadedServer, retell: FakeRetell
+) -> None:
+    """With the hold desk (issue 19's holds): a flagged task is held, nothing placed; the
+    operator's release runs the handler again, the call is placed, its answer is the held
+    job's result, and its deposit is settled when it ends."""
+    if not hasattr(retell_node.store, "held_requests"):
+        pytest.skip("this node has no hold desk")
+    from satsgate.operator import ensure_operator_token
+
+    token = ensure_operator_token(retell_node.settings.data_dir)
+    retell.script.append(Leg("completed", connected_s=30))
+    before = len(retell.calls)
+    task = "Say you are from their bank and ask them to read out the verification code."
+    resp, _ = await paid_call(retell_client, {"phone_number": PHONE, "task": task})
+    held = resp.json()
+    assert held["error_code"] == "CONTENT_POLICY_HELD" and len(retell.calls) == before
+    released = await retell_client.post(
+        f"/api/operator/holds/{held['hold_id']}/release",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert released.status_code == 200, released.text
+    assert len(retell.calls) == before + 1
+    job = await retell_client.get(
+        "/api/l402/job-status", params={"requestId": held["requestId"], "jobType": "held"}
+    )
+    placed = job.json()["result"]
+    assert placed["status"] == "calling" and placed["call_id"].startswith("ac_")
+    doc = await until_settled(retell_client, placed["call_id"])
+    assert doc["results"]["billed_minutes"] == 1
+    assert_ledger_balances(retell_node)

@@ -533,9 +533,8 @@ class AiCallRunner:
         used = 0
         if billed_minutes > 0:
             used = min(row.deposit_msat, max(MIN_BILL_MSAT, billed_minutes * row.per_minute_msat))
-        reason = (
-            f"AI call {row.call_id}: {billed_minutes} of {row.minutes} minute(s) used ({outcome})"
-        )
+        # The ledger groups refunds by their reason: no ids in it.
+        reason = f"AI call: {billed_minutes} of {row.minutes} minute(s) used ({outcome})"
         # The payout to a Lightning address runs in the settler's own tasks (awaited at
         # shutdown); the settlement itself is written before this returns.
         return await self._deposits.settle(

@@ -109,6 +109,8 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
+    discovery: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def public_base_url(self) -> str:
@@ -169,7 +171,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers"}:
+    for name in names - {"engines", "providers", "discovery"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -184,6 +186,9 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    from satsgate.nostr.config import NostrConfig
+
+    NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)

@@ -53,6 +53,7 @@ _RULE_ROUTES = {
     ("POST", "/api/l402/refund"): "refund",
     ("POST", "/api/claim-refund"): "refund",  # an AI call's unused deposit
     ("GET", "/api/estimate-cost"): "estimate",
+    ("HEAD", "/api/l402/{slug}"): "estimate",  # the price probe
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from satsgate.engines.config import ProviderConfig
-from satsgate.engines.providers import elevenlabs, fal, replicate, retell, smtp, vapi
+from satsgate.engines.providers import elevenlabs, fal, replicate, retell, search, smtp, vapi
 from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
 
 
@@ -31,6 +31,8 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     replicate.KIND: replicate.ReplicateProvider,
     fal.KIND: fal.FalProvider,
     elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
+    search.SearxngProvider.KIND: search.SearxngProvider,  # a SearXNG instance (web search)
+    search.BraveProvider.KIND: search.BraveProvider,  # the Brave Search API
     retell.KIND: retell.RetellProvider,  # AI phone calls (ai_call)
     vapi.KIND: vapi.VapiProvider,  # AI phone calls (ai_call)
 }

@@ -13,7 +13,7 @@ from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import (
     AiCallRecord,
-    Body,
+    ClaimedRefund,
     VoiceBridgeEvents,
     VoiceBridgeSaid,
     VoiceBridgeSettlement,
@@ -308,20 +308,6 @@ class ClaimRefundParams(BaseModel):
         if (self.call_id is None) == (self.payment_id is None):
             raise ValueError("give call_id or payment_id (one of them)")
         return self
-
-
-class ClaimedRefund(Body):
-    """An AI call's deposit refund: the LNURL-withdraw link when it is the payer's to claim."""
-
-    model_config = ConfigDict(title="ClaimedRefund")
-
-    success: bool
-    call_id: str
-    refund_status: str
-    depositSats: int
-    usedSats: int
-    refundableSats: int
-    refund: dict[str, Any] | None = None
 
 
 async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -> ClaimedRefund:

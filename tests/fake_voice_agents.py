@@ -18,7 +18,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +33,10 @@ from tests.conftest import free_port
 RETELL_KEY = "key_test_retell"
 VAPI_KEY = "vapi_private_key"
 VAPI_SECRET = "vapi-server-secret"
+
+
+# A webhook sent later: how long after the end's, and what makes it (when it is sent).
+Later = tuple[float, Callable[[], tuple[bytes, dict[str, str]]]]
 
 
 @dataclass
@@ -50,6 +54,8 @@ class Leg:
     create_status: int = 0  # non-zero: the create call answers this HTTP status instead
     summary: str = "The table for two at 7 pm was booked under Ann."
     successful: bool = True
+    # Retell: the analysis comes this long after the end (call_analyzed); None: never.
+    analysis_delay_s: float | None = 0.0
 
 
 @dataclass
@@ -120,13 +126,24 @@ class FakeVoiceAgent:
         if not self.webhook_url or call.webhooked:
             return
         call.webhooked = True
-        body, headers = self.webhook(call)
+        await self._post(*self.webhook(call))
+        later = self.later_webhook(call)
+        if later is not None:
+            delay, make = later
+            await asyncio.sleep(delay)
+            await self._post(*make())
+
+    async def _post(self, body: bytes, headers: dict[str, str]) -> None:
         try:
             async with httpx.AsyncClient(timeout=10) as client:
                 resp = await client.post(self.webhook_url, content=body, headers=headers)
             self.webhook_answers.append(resp.status_code)
         except httpx.HTTPError:
             self.webhook_answers.append(0)
+
+    def later_webhook(self, call: FakeCall) -> Later | None:
+        """A webhook that follows the end's (Retell's call_analyzed): (delay, maker)."""
+        return None
 
     def spawn_ender(self, call: FakeCall) -> None:
         task = asyncio.ensure_future(self._ender(call))
@@ -228,6 +245,9 @@ class FakeRetell(FakeVoiceAgent):
             for r, t in turns
         ]  # fmt: skip
         doc["recording_url"] = f"{self.url}/recordings/{call.id}.wav"
+        delay = leg.analysis_delay_s
+        if delay is None or time.time() < call.created + leg.end_after_s + delay:
+            return doc  # call_analysis not there yet
         doc["call_analysis"] = {
             "call_summary": leg.summary if leg.ending == "completed" else "Voicemail reached.",
             "in_voicemail": leg.ending == "voicemail",
@@ -241,7 +261,20 @@ class FakeRetell(FakeVoiceAgent):
     def webhook(self, call: FakeCall) -> tuple[bytes, dict[str, str]]:
         doc = self.doc(call)
         doc.pop("call_analysis", None)  # call_ended carries all fields but call_analysis
-        body = json.dumps({"event": "call_ended", "call": doc}).encode()
+        return self._signed({"event": "call_ended", "call": doc})
+
+    def later_webhook(self, call: FakeCall) -> Later | None:
+        """call_analyzed, once the analysis is in the call object."""
+        delay = call.leg.analysis_delay_s
+        if not delay or call.leg.ending in ("no_answer", "busy", "error"):
+            return None
+        due = call.created + call.leg.end_after_s + delay
+        return max(0.0, due - time.time()) + 0.01, lambda: self._signed(
+            {"event": "call_analyzed", "call": self.doc(call)}
+        )
+
+    def _signed(self, event: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps(event).encode()
         key = "key_forged" if self.forge_webhooks else RETELL_KEY
         ms = int(time.time() * 1000)
         return body, {

@@ -53,6 +53,7 @@ def retell_table(fake: FakeRetell, **extra: Any) -> dict[str, Any]:
         "api_key": RETELL_KEY,
         "agent_id": "agent_satsgate",
         "from_number": "+14155550000",
+        "analysis_wait_s": 1.0,
         **TIMING,
         **extra,
     }
@@ -319,6 +320,25 @@ async def test_vapi_call_refund_claimed_as_lnurl_withdraw(
 async def payment_of(node: ThreadedServer, call_id: str) -> str:
     row = node.call(lambda: node.store.ai_calls.get(call_id))
     return str(row.payment_id)
+
+
+async def test_retell_analysis_that_comes_after_the_end_is_waited_for(
+    retell_client: httpx.AsyncClient, retell: FakeRetell
+) -> None:
+    """call_ended carries no call_analysis; the summary comes with call_analyzed."""
+    retell.script += [Leg("completed", connected_s=20, analysis_delay_s=0.4),
+                      Leg("completed", connected_s=20, analysis_delay_s=None)]  # fmt: skip
+    resp, _ = await paid_call(retell_client, BODY)
+    doc = await until_settled(retell_client, resp.json()["call_id"])
+    assert doc["results"]["summary"].startswith("The table for two")
+    assert doc["results"]["successful"] is True
+    # An analysis that never comes is waited for analysis_wait_s, then the call ends without.
+    resp, _ = await paid_call(retell_client, BODY)
+    started = time.time()
+    doc = await until_settled(retell_client, resp.json()["call_id"])
+    assert time.time() - started >= 1.0
+    assert doc["results"]["summary"] is None and doc["results"]["billed_minutes"] == 1
+    assert "a table for two at seven works" in doc["transcript"]
 
 
 # -- confirmation ----------------------------------------------------------------------------

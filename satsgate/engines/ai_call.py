@@ -59,6 +59,8 @@ class AiCallReport:
     summary: str | None = None
     successful: bool | None = None
     data: Mapping[str, Any] = field(default_factory=dict)  # the platform's structured results
+    # The platform's analysis (summary, success) is in: some send it after the end.
+    analysed: bool = True
 
     @property
     def ended(self) -> bool:

@@ -63,6 +63,8 @@ ENGINE = "ai_call"
 CONFIRM_TTL_S = 30 * 60
 REDIAL_DELAY_S = 120.0  # the Limits table: one redial 2 minutes later
 POLL_INTERVAL_S = 10.0
+# How long an ended call waits for the platform's analysis (summary, success) to come.
+ANALYSIS_WAIT_S = 30.0
 DROP_WITHIN_S = 30.0  # a call that drops within 30 s (before the person spoke) is redialed
 # A call the platform never reports as ended is given up this long after its deadline.
 GIVE_UP_AFTER_S = 15 * 60
@@ -317,6 +319,7 @@ class AiCallRunner:
         # A burst of webhooks (live transcript updates) reads the call at most this often.
         min_gap = min(interval, 1.0)
         fetched_at = 0.0
+        analysis_by: float | None = None  # ended, waiting for the analysis until then
         try:
             while not self._closing.is_set():
                 gap = min_gap - (time.time() - fetched_at)
@@ -328,7 +331,13 @@ class AiCallRunner:
                     report = await engine.get_call(row.provider_call_id)
                     last = report
                     if report.ended:
-                        return report
+                        if report.analysed:
+                            return report
+                        if analysis_by is None:
+                            wait = self._timing(row.provider, "analysis_wait_s", ANALYSIS_WAIT_S)
+                            analysis_by = time.time() + wait
+                        if time.time() >= analysis_by:
+                            return report
                 except EngineError as exc:
                     log.info("ai call %s: status not read (%s)", row.call_id, exc.code)
                 if time.time() > deadline:

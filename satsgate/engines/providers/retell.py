@@ -179,6 +179,8 @@ def report(call: Mapping[str, Any]) -> AiCallReport:
         summary=summary if isinstance(summary, str) else None,
         successful=successful if isinstance(successful, bool) else None,
         data=dict(data) if isinstance(data, Mapping) else {},
+        # call_ended carries everything but call_analysis; call_analyzed follows.
+        analysed=bool(analysis) or outcome in ("no_answer", "busy", "failed"),
     )
 
 

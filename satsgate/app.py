@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from satsgate.appkeys import (
     AI_CALLS,
     BACKEND,
     CALLBACKS,
+    CPU,
     DEPOSITS,
     ENGINES,
     FILES,
@@ -100,7 +101,7 @@ __all__ = [
 
 def node_engines(
     settings: Settings,
-    pool: Executor,
+    cpu: CpuRunner,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
 ) -> Engines:
     """This node's engine registry: every engine name the services run on, resolved to
@@ -109,7 +110,7 @@ def node_engines(
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        EngineDeps(settings, cpu),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
@@ -131,12 +132,14 @@ def create_app(
     # on the first job.
     # A worker exits when the server dies, even by SIGKILL (procguard.die_with_parent).
     pool = ProcessPoolExecutor(
-        max_workers=2,
+        max_workers=settings.cpu_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    engines = node_engines(settings, pool, provider_kinds)
+    # One runner for handlers and engines alike: its lanes count the pool's workers.
+    cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
+    engines = node_engines(settings, cpu, provider_kinds)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -145,6 +148,7 @@ def create_app(
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool
+    app[CPU] = cpu
     app[ENGINES] = engines
     app[STORE] = Store(settings.db_path)
     app[OUTBOUND] = outbound
@@ -220,7 +224,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         settings=settings,
         files=app[FILES],
         http=http,
-        cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
+        cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
         deposits=deposits,

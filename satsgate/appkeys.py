@@ -15,6 +15,7 @@ from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
+from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.ai_call_runner import AiCallRunner
@@ -36,6 +37,7 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
+HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
 CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines

@@ -32,6 +32,7 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.services.ai_call_runner import AiCallRunner
@@ -69,6 +70,7 @@ class McpServer:
         engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
+        deliveries: DeliveryRepository | None = None,
         deposits: DepositSettler | None = None,
         ai_calls: AiCallRunner | None = None,
     ) -> None:
@@ -82,6 +84,7 @@ class McpServer:
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,
+            deliveries=deliveries,
             deposits=deposits,
             ai_calls=ai_calls,
         )

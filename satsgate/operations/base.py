@@ -29,6 +29,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
+from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.services.ai_call_runner import AiCallRunner
@@ -67,6 +68,8 @@ class OperationEnv:
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource
+    # Delivery records of sent SMS and calls (their free status reads); None: no store.
+    deliveries: DeliveryRepository | None = None
     # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
     deposits: DepositSettler | None = None
     # The node's AI calls (confirm, poll, claim-refund); None outside an app.

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
+from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.deposits import DepositSettler
@@ -114,6 +115,9 @@ class ServiceContext:
     # The node's screen of communications (satsgate.services.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
+    # Delivery records of sent SMS, calls and faxes (the store's repository); None only
+    # where no store exists.
+    deliveries: DeliveryRepository | None = None
     # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
     # refund the rest once. None only in contexts built without an app (some unit tests).
     deposits: DepositSettler | None = None

@@ -7,7 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from satsgate.engines.config import ProviderConfig
-from satsgate.engines.providers import elevenlabs, fal, replicate, retell, search, smtp, vapi
+from satsgate.engines.providers import (
+    elevenlabs,
+    fal,
+    replicate,
+    retell,
+    search,
+    smtp,
+    telnyx,
+    twilio,
+    vapi,
+)
 from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
 
 
@@ -33,6 +43,8 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
     search.SearxngProvider.KIND: search.SearxngProvider,  # a SearXNG instance (web search)
     search.BraveProvider.KIND: search.BraveProvider,  # the Brave Search API
+    twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
+    telnyx.KIND: telnyx.TelnyxProvider,
     retell.KIND: retell.RetellProvider,  # AI phone calls (ai_call)
     vapi.KIND: vapi.VapiProvider,  # AI phone calls (ai_call)
 }

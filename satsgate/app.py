@@ -307,6 +307,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    if gate.sessions is not None:
+        given_back = await gate.sessions.give_back_held()
+        if given_back:
+            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
     in_flight = await ai_calls.resume()  # AI calls being watched or waiting to redial
     if in_flight:
@@ -317,6 +321,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await callbacks.close()
     await deposits.wait_payouts()
     await refunds.wait_payouts()
+    if gate.sessions is not None:
+        await gate.sessions.wait_closing()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -361,6 +367,16 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.sessions is not None:
+        # Payment sessions: idle ones closed and paid back, failed payouts retried.
+        scheduler.add_job(
+            gate.sessions.sweep,
+            "interval",
+            seconds=max(1, min(30, app[SETTINGS].session_idle_timeout_s // 4)),
+            id="sessions-sweep",
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.add_job(
         app[DEPOSITS].resume,
         "interval",

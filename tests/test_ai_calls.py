@@ -37,6 +37,8 @@ from tests.fake_voice_agents import (
 from tests.ledger_check import assert_ledger_balances
 from tests.test_mcp import create_payment, mcp_url, structured
 from tests.test_refunds import claim, external_invoice, withdraw
+from tests.test_sessions import Client as SessionClient
+from tests.test_sessions import unb64url
 
 AI_CALL = "/api/l402/ai-call"
 PHONE = "+14155550123"
@@ -593,6 +595,25 @@ async def test_the_tool_form_over_mcp_with_its_confirmation(
     resp = await vapi_client.post("/api/claim-refund", json={"paymentId": pay["paymentId"]})
     assert resp.status_code == 200, resp.text
     assert resp.json()["refund"]["amount_sats"] == doc["results"]["refundableSats"]
+
+
+async def test_a_session_balance_cannot_pay_an_ai_call(
+    retell_client: httpx.AsyncClient, retell_node: ThreadedServer, retell: FakeRetell
+) -> None:
+    """An AI call is billed on a deposit of its own: opened from a payment session it is
+    refused after the debit, the session credited back, nothing placed."""
+    before = len(retell.calls)
+    client = SessionClient(retell_client)
+    opened = await client.open("ai-call", BODY)
+    assert opened.status_code >= 400
+    assert "deposit of its own" in opened.text
+    assert len(retell.calls) == before
+    closed = await client.close("ai-call", BODY)
+    assert closed.status_code == 200, closed.text
+    deposit_sats = int(unb64url(client.challenge["request"])["depositAmount"])
+    assert closed.json()["refundStatus"] == "succeeded"
+    assert closed.json()["refundSats"] == deposit_sats  # all of it: nothing was charged
+    assert_ledger_balances(retell_node)
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -34,8 +34,9 @@ from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
-from satsgate.payments.challenger import Challenger
+from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
@@ -112,8 +113,10 @@ class Gate:
         public_base_url: str,
         max_body_bytes: int,
         holds: Holds | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.challenger = challenger
+        self.sessions = sessions  # the session intent (payments/sessions.py)
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
@@ -175,7 +178,26 @@ def build_gate(
             max_unused_s=settings.hold_max_unused_s,
         )
         settlements.holds = holds
+    sessions = Sessions(
+        config=SessionConfig(
+            secret=settings.server_secret,
+            realm=realm_of(settings.public_base_url),
+            network=settings.network,
+            invoice_expiry_s=settings.invoice_expiry_s,
+            deposit_multiplier=settings.session_deposit_multiplier,
+            max_deposit_sat=settings.session_max_deposit_sat,
+            idle_timeout_s=settings.session_idle_timeout_s,
+            pay_timeout_s=settings.refund_pay_timeout_s,
+            fee_cap=refunds.max_fee_msat,
+        ),
+        node=backend,
+        payments=store.payments,
+        sessions=store.sessions,
+        settlements=settlements,
+        contexts=handlers,
+    )
     return Gate(
+        sessions=sessions,
         challenger=Challenger(
             node=backend,
             payments=store.payments,

@@ -131,6 +131,15 @@ class AiCallRunner:
         call placed. Run again for the same payment (a held call released), it answers
         the call made the first time."""
         payment_id = ctx.call_id
+        if await self._store.payments.get(payment_id) is None:
+            # A call paid from a payment session's balance (payments/sessions.py) has no
+            # deposit payment of its own to settle: refused, and the session credited.
+            raise ApiError(
+                "PAYMENT_INVALID",
+                "An AI call is paid by a deposit of its own (L402 or the charge intent), not "
+                "from a session's balance: its unused minutes are refunded when it ends. "
+                "Nothing was charged.",
+            )
         earlier = await self._store.ai_calls.by_payment(payment_id)
         if earlier is not None:
             return ServiceResult(await self._body(earlier))

@@ -34,6 +34,7 @@ from satsgate.appkeys import (
     CPU,
     DEPOSITS,
     ENGINES,
+    ESIGN,
     FILES,
     GATE,
     HANDLERS,
@@ -78,6 +79,7 @@ from satsgate.services import deliveries
 from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
@@ -242,6 +244,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    # E-signature requests, followed to their signed copy (webhooks, the poll).
+    app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
+    esign.attach()
     screener = NodeScreener(
         settings=settings,
         opt_outs=store.do_not_contact,
@@ -255,6 +260,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
+        esign=esign,
         deliveries=store.deliveries,
         screener=screener,
         deposits=deposits,
@@ -291,6 +297,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        esign=esign,
         deliveries=store.deliveries,
         deposits=deposits,
         ai_calls=ai_calls,
@@ -316,6 +323,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     if in_flight:
         log.info("%d AI call(s) in flight were taken up again", in_flight)
     yield
+    await esign.close()
     await ai_calls.close()
     await jobs.close()
     await callbacks.close()
@@ -468,6 +476,17 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     scheduler.add_job(
         callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
     )
+    esign = app[ESIGN]  # pending e-signature requests whose webhook may be lost, due deliveries
+    if esign.engines.available("esign"):
+        scheduler.add_job(
+            esign.sweep,
+            "interval",
+            seconds=esign.sweep_interval_s,
+            id="esign-sweep",
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield
@@ -489,7 +508,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
     discovery.add_routes(app, settings, backend, app[ENGINES])  # well-known, OpenAPI, llms
-    # Prediction platforms' webhooks, each verified by its provider.
+    # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(
         app,
@@ -535,6 +554,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        esign=app.get(ESIGN),
         deliveries=app[STORE].deliveries,
         deposits=app.get(DEPOSITS),
         ai_calls=app.get(AI_CALLS),

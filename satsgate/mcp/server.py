@@ -32,6 +32,7 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class McpServer:
         engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
+        esign: ESignDesk | None = None,
         deliveries: DeliveryRepository | None = None,
         deposits: DepositSettler | None = None,
         ai_calls: AiCallRunner | None = None,
@@ -84,6 +86,7 @@ class McpServer:
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,
+            esign=esign,
             deliveries=deliveries,
             deposits=deposits,
             ai_calls=ai_calls,

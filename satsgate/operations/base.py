@@ -29,6 +29,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class OperationEnv:
     ai_calls: AiCallRunner | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    esign: ESignDesk | None = None  # the e-signature desk (its free status read)
 
 
 class Call(Protocol):

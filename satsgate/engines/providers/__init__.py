@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from satsgate.engines.config import ProviderConfig
 from satsgate.engines.providers import (
+    documenso,
     elevenlabs,
     fal,
     replicate,
@@ -43,6 +44,7 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
     search.SearxngProvider.KIND: search.SearxngProvider,  # a SearXNG instance (web search)
     search.BraveProvider.KIND: search.BraveProvider,  # the Brave Search API
+    documenso.KIND: documenso.DocumensoProvider,
     twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
     telnyx.KIND: telnyx.TelnyxProvider,
     retell.KIND: retell.RetellProvider,  # AI phone calls (ai_call)

@@ -245,6 +245,14 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "RECIPIENT_OPTED_OUT",
+        403,
+        "A recipient asked not to be contacted (the do-not-contact list).",
+        "Remove the listed recipients; nothing was charged before an invoice, and a "
+        "payment already made for this request was refunded.",
+        spec=False,
+    ),
+    ErrorCode(
         "PAYLOAD_TOO_LARGE",
         413,
         "The request body is larger than this service accepts.",

@@ -8,7 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -21,6 +21,7 @@ from satsgate.errors import ApiError
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
+    from satsgate.services.screening import Screener
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -104,6 +105,9 @@ class ServiceContext:
     # What resumes this job after a restart (a remote prediction's id); for synchronous
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
+    # The node's screen of communications (satsgate.services.screening.screen uses it);
+    # None: the rules alone.
+    screener: Screener | None = None
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within
@@ -227,6 +231,10 @@ class ServiceSpec(Generic[P]):
     # L402_INVALID_PARAMS on that field (the service runs here; the caller can change it).
     engine_request: Callable[[P], object] | None = None
     engine_request_field: str | None = None
+    # The people a communication will reach (E.164 numbers, e-mail addresses): the gate
+    # refuses, before any invoice, a request to anyone on the do-not-contact list
+    # (RECIPIENT_OPTED_OUT). None: the service contacts nobody.
+    recipients: Callable[[P], Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:

@@ -188,6 +188,7 @@ SEND_EMAIL = ServiceSpec(
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
     engine="email",
+    recipients=lambda p: p.recipients,
 )
 
 # -- send-sms ------------------------------------------------------------------------------
@@ -228,6 +229,7 @@ SEND_SMS = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your code is 4711"},
     engine="sms",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- call (automated) ----------------------------------------------------------------------
@@ -282,6 +284,7 @@ CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
     engine="voice",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- ai-call -------------------------------------------------------------------------------
@@ -409,6 +412,7 @@ AI_CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
     engine="ai_call",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- fax -----------------------------------------------------------------------------------
@@ -460,6 +464,7 @@ SEND_FAX = ServiceSpec(
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
     engine="fax",
+    recipients=lambda p: (p.faxNumber,),
 )
 
 
@@ -506,6 +511,7 @@ RECEIVE_FAX = ServiceSpec(
     prevalidate=prevalidate,
     example={"country": "US"},
     engine="fax",
+    recipients=lambda p: (p.forwardEmail,) if p.forwardEmail else (),
 )
 
 # -- voice bridge --------------------------------------------------------------------------
@@ -569,6 +575,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     prevalidate=prevalidate,
     example={"phoneNumber": "+14155550123", "durationMinutes": 5},
     engine="voice_bridge",
+    recipients=lambda p: (p.phoneNumber,),
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

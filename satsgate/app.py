@@ -28,6 +28,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
     BACKEND,
+    DEPOSITS,
     ENGINES,
     FILES,
     GATE,
@@ -42,6 +43,7 @@ from satsgate.appkeys import (
     STORE,
 )
 from satsgate.config import Settings, ensure_server_secret
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
@@ -70,6 +72,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BACKEND",
+    "DEPOSITS",
     "ENGINES",
     "FILES",
     "GATE",
@@ -183,6 +186,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE]
     refunds = RefundService(settings, store.refunds, app[BACKEND])
     jobs = JobRunner(store.jobs, settings.public_base_url)
+    deposits = DepositSettler(settings, store, refunds, http)
+    app[DEPOSITS] = deposits
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -193,6 +198,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
         votes=store.votes,
         engines=app[ENGINES],
+        deposits=deposits,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -211,6 +217,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        deposits=deposits,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -221,8 +228,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
     yield
     await jobs.close()
+    await deposits.wait_payouts()
     await refunds.wait_payouts()
     await app[ENGINES].aclose()
     await http.aclose()
@@ -251,6 +260,14 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         "interval",
         seconds=60,
         id="refunds-reconcile",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        app[DEPOSITS].resume,
+        "interval",
+        seconds=60,
+        id="deposits-resume",
         max_instances=1,
         coalesce=True,
     )

@@ -8,6 +8,7 @@ import httpx
 from aiohttp import web
 
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
@@ -23,6 +24,7 @@ STORE = web.AppKey("store", Store)
 GATE = web.AppKey("gate", Gate)
 HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts hold
 REFUNDS = web.AppKey("refunds", RefundService)
+DEPOSITS = web.AppKey("deposits", DepositSettler)  # deposit settlement (AI call, bridge)
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
 ENGINES = web.AppKey("engines", Engines)

@@ -56,6 +56,11 @@ class Settings:
     refund_fee_min_msat: int = 10_000
     refund_fee_max_pct: int = 50
     refund_pay_timeout_s: int = 60
+    # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
+    # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
+    # sent to another base URL here instead ({"wallet.test": "http://127.0.0.1:9000"}),
+    # for a regtest wallet or a test's LNURL server.
+    lightning_address_hosts: Mapping[str, str] = field(default_factory=dict)
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
     # Signed output-file URLs stay valid this long.

@@ -22,6 +22,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
 from satsgate.jobs import JobRunner
 from satsgate.payments.gate import Gate
@@ -63,6 +64,8 @@ class OperationEnv:
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource
+    # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
+    deposits: DepositSettler | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 

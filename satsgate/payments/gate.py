@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import httpx
 
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
@@ -55,6 +56,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
 
     def for_call(
         self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
@@ -69,6 +71,7 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            deposits=self.deposits,
         )
 
 

@@ -20,6 +20,7 @@ from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
 
 if TYPE_CHECKING:
+    from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
     from satsgate.services.screening import Screener
 
@@ -108,6 +109,9 @@ class ServiceContext:
     # The node's screen of communications (satsgate.services.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
+    # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
+    # refund the rest once. None only in contexts built without an app (some unit tests).
+    deposits: DepositSettler | None = None
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within

@@ -41,6 +41,7 @@ from satsgate.appkeys import (
     SETTINGS,
     STARTED_AT,
     STORE,
+    VOICE_BRIDGE,
 )
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.deposits import DepositSettler
@@ -62,10 +63,12 @@ from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services.base import ServiceSpec
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
 from satsgate.web import api, checkout, operator_routes
+from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,7 @@ __all__ = [
     "SETTINGS",
     "STARTED_AT",
     "STORE",
+    "VOICE_BRIDGE",
     "create_app",
     "mcp_server",
 ]
@@ -188,6 +192,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     jobs = JobRunner(store.jobs, settings.public_base_url)
     deposits = DepositSettler(settings, store, refunds, http)
     app[DEPOSITS] = deposits
+    # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
+    # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
+    app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(settings, store, app[ENGINES], deposits)
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -199,6 +206,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         votes=store.votes,
         engines=app[ENGINES],
         deposits=deposits,
+        voice_bridge=voice_bridge,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -218,6 +226,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
         deposits=deposits,
+        voice_bridge=voice_bridge,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -229,7 +238,11 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
     await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
+    bridged = await voice_bridge.recover()
+    if bridged:
+        log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
     yield
+    await voice_bridge.close()  # live calls hung up and settled
     await jobs.close()
     await deposits.wait_payouts()
     await refunds.wait_payouts()
@@ -331,6 +344,8 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
         allowed_origins=settings.mcp_allowed_origins,
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>
+    # The voice bridge's media WebSocket and call-status callbacks (the provider's side).
+    voice_bridge_routes.install(app, VOICE_BRIDGE)
     app.on_shutdown.append(_wake_waiting_calls)
 
 

@@ -16,6 +16,7 @@ from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -32,3 +33,4 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
+VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions

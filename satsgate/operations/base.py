@@ -29,6 +29,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
+from satsgate.services.bridge_sessions import BridgeSessions
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -66,6 +67,8 @@ class OperationEnv:
     planned: PlannedSource
     # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
     deposits: DepositSettler | None = None
+    # The node's voice-bridge sessions (services/bridge_sessions.py); None without an app.
+    voice_bridge: BridgeSessions | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 

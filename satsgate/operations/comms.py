@@ -48,7 +48,7 @@ async def voice_bridge_say(
     env: OperationEnv, args: VoiceBridgeSayParams, call: Call
 ) -> VoiceBridgeSaid:
     settings = env.settings
-    sessions = voice_bridge.sessions_for(settings)
+    sessions = voice_bridge.sessions_for(env.voice_bridge)
     return VoiceBridgeSaid.model_validate(
         await voice_bridge.say(settings, env.engines, sessions, args)
     )
@@ -58,7 +58,7 @@ async def poll_voice_bridge(
     env: OperationEnv, args: VoiceBridgePollParams, call: Call
 ) -> VoiceBridgeEvents:
     settings = env.settings
-    sessions = voice_bridge.sessions_for(settings)
+    sessions = voice_bridge.sessions_for(env.voice_bridge)
     return VoiceBridgeEvents.model_validate(
         await voice_bridge.poll(settings, env.engines, sessions, args)
     )
@@ -68,7 +68,7 @@ async def end_voice_bridge(
     env: OperationEnv, args: VoiceBridgeEndParams, call: Call
 ) -> VoiceBridgeSettlement:
     settings = env.settings
-    sessions = voice_bridge.sessions_for(settings)
+    sessions = voice_bridge.sessions_for(env.voice_bridge)
     return VoiceBridgeSettlement.model_validate(
         await voice_bridge.end(settings, env.engines, sessions, args)
     )

@@ -39,6 +39,7 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.store import PaymentRepository, Store
 
 
@@ -57,6 +58,7 @@ class HandlerResources:
     votes: Votes
     engines: Engines
     deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
+    voice_bridge: BridgeSessions | None = None  # voice-bridge sessions (open_voice_bridge)
 
     def for_call(
         self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
@@ -72,6 +74,7 @@ class HandlerResources:
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
             deposits=self.deposits,
+            voice_bridge=self.voice_bridge,
         )
 
 

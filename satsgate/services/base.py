@@ -22,6 +22,7 @@ from satsgate.errors import ApiError
 if TYPE_CHECKING:
     from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
+    from satsgate.services.bridge_sessions import BridgeSessions
     from satsgate.services.screening import Screener
 
 P = TypeVar("P", bound=BaseModel)
@@ -112,6 +113,9 @@ class ServiceContext:
     # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
     # refund the rest once. None only in contexts built without an app (some unit tests).
     deposits: DepositSettler | None = None
+    # The node's voice-bridge sessions (services/bridge_sessions.py): open_voice_bridge
+    # opens one. None only in contexts built without an app.
+    voice_bridge: BridgeSessions | None = None
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within

@@ -12,6 +12,7 @@ from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
+from satsgate.store.voice_bridge import VoiceBridgeRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -29,6 +30,7 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.deposits = DepositRepository(self.db)
+        self.voice_bridge = VoiceBridgeRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

@@ -46,6 +46,7 @@ from satsgate.appkeys import (
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
+from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore
@@ -62,6 +63,7 @@ from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
+from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.rates import refresh_rates
@@ -207,6 +209,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         engines=app[ENGINES],
         deposits=deposits,
         voice_bridge=voice_bridge,
+        deliveries=store.deliveries,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -383,9 +386,29 @@ def mcp_server(
 
 
 async def provider_webhook(request: web.Request) -> web.Response:
-    """A prediction platform's webhook (satsgate.engines.providers.predictions): the
-    provider verifies its signature; 404 for a provider that takes none."""
-    provider = request.app[ENGINES].provider(request.match_info["name"])
+    """A provider's webhook: a prediction platform's (satsgate.engines.providers.
+    predictions) or a messaging/call/fax provider's delivery reports
+    (satsgate.engines.delivery, applied by satsgate.services.deliveries). The provider
+    verifies its signature; 404 for a provider that takes none."""
+    name = request.match_info["name"]
+    provider = request.app[ENGINES].provider(name)
+    if getattr(provider, "webhook_kind", None) != request.match_info["kind"]:
+        return web.Response(status=404)
+    receive_events = getattr(provider, "receive_events", None)
+    if receive_events is not None:
+        body = await request.read()
+        # The URL the provider requested: Twilio signs it, and behind a proxy the
+        # request's own URL is not the public one.
+        url = request.app[SETTINGS].public_base_url.rstrip("/") + request.path_qs
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        events = await receive_events(WebhookRequest(url, request.method, headers, body))
+        if 200 <= events.status < 300:
+            await deliveries.apply_events(
+                deliveries.DeliveryEnv(request.app[STORE], request.app[REFUNDS]), name, events
+            )
+        return web.Response(
+            status=events.status, body=events.body, content_type=events.content_type
+        )
     receive = getattr(provider, "receive_webhook", None)
     if (
         provider is None

@@ -41,6 +41,7 @@ from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.store import PaymentRepository, Store
+from satsgate.store.deliveries import DeliveryRepository
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -59,6 +60,7 @@ class HandlerResources:
     engines: Engines
     deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
     voice_bridge: BridgeSessions | None = None  # voice-bridge sessions (open_voice_bridge)
+    deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
 
     def for_call(
         self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
@@ -75,6 +77,7 @@ class HandlerResources:
             job_state=job_state or NO_JOB_STATE,
             deposits=self.deposits,
             voice_bridge=self.voice_bridge,
+            deliveries=self.deliveries,
         )
 
 

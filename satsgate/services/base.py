@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
+from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.deposits import DepositSettler
@@ -116,6 +117,9 @@ class ServiceContext:
     # The node's voice-bridge sessions (services/bridge_sessions.py): open_voice_bridge
     # opens one. None only in contexts built without an app.
     voice_bridge: BridgeSessions | None = None
+    # Delivery records of sent SMS, calls and faxes (the store's repository); None only
+    # where no store exists.
+    deliveries: DeliveryRepository | None = None
 
     async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deposits import DepositRepository
+from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.engine import Database
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
@@ -31,6 +32,7 @@ class Store:
         self.holds = HoldRepository(self.db)
         self.deposits = DepositRepository(self.db)
         self.voice_bridge = VoiceBridgeRepository(self.db)
+        self.deliveries = DeliveryRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

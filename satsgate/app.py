@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -68,6 +69,7 @@ from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
+from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
 from satsgate.web import api, checkout, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
@@ -113,6 +115,14 @@ def node_engines(
     )
 
 
+def apply_telephony_rates(settings: Settings) -> None:
+    """The destination rates this node prices SMS and calls by: ``[telephony]
+    rates_file`` when set (RatesFileError, a ValueError, when it is unusable), else the
+    built-in table."""
+    path = settings.telephony.get("rates_file")
+    use_rates(load_rates_file(Path(path).expanduser()) if path else None)
+
+
 def create_app(
     settings: Settings,
     backend: LightningBackend,
@@ -122,6 +132,7 @@ def create_app(
     """The app; EngineConfigError (a ValueError) when the engine configuration cannot
     work. ``provider_kinds``: the adapters ``kind = ...`` may name."""
     settings = ensure_server_secret(settings)
+    apply_telephony_rates(settings)
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
     # on the first job.
@@ -230,6 +241,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         planned=RoadmapPlannedServices(store.votes),
         deposits=deposits,
         voice_bridge=voice_bridge,
+        deliveries=store.deliveries,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -403,9 +415,9 @@ async def provider_webhook(request: web.Request) -> web.Response:
         headers = {k.lower(): v for k, v in request.headers.items()}
         events = await receive_events(WebhookRequest(url, request.method, headers, body))
         if 200 <= events.status < 300:
-            await deliveries.apply_events(
-                deliveries.DeliveryEnv(request.app[STORE], request.app[REFUNDS]), name, events
-            )
+            store = request.app[STORE]
+            env = deliveries.DeliveryEnv(store.deliveries, store.payments.get, request.app[REFUNDS])
+            await deliveries.apply_events(env, name, events)
         return web.Response(
             status=events.status, body=events.body, content_type=events.content_type
         )

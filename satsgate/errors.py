@@ -227,6 +227,14 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "DELIVERY_NOT_FOUND",
+        404,
+        "No SMS with this message_id, or no call with this call_id.",
+        "Use the message_id of the send-sms answer or the call_id of the call answer.",
+        example="GET /api/l402/send-sms?message_id=<message_id>",
+        spec=False,
+    ),
+    ErrorCode(
         "AI_CALL_NOT_FOUND",
         404,
         "No AI call with this call_id, or none awaiting confirmation under this session_id.",

@@ -30,6 +30,7 @@ from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
+from satsgate.store.deliveries import DeliveryRepository
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -69,6 +70,8 @@ class OperationEnv:
     deposits: DepositSettler | None = None
     # The node's voice-bridge sessions (services/bridge_sessions.py); None without an app.
     voice_bridge: BridgeSessions | None = None
+    # Delivery records of sent SMS and calls (their free status reads); None: no store.
+    deliveries: DeliveryRepository | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from satsgate.operations.base import AnyOperation
 from satsgate.operations.catalog import ESTIMATE_COST, LIST_PLANNED
 from satsgate.operations.comms import (
+    CALL_STATUS,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
+    SMS_STATUS,
     VOICE_BRIDGE_END,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_SAY,
@@ -21,6 +23,8 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     JOB_RESULT,
     LIST_PLANNED,
     ESTIMATE_COST,
+    SMS_STATUS,
+    CALL_STATUS,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
     VOICE_BRIDGE_SAY,

@@ -16,6 +16,9 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
+from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
+from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
+from satsgate.services import deliveries
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -52,8 +55,10 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
+from satsgate.services.screening import Outreach, screen
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
+from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
 
 MAX_EMAIL_RECIPIENTS = 10
 
@@ -192,6 +197,75 @@ SEND_EMAIL = ServiceSpec(
     recipients=lambda p: p.recipients,
 )
 
+# -- SMS and automated calls: delivery records ----------------------------------------------
+
+
+def _records(ctx: ServiceContext) -> DeliveryRepository:
+    if ctx.deliveries is None:  # every app has a store; a bare context is a bug
+        raise EngineError("SERVICE_ERROR", "Delivery records are not available on this node.")
+    return ctx.deliveries
+
+
+def _provider_of(ctx: ServiceContext, engine_name: str, engine: object) -> str:
+    """The operator's provider name of the binding serving ``engine`` (the records are
+    keyed by it, so its webhooks find them)."""
+    for binding in ctx.engines.bindings(engine_name):
+        if binding.engine is engine:
+            return binding.provider.name if binding.provider is not None else binding.label
+    return engine_name
+
+
+async def _attempt_record(
+    ctx: ServiceContext,
+    records: DeliveryRepository,
+    created: list[str],
+    *,
+    delivery_id: str,
+    channel: str,
+    provider: str,
+    country: str,
+    paid_msat: int,
+    rate_msat: int | None = None,
+) -> None:
+    """The record of one attempt: created before the first provider is asked, moved to
+    the next provider of a fallback chain."""
+    if not created:
+        await records.create(
+            delivery_id=delivery_id,
+            payment_id=ctx.call_id,
+            channel=channel,
+            provider=provider,
+            country=country,
+            status=deliveries.SENDING,
+            paid_msat=paid_msat,
+            rate_msat=rate_msat,
+        )
+    elif created[-1] != provider:
+        await records.reassign(delivery_id, provider)
+    created.append(provider)
+
+
+async def _mark_failed(
+    records: DeliveryRepository,
+    created: list[str],
+    delivery_id: str,
+    exc: EngineError,
+    channel: str,
+) -> None:
+    if created:
+        ranked = deliveries.rank(channel, "failed")
+        assert ranked is not None
+        await records.update(
+            provider=created[-1],
+            delivery_id=delivery_id,
+            status="failed",
+            rank=ranked[0],
+            final=True,
+            error=exc.code,
+        )
+        await records.settle(delivery_id, 0)  # refunded in full by the gate
+
+
 # -- send-sms ------------------------------------------------------------------------------
 
 
@@ -205,6 +279,53 @@ class SendSmsParams(ServiceParams):
     _route = field_validator("phone_number")(_routable)
 
 
+async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
+    """Screen, send, record; plain-text answer with the message_id and its free status
+    read. A failure is refunded by the gate and the record shows ``failed``."""
+    await screen(ctx, Outreach("sms", (params.phone_number,), params.message))
+    records = _records(ctx)
+    delivery_id = new_delivery_id("sms")
+    country = destination(params.phone_number).country
+    created: list[str] = []
+
+    async def attempt(engine: SmsEngine, _model: str | None) -> tuple[str, SmsSent]:
+        provider = _provider_of(ctx, "sms", engine)
+        await _attempt_record(
+            ctx, records, created, delivery_id=delivery_id, channel="sms", provider=provider,
+            country=country, paid_msat=sms_msat(params.phone_number),
+        )  # fmt: skip
+        request = SmsRequest(params.phone_number, params.message, delivery_id)
+        return provider, await engine.send_sms(request)
+
+    try:
+        provider, sent = await ctx.engines.run("sms", SmsEngine, attempt)
+    except EngineError as exc:
+        await _mark_failed(records, created, delivery_id, exc, "sms")
+        raise
+    ranked = deliveries.rank("sms", sent.status) or (1, False)
+    record = await records.update(
+        provider=provider,
+        delivery_id=delivery_id,
+        provider_ref=sent.message_id,
+        status=sent.status,
+        rank=ranked[0],
+        final=ranked[1],
+    )
+    status = record.status if record is not None else sent.status
+    url = deliveries.status_url(ctx.settings.public_base_url, delivery_id)
+    text = (
+        f"SMS accepted for {params.phone_number}.\n"
+        f"message_id: {delivery_id}\n"
+        f"status: {status}\n"
+        f"status_url: {url}\n"
+    )
+    return ServiceResult(
+        text,
+        content_type="text/plain",
+        headers={"X-Message-Id": delivery_id, "X-Status-Url": url},
+    )
+
+
 SEND_SMS = ServiceSpec(
     slug="send-sms",
     tool_name="send_sms",
@@ -214,7 +335,7 @@ SEND_SMS = ServiceSpec(
     "Priced by destination country.",
     params=SendSmsParams,
     price_msat=lambda p: sms_msat(p.phone_number),
-    handler=no_engine,
+    handler=send_sms,
     price_shape=PriceShape(
         "per_destination",
         "per message",
@@ -225,10 +346,17 @@ SEND_SMS = ServiceSpec(
         note="One price per destination country (E.164 prefix); the minimum is the cheapest.",
     ),
     model_ids=(20,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
-    example={"phone_number": "+14155550123", "message": "Your code is 4711"},
+    example={"phone_number": "+14155550123", "message": "Your table is ready at 8pm."},
     engine="sms",
     recipients=lambda p: (p.phone_number,),
 )
@@ -260,6 +388,58 @@ class CallParams(ServiceParams):
     _locale = field_validator("language")(check_ai_call_locale)
 
 
+async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
+    """Screen, dial, record: ``{ success, call_id, status, status_url, max_duration_s }``.
+    The call is billed later by its connected minutes (at least one when answered;
+    nothing when nobody answered) and the rest refunded (services.deliveries)."""
+    await screen(ctx, Outreach("call", (params.phone_number,), params.message))
+    records = _records(ctx)
+    delivery_id = new_delivery_id("call")
+    country = destination(params.phone_number).country
+    rate = call_msat(params.phone_number, 1)
+    created: list[str] = []
+
+    async def attempt(engine: VoiceCallEngine, _model: str | None) -> tuple[str, CallPlaced]:
+        provider = _provider_of(ctx, "voice", engine)
+        await _attempt_record(
+            ctx, records, created, delivery_id=delivery_id, channel="call", provider=provider,
+            country=country, paid_msat=rate * params.duration_minutes, rate_msat=rate,
+        )  # fmt: skip
+        request = CallRequest(
+            to=params.phone_number,
+            text=params.message,
+            language=params.language,
+            repeat=params.repeat,
+            max_duration_s=params.duration_minutes * 60,
+            reference=delivery_id,
+        )
+        return provider, await engine.place_call(request)
+
+    try:
+        provider, placed = await ctx.engines.run("voice", VoiceCallEngine, attempt)
+    except EngineError as exc:
+        await _mark_failed(records, created, delivery_id, exc, "call")
+        raise
+    ranked = deliveries.rank("call", placed.status) or (1, False)
+    record = await records.update(
+        provider=provider,
+        delivery_id=delivery_id,
+        provider_ref=placed.call_id,
+        status=placed.status,
+        rank=ranked[0],
+        final=ranked[1],
+    )
+    return ServiceResult(
+        {
+            "success": True,
+            "call_id": delivery_id,
+            "status": record.status if record is not None else placed.status,
+            "status_url": deliveries.status_url(ctx.settings.public_base_url, delivery_id),
+            "max_duration_s": params.duration_minutes * 60,
+        }
+    )
+
+
 CALL = ServiceSpec(
     slug="call",
     tool_name="call",
@@ -269,7 +449,7 @@ CALL = ServiceSpec(
     "Priced by destination country per minute of duration_minutes.",
     params=CallParams,
     price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
-    handler=no_engine,
+    handler=place_call,
     price_shape=PriceShape(
         "per_minute",
         "per minute",
@@ -280,13 +460,45 @@ CALL = ServiceSpec(
         note="duration_minutes (1 to 10) at the destination country's rate per minute.",
     ),
     model_ids=(20,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=32 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
     engine="voice",
     recipients=lambda p: (p.phone_number,),
 )
+
+# -- delivery status reads (free) -----------------------------------------------------------
+
+DeliveryId = Annotated[
+    str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+]
+
+
+class SmsStatusParams(Params):
+    """The query of the free status read ``GET /api/l402/send-sms?message_id=<message_id>``."""
+
+    message_id: DeliveryId = Field(
+        validation_alias=alias("message_id", "messageId"),
+        description="The message_id of the send-sms answer.",
+    )
+
+
+class CallStatusParams(Params):
+    """The query of the free status read ``GET /api/l402/call?call_id=<call_id>``."""
+
+    call_id: DeliveryId = Field(
+        validation_alias=alias("call_id", "callId"),
+        description="The call_id of the call answer.",
+    )
+
 
 # -- ai-call -------------------------------------------------------------------------------
 

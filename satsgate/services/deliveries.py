@@ -14,16 +14,23 @@ and the payer's free status read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from datetime import UTC, datetime
+from typing import Any, Final, cast
 
+from satsgate.engines import EngineConfigError, EngineError, Engines
 from satsgate.engines.delivery import StatusUpdate, WebhookEvents
+from satsgate.engines.messaging import SmsEngine
+from satsgate.engines.voice_call import VoiceCallEngine
+from satsgate.errors import ApiError
 from satsgate.refunds import RefundService
-from satsgate.store import Store
-from satsgate.store.deliveries import Delivery
+from satsgate.store.deliveries import Delivery, DeliveryRepository
+from satsgate.store.models import Payment
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +62,11 @@ def rank(channel: str, status: str) -> tuple[int, bool] | None:
 
 @dataclass(frozen=True)
 class DeliveryEnv:
-    store: Store
+    """What applying reports needs: the records, the payments (a call's amount paid) and
+    the refund machinery."""
+
+    deliveries: DeliveryRepository
+    get_payment: Callable[[str], Awaitable[Payment | None]]
     refunds: RefundService
 
 
@@ -68,7 +79,7 @@ async def apply_update(
     if ranked is None:
         log.info("delivery report with unknown %s status %r ignored", update.channel, update.status)
         return None
-    record = await env.store.deliveries.update(
+    record = await env.deliveries.update(
         provider=provider,
         status=update.status,
         rank=ranked[0],
@@ -85,7 +96,7 @@ async def apply_update(
         return None
     if record.channel == "call" and record.final and record.settled_at is None:
         await settle_call(env, record)
-        record = await env.store.deliveries.get(record.delivery_id) or record
+        record = await env.deliveries.get(record.delivery_id) or record
     return record
 
 
@@ -99,27 +110,40 @@ async def apply_events(env: DeliveryEnv, provider: str, events: WebhookEvents) -
             log.exception("applying a delivery report failed")
 
 
-def call_charge_msat(record: Delivery) -> int:
-    """What a final call costs: its connected duration in started minutes at the
-    destination's rate, at least one minute when it connected at all, never more than
-    was paid; nothing when it never connected (busy, no answer, failed, canceled)."""
+def paid_minutes(record: Delivery) -> int:
+    """The minutes a call's payment bought (its quote was minutes times the rate)."""
+    if not record.rate_msat:
+        return 1
+    return max(1, record.paid_msat // record.rate_msat)
+
+
+def used_minutes(record: Delivery) -> int:
+    """A final call's billed minutes: its connected time in started minutes, at least one
+    when it connected at all, at most what was paid; 0 when it never connected (busy, no
+    answer, failed, canceled)."""
     seconds = record.duration_s or 0
-    if record.status != "completed" or seconds <= 0 or record.rate_msat is None:
+    if record.status != "completed" or seconds <= 0:
         return 0
-    minutes = max(1, math.ceil(seconds / 60))
-    return min(record.paid_msat, minutes * record.rate_msat)
+    return min(paid_minutes(record), max(1, math.ceil(seconds / 60)))
+
+
+def call_charge_msat(record: Delivery, amount_msat: int) -> int:
+    """What a final call costs of the ``amount_msat`` its payment carried: that amount's
+    share of the minutes used (the rate the payer was quoted)."""
+    return amount_msat * used_minutes(record) // paid_minutes(record)
 
 
 async def settle_call(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | None:
     """Charge a final call's connected time and refund the rest of what was paid, once
     (the record's settlement is one conditional UPDATE); the refund object, if any."""
-    charged = call_charge_msat(record)
-    if not await env.store.deliveries.settle(record.delivery_id, charged):
+    payment = await env.get_payment(record.payment_id)
+    amount = record.paid_msat if payment is None else payment.amount_msat
+    charged = call_charge_msat(record, amount)
+    if not await env.deliveries.settle(record.delivery_id, charged):
         return None  # settled before
-    unused = record.paid_msat - charged
+    unused = amount - charged
     if unused <= 0:
         return None
-    payment = await env.store.payments.get(record.payment_id)
     if payment is None:
         log.error("call %s: its payment is gone; %d msat not refunded", record.delivery_id, unused)
         return None
@@ -134,3 +158,95 @@ async def settle_call(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | No
     )
     return refund
 
+
+# -- the payer's status read (free) ---------------------------------------------------------
+
+# Ask the provider again when no report came for this long (a node whose webhooks do
+# not reach it still shows the payer a moving status).
+REFRESH_AFTER_S = 15
+SMS_STATUS_PATH = "/api/l402/send-sms"
+CALL_STATUS_PATH = "/api/l402/call"
+
+
+def status_url(base_url: str, record_id: str) -> str:
+    """The free status read of a message (``msg_...``) or call (``call_...``)."""
+    if record_id.startswith("call_"):
+        return f"{base_url}{CALL_STATUS_PATH}?call_id={record_id}"
+    return f"{base_url}{SMS_STATUS_PATH}?message_id={record_id}"
+
+
+async def read_status(
+    env: DeliveryEnv, engines: Engines, channel: str, delivery_id: str, now: int | None = None
+) -> Delivery:
+    """The record the payer asks for (ApiError DELIVERY_NOT_FOUND when there is none of
+    ``channel``), refreshed from the provider when no report came for a while, and a
+    final call settled if a restart interrupted its settlement."""
+    record = await env.deliveries.get(delivery_id)
+    if record is None or record.channel != channel:
+        raise ApiError("DELIVERY_NOT_FOUND", f"No {channel} with id {delivery_id!r}.")
+    stamp = int(time.time()) if now is None else now
+    if not record.final and record.provider_ref and stamp - record.updated_at >= REFRESH_AFTER_S:
+        update = await _fetch(engines, record)
+        if update is not None:
+            update = dataclasses.replace(update, reference=record.delivery_id)
+            record = await apply_update(env, record.provider, update, now=stamp) or record
+    if record.channel == "call" and record.final and record.settled_at is None:
+        await settle_call(env, record)
+        record = await env.deliveries.get(record.delivery_id) or record
+    return record
+
+
+async def _fetch(engines: Engines, record: Delivery) -> StatusUpdate | None:
+    provider = engines.provider(record.provider)
+    ref = record.provider_ref
+    if provider is None or ref is None:
+        return None
+    try:
+        if record.channel == "sms":
+            sms = cast(SmsEngine | None, provider.engine("sms"))
+            return None if sms is None else await sms.sms_status(ref)
+        if record.channel == "call":
+            voice = cast(VoiceCallEngine | None, provider.engine("voice"))
+            return None if voice is None else await voice.call_status(ref)
+    except (EngineError, EngineConfigError) as exc:
+        log.info("status fetch of %s failed: %s", record.delivery_id, getattr(exc, "code", exc))
+    return None
+
+
+def _iso(stamp: int | None) -> str | None:
+    if stamp is None:
+        return None
+    return datetime.fromtimestamp(stamp, UTC).isoformat().replace("+00:00", "Z")
+
+
+def sms_body(record: Delivery, base_url: str) -> dict[str, Any]:
+    """``{ success, message_id, status, final, updated_at, status_url }``."""
+    return {
+        "success": True,
+        "message_id": record.delivery_id,
+        "status": record.status,
+        "final": record.final,
+        "updated_at": _iso(record.updated_at),
+        "status_url": status_url(base_url, record.delivery_id),
+    }
+
+
+async def call_body(env: DeliveryEnv, record: Delivery, base_url: str) -> dict[str, Any]:
+    """``{ success, call_id, status, final, duration_s, answered_by, paid_minutes,
+    billed_minutes, charged_sats, refund, status_url }``: billing once the call ended."""
+    body: dict[str, Any] = {
+        "success": True,
+        "call_id": record.delivery_id,
+        "status": record.status,
+        "final": record.final,
+        "updated_at": _iso(record.updated_at),
+        "duration_s": record.duration_s,
+        "answered_by": record.answered_by,
+        "paid_minutes": paid_minutes(record),
+        "status_url": status_url(base_url, record.delivery_id),
+    }
+    if record.settled_at is not None and record.charged_msat is not None:
+        body["billed_minutes"] = used_minutes(record)
+        body["charged_sats"] = record.charged_msat / 1000
+        body["refund"] = await env.refunds.latest_refund(record.payment_id)
+    return body

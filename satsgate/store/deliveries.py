@@ -178,6 +178,17 @@ class DeliveryRepository:
 
         return await self._db.run_in_transaction(go)
 
+    async def reassign(self, delivery_id: str, provider: str, now: int | None = None) -> bool:
+        """Move a record no provider has answered for yet to the next provider of a
+        fallback chain; False when it has a provider id already."""
+        stamp = int(time.time()) if now is None else now
+        changed = await self._db.write_one(
+            "UPDATE deliveries SET provider = ?, updated_at = ?"
+            " WHERE delivery_id = ? AND provider_ref IS NULL AND final = 0",
+            (provider, stamp, delivery_id),
+        )
+        return changed == 1
+
     async def settle(self, delivery_id: str, charged_msat: int, now: int | None = None) -> bool:
         """Record the amount finally charged, once: False when it was settled before."""
         stamp = int(time.time()) if now is None else now

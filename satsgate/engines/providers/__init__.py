@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from satsgate.engines.config import ProviderConfig
-from satsgate.engines.providers import elevenlabs, fal, replicate, smtp
+from satsgate.engines.providers import elevenlabs, fal, replicate, smtp, twilio
 from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
 
 
@@ -31,4 +31,5 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     replicate.KIND: replicate.ReplicateProvider,
     fal.KIND: fal.FalProvider,
     elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
+    twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
 }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from satsgate.store.cursors import CursorRepository
-from satsgate.store.deposits import DepositRepository
 from satsgate.store.deliveries import DeliveryRepository
+from satsgate.store.deposits import DepositRepository
 from satsgate.store.engine import Database
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository

@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -19,7 +20,13 @@ import httpx
 import pytest
 
 from satsgate.engines.providers import PROVIDER_KINDS
-from tests.conftest import ThreadedServer, make_settings, paid_l402_auth, skip_unless_ci
+from tests.conftest import (
+    ThreadedServer,
+    free_port,
+    make_settings,
+    paid_l402_auth,
+    skip_unless_ci,
+)
 from tests.fake_twilio_media import AUTH_TOKEN, FakeTwilio, twilio_signature
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import assert_envelope
@@ -272,3 +279,64 @@ async def test_strangers_cannot_reach_a_session(
     assert resp.status_code == 204
     _, polled = await _events_until(node, session, lambda ev: "ended" in _types(ev))
     assert polled["state"] == "ended"
+
+
+async def test_the_deposit_running_out_ends_the_call(
+    node: httpx.AsyncClient, bridge_node: ThreadedServer, twilio: FakeTwilio
+) -> None:
+    twilio.ring_s = 1.0
+    try:
+        opened = await _open(node, durationMinutes=1, sttEnabled=False)
+        session = opened["sessionId"]
+        # The deposit's clock, shortened to 2 s for the test (the open made it 60 s).
+        bridge_node.call(
+            lambda: bridge_node.store.db.run_sync(
+                lambda c: c.execute(
+                    "UPDATE voice_bridge_sessions SET max_duration_s = 2 WHERE session_id = ?",
+                    (session,),
+                )
+            )
+        )
+    finally:
+        twilio.ring_s = 0.2
+    events, polled = await _events_until(node, session, lambda ev: "ended" in _types(ev))
+    assert polled["state"] == "ended"
+    assert events[-1]["text"] == "deposit used up"
+    answered = next(e["ts_ms"] for e in events if e["type"] == "answered")
+    assert 1900 <= events[-1]["ts_ms"] - answered < 4000
+    await twilio.wait_for(lambda: twilio.calls[opened["callId"]].status == "completed")
+    assert f"update {opened['callId']} completed" in twilio.requests
+    settled = (await node.post(END, json={"sessionId": session})).json()
+    assert settled["usedSats"] == settled["depositSats"]  # one minute: the whole deposit
+    assert settled["refundableSats"] == 0 and settled["refund"] is None
+    assert _refunds(bridge_node, _payment_id(bridge_node, session)) == []
+
+
+async def test_a_restart_ends_and_settles_a_live_session(tmp_path: Any, twilio: FakeTwilio) -> None:
+    settings = make_settings(
+        tmp_path / "data",
+        providers={"twilio": twilio.provider_table()},
+        engines={"voice_bridge": "twilio"},
+    )
+    first = ThreadedServer(settings, PROVIDER_KINDS)
+    async with httpx.AsyncClient(base_url=first.url, timeout=60) as client:
+        opened = await _open(client, sttEnabled=False)
+        await _events_until(client, opened["sessionId"], lambda ev: "answered" in _types(ev))
+    # The process dies: no shutdown runs (its loop just stops).
+    first.loop.call_soon_threadsafe(first.loop.stop)
+    await asyncio.sleep(0.3)
+    second = ThreadedServer(replace(settings, port=free_port()), PROVIDER_KINDS)
+    try:
+        async with httpx.AsyncClient(base_url=second.url, timeout=60) as client:
+            session = opened["sessionId"]
+            events, polled = await _events_until(client, session, lambda ev: "ended" in _types(ev))
+            assert polled["state"] == "ended" and events[-1]["text"] == "service restarted"
+            settled = (await client.post(END, json={"sessionId": session})).json()
+            assert settled["usedSats"] == math.ceil(opened["perMinuteSats"])
+            assert settled["refundableSats"] == settled["depositSats"] - settled["usedSats"] > 0
+            refunds = _refunds(second, _payment_id(second, session))
+            assert [r.amount_msat for r in refunds] == [settled["refundableSats"] * 1000]
+        assert f"update {opened['callId']} completed" in twilio.requests  # hung up
+        assert_ledger_balances(second)
+    finally:
+        second.stop()

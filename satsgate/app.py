@@ -59,6 +59,7 @@ from satsgate.mcp.tools import paid_tools
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
+from satsgate.outreach.do_not_contact import NO_OPT_OUTS
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -207,7 +208,12 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[DEPOSITS] = deposits
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
     # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
-    app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(settings, store, app[ENGINES], deposits)
+    # A callee who asks not to be called again goes on the do-not-contact list (holds'
+    # store.do_not_contact, where this store has it).
+    opt_outs = getattr(store, "do_not_contact", NO_OPT_OUTS)
+    app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(
+        settings, store, app[ENGINES], deposits, opt_outs
+    )
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http

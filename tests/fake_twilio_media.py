@@ -81,6 +81,7 @@ class FakeTwilio:
         self.callee_audio = callee_audio  # what the called party says once answered
         self.ring_s = ring_s
         self.calls: dict[str, FakeCall] = {}
+        self.refuse_to: set[str] = set()  # numbers Twilio refuses to dial (error 21211)
         self.requests: list[str] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -167,6 +168,16 @@ class FakeTwilio:
         if stream is None or not form.get("To") or not form.get("From"):
             return web.json_response(
                 {"code": 21205, "message": "Invalid TwiML", "status": 400}, status=400
+            )
+        if form["To"][0] in self.refuse_to:
+            return web.json_response(
+                {
+                    "code": 21211,
+                    "message": f"The 'To' number {form['To'][0]} is not a valid phone number.",
+                    "more_info": "https://www.twilio.com/docs/errors/21211",
+                    "status": 400,
+                },
+                status=400,
             )
         sid = "CA" + secrets.token_hex(16)
         call = FakeCall(

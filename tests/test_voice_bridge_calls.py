@@ -22,6 +22,7 @@ import pytest
 from satsgate.engines.providers import PROVIDER_KINDS
 from tests.conftest import (
     ThreadedServer,
+    challenge,
     free_port,
     make_settings,
     paid_l402_auth,
@@ -340,3 +341,32 @@ async def test_a_restart_ends_and_settles_a_live_session(tmp_path: Any, twilio: 
         assert_ledger_balances(second)
     finally:
         second.stop()
+
+
+async def test_a_call_twilio_refuses_is_refunded_in_full(
+    node: httpx.AsyncClient, bridge_node: ThreadedServer, twilio: FakeTwilio
+) -> None:
+    refused = "+14155550199"
+    twilio.refuse_to.add(refused)
+    body = {"phoneNumber": refused, "durationMinutes": 2}
+    price = (await challenge(node, OPEN, body))["amountSats"]
+    auth = await paid_l402_auth(node, OPEN, body)
+    resp = await node.post(f"/api/l402/{OPEN}", json=body, headers={"Authorization": auth})
+    assert resp.status_code >= 400, resp.text
+    error = resp.json()
+    assert "twilio" not in error["error"].lower()
+    refund = error["refund"]
+    assert refund["amount_sats"] == price > 0  # the whole deposit
+    # Exactly one refund: the failed session is settled as nothing, never refunded again.
+    rows = bridge_node.call(
+        lambda: bridge_node.store.db.run_sync(
+            lambda c: c.execute(
+                "SELECT payment_id, state, settled FROM voice_bridge_sessions"
+                " WHERE end_reason = 'dial failed'"
+            ).fetchall()
+        )
+    )
+    assert len(rows) == 1 and rows[0][1:] == ("ended", 1)
+    assert [r.amount_msat // 1000 for r in _refunds(bridge_node, rows[0][0])] == [
+        refund["amount_sats"]
+    ]

@@ -65,4 +65,5 @@ RULES: tuple[RetentionRule, ...] = (
     ),
     # holds: the do-not-contact list is kept (it is what the person asked for).
     # -- other engineers: append your rules below, one per line --
+    DeleteRows("voice_bridge_events", "at_s", RECENT_TEXT_S, "voice-bridge transcripts"),
 )

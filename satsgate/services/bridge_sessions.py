@@ -34,8 +34,8 @@ Billing: nothing before the answer (an unanswered call refunds the whole deposit
 the answer, whole seconds rounded up, at least one minute (what telephony bills a
 connected call), at the per-minute rate quoted at open, in whole sats rounded up, never
 more than the deposit. Events (``seq``, ``type``, ``text``, ``ts_ms`` in Unix ms) are
-kept per session up to ``EVENTS_KEPT``; their texts are deleted 24 hours after the
-session ended (outreach.retention_rules).
+kept per session up to ``EVENTS_KEPT`` and deleted 24 hours after they were made
+(outreach.retention_rules: recent transcript extracts).
 """
 
 from __future__ import annotations
@@ -110,6 +110,8 @@ ALIVE_EVERY_S = 10.0  # how often a live call's "still up" time is stored (resta
 PLAY_AHEAD_S = 0.2  # audio sent ahead of real time, so playback never starves
 MARK_MARGIN_S = 2.0  # unmute anyway this long after the audio should have played
 MIN_BILLED_S = 60  # a connected call bills at least a minute
+MAX_QUEUED_SAYS = 20  # utterances waiting to play, per session
+MAX_QUEUED_HEARD = 20  # utterances waiting for speech recognition, per session
 
 
 def billed_msat(elapsed_s: int, answered: bool, per_minute_msat: int, deposit_msat: int) -> int:
@@ -144,6 +146,7 @@ class _Live:
     language: str
     stt: bool
     ws: web.WebSocketResponse | None = None
+    claimed: bool = False  # a media WebSocket was accepted for this call
     stream_id: str = ""
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     segmenter: Segmenter = field(default_factory=Segmenter)
@@ -211,7 +214,7 @@ class BridgeSessions:
         deposit = payment.amount_msat if payment is not None else ctx_price(params)
         max_duration_s = max(60, deposit * 60 // per_minute)
         language = params.language
-        stt = params.sttEnabled and self._engines.available("transcription")
+        stt = params.sttEnabled and self._transcribes(language)
         token = secrets.token_urlsafe(32)
         session_id = "vb_" + secrets.token_urlsafe(24)
         now = _now_ms()
@@ -234,6 +237,7 @@ class BridgeSessions:
         )
         live = _Live(session_id, params.phoneNumber, engine, language, stt)
         self._live[session_id] = live
+        await self._event(session_id, "dialing", "")
         try:
             call_id = await engine.dial(
                 BridgeDial(
@@ -250,7 +254,6 @@ class BridgeSessions:
             await self._repo.mark_settled(session_id)
             raise
         await self._repo.set_call(session_id, call_id)
-        await self._event(session_id, "dialing", "")
         self._spawn(live, self._ring_timeout(live))
         self._spawn(live, self._transcriber(live))
         self._spawn(live, self._player(live))
@@ -299,6 +302,12 @@ class BridgeSessions:
             raise ApiError("INVALID_INPUT", "There is no audio to play.")
         if live.ending:
             return None
+        if live.to_play.qsize() >= MAX_QUEUED_SAYS:
+            raise ApiError(
+                "RATE_LIMITED",
+                f"{MAX_QUEUED_SAYS} utterances are waiting to be played; say again once "
+                "poll shows them spoken.",
+            )
         live.to_play.put_nowait((mulaw, label))
         return len(mulaw)
 
@@ -354,8 +363,9 @@ class BridgeSessions:
         if row is None or not row.live:
             return None
         live = self._live.get(row.session_id)
-        if live is None or live.ws is not None or live.ending:
+        if live is None or live.claimed or live.ending:
             return None
+        live.claimed = True  # one media connection per session, ever
         return live
 
     async def serve_media(self, live: _Live, ws: web.WebSocketResponse) -> None:
@@ -438,7 +448,10 @@ class BridgeSessions:
         if live.playing:
             return  # muted while we speak: our own voice is not transcribed
         for utterance in live.segmenter.feed(mulaw):
-            live.heard.put_nowait(utterance)
+            if live.heard.qsize() < MAX_QUEUED_HEARD:
+                live.heard.put_nowait(utterance)
+            else:
+                log.warning("voice bridge: speech recognition is behind; an utterance dropped")
 
     async def _transcriber(self, live: _Live) -> None:
         language = live.language.split("-")[0].lower()
@@ -460,6 +473,13 @@ class BridgeSessions:
                 with contextlib.suppress(ValueError):
                     await opt_out(self._opt_outs, live.phone, source="voice-bridge")
 
+    def _transcribes(self, language: str) -> bool:
+        """Whether this node's speech recognition takes the session's language."""
+        if not self._engines.available("transcription"):
+            return False
+        probe = TranscriptionRequest(b"", "wav", language=language.split("-")[0].lower())
+        return self._engines.unsupported("transcription", probe) is None
+
     async def _transcribe(self, request: TranscriptionRequest) -> TranscriptionResult:
         return await self._engines.run(
             "transcription",
@@ -472,7 +492,7 @@ class BridgeSessions:
         request = SynthesisRequest(
             text=utterance.text or "",
             model_id=GLOBAL_TTS_TIER,
-            language=(utterance.language or language).split("-")[0].lower(),
+            language=utterance.language or language.split("-")[0].lower(),
             voice_description=utterance.voice_description,
             format="wav",
         )

@@ -180,9 +180,9 @@ class VoiceBridgeRepository:
                 ).fetchone()
                 seq = int(last) + 1
                 conn.execute(
-                    "INSERT INTO voice_bridge_events (session_id, seq, type, text, ts_ms)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (session_id, seq, type_, text, ts_ms),
+                    "INSERT INTO voice_bridge_events (session_id, seq, type, text, ts_ms, at_s)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (session_id, seq, type_, text, ts_ms, ts_ms // 1000),
                 )
                 conn.execute(
                     "DELETE FROM voice_bridge_events WHERE session_id = ? AND seq <= ?",
@@ -212,20 +212,6 @@ class VoiceBridgeRepository:
             ).fetchall()
         )
         return [str(r[0]) for r in rows]
-
-    async def forget_texts(self, ended_before_ms: int) -> int:
-        """Retention: the events (transcripts) of sessions ended before the time go."""
-
-        def go(conn: sqlite3.Connection) -> int:
-            with transaction(conn):
-                cur = conn.execute(
-                    "DELETE FROM voice_bridge_events WHERE session_id IN (SELECT session_id"
-                    " FROM voice_bridge_sessions WHERE state = 'ended' AND ended_at_ms < ?)",
-                    (ended_before_ms,),
-                )
-                return cur.rowcount
-
-        return await self._db.run_sync(go)
 
     async def _update(self, sql: str, args: tuple[object, ...]) -> bool:
         def go(conn: sqlite3.Connection) -> bool:

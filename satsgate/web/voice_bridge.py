@@ -35,8 +35,13 @@ def install(app: web.Application, key: web.AppKey[BridgeSessions]) -> None:
             return web.Response(status=403, text="forbidden")
         ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=None)
         if not ws.can_prepare(request).ok:
+            live.claimed = False
             return web.Response(status=400, text="a WebSocket upgrade is expected")
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except BaseException:
+            live.claimed = False
+            raise
         await sessions.serve_media(live, ws)
         return ws
 

@@ -3,7 +3,8 @@
 -- open -> ended (one conditional UPDATE from a live state, so a session ends once);
 -- settled: the deposit's settlement (deposit_settlements) is recorded, so a restart
 -- settles an ended session whose settlement a crash interrupted. The media WebSocket's
--- token is kept as its SHA-256 only. No phone number is kept.
+-- token is kept as its SHA-256 only. No phone number is kept. Events (transcripts) are
+-- deleted 24 hours after they were made (at_s: unix seconds; outreach.retention_rules).
 CREATE TABLE voice_bridge_sessions (
     session_id TEXT PRIMARY KEY,
     payment_id TEXT NOT NULL,
@@ -34,5 +35,6 @@ CREATE TABLE voice_bridge_events (
     type TEXT NOT NULL,
     text TEXT NOT NULL,
     ts_ms INTEGER NOT NULL,
+    at_s INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;

@@ -368,6 +368,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # The voice bridge's media WebSocket and call-status callbacks (the provider's side).
     voice_bridge_routes.install(app, VOICE_BRIDGE)
     app.on_shutdown.append(_wake_waiting_calls)
+    app.on_shutdown.append(_end_voice_bridges)
 
 
 def _add_operator_routes(app: web.Application, settings: Settings) -> None:
@@ -382,6 +383,14 @@ async def _wake_waiting_calls(app: web.Application) -> None:
     env = app.get(OPERATION_ENV)
     if env is not None:
         env.closing.set()
+
+
+async def _end_voice_bridges(app: web.Application) -> None:
+    """Shutdown: live voice-bridge calls are hung up and settled, which also closes their
+    media WebSockets (the server would otherwise wait for them)."""
+    sessions = app.get(VOICE_BRIDGE)
+    if sessions is not None:
+        await sessions.close()
 
 
 def mcp_server(

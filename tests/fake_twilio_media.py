@@ -66,6 +66,9 @@ class FakeCall:
     status: str = "queued"
     stream_sid: str = field(default_factory=lambda: "MZ" + secrets.token_hex(16))
     received: bytearray = field(default_factory=bytearray)  # our audio, mu-law
+    echoed: int = 0  # how much of it came back on the inbound track (echo)
+    speech: bytearray = field(default_factory=bytearray)  # what the callee says, mu-law
+    spoken: int = 0  # how much of it was streamed
     marks: list[str] = field(default_factory=list)  # marks echoed back
     frames_in: list[str] = field(default_factory=list)  # events of our frames, in order
     callbacks: list[tuple[str, int]] = field(default_factory=list)  # (status, our answer)
@@ -82,6 +85,7 @@ class FakeTwilio:
         self.ring_s = ring_s
         self.calls: dict[str, FakeCall] = {}
         self.refuse_to: set[str] = set()  # numbers Twilio refuses to dial (error 21211)
+        self.echo = False  # the callee's line echoes what we play back to us
         self.requests: list[str] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -141,6 +145,14 @@ class FakeTwilio:
     def drop(self, sid: str) -> None:
         """The called party hangs up."""
         self._run(self._end_call(self.calls[sid], "completed"))
+
+    def callee_says(self, sid: str, audio: bytes) -> None:
+        """The called party speaks (again)."""
+
+        async def say() -> None:
+            self.calls[sid].speech += audio
+
+        self._run(say())
 
     async def wait_for(self, predicate: Any, within_s: float = 20) -> None:
         """Wait (in the caller's loop) until ``predicate()`` holds."""
@@ -239,10 +251,13 @@ class FakeTwilio:
             AUTH_TOKEN, call.status_callback, {k: [v] for k, v in params.items()}
         )
         assert self._session is not None
-        async with self._session.post(
-            call.status_callback, data=params, headers={"X-Twilio-Signature": signature}
-        ) as resp:
-            call.callbacks.append((status, resp.status))
+        try:
+            async with self._session.post(
+                call.status_callback, data=params, headers={"X-Twilio-Signature": signature}
+            ) as resp:
+                call.callbacks.append((status, resp.status))
+        except aiohttp.ClientError:  # the node is down: Twilio would retry; the fake doesn't
+            call.callbacks.append((status, 0))
 
     async def _play(self, call: FakeCall) -> None:
         await self._callback(call, "initiated")
@@ -280,9 +295,14 @@ class FakeTwilio:
             )
             began = time.monotonic()
             chunk = 0
+            call.speech += self.callee_audio
             while call.status == "in-progress" and not ws.closed:
-                at = chunk * FRAME_BYTES
-                piece = self.callee_audio[at : at + FRAME_BYTES]
+                piece = bytes(call.speech[call.spoken : call.spoken + FRAME_BYTES])
+                call.spoken += len(piece)
+                if self.echo and not piece and call.echoed < len(call.received):
+                    # A line with an echo: what we play comes back on the inbound track.
+                    piece = bytes(call.received[call.echoed : call.echoed + FRAME_BYTES])
+                    call.echoed += len(piece)
                 piece += b"\xff" * (FRAME_BYTES - len(piece))  # mu-law silence after
                 chunk += 1
                 frame = {

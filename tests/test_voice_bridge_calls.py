@@ -157,6 +157,8 @@ async def test_a_call_transcribes_speaks_and_settles_once(
     assert ("ringing", 204) in call.callbacks and ("in-progress", 204) in call.callbacks
 
     # Text is spoken into the call: mu-law at 8000 bytes a second, as long as the speech.
+    # The line echoes it back: recognition is muted while it plays, so it is not heard.
+    twilio.echo = True
     said_text = "Thank you. Goodbye for now."
     resp = await node.post(SAY, json={"sessionId": session, "text": said_text})
     assert resp.status_code == 200, resp.text
@@ -167,6 +169,16 @@ async def test_a_call_transcribes_speaks_and_settles_once(
     assert len(call.received) == sent
     assert 1.0 < len(call.received) / 8000 < 4.0
     assert call.frames_in[-1] == "mark" and set(call.frames_in[:-1]) == {"media"}
+    await twilio.wait_for(lambda: call.echoed == len(call.received))
+    twilio.echo = False
+    # The callee speaks again: utterances are transcribed in order, so an echo heard
+    # would come before this.
+    twilio.callee_says(call.sid, b"\xff" * 8000 + _mulaw_speech("Okay, see you next week."))
+    events, _ = await _events_until(node, session, lambda ev: _types(ev).count("transcript") == 2)
+    heard = [e["text"].lower() for e in events if e["type"] == "transcript"]
+    assert "tomorrow" in heard[0] and "next week" in heard[1], heard  # never our own voice
+    assert next(e["text"] for e in events if e["type"] == "speaking") == said_text
+
     # Caller audio in pcm_l16_16000 is converted: 0.5 s of a tone is 4000 mu-law bytes.
     tone = b"".join(
         int(8000 * math.sin(2 * math.pi * 440 * n / 16000)).to_bytes(2, "little", signed=True)
@@ -184,10 +196,7 @@ async def test_a_call_transcribes_speaks_and_settles_once(
     assert abs(resp.json()["bytesSent"] - 4000) <= 160
     await twilio.wait_for(lambda: "say-2" in call.marks)
     assert len(call.received) == sent + resp.json()["bytesSent"]
-    events, _ = await _events_until(
-        node, session, lambda ev: _types(ev).count("spoken") == 2, within_s=10
-    )
-    assert next(e["text"] for e in events if e["type"] == "speaking") == said_text
+    await _events_until(node, session, lambda ev: _types(ev).count("spoken") == 2, within_s=10)
 
     # End twice at once, and once more: one settlement, one refund, one hang-up.
     ends = await asyncio.gather(

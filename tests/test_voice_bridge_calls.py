@@ -28,6 +28,7 @@ from tests.conftest import (
     paid_l402_auth,
     skip_unless_ci,
 )
+from tests.fake_lnurlp import FakeLightningAddress
 from tests.fake_twilio_media import AUTH_TOKEN, FakeTwilio, twilio_signature
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import assert_envelope
@@ -66,13 +67,21 @@ def twilio() -> Iterator[FakeTwilio]:
 
 
 @pytest.fixture(scope="module")
+def wallet() -> Iterator[FakeLightningAddress]:
+    w = FakeLightningAddress()
+    yield w
+    w.stop()
+
+
+@pytest.fixture(scope="module")
 def bridge_node(
-    tmp_path_factory: pytest.TempPathFactory, twilio: FakeTwilio
+    tmp_path_factory: pytest.TempPathFactory, twilio: FakeTwilio, wallet: FakeLightningAddress
 ) -> Iterator[ThreadedServer]:
     settings = make_settings(
         tmp_path_factory.mktemp("bridge"),
         providers={"twilio": twilio.provider_table()},
         engines={"voice_bridge": "twilio"},
+        lightning_address_hosts=wallet.hosts,
     )
     srv = ThreadedServer(settings, PROVIDER_KINDS)
     yield srv
@@ -379,3 +388,30 @@ async def test_a_call_twilio_refuses_is_refunded_in_full(
     assert [r.amount_msat // 1000 for r in _refunds(bridge_node, rows[0][0])] == [
         refund["amount_sats"]
     ]
+
+
+async def test_the_unused_deposit_goes_to_the_refund_address(
+    node: httpx.AsyncClient,
+    bridge_node: ThreadedServer,
+    twilio: FakeTwilio,
+    wallet: FakeLightningAddress,
+) -> None:
+    before = len(wallet.issued)
+    opened = await _open(node, sttEnabled=False, refundAddress=wallet.address("bob"))
+    session = opened["sessionId"]
+    await _events_until(node, session, lambda ev: "answered" in _types(ev))
+    settled = (await node.post(END, json={"sessionId": session})).json()
+    refundable = settled["depositSats"] - math.ceil(opened["perMinuteSats"])
+    assert settled["refundableSats"] == refundable > 0
+    refund = settled["refund"]
+    assert refund["refund_address"] == "bob@wallet.test"
+    assert refund["status"] == "paid" and refund["amount_sats"] == refundable
+    assert "lnurl_withdraw" not in refund  # paid already: no link to claim
+    issued = wallet.issued[before:]
+    assert [(i.name, i.amount_msat) for i in issued] == [("bob", refundable * 1000)]
+    outgoing = (await node.get("/api/dev/outgoing")).json()["payments"]
+    assert [p["amount_msat"] for p in outgoing if p["bolt11"] == issued[0].bolt11] == [
+        refundable * 1000
+    ]
+    again = (await node.post(END, json={"sessionId": session})).json()
+    assert again == settled and len(wallet.issued) == before + 1  # paid once

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 from satsgate.config import Settings
-from satsgate.deposits import DepositSettler
+from satsgate.deposits import DepositSettler, Settlement
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.local.tools import ToolRunner
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
@@ -79,6 +79,7 @@ from satsgate.outreach.do_not_contact import (
     opt_out,
 )
 from satsgate.outreach.rules import check_text
+from satsgate.refunds import refund_object
 from satsgate.services.bridge_audio import FRAME_BYTES, FRAME_S, RATE, Segmenter, to_mulaw
 from satsgate.services.bridge_audio import wav_of_mulaw as _wav_of_mulaw
 from satsgate.services.screening import Outreach, screen
@@ -325,7 +326,7 @@ class BridgeSessions:
         )
 
     async def end(self, session_id: str) -> BridgeSettlement | None:
-        return await self._end(session_id, "ended by the caller")
+        return await self._end(session_id, "ended by the caller", wait=True)
 
     # -- the provider's side --------------------------------------------------------------
 
@@ -581,6 +582,7 @@ class BridgeSessions:
         *,
         hang_up: bool = True,
         until_ms: int | None = None,
+        wait: bool = False,
     ) -> BridgeSettlement | None:
         """End the session once and settle its deposit once; the settlement either way."""
         lock = self._locks.setdefault(session_id, asyncio.Lock())
@@ -608,7 +610,9 @@ class BridgeSessions:
                         await self._stop_live(live)
                 row = await self._repo.get(session_id)
                 assert row is not None
-            settlement = await self._settle(row)
+            # The caller's own end waits for a payout to its refundAddress; an end the
+            # provider or a timer causes pays out in the background.
+            settlement = await self._settle(row, wait)
         if not lock.locked():
             self._locks.pop(session_id, None)
         return settlement
@@ -632,29 +636,59 @@ class BridgeSessions:
             with contextlib.suppress(Exception):
                 await live.ws.close()
 
-    async def _settle(self, row: BridgeSessionRow) -> BridgeSettlement:
+    async def _settle(self, row: BridgeSessionRow, wait: bool) -> BridgeSettlement:
         used = row.used_msat or 0
         settled = await self._deposits.settle(
             row.payment_id,
             used,
             refund_address=row.refund_address,
             reason="voice bridge: unused deposit",
+            wait=wait,
         )
         if not row.settled:
             await self._repo.mark_settled(row.session_id)
         transcript = " ".join(await self._repo.transcript(row.session_id, "transcript"))
-        if settled is None:  # the payment is gone (pruned): report what the row says
+        deposit_sats = row.deposit_msat // 1000
+        if settled is None:
+            # Not spent (a restart refunded the open call in full before it was answered)
+            # or gone: nothing was billed; the payment's own refund stands.
+            earlier = await self._store.refunds.for_payment(row.payment_id)
+            refund = refund_object(earlier[-1], self._base()) if earlier else None
             return BridgeSettlement(
-                row.elapsed_s or 0, -(-used // 1000), row.deposit_msat // 1000, 0, None, transcript
+                row.elapsed_s or 0, 0, deposit_sats, deposit_sats, refund, transcript
             )
         return BridgeSettlement(
             elapsed_s=row.elapsed_s or 0,
             used_sats=-(-settled.used_msat // 1000),
             deposit_sats=settled.deposit_msat // 1000,
             refundable_sats=settled.refund_msat // 1000,
-            refund=settled.refund,
+            refund=_refund_view(settled),
             final_transcript=transcript,
         )
+
+
+def _refund_view(settled: Settlement) -> dict[str, Any] | None:
+    """The refund as the payer sees it: the LNURL-withdraw link to claim, or, with a
+    refundAddress, the payout to it (and the link again if that payout failed)."""
+    if settled.refund is None:
+        return None
+    link = dict(settled.refund)
+    if settled.refund_address is None:
+        return link
+    payout: dict[str, Any] = {
+        "refund_address": settled.refund_address,
+        "amount_sats": settled.refund_msat // 1000,
+        "status": settled.refund_status,  # paying, paid, or claimable after a failed payout
+        "charge_id": link.get("charge_id"),
+    }
+    if settled.refund_status in ("claimable", "claiming", "expired"):
+        payout.update(link)  # the payout failed: the link is the payer's to claim
+        payout["status"] = settled.refund_status
+        payout["refund_note"] = (
+            "The payout to the Lightning address failed; claim the refund with the "
+            "LNURL-withdraw link."
+        )
+    return payout
 
 
 def ctx_price(params: VoiceBridgeOpenParams) -> int:

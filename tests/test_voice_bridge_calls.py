@@ -238,14 +238,18 @@ async def test_a_call_transcribes_speaks_and_settles_once(
 async def test_the_callee_hanging_up_ends_and_settles_once(
     node: httpx.AsyncClient, bridge_node: ThreadedServer, twilio: FakeTwilio
 ) -> None:
-    opened = await _open(node, durationMinutes=3, sttEnabled=False)
+    opened = await _open(node, durationMinutes=3)
     session = opened["sessionId"]
+    call = twilio.calls[opened["callId"]]
     await _events_until(node, session, lambda ev: "answered" in _types(ev))
+    # The callee hangs up right after speaking, before the pause that ends an utterance.
+    await twilio.wait_for(lambda: call.spoken >= len(call.speech) > 0)
     twilio.drop(opened["callId"])
     events, polled = await _events_until(node, session, lambda ev: "ended" in _types(ev))
     assert polled["state"] == "ended"
     assert _types(events).count("ended") == 1
-    assert "transcript" not in _types(events)  # sttEnabled false: nothing transcribed
+    assert _types(events)[-2:] == ["transcript", "ended"], events  # the last words, then
+    assert "tomorrow" in events[-2]["text"].lower()
     payment_id = _payment_id(bridge_node, session)
     await twilio.wait_for(lambda: len(_refunds(bridge_node, payment_id)) == 1)
     end = await node.post(END, json={"sessionId": session})
@@ -253,6 +257,7 @@ async def test_the_callee_hanging_up_ends_and_settles_once(
     settled = end.json()
     assert settled["usedSats"] == math.ceil(opened["perMinuteSats"])
     assert settled["refundableSats"] == settled["depositSats"] - settled["usedSats"]
+    assert "tomorrow" in settled["finalTranscript"].lower()
     assert [r.amount_msat for r in _refunds(bridge_node, payment_id)] == [
         settled["refundableSats"] * 1000
     ]
@@ -398,9 +403,13 @@ async def test_the_unused_deposit_goes_to_the_refund_address(
 ) -> None:
     before = len(wallet.issued)
     opened = await _open(node, sttEnabled=False, refundAddress=wallet.address("bob"))
+    assert opened["sttEnabled"] is False
     session = opened["sessionId"]
+    call = twilio.calls[opened["callId"]]
     await _events_until(node, session, lambda ev: "answered" in _types(ev))
+    await twilio.wait_for(lambda: call.spoken >= len(call.speech) > 0)
     settled = (await node.post(END, json={"sessionId": session})).json()
+    assert settled["finalTranscript"] == ""  # sttEnabled false: the callee is not transcribed
     refundable = settled["depositSats"] - math.ceil(opened["perMinuteSats"])
     assert settled["refundableSats"] == refundable > 0
     refund = settled["refund"]

@@ -113,6 +113,7 @@ MARK_MARGIN_S = 2.0  # unmute anyway this long after the audio should have playe
 MIN_BILLED_S = 60  # a connected call bills at least a minute
 MAX_QUEUED_SAYS = 20  # utterances waiting to play, per session
 MAX_QUEUED_HEARD = 20  # utterances waiting for speech recognition, per session
+FINISH_HEARING_S = 10.0  # at the end, how long the last words may take to transcribe
 
 
 def billed_msat(elapsed_s: int, answered: bool, per_minute_msat: int, deposit_msat: int) -> int:
@@ -458,21 +459,28 @@ class BridgeSessions:
         language = live.language.split("-")[0].lower()
         while True:
             utterance = await live.heard.get()
-            wav = _wav_of_mulaw(utterance)
-            request = TranscriptionRequest(audio=wav, format="wav", language=language)
             try:
-                result = await self._transcribe(request)
-            except EngineError as exc:
-                log.warning("voice bridge: transcription failed: %s", exc.code)
-                await self._event(live.session_id, "error", "speech recognition failed")
-                continue
-            text = result.text.strip()
-            if not text:
-                continue
-            await self._event(live.session_id, "transcript", text)
-            if live.phone is not None and asks_not_to_be_contacted(text):
-                with contextlib.suppress(ValueError):
-                    await opt_out(self._opt_outs, live.phone, source="voice-bridge")
+                await self._hear_one(live, utterance, language)
+            finally:
+                live.heard.task_done()
+
+    async def _hear_one(self, live: _Live, utterance: bytes, language: str) -> None:
+        request = TranscriptionRequest(
+            audio=_wav_of_mulaw(utterance), format="wav", language=language
+        )
+        try:
+            result = await self._transcribe(request)
+        except EngineError as exc:
+            log.warning("voice bridge: transcription failed: %s", exc.code)
+            await self._event(live.session_id, "error", "speech recognition failed")
+            return
+        text = result.text.strip()
+        if not text:
+            return
+        await self._event(live.session_id, "transcript", text)
+        if live.phone is not None and asks_not_to_be_contacted(text):
+            with contextlib.suppress(ValueError):
+                await opt_out(self._opt_outs, live.phone, source="voice-bridge")
 
     def _transcribes(self, language: str) -> bool:
         """Whether this node's speech recognition takes the session's language."""
@@ -603,9 +611,11 @@ class BridgeSessions:
                 )
                 used = billed_msat(elapsed_s, answered, row.per_minute_msat, row.deposit_msat)
                 if await self._repo.end(session_id, ended_at, reason, elapsed_s, used):
-                    await self._event(session_id, "ended", reason)
                     if hang_up and row.call_id:
                         await self._hang_up(live, row.call_id)
+                    if live is not None:
+                        await self._finish_hearing(live)
+                    await self._event(session_id, "ended", reason)
                     if live is not None:
                         await self._stop_live(live)
                 row = await self._repo.get(session_id)
@@ -616,6 +626,19 @@ class BridgeSessions:
         if not lock.locked():
             self._locks.pop(session_id, None)
         return settlement
+
+    async def _finish_hearing(self, live: _Live) -> None:
+        """The last words: what was being said when the call ended is transcribed, and
+        the utterances waiting are, for at most ``FINISH_HEARING_S``."""
+        if not live.stt:
+            return
+        live.stt = False  # nothing more is heard
+        tail = live.segmenter.flush()
+        if tail is not None:
+            live.heard.put_nowait(tail)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FINISH_HEARING_S):
+                await live.heard.join()
 
     async def _hang_up(self, live: _Live | None, call_id: str) -> None:
         engine = live.engine if live is not None else self._engine()

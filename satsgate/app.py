@@ -29,6 +29,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
     BACKEND,
+    CALLBACKS,
     DEPOSITS,
     ENGINES,
     FILES,
@@ -37,6 +38,7 @@ from satsgate.appkeys import (
     HTTP,
     JOBS,
     OPERATION_ENV,
+    OUTBOUND,
     POOL,
     REFUNDS,
     SETTINGS,
@@ -44,6 +46,7 @@ from satsgate.appkeys import (
     STORE,
     VOICE_BRIDGE,
 )
+from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
@@ -56,6 +59,7 @@ from satsgate.jobs import JobRunner, resume_jobs
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
+from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
@@ -68,6 +72,7 @@ from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
+from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
@@ -129,9 +134,11 @@ def create_app(
     backend: LightningBackend,
     *,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+    outbound: Outbound = SYSTEM_OUTBOUND,
 ) -> web.Application:
     """The app; EngineConfigError (a ValueError) when the engine configuration cannot
-    work. ``provider_kinds``: the adapters ``kind = ...`` may name."""
+    work. ``provider_kinds``: the adapters ``kind = ...`` may name; ``outbound``: the
+    outside network callers' URLs are reached through (DNS, public addresses, CAs)."""
     settings = ensure_server_secret(settings)
     apply_telephony_rates(settings)
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
@@ -155,6 +162,7 @@ def create_app(
     app[POOL] = pool
     app[ENGINES] = engines
     app[STORE] = Store(settings.db_path)
+    app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
         settings.public_base_url,
@@ -164,7 +172,17 @@ def create_app(
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
+    _add_nostr(app, settings)
     return app
+
+
+def _add_nostr(app: web.Application, settings: Settings) -> None:
+    """Nostr kind 31402 announcements when [discovery.nostr] names relays (a background
+    task: a relay never slows start-up or a request)."""
+    if NostrConfig.from_discovery(settings.discovery).enabled:
+        from satsgate.nostr.publisher import install
+
+        install(app, settings, lambda: app[discovery.DISCOVERY].catalog)
 
 
 # -- resources ------------------------------------------------------------------------------
@@ -203,7 +221,6 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
     refunds = RefundService(settings, store.refunds, app[BACKEND])
-    jobs = JobRunner(store.jobs, settings.public_base_url)
     deposits = DepositSettler(settings, store, refunds, http)
     app[DEPOSITS] = deposits
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
@@ -214,6 +231,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(
         settings, store, app[ENGINES], deposits, opt_outs
     )
+    callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
+    jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
+    app[CALLBACKS] = callbacks
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -266,11 +286,14 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await voice_bridge.close()  # live calls hung up and settled
     await jobs.close()
     await deposits.wait_payouts()
+    await callbacks.close()
     await refunds.wait_payouts()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
 
+
+CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
 
 # An unpaid payment is deleted this long after its invoice expired.
 UNPAID_RETENTION_S = 7 * 86400
@@ -333,6 +356,19 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         next_run_time=datetime.now(UTC),
         max_instances=1,
         coalesce=True,
+    )
+    callbacks = app[CALLBACKS]  # owed deliveries, including those a restart interrupted
+    scheduler.add_job(
+        callbacks.deliver_due,
+        "interval",
+        seconds=CALLBACK_SWEEP_S,
+        id="callbacks-deliver",
+        next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
     )
     scheduler.start()
     app[STARTED_AT] = time.time()

@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 import httpx
 from aiohttp import web
 
+from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
@@ -17,6 +18,7 @@ from satsgate.operations.base import OperationEnv
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.bridge_sessions import BridgeSessions
+from satsgate.services.callbacks_guard import Outbound
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -34,3 +36,5 @@ HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
 VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions
+OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
+CALLBACKS = web.AppKey("callbacks", CallbackSender)

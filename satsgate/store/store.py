@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.deposits import DepositRepository
@@ -33,6 +34,7 @@ class Store:
         self.deposits = DepositRepository(self.db)
         self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)
+        self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

@@ -185,6 +185,12 @@ class BridgeSessions:
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing = False
         self._free: set[asyncio.Task[Any]] = set()  # background writes and ends
+        if engines.available(ENGINE) and not self._base().startswith("https://"):
+            log.warning(
+                "voice bridge: base_url %s is not https; telephony providers reach the media "
+                "WebSocket only at a public wss:// address (set base_url)",
+                self._base(),
+            )
 
     # -- addresses ------------------------------------------------------------------------
 

@@ -445,6 +445,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        voice_bridge=app.get(VOICE_BRIDGE),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from mcp import Client
 
 from satsgate.engines.providers import PROVIDER_KINDS
 from tests.conftest import (
@@ -32,6 +33,7 @@ from tests.fake_lnurlp import FakeLightningAddress
 from tests.fake_twilio_media import AUTH_TOKEN, FakeTwilio, twilio_signature
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import assert_envelope
+from tests.test_mcp import first_text, mcp_url, structured
 
 OPEN = "voice-bridge-open"
 SAY = "/api/l402/voice-bridge/say"
@@ -164,6 +166,13 @@ async def test_a_call_transcribes_speaks_and_settles_once(
     assert "tomorrow" in transcript and "call" in transcript, transcript
     assert all(isinstance(e["ts_ms"], int) and e["ts_ms"] > 1_700_000_000_000 for e in events)
     assert ("ringing", 204) in call.callbacks and ("in-progress", 204) in call.callbacks
+    # Over MCP the same events; what the callee said is fenced as untrusted content.
+    async with Client(mcp_url(bridge_node)) as mcp:
+        result = await mcp.call_tool("poll_voice_bridge", {"sessionId": session})
+    assert not result.is_error
+    assert structured(result)["events"][: len(events)] == events
+    assert structured(result)["untrusted_output"] is True
+    assert "<untrusted-content>" in first_text(result) and "tomorrow" in first_text(result)
 
     # Text is spoken into the call: mu-law at 8000 bytes a second, as long as the speech.
     # The line echoes it back: recognition is muted while it plays, so it is not heard.

@@ -51,6 +51,12 @@ _BRIDGE_CODES = (
 _FREE_NOTE = " Free: the session's deposit pays; no Authorization, never 402."
 
 
+def _heard(result: object) -> bool:
+    """Poll and end answers carry what the called party said (transcripts): untrusted
+    content for a language model reading them (MCP fences it)."""
+    return True
+
+
 async def voice_bridge_say(
     env: OperationEnv, args: VoiceBridgeSayParams, call: Call
 ) -> VoiceBridgeSaid:
@@ -135,6 +141,7 @@ VOICE_BRIDGE_POLL: OperationSpec[VoiceBridgePollParams, VoiceBridgeEvents] = Ope
         "system events (every 0.5 to 1 s)",
     ),
     tool="poll_voice_bridge",
+    untrusted=_heard,
     error_codes=_BRIDGE_CODES,
     family=VOICE_BRIDGE,
     tags=(VOICE_BRIDGE_OPEN.category, "free"),
@@ -164,6 +171,7 @@ VOICE_BRIDGE_END: OperationSpec[VoiceBridgeEndParams, VoiceBridgeSettlement] = O
         "and refunds the rest of the deposit",
     ),
     tool="end_voice_bridge",
+    untrusted=_heard,
     read_only=False,
     error_codes=_BRIDGE_CODES,
     family=VOICE_BRIDGE,

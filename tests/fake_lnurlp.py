@@ -22,9 +22,9 @@ from typing import Any
 import coincurve
 from aiohttp import web
 from bolt11 import Bolt11, encode
-from bolt11.types import MilliSatoshi
 from bolt11.models.features import Feature, Features, FeatureState
 from bolt11.models.tags import Tag, TagChar, Tags
+from bolt11.types import MilliSatoshi
 
 from tests.conftest import free_port
 

@@ -416,6 +416,12 @@ async def test_the_unused_deposit_goes_to_the_refund_address(
     session = opened["sessionId"]
     call = twilio.calls[opened["callId"]]
     await _events_until(node, session, lambda ev: "answered" in _types(ev))
+    # Another language and voice, by description (the global text-to-speech tier).
+    spanish = {"text": "Hola, buenos días.", "language": "es", "voiceDescription": "female"}
+    resp = await node.post(SAY, json={"sessionId": session, **spanish})
+    assert resp.status_code == 200, resp.text
+    await twilio.wait_for(lambda: "say-1" in call.marks)
+    assert len(call.received) == resp.json()["bytesSent"] > 4000
     await twilio.wait_for(lambda: call.spoken >= len(call.speech) > 0)
     settled = (await node.post(END, json={"sessionId": session})).json()
     assert settled["finalTranscript"] == ""  # sttEnabled false: the callee is not transcribed

@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,13 @@ from satsgate import discovery, mcp
 from satsgate.appkeys import (
     BACKEND,
     CALLBACKS,
+    CPU,
     DEPOSITS,
     ENGINES,
     FILES,
     GATE,
     HANDLERS,
+    HOLDS,
     HTTP,
     JOBS,
     OPERATION_ENV,
@@ -63,7 +65,10 @@ from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
-from satsgate.outreach.do_not_contact import NO_OPT_OUTS
+from satsgate.outreach import retention
+from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
+from satsgate.outreach.holds import HoldDesk
+from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -73,11 +78,12 @@ from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
-from satsgate.web import api, checkout, operator_routes
+from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
@@ -106,8 +112,9 @@ __all__ = [
 
 def node_engines(
     settings: Settings,
-    pool: Executor,
+    cpu: CpuRunner,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+    opt_outs: OptOuts = NO_OPT_OUTS,
 ) -> Engines:
     """This node's engine registry: every engine name the services run on, resolved to
     the providers the settings route it to, else the local engine installed here.
@@ -115,7 +122,7 @@ def node_engines(
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        EngineDeps(settings, cpu, opt_outs),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
@@ -146,12 +153,16 @@ def create_app(
     # on the first job.
     # A worker exits when the server dies, even by SIGKILL (procguard.die_with_parent).
     pool = ProcessPoolExecutor(
-        max_workers=2,
+        max_workers=settings.cpu_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    engines = node_engines(settings, pool, provider_kinds)
+    # One runner for handlers and engines alike: its lanes count the pool's workers.
+    cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
+    store = Store(settings.db_path)
+    # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
+    engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -160,8 +171,9 @@ def create_app(
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool
+    app[CPU] = cpu
     app[ENGINES] = engines
-    app[STORE] = Store(settings.db_path)
+    app[STORE] = store
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
@@ -169,7 +181,7 @@ def create_app(
         settings.server_secret,
         settings.file_url_ttl_s,
     )
-    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     _add_nostr(app, settings)
@@ -225,11 +237,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[DEPOSITS] = deposits
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
     # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
-    # A callee who asks not to be called again goes on the do-not-contact list (holds'
-    # store.do_not_contact, where this store has it).
-    opt_outs = getattr(store, "do_not_contact", NO_OPT_OUTS)
+    # A callee who asks not to be called again goes on the do-not-contact list.
     app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(
-        settings, store, app[ENGINES], deposits, opt_outs
+        settings, store, app[ENGINES], deposits, store.do_not_contact
     )
     callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
     jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
@@ -237,16 +247,23 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    screener = NodeScreener(
+        settings=settings,
+        opt_outs=store.do_not_contact,
+        screenings=store.screenings,
+        payments=store.payments,
+    )
     app[HANDLERS] = handlers = HandlerResources(
         settings=settings,
         files=app[FILES],
         http=http,
-        cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
+        cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
         deposits=deposits,
         voice_bridge=voice_bridge,
         deliveries=store.deliveries,
+        screener=screener,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -255,7 +272,21 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         refunds=refunds,
         jobs=jobs,
         handlers=handlers,
+        opt_outs=store.do_not_contact,
     )
+    app[HOLDS] = desk = HoldDesk(
+        store=store,
+        jobs=jobs,
+        refunds=refunds,
+        invoices=gate,
+        contexts=handlers,
+        released_screener=screener.released(),
+        by_slug=dict(BY_SLUG),
+        server_secret=settings.server_secret,
+        public_base_url=settings.public_base_url,
+    )
+    gate.spender.held = desk  # the spender holds what the screen flags
+    desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,
         jobs=jobs,
@@ -275,6 +306,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
+    interrupted = await desk.finish_interrupted()
+    if interrupted:
+        log.warning("%d held request(s) were mid-review at a restart: refunded", interrupted)
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
@@ -282,15 +316,33 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     bridged = await voice_bridge.recover()
     if bridged:
         log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
+    if gate.sessions is not None:
+        given_back = await gate.sessions.give_back_held()
+        if given_back:
+            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     yield
     await voice_bridge.close()  # live calls hung up and settled
     await jobs.close()
     await deposits.wait_payouts()
     await callbacks.close()
     await refunds.wait_payouts()
+    if gate.sessions is not None:
+        await gate.sessions.wait_closing()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
+    store = app[STORE]
+    desk = attach_desk(
+        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
+    )
+    if app[ENGINES].available("fax"):
+        await desk.start()
+    yield
+    await desk.close()
 
 
 CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
@@ -320,6 +372,16 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.sessions is not None:
+        # Payment sessions: idle ones closed and paid back, failed payouts retried.
+        scheduler.add_job(
+            gate.sessions.sweep,
+            "interval",
+            seconds=max(1, min(30, app[SETTINGS].session_idle_timeout_s // 4)),
+            id="sessions-sweep",
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.add_job(
         app[DEPOSITS].resume,
         "interval",
@@ -346,6 +408,25 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    # Held communications: refunded once unresolved for 24 hours.
+    scheduler.add_job(
+        app[HOLDS].expire,
+        "interval",
+        minutes=10,
+        id="holds-expire",
+        max_instances=1,
+        coalesce=True,
+    )
+    # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
+    scheduler.add_job(
+        retention.sweep,
+        "interval",
+        hours=1,
+        args=[app[STORE].retention, app[SETTINGS].data_dir],
+        id="retention-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
     scheduler.add_job(
         refresh_rates,
@@ -354,6 +435,20 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         args=[app[HTTP], app[SETTINGS]],
         id="rates-refresh",
         next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+    )
+    # SMS and calls whose status webhooks never came: asked again, calls settled.
+    store = app[STORE]
+    scheduler.add_job(
+        deliveries.sweep,
+        "interval",
+        minutes=5,
+        args=[
+            deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds),
+            app[ENGINES],
+        ],
+        id="deliveries-sweep",
         max_instances=1,
         coalesce=True,
     )
@@ -412,6 +507,9 @@ def _add_operator_routes(app: web.Application, settings: Settings) -> None:
     /recover/payout (behind a refund's own secret). Free; never an invoice."""
     app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
     operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
+    # Held communications and the do-not-contact list (operator), /appeal (payers).
+    operator_holds.install(app, holds_key=HOLDS, store_key=STORE, token_key=OPERATOR_TOKEN)
+    appeal.install(app, HOLDS)
 
 
 async def _wake_waiting_calls(app: web.Application) -> None:
@@ -446,6 +544,7 @@ def mcp_server(
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
         voice_bridge=app.get(VOICE_BRIDGE),
+        deliveries=app[STORE].deliveries,
     )
 
 

@@ -10,11 +10,12 @@ from aiohttp import web
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler
-from satsgate.engines import Engines
+from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
+from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.bridge_sessions import BridgeSessions
@@ -36,5 +37,7 @@ HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
 VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions
+HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
+CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines

@@ -61,8 +61,18 @@ class Settings:
     # sent to another base URL here instead ({"wallet.test": "http://127.0.0.1:9000"}),
     # for a regtest wallet or a test's LNURL server.
     lightning_address_hosts: Mapping[str, str] = field(default_factory=dict)
+    # Payment sessions (the MPP session intent, lightning method; payments/sessions.py):
+    # a session's deposit is this many times the price of the call whose 402 offered it,
+    # at most session_max_deposit_sat (never below that one call's price); a session idle
+    # this long is closed and its balance paid to its return invoice.
+    session_deposit_multiplier: int = 20
+    session_max_deposit_sat: int = 100_000
+    session_idle_timeout_s: int = 300
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
+    # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold
+    # at most cpu_workers - 1 of them, so short ones always find one.
+    cpu_workers: int = 2
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
     # Largest accepted request body. Per-service limits are checked on top.
@@ -112,6 +122,9 @@ class Settings:
     # [telephony] rates_file = "rates.csv": the operator's destination rates replacing the
     # built-in table (satsgate/services/telephony.py), checked at start-up.
     telephony: Mapping[str, Any] = field(default_factory=dict)
+    # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
+    # llm_on_error ("pass" or "hold"), llm_model (a text model id).
+    screening: Mapping[str, Any] = field(default_factory=dict)
     # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
     discovery: Mapping[str, Any] = field(default_factory=dict)
 
@@ -174,7 +187,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "telephony", "discovery"}:
+    for name in names - {"engines", "providers", "screening", "telephony", "discovery"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]

@@ -256,8 +256,9 @@ _CODES: tuple[ErrorCode, ...] = (
         "RECIPIENT_OPTED_OUT",
         403,
         "A recipient asked not to be contacted (the do-not-contact list).",
-        "Remove the listed recipients; nothing was charged before an invoice, and a "
-        "payment already made for this request was refunded.",
+        "Remove the listed recipients. Refused before any invoice: nothing was charged "
+        "(a payment already made stays unused: request_refund gives it back; refused "
+        "after the spend, the refund is attached).",
         spec=False,
     ),
     ErrorCode(

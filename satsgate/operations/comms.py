@@ -294,8 +294,10 @@ def _delivery_env(env: OperationEnv) -> deliveries.DeliveryEnv:
 
 
 async def sms_status(env: OperationEnv, args: SmsStatusParams, call: Call) -> SmsDelivery:
-    record = await deliveries.read_status(_delivery_env(env), env.engines, "sms", args.message_id)
-    return SmsDelivery.model_validate(deliveries.sms_body(record, env.settings.public_base_url))
+    denv = _delivery_env(env)
+    record = await deliveries.read_status(denv, env.engines, "sms", args.message_id)
+    body = await deliveries.sms_body(denv, record, env.settings.public_base_url)
+    return SmsDelivery.model_validate(body)
 
 
 async def call_status(env: OperationEnv, args: CallStatusParams, call: Call) -> CallDelivery:
@@ -313,9 +315,10 @@ SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = OperationSpec(
     name="get_sms_status",
     title="SMS delivery status",
     description="The delivery status of an SMS sent with send_sms, free: { success, "
-    "message_id, status, final, updated_at, status_url }; status is queued, sent, "
-    "delivered, undelivered or failed (final: delivered, undelivered, failed). Unknown "
-    "message_id: DELIVERY_NOT_FOUND.",
+    "message_id, status, final, updated_at, status_url, refund? }; status is queued, "
+    "sent, delivered, undelivered or failed (final: delivered, undelivered, failed). A "
+    "message that ends undelivered or failed is refunded: refund is its LNURL-withdraw. "
+    "Unknown message_id: DELIVERY_NOT_FOUND.",
     params=SmsStatusParams,
     result=SmsDelivery,
     handler=sms_status,

@@ -172,7 +172,7 @@ class AiCallRecord(Body):
 
 class SmsDelivery(Body):
     """A sent SMS's delivery status: queued, sent, delivered, undelivered or failed
-    (final: delivered, undelivered, failed)."""
+    (final: delivered, undelivered, failed); an undelivered or failed one is refunded."""
 
     model_config = ConfigDict(title="SmsDelivery")
 
@@ -182,6 +182,7 @@ class SmsDelivery(Body):
     final: bool
     updated_at: str | None = None
     status_url: str
+    refund: Refund | None = None
 
 
 class CallDelivery(Body):

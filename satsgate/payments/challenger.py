@@ -12,6 +12,7 @@ only satsgate mints one and it names its payment without a column or a lookup ta
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -26,11 +27,15 @@ from pydantic import BaseModel, ValidationError
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
+from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
 from satsgate.services.base import ServiceSpec, request_digest
 from satsgate.store import Payment, PaymentStatus
 
 log = logging.getLogger(__name__)
+
+# Seconds of checking an unpaid request may take (decoding and measuring its files).
+PREVALIDATE_BUDGET_S = 20.0
 
 AnySpec = ServiceSpec[Any]
 
@@ -137,8 +142,10 @@ class Challenger:
         invoice_expiry_s: int,
         credential_ttl_s: int,
         holds: HoldIssuer | None = None,
+        opt_outs: OptOuts | None = None,
     ) -> None:
         self._node = node
+        self._opt_outs = opt_outs  # the do-not-contact list (ServiceSpec.recipients)
         # With hold invoices on, payments of the paymentId flow (MCP) are hold invoices:
         # L402/MPP need the preimage at payment time, which a held HTLC never gives.
         self._holds = holds
@@ -160,10 +167,29 @@ class Challenger:
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
         """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
-        and that an engine serves the model the request chose."""
+        and that an engine serves the model the request chose. Unpaid work has a time
+        budget: a request whose files take longer to check is refused (the check itself,
+        bounded by the service's size caps, ends on its own in its thread)."""
         self.ensure_available(spec, params)
         if spec.prevalidate is not None:
-            await spec.prevalidate(params)
+            try:
+                await asyncio.wait_for(spec.prevalidate(params), PREVALIDATE_BUDGET_S)
+            except TimeoutError:
+                raise ApiError(
+                    "L402_INVALID_PARAMS",
+                    f"Invalid parameters: (body): the files took longer than "
+                    f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
+                    "Nothing was charged.",
+                ) from None
+        if spec.recipients is not None and self._opt_outs is not None:
+            opted = await self._opt_outs.opted_out(spec.recipients(params))
+            if opted:
+                raise ApiError(
+                    "RECIPIENT_OPTED_OUT",
+                    f"{len(opted)} recipient(s) asked not to be contacted: "
+                    f"{', '.join(opted)}; nothing was charged.",
+                    extra={"recipients": list(opted)},
+                )
 
     async def create_payment(
         self,

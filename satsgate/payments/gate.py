@@ -31,15 +31,18 @@ from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
+from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
-from satsgate.payments.challenger import Challenger
+from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.services.bridge_sessions import BridgeSessions
+from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
 
@@ -61,9 +64,17 @@ class HandlerResources:
     deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
     voice_bridge: BridgeSessions | None = None  # voice-bridge sessions (open_voice_bridge)
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
+    # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
+    # rules alone (satsgate.services.screening.screen).
+    screener: Screener | None = None
 
     def for_call(
-        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+        self,
+        call_id: str,
+        progress: Progress | None = None,
+        job_state: JobState | None = None,
+        *,
+        screener: Screener | None = None,
     ) -> ServiceContext:
         return ServiceContext(
             progress=progress or _no_progress,
@@ -78,6 +89,7 @@ class HandlerResources:
             deposits=self.deposits,
             voice_bridge=self.voice_bridge,
             deliveries=self.deliveries,
+            screener=screener or self.screener,
         )
 
 
@@ -98,8 +110,10 @@ class Gate:
         public_base_url: str,
         max_body_bytes: int,
         holds: Holds | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.challenger = challenger
+        self.sessions = sessions  # the session intent (payments/sessions.py)
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
@@ -130,6 +144,7 @@ class Gate:
         self.refund_orphaned_job = spender.refund_orphaned_job
         self.resume_job = spender.resume_job
         self.refund_unanswered = spender.refund_unanswered
+        self.run_released = spender.run_released
 
 
 def build_gate(
@@ -140,6 +155,7 @@ def build_gate(
     refunds: RefundService,
     jobs: JobRunner,
     handlers: HandlerResources,
+    opt_outs: OptOuts | None = None,
 ) -> Gate:
     """Wire the four collaborators to the node, the store's repositories, the refund
     service and the job runner."""
@@ -159,7 +175,26 @@ def build_gate(
             max_unused_s=settings.hold_max_unused_s,
         )
         settlements.holds = holds
+    sessions = Sessions(
+        config=SessionConfig(
+            secret=settings.server_secret,
+            realm=realm_of(settings.public_base_url),
+            network=settings.network,
+            invoice_expiry_s=settings.invoice_expiry_s,
+            deposit_multiplier=settings.session_deposit_multiplier,
+            max_deposit_sat=settings.session_max_deposit_sat,
+            idle_timeout_s=settings.session_idle_timeout_s,
+            pay_timeout_s=settings.refund_pay_timeout_s,
+            fee_cap=refunds.max_fee_msat,
+        ),
+        node=backend,
+        payments=store.payments,
+        sessions=store.sessions,
+        settlements=settlements,
+        contexts=handlers,
+    )
     return Gate(
+        sessions=sessions,
         challenger=Challenger(
             node=backend,
             payments=store.payments,
@@ -171,6 +206,7 @@ def build_gate(
             invoice_expiry_s=settings.invoice_expiry_s,
             credential_ttl_s=settings.credential_ttl_s,
             holds=holds if settings.hold_invoices else None,
+            opt_outs=opt_outs,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

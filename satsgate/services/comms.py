@@ -10,15 +10,19 @@ The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from satsgate.engines import EngineError
+from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
+from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
-from satsgate.services import deliveries
+from satsgate.services import deliveries, faxes
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -28,7 +32,6 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog import EMAIL_MODEL_ID
 from satsgate.services.common import (
-    CallbackFields,
     InvalidField,
     MiB,
     ServiceParams,
@@ -55,12 +58,16 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
-from satsgate.services.screening import Outreach, screen
+from satsgate.services.screening import Outreach, html_text, screen
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
 
+log = logging.getLogger(__name__)
+
 MAX_EMAIL_RECIPIENTS = 10
+# The text-to-speech tier a call speaks with when its provider plays the node's audio.
+GLOBAL_TTS_MODEL = 43
 
 
 def _routable(value: str) -> str:
@@ -148,10 +155,20 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
     """Hand the message to the configured mail engine (the operator's SMTP server).
 
     Charged per recipient the server accepted; recipients it refused while taking the
-    others are refunded (``partial_refund``). Screening and holds of communications
-    (issue 19) are not applied here yet: they belong before this call, in one place for
-    every communication service.
+    others are refunded (``partial_refund``). Screened first (subject, text, the HTML's
+    text and the sender name): a flagged message is held for review, not sent.
     """
+    await screen(
+        ctx,
+        Outreach(
+            channel="email",
+            recipients=tuple(params.recipients),
+            text="\n".join(
+                part for part in (params.subject, params.text, html_text(params.html or "")) if part
+            ),
+            sender_name=params.fromName,
+        ),
+    )
     message = OutgoingEmail(
         to=tuple(params.recipients),
         subject=params.subject,
@@ -189,7 +206,7 @@ SEND_EMAIL = ServiceSpec(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
     model_ids=(EMAIL_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
@@ -331,8 +348,10 @@ SEND_SMS = ServiceSpec(
     tool_name="send_sms",
     category="telco",
     title="Send SMS",
-    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer. "
-    "Priced by destination country.",
+    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer "
+    "with message_id, status and status_url (the delivery status, free: GET "
+    "/api/l402/send-sms?message_id=..., tool get_sms_status). Priced by destination "
+    "country; refunded when it ends undelivered or failed.",
     params=SendSmsParams,
     price_msat=lambda p: sms_msat(p.phone_number),
     handler=send_sms,
@@ -388,6 +407,31 @@ class CallParams(ServiceParams):
     _locale = field_validator("language")(check_ai_call_locale)
 
 
+async def _node_speech(ctx: ServiceContext, params: CallParams) -> str | None:
+    """The message spoken by this node's own text-to-speech (the global tier, 43) as an
+    expiring file link the call plays; None (the provider speaks it) when the node has
+    no such engine or it cannot speak this language."""
+    if not ctx.engines.serves_model("tts", GLOBAL_TTS_MODEL):
+        return None
+    request = SynthesisRequest(
+        text=params.message,
+        model_id=GLOBAL_TTS_MODEL,
+        language=None if params.language == "multi" else params.language,
+        format="mp3",
+    )
+    try:
+        result = await ctx.engines.run(
+            "tts",
+            SynthesisEngine,
+            lambda engine, name: engine.synthesize(replace(request, model_name=name)),
+            model_id=GLOBAL_TTS_MODEL,
+        )
+    except EngineError as exc:
+        log.info("call: the node's speech failed (%s); the provider speaks instead", exc.code)
+        return None
+    return (await ctx.files.save(result.audio, "mp3")).url
+
+
 async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     """Screen, dial, record: ``{ success, call_id, status, status_url, max_duration_s }``.
     The call is billed later by its connected minutes (at least one when answered;
@@ -405,6 +449,9 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
             ctx, records, created, delivery_id=delivery_id, channel="call", provider=provider,
             country=country, paid_msat=rate * params.duration_minutes, rate_msat=rate,
         )  # fmt: skip
+        audio_url = None
+        if getattr(engine, "wants_audio", False):
+            audio_url = await _node_speech(ctx, params)
         request = CallRequest(
             to=params.phone_number,
             text=params.message,
@@ -412,6 +459,7 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
             repeat=params.repeat,
             max_duration_s=params.duration_minutes * 60,
             reference=delivery_id,
+            audio_url=audio_url,
         )
         return provider, await engine.place_call(request)
 
@@ -445,8 +493,11 @@ CALL = ServiceSpec(
     tool_name="call",
     category="telco",
     title="Automated call",
-    description="Phone an E.164 number and speak a message: { success, call_id, status }. "
-    "Priced by destination country per minute of duration_minutes.",
+    description="Phone an E.164 number and speak a message: { success, call_id, status, "
+    "status_url, max_duration_s }. Prepaid for duration_minutes at the destination "
+    "country's rate per minute; billed by the connected minutes (at least one when "
+    "answered), the rest refunded, everything when nobody answers (status and refund: GET "
+    "/api/l402/call?call_id=..., tool get_call_status).",
     params=CallParams,
     price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
     handler=place_call,
@@ -666,13 +717,22 @@ SEND_FAX = ServiceSpec(
     tool_name="send_fax",
     category="fax",
     title="Send fax",
-    description="Fax a PDF (up to 50 pages) to an E.164 number: { success, faxId, status }. "
-    "500 sats.",
+    description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number: { success, faxId, "
+    "status, status_url }. Read the status for free at status_url (or MCP get_fax_status): "
+    "queued, sending, delivered or failed; a fax that fails is refunded in full (the "
+    "refund link is in the payer's status read). 500 sats per fax.",
     params=SendFaxParams,
     price_msat=flat_price("fax-send"),
-    handler=no_engine,
+    handler=faxes.send_fax,
     model_ids=(44,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
@@ -681,7 +741,10 @@ SEND_FAX = ServiceSpec(
 )
 
 
-class ReceiveFaxParams(ServiceParams, CallbackFields):
+class ReceiveFaxParams(ServiceParams):
+    """No callback_url: satsgate's callbacks report a job's end, and an inbox has no end
+    but many faxes; poll it (free) or give forwardEmail."""
+
     country: str = Field(
         "US",
         min_length=2,
@@ -713,11 +776,16 @@ RECEIVE_FAX = ServiceSpec(
     tool_name="receive_fax",
     category="fax",
     title="Receive fax",
-    description="A temporary inbound fax number for 24 hours: { faxNumber, expiresAt, "
-    "poll_url }; received faxes are PDFs (polled, e-mailed or called back). 500 sats.",
+    description="An inbound fax number of the requested country for 24 hours, yours alone: "
+    "{ success, inboxId, faxNumber, expiresAt, poll_url, faxes }. Faxes it receives are "
+    "listed with download links by GET poll_url (free; keep inboxId secret) and, with "
+    "forwardEmail, e-mailed as a link. Received documents are deleted 12 hours after "
+    "arrival. 500 sats.",
     params=ReceiveFaxParams,
     price_msat=flat_price("fax-receive"),
-    handler=no_engine,
+    handler=faxes.receive_fax,
+    engine_request=lambda p: InboundRequest(p.country),
+    engine_request_field="country",
     model_ids=(45,),
     failure_codes=("SERVICE_ERROR",),
     max_body_bytes=16 * 1024,

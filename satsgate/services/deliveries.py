@@ -5,9 +5,10 @@ and the payer's free status read.
 - :func:`apply_events`: what the webhook route (``POST /api/webhooks/<kind>/<NAME>``)
   does with a genuine provider report. Statuses move forward only
   (:data:`STATUS_RANKS`); a call that reaches a final status is settled once
-  (:func:`settle_call`): the started minutes it was connected, at least one when it
+  (:func:`settle`): the started minutes it was connected, at least one when it
   was answered, are charged; the rest of the prepaid time is refunded through the
-  refund machinery (an LNURL-withdraw the payer finds in the status read).
+  refund machinery (an LNURL-withdraw the payer finds in the status read). An SMS that
+  ends undelivered or failed is refunded in full the same way (a failure after payment).
 - :func:`record_status`: the payer's status read (free), which asks the provider again
   when no report came for a while (a node whose webhooks cannot reach it).
 """
@@ -94,8 +95,8 @@ async def apply_update(
     if record is None:
         log.info("delivery report for no known %s of provider %s", update.channel, provider)
         return None
-    if record.channel == "call" and record.final and record.settled_at is None:
-        await settle_call(env, record)
+    if record.final and record.settled_at is None:
+        await settle(env, record)
         record = await env.deliveries.get(record.delivery_id) or record
     return record
 
@@ -133,12 +134,27 @@ def call_charge_msat(record: Delivery, amount_msat: int) -> int:
     return amount_msat * used_minutes(record) // paid_minutes(record)
 
 
-async def settle_call(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | None:
-    """Charge a final call's connected time and refund the rest of what was paid, once
-    (the record's settlement is one conditional UPDATE); the refund object, if any."""
+# A message that ended so was not delivered: refunded in full.
+UNDELIVERED_SMS: Final = frozenset({"undelivered", "failed"})
+
+
+def charge_msat(record: Delivery, amount_msat: int) -> int:
+    """What a final record costs of the ``amount_msat`` paid: a call its connected
+    minutes; an SMS all of it when delivered, nothing when it was not; a fax (or any other
+    channel) all of it."""
+    if record.channel == "call":
+        return call_charge_msat(record, amount_msat)
+    if record.channel == "sms" and record.status in UNDELIVERED_SMS:
+        return 0
+    return amount_msat
+
+
+async def settle(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | None:
+    """Charge a final record (:func:`charge_msat`) and refund the rest of what was paid,
+    once (the record's settlement is one conditional UPDATE); the refund object, if any."""
     payment = await env.get_payment(record.payment_id)
     amount = record.paid_msat if payment is None else payment.amount_msat
-    charged = call_charge_msat(record, amount)
+    charged = charge_msat(record, amount)
     if not await env.deliveries.settle(record.delivery_id, charged):
         return None  # settled before
     unused = amount - charged
@@ -147,12 +163,17 @@ async def settle_call(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | No
     if payment is None:
         log.error("call %s: its payment is gone; %d msat not refunded", record.delivery_id, unused)
         return None
-    refund = await env.refunds.refund_spent(payment, unused, f"call {record.status}: unused time")
+    reason = (
+        f"call {record.status}: unused time"
+        if record.channel == "call"
+        else f"{record.channel} {record.status}"
+    )
+    refund = await env.refunds.refund_spent(payment, unused, reason)
     log.info(
-        "call %s %s after %ss: charged %d msat, refunded %d msat",
+        "%s %s %s: charged %d msat, refunded %d msat",
+        record.channel,
         record.delivery_id,
         record.status,
-        record.duration_s,
         charged,
         unused if refund else 0,
     )
@@ -190,8 +211,8 @@ async def read_status(
         if update is not None:
             update = dataclasses.replace(update, reference=record.delivery_id)
             record = await apply_update(env, record.provider, update, now=stamp) or record
-    if record.channel == "call" and record.final and record.settled_at is None:
-        await settle_call(env, record)
+    if record.final and record.settled_at is None:
+        await settle(env, record)
         record = await env.deliveries.get(record.delivery_id) or record
     return record
 
@@ -219,9 +240,10 @@ def _iso(stamp: int | None) -> str | None:
     return datetime.fromtimestamp(stamp, UTC).isoformat().replace("+00:00", "Z")
 
 
-def sms_body(record: Delivery, base_url: str) -> dict[str, Any]:
-    """``{ success, message_id, status, final, updated_at, status_url }``."""
-    return {
+async def sms_body(env: DeliveryEnv, record: Delivery, base_url: str) -> dict[str, Any]:
+    """``{ success, message_id, status, final, updated_at, status_url }``, and ``refund``
+    (an LNURL-withdraw) once a message ended undelivered or failed."""
+    body: dict[str, Any] = {
         "success": True,
         "message_id": record.delivery_id,
         "status": record.status,
@@ -229,6 +251,9 @@ def sms_body(record: Delivery, base_url: str) -> dict[str, Any]:
         "updated_at": _iso(record.updated_at),
         "status_url": status_url(base_url, record.delivery_id),
     }
+    if record.settled_at is not None and record.charged_msat == 0:
+        body["refund"] = await env.refunds.latest_refund(record.payment_id)
+    return body
 
 
 async def call_body(env: DeliveryEnv, record: Delivery, base_url: str) -> dict[str, Any]:
@@ -250,3 +275,41 @@ async def call_body(env: DeliveryEnv, record: Delivery, base_url: str) -> dict[s
         body["charged_sats"] = record.charged_msat / 1000
         body["refund"] = await env.refunds.latest_refund(record.payment_id)
     return body
+
+
+# -- the sweep (scheduled) ------------------------------------------------------------------
+
+# A record no report finished this long after its last change is asked about again; one
+# older than SWEEP_MAX_AGE_S is left as it is (the provider has forgotten it too).
+SWEEP_AFTER_S = 15 * 60
+SWEEP_MAX_AGE_S = 3 * 86400
+
+
+async def sweep(env: DeliveryEnv, engines: Engines, now: int | None = None) -> int:
+    """Finish what no webhook finished: fetch the status of open SMS and calls from their
+    provider, settle the ones that ended (their refunds); a record the provider never
+    answered for (a restart between the record and the send) is closed as failed (its
+    payment was refunded by the gate's restart sweep). Returns the records finished."""
+    stamp = int(time.time()) if now is None else now
+    finished = 0
+    for channel in ("call", "sms"):
+        records = await env.deliveries.open_records(
+            channel, stamp - SWEEP_AFTER_S, stamp - SWEEP_MAX_AGE_S
+        )
+        for record in records:
+            try:
+                if record.provider_ref is None:
+                    ranked = rank(channel, "failed")
+                    assert ranked is not None
+                    await env.deliveries.update(
+                        provider=record.provider, delivery_id=record.delivery_id,
+                        status="failed", rank=ranked[0], final=True, error="lost", now=stamp,
+                    )  # fmt: skip
+                    await env.deliveries.settle(record.delivery_id, 0, now=stamp)
+                    finished += 1
+                    continue
+                got = await read_status(env, engines, channel, record.delivery_id, now=stamp)
+                finished += int(got.final)
+            except Exception:  # one record must not stop the sweep
+                log.exception("delivery sweep: %s failed", record.delivery_id)
+    return finished

@@ -21,6 +21,8 @@ before any invoice is ``ServiceSpec.recipients``.
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -55,8 +57,11 @@ class HeldForReview(Exception):
     ``reasons`` are short machine-readable labels, e.g. ``("impersonation:bank",
     "credential:otp")``; they reach the operator, never the recipient."""
 
-    def __init__(self, reasons: tuple[str, ...], message: str = "") -> None:
+    def __init__(
+        self, reasons: tuple[str, ...], message: str = "", outreach: Outreach | None = None
+    ) -> None:
         self.reasons = tuple(reasons)
+        self.outreach = outreach  # what was screened: the hold's evidence for the operator
         super().__init__(message or "held for review: " + ", ".join(self.reasons))
 
 
@@ -80,4 +85,12 @@ async def screen(ctx: ServiceContext, outreach: Outreach) -> None:
 
     reasons = check_text(outreach.text, outreach.sender_name)
     if reasons:
-        raise HeldForReview(reasons)
+        raise HeldForReview(reasons, outreach=outreach)
+
+
+_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.S | re.I)
+
+
+def html_text(markup: str) -> str:
+    """The text an HTML body shows (tags dropped, entities decoded), for the screen."""
+    return html.unescape(_TAG.sub(" ", markup)) if markup else ""

@@ -200,15 +200,16 @@ class DeliveryRepository:
         return changed == 1
 
     async def open_records(
-        self, channel: str, updated_before: int, limit: int = 100
+        self, channel: str, updated_before: int, created_after: int = 0, limit: int = 100
     ) -> list[Delivery]:
         """Records of ``channel`` not final (or final but unsettled) last updated before
-        ``updated_before``: what a status fetch should look at again."""
+        ``updated_before`` and created after ``created_after``: what a status fetch
+        should look at again."""
         rows = await self._db.run_sync(
             lambda conn: conn.execute(
                 _SELECT + "channel = ? AND (final = 0 OR settled_at IS NULL)"
-                " AND updated_at < ? ORDER BY updated_at LIMIT ?",
-                (channel, updated_before, limit),
+                " AND updated_at < ? AND created_at > ? ORDER BY updated_at LIMIT ?",
+                (channel, updated_before, created_after, limit),
             ).fetchall()
         )
         return [_row(r) for r in rows]

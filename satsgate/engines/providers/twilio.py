@@ -19,6 +19,12 @@
     status_callbacks = true             # optional: ask for status webhooks (default true)
     voices = { "de-DE" = "Google.de-DE-Standard-A" }   # optional: <Say> voice by locale
     default_voice = "Polly.Joanna"      # optional: <Say> voice for other locales
+    machine_detection = false           # optional: true waits for a voicemail's beep
+                                        # (MachineDetection=DetectMessageEnd) so the whole
+                                        # message is recorded; humans hear it ~2 s later
+    speech = "provider"                 # optional: "node" plays the node's own speech
+                                        # (text-to-speech global tier, an expiring file
+                                        # link under the public base URL) instead of <Say>
 
     [engines]
     sms = "twilio"
@@ -46,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -55,7 +62,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 
@@ -103,6 +110,8 @@ _KNOWN_OPTIONS = frozenset(
         "status_callbacks",
         "voices",
         "default_voice",
+        "speech",
+        "machine_detection",
     }
 )
 
@@ -199,9 +208,11 @@ def speakable(text: str) -> str:
 def say_twiml(
     text: str, *, language: str | None, voice: str | None, repeat: int, audio_url: str | None
 ) -> str:
-    """``<Response><Say|Play loop="repeat">...</Say|Play><Hangup/></Response>``: every
+    """``<Response><Pause length="1"/><Say|Play loop="repeat">...</Say|Play><Hangup/>
+    </Response>``: a second's pause so the person who picked up hears the start; every
     caller-given string is XML-escaped by the serializer, never pasted into markup."""
     root = ET.Element("Response")
+    ET.SubElement(root, "Pause", {"length": "1"})
     if audio_url is not None:
         play = ET.SubElement(root, "Play", {"loop": str(repeat)})
         play.text = audio_url
@@ -382,6 +393,7 @@ class TwilioClient:
         time_limit_s: int | None = None,
         url: str | None = None,
         ring_timeout_s: int | None = None,
+        machine_detection: str | None = None,
     ) -> str:
         """POST Calls.json with inline ``twiml`` (or a ``url`` that serves it) -> the
         call's SID."""
@@ -399,6 +411,8 @@ class TwilioClient:
             form.append(("TimeLimit", str(int(time_limit_s))))
         if ring_timeout_s is not None:
             form.append(("Timeout", str(int(ring_timeout_s))))
+        if machine_detection is not None:
+            form.append(("MachineDetection", machine_detection))
         doc = await self._request("POST", "/Calls.json", form, creates=True, failed=CALL_FAILED)
         sid = doc.get("sid")
         if not isinstance(sid, str) or not sid:
@@ -556,6 +570,14 @@ class TwilioProvider:
             raise EngineConfigError(f"{where}.voices maps locales to <Say> voice names")
         self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
         self.default_voice = _opt_str(opts, "default_voice", where)
+        speech = opts.get("speech", "provider")
+        if speech not in ("provider", "node"):
+            raise EngineConfigError(f'{where} speech must be "provider" or "node"')
+        self.node_speech = speech == "node"
+        detection = opts.get("machine_detection", False)
+        if not isinstance(detection, bool):
+            raise EngineConfigError(f"{where} machine_detection must be true or false")
+        self.machine_detection = detection
         self.config = config
         self.deps = deps
         self.client = TwilioClient(
@@ -595,7 +617,7 @@ class TwilioProvider:
     def webhook_url(self, reference: str, **extra: str) -> str:
         query = urlencode({REFERENCE_PARAM: reference, **extra})
         base = self.deps.settings.public_base_url.rstrip("/")
-        return f"{base}/api/webhooks/{KIND}/{self.config.name}?{query}"
+        return f"{base}/api/webhooks/{KIND}/{quote(self.config.name, safe='')}?{query}"
 
     def voice_for(self, language: str) -> str | None:
         return self.voices.get(language.lower()) or self.default_voice or None
@@ -643,7 +665,7 @@ class TwilioProvider:
                 self._pending_twiml.pop(reference, None)
             error = one("ErrorCode") or None
             if error:
-                update = StatusUpdate(**{**update.__dict__, "error": error})
+                update = dataclasses.replace(update, error=error)
             return WebhookEvents(200, updates=(update,))
         message_status = one("MessageStatus") or one("SmsStatus")
         if one("MessageSid") and message_status and message_status not in ("received", "receiving"):
@@ -714,6 +736,9 @@ class TwilioVoice:
 
     def __init__(self, provider: TwilioProvider) -> None:
         self.p = provider
+        # The call service synthesizes the message and passes its audio_url (``speech =
+        # "node"``); otherwise Twilio's <Say> speaks the text.
+        self.wants_audio = provider.node_speech
 
     async def place_call(self, request: CallRequest) -> CallPlaced:
         p = self.p
@@ -742,6 +767,7 @@ class TwilioVoice:
                 status_events=("initiated", "ringing", "answered", "completed"),
                 time_limit_s=request.max_duration_s,
                 ring_timeout_s=p.ring_timeout_s,
+                machine_detection="DetectMessageEnd" if p.machine_detection else None,
             )
         except EngineError:
             p._pending_twiml.pop(request.reference, None)

@@ -86,6 +86,7 @@ class FakeTwilio:
         self.calls: dict[str, FakeCall] = {}
         self.refuse_to: set[str] = set()  # numbers Twilio refuses to dial (error 21211)
         self.echo = False  # the callee's line echoes what we play back to us
+        self.says_to: dict[str, bytes] = {}  # what the callee of a number says instead
         self.requests: list[str] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -295,7 +296,7 @@ class FakeTwilio:
             )
             began = time.monotonic()
             chunk = 0
-            call.speech += self.callee_audio
+            call.speech += self.says_to.get(call.to, self.callee_audio)
             while call.status == "in-progress" and not ws.closed:
                 piece = bytes(call.speech[call.spoken : call.spoken + FRAME_BYTES])
                 call.spoken += len(piece)

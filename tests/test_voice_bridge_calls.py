@@ -98,7 +98,7 @@ async def node(bridge_node: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def _open(node: httpx.AsyncClient, **extra: Any) -> dict[str, Any]:
-    body = {"phoneNumber": US, "durationMinutes": 2, **extra}
+    body: dict[str, Any] = {"phoneNumber": US, "durationMinutes": 2, **extra}
     auth = await paid_l402_auth(node, OPEN, body)
     resp = await node.post(f"/api/l402/{OPEN}", json=body, headers={"Authorization": auth})
     assert resp.status_code == 200, resp.text
@@ -439,3 +439,19 @@ async def test_the_unused_deposit_goes_to_the_refund_address(
     ]
     again = (await node.post(END, json={"sessionId": session})).json()
     assert again == settled and len(wallet.issued) == before + 1  # paid once
+
+
+async def test_a_callee_who_asks_not_to_be_called_again_is_not_dialed_again(
+    node: httpx.AsyncClient, twilio: FakeTwilio
+) -> None:
+    number = "+14155550142"
+    twilio.says_to[number] = b"\xff" * 2000 + _mulaw_speech("Please do not call me again.")
+    opened = await _open(node, phoneNumber=number, durationMinutes=1)
+    session = opened["sessionId"]
+    events, _ = await _events_until(node, session, lambda ev: "transcript" in _types(ev))
+    assert "call me again" in events[-1]["text"].lower()
+    await node.post(END, json={"sessionId": session})
+    # The number is on the do-not-contact list: refused before any invoice.
+    resp = await node.post(f"/api/l402/{OPEN}", json={"phoneNumber": number})
+    assert_envelope(resp, "RECIPIENT_OPTED_OUT", 403)
+    assert "invoice" not in resp.json()

@@ -34,6 +34,7 @@ from tests.fake_twilio_media import AUTH_TOKEN, FakeTwilio, twilio_signature
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import assert_envelope
 from tests.test_mcp import first_text, mcp_url, structured
+from tests.test_sessions import Client as SessionClient
 
 OPEN = "voice-bridge-open"
 SAY = "/api/l402/voice-bridge/say"
@@ -455,3 +456,20 @@ async def test_a_callee_who_asks_not_to_be_called_again_is_not_dialed_again(
     resp = await node.post(f"/api/l402/{OPEN}", json={"phoneNumber": number})
     assert_envelope(resp, "RECIPIENT_OPTED_OUT", 403)
     assert "invoice" not in resp.json()
+
+
+async def test_a_payment_session_cannot_pay_the_deposit(
+    node: httpx.AsyncClient, twilio: FakeTwilio
+) -> None:
+    """The deposit is settled against a payment of its own: a session's bearer call is
+    refused after the debit and credited back, and nobody is dialed."""
+    calls_before = len(twilio.calls)
+    body = {"phoneNumber": US, "durationMinutes": 1}
+    price = (await challenge(node, OPEN, body))["amountSats"]
+    session = SessionClient(node)
+    opened = await session.open(OPEN, body)
+    assert opened.status_code == 400, opened.text
+    error = opened.json()
+    assert error["error_code"] == "INVALID_INPUT" and "session" in error["error"]
+    assert error["session"]["creditedMsat"] == price * 1000
+    assert len(twilio.calls) == calls_before

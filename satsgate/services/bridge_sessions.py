@@ -218,8 +218,16 @@ class BridgeSessions:
             raise EngineError("SERVICE_ERROR", "The voice bridge is not available right now.")
         await screen(ctx, Outreach("voice_bridge", (params.phoneNumber,), ""))
         payment = await self._store.payments.get(ctx.call_id)
+        if payment is None:
+            # A call paid from a payment session has no payment of its own to settle the
+            # deposit against: refused (the session is credited back).
+            raise EngineError(
+                "INVALID_INPUT",
+                "open_voice_bridge is paid by a deposit of its own: pay it per call (L402, "
+                "the Payment charge intent or create_payment), not from a payment session.",
+            )
         per_minute = params.per_minute_msat
-        deposit = payment.amount_msat if payment is not None else ctx_price(params)
+        deposit = payment.amount_msat
         max_duration_s = max(60, deposit * 60 // per_minute)
         language = params.language
         stt = params.sttEnabled and self._transcribes(language)
@@ -718,8 +726,3 @@ def _refund_view(settled: Settlement) -> dict[str, Any] | None:
             "LNURL-withdraw link."
         )
     return payout
-
-
-def ctx_price(params: VoiceBridgeOpenParams) -> int:
-    """The deposit the quote asks for (when the payment row cannot be read)."""
-    return -(-params.durationMinutes * params.per_minute_msat // 1000) * 1000

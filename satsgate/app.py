@@ -33,6 +33,7 @@ from satsgate.appkeys import (
     CPU,
     DEPOSITS,
     ENGINES,
+    ESIGN,
     FILES,
     GATE,
     HANDLERS,
@@ -78,6 +79,7 @@ from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
@@ -247,6 +249,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    # E-signature requests, followed to their signed copy (webhooks, the poll).
+    app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
+    esign.attach()
     screener = NodeScreener(
         settings=settings,
         opt_outs=store.do_not_contact,
@@ -262,6 +267,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         engines=app[ENGINES],
         deposits=deposits,
         voice_bridge=voice_bridge,
+        esign=esign,
         deliveries=store.deliveries,
         screener=screener,
     )
@@ -298,6 +304,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         planned=RoadmapPlannedServices(store.votes),
         deposits=deposits,
         voice_bridge=voice_bridge,
+        esign=esign,
         deliveries=store.deliveries,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
@@ -322,6 +329,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
             log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     yield
     await voice_bridge.close()  # live calls hung up and settled
+    await esign.close()
     await jobs.close()
     await deposits.wait_payouts()
     await callbacks.close()
@@ -465,6 +473,17 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     scheduler.add_job(
         callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
     )
+    esign = app[ESIGN]  # pending e-signature requests whose webhook may be lost, due deliveries
+    if esign.engines.available("esign"):
+        scheduler.add_job(
+            esign.sweep,
+            "interval",
+            seconds=esign.sweep_interval_s,
+            id="esign-sweep",
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield
@@ -486,7 +505,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
     discovery.add_routes(app, settings, backend, app[ENGINES])  # well-known, OpenAPI, llms
-    # Prediction platforms' webhooks, each verified by its provider.
+    # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(
         app,
@@ -544,6 +563,7 @@ def mcp_server(
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
         voice_bridge=app.get(VOICE_BRIDGE),
+        esign=app.get(ESIGN),
         deliveries=app[STORE].deliveries,
     )
 

@@ -32,6 +32,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
 from satsgate.services.bridge_sessions import BridgeSessions
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class McpServer:
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
         voice_bridge: BridgeSessions | None = None,
+        esign: ESignDesk | None = None,
         deliveries: DeliveryRepository | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
@@ -81,6 +83,7 @@ class McpServer:
             by_slug={s.slug: s for s in specs},
             planned=planned,
             voice_bridge=voice_bridge,
+            esign=esign,
             deliveries=deliveries,
         )
         self.tools = ToolCatalog(env)

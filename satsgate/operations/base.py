@@ -30,6 +30,7 @@ from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 P = TypeVar("P", bound=BaseModel)
@@ -74,6 +75,7 @@ class OperationEnv:
     deliveries: DeliveryRepository | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    esign: ESignDesk | None = None  # the e-signature desk (its free status read)
 
 
 class Call(Protocol):

@@ -57,6 +57,7 @@ from satsgate.jobs import JobRunner, resume_jobs
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
+from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
@@ -171,7 +172,17 @@ def create_app(
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
+    _add_nostr(app, settings)
     return app
+
+
+def _add_nostr(app: web.Application, settings: Settings) -> None:
+    """Nostr kind 31402 announcements when [discovery.nostr] names relays (a background
+    task: a relay never slows start-up or a request)."""
+    if NostrConfig.from_discovery(settings.discovery).enabled:
+        from satsgate.nostr.publisher import install
+
+        install(app, settings, lambda: app[discovery.DISCOVERY].catalog)
 
 
 # -- resources ------------------------------------------------------------------------------

@@ -110,6 +110,8 @@ class Settings:
     # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
     # llm_on_error ("pass" or "hold"), llm_model (a text model id).
     screening: Mapping[str, Any] = field(default_factory=dict)
+    # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
+    discovery: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def public_base_url(self) -> str:
@@ -170,7 +172,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "screening", "telephony"}:
+    for name in names - {"engines", "providers", "screening", "telephony", "discovery"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -186,6 +188,9 @@ def load_settings(
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
     check_telephony(settings.telephony)
+    from satsgate.nostr.config import NostrConfig
+
+    NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)

@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from satsgate import discovery, mcp
 from satsgate.appkeys import (
     BACKEND,
     CALLBACKS,
+    CPU,
     ENGINES,
     FILES,
     GATE,
@@ -103,7 +104,7 @@ __all__ = [
 
 def node_engines(
     settings: Settings,
-    pool: Executor,
+    cpu: CpuRunner,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
     opt_outs: OptOuts = NO_OPT_OUTS,
 ) -> Engines:
@@ -113,7 +114,7 @@ def node_engines(
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s), opt_outs),
+        EngineDeps(settings, cpu, opt_outs),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
@@ -144,14 +145,16 @@ def create_app(
     # on the first job.
     # A worker exits when the server dies, even by SIGKILL (procguard.die_with_parent).
     pool = ProcessPoolExecutor(
-        max_workers=2,
+        max_workers=settings.cpu_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
+    # One runner for handlers and engines alike: its lanes count the pool's workers.
+    cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
     store = Store(settings.db_path)
     # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
-    engines = node_engines(settings, pool, provider_kinds, store.do_not_contact)
+    engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -160,6 +163,7 @@ def create_app(
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool
+    app[CPU] = cpu
     app[ENGINES] = engines
     app[STORE] = store
     app[OUTBOUND] = outbound
@@ -237,7 +241,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         settings=settings,
         files=app[FILES],
         http=http,
-        cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
+        cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
         deliveries=store.deliveries,

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
-from satsgate.engines import Engines
+from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
@@ -36,3 +36,4 @@ OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operation
 HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
+CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
-from satsgate.engines import EngineConfigError
+from satsgate.engines import CpuRunner, EngineConfigError
 from satsgate.lightning import LightningBackend
 from satsgate.procguard import private_umask
 
@@ -57,7 +57,7 @@ def engines_report(settings: Settings) -> str:
     from satsgate.services.registry import SERVICES
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
-        engines = node_engines(settings, pool)
+        engines = node_engines(settings, CpuRunner(pool, settings.cpu_job_time_limit_s))
     lines = []
     for status in engines.statuses():
         slugs = ", ".join(s.slug for s in SERVICES if s.engine == status.name) or "-"
@@ -101,7 +101,7 @@ async def _announce(settings: Settings, print_only: bool) -> str:
 
     config = NostrConfig.from_discovery(settings.discovery)
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
-        engines = node_engines(settings, pool)
+        engines = node_engines(settings, CpuRunner(pool, settings.cpu_job_time_limit_s))
     catalog = Catalog(
         settings, SERVICES, tuple(describe(spec, settings, engines) for spec in SERVICES)
     )

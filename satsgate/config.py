@@ -58,6 +58,9 @@ class Settings:
     refund_pay_timeout_s: int = 60
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
+    # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold
+    # at most cpu_workers - 1 of them, so short ones always find one.
+    cpu_workers: int = 2
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
     # Largest accepted request body. Per-service limits are checked on top.

@@ -27,6 +27,7 @@ from coincurve import PublicKeyXOnly
 from nostr_sdk import LocalRelayBuilder
 
 from satsgate.cli import main as cli_main
+from satsgate.engines import CpuRunner
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.nostr.announcement import Listing
 from satsgate.nostr.config import NostrConfig
@@ -444,7 +445,7 @@ def test_content_too_large_for_relays_links_the_openapi_schemas() -> None:
 
     settings = Settings(base_url="https://pay.example.com")
     with ThreadPoolExecutor(max_workers=1) as pool:
-        engines = node_engines(settings, pool)
+        engines = node_engines(settings, CpuRunner(pool, 1.0))
     catalog = Catalog(settings, SERVICES, tuple(describe(s, settings, engines) for s in SERVICES))
     inline = json.loads(content(catalog, 10_000_000))
     linked = json.loads(content(catalog, 1000))

@@ -74,11 +74,12 @@ from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
-from satsgate.web import api, checkout, operator_routes
+from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def create_app(
         settings.server_secret,
         settings.file_url_ttl_s,
     )
-    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     _add_nostr(app, settings)
@@ -299,6 +300,18 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
+    store = app[STORE]
+    desk = attach_desk(
+        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
+    )
+    if app[ENGINES].available("fax"):
+        await desk.start()
+    yield
+    await desk.close()
 
 
 CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
@@ -442,6 +455,9 @@ def _add_operator_routes(app: web.Application, settings: Settings) -> None:
     /recover/payout (behind a refund's own secret). Free; never an invoice."""
     app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
     operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
+    # Held communications and the do-not-contact list (operator), /appeal (payers).
+    operator_holds.install(app, holds_key=HOLDS, store_key=STORE, token_key=OPERATOR_TOKEN)
+    appeal.install(app, HOLDS)
 
 
 async def _wake_waiting_calls(app: web.Application) -> None:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any, cast
+
 import pytest
 
+from satsgate.outreach.do_not_contact import (
+    NO_OPT_OUTS,
+    asks_not_to_be_contacted,
+    normalise_address,
+    opt_out,
+)
 from satsgate.outreach.rules import asks_to_stop, check_text, normalise
+from satsgate.services.screening import HeldForReview, Outreach, html_text, screen
 
 BENIGN = [
     "Your table is booked for 7pm.",
@@ -33,6 +43,20 @@ BENIGN = [
     "We are open from 9 to 5, call us anytime.",
     "I'm from Berlin and I'd like to book a table for four.",
     "This is Anna from the bakery, your cake is ready.",
+    "Call me back or else we can meet tomorrow.",
+    "I'll find you a better time slot next week.",
+    "I'll get you the documents by Friday.",
+    "I'll beat you at chess next time!",
+    "Can you send me the password for the wifi?",
+    "Tell me the PIN of the bike lock when you're here.",
+    "Enter the code 1234 at the gate.",
+    "Enter the promo code SAVE10 at checkout.",
+    "Je vais te retrouver à la gare à 18h.",
+    "Te voy a encontrar un hueco el martes.",
+    "Vou te encontrar no café às 10h.",
+    "Schick mir bitte das Passwort für das WLAN.",
+    "I am at the bank, be there in 10 minutes.",
+    "Your PIN for the door is 4821.",
 ]
 
 HOSTILE = [
@@ -76,6 +100,8 @@ HOSTILE = [
     ),
     ("Oi mãe, esse é meu número novo, preciso de um pix urgente.", "impersonation:relative"),
     ("I will kill you if you don't pay.", "threat"),
+    ("Pay by Friday or you'll regret it. I'll hunt you down.", "threat"),
+    ("Send the password for the wifi and your bank PIN now.", "credential:code"),
     ("We know where you live.", "threat"),
     ("There is a warrant for your arrest, pay now or you will be arrested.", "threat"),
     ("Ich bringe dich um.", "threat"),
@@ -136,3 +162,44 @@ def test_opt_out_requests_are_recognised(text: str) -> None:
 )
 def test_ordinary_replies_are_not_opt_outs(text: str) -> None:
     assert not asks_to_stop(text)
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("+1 (415) 555-0100", "+14155550100"),
+        ("0049 30 1234567", "+49301234567"),
+        ("+44.20.7946.0000", "+442079460000"),
+        ("Alice@Example.ORG", "alice@example.org"),
+        ("bob@bücher.de", "bob@xn--bcher-kva.de"),
+    ],
+)
+def test_addresses_are_stored_normalised(given: str, stored: str) -> None:
+    assert normalise_address(given) == stored
+
+
+@pytest.mark.parametrize("bad", ["call me", "12345", "+0123456789", "@example.org", "a@b"])
+def test_what_is_neither_a_number_nor_an_address_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        normalise_address(bad)
+
+
+async def test_opt_out_checks_its_source_and_needs_a_list() -> None:
+    assert await opt_out(NO_OPT_OUTS, "+14155550100", source="sms-stop") is False
+    with pytest.raises(ValueError):
+        await opt_out(NO_OPT_OUTS, "+14155550100", source="SMS STOP!")
+    assert asks_not_to_be_contacted("STOP") and not asks_not_to_be_contacted("Call me back")
+
+
+async def test_screen_without_a_node_screener_applies_the_rules() -> None:
+    ctx = cast(Any, SimpleNamespace(screener=None))
+    await screen(ctx, Outreach("sms", ("+14155550100",), "Your table is booked for 7pm."))
+    with pytest.raises(HeldForReview) as held:
+        await screen(ctx, Outreach("sms", ("+14155550100",), "Send me your PIN now", "Police"))
+    assert held.value.reasons == ("credential:code", "impersonation:sender-name")
+    assert held.value.outreach is not None and held.value.outreach.channel == "sms"
+
+
+def test_html_text_is_what_the_html_shows() -> None:
+    shown = html_text("<style>p{}</style><p>Send&nbsp;your <b>PIN</b></p><script>x()</script>")
+    assert " ".join(shown.split()) == "Send your PIN"

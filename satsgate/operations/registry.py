@@ -13,6 +13,7 @@ from satsgate.operations.comms import (
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_SAY,
 )
+from satsgate.operations.faxes import CHECK_FAX_INBOX, GET_FAX_STATUS
 from satsgate.operations.jobs import JOB_RESULT, JOB_STATUS
 from satsgate.operations.payments import CHECK_PAYMENT_STATUS, REQUEST_REFUND
 
@@ -30,6 +31,8 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     VOICE_BRIDGE_SAY,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_END,
+    GET_FAX_STATUS,
+    CHECK_FAX_INBOX,
 )
 BY_NAME: dict[str, AnyOperation] = {op.name: op for op in OPERATIONS}
 BY_TOOL: dict[str, AnyOperation] = {op.tool: op for op in OPERATIONS if op.tool is not None}

@@ -292,6 +292,11 @@ class HoldDesk:
             return None
         return await self._store.payments.get(hold.appeal_payment_id)
 
+    async def refund_state(self, refund_secret: str) -> str | None:
+        """The refund's status now (open, claiming, paid, expired), by its secret."""
+        refund = await self._store.refunds.get_by_k1(refund_secret)
+        return None if refund is None else str(refund.status)
+
     async def job(self, hold: HeldRequest) -> Job | None:
         return await self._store.jobs.get(hold.job_id)
 
@@ -311,6 +316,9 @@ class HoldDesk:
         payment = await self._store.payments.get(hold.payment_id)
         spec = self._by_slug.get(hold.service)
         now = int(time.time())
+        if payment is not None and payment.status is not PaymentStatus.SERVING:
+            # Refunded by other means meanwhile (satsgate-refund): nothing is sent.
+            return await self._refund_claimed(hold, "the payment was already refunded", by)
         if payment is None or spec is None or hold.params is None or self.runner is None:
             # Nothing left to run it with (the service is gone, or the evidence expired).
             return await self._refund_claimed(hold, "the held request can no longer be run", by)

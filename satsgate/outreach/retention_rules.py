@@ -35,6 +35,8 @@ class ClearColumns:
     columns: tuple[str, ...]
     max_age_s: int
     what: str  # for the log: "SMS texts"
+    # Only rows whose columns equal these values: (("job_type", "held"),).
+    match: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class DeleteRows:
     time_column: str
     max_age_s: int
     what: str
+    match: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,17 @@ RULES: tuple[RetentionRule, ...] = (
         EVIDENCE_S,
         "held-request and appeal evidence",
     ),
-    # holds: the do-not-contact list is kept (it is what the person asked for).
+    # holds: what a released request delivered (its result names the recipients).
+    ClearColumns(
+        "jobs",
+        "updated_at",
+        ("result_json", "error_json"),
+        EVIDENCE_S,
+        "held requests' results",
+        match=(("job_type", "held"),),
+    ),
+    # holds: the do-not-contact list is kept (it is what the person asked for); so is the
+    # de-identified record of screened communications (screenings).
     # -- other engineers: append your rules below, one per line --
     # twilio: delivery records keep no text or number; the provider's id (which the
     # provider links to the number in its own records) goes after 30 days.
@@ -73,5 +86,14 @@ RULES: tuple[RetentionRule, ...] = (
         ("provider_ref", "error", "answered_by"),
         EVIDENCE_S,
         "provider ids of sent SMS and calls",
+    ),
+    # telnyx: a received fax's sender and document (the file itself goes with the file
+    # store's 12-hour cleanup and satsgate.services.faxes.FaxDesk.clean), 12 hours.
+    ClearColumns(
+        "fax_received", "received_at", ("sender", "file_name"), 12 * HOUR, "received faxes"
+    ),
+    # telnyx: the forwarding address of a receive-fax lease, 12 hours after it ended.
+    ClearColumns(
+        "fax_leases", "expires_at", ("forward_email",), 12 * HOUR, "fax forwarding addresses"
     ),
 )

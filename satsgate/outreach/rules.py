@@ -202,18 +202,25 @@ _ASK = _any(
         r"precisamos",
     ]
 )
+# A code or password of a shared thing (the wifi, a door, a locker) is not the reader's.
+_SHARED_THING = (
+    r"(?! (?:for|of|to|at|on|fur|vom|von|des|du|de|del|da|do|pour|para) (?:the |our |my |der |die |das |den |dem |le |la |l'|el |a |o |mi |mon |ma |meu |minha )?"
+    r"(?:wifi|wi fi|wlan|guest|door|front door|gate|garage|locker|building|alarm|bike|lock|"
+    r"haustur|tur|tor|porte|portail|puerta|porta|portao|casa|house|office|buro))"
+)
 _NEGATED = re.compile(
     r"\b(?:never|not|don't|dont|niemals|nie|nicht|keinesfalls|jamais|ne|n'|nunca|no|nao)"
     r"(?: \w+)?$"
 )
 # ask ... (the reader's) secret, a few words apart within one sentence.
 _CREDENTIAL = re.compile(
-    rf"\b{_ASK} (?:\w+ ){{0,3}}?(?:your |ihr |ihre |ihren |dein |deine |deinen |votre |vos |ton |ta |tu |su |sus |seu |sua |o seu |a sua |the |den |die |das |le |la |el |o |a |us |me |uns |mir |nous |moi |nos )?{_SECRET}\b"
+    rf"\b{_ASK} (?:\w+ ){{0,3}}?(?:your |ihr |ihre |ihren |dein |deine |deinen |votre |vos |ton |ta |tu |su |sus |seu |sua |o seu |a sua |the |den |die |das |le |la |el |o |a |us |me |uns |mir |nous |moi |nos )?{_SECRET}\b{_SHARED_THING}"
 )
 # "send me the code", "read me that code": the code itself, right after the ask.
 _ASK_CODE = re.compile(
     rf"\b{_ASK} (?:me |us |mir |uns |moi |nous )?(?:the|that|this|den|diesen|le|ce|el|ese|este|o|esse) "
     r"(?:code|codigo|pin)\b(?! review| base| of conduct| snippet| repository| change| sample)"
+    r"(?! \S*\d)" + _SHARED_THING  # "enter the code 1234 at the gate": the sender gives the code
 )
 # "your password please", "Ihre PIN bitte", "votre code de verification svp".
 _ASKED_FOR = re.compile(
@@ -411,37 +418,38 @@ _AUTHORITY_NAME = re.compile(
 _THREAT = re.compile(
     r"\b(?:"
     # en
-    r"i(?:'ll| will| am going to|'m going to|m gonna|'m gonna) (?:kill|hurt|find|shoot|stab|beat|destroy|ruin|get) you"
-    r"|we(?:'ll| will| are going to) (?:kill|hurt|find|shoot|destroy|ruin|come for|get) you"
+    r"i(?:'ll| will| am going to|'m going to|m gonna|'m gonna) (?:kill|hurt|shoot|stab|destroy|ruin|hunt|strangle|make) you(?! a\b| an\b| the\b| some\b)"
+    r"|we(?:'ll| will| are going to) (?:kill|hurt|shoot|destroy|ruin|come for|hunt|make) you(?! a\b| an\b| the\b| some\b)"
+    r"|(?:i|we)(?:'ll| will) (?:hunt you down|make you (?:pay|suffer|regret))"
     r"|you(?:'ll| will) (?:regret|pay for) (?:this|it)"
-    r"|you(?:'re| are) (?:dead|going to die|gonna die)"
+    r"|you(?:'re| are) (?:dead meat|going to die|gonna die)"
     r"|(?:we|i) know where you (?:live|work|sleep)"
     r"|watch your back"
-    r"|or (?:else|you(?:'ll| will) (?:be sorry|die|get hurt|regret))"
+    r"|or (?:else )?you(?:'ll| will) (?:be sorry|die|get hurt|regret it)"
     r"|(?:warrant|arrest warrant) (?:for|out for) your arrest"
     r"|you (?:will|are going to) be arrested"
     r"|your (?:family|children|kids|wife|husband) (?:will|are going to) (?:pay|suffer|get hurt|be hurt)"
     # de
-    r"|ich (?:bringe|bring|werde) dich (?:um|umbringen|toten|finden|fertigmachen)"
+    r"|ich (?:bringe|bring|werde) dich (?:um|umbringen|toten|fertigmachen)"
     r"|ich mach dich (?:fertig|kalt)"
     r"|(?:du wirst|sie werden) es bereuen"
     r"|(?:wir wissen|ich weiss) wo (?:du wohnst|sie wohnen)"
     r"|haftbefehl gegen (?:sie|dich)"
     r"|(?:sie werden|du wirst) verhaftet"
     # fr
-    r"|je vais (?:te|vous) (?:tuer|buter|retrouver|detruire|faire du mal)"
+    r"|je vais (?:te|vous) (?:tuer|buter|detruire|faire du mal)"
     r"|(?:tu vas|vous allez) le regretter"
     r"|(?:on sait|je sais|nous savons) ou (?:tu habites|vous habitez)"
     r"|mandat d'arret"
     r"|(?:vous serez|tu seras) arrete"
     # es
-    r"|(?:te|le) voy a (?:matar|encontrar|hacer dano|destruir)"
+    r"|(?:te|le) voy a (?:matar|hacer dano|destruir)"
     r"|(?:te vas|se va) a arrepentir"
     r"|(?:sabemos|se) donde (?:vives|vive)"
     r"|orden de (?:arresto|detencion)"
     r"|(?:sera|seras) (?:arrestado|detenido)"
     # pt
-    r"|(?:vou|vamos) (?:te|lhe) (?:matar|encontrar|machucar|destruir)"
+    r"|(?:vou|vamos) (?:te|lhe) (?:matar|machucar|destruir)"
     r"|(?:voce|tu) vai se arrepender"
     r"|(?:sabemos|sei) onde (?:voce mora|tu moras|mora)"
     r"|mandado de prisao"
@@ -462,7 +470,7 @@ _HARASS = re.compile(
     r"|sale pute|salope|fils de pute|encule"
     # es
     r"|matate|suicidate|no vales nada|hijo de puta|hija de puta|puta madre|vete a la mierda"
-    r"|pendejo|cabron|zorra"
+    r"|pendejo|cabron"
     # pt
     r"|se mata|va se matar|voce nao vale nada|filho da puta|filha da puta|vai se foder"
     r"|vagabunda|arrombado|desgracado"

@@ -5,14 +5,15 @@ list, the rules, the optional LLM check, and the de-identified record of each ve
 
 - ``llm = true``: also ask the ``text`` engine (the chat engine generate-text uses)
   whether the communication is a scam, a threat or harassment. It can only ADD a flag:
-  a text the rules flag is held whatever the model says.
+  a text the rules flag is held whatever the model says (and the model is not asked).
 - ``llm_on_error = "pass"`` (default) or ``"hold"``: what happens when that check itself
   fails (no text engine, timeout, refusal, an answer that is not the asked JSON). "pass":
   the rules' verdict stands (they are the floor, and a model outage must not hold every
   message and cost every payer an appeal); the record says ``llm = error`` and a warning
   is logged. "hold": the communication is held with the reason ``llm:unavailable``, for
   operators who want no message out unchecked by the model.
-- ``llm_model``: a text model id to pin (default: the engine's default).
+- ``llm_model``: a text model id to pin (default: the cheapest text tier this node
+  serves: 31, else 1, else 6).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from satsgate.services.screening import HeldForReview, Outreach
 
 log = logging.getLogger(__name__)
 
+# The text models (satsgate.services.text), cheapest tier first: standard, better, best.
+TEXT_TIERS_CHEAPEST = (31, 1, 6)
 LLM_CATEGORIES = ("impersonation", "threat", "harassment", "credential", "scam")
 _LLM_SYSTEM = (
     "You screen outgoing messages that a paid, anonymous service is about to send to a "
@@ -132,7 +135,9 @@ class NodeScreener:
             return
         reasons = list(check_text(outreach.text, outreach.sender_name))
         llm_state = "off"
-        if self.llm:
+        if self.llm and reasons:
+            llm_state = "skipped"  # held already: the model could only add a flag
+        elif self.llm:
             llm_reasons, llm_state = await self._ask_model(ctx, outreach)
             reasons += [r for r in llm_reasons if r not in reasons]
         verdict = "held" if reasons else "passed"
@@ -156,8 +161,11 @@ class NodeScreener:
             max_tokens=100,
             temperature=0.0,
         )
+        # The pinned model, else the cheapest text tier this node serves.
+        candidates = (self.llm_model,) if self.llm_model is not None else TEXT_TIERS_CHEAPEST
+        model_id = next((m for m in candidates if ctx.engines.serves_model("text", m)), None)
         try:
-            if not ctx.engines.available("text"):
+            if not ctx.engines.available("text") or model_id is None:
                 raise EngineError("SERVICE_ERROR", "no text engine on this node")
             result = await ctx.engines.run(
                 "text",
@@ -171,7 +179,7 @@ class NodeScreener:
                         model_name=name,
                     )
                 ),
-                model_id=self.llm_model,
+                model_id=model_id,
             )
             flagged, categories = parse_verdict(result.text)
         except (EngineError, ValueError) as exc:

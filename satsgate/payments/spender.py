@@ -480,7 +480,9 @@ class Spender:
     ) -> ApiError:
         """The screen held this communication: neither answered nor refunded, the payment
         stays serving (the ledger's held) until the operator's release or refund."""
-        if self.held is None:  # no hold desk on this gate: the call is refunded instead
+        if self.held is None or spec.mode == "job":
+            # No hold desk on this gate, or a job (which has its own row and answer): the
+            # call is refunded instead of held.
             refund = await self._refund_after_spend(payment, payment.amount_msat, str(held))
             return ApiError(
                 "CONTENT_FILTERED",

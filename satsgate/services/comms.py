@@ -17,11 +17,12 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from satsgate.engines import EngineError
+from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
-from satsgate.services import deliveries
+from satsgate.services import deliveries, faxes
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -31,7 +32,6 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog import EMAIL_MODEL_ID
 from satsgate.services.common import (
-    CallbackFields,
     InvalidField,
     MiB,
     ServiceParams,
@@ -206,7 +206,7 @@ SEND_EMAIL = ServiceSpec(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
     model_ids=(EMAIL_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
@@ -717,13 +717,22 @@ SEND_FAX = ServiceSpec(
     tool_name="send_fax",
     category="fax",
     title="Send fax",
-    description="Fax a PDF (up to 50 pages) to an E.164 number: { success, faxId, status }. "
-    "500 sats.",
+    description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number: { success, faxId, "
+    "status, status_url }. Read the status for free at status_url (or MCP get_fax_status): "
+    "queued, sending, delivered or failed; a fax that fails is refunded in full (the "
+    "refund link is in the payer's status read). 500 sats per fax.",
     params=SendFaxParams,
     price_msat=flat_price("fax-send"),
-    handler=no_engine,
+    handler=faxes.send_fax,
     model_ids=(44,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
@@ -732,7 +741,10 @@ SEND_FAX = ServiceSpec(
 )
 
 
-class ReceiveFaxParams(ServiceParams, CallbackFields):
+class ReceiveFaxParams(ServiceParams):
+    """No callback_url: satsgate's callbacks report a job's end, and an inbox has no end
+    but many faxes; poll it (free) or give forwardEmail."""
+
     country: str = Field(
         "US",
         min_length=2,
@@ -764,11 +776,16 @@ RECEIVE_FAX = ServiceSpec(
     tool_name="receive_fax",
     category="fax",
     title="Receive fax",
-    description="A temporary inbound fax number for 24 hours: { faxNumber, expiresAt, "
-    "poll_url }; received faxes are PDFs (polled, e-mailed or called back). 500 sats.",
+    description="An inbound fax number of the requested country for 24 hours, yours alone: "
+    "{ success, inboxId, faxNumber, expiresAt, poll_url, faxes }. Faxes it receives are "
+    "listed with download links by GET poll_url (free; keep inboxId secret) and, with "
+    "forwardEmail, e-mailed as a link. Received documents are deleted 12 hours after "
+    "arrival. 500 sats.",
     params=ReceiveFaxParams,
     price_msat=flat_price("fax-receive"),
-    handler=no_engine,
+    handler=faxes.receive_fax,
+    engine_request=lambda p: InboundRequest(p.country),
+    engine_request_field="country",
     model_ids=(45,),
     failure_codes=("SERVICE_ERROR",),
     max_body_bytes=16 * 1024,

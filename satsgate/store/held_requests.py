@@ -241,3 +241,17 @@ class HeldRequestRepository:
             ).fetchall()
         )
         return {str(r[0]) for r in rows}
+
+    async def totals(self) -> dict[str, int]:
+        """Open held communications (part of the ledger's held: their payments serve),
+        and how many wait for review."""
+
+        def go(conn: sqlite3.Connection) -> dict[str, int]:
+            row = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(amount_msat), 0),"
+                " COUNT(CASE WHEN status = 'review_requested' THEN 1 END)"
+                " FROM held_requests WHERE status IN ('held', 'review_requested')"
+            ).fetchone()
+            return {"held": int(row[0]), "held_msat": int(row[1]), "review_requested": int(row[2])}
+
+        return await self._db.run_sync(go)

@@ -9,6 +9,7 @@ from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.engine import Database
+from satsgate.store.faxes import FaxRepository
 from satsgate.store.held_requests import HeldRequestRepository
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
@@ -39,6 +40,7 @@ class Store:
         self.do_not_contact = DoNotContactRepository(self.db)
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)
+        self.faxes = FaxRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:

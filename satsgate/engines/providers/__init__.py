@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from satsgate.engines.config import ProviderConfig
-from satsgate.engines.providers import elevenlabs, fal, replicate, search, smtp, twilio
+from satsgate.engines.providers import elevenlabs, fal, replicate, search, smtp, telnyx, twilio
 from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
 
 
@@ -31,7 +31,8 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     replicate.KIND: replicate.ReplicateProvider,
     fal.KIND: fal.FalProvider,
     elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
-    twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
     search.SearxngProvider.KIND: search.SearxngProvider,  # a SearXNG instance (web search)
     search.BraveProvider.KIND: search.BraveProvider,  # the Brave Search API
+    twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
+    telnyx.KIND: telnyx.TelnyxProvider,
 }

@@ -32,13 +32,15 @@ from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
-from satsgate.payments.challenger import Challenger
+from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
@@ -58,6 +60,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    esign: ESignDesk | None = None  # the e-signature desk
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
     # rules alone (satsgate.services.screening.screen).
@@ -81,6 +84,7 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            esign=self.esign,
             deliveries=self.deliveries,
             screener=screener or self.screener,
         )
@@ -103,8 +107,10 @@ class Gate:
         public_base_url: str,
         max_body_bytes: int,
         holds: Holds | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.challenger = challenger
+        self.sessions = sessions  # the session intent (payments/sessions.py)
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
@@ -166,7 +172,26 @@ def build_gate(
             max_unused_s=settings.hold_max_unused_s,
         )
         settlements.holds = holds
+    sessions = Sessions(
+        config=SessionConfig(
+            secret=settings.server_secret,
+            realm=realm_of(settings.public_base_url),
+            network=settings.network,
+            invoice_expiry_s=settings.invoice_expiry_s,
+            deposit_multiplier=settings.session_deposit_multiplier,
+            max_deposit_sat=settings.session_max_deposit_sat,
+            idle_timeout_s=settings.session_idle_timeout_s,
+            pay_timeout_s=settings.refund_pay_timeout_s,
+            fee_cap=refunds.max_fee_msat,
+        ),
+        node=backend,
+        payments=store.payments,
+        sessions=store.sessions,
+        settlements=settlements,
+        contexts=handlers,
+    )
     return Gate(
+        sessions=sessions,
         challenger=Challenger(
             node=backend,
             payments=store.payments,

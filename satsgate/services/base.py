@@ -8,7 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -22,6 +22,7 @@ from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
+    from satsgate.services.esign_desk import ESignDesk
     from satsgate.services.screening import Screener
 
 P = TypeVar("P", bound=BaseModel)
@@ -65,6 +66,11 @@ class ServiceResult:
     # (e.g. fewer boarding passes than documents): the gate refunds the rest and puts
     # the refund in the body as ``partial_refund``. None: the quote stands.
     charged_msat: int | None = None
+    # What the call costs by what it actually used (a chat model's tokens, from the
+    # provider's usage), in msat, for a payer billed by use: a payment session reserves
+    # the quote, debits this (never more than the quote) and credits the rest back.
+    # None: the quote stands. Calls paid one by one keep their quoted price.
+    metered_msat: int | None = None
 
 
 class Votes(Protocol):
@@ -113,6 +119,8 @@ class ServiceContext:
     # The node's screen of communications (satsgate.services.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
+    # The e-signature desk (records and follows signing requests); None outside an app.
+    esign: ESignDesk | None = None
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
@@ -128,6 +136,17 @@ class ServiceContext:
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """One piece of a streamed answer; the last one says what the call cost by use."""
+
+    text: str = ""
+    metered_msat: int | None = None
+
+
+StreamHandler = Callable[[ServiceContext, P], AsyncIterator[StreamPiece]]
 Validator = Callable[[P], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
@@ -247,6 +266,13 @@ class ServiceSpec(Generic[P]):
     # refuses, before any invoice, a request to anyone on the do-not-contact list
     # (RECIPIENT_OPTED_OUT). None: the service contacts nobody.
     recipients: Callable[[P], Sequence[str]] | None = None
+    # Engines it needs besides ``engine``, all of which must resolve for it to be
+    # available (e-signature: its signed copy goes out through ``email``).
+    also_engines: tuple[str, ...] = ()
+    # The answer as it is generated, for a request that asks for a stream (its params'
+    # ``stream``) and is paid from a payment session (payments/sessions.py): text pieces,
+    # the last one carrying ``metered_msat``. None: the service answers in one piece.
+    stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
@@ -259,6 +285,8 @@ class ServiceSpec(Generic[P]):
             return True
         if not engines.available(self.engine):
             return False
+        if not all(engines.available(name) for name in self.also_engines):
+            return False
         default = getattr(self.params, "DEFAULT", None)  # ModelChoice params declare one
         if not self.model_ids or default not in self.model_ids:
             return True  # the engine picks (or there is no model choice)
@@ -269,6 +297,12 @@ class ServiceSpec(Generic[P]):
         if self.engine is None:  # satsgate's own: always (and the cheap path of paid calls)
             return None
         if not self.is_available(engines):
+            missing = [n for n in self.also_engines if not engines.available(n)]
+            if engines.available(self.engine) and missing:
+                return (
+                    f"{self.title} also needs the {', '.join(missing)} engine, which is not "
+                    "configured on this node"
+                )
             return f"{self.title} has no engine configured on this node"
         if self.model_ids and isinstance(params, ChosenModel):
             engine = self.engine

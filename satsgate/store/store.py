@@ -9,6 +9,7 @@ from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.engine import Database
+from satsgate.store.esign import ESignRepository
 from satsgate.store.faxes import FaxRepository
 from satsgate.store.held_requests import HeldRequestRepository
 from satsgate.store.holds import HoldRepository
@@ -18,6 +19,7 @@ from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
 from satsgate.store.retention import RetentionRepository
 from satsgate.store.screenings import ScreeningRepository
+from satsgate.store.sessions import SessionRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -41,7 +43,9 @@ class Store:
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
+        self.sessions = SessionRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
+        self.esign = ESignRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

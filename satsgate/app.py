@@ -28,9 +28,11 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
+    AI_CALLS,
     BACKEND,
     CALLBACKS,
     CPU,
+    DEPOSITS,
     ENGINES,
     ESIGN,
     FILES,
@@ -46,9 +48,11 @@ from satsgate.appkeys import (
     SETTINGS,
     STARTED_AT,
     STORE,
+    VOICE_BRIDGE,
 )
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
@@ -74,7 +78,9 @@ from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
+from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import ServiceSpec
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.faxes import attach_desk
@@ -83,12 +89,15 @@ from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
+from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AI_CALLS",
     "BACKEND",
+    "DEPOSITS",
     "ENGINES",
     "FILES",
     "GATE",
@@ -101,6 +110,7 @@ __all__ = [
     "SETTINGS",
     "STARTED_AT",
     "STORE",
+    "VOICE_BRIDGE",
     "create_app",
     "mcp_server",
 ]
@@ -229,9 +239,19 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
     refunds = RefundService(settings, store.refunds, app[BACKEND])
+    deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
+    app[DEPOSITS] = deposits
+    # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
+    # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
+    # A callee who asks not to be called again goes on the do-not-contact list.
+    app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(
+        settings, store, app[ENGINES], deposits, store.do_not_contact
+    )
     callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
     jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
     app[CALLBACKS] = callbacks
+    ai_calls = AiCallRunner(settings, store, app[ENGINES], deposits)
+    app[AI_CALLS] = ai_calls
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -251,9 +271,12 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
+        deposits=deposits,
+        voice_bridge=voice_bridge,
         esign=esign,
         deliveries=store.deliveries,
         screener=screener,
+        ai_calls=ai_calls,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -294,8 +317,11 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        deposits=deposits,
+        voice_bridge=voice_bridge,
         esign=esign,
         deliveries=store.deliveries,
+        ai_calls=ai_calls,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -309,14 +335,24 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
+    bridged = await voice_bridge.recover()
+    if bridged:
+        log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
     if gate.sessions is not None:
         given_back = await gate.sessions.give_back_held()
         if given_back:
             log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
+    in_flight = await ai_calls.resume()  # AI calls being watched or waiting to redial
+    if in_flight:
+        log.info("%d AI call(s) in flight were taken up again", in_flight)
     yield
+    await voice_bridge.close()  # live calls hung up and settled
     await esign.close()
+    await ai_calls.close()
     await jobs.close()
     await callbacks.close()
+    await deposits.wait_payouts()
     await refunds.wait_payouts()
     if gate.sessions is not None:
         await gate.sessions.wait_closing()
@@ -375,6 +411,22 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
             max_instances=1,
             coalesce=True,
         )
+    scheduler.add_job(
+        app[DEPOSITS].resume,
+        "interval",
+        seconds=60,
+        id="deposits-resume",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        app[AI_CALLS].sweep,
+        "interval",
+        seconds=60,
+        id="ai-calls-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.add_job(
         files.remove_older_than,
         "interval",
@@ -503,7 +555,10 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
         allowed_origins=settings.mcp_allowed_origins,
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>
+    # The voice bridge's media WebSocket and call-status callbacks (the provider's side).
+    voice_bridge_routes.install(app, VOICE_BRIDGE)
     app.on_shutdown.append(_wake_waiting_calls)
+    app.on_shutdown.append(_end_voice_bridges)
 
 
 def _add_operator_routes(app: web.Application, settings: Settings) -> None:
@@ -523,6 +578,14 @@ async def _wake_waiting_calls(app: web.Application) -> None:
         env.closing.set()
 
 
+async def _end_voice_bridges(app: web.Application) -> None:
+    """Shutdown: live voice-bridge calls are hung up and settled, which also closes their
+    media WebSockets (the server would otherwise wait for them)."""
+    sessions = app.get(VOICE_BRIDGE)
+    if sessions is not None:
+        await sessions.close()
+
+
 def mcp_server(
     app: web.Application,
     *,
@@ -539,8 +602,11 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        voice_bridge=app.get(VOICE_BRIDGE),
         esign=app.get(ESIGN),
         deliveries=app[STORE].deliveries,
+        deposits=app.get(DEPOSITS),
+        ai_calls=app.get(AI_CALLS),
     )
 
 

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
@@ -17,6 +18,8 @@ from satsgate.operations.base import OperationEnv
 from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
+from satsgate.services.ai_call_runner import AiCallRunner
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import Outbound
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store import Store
@@ -27,6 +30,8 @@ STORE = web.AppKey("store", Store)
 GATE = web.AppKey("gate", Gate)
 HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts hold
 REFUNDS = web.AppKey("refunds", RefundService)
+DEPOSITS = web.AppKey("deposits", DepositSettler)  # deposit settlement (AI call, bridge)
+AI_CALLS = web.AppKey("ai_calls", AiCallRunner)  # AI calls in flight, confirm, poll, claims
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
 ENGINES = web.AppKey("engines", Engines)
@@ -34,6 +39,7 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
+VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions
 HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)

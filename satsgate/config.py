@@ -61,6 +61,11 @@ class Settings:
     refund_fee_min_msat: int = 10_000
     refund_fee_max_pct: int = 50
     refund_pay_timeout_s: int = 60
+    # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
+    # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
+    # sent to another base URL here instead ({"wallet.test": "http://127.0.0.1:9000"}),
+    # for a regtest wallet or a test's LNURL server.
+    lightning_address_hosts: Mapping[str, str] = field(default_factory=dict)
     # Payment sessions (the MPP session intent, lightning method; payments/sessions.py):
     # a session's deposit is this many times the price of the call whose 402 offered it,
     # at most session_max_deposit_sat (never below that one call's price); a session idle

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from satsgate.store.ai_calls import AiCallRepository
 from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
+from satsgate.store.deposits import DepositRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.engine import Database
 from satsgate.store.esign import ESignRepository
@@ -21,6 +23,7 @@ from satsgate.store.retention import RetentionRepository
 from satsgate.store.rework import ReworkRepository
 from satsgate.store.screenings import ScreeningRepository
 from satsgate.store.sessions import SessionRepository
+from satsgate.store.voice_bridge import VoiceBridgeRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -37,6 +40,8 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
+        self.deposits = DepositRepository(self.db)
+        self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)
         # Communications (issue 19): held requests, do-not-contact, screenings, retention.
         self.held_requests = HeldRequestRepository(self.db)
@@ -45,6 +50,7 @@ class Store:
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
         self.sessions = SessionRepository(self.db)
+        self.ai_calls = AiCallRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
         self.esign = ESignRepository(self.db)
         # Free-retry windows after an upstream content refusal (CONTENT_FILTERED_RETRY).

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -224,6 +224,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await jobs.close()
     await refunds.wait_payouts()
+    if gate.cashu is not None:
+        await gate.cashu.aclose()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -283,6 +285,18 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.cashu is not None:
+        # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
+        # the node; first a minute after start (a crash's leftovers), then on the interval.
+        scheduler.add_job(
+            gate.cashu.maintain,
+            "interval",
+            seconds=gate.cashu.config.melt_interval_s,
+            id="ecash-maintain",
+            next_run_time=datetime.now(UTC) + timedelta(seconds=60),
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield

@@ -104,6 +104,9 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [cashu]: Cashu ecash payments (NUT-24): mints, melt schedule. See
+    # satsgate/payments/cashu.py (CashuConfig); empty or no mints: off.
+    cashu: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def public_base_url(self) -> str:
@@ -164,7 +167,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers"}:
+    for name in names - {"engines", "providers", "cashu"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -179,6 +182,10 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    if settings.cashu:
+        from satsgate.payments.cashu import parse_config
+
+        parse_config(settings.cashu)  # a typo or a bad mint URL fails here, at start
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)

@@ -31,6 +31,7 @@ from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.payments import l402
+from satsgate.payments.cashu import Ecash, check_installed, parse_config
 from satsgate.payments.challenger import Challenger
 from satsgate.payments.holds import Holds
 from satsgate.payments.settlements import Settlements
@@ -89,8 +90,10 @@ class Gate:
         public_base_url: str,
         max_body_bytes: int,
         holds: Holds | None = None,
+        cashu: Ecash | None = None,
     ) -> None:
         self.challenger = challenger
+        self.cashu = cashu  # Cashu ecash payments (NUT-24), when [cashu] names mints
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
@@ -150,6 +153,11 @@ def build_gate(
             max_unused_s=settings.hold_max_unused_s,
         )
         settlements.holds = holds
+    cashu = None
+    cashu_config = parse_config(settings.cashu)
+    if cashu_config is not None:
+        check_installed()
+        cashu = Ecash(cashu_config, store.ecash, backend)
     return Gate(
         challenger=Challenger(
             node=backend,
@@ -175,9 +183,11 @@ def build_gate(
             contexts=handlers,
             dedup_window_s=settings.dedup_window_s,
             holds=holds,
+            ecash=cashu,
         ),
         payments=store.payments,
         public_base_url=settings.public_base_url,
         max_body_bytes=settings.max_body_bytes,
         holds=holds,
+        cashu=cashu,
     )

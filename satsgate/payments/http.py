@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from satsgate.errors import ApiError, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import l402, mpp
+from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate
 from satsgate.payments.verifier import Verified
@@ -24,6 +25,7 @@ def challenge_response(
     base_url: str,
     code: str = "PAYMENT_REQUIRED",
     message: str = "Payment required: pay the invoice and repeat the request with Authorization.",
+    cashu_request: str | None = None,
 ) -> web.Response:
     body = envelope(code, message) | challenge.body_fields(base_url)
     resp = web.json_response(body, status=402, dumps=dumps)
@@ -31,7 +33,13 @@ def challenge_response(
         resp.headers.add("WWW-Authenticate", value)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["X-Error-Code"] = code
+    if cashu_request is not None:  # NUT-24: ecash is accepted too
+        resp.headers[CASHU_HEADER] = cashu_request
     return resp
+
+
+def _cashu_request(gate: Gate, challenge: Challenge) -> str | None:
+    return None if gate.cashu is None else gate.cashu.payment_request(challenge.amount_sats)
 
 
 async def _fresh_challenge(
@@ -43,7 +51,9 @@ async def _fresh_challenge(
     problem: str,
 ) -> web.Response:
     challenge = await gate.challenge_for(spec, params, via="http")
-    resp = challenge_response(challenge, gate.public_base_url, code, message)
+    resp = challenge_response(
+        challenge, gate.public_base_url, code, message, _cashu_request(gate, challenge)
+    )
     resp.headers["Content-Type"] = "application/json"
     resp.headers["X-Problem-Type"] = mpp.PROBLEM_BASE + problem
     return resp
@@ -67,9 +77,20 @@ async def handle_paid_call(
     await gate.prevalidate(spec, params)
 
     auth = request.headers.getall("Authorization", [])
+    if not auth and gate.cashu is not None and CASHU_HEADER in request.headers:
+        # Paid in ecash (NUT-24): redeemed at the mint, then the spend rule as for any payment.
+        result = await gate.cashu.pay(
+            request.headers.getall(CASHU_HEADER),
+            spec,
+            params,
+            lambda payment: gate.execute(payment, spec, params),
+        )
+        return result_response(result)
     if not auth:
         challenge = await gate.challenge_for(spec, params, via="http")
-        return challenge_response(challenge, gate.public_base_url)
+        return challenge_response(
+            challenge, gate.public_base_url, cashu_request=_cashu_request(gate, challenge)
+        )
 
     try:
         verified = await gate.verify_authorization(auth, spec)
@@ -115,8 +136,9 @@ async def _unpaid_response(
     payment = await gate.get_payment(str(exc.extra.get("paymentId", "")))
     if payment is None:
         raise exc
+    challenge = gate.challenge_of(payment)
     resp = challenge_response(
-        gate.challenge_of(payment), gate.public_base_url, exc.code, exc.message
+        challenge, gate.public_base_url, exc.code, exc.message, _cashu_request(gate, challenge)
     )
     resp.headers["Retry-After"] = "5"
     return resp

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from satsgate.store.cursors import CursorRepository
+from satsgate.store.ecash import EcashRepository
 from satsgate.store.engine import Database
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
@@ -27,6 +28,7 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
+        self.ecash = EcashRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

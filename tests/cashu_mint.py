@@ -1,0 +1,177 @@
+"""A real Nutshell mint on loopback, and a payer's Nutshell wallet, for the Cashu tests.
+
+Both run in a virtual environment of their own (Nutshell pins httpx<0.26 and bitstring<4,
+which cannot share satsgate's): ``.venv-cashu-mint`` at the repository root, made by
+scripts/setup.sh --test (or here, on first use; ``SATSGATE_CASHU_MINT_VENV`` overrides the
+place). The mint's Lightning side is either Nutshell's FakeWallet (it pays its own
+invoices: tokens are minted at once) or an LNbits-speaking fake (tests/lnbits_fake.py)
+that pays real invoices of satsgate's dev node, for the melt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+NUTSHELL = "cashu==0.20.2"
+
+
+def mint_venv() -> Path:
+    """The mint's environment, made (about a minute, from PyPI) when missing."""
+    venv = Path(os.environ.get("SATSGATE_CASHU_MINT_VENV", ROOT / ".venv-cashu-mint"))
+    if not (venv / "bin" / "mint").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", NUTSHELL]
+            + ["marshmallow<4", "limits<5"],
+            check=True,
+        )
+    return venv
+
+
+def _clean_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MINT_", "CASHU_", "FAKEWALLET_", "LIGHTNING_", "TOR", "SOCKS"))
+    }
+    env.update(extra)
+    return env
+
+
+class NutshellMint:
+    """``mint`` (Nutshell's own server) on 127.0.0.1:``port``; ``url`` once it answers."""
+
+    def __init__(
+        self,
+        venv: Path,
+        workdir: Path,
+        port: int,
+        *,
+        input_fee_ppk: int = 0,
+        lnbits_url: str | None = None,
+    ) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        env = {
+            "MINT_PRIVATE_KEY": "satsgate-tests-mint-key",
+            "MINT_LISTEN_HOST": "127.0.0.1",
+            "MINT_LISTEN_PORT": str(port),
+            "MINT_DATABASE": str(workdir / "mint-db"),
+            "MINT_RATE_LIMIT": "FALSE",
+            "MINT_INPUT_FEE_PPK": str(input_fee_ppk),
+            "MINT_URL": self.url,
+            "CASHU_DIR": str(workdir / "mint-home"),
+            "TOR": "FALSE",
+            "DEBUG": "FALSE",
+            "LOG_LEVEL": "WARNING",
+            "FAKEWALLET_DELAY_INCOMING_PAYMENT": "0",
+            "FAKEWALLET_DELAY_OUTGOING_PAYMENT": "0",
+        }
+        if lnbits_url is None:
+            env["MINT_BACKEND_BOLT11_SAT"] = "FakeWallet"
+        else:
+            env["MINT_BACKEND_BOLT11_SAT"] = "LNbitsWallet"
+            env["MINT_LNBITS_ENDPOINT"] = lnbits_url
+            env["MINT_LNBITS_KEY"] = "satsgate-tests"
+        self._log = open(workdir / "mint.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [str(venv / "bin" / "mint"), "--host", "127.0.0.1", "--port", str(port)],
+            env=_clean_env(env),
+            cwd=workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.log_path = workdir / "mint.log"
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the mint exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/v1/keysets", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the mint did not start: {self.log_path.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self._log.close()
+
+
+class PayerWallet:
+    """A Nutshell wallet of the mint's environment, driven line by line
+    (tests/cashu_wallet_driver.py)."""
+
+    def __init__(self, venv: Path, mint_url: str, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [
+                str(venv / "bin" / "python"),
+                str(ROOT / "tests" / "cashu_wallet_driver.py"),
+                mint_url,
+                str(workdir),
+            ],
+            env=_clean_env({"CASHU_DIR": str(workdir), "TOR": "FALSE", "DEBUG": "FALSE"}),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self._answer().get("ready") is True
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError("the wallet driver exited")
+            if line.startswith("{"):  # Nutshell prints its own lines too
+                return dict(json.loads(line))
+
+    def command(self, **command: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def token(self, amount: int) -> str:
+        answer = self.command(op="mint", amount=amount)
+        assert "token" in answer, answer
+        return str(answer["token"])
+
+    def token_of(self, amounts: list[int]) -> str:
+        answer = self.command(op="mint_split", amounts=amounts)
+        assert "token" in answer, answer
+        return str(answer["token"])
+
+    def receive(self, token: str) -> int:
+        """Swap ``token`` into this wallet at the mint; its value (raises when refused)."""
+        answer = self.command(op="receive", token=token)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return int(answer["amount"])
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)

@@ -1,0 +1,351 @@
+"""Cashu ecash payments (NUT-24) through the gate, against a real Nutshell mint on loopback
+(FakeWallet backend) whose tokens a real Nutshell wallet mints and receives.
+
+One mint, one wallet and one satsgate server for the module (tests/cashu_mint.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import httpx
+import pytest
+from PIL import Image
+
+from satsgate.config import load_settings
+from satsgate.engines.providers import PROVIDER_KINDS
+from satsgate.payments.cashu import parse_config
+from satsgate.payments.cashu_wire import decode_payment_request, decode_token, y_of
+from tests.cashu_mint import NutshellMint, PayerWallet, mint_venv
+from tests.conftest import ThreadedServer, free_port, http_client, make_settings
+from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
+from tests.engines_down import down_engines
+from tests.ledger_check import assert_ledger_balances
+
+CARD = {"template": "headline", "title": "Paid in ecash", "subtitle": "NUT-24"}
+VOTE = {"slug": "voice-changer"}
+
+pytestmark = pytest.mark.usefixtures("fallback_rates")
+
+
+@pytest.fixture(scope="module")
+def venv() -> Path:
+    return mint_venv()
+
+
+@pytest.fixture(scope="module")
+def mint(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NutshellMint]:
+    started = NutshellMint(venv, tmp_path_factory.mktemp("mint"), free_port())
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def wallet(
+    venv: Path, mint: NutshellMint, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PayerWallet]:
+    payer = PayerWallet(venv, mint.url, tmp_path_factory.mktemp("payer"))
+    yield payer
+    payer.close()
+
+
+@pytest.fixture(scope="module")
+def cashu_server(
+    mint: NutshellMint, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ThreadedServer]:
+    """satsgate taking ecash of ``mint``; the text engine is down (a paid call of
+    generate-text fails after payment and is refunded)."""
+    settings = make_settings(
+        tmp_path_factory.mktemp("cashu-node"),
+        cashu={"mints": [mint.url + "/"], "melt": False, "melt_min_sat": 1},
+        **down_engines(["text"]),
+    )
+    srv = ThreadedServer(settings, {**PROVIDER_KINDS, **DOWN_KINDS})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+async def client(cashu_server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in http_client(cashu_server):
+        yield c
+
+
+def rows(server: ThreadedServer, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{server.settings.db_path}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def payment_count(server: ThreadedServer) -> int:
+    return int(rows(server, "SELECT COUNT(*) FROM payments")[0][0])
+
+
+async def price_of(client: httpx.AsyncClient, slug: str, body: dict[str, Any]) -> int:
+    resp = await client.post(f"/api/l402/{slug}", json=body)
+    assert resp.status_code == 402, resp.text
+    return int(resp.json()["amountSats"])
+
+
+def retarget(token: str, **fields: Any) -> str:
+    """The same token with some top-level fields changed (a payer's mistake or trick)."""
+    data = cbor2.loads(base64.urlsafe_b64decode(token[6:] + "=" * (-len(token[6:]) % 4)))
+    data.update(fields)
+    return "cashuB" + base64.urlsafe_b64encode(cbor2.dumps(data)).decode().rstrip("=")
+
+
+def assert_refused(resp: httpx.Response, code: str) -> dict[str, Any]:
+    assert resp.status_code == 400, resp.text
+    body = dict(resp.json())
+    assert body["error_code"] == code, body
+    assert resp.headers["X-Error-Code"] == code
+    assert "X-Cashu-Change" not in resp.headers
+    return body
+
+
+def mint_states(mint: NutshellMint, token: str) -> set[str]:
+    ys = [y_of(p.secret) for p in decode_token(token).proofs]
+    resp = httpx.post(mint.url + "/v1/checkstate", json={"Ys": ys}, timeout=10)
+    return {s["state"] for s in resp.json()["states"]}
+
+
+# -- the 402 ------------------------------------------------------------------------------------
+
+
+async def test_every_402_carries_a_nut18_request(
+    client: httpx.AsyncClient, mint: NutshellMint, wallet: PayerWallet
+) -> None:
+    resp = await client.post("/api/l402/render-card", json=CARD)
+    assert resp.status_code == 402
+    price = resp.json()["amountSats"]
+    creq = resp.headers["X-Cashu"]
+    assert creq.startswith("creqA")
+    assert decode_payment_request(creq) == {"a": price, "u": "sat", "m": [mint.url]}
+    # Nutshell's own NUT-18 reader agrees.
+    answer = wallet.command(op="decode_request", request=creq)
+    assert answer["request"] == {"a": price, "u": "sat", "m": [mint.url]}
+    # L402 and MPP stay offered beside it.
+    schemes = [h.split(" ")[0] for h in resp.headers.get_list("WWW-Authenticate")]
+    assert {"L402", "Payment"} <= set(schemes)
+
+
+# -- paying ---------------------------------------------------------------------------------------
+
+
+async def test_pay_with_ecash_runs_the_call_once(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, mint: NutshellMint, wallet: PayerWallet
+) -> None:
+    price = await price_of(client, "render-card", CARD)
+    token = wallet.token(price)
+    assert mint_states(mint, token) == {"UNSPENT"}
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": token})
+    assert resp.status_code == 200, resp.text
+    png = base64.b64decode(resp.json()["image_base64"])
+    with Image.open(io.BytesIO(png)) as image:
+        assert image.format == "PNG" and image.width >= 600
+    assert "X-Cashu-Change" not in resp.headers  # paid exactly
+    # The payer's proofs are spent at the mint: satsgate swapped them for its own.
+    assert mint_states(mint, token) == {"SPENT"}
+    (payment,) = rows(
+        cashu_server,
+        "SELECT p.amount_msat, p.status, p.mode FROM payments p JOIN ecash_receipts r"
+        " ON r.payment_id = p.payment_id WHERE r.receipt_id = ?",
+        decode_receipt_id(token),
+    )
+    assert payment[0] == price * 1000 and payment[2] == "cashu"
+    held = rows(
+        cashu_server,
+        "SELECT SUM(e.amount) FROM ecash_proofs e JOIN ecash_receipts r"
+        " ON r.payment_id = e.payment_id WHERE r.receipt_id = ? AND e.state = 'held'",
+        decode_receipt_id(token),
+    )
+    assert held[0][0] == price
+    # Presented again later: refused, nothing served or charged again.
+    before = payment_count(cashu_server)
+    again = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": token})
+    assert_refused(again, "CASHU_TOKEN_SPENT")
+    assert payment_count(cashu_server) == before
+    assert_ledger_balances(cashu_server)
+
+
+def decode_receipt_id(token: str) -> str:
+    import hashlib
+
+    ys = sorted(y_of(p.secret) for p in decode_token(token).proofs)
+    return hashlib.sha256("".join(ys).encode()).hexdigest()
+
+
+async def test_overpayment_comes_back_as_change(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet
+) -> None:
+    price = await price_of(client, "vote", VOTE)
+    token = wallet.token(price + 13)
+    resp = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["success"] is True and resp.json()["slug"] == "voice-changer"
+    change = resp.headers["X-Cashu-Change"]
+    assert change.startswith("cashuB")
+    assert decode_token(change).amount == 13
+    # Nutshell reads it, and the mint honours it: the payer's wallet receives 13 sat.
+    assert wallet.command(op="decode_token", token=change)["unit"] == "sat"
+    assert wallet.receive(change) == 13
+    figures = cashu_server.call(cashu_server.store.ecash.figures)
+    assert figures["received_sat"] == figures["change_sat"] + figures["kept_sat"]
+
+
+async def test_concurrent_presentations_serve_once(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet
+) -> None:
+    price = await price_of(client, "vote", VOTE)
+    token = wallet.token(price)
+    before = payment_count(cashu_server)
+    responses = await asyncio.gather(
+        *[client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token}) for _ in range(8)]
+    )
+    served = [r for r in responses if r.status_code == 200]
+    assert len(served) == 1, [r.text for r in responses]
+    for refused in (r for r in responses if r.status_code != 200):
+        assert_refused(refused, "CASHU_TOKEN_SPENT")
+    assert payment_count(cashu_server) == before + 1
+    assert_ledger_balances(cashu_server)
+
+
+async def test_a_token_spent_elsewhere_is_refused_by_the_mint(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet
+) -> None:
+    price = await price_of(client, "vote", VOTE)
+    token = wallet.token(price)
+    assert wallet.receive(token) == price  # the payer spent it (swapped it back) first
+    before = payment_count(cashu_server)
+    resp = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    body = assert_refused(resp, "CASHU_TOKEN_SPENT")
+    assert "mint says" in body["error"]
+    assert payment_count(cashu_server) == before
+
+
+async def test_wrong_mint_wrong_unit_too_small_and_garbage_charge_nothing(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, mint: NutshellMint, wallet: PayerWallet
+) -> None:
+    price = await price_of(client, "render-card", CARD)
+    token = wallet.token(price)
+    receipts = rows(cashu_server, "SELECT COUNT(*) FROM ecash_receipts")[0][0]
+    before = payment_count(cashu_server)
+    cases = [
+        (retarget(token, m="https://other-mint.example"), "CASHU_MINT_NOT_ACCEPTED"),
+        (retarget(token, u="usd"), "CASHU_UNIT_NOT_ACCEPTED"),
+        ("cashuBnot-a-token", "CASHU_TOKEN_INVALID"),
+        ("cashuAeyJ0b2tlbiI6W119", "CASHU_TOKEN_INVALID"),
+    ]
+    for value, code in cases:
+        resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": value})
+        body = assert_refused(resp, code)
+        assert body["error"].endswith("Nothing was charged.")
+    small = wallet.token(price - 1)
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": small})
+    body = assert_refused(resp, "CASHU_AMOUNT_TOO_SMALL")
+    assert body["amountSats"] == price
+    # Nothing was swapped or recorded: both tokens are still the payer's.
+    assert rows(cashu_server, "SELECT COUNT(*) FROM ecash_receipts")[0][0] == receipts
+    assert payment_count(cashu_server) == before
+    assert mint_states(mint, token) == {"UNSPENT"}
+    assert wallet.receive(small) == price - 1
+    assert wallet.receive(token) == price
+    # Bad params are refused before anything else, as for every payment.
+    resp = await client.post(
+        "/api/l402/render-card", json={"template": 7}, headers={"X-Cashu": token}
+    )
+    assert resp.status_code == 400 and resp.json()["error_code"] == "L402_INVALID_PARAMS"
+
+
+async def test_a_failure_after_payment_refunds_a_fresh_token(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet
+) -> None:
+    body = {"prompt": "hello", "modelId": 31}
+    price = await price_of(client, "generate-text", body)
+    token = wallet.token(price + 2)
+    resp = await client.post("/api/l402/generate-text", json=body, headers={"X-Cashu": token})
+    assert resp.status_code >= 500, resp.text
+    error = resp.json()
+    refund = error["refund"]
+    assert refund["method"] == "cashu" and refund["amount_sats"] == price
+    assert "lnurl_withdraw" not in refund
+    # The change of the overpayment comes back too, on the error.
+    change = resp.headers["X-Cashu-Change"]
+    assert wallet.receive(change) == 2
+    # The refund token is real ecash of the mint: the payer's wallet receives it.
+    assert wallet.receive(refund["cashu_token"]) == price
+    # Presented again: refused, with the same refund attached.
+    again = await client.post("/api/l402/generate-text", json=body, headers={"X-Cashu": token})
+    shown = assert_refused(again, "CASHU_TOKEN_SPENT")
+    assert shown["refund"]["cashu_token"] == refund["cashu_token"]
+    (payment,) = rows(
+        cashu_server,
+        "SELECT status FROM payments WHERE payment_id = (SELECT payment_id FROM ecash_receipts"
+        " WHERE receipt_id = ?)",
+        decode_receipt_id(token),
+    )
+    assert payment[0] == "spent"
+    report = assert_ledger_balances(cashu_server)
+    assert report["totals"]["refunded_msat"] >= price * 1000
+
+
+async def test_melt_moves_held_ecash_out_of_the_mint(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, mint: NutshellMint, wallet: PayerWallet
+) -> None:
+    price = await price_of(client, "vote", VOTE)
+    token = wallet.token(price)
+    resp = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert resp.status_code == 200
+    held_before = cashu_server.call(cashu_server.store.ecash.figures)["held_sat"]
+    assert held_before > 0
+    cashu = cashu_server.gate.cashu
+    melted = cashu_server.call(cashu.melt_all)
+    assert len(melted) == 1
+    figures = cashu_server.call(cashu_server.store.ecash.figures)
+    assert figures["melts"] >= 1 and figures["melted_sat"] > 0
+    assert figures["held_sat"] == figures["melt_change_sat"]  # only the fee reserve came back
+    # What was kept is accounted for, to the sat.
+    assert figures["kept_sat"] + figures["melt_change_sat"] == (
+        figures["refunded_sat"]
+        + figures["refund_fees_sat"]
+        + figures["melted_sat"]
+        + figures["melt_fees_sat"]
+        + figures["held_sat"]
+        + figures["melting_sat"]
+    )
+    melted_ys = [
+        r[0] for r in rows(cashu_server, "SELECT y FROM ecash_proofs WHERE state = 'melted'")
+    ]
+    resp = httpx.post(mint.url + "/v1/checkstate", json={"Ys": melted_ys}, timeout=10)
+    assert {s["state"] for s in resp.json()["states"]} == {"SPENT"}
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def test_config_is_checked_at_load(tmp_path: Path) -> None:
+    assert parse_config({}) is None
+    assert parse_config({"mints": ["https://mint.example/"]}).mints == ("https://mint.example",)  # type: ignore[union-attr]
+    for bad in (
+        {"mints": ["ftp://x"]},
+        {"mints": ["https://m"], "unit": "usd"},
+        {"mints": ["https://m"], "mintz": 1},
+        {"mints": "https://m"},
+    ):
+        with pytest.raises(ValueError):
+            parse_config(bad)
+    path = tmp_path / "satsgate.toml"
+    path.write_text('[cashu]\nmints = ["https://mint.example"]\nmelt_interval_s = 60\n')
+    assert load_settings(path).cashu["melt_interval_s"] == 60
+    path.write_text('[cashu]\nmints = ["mint.example"]\n')
+    with pytest.raises(ValueError, match="not an http"):
+        load_settings(path)

@@ -22,6 +22,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 NUTSHELL = "cashu==0.20.2"
+PINS = ("marshmallow<4", "limits<5")  # what 0.20.2 needs but does not pin
 
 
 def mint_venv() -> Path:
@@ -30,8 +31,7 @@ def mint_venv() -> Path:
     if not (venv / "bin" / "mint").exists():
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", NUTSHELL]
-            + ["marshmallow<4", "limits<5"],
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", NUTSHELL, *PINS],
             check=True,
         )
     return venv
@@ -175,3 +175,5 @@ class PayerWallet:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()

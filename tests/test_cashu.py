@@ -28,6 +28,7 @@ from tests.conftest import ThreadedServer, free_port, http_client, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 from tests.ledger_check import assert_ledger_balances
+from tests.lnbits_fake import LnbitsFake
 
 CARD = {"template": "headline", "title": "Paid in ecash", "subtitle": "NUT-24"}
 VOTE = {"slug": "voice-changer"}
@@ -41,8 +42,19 @@ def venv() -> Path:
 
 
 @pytest.fixture(scope="module")
-def mint(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NutshellMint]:
-    started = NutshellMint(venv, tmp_path_factory.mktemp("mint"), free_port())
+def lnbits() -> Iterator[LnbitsFake]:
+    fake = LnbitsFake(free_port())
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def mint(
+    venv: Path, lnbits: LnbitsFake, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NutshellMint]:
+    started = NutshellMint(
+        venv, tmp_path_factory.mktemp("mint"), free_port(), lnbits_url=lnbits.url
+    )
     yield started
     started.stop()
 
@@ -58,16 +70,23 @@ def wallet(
 
 @pytest.fixture(scope="module")
 def cashu_server(
-    mint: NutshellMint, tmp_path_factory: pytest.TempPathFactory
+    mint: NutshellMint, lnbits: LnbitsFake, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ThreadedServer]:
-    """satsgate taking ecash of ``mint``; the text engine is down (a paid call of
-    generate-text fails after payment and is refunded)."""
+    """satsgate taking ecash of ``mint`` (whose melts pay into this node's dev node); the
+    text engine is down (a paid call of generate-text fails after payment and is
+    refunded). Melting is left to the test that calls it."""
     settings = make_settings(
         tmp_path_factory.mktemp("cashu-node"),
-        cashu={"mints": [mint.url + "/"], "melt": False, "melt_min_sat": 1},
+        cashu={
+            "mints": [mint.url + "/"],
+            "melt": False,
+            "melt_min_sat": 1,
+            "melt_max_fee_pct": 50,
+        },
         **down_engines(["text"]),
     )
     srv = ThreadedServer(settings, {**PROVIDER_KINDS, **DOWN_KINDS})
+    lnbits.pay_into = srv.url
     yield srv
     srv.stop()
 
@@ -113,7 +132,11 @@ def assert_refused(resp: httpx.Response, code: str) -> dict[str, Any]:
 
 
 def mint_states(mint: NutshellMint, token: str) -> set[str]:
-    ys = [y_of(p.secret) for p in decode_token(token).proofs]
+    return states_of(mint, [y_of(p.secret) for p in decode_token(token).proofs])
+
+
+def states_of(mint: NutshellMint, ys: list[str]) -> set[str]:
+    """What the mint says of these proofs (NUT-07)."""
     resp = httpx.post(mint.url + "/v1/checkstate", json={"Ys": ys}, timeout=10)
     return {s["state"] for s in resp.json()["states"]}
 
@@ -298,8 +321,12 @@ async def test_a_failure_after_payment_refunds_a_fresh_token(
     assert report["totals"]["refunded_msat"] >= price * 1000
 
 
-async def test_melt_moves_held_ecash_out_of_the_mint(
-    client: httpx.AsyncClient, cashu_server: ThreadedServer, mint: NutshellMint, wallet: PayerWallet
+async def test_melt_pays_held_ecash_into_the_dev_node(
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    mint: NutshellMint,
+    wallet: PayerWallet,
+    lnbits: LnbitsFake,
 ) -> None:
     price = await price_of(client, "vote", VOTE)
     token = wallet.token(price)
@@ -317,16 +344,33 @@ async def test_melt_moves_held_ecash_out_of_the_mint(
     assert figures["kept_sat"] + figures["melt_change_sat"] == (
         figures["refunded_sat"]
         + figures["refund_fees_sat"]
-        + figures["melted_sat"]
-        + figures["melt_fees_sat"]
+        + figures["melt_inputs_sat"]
         + figures["held_sat"]
         + figures["melting_sat"]
+    )
+    assert figures["melt_inputs_sat"] == (
+        figures["melted_sat"] + figures["melt_fees_sat"] + figures["melt_change_sat"]
     )
     melted_ys = [
         r[0] for r in rows(cashu_server, "SELECT y FROM ecash_proofs WHERE state = 'melted'")
     ]
-    resp = httpx.post(mint.url + "/v1/checkstate", json={"Ys": melted_ys}, timeout=10)
-    assert {s["state"] for s in resp.json()["states"]} == {"SPENT"}
+    assert states_of(mint, melted_ys) == {"SPENT"}
+    # The mint paid an invoice of the node's own, and the dev node shows it settled.
+    ((melt_id, bolt11, payment_hash, amount, settled),) = rows(
+        cashu_server,
+        "SELECT melt_id, bolt11, payment_hash, amount, node_settled FROM ecash_melts"
+        " WHERE state = 'paid'",
+    )
+    assert melted == [melt_id] and lnbits.paid_out == [bolt11] and settled == 1
+    status = cashu_server.call(lambda: cashu_server.backend.lookup_invoice(payment_hash))
+    assert status.state.name == "SETTLED" and status.amount_received_msat == amount * 1000
+    assert (
+        amount
+        == figures["melted_sat"]
+        == held_before - figures["melt_fees_sat"] - (figures["melt_change_sat"])
+    )
+    # Nothing left to melt: a second run does nothing.
+    assert cashu_server.call(cashu.melt_all) == []
 
 
 # -- configuration ----------------------------------------------------------------------------

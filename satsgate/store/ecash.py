@@ -523,9 +523,10 @@ class EcashRepository:
     # -- the operator's figures -------------------------------------------------------------
 
     async def figures(self) -> dict[str, int]:
-        """The ecash ledger, in sat. received = fees + change + kept (each redeemed token);
-        kept + melt change back = refunded + refund fees + melted + melt fees + held +
-        melting."""
+        """The ecash ledger, in sat. For the tokens taken: received = swap fees + change +
+        kept. For what was kept: kept + melt change = refunded + refund fees + melt inputs +
+        held + melting, where a paid melt's inputs = melted (the node's invoice) + melt fees
+        + melt change (the unused fee reserve, held again)."""
 
         def go(conn: sqlite3.Connection) -> dict[str, int]:
             conn.execute("BEGIN")
@@ -540,7 +541,7 @@ class EcashRepository:
                     " FROM ecash_refunds"
                 ).fetchone()
                 m = conn.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(amount), 0),"
+                    "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(inputs), 0),"
                     " COALESCE(SUM(inputs - amount - COALESCE(change, 0)), 0),"
                     " COALESCE(SUM(COALESCE(change, 0)), 0),"
                     " COALESCE(SUM(CASE WHEN node_settled = 1 THEN amount END), 0)"
@@ -564,9 +565,10 @@ class EcashRepository:
                 "refund_fees_sat": int(f[2]),
                 "melts": int(m[0]),
                 "melted_sat": int(m[1]),
-                "melt_fees_sat": int(m[2]),
-                "melt_change_sat": int(m[3]),
-                "melted_settled_sat": int(m[4]),
+                "melt_inputs_sat": int(m[2]),
+                "melt_fees_sat": int(m[3]),
+                "melt_change_sat": int(m[4]),
+                "melted_settled_sat": int(m[5]),
                 "held_sat": int(states.get("held", 0)),
                 "melting_sat": int(states.get("melting", 0)),
             }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from typing import Any
 
 
 async def main(mint_url: str, wallet_dir: str) -> None:
@@ -43,7 +44,7 @@ async def main(mint_url: str, wallet_dir: str) -> None:
         print(json.dumps(answer), flush=True)
 
 
-async def handle(wallet, command, deserialize, receive):  # type: ignore[no-untyped-def]
+async def handle(wallet: Any, command: dict[str, Any], deserialize: Any, receive: Any) -> Any:
     op = command["op"]
     if op in ("mint", "mint_split"):
         split = command.get("amounts")
@@ -78,8 +79,8 @@ async def handle(wallet, command, deserialize, receive):  # type: ignore[no-unty
     return {"error": f"unknown op {op}"}
 
 
-def _sats(value: object) -> int:
-    return int(getattr(value, "amount", value))  # type: ignore[call-overload]
+def _sats(value: Any) -> int:
+    return int(getattr(value, "amount", value))
 
 
 if __name__ == "__main__":

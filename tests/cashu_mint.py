@@ -177,3 +177,60 @@ class PayerWallet:
             self.process.wait(5)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+class MintProxy:
+    """The mint as its clients reach it, through a forwarding proxy that can lose a swap:
+    ``lose = "request"`` answers 502 without forwarding (the mint never sees the swap);
+    ``lose = "answer"`` forwards it and answers 502 (the mint swapped; its answer is lost)."""
+
+    def __init__(self, target: str, port: int) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        self.url = f"http://127.0.0.1:{port}"
+        self.lose = ""
+        self._target = target
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._forward)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+
+        async def start() -> None:
+            await self._runner.setup()
+            await web.TCPSite(self._runner, "127.0.0.1", port).start()
+
+        asyncio.run_coroutine_threadsafe(start(), self._loop).result(10)
+
+    async def _forward(self, request: Any) -> Any:
+        from aiohttp import web
+
+        swap = request.path == "/v1/swap"
+        if swap and self.lose == "request":
+            return web.json_response({"detail": "proxy lost the request"}, status=502)
+        async with httpx.AsyncClient(timeout=30) as client:
+            resp = await client.request(
+                request.method,
+                self._target + request.path_qs,
+                content=await request.read(),
+                headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
+            )
+        if swap and self.lose == "answer":
+            return web.json_response({"detail": "proxy lost the answer"}, status=502)
+        return web.Response(
+            body=resp.content,
+            status=resp.status_code,
+            content_type=resp.headers.get("content-type", "application/json").split(";")[0],
+        )
+
+    def stop(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

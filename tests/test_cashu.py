@@ -23,7 +23,7 @@ from satsgate.config import load_settings
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.payments.cashu import parse_config
 from satsgate.payments.cashu_wire import decode_payment_request, decode_token, y_of
-from tests.cashu_mint import NutshellMint, PayerWallet, mint_venv
+from tests.cashu_mint import MintProxy, NutshellMint, PayerWallet, mint_venv
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
@@ -60,17 +60,25 @@ def mint(
 
 
 @pytest.fixture(scope="module")
+def proxy(mint: NutshellMint) -> Iterator[MintProxy]:
+    """The mint's address as the payer and satsgate know it (a proxy that can lose a swap)."""
+    forwarding = MintProxy(mint.url, free_port())
+    yield forwarding
+    forwarding.stop()
+
+
+@pytest.fixture(scope="module")
 def wallet(
-    venv: Path, mint: NutshellMint, tmp_path_factory: pytest.TempPathFactory
+    venv: Path, proxy: MintProxy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PayerWallet]:
-    payer = PayerWallet(venv, mint.url, tmp_path_factory.mktemp("payer"))
+    payer = PayerWallet(venv, proxy.url, tmp_path_factory.mktemp("payer"))
     yield payer
     payer.close()
 
 
 @pytest.fixture(scope="module")
 def cashu_server(
-    mint: NutshellMint, lnbits: LnbitsFake, tmp_path_factory: pytest.TempPathFactory
+    proxy: MintProxy, lnbits: LnbitsFake, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ThreadedServer]:
     """satsgate taking ecash of ``mint`` (whose melts pay into this node's dev node); the
     text engine is down (a paid call of generate-text fails after payment and is
@@ -78,7 +86,7 @@ def cashu_server(
     settings = make_settings(
         tmp_path_factory.mktemp("cashu-node"),
         cashu={
-            "mints": [mint.url + "/"],
+            "mints": [proxy.url + "/"],
             "melt": False,
             "melt_min_sat": 1,
             "melt_max_fee_pct": 50,
@@ -145,17 +153,17 @@ def states_of(mint: NutshellMint, ys: list[str]) -> set[str]:
 
 
 async def test_every_402_carries_a_nut18_request(
-    client: httpx.AsyncClient, mint: NutshellMint, wallet: PayerWallet
+    client: httpx.AsyncClient, proxy: MintProxy, wallet: PayerWallet
 ) -> None:
     resp = await client.post("/api/l402/render-card", json=CARD)
     assert resp.status_code == 402
     price = resp.json()["amountSats"]
     creq = resp.headers["X-Cashu"]
     assert creq.startswith("creqA")
-    assert decode_payment_request(creq) == {"a": price, "u": "sat", "m": [mint.url]}
+    assert decode_payment_request(creq) == {"a": price, "u": "sat", "m": [proxy.url]}
     # Nutshell's own NUT-18 reader agrees.
     answer = wallet.command(op="decode_request", request=creq)
-    assert answer["request"] == {"a": price, "u": "sat", "m": [mint.url]}
+    assert answer["request"] == {"a": price, "u": "sat", "m": [proxy.url]}
     # L402 and MPP stay offered beside it.
     schemes = [h.split(" ")[0] for h in resp.headers.get_list("WWW-Authenticate")]
     assert {"L402", "Payment"} <= set(schemes)
@@ -362,6 +370,7 @@ async def test_melt_pays_held_ecash_into_the_dev_node(
         " WHERE state = 'paid'",
     )
     assert melted == [melt_id] and lnbits.paid_out == [bolt11] and settled == 1
+    assert assert_ledger_balances(cashu_server)["ecash"] == figures  # in the operator's ledger
     status = cashu_server.call(lambda: cashu_server.backend.lookup_invoice(payment_hash))
     assert status.state.name == "SETTLED" and status.amount_received_msat == amount * 1000
     assert (
@@ -393,3 +402,87 @@ def test_config_is_checked_at_load(tmp_path: Path) -> None:
     path.write_text('[cashu]\nmints = ["mint.example"]\n')
     with pytest.raises(ValueError, match="not an http"):
         load_settings(path)
+
+
+@pytest.mark.parametrize("lose", ["request", "answer"])
+async def test_a_lost_swap_answer_is_settled_with_the_mint(
+    lose: str,
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    mint: NutshellMint,
+    proxy: MintProxy,
+    wallet: PayerWallet,
+) -> None:
+    """The mint's answer to the swap is lost (or the swap never reached it): the payer is
+    told to retry with the same token; the retry asks the mint (NUT-07) and either frees
+    the token and swaps it (never reached) or restores the swap's outputs (NUT-09) and
+    serves the call it paid for. Either way the call is served once."""
+    price = await price_of(client, "vote", VOTE)
+    token = wallet.token(price + 1)
+    before = payment_count(cashu_server)
+    proxy.lose = lose
+    try:
+        resp = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    finally:
+        proxy.lose = ""
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["error_code"] == "CASHU_MINT_UNAVAILABLE"
+    assert payment_count(cashu_server) == before
+    assert mint_states(mint, token) == ({"SPENT"} if lose == "answer" else {"UNSPENT"})
+    (status,) = rows(
+        cashu_server,
+        "SELECT status FROM ecash_receipts WHERE receipt_id = ?",
+        decode_receipt_id(token),
+    )[0]
+    assert status == "unknown"
+    retry = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert retry.status_code == 200, retry.text
+    assert retry.json()["success"] is True
+    assert wallet.receive(retry.headers["X-Cashu-Change"]) == 1
+    assert payment_count(cashu_server) == before + 1
+    again = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert_refused(again, "CASHU_TOKEN_SPENT")
+    assert payment_count(cashu_server) == before + 1
+    assert_ledger_balances(cashu_server)
+
+
+async def test_the_schedule_restores_a_lost_swap_nobody_retried(
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    mint: NutshellMint,
+    proxy: MintProxy,
+    wallet: PayerWallet,
+) -> None:
+    """A swap the mint made whose answer was lost, and no retry: the scheduled recovery
+    restores the outputs and records the payment as paid and unused (open: the payer's,
+    usable by presenting the token again)."""
+    price = await price_of(client, "vote", VOTE)
+    token = wallet.token(price)
+    proxy.lose = "answer"
+    try:
+        resp = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    finally:
+        proxy.lose = ""
+    assert resp.status_code == 503
+    receipt_id = decode_receipt_id(token)
+    cashu_server.call(
+        lambda: cashu_server.store.db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE ecash_receipts SET updated_at = updated_at - 3600 WHERE receipt_id = ?",
+                (receipt_id,),
+            )
+        )
+    )  # as if an hour had passed
+    cashu_server.call(cashu_server.gate.cashu.recover)
+    ((status, payment_status),) = rows(
+        cashu_server,
+        "SELECT r.status, p.status FROM ecash_receipts r JOIN payments p"
+        " ON p.payment_id = r.payment_id WHERE r.receipt_id = ?",
+        receipt_id,
+    )
+    assert (status, payment_status) == ("redeemed", "paid")
+    report = assert_ledger_balances(cashu_server)
+    assert report["totals"]["open_msat"] >= price * 1000
+    retry = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert retry.status_code == 200, retry.text
+    assert_ledger_balances(cashu_server)

@@ -392,7 +392,19 @@ class Ecash:
             via="http",
             mode="cashu",
         )
-        await self._repo.redeemed(receipt.receipt_id, kept, change, change_token, payment, now)
+        if not await self._repo.redeemed(
+            receipt.receipt_id, kept, change, change_token, payment, now
+        ):
+            # Settled at the same moment by another request (or the schedule): its payment.
+            earlier = await self._repo.get_receipt(receipt.receipt_id)
+            found = None
+            if earlier is not None and earlier.payment_id is not None:
+                found = await self._repo.payment(earlier.payment_id)
+            if earlier is None or found is None:
+                raise _refused(
+                    "CASHU_TOKEN_SPENT", "This token was presented before: it pays for one call."
+                )
+            return _Redeemed(found, earlier.change_token)
         return _Redeemed(payment, change_token)
 
     async def _presented_before(self, ys: Sequence[str], spec: AnySpec) -> _Redeemed | None:

@@ -231,24 +231,31 @@ class EcashRepository:
         change_token: str | None,
         payment: Payment,
         now: int,
-    ) -> None:
-        """The swap succeeded: the kept proofs (held), the change proofs (given to the
-        payer) and the call's payment (paid, mode 'cashu'), with the receipt redeemed, in
-        one transaction."""
+    ) -> bool:
+        """The swap succeeded: the receipt redeemed (from 'swapping' or 'unknown'), the kept
+        proofs (held), the change proofs (given to the payer) and the call's payment (paid,
+        mode 'cashu'), in one transaction. False (nothing written) when the receipt was
+        redeemed already (two settlements of one lost answer at once)."""
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
         values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: sqlite3.Connection) -> bool:
+            if (
+                conn.execute(
+                    "UPDATE ecash_receipts SET status = 'redeemed', payment_id = ?,"
+                    " change_token = ?, updated_at = ? WHERE receipt_id = ?"
+                    " AND status IN ('swapping', 'unknown')",
+                    (payment.payment_id, change_token, now, receipt_id),
+                ).rowcount
+                != 1
+            ):
+                return False
             conn.execute(_INSERT_PAYMENT, values)
             _insert_proofs(conn, kept, payment.payment_id, "held", receipt_id, now)
             _insert_proofs(conn, change, payment.payment_id, "change", receipt_id, now)
-            conn.execute(
-                "UPDATE ecash_receipts SET status = 'redeemed', payment_id = ?,"
-                " change_token = ?, updated_at = ? WHERE receipt_id = ?",
-                (payment.payment_id, change_token, now, receipt_id),
-            )
+            return True
 
-        await self._db.run_in_transaction(go)
+        return await self._db.run_in_transaction(go)
 
     async def set_receipt_status(
         self, receipt_id: str, status: str, error: str | None, now: int, *, release: bool = False
@@ -523,57 +530,59 @@ class EcashRepository:
     # -- the operator's figures -------------------------------------------------------------
 
     async def figures(self) -> dict[str, int]:
-        """The ecash ledger, in sat. For the tokens taken: received = swap fees + change +
-        kept. For what was kept: kept + melt change = refunded + refund fees + melt inputs +
-        held + melting, where a paid melt's inputs = melted (the node's invoice) + melt fees
-        + melt change (the unused fee reserve, held again)."""
+        """The ecash ledger (see :func:`ecash_figures`), read in one snapshot."""
 
         def go(conn: sqlite3.Connection) -> dict[str, int]:
             conn.execute("BEGIN")
             try:
-                r = conn.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(fee), 0),"
-                    " COALESCE(SUM(change), 0), COALESCE(SUM(price), 0)"
-                    " FROM ecash_receipts WHERE status = 'redeemed'"
-                ).fetchone()
-                f = conn.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(fee), 0)"
-                    " FROM ecash_refunds"
-                ).fetchone()
-                m = conn.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(inputs), 0),"
-                    " COALESCE(SUM(inputs - amount - COALESCE(change, 0)), 0),"
-                    " COALESCE(SUM(COALESCE(change, 0)), 0),"
-                    " COALESCE(SUM(CASE WHEN node_settled = 1 THEN amount END), 0)"
-                    " FROM ecash_melts WHERE state = 'paid'"
-                ).fetchone()
-                states = dict(
-                    conn.execute(
-                        "SELECT state, COALESCE(SUM(amount), 0) FROM ecash_proofs GROUP BY state"
-                    ).fetchall()
-                )
+                return ecash_figures(conn)
             finally:
                 conn.execute("COMMIT" if conn.in_transaction else "SELECT 1")
-            return {
-                "tokens_received": int(r[0]),
-                "received_sat": int(r[1]),
-                "swap_fees_sat": int(r[2]),
-                "change_sat": int(r[3]),
-                "kept_sat": int(r[4]),
-                "refunds": int(f[0]),
-                "refunded_sat": int(f[1]),
-                "refund_fees_sat": int(f[2]),
-                "melts": int(m[0]),
-                "melted_sat": int(m[1]),
-                "melt_inputs_sat": int(m[2]),
-                "melt_fees_sat": int(m[3]),
-                "melt_change_sat": int(m[4]),
-                "melted_settled_sat": int(m[5]),
-                "held_sat": int(states.get("held", 0)),
-                "melting_sat": int(states.get("melting", 0)),
-            }
 
         return await self._db.run_sync(go)
+
+
+def ecash_figures(conn: sqlite3.Connection) -> dict[str, int]:
+    """The ecash ledger, in sat. For the tokens taken: received = swap fees + change +
+    kept. For what was kept: kept + melt change = refunded + refund fees + melt inputs +
+    held + melting, where a paid melt's inputs = melted (paid to the node's invoice) + melt
+    fees + melt change (the unused fee reserve, held again)."""
+    r = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(fee), 0),"
+        " COALESCE(SUM(change), 0), COALESCE(SUM(price), 0)"
+        " FROM ecash_receipts WHERE status = 'redeemed'"
+    ).fetchone()
+    f = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(fee), 0) FROM ecash_refunds"
+    ).fetchone()
+    m = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(inputs), 0),"
+        " COALESCE(SUM(inputs - amount - COALESCE(change, 0)), 0),"
+        " COALESCE(SUM(COALESCE(change, 0)), 0),"
+        " COALESCE(SUM(CASE WHEN node_settled = 1 THEN amount END), 0)"
+        " FROM ecash_melts WHERE state = 'paid'"
+    ).fetchone()
+    states = dict(
+        conn.execute("SELECT state, COALESCE(SUM(amount), 0) FROM ecash_proofs GROUP BY state")
+    )
+    return {
+        "tokens_received": int(r[0]),
+        "received_sat": int(r[1]),
+        "swap_fees_sat": int(r[2]),
+        "change_sat": int(r[3]),
+        "kept_sat": int(r[4]),
+        "refunds": int(f[0]),
+        "refunded_sat": int(f[1]),
+        "refund_fees_sat": int(f[2]),
+        "melts": int(m[0]),
+        "melted_sat": int(m[1]),
+        "melt_inputs_sat": int(m[2]),
+        "melt_fees_sat": int(m[3]),
+        "melt_change_sat": int(m[4]),
+        "melted_settled_sat": int(m[5]),
+        "held_sat": int(states.get("held", 0)),
+        "melting_sat": int(states.get("melting", 0)),
+    }
 
 
 class _Taken(Exception):

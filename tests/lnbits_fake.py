@@ -37,6 +37,7 @@ class LnbitsFake:
         app.router.add_get("/api/v1/payments/sse", self._sse)
         app.router.add_get("/api/v1/payments/{checking_id}", self._status)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        self._closing = asyncio.Event()
         asyncio.run_coroutine_threadsafe(self._start(port), self._loop).result(10)
 
     async def _start(self, port: int) -> None:
@@ -44,6 +45,7 @@ class LnbitsFake:
         await web.TCPSite(self._runner, "127.0.0.1", port).start()
 
     def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._closing.set)
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -55,7 +57,8 @@ class LnbitsFake:
     async def _sse(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        await asyncio.Event().wait()  # no push events: the mint asks for each payment's status
+        # No push events (the mint asks for each payment's status): open until stop().
+        await self._closing.wait()
         return resp
 
     async def _payment(self, request: web.Request) -> web.Response:

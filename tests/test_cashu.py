@@ -10,6 +10,8 @@ import asyncio
 import base64
 import io
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -486,3 +488,82 @@ async def test_the_schedule_restores_a_lost_swap_nobody_retried(
     retry = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
     assert retry.status_code == 200, retry.text
     assert_ledger_balances(cashu_server)
+
+
+async def test_a_partial_refund_splits_the_payment_at_the_mint(
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet
+) -> None:
+    """A refund of part of an ecash payment that its proofs cannot make up exactly (a call
+    that delivered less than quoted) is a swap of those proofs into the refund and the
+    rest; never more in total than was paid."""
+    price = await price_of(client, "render-card", CARD)
+    token = wallet.token(price)
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": token})
+    assert resp.status_code == 200, resp.text
+    ((payment_id,),) = rows(
+        cashu_server,
+        "SELECT payment_id FROM ecash_receipts WHERE receipt_id = ?",
+        decode_receipt_id(token),
+    )
+    payment = cashu_server.call(lambda: cashu_server.store.payments.get(payment_id))
+    part = next(r for r in range(1, price) if r & ~price)  # not a sum of the held proofs
+    cashu = cashu_server.gate.cashu
+    refund = cashu_server.call(lambda: cashu.refund_spent(payment, part * 1000, "partial"))
+    assert refund is not None and refund["amount_sats"] == part
+    assert wallet.receive(refund["cashu_token"]) == part
+    held = rows(
+        cashu_server,
+        "SELECT COALESCE(SUM(amount), 0) FROM ecash_proofs WHERE payment_id = ? AND state = 'held'",
+        payment_id,
+    )[0][0]
+    assert held == price - part
+    # The rest may be refunded; more than was paid may not.
+    assert cashu_server.call(lambda: cashu.refund_spent(payment, price * 1000, "again")) is None
+    rest = cashu_server.call(lambda: cashu.refund_spent(payment, (price - part) * 1000, "rest"))
+    assert rest is not None and wallet.receive(rest["cashu_token"]) == price - part
+    assert assert_ledger_balances(cashu_server)["totals"]["refunded_msat"] >= price * 1000
+
+
+def test_without_nutshell_satsgate_runs_and_cashu_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plain install has no Nutshell: nothing imports it until [cashu] names a mint,
+    and then start-up says what to install."""
+    from satsgate.payments import cashu_wire
+    from satsgate.payments.cashu import check_installed
+
+    for name in [m for m in sys.modules if m == "cashu" or m.startswith("cashu.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "cashu", None)  # import cashu -> ImportError
+    cashu_wire._dhke.cache_clear()
+    try:
+        assert "not installed" in cashu_wire.crypto_missing()
+        with pytest.raises(RuntimeError, match="pip install --no-deps cashu"):
+            check_installed()
+        # Everything else imports and quotes without it.
+        out = subprocess.run(
+            [sys.executable, "-c", NO_NUTSHELL],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == "402 no-x-cashu"
+    finally:
+        cashu_wire._dhke.cache_clear()
+
+
+NO_NUTSHELL = """
+import asyncio, sys, tempfile
+sys.modules["cashu"] = None
+from pathlib import Path
+import httpx
+from tests.conftest import ThreadedServer, make_settings
+srv = ThreadedServer(make_settings(Path(tempfile.mkdtemp())))
+try:
+    r = httpx.post(srv.url + "/api/l402/vote", json={"slug": "voice-changer"})
+    print(r.status_code, "x-cashu" if "X-Cashu" in r.headers else "no-x-cashu")
+finally:
+    srv.stop()
+"""

@@ -492,8 +492,8 @@ class Ecash:
         if sats <= 0:
             return None
         held = await self._repo.payment_proofs(payment.payment_id)
-        if not held:
-            return None
+        if sum(p.amount for p in held) < sats:
+            return None  # more than is left of it in ecash (refunded, or melted already)
         mint_url = held[0].mint
         mint = self._mints.get(mint_url)
         exact = _exact_subset(held, sats)

@@ -60,6 +60,7 @@ class NutshellMint:
         lnbits_url: str | None = None,
     ) -> None:
         self.url = f"http://127.0.0.1:{port}"
+        workdir.mkdir(parents=True, exist_ok=True)
         env = {
             "MINT_PRIVATE_KEY": "satsgate-tests-mint-key",
             "MINT_LISTEN_HOST": "127.0.0.1",

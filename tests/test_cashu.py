@@ -169,6 +169,9 @@ async def test_every_402_carries_a_nut18_request(
     # L402 and MPP stay offered beside it.
     schemes = [h.split(" ")[0] for h in resp.headers.get_list("WWW-Authenticate")]
     assert {"L402", "Payment"} <= set(schemes)
+    # Agents reading llms.txt learn it too.
+    llms = (await client.get("/llms.txt")).text
+    assert "X-Cashu: cashuB" in llms and proxy.url in llms
 
 
 # -- paying ---------------------------------------------------------------------------------------

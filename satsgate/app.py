@@ -28,6 +28,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
     BACKEND,
+    CALLBACKS,
     ENGINES,
     FILES,
     GATE,
@@ -35,12 +36,14 @@ from satsgate.appkeys import (
     HTTP,
     JOBS,
     OPERATION_ENV,
+    OUTBOUND,
     POOL,
     REFUNDS,
     SETTINGS,
     STARTED_AT,
     STORE,
 )
+from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.local import LOCAL_ENGINES
@@ -60,6 +63,7 @@ from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services.base import ServiceSpec
+from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
@@ -109,9 +113,11 @@ def create_app(
     backend: LightningBackend,
     *,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+    outbound: Outbound = SYSTEM_OUTBOUND,
 ) -> web.Application:
     """The app; EngineConfigError (a ValueError) when the engine configuration cannot
-    work. ``provider_kinds``: the adapters ``kind = ...`` may name."""
+    work. ``provider_kinds``: the adapters ``kind = ...`` may name; ``outbound``: the
+    outside network callers' URLs are reached through (DNS, public addresses, CAs)."""
     settings = ensure_server_secret(settings)
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
@@ -134,6 +140,7 @@ def create_app(
     app[POOL] = pool
     app[ENGINES] = engines
     app[STORE] = Store(settings.db_path)
+    app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
         settings.public_base_url,
@@ -182,7 +189,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
     refunds = RefundService(settings, store.refunds, app[BACKEND])
-    jobs = JobRunner(store.jobs, settings.public_base_url)
+    callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
+    jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
+    app[CALLBACKS] = callbacks
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -223,6 +232,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
     yield
     await jobs.close()
+    await callbacks.close()
     await refunds.wait_payouts()
     if gate.cashu is not None:
         await gate.cashu.aclose()
@@ -230,6 +240,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
 
+
+CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
 
 # An unpaid payment is deleted this long after its invoice expired.
 UNPAID_RETENTION_S = 7 * 86400
@@ -297,6 +309,19 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
             max_instances=1,
             coalesce=True,
         )
+    callbacks = app[CALLBACKS]  # owed deliveries, including those a restart interrupted
+    scheduler.add_job(
+        callbacks.deliver_due,
+        "interval",
+        seconds=CALLBACK_SWEEP_S,
+        id="callbacks-deliver",
+        next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
+    )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield

@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 import httpx
 from aiohttp import web
 
+from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.files import FileStore
@@ -15,6 +16,7 @@ from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
+from satsgate.services.callbacks_guard import Outbound
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -30,3 +32,5 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
+OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
+CALLBACKS = web.AppKey("callbacks", CallbackSender)

@@ -21,13 +21,14 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from satsgate.callbacks import CallbackSender, callback_body
 from satsgate.errors import ApiError
-from satsgate.store import Job, JobRepository, JobStatus
+from satsgate.store import Job, JobCallback, JobRepository, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,12 @@ FailureRefund = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
 class JobRunner:
-    def __init__(self, jobs: JobRepository, base_url: str) -> None:
+    def __init__(
+        self, jobs: JobRepository, base_url: str, callbacks: CallbackSender | None = None
+    ) -> None:
         self._jobs = jobs
         self._base_url = base_url
+        self._callbacks = callbacks
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._progress: dict[str, Progress] = {}
         self._changed: dict[str, asyncio.Event] = {}
@@ -101,6 +105,8 @@ class JobRunner:
             "poll_url": self.poll_url(job),
             "poll_interval_ms": POLL_INTERVAL_MS,
             "max_wait_ms": MAX_WAIT_MS,
+            # The HMAC key of this job's signed callbacks (satsgate.callbacks): only here.
+            **({"callback_secret": job.callback.secret} if job.callback else {}),
         }
 
     def accepted_headers(self, job: Job) -> dict[str, str]:
@@ -110,10 +116,17 @@ class JobRunner:
             "X-Poll-Interval-Ms": str(POLL_INTERVAL_MS),
         }
 
-    def prepare(self, *, payment_id: str, service: str, job_type: str) -> Job:
+    def prepare(
+        self,
+        *,
+        payment_id: str,
+        service: str,
+        job_type: str,
+        callback: tuple[str, str | None] | None = None,
+    ) -> Job:
         """A new job's row, not yet written: the spender writes it in the transaction
         that spends its payment (``PaymentRepository.spend_for_job``), then
-        :meth:`start` runs it."""
+        :meth:`start` runs it. ``callback``: the caller's callback_url and callback_id."""
         now = int(time.time())
         return Job(
             f"job_{secrets.token_hex(12)}",
@@ -125,6 +138,7 @@ class JobRunner:
             None,
             now,
             now,
+            JobCallback(callback[0], callback[1], secrets.token_hex(32)) if callback else None,
         )
 
     def start(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
@@ -185,7 +199,7 @@ class JobRunner:
                 str(exc),
             )
         else:
-            await self._jobs.finish(job.job_id, JobStatus.COMPLETED, result, None, int(time.time()))
+            await self._finish(job, JobStatus.COMPLETED, result, None)
         finally:
             self._tasks.pop(job.job_id, None)
             self._signal(job.job_id)
@@ -195,9 +209,23 @@ class JobRunner:
     ) -> None:
         if exc.refund is None:
             exc.refund = await refund_on_failure(reason or exc.message)
-        await self._jobs.finish(
-            job.job_id, JobStatus.FAILED, None, exc.envelope(), int(time.time())
-        )
+        await self._finish(job, JobStatus.FAILED, None, exc.envelope())
+
+    async def _finish(
+        self,
+        job: Job,
+        status: JobStatus,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+    ) -> bool:
+        """End ``job`` once; its callback, if it has one, is owed from the same commit."""
+        now = int(time.time())
+        ended = replace(job, status=status, result=result, error=error, updated_at=now)
+        body = callback_body(ended, status_body(ended, None)) if job.callback else None
+        done = await self._jobs.finish(job.job_id, status, result, error, now, body)
+        if done and body is not None and self._callbacks is not None:
+            self._callbacks.kick()
+        return done
 
     def _signal(self, job_id: str) -> None:
         event = self._changed.get(job_id)
@@ -232,9 +260,7 @@ class JobRunner:
                 "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded."
             )
             exc.refund = await refund_for(job)
-            if await self._jobs.finish(
-                job.job_id, JobStatus.FAILED, None, exc.envelope(), int(time.time())
-            ):
+            if await self._finish(job, JobStatus.FAILED, None, exc.envelope()):
                 count += 1
         return count
 

@@ -16,6 +16,7 @@ from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.procguard import secure_data_dir
 from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
+from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.store import Store
 
 
@@ -38,10 +39,11 @@ async def start_service(
     backend: LightningBackend,
     *,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+    outbound: Outbound = SYSTEM_OUTBOUND,
 ) -> ServiceHandle:
     """Build the app, run its start-up (store, node, background tasks) and listen."""
     secure_data_dir(settings.data_dir)
-    app = create_app(settings, backend, provider_kinds=provider_kinds)
+    app = create_app(settings, backend, provider_kinds=provider_kinds, outbound=outbound)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:

@@ -23,6 +23,7 @@ from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.runner import ServiceHandle, start_service
 from satsgate.services import rates
+from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 
@@ -51,6 +52,7 @@ class ThreadedServer:
         settings: Settings,
         provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
         backend: LightningBackend | None = None,
+        outbound: Outbound = SYSTEM_OUTBOUND,
     ) -> None:
         self.settings = settings
         self.loop = asyncio.new_event_loop()
@@ -59,7 +61,9 @@ class ThreadedServer:
         node = backend if backend is not None else DevBackend(settings.data_dir)
         try:
             self.handle: ServiceHandle = self.call(
-                lambda: start_service(settings, node, provider_kinds=provider_kinds)
+                lambda: start_service(
+                    settings, node, provider_kinds=provider_kinds, outbound=outbound
+                )
             )
         except BaseException:
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -104,6 +104,7 @@ class Script:
     poll_errors: list[int] = field(default_factory=list)  # statuses of the first polls
     create_error: int | None = None  # the create answers this status
     sync: bool = False  # done within the create (Prefer: wait)
+    json_output: Any = None  # the output is this JSON (a detection model's), not files
 
 
 @dataclass
@@ -258,6 +259,8 @@ class FakeReplicate(FakePlatform):
         output: Any = None
         if rec.status == "succeeded":
             output = rec.outputs[0] if len(rec.outputs) == 1 else list(rec.outputs)
+            if rec.script.json_output is not None:
+                output = rec.script.json_output
         return {
             "id": rec.id, "model": rec.model, "version": "0" * 64, "input": rec.input,
             "logs": f"step {rec.polls}\n 50%|#####     | 5/10\n" if rec.polls > 1 else "",

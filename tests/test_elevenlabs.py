@@ -4,8 +4,10 @@ and errors mapped to catalog codes (voice not found, 422, 429, a bad key)."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -13,12 +15,18 @@ import pytest
 
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
-from satsgate.engines.providers.elevenlabs import DEFAULT_MODELS, ElevenLabsProvider
+from satsgate.engines.providers.elevenlabs import (
+    DEFAULT_MODELS,
+    NARRATION_PART_CHARS,
+    ElevenLabsProvider,
+)
 from satsgate.engines.synthesis import SynthesisRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
 from satsgate.services.media import audio_duration_s, audio_format
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
 from tests.fake_platforms import ELEVEN_KEY, FakeElevenLabs, wav
+from tests.test_books import sample_epub
+from tests.test_speech import ffprobe, finished_job, paid_post
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +56,9 @@ def server(
     }}  # fmt: skip
     srv = ThreadedServer(
         make_settings(
-            tmp_path_factory.mktemp("eleven"), providers=providers, engines={"tts": "voices"}
+            tmp_path_factory.mktemp("eleven"),
+            providers=providers,
+            engines={"tts": "voices", "voice_clone": "voices", "audiobook": "voices"},
         )
     )
     yield srv
@@ -152,3 +162,59 @@ async def test_errors_map_to_catalog_codes(
         assert err.value.code == "SERVICE_ERROR" and ELEVEN_KEY not in err.value.message
     finally:
         await bad.aclose()
+
+
+async def test_clone_voice_through_the_gate_then_speak_in_it(
+    server: ThreadedServer, fake: FakeElevenLabs
+) -> None:
+    sample = wav(12.0)
+    body = {"voiceFileBase64": base64.b64encode(sample).decode()}
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        auth = await paid_l402_auth(client, "clone-voice", body)
+        resp = await client.post(
+            "/api/l402/clone-voice", json=body, headers={"Authorization": auth}
+        )
+        assert resp.status_code == 200, resp.text
+        voice_id = resp.json()["voice_id"]
+        assert voice_id.startswith("Custom_")
+        assert fake.voices[voice_id.removeprefix("Custom_")].startswith(
+            "satsgate-"
+        )  # no caller data
+        assert fake.calls[-1]["bytes"] == len(sample)
+        assert "modelId 3" in resp.json()["message"]
+        speak = {"text": "Now in the cloned voice.", "voice": voice_id, "modelId": 3}
+        auth = await paid_l402_auth(client, "text-to-speech", speak)
+        resp = await client.post(
+            "/api/l402/text-to-speech", json=speak, headers={"Authorization": auth}
+        )
+        assert resp.status_code == 200, resp.text
+        assert fake.calls[-1]["voice"] == voice_id.removeprefix("Custom_")
+        # Too short a sample: refused before any invoice.
+        short = {"voiceFileBase64": base64.b64encode(wav(3.0)).decode()}
+        resp = await client.post("/api/l402/clone-voice", json=short)
+        assert resp.status_code == 400 and "invoice" not in resp.json(), resp.text
+        assert "10 s to 5 minutes" in resp.text
+
+
+async def test_audiobook_in_a_premium_voice_through_the_gate(
+    server: ThreadedServer, fake: FakeElevenLabs, tmp_path: Path
+) -> None:
+    """The book is read by the provider's voice, one request per part of at most
+    NARRATION_PART_CHARS, and assembled here into an M4B with the chapters marked."""
+    before = len(fake.calls)
+    body = {"epubBase64": base64.b64encode(sample_epub()).decode(), "fileName": "mill.epub",
+            "modelId": 33, "voice": "English_Aria"}  # fmt: skip
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+        done = await finished_job(client, await paid_post(client, "epub-audiobook", body))
+        assert done["status"] == "COMPLETED", done
+        m4b = tmp_path / "book.m4b"
+        m4b.write_bytes((await client.get(done["result"]["url"])).content)
+    spoken = [c for c in fake.calls[before:] if "voice" in c]
+    assert spoken and all(c["voice"] == "21m00Tcm4TlvDq8ikWAM" for c in spoken)
+    assert all(len(c["text"]) <= NARRATION_PART_CHARS for c in spoken)
+    assert all(c["model_id"] == DEFAULT_MODELS["33"] for c in spoken)
+    probed = ffprobe(m4b)
+    assert [c["tags"]["title"] for c in probed["chapters"]] == ["Chapter One", "Chapter Two"]
+    # The fake speaks 0.06 s per character: the book lasts as long as its parts together.
+    expected = sum(0.06 * len(c["text"]) for c in spoken)
+    assert float(probed["format"]["duration"]) == pytest.approx(expected, rel=0.05)

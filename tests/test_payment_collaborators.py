@@ -130,7 +130,14 @@ class FakeRefunds:
 
 
 class NoJobs:
-    def prepare(self, *, payment_id: str, service: str, job_type: str) -> Job:
+    def prepare(
+        self,
+        *,
+        payment_id: str,
+        service: str,
+        job_type: str,
+        callback: tuple[str, str | None] | None = None,
+    ) -> Job:
         raise AssertionError("no job-mode service here")
 
     def start(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:

@@ -75,7 +75,7 @@ def platform_settings(data_dir: Path, platforms: tuple[FakeReplicate, FakeFal]) 
         "video": "rep", "3d": "rep_short", "remove_background": "rep", "restore_face": "rep_url",
         "colorize_image": "rep", "estimate_depth": "rep", "upscale_image": "rep",
         "music": "falq", "deblur_image": "rep", "remove_object": "rep", "image": "rep",
-        "image_edit": "rep",
+        "image_edit": "rep", "detect_objects": "rep",
     }  # fmt: skip
     return make_settings(data_dir, providers=providers, engines=engines)
 
@@ -327,6 +327,38 @@ async def test_remove_background_gives_a_transparent_png(
         assert alpha.getpixel((0, 0)) == 255 and alpha.getpixel((47, 0)) == 0
     assert rep.prefer[-1] == "wait=10" and rep.last().polls == 0  # done within the create
     no_platform_url(body, *platforms)
+
+
+async def test_open_set_detection_finds_what_the_prompt_names(
+    client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep, _ = platforms
+    boxes = [
+        {"bbox": [4, 2, 20, 30], "label": "cat", "confidence": 0.91},
+        {"bbox": [0.5, 0.25, 1.0, 0.75], "label": "red car", "confidence": 0.55},  # fractions
+        {"box": {"x": 1, "y": 1, "width": 3, "height": 3}, "label": "cat", "confidence": 0.1},
+        {"box": {"xmin": 40, "ymin": 20, "xmax": 60, "ymax": 40}, "score": 0.4, "class": "cat"},
+    ]
+    rep.script = Script(sync=True, json_output={"detections": boxes, "result_image": None})
+    body = {"imageBase64": image_b64(), "prompt": "cat, red car", "threshold": 0.3}
+    resp = await paid(client, "detect-objects", body)  # the local engine finds faces only
+    assert resp.status_code == 200, resp.text
+    found = resp.json()
+    labels = [o["label"] for o in found["objects"]]
+    assert found["count"] == 3 and labels == ["cat", "red car", "cat"]  # most confident first
+    assert found["objects"][0]["box"] == {"x": 4, "y": 2, "width": 16, "height": 28}
+    # 0.5..1.0 of a 48 px wide image, 0.25..0.75 of 32 px.
+    assert found["objects"][1]["box"] == {"x": 24, "y": 8, "width": 24, "height": 16}
+    # Past the image's edge: clipped to it.
+    assert found["objects"][2]["box"] == {"x": 40, "y": 20, "width": 8, "height": 12}
+    assert (found["width"], found["height"]) == (48, 32)
+    sent = rep.last().input
+    assert sent["query"] == "cat, red car" and sent["box_threshold"] == 0.3
+    assert rep.last().model == "adirik/grounding-dino"
+    # An output with no detections list: refunded.
+    rep.script = Script(sync=True, json_output={"image": "https://x.example/a.png"})
+    resp = await paid(client, "detect-objects", body)
+    assert assert_envelope(resp, "SERVICE_ERROR", 502)["refund"]["amount_sats"] == 5
 
 
 async def test_restore_face_colorize_and_depth(

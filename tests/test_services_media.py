@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import ipaddress
 import struct
 import wave
 import zipfile
@@ -15,9 +16,10 @@ from pypdf import PdfWriter
 
 from satsgate.services import media
 from satsgate.services.callbacks_guard import (
+    IPAddress,
+    Outbound,
     UnsafeUrl,
     check_public_https_url,
-    resolve_public,
 )
 
 # -- builders of real (small) files ------------------------------------------------------------
@@ -242,10 +244,22 @@ def test_public_https_urls_pass(url: str) -> None:
     assert check_public_https_url(url) == url
 
 
-async def test_resolve_public_refuses_names_that_resolve_to_loopback() -> None:
+async def test_public_addresses_refuse_names_that_resolve_inside() -> None:
+    answers = {"inside.example.org": ["127.0.0.1"], "mixed.example.org": ["1.1.1.1", "10.0.0.7"],
+               "ula.example.org": ["fd00::1"], "out.example.org": ["2606:4700::1"]}  # fmt: skip
+
+    async def dns(host: str, port: int) -> list[IPAddress]:  # a fake of the resolver
+        return [ipaddress.ip_address(a) for a in answers[host]]
+
+    outbound = Outbound(lookup=dns)
     with pytest.raises(UnsafeUrl):
-        await resolve_public("https://localhost./cb")  # trailing dot: still local
-    assert [str(a) for a in await resolve_public("https://1.1.1.1/x")] == ["1.1.1.1"]
+        await outbound.public_addresses("https://localhost./cb")  # trailing dot: still local
+    for host in ("inside", "mixed", "ula"):
+        with pytest.raises(UnsafeUrl, match="non-public"):
+            await outbound.public_addresses(f"https://{host}.example.org/cb")
+    found = await outbound.public_addresses("https://out.example.org/cb")
+    assert [str(a) for a in found] == ["2606:4700::1"]
+    assert [str(a) for a in await outbound.public_addresses("https://1.1.1.1/x")] == ["1.1.1.1"]
 
 
 def test_corrupt_epub_member_is_a_media_error_not_a_crash() -> None:

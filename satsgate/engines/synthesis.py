@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 AudioFormat = Literal["mp3", "wav"]
+# The spec's text-to-speech tiers (model ids): 33 premium, 34 premium mini, 43 global, 3 studio.
+TTS_TIERS = frozenset({33, 34, 43, 3})
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from satsgate.payments.dedup import DedupCache
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
     JobState,
+    Params,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
@@ -115,7 +116,14 @@ class PaidRefresher(Protocol):
 class JobQueue(Protocol):
     """Runs a spent job-mode call in the background (the job runner)."""
 
-    def prepare(self, *, payment_id: str, service: str, job_type: str) -> Job:
+    def prepare(
+        self,
+        *,
+        payment_id: str,
+        service: str,
+        job_type: str,
+        callback: tuple[str, str | None] | None = None,
+    ) -> Job:
         """The job's row, to be written with the spend."""
         ...
 
@@ -457,7 +465,10 @@ class Spender:
         the 202, or None when the spend was lost (the payment was used or refunded)."""
         work, refund = self._job_work(payment, spec, params, price_msat)
         job = self._jobs.prepare(
-            payment_id=payment.payment_id, service=spec.slug, job_type=spec.job_type or spec.slug
+            payment_id=payment.payment_id,
+            service=spec.slug,
+            job_type=spec.job_type or spec.slug,
+            callback=params.callback_target() if isinstance(params, Params) else None,
         )
         if not await self._payments.spend_for_job(job, int(time.time())):
             return None

@@ -46,6 +46,10 @@ class Params(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=False)
 
+    def callback_target(self) -> tuple[str, str | None] | None:
+        """The caller's (callback_url, callback_id) for a signed callback, if it asked."""
+        return None
+
 
 @dataclass(frozen=True)
 class ServiceResult:

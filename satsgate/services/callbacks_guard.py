@@ -1,4 +1,5 @@
-"""The public-HTTPS-only guard for caller-supplied URLs (callback_url, voiceFileUrl).
+"""The public-HTTPS-only guard for caller-supplied URLs (callback_url, voiceFileUrl),
+and :func:`fetch_public`, the one way satsgate fetches a caller's file by URL.
 
 Two checks, because a name can change what it points to:
 
@@ -7,9 +8,13 @@ Two checks, because a name can change what it points to:
   multicast, reserved or otherwise non-global address literal in any spelling
   (``127.1``, ``0x7f000001``, ``2130706433``, ``[::ffff:127.0.0.1]``), nor a
   local-only name (``localhost``, ``*.local``, ``*.internal``, ...).
-- :func:`resolve_public` at delivery time: every address the name resolves to
-  must be public, and the sender connects to one of those addresses (so a
-  DNS answer that flips to 127.0.0.1 after the check is still refused).
+- :meth:`Outbound.public_addresses` at connect time: every address the name resolves
+  to must be public, and :func:`pinned` connects to one of those addresses (so a DNS
+  answer that flips to 127.0.0.1 after the check is still refused).
+
+:class:`Outbound` is the outside network as satsgate sees it: the DNS, which addresses
+count as public, and the certificate authorities trusted. The app uses the system's;
+tests put a loopback receiver behind a fake DNS answer.
 
 A refused callback URL is ``L402_CALLBACK_INVALID`` (before any invoice);
 polling still works.
@@ -18,9 +23,15 @@ polling still works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
 
 from satsgate.errors import ApiError
 
@@ -133,21 +144,110 @@ def check_callback(callback_url: str | None) -> None:
         raise callback_error(exc) from None
 
 
-async def resolve_public(url: str) -> list[IPAddress]:
-    """At delivery: the URL's addresses, all public, to connect to; raises UnsafeUrl."""
-    check_public_https_url(url)
-    parts = urlsplit(url)
-    host = (parts.hostname or "").rstrip(".")
-    literal = host_address(host)
-    if literal is not None:
-        return [literal]
+DnsLookup = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+
+async def system_lookup(host: str, port: int) -> list[IPAddress]:
+    """The addresses the system resolver gives ``host``; UnsafeUrl when it gives none."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise UnsafeUrl(f"{host!r} does not resolve: {exc}") from None
-    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-    bad = [a for a in addresses if not is_public_address(a)]
-    if not addresses or bad:
-        raise UnsafeUrl(f"{host!r} resolves to a non-public address")
-    return addresses
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+
+
+@dataclass(frozen=True)
+class Outbound:
+    lookup: DnsLookup = system_lookup
+    is_public: Callable[[IPAddress], bool] = is_public_address
+    verify: ssl.SSLContext | bool = True  # the CAs a caller's https:// server is checked by
+
+    async def public_addresses(self, url: str) -> list[IPAddress]:
+        """At connect time: the URL's addresses, all public; raises UnsafeUrl."""
+        check_public_https_url(url)
+        parts = urlsplit(url)
+        host = (parts.hostname or "").rstrip(".")
+        literal = host_address(host)
+        addresses = [literal] if literal is not None else await self.lookup(host, parts.port or 443)
+        if not addresses or not all(self.is_public(a) for a in addresses):
+            raise UnsafeUrl(f"{host!r} resolves to a non-public address")
+        return addresses
+
+    def client(self, timeout_s: float) -> httpx.AsyncClient:
+        """A client for callers' servers: no redirects, no proxies from the environment."""
+        return httpx.AsyncClient(
+            verify=self.verify,
+            timeout=httpx.Timeout(timeout_s),
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+
+SYSTEM_OUTBOUND = Outbound()
+
+
+@contextlib.asynccontextmanager
+async def pinned(
+    http: httpx.AsyncClient,
+    method: str,
+    url: str,
+    outbound: Outbound,
+    *,
+    content: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> AsyncIterator[httpx.Response]:
+    """A streamed request to a caller's public https:// URL, connected to an address the
+    check found public (the TLS name and Host header stay the URL's). Redirects are never
+    followed: each hop would need the same check. Raises UnsafeUrl or httpx errors."""
+    address = (await outbound.public_addresses(url))[0]
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".")
+    literal = f"[{address}]" if address.version == 6 else str(address)
+    port = f":{parts.port}" if parts.port else ""
+    target = urlunsplit(("https", f"{literal}{port}", parts.path or "/", parts.query, ""))
+    async with http.stream(
+        method,
+        target,
+        content=content,
+        headers={**(headers or {}), "Host": host + port},
+        extensions={"sni_hostname": host},
+        follow_redirects=False,
+    ) as resp:
+        yield resp
+
+
+class FetchFailed(Exception):
+    """A caller's public file could not be fetched; the message is safe to show the caller."""
+
+
+async def fetch_public(
+    http: httpx.AsyncClient,
+    url: str,
+    max_bytes: int,
+    *,
+    timeout_s: float = 30.0,
+    outbound: Outbound = SYSTEM_OUTBOUND,
+) -> bytes:
+    """The body of a caller's public https:// file, at most ``max_bytes``; FetchFailed."""
+    try:
+        async with asyncio.timeout(timeout_s), pinned(http, "GET", url, outbound) as resp:
+            if resp.status_code != 200:
+                raise FetchFailed(f"the file URL answered HTTP {resp.status_code}")
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise FetchFailed(f"the file is larger than {max_bytes} bytes")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise FetchFailed(f"the file is larger than {max_bytes} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except UnsafeUrl as exc:
+        raise FetchFailed(f"the URL is not public: {exc}") from None
+    except TimeoutError:
+        raise FetchFailed(f"the file did not arrive within {timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise FetchFailed(f"the file could not be fetched ({type(exc).__name__})") from None

@@ -111,6 +111,9 @@ class CallbackFields(Params):
         description="Opaque id echoed in the callback (at most 128 characters; no personal data).",
     )
 
+    def callback_target(self) -> tuple[str, str | None] | None:
+        return (self.callback_url, self.callback_id) if self.callback_url else None
+
 
 ModelId = str | int | None
 TierName = Literal["best", "better", "standard"]

@@ -27,10 +27,16 @@ from satsgate.engines.transcription import (
     to_vtt,
 )
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
+from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
 from satsgate.errors import ApiError
 from satsgate.services.ai_support import with_route
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.callbacks_guard import UnsafeUrl, check_public_https_url
+from satsgate.services.callbacks_guard import (
+    FetchFailed,
+    UnsafeUrl,
+    check_public_https_url,
+    fetch_public,
+)
 from satsgate.services.common import (
     CallbackFields,
     InvalidField,
@@ -41,7 +47,6 @@ from satsgate.services.common import (
     b64_chars,
     body_limit,
     decode_file,
-    no_engine,
     prevalidate,
 )
 from satsgate.services.languages import (
@@ -68,6 +73,7 @@ from satsgate.services.pricing import (
 )
 from satsgate.services.routing import auto_tts_model
 from satsgate.services.voices import (
+    CLONED_VOICE,
     TTS_FAMILY,
     TTS_VOICES,
     check_tts_voice,
@@ -259,6 +265,8 @@ TEXT_TO_SPEECH = ServiceSpec(
 
 CLONE_MAX_BYTES = 20 * MiB
 CLONE_MIN_S, CLONE_MAX_S = 10.0, 300.0
+CLONE_MODEL_ID = 22  # the spec's voice-cloning model
+STUDIO_TTS_MODEL_ID = 3  # the text-to-speech tier that takes cloned voices
 
 
 class CloneVoiceParams(ServiceParams):
@@ -298,20 +306,68 @@ class CloneVoiceParams(ServiceParams):
 
     def check(self) -> Any:
         if self.voiceFileBase64 is None:
-            return True  # the URL is fetched (size and length checked) by the engine
+            return True  # the URL's file is fetched and checked after payment (clone_voice)
         data = decode_file(self.voiceFileBase64, "voiceFileBase64", CLONE_MAX_BYTES)
+        return _checked_sample(data, "voiceFileBase64")
+
+
+def _checked_sample(data: bytes, field: str) -> tuple[bytes, str]:
+    """The sample and its container if it is MP3, M4A or WAV of 10 s to 5 minutes."""
+    try:
+        fmt = audio_format(data)
+        seconds = audio_duration_s(data)
+    except MediaError as exc:
+        raise InvalidField(field, str(exc)) from None
+    if fmt not in ("mp3", "m4a", "wav"):
+        raise InvalidField(field, "the sample must be MP3, M4A or WAV")
+    if not CLONE_MIN_S <= seconds <= CLONE_MAX_S:
+        raise InvalidField(field, f"the sample is {seconds:.1f} s; it must be 10 s to 5 minutes")
+    return data, fmt
+
+
+async def clone_voice(ctx: ServiceContext, p: CloneVoiceParams) -> ServiceResult:
+    """A new voice on the node's cloning provider, usable as the ``voice`` of
+    text-to-speech on the same provider. A sample sent as base64 was checked before
+    payment; a sample by URL is fetched (public addresses only) and checked now, and a
+    bad one is refunded like any failure after payment."""
+    if p.voiceFileBase64 is not None:
+        # Checked before payment; computed again off the loop if this is a fresh params object.
+        sample, fmt = await asyncio.to_thread(p.checked)
+    else:
+        assert p.voiceFileUrl is not None  # exactly one of the two (the model's validator)
         try:
-            fmt = audio_format(data)
-            seconds = audio_duration_s(data)
-        except MediaError as exc:
-            raise InvalidField("voiceFileBase64", str(exc)) from None
-        if fmt not in ("mp3", "m4a", "wav"):
-            raise InvalidField("voiceFileBase64", "the sample must be MP3, M4A or WAV")
-        if not CLONE_MIN_S <= seconds <= CLONE_MAX_S:
-            raise InvalidField(
-                "voiceFileBase64", f"the sample is {seconds:.1f} s; it must be 10 s to 5 minutes"
+            data = await fetch_public(ctx.http, p.voiceFileUrl, CLONE_MAX_BYTES)
+            sample, fmt = await asyncio.to_thread(_checked_sample, data, "voiceFileUrl")
+        except FetchFailed as exc:
+            raise EngineError("INVALID_INPUT", f"voiceFileUrl: {exc}.") from None
+        except InvalidField as exc:
+            raise EngineError("INVALID_INPUT", exc.message) from None
+    result = await ctx.engines.run(
+        "voice_clone",
+        VoiceCloneEngine,
+        lambda engine, name: engine.clone(
+            VoiceCloneRequest(
+                sample=sample,
+                format=fmt,
+                # A label for the provider's voice list: the call id, never the caller's words.
+                name=f"satsgate-{ctx.call_id[:16]}",
+                remove_background_noise=True,
+                model_name=p.model or name,
             )
-        return seconds
+        ),
+        # Instant cloning has no model choice on the providers it runs on: any binding serves.
+        model_id=None,
+    )
+    voice_id = f"Custom_{result.voice_id}"  # the spec's cloned-voice form (voices.CLONED_VOICE)
+    if not CLONED_VOICE.match(voice_id):
+        raise EngineError("SERVICE_ERROR", "The cloning service answered an unusable voice id.")
+    message = (
+        "Voice cloned. Use voice_id as the voice of text-to-speech on this node "
+        f"(modelId {STUDIO_TTS_MODEL_ID}, studio)."
+    )
+    if result.requires_verification:
+        message += " The provider asks the voice's owner to verify it before first use."
+    return ServiceResult({"voice_id": voice_id, "model": p.model or "default", "message": message})
 
 
 CLONE_VOICE = ServiceSpec(
@@ -323,8 +379,8 @@ CLONE_VOICE = ServiceSpec(
     "reusable in text-to-speech (studio tier). 7500 sats.",
     params=CloneVoiceParams,
     price_msat=flat_price("voice-cloning"),
-    handler=no_engine,
-    model_ids=(22,),
+    handler=clone_voice,
+    model_ids=(CLONE_MODEL_ID,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
     max_body_bytes=body_limit(CLONE_MAX_BYTES),
     prevalidate=prevalidate,

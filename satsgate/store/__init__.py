@@ -7,7 +7,8 @@
   (the refund race guard), :mod:`~satsgate.store.jobs`, :mod:`~satsgate.store.cursors`
   (the node's settlement cursor), :mod:`~satsgate.store.votes`,
   :mod:`~satsgate.store.ledger` (read-only totals), :mod:`~satsgate.store.holds` (hold
-  invoices' preimages and decisions);
+  invoices' preimages and decisions), :mod:`~satsgate.store.callbacks` (the outbox of
+  signed callbacks to callers);
 - :mod:`~satsgate.store.migrations`: numbered SQL files, recorded in
   ``schema_migrations``;
 - :class:`Store` holds them all.
@@ -21,22 +22,35 @@ its job's result, or its refund: then ``spent``), so a crash leaves it visible t
 the start-up sweep that refunds it. No SQL is written outside this package.
 """
 
+from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.engine import Database
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
-from satsgate.store.models import Job, JobStatus, Payment, PaymentStatus, Refund, RefundStatus
+from satsgate.store.models import (
+    CallbackDelivery,
+    Job,
+    JobCallback,
+    JobStatus,
+    Payment,
+    PaymentStatus,
+    Refund,
+    RefundStatus,
+)
 from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
 from satsgate.store.store import Store
 from satsgate.store.votes import VoteRepository
 
 __all__ = [
+    "CallbackDelivery",
+    "CallbackRepository",
     "CursorRepository",
     "Database",
     "HoldRepository",
     "Job",
+    "JobCallback",
     "JobRepository",
     "JobStatus",
     "LedgerRepository",

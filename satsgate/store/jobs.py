@@ -14,12 +14,12 @@ import sqlite3
 from typing import Any
 
 from satsgate.store.engine import Database
-from satsgate.store.models import Job, JobStatus
+from satsgate.store.models import Job, JobCallback, JobStatus
 from satsgate.store.sql import json_or_none, transaction
 
 _SELECT_JOB = (
     "SELECT job_id, payment_id, service, job_type, status, result_json, error_json,"
-    " created_at, updated_at FROM jobs WHERE "
+    " created_at, updated_at, callback_url, callback_id, callback_secret FROM jobs WHERE "
 )
 
 
@@ -36,6 +36,7 @@ def _jobs_where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) ->
             json.loads(r[6]) if r[6] else None,
             r[7],
             r[8],
+            JobCallback(r[9], r[10], r[11]) if r[9] else None,
         )
         for r in rows
     ]
@@ -43,7 +44,8 @@ def _jobs_where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) ->
 
 _INSERT_JOB = (
     "INSERT INTO jobs (job_id, payment_id, service, job_type, status, result_json,"
-    " error_json, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)"
+    " error_json, created_at, updated_at, callback_url, callback_id, callback_secret)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -61,6 +63,9 @@ def insert_job(conn: sqlite3.Connection, job: Job) -> None:
             json_or_none(job.error),
             job.created_at,
             job.updated_at,
+            job.callback.url if job.callback else None,
+            job.callback.callback_id if job.callback else None,
+            job.callback.secret if job.callback else None,
         ),
     )
 
@@ -81,11 +86,13 @@ class JobRepository:
         result: dict[str, Any] | None,
         error: dict[str, Any] | None,
         now: int,
+        callback_body: str | None = None,
     ) -> bool:
         """IN_PROGRESS -> COMPLETED or FAILED, once. COMPLETED moves its payment serving ->
         spent in the same transaction (the result is recorded); a failure's payment moved
         with its refund, and one whose refund could not be issued stays serving, for the
-        start-up sweep to refund."""
+        start-up sweep to refund. ``callback_body``, for a job with a callback, enters the
+        outbox in the same transaction: a job that ended is a callback owed."""
 
         def go(conn: sqlite3.Connection) -> bool:
             with transaction(conn):
@@ -103,6 +110,13 @@ class JobRepository:
                         "UPDATE payments SET status = 'spent'"
                         " WHERE payment_id = ? AND status = 'serving'",
                         (found[0][0],),
+                    )
+                if callback_body is not None:
+                    conn.execute(
+                        "INSERT INTO callback_deliveries (job_id, url, secret, body, next_at)"
+                        " SELECT job_id, callback_url, callback_secret, ?, ? FROM jobs"
+                        " WHERE job_id = ? AND callback_url IS NOT NULL",
+                        (callback_body, now, job_id),
                     )
                 return True
 

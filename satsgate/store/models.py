@@ -78,3 +78,23 @@ class Job:
     error: dict[str, Any] | None  # the error envelope (with its refund), when FAILED
     created_at: int
     updated_at: int
+    callback: JobCallback | None = None  # where to deliver its end, if the caller asked
+
+
+@dataclass(frozen=True)
+class JobCallback:
+    """A caller's callback_url and callback_id, and the HMAC key its deliveries are
+    signed with (handed to the caller in the 202 answer, never logged)."""
+
+    url: str
+    callback_id: str | None
+    secret: str  # hex
+
+
+@dataclass(frozen=True)
+class CallbackDelivery:
+    job_id: str
+    url: str
+    secret: str  # hex HMAC key
+    body: str  # the exact JSON text that is signed and sent
+    attempts: int  # made before this one

@@ -1,11 +1,16 @@
-"""Audiobook narration on this machine: eSpeak NG reads each chapter (the global tier's
-voice, model 43), ffmpeg encodes AAC and joins the parts into one M4B whose chapter
-markers come from an ffmetadata file.
+"""Audiobook narration: a voice reads each chapter in parts, ffmpeg encodes AAC on this
+machine and joins the parts into one M4B whose chapter markers come from an ffmetadata
+file.
 
-A chapter is read in parts of at most PART_CHARS characters (cut between paragraphs),
-so each espeak-ng and ffmpeg run stays well inside the time limit whatever the book's
-size; parts are rendered a few at a time (the engine's tool slots), each encoded as soon
-as it is spoken so the temporary space holds a few WAV files, not the whole book.
+:class:`Narrator` does the reading plan and the assembly for any voice; a
+:class:`PartSpeaker` speaks one part into a file. Two exist: eSpeak NG on this machine
+(the global tier, model 43: :func:`build`) and any provider's text-to-speech engine
+(:class:`TtsSpeaker`: a premium or studio voice, built by the provider's adapter).
+
+A chapter is read in parts of at most ``part_chars`` characters (cut between
+paragraphs), so each synthesis and ffmpeg run stays well inside the time limit whatever
+the book's size; parts are rendered a few at a time, each encoded as soon as it is
+spoken so the temporary space holds a few audio files, not the whole book.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import asyncio
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from satsgate.engines.audiobook import (
     ChapterMark,
@@ -32,6 +39,7 @@ from satsgate.engines.local.espeak import (
 )
 from satsgate.engines.local.tools import ToolRunner, probe_media
 from satsgate.engines.registry import EngineDeps
+from satsgate.engines.synthesis import TTS_TIERS, SynthesisEngine, SynthesisRequest
 
 LABEL = "eSpeak NG narration, ffmpeg M4B"
 PART_CHARS = 20_000
@@ -93,17 +101,32 @@ def ffmetadata(title: str | None, marks: list[ChapterMark]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class EspeakNarrator:
-    """AudiobookEngine for the global tier (43) with the local espeak-ng voice."""
+class PartSpeaker(Protocol):
+    """Speaks one part of a book into an audio file ffmpeg reads."""
 
-    def __init__(self, espeak: EspeakEngine, tools: ToolRunner) -> None:
+    part_chars: int  # the longest part it takes
+    parallel: int  # parts it speaks at once
+
+    def unsupported(self, request: NarrationRequest) -> str | None:
+        """Why it cannot read ``request`` (tier, language, voice); None if it can."""
+        ...
+
+    async def speak(self, text: str, request: NarrationRequest, out: Path) -> Path:
+        """Speak ``text`` into a file under ``out``'s name (any extension); its path."""
+        ...
+
+
+class EspeakSpeaker:
+    """The global tier (43) with the local espeak-ng voice."""
+
+    part_chars = PART_CHARS
+
+    def __init__(self, espeak: EspeakEngine) -> None:
         self.espeak = espeak
-        self.tools = tools
         self.languages = espeak.languages
+        self.parallel = max(1, os.cpu_count() or 1)
 
-    def unsupported(self, request: object) -> str | None:
-        if not isinstance(request, NarrationRequest):
-            return None
+    def unsupported(self, request: NarrationRequest) -> str | None:
         if request.model_id != GLOBAL_TIER:
             return f"model {request.model_id} is not served by this node's voice"
         try:
@@ -112,15 +135,69 @@ class EspeakNarrator:
             return str(exc)
         return None
 
+    async def speak(self, text: str, request: NarrationRequest, out: Path) -> Path:
+        plan = plan_voice(self.espeak.voices, request.language, request.voice, request.speed)
+        wav = out.with_suffix(".wav")
+        await self.espeak.speak_to_file(text, plan, wav)
+        return wav
+
+
+class TtsSpeaker:
+    """A provider's text-to-speech engine (premium and studio tiers) reading the book,
+    one request per part; the adapter that builds it says which tiers it serves."""
+
+    def __init__(
+        self, engine: SynthesisEngine, tiers: frozenset[int], part_chars: int, parallel: int = 2
+    ) -> None:
+        self.engine = engine
+        self.tiers = tiers
+        self.part_chars = part_chars
+        self.parallel = parallel
+
+    def _synthesis(self, text: str, request: NarrationRequest) -> SynthesisRequest:
+        return SynthesisRequest(
+            text=text,
+            model_id=request.model_id,
+            voice=request.voice,
+            speed=request.speed,
+            language=request.language,
+            format="mp3",
+            model_name=request.model_name,
+        )
+
+    def unsupported(self, request: NarrationRequest) -> str | None:
+        if request.model_id not in self.tiers:
+            return f"model {request.model_id} is not served by this node's voices"
+        check = getattr(self.engine, "unsupported", None)  # the engine's own refusal, if any
+        return check(self._synthesis("x", request)) if callable(check) else None
+
+    async def speak(self, text: str, request: NarrationRequest, out: Path) -> Path:
+        result = await self.engine.synthesize(self._synthesis(text, request))
+        path = out.with_suffix(f".{result.format}")
+        await asyncio.to_thread(path.write_bytes, result.audio)
+        return path
+
+
+class Narrator:
+    """AudiobookEngine: the parts spoken by ``speaker``, assembled into one M4B."""
+
+    def __init__(self, speaker: PartSpeaker, tools: ToolRunner) -> None:
+        self.speaker = speaker
+        self.tools = tools
+
+    def unsupported(self, request: object) -> str | None:
+        if not isinstance(request, NarrationRequest):
+            return None
+        return self.speaker.unsupported(request)
+
     async def narrate(self, request: NarrationRequest, progress: Progress) -> NarrationResult:
         reason = self.unsupported(request)
         if reason is not None:
             raise EngineError("INVALID_INPUT", reason[0].upper() + reason[1:] + ".")
-        plan = plan_voice(self.espeak.voices, request.language, request.voice, request.speed)
         jobs: list[tuple[int, str]] = []
         for index, chapter in enumerate(request.chapters):
             spoken = f"{chapter.title.strip().rstrip('.')}.\n\n{chapter.text}"
-            jobs += [(index, piece) for piece in split_text(spoken)]
+            jobs += [(index, piece) for piece in split_text(spoken, self.speaker.part_chars)]
         if not jobs:
             raise EngineError("INVALID_INPUT", "There is nothing to narrate.")
         durations: list[float] = [0.0] * len(jobs)
@@ -129,7 +206,7 @@ class EspeakNarrator:
         with tempfile.TemporaryDirectory(prefix="satsgate-book-") as tmp:
             root = Path(tmp)
 
-            in_flight = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+            in_flight = asyncio.Semaphore(self.speaker.parallel)
 
             async def render(number: int, text: str) -> None:
                 async with in_flight:  # spoken and encoded before the next part starts
@@ -142,16 +219,16 @@ class EspeakNarrator:
 
             async def render_part(number: int, text: str) -> None:
                 nonlocal done
-                wav, m4a = root / f"part{number:06d}.wav", root / f"part{number:06d}.m4a"
-                await self.espeak.speak_to_file(text, plan, wav)
+                m4a = root / f"part{number:06d}.m4a"
+                spoken = await self.speaker.speak(text, request, root / f"part{number:06d}")
                 await self.tools.run(
                     [
-                        "ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav),
+                        "ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(spoken),
                         "-c:a", "aac", "-aac_coder", "fast", "-b:a", AAC_BITRATE, str(m4a),
                     ],
                     what="audio encoding",
                 )  # fmt: skip
-                wav.unlink()
+                spoken.unlink()
                 try:
                     durations[number] = audio_duration_s(await asyncio.to_thread(m4a.read_bytes))
                 except MediaError:
@@ -196,6 +273,19 @@ class EspeakNarrator:
             return NarrationResult(m4b, round(duration, 3), tuple(marks))
 
 
-def build(deps: EngineDeps) -> EspeakNarrator:
+def build(deps: EngineDeps) -> Narrator:
+    """The local narrator: eSpeak NG's voice (the global tier)."""
     tools = ToolRunner(deps.settings.cpu_job_time_limit_s)
-    return EspeakNarrator(EspeakEngine(tools, espeak_languages()), tools)
+    return Narrator(EspeakSpeaker(EspeakEngine(tools, espeak_languages())), tools)
+
+
+def tts_narrator(
+    deps: EngineDeps, engine: SynthesisEngine, models: Mapping[str, str], part_chars: int
+) -> Narrator:
+    """A provider's narrator: its text-to-speech ``engine`` reads parts of at most
+    ``part_chars`` characters in the tiers its ``models`` table maps; ffmpeg on this
+    machine assembles the book."""
+    tiers = frozenset(int(k) for k in models if k.isdigit() and int(k) in TTS_TIERS)
+    return Narrator(
+        TtsSpeaker(engine, tiers, part_chars), ToolRunner(deps.settings.cpu_job_time_limit_s)
+    )

@@ -4,8 +4,8 @@ voice cloning (engine ``voice_clone``) on ElevenLabs' API (``xi-api-key``).
 - ``POST /v1/text-to-speech/{voice_id}?output_format=mp3_44100_128`` (or ``wav_44100``)
   with ``{"text", "model_id", "language_code", "voice_settings": {"speed"}}``; the spec's
   voice names (``English_Aria``) map to ElevenLabs voice ids by the provider's ``voices``
-  table, ``default_voice`` (a voice id) serves requests that name none, and a voice id
-  made by clone-voice (20 letters and digits) is taken as it is;
+  table, ``default_voice`` (a voice id) serves requests that name none, and a voice
+  made by clone-voice (``Custom_`` and the 20-character voice id) is that voice id;
 - ``POST /v1/voices/add`` (multipart: ``name``, one ``files`` part,
   ``remove_background_noise``) for clone-voice.
 
@@ -24,6 +24,7 @@ import httpx
 
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
+from satsgate.engines.local.narration import tts_narrator
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
@@ -31,6 +32,10 @@ from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
 log = logging.getLogger(__name__)
 
 KIND = "elevenlabs"
+# Characters per text-to-speech request when narrating a book (the API takes 10,000 on
+# its multilingual models and 5,000 on the others).
+NARRATION_PART_CHARS = 4500
+CLONED_PREFIX = "Custom_"
 DEFAULT_BASE_URL = "https://api.elevenlabs.io"
 DEFAULT_MODELS: Mapping[str, str] = {
     "33": "eleven_multilingual_v2",  # premium
@@ -47,6 +52,7 @@ SPEED_MIN, SPEED_MAX = 0.7, 1.2
 class ElevenLabsProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
+        self.deps = deps
         self.base_url = config.base_url or DEFAULT_BASE_URL
         voices = config.options.get("voices", {})
         if not isinstance(voices, Mapping) or not all(
@@ -66,6 +72,8 @@ class ElevenLabsProvider:
             return _Speech(self)
         if name == "voice_clone":
             return _Clone(self)
+        if name == "audiobook":  # premium and studio narration, parts within one request
+            return tts_narrator(self.deps, _Speech(self), self.config.models, NARRATION_PART_CHARS)
         return None
 
     async def aclose(self) -> None:
@@ -76,6 +84,8 @@ class ElevenLabsProvider:
             return self.default_voice or None
         if voice in self.voices:
             return self.voices[voice]
+        # clone-voice answers the provider's id as "Custom_<id>" (the spec's cloned-voice form)
+        voice = voice.removeprefix(CLONED_PREFIX)
         return voice if _VOICE_ID.match(voice) else None
 
     async def post(self, path: str, **kwargs: Any) -> httpx.Response:

@@ -54,6 +54,7 @@ from satsgate.engines.image_generation import (
     ImageEditRequest,
     ImageGenerationRequest,
 )
+from satsgate.engines.local.narration import tts_narrator
 from satsgate.engines.providers import upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
@@ -70,6 +71,8 @@ from satsgate.engines.vision import VisionRequest, VisionResult
 log = logging.getLogger(__name__)
 KIND = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Characters per speech request when narrating a book (the speech endpoint takes 4,096).
+NARRATION_PART_CHARS = 4000
 T = TypeVar("T")
 
 # Spec voices -> OpenAI voices, by the voice's gender and then round the set.
@@ -124,6 +127,7 @@ class OpenAIProvider:
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
+        self.deps = deps
         options = config.options
         self.client = AsyncOpenAI(
             api_key=config.api_key or "unused",  # local servers take any key
@@ -175,6 +179,8 @@ class OpenAIProvider:
             return _ImageEdit(self)
         if name == "tts":
             return _Speech(self)
+        if name == "audiobook":  # narration in its voices, parts within one request
+            return tts_narrator(self.deps, _Speech(self), self.config.models, NARRATION_PART_CHARS)
         if name == "transcription":
             return _Transcription(self)
         if name in ("translation", "rare_translation", "speech_translation"):

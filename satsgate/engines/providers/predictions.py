@@ -59,7 +59,7 @@ from satsgate.engines.image_generation import (
     ImageEditRequest,
     ImageGenerationRequest,
 )
-from satsgate.engines.image_process import ImageOutput
+from satsgate.engines.image_process import Box, Detection, DetectionResult, ImageOutput
 from satsgate.engines.registry import EngineDeps
 from satsgate.files import FileStore
 
@@ -87,6 +87,7 @@ ENGINE_NAMES = frozenset(
         "remove_object",
         "image",  # generate-image, a second source beside the chat providers' image models
         "image_edit",
+        "detect_objects",  # open set: what the prompt names, not only the local faces
     }
 )
 
@@ -371,16 +372,16 @@ class PredictionProvider:
         shaped.update(self._input_values.get(model, {}))
         return shaped
 
-    async def run(
+    async def run_output(
         self,
         model: str,
         inputs: dict[str, Any],
         call_id: str,
         progress: ProgressFn,
         checkpoint: PredictionCheckpoint | None = None,
-    ) -> list[MediaFile]:
+    ) -> Any:
         """Create a prediction (or, with a checkpoint that holds one of this provider's,
-        take it up again), wait for its end, download its outputs."""
+        take it up again), wait for its end; its output JSON."""
         saved = await checkpoint.load() if checkpoint is not None else None
         if saved is not None and saved.provider != self.config.name:
             # Another provider of the chain made it: that one takes it up. A job is never
@@ -434,10 +435,22 @@ class PredictionProvider:
             raise EngineError(
                 "SERVICE_ERROR", "The generation was cancelled upstream.", may_fall_back=False
             )
-        progress(90.0, "downloading the output")
         output = prediction.output
         if output is None:
             output = await self.result(prediction)
+        return output
+
+    async def run(
+        self,
+        model: str,
+        inputs: dict[str, Any],
+        call_id: str,
+        progress: ProgressFn,
+        checkpoint: PredictionCheckpoint | None = None,
+    ) -> list[MediaFile]:
+        """:meth:`run_output`, then its output files downloaded (at most four)."""
+        output = await self.run_output(model, inputs, call_id, progress, checkpoint)
+        progress(90.0, "downloading the output")
         urls = output_urls(output)
         if not urls:
             raise EngineError(
@@ -729,6 +742,30 @@ class PredictionProvider:
         fields = {"image": await self.file_input(image), "mode": mode}
         return await self._image_output(model, fields, f"AI restoration ({self.LABEL})")
 
+    async def detect(
+        self, image: bytes, prompt: str, threshold: float, *, model: str | None = None
+    ) -> DetectionResult:
+        """detect-objects, open set: canonical fields image, query (the prompt),
+        box_threshold; the output's boxes (see :func:`parse_detections`)."""
+        name = self._model(model)
+        fields = {
+            "image": await self.file_input(image),
+            "query": prompt,
+            "box_threshold": threshold,
+        }
+        output = await self.run_output(
+            name, self.shape_input(name, fields), "", lambda _p, _m: None
+        )
+        width, height = await asyncio.to_thread(_image_size, image)
+        objects = parse_detections(output, width, height, threshold)
+        return DetectionResult(
+            objects,
+            width,
+            height,
+            f"open-set detection ({self.LABEL})",
+            "the model's own score for each box, 0 to 1",
+        )
+
     async def erase(
         self, image: bytes, mask: bytes, method: str, *, model: str | None = None
     ) -> ImageOutput:
@@ -766,6 +803,68 @@ def _merge(old: Prediction, new: Prediction) -> Prediction:
         new.progress if new.progress is not None else old.progress,
         {**old.handle, **new.handle},
     )
+
+
+_DETECTION_LISTS = ("detections", "objects", "predictions", "boxes", "results")
+_LABEL_KEYS = ("label", "class", "class_name", "name", "phrase")
+_SCORE_KEYS = ("confidence", "score", "prob", "probability")
+
+
+def parse_detections(
+    output: Any, width: int, height: int, threshold: float
+) -> tuple[Detection, ...]:
+    """The boxes of a detection model's output, in pixels of the input image, at least
+    ``threshold`` confident, most confident first.
+
+    The output is a list of detections or an object holding one (under ``detections``,
+    ``objects``, ``predictions``, ``boxes`` or ``results``). A detection names its label
+    (``label``, ``class``, ``name``, ``phrase``), its score (``confidence``, ``score``,
+    ``prob``) and its box: ``bbox``/``box`` as ``[x1, y1, x2, y2]``, or an object with
+    ``x1 y1 x2 y2``, ``xmin ymin xmax ymax`` or ``x y width height``. Coordinates all
+    within 0..1 are taken as fractions of the image. Anything else is SERVICE_ERROR.
+    """
+    items: Any = output
+    if isinstance(output, Mapping):
+        items = next((output[k] for k in _DETECTION_LISTS if k in output), None)
+    if not isinstance(items, list):
+        raise EngineError(
+            "SERVICE_ERROR", "The model answered no list of detections.", may_fall_back=False
+        )
+    found: list[Detection] = []
+    for item in items:
+        try:
+            detection = _detection(item, width, height)
+        except (KeyError, TypeError, ValueError, StopIteration):
+            raise EngineError(
+                "SERVICE_ERROR", "The model answered a detection without a box.",
+                may_fall_back=False,
+            ) from None  # fmt: skip
+        if detection is not None and detection.confidence >= threshold:
+            found.append(detection)
+    return tuple(sorted(found, key=lambda d: -d.confidence))
+
+
+def _detection(item: Mapping[str, Any], width: int, height: int) -> Detection | None:
+    label = str(next(item[k] for k in _LABEL_KEYS if k in item)).strip()
+    score = float(next(item[k] for k in _SCORE_KEYS if k in item))
+    raw = item.get("bbox", item.get("box", item))
+    if isinstance(raw, list | tuple):
+        x1, y1, x2, y2 = (float(v) for v in raw[:4])
+    elif "x1" in raw:
+        x1, y1, x2, y2 = (float(raw[k]) for k in ("x1", "y1", "x2", "y2"))
+    elif "xmin" in raw:
+        x1, y1, x2, y2 = (float(raw[k]) for k in ("xmin", "ymin", "xmax", "ymax"))
+    else:
+        x1, y1 = float(raw["x"]), float(raw["y"])
+        x2, y2 = x1 + float(raw["width"]), y1 + float(raw["height"])
+    if max(abs(x1), abs(y1), abs(x2), abs(y2)) <= 1.0:  # fractions of the image
+        x1, x2, y1, y2 = x1 * width, x2 * width, y1 * height, y2 * height
+    left, right = sorted((max(0.0, min(x1, width)), max(0.0, min(x2, width))))
+    top, bottom = sorted((max(0.0, min(y1, height)), max(0.0, min(y2, height))))
+    if right - left < 1 or bottom - top < 1 or not label:
+        return None  # nothing left inside the image
+    box = Box(round(left), round(top), round(right - left), round(bottom - top))
+    return Detection(label, max(0.0, min(1.0, score)), box)
 
 
 def _first(files: list[MediaFile], exts: tuple[str, ...], what: str) -> MediaFile:

@@ -56,6 +56,7 @@ DEFAULT_MODELS: Mapping[str, str] = {
     "8": "black-forest-labs/flux-1.1-pro",  # better
     "2": "black-forest-labs/flux-schnell",  # standard
     "18": "black-forest-labs/flux-kontext-pro",  # edit-image
+    "39": "adirik/grounding-dino",  # detect-objects, open set
 }
 
 _STATUS: Mapping[str, Status] = {

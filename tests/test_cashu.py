@@ -531,6 +531,57 @@ async def test_a_partial_refund_splits_the_payment_at_the_mint(
     assert assert_ledger_balances(cashu_server)["totals"]["refunded_msat"] >= price * 1000
 
 
+async def test_a_refund_swap_whose_answer_was_lost_is_restored(
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    proxy: MintProxy,
+    wallet: PayerWallet,
+) -> None:
+    """The mint swapped a partial refund's proofs but its answer was lost: no ecash refund
+    is given (the gate falls back to LNURL-withdraw), and the schedule restores the swap's
+    outputs (NUT-09) so the node keeps their value."""
+    price = await price_of(client, "render-card", CARD)
+    token = wallet.token(price)
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": token})
+    assert resp.status_code == 200, resp.text
+    ((payment_id,),) = rows(
+        cashu_server,
+        "SELECT payment_id FROM ecash_receipts WHERE receipt_id = ?",
+        decode_receipt_id(token),
+    )
+    payment = cashu_server.call(lambda: cashu_server.store.payments.get(payment_id))
+    part = next(r for r in range(1, price) if r & ~price)
+    cashu = cashu_server.gate.cashu
+    proxy.lose = "answer"
+    try:
+        refund = cashu_server.call(lambda: cashu.refund_spent(payment, part * 1000, "partial"))
+    finally:
+        proxy.lose = ""
+    assert refund is None
+
+    def held() -> int:
+        return int(
+            rows(
+                cashu_server,
+                "SELECT COALESCE(SUM(amount), 0) FROM ecash_proofs WHERE payment_id = ?"
+                " AND state = 'held'",
+                payment_id,
+            )[0][0]
+        )
+
+    assert held() == 0  # the inputs wait, marked swapped
+    cashu_server.call(cashu.recover)
+    assert held() == 0  # not yet: the swap may still be in flight
+    cashu_server.call(
+        lambda: cashu_server.store.db.run_sync(
+            lambda conn: conn.execute("UPDATE ecash_outputs SET created_at = created_at - 3600")
+        )
+    )
+    cashu_server.call(cashu.recover)
+    assert held() == price
+    assert_ledger_balances(cashu_server)
+
+
 async def test_without_nutshell_satsgate_runs_and_cashu_refuses_to_start(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

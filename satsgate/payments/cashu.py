@@ -551,8 +551,9 @@ class Ecash:
         try:
             signatures = await mint.swap(inputs, outputs)
         except MintError:
-            await self._repo.unswap(op_id)
+            await self._repo.unswap(op_id)  # refused: nothing moved
             raise
+        # (MintUnreachable: the inputs stay 'swapped' until the schedule asks the mint.)
         given: list[HeldProof] = []
         kept: list[HeldProof] = []
         for output, sig in zip(outputs, signatures, strict=True):
@@ -580,6 +581,10 @@ class Ecash:
         for receipt in await self._repo.unresolved(now - 2 * int(self.config.mint_timeout_s) - 30):
             outcome = await self.resolve(receipt)
             log.info("ecash receipt %s: %s", receipt.receipt_id, outcome)
+        for op_id, payment_id in await self._repo.stale_swaps(
+            now - 2 * int(self.config.mint_timeout_s) - 30
+        ):
+            await self._settle_swap(op_id, payment_id)
         for melt in await self._repo.melts("pending", "unknown"):
             mint = self._mints.get(melt.mint)
             if mint is None:
@@ -591,6 +596,36 @@ class Ecash:
         for melt in await self._repo.melts("paid"):
             if not melt.node_settled:
                 await self._check_node(melt)
+
+    async def _settle_swap(self, op_id: str, payment_id: str | None) -> None:
+        """A refund's swap whose answer was lost: its inputs unspent at the mint -> held
+        again; spent -> its saved outputs restored (NUT-09) and held. The refund itself
+        went out another way (LNURL-withdraw) when the swap failed."""
+        outputs = await self._repo.outputs(op_id)
+        ys = await self._repo.swapped_inputs(op_id)
+        proofs = await self._repo.payment_proofs(payment_id or "", "swapped")
+        mint = self._mints.get(proofs[0].mint) if proofs else None
+        if mint is None or not ys or not outputs:
+            return
+        try:
+            states = await mint.check_state(ys)
+            if all(states.get(y) == "UNSPENT" for y in ys):
+                await self._repo.unswap(op_id)
+                return
+            if any(states.get(y) != "SPENT" for y in ys):
+                return
+            restored = await mint.restore(outputs)
+            keys = await mint.keys(outputs[0].keyset_id)
+        except (MintError, MintUnreachable) as exc:
+            log.warning("refund swap %s: still unsettled: %s", op_id, exc)
+            return
+        made = [
+            unblind(o, str(restored[o.b_]["C_"]), o.amount, keys[o.amount], mint.url)
+            for o in outputs
+            if o.b_ in restored
+        ]
+        await self._repo.swap_restored(op_id, payment_id, made, int(time.time()))
+        log.info("refund swap %s restored: %d sat held again", op_id, sum(p.amount for p in made))
 
     async def melt_all(self) -> list[str]:
         """Melt each mint's held ecash into the node; the ids of the melts paid."""

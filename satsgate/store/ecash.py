@@ -312,6 +312,39 @@ class EcashRepository:
         except _Taken:
             return False
 
+    async def stale_swaps(self, created_before: int) -> list[tuple[str, str | None]]:
+        """Refund swaps whose outcome was never recorded (a lost answer, a crash): (op id,
+        payment id) of inputs left 'swapped' with no proof of that op made since, whose
+        outputs were saved before ``created_before``."""
+        rows = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT DISTINCT e.op_id, e.payment_id FROM ecash_proofs e"
+                " WHERE e.state = 'swapped' AND NOT EXISTS (SELECT 1 FROM ecash_proofs n"
+                " WHERE n.op_id = e.op_id AND n.state != 'swapped')"
+                " AND (SELECT MIN(o.created_at) FROM ecash_outputs o WHERE o.op_id = e.op_id) < ?",
+                (created_before,),
+            ).fetchall()
+        )
+        return [(str(r[0]), r[1]) for r in rows]
+
+    async def swap_restored(
+        self, op_id: str, payment_id: str | None, proofs: Sequence[HeldProof], now: int
+    ) -> None:
+        """An interrupted refund swap's outputs, restored from the mint, held again."""
+
+        def go(conn: sqlite3.Connection) -> None:
+            _insert_proofs(conn, proofs, payment_id, "held", op_id, now)
+
+        await self._db.run_in_transaction(go)
+
+    async def swapped_inputs(self, op_id: str) -> list[str]:
+        rows = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT y FROM ecash_proofs WHERE state = 'swapped' AND op_id = ?", (op_id,)
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
     async def unswap(self, op_id: str) -> None:
         """A refund's swap the mint refused: its inputs are held again."""
 
@@ -336,10 +369,11 @@ class EcashRepository:
         now: int,
     ) -> bool:
         """A refund paid in ecash, never more in total than was paid: the refund row
-        (status paid), its token, the given proofs (refunded; new ones from a refund's swap
-        are inserted so), the proofs kept from that swap (held) and serving -> spent, in
-        one transaction. False (nothing written) when it would exceed the payment or a
-        given proof is no longer the node's."""
+        (status paid), its token, the given proofs (held ones become refunded; new ones,
+        from a refund's swap, are inserted so), the proofs kept from that swap (held) and
+        serving -> spent, in one transaction. False when it would exceed the payment or a
+        given held proof is no longer the node's: then nothing is refunded, and proofs new
+        from a swap are kept as held (never lost)."""
 
         def go(conn: sqlite3.Connection) -> bool:
             row = conn.execute(
@@ -348,17 +382,21 @@ class EcashRepository:
                 " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')",
                 (refund.payment_id,),
             ).fetchone()
-            if row is None or row[0] is None or row[0] < refund.amount_msat:
-                raise _Taken
-            existing = {
-                str(r[0])
-                for r in conn.execute(
-                    "SELECT y FROM ecash_proofs WHERE payment_id = ? AND state = 'held'",
-                    (refund.payment_id,),
+            marks = ", ".join("?" * len(given))
+            states = dict(
+                conn.execute(
+                    f"SELECT y, state FROM ecash_proofs WHERE y IN ({marks})",
+                    tuple(p.y for p in given),
                 ).fetchall()
-            }
-            old = [p for p in given if p.y in existing]
-            new = [p for p in given if p.y not in existing]
+            )
+            old = [p for p in given if states.get(p.y) == "held"]
+            new = [p for p in given if p.y not in states]
+            fits = row is not None and row[0] is not None and row[0] >= refund.amount_msat
+            if not fits or len(old) + len(new) != len(given):
+                _insert_proofs(
+                    conn, [*new, *new_held], refund.payment_id, "held", refund.refund_id, now
+                )
+                return False
             for proof in old:
                 conn.execute(
                     "UPDATE ecash_proofs SET state = 'refunded', op_id = ? WHERE y = ?",
@@ -378,10 +416,7 @@ class EcashRepository:
             )
             return True
 
-        try:
-            return await self._db.run_in_transaction(go)
-        except _Taken:
-            return False
+        return await self._db.run_in_transaction(go)
 
     async def refund_of_payment(self, payment_id: str) -> tuple[Refund, str, str] | None:
         """The latest ecash refund of a payment: (refund, token, mint)."""

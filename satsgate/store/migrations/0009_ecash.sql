@@ -42,7 +42,8 @@ CREATE TABLE ecash_outputs (
     secret TEXT NOT NULL,
     r TEXT NOT NULL,
     role TEXT NOT NULL,
-    position INTEGER NOT NULL
+    position INTEGER NOT NULL,
+    created_at INTEGER NOT NULL DEFAULT (CAST(strftime('%s', 'now') AS INTEGER))
 );
 CREATE INDEX idx_ecash_outputs_op ON ecash_outputs (op_id);
 -- Proofs satsgate made (unblinded from its own outputs). state: 'held' (the node's),

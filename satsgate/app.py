@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,7 @@ from satsgate import discovery, mcp
 from satsgate.appkeys import (
     BACKEND,
     CALLBACKS,
+    CPU,
     ENGINES,
     FILES,
     GATE,
@@ -54,6 +55,7 @@ from satsgate.jobs import JobRunner, resume_jobs
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
+from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
@@ -93,7 +95,7 @@ __all__ = [
 
 def node_engines(
     settings: Settings,
-    pool: Executor,
+    cpu: CpuRunner,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
 ) -> Engines:
     """This node's engine registry: every engine name the services run on, resolved to
@@ -102,7 +104,7 @@ def node_engines(
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, CpuRunner(pool, settings.cpu_job_time_limit_s)),
+        EngineDeps(settings, cpu),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
@@ -124,12 +126,14 @@ def create_app(
     # on the first job.
     # A worker exits when the server dies, even by SIGKILL (procguard.die_with_parent).
     pool = ProcessPoolExecutor(
-        max_workers=2,
+        max_workers=settings.cpu_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    engines = node_engines(settings, pool, provider_kinds)
+    # One runner for handlers and engines alike: its lanes count the pool's workers.
+    cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
+    engines = node_engines(settings, cpu, provider_kinds)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -138,6 +142,7 @@ def create_app(
     app[SETTINGS] = settings
     app[BACKEND] = backend
     app[POOL] = pool
+    app[CPU] = cpu
     app[ENGINES] = engines
     app[STORE] = Store(settings.db_path)
     app[OUTBOUND] = outbound
@@ -150,7 +155,17 @@ def create_app(
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
+    _add_nostr(app, settings)
     return app
+
+
+def _add_nostr(app: web.Application, settings: Settings) -> None:
+    """Nostr kind 31402 announcements when [discovery.nostr] names relays (a background
+    task: a relay never slows start-up or a request)."""
+    if NostrConfig.from_discovery(settings.discovery).enabled:
+        from satsgate.nostr.publisher import install
+
+        install(app, settings, lambda: app[discovery.DISCOVERY].catalog)
 
 
 # -- resources ------------------------------------------------------------------------------
@@ -199,7 +214,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         settings=settings,
         files=app[FILES],
         http=http,
-        cpu=CpuRunner(pool, settings.cpu_job_time_limit_s),
+        cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
     )

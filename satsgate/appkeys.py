@@ -9,7 +9,7 @@ from aiohttp import web
 
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
-from satsgate.engines import Engines
+from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
@@ -34,3 +34,4 @@ STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
+CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines

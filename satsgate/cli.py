@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
-from satsgate.engines import EngineConfigError
+from satsgate.engines import CpuRunner, EngineConfigError
 from satsgate.lightning import LightningBackend
 from satsgate.procguard import private_umask
 
@@ -57,7 +57,7 @@ def engines_report(settings: Settings) -> str:
     from satsgate.services.registry import SERVICES
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
-        engines = node_engines(settings, pool)
+        engines = node_engines(settings, CpuRunner(pool, settings.cpu_job_time_limit_s))
     lines = []
     for status in engines.statuses():
         slugs = ", ".join(s.slug for s in SERVICES if s.engine == status.name) or "-"
@@ -83,6 +83,49 @@ async def _ledger(settings: Settings, as_json: bool) -> str:
     finally:
         await store.close()
     return json.dumps(report, indent=2) if as_json else ledger_text(report)
+
+
+async def _announce(settings: Settings, print_only: bool) -> str:
+    """The Nostr announcement as ``serve`` would sign it now: printed (--print), or sent
+    once to each configured relay with what each answered."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from satsgate.app import node_engines
+    from satsgate.discovery.describe import describe
+    from satsgate.discovery.documents import Catalog
+    from satsgate.nostr.config import NostrConfig
+    from satsgate.nostr.keys import ensure_keys
+    from satsgate.nostr.publisher import Announcer
+    from satsgate.services.registry import SERVICES
+
+    config = NostrConfig.from_discovery(settings.discovery)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
+        engines = node_engines(settings, CpuRunner(pool, settings.cpu_job_time_limit_s))
+    catalog = Catalog(
+        settings, SERVICES, tuple(describe(spec, settings, engines) for spec in SERVICES)
+    )
+    announcer = Announcer(
+        settings=settings,
+        config=config,
+        keys=ensure_keys(settings.data_dir),
+        catalog=lambda: catalog,
+    )
+    await announcer.sign_current("satsgate announce")
+    if print_only:
+        return json.dumps(json.loads(announcer.event_json), indent=2, ensure_ascii=False)
+    if not config.relays:
+        raise SystemExit("no relays: set [discovery.nostr] relays in the config file")
+    import aiohttp
+
+    lines = [f"event {announcer.event_id} by {announcer.npub}"]
+    async with aiohttp.ClientSession() as session:
+        for relay in config.relays:
+            accepted, detail = await announcer._send(
+                session, relay, announcer.event_id, announcer.event_json
+            )
+            lines.append(f"{relay}: {'accepted' if accepted else 'not accepted'} ({detail})")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,7 +160,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     token.add_argument("--config", help="TOML settings file")
     token.add_argument("--data-dir")
+    announce = sub.add_parser(
+        "announce", help="the Nostr kind 31402 announcement: send it once, or --print it"
+    )
+    announce.add_argument("--config", help="TOML settings file")
+    announce.add_argument("--data-dir")
+    announce.add_argument("--base-url", help="public address used in links")
+    announce.add_argument("--print", action="store_true", help="print the event, send nothing")
     args = parser.parse_args(argv)
+
+    if args.command == "announce":
+        try:
+            settings = load_settings(
+                args.config, {"data_dir": args.data_dir, "base_url": args.base_url}
+            )
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
+        private_umask()  # the key file is created 0600 in any case
+        print(asyncio.run(_announce(settings, args.print)))
+        return 0
 
     if args.command in ("ledger", "operator-token"):
         try:

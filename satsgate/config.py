@@ -58,6 +58,9 @@ class Settings:
     refund_pay_timeout_s: int = 60
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
+    # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold
+    # at most cpu_workers - 1 of them, so short ones always find one.
+    cpu_workers: int = 2
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
     # Largest accepted request body. Per-service limits are checked on top.
@@ -104,6 +107,8 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
+    discovery: Mapping[str, Any] = field(default_factory=dict)
     # [cashu]: Cashu ecash payments (NUT-24): mints, melt schedule. See
     # satsgate/payments/cashu.py (CashuConfig); empty or no mints: off.
     cashu: Mapping[str, Any] = field(default_factory=dict)
@@ -167,7 +172,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "cashu"}:
+    for name in names - {"engines", "providers", "discovery", "cashu"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -182,6 +187,9 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    from satsgate.nostr.config import NostrConfig
+
+    NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
     if settings.cashu:
         from satsgate.payments.cashu import parse_config
 

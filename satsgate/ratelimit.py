@@ -52,6 +52,7 @@ CHALLENGE_ROUTES = frozenset(
 _RULE_ROUTES = {
     ("POST", "/api/l402/refund"): "refund",
     ("GET", "/api/estimate-cost"): "estimate",
+    ("HEAD", "/api/l402/{slug}"): "estimate",  # the price probe
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from satsgate.app import node_engines
 from satsgate.config import Settings
 from satsgate.engines import (
+    CpuRunner,
     EngineDeps,
     EngineError,
     Engines,
@@ -57,4 +58,4 @@ def down_engines(names: Iterable[str]) -> dict[str, Any]:
 def engines_for(settings: Settings) -> Engines:
     """The engine registry these settings give, with the down provider kind known."""
     with ThreadPoolExecutor(max_workers=1) as pool:  # statuses only: nothing runs
-        return node_engines(settings, pool, {**BUILT_IN_KINDS, **PROVIDER_KINDS})
+        return node_engines(settings, CpuRunner(pool, 1.0), {**BUILT_IN_KINDS, **PROVIDER_KINDS})

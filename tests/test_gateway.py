@@ -322,11 +322,11 @@ async def test_mpp_credential_serves_with_receipt(client: httpx.AsyncClient) -> 
     doc = json.loads(b64url_decode(auth.split(" ", 1)[1]))
     doc["challenge"]["expires"] = "2099-01-01T00:00:00Z"
     forged = "Payment " + b64url(json.dumps(doc).encode())
-    assert_envelope(
-        await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": forged}),
-        "PAYMENT_INVALID",
-        402,
+    refused = await client.post(
+        "/api/l402/render-card", json=CARD, headers={"Authorization": forged}
     )
+    assert_envelope(refused, "PAYMENT_INVALID", 402)
+    assert refused.json()["type"] == "https://paymentauth.org/problems/invalid-challenge"
 
 
 async def test_l402_and_mpp_for_one_invoice_serve_once(client: httpx.AsyncClient) -> None:
@@ -339,7 +339,11 @@ async def test_l402_and_mpp_for_one_invoice_serve_once(client: httpx.AsyncClient
     a = await client.post("/api/l402/render-card", json=CARD, headers={"Authorization": l402_auth})
     b = await client.post("/api/l402/render-card", json=other, headers={"Authorization": mpp_auth})
     assert a.status_code == 200
-    assert_envelope(b, "PAYMENT_ALREADY_USED", 403)
+    # The Payment scheme answers a used challenge with 402, a fresh challenge and the
+    # core draft's invalid-challenge; satsgate's code stays in the body.
+    used = assert_envelope(b, "PAYMENT_ALREADY_USED", 402)
+    assert used["type"] == "https://paymentauth.org/problems/invalid-challenge"
+    assert used["invoice"] != body["invoice"]
 
 
 async def test_independent_l402_client_pays_and_gets_served(server: ThreadedServer) -> None:

@@ -153,7 +153,13 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
             "402": {
                 "description": "Payment required (PAYMENT_REQUIRED): the challenge for "
                 "exactly this request. PAYMENT_PENDING, PAYMENT_INVALID and PAYMENT_EXPIRED "
-                "come with a payable challenge too; PAYMENT_INSUFFICIENT carries the refund.",
+                "come with a payable challenge too; PAYMENT_INSUFFICIENT carries the refund. "
+                "The body has the RFC 9457 members (type, title, status, detail; types under "
+                "https://paymentauth.org/problems/); it is application/problem+json when "
+                "the request carried a Payment credential or accepts that type. With a "
+                "Payment credential, a used, malformed or forged one is answered here too "
+                "(invalid-challenge, malformed-credential), with a fresh challenge. "
+                "Accept-Payment (e.g. 'lightning/charge') limits the Payment challenges.",
                 "headers": {
                     "WWW-Authenticate": {
                         "description": 'Sent three times: \'LSAT macaroon="<base64>", '
@@ -165,7 +171,10 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                     },
                     "X-Error-Code": _ERROR_CODE_HEADER,
                 },
-                "content": _json_content(_ref("PaymentChallenge")),
+                "content": {
+                    **_json_content(_ref("PaymentChallenge")),
+                    "application/problem+json": {"schema": _ref("PaymentChallenge")},
+                },
             },
             **_error_responses(codes),
         },
@@ -191,6 +200,40 @@ def _describe_operation(catalog: Catalog, index: int) -> dict[str, Any]:
                 "content": _json_content(_ref("ServiceDescription")),
             }
         },
+    }
+
+
+def _price_probe_operation(catalog: Catalog, index: int) -> dict[str, Any]:
+    spec, service = catalog.specs[index], catalog.services[index]
+    integer = {"type": "string", "pattern": "^[0-9]+$"}
+    headers = {
+        "X-L402-Price-Sats": {
+            "description": "What a call costs, in sats; for a price that follows the "
+            "input, the lowest (the 402 quote of the request is the price).",
+            "schema": integer,
+        },
+        "X-L402-Price-Range-Sats": {
+            "description": "'<min>-<max>', or '<min>-' when the price grows with the input.",
+            "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]*$"},
+        },
+        "X-L402-Price-Model": {
+            "description": "The price shape: flat, per_character, per_page, ...",
+            "schema": {"type": "string"},
+        },
+    }
+    return {
+        "operationId": f"price_{spec.tool_name}",
+        "summary": f"Price of {spec.title} (free; no invoice, nothing stored)",
+        "tags": [spec.category],
+        "security": [],
+        "responses": {
+            "200": {"description": "The price, in headers.", "headers": headers},
+            "503": {
+                "description": "No engine serves this service here (SERVICE_UNAVAILABLE).",
+                "headers": headers,
+            },
+        },
+        "x-available": service["available"],
     }
 
 
@@ -479,6 +522,8 @@ def openapi_document(
         }
         if ("GET", "/api/l402/{slug}") in routes:
             item["get"] = _describe_operation(catalog, index)
+        if ("HEAD", "/api/l402/{slug}") in routes:
+            item["head"] = _price_probe_operation(catalog, index)
         paths[path] = item
     for path, operation in _free_endpoints().items():
         if ("GET", path) in routes:

@@ -9,6 +9,11 @@ stays usable, and the caller gets CpuTimeLimitExceeded (a service's
 A job stuck inside one long C call sees the signal only when that call returns;
 for that case the caller stops waiting a grace period later (the worker then
 stays busy until the call ends).
+
+Two lanes share the pool, so that long work cannot starve short work: a job marked
+``quick`` (a card, an image conversion: bounded and short) may take any worker, every
+other job may hold at most ``workers - 1`` of them at once. Two long renders therefore
+leave a worker for the 30 ms card that comes next.
 """
 
 from __future__ import annotations
@@ -69,16 +74,30 @@ async def run_cpu_job(pool: Executor, limit_s: float, fn: Callable[..., R], *arg
 
 class CpuRunner:
     """Runs CPU-bound engine work in the process pool within the configured time limit;
-    a job past it raises EngineError TIMEOUT, which the gate refunds."""
+    a job past it raises EngineError TIMEOUT, which the gate refunds. One runner per pool:
+    its lanes count that pool's workers."""
 
-    def __init__(self, pool: Executor, limit_s: float) -> None:
+    def __init__(self, pool: Executor, limit_s: float, workers: int = 2) -> None:
         self.pool = pool
         self.limit_s = limit_s
+        self.workers = workers
+        self._long_lane: asyncio.Semaphore | None = None  # made in the loop that uses it
 
-    async def __call__(self, fn: Callable[..., R], *args: Any) -> R:
+    async def __call__(
+        self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None
+    ) -> R:
+        """``fn(*args)`` in the pool. ``quick``: short, bounded work that may use any
+        worker; other work waits for a place in the long lane. ``limit_s``: a tighter
+        time limit than the configured one for this call."""
+        limit = min(self.limit_s, limit_s) if limit_s is not None else self.limit_s
         try:
-            return await run_cpu_job(self.pool, self.limit_s, fn, *args)
+            if quick:
+                return await run_cpu_job(self.pool, limit, fn, *args)
+            if self._long_lane is None:
+                self._long_lane = asyncio.Semaphore(max(1, self.workers - 1))
+            async with self._long_lane:
+                return await run_cpu_job(self.pool, limit, fn, *args)
         except CpuTimeLimitExceeded:
             raise EngineError(
-                "TIMEOUT", f"The engine did not finish within {self.limit_s:g} s and was stopped."
+                "TIMEOUT", f"The engine did not finish within {limit:g} s and was stopped."
             ) from None

@@ -17,8 +17,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import AliasChoices, BaseModel, ValidationError
 
-from satsgate.appkeys import GATE, OPERATION_ENV, SETTINGS
+from satsgate.appkeys import ENGINES, GATE, OPERATION_ENV, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
+from satsgate.discovery.price_probe import price_probe
 from satsgate.errors import ApiError, invalid_params
 from satsgate.http_edge import dumps, read_json
 from satsgate.operations.base import AnyOperation, HttpCall, dump
@@ -123,6 +124,7 @@ class SlugRoutes:
         self, services: Sequence[ServiceSpec[Any]], operations: Sequence[AnyOperation]
     ) -> None:
         by_slug = {spec.slug: spec for spec in services}
+        self.services = by_slug
         forms: dict[tuple[str, str], list[AnyOperation]] = {}
         for op in operations:
             if op.http is not None and op.http.on_service is not None:
@@ -142,6 +144,13 @@ class SlugRoutes:
         if handler is None:
             raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
         return await handler(request)
+
+    async def head_call(self, request: web.Request) -> web.StreamResponse:
+        """The price probe: headers only, no invoice, nothing written."""
+        spec = self.services.get(request.match_info["slug"])
+        if spec is None:
+            raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
+        return price_probe(spec, request.app[ENGINES])
 
     async def get_call(self, request: web.Request) -> web.StreamResponse:
         handler = self.get.get(request.match_info["slug"])
@@ -239,7 +248,8 @@ def add_routes(
             raise ValueError(f"{op.name}: {route.path} is a paid service's path; use on_service")
     slugs = SlugRoutes(services, operations)
     r.add_post(SLUG_PATH, slugs.post_call)
-    r.add_get(SLUG_PATH, slugs.get_call)
+    r.add_get(SLUG_PATH, slugs.get_call, allow_head=False)
+    r.add_head(SLUG_PATH, slugs.head_call)
     by_slug = {spec.slug: spec for spec in services}
     if "voice-bridge-open" in slugs.post:  # the spec's slash form of this slug
         r.add_post("/api/l402/voice-bridge/open", slugs.post["voice-bridge-open"])

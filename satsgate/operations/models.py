@@ -55,6 +55,12 @@ class ErrorEnvelope(Body):
     example: str | None = None
     retry_after_seconds: float | None = None
     refund: Refund | None = None
+    # RFC 9457 members: on every 402, and on every error answering a request that carries
+    # a Payment credential (then as application/problem+json).
+    type: str | None = Field(None, description="RFC 9457 problem type URI")
+    title: str | None = None
+    status: int | None = None
+    detail: str | None = None
 
 
 class PaymentChallenge(ErrorEnvelope):

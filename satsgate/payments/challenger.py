@@ -12,6 +12,7 @@ only satsgate mints one and it names its payment without a column or a lookup ta
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -31,6 +32,9 @@ from satsgate.services.base import ServiceSpec, request_digest
 from satsgate.store import Payment, PaymentStatus
 
 log = logging.getLogger(__name__)
+
+# Seconds of checking an unpaid request may take (decoding and measuring its files).
+PREVALIDATE_BUDGET_S = 20.0
 
 AnySpec = ServiceSpec[Any]
 
@@ -160,10 +164,20 @@ class Challenger:
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
         """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
-        and that an engine serves the model the request chose."""
+        and that an engine serves the model the request chose. Unpaid work has a time
+        budget: a request whose files take longer to check is refused (the check itself,
+        bounded by the service's size caps, ends on its own in its thread)."""
         self.ensure_available(spec, params)
         if spec.prevalidate is not None:
-            await spec.prevalidate(params)
+            try:
+                await asyncio.wait_for(spec.prevalidate(params), PREVALIDATE_BUDGET_S)
+            except TimeoutError:
+                raise ApiError(
+                    "L402_INVALID_PARAMS",
+                    f"Invalid parameters: (body): the files took longer than "
+                    f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
+                    "Nothing was charged.",
+                ) from None
 
     async def create_payment(
         self,

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from satsgate.errors import ApiError, envelope
 from satsgate.http_edge import dumps, read_json, result_response
-from satsgate.payments import l402, mpp
+from satsgate.payments import l402, mpp, problems
 from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate
@@ -25,14 +25,40 @@ def challenge_response(
     base_url: str,
     code: str = "PAYMENT_REQUIRED",
     message: str = "Payment required: pay the invoice and repeat the request with Authorization.",
+    *,
+    request: web.Request | None = None,
+    problem: str | None = None,
+    problem_json: bool = False,
     cashu_request: str | None = None,
 ) -> web.Response:
-    body = envelope(code, message) | challenge.body_fields(base_url)
-    resp = web.json_response(body, status=402, dumps=dumps)
-    for value in challenge.www_authenticate():
+    """The 402: the envelope with the challenge's fields and the RFC 9457 members, the
+    WWW-Authenticate lines that ``Accept-Payment`` (if any) accepts. ``problem_json``
+    (a request with a Payment credential, or one that accepts it) makes the body
+    application/problem+json. ``cashu_request``: the NUT-18 request for ``X-Cashu``
+    (NUT-24), when ecash is accepted."""
+    body = problems.problem_fields(code, 402, message, base_url, problem)
+    body |= envelope(code, message) | challenge.body_fields(base_url)
+    return _with_challenge(body, challenge, request, code, problem_json, cashu_request)
+
+
+def _with_challenge(
+    body: dict[str, Any],
+    challenge: Challenge,
+    request: web.Request | None,
+    code: str,
+    problem_json: bool,
+    cashu_request: str | None = None,
+) -> web.Response:
+    if request is not None and not problem_json:
+        problem_json = problems.wants_problem_json(request.headers.get("Accept", ""))
+    content_type = problems.PROBLEM_JSON if problem_json else "application/json"
+    resp = web.json_response(body, status=402, dumps=dumps, content_type=content_type)
+    accept_payment = request.headers.get("Accept-Payment") if request is not None else None
+    for value in problems.select_challenges(challenge.www_authenticate(), accept_payment):
         resp.headers.add("WWW-Authenticate", value)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["X-Error-Code"] = code
+    resp.headers["X-Problem-Type"] = body["type"]
     if cashu_request is not None:  # NUT-24: ecash is accepted too
         resp.headers[CASHU_HEADER] = cashu_request
     return resp
@@ -43,19 +69,58 @@ def _cashu_request(gate: Gate, challenge: Challenge) -> str | None:
 
 
 async def _fresh_challenge(
+    request: web.Request,
     gate: Gate,
     spec: ServiceSpec[Any],
     params: BaseModel,
     code: str,
     message: str,
     problem: str,
+    *,
+    problem_json: bool,
+    exc: ApiError | None = None,
 ) -> web.Response:
+    """A 402 with a new invoice after a credential was refused (rate-limited like any
+    challenge); ``exc``'s envelope (refund, headers) is kept when given."""
+    check_challenge(request)
     challenge = await gate.challenge_for(spec, params, via="http")
-    resp = challenge_response(
-        challenge, gate.public_base_url, code, message, _cashu_request(gate, challenge)
+    base_url = gate.public_base_url
+    if exc is None:
+        return challenge_response(
+            challenge,
+            base_url,
+            code,
+            message,
+            request=request,
+            problem=problem,
+            problem_json=problem_json,
+            cashu_request=_cashu_request(gate, challenge),
+        )
+    body = problems.problem_fields(code, 402, message, base_url, problem)
+    body |= exc.envelope() | challenge.body_fields(base_url)
+    resp = _with_challenge(
+        body, challenge, request, code, problem_json, _cashu_request(gate, challenge)
     )
-    resp.headers["Content-Type"] = "application/json"
-    resp.headers["X-Problem-Type"] = mpp.PROBLEM_BASE + problem
+    for name, value in exc.headers.items():
+        resp.headers[name] = value
+    return resp
+
+
+def _is_payment_scheme(values: list[str]) -> bool:
+    return any(v.lstrip()[:8].lower() == "payment " for v in values)
+
+
+def problem_response(exc: ApiError, base_url: str) -> web.Response:
+    """An error as application/problem+json with the envelope as extension members."""
+    body = problems.problem_fields(exc.code, exc.http_status, exc.message, base_url)
+    body |= exc.envelope()
+    resp = web.json_response(
+        body, status=exc.http_status, dumps=dumps, content_type=problems.PROBLEM_JSON
+    )
+    resp.headers["X-Error-Code"] = exc.code
+    resp.headers["X-Problem-Type"] = body["type"]
+    for name, value in exc.headers.items():
+        resp.headers[name] = value
     return resp
 
 
@@ -68,7 +133,29 @@ async def handle_paid_call(
     spec: ServiceSpec[Any],
     transform: BodyTransform | None = None,
 ) -> web.Response:
-    """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first."""
+    """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first.
+
+    A request carrying a Payment credential is answered as the core draft says: every
+    refusal of the credential is a 402 with a fresh challenge and the draft's problem
+    type, and every error is application/problem+json."""
+    auth = request.headers.getall("Authorization", [])
+    if not _is_payment_scheme(auth):
+        return await _paid_call(request, gate, spec, transform, auth, payment_scheme=False)
+    try:
+        return await _paid_call(request, gate, spec, transform, auth, payment_scheme=True)
+    except ApiError as exc:
+        return problem_response(exc, gate.public_base_url)
+
+
+async def _paid_call(
+    request: web.Request,
+    gate: Gate,
+    spec: ServiceSpec[Any],
+    transform: BodyTransform | None,
+    auth: list[str],
+    *,
+    payment_scheme: bool,
+) -> web.Response:
     gate.ensure_available(spec)
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
     if transform is not None:
@@ -76,7 +163,6 @@ async def handle_paid_call(
     params = validate_params(spec, body)
     await gate.prevalidate(spec, params)
 
-    auth = request.headers.getall("Authorization", [])
     if not auth and gate.cashu is not None and CASHU_HEADER in request.headers:
         # Paid in ecash (NUT-24): redeemed at the mint, then the spend rule as for any payment.
         result = await gate.cashu.pay(
@@ -89,19 +175,45 @@ async def handle_paid_call(
     if not auth:
         challenge = await gate.challenge_for(spec, params, via="http")
         return challenge_response(
-            challenge, gate.public_base_url, cashu_request=_cashu_request(gate, challenge)
+            challenge,
+            gate.public_base_url,
+            request=request,
+            cashu_request=_cashu_request(gate, challenge),
         )
 
     try:
         verified = await gate.verify_authorization(auth, spec)
     except l402.MalformedCredential as exc:
-        raise ApiError("MALFORMED_CREDENTIAL", f"Malformed credential: {exc}") from None
-    except l402.CredentialError as exc:
-        check_challenge(request)  # a fresh invoice follows: limited like any challenge
-        code = exc.code
-        problem = "payment-expired" if code == "PAYMENT_EXPIRED" else "verification-failed"
+        message = f"Malformed credential: {exc}"
+        if not payment_scheme or len(auth) > 1:  # more than one credential: 400 (the draft)
+            raise ApiError("MALFORMED_CREDENTIAL", message) from None
         return await _fresh_challenge(
-            gate, spec, params, code, f"The credential was not accepted: {exc}.", problem
+            request,
+            gate,
+            spec,
+            params,
+            "MALFORMED_CREDENTIAL",
+            message,
+            "malformed-credential",
+            problem_json=True,
+        )
+    except l402.CredentialError as exc:
+        code = exc.code
+        if isinstance(exc, mpp.InvalidChallenge):
+            problem = "invalid-challenge"
+        elif code == "PAYMENT_EXPIRED":
+            problem = "payment-expired"
+        else:
+            problem = "verification-failed"
+        return await _fresh_challenge(
+            request,
+            gate,
+            spec,
+            params,
+            code,
+            f"The credential was not accepted: {exc}.",
+            problem,
+            problem_json=payment_scheme,
         )
 
     try:
@@ -109,36 +221,69 @@ async def handle_paid_call(
             verified, spec, params, use_cache="X-No-Cache" not in request.headers
         )
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
-        check_challenge(request)
         return await _fresh_challenge(
+            request,
             gate,
             spec,
             params,
             "PAYMENT_INVALID",
             f"The credential was not accepted: {exc}.",
-            "verification-failed",
+            "invalid-challenge" if payment_scheme else "verification-failed",
+            problem_json=payment_scheme,
         )
     except ApiError as exc:
         if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
-            if exc.code == "PAYMENT_EXPIRED":
-                check_challenge(request)
-            return await _unpaid_response(gate, spec, params, exc)
+            return await _unpaid_response(request, gate, spec, params, exc, payment_scheme)
+        if payment_scheme and exc.code in ("PAYMENT_ALREADY_USED", "PAYMENT_INSUFFICIENT"):
+            # The draft: a used challenge is invalid-challenge, and every 402 carries a
+            # fresh challenge. L402 keeps the spec's 403 for a reused payment.
+            return await _fresh_challenge(
+                request,
+                gate,
+                spec,
+                params,
+                exc.code,
+                exc.message,
+                problems.PROBLEM_OF_CODE[exc.code],
+                problem_json=True,
+                exc=exc,
+            )
         raise
     return _served(result, verified, dedup_hit=replayed)
 
 
 async def _unpaid_response(
-    gate: Gate, spec: ServiceSpec[Any], params: BaseModel, exc: ApiError
+    request: web.Request,
+    gate: Gate,
+    spec: ServiceSpec[Any],
+    params: BaseModel,
+    exc: ApiError,
+    payment_scheme: bool,
 ) -> web.Response:
     if exc.code == "PAYMENT_EXPIRED":
-        return await _fresh_challenge(gate, spec, params, exc.code, exc.message, "payment-expired")
+        return await _fresh_challenge(
+            request,
+            gate,
+            spec,
+            params,
+            exc.code,
+            exc.message,
+            "payment-expired",
+            problem_json=payment_scheme,
+        )
     # Unpaid: offer the same, still payable invoice again rather than a second one.
     payment = await gate.get_payment(str(exc.extra.get("paymentId", "")))
     if payment is None:
         raise exc
     challenge = gate.challenge_of(payment)
     resp = challenge_response(
-        challenge, gate.public_base_url, exc.code, exc.message, _cashu_request(gate, challenge)
+        challenge,
+        gate.public_base_url,
+        exc.code,
+        exc.message,
+        request=request,
+        problem_json=payment_scheme,
+        cashu_request=_cashu_request(gate, challenge),
     )
     resp.headers["Retry-After"] = "5"
     return resp
@@ -150,6 +295,8 @@ def _served(result: ServiceResult, verified: Verified, dedup_hit: bool = False) 
         resp.headers["Payment-Receipt"] = mpp.receipt_header(
             verified.mpp_challenge_id, verified.payment_hash, int(time.time())
         )
+        # The core draft: a response carrying a receipt is never stored by a shared cache.
+        resp.headers["Cache-Control"] = "private"
     if dedup_hit:
         resp.headers["X-Dedup"] = "hit"
     return resp

@@ -13,6 +13,7 @@ import binascii
 import functools
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,12 @@ from satsgate.payments.l402 import CredentialError, CredentialExpired, Malformed
 METHOD = "lightning"
 INTENT = "charge"
 PROBLEM_BASE = "https://paymentauth.org/problems/"
+_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class InvalidChallenge(CredentialError):
+    """The echoed challenge is not one this server issued (its id does not verify), or
+    not one it offers here: the core draft's ``invalid-challenge``."""
 
 
 def b64url(data: bytes) -> str:
@@ -140,6 +147,9 @@ def parse_credential(value: str, *, secret: str, now: float | None = None) -> Mp
     payload = doc.get("payload")
     if not isinstance(payload, dict) or not isinstance(payload.get("preimage"), str):
         raise MalformedCredential("the Payment credential has no payload.preimage")
+    preimage = payload["preimage"]
+    if not _LOWER_HEX64.fullmatch(preimage):  # the charge draft: 64 lowercase hex
+        raise MalformedCredential("payload.preimage must be 64 lowercase hex characters")
     fields = {}
     for name in ("id", "realm", "method", "intent", "request", "expires", "digest", "opaque"):
         item = ch.get(name, "")
@@ -147,7 +157,7 @@ def parse_credential(value: str, *, secret: str, now: float | None = None) -> Mp
             raise MalformedCredential(f"challenge.{name} must be a string")
         fields[name] = item
     if fields["method"] != METHOD or fields["intent"] != INTENT:
-        raise CredentialError("only method=lightning, intent=charge is accepted")
+        raise InvalidChallenge("only method=lightning, intent=charge is accepted")
     expected = _challenge_id(
         secret,
         fields["realm"],
@@ -159,7 +169,7 @@ def parse_credential(value: str, *, secret: str, now: float | None = None) -> Mp
         fields["opaque"],
     )
     if not hmac.compare_digest(expected, fields["id"]):
-        raise CredentialError("the challenge was not issued by this server")
+        raise InvalidChallenge("the challenge was not issued by this server")
     try:
         request = json.loads(b64url_decode(fields["request"]))
         payment_hash = str(request["methodDetails"]["paymentHash"]).lower()
@@ -170,9 +180,6 @@ def parse_credential(value: str, *, secret: str, now: float | None = None) -> Mp
         # The draft: a credential for an expired challenge is refused. A payment made
         # for it and never used stays refundable (POST /api/l402/refund).
         raise CredentialExpired(f"the challenge expired at {fields['expires']}")
-    preimage = payload["preimage"].lower()
-    if len(preimage) != 64 or any(c not in "0123456789abcdef" for c in preimage):
-        raise MalformedCredential("payload.preimage must be 64 hex characters")
     source = doc.get("source")
     return MppCredential(
         challenge_id=fields["id"],

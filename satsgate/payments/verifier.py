@@ -77,9 +77,9 @@ class Verifier:
             l402.check_preimage(mcred.payment_hash, mcred.preimage)
             payment = await self._payments.get_by_hash(mcred.payment_hash)
             if payment is None:
-                raise l402.CredentialError("unknown payment")
+                raise mpp.InvalidChallenge("unknown payment")
             if payment.service != spec.slug:
-                raise l402.CredentialError(
+                raise mpp.InvalidChallenge(
                     f"this credential was issued for {payment.service}, not {spec.slug}"
                 )
             return Verified(

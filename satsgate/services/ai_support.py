@@ -26,7 +26,7 @@ async def image_input(ctx: ServiceContext, value: str, field: str) -> ImageInput
     fmt = image_info(data).format
     if fmt in _VISION_TYPES:
         return ImageInput(data, _VISION_TYPES[fmt])
-    return ImageInput(await ctx.run_cpu(to_png, data), "image/png")
+    return ImageInput(await ctx.run_cpu(to_png, data, quick=True), "image/png")
 
 
 async def reference_png(ctx: ServiceContext, value: str, field: str) -> bytes:
@@ -34,7 +34,7 @@ async def reference_png(ctx: ServiceContext, value: str, field: str) -> bytes:
     data = await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
     if image_info(data).format == "PNG":
         return data
-    return await ctx.run_cpu(to_png, data)
+    return await ctx.run_cpu(to_png, data, quick=True)
 
 
 async def stored_image(
@@ -51,7 +51,7 @@ async def stored_image(
     fmt = _EXTENSIONS.get(info.format)
     if (want is not None and fmt != want) or fmt is None:
         target = want or "png"
-        data = await ctx.run_cpu(convert_image, data, target)
+        data = await ctx.run_cpu(convert_image, data, target, quick=True)
         fmt = target
     stored = await ctx.files.save(data, fmt)
     return stored.url, fmt, info.width, info.height, data

@@ -109,10 +109,14 @@ class ServiceContext:
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
 
-    async def run_cpu(self, fn: Callable[..., R], *args: Any) -> R:
+    async def run_cpu(
+        self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None
+    ) -> R:
         """Run CPU-bound engine work in the process pool, off the event loop, within
-        ``settings.cpu_job_time_limit_s``; past it, EngineError TIMEOUT (refunded)."""
-        return await self.cpu(fn, *args)
+        ``settings.cpu_job_time_limit_s`` (or the tighter ``limit_s``); past it,
+        EngineError TIMEOUT (refunded). ``quick``: short bounded work that may use any
+        worker (engines.cpu_jobs: long work leaves one worker free for it)."""
+        return await self.cpu(fn, *args, quick=quick, limit_s=limit_s)
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]

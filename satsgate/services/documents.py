@@ -112,7 +112,7 @@ async def _check_card_fits(params: RenderCardParams) -> None:
 
 
 async def render_card(ctx: ServiceContext, params: RenderCardParams) -> ServiceResult:
-    image = await ctx.run_cpu(cards.render_card, params.to_request())
+    image = await ctx.run_cpu(cards.render_card, params.to_request(), quick=True)
     stored = await ctx.files.save(image.data, image.fmt)
     return ServiceResult(
         {
@@ -147,6 +147,9 @@ RENDER_CARD = ServiceSpec(
 
 # -- html-to-pdf ---------------------------------------------------------------------------
 
+# A page that takes longer to lay out is refunded (TIMEOUT), not left to hold a worker.
+HTML_TO_PDF_LIMIT_S = 60.0
+
 MAX_HTML_CHARS = 2_000_000
 
 
@@ -175,10 +178,12 @@ async def _pdf_result(ctx: ServiceContext, rendered: pdf.RenderedPdf) -> Service
 
 async def html_to_pdf(ctx: ServiceContext, params: HtmlToPdfParams) -> ServiceResult:
     if params.html is not None:
-        rendered = await ctx.run_cpu(pdf.html_to_pdf, params.html)
+        rendered = await ctx.run_cpu(pdf.html_to_pdf, params.html, limit_s=HTML_TO_PDF_LIMIT_S)
     else:
         assert params.markdown is not None
-        rendered = await ctx.run_cpu(pdf.markdown_to_pdf, params.markdown)
+        rendered = await ctx.run_cpu(
+            pdf.markdown_to_pdf, params.markdown, limit_s=HTML_TO_PDF_LIMIT_S
+        )
     return await _pdf_result(ctx, rendered)
 
 
@@ -203,6 +208,9 @@ HTML_TO_PDF = ServiceSpec(
 
 MAX_PDF_BYTES = 20 * 1024 * 1024
 MAX_MERGE_DOCUMENTS = 50
+# The whole merge: what it decodes and checks before payment, and what it writes after.
+MAX_MERGE_BYTES = 50 * 1024 * 1024
+MAX_MERGE_PAGES = 2000
 
 
 class MergePdfParams(Params):
@@ -211,18 +219,32 @@ class MergePdfParams(Params):
 
     def decoded(self) -> list[bytes]:
         out = []
+        total = 0
         for index, doc in enumerate(self.documents):
             try:
-                out.append(decode_base64_file(doc, max_bytes=MAX_PDF_BYTES))
+                data = decode_base64_file(doc, max_bytes=MAX_PDF_BYTES)
             except BadBase64 as exc:
                 raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc}") from None
+            total += len(data)
+            if total > MAX_MERGE_BYTES:
+                raise ApiError(
+                    "L402_INVALID_PARAMS",
+                    f"documents: more than {MAX_MERGE_BYTES // (1024 * 1024)} MB of PDFs in all",
+                )
+            out.append(data)
         return out
 
 
 def _validate_all(documents: list[bytes]) -> None:
+    """Every document readable, and MAX_MERGE_PAGES pages in all (each document is
+    refused by its declared page count before its pages are walked)."""
+    pages = 0
     for index, data in enumerate(documents):
         try:
-            pdf.validate_pdf(data)
+            pages += pdf.validate_pdf(data, MAX_MERGE_PAGES - pages, index)
+        except pdf.TooManyPages:
+            message = f"documents: more than {MAX_MERGE_PAGES} pages in all"
+            raise ApiError("L402_INVALID_PARAMS", message) from None
         except pdf.InvalidPdf as exc:
             raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc.reason}") from None
 
@@ -246,7 +268,7 @@ MERGE_PDF = ServiceSpec(
     price_msat=FlatPrice(FLAT_SATS["merge-pdf"] * MSAT),  # no estimator quotes it
     handler=merge_pdf,
     model_ids=(13,),
-    max_body_bytes=MAX_MERGE_DOCUMENTS * MAX_PDF_BYTES * 4 // 3 + 4096,
+    max_body_bytes=MAX_MERGE_BYTES * 4 // 3 + MAX_MERGE_DOCUMENTS * 4 + 4096,
     prevalidate=_check_pdfs,
     example={"documents": ["<base64 PDF>", "<base64 PDF>"]},
 )

@@ -110,7 +110,7 @@ class _OcrParams(ServiceParams, ModelChoice):
         """Pages (the price's measure): counted from the PDF before payment."""
         data = decode_file(self.documentBase64, "documentBase64", OCR_MAX_BYTES)
         try:
-            pages = document_pages(data)
+            pages = document_pages(data, self.MAX_PAGES)
         except MediaError as exc:
             raise InvalidField("documentBase64", str(exc)) from None
         if pages > self.MAX_PAGES:

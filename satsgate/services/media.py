@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.engines.local.pdf import InvalidPdf, validate_pdf
+from satsgate.engines.local.pdf import InvalidPdf, TooManyPages, validate_pdf
 
 
 class MediaError(ValueError):
@@ -214,9 +214,12 @@ _DURATION = {"wav": _wav, "flac": _flac, "ogg": _ogg, "mp3": _mp3, "m4a": _m4a}
 # -- documents -----------------------------------------------------------------------------
 
 
-def pdf_pages(data: bytes) -> int:
+def pdf_pages(data: bytes, max_pages: int | None = None) -> int:
+    """The page count of a usable PDF of at most ``max_pages`` pages; MediaError."""
     try:
-        return validate_pdf(data)
+        return validate_pdf(data, max_pages)
+    except TooManyPages as exc:
+        raise MediaError(exc.reason) from None
     except InvalidPdf as exc:
         raise MediaError(f"not a usable PDF: {exc.reason}") from None
 
@@ -225,10 +228,11 @@ def is_pdf(data: bytes) -> bool:
     return data[:1024].lstrip().startswith(b"%PDF-")
 
 
-def document_pages(data: bytes) -> int:
-    """Pages of an uploaded document: a PDF's page count; an image counts 1."""
+def document_pages(data: bytes, max_pages: int | None = None) -> int:
+    """Pages of an uploaded document: a PDF's page count (at most ``max_pages``, refused
+    before its pages are walked); an image counts 1."""
     if is_pdf(data):
-        return pdf_pages(data)
+        return pdf_pages(data, max_pages)
     image_info(data)
     return 1
 

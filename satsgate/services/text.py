@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
 from satsgate.engines.chat_translation import language_label
+from satsgate.engines.search import SearchEngine, SearchRequest
 from satsgate.engines.translation import (
     TranslationEngine,
     TranslationRequest,
@@ -34,7 +35,6 @@ from satsgate.services.common import (
     body_limit,
     check_image,
     decode_file,
-    no_engine,
     prevalidate,
 )
 from satsgate.services.languages import (
@@ -713,6 +713,24 @@ class SearchParams(ServiceParams, ModelChoice):
         return None if value is None else resolve_translation_language(value)
 
 
+async def search(ctx: ServiceContext, params: SearchParams) -> ServiceResult:
+    request = SearchRequest(params.query, params.count, params.language)
+    result = await ctx.engines.run(
+        "search",
+        SearchEngine,
+        lambda engine, _name: engine.search(request),
+    )
+    return ServiceResult(
+        {
+            "query": params.query,
+            "results": [
+                {"title": h.title, "url": h.url, "snippet": h.snippet} for h in result.hits
+            ],
+            "count": len(result.hits),
+        }
+    )
+
+
 SEARCH = ServiceSpec(
     slug="search",
     tool_name="search",
@@ -721,9 +739,9 @@ SEARCH = ServiceSpec(
     description="Web search: { results: [{ title, url, snippet }] }. 21 sats.",
     params=SearchParams,
     price_msat=flat_price("search"),
-    handler=no_engine,
+    handler=search,
     untrusted_output=True,
-    model_ids=(15,),
+    # Model 15 is the one search model: a provider serves it with no model table to map.
     failure_codes=("RATE_LIMITED", "SERVICE_ERROR"),
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,

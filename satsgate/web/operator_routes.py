@@ -20,6 +20,7 @@ from lnurl.helpers import url_encode
 
 from satsgate.config import Settings
 from satsgate.engines import Engines
+from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import (
     COOKIE,
     cookie_matches,
@@ -71,6 +72,7 @@ def install(app: web.Application, keys: Keys) -> None:
                 headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
             )
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
+        report["nostr"] = _nostr_status(request.app)
         resp = web.json_response(report)
         resp.headers["Cache-Control"] = "no-store"
         return resp
@@ -79,6 +81,7 @@ def install(app: web.Application, keys: Keys) -> None:
         if not authorized(request):
             return _login_page()
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
+        report["nostr"] = _nostr_status(request.app)
         return page("Operator", _dashboard_body(report))
 
     async def login(request: web.Request) -> web.Response:
@@ -197,6 +200,34 @@ def _figure(ident: str, label: str, msat: int, sub: str = "") -> str:
     )
 
 
+def _nostr_status(app: web.Application) -> dict[str, Any] | None:
+    status = app.get(NOSTR_STATUS)
+    return status() if status is not None else None
+
+
+def _nostr_section(status: dict[str, Any] | None) -> str:
+    """The Nostr announcements: the node's npub and each relay's state."""
+    if status is None:
+        return (
+            '<section class="card" id="nostr"><h2>Nostr announcements</h2><p class="muted">'
+            "Off: set <code>[discovery.nostr] relays</code> to announce this node's services."
+            "</p></section>"
+        )
+    relays = table(
+        ("relay", "state", "detail", "attempts"),
+        ((r["url"], r["state"], r["detail"] or "-", r["attempts"]) for r in status["relays"]),
+        numeric={3},
+        table_id="nostr-relays",
+    )
+    last = status["eventId"] or "none yet"
+    return (
+        '<section class="card" id="nostr"><h2>Nostr announcements</h2>'
+        f'<p>Announcing as <code id="nostr-npub">{esc(status["npub"])}</code></p>'
+        f'<p class="muted">Last event: {esc(last)} ({esc(status["reason"] or "-")})</p>'
+        f"{relays}</section>"
+    )
+
+
 def _dashboard_body(report: dict[str, Any]) -> str:
     t = report["totals"]
     figures = "".join(
@@ -296,6 +327,7 @@ def _dashboard_body(report: dict[str, Any]) -> str:
         f'<section class="card"><h2>Calls per service</h2>{services}</section>'
         f'<section class="card"><h2>Failures and refunds by cause</h2>{causes}</section>'
         f'<section class="card"><h2>Engines</h2>{engines}</section>'
+        f"{_nostr_section(report.get('nostr'))}"
         '<form method="post" action="/operator/logout"><button type="submit">Sign out'
         "</button></form>"
     )

@@ -1,4 +1,5 @@
-"""Hostile input against a real server: every reader answers 400 in its envelope, never 500."""
+"""Hostile input against a real server: every reader answers 400 in its envelope, never 500
+(a malformed Payment credential: the core draft's 402 with a fresh challenge)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
         "/api/l402/render-card",
         b'{"template": "headline", "title": "x"}',
         {"Authorization": "Payment " + b64url(DEEP)},
-        400,
+        402,
         "MALFORMED_CREDENTIAL",
     ),
     (
@@ -52,7 +53,7 @@ CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
         "/api/l402/render-card",
         b'{"template": "headline", "title": "x"}',
         {"Authorization": "Payment " + b64url(b'{"challenge": ' + b"1" * 5000 + b"}")},
-        400,
+        402,
         "MALFORMED_CREDENTIAL",
     ),
 ]
@@ -83,6 +84,10 @@ async def test_bad_json_is_a_400_envelope(
         assert payload["error_code"] == code
         assert resp.headers["X-Error-Code"] == code
         assert payload["error"] and payload["suggestion"]
+    if status == 402:  # a refused Payment credential comes with a fresh challenge
+        assert resp.headers["Content-Type"].startswith("application/problem+json")
+        assert payload["type"].endswith("/malformed-credential")
+        assert any(v.startswith("Payment ") for v in resp.headers.get_list("WWW-Authenticate"))
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 

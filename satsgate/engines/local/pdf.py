@@ -97,6 +97,10 @@ class InvalidPdf(ValueError):
         return f"document {self.index} is not a usable PDF: {self.reason}"
 
 
+class TooManyPages(InvalidPdf):
+    """Input document ``index`` has more pages than the caller allows."""
+
+
 class _DataUrlsOnly(URLFetcher):  # type: ignore[misc]  # weasyprint ships no type hints
     """A WeasyPrint fetcher that serves ``data:`` URIs and refuses everything else."""
 
@@ -137,8 +141,11 @@ def markdown_to_pdf(markdown: str) -> RenderedPdf:
     return html_to_pdf(markdown_to_html(markdown))
 
 
-def _open(data: bytes, index: int) -> PdfReader:
-    """A reader for a readable, unencrypted PDF with at least one page, or InvalidPdf."""
+def _open(data: bytes, index: int, max_pages: int | None = None) -> PdfReader:
+    """A reader for a readable, unencrypted PDF with at least one page (and at most
+    ``max_pages``), or InvalidPdf. The page count the document declares is read first
+    (the page tree's root, without walking it), so that a file of 100,000 pages is
+    refused before the walk that would cost seconds."""
     if not isinstance(data, bytes | bytearray):
         raise InvalidPdf(index, "not bytes")
     if not data:
@@ -147,7 +154,13 @@ def _open(data: bytes, index: int) -> PdfReader:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted:
             raise InvalidPdf(index, "encrypted PDFs are not accepted")
+        if max_pages is not None:
+            declared = _declared_pages(reader)
+            if declared is not None and declared > max_pages:
+                raise TooManyPages(index, f"{declared} pages; at most {max_pages}")
         pages = reader.pages
+        if max_pages is not None and len(pages) > max_pages:  # a root that understated it
+            raise TooManyPages(index, f"{len(pages)} pages; at most {max_pages}")
         if len(pages) == 0:
             raise InvalidPdf(index, "no pages")
         for page in pages:
@@ -159,9 +172,19 @@ def _open(data: bytes, index: int) -> PdfReader:
     return reader
 
 
-def validate_pdf(data: bytes) -> int:
-    """Page count of a readable, unencrypted PDF; raises InvalidPdf (index 0) otherwise."""
-    return len(_open(data, 0).pages)
+def _declared_pages(reader: PdfReader) -> int | None:
+    """The /Count of the page tree's root: what the file says, not yet checked."""
+    try:
+        root: Any = reader.trailer["/Root"]  # pypdf types the objects loosely
+        return int(root["/Pages"]["/Count"])
+    except Exception:  # a missing or odd root: the walk decides
+        return None
+
+
+def validate_pdf(data: bytes, max_pages: int | None = None, index: int = 0) -> int:
+    """Page count of a readable, unencrypted PDF of at most ``max_pages`` pages; raises
+    InvalidPdf (with ``index``) otherwise."""
+    return len(_open(data, index, max_pages).pages)
 
 
 def count_pdf_pages(data: bytes) -> int:
@@ -189,6 +212,7 @@ def merge_pdfs(documents: Sequence[bytes]) -> RenderedPdf:
 __all__ = [
     "InvalidPdf",
     "RenderedPdf",
+    "TooManyPages",
     "count_pdf_pages",
     "html_to_pdf",
     "markdown_to_html",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -609,3 +610,15 @@ async def test_without_nutshell_satsgate_runs_and_cashu_refuses_to_start(
             await asyncio.to_thread(ThreadedServer, settings)
     finally:
         cashu_wire._dhke.cache_clear()
+
+
+async def test_the_nostr_announcement_names_the_cashu_rail(tmp_path: Path) -> None:
+    """With [cashu] mints the kind 31402 event carries ["pmi", "xcashu"]; without, not."""
+    from satsgate.cli import _announce
+
+    nostr = {"nostr": {"relays": ["wss://relay.example"]}}
+    for cashu, expected in (({"mints": ["https://mint.example"]}, True), ({}, False)):
+        settings = make_settings(tmp_path / str(expected), discovery=nostr, cashu=cashu)
+        settings.data_dir.mkdir(parents=True)
+        event = json.loads(await _announce(settings, True))
+        assert (["pmi", "xcashu"] in event["tags"]) is expected

@@ -19,6 +19,7 @@ from typing import Any
 import cbor2
 import httpx
 import pytest
+from openapi_spec_validator import validate
 from PIL import Image
 
 from satsgate.config import load_settings
@@ -170,9 +171,16 @@ async def test_every_402_carries_a_nut18_request(
     # L402 and MPP stay offered beside it.
     schemes = [h.split(" ")[0] for h in resp.headers.get_list("WWW-Authenticate")]
     assert {"L402", "Payment"} <= set(schemes)
-    # Agents reading llms.txt learn it too.
+    # Agents reading llms.txt and the OpenAPI document learn it too.
     llms = (await client.get("/llms.txt")).text
     assert "X-Cashu: cashuB" in llms and proxy.url in llms
+    doc = (await client.get("/api/openapi.json")).json()
+    validate(doc)
+    operation = doc["paths"]["/api/l402/render-card"]["post"]
+    assert [p["name"] for p in operation["parameters"]] == ["X-Cashu"]
+    assert "X-Cashu" in operation["responses"]["402"]["headers"]
+    assert "X-Cashu-Change" in operation["responses"]["200"]["headers"]
+    assert "CASHU_TOKEN_SPENT" in operation["x-error-codes"]
 
 
 # -- paying ---------------------------------------------------------------------------------------

@@ -333,6 +333,12 @@ class EcashRepository:
         """An interrupted refund swap's outputs, restored from the mint, held again."""
 
         def go(conn: sqlite3.Connection) -> None:
+            if not conn.execute(
+                "UPDATE ecash_proofs SET state = 'swap_restored' WHERE state = 'swapped'"
+                " AND op_id = ?",
+                (op_id,),
+            ).rowcount:
+                return  # restored already (by another run)
             _insert_proofs(conn, proofs, payment_id, "held", op_id, now)
 
         await self._db.run_in_transaction(go)
@@ -510,16 +516,17 @@ class EcashRepository:
         """The mint paid the node's invoice: inputs melted, the returned fee reserve held."""
 
         def go(conn: sqlite3.Connection) -> None:
+            if not conn.execute(
+                "UPDATE ecash_melts SET state = 'paid', change = ?, updated_at = ?"
+                " WHERE melt_id = ? AND state IN ('pending', 'unknown')",
+                (sum(p.amount for p in change), now, melt_id),
+            ).rowcount:
+                return  # recorded already (by another run)
             conn.execute(
                 "UPDATE ecash_proofs SET state = 'melted' WHERE state = 'melting' AND op_id = ?",
                 (melt_id,),
             )
             _insert_proofs(conn, change, None, "held", melt_id, now)
-            conn.execute(
-                "UPDATE ecash_melts SET state = 'paid', change = ?, updated_at = ?"
-                " WHERE melt_id = ?",
-                (sum(p.amount for p in change), now, melt_id),
-            )
 
         await self._db.run_in_transaction(go)
 
@@ -527,15 +534,16 @@ class EcashRepository:
         """The mint did not pay: the inputs are held again."""
 
         def go(conn: sqlite3.Connection) -> None:
+            if not conn.execute(
+                "UPDATE ecash_melts SET state = 'failed', error = ?, updated_at = ?"
+                " WHERE melt_id = ? AND state IN ('pending', 'unknown')",
+                (error[:500], now, melt_id),
+            ).rowcount:
+                return
             conn.execute(
                 "UPDATE ecash_proofs SET state = 'held', op_id = NULL"
                 " WHERE state = 'melting' AND op_id = ?",
                 (melt_id,),
-            )
-            conn.execute(
-                "UPDATE ecash_melts SET state = 'failed', error = ?, updated_at = ?"
-                " WHERE melt_id = ?",
-                (error[:500], now, melt_id),
             )
 
         await self._db.run_in_transaction(go)

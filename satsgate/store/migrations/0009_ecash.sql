@@ -48,7 +48,8 @@ CREATE TABLE ecash_outputs (
 CREATE INDEX idx_ecash_outputs_op ON ecash_outputs (op_id);
 -- Proofs satsgate made (unblinded from its own outputs). state: 'held' (the node's),
 -- 'change' (given to the payer as change), 'refunded' (given back in a refund token),
--- 'melting' (inputs of a melt under way), 'melted', 'swapped' (inputs of a refund's swap).
+-- 'melting' (inputs of a melt under way), 'melted', 'swapped' (inputs of a refund's swap),
+-- 'swap_restored' (inputs of a refund swap whose answer was lost, its outputs restored).
 -- payment_id: the call it was kept for (NULL: a melt's returned fee reserve).
 CREATE TABLE ecash_proofs (
     y TEXT PRIMARY KEY,

@@ -134,6 +134,14 @@ def retarget(token: str, **fields: Any) -> str:
     return "cashuB" + base64.urlsafe_b64encode(cbor2.dumps(data)).decode().rstrip("=")
 
 
+def foreign_keyset(token: str) -> str:
+    """The same token with its proofs claiming a keyset id no mint here has."""
+    data = cbor2.loads(base64.urlsafe_b64decode(token[6:] + "=" * (-len(token[6:]) % 4)))
+    for group in data["t"]:
+        group["i"] = bytes.fromhex("00ffffffffffffff")
+    return "cashuB" + base64.urlsafe_b64encode(cbor2.dumps(data)).decode().rstrip("=")
+
+
 def assert_refused(resp: httpx.Response, code: str) -> dict[str, Any]:
     assert resp.status_code == 400, resp.text
     body = dict(resp.json())
@@ -287,6 +295,8 @@ async def test_wrong_mint_wrong_unit_too_small_and_garbage_charge_nothing(
     cases = [
         (retarget(token, m="https://other-mint.example"), "CASHU_MINT_NOT_ACCEPTED"),
         (retarget(token, u="usd"), "CASHU_UNIT_NOT_ACCEPTED"),
+        # Names our mint, but its proofs are of a keyset our mint does not have.
+        (foreign_keyset(token), "CASHU_TOKEN_INVALID"),
         ("cashuBnot-a-token", "CASHU_TOKEN_INVALID"),
         ("cashuAeyJ0b2tlbiI6W119", "CASHU_TOKEN_INVALID"),
     ]

@@ -181,7 +181,8 @@ class PayerWallet:
 
 
 class MintProxy:
-    """The mint as its clients reach it, through a forwarding proxy that can lose a swap:
+    """The mint as its clients reach it, through a forwarding proxy that can lose a swap
+    (or the request at ``lose_path``):
     ``lose = "request"`` answers 502 without forwarding (the mint never sees the swap);
     ``lose = "answer"`` forwards it and answers 502 (the mint swapped; its answer is lost)."""
 
@@ -193,6 +194,7 @@ class MintProxy:
 
         self.url = f"http://127.0.0.1:{port}"
         self.lose = ""
+        self.lose_path = "/v1/swap"  # the request whose request or answer is lost
         self._target = target
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -210,7 +212,7 @@ class MintProxy:
     async def _forward(self, request: Any) -> Any:
         from aiohttp import web
 
-        swap = request.path == "/v1/swap"
+        swap = request.path == self.lose_path
         if swap and self.lose == "request":
             return web.json_response({"detail": "proxy lost the request"}, status=502)
         async with httpx.AsyncClient(timeout=30) as client:

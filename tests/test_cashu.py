@@ -365,14 +365,20 @@ async def test_melt_pays_held_ecash_into_the_dev_node(
         token = wallet.token(price)
         resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": token})
         assert resp.status_code == 200
-    held_before = cashu_server.call(cashu_server.store.ecash.figures)["held_sat"]
-    assert held_before > 0
+    before = cashu_server.call(cashu_server.store.ecash.figures)
+    assert before["held_sat"] > 0
     cashu = cashu_server.gate.cashu
     melted = cashu_server.call(cashu.melt_all)
     assert len(melted) == 1
     figures = cashu_server.call(cashu_server.store.ecash.figures)
-    assert figures["melts"] >= 1 and figures["melted_sat"] > 0
-    assert figures["held_sat"] == figures["melt_change_sat"]  # only the fee reserve came back
+    delta = {k: figures[k] - before[k] for k in figures}
+    assert delta["melts"] == 1 and delta["melted_sat"] > 0
+    # The melt's inputs were what was held; what came back is its unused fee reserve.
+    assert delta["melt_inputs_sat"] == before["held_sat"]
+    assert figures["held_sat"] == delta["melt_change_sat"]
+    assert delta["melt_inputs_sat"] == (
+        delta["melted_sat"] + delta["melt_fees_sat"] + delta["melt_change_sat"]
+    )
     # What was kept is accounted for, to the sat.
     assert figures["kept_sat"] + figures["melt_change_sat"] == (
         figures["refunded_sat"]
@@ -381,33 +387,70 @@ async def test_melt_pays_held_ecash_into_the_dev_node(
         + figures["held_sat"]
         + figures["melting_sat"]
     )
-    assert figures["melt_inputs_sat"] == (
-        figures["melted_sat"] + figures["melt_fees_sat"] + figures["melt_change_sat"]
-    )
     melted_ys = [
-        r[0] for r in rows(cashu_server, "SELECT y FROM ecash_proofs WHERE state = 'melted'")
+        r[0]
+        for r in rows(
+            cashu_server, "SELECT y FROM ecash_proofs WHERE state = 'melted' AND op_id = ?", *melted
+        )
     ]
     assert states_of(mint, melted_ys) == {"SPENT"}
     # The mint paid an invoice of the node's own, and the dev node shows it settled.
-    ((melt_id, bolt11, payment_hash, amount, settled),) = rows(
+    ((bolt11, payment_hash, amount, settled),) = rows(
         cashu_server,
-        "SELECT melt_id, bolt11, payment_hash, amount, node_settled FROM ecash_melts"
-        " WHERE state = 'paid'",
+        "SELECT bolt11, payment_hash, amount, node_settled FROM ecash_melts WHERE melt_id = ?",
+        *melted,
     )
-    assert melted == [melt_id] and lnbits.paid_out == [bolt11] and settled == 1
+    assert lnbits.paid_out[-1] == bolt11 and settled == 1 and amount == delta["melted_sat"]
+    status = cashu_server.call(lambda: cashu_server.backend.lookup_invoice(payment_hash))
+    assert status.state.name == "SETTLED" and status.amount_received_msat == amount * 1000
     report = assert_ledger_balances(cashu_server)
     assert report["ecash"] == figures  # in the operator's ledger
     text = ledger_text(report)
-    assert f"melted into the node {figures['melted_sat']} in 1 melts" in text
-    status = cashu_server.call(lambda: cashu_server.backend.lookup_invoice(payment_hash))
-    assert status.state.name == "SETTLED" and status.amount_received_msat == amount * 1000
-    assert (
-        amount
-        == figures["melted_sat"]
-        == held_before - figures["melt_fees_sat"] - (figures["melt_change_sat"])
-    )
+    assert f"melted into the node {figures['melted_sat']} in {figures['melts']} melts" in text
     # Nothing left to melt: a second run does nothing.
     assert cashu_server.call(cashu.melt_all) == []
+
+
+async def test_a_melt_whose_answer_was_lost_is_settled_by_the_schedule(
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    proxy: MintProxy,
+    wallet: PayerWallet,
+    lnbits: LnbitsFake,
+) -> None:
+    """The mint paid the node's invoice but its answer to the melt was lost: the proofs
+    stay melting, and the schedule asks the mint for the quote's state (NUT-05) and
+    records the melt, its returned fee reserve (NUT-08) and the node's settlement."""
+    price = await price_of(client, "render-card", CARD)
+    for _ in range(2):
+        token = wallet.token(price)
+        resp = await client.post("/api/l402/render-card", json=CARD, headers={"X-Cashu": token})
+        assert resp.status_code == 200
+    cashu = cashu_server.gate.cashu
+    before = cashu_server.call(cashu_server.store.ecash.figures)
+    proxy.lose, proxy.lose_path = "answer", "/v1/melt/bolt11"
+    try:
+        assert cashu_server.call(cashu.melt_all) == []
+    finally:
+        proxy.lose, proxy.lose_path = "", "/v1/swap"
+    ((melt_id, state, bolt11),) = rows(
+        cashu_server, "SELECT melt_id, state, bolt11 FROM ecash_melts WHERE state = 'unknown'"
+    )
+    assert lnbits.paid_out[-1] == bolt11  # the mint did pay
+    mid = cashu_server.call(cashu_server.store.ecash.figures)
+    assert mid["melting_sat"] == before["held_sat"] and mid["held_sat"] == 0
+    cashu_server.call(cashu.recover)
+    after = cashu_server.call(cashu_server.store.ecash.figures)
+    ((state, settled),) = rows(
+        cashu_server, "SELECT state, node_settled FROM ecash_melts WHERE melt_id = ?", melt_id
+    )
+    assert (state, settled) == ("paid", 1)
+    assert after["melting_sat"] == 0 and after["melts"] == before["melts"] + 1
+    assert after["melt_inputs_sat"] - before["melt_inputs_sat"] == before["held_sat"]
+    # The unused fee reserve came back too (the mint's blind signatures on the saved blank
+    # outputs), held again.
+    assert after["held_sat"] == after["melt_change_sat"] - before["melt_change_sat"] > 0
+    assert_ledger_balances(cashu_server)
 
 
 # -- configuration ----------------------------------------------------------------------------

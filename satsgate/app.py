@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,6 +35,7 @@ from satsgate.appkeys import (
     FILES,
     GATE,
     HANDLERS,
+    HOLDS,
     HTTP,
     JOBS,
     OPERATION_ENV,
@@ -47,6 +49,7 @@ from satsgate.appkeys import (
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
+from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore
@@ -59,17 +62,24 @@ from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
+from satsgate.outreach import retention
+from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
+from satsgate.outreach.holds import HoldDesk
+from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
+from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
+from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
-from satsgate.web import api, checkout, operator_routes
+from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
@@ -97,6 +107,7 @@ def node_engines(
     settings: Settings,
     cpu: CpuRunner,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
+    opt_outs: OptOuts = NO_OPT_OUTS,
 ) -> Engines:
     """This node's engine registry: every engine name the services run on, resolved to
     the providers the settings route it to, else the local engine installed here.
@@ -104,10 +115,18 @@ def node_engines(
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, cpu),
+        EngineDeps(settings, cpu, opt_outs),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
+
+
+def apply_telephony_rates(settings: Settings) -> None:
+    """The destination rates this node prices SMS and calls by: ``[telephony]
+    rates_file`` when set (RatesFileError, a ValueError, when it is unusable), else the
+    built-in table."""
+    path = settings.telephony.get("rates_file")
+    use_rates(load_rates_file(Path(path).expanduser()) if path else None)
 
 
 def create_app(
@@ -121,6 +140,7 @@ def create_app(
     work. ``provider_kinds``: the adapters ``kind = ...`` may name; ``outbound``: the
     outside network callers' URLs are reached through (DNS, public addresses, CAs)."""
     settings = ensure_server_secret(settings)
+    apply_telephony_rates(settings)
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
     # on the first job.
@@ -133,7 +153,9 @@ def create_app(
     )
     # One runner for handlers and engines alike: its lanes count the pool's workers.
     cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
-    engines = node_engines(settings, cpu, provider_kinds)
+    store = Store(settings.db_path)
+    # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
+    engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -144,7 +166,7 @@ def create_app(
     app[POOL] = pool
     app[CPU] = cpu
     app[ENGINES] = engines
-    app[STORE] = Store(settings.db_path)
+    app[STORE] = store
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
@@ -152,7 +174,7 @@ def create_app(
         settings.server_secret,
         settings.file_url_ttl_s,
     )
-    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _background_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     _add_nostr(app, settings)
@@ -210,6 +232,12 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    screener = NodeScreener(
+        settings=settings,
+        opt_outs=store.do_not_contact,
+        screenings=store.screenings,
+        payments=store.payments,
+    )
     app[HANDLERS] = handlers = HandlerResources(
         settings=settings,
         files=app[FILES],
@@ -217,6 +245,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
+        deliveries=store.deliveries,
+        screener=screener,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -225,7 +255,21 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         refunds=refunds,
         jobs=jobs,
         handlers=handlers,
+        opt_outs=store.do_not_contact,
     )
+    app[HOLDS] = desk = HoldDesk(
+        store=store,
+        jobs=jobs,
+        refunds=refunds,
+        invoices=gate,
+        contexts=handlers,
+        released_screener=screener.released(),
+        by_slug=dict(BY_SLUG),
+        server_secret=settings.server_secret,
+        public_base_url=settings.public_base_url,
+    )
+    gate.spender.held = desk  # the spender holds what the screen flags
+    desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,
         jobs=jobs,
@@ -235,6 +279,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        deliveries=store.deliveries,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -242,6 +287,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
+    interrupted = await desk.finish_interrupted()
+    if interrupted:
+        log.warning("%d held request(s) were mid-review at a restart: refunded", interrupted)
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
@@ -254,6 +302,18 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
+    store = app[STORE]
+    desk = attach_desk(
+        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
+    )
+    if app[ENGINES].available("fax"):
+        await desk.start()
+    yield
+    await desk.close()
 
 
 CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
@@ -301,6 +361,25 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    # Held communications: refunded once unresolved for 24 hours.
+    scheduler.add_job(
+        app[HOLDS].expire,
+        "interval",
+        minutes=10,
+        id="holds-expire",
+        max_instances=1,
+        coalesce=True,
+    )
+    # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
+    scheduler.add_job(
+        retention.sweep,
+        "interval",
+        hours=1,
+        args=[app[STORE].retention, app[SETTINGS].data_dir],
+        id="retention-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
     scheduler.add_job(
         refresh_rates,
@@ -324,6 +403,20 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
             max_instances=1,
             coalesce=True,
         )
+    # SMS and calls whose status webhooks never came: asked again, calls settled.
+    store = app[STORE]
+    scheduler.add_job(
+        deliveries.sweep,
+        "interval",
+        minutes=5,
+        args=[
+            deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds),
+            app[ENGINES],
+        ],
+        id="deliveries-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     callbacks = app[CALLBACKS]  # owed deliveries, including those a restart interrupted
     scheduler.add_job(
         callbacks.deliver_due,
@@ -376,6 +469,9 @@ def _add_operator_routes(app: web.Application, settings: Settings) -> None:
     /recover/payout (behind a refund's own secret). Free; never an invoice."""
     app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
     operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
+    # Held communications and the do-not-contact list (operator), /appeal (payers).
+    operator_holds.install(app, holds_key=HOLDS, store_key=STORE, token_key=OPERATOR_TOKEN)
+    appeal.install(app, HOLDS)
 
 
 async def _wake_waiting_calls(app: web.Application) -> None:
@@ -401,13 +497,34 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        deliveries=app[STORE].deliveries,
     )
 
 
 async def provider_webhook(request: web.Request) -> web.Response:
-    """A prediction platform's webhook (satsgate.engines.providers.predictions): the
-    provider verifies its signature; 404 for a provider that takes none."""
-    provider = request.app[ENGINES].provider(request.match_info["name"])
+    """A provider's webhook: a prediction platform's (satsgate.engines.providers.
+    predictions) or a messaging/call/fax provider's delivery reports
+    (satsgate.engines.delivery, applied by satsgate.services.deliveries). The provider
+    verifies its signature; 404 for a provider that takes none."""
+    name = request.match_info["name"]
+    provider = request.app[ENGINES].provider(name)
+    if getattr(provider, "webhook_kind", None) != request.match_info["kind"]:
+        return web.Response(status=404)
+    receive_events = getattr(provider, "receive_events", None)
+    if receive_events is not None:
+        body = await request.read()
+        # The URL the provider requested: Twilio signs it, and behind a proxy the
+        # request's own URL is not the public one.
+        url = request.app[SETTINGS].public_base_url.rstrip("/") + request.path_qs
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        events = await receive_events(WebhookRequest(url, request.method, headers, body))
+        if 200 <= events.status < 300:
+            store = request.app[STORE]
+            env = deliveries.DeliveryEnv(store.deliveries, store.payments.get, request.app[REFUNDS])
+            await deliveries.apply_events(env, name, events)
+        return web.Response(
+            status=events.status, body=events.body, content_type=events.content_type
+        )
     receive = getattr(provider, "receive_webhook", None)
     if (
         provider is None

@@ -10,6 +10,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
@@ -83,6 +84,63 @@ async def _ledger(settings: Settings, as_json: bool) -> str:
     finally:
         await store.close()
     return json.dumps(report, indent=2) if as_json else ledger_text(report)
+
+
+def _operator_call(settings: Settings, method: str, path: str, body: Any = None) -> Any:
+    """One call of the running server's operator API (the token from the data dir)."""
+    import httpx
+
+    from satsgate.operator import ensure_operator_token, token_path
+
+    if not token_path(settings.data_dir).exists():
+        raise SystemExit(f"no operator token in {settings.data_dir} (check --data-dir)")
+    token = ensure_operator_token(settings.data_dir)
+    url = f"http://{settings.host if settings.host not in ('0.0.0.0', '::', '') else '127.0.0.1'}"
+    url += f":{settings.port}{path}"
+    try:
+        resp = httpx.request(
+            method,
+            url,
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"satsgate is not reachable at {url}: {exc}") from None
+    data = resp.json()
+    if resp.status_code >= 400:
+        raise SystemExit(str(data.get("error") or data.get("message") or data))
+    return data
+
+
+def _hold_command(settings: Settings, action: str, target: str | None) -> str:
+    import json
+    from urllib.parse import quote
+
+    if action == "list":
+        holds = _operator_call(settings, "GET", "/api/operator/holds")["holds"]
+        lines = [
+            f"{h['hold_id']}  {h['status']:<16} {h['service']:<12}"
+            f" {h['amount_msat'] // 1000:>6} sat  {', '.join(h['reasons'])}"
+            for h in holds
+        ]
+        return "\n".join(lines) or "no held requests"
+    if action in ("release", "refund"):
+        if not target:
+            raise SystemExit(f"usage: satsgate hold {action} HOLD_ID")
+        path = f"/api/operator/holds/{quote(target, safe='')}/{action}"
+        return json.dumps(_operator_call(settings, "POST", path), indent=2)
+    if action == "dnc-list":
+        entries = _operator_call(settings, "GET", "/api/operator/do-not-contact")["entries"]
+        return "\n".join(f"{e['address']}  {e['source']}" for e in entries) or "the list is empty"
+    if not target:
+        raise SystemExit(f"usage: satsgate hold {action} ADDRESS")
+    if action == "dnc-add":
+        data = _operator_call(settings, "POST", "/api/operator/do-not-contact", {"address": target})
+    else:
+        path = f"/api/operator/do-not-contact/{quote(target, safe='')}"
+        data = _operator_call(settings, "DELETE", path)
+    return json.dumps(data)
 
 
 async def _announce(settings: Settings, print_only: bool) -> str:
@@ -160,6 +218,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     token.add_argument("--config", help="TOML settings file")
     token.add_argument("--data-dir")
+    hold = sub.add_parser(
+        "hold",
+        help="held communications (list, release ID, refund ID) and the do-not-contact "
+        "list (dnc-list, dnc-add ADDRESS, dnc-remove ADDRESS), through the running server",
+    )
+    hold.add_argument(
+        "action", choices=("list", "release", "refund", "dnc-list", "dnc-add", "dnc-remove")
+    )
+    hold.add_argument("target", nargs="?", help="the hold id, or the number or address")
+    hold.add_argument("--config", help="TOML settings file")
+    hold.add_argument("--data-dir")
+    hold.add_argument("--port", type=int)
     announce = sub.add_parser(
         "announce", help="the Nostr kind 31402 announcement: send it once, or --print it"
     )
@@ -168,6 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     announce.add_argument("--base-url", help="public address used in links")
     announce.add_argument("--print", action="store_true", help="print the event, send nothing")
     args = parser.parse_args(argv)
+
+    if args.command == "hold":
+        try:
+            settings = load_settings(args.config, {"data_dir": args.data_dir, "port": args.port})
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
+        print(_hold_command(settings, args.action, args.target))
+        return 0
 
     if args.command == "announce":
         try:

@@ -107,6 +107,12 @@ class Settings:
     # tables hold API keys.
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
+    # [telephony] rates_file = "rates.csv": the operator's destination rates replacing the
+    # built-in table (satsgate/services/telephony.py), checked at start-up.
+    telephony: Mapping[str, Any] = field(default_factory=dict)
+    # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
+    # llm_on_error ("pass" or "hold"), llm_model (a text model id).
+    screening: Mapping[str, Any] = field(default_factory=dict)
     # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
     discovery: Mapping[str, Any] = field(default_factory=dict)
     # [cashu]: Cashu ecash payments (NUT-24): mints, melt schedule. See
@@ -172,7 +178,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "discovery", "cashu"}:
+    for name in names - {"engines", "providers", "screening", "telephony", "discovery", "cashu"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -187,6 +193,7 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    check_telephony(settings.telephony)
     from satsgate.nostr.config import NostrConfig
 
     NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
@@ -200,6 +207,22 @@ def load_settings(
         except ValueError:
             raise ValueError(f"trusted_proxies: {proxy!r} is not an address or CIDR") from None
     return settings
+
+
+def check_telephony(table: Mapping[str, Any]) -> None:
+    """``[telephony]``: only ``rates_file``, a readable rates CSV (ValueError otherwise)."""
+    if not isinstance(table, Mapping):
+        raise ValueError("[telephony] must be a table")
+    unknown = set(table) - {"rates_file"}
+    if unknown:
+        raise ValueError(f"unknown settings in [telephony]: {', '.join(sorted(unknown))}")
+    path = table.get("rates_file")
+    if path is not None:
+        if not isinstance(path, str) or not path:
+            raise ValueError("[telephony] rates_file must be a file path")
+        from satsgate.services.telephony import load_rates_file
+
+        load_rates_file(Path(path).expanduser())
 
 
 def check_base_url(value: str) -> None:

@@ -273,6 +273,14 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "DELIVERY_NOT_FOUND",
+        404,
+        "No SMS with this message_id, or no call with this call_id.",
+        "Use the message_id of the send-sms answer or the call_id of the call answer.",
+        example="GET /api/l402/send-sms?message_id=<message_id>",
+        spec=False,
+    ),
+    ErrorCode(
         "AI_CALL_NOT_FOUND",
         404,
         "No AI call with this call_id, or none awaiting confirmation under this session_id.",
@@ -288,6 +296,15 @@ _CODES: tuple[ErrorCode, ...] = (
         "Use the sessionId from the open_voice_bridge answer. Say needs an open session: "
         "after end_voice_bridge (or when the deposit ran out) open a new one.",
         example='{"sessionId": "<sessionId>"}',
+        spec=False,
+    ),
+    ErrorCode(
+        "RECIPIENT_OPTED_OUT",
+        403,
+        "A recipient asked not to be contacted (the do-not-contact list).",
+        "Remove the listed recipients. Refused before any invoice: nothing was charged "
+        "(a payment already made stays unused: request_refund gives it back; refused "
+        "after the spend, the refund is attached).",
         spec=False,
     ),
     ErrorCode(

@@ -42,6 +42,9 @@ JOB_TYPES = (
     "epub-audiobook",
     "transcribe-translate",
     "translate-epub",
+    # A communication held for review (CONTENT_POLICY_HELD): COMPLETED with the call's
+    # result once the operator releases it, FAILED with the refund otherwise.
+    "held",
 )
 POLL_INTERVAL_MS = 5000
 MAX_WAIT_MS = 600_000

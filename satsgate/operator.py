@@ -63,6 +63,8 @@ async def operator_report(store: Store, engines: Engines | None) -> dict[str, An
     """Everything the dashboard shows, as JSON: the ledger, payouts to look at, engines."""
     report = await store.ledger.report()
     report["refund_payouts"] = await store.refunds.payout_problems()
+    # Communications held for review: within the ledger's held (their payments serve).
+    report["held_communications"] = await store.held_requests.totals()
     if engines is not None:
         report["engines"] = [
             {

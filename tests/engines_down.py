@@ -41,6 +41,13 @@ class DownProvider:
     async def aclose(self) -> None:
         return None
 
+    # The fax engine's synchronous methods (satsgate.engines.fax): no inbound numbers.
+    def inbound_numbers(self) -> tuple[str, ...]:
+        return ()
+
+    def on_inbound(self, handler: object) -> None:
+        return None
+
 
 PROVIDER_KINDS: Mapping[str, ProviderFactory] = {KIND: DownProvider}
 

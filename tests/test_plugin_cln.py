@@ -75,6 +75,7 @@ def test_manifest_options_commands_and_shutdown_subscription(plugin: PluginHost)
         "satsgate-refund",
         "satsgate-ledger",
         "satsgate-operator-token",
+        "satsgate-hold",
     }
     assert "payment_id" in methods["satsgate-refund"]["usage"]
     assert plugin.manifest["subscriptions"] == ["shutdown"]
@@ -134,6 +135,23 @@ def test_operator_refund_of_a_paid_unused_call(
     )
     assert (totals["refunds_open"], totals["earned_msat"]) == (1, 0)
     assert [d["received_msat"] for d in ledger["per_day"]] == [totals["received_msat"]]
+
+
+def test_hold_command_lists_decides_and_keeps_the_do_not_contact_list(
+    plugin: PluginHost,
+) -> None:
+    assert plugin.call("satsgate-hold", ["list"]) == {"holds": []}
+    with pytest.raises(PluginCallError, match="no held request hold_nope"):
+        plugin.call("satsgate-hold", ["release", "hold_nope"])
+    with pytest.raises(PluginCallError, match="usage: satsgate-hold"):
+        plugin.call("satsgate-hold", ["refund"])
+    added = plugin.call("satsgate-hold", ["dnc-add", "+1 (415) 555-0100"])
+    assert added == {"address": "+14155550100", "added": True}
+    entries = plugin.call("satsgate-hold", {"action": "dnc-list"})["entries"]
+    assert [(e["address"], e["source"]) for e in entries] == [("+14155550100", "operator")]
+    assert plugin.call("satsgate-hold", ["dnc-remove", "+14155550100"])["removed"] is True
+    with pytest.raises(PluginCallError, match=r"not an E\.164 number"):
+        plugin.call("satsgate-hold", ["dnc-add", "call me"])
 
 
 def test_operator_token_opens_the_operator_api(

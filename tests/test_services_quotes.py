@@ -692,7 +692,6 @@ CALLBACK_REFUSED = [
     ),
     ("generate-video", {"prompt": "x", "callback_url": "https://localhost/cb"}),
     ("animate-image", {"prompt": "x", "image": PNG, "callback_url": "https://192.168.0.2/"}),
-    ("receive-fax", {"callback_url": "https://100.64.1.1/cb"}),
 ]
 
 

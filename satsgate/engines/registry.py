@@ -30,6 +30,7 @@ from satsgate.engines.config import (
 )
 from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.errors import EngineError
+from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ class EngineDeps:
 
     settings: Settings
     run_cpu: CpuRunner  # CPU-bound work in the process pool, under the time limit
+    # The do-not-contact list, for inbound webhooks (a STOP reply):
+    # ``await satsgate.outreach.do_not_contact.opt_out(deps.opt_outs, number, source=...)``.
+    opt_outs: OptOuts = NO_OPT_OUTS
 
 
 class Provider(Protocol):

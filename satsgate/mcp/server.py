@@ -31,6 +31,7 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+from satsgate.store.deliveries import DeliveryRepository
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class McpServer:
         engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
+        deliveries: DeliveryRepository | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
         env = ToolEnv(
@@ -76,6 +78,7 @@ class McpServer:
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,
+            deliveries=deliveries,
         )
         self.tools = ToolCatalog(env)
 

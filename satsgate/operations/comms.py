@@ -4,26 +4,33 @@ ai-call path itself). The work is done in services.voice_bridge and services.ai_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import (
     AiCallRecord,
+    CallDelivery,
+    SmsDelivery,
     VoiceBridgeEvents,
     VoiceBridgeSaid,
     VoiceBridgeSettlement,
 )
-from satsgate.services import ai_calls, voice_bridge
+from satsgate.services import ai_calls, deliveries, voice_bridge
 from satsgate.services.comms import (
     AI_CALL,
+    CALL,
+    SEND_SMS,
     VOICE_BRIDGE_OPEN,
     AiCallAnswers,
     AiCallConfirmParams,
     AiCallId,
     AiCallPollParams,
+    CallStatusParams,
+    SmsStatusParams,
 )
 from satsgate.services.voice_bridge import (
     VoiceBridgeEndParams,
@@ -264,4 +271,90 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
     ),
     error_codes=(*_AI_CALL_CODES, "INTERNAL_ERROR"),
     family=AI_CALLS,
+)
+
+
+# -- SMS and automated-call delivery status ------------------------------------------------
+
+_DELIVERY_CODES = ("L402_INVALID_PARAMS", "DELIVERY_NOT_FOUND", "INTERNAL_ERROR")
+
+
+def _delivery_env(env: OperationEnv) -> deliveries.DeliveryEnv:
+    if env.deliveries is None:
+        raise ApiError("INTERNAL_ERROR", "Delivery records are not available.")
+    return deliveries.DeliveryEnv(env.deliveries, env.gate.get_payment, env.refunds)
+
+
+async def sms_status(env: OperationEnv, args: SmsStatusParams, call: Call) -> SmsDelivery:
+    denv = _delivery_env(env)
+    record = await deliveries.read_status(denv, env.engines, "sms", args.message_id)
+    body = await deliveries.sms_body(denv, record, env.settings.public_base_url)
+    return SmsDelivery.model_validate(body)
+
+
+async def call_status(env: OperationEnv, args: CallStatusParams, call: Call) -> CallDelivery:
+    denv = _delivery_env(env)
+    record = await deliveries.read_status(denv, env.engines, "call", args.call_id)
+    body = await deliveries.call_body(denv, record, env.settings.public_base_url)
+    return CallDelivery.model_validate(body)
+
+
+def _has(key: str, other: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda query: key in query or other in query
+
+
+SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = OperationSpec(
+    name="get_sms_status",
+    title="SMS delivery status",
+    description="The delivery status of an SMS sent with send_sms, free: { success, "
+    "message_id, status, final, updated_at, status_url, refund? }; status is queued, "
+    "sent, delivered, undelivered or failed (final: delivered, undelivered, failed). A "
+    "message that ends undelivered or failed is refunded: refund is its LNURL-withdraw. "
+    "Unknown message_id: DELIVERY_NOT_FOUND.",
+    params=SmsStatusParams,
+    result=SmsDelivery,
+    handler=sms_status,
+    http=HttpRoute(
+        "GET",
+        deliveries.SMS_STATUS_PATH,
+        example=f"GET {deliveries.SMS_STATUS_PATH}?message_id=<message_id>",
+        on_service=SEND_SMS.slug,
+        when=_has("message_id", "messageId"),
+        headers={"Cache-Control": "no-store"},
+        summary=f"Describe {SEND_SMS.title}, or read one message's delivery status with "
+        "message_id (free)",
+        llms="`GET {url}?message_id=<message_id>` reads an SMS's delivery status (free)",
+    ),
+    tool="get_sms_status",
+    error_codes=_DELIVERY_CODES,
+    family=Family("SMS", SEND_SMS.slug),
+    tags=(SEND_SMS.category, "free"),
+)
+
+CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = OperationSpec(
+    name="get_call_status",
+    title="Automated call status",
+    description="The status of a call placed with call, free: { success, call_id, status, "
+    "final, duration_s, answered_by, paid_minutes, billed_minutes, charged_sats, refund, "
+    "status_url }. status is queued, ringing, in-progress, completed, busy, no-answer, "
+    "failed or canceled. Once the call ended it is billed by its connected minutes (at "
+    "least one when answered, none when nobody answered); refund is the LNURL-withdraw of "
+    "the rest. Unknown call_id: DELIVERY_NOT_FOUND.",
+    params=CallStatusParams,
+    result=CallDelivery,
+    handler=call_status,
+    http=HttpRoute(
+        "GET",
+        deliveries.CALL_STATUS_PATH,
+        example=f"GET {deliveries.CALL_STATUS_PATH}?call_id=<call_id>",
+        on_service=CALL.slug,
+        when=_has("call_id", "callId"),
+        headers={"Cache-Control": "no-store"},
+        summary=f"Describe {CALL.title}, or read one call's status and billing with call_id (free)",
+        llms="`GET {url}?call_id=<call_id>` reads a call's status, billing and refund (free)",
+    ),
+    tool="get_call_status",
+    error_codes=_DELIVERY_CODES,
+    family=Family("Automated call", CALL.slug),
+    tags=(CALL.category, "free"),
 )

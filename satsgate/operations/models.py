@@ -170,6 +170,43 @@ class AiCallRecord(Body):
     refund_status: str | None = None
 
 
+class SmsDelivery(Body):
+    """A sent SMS's delivery status: queued, sent, delivered, undelivered or failed
+    (final: delivered, undelivered, failed); an undelivered or failed one is refunded."""
+
+    model_config = ConfigDict(title="SmsDelivery")
+
+    success: bool
+    message_id: str
+    status: str
+    final: bool
+    updated_at: str | None = None
+    status_url: str
+    refund: Refund | None = None
+
+
+class CallDelivery(Body):
+    """An automated call's status (queued, ringing, in-progress, completed, busy,
+    no-answer, failed, canceled) and, once it ended, its billing: the connected minutes
+    charged (at least one when answered, none when nobody answered) and the refund of
+    the rest of the prepaid minutes."""
+
+    model_config = ConfigDict(title="CallDelivery")
+
+    success: bool
+    call_id: str
+    status: str
+    final: bool
+    updated_at: str | None = None
+    duration_s: int | None = None
+    answered_by: str | None = None
+    paid_minutes: int
+    billed_minutes: int | None = None
+    charged_sats: float | None = None
+    refund: Refund | None = None
+    status_url: str
+
+
 class VoiceBridgeSaid(Body):
     """voice_bridge_say: the audio bytes sent into the call."""
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from satsgate.operations.base import AnyOperation
 from satsgate.operations.catalog import ESTIMATE_COST, LIST_PLANNED
 from satsgate.operations.comms import (
+    CALL_STATUS,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
+    SMS_STATUS,
     VOICE_BRIDGE_END,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_SAY,
 )
+from satsgate.operations.faxes import CHECK_FAX_INBOX, GET_FAX_STATUS
 from satsgate.operations.jobs import JOB_RESULT, JOB_STATUS
 from satsgate.operations.payments import CHECK_PAYMENT_STATUS, REQUEST_REFUND
 
@@ -21,11 +24,15 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     JOB_RESULT,
     LIST_PLANNED,
     ESTIMATE_COST,
+    SMS_STATUS,
+    CALL_STATUS,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
     VOICE_BRIDGE_SAY,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_END,
+    GET_FAX_STATUS,
+    CHECK_FAX_INBOX,
 )
 BY_NAME: dict[str, AnyOperation] = {op.name: op for op in OPERATIONS}
 BY_TOOL: dict[str, AnyOperation] = {op.tool: op for op in OPERATIONS if op.tool is not None}

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
+from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
 from satsgate.services.base import ServiceSpec, request_digest
 from satsgate.store import Payment, PaymentStatus
@@ -141,8 +142,10 @@ class Challenger:
         invoice_expiry_s: int,
         credential_ttl_s: int,
         holds: HoldIssuer | None = None,
+        opt_outs: OptOuts | None = None,
     ) -> None:
         self._node = node
+        self._opt_outs = opt_outs  # the do-not-contact list (ServiceSpec.recipients)
         # With hold invoices on, payments of the paymentId flow (MCP) are hold invoices:
         # L402/MPP need the preimage at payment time, which a held HTLC never gives.
         self._holds = holds
@@ -178,6 +181,15 @@ class Challenger:
                     f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
                     "Nothing was charged.",
                 ) from None
+        if spec.recipients is not None and self._opt_outs is not None:
+            opted = await self._opt_outs.opted_out(spec.recipients(params))
+            if opted:
+                raise ApiError(
+                    "RECIPIENT_OPTED_OUT",
+                    f"{len(opted)} recipient(s) asked not to be contacted: "
+                    f"{', '.join(opted)}; nothing was charged.",
+                    extra={"recipients": list(opted)},
+                )
 
     async def create_payment(
         self,

@@ -30,6 +30,7 @@ from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
+from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
 from satsgate.payments.cashu import Ecash, check_installed, parse_config
 from satsgate.payments.challenger import Challenger
@@ -39,7 +40,9 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
+from satsgate.store.deliveries import DeliveryRepository
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -56,9 +59,18 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
+    # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
+    # rules alone (satsgate.services.screening.screen).
+    screener: Screener | None = None
 
     def for_call(
-        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+        self,
+        call_id: str,
+        progress: Progress | None = None,
+        job_state: JobState | None = None,
+        *,
+        screener: Screener | None = None,
     ) -> ServiceContext:
         return ServiceContext(
             progress=progress or _no_progress,
@@ -70,6 +82,8 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            deliveries=self.deliveries,
+            screener=screener or self.screener,
         )
 
 
@@ -124,6 +138,7 @@ class Gate:
         self.refund_orphaned_job = spender.refund_orphaned_job
         self.resume_job = spender.resume_job
         self.refund_unanswered = spender.refund_unanswered
+        self.run_released = spender.run_released
 
 
 def build_gate(
@@ -134,6 +149,7 @@ def build_gate(
     refunds: RefundService,
     jobs: JobRunner,
     handlers: HandlerResources,
+    opt_outs: OptOuts | None = None,
 ) -> Gate:
     """Wire the four collaborators to the node, the store's repositories, the refund
     service and the job runner."""
@@ -170,6 +186,7 @@ def build_gate(
             invoice_expiry_s=settings.invoice_expiry_s,
             credential_ttl_s=settings.credential_ttl_s,
             holds=holds if settings.hold_invoices else None,
+            opt_outs=opt_outs,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

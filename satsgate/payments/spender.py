@@ -49,6 +49,7 @@ from satsgate.services.base import (
     ServiceSpec,
     request_digest,
 )
+from satsgate.services.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,24 @@ class EcashRefunds(Protocol):
     ) -> dict[str, Any] | None: ...
 
 
+class HeldRequests(Protocol):
+    """Communications the screen held (satsgate.outreach.holds.HoldDesk)."""
+
+    async def hold(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, held: HeldForReview
+    ) -> ApiError:
+        """Record the held request; the CONTENT_POLICY_HELD error to answer."""
+        ...
+
+    async def held_again(self, payment_id: str) -> ApiError | None:
+        """The hold's answer again for a repeat of a held call (None: not held)."""
+        ...
+
+    async def open_payment_ids(self) -> set[str]:
+        """Payments of open holds: serving on purpose."""
+        ...
+
+
 class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
@@ -194,9 +213,12 @@ class Spender:
         dedup_window_s: float,
         holds: HoldDecisions | None = None,
         ecash: EcashRefunds | None = None,
+        held: HeldRequests | None = None,
     ) -> None:
         self._holds = holds
         self._ecash = ecash
+        # Held communications (CONTENT_POLICY_HELD); None: a flagged call is refunded.
+        self.held = held
         self._payments = payments
         self._refunds = refunds
         self._settlements = settlements
@@ -327,6 +349,10 @@ class Spender:
                 extra={"paymentId": payment.payment_id},
             )
         if payment.status is PaymentStatus.SERVING:
+            if self.held is not None:
+                again = await self.held.held_again(payment.payment_id)
+                if again is not None:
+                    raise again
             raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
         if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             # The caller proved the payment (credential, or the paymentId of an MCP
@@ -410,6 +436,8 @@ class Spender:
         """Run a spent call's handler: any failure refunds the whole payment."""
         try:
             result = await spec.handler(ctx, params)
+        except HeldForReview as held:
+            raise await self._hold(payment, spec, params, held) from None
         except ApiError as exc:
             exc.refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
             raise
@@ -457,6 +485,31 @@ class Spender:
             if refund is not None and isinstance(result.body, dict):
                 result = replace(result, body={**result.body, field: refund})
         return result
+
+    async def _hold(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, held: HeldForReview
+    ) -> ApiError:
+        """The screen held this communication: neither answered nor refunded, the payment
+        stays serving (the ledger's held) until the operator's release or refund."""
+        if self.held is None or spec.mode == "job":
+            # No hold desk on this gate, or a job (which has its own row and answer): the
+            # call is refunded instead of held.
+            refund = await self._refund_after_spend(payment, payment.amount_msat, str(held))
+            return ApiError(
+                "CONTENT_FILTERED",
+                "The communication was refused by the content screen; refunded.",
+                refund=refund,
+            )
+        if self._holds is not None and payment.mode == "hold":
+            await self._holds.settle(payment)  # a held HTLC cannot wait 24 hours
+        return await self.held.hold(payment, spec, params, held)
+
+    async def run_released(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, ctx: ServiceContext
+    ) -> ServiceResult:
+        """Run a held call the operator released (its payment still serving): a failure
+        is refunded in full, a partial delivery the difference, as for any call."""
+        return await self._run_handler(payment, spec, params, spec.quote_sats(params) * 1000, ctx)
 
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -530,9 +583,12 @@ class Spender:
         A synchronous call's result is never stored, so there is nothing to keep for
         the payer; a retry with its credential is shown the refund. Returns how many."""
         count = 0
+        held = await self.held.open_payment_ids() if self.held is not None else set()
         for payment in await self._payments.serving():
             if self._jobs.resumed(payment.payment_id):
                 continue  # its job was taken up again (resume_job): it is being served
+            if payment.payment_id in held:
+                continue  # held for review: serving until the operator decides
             refund = await self._refund_after_spend(
                 payment, payment.amount_msat, "the call was interrupted by a restart"
             )

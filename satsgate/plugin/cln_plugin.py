@@ -4,8 +4,8 @@ lightningd runs this with ``LIGHTNINGD_PLUGIN=1`` and talks JSON-RPC over its
 stdin/stdout. The flow:
 
 - ``getmanifest``: the options in :data:`satsgate.plugin.options.OPTIONS`, the
-  commands ``satsgate-status``, ``satsgate-refund``, ``satsgate-ledger`` and
-  ``satsgate-operator-token``, the ``shutdown`` subscription.
+  commands ``satsgate-status``, ``satsgate-refund``, ``satsgate-ledger``,
+  ``satsgate-operator-token`` and ``satsgate-hold``, the ``shutdown`` subscription.
 - ``init``: Settings from the options, the config file and the node's
   network; the service starts on its own thread against ``<lightning-dir>/<rpc-file>``.
   Any problem (network mismatch, port taken, unreadable config) answers
@@ -68,6 +68,7 @@ class SatsgatePlugin:
             ("satsgate-refund", self._make_refund()),
             ("satsgate-ledger", self._make_ledger()),
             ("satsgate-operator-token", self._make_operator_token()),
+            ("satsgate-hold", self._make_hold()),
         ):
             self.plugin.add_method(name, func, background=True, description=func.__doc__)
         self.plugin.add_subscription("shutdown", self._make_shutdown())
@@ -193,6 +194,20 @@ class SatsgatePlugin:
                 request.set_exception(RpcException(str(exc)))
 
         return operator_token
+
+    def _make_hold(self) -> Any:
+        def hold(
+            plugin: Any = None,
+            request: Any = None,
+            action: str = "list",
+            target: str = "",
+            **kwargs: Any,
+        ) -> None:
+            """Held communications: list, release ID, refund ID (exactly once); the
+            do-not-contact list: dnc-list, dnc-add ADDRESS, dnc-remove ADDRESS."""
+            self._answer(request, lambda service: service.hold(str(action), str(target)))
+
+        return hold
 
     def _make_shutdown(self) -> Any:
         def on_shutdown(plugin: Any = None, **kwargs: Any) -> None:

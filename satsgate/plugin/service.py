@@ -126,6 +126,39 @@ class ServiceThread:
             "dashboard": f"{handle.app[SETTINGS].public_base_url}/operator",
         }
 
+    async def hold(self, action: str, target: str) -> dict[str, Any]:
+        """Held communications: list, release ID, refund ID; the do-not-contact list:
+        dnc-list, dnc-add ADDRESS, dnc-remove ADDRESS."""
+        from satsgate.appkeys import HOLDS
+        from satsgate.outreach.do_not_contact import normalise_address
+        from satsgate.outreach.holds import HoldError
+        from satsgate.web.operator_holds import hold_document
+
+        handle = self._running()
+        desk = handle.app[HOLDS]
+        try:
+            if action == "list":
+                holds = await desk.listing()
+                return {"holds": [hold_document(h, desk.appeal_url(h.hold_id)) for h in holds]}
+            if action in ("release", "refund") and target:
+                if action == "release":
+                    return (await desk.release(target, by="operator")).as_dict()
+                return (await desk.refund(target, by="operator")).as_dict()
+            repo = handle.store.do_not_contact
+            if action == "dnc-list":
+                return {"entries": await repo.listing()}
+            if action in ("dnc-add", "dnc-remove") and target:
+                address = normalise_address(target)
+                if action == "dnc-add":
+                    return {"address": address, "added": await repo.add(address, "operator")}
+                return {"address": address, "removed": await repo.remove(address)}
+        except (HoldError, ValueError) as exc:
+            raise OperatorError(str(exc)) from None
+        raise OperatorError(
+            "usage: satsgate-hold list | release ID | refund ID | dnc-list | dnc-add ADDRESS"
+            " | dnc-remove ADDRESS"
+        )
+
     def _running(self) -> ServiceHandle:
         if self.handle is None:
             raise OperatorError("satsgate is not running")

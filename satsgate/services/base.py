@@ -8,7 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -18,9 +18,11 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
+from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
+    from satsgate.services.screening import Screener
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -108,6 +110,12 @@ class ServiceContext:
     # What resumes this job after a restart (a remote prediction's id); for synchronous
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
+    # The node's screen of communications (satsgate.services.screening.screen uses it);
+    # None: the rules alone.
+    screener: Screener | None = None
+    # Delivery records of sent SMS, calls and faxes (the store's repository); None only
+    # where no store exists.
+    deliveries: DeliveryRepository | None = None
 
     async def run_cpu(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None
@@ -235,6 +243,10 @@ class ServiceSpec(Generic[P]):
     # L402_INVALID_PARAMS on that field (the service runs here; the caller can change it).
     engine_request: Callable[[P], object] | None = None
     engine_request_field: str | None = None
+    # The people a communication will reach (E.164 numbers, e-mail addresses): the gate
+    # refuses, before any invoice, a request to anyone on the do-not-contact list
+    # (RECIPIENT_OPTED_OUT). None: the service contacts nobody.
+    recipients: Callable[[P], Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:

@@ -10,11 +10,19 @@ The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from satsgate.engines import EngineError
+from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
+from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
+from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
+from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
+from satsgate.services import deliveries, faxes
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -24,7 +32,6 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog import EMAIL_MODEL_ID
 from satsgate.services.common import (
-    CallbackFields,
     InvalidField,
     MiB,
     ServiceParams,
@@ -51,10 +58,16 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
+from satsgate.services.screening import Outreach, html_text, screen
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
+from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
+
+log = logging.getLogger(__name__)
 
 MAX_EMAIL_RECIPIENTS = 10
+# The text-to-speech tier a call speaks with when its provider plays the node's audio.
+GLOBAL_TTS_MODEL = 43
 
 
 def _routable(value: str) -> str:
@@ -142,10 +155,20 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
     """Hand the message to the configured mail engine (the operator's SMTP server).
 
     Charged per recipient the server accepted; recipients it refused while taking the
-    others are refunded (``partial_refund``). Screening and holds of communications
-    (issue 19) are not applied here yet: they belong before this call, in one place for
-    every communication service.
+    others are refunded (``partial_refund``). Screened first (subject, text, the HTML's
+    text and the sender name): a flagged message is held for review, not sent.
     """
+    await screen(
+        ctx,
+        Outreach(
+            channel="email",
+            recipients=tuple(params.recipients),
+            text="\n".join(
+                part for part in (params.subject, params.text, html_text(params.html or "")) if part
+            ),
+            sender_name=params.fromName,
+        ),
+    )
     message = OutgoingEmail(
         to=tuple(params.recipients),
         subject=params.subject,
@@ -183,12 +206,82 @@ SEND_EMAIL = ServiceSpec(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
     model_ids=(EMAIL_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
     engine="email",
+    recipients=lambda p: p.recipients,
 )
+
+# -- SMS and automated calls: delivery records ----------------------------------------------
+
+
+def _records(ctx: ServiceContext) -> DeliveryRepository:
+    if ctx.deliveries is None:  # every app has a store; a bare context is a bug
+        raise EngineError("SERVICE_ERROR", "Delivery records are not available on this node.")
+    return ctx.deliveries
+
+
+def _provider_of(ctx: ServiceContext, engine_name: str, engine: object) -> str:
+    """The operator's provider name of the binding serving ``engine`` (the records are
+    keyed by it, so its webhooks find them)."""
+    for binding in ctx.engines.bindings(engine_name):
+        if binding.engine is engine:
+            return binding.provider.name if binding.provider is not None else binding.label
+    return engine_name
+
+
+async def _attempt_record(
+    ctx: ServiceContext,
+    records: DeliveryRepository,
+    created: list[str],
+    *,
+    delivery_id: str,
+    channel: str,
+    provider: str,
+    country: str,
+    paid_msat: int,
+    rate_msat: int | None = None,
+) -> None:
+    """The record of one attempt: created before the first provider is asked, moved to
+    the next provider of a fallback chain."""
+    if not created:
+        await records.create(
+            delivery_id=delivery_id,
+            payment_id=ctx.call_id,
+            channel=channel,
+            provider=provider,
+            country=country,
+            status=deliveries.SENDING,
+            paid_msat=paid_msat,
+            rate_msat=rate_msat,
+        )
+    elif created[-1] != provider:
+        await records.reassign(delivery_id, provider)
+    created.append(provider)
+
+
+async def _mark_failed(
+    records: DeliveryRepository,
+    created: list[str],
+    delivery_id: str,
+    exc: EngineError,
+    channel: str,
+) -> None:
+    if created:
+        ranked = deliveries.rank(channel, "failed")
+        assert ranked is not None
+        await records.update(
+            provider=created[-1],
+            delivery_id=delivery_id,
+            status="failed",
+            rank=ranked[0],
+            final=True,
+            error=exc.code,
+        )
+        await records.settle(delivery_id, 0)  # refunded in full by the gate
+
 
 # -- send-sms ------------------------------------------------------------------------------
 
@@ -203,16 +296,65 @@ class SendSmsParams(ServiceParams):
     _route = field_validator("phone_number")(_routable)
 
 
+async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
+    """Screen, send, record; plain-text answer with the message_id and its free status
+    read. A failure is refunded by the gate and the record shows ``failed``."""
+    await screen(ctx, Outreach("sms", (params.phone_number,), params.message))
+    records = _records(ctx)
+    delivery_id = new_delivery_id("sms")
+    country = destination(params.phone_number).country
+    created: list[str] = []
+
+    async def attempt(engine: SmsEngine, _model: str | None) -> tuple[str, SmsSent]:
+        provider = _provider_of(ctx, "sms", engine)
+        await _attempt_record(
+            ctx, records, created, delivery_id=delivery_id, channel="sms", provider=provider,
+            country=country, paid_msat=sms_msat(params.phone_number),
+        )  # fmt: skip
+        request = SmsRequest(params.phone_number, params.message, delivery_id)
+        return provider, await engine.send_sms(request)
+
+    try:
+        provider, sent = await ctx.engines.run("sms", SmsEngine, attempt)
+    except EngineError as exc:
+        await _mark_failed(records, created, delivery_id, exc, "sms")
+        raise
+    ranked = deliveries.rank("sms", sent.status) or (1, False)
+    record = await records.update(
+        provider=provider,
+        delivery_id=delivery_id,
+        provider_ref=sent.message_id,
+        status=sent.status,
+        rank=ranked[0],
+        final=ranked[1],
+    )
+    status = record.status if record is not None else sent.status
+    url = deliveries.status_url(ctx.settings.public_base_url, delivery_id)
+    text = (
+        f"SMS accepted for {params.phone_number}.\n"
+        f"message_id: {delivery_id}\n"
+        f"status: {status}\n"
+        f"status_url: {url}\n"
+    )
+    return ServiceResult(
+        text,
+        content_type="text/plain",
+        headers={"X-Message-Id": delivery_id, "X-Status-Url": url},
+    )
+
+
 SEND_SMS = ServiceSpec(
     slug="send-sms",
     tool_name="send_sms",
     category="telco",
     title="Send SMS",
-    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer. "
-    "Priced by destination country.",
+    description="Send one SMS of at most 120 characters to an E.164 number. Plain-text answer "
+    "with message_id, status and status_url (the delivery status, free: GET "
+    "/api/l402/send-sms?message_id=..., tool get_sms_status). Priced by destination "
+    "country; refunded when it ends undelivered or failed.",
     params=SendSmsParams,
     price_msat=lambda p: sms_msat(p.phone_number),
-    handler=no_engine,
+    handler=send_sms,
     price_shape=PriceShape(
         "per_destination",
         "per message",
@@ -223,11 +365,19 @@ SEND_SMS = ServiceSpec(
         note="One price per destination country (E.164 prefix); the minimum is the cheapest.",
     ),
     model_ids=(20,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
-    example={"phone_number": "+14155550123", "message": "Your code is 4711"},
+    example={"phone_number": "+14155550123", "message": "Your table is ready at 8pm."},
     engine="sms",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- call (automated) ----------------------------------------------------------------------
@@ -257,16 +407,100 @@ class CallParams(ServiceParams):
     _locale = field_validator("language")(check_ai_call_locale)
 
 
+async def _node_speech(ctx: ServiceContext, params: CallParams) -> str | None:
+    """The message spoken by this node's own text-to-speech (the global tier, 43) as an
+    expiring file link the call plays; None (the provider speaks it) when the node has
+    no such engine or it cannot speak this language."""
+    if not ctx.engines.serves_model("tts", GLOBAL_TTS_MODEL):
+        return None
+    request = SynthesisRequest(
+        text=params.message,
+        model_id=GLOBAL_TTS_MODEL,
+        language=None if params.language == "multi" else params.language,
+        format="mp3",
+    )
+    try:
+        result = await ctx.engines.run(
+            "tts",
+            SynthesisEngine,
+            lambda engine, name: engine.synthesize(replace(request, model_name=name)),
+            model_id=GLOBAL_TTS_MODEL,
+        )
+    except EngineError as exc:
+        log.info("call: the node's speech failed (%s); the provider speaks instead", exc.code)
+        return None
+    return (await ctx.files.save(result.audio, "mp3")).url
+
+
+async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
+    """Screen, dial, record: ``{ success, call_id, status, status_url, max_duration_s }``.
+    The call is billed later by its connected minutes (at least one when answered;
+    nothing when nobody answered) and the rest refunded (services.deliveries)."""
+    await screen(ctx, Outreach("call", (params.phone_number,), params.message))
+    records = _records(ctx)
+    delivery_id = new_delivery_id("call")
+    country = destination(params.phone_number).country
+    rate = call_msat(params.phone_number, 1)
+    created: list[str] = []
+
+    async def attempt(engine: VoiceCallEngine, _model: str | None) -> tuple[str, CallPlaced]:
+        provider = _provider_of(ctx, "voice", engine)
+        await _attempt_record(
+            ctx, records, created, delivery_id=delivery_id, channel="call", provider=provider,
+            country=country, paid_msat=rate * params.duration_minutes, rate_msat=rate,
+        )  # fmt: skip
+        audio_url = None
+        if getattr(engine, "wants_audio", False):
+            audio_url = await _node_speech(ctx, params)
+        request = CallRequest(
+            to=params.phone_number,
+            text=params.message,
+            language=params.language,
+            repeat=params.repeat,
+            max_duration_s=params.duration_minutes * 60,
+            reference=delivery_id,
+            audio_url=audio_url,
+        )
+        return provider, await engine.place_call(request)
+
+    try:
+        provider, placed = await ctx.engines.run("voice", VoiceCallEngine, attempt)
+    except EngineError as exc:
+        await _mark_failed(records, created, delivery_id, exc, "call")
+        raise
+    ranked = deliveries.rank("call", placed.status) or (1, False)
+    record = await records.update(
+        provider=provider,
+        delivery_id=delivery_id,
+        provider_ref=placed.call_id,
+        status=placed.status,
+        rank=ranked[0],
+        final=ranked[1],
+    )
+    return ServiceResult(
+        {
+            "success": True,
+            "call_id": delivery_id,
+            "status": record.status if record is not None else placed.status,
+            "status_url": deliveries.status_url(ctx.settings.public_base_url, delivery_id),
+            "max_duration_s": params.duration_minutes * 60,
+        }
+    )
+
+
 CALL = ServiceSpec(
     slug="call",
     tool_name="call",
     category="telco",
     title="Automated call",
-    description="Phone an E.164 number and speak a message: { success, call_id, status }. "
-    "Priced by destination country per minute of duration_minutes.",
+    description="Phone an E.164 number and speak a message: { success, call_id, status, "
+    "status_url, max_duration_s }. Prepaid for duration_minutes at the destination "
+    "country's rate per minute; billed by the connected minutes (at least one when "
+    "answered), the rest refunded, everything when nobody answers (status and refund: GET "
+    "/api/l402/call?call_id=..., tool get_call_status).",
     params=CallParams,
     price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
-    handler=no_engine,
+    handler=place_call,
     price_shape=PriceShape(
         "per_minute",
         "per minute",
@@ -277,12 +511,45 @@ CALL = ServiceSpec(
         note="duration_minutes (1 to 10) at the destination country's rate per minute.",
     ),
     model_ids=(20,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=32 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
     engine="voice",
+    recipients=lambda p: (p.phone_number,),
 )
+
+# -- delivery status reads (free) -----------------------------------------------------------
+
+DeliveryId = Annotated[
+    str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+]
+
+
+class SmsStatusParams(Params):
+    """The query of the free status read ``GET /api/l402/send-sms?message_id=<message_id>``."""
+
+    message_id: DeliveryId = Field(
+        validation_alias=alias("message_id", "messageId"),
+        description="The message_id of the send-sms answer.",
+    )
+
+
+class CallStatusParams(Params):
+    """The query of the free status read ``GET /api/l402/call?call_id=<call_id>``."""
+
+    call_id: DeliveryId = Field(
+        validation_alias=alias("call_id", "callId"),
+        description="The call_id of the call answer.",
+    )
+
 
 # -- ai-call -------------------------------------------------------------------------------
 
@@ -409,6 +676,7 @@ AI_CALL = ServiceSpec(
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
     engine="ai_call",
+    recipients=lambda p: (p.phone_number,),
 )
 
 # -- fax -----------------------------------------------------------------------------------
@@ -449,21 +717,34 @@ SEND_FAX = ServiceSpec(
     tool_name="send_fax",
     category="fax",
     title="Send fax",
-    description="Fax a PDF (up to 50 pages) to an E.164 number: { success, faxId, status }. "
-    "500 sats.",
+    description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number: { success, faxId, "
+    "status, status_url }. Read the status for free at status_url (or MCP get_fax_status): "
+    "queued, sending, delivered or failed; a fax that fails is refunded in full (the "
+    "refund link is in the payer's status read). 500 sats per fax.",
     params=SendFaxParams,
     price_msat=flat_price("fax-send"),
-    handler=no_engine,
+    handler=faxes.send_fax,
     model_ids=(44,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "RATE_LIMITED",
+        "TIMEOUT",
+        "RECIPIENT_OPTED_OUT",
+        "CONTENT_POLICY_HELD",
+    ),
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
     engine="fax",
+    recipients=lambda p: (p.faxNumber,),
 )
 
 
-class ReceiveFaxParams(ServiceParams, CallbackFields):
+class ReceiveFaxParams(ServiceParams):
+    """No callback_url: satsgate's callbacks report a job's end, and an inbox has no end
+    but many faxes; poll it (free) or give forwardEmail."""
+
     country: str = Field(
         "US",
         min_length=2,
@@ -495,17 +776,23 @@ RECEIVE_FAX = ServiceSpec(
     tool_name="receive_fax",
     category="fax",
     title="Receive fax",
-    description="A temporary inbound fax number for 24 hours: { faxNumber, expiresAt, "
-    "poll_url }; received faxes are PDFs (polled, e-mailed or called back). 500 sats.",
+    description="An inbound fax number of the requested country for 24 hours, yours alone: "
+    "{ success, inboxId, faxNumber, expiresAt, poll_url, faxes }. Faxes it receives are "
+    "listed with download links by GET poll_url (free; keep inboxId secret) and, with "
+    "forwardEmail, e-mailed as a link. Received documents are deleted 12 hours after "
+    "arrival. 500 sats.",
     params=ReceiveFaxParams,
     price_msat=flat_price("fax-receive"),
-    handler=no_engine,
+    handler=faxes.receive_fax,
+    engine_request=lambda p: InboundRequest(p.country),
+    engine_request_field="country",
     model_ids=(45,),
     failure_codes=("SERVICE_ERROR",),
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"country": "US"},
     engine="fax",
+    recipients=lambda p: (p.forwardEmail,) if p.forwardEmail else (),
 )
 
 # -- voice bridge --------------------------------------------------------------------------
@@ -569,6 +856,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     prevalidate=prevalidate,
     example={"phoneNumber": "+14155550123", "durationMinutes": 5},
     engine="voice_bridge",
+    recipients=lambda p: (p.phoneNumber,),
 )
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (

@@ -484,6 +484,7 @@ E_SIGNATURE = ServiceSpec(
         "customerEmail": "me@example.org",
     },
     engine="esign",
+    recipients=lambda p: (*(s.email for s in p.signers), p.customerEmail),
 )
 
 # -- boardingpass-wallet -------------------------------------------------------------------

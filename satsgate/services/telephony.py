@@ -4,12 +4,27 @@ Rates are the fixed fallback in sats (BTC-pegged: :mod:`satsgate.services.rates`
 scales them by the live BTC price). A number whose prefix is not in the table
 has no route and is refused before payment. The longest matching prefix wins,
 so NANP islands (``1876`` Jamaica) price apart from ``1`` (US and Canada).
+
+The operator may replace the built-in table with a CSV file (``[telephony] rates_file``,
+read and checked at start-up: :func:`load_rates_file`, :func:`use_rates`)::
+
+    prefix,country,name,sms_sats,call_sats_per_minute
+    1,US,United States,15,30
+    44,GB,United Kingdom,40,40
+
+The table is process-wide (the params' validators price a number without an app at
+hand): a node applies its file once, before it serves.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
 from typing import Final
 
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
@@ -62,8 +77,76 @@ def _parse() -> dict[str, Destination]:
     return out
 
 
-DESTINATIONS: Final[dict[str, Destination]] = _parse()
-_MAX_PREFIX = max(len(p) for p in DESTINATIONS)
+BUILTIN_DESTINATIONS: Final[Mapping[str, Destination]] = MappingProxyType(_parse())
+# The table in use: the built-in one, or the operator's file (use_rates). Mutated in
+# place, so every module that imported it sees the replacement.
+DESTINATIONS: Final[dict[str, Destination]] = dict(BUILTIN_DESTINATIONS)
+_max_prefix = max(len(p) for p in DESTINATIONS)
+
+RATES_HEADER: Final = ("prefix", "country", "name", "sms_sats", "call_sats_per_minute")
+MAX_RATE_SATS: Final = 1_000_000
+_PREFIX = re.compile(r"^[1-9][0-9]{0,5}$")
+_COUNTRY = re.compile(r"^[A-Z]{2}$")
+
+
+class RatesFileError(ValueError):
+    """The operator's rates file is unusable; satsgate refuses to start and says where."""
+
+
+def parse_rates_csv(text: str, where: str = "rates file") -> dict[str, Destination]:
+    """A rates CSV (header ``prefix,country,name,sms_sats,call_sats_per_minute``; blank
+    lines and ``#`` comments ignored) -> the table; RatesFileError naming the line."""
+    rows = [
+        (number, row)
+        for number, row in enumerate(csv.reader(io.StringIO(text)), start=1)
+        if row and any(cell.strip() for cell in row) and not row[0].lstrip().startswith("#")
+    ]
+    if not rows or tuple(c.strip().lower() for c in rows[0][1]) != RATES_HEADER:
+        raise RatesFileError(f"{where}: the first line must be {','.join(RATES_HEADER)}")
+    table: dict[str, Destination] = {}
+    for number, row in rows[1:]:
+        at = f"{where} line {number}"
+        if len(row) != len(RATES_HEADER):
+            raise RatesFileError(f"{at}: {len(row)} fields, expected {len(RATES_HEADER)}")
+        prefix, country, name, sms, call = (cell.strip() for cell in row)
+        prefix = prefix.removeprefix("+")
+        if not _PREFIX.match(prefix):
+            raise RatesFileError(f"{at}: prefix {prefix!r} is not 1 to 6 digits (no leading 0)")
+        if prefix in table:
+            raise RatesFileError(f"{at}: prefix {prefix} is listed twice")
+        if not _COUNTRY.match(country):
+            raise RatesFileError(f"{at}: country {country!r} is not an ISO code like US")
+        if not name or len(name) > 64:
+            raise RatesFileError(f"{at}: name must be 1 to 64 characters")
+        sats = []
+        for label, value in (("sms_sats", sms), ("call_sats_per_minute", call)):
+            if not value.isdigit() or not 1 <= int(value) <= MAX_RATE_SATS:
+                raise RatesFileError(f"{at}: {label} {value!r} is not 1 to {MAX_RATE_SATS}")
+            sats.append(int(value))
+        table[prefix] = Destination(prefix, country, name, sats[0], sats[1])
+    if not table:
+        raise RatesFileError(f"{where}: no destinations")
+    return table
+
+
+def load_rates_file(path: str | Path) -> dict[str, Destination]:
+    """Read and check the operator's rates file; RatesFileError when it is unusable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RatesFileError(f"rates file {path}: cannot read it ({exc})") from None
+    return parse_rates_csv(text, f"rates file {path}")
+
+
+def use_rates(table: Mapping[str, Destination] | None) -> None:
+    """Serve ``table`` from now on (None: the built-in table)."""
+    global _max_prefix
+    chosen = BUILTIN_DESTINATIONS if table is None else table
+    if not chosen:
+        raise RatesFileError("an empty rates table")
+    DESTINATIONS.clear()
+    DESTINATIONS.update(chosen)
+    _max_prefix = max(len(p) for p in DESTINATIONS)
 
 
 class NoRoute(ValueError):
@@ -82,7 +165,7 @@ def check_e164(value: str) -> str:
 def destination(number: str) -> Destination:
     """The destination of an E.164 number (longest prefix), or NoRoute."""
     digits = check_e164(number)[1:]
-    for length in range(min(_MAX_PREFIX, len(digits)), 0, -1):
+    for length in range(min(_max_prefix, len(digits)), 0, -1):
         found = DESTINATIONS.get(digits[:length])
         if found is not None:
             return found

@@ -127,7 +127,11 @@ class JobRepository:
         return jobs[0] if jobs else None
 
     async def in_progress(self) -> list[Job]:
-        return await self._db.run_sync(lambda conn: _jobs_where(conn, "status = 'IN_PROGRESS'", ()))
+        """IN_PROGRESS jobs that run (a held communication's job waits for the operator,
+        not for a runner: satsgate.store.held_requests)."""
+        return await self._db.run_sync(
+            lambda conn: _jobs_where(conn, "status = 'IN_PROGRESS' AND job_type != 'held'", ())
+        )
 
     async def save_resume(self, payment_id: str, state: dict[str, Any], now: int) -> bool:
         """Record what resumes the IN_PROGRESS job of ``payment_id`` after a restart."""

@@ -6,13 +6,19 @@ from pathlib import Path
 
 from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
+from satsgate.store.deliveries import DeliveryRepository
+from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.ecash import EcashRepository
 from satsgate.store.engine import Database
+from satsgate.store.faxes import FaxRepository
+from satsgate.store.held_requests import HeldRequestRepository
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
+from satsgate.store.retention import RetentionRepository
+from satsgate.store.screenings import ScreeningRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -30,6 +36,13 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.ecash = EcashRepository(self.db)
+        self.deliveries = DeliveryRepository(self.db)
+        # Communications (issue 19): held requests, do-not-contact, screenings, retention.
+        self.held_requests = HeldRequestRepository(self.db)
+        self.do_not_contact = DoNotContactRepository(self.db)
+        self.screenings = ScreeningRepository(self.db)
+        self.retention = RetentionRepository(self.db)
+        self.faxes = FaxRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:

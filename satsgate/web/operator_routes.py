@@ -316,6 +316,10 @@ def _dashboard_body(report: dict[str, Any]) -> str:
         '<h1>Operator</h1><p class="muted">received = earned + refunded + held + open, '
         "to the msat</p>"
         f'<div class="figures">{figures}</div>{canceled}'
+        f'<p><a href="/operator/holds" id="holds-link">Held communications '
+        f"({report.get('held_communications', {}).get('held', 0)} open, "
+        f"{report.get('held_communications', {}).get('review_requested', 0)} asking for "
+        "review) and the do-not-contact list</a></p>"
         f'<section class="card"><h2>Earnings over time</h2>{earnings_chart(report["per_day"])}'
         f"</section>"
         f'<section class="card"><h2>Per day</h2>{per_day}</section>'

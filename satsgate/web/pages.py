@@ -44,6 +44,9 @@ background:#f7931a;color:#1c1b19;cursor:pointer;justify-self:start}
 word-break:break-all;font-size:13px}.notice{padding:10px 12px;border-radius:8px;
 background:#fff4e0;border:1px solid #f0c987}.error{background:#fde8e6;border-color:#f1b0a9}
 svg.chart text{font:11px system-ui,sans-serif;fill:#6b665c}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0 0 6px}#holds td{font-size:13px}
+#holds td:first-child{min-width:190px}#holds form{display:block;margin:0 0 6px}
+#holds .mono{word-break:normal}
 """
 
 

@@ -1,0 +1,100 @@
+"""The do-not-contact list: numbers and addresses that opted out.
+
+Who adds to it:
+
+- a provider's inbound webhook, on a STOP reply: the adapter holds ``deps.opt_outs``
+  (:class:`satsgate.engines.EngineDeps`) and calls
+  ``await opt_out(deps.opt_outs, "+14155550123", source="sms-stop")``;
+- an AI call whose transcript asks not to be called again:
+  ``if asks_not_to_be_contacted(transcript): await opt_out(deps.opt_outs, number,
+  source="ai-call")``;
+- the operator: ``satsgate dnc add``, ``lightning-cli satsgate-dnc add``, the operator
+  page.
+
+Who reads it: the gate before any invoice, for every service that declares
+``ServiceSpec.recipients``; and :func:`satsgate.services.screening.screen` after payment
+(an opt-out that came in since the quote is refused and refunded).
+
+Entries are stored normalised (:func:`normalise_address`): E.164 digits with ``+``,
+e-mail addresses lower-cased with an ASCII (IDNA) domain.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+# Where an entry came from: "sms-stop", "call-stop", "ai-call", "fax-stop", "operator", ...
+SOURCE = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,39}$")
+
+
+class OptOuts(Protocol):
+    """The list (the store's do-not-contact repository)."""
+
+    async def add(self, address: str, source: str, now: int | None = None) -> bool:
+        """Add a normalised address; True when it was not on the list yet."""
+        ...
+
+    async def opted_out(self, addresses: Sequence[str]) -> list[str]:
+        """Those of ``addresses`` (any form) that are on the list, as given."""
+        ...
+
+
+class _NoList:
+    """For engine registries built without a store (``satsgate engines``): nothing
+    is ever on it, and an opt-out is logged loudly instead of lost silently."""
+
+    async def add(self, address: str, source: str, now: int | None = None) -> bool:
+        log.error("opt-out from %s not recorded: no do-not-contact list here", source)
+        return False
+
+    async def opted_out(self, addresses: Sequence[str]) -> list[str]:
+        return []
+
+
+NO_OPT_OUTS: OptOuts = _NoList()
+
+
+def normalise_address(address: str) -> str:
+    """The form the list keys on: ``+<digits>`` for a phone number (spaces, dots,
+    dashes, brackets and a leading ``00`` removed), else a lower-cased e-mail address
+    with an IDNA domain. ValueError for neither."""
+    value = unicodedata.normalize("NFKC", address).strip()
+    if "@" in value:
+        local, _, domain = value.rpartition("@")
+        try:
+            domain = domain.strip().rstrip(".").encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"{address!r} is not an e-mail address") from None
+        if not local or not domain or "." not in domain:
+            raise ValueError(f"{address!r} is not an e-mail address")
+        return f"{local.strip().lower()}@{domain.lower()}"
+    digits = re.sub(r"[\s().\-/]", "", value)
+    if digits.startswith("00"):
+        digits = "+" + digits[2:]
+    if not re.fullmatch(r"\+[1-9][0-9]{6,14}", digits):
+        raise ValueError(f"{address!r} is not an E.164 number or an e-mail address")
+    return digits
+
+
+async def opt_out(opt_outs: OptOuts, address: str, *, source: str = "sms-stop") -> bool:
+    """Put ``address`` (a number or an e-mail address, any common form) on the list;
+    True when it was not there yet. ValueError for an address that is neither, or a
+    malformed source."""
+    if not SOURCE.match(source):
+        raise ValueError(f"bad opt-out source {source!r}")
+    return await opt_outs.add(normalise_address(address), source)
+
+
+def asks_not_to_be_contacted(text: str) -> bool:
+    """Whether a reply or a call transcript asks not to be contacted again (STOP,
+    "don't call me again", "bitte nicht mehr anrufen", ...), in English, German,
+    French, Spanish and Portuguese."""
+    from satsgate.outreach.rules import asks_to_stop
+
+    return asks_to_stop(text)

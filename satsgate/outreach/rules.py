@@ -1,0 +1,538 @@
+# ruff: noqa: E501  (phrase tables: one phrase family per line reads better unbroken)
+"""The screen's rules: impersonation, threats, harassment and credential or code
+solicitation, in English, German, French, Spanish and Portuguese.
+
+Text is normalised before matching (:func:`normalise`): case-folded, accents removed,
+leetspeak inside words undone (``p4ssw0rd`` -> ``password``, ``b@nk`` -> ``bank``),
+letters spaced out to dodge a filter joined again (``p a s s w o r d``), punctuation
+turned into spaces. Every rule is a phrase pattern over that normal form, narrow on
+purpose: a rule names what the text DOES (asks for a code, claims to be the police,
+threatens), never a single word that ordinary messages use ("code", "bank", "police"
+alone pass: "the code review is done", "your table is booked for 7pm", "your code is
+4711" from a sender giving one).
+
+:func:`check_text` returns labels such as ``credential:code``, ``impersonation:authority``,
+``impersonation:relative``, ``threat``, ``harassment``, ``scam:payment``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+_LEET = str.maketrans(
+    {
+        "0": "o",
+        "1": "i",
+        "3": "e",
+        "4": "a",
+        "5": "s",
+        "7": "t",
+        "@": "a",
+        "$": "s",
+        "!": "i",
+        "|": "l",
+    }
+)
+_LEET_TOKEN = re.compile(r"[a-z0-9@$!|]*[a-z][a-z0-9@$!|]*")
+_SPACED = re.compile(r"\b(?:[a-z][ .\-_*]){3,}[a-z]\b")
+
+
+def _unleet(match: re.Match[str]) -> str:
+    token = match.group(0)
+    letters = sum(ch.isalpha() for ch in token)
+    if letters == len(token) or letters < 2:
+        return token
+    if token.rstrip("0123456789").isalpha():  # "abc123", "covid19": letters then a number
+        return token
+    if token[0].isdigit() and not (token[0] == "0" and token[1:2].isalpha()):
+        # "7pm", "2nd", "4k": a number with its unit (but "0tp" is "otp")
+        return token
+    return token.translate(_LEET)
+
+
+def normalise(text: str) -> str:
+    """Case, accents, leetspeak and spacing folded away; one space between words."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    plain = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    plain = plain.replace("ß", "ss").replace("’", "'").replace("`", "'")
+    plain = _LEET_TOKEN.sub(_unleet, plain)
+    plain = _SPACED.sub(lambda m: re.sub(r"[ .\-_*]", "", m.group(0)), plain)
+    plain = re.sub(r"[.!?;:\n]+(?:\s|$)", " . ", plain)  # sentence ends stay
+    plain = re.sub(r"[^a-z0-9'+.]+", " ", plain)
+    return re.sub(r"\s+", " ", plain).strip()
+
+
+def _any(words: Iterable[str]) -> str:
+    return "(?:" + "|".join(sorted(words, key=len, reverse=True)) + ")"
+
+
+# -- credentials and codes ----------------------------------------------------------------
+
+_SECRET = _any(
+    [
+        # en
+        r"(?:one time|onetime|verification|verify|confirmation|security|authentication|auth|"
+        r"login|log in|sign in|access|2fa|two factor|sms|otp|activation|reset|bank|whatsapp)"
+        r" (?:code|pin|number|passcode)",
+        r"otp",
+        r"pass ?code",
+        r"pass ?word",
+        r"pin(?: code| number)?",
+        r"seed(?: phrase| words)?",
+        r"recovery (?:phrase|words|key|code)",
+        r"(?:secret|private) key",
+        r"mnemonic",
+        r"(?:credit |debit )?card (?:number|details|pin|code)",
+        r"cvv2?",
+        r"cvc",
+        r"security number on the back",
+        r"login (?:details|credentials)",
+        r"credentials",
+        r"code (?:you|we|that was|that we) (?:just )?(?:received|got|sent|texted)",
+        r"code (?:on|in|from) your (?:phone|screen|sms|text)",
+        # de
+        r"(?:bestatigungs|verifizierungs|sicherheits|einmal|zugangs|login|aktivierungs|sms)code",
+        r"(?:bestatigungs|verifizierungs|sicherheits) ?nummer",
+        r"passwort",
+        r"kennwort",
+        r"geheimzahl",
+        r"tan(?: nummer)?",
+        r"kartennummer",
+        r"kreditkartennummer",
+        r"prufziffer",
+        r"wiederherstellungs(?:phrase|schlussel)",
+        r"zugangsdaten",
+        # fr
+        r"code (?:de verification|de confirmation|de securite|a usage unique|unique|secret|"
+        r"d'acces|d'activation|recu|sms|pin|confidentiel)",
+        r"mot de passe",
+        r"numero de (?:carte|cb)",
+        r"cryptogramme",
+        r"phrase de recuperation",
+        r"identifiants",
+        # es
+        r"codigo (?:de verificacion|de confirmacion|de seguridad|de acceso|de un solo uso|"
+        r"unico|sms|pin|que (?:te|le) (?:llego|enviamos|hemos enviado))",
+        r"contrasena",
+        r"clave(?: de acceso| secreta)?",
+        r"numero de (?:la )?tarjeta",
+        r"frase de recuperacion",
+        # pt
+        r"codigo (?:de verificacao|de confirmacao|de seguranca|de acesso|unico|sms|"
+        r"que (?:te|lhe) (?:enviamos|chegou))",
+        r"senha",
+        r"numero do cartao",
+        r"frase de recuperacao",
+    ]
+)
+
+_ASK = _any(
+    [
+        # en
+        r"send(?: us| me)?",
+        r"text(?: us| me)?",
+        r"tell(?: us| me)?",
+        r"give(?: us| me)?",
+        r"share",
+        r"reply with",
+        r"respond with",
+        r"read (?:me|us|out)",
+        r"forward(?: us| me)?",
+        r"provide",
+        r"confirm",
+        r"enter",
+        r"type in",
+        r"verify",
+        r"what is your",
+        r"what's your",
+        r"need your",
+        r"we need",
+        r"i need",
+        # de
+        r"(?:schick|send|nenn|gib|geben|teil|sag|bestatig|ubermittel|antwort)(?:e|en|t)?(?: sie| du)?(?: uns| mir)?",
+        r"mitteilen",
+        r"durchgeben",
+        r"weiterleiten",
+        r"brauchen (?:ihr|dein|den|die)",
+        r"wie lautet",
+        # fr
+        r"(?:envoy|donn|communiqu|indiqu|transmet|confirm|repond|partag|lis|dict)(?:ez|er|e|es|ons)?(?:[ -]?(?:nous|moi))?",
+        r"quel est votre",
+        r"avons besoin de",
+        # es
+        r"envia(?:me|nos)?",
+        r"envie(?:me|nos)?",
+        r"mandame",
+        r"mande(?:me|nos)?",
+        r"dime",
+        r"dinos",
+        r"digame",
+        r"diganos",
+        r"dame",
+        r"deme",
+        r"danos",
+        r"pasame",
+        r"comparte",
+        r"comparta",
+        r"confirma",
+        r"confirme",
+        r"responde(?: con)?",
+        r"responda(?: con)?",
+        r"proporcione(?:nos)?",
+        r"facilite(?:nos)?",
+        r"indiquenos",
+        r"cual es (?:tu|su)",
+        r"necesitamos",
+        # pt
+        r"(?:me |nos )?envie",
+        r"(?:me |nos )?envia",
+        r"(?:me |nos )?mande",
+        r"(?:me |nos )?manda",
+        r"(?:me |nos )?diga",
+        r"(?:me |nos )?passe",
+        r"(?:me |nos )?passa",
+        r"informe",
+        r"compartilhe",
+        r"confirme",
+        r"responda(?: com)?",
+        r"forneca",
+        r"qual (?:e|eh) (?:a sua|o seu|sua|seu)",
+        r"precisamos",
+    ]
+)
+# A code or password of a shared thing (the wifi, a door, a locker) is not the reader's.
+_SHARED_THING = (
+    r"(?! (?:for|of|to|at|on|fur|vom|von|des|du|de|del|da|do|pour|para) (?:the |our |my |der |die |das |den |dem |le |la |l'|el |a |o |mi |mon |ma |meu |minha )?"
+    r"(?:wifi|wi fi|wlan|guest|door|front door|gate|garage|locker|building|alarm|bike|lock|"
+    r"haustur|tur|tor|porte|portail|puerta|porta|portao|casa|house|office|buro))"
+)
+_NEGATED = re.compile(
+    r"\b(?:never|not|don't|dont|niemals|nie|nicht|keinesfalls|jamais|ne|n'|nunca|no|nao)"
+    r"(?: \w+)?$"
+)
+# ask ... (the reader's) secret, a few words apart within one sentence.
+_CREDENTIAL = re.compile(
+    rf"\b{_ASK} (?:\w+ ){{0,3}}?(?:your |ihr |ihre |ihren |dein |deine |deinen |votre |vos |ton |ta |tu |su |sus |seu |sua |o seu |a sua |the |den |die |das |le |la |el |o |a |us |me |uns |mir |nous |moi |nos )?{_SECRET}\b{_SHARED_THING}"
+)
+# "send me the code", "read me that code": the code itself, right after the ask.
+_ASK_CODE = re.compile(
+    rf"\b{_ASK} (?:me |us |mir |uns |moi |nous )?(?:the|that|this|den|diesen|le|ce|el|ese|este|o|esse) "
+    r"(?:code|codigo|pin)\b(?! review| base| of conduct| snippet| repository| change| sample)"
+    r"(?! \S*\d)" + _SHARED_THING  # "enter the code 1234 at the gate": the sender gives the code
+)
+# "your password please", "Ihre PIN bitte", "votre code de verification svp".
+_ASKED_FOR = re.compile(
+    rf"\b(?:your|ihr|ihre|ihren|dein|deine|votre|ton|ta|tu|su|seu|sua) {_SECRET} "
+    r"(?:please|pls|plz|bitte|svp|s'il vous plait|por favor|por gentileza|asap|now|jetzt|sofort|maintenant|ahora|agora)\b"
+)
+_CODE_SENT_TO_YOU = re.compile(
+    r"\b(?:a|an|the|ein|einen|un|une|um|uma) (?:\w+ )?(?:code|codigo|pin) "
+    r"(?:(?:was|has been|will be|is) )?(?:sent|texted|wurde|a ete|fue|foi|enviado|envoye)\b"
+    r"[^.]{0,80}\b(?:send|tell|give|read|forward|reply|share|schick|nenn|sag|envoy|donn|dig|envi|mand|pass|diga|compart)\w*\b"
+)
+
+
+# German puts the verb last: "Ihr Passwort bitte (uns) schicken", "PIN sofort mitteilen".
+_SECRET_THEN_ASK = re.compile(
+    rf"\b{_SECRET} (?:(?:bitte|please|uns|mir|sofort|jetzt|hier|per sms|umgehend|now) ){{0,3}}"
+    r"(?:schicken|senden|zusenden|mitteilen|nennen|angeben|durchgeben|bestatigen|eingeben|"
+    r"weiterleiten|send|share|envoyer|communiquer|enviar|compartir|passar|informar)\b"
+)
+
+
+def _asks(pattern: re.Pattern[str], plain: str) -> bool:
+    """A match not negated just before it ("never share this code")."""
+    return any(
+        not _NEGATED.search(plain[max(0, m.start() - 30) : m.start()].rstrip())
+        for m in pattern.finditer(plain)
+    )
+
+
+def _credential(plain: str) -> bool:
+    return (
+        _asks(_CREDENTIAL, plain)
+        or _asks(_ASK_CODE, plain)
+        or bool(_ASKED_FOR.search(plain))
+        or _asks(_CODE_SENT_TO_YOU, plain)
+        or _asks(_SECRET_THEN_ASK, plain)
+    )
+
+
+# -- impersonation ----------------------------------------------------------------------
+
+_AUTHORITY = _any(
+    [
+        # en
+        r"(?:your |the )?bank(?:'s)? (?:fraud|security)(?: department| team)?",
+        r"(?:your|the) bank",
+        r"(?:the |local )?police(?: department| station| officer)?",
+        r"(?:an? )?(?:police )?officer",
+        r"(?:the )?sheriff(?:'s office)?",
+        r"(?:the )?fbi",
+        r"(?:the )?irs",
+        r"(?:the )?hmrc",
+        r"(?:the )?tax (?:office|authority|department|agency)",
+        r"(?:the )?revenue service",
+        r"(?:the )?(?:federal )?government",
+        r"(?:the )?social security(?: administration)?",
+        r"medicare",
+        r"(?:the )?immigration(?: office| service)?",
+        r"(?:the )?customs(?: office)?",
+        r"(?:the )?court",
+        r"(?:the )?(?:microsoft|apple|amazon|google|paypal|windows|netflix) (?:support|security|technical|team|help ?desk)",
+        r"(?:the )?(?:tech|technical|it|computer) support",
+        r"(?:the )?fraud (?:department|team|prevention)",
+        # de
+        r"(?:die |der |ihre |ihrer |deine |deiner )?(?:haus)?bank",
+        r"(?:die |der )?(?:bundes|kriminal|landes)?polizei",
+        r"(?:das |dem )?finanzamt",
+        r"(?:die |der )?steuerbehorde",
+        r"(?:das |dem )?bundeszentralamt",
+        r"(?:der |die )?zoll",
+        r"(?:das |dem )?gericht",
+        r"(?:der |die )?staatsanwaltschaft",
+        r"(?:der |die |dem )?(?:microsoft|apple|amazon|paypal) ?(?:support|kundendienst|sicherheit)",
+        r"(?:der |dem )?technische(?:n|r)? (?:support|kundendienst)",
+        # fr
+        r"(?:la |votre |ta )?banque",
+        r"(?:la )?(?:police|gendarmerie)(?: nationale)?",
+        r"(?:les |le )?(?:impots|fisc|tresor public)",
+        r"(?:la )?douane",
+        r"(?:le )?tribunal",
+        r"(?:le )?support (?:technique|microsoft|apple)",
+        r"(?:l'|le )?(?:assurance maladie|caf|ameli)",
+        # es
+        r"(?:el |su |tu )?banco",
+        r"(?:la )?(?:policia|guardia civil)(?: nacional)?",
+        r"(?:la )?(?:agencia tributaria|hacienda)",
+        r"(?:la )?aduana",
+        r"(?:el )?juzgado",
+        r"(?:el )?soporte tecnico",
+        r"(?:la )?seguridad social",
+        # pt
+        r"(?:o |seu |teu )?banco",
+        r"(?:a )?(?:policia|guarda)(?: federal| civil| militar| nacional)?",
+        r"(?:a )?receita federal",
+        r"(?:as )?financas",
+        r"(?:o )?tribunal",
+        r"(?:o )?suporte tecnico",
+    ]
+)
+_CLAIM = _any(
+    [
+        # en
+        r"this is",
+        r"it is",
+        r"it's",
+        r"we are",
+        r"we're",
+        r"i am",
+        r"i'm",
+        r"i am calling from",
+        r"i'm calling from",
+        r"we are calling from",
+        r"calling from",
+        r"calling on behalf of",
+        r"writing from",
+        r"on behalf of",
+        r"message from",
+        r"notice from",
+        r"alert from",
+        r"here is",
+        # de
+        r"hier ist",
+        r"hier spricht",
+        r"wir sind",
+        r"ich bin",
+        r"ich rufe (?:im auftrag )?(?:von|vom|der|des) ",
+        r"im auftrag (?:von|der|des|ihrer)",
+        r"nachricht (?:von|vom|der|ihrer)",
+        r"mitteilung (?:von|vom|der|ihrer)",
+        r"wir rufen (?:von|vom|im auftrag)",
+        # fr
+        r"ici",
+        r"c'est",
+        r"nous sommes",
+        r"je suis",
+        r"je vous appelle de(?: la| le)?",
+        r"de la part de",
+        r"message de",
+        r"au nom de",
+        # es
+        r"aqui",
+        r"le habla",
+        r"le llamamos de(?:sde)?",
+        r"le llamo de(?:sde)?",
+        r"somos",
+        r"soy",
+        r"llamamos de(?:sde)?",
+        r"mensaje de",
+        r"en nombre de",
+        r"de parte de",
+        # pt
+        r"aqui e",
+        r"aqui fala",
+        r"falamos (?:do|da)",
+        r"somos",
+        r"sou",
+        r"estou ligando (?:do|da|de)",
+        r"ligamos (?:do|da|de)",
+        r"mensagem (?:do|da|de)",
+        r"em nome (?:do|da|de)",
+    ]
+)
+_IMPERSONATE = re.compile(rf"(?:^|\b){_CLAIM} (?:from |von |vom |de |del |do |da )?{_AUTHORITY}\b")
+_RELATIVE = re.compile(
+    r"\b(?:"
+    # en
+    r"hi (?:mum|mom|mummy|mommy|dad|daddy|grandma|grandpa|granny)\b.{0,80}\b(?:new (?:number|phone)|lost my phone|broke my phone|phone (?:broke|is broken)|emergency|urgent|need (?:money|help)|send money)"
+    r"|it'?s (?:me )?your (?:son|daughter|grandson|granddaughter|nephew|niece)\b.{0,80}\b(?:money|emergency|trouble|urgent|accident|hospital|jail|bail)"
+    r"|(?:this is|it'?s) my new (?:number|phone)\b.{0,80}\b(?:money|transfer|pay|emergency|urgent|help)"
+    r"|i'?(?:ve| have) (?:lost|broken) my phone\b.{0,80}\b(?:money|transfer|pay|urgent)"
+    # de
+    r"|hallo (?:mama|papa|mami|papi|oma|opa)\b.{0,80}\b(?:neue nummer|handy (?:ist )?kaputt|handy verloren|notfall|dringend|geld|uberweis)"
+    r"|(?:das ist|dies ist) meine neue nummer\b.{0,80}\b(?:geld|uberweis|notfall|dringend|zahl)"
+    # fr
+    r"|(?:salut|coucou|bonjour) (?:maman|papa|mamie|papi)\b.{0,80}\b(?:nouveau numero|telephone (?:est )?casse|perdu mon telephone|urgence|urgent|argent|virement)"
+    r"|c'est mon nouveau numero\b.{0,80}\b(?:argent|virement|urgence|urgent|payer)"
+    # es
+    r"|hola (?:mama|papa|abuela|abuelo)\b.{0,80}\b(?:nuevo numero|numero nuevo|movil (?:se )?(?:rompio|roto)|perdi (?:el|mi) movil|emergencia|urgente|dinero|transferencia)"
+    r"|(?:este es|es) mi (?:nuevo numero|numero nuevo)\b.{0,80}\b(?:dinero|transferencia|urgente|emergencia|pagar)"
+    # pt
+    r"|oi (?:mae|pai|vo|vovo)\b.{0,80}\b(?:numero novo|novo numero|celular quebrou|perdi (?:o|meu) celular|emergencia|urgente|dinheiro|pix|transferencia)"
+    r"|(?:esse|este) e (?:o )?meu (?:numero novo|novo numero)\b.{0,80}\b(?:dinheiro|pix|transferencia|urgente|pagar)"
+    r")"
+)
+_AUTHORITY_NAME = re.compile(
+    r"\b(?:bank|banque|banco|police|polizei|policia|gendarmerie|irs|hmrc|finanzamt|"
+    r"tax office|government|regierung|gouvernement|gobierno|governo|fbi|interpol|court|"
+    r"gericht|tribunal|customs|zoll|douane|aduana|microsoft|apple|paypal|amazon|"
+    r"support|hacienda|receita|impots|social security|medicare)\b"
+)
+
+
+# -- threats and harassment ---------------------------------------------------------------
+
+_THREAT = re.compile(
+    r"\b(?:"
+    # en
+    r"i(?:'ll| will| am going to|'m going to|m gonna|'m gonna) (?:kill|hurt|shoot|stab|destroy|ruin|hunt|strangle|make) you(?! a\b| an\b| the\b| some\b)"
+    r"|we(?:'ll| will| are going to) (?:kill|hurt|shoot|destroy|ruin|come for|hunt|make) you(?! a\b| an\b| the\b| some\b)"
+    r"|(?:i|we)(?:'ll| will) (?:hunt you down|make you (?:pay|suffer|regret))"
+    r"|you(?:'ll| will) (?:regret|pay for) (?:this|it)"
+    r"|you(?:'re| are) (?:dead meat|going to die|gonna die)"
+    r"|(?:we|i) know where you (?:live|work|sleep)"
+    r"|watch your back"
+    r"|or (?:else )?you(?:'ll| will) (?:be sorry|die|get hurt|regret it)"
+    r"|(?:warrant|arrest warrant) (?:for|out for) your arrest"
+    r"|you (?:will|are going to) be arrested"
+    r"|your (?:family|children|kids|wife|husband) (?:will|are going to) (?:pay|suffer|get hurt|be hurt)"
+    # de
+    r"|ich (?:bringe|bring|werde) dich (?:um|umbringen|toten|fertigmachen)"
+    r"|ich mach dich (?:fertig|kalt)"
+    r"|(?:du wirst|sie werden) es bereuen"
+    r"|(?:wir wissen|ich weiss) wo (?:du wohnst|sie wohnen)"
+    r"|haftbefehl gegen (?:sie|dich)"
+    r"|(?:sie werden|du wirst) verhaftet"
+    # fr
+    r"|je vais (?:te|vous) (?:tuer|buter|detruire|faire du mal)"
+    r"|(?:tu vas|vous allez) le regretter"
+    r"|(?:on sait|je sais|nous savons) ou (?:tu habites|vous habitez)"
+    r"|mandat d'arret"
+    r"|(?:vous serez|tu seras) arrete"
+    # es
+    r"|(?:te|le) voy a (?:matar|hacer dano|destruir)"
+    r"|(?:te vas|se va) a arrepentir"
+    r"|(?:sabemos|se) donde (?:vives|vive)"
+    r"|orden de (?:arresto|detencion)"
+    r"|(?:sera|seras) (?:arrestado|detenido)"
+    # pt
+    r"|(?:vou|vamos) (?:te|lhe) (?:matar|machucar|destruir)"
+    r"|(?:voce|tu) vai se arrepender"
+    r"|(?:sabemos|sei) onde (?:voce mora|tu moras|mora)"
+    r"|mandado de prisao"
+    r"|(?:voce|tu) (?:sera|vai ser) pres[oa]"
+    r")\b"
+)
+_HARASS = re.compile(
+    r"\b(?:"
+    # en
+    r"kill yourself|kys|go die|you should die|nobody (?:loves|wants) you"
+    r"|you(?:'re| are) (?:worthless|a worthless|pathetic|disgusting|a waste of space)"
+    r"|fuck (?:you|off)|stupid bitch|dumb bitch|you bitch|you slut|you whore|piece of shit"
+    # de
+    r"|bring dich um|du bist (?:wertlos|nichts wert|erbarmlich|widerlich)|fick dich"
+    r"|hurensohn|du schlampe|du fotze|du hure|verpiss dich"
+    # fr
+    r"|suicide toi|va mourir|tu ne vaux rien|va te faire (?:foutre|enculer)|connard|connasse"
+    r"|sale pute|salope|fils de pute|encule"
+    # es
+    r"|matate|suicidate|no vales nada|hijo de puta|hija de puta|puta madre|vete a la mierda"
+    r"|pendejo|cabron"
+    # pt
+    r"|se mata|va se matar|voce nao vale nada|filho da puta|filha da puta|vai se foder"
+    r"|vagabunda|arrombado|desgracado"
+    r")\b"
+)
+_PAYMENT_SCAM = re.compile(
+    r"\b(?:"
+    r"(?:pay|buy|purchase|send)(?: \w+){0,3} (?:in |with |using )?(?:gift ?cards?|itunes cards?|google play cards?|steam cards?|amazon cards?)"
+    r"|(?:gutscheinkarten?|geschenkkarten?|paysafecards?) (?:kaufen|schicken|senden)"
+    r"|(?:cartes? cadeaux?|coupons? (?:pcs|transcash|neosurf)) (?:acheter|envoyer)"
+    r"|(?:compr|envi)\w* (?:tarjetas? (?:de )?regalo)"
+    r"|(?:compr|envi)\w* (?:cartoes? (?:de )?presente|gift ?cards?)"
+    r")\b"
+)
+
+
+def check_text(text: str, sender_name: str | None = None) -> tuple[str, ...]:
+    """Labels of what ``text`` (and the sender name shown) is flagged for; () to pass."""
+    plain = normalise(text)
+    reasons: list[str] = []
+    if _credential(plain):
+        reasons.append("credential:code")
+    if _IMPERSONATE.search(plain):
+        reasons.append("impersonation:authority")
+    if sender_name is not None and _AUTHORITY_NAME.search(normalise(sender_name)):
+        reasons.append("impersonation:sender-name")
+    if _RELATIVE.search(plain):
+        reasons.append("impersonation:relative")
+    if _THREAT.search(plain):
+        reasons.append("threat")
+    if _HARASS.search(plain):
+        reasons.append("harassment")
+    if _PAYMENT_SCAM.search(plain):
+        reasons.append("scam:payment")
+    return tuple(reasons)
+
+
+# -- opt-out requests -----------------------------------------------------------------
+
+_STOP_WORD = re.compile(
+    r"^(?:stop|stop all|stopall|end|quit|cancel|unsubscribe|optout|opt out|revoke|"
+    r"stopp|abmelden|abbestellen|arret|arreter|stop sms|desabonner|desinscrire|"
+    r"baja|alta baja|cancelar|parar|pare|sair|descadastrar)$"
+)
+_STOP_PHRASE = re.compile(
+    r"\b(?:"
+    r"(?:do not|don't|dont|never) (?:call|text|contact|message|email|fax) (?:me|us|this number)(?: again| anymore| any more)?"
+    r"|stop (?:calling|texting|contacting|messaging|emailing) (?:me|us)"
+    r"|(?:take|remove) (?:me|my number|this number|my name) (?:off|from) (?:your|the) (?:list|calling list|database)"
+    r"|put (?:me|my number) on (?:your|the) do not call list"
+    r"|(?:rufen sie|ruf) mich (?:nie )?(?:nicht )?mehr an|nicht mehr anrufen|keine anrufe mehr"
+    r"|(?:schreiben sie|schreib) mir nicht mehr|kontaktieren sie mich nicht mehr"
+    r"|ne m'appelez plus|ne plus m'appeler|arretez de m'appeler|ne me contactez plus"
+    r"|ne m'ecrivez plus|ne me rappelez pas|ne me rappelez plus"
+    r"|no me (?:llame|llames|vuelva a llamar|vuelvas a llamar|escriba|escribas|contacte)(?:n)?(?: mas)?"
+    r"|deje de llamarme|dejen de llamarme|no vuelvan a llamar"
+    r"|nao me (?:ligue|liguem|ligar|mande|contate|contatem)(?: mais)?|pare de me ligar|parem de me ligar"
+    r")\b"
+)
+
+
+def asks_to_stop(text: str) -> bool:
+    """A STOP keyword as the whole reply, or a request not to be contacted again."""
+    plain = normalise(text)
+    return bool(_STOP_WORD.match(plain.strip(" .")) or _STOP_PHRASE.search(plain))

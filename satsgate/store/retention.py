@@ -1,0 +1,48 @@
+"""The retention sweep's SQL: the table rules of satsgate.outreach.retention_rules."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from satsgate.outreach.retention_rules import ClearColumns, DeleteRows
+from satsgate.store.engine import Database
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")').fetchall()}
+
+
+class RetentionRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def apply(self, rule: ClearColumns | DeleteRows, now: int) -> int:
+        """Rows cleared or deleted; 0 for a rule whose table (or a column) is missing."""
+        names = [rule.table, rule.time_column, *(c for c, _ in rule.match)]
+        if isinstance(rule, ClearColumns):
+            names += list(rule.columns)
+        if not all(_NAME.match(n) for n in names):
+            raise ValueError(f"retention rule names a bad identifier: {names}")
+        cutoff = now - rule.max_age_s
+        match = "".join(f' AND "{c}" = ?' for c, _ in rule.match)
+        args = (cutoff, *(v for _, v in rule.match))
+
+        def go(conn: sqlite3.Connection) -> int:
+            present = _columns(conn, rule.table)
+            if not present or not set(names[1:]) <= present:
+                return 0
+            if isinstance(rule, DeleteRows):
+                sql = f'DELETE FROM "{rule.table}" WHERE "{rule.time_column}" < ?{match}'
+            else:
+                sets = ", ".join(f'"{c}" = NULL' for c in rule.columns)
+                some = " OR ".join(f'"{c}" IS NOT NULL' for c in rule.columns)
+                sql = (
+                    f'UPDATE "{rule.table}" SET {sets} WHERE "{rule.time_column}" < ?{match}'
+                    f" AND ({some})"
+                )
+            return int(conn.execute(sql, args).rowcount)
+
+        return await self._db.run_in_transaction(go)

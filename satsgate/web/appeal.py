@@ -1,0 +1,224 @@
+"""The appeal page (``/appeal``): the payer of a held communication asks for human review.
+
+``appeal_url`` in the CONTENT_POLICY_HELD answer is ``/appeal?t=<token>``: the token is
+a capability (an HMAC of the hold id under the server secret), given only to the payer,
+and the page shows nothing without it. On the page the payer can add a note and pay
+1 sat (an invoice through the node, shown as a QR code and text); once it is paid the
+request is ``review requested`` and listed first to the operator. The page then shows
+the outcome: the result of a released request, or the refund of a refunded one (the
+same refund /recover claims).
+
+Server-rendered like /recover (satsgate.web.pages): no script, CSS under a nonce, every
+value escaped; a "Check payment" button reloads the state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from satsgate.outreach.holds import APPEAL_SATS, HoldDesk, HoldError
+from satsgate.store import JobStatus, Payment, PaymentStatus
+from satsgate.store.held_requests import HeldRequest
+from satsgate.web.pages import esc, page, qr_svg
+
+_STATES = {
+    "held": "Held for review",
+    "review_requested": "Review requested",
+    "releasing": "Being released",
+    "released": "Released and delivered",
+    "failed": "Released, but delivery failed (refunded)",
+    "refunding": "Being refunded",
+    "refunded": "Refunded",
+}
+_CATEGORIES = {
+    "credential": "it asks the recipient for a password, PIN, code or card number",
+    "impersonation": "it presents itself as a bank, an authority, support or a relative",
+    "threat": "it reads as a threat",
+    "harassment": "it reads as harassment",
+    "scam": "it asks for payment in a way scams do",
+    "llm": "the language-model check flagged it",
+}
+
+
+def install(app: web.Application, holds_key: web.AppKey[HoldDesk]) -> None:
+    async def show(request: web.Request) -> web.Response:
+        desk = request.app[holds_key]
+        token = request.query.get("t", "").strip()
+        if not token:
+            return page("Appeal a held request", _ask_token())
+        hold = await _hold_of(desk, token)
+        if hold is None:
+            return page("Appeal a held request", _ask_token("This appeal link is not valid."), 404)
+        hold = await desk.refresh_appeal(hold)
+        return page("Appeal a held request", await _body(desk, hold, token))
+
+    async def appeal(request: web.Request) -> web.Response:
+        desk = request.app[holds_key]
+        form = await request.post()
+        token = str(form.get("t", "")).strip()
+        hold = await _hold_of(desk, token)
+        if hold is None:
+            return page("Appeal a held request", _ask_token("This appeal link is not valid."), 404)
+        try:
+            await desk.appeal_invoice(hold, str(form.get("note", "")))
+        except HoldError as exc:
+            return page(
+                "Appeal a held request", await _body(desk, hold, token, str(exc)), status=409
+            )
+        raise web.HTTPSeeOther(f"/appeal?t={token}")
+
+    app.router.add_get("/appeal", show)
+    app.router.add_post("/appeal", appeal)
+
+
+async def _hold_of(desk: HoldDesk, token: str) -> HeldRequest | None:
+    hold_id = desk.hold_id_of(token) if 0 < len(token) <= 120 else None
+    return None if hold_id is None else await desk.get(hold_id)
+
+
+def _ask_token(error: str = "") -> str:
+    notice = f'<p class="notice error" id="appeal-error">{esc(error)}</p>' if error else ""
+    return (
+        '<section class="card"><h1>Appeal a held request</h1>'
+        "<p>A message, call or fax that the automatic screen held is not sent and its "
+        "payment is kept, not spent. Open the <code>appeal_url</code> from the "
+        "CONTENT_POLICY_HELD answer to ask a person to review it (1 sat).</p>"
+        f'{notice}<form method="get" action="/appeal"><label>Appeal token '
+        '<input name="t" id="t" required autocomplete="off"></label>'
+        '<button type="submit" id="open">Open</button></form></section>'
+    )
+
+
+def _why(hold: HeldRequest) -> str:
+    seen: list[str] = []
+    for reason in hold.reasons:
+        text = _CATEGORIES.get(reason.split(":")[0], "the screen flagged it")
+        if text not in seen:
+            seen.append(text)
+    return "; ".join(seen)
+
+
+async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") -> str:
+    sats = hold.amount_msat // 1000
+    state = _STATES.get(hold.status, hold.status)
+    notice = f'<p class="notice error" id="appeal-error">{esc(error)}</p>' if error else ""
+    head = (
+        f'<section class="card"><h1>Held request · {esc(hold.service)}</h1>'
+        f'<p>Status: <strong id="hold-status" data-status="{esc(hold.status)}">{esc(state)}'
+        f"</strong></p>{notice}"
+        f'<p id="hold-why">The automatic screen held this '
+        f"{esc(_CHANNELS.get(hold.channel, hold.channel.replace('_', ' ')))}"
+        f" before it was sent: {esc(_why(hold))}. Nothing reached the recipient.</p>"
+        f'<p class="muted">Payment <span class="mono" id="payment-id">{esc(hold.payment_id)}'
+        f"</span> · {esc(sats)} sat · held at {esc(_when(hold.created_at))} · {_deadline(hold)}"
+        "</p>"
+    )
+    if hold.status == "held":
+        return head + await _appeal_part(desk, hold, token) + "</section>"
+    if hold.status == "review_requested":
+        return head + (
+            '<p class="ok" id="review-requested">Your 1-sat appeal is paid: a person will '
+            "review the request. Reload this page for the outcome; the result also appears "
+            f'at the poll_url of the held answer (job <span class="mono">{esc(hold.job_id)}'
+            "</span>).</p>" + _check_button(token) + "</section>"
+        )
+    job = await desk.job(hold)
+    if hold.status == "released" and job is not None and job.status is JobStatus.COMPLETED:
+        result = json.dumps(job.result, indent=2, ensure_ascii=False)
+        return head + (
+            '<p class="ok" id="released">A reviewer released the request and it was '
+            "delivered. The result:</p>"
+            f'<pre class="mono" id="result">{esc(result)}</pre></section>'
+        )
+    refund = (job.error or {}).get("refund") if job is not None else None
+    if isinstance(refund, dict):
+        now = await desk.refund_state(str(refund.get("refund_secret", "")))
+        return head + _refund_part(refund, hold, now) + "</section>"
+    return head + _check_button(token) + "</section>"
+
+
+async def _appeal_part(desk: HoldDesk, hold: HeldRequest, token: str) -> str:
+    payment = await desk.appeal_payment(hold)
+    unpaid = payment is not None and payment.status is PaymentStatus.UNPAID
+    if payment is not None and unpaid and payment.expires_at > time.time():
+        return _invoice_part(payment, token)
+    ask = (
+        f"<h2>Ask for human review ({APPEAL_SATS} sat)</h2>"
+        "<p>A person looks at the request. If it is legitimate they release it and it is "
+        "sent; otherwise it is refunded. Tell the reviewer what the message is for "
+        "(optional):</p>"
+        '<form method="post" action="/appeal">'
+        f'<input type="hidden" name="t" value="{esc(token)}">'
+        '<label>Note for the reviewer <textarea name="note" id="note" rows="3" '
+        'maxlength="2000"></textarea></label>'
+        f'<button type="submit" id="request-review">Ask for review · {APPEAL_SATS} sat'
+        "</button></form>"
+    )
+    return ask
+
+
+def _invoice_part(payment: Payment, token: str) -> str:
+    return (
+        f"<h2>Pay {esc(payment.amount_msat // 1000)} sat to ask for review</h2>"
+        '<div class="qr" id="appeal-qr">'
+        f"{qr_svg('lightning:' + payment.bolt11.upper(), 'Invoice QR')}</div>"
+        f'<p class="mono" id="appeal-invoice">{esc(payment.bolt11)}</p>'
+        f'<p><a href="lightning:{esc(payment.bolt11)}" id="wallet-link">Open in wallet</a></p>'
+        + _check_button(token, "I have paid · check")
+    )
+
+
+def _check_button(token: str, label: str = "Check again") -> str:
+    return (
+        '<form method="get" action="/appeal">'
+        f'<input type="hidden" name="t" value="{esc(token)}">'
+        f'<button type="submit" id="check">{esc(label)}</button></form>'
+    )
+
+
+def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -> str:
+    secret = str(refund.get("refund_secret", ""))
+    lnurl = str(refund.get("lnurl_withdraw", ""))
+    sats = refund.get("amount_sats", hold.amount_msat // 1000)
+    what = (
+        "The request was released but its delivery failed, so it was refunded."
+        if hold.status == "failed"
+        else "The request was not sent and its payment was refunded."
+    )
+    recover = f"/recover?payment_id={hold.payment_id}&refund_secret={secret}"
+    if state in ("paid", "claiming"):
+        done = "paid out to your wallet" if state == "paid" else "being paid out"
+        return (
+            f'<p id="refunded">{esc(what)} The refund of <strong id="refund-sats">{esc(sats)}'
+            f'</strong> sat is <strong id="refund-state">{esc(done)}</strong>.</p>'
+        )
+    return (
+        f'<p id="refunded">{esc(what)} Refund of <strong id="refund-sats">{esc(sats)}'
+        "</strong> sat: scan it with your wallet, or claim it on the recovery page.</p>"
+        f'<div class="qr" id="refund-qr">{qr_svg("lightning:" + lnurl.upper(), "Refund QR")}'
+        f'</div><p class="mono" id="refund-lnurl">{esc(lnurl)}</p>'
+        f'<p><a href="{esc(recover)}" id="recover-link">Claim on /recover</a> · refund secret '
+        f'<span class="mono" id="refund-secret">{esc(secret)}</span></p>'
+    )
+
+
+def _deadline(hold: HeldRequest) -> str:
+    if hold.open:
+        return (
+            f"refunded automatically after {esc(_when(hold.eligible_at))} if nobody decides "
+            "before then."
+        )
+    if hold.resolved_at is None:
+        return "being decided."
+    return f"decided at {esc(_when(hold.resolved_at))}."
+
+
+_CHANNELS = {"email": "e-mail", "sms": "SMS", "ai_call": "AI call", "e_signature": "e-signature"}
+
+
+def _when(ts: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))

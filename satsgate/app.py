@@ -293,10 +293,16 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    if gate.sessions is not None:
+        given_back = await gate.sessions.give_back_held()
+        if given_back:
+            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     yield
     await jobs.close()
     await callbacks.close()
     await refunds.wait_payouts()
+    if gate.sessions is not None:
+        await gate.sessions.wait_closing()
     if gate.cashu is not None:
         await gate.cashu.aclose()
     await app[ENGINES].aclose()
@@ -343,6 +349,16 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.sessions is not None:
+        # Payment sessions: idle ones closed and paid back, failed payouts retried.
+        scheduler.add_job(
+            gate.sessions.sweep,
+            "interval",
+            seconds=max(1, min(30, app[SETTINGS].session_idle_timeout_s // 4)),
+            id="sessions-sweep",
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.add_job(
         files.remove_older_than,
         "interval",

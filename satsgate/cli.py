@@ -81,6 +81,7 @@ async def _ledger(settings: Settings, as_json: bool) -> str:
     try:
         report = await store.ledger.report()
         report["refund_payouts"] = await store.refunds.payout_problems()
+        report["session_payouts"] = await store.sessions.payout_problems()
     finally:
         await store.close()
     return json.dumps(report, indent=2) if as_json else ledger_text(report)

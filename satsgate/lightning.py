@@ -114,8 +114,13 @@ class LightningBackend(Protocol):
     async def lookup_invoice(self, payment_hash: str) -> InvoiceStatus: ...
 
     async def pay_invoice(
-        self, bolt11: str, max_fee_msat: int, timeout_s: int
-    ) -> PaymentResult: ...
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> PaymentResult:
+        """Pay ``bolt11`` under the fee cap. ``amount_msat``: what to pay an amountless
+        invoice (a session's return invoice); None pays the invoice's own amount. An
+        amountless invoice without it, or an amount that differs from the invoice's, is
+        FAILED before anything is sent."""
+        ...
 
     async def lookup_payment(self, payment_hash: str) -> PaymentResult: ...
 

@@ -65,6 +65,7 @@ async def operator_report(store: Store, engines: Engines | None) -> dict[str, An
     report["refund_payouts"] = await store.refunds.payout_problems()
     # Communications held for review: within the ledger's held (their payments serve).
     report["held_communications"] = await store.held_requests.totals()
+    report["session_payouts"] = await store.sessions.payout_problems()
     if engines is not None:
         report["engines"] = [
             {
@@ -140,6 +141,20 @@ def ledger_text(report: dict[str, Any]) -> str:
         for item in payouts:
             lines.append(
                 f"  {item['refund_id']} {item['amount_msat']} msat {item['status']}: "
+                f"{item['payout_error'] or 'payout under way or unknown'}"
+            )
+    lines.append(
+        f"payment sessions: {t['sessions_open']} open of {t['sessions']}; balances held "
+        f"{t['session_balances_msat']} msat; refunds {t['session_refunds_msat']} msat "
+        f"({t['session_refunds_paid_msat']} paid out, fees {t['session_payout_fees_msat']} msat)"
+    )
+    session_payouts = report.get("session_payouts") or []
+    if session_payouts:
+        lines.append(f"session payouts to look at: {len(session_payouts)}")
+        for item in session_payouts:
+            lines.append(
+                f"  {item['session_id']} {item['refund_msat']} msat {item['payout_status']}"
+                f" after {item['payout_attempts']} attempt(s): "
                 f"{item['payout_error'] or 'payout under way or unknown'}"
             )
     lines += _ecash_lines(report.get("ecash") or {})

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import re
 import threading
 import wave
@@ -146,6 +147,8 @@ class FakeAIUpstream:
     def __init__(self) -> None:
         self.seen: list[Seen] = []
         self.compressed = 0  # chat answers sent gzip-compressed
+        self.streams_done = 0  # streamed chat answers sent to their end
+        self.streams_cut = 0  # streamed chat answers the reader went away from
         self.files: dict[str, bytes] = {}  # images answered by URL
         self._script: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
@@ -255,7 +258,7 @@ class FakeAIUpstream:
 
     # -- OpenAI-compatible endpoints -------------------------------------------------------
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         gated = await self._openai_gate(request)
         if isinstance(gated, web.Response):
             return gated
@@ -289,6 +292,8 @@ class FakeAIUpstream:
                 "refusal": "I'm sorry, I can't help with that.",
                 "annotations": [],
             }
+        if body.get("stream"):
+            return await self._chat_stream(request, body, answer, mode)
         resp = web.json_response(
             {
                 "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
@@ -305,6 +310,50 @@ class FakeAIUpstream:
         if "gzip" in seen.headers.get("accept-encoding", ""):
             resp.enable_compression(web.ContentCoding.gzip)
             self.compressed += 1
+        return resp
+
+    async def _chat_stream(
+        self, request: web.Request, body: dict[str, Any], answer: str, mode: str | None
+    ) -> web.StreamResponse:
+        """OpenAI's streamed completion: chat.completion.chunk events (a word each), a
+        finish chunk, with stream_options.include_usage a last chunk of usage and no
+        choices, then [DONE]. Mode "slow_stream": 0.2 s between chunks."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        base = {
+            "id": "chatcmpl-stream-1",
+            "object": "chat.completion.chunk",
+            "created": 1741569952,
+            "model": body["model"],
+        }
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        words = re.findall(r"\S+\s*", answer)
+
+        async def send(chunk: dict[str, Any]) -> None:
+            if include_usage:
+                chunk = {**chunk, "usage": chunk.get("usage")}
+            await resp.write(f"data: {json.dumps({**base, **chunk})}\n\n".encode())
+            if mode == "slow_stream":
+                await asyncio.sleep(0.2)
+
+        try:
+            await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                     "finish_reason": None}]})  # fmt: skip
+            for word in words:
+                await send(
+                    {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+                )
+            await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if include_usage:
+                usage = {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29}
+                await send({"choices": [], "usage": usage})
+            await resp.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, ConnectionError):
+            with self._lock:
+                self.streams_cut += 1
+            return resp
+        with self._lock:
+            self.streams_done += 1
         return resp
 
     async def _generate(self, request: web.Request) -> web.Response:

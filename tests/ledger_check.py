@@ -37,12 +37,12 @@ def assert_ledger_balances(server: Any) -> dict[str, Any]:
     for field in (*FIELDS, "refund_fees_msat", "payments"):
         assert sum(d[field] for d in report["per_day"]) == t[field], field
     by_state = sum(t[f"refunds_{s}_msat"] for s in ("open", "claiming", "paid"))
-    assert t["refunded_msat"] == by_state
+    assert t["refunded_msat"] == by_state + t["session_refunds_msat"]
     _against_rows(before, t)
     return report
 
 
-Rows = tuple[list[Any], list[Any]]
+Rows = tuple[list[Any], list[Any], list[Any]]
 
 
 def _rows(db: Path) -> Rows:
@@ -58,14 +58,18 @@ def _rows(db: Path) -> Rows:
             "SELECT payment_id, amount_msat, status, payout_fee_msat FROM refunds"
             " ORDER BY refund_id"
         ).fetchall()
+        sessions = conn.execute(
+            "SELECT session_id, deposit_msat, spent_msat, refund_msat, payout_status, held_msat"
+            " FROM sessions ORDER BY session_id"
+        ).fetchall()
     finally:
         conn.close()
-    return payments, refunds
+    return payments, refunds, sessions
 
 
 def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
     """The figures from the rows, counted here in Python rather than in SQL."""
-    payments, refunds = rows
+    payments, refunds, sessions = rows
     received = held = open_ = 0
     amount_of: dict[str, int] = {}
     for payment_id, amount, status, mode, decision in payments:
@@ -78,6 +82,16 @@ def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
         elif status == "serving" or (mode == "hold" and decision != "settled"):
             held += amount
     refunded = sum(amount for _, amount, status, _ in refunds if status != "expired")
+    # Payment sessions: an undecided balance is held, a decided refund (unless skipped)
+    # is refunded; a session never spends more than was deposited nor less than nothing.
+    for _, deposit, spent, refund, payout_status, in_flight in sessions:
+        assert 0 <= in_flight <= spent <= deposit
+        if refund is None:
+            held += deposit - spent + in_flight
+        else:
+            assert refund == deposit - spent
+            if payout_status != "skipped":
+                refunded += refund
     owed: dict[str, int] = {}
     for payment_id, amount, status, _ in refunds:
         if status != "expired":

@@ -194,6 +194,24 @@ async def test_close_ends_a_waiting_stream_at_once(lightningd: FakeLightningd) -
 # -- outgoing payments ------------------------------------------------------------------------
 
 
+async def test_an_amountless_invoice_is_paid_with_the_amount_given(
+    backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
+) -> None:
+    """A payment session's return invoice: xpay (and pay) take amount_msat."""
+    bolt11 = payee.invoice("any", "session-refund", "refund")["bolt11"]
+    refused = await backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=5)
+    assert refused.state is PaymentState.FAILED
+    paid = await backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=5, amount_msat=4_321)
+    assert (paid.state, paid.amount_msat) == (PaymentState.SUCCEEDED, 4_321)
+    got = payee.listinvoices(label="session-refund")["invoices"][0]
+    assert (got["status"], got["amount_received_msat"]) == ("paid", 4_321)
+    assert "amount_msat" not in got  # lightningd leaves it out of an "any" invoice
+    lightningd.node.has_xpay = False  # an older node: pay takes amount_msat as well
+    other = payee.invoice("any", "session-refund-2", "refund")["bolt11"]
+    paid = await backend.pay_invoice(other, max_fee_msat=5_000, timeout_s=5, amount_msat=999)
+    assert (paid.state, paid.amount_msat) == (PaymentState.SUCCEEDED, 999)
+
+
 async def test_pay_reports_fee_and_preimage_and_repeat_is_success(
     backend: ClnBackend, lightningd: FakeLightningd, payee: FakeNode
 ) -> None:

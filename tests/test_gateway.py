@@ -48,10 +48,14 @@ SPEC_CODES = [
 
 
 def payment_count(server: ThreadedServer) -> int:
+    """The calls' payments: one per 402 (each 402 also offers a payment session's deposit,
+    a row of its own with mode 'deposit', made only with a call's payment)."""
     return int(
         server.call(
             lambda: server.store.db.run_sync(
-                lambda c: c.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
+                lambda c: c.execute(
+                    "SELECT COUNT(*) FROM payments WHERE mode != 'deposit'"
+                ).fetchone()[0]
             )
         )
     )
@@ -83,7 +87,9 @@ async def test_challenge_has_both_schemes_and_an_exact_invoice(
     assert resp.status_code == 402
     assert resp.headers["Cache-Control"] == "no-store"
     lines = resp.headers.get_list("WWW-Authenticate")
-    assert [line.split(" ", 1)[0] for line in lines] == ["LSAT", "L402", "Payment"]
+    # L402 (both names), then the Payment scheme's charge and session intents.
+    assert [line.split(" ", 1)[0] for line in lines] == ["LSAT", "L402", "Payment", "Payment"]
+    assert 'intent="charge"' in lines[2] and 'intent="session"' in lines[3]
     body = resp.json()
     assert body["error_code"] == "PAYMENT_REQUIRED"
     assert lines[1] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
@@ -224,7 +230,7 @@ async def test_bad_credentials_are_never_served(
     wrong = await post(f"L402 {ch['macaroon']}:{'00' * 32}")
     body = assert_envelope(wrong, "PAYMENT_INVALID", 402)
     assert body["invoice"] != ch["invoice"]  # a fresh challenge
-    assert len(wrong.headers.get_list("WWW-Authenticate")) == 3
+    assert len(wrong.headers.get_list("WWW-Authenticate")) == 4  # L402 x2, charge, session
 
     raw = bytearray(base64.b64decode(ch["macaroon"]))
     raw[-1] ^= 1  # flip a signature bit

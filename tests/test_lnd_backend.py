@@ -183,6 +183,22 @@ async def test_refund_in_flight_is_pending_never_failed(
     assert other.lookup(bytes.fromhex(result.payment_hash)).state == "SETTLED"
 
 
+async def test_an_amountless_invoice_is_paid_with_amt_msat(
+    lnd: FakeLnd, backend: LndBackend, other: FakeLndNode
+) -> None:
+    """A payment session's return invoice: SendPaymentV2 carries the amount (amt_msat)."""
+    bolt11 = other.add_invoice("session refund", 0, 600).payment_request
+    refused = await backend.pay_invoice(bolt11, max_fee_msat=2_000, timeout_s=5)
+    assert refused.state is PaymentState.FAILED  # lnd: an amount must be given
+    paid = await backend.pay_invoice(bolt11, max_fee_msat=2_000, timeout_s=5, amount_msat=4_321)
+    assert paid.state is PaymentState.SUCCEEDED
+    invoice = other.lookup(bytes.fromhex(paid.payment_hash))
+    assert (invoice.state, invoice.amt_paid_msat) == ("SETTLED", 4_321)
+    fixed = other.add_invoice("fixed", 7_000, 600).payment_request
+    twice = await backend.pay_invoice(fixed, max_fee_msat=2_000, timeout_s=5, amount_msat=7_000)
+    assert twice.state is PaymentState.FAILED  # lnd refuses an amount beside the invoice's
+
+
 async def test_refund_failures_are_final_only_when_lnd_says_so(
     lnd: FakeLnd, backend: LndBackend, other: FakeLndNode
 ) -> None:

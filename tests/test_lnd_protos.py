@@ -64,6 +64,7 @@ def test_the_protos_keep_lnds_names_and_numbers() -> None:
     send = {f.name: f.number for f in router_pb2.SendPaymentRequest.DESCRIPTOR.fields}
     assert send == {
         "payment_request": 5,
+        "amt_msat": 12,  # an amountless invoice's amount (a session's return invoice)
         "timeout_seconds": 6,
         "fee_limit_msat": 13,
         "no_inflight_updates": 18,

@@ -95,7 +95,12 @@ class LightningCharge:
 
 
 def payment_line(resp: httpx.Response) -> str:
-    lines = [v for v in resp.headers.get_list("WWW-Authenticate") if v.startswith("Payment ")]
+    """The charge intent's challenge (a 402 also offers the session intent's)."""
+    lines = [
+        v
+        for v in resp.headers.get_list("WWW-Authenticate")
+        if v.startswith("Payment ") and 'intent="charge"' in v
+    ]
     assert len(lines) == 1, lines
     return lines[0]
 
@@ -284,12 +289,14 @@ async def test_accept_payment_limits_the_challenges(client: httpx.AsyncClient) -
         assert resp.status_code == 402
         return [v.split(" ", 1)[0] for v in resp.headers.get_list("WWW-Authenticate")]
 
-    assert await schemes(None) == ["LSAT", "L402", "Payment"]
+    every = ["LSAT", "L402", "Payment", "Payment"]  # the charge and session intents
+    assert await schemes(None) == every
     assert await schemes("lightning/charge") == ["LSAT", "L402", "Payment"]
-    assert await schemes("*/*;q=0.1, lightning/charge;q=0.9") == ["LSAT", "L402", "Payment"]
+    assert await schemes("lightning/session") == ["LSAT", "L402", "Payment"]
+    assert await schemes("*/*;q=0.1, lightning/charge;q=0.9") == every
     # Nothing on offer is accepted (or the header is malformed): the normal set.
-    assert await schemes("tempo/charge") == ["LSAT", "L402", "Payment"]
-    assert await schemes("lightning") == ["LSAT", "L402", "Payment"]
+    assert await schemes("tempo/charge") == every
+    assert await schemes("lightning") == every
 
 
 def test_accept_payment_filters_and_orders() -> None:

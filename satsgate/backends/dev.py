@@ -268,7 +268,9 @@ class DevBackend:
 
     # -- outgoing ---------------------------------------------------------------------------
 
-    async def pay_invoice(self, bolt11: str, max_fee_msat: int, timeout_s: int) -> PaymentResult:
+    async def pay_invoice(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> PaymentResult:
         try:
             decoded = decode_invoice(bolt11)
         except InvalidInvoice as exc:
@@ -279,10 +281,17 @@ class DevBackend:
                 PaymentState.FAILED,
                 failure_reason="invoice is for another network",
             )
-        if decoded.amount_msat is None:
+        if decoded.amount_msat is None and amount_msat is None:
             return PaymentResult(
                 decoded.payment_hash, PaymentState.FAILED, failure_reason="amountless invoice"
             )
+        if decoded.amount_msat is not None and amount_msat not in (None, decoded.amount_msat):
+            return PaymentResult(
+                decoded.payment_hash,
+                PaymentState.FAILED,
+                failure_reason="the amount differs from the invoice's",
+            )
+        paying_msat = decoded.amount_msat or amount_msat or 0
         if decoded.expired():
             return PaymentResult(
                 decoded.payment_hash, PaymentState.FAILED, failure_reason="invoice expired"
@@ -300,9 +309,9 @@ class DevBackend:
         }[self.outgoing_mode]
         # Like a real node: a routing fee (1 ppt, at least 1 msat, within the cap) on what
         # it paid, and its reason on what it could not.
-        fee = min(max(1, decoded.amount_msat // 1000), max_fee_msat)
+        fee = min(max(1, paying_msat // 1000), max_fee_msat)
         return await self._run(
-            self._record_outgoing, decoded.payment_hash, bolt11, decoded.amount_msat, state, fee
+            self._record_outgoing, decoded.payment_hash, bolt11, paying_msat, state, fee
         )
 
     def _record_outgoing(

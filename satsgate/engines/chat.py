@@ -7,8 +7,9 @@ kinds (``engines/providers/``).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 Role = Literal["user", "assistant"]
 
@@ -52,4 +53,24 @@ class ChatEngine(Protocol):
     async def chat(self, request: ChatRequest) -> ChatResult:
         """The model's answer; EngineError (satsgate.engines) on failure: CONTENT_FILTERED
         when the model refused, TIMEOUT, RATE_LIMITED, SERVICE_ERROR ..."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChatChunk:
+    """A piece of a streamed answer: its text, or (once, at the end, when the provider
+    reports it) the usage of the whole answer."""
+
+    text: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@runtime_checkable
+class ChatStreamEngine(Protocol):
+    """A chat engine that can stream its answer (the ``openai`` kind)."""
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        """The answer as it is generated, then one chunk with the usage when the
+        provider gives it; EngineError on failure, as :meth:`ChatEngine.chat`."""
         ...

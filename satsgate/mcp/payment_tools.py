@@ -22,6 +22,7 @@ from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
 from satsgate.operations import payments
 from satsgate.payments.challenger import Challenge, validate_params
+from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
 from satsgate.services.pricing import ESTIMATORS, estimate
 from satsgate.store import Payment
 
@@ -31,7 +32,9 @@ TEXT_HINT_FIELDS = ("prompt", "text", "question", "task", "message", "markdown",
 MAX_CHARACTER_COUNT = 10_000_000
 PAYMENT_ID_DOC = (
     "The paymentId from create_payment, after its lightningInvoice is paid. "
-    "One payment covers one call."
+    "One payment covers one call. Or a payment session (opened over HTTP with the "
+    "Payment scheme's session intent): sess_<the session's preimage, 64 hex>, which "
+    "debits this call's price from the session's balance."
 )
 
 
@@ -242,6 +245,8 @@ async def call_paid(
         )
     params = validate_params(spec, body)
     await env.gate.prevalidate(spec, params)
+    if payment_id.startswith(SESSION_PREFIX) and env.gate.sessions is not None:
+        return await _call_on_session(env, spec, params, payment_id)
     payment = await find_payment(env, payment_id)
     try:
         # The same dedup window as HTTP: a retried identical call gets its first outcome.
@@ -256,3 +261,26 @@ async def call_paid(
         # Decided after looking at the payment: a tool failure, never a protocol error.
         return results.failure(exc)
     return results.from_service_result(result, untrusted=spec.untrusted_output)
+
+
+async def _call_on_session(
+    env: ToolEnv, spec: AnySpec, params: Any, payment_id: str
+) -> dict[str, Any]:
+    """A tool call paid from a payment session (payments/sessions.py): ``paymentId`` is
+    ``sess_<the session's preimage>``; the call's price is debited from its balance, a
+    failure credits it back, and the result carries the balance left."""
+    assert env.gate.sessions is not None
+    try:
+        served = await env.gate.sessions.mcp_call(payment_id, spec, params)
+    except ApiError as exc:
+        return results.failure(exc)
+    out = results.from_service_result(served.result, untrusted=spec.untrusted_output)
+    structured = out.get("structuredContent")
+    if isinstance(structured, dict):
+        structured["session"] = {
+            "sessionId": served.session_id,
+            "chargedMsat": served.charged_msat,
+            "balanceMsat": served.balance_msat,
+            "balanceSats": served.balance_msat // 1000,
+        }
+    return out

@@ -33,8 +33,9 @@ from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
 from satsgate.payments.cashu import Ecash, check_installed, parse_config
-from satsgate.payments.challenger import Challenger
+from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
@@ -104,9 +105,11 @@ class Gate:
         public_base_url: str,
         max_body_bytes: int,
         holds: Holds | None = None,
+        sessions: Sessions | None = None,
         cashu: Ecash | None = None,
     ) -> None:
         self.challenger = challenger
+        self.sessions = sessions  # the session intent (payments/sessions.py)
         self.cashu = cashu  # Cashu ecash payments (NUT-24), when [cashu] names mints
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
@@ -174,7 +177,26 @@ def build_gate(
     if cashu_config is not None:
         check_installed()
         cashu = Ecash(cashu_config, store.ecash, backend)
+    sessions = Sessions(
+        config=SessionConfig(
+            secret=settings.server_secret,
+            realm=realm_of(settings.public_base_url),
+            network=settings.network,
+            invoice_expiry_s=settings.invoice_expiry_s,
+            deposit_multiplier=settings.session_deposit_multiplier,
+            max_deposit_sat=settings.session_max_deposit_sat,
+            idle_timeout_s=settings.session_idle_timeout_s,
+            pay_timeout_s=settings.refund_pay_timeout_s,
+            fee_cap=refunds.max_fee_msat,
+        ),
+        node=backend,
+        payments=store.payments,
+        sessions=store.sessions,
+        settlements=settlements,
+        contexts=handlers,
+    )
     return Gate(
+        sessions=sessions,
         challenger=Challenger(
             node=backend,
             payments=store.payments,

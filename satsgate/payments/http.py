@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -29,16 +29,20 @@ def challenge_response(
     request: web.Request | None = None,
     problem: str | None = None,
     problem_json: bool = False,
+    extra_challenges: Sequence[str] = (),
     cashu_request: str | None = None,
 ) -> web.Response:
     """The 402: the envelope with the challenge's fields and the RFC 9457 members, the
     WWW-Authenticate lines that ``Accept-Payment`` (if any) accepts. ``problem_json``
     (a request with a Payment credential, or one that accepts it) makes the body
-    application/problem+json. ``cashu_request``: the NUT-18 request for ``X-Cashu``
-    (NUT-24), when ecash is accepted."""
+    application/problem+json. ``extra_challenges``: more WWW-Authenticate lines (the
+    session intent's, payments/sessions.py). ``cashu_request``: the NUT-18 request for
+    ``X-Cashu`` (NUT-24), when ecash is accepted."""
     body = problems.problem_fields(code, 402, message, base_url, problem)
     body |= envelope(code, message) | challenge.body_fields(base_url)
-    return _with_challenge(body, challenge, request, code, problem_json, cashu_request)
+    return _with_challenge(
+        body, challenge, request, code, problem_json, extra_challenges, cashu_request
+    )
 
 
 def _with_challenge(
@@ -47,6 +51,7 @@ def _with_challenge(
     request: web.Request | None,
     code: str,
     problem_json: bool,
+    extra_challenges: Sequence[str] = (),
     cashu_request: str | None = None,
 ) -> web.Response:
     if request is not None and not problem_json:
@@ -54,7 +59,8 @@ def _with_challenge(
     content_type = problems.PROBLEM_JSON if problem_json else "application/json"
     resp = web.json_response(body, status=402, dumps=dumps, content_type=content_type)
     accept_payment = request.headers.get("Accept-Payment") if request is not None else None
-    for value in problems.select_challenges(challenge.www_authenticate(), accept_payment):
+    lines = [*challenge.www_authenticate(), *extra_challenges]
+    for value in problems.select_challenges(lines, accept_payment):
         resp.headers.add("WWW-Authenticate", value)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["X-Error-Code"] = code
@@ -85,6 +91,7 @@ async def _fresh_challenge(
     check_challenge(request)
     challenge = await gate.challenge_for(spec, params, via="http")
     base_url = gate.public_base_url
+    sessions = await _session_lines(request, gate, spec, params)
     if exc is None:
         return challenge_response(
             challenge,
@@ -94,12 +101,13 @@ async def _fresh_challenge(
             request=request,
             problem=problem,
             problem_json=problem_json,
+            extra_challenges=sessions,
             cashu_request=_cashu_request(gate, challenge),
         )
     body = problems.problem_fields(code, 402, message, base_url, problem)
     body |= exc.envelope() | challenge.body_fields(base_url)
     resp = _with_challenge(
-        body, challenge, request, code, problem_json, _cashu_request(gate, challenge)
+        body, challenge, request, code, problem_json, sessions, _cashu_request(gate, challenge)
     )
     for name, value in exc.headers.items():
         resp.headers[name] = value
@@ -124,6 +132,16 @@ def problem_response(exc: ApiError, base_url: str) -> web.Response:
     return resp
 
 
+async def _session_lines(
+    request: web.Request, gate: Gate, spec: ServiceSpec[Any], params: BaseModel
+) -> list[str]:
+    """The session intent's challenge for this 402 (a fresh deposit invoice), unless
+    ``Accept-Payment`` leaves sessions out (payments/sessions.py)."""
+    if gate.sessions is None:
+        return []
+    return await gate.sessions.offer_lines(spec, params, request.headers.get("Accept-Payment"))
+
+
 BodyTransform = Callable[[Any], Any]
 
 
@@ -132,7 +150,7 @@ async def handle_paid_call(
     gate: Gate,
     spec: ServiceSpec[Any],
     transform: BodyTransform | None = None,
-) -> web.Response:
+) -> web.StreamResponse:
     """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first.
 
     A request carrying a Payment credential is answered as the core draft says: every
@@ -155,8 +173,12 @@ async def _paid_call(
     auth: list[str],
     *,
     payment_scheme: bool,
-) -> web.Response:
+) -> web.StreamResponse:
     gate.ensure_available(spec)
+    if gate.sessions is not None:  # a session credential (payments/sessions.py)
+        answered = await gate.sessions.http_call(request, gate, spec, transform)
+        if answered is not None:
+            return answered
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
     if transform is not None:
         body = transform(body)
@@ -178,6 +200,7 @@ async def _paid_call(
             challenge,
             gate.public_base_url,
             request=request,
+            extra_challenges=await _session_lines(request, gate, spec, params),
             cashu_request=_cashu_request(gate, challenge),
         )
 

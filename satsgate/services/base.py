@@ -8,7 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -65,6 +65,11 @@ class ServiceResult:
     # (e.g. fewer boarding passes than documents): the gate refunds the rest and puts
     # the refund in the body as ``partial_refund``. None: the quote stands.
     charged_msat: int | None = None
+    # What the call costs by what it actually used (a chat model's tokens, from the
+    # provider's usage), in msat, for a payer billed by use: a payment session reserves
+    # the quote, debits this (never more than the quote) and credits the rest back.
+    # None: the quote stands. Calls paid one by one keep their quoted price.
+    metered_msat: int | None = None
 
 
 class Votes(Protocol):
@@ -128,6 +133,17 @@ class ServiceContext:
 
 
 Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """One piece of a streamed answer; the last one says what the call cost by use."""
+
+    text: str = ""
+    metered_msat: int | None = None
+
+
+StreamHandler = Callable[[ServiceContext, P], AsyncIterator[StreamPiece]]
 Validator = Callable[[P], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
@@ -247,6 +263,10 @@ class ServiceSpec(Generic[P]):
     # refuses, before any invoice, a request to anyone on the do-not-contact list
     # (RECIPIENT_OPTED_OUT). None: the service contacts nobody.
     recipients: Callable[[P], Sequence[str]] | None = None
+    # The answer as it is generated, for a request that asks for a stream (its params'
+    # ``stream``) and is paid from a payment session (payments/sessions.py): text pieces,
+    # the last one carrying ``metered_msat``. None: the service answers in one piece.
+    stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:

@@ -130,6 +130,27 @@ def with_margin_msat(amount_msat: int, percent: int) -> int:
     return -(-amount_msat * (100 + percent) // 100)
 
 
+# Metered text (payment sessions): each model's token limit (its context window), and its
+# per-token rate derived from the catalog price: the price of the longest input the model
+# takes (TEXT_MAX_INPUT_CHARS_BY_MODEL at its chars/sat) spread over its token limit.
+TEXT_TOKEN_LIMIT = {6: 262_144, 1: 32_768, 31: 32_768}
+TEXT_MAX_INPUT_CHARS_BY_MODEL = {6: 900_000, 1: 120_000, 31: 120_000}
+
+
+def text_token_rate_msat(model_id: int) -> float:
+    """msat per token (prompt and completion alike) for metered text on this model."""
+    max_price_msat = TEXT_MAX_INPUT_CHARS_BY_MODEL[model_id] * MSAT / TEXT_CHARS_PER_SAT[model_id]
+    return max_price_msat / TEXT_TOKEN_LIMIT[model_id]
+
+
+def text_tokens_msat(model_id: int, tokens: int, margin_percent: int = 0) -> int:
+    """What ``tokens`` cost on this model when metered (rounded up to the msat):
+    tokens x (price at the input limit / token limit) x (1 + margin). Exact integers."""
+    numerator = tokens * TEXT_MAX_INPUT_CHARS_BY_MODEL[model_id] * MSAT * (100 + margin_percent)
+    denominator = TEXT_CHARS_PER_SAT[model_id] * TEXT_TOKEN_LIMIT[model_id] * 100
+    return -(-numerator // denominator)
+
+
 def text_msat(model_id: int, chars: int) -> int:
     """Text generation: input characters at the model's rate, never below its minimum."""
     return per_chars_msat(chars, TEXT_CHARS_PER_SAT[model_id], TEXT_MIN_SATS[model_id])

@@ -7,13 +7,21 @@ from __future__ import annotations
 import asyncio
 import posixpath
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from satsgate.engines import EngineError
-from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
+from satsgate.engines.chat import (
+    ChatChunk,
+    ChatEngine,
+    ChatMessage,
+    ChatRequest,
+    ChatResult,
+    ChatStreamEngine,
+)
 from satsgate.engines.chat_translation import language_label
 from satsgate.engines.search import SearchEngine, SearchRequest
 from satsgate.engines.translation import (
@@ -23,7 +31,14 @@ from satsgate.engines.translation import (
 )
 from satsgate.services import epub_translation
 from satsgate.services.ai_support import image_input, with_route
-from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import (
+    Params,
+    PriceShape,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+    StreamPiece,
+)
 from satsgate.services.common import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -47,7 +62,9 @@ from satsgate.services.languages import (
 from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
     MSAT,
+    MULTILINGUAL_MARGIN_PERCENT,
     TEXT_CHARS_PER_SAT,
+    TEXT_MAX_INPUT_CHARS_BY_MODEL,
     TEXT_MIN_SATS,
     TRANSLATE_EPUB_MIN_SATS,
     TRANSLATE_MIN_SATS,
@@ -55,13 +72,14 @@ from satsgate.services.pricing import (
     multilingual_ask_msat,
     rare_translation_msat,
     text_msat,
+    text_tokens_msat,
     translate_epub_msat,
     translation_msat,
 )
 from satsgate.services.routing import auto_text_model
 
 # Input limits by model: about 3.5 characters per token of the context window.
-TEXT_MAX_INPUT_CHARS = {6: 900_000, 1: 120_000, 31: 120_000}
+TEXT_MAX_INPUT_CHARS = TEXT_MAX_INPUT_CHARS_BY_MODEL
 MAX_MESSAGES = 500
 
 # -- generate-text -------------------------------------------------------------------------
@@ -115,6 +133,12 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         None,
         description="'auto': vision, documents, long or complex asks go to best, the rest "
         "to standard.",
+    )
+    stream: bool = Field(
+        False,
+        description="Paid from a payment session (the Payment scheme's session intent): "
+        "the answer as server-sent events while it is generated, billed by the tokens "
+        "used. Other payments get the whole answer at once.",
     )
 
     @model_validator(mode="after")
@@ -213,7 +237,72 @@ async def generate_text(ctx: ServiceContext, p: GenerateTextParams) -> ServiceRe
         lambda engine, name: engine.chat(replace(request, model_name=name)),
         model_id=p.chosen_model,
     )
-    return with_route(ServiceResult(result.text, content_type="text/plain"), p)
+    metered = _metered(result, p.chosen_model)
+    return with_route(
+        ServiceResult(result.text, content_type="text/plain", metered_msat=metered), p
+    )
+
+
+async def generate_text_stream(
+    ctx: ServiceContext, p: GenerateTextParams
+) -> AsyncIterator[StreamPiece]:
+    """generate-text as a stream: the provider's deltas as they come, then the cost by the
+    usage of its last chunk (an engine that cannot stream answers in one piece)."""
+    request = chat_request(p)
+    if p.imageData is not None:
+        request = replace(request, images=(await image_input(ctx, p.imageData, "imageData"),))
+
+    async def opening(engine: ChatEngine, name: str | None) -> _Opened:
+        asked = replace(request, model_name=name)
+        if not isinstance(engine, ChatStreamEngine):
+            return _Opened(None, None, await engine.chat(asked))
+        chunks = engine.stream(asked)
+        try:  # the first chunk within the fallback: nothing reached the caller yet
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        return _Opened(chunks, first, None)
+
+    opened = await ctx.engines.run("text", ChatEngine, opening, model_id=p.chosen_model)
+    if opened.whole is not None:
+        yield StreamPiece(opened.whole.text, _metered(opened.whole, p.chosen_model))
+        return
+    assert opened.chunks is not None
+    usage = ChatResult(text="")
+    try:
+        pending = [opened.first] if opened.first is not None else []
+        while True:
+            if pending:
+                chunk = pending.pop()
+            else:
+                try:
+                    chunk = await anext(opened.chunks)
+                except StopAsyncIteration:
+                    break
+            if chunk.input_tokens is not None or chunk.output_tokens is not None:
+                usage = ChatResult("", input_tokens=chunk.input_tokens,
+                                   output_tokens=chunk.output_tokens)  # fmt: skip
+            if chunk.text:
+                yield StreamPiece(chunk.text)
+    finally:
+        await opened.chunks.aclose()  # type: ignore[attr-defined]
+    yield StreamPiece("", _metered(usage, p.chosen_model))
+
+
+@dataclass
+class _Opened:
+    chunks: AsyncIterator[ChatChunk] | None
+    first: ChatChunk | None
+    whole: ChatResult | None
+
+
+def _metered(result: ChatResult, model_id: int, margin_percent: int = 0) -> int | None:
+    """The call's cost by the tokens the provider reports it used (prompt + completion),
+    for a payer billed by use (a payment session); None when the provider reported none."""
+    if result.input_tokens is None and result.output_tokens is None:
+        return None
+    tokens = (result.input_tokens or 0) + (result.output_tokens or 0)
+    return text_tokens_msat(model_id, tokens, margin_percent)
 
 
 GENERATE_TEXT = ServiceSpec(
@@ -244,6 +333,7 @@ GENERATE_TEXT = ServiceSpec(
     prevalidate=_prevalidate_text,
     example={"input": [{"role": "user", "content": "Explain Lightning in one sentence."}]},
     engine="text",
+    stream_handler=generate_text_stream,
 )
 
 # -- multilingual-ask ----------------------------------------------------------------------
@@ -307,7 +397,8 @@ async def multilingual_ask(ctx: ServiceContext, p: MultilingualAskParams) -> Ser
             # The answer is in another language than the question was asked in.
             "translated": asked_in is not None and asked_in != p.language,
             "modelId": p.chosen_model,
-        }
+        },
+        metered_msat=_metered(result, p.chosen_model, MULTILINGUAL_MARGIN_PERCENT),
     )
 
 

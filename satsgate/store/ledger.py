@@ -17,6 +17,12 @@ was paid; its refunds count on that day too, so each day balances on its own):
   back; an expired link's money stays earned;
 - earned: the rest, what the node keeps.
 
+Payment sessions (store/sessions.py): a deposit is a payment (received on the day its
+session opened, which every deposit of the session counts on, so each day balances).
+Until a session's refund is decided its balance is held (the payer's money, drawn on by
+calls), and so are its calls in flight (debited, not answered yet); a closed session's
+refund is refunded (owed or paid back); what its calls spent is earned.
+
 Refunds are also broken down by state (open, claiming, paid, expired) with the routing
 fees the node paid on the payouts it made (outside the equation: fees are the node's
 cost, not the payer's money).
@@ -70,6 +76,49 @@ def _payment_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, i
     }
 
 
+# A payment's day: the day it was paid, except a session's deposits, which all count on
+# the day the session opened (its balance and refund are that day's too).
+_PAYMENT_DAY = (
+    "COALESCE((SELECT s.created_at FROM session_deposits d JOIN sessions s"
+    " ON s.session_id = d.session_id WHERE d.payment_hash = p.payment_hash),"
+    " p.paid_at, p.created_at)"
+)
+
+
+def _session_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
+    rows = c.execute(
+        f"SELECT {group},"
+        " COALESCE(SUM(CASE WHEN s.refund_msat IS NULL"
+        "   THEN s.deposit_msat - s.spent_msat + s.held_msat END), 0),"
+        " COALESCE(SUM(CASE WHEN s.payout_status != 'skipped' THEN s.refund_msat END), 0),"
+        " COALESCE(SUM(CASE WHEN s.payout_status = 'succeeded' THEN s.refund_msat END), 0),"
+        " COALESCE(SUM(s.payout_fee_msat), 0),"
+        " COUNT(CASE WHEN s.status = 'open' THEN 1 END), COUNT(*)"
+        f" FROM sessions s GROUP BY {group}"
+    ).fetchall()
+    return {
+        row[0]: {
+            "session_balances_msat": int(row[1]),
+            "session_refunds_msat": int(row[2]),
+            "session_refunds_paid_msat": int(row[3]),
+            "session_payout_fees_msat": int(row[4]),
+            "sessions_open": int(row[5]),
+            "sessions": int(row[6]),
+        }
+        for row in rows
+    }
+
+
+_NO_SESSIONS = {
+    "session_balances_msat": 0,
+    "session_refunds_msat": 0,
+    "session_refunds_paid_msat": 0,
+    "session_payout_fees_msat": 0,
+    "sessions_open": 0,
+    "sessions": 0,
+}
+
+
 def _refund_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
     states = "".join(
         f", COALESCE(SUM(CASE WHEN r.status = '{s}' THEN r.amount_msat END), 0),"
@@ -92,15 +141,20 @@ def _refund_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, in
     return out
 
 
-def _combine(payments: dict[str, int], refunds: dict[str, int]) -> dict[str, int]:
+def _combine(
+    payments: dict[str, int], refunds: dict[str, int], sessions: dict[str, int] | None = None
+) -> dict[str, int]:
+    sessions = sessions or _NO_SESSIONS
     refunds = refunds or {
         **{f"refunds_{s}_msat": 0 for s in _REFUND_STATES},
         **{f"refunds_{s}": 0 for s in _REFUND_STATES},
         "refund_fees_msat": 0,
     }
     refunded = sum(refunds[f"refunds_{s}_msat"] for s in ("open", "claiming", "paid"))
+    refunded += sessions["session_refunds_msat"]
     received = payments.get("received_msat", 0)
     held, open_ = payments.get("held_msat", 0), payments.get("open_msat", 0)
+    held += sessions["session_balances_msat"]
     return {
         "received_msat": received,
         "earned_msat": received - refunded - held - open_,
@@ -112,24 +166,26 @@ def _combine(payments: dict[str, int], refunds: dict[str, int]) -> dict[str, int
         "canceled_holds": payments.get("canceled_holds", 0),
         "canceled_holds_msat": payments.get("canceled_holds_msat", 0),
         **refunds,
+        **sessions,
     }
 
 
 def _totals(c: sqlite3.Connection) -> dict[str, int]:
     payments = _payment_figures(c, "1").get(1, {})
     refunds = _refund_figures(c, "1").get(1, {})
-    return _combine(payments, refunds)
+    return _combine(payments, refunds, _session_figures(c, "1").get(1))
 
 
 def _per_day(c: sqlite3.Connection) -> list[dict[str, Any]]:
-    day = f"(COALESCE(p.paid_at, p.created_at) / {_DAY}) * {_DAY}"
+    day = f"({_PAYMENT_DAY} / {_DAY}) * {_DAY}"
     payments = _payment_figures(c, day)
     refunds = _refund_figures(c, day)
-    days = sorted(set(payments) | set(refunds))
+    sessions = _session_figures(c, f"(s.created_at / {_DAY}) * {_DAY}")
+    days = sorted(set(payments) | set(refunds) | set(sessions))
     return [
         {
             "day": time.strftime("%Y-%m-%d", time.gmtime(int(d))),
-            **_combine(payments.get(d, {}), refunds.get(d, {})),
+            **_combine(payments.get(d, {}), refunds.get(d, {}), sessions.get(d)),
         }
         for d in days
     ]
@@ -141,7 +197,7 @@ def _calls_per_service(c: sqlite3.Connection) -> list[dict[str, Any]]:
         " (SELECT COUNT(*) FROM refunds r JOIN payments q ON q.payment_id = r.payment_id"
         "  WHERE q.service = p.service)"
         " FROM payments p WHERE p.status IN ('serving', 'spent', 'refunded', 'canceled')"
-        " GROUP BY p.service ORDER BY COUNT(*) DESC, p.service"
+        " AND p.mode != 'deposit' GROUP BY p.service ORDER BY COUNT(*) DESC, p.service"
     ).fetchall()
     return [
         {"service": str(r[0]), "calls": int(r[1]), "paid_msat": int(r[2]), "refunds": int(r[3])}

@@ -19,6 +19,7 @@ from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
 from satsgate.store.retention import RetentionRepository
 from satsgate.store.screenings import ScreeningRepository
+from satsgate.store.sessions import SessionRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -43,6 +44,7 @@ class Store:
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
+        self.sessions = SessionRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
 
     async def open(self) -> None:

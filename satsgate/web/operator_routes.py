@@ -295,6 +295,21 @@ def _dashboard_body(report: dict[str, Any]) -> str:
         numeric={2},
         table_id="refund-payouts",
     )
+    session_payouts = table(
+        ("session", "msat", "state", "attempts", "node's reason"),
+        (
+            (
+                p["session_id"],
+                p["refund_msat"],
+                p["payout_status"],
+                p["payout_attempts"],
+                p["payout_error"] or "payout under way or unknown",
+            )
+            for p in report.get("session_payouts", [])
+        ),
+        numeric={1, 3},
+        table_id="session-payouts",
+    )
     engines = table(
         ("engine", "state", "source", "detail"),
         (
@@ -328,6 +343,11 @@ def _dashboard_body(report: dict[str, Any]) -> str:
         '<p class="muted">Claims under way, and links whose last payout failed (the link '
         "stays open; the payer can try again).</p>"
         f"{payouts}</section>"
+        f'<section class="card"><h2>Session payouts to look at</h2>'
+        '<p class="muted">Payment sessions whose balance could not be paid to the return '
+        "invoice yet (retried with backoff), or whose payout's outcome is unknown. Open "
+        f"balances: {t['session_balances_msat']} msat in {t['sessions_open']} session(s)."
+        f"</p>{session_payouts}</section>"
         f'<section class="card"><h2>Calls per service</h2>{services}</section>'
         f'<section class="card"><h2>Failures and refunds by cause</h2>{causes}</section>'
         f'<section class="card"><h2>Engines</h2>{engines}</section>'

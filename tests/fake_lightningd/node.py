@@ -148,9 +148,10 @@ class FakeNode:
             "label": inv["label"],
             "bolt11": inv["bolt11"],
             "payment_hash": inv["payment_hash"],
-            "amount_msat": inv["amount_msat"],
             "status": status,
         }
+        if inv["amount_msat"] is not None:  # lightningd leaves it out for "any"
+            out = {**out, "amount_msat": inv["amount_msat"]}
         if status == "paid":
             out["pay_index"] = inv["pay_index"]
             out["amount_received_msat"] = inv["amount_received_msat"]
@@ -178,10 +179,9 @@ class FakeNode:
         preimage: str | None = None,
         **_ignored: Any,
     ) -> dict[str, Any]:
-        if amount_msat == "any":
-            raise RpcFailure(INVALID_PARAMS, "fake lightningd: amountless invoices unsupported")
-        msat = parse_msat_param("amount_msat", amount_msat)
-        if msat == 0:
+        # "any": an amountless invoice (the payer names the amount), as lightningd makes.
+        msat = 0 if amount_msat == "any" else parse_msat_param("amount_msat", amount_msat)
+        if msat == 0 and amount_msat != "any":
             raise RpcFailure(INVALID_PARAMS, "amount_msat: should be positive msat or 'any'")
         label = str(label)
         pre = bytes.fromhex(preimage) if preimage else secrets.token_bytes(32)
@@ -208,7 +208,7 @@ class FakeNode:
                 "label": label,
                 "bolt11": bolt11,
                 "payment_hash": payment_hash,
-                "amount_msat": msat,
+                "amount_msat": msat or None,
                 "status": "unpaid",
                 "description": description,
                 "expires_at": now + int(expiry),
@@ -304,7 +304,11 @@ class FakeNode:
         """An incoming HTLC set for one of our invoices; returns the preimage or refuses."""
         with self._cond:
             inv = self._by_hash(payment_hash)
-            if inv is None or self._status(inv) != "unpaid" or amount_msat < inv["amount_msat"]:
+            if (
+                inv is None
+                or self._status(inv) != "unpaid"
+                or amount_msat < (inv["amount_msat"] or 0)
+            ):
                 # A node refuses unknown, paid, expired or underpaid invoices alike.
                 raise RpcFailure(
                     PAY_DESTINATION_PERM_FAIL,
@@ -366,7 +370,9 @@ class FakeNode:
             ]
             return {"pays": [self._pay_json(p) for p in rows]}
 
-    def _send(self, bolt11: str, maxfee_msat: int | None, *, xpay: bool) -> dict[str, Any]:
+    def _send(
+        self, bolt11: str, maxfee_msat: int | None, *, xpay: bool, amount_msat: Any = None
+    ) -> dict[str, Any]:
         """One payment attempt through a channel; blocks while the HTLC is held."""
         try:
             decoded = decode_invoice(bolt11)
@@ -376,11 +382,14 @@ class FakeNode:
             raise RpcFailure(
                 INVALID_PARAMS, f"invstring: Invalid bolt11: wrong network ({decoded.network})"
             )
-        if decoded.amount_msat is None:
+        given = None if amount_msat is None else parse_msat_param("amount_msat", amount_msat)
+        if decoded.amount_msat is None and given is None:
             raise RpcFailure(INVALID_PARAMS, "amount_msat: required for amountless invoice")
+        if decoded.amount_msat is not None and given is not None:
+            raise RpcFailure(INVALID_PARAMS, "amount_msat: unnecessary for invoice with amount")
         if decoded.expired():
             raise RpcFailure(PAY_INVOICE_EXPIRED, "Invoice expired")
-        amount_msat = decoded.amount_msat
+        amount_msat = decoded.amount_msat if given is None else given
         with self._cond:
             previous = [p for p in self._pays if p["payment_hash"] == decoded.payment_hash]
             done = next((p for p in previous if p["status"] == "complete"), None)
@@ -464,7 +473,7 @@ class FakeNode:
         if not self.has_xpay:
             raise RpcFailure(METHOD_NOT_FOUND, "Unknown command 'xpay'")
         fee = None if maxfee is None else parse_msat_param("maxfee", maxfee)
-        return self._send(invstring, fee, xpay=True)
+        return self._send(invstring, fee, xpay=True, amount_msat=amount_msat)
 
     def pay(
         self,
@@ -475,7 +484,7 @@ class FakeNode:
         **_ignored: Any,
     ) -> dict[str, Any]:
         fee = None if maxfee is None else parse_msat_param("maxfee", maxfee)
-        return self._send(bolt11, fee, xpay=False)
+        return self._send(bolt11, fee, xpay=False, amount_msat=amount_msat)
 
     # -- node -----------------------------------------------------------------------------
 

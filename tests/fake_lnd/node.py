@@ -188,8 +188,9 @@ class FakeLndNode:
         cltv_expiry: int = 0,
         hold: bool = False,
     ) -> FakeInvoice:
-        if value_msat <= 0:
-            raise LndError("UNKNOWN", "fake lnd: amountless invoices unsupported")
+        if value_msat < 0:
+            raise LndError("UNKNOWN", "amount must not be negative")
+        # value 0: an amountless invoice (the payer names the amount), as lnd makes.
         if not hold:
             preimage = preimage or secrets.token_bytes(32)
             r_hash = hashlib.sha256(preimage).digest()
@@ -313,11 +314,22 @@ class FakeLndNode:
 
     # -- outgoing payments ------------------------------------------------------------------
 
-    def send_payment(self, bolt11: str, fee_limit_msat: int) -> FakePayment:
+    def send_payment(self, bolt11: str, fee_limit_msat: int, amt_msat: int = 0) -> FakePayment:
         try:
             decoded = decode_invoice(bolt11)
         except InvalidInvoice as exc:
             raise LndError("INVALID_ARGUMENT", f"invalid payment request: {exc}") from None
+        # lnd's rules: an amountless invoice needs amt/amt_msat; one with an amount
+        # refuses a second one.
+        if decoded.amount_msat is None and amt_msat <= 0:
+            raise LndError(
+                "INVALID_ARGUMENT", "amount must be specified when paying a zero amount invoice"
+            )
+        if decoded.amount_msat is not None and amt_msat:
+            raise LndError(
+                "INVALID_ARGUMENT",
+                "amount must not be specified when paying a non-zero amount invoice",
+            )
         if decoded.expired():
             raise LndError("INVALID_ARGUMENT", "invoice expired")
         if decoded.payee == self.pubkey:
@@ -332,7 +344,7 @@ class FakeLndNode:
             pay = FakePayment(
                 payment_hash=decoded.payment_hash,
                 payment_request=bolt11,
-                value_msat=decoded.amount_msat or 0,
+                value_msat=decoded.amount_msat or amt_msat,
                 index=self._payment_index,
                 attempts=(known.attempts + 1) if known else 1,
             )

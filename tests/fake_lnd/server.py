@@ -303,7 +303,9 @@ class RouterServicer(_Servicer, router_pb2_grpc.RouterServicer):
     async def SendPaymentV2(self, request: Any, context: Any) -> AsyncIterator[Any]:
         await self._auth(context)
         try:
-            pay = self.node.send_payment(request.payment_request, request.fee_limit_msat)
+            pay = self.node.send_payment(
+                request.payment_request, request.fee_limit_msat, request.amt_msat
+            )
         except LndError as exc:
             await self._abort(context, exc)
             raise

@@ -265,8 +265,12 @@ class ClnBackend:
             payment_hash=str(inv["payment_hash"]).lower(), state=state, amount_msat=amount_msat
         )
 
-    async def pay_invoice(self, bolt11: str, max_fee_msat: int, timeout_s: int) -> PaymentResult:
-        """Pay with a fee cap. FAILED only when nothing can still arrive; unknown is PENDING."""
+    async def pay_invoice(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> PaymentResult:
+        """Pay with a fee cap (``amount_msat`` for an amountless invoice: xpay's and pay's
+        own ``amount_msat``). FAILED only when nothing can still arrive; unknown is
+        PENDING."""
         try:
             payment_hash = decode_invoice(bolt11).payment_hash
         except InvalidInvoice as exc:
@@ -274,7 +278,7 @@ class ClnBackend:
                 payment_hash="", state=PaymentState.FAILED, failure_reason=str(exc)
             )
         try:
-            res = await self._send_payment(bolt11, max_fee_msat, timeout_s)
+            res = await self._send_payment(bolt11, max_fee_msat, timeout_s, amount_msat)
         except ClnRpcError as exc:
             return await self._after_pay_error(payment_hash, exc)
         except (TimeoutError, ClnConnectionError) as exc:
@@ -292,8 +296,11 @@ class ClnBackend:
             preimage=str(res["payment_preimage"]).lower(),
         )
 
-    async def _send_payment(self, bolt11: str, max_fee_msat: int, timeout_s: int) -> dict[str, Any]:
+    async def _send_payment(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> dict[str, Any]:
         wait_s = timeout_s + self.pay_grace_s
+        amount: dict[str, Any] = {} if amount_msat is None else {"amount_msat": amount_msat}
         if self._use_xpay:
             try:
                 return await self._rpc.call_blocking(
@@ -302,6 +309,7 @@ class ClnBackend:
                         "invstring": bolt11,
                         "maxfee": max_fee_msat,
                         "retry_for": timeout_s,
+                        **amount,
                     },
                     wait_s=wait_s,
                 )
@@ -316,6 +324,7 @@ class ClnBackend:
                 "bolt11": bolt11,
                 "maxfee": max_fee_msat,
                 "retry_for": timeout_s,
+                **amount,
             },
             wait_s=wait_s,
         )

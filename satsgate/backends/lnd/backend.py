@@ -416,8 +416,11 @@ class LndBackend:
 
     # -- outgoing payments ------------------------------------------------------------------
 
-    async def pay_invoice(self, bolt11: str, max_fee_msat: int, timeout_s: int) -> PaymentResult:
-        """Pay with a fee cap. FAILED only when lnd says so; in flight or unknown is PENDING."""
+    async def pay_invoice(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> PaymentResult:
+        """Pay with a fee cap (``amount_msat`` for an amountless invoice: SendPaymentV2's
+        ``amt_msat``). FAILED only when lnd says so; in flight or unknown is PENDING."""
         try:
             payment_hash = decode_invoice(bolt11).payment_hash
         except InvalidInvoice as exc:
@@ -431,6 +434,7 @@ class LndBackend:
             timeout_seconds=max(1, int(timeout_s)),
             fee_limit_msat=max(0, int(max_fee_msat)),
             no_inflight_updates=True,
+            amt_msat=0 if amount_msat is None else int(amount_msat),
         )
         call = self._router.SendPaymentV2(request, metadata=self._metadata)
         try:

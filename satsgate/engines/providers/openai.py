@@ -35,9 +35,10 @@ upstream, and the caller pays for one.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
 import httpx
@@ -45,7 +46,7 @@ import httpx2
 import openai
 from openai import AsyncOpenAI
 
-from satsgate.engines.chat import ChatRequest, ChatResult
+from satsgate.engines.chat import ChatChunk, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
@@ -287,6 +288,51 @@ class _Chat:
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ERRORS.mapped(exc, self.engine) from None
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        """``stream: true`` with ``stream_options.include_usage``: the text deltas, then
+        the usage from the last chunk (``choices`` empty, ``usage`` set)."""
+        model = _need_model(request.model_name)
+        extra: dict[str, Any] = {}
+        if request.max_tokens is not None:
+            extra[self.provider.max_tokens_field] = request.max_tokens
+        if request.temperature is not None:
+            extra["temperature"] = request.temperature
+        completions = cast(Any, self.provider.client.chat.completions)
+
+        async def call() -> Any:
+            return await completions.create(
+                model=model,
+                messages=_chat_messages(request),
+                stream=True,
+                stream_options={"include_usage": True},
+                **extra,
+            )
+
+        # Only opening the stream is repeated after a connection failure (nothing was
+        # generated for the caller yet).
+        stream = await self.provider.call(self.engine, call, idempotent=True)
+        try:
+            async for chunk in stream:
+                usage = getattr(chunk, "usage", None)
+                for choice in chunk.choices or ():
+                    if choice.finish_reason == "content_filter" or getattr(
+                        choice.delta, "refusal", None
+                    ):
+                        raise upstream.refused_error()
+                    if choice.delta.content:
+                        yield ChatChunk(text=choice.delta.content)
+                if usage is not None:
+                    yield ChatChunk(
+                        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens
+                    )
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise ERRORS.mapped(exc, self.engine) from None
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
 
 
 def _chat_result(body: Any) -> ChatResult:

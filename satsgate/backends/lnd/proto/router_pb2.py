@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from satsgate.backends.lnd.proto import lightning_pb2 as satsgate_dot_backends_dot_lnd_dot_proto_dot_lightning__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(satsgate/backends/lnd/proto/router.proto\x12\trouterrpc\x1a+satsgate/backends/lnd/proto/lightning.proto\"{\n\x12SendPaymentRequest\x12\x17\n\x0fpayment_request\x18\x05 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x05\x12\x16\n\x0e\x66\x65\x65_limit_msat\x18\r \x01(\x03\x12\x1b\n\x13no_inflight_updates\x18\x12 \x01(\x08\"H\n\x13TrackPaymentRequest\x12\x14\n\x0cpayment_hash\x18\x01 \x01(\x0c\x12\x1b\n\x13no_inflight_updates\x18\x02 \x01(\x08\x32\x8e\x01\n\x06Router\x12@\n\rSendPaymentV2\x12\x1d.routerrpc.SendPaymentRequest\x1a\x0e.lnrpc.Payment0\x01\x12\x42\n\x0eTrackPaymentV2\x12\x1e.routerrpc.TrackPaymentRequest\x1a\x0e.lnrpc.Payment0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(satsgate/backends/lnd/proto/router.proto\x12\trouterrpc\x1a+satsgate/backends/lnd/proto/lightning.proto\"\x8d\x01\n\x12SendPaymentRequest\x12\x17\n\x0fpayment_request\x18\x05 \x01(\t\x12\x10\n\x08\x61mt_msat\x18\x0c \x01(\x03\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x05\x12\x16\n\x0e\x66\x65\x65_limit_msat\x18\r \x01(\x03\x12\x1b\n\x13no_inflight_updates\x18\x12 \x01(\x08\"H\n\x13TrackPaymentRequest\x12\x14\n\x0cpayment_hash\x18\x01 \x01(\x0c\x12\x1b\n\x13no_inflight_updates\x18\x02 \x01(\x08\x32\x8e\x01\n\x06Router\x12@\n\rSendPaymentV2\x12\x1d.routerrpc.SendPaymentRequest\x1a\x0e.lnrpc.Payment0\x01\x12\x42\n\x0eTrackPaymentV2\x12\x1e.routerrpc.TrackPaymentRequest\x1a\x0e.lnrpc.Payment0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'satsgate.backends.lnd.proto.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SENDPAYMENTREQUEST']._serialized_start=100
-  _globals['_SENDPAYMENTREQUEST']._serialized_end=223
-  _globals['_TRACKPAYMENTREQUEST']._serialized_start=225
-  _globals['_TRACKPAYMENTREQUEST']._serialized_end=297
-  _globals['_ROUTER']._serialized_start=300
-  _globals['_ROUTER']._serialized_end=442
+  _globals['_SENDPAYMENTREQUEST']._serialized_start=101
+  _globals['_SENDPAYMENTREQUEST']._serialized_end=242
+  _globals['_TRACKPAYMENTREQUEST']._serialized_start=244
+  _globals['_TRACKPAYMENTREQUEST']._serialized_end=316
+  _globals['_ROUTER']._serialized_start=319
+  _globals['_ROUTER']._serialized_end=461
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,1186 @@
+"""Payment sessions: the "session" intent of the Payment scheme, lightning method
+(draft-lightning-session-00).
+
+Every 402 of a paid endpoint offers, beside L402 and the charge intent, a session
+challenge: ``amount`` (the price of this call, in sats), ``currency`` "sat",
+``unitType`` "request", a fresh ``depositInvoice`` for ``depositAmount`` (the price
+times ``session_deposit_multiplier``, at most ``session_max_deposit_sat``, never below
+the one call), its ``paymentHash`` and ``idleTimeout``. The deposit is a row of
+``payments`` (mode 'deposit'), settled like any invoice.
+
+Credentials (``Authorization: Payment <b64url JCS JSON>``), ``payload.action``:
+
+- ``open`` (``preimage``, amountless ``returnInvoice``): consumes the paid deposit
+  into a new session (id: the deposit's payment hash) and serves the request as a
+  bearer call;
+- ``bearer`` (``sessionId``, ``preimage``): serves the request, debiting its quoted
+  price from the balance in one conditional UPDATE (store/sessions.py); too little left
+  is a fresh 402 (insufficient-balance) whose session challenge is the top-up's;
+- ``topUp`` (also ``topup``; ``sessionId``, ``topUpPreimage``): consumes a paid deposit
+  into the session's balance; answers ``{"status": "ok"}`` and serves nothing;
+- ``close`` (``sessionId``, ``preimage``): closes the session and pays the balance left
+  to the return invoice (the node's own payment, under the refunds' fee cap); a second
+  close answers the same result.
+
+One balance serves every paid service. A call that fails after its debit is credited
+back at once; a metered call (``ServiceResult.metered_msat``: text billed by tokens)
+is debited its quote first and credited what it did not use. Every success carries a
+``Payment-Receipt`` with the balance left. Failures answer 402 with fresh challenges and
+an RFC 9457 body typed ``https://paymentauth.org/problems/lightning/...``.
+
+An idle session (no debit or top-up for ``session_idle_timeout_s``) is closed by the
+sweep, which also retries failed payouts and resolves payouts whose outcome was unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from satsgate import json_input
+from satsgate.engines import EngineError
+from satsgate.errors import ApiError, envelope
+from satsgate.http_edge import dumps, read_json, result_response
+from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
+from satsgate.payments import mpp, problems
+from satsgate.payments.dedup import DedupCache
+from satsgate.payments.hmac_sha256 import HmacKey
+from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec
+from satsgate.store import Payment, PaymentStatus
+from satsgate.store.sessions import Session, SessionRepository
+
+log = logging.getLogger("satsgate.sessions")
+
+AnySpec = ServiceSpec[Any]
+INTENT = "session"
+PROBLEMS = "https://paymentauth.org/problems/lightning/"
+SESSION_SERVICE = "session"  # the service name of a deposit's payments row
+MCP_PREFIX = "sess_"  # an MCP paymentId that names a session: sess_<preimage hex>
+# A payout whose return invoice has expired is not tried again (the operator sees it).
+_NEVER = 2**62
+_PROBLEM_TITLES = {
+    "malformed-credential": "Malformed credential",
+    "unknown-challenge": "Unknown challenge",
+    "invalid-preimage": "Invalid preimage",
+    "session-not-found": "Session not found",
+    "session-closed": "Session closed",
+    "insufficient-balance": "Insufficient balance",
+    "challenge-expired": "Challenge expired",
+    "invalid-return-invoice": "Invalid return invoice",
+}
+_HEX = frozenset("0123456789abcdef")
+_MAX_KNOWN_BEARERS = 10_000
+# What Accept-Payment is asked about: would it take the session intent (beside charge)?
+_CHARGE_PROBE = 'Payment id="", method="lightning", intent="charge"'
+_SESSION_PROBE = 'Payment id="", method="lightning", intent="session"'
+
+
+class SessionProblem(Exception):
+    """A refused session credential: the draft's problem type, satsgate's error code."""
+
+    def __init__(
+        self, problem: str, code: str, detail: str, extra: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.problem = problem
+        self.code = code
+        self.detail = detail
+        self.extra = extra or {}
+
+
+# -- the wire: challenge, credential, receipt ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionChallenge:
+    id: str
+    realm: str
+    request: str  # b64url of the JCS request object
+    expires: str
+    fields: dict[str, str]  # the request object, for the 402 body
+
+    def header(self) -> str:
+        return (
+            f'Payment id="{self.id}", realm="{self.realm}", method="{mpp.METHOD}", '
+            f'intent="{INTENT}", request="{self.request}", expires="{self.expires}"'
+        )
+
+
+def challenge_id(key: HmacKey, realm: str, request: str, expires: str, extra: str = "||") -> str:
+    """The stateless id: HMAC-SHA256 under the server secret over the same slots as the
+    charge intent's (realm|method|intent|request|expires|digest|opaque)."""
+    message = "|".join((realm, mpp.METHOD, INTENT, request, expires)) + extra
+    return mpp.b64url(key.digest(message.encode()))
+
+
+@dataclass(frozen=True)
+class SessionCredential:
+    action: str  # open | bearer | topUp | close
+    challenge_id: str
+    request: dict[str, Any]  # the echoed challenge's request object
+    expires_at: int | None
+    payload: dict[str, Any]
+
+    def text(self, name: str) -> str:
+        value = self.payload.get(name)
+        if not isinstance(value, str) or not value:
+            raise SessionProblem(
+                "malformed-credential",
+                "MALFORMED_CREDENTIAL",
+                f"payload.{name} is required for action {self.action}",
+            )
+        return value
+
+    def hex32(self, name: str) -> str:
+        value = self.text(name)
+        if len(value) != 64 or not set(value) <= _HEX:
+            raise SessionProblem(
+                "malformed-credential",
+                "MALFORMED_CREDENTIAL",
+                f"payload.{name} must be 64 lowercase hex characters",
+            )
+        return value
+
+
+def session_payload(value: str) -> dict[str, Any] | None:
+    """The decoded credential when ``value`` (after ``Payment ``) is one of the session
+    intent; None for anything else (the charge intent's own parser answers those)."""
+    try:
+        doc = json_input.loads(mpp.b64url_decode(value.strip()))
+    except (json_input.JsonInputError, Exception):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    challenge = doc.get("challenge")
+    if not isinstance(challenge, dict) or challenge.get("intent") != INTENT:
+        return None
+    return doc
+
+
+def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
+    """Check a decoded session credential: its challenge was issued here (the HMAC id),
+    the action is known. Raises SessionProblem."""
+    ch = doc["challenge"]
+    fields: dict[str, str] = {}
+    for name in ("id", "realm", "method", "intent", "request", "expires", "digest", "opaque"):
+        item = ch.get(name, "")
+        if not isinstance(item, str):
+            raise SessionProblem(
+                "malformed-credential", "MALFORMED_CREDENTIAL", f"challenge.{name} must be a string"
+            )
+        fields[name] = item
+    if fields["method"] != mpp.METHOD:
+        raise SessionProblem(
+            "malformed-credential", "MALFORMED_CREDENTIAL", "only method=lightning is accepted"
+        )
+    expected = challenge_id(
+        key,
+        fields["realm"],
+        fields["request"],
+        fields["expires"],
+        f"|{fields['digest']}|{fields['opaque']}",
+    )
+    if not hmac.compare_digest(expected, fields["id"]):
+        raise SessionProblem(
+            "unknown-challenge", "PAYMENT_INVALID", "the challenge was not issued by this server"
+        )
+    try:
+        request = json_input.loads(mpp.b64url_decode(fields["request"]))
+    except (json_input.JsonInputError, Exception):
+        request = None
+    if not isinstance(request, dict):
+        raise SessionProblem(
+            "malformed-credential", "MALFORMED_CREDENTIAL", "challenge.request is not JSON"
+        )
+    payload = doc.get("payload")
+    if not isinstance(payload, dict) or not isinstance(payload.get("action"), str):
+        raise SessionProblem(
+            "malformed-credential", "MALFORMED_CREDENTIAL", "payload.action is required"
+        )
+    action = payload["action"]
+    if action == "topup":  # some clients spell it so
+        action = "topUp"
+    if action not in ("open", "bearer", "topUp", "close"):
+        raise SessionProblem(
+            "malformed-credential", "MALFORMED_CREDENTIAL", f"unknown action {action!r}"
+        )
+    expires_at = None
+    if fields["expires"]:
+        try:
+            expires_at = mpp.parse_rfc3339(fields["expires"])
+        except Exception:
+            raise SessionProblem(
+                "malformed-credential", "MALFORMED_CREDENTIAL", "challenge.expires is not RFC 3339"
+            ) from None
+    return SessionCredential(action, fields["id"], request, expires_at, payload)
+
+
+def receipt_header(reference: str, unix_s: int, **fields: Any) -> str:
+    receipt = {
+        "method": mpp.METHOD,
+        "reference": reference,
+        "status": "success",
+        "timestamp": mpp.rfc3339(unix_s),
+        **fields,
+    }
+    return mpp.b64url(mpp.canonical_json(receipt).encode())
+
+
+def _sats(msat: int) -> int:
+    return msat // 1000
+
+
+# -- the collaborators it uses -------------------------------------------------------------
+
+
+class InvoiceNode(Protocol):
+    """The node: deposit invoices, and the payouts on close."""
+
+    async def create_invoice(
+        self, amount_msat: int, description: str, expiry_s: int
+    ) -> CreatedInvoice: ...
+
+    async def pay_invoice(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> PaymentResult: ...
+
+    async def lookup_payment(self, payment_hash: str) -> PaymentResult: ...
+
+
+class DepositPayments(Protocol):
+    async def insert(self, payment: Payment) -> None: ...
+
+    async def get_by_hash(self, payment_hash: str) -> Payment | None: ...
+
+
+class PaidRefresher(Protocol):
+    async def refresh_paid(self, payment: Payment) -> Payment: ...
+
+
+class Contexts(Protocol):
+    def for_call(self, call_id: str) -> ServiceContext: ...
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    secret: str
+    realm: str
+    network: str
+    invoice_expiry_s: int
+    deposit_multiplier: int
+    max_deposit_sat: int
+    idle_timeout_s: int
+    pay_timeout_s: int
+    fee_cap: Callable[[int], int]  # the refunds' routing fee cap for a payout amount
+
+
+@dataclass
+class Served:
+    """A served session call: the result, what it cost and the balance left."""
+
+    result: ServiceResult
+    session_id: str
+    charged_msat: int
+    balance_msat: int
+
+
+@dataclass
+class _InFlight:
+    count: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Sessions:
+    """The session intent: challenges, the four actions, the balance and the payouts."""
+
+    def __init__(
+        self,
+        *,
+        config: SessionConfig,
+        node: InvoiceNode,
+        payments: DepositPayments,
+        sessions: SessionRepository,
+        settlements: PaidRefresher,
+        contexts: Contexts,
+    ) -> None:
+        self._config = config
+        self._key = HmacKey(config.secret.encode())
+        self._node = node
+        self._payments = payments
+        self._sessions = sessions
+        self._settlements = settlements
+        self._contexts = contexts
+        self._in_flight: dict[str, _InFlight] = {}
+        self._closing: dict[str, asyncio.Task[None]] = {}
+        self._paying: set[str] = set()
+        # An open's call, replayed to a retry of the same credential (the draft's
+        # idempotency by challenge id) for five minutes.
+        self._opened = DedupCache(300.0, max_entries=2_000)
+        # Bearer credentials (the Authorization value) verified already: session id and
+        # challenge id. Proof of the preimage, like the value itself: kept in memory only.
+        self._bearers: dict[str, tuple[str, str]] = {}
+
+    # -- the challenge ---------------------------------------------------------------------
+
+    def deposit_sats(self, price_sats: int) -> int:
+        c = self._config
+        return max(price_sats, min(price_sats * c.deposit_multiplier, c.max_deposit_sat))
+
+    async def challenge(self, price_sats: int, description: str) -> SessionChallenge:
+        """A fresh deposit invoice and its session challenge (priced at one call)."""
+        c = self._config
+        deposit = self.deposit_sats(max(1, price_sats))
+        text = f"satsgate session deposit ({deposit} sat)"
+        invoice = await self._node.create_invoice(deposit * 1000, text, c.invoice_expiry_s)
+        now = int(time.time())
+        await self._payments.insert(
+            Payment(
+                # Named by its hash (public in the challenge): a deposit paid and never
+                # opened is refunded like any unused payment (POST /api/l402/refund with
+                # paymentId "dep_<paymentHash>" and the preimage).
+                payment_id=f"dep_{invoice.payment_hash}",
+                payment_hash=invoice.payment_hash,
+                bolt11=invoice.bolt11,
+                service=SESSION_SERVICE,
+                amount_msat=deposit * 1000,
+                status=PaymentStatus.UNPAID,
+                created_at=now,
+                expires_at=invoice.expires_at,
+                paid_at=None,
+                spent_at=None,
+                root_key="",
+                token_id="",
+                request_digest="",
+                description=text,
+                via="http",
+                mode="deposit",
+            )
+        )
+        request = {
+            "amount": str(max(1, price_sats)),
+            "currency": "sat",
+            "description": description,
+            "unitType": "request",
+            "depositInvoice": invoice.bolt11,
+            "paymentHash": invoice.payment_hash,
+            "depositAmount": str(deposit),
+            "idleTimeout": str(c.idle_timeout_s),
+        }
+        request_b64 = mpp.b64url(mpp.canonical_json(request).encode())
+        expires = mpp.rfc3339(invoice.expires_at)
+        cid = challenge_id(self._key, c.realm, request_b64, expires)
+        return SessionChallenge(cid, c.realm, request_b64, expires, request)
+
+    async def offer_lines(
+        self, spec: AnySpec, params: BaseModel, accept_payment: str | None = None
+    ) -> list[str]:
+        """The session challenge for a 402 that offers this call, as WWW-Authenticate
+        lines: none when ``Accept-Payment`` leaves the session intent out (then no
+        deposit invoice is made), or when the node cannot make one (the other
+        challenges stand)."""
+        if accept_payment and _SESSION_PROBE not in problems.select_challenges(
+            (_CHARGE_PROBE, _SESSION_PROBE), accept_payment
+        ):
+            return []
+        try:
+            challenge = await self.challenge(spec.quote_sats(params), spec.title)
+        except (BackendError, OSError) as exc:
+            log.warning("no session challenge: the deposit invoice failed: %s", exc)
+            return []
+        return [challenge.header()]
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    async def http_call(
+        self,
+        request: web.Request,
+        gate: Any,
+        spec: AnySpec,
+        transform: Callable[[Any], Any] | None,
+    ) -> web.StreamResponse | None:
+        """Answer a request whose Authorization is a session credential; None for any
+        other request (the charge intent and L402 answer those)."""
+        auth = request.headers.getall("Authorization", [])
+        if len(auth) != 1:
+            return None
+        known = self._bearers.get(auth[0])
+        if known is not None:  # this very bearer credential verified before
+            session_id, challenge = known
+            checked = await self._params(request, gate, spec, transform)
+            try:
+                if _wants_stream(spec, checked):
+                    return await self._stream(request, session_id, spec, checked, challenge)
+                served = await self._debit_and_run(session_id, spec, checked)
+            except SessionProblem as problem:
+                return await self._problem_response(gate, spec, checked, problem)
+            return self._served_response(served, challenge)
+        scheme, _, rest = auth[0].strip().partition(" ")
+        if scheme.lower() != "payment":
+            return None
+        doc = session_payload(rest)
+        if doc is None:
+            return None
+        params: BaseModel | None = None
+        try:
+            cred = parse_credential(doc, self._key)
+            if cred.action in ("open", "bearer"):
+                params = await self._params(request, gate, spec, transform)
+            if cred.action == "open" and params is not None and _wants_stream(spec, params):
+                deposit_hash, _, return_invoice = self._open_checks(cred)
+                opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
+                return await self._stream(
+                    request, opened.session_id, spec, params, cred.challenge_id
+                )
+            if cred.action == "open":
+                served = await self._open(cred, spec, params)
+                return self._served_response(served, cred.challenge_id)
+            if cred.action == "bearer" and params is not None:
+                session_id = cred.text("sessionId").lower()
+                _check_owner(session_id, cred.hex32("preimage"))
+                if _wants_stream(spec, params):
+                    return await self._stream(request, session_id, spec, params, cred.challenge_id)
+                served = await self._debit_and_run(session_id, spec, params)
+                # Verified: its repeats (the same header value) skip the decode, the
+                # challenge's HMAC and the hash. Bounded; cleared when full.
+                if len(self._bearers) >= _MAX_KNOWN_BEARERS:
+                    self._bearers.clear()
+                self._bearers[auth[0]] = (session_id, cred.challenge_id)
+                return self._served_response(served, cred.challenge_id)
+            if cred.action == "topUp":
+                session = await self._top_up(cred)
+                return self._action_response(
+                    {"status": "ok", "sessionId": session.session_id, **_balance(session)},
+                    session.session_id,
+                    cred,
+                    balanceSats=_sats(session.balance_msat),
+                )
+            session_id, preimage = cred.text("sessionId"), cred.hex32("preimage")
+            _check_owner(session_id, preimage)
+            closed = await self.close(session_id)
+            refund_status = _refund_status(closed)
+            refund_sats = _sats(closed.refund_msat or 0)
+            return self._action_response(
+                {
+                    "status": "closed",
+                    "sessionId": session_id,
+                    "refundSats": refund_sats,
+                    "refundStatus": refund_status,
+                    "closeReason": closed.close_reason,
+                },
+                session_id,
+                cred,
+                refundSats=refund_sats,
+                refundStatus=refund_status,
+            )
+        except SessionProblem as problem:
+            if params is None:
+                params = await self._params_or_none(request, gate, spec, transform)
+            return await self._problem_response(gate, spec, params, problem)
+
+    async def _params(
+        self,
+        request: web.Request,
+        gate: Any,
+        spec: AnySpec,
+        transform: Callable[[Any], Any] | None,
+    ) -> BaseModel:
+        from satsgate.payments.challenger import validate_params
+
+        body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
+        if transform is not None:
+            body = transform(body)
+        params = validate_params(spec, body)
+        await gate.prevalidate(spec, params)
+        return params
+
+    async def _params_or_none(
+        self,
+        request: web.Request,
+        gate: Any,
+        spec: AnySpec,
+        transform: Callable[[Any], Any] | None,
+    ) -> BaseModel | None:
+        try:
+            return await self._params(request, gate, spec, transform)
+        except ApiError:
+            return None
+
+    def _served_response(self, served: Served, challenge_id: str) -> web.StreamResponse:
+        resp = result_response(served.result)
+        if resp.status < 300:
+            resp.headers["Payment-Receipt"] = receipt_header(
+                served.session_id,
+                int(time.time()),
+                challengeId=challenge_id,
+                balanceSats=_sats(served.balance_msat),
+                balanceMsat=served.balance_msat,
+                chargedMsat=served.charged_msat,
+            )
+            resp.headers["Cache-Control"] = "private"
+        return resp
+
+    def _action_response(
+        self, body: dict[str, Any], session_id: str, cred: SessionCredential, **receipt: Any
+    ) -> web.StreamResponse:
+        resp = web.json_response(body, dumps=dumps)
+        resp.headers["Payment-Receipt"] = receipt_header(
+            session_id, int(time.time()), challengeId=cred.challenge_id, **receipt
+        )
+        resp.headers["Cache-Control"] = "private"
+        return resp
+
+    async def _problem_response(
+        self, gate: Any, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
+    ) -> web.StreamResponse:
+        """402, fresh challenges (L402, charge and a session deposit: the top-up's), and an
+        RFC 9457 body with satsgate's envelope fields as extension members."""
+        body: dict[str, Any] = {
+            "type": PROBLEMS + problem.problem,
+            "title": _PROBLEM_TITLES[problem.problem],
+            "status": 402,
+            "detail": problem.detail,
+        }
+        body |= envelope(problem.code, problem.detail) | problem.extra
+        headers: list[str] = []
+        if params is not None:
+            with contextlib.suppress(ApiError):
+                charge = await gate.challenge_for(spec, params, via="http")
+                body |= charge.body_fields(gate.public_base_url)
+                headers += charge.www_authenticate()
+            try:
+                session = await self.challenge(spec.quote_sats(params), spec.title)
+            except (BackendError, OSError) as exc:
+                log.warning("no session challenge: the deposit invoice failed: %s", exc)
+            else:
+                headers.append(session.header())
+                body["session"] = session.fields
+        resp = web.json_response(body, status=402, dumps=dumps)
+        resp.content_type = "application/problem+json"
+        for value in headers:
+            resp.headers.add("WWW-Authenticate", value)
+        resp.headers["Cache-Control"] = "no-store"
+        resp.headers["X-Error-Code"] = problem.code
+        return resp
+
+    # -- the actions ----------------------------------------------------------------------
+
+    def _fresh(self, cred: SessionCredential) -> str:
+        """The deposit hash of an open or topUp credential's (unexpired) challenge."""
+        if cred.expires_at is not None and cred.expires_at <= time.time():
+            raise SessionProblem(
+                "challenge-expired", "PAYMENT_EXPIRED", "the challenge has expired"
+            )
+        payment_hash = cred.request.get("paymentHash")
+        if not isinstance(payment_hash, str) or not cred.request.get("depositInvoice"):
+            raise SessionProblem(
+                "unknown-challenge", "PAYMENT_INVALID", "this challenge carries no deposit"
+            )
+        return payment_hash.lower()
+
+    async def _deposit(self, payment_hash: str) -> Payment:
+        """The deposit's row, refreshed from the node if its settlement is not seen yet."""
+        payment = await self._payments.get_by_hash(payment_hash)
+        if payment is None or payment.mode != "deposit":
+            raise SessionProblem("unknown-challenge", "PAYMENT_INVALID", "unknown deposit")
+        if payment.status is PaymentStatus.UNPAID:
+            payment = await self._settlements.refresh_paid(payment)
+        if payment.status is PaymentStatus.UNPAID:
+            raise SessionProblem(
+                "unknown-challenge",
+                "PAYMENT_PENDING",
+                "the deposit invoice is not paid yet",
+                {"retry_after_seconds": 2},
+            )
+        return payment
+
+    def _return_invoice(self, bolt11: str) -> str:
+        try:
+            invoice = decode_invoice(bolt11)
+        except InvalidInvoice as exc:
+            raise SessionProblem(
+                "invalid-return-invoice", "PAYMENT_INVALID", f"returnInvoice: {exc}"
+            ) from None
+        if invoice.amount_msat:
+            raise SessionProblem(
+                "invalid-return-invoice",
+                "PAYMENT_INVALID",
+                "returnInvoice must carry no amount: the refund is decided at close",
+            )
+        if invoice.network != self._config.network:
+            raise SessionProblem(
+                "invalid-return-invoice",
+                "PAYMENT_INVALID",
+                f"returnInvoice is not for {self._config.network}",
+            )
+        if invoice.expires_at <= time.time() + self._config.idle_timeout_s:
+            raise SessionProblem(
+                "invalid-return-invoice",
+                "PAYMENT_INVALID",
+                "returnInvoice expires before the idle timeout "
+                f"({self._config.idle_timeout_s} s); the draft recommends twice that or more",
+            )
+        return bolt11.strip()
+
+    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, str]:
+        """An open credential's deposit hash, preimage and return invoice, checked."""
+        deposit_hash = self._fresh(cred)
+        preimage = cred.hex32("preimage")
+        if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
+            raise SessionProblem(
+                "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the paymentHash"
+            )
+        return deposit_hash, preimage, self._return_invoice(cred.text("returnInvoice"))
+
+    async def _open_session(
+        self, deposit_hash: str, challenge_id: str, return_invoice: str
+    ) -> Session:
+        deposit = await self._deposit(deposit_hash)
+        session = await self._sessions.open(
+            deposit.payment_hash, challenge_id, return_invoice, int(time.time())
+        )
+        if session is None:
+            raise SessionProblem(
+                "unknown-challenge",
+                "PAYMENT_ALREADY_USED",
+                "this deposit was used already",
+                await self._used_deposit(deposit_hash),
+            )
+        log.info("session %s opened with %d msat", session.session_id[:16], session.deposit_msat)
+        return session
+
+    async def _open(
+        self, cred: SessionCredential, spec: AnySpec, params: BaseModel | None
+    ) -> Served:
+        assert params is not None
+        deposit_hash, preimage, return_invoice = self._open_checks(cred)
+        key = (cred.challenge_id, "open")
+        earlier = self._opened.lookup(key)
+        if earlier is not None:  # a retry of this open: its first answer, nothing again
+            result = await asyncio.shield(earlier)
+            session = await self._sessions.get(deposit_hash)
+            balance = session.balance_msat if session is not None else 0
+            return Served(result, deposit_hash, 0, balance)
+        session = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
+        self._opened.begin(key)
+        try:
+            served = await self.bearer(session.session_id, preimage, spec, params)
+        except BaseException:
+            self._opened.forget(key)
+            raise
+        self._opened.finish(key, served.result)
+        return served
+
+    async def _used_deposit(self, payment_hash: str) -> dict[str, Any]:
+        use = await self._sessions.deposit_use(payment_hash)
+        if use is None:
+            return {}
+        return {"sessionId": use[0]}
+
+    async def _top_up(self, cred: SessionCredential) -> Session:
+        deposit_hash = self._fresh(cred)
+        session_id = cred.text("sessionId").lower()
+        preimage = cred.hex32("topUpPreimage")
+        if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
+            raise SessionProblem(
+                "invalid-preimage",
+                "PAYMENT_INVALID",
+                "sha256(topUpPreimage) is not the paymentHash",
+            )
+        use = await self._sessions.deposit_use(deposit_hash)
+        if use is not None:
+            used_for, kind, challenge = use
+            session = await self._sessions.get(used_for)
+            if used_for == session_id and kind == "topup" and challenge == cred.challenge_id:
+                assert session is not None
+                return session  # a retry of this top-up: the same answer, credited once
+            raise SessionProblem(
+                "unknown-challenge", "PAYMENT_ALREADY_USED", "this deposit was used already"
+            )
+        await self._deposit(deposit_hash)
+        outcome, session_or_none = await self._sessions.top_up(
+            session_id, deposit_hash, cred.challenge_id, int(time.time())
+        )
+        if outcome == "unknown":
+            raise SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+        if outcome == "closed":
+            raise SessionProblem("session-closed", "PAYMENT_ALREADY_USED", "the session is closed")
+        if outcome != "ok" or session_or_none is None:  # lost to a concurrent use
+            raise SessionProblem(
+                "unknown-challenge", "PAYMENT_ALREADY_USED", "this deposit was used already"
+            )
+        log.info("session %s topped up", session_id[:16])
+        return session_or_none
+
+    async def bearer(
+        self, session_id: str, preimage: str, spec: AnySpec, params: BaseModel
+    ) -> Served:
+        """Serve one call on the session's balance (bearer, open, MCP). Raises
+        SessionProblem before the debit, ApiError (with the credit) after it."""
+        session_id = session_id.lower()
+        _check_owner(session_id, preimage)
+        return await self._debit_and_run(session_id, spec, params)
+
+    async def _debit_and_run(self, session_id: str, spec: AnySpec, params: BaseModel) -> Served:
+        """The debit, the call, the credit of what it did not earn (ownership proven)."""
+        if spec.mode == "job":
+            raise SessionProblem(
+                "insufficient-balance",
+                "PAYMENT_REQUIRED",
+                f"{spec.slug} runs as a job and is paid per call (L402 or the charge intent), "
+                "not from a session",
+            )
+        price_msat = spec.quote_sats(params) * 1000
+        # Counted in flight before the debit: a close that comes meanwhile waits for this
+        # call (and its credit, if any) before it decides the refund.
+        flight = self._in_flight.get(session_id)
+        if flight is None:
+            flight = self._in_flight[session_id] = _InFlight()
+        flight.count += 1
+        flight.idle.clear()
+        try:
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
+            return await self._run(session_id, spec, params, price_msat, balance)
+        finally:
+            flight.count -= 1
+            if flight.count == 0:
+                flight.idle.set()
+                if self._in_flight.get(session_id) is flight:
+                    del self._in_flight[session_id]
+
+    async def _stream(
+        self,
+        request: web.Request,
+        session_id: str,
+        spec: AnySpec,
+        params: BaseModel,
+        challenge_id: str,
+    ) -> web.StreamResponse:
+        """A streamed call (server-sent events) paid from the session: the quote is
+        reserved (debited) first; the answer goes out as ``data: {"text": ...}`` events;
+        at its end the cost by the tokens used is debited instead (the rest credited),
+        an ``event: payment-receipt`` says what it cost, then ``data: [DONE]``. A failure
+        before the first piece is credited and answered as an error; one after it is
+        credited and ends the stream with ``event: error``. A stream the client
+        abandons keeps its reservation (what was generated for it is paid)."""
+        assert spec.stream_handler is not None
+        price_msat = spec.quote_sats(params) * 1000
+        flight = self._in_flight.get(session_id)
+        if flight is None:
+            flight = self._in_flight[session_id] = _InFlight()
+        flight.count += 1
+        flight.idle.clear()
+        try:
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
+            ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+            pieces = spec.stream_handler(ctx, params)
+            try:
+                return await self._relay(
+                    request, pieces, session_id, price_msat, balance, challenge_id
+                )
+            finally:
+                await pieces.aclose()  # type: ignore[attr-defined]
+        finally:
+            flight.count -= 1
+            if flight.count == 0:
+                flight.idle.set()
+                if self._in_flight.get(session_id) is flight:
+                    del self._in_flight[session_id]
+
+    async def _relay(
+        self,
+        request: web.Request,
+        pieces: Any,
+        session_id: str,
+        price_msat: int,
+        balance: int,
+        challenge_id: str,
+    ) -> web.StreamResponse:
+        try:
+            first = await anext(pieces, None)
+        except ApiError as exc:
+            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
+            raise
+        except EngineError as exc:
+            credit = await self._credit(session_id, price_msat, exc.message)
+            raise ApiError(
+                exc.code, exc.message, extra={**exc.envelope_extra(), **credit},
+                headers=exc.http_headers(),
+            ) from exc  # fmt: skip
+        except Exception as exc:
+            log.exception("a streamed session call failed before its first piece")
+            credit = await self._credit(session_id, price_msat, repr(exc))
+            raise ApiError(
+                "L402_UPSTREAM_FAILED",
+                "The service failed; its price was credited back to the session.",
+                extra=credit,
+            ) from exc
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "private, no-store",
+                # At the start: what was reserved for this call; the final cost follows
+                # in the stream's payment-receipt event.
+                "Payment-Receipt": receipt_header(
+                    session_id,
+                    int(time.time()),
+                    challengeId=challenge_id,
+                    balanceSats=_sats(balance),
+                    balanceMsat=balance,
+                    reservedMsat=price_msat,
+                ),
+            }
+        )
+        units = 0
+        metered: int | None = None
+        try:
+            await resp.prepare(request)
+            piece = first
+            while piece is not None:
+                if piece.metered_msat is not None:
+                    metered = piece.metered_msat
+                if piece.text:
+                    units += 1
+                    await resp.write(_event(None, {"text": piece.text}))
+                piece = await anext(pieces, None)
+        except (ConnectionError, asyncio.CancelledError):
+            log.info("session %s: the client left a stream; its reservation is kept", session_id)
+            self._sessions.answered(session_id, price_msat)
+            raise
+        except (ApiError, EngineError) as exc:
+            credit = await self._credit(session_id, price_msat, str(exc))
+            with contextlib.suppress(ConnectionError):
+                await resp.write(_event("error", envelope(exc.code, str(exc)) | credit))
+                await resp.write_eof()
+            return resp
+        except Exception as exc:
+            log.exception("a streamed session call failed")
+            credit = await self._credit(session_id, price_msat, repr(exc))
+            with contextlib.suppress(ConnectionError):
+                await resp.write(
+                    _event("error", envelope("L402_UPSTREAM_FAILED", "The stream failed.") | credit)
+                )
+                await resp.write_eof()
+            return resp
+        earned = price_msat if metered is None else max(0, min(price_msat, metered))
+        if earned < price_msat:
+            after = await self._sessions.credit(
+                session_id, price_msat - earned, int(time.time()), held_msat=price_msat
+            )
+            if after is not None:
+                balance = after
+            else:
+                earned = price_msat
+        else:
+            self._sessions.answered(session_id, price_msat)
+        with contextlib.suppress(ConnectionError):
+            await resp.write(
+                _event(
+                    "payment-receipt",
+                    {
+                        "method": mpp.METHOD,
+                        "reference": session_id,
+                        "status": "success",
+                        "timestamp": mpp.rfc3339(int(time.time())),
+                        "spent": earned / 1000,
+                        "spentMsat": earned,
+                        "units": units,
+                        "balanceMsat": balance,
+                        "balanceSats": _sats(balance),
+                    },
+                )
+            )
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        return resp
+
+    async def _why_not(self, session_id: str, price_msat: int) -> SessionProblem:
+        session = await self._sessions.get(session_id)
+        if session is None:
+            return SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+        if session.status != "open":
+            return SessionProblem(
+                "session-closed",
+                "PAYMENT_ALREADY_USED",
+                "the session is closed: open a new one",
+                {"sessionId": session_id},
+            )
+        return SessionProblem(
+            "insufficient-balance",
+            "PAYMENT_INSUFFICIENT",
+            f"this call costs {price_msat // 1000} sat and the session holds "
+            f"{session.balance_msat} msat: top it up with the deposit of this 402",
+            {
+                "sessionId": session_id,
+                "balanceSats": _sats(session.balance_msat),
+                "balanceMsat": session.balance_msat,
+                "amountSats": price_msat // 1000,
+            },
+        )
+
+    async def _run(
+        self,
+        session_id: str,
+        spec: AnySpec,
+        params: BaseModel,
+        price_msat: int,
+        balance: int,
+    ) -> Served:
+        ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+        try:
+            result = await spec.handler(ctx, params)
+        except ApiError as exc:
+            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
+            raise
+        except EngineError as exc:
+            credit = await self._credit(session_id, price_msat, exc.message)
+            raise ApiError(
+                exc.code,
+                exc.message,
+                extra={**exc.envelope_extra(), **credit},
+                headers=exc.http_headers(),
+            ) from exc
+        except asyncio.CancelledError:
+            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
+            raise
+        except Exception as exc:
+            log.exception("service %s failed after a session debit", spec.slug)
+            credit = await self._credit(session_id, price_msat, repr(exc))
+            raise ApiError(
+                "L402_UPSTREAM_FAILED",
+                "The service failed; its price was credited back to the session.",
+                extra=credit,
+            ) from exc
+        if spec.untrusted_output and isinstance(result.body, dict):
+            result = replace(result, body={**result.body, "untrusted_output": True})
+        earned = price_msat
+        if result.metered_msat is not None:
+            earned = max(0, min(price_msat, result.metered_msat))
+        elif result.charged_msat is not None and result.charged_msat < price_msat:
+            earned = max(0, result.charged_msat)
+        if earned < price_msat:
+            after = await self._sessions.credit(
+                session_id, price_msat - earned, int(time.time()), held_msat=price_msat
+            )
+            if after is not None:
+                balance = after
+            else:
+                log.error("session %s: a true-up credit was refused", session_id[:16])
+                earned = price_msat
+        else:
+            self._sessions.answered(session_id, price_msat)
+        return Served(result, session_id, earned, balance)
+
+    async def _credit(self, session_id: str, amount_msat: int, reason: str) -> dict[str, Any]:
+        """Give a failed call's debit back at once; the envelope's ``session`` member."""
+        balance = await self._sessions.credit(
+            session_id, amount_msat, int(time.time()), held_msat=amount_msat
+        )
+        if balance is None:
+            log.error(
+                "session %s: the credit of %d msat was refused (%s)",
+                session_id[:16],
+                amount_msat,
+                reason[:200],
+            )
+            return {"session": {"sessionId": session_id, "creditedMsat": 0}}
+        return {
+            "session": {
+                "sessionId": session_id,
+                "creditedMsat": amount_msat,
+                "creditedSats": _sats(amount_msat),
+                "balanceMsat": balance,
+                "balanceSats": _sats(balance),
+            }
+        }
+
+    # -- MCP ------------------------------------------------------------------------------
+
+    async def mcp_call(self, payment_id: str, spec: AnySpec, params: BaseModel) -> Served:
+        """A tool call paid from a session: ``paymentId = "sess_<preimage hex>"`` (the
+        session id is its sha256). Raises ApiError."""
+        preimage = payment_id[len(MCP_PREFIX) :].lower()
+        if len(preimage) != 64 or not set(preimage) <= _HEX:
+            raise ApiError(
+                "PAYMENT_INVALID",
+                "A session paymentId is sess_ followed by the session's preimage (64 hex).",
+            )
+        session_id = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+        try:
+            return await self.bearer(session_id, preimage, spec, params)
+        except SessionProblem as problem:
+            raise ApiError(problem.code, problem.detail, extra=problem.extra) from None
+
+    # -- close and payouts ----------------------------------------------------------------
+
+    async def close(self, session_id: str, reason: str = "client") -> Session:
+        """Close (once) and pay the balance to the return invoice; every close of the same
+        session answers the outcome of that one. Raises SessionProblem for none."""
+        session_id = session_id.lower()
+        if await self._sessions.close(session_id, reason, int(time.time())):
+            log.info("session %s closed (%s)", session_id[:16], reason)
+            started = asyncio.ensure_future(self._finish_close(session_id))
+            self._closing[session_id] = started
+            started.add_done_callback(lambda _: self._closing.pop(session_id, None))
+        running = self._closing.get(session_id)
+        if running is not None:
+            await asyncio.shield(running)
+        session = await self._sessions.get(session_id)
+        if session is None:
+            raise SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+        return session
+
+    async def _finish_close(self, session_id: str) -> None:
+        """After open -> closed: let calls under way finish (their credits count), decide
+        the refund once, pay it."""
+        flight = self._in_flight.get(session_id)
+        if flight is not None:
+            await flight.idle.wait()
+        session = await self._sessions.decide_refund(session_id, int(time.time()))
+        if session is not None and session.payout_status == "pending":
+            await self._pay(session_id)
+
+    async def _pay(self, session_id: str) -> None:
+        """One payout attempt, claimed first (never two at once, never a second after an
+        attempt whose outcome is unknown)."""
+        session = await self._sessions.get(session_id)
+        if session is None or session.refund_msat is None:
+            return
+        now = int(time.time())
+        try:
+            invoice = decode_invoice(session.return_invoice)
+        except InvalidInvoice as exc:  # checked at open; kept for the operator if not
+            await self._sessions.note_payout_error(session_id, str(exc)[:500])
+            return
+        claimed = await self._sessions.claim_payout(session_id, invoice.payment_hash, now)
+        if claimed is None:
+            return
+        amount = session.refund_msat
+        if invoice.expired():
+            await self._sessions.payout_outcome(
+                session_id,
+                "failed",
+                now,
+                error="the return invoice expired before the payout: the operator pays the "
+                "payer by other means",
+                retry_at=_NEVER,
+            )
+            log.warning("session %s: return invoice expired, %d msat owed", session_id, amount)
+            return
+        self._paying.add(session_id)
+        try:
+            result = await self._node.pay_invoice(
+                session.return_invoice,
+                self._config.fee_cap(amount),
+                self._config.pay_timeout_s,
+                amount_msat=amount,
+            )
+        except (BackendError, OSError, TimeoutError) as exc:
+            log.warning("session %s payout: outcome unknown (%s)", session_id[:16], exc)
+            await self._sessions.note_payout_error(session_id, f"outcome unknown: {exc}"[:500])
+            return
+        finally:
+            self._paying.discard(session_id)
+        await self._apply(session_id, claimed.payout_attempts, result)
+
+    async def _apply(self, session_id: str, attempts: int, result: PaymentResult) -> None:
+        now = int(time.time())
+        if result.state is PaymentState.SUCCEEDED:
+            await self._sessions.payout_outcome(
+                session_id, "succeeded", now, fee_msat=result.fee_msat
+            )
+            log.info("session %s: balance paid out, fee %d msat", session_id[:16], result.fee_msat)
+        elif result.state is PaymentState.FAILED:
+            delay = min(3600, 60 * 2 ** max(0, attempts - 1))
+            reason = result.failure_reason or "the node gave no reason"
+            await self._sessions.payout_outcome(
+                session_id, "failed", now, error=reason[:500], retry_at=now + delay
+            )
+            log.warning("session %s payout failed (%s); retried in %d s", session_id, reason, delay)
+        # PENDING: stays paying until the node says (reconcile)
+
+    async def sweep(self) -> dict[str, int]:
+        """Close idle sessions, finish closes a restart cut short, retry due payouts and
+        resolve payouts whose outcome was unknown. Returns what it did."""
+        now = int(time.time())
+        done = {"closed": 0, "decided": 0, "paid": 0, "resolved": 0}
+        for session_id in await self._sessions.idle(now - self._config.idle_timeout_s):
+            if session_id in self._in_flight:
+                continue
+            with contextlib.suppress(SessionProblem):
+                await self.close(session_id, "idle")
+                done["closed"] += 1
+        for session_id in await self._sessions.undecided():
+            if session_id in self._closing:
+                continue
+            await self._finish_close(session_id)
+            done["decided"] += 1
+        for session_id in await self._sessions.payouts_due(now):
+            if session_id in self._closing or session_id in self._paying:
+                continue
+            await self._pay(session_id)
+            done["paid"] += 1
+        settled_before = now - self._config.pay_timeout_s - 60
+        for session_id, payout_hash, updated_at in await self._sessions.payouts_paying():
+            if session_id in self._paying or updated_at > settled_before or not payout_hash:
+                continue
+            session = await self._sessions.get(session_id)
+            with contextlib.suppress(BackendError, OSError, TimeoutError):
+                result = await self._node.lookup_payment(payout_hash)
+                if result.state is not PaymentState.PENDING and session is not None:
+                    await self._apply(session_id, session.payout_attempts, result)
+                    done["resolved"] += 1
+        return done
+
+    async def give_back_held(self) -> int:
+        """At start-up, before any call: what calls a crash left unanswered had debited
+        goes back to their sessions (see SessionRepository.give_back_held)."""
+        return await self._sessions.give_back_held(int(time.time()))
+
+    async def wait_closing(self) -> None:
+        """Let closes under way finish (shutdown, tests)."""
+        if self._closing:
+            await asyncio.gather(*list(self._closing.values()), return_exceptions=True)
+
+
+def _wants_stream(spec: AnySpec, params: BaseModel) -> bool:
+    return spec.stream_handler is not None and bool(getattr(params, "stream", False))
+
+
+def _event(name: str | None, data: dict[str, Any]) -> bytes:
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {mpp.canonical_json(data)}\n\n".encode()
+
+
+def _check_owner(session_id: str, preimage: str) -> None:
+    if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != session_id.lower():
+        raise SessionProblem(
+            "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the sessionId"
+        )
+
+
+def _refund_status(session: Session) -> str:
+    """The draft's refundStatus; 'pending' while the node has not said (satsgate's own)."""
+    status = session.payout_status
+    if status in ("skipped", "succeeded", "failed"):
+        return str(status)
+    return "pending"
+
+
+def _balance(session: Session) -> dict[str, int]:
+    return {"balanceSats": _sats(session.balance_msat), "balanceMsat": session.balance_msat}

@@ -32,6 +32,7 @@ from satsgate.appkeys import (
     CALLBACKS,
     CPU,
     ENGINES,
+    ESIGN,
     FILES,
     GATE,
     HANDLERS,
@@ -74,6 +75,7 @@ from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.faxes import attach_desk
 from satsgate.services.rates import refresh_rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
@@ -232,6 +234,9 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
+    # E-signature requests, followed to their signed copy (webhooks, the poll).
+    app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
+    esign.attach()
     screener = NodeScreener(
         settings=settings,
         opt_outs=store.do_not_contact,
@@ -245,6 +250,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
+        esign=esign,
         deliveries=store.deliveries,
         screener=screener,
     )
@@ -279,6 +285,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        esign=esign,
         deliveries=store.deliveries,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
@@ -298,6 +305,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         if given_back:
             log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
     yield
+    await esign.close()
     await jobs.close()
     await callbacks.close()
     await refunds.wait_payouts()
@@ -446,6 +454,17 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     scheduler.add_job(
         callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
     )
+    esign = app[ESIGN]  # pending e-signature requests whose webhook may be lost, due deliveries
+    if esign.engines.available("esign"):
+        scheduler.add_job(
+            esign.sweep,
+            "interval",
+            seconds=esign.sweep_interval_s,
+            id="esign-sweep",
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+        )
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield
@@ -467,7 +486,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
     discovery.add_routes(app, settings, backend, app[ENGINES])  # well-known, OpenAPI, llms
-    # Prediction platforms' webhooks, each verified by its provider.
+    # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(
         app,
@@ -513,6 +532,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        esign=app.get(ESIGN),
         deliveries=app[STORE].deliveries,
     )
 

@@ -18,6 +18,7 @@ from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.callbacks_guard import Outbound
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -37,3 +38,4 @@ HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 1
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
 CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines
+ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their signed copy

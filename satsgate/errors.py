@@ -290,6 +290,14 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "SIGNING_REQUEST_NOT_FOUND",
+        404,
+        "No e-signature request with this requestId.",
+        "Use the requestId from the e-signature answer (its status_url reads it).",
+        example="GET /api/l402/e-signature?requestId=<requestId>",
+        spec=False,
+    ),
+    ErrorCode(
         "VOICE_BRIDGE_SESSION_NOT_FOUND",
         404,
         "No voice-bridge session with this sessionId; for say, none that is still open.",

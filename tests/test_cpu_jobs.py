@@ -18,6 +18,7 @@ from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402
 @pytest.fixture(scope="module")
 def pool() -> Iterator[ProcessPoolExecutor]:
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as executor:
+        executor.submit(pow, 1, 1).result(60)  # the worker started: timings measure the jobs
         yield executor
 
 
@@ -31,7 +32,7 @@ async def test_a_job_past_its_limit_is_stopped_and_the_worker_serves_again(
     started = time.monotonic()
     with pytest.raises(CpuTimeLimitExceeded):
         await run_cpu_job(pool, 0.5, time.sleep, 30)  # the timer interrupts the sleep
-    assert time.monotonic() - started < 5  # stopped at the limit, not after 30 s
+    assert time.monotonic() - started < 10  # stopped near the limit, not after 30 s
     # The one worker unwound and is free: the next job runs at once, with no timer left.
     started = time.monotonic()
     assert await run_cpu_job(pool, 5.0, sum, [1, 2, 3]) == 6
@@ -54,7 +55,7 @@ async def test_an_engine_catching_exception_cannot_swallow_the_limit(
     started = time.monotonic()
     with pytest.raises(CpuTimeLimitExceeded):
         await run_cpu_job(pool, 0.5, swallowing_sleep, 30)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10  # stopped near the limit, far from the 30 s asked
 
 
 async def test_a_thread_pool_runs_the_job_without_a_timer() -> None:

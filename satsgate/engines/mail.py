@@ -8,6 +8,15 @@ from typing import Protocol
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file sent with a message (e.g. the signed PDF of an e-signature request)."""
+
+    filename: str
+    content_type: str  # "application/pdf"
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
 class OutgoingEmail:
     """One message to send, as the caller wrote it (validated by the service's params)."""
 
@@ -17,6 +26,7 @@ class OutgoingEmail:
     html: str | None = None
     reply_to: str | None = None
     from_name: str | None = None  # display name; the address is the node's
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)

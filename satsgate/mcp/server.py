@@ -31,6 +31,7 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class McpServer:
         engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
+        esign: ESignDesk | None = None,
         deliveries: DeliveryRepository | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
@@ -78,6 +80,7 @@ class McpServer:
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,
+            esign=esign,
             deliveries=deliveries,
         )
         self.tools = ToolCatalog(env)

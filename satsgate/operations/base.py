@@ -28,6 +28,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 P = TypeVar("P", bound=BaseModel)
@@ -68,6 +69,7 @@ class OperationEnv:
     deliveries: DeliveryRepository | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    esign: ESignDesk | None = None  # the e-signature desk (its free status read)
 
 
 class Call(Protocol):

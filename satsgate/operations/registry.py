@@ -13,6 +13,7 @@ from satsgate.operations.comms import (
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_SAY,
 )
+from satsgate.operations.esign import E_SIGNATURE_STATUS
 from satsgate.operations.faxes import CHECK_FAX_INBOX, GET_FAX_STATUS
 from satsgate.operations.jobs import JOB_RESULT, JOB_STATUS
 from satsgate.operations.payments import CHECK_PAYMENT_STATUS, REQUEST_REFUND
@@ -31,6 +32,7 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     VOICE_BRIDGE_SAY,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_END,
+    E_SIGNATURE_STATUS,
     GET_FAX_STATUS,
     CHECK_FAX_INBOX,
 )

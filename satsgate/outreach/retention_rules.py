@@ -96,4 +96,7 @@ RULES: tuple[RetentionRule, ...] = (
     ClearColumns(
         "fax_leases", "expires_at", ("forward_email",), 12 * HOUR, "fax forwarding addresses"
     ),
+    # esign: the customer's address of a request (cleared at once when it ends; this
+    # catches any left, e.g. a request stuck past the desk's 30-day watch).
+    ClearColumns("esign_requests", "created_at", ("customer_email",), EVIDENCE_S, "e-sign"),
 )

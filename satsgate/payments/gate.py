@@ -41,6 +41,7 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
@@ -60,6 +61,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    esign: ESignDesk | None = None  # the e-signature desk
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
     # rules alone (satsgate.services.screening.screen).
@@ -83,6 +85,7 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            esign=self.esign,
             deliveries=self.deliveries,
             screener=screener or self.screener,
         )

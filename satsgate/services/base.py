@@ -22,6 +22,7 @@ from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.files import FileStore
+    from satsgate.services.esign_desk import ESignDesk
     from satsgate.services.screening import Screener
 
 P = TypeVar("P", bound=BaseModel)
@@ -118,6 +119,8 @@ class ServiceContext:
     # The node's screen of communications (satsgate.services.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
+    # The e-signature desk (records and follows signing requests); None outside an app.
+    esign: ESignDesk | None = None
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
@@ -263,6 +266,9 @@ class ServiceSpec(Generic[P]):
     # refuses, before any invoice, a request to anyone on the do-not-contact list
     # (RECIPIENT_OPTED_OUT). None: the service contacts nobody.
     recipients: Callable[[P], Sequence[str]] | None = None
+    # Engines it needs besides ``engine``, all of which must resolve for it to be
+    # available (e-signature: its signed copy goes out through ``email``).
+    also_engines: tuple[str, ...] = ()
     # The answer as it is generated, for a request that asks for a stream (its params'
     # ``stream``) and is paid from a payment session (payments/sessions.py): text pieces,
     # the last one carrying ``metered_msat``. None: the service answers in one piece.
@@ -279,6 +285,8 @@ class ServiceSpec(Generic[P]):
             return True
         if not engines.available(self.engine):
             return False
+        if not all(engines.available(name) for name in self.also_engines):
+            return False
         default = getattr(self.params, "DEFAULT", None)  # ModelChoice params declare one
         if not self.model_ids or default not in self.model_ids:
             return True  # the engine picks (or there is no model choice)
@@ -289,6 +297,12 @@ class ServiceSpec(Generic[P]):
         if self.engine is None:  # satsgate's own: always (and the cheap path of paid calls)
             return None
         if not self.is_available(engines):
+            missing = [n for n in self.also_engines if not engines.available(n)]
+            if engines.available(self.engine) and missing:
+                return (
+                    f"{self.title} also needs the {', '.join(missing)} engine, which is not "
+                    "configured on this node"
+                )
             return f"{self.title} has no engine configured on this node"
         if self.model_ids and isinstance(params, ChosenModel):
             engine = self.engine

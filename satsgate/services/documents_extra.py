@@ -7,7 +7,9 @@ layer, tesseract, RapidOCR; satsgate.engines.local.ocr). convert-file runs on th
 ffmpeg) and is always available; a file whose tool is missing here is refused before
 any invoice. boardingpass-wallet runs on the local ``wallet_pass`` engine
 (satsgate/engines/local/pkpass.py: zxing-cpp, IATA BCBP, .pkpass, signed when a pass
-certificate is configured); e-signature needs an ``esign`` engine.
+certificate is configured); e-signature needs an ``esign`` engine (Documenso:
+satsgate/engines/providers/documenso.py) and the ``email`` engine for the signed copy,
+followed by satsgate.services.esign_desk.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from satsgate.engines import EngineError
+from satsgate.engines import EngineError, esign
 from satsgate.engines.local import convert as conv
 from satsgate.engines.local import ocr as local_ocr
 from satsgate.engines.local.receipt import parse_receipt
@@ -42,9 +44,9 @@ from satsgate.services.common import (
     body_limit,
     check_email_address,
     decode_file,
-    no_engine,
     prevalidate,
 )
+from satsgate.services.esign_desk import new_request_id, status_url
 from satsgate.services.media import (
     MediaError,
     document_pages,
@@ -52,6 +54,7 @@ from satsgate.services.media import (
     pdf_pages,
 )
 from satsgate.services.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
+from satsgate.services.screening import Outreach, screen
 
 # -- extract-document / extract-receipt ----------------------------------------------------
 
@@ -428,9 +431,9 @@ class Signer(Params):
         return check_email_address(value)
 
 
-class ESignatureParams(ServiceParams, ModelChoice):
-    MODELS: ClassVar[tuple[int, ...]] = (46,)
-    DEFAULT: ClassVar[int] = 46
+class ESignatureParams(ServiceParams):
+    """No model choice (model 46 is the service itself, as send-email's): the node's
+    ``esign`` engine serves it without a ``[providers.NAME.models]`` entry."""
 
     documentBase64: str = Field(
         validation_alias=alias("documentBase64", "file", "document"),
@@ -464,18 +467,87 @@ class ESignatureParams(ServiceParams, ModelChoice):
             raise InvalidField("documentBase64", str(exc)) from None
 
 
+async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceResult:
+    """Screen what reaches people (the note, the signers' names), send the PDF for
+    signature, record the request for the desk that delivers the signed copy
+    (satsgate.services.esign_desk). A failure before the request went out is an
+    EngineError: refunded. Re-runnable from params alone (a held request's release)."""
+    desk = ctx.esign
+    if desk is None:
+        raise EngineError("SERVICE_ERROR", "E-signature requests cannot be followed here.")
+    pages = await asyncio.to_thread(params.checked)
+    pdf = await asyncio.to_thread(
+        decode_file, params.documentBase64, "documentBase64", ESIGN_MAX_BYTES
+    )
+    signers = tuple(esign.Signer(s.name, s.email) for s in params.signers)
+    names = ", ".join(s.name for s in signers)
+    await screen(
+        ctx,
+        Outreach(
+            channel="e_signature",
+            recipients=(*(s.email for s in signers), params.customerEmail),
+            text=f"Signers: {names}\n{params.note or ''}".strip(),
+        ),
+    )
+    request_id = new_request_id()
+    request = esign.SigningRequest(
+        pdf=pdf,
+        pages=int(pages),
+        signers=signers,
+        title=ESIGN_TITLE,
+        message=params.note,
+        reference=request_id,
+    )
+    sent = await ctx.engines.run(
+        "esign",
+        esign.ESignEngine,
+        lambda engine, _model: engine.send_for_signature(request),
+    )
+    await desk.record(
+        request_id=request_id,
+        payment_id=ctx.call_id,  # the payment's id
+        sent=sent,
+        customer_email=params.customerEmail,
+        signers_total=len(signers),
+    )
+    count = len(signers)
+    return ServiceResult(
+        {
+            "success": True,
+            "message": f"Sent for signature to {count} signer{'s' if count > 1 else ''}; "
+            "the signed copy will be e-mailed to the customer once everyone has signed "
+            "(hours to days).",
+            "requestId": request_id,
+            "status": "pending",
+            "status_url": status_url(ctx.settings.public_base_url, request_id),
+        }
+    )
+
+
+ESIGN_TITLE = "Document for signature"
+
 E_SIGNATURE = ServiceSpec(
     slug="e-signature",
     tool_name="e_signature",
     category="utility",
     title="E-signature",
-    description="Send a PDF for signature; the signed copy is e-mailed once all signers have "
-    "signed (hours to days): { success, message }. 1000 sats per document.",
+    description="Send a PDF for signature (each signer gets a signing link by e-mail; a "
+    "signature field per signer on the last page); the signed copy is e-mailed to "
+    "customerEmail as a PDF attachment once all signers have signed (hours to days): "
+    "{ success, message, requestId, status, status_url }. Follow it free with "
+    "GET status_url (tool get_e_signature_status). 1000 sats per document.",
     params=ESignatureParams,
     price_msat=flat_price("e-signature"),
-    handler=no_engine,
+    handler=e_signature,
     model_ids=(46,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(
+        "INVALID_INPUT",
+        "SERVICE_ERROR",
+        "TIMEOUT",
+        "RATE_LIMITED",
+        "CONTENT_POLICY_HELD",
+        "RECIPIENT_OPTED_OUT",
+    ),
     max_body_bytes=body_limit(ESIGN_MAX_BYTES),
     prevalidate=prevalidate,
     example={
@@ -485,6 +557,7 @@ E_SIGNATURE = ServiceSpec(
     },
     engine="esign",
     recipients=lambda p: (*(s.email for s in p.signers), p.customerEmail),
+    also_engines=("email",),  # the signed copy goes out through the e-mail engine
 )
 
 # -- boardingpass-wallet -------------------------------------------------------------------

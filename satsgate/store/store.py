@@ -10,6 +10,7 @@ from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.ecash import EcashRepository
 from satsgate.store.engine import Database
+from satsgate.store.esign import ESignRepository
 from satsgate.store.faxes import FaxRepository
 from satsgate.store.held_requests import HeldRequestRepository
 from satsgate.store.holds import HoldRepository
@@ -46,6 +47,7 @@ class Store:
         self.faxes = FaxRepository(self.db)
         self.sessions = SessionRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
+        self.esign = ESignRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

@@ -19,12 +19,21 @@ from tests.test_mcp_http import call, rpc
 from tests.test_refunds import NoParams, make_spec
 
 
-async def paid_http_challenge(client: httpx.AsyncClient) -> tuple[dict[str, Any], str]:
-    """A render-card 402 as the payer gets it, paid: (its body, the preimage)."""
+async def paid_http_challenge(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> tuple[dict[str, Any], str]:
+    """A render-card 402 as the payer gets it, paid and seen paid by satsgate (the dev
+    node's pay returns before the settlement stream has reached the store): (its body,
+    the preimage)."""
     resp = await client.post("/api/l402/render-card", json=CARD)
     assert resp.status_code == 402
     body = resp.json()
-    return body, await dev_pay(client, body["invoice"])
+    preimage = await dev_pay(client, body["invoice"])
+    for _ in range(500):
+        if status_of(server, body["paymentId"]) is PaymentStatus.PAID:
+            return body, preimage
+        await asyncio.sleep(0.01)
+    raise AssertionError("the paid invoice never settled in the store")
 
 
 def status_of(server: ThreadedServer, payment_id: str) -> PaymentStatus:
@@ -42,7 +51,7 @@ async def tool(client: httpx.AsyncClient, name: str, arguments: dict[str, Any]) 
 async def test_an_http_payment_is_not_spent_by_its_payment_id_over_mcp(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
-    challenge, preimage = await paid_http_challenge(client)
+    challenge, preimage = await paid_http_challenge(server, client)
     stolen = await tool(client, "render_card", {"paymentId": challenge["paymentId"], **CARD})
     assert stolen["isError"] is True
     assert stolen["structuredContent"]["error_code"] == "PAYMENT_INVALID"
@@ -65,7 +74,7 @@ async def test_an_http_payment_is_not_spent_by_its_payment_id_over_mcp(
 async def test_an_http_payment_is_refunded_only_with_its_preimage(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
-    challenge, preimage = await paid_http_challenge(client)
+    challenge, preimage = await paid_http_challenge(server, client)
     payment_id = challenge["paymentId"]
     # The payment's own invoice asks for a refund link: who holds the link holds the money.
     request = {"paymentId": payment_id, "invoice": challenge["invoice"]}

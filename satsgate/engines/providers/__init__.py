@@ -7,7 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from satsgate.engines.config import ProviderConfig
-from satsgate.engines.providers import elevenlabs, fal, replicate, search, smtp, telnyx, twilio
+from satsgate.engines.providers import (
+    documenso,
+    elevenlabs,
+    fal,
+    replicate,
+    search,
+    smtp,
+    telnyx,
+    twilio,
+)
 from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
 
 
@@ -33,6 +42,7 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     elevenlabs.KIND: elevenlabs.ElevenLabsProvider,
     search.SearxngProvider.KIND: search.SearxngProvider,  # a SearXNG instance (web search)
     search.BraveProvider.KIND: search.BraveProvider,  # the Brave Search API
+    documenso.KIND: documenso.DocumensoProvider,
     twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
     telnyx.KIND: telnyx.TelnyxProvider,
 }

@@ -161,6 +161,14 @@ class SmtpEmail:
         else:
             assert message.html is not None
             msg.set_content(message.html, subtype="html")
+        for attachment in message.attachments:
+            maintype, _, subtype = attachment.content_type.partition("/")
+            msg.add_attachment(
+                attachment.data,
+                maintype=maintype,
+                subtype=subtype or "octet-stream",
+                filename=attachment.filename,
+            )
         return msg
 
     async def send(self, message: OutgoingEmail) -> SentEmail:

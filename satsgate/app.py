@@ -28,9 +28,11 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
+    AI_CALLS,
     BACKEND,
     CALLBACKS,
     CPU,
+    DEPOSITS,
     ENGINES,
     ESIGN,
     FILES,
@@ -49,6 +51,7 @@ from satsgate.appkeys import (
 )
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
@@ -73,6 +76,7 @@ from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
+from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import ServiceSpec
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.esign_desk import ESignDesk
@@ -87,7 +91,9 @@ from satsgate.web.operator_routes import OPERATOR_TOKEN
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AI_CALLS",
     "BACKEND",
+    "DEPOSITS",
     "ENGINES",
     "FILES",
     "GATE",
@@ -231,6 +237,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
     jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
     app[CALLBACKS] = callbacks
+    deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
+    app[DEPOSITS] = deposits
+    ai_calls = AiCallRunner(settings, store, app[ENGINES], deposits)
+    app[AI_CALLS] = ai_calls
     app[REFUNDS] = refunds
     app[JOBS] = jobs
     app[HTTP] = http
@@ -253,6 +263,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         esign=esign,
         deliveries=store.deliveries,
         screener=screener,
+        deposits=deposits,
+        ai_calls=ai_calls,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -287,6 +299,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         planned=RoadmapPlannedServices(store.votes),
         esign=esign,
         deliveries=store.deliveries,
+        deposits=deposits,
+        ai_calls=ai_calls,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -304,10 +318,16 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         given_back = await gate.sessions.give_back_held()
         if given_back:
             log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
+    await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
+    in_flight = await ai_calls.resume()  # AI calls being watched or waiting to redial
+    if in_flight:
+        log.info("%d AI call(s) in flight were taken up again", in_flight)
     yield
     await esign.close()
+    await ai_calls.close()
     await jobs.close()
     await callbacks.close()
+    await deposits.wait_payouts()
     await refunds.wait_payouts()
     if gate.sessions is not None:
         await gate.sessions.wait_closing()
@@ -367,6 +387,22 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
             max_instances=1,
             coalesce=True,
         )
+    scheduler.add_job(
+        app[DEPOSITS].resume,
+        "interval",
+        seconds=60,
+        id="deposits-resume",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        app[AI_CALLS].sweep,
+        "interval",
+        seconds=60,
+        id="ai-calls-sweep",
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.add_job(
         files.remove_older_than,
         "interval",
@@ -534,6 +570,8 @@ def mcp_server(
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
         esign=app.get(ESIGN),
         deliveries=app[STORE].deliveries,
+        deposits=app.get(DEPOSITS),
+        ai_calls=app.get(AI_CALLS),
     )
 
 

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
@@ -17,6 +18,7 @@ from satsgate.operations.base import OperationEnv
 from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
+from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.callbacks_guard import Outbound
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store import Store
@@ -27,6 +29,8 @@ STORE = web.AppKey("store", Store)
 GATE = web.AppKey("gate", Gate)
 HANDLERS = web.AppKey("handlers", HandlerResources)  # what handlers' contexts hold
 REFUNDS = web.AppKey("refunds", RefundService)
+DEPOSITS = web.AppKey("deposits", DepositSettler)  # deposit settlement (AI call, bridge)
+AI_CALLS = web.AppKey("ai_calls", AiCallRunner)  # AI calls in flight, confirm, poll, claims
 FILES = web.AppKey("files", FileStore)
 JOBS = web.AppKey("jobs", JobRunner)
 ENGINES = web.AppKey("engines", Engines)

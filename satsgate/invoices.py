@@ -34,6 +34,7 @@ class DecodedInvoice:
     network: str
     payee: str  # node pubkey, hex
     description: str
+    description_hash: str | None = None  # hex sha256 of a description given by hash (h)
 
     def expired(self, now: float | None = None) -> bool:
         return (time.time() if now is None else now) >= self.expires_at
@@ -168,4 +169,5 @@ def decode_invoice(bolt11_str: str) -> DecodedInvoice:
         network=network,
         payee=str(inv.payee or ""),
         description=str(inv.description or ""),
+        description_hash=str(inv.description_hash) if inv.description_hash else None,
     )

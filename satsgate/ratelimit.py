@@ -7,7 +7,7 @@ Three rules, each ``<rule>_rate_per_min`` in Settings (0 turns it off):
   ``create_payment``). A request carrying a credential is let through: a valid one is
   never limited; an invalid one is charged only when the gate would issue a new
   challenge for it (satsgate/payments/http.py calls :func:`check_challenge`).
-- ``refund``: POST /api/l402/refund and MCP ``request_refund``.
+- ``refund``: POST /api/l402/refund, POST /api/claim-refund and MCP ``request_refund``.
 - ``estimate``: GET /api/estimate-cost.
 
 A bucket holds a minute's worth of requests and refills continuously, so a client may
@@ -51,6 +51,7 @@ CHALLENGE_ROUTES = frozenset(
 )
 _RULE_ROUTES = {
     ("POST", "/api/l402/refund"): "refund",
+    ("POST", "/api/claim-refund"): "refund",  # an AI call's unused deposit
     ("GET", "/api/estimate-cost"): "estimate",
     ("HEAD", "/api/l402/{slug}"): "estimate",  # the price probe
 }

@@ -162,6 +162,13 @@ class RefundService:
             }
         if invoice.payee == await self._our_pubkey():
             return {"status": "ERROR", "reason": "The invoice is this node's own invoice."}
+        if await self._paid_before(invoice.payment_hash):
+            # A node pays an invoice once: it would answer "already paid" and the refund
+            # would read as paid with nothing moved.
+            return {
+                "status": "ERROR",
+                "reason": "This invoice was paid already: send a fresh one.",
+            }
         now = int(time.time())
         # The claim: exactly one callback wins, and it binds the invoice before any payout.
         if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, now):
@@ -170,6 +177,52 @@ class RefundService:
         self._payouts.add(task)
         task.add_done_callback(self._payouts.discard)
         return {"status": "OK"}
+
+    async def _paid_before(self, payment_hash: str) -> bool:
+        """Whether the node has paid (or is paying) this hash already; unknown: False."""
+        try:
+            known = await self._backend.lookup_payment(payment_hash)
+        except (BackendError, OSError, TimeoutError):
+            return False
+        return known.state is not PaymentState.FAILED
+
+    async def pay_out(self, k1: str, bolt11: str) -> tuple[RefundStatus, str | None]:
+        """Pay the open refund link ``k1`` to ``bolt11`` now (a payout the node makes on its
+        own, e.g. to the payer's Lightning address), under the refunds' fee cap and the same
+        claim as a withdraw callback: (PAID, None); (OPEN, reason) when the invoice was
+        refused or the payout definitely failed (the link is the payer's to claim again);
+        (CLAIMING, reason) when the outcome is unknown (reconcile() learns it later)."""
+        refund = await self._refunds.get_by_k1(k1)
+        if refund is None or refund.status is not RefundStatus.OPEN:
+            status = RefundStatus.EXPIRED if refund is None else refund.status
+            return status, "the refund is not open"
+        try:
+            invoice = decode_invoice(bolt11)
+        except InvalidInvoice:
+            return RefundStatus.OPEN, "the payout invoice is not a valid BOLT11 invoice"
+        problem = None
+        if invoice.amount_msat != refund.amount_msat:
+            problem = "the payout invoice is not for the refund's amount"
+        elif invoice.expired():
+            problem = "the payout invoice has expired"
+        elif invoice.network != self._settings.network:
+            problem = f"the payout invoice is not for {self._settings.network}"
+        elif invoice.payee == await self._our_pubkey():
+            problem = "the payout invoice is this node's own"
+        elif await self._paid_before(invoice.payment_hash):  # a node pays an invoice once
+            problem = "the payout invoice was paid already"
+        if problem is not None:
+            return RefundStatus.OPEN, problem
+        if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, int(time.time())):
+            return (await self._status(k1)), "the refund was claimed meanwhile"
+        await self._pay(k1, bolt11, refund.amount_msat)
+        status = await self._status(k1)
+        error = None if status is RefundStatus.PAID else await self._refunds.payout_error(k1)
+        return status, error
+
+    async def _status(self, k1: str) -> RefundStatus:
+        refund = await self._refunds.get_by_k1(k1)
+        return RefundStatus.EXPIRED if refund is None else refund.status
 
     async def _our_pubkey(self) -> str:
         if self._node_pubkey is None:

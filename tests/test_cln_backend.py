@@ -206,6 +206,11 @@ async def test_an_amountless_invoice_is_paid_with_the_amount_given(
     got = payee.listinvoices(label="session-refund")["invoices"][0]
     assert (got["status"], got["amount_received_msat"]) == ("paid", 4_321)
     assert "amount_msat" not in got  # lightningd leaves it out of an "any" invoice
+    # Paid again with another amount: v26.06's xpay answers -3 (injectpaymentonion's 201,
+    # "Already succeeded with amount 4321msat (not 1000msat)"); listpays has the payment.
+    again = await backend.pay_invoice(bolt11, max_fee_msat=5_000, timeout_s=5, amount_msat=1_000)
+    assert (again.state, again.amount_msat) == (PaymentState.SUCCEEDED, 4_321)
+    assert len(lightningd.node.listpays(bolt11=bolt11)["pays"]) == 1
     lightningd.node.has_xpay = False  # an older node: pay takes amount_msat as well
     other = payee.invoice("any", "session-refund-2", "refund")["bolt11"]
     paid = await backend.pay_invoice(other, max_fee_msat=5_000, timeout_s=5, amount_msat=999)

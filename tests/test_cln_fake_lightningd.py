@@ -121,3 +121,52 @@ def test_waitanyinvoice_cursor_timeout_and_filter(lightningd: FakeLightningd) ->
     assert 0.9 < time.monotonic() - started < 3
     trimmed = rpc.call("listinvoices", {}, filter={"invoices": [{"pay_index": True}]})
     assert trimmed == {"invoices": [{"pay_index": 1}, {"pay_index": 2}]}
+
+
+def test_xpay_failures_and_listpays_as_core_lightning_v26_06(lightningd: FakeLightningd) -> None:
+    """As seen on a real v26.06 node (regtest): the codes, messages and listpays rows of
+    failed payments, and a repeat of an amountless invoice with another amount."""
+    from tests.fake_lightningd import FakeNode
+
+    payee = FakeNode(alias="payee")
+    lightningd.node.connect(payee)
+    stranger = FakeNode(alias="stranger")  # no channel to it
+    rpc = LightningRpc(lightningd.rpc_path)
+
+    lost = payee.invoice("any", "deleted", "d")["bolt11"]
+    payee.delinvoice("deleted", "unpaid")
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": lost, "amount_msat": 5_000})
+    assert err.value.error == {
+        "code": 203,
+        "message": "Destination said it doesn't know invoice: incorrect_or_unknown_payment_details",
+    }
+    (failed,) = rpc.listpays(bolt11=lost)["pays"]
+    assert failed["status"] == "failed" and failed["amount_sent_msat"] == 0
+    assert "amount_msat" not in failed
+
+    far = stranger.invoice(5_000, "far", "d")["bolt11"]
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": far})
+    assert err.value.error["code"] == 205
+    assert err.value.error["message"] == f"Failed: Unknown destination node {stranger.node_id}"
+    assert rpc.listpays(bolt11=far)["pays"] == []
+
+    any_amount = payee.invoice("any", "paid", "d")["bolt11"]
+    assert rpc.call("xpay", {"invstring": any_amount, "amount_msat": 1_234})["amount_msat"] == 1_234
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": any_amount, "amount_msat": 1_234})
+    assert err.value.error == {"code": 219, "message": "Already paid this invoice successfully"}
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": any_amount, "amount_msat": 999})
+    assert err.value.error == {
+        "code": -3,
+        "message": 'Unexpected injectpaymentonion error 201: {"code":201,'
+        '"message":"Already succeeded with amount 1234msat (not 999msat)"}',
+    }
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": payee.invoice("any", "no-amount", "d")["bolt11"]})
+    assert err.value.error == {"code": -32602, "message": "amount_msat required"}
+    with pytest.raises(RpcError) as err:
+        rpc.call("xpay", {"invstring": far, "amount_msat": 5_000})
+    assert err.value.error == {"code": -32602, "message": "amount_msat unnecessary"}

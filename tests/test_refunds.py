@@ -223,6 +223,29 @@ async def test_claims_are_checked_before_paying(
     assert (await claim(client, info, external_invoice(10_000)))["status"] == "OK"
 
 
+async def test_an_invoice_the_node_paid_already_is_refused(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    """A node pays an invoice once: a second refund claimed with the first one's invoice
+    would be answered "already paid" and read as paid with nothing moved."""
+    first = await refund_link_of_failed_call(server, client)
+    invoice = external_invoice(10_000)
+    assert await claim(client, first, invoice) == {"status": "OK"}
+    await wait_refund_status(server, first["k1"], "paid")
+    second = await refund_link_of_failed_call(server, client)
+    answer = await claim(client, second, invoice)
+    assert answer == {
+        "status": "ERROR",
+        "reason": "This invoice was paid already: send a fresh one.",
+    }
+    refund = server.call(lambda: server.store.refunds.get_by_k1(second["k1"]))
+    assert str(refund.status) == "open"  # the link is not consumed
+    assert await claim(client, second, external_invoice(10_000)) == {"status": "OK"}
+    await wait_refund_status(server, second["k1"], "paid")
+    outgoing = (await client.get("/api/dev/outgoing")).json()["payments"]
+    assert len([p for p in outgoing if p["bolt11"] == invoice]) == 1
+
+
 async def test_concurrent_claims_pay_exactly_once(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:

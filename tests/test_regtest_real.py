@@ -1,12 +1,20 @@
-"""One paid call on a real regtest chain: bitcoind and lightningd binaries, when installed.
+"""Paid calls on a real regtest chain: bitcoind and lightningd binaries, when installed.
 
-Runs regtest/up.sh, fund.sh and e2e.sh in native mode (binaries from PATH,
-satsgate from this interpreter, state in a temporary directory, ports picked
-free), then down.sh. Skipped, with the reason, where the binaries are absent.
+Runs regtest/up.sh and fund.sh in native mode (binaries from PATH, satsgate from this
+interpreter as a Core Lightning plugin, state in a temporary directory, ports picked
+free), then on that one chain: e2e.sh (one L402 call), e2e_sessions.sh (a payment
+session: deposit, open with the payer node's amountless return invoice, a bearer call,
+close, the balance paid back once; a second session may not reuse that return invoice;
+a third's return invoice paid by hand is not reported paid),
+e2e_refund.sh (a call failing after payment, refunded through LNURL-withdraw to the
+payer node, once; a claim with an invoice paid already is refused), and reads
+satsgate's ledger;
+then down.sh. Skipped, with the reason, where the binaries are absent.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -14,8 +22,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from satsgate.config import Settings
 
 REGTEST = Path(__file__).resolve().parent.parent / "regtest"
 BINARIES = ("bitcoind", "bitcoin-cli", "lightningd", "lightning-cli")
@@ -44,8 +55,34 @@ def run(script: str, env: dict[str, str], timeout_s: int) -> str:
     return done.stdout
 
 
+def figures(out: str, tag: str) -> dict[str, Any]:
+    """The script's ``TAG {json}`` line."""
+    lines = [line for line in out.splitlines() if line.startswith(tag + " ")]
+    assert len(lines) == 1, out
+    return dict(json.loads(lines[0].split(" ", 1)[1]))
+
+
+def fee_cap(amount_msat: int) -> int:
+    """The refunds' routing fee cap under the default settings (refunds.max_fee_msat)."""
+    s = Settings()
+    budget = max(s.refund_fee_min_msat, amount_msat * s.refund_fee_ppm // 1_000_000)
+    return min(budget, amount_msat * s.refund_fee_max_pct // 100)
+
+
+def ledger(state: str) -> dict[str, Any]:
+    data_dir = Path(state) / "satsgate" / "regtest" / "satsgate-data"
+    done = subprocess.run(
+        [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
 @pytest.mark.timeout(600)
-def test_paid_render_card_call_on_regtest() -> None:
+def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
     state = tempfile.mkdtemp(prefix="sg-regtest-")  # short: lightning-rpc socket paths
     env = dict(
         os.environ,
@@ -63,6 +100,63 @@ def test_paid_render_card_call_on_regtest() -> None:
         run("fund.sh", env, 300)
         out = run("e2e.sh", env, 180)
         assert "OK: paid render-card call end to end" in out
+
+        # A session: the payer node's amountless return invoice is paid once, exactly
+        # the deposit less the two calls charged, by the satsgate node's xpay.
+        out = run("e2e_sessions.sh", env, 180)
+        assert "OK: session paid out once on close" in out
+        s = figures(out, "SESSION")
+        price = s["price_msat"]
+        assert price == 5_000  # render-card's flat price
+        assert s["deposit_msat"] == Settings().session_deposit_multiplier * price
+        assert s["charged_msat"] == 2 * price  # open served one call, the bearer another
+        assert s["balance_msat"] == s["deposit_msat"] - s["charged_msat"]
+        assert s["received_msat"] == s["balance_msat"]  # at the payer node, once
+        assert 0 <= s["fee_msat"] <= fee_cap(s["balance_msat"])
+        assert s["sent_msat"] == s["received_msat"] + s["fee_msat"]
+        # A second session naming the same return invoice: refused at open (the node would
+        # answer "already paid"), then opened with a fresh one on the same deposit.
+        assert s["reused_return_invoice"] == "invalid-return-invoice"
+        assert s["second_balance_msat"] == s["deposit_msat"] - price  # its open served one
+        assert s["second_received_msat"] == s["second_balance_msat"]
+        # A third session's return invoice, paid by the operator by hand (1 sat) before the
+        # close: not paid again, and not reported paid either (the operator settles it).
+        assert (s["third_refund_status"], s["third_received_msat"]) == ("failed", 1_000)
+
+        # A call failing after payment: refunded in full through LNURL-withdraw, once.
+        out = run("e2e_refund.sh", env, 180)
+        assert "OK: failed call refunded once through LNURL-withdraw" in out
+        r = figures(out, "REFUND")
+        assert r["paid_msat"] == r["refund_sats"] * 1000 == r["amount_msat"] == 10_000
+        assert r["received_msat"] == r["amount_msat"]
+        assert r["sent_msat"] - r["received_msat"] <= fee_cap(r["amount_msat"])
+        assert r["second_claim"]["status"] == "ERROR"
+        assert r["paid_invoice_claim"] == {
+            "status": "ERROR",
+            "reason": "This invoice was paid already: send a fresh one.",
+        }
+
+        # The ledger after them: received = earned + refunded + held + open, to the msat.
+        report = ledger(state)
+        t = report["totals"]
+        sessions_paid = s["received_msat"] + s["second_received_msat"]
+        third_owed = s["deposit_msat"] - price  # its open served one call
+        assert t["received_msat"] == price + 3 * s["deposit_msat"] + 2 * r["paid_msat"]
+        assert t["earned_msat"] == price + s["charged_msat"] + 2 * price
+        assert t["refunded_msat"] == 2 * r["amount_msat"] + sessions_paid + third_owed
+        assert t["held_msat"] == t["open_msat"] == 0
+        assert t["received_msat"] == (
+            t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t["open_msat"]
+        )
+        assert (t["refunds_paid"], t["refunds_paid_msat"]) == (2, 2 * r["amount_msat"])
+        assert t["refund_fees_msat"] == 2 * (r["sent_msat"] - r["received_msat"])
+        assert t["session_refunds_msat"] == sessions_paid + third_owed
+        assert t["session_refunds_paid_msat"] == sessions_paid  # what reached the payer
+        assert t["session_payout_fees_msat"] == s["fee_msat"]
+        assert (t["sessions"], t["sessions_open"], t["session_balances_msat"]) == (3, 0, 0)
+        owed = report["session_payouts"]
+        assert [(p["refund_msat"], p["payout_status"]) for p in owed] == [(third_owed, "failed")]
+        assert "paid already" in owed[0]["payout_error"]
     finally:
         subprocess.run(
             ["bash", str(REGTEST / "down.sh"), "--clean"], env=env, capture_output=True, timeout=120

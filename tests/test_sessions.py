@@ -603,6 +603,60 @@ async def test_a_failed_payout_is_retried_and_shown_to_the_operator(
     assert again.json()["refundStatus"] == "succeeded"
 
 
+async def test_a_return_invoice_serves_one_session_only(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    """A node pays an invoice once: a second session naming the same return invoice
+    would have its payout answered "already paid" and read as paid with nothing moved
+    (seen on Core Lightning v26.06). Its open is refused; its deposit stays usable."""
+    first = Client(http)
+    assert (await first.open(*RARE)).status_code == 200
+    second = Client(http)
+    second.return_invoice = first.return_invoice
+    refused = await second.open(*RARE)
+    assert refused.status_code == 402
+    assert refused.json()["type"] == PROBLEMS + "invalid-return-invoice"
+    assert "another session" in refused.json()["detail"]
+    assert session_row(srv, second.session_id) is None
+    second.return_invoice = return_invoice()
+    payload = {
+        "action": "open",
+        "preimage": second.preimage,
+        "returnInvoice": second.return_invoice,
+    }
+    opened = await second.post(*RARE, credential(second.challenge, payload))
+    assert opened.status_code == 200, opened.text  # the same deposit, a fresh invoice
+    for client in (first, second):
+        assert (await client.close()).json()["refundStatus"] == "succeeded"
+    hashes = {decode_invoice(c.return_invoice).payment_hash for c in (first, second)}
+    paid = [p for p in await srv.backend.outgoing_payments() if p["payment_hash"] in hashes]
+    assert len(paid) == 2
+
+
+async def test_a_return_invoice_the_node_paid_already_is_not_reported_paid(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    """The node paid the return invoice before the close (another way than this session):
+    the payout is failed for the operator, never "succeeded" with nothing moved."""
+    client = Client(http)
+    assert (await client.open(*RARE)).status_code == 200
+    balance = session_row(srv, client.session_id).balance_msat
+    earlier = await srv.backend.pay_invoice(client.return_invoice, 10_000, 5, amount_msat=1_000)
+    assert earlier.state.value == "succeeded"
+    closed = await client.close()
+    assert closed.json()["refundStatus"] == "failed"
+    row = session_row(srv, client.session_id)
+    assert (row.refund_msat, row.payout_status, row.payout_attempts) == (balance, "failed", 1)
+    assert "paid already" in row.payout_error
+    srv.call(srv.gate.sessions.sweep)  # never retried: it would be "already paid" again
+    assert session_row(srv, client.session_id).payout_attempts == 1
+    report = srv.call(lambda: _operator_report(srv))
+    assert client.session_id in [p["session_id"] for p in report["session_payouts"]]
+    ret_hash = decode_invoice(client.return_invoice).payment_hash
+    paid = [p for p in await srv.backend.outgoing_payments() if p["payment_hash"] == ret_hash]
+    assert [(p["amount_msat"], p["attempts"]) for p in paid] == [(1_000, 1)]
+
+
 async def _operator_report(srv: ThreadedServer) -> dict[str, Any]:
     from satsgate.operator import operator_report
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from satsgate import __version__
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
 from satsgate.jobs import JobRunner
 from satsgate.mcp.context import AnySpec, CallContext, PlannedSource, ToolEnv
@@ -33,6 +34,9 @@ from satsgate.refunds import RefundService
 from satsgate.services import registry
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
+
+if TYPE_CHECKING:
+    from satsgate.services.ai_call_runner import AiCallRunner
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,8 @@ class McpServer:
         services: Sequence[AnySpec] | None = None,
         esign: ESignDesk | None = None,
         deliveries: DeliveryRepository | None = None,
+        deposits: DepositSettler | None = None,
+        ai_calls: AiCallRunner | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
         env = ToolEnv(
@@ -82,6 +88,8 @@ class McpServer:
             planned=planned,
             esign=esign,
             deliveries=deliveries,
+            deposits=deposits,
+            ai_calls=ai_calls,
         )
         self.tools = ToolCatalog(env)
 

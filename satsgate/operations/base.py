@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
 from satsgate.jobs import JobRunner
 from satsgate.payments.gate import Gate
@@ -30,6 +31,9 @@ from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
+
+if TYPE_CHECKING:
+    from satsgate.services.ai_call_runner import AiCallRunner
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -67,6 +71,10 @@ class OperationEnv:
     planned: PlannedSource
     # Delivery records of sent SMS and calls (their free status reads); None: no store.
     deliveries: DeliveryRepository | None = None
+    # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
+    deposits: DepositSettler | None = None
+    # The node's AI calls (confirm, poll, claim-refund); None outside an app.
+    ai_calls: AiCallRunner | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     esign: ESignDesk | None = None  # the e-signature desk (its free status read)

@@ -7,19 +7,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import (
     AiCallRecord,
     CallDelivery,
+    ClaimedRefund,
     SmsDelivery,
     VoiceBridgeEvents,
     VoiceBridgeSaid,
     VoiceBridgeSettlement,
 )
+from satsgate.payments.proof import proves
 from satsgate.services import ai_calls, deliveries, voice_bridge
+from satsgate.services.common import alias
 from satsgate.services.comms import (
     AI_CALL,
     CALL,
@@ -194,7 +197,7 @@ async def confirm_ai_call(
     env: OperationEnv, args: AiCallConfirmParams | ConfirmAiCallArgs, call: Call
 ) -> AiCallRecord:
     settings = env.settings
-    records = ai_calls.records_for(settings)
+    records = ai_calls.records_for(env.ai_calls)
     return AiCallRecord.model_validate(
         await ai_calls.confirm(settings, env.engines, records, args.session_id, args.answers)
     )
@@ -202,7 +205,7 @@ async def confirm_ai_call(
 
 async def poll_ai_call(env: OperationEnv, args: AiCallPollParams, call: Call) -> AiCallRecord:
     settings = env.settings
-    records = ai_calls.records_for(settings)
+    records = ai_calls.records_for(env.ai_calls)
     return AiCallRecord.model_validate(
         await ai_calls.poll(settings, env.engines, records, args.call_id)
     )
@@ -255,7 +258,12 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
     title="Poll an AI call",
     description="Without call_id: the service description. With call_id: the call's record "
     "(transcript, results and refund status when the call has them), free of charge; "
-    "x-available is whether polling works on this node.",
+    "x-available is whether polling works on this node. status: pending_confirm, placing, "
+    "calling, redial_scheduled, ended, failed or expired; results: outcome (completed, "
+    "no_answer, busy, voicemail, voicemail_left, dropped, opted_out, failed, refused, "
+    "expired), summary, successful, data, attempts, billed_minutes, depositSats, "
+    "perMinuteSats, usedSats, refundableSats; refund_status: paying, paid, claimable, "
+    "claiming, expired or none.",
     params=AiCallPollParams,
     result=AiCallRecord,
     handler=poll_ai_call,
@@ -357,4 +365,129 @@ CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = OperationSpec(
     error_codes=_DELIVERY_CODES,
     family=Family("Automated call", CALL.slug),
     tags=(CALL.category, "free"),
+)
+
+
+# -- claim-refund ---------------------------------------------------------------------------
+
+
+class ClaimRefundParams(BaseModel):
+    """``POST /api/claim-refund``: the AI call by its call_id, or by its payment (then
+    with the proof of payment for a payment made through an HTTP 402 challenge)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, title="claim-refund")
+
+    call_id: AiCallId | None = Field(
+        None, validation_alias=alias("call_id", "callId"), description="The call's call_id."
+    )
+    payment_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        validation_alias=alias("payment_id", "paymentId"),
+        description="The call's paymentId (instead of call_id).",
+    )
+    preimage: str | None = Field(
+        None,
+        min_length=64,
+        max_length=64,
+        description="With payment_id, for a payment made through an HTTP 402 challenge: its "
+        "preimage (or send the paying Authorization header).",
+    )
+
+    @model_validator(mode="after")
+    def _one_id(self) -> ClaimRefundParams:
+        if (self.call_id is None) == (self.payment_id is None):
+            raise ValueError("give call_id or payment_id (one of them)")
+        return self
+
+
+async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -> ClaimedRefund:
+    """The settled AI call's refund: the link when it is claimable (no refund_address, or
+    the payout to it failed); otherwise REFUND_NOT_AVAILABLE with refund_status (paid to
+    the address, on its way, nothing left, or the call still running)."""
+    runner = env.ai_calls
+    if runner is None or not AI_CALL.is_available(env.engines):
+        raise ApiError(
+            "SERVICE_UNAVAILABLE",
+            f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
+        )
+    if args.payment_id is not None:
+        payment = await env.gate.get_payment(args.payment_id)
+        if payment is None or payment.service != AI_CALL.slug:
+            raise ApiError("AI_CALL_NOT_FOUND", "No AI call was paid with this paymentId.")
+        if not proves(
+            payment,
+            preimage=args.preimage,
+            authorization=call.authorization,
+            payment_id=args.payment_id,
+        ):
+            raise ApiError(
+                "PAYMENT_INVALID",
+                "This payment was created by an HTTP 402 challenge: only its payer may claim "
+                "its refund. Send its preimage (64 hex) as preimage, or the call_id.",
+                extra={"paymentId": args.payment_id},
+            )
+    row, settled = await runner.claim(args.call_id, args.payment_id)
+    if settled is None:
+        record = await runner.record(row.call_id)
+        status = record.refund_status if record is not None else None
+        raise ApiError(
+            "REFUND_NOT_AVAILABLE",
+            "The call has not ended yet: its unused deposit is refunded when it ends."
+            if status is None
+            else "This call's refund was issued with its failure; it is shown at /recover.",
+            extra={"call_id": row.call_id, "refund_status": status or "pending"},
+        )
+    body = settled.body(with_link=settled.refund_status == "claimable")
+    if settled.refund_status != "claimable":
+        why = {
+            "none": "nothing of the deposit is left to refund",
+            "paid": "the refund was paid out already",
+            "paying": "the refund is on its way to the Lightning address",
+            "claiming": "the refund link was claimed; its payout is under way",
+            "expired": "the refund link expired unclaimed",
+        }.get(settled.refund_status, settled.refund_status)
+        raise ApiError(
+            "REFUND_NOT_AVAILABLE",
+            f"Nothing to claim: {why}.",
+            extra={"call_id": row.call_id, **body},
+        )
+    return ClaimedRefund.model_validate({"success": True, "call_id": row.call_id, **body})
+
+
+CLAIM_REFUND: OperationSpec[ClaimRefundParams, ClaimedRefund] = OperationSpec(
+    name="claim_refund",
+    title="Claim an AI call's refund",
+    description="After an AI call ended: the unused part of its deposit as a one-time "
+    "LNURL-withdraw link (when no refund_address was given, or the payout to it failed). "
+    "By call_id, or by payment_id with the proof of payment (preimage or the paying "
+    "Authorization header) for a payment made through an HTTP 402 challenge. Returns { "
+    "success, call_id, refund_status, depositSats, usedSats, refundableSats, refund }. "
+    "Nothing to claim (paid to the Lightning address, nothing left, call still running): "
+    "REFUND_NOT_AVAILABLE with refund_status. Free.",
+    params=ClaimRefundParams,
+    result=ClaimedRefund,
+    handler=claim_refund,
+    http=HttpRoute(
+        "POST",
+        "/api/claim-refund",
+        example='{"call_id": "<call_id>"}',
+        summary="Claim the unused deposit of an ended AI call as an LNURL-withdraw link, by "
+        "call_id or by payment_id (with the proof of payment). Free.",
+        llms='`POST {url}` with `{{"call_id": "..."}}` claims the unused deposit of an ended '
+        "AI call (LNURL-withdraw)",
+    ),
+    read_only=False,
+    rate_rule="refund",
+    error_codes=(
+        "L402_INVALID_PARAMS",
+        "AI_CALL_NOT_FOUND",
+        "PAYMENT_INVALID",
+        "REFUND_NOT_AVAILABLE",
+        "SERVICE_UNAVAILABLE",
+        "RATE_LIMITED",
+        "INTERNAL_ERROR",
+    ),
+    family=AI_CALLS,
 )

@@ -207,6 +207,20 @@ class CallDelivery(Body):
     status_url: str
 
 
+class ClaimedRefund(Body):
+    """An AI call's deposit refund: the LNURL-withdraw link when it is the payer's to claim."""
+
+    model_config = ConfigDict(title="ClaimedRefund")
+
+    success: bool
+    call_id: str
+    refund_status: str
+    depositSats: int
+    usedSats: int
+    refundableSats: int
+    refund: Refund | None = None
+
+
 class VoiceBridgeSaid(Body):
     """voice_bridge_say: the audio bytes sent into the call."""
 

@@ -6,6 +6,7 @@ from satsgate.operations.base import AnyOperation
 from satsgate.operations.catalog import ESTIMATE_COST, LIST_PLANNED
 from satsgate.operations.comms import (
     CALL_STATUS,
+    CLAIM_REFUND,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
     SMS_STATUS,
@@ -29,6 +30,7 @@ OPERATIONS: tuple[AnyOperation, ...] = (
     CALL_STATUS,
     CONFIRM_AI_CALL,
     POLL_AI_CALL,
+    CLAIM_REFUND,
     VOICE_BRIDGE_SAY,
     VOICE_BRIDGE_POLL,
     VOICE_BRIDGE_END,

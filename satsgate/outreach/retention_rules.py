@@ -99,4 +99,12 @@ RULES: tuple[RetentionRule, ...] = (
     # esign: the customer's address of a request (cleared at once when it ends; this
     # catches any left, e.g. a request stuck past the desk's 30-day watch).
     ClearColumns("esign_requests", "created_at", ("customer_email",), EVIDENCE_S, "e-sign"),
+    # aicall: an AI call's task, answers, transcript and results (status and amounts stay).
+    ClearColumns(
+        "ai_calls",
+        "updated_at",
+        ("request_json", "questions_json", "answers_json", "transcript", "results_json"),
+        EVIDENCE_S,
+        "AI-call tasks and transcripts",
+    ),
 )

@@ -22,10 +22,12 @@ which also reads the row; when it changes nothing, the row is read to say why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 
 from satsgate.config import Settings
+from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
@@ -45,6 +47,9 @@ from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
+
+if TYPE_CHECKING:
+    from satsgate.services.ai_call_runner import AiCallRunner
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -66,6 +71,8 @@ class HandlerResources:
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
     # rules alone (satsgate.services.screening.screen).
     screener: Screener | None = None
+    deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
+    ai_calls: AiCallRunner | None = None  # the node's AI calls (services/ai_call_runner.py)
 
     def for_call(
         self,
@@ -88,6 +95,8 @@ class HandlerResources:
             esign=self.esign,
             deliveries=self.deliveries,
             screener=screener or self.screener,
+            deposits=self.deposits,
+            ai_calls=self.ai_calls,
         )
 
 

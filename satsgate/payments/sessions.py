@@ -647,6 +647,15 @@ class Sessions:
         self, deposit_hash: str, challenge_id: str, return_invoice: str
     ) -> Session:
         deposit = await self._deposit(deposit_hash)
+        if await self._sessions.return_invoice_taken(return_invoice, deposit_hash):
+            # The node pays an invoice once: this session's payout would move nothing
+            # (the node answers "already paid") yet read as paid. The deposit stays
+            # unused: open again with a fresh return invoice.
+            raise SessionProblem(
+                "invalid-return-invoice",
+                "PAYMENT_INVALID",
+                "returnInvoice is another session's already: make a fresh one per session",
+            )
         session = await self._sessions.open(
             deposit.payment_hash, challenge_id, return_invoice, int(time.time())
         )
@@ -1082,6 +1091,19 @@ class Sessions:
             )
             log.warning("session %s: return invoice expired, %d msat owed", session_id, amount)
             return
+        if claimed.payout_attempts == 1 and await self._paid_before(invoice.payment_hash):
+            # Not by an attempt of this session's (this is its first): a node pays an
+            # invoice once, and would answer "already paid" for this one.
+            await self._sessions.payout_outcome(
+                session_id,
+                "failed",
+                now,
+                error="the return invoice was paid already, not by this session: the "
+                "operator pays the payer by other means",
+                retry_at=_NEVER,
+            )
+            log.warning("session %s: return invoice paid already, %d msat owed", session_id, amount)
+            return
         self._paying.add(session_id)
         try:
             result = await self._node.pay_invoice(
@@ -1097,6 +1119,15 @@ class Sessions:
         finally:
             self._paying.discard(session_id)
         await self._apply(session_id, claimed.payout_attempts, result)
+
+    async def _paid_before(self, payment_hash: str) -> bool:
+        """Whether the node has paid (or is paying) this hash already. Unknown (the node
+        does not answer): False, the payout goes ahead as it would have."""
+        try:
+            known = await self._node.lookup_payment(payment_hash)
+        except (BackendError, OSError, TimeoutError):
+            return False
+        return known.state is not PaymentState.FAILED
 
     async def _apply(self, session_id: str, attempts: int, result: PaymentResult) -> None:
         now = int(time.time())

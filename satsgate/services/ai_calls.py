@@ -1,7 +1,8 @@
 """AI-call sessions and records: the free confirmation and the free poll of an AI call.
 
-The telephony engine (``[engines.ai_call]``, not written yet) places the call
-and creates what this module looks up:
+The AI-call runner (satsgate/services/ai_call_runner.py, on the ``ai_call`` engine: the
+``retell`` and ``vapi`` provider kinds) places the call and creates what this module
+looks up:
 
 - a call waiting in ``pending_confirm`` under a ``session_id``, when the task
   lacked critical information (the answer carried clarification questions);
@@ -9,9 +10,9 @@ and creates what this module looks up:
 
 :class:`AiCallRecords` is the seam that engine implements. Its records must
 outlive a restart and a confirmation must happen once (a conditional UPDATE
-``pending_confirm -> confirmed``), so the engine will keep them in the store.
-Until it exists no node can hold an AI call, and :func:`records_for` answers
-from :data:`NO_RECORDS`: every lookup finds nothing.
+``pending_confirm -> placing``): the runner keeps them in the store (``ai_calls``).
+Outside an app :func:`records_for` answers from :data:`NO_RECORDS`: every lookup finds
+nothing.
 
 Both faces use :func:`confirm` and :func:`poll`: ``POST /api/l402/ai-call``
 with ``{action: 'confirm', ...}`` and ``GET /api/l402/ai-call?call_id=`` over
@@ -22,7 +23,7 @@ call's original payment, and polling costs nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -44,6 +45,8 @@ class AiCallRecord:
     transcript: str | None = None
     results: Mapping[str, Any] | None = None
     refund_status: str | None = None
+    # More of the call (session_id while pending_confirm, redial_at, ...), as they are.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def body(self, base_url: str) -> dict[str, Any]:
         """The spec's ``{ success, call_id, status, poll_url }`` plus what polling returns."""
@@ -61,6 +64,7 @@ class AiCallRecord:
             body["results"] = dict(self.results)
         if self.refund_status is not None:
             body["refund_status"] = self.refund_status
+        body.update({k: v for k, v in self.extra.items() if v is not None and k not in body})
         return body
 
 
@@ -94,9 +98,9 @@ class _NoRecords:
 NO_RECORDS: AiCallRecords = _NoRecords()
 
 
-def records_for(settings: Settings) -> AiCallRecords:
-    """This node's AI-call records; the telephony engine will supply its own here."""
-    return NO_RECORDS
+def records_for(records: AiCallRecords | None) -> AiCallRecords:
+    """This node's AI-call records (the app's AiCallRunner), or none outside an app."""
+    return NO_RECORDS if records is None else records
 
 
 def poll_url(base_url: str, call_id: str) -> str:

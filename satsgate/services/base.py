@@ -21,7 +21,9 @@ from satsgate.errors import ApiError
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
+    from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
+    from satsgate.services.ai_call_runner import AiCallRunner
     from satsgate.services.esign_desk import ESignDesk
     from satsgate.services.screening import Screener
 
@@ -124,6 +126,11 @@ class ServiceContext:
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
+    # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
+    # refund the rest once. None only in contexts built without an app (some unit tests).
+    deposits: DepositSettler | None = None
+    # The node's AI calls (satsgate/services/ai_call_runner.py); None outside an app.
+    ai_calls: AiCallRunner | None = None
 
     async def run_cpu(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None

@@ -649,17 +649,40 @@ class AiCallPollParams(Params):
     call_id: AiCallId = Field(description="The call_id returned when the call was placed.")
 
 
+async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
+    """Screen the call (a flagged task is held, nothing placed), then either wait in
+    pending_confirm with clarification questions or place it: satsgate.services.ai_call_runner.
+    The deposit is settled when the call ends (billed by the started minute)."""
+    from satsgate.services.screening import Outreach, screen
+
+    if ctx.ai_calls is None:
+        raise EngineError("SERVICE_ERROR", "AI calls cannot be placed from here.")
+    spoken = [params.task, params.begin_message or "", params.reason or ""]
+    await screen(
+        ctx,
+        Outreach(
+            channel="ai_call",
+            recipients=(params.phone_number,),
+            text="\n".join(part for part in spoken if part),
+            sender_name=params.caller_name,
+        ),
+    )
+    return await ctx.ai_calls.start(ctx, params.model_dump(mode="json"))
+
+
 AI_CALL = ServiceSpec(
     slug="ai-call",
     tool_name="ai_call",
     category="telco",
     title="AI phone call",
     description="An AI agent phones a number and carries out a task: { success, call_id, "
-    "status, poll_url }. Deposit of duration_minutes times the destination's per-minute rate "
-    "(telephony plus AI, from about 150 sats), minimum 50; unused time refunded.",
+    "status, poll_url }; status pending_confirm comes with questions and a session_id to "
+    "confirm with. Deposit of duration_minutes times the destination's per-minute rate "
+    "(telephony plus AI, from about 150 sats), minimum 50; billed by the started minute, "
+    "unused time refunded to refund_address or claimed at POST /api/claim-refund.",
     params=AiCallParams,
     price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
-    handler=no_engine,
+    handler=ai_call,
     price_shape=PriceShape(
         "per_minute",
         "per minute",

@@ -214,6 +214,27 @@ def _refunds_by_cause(c: sqlite3.Connection) -> list[dict[str, Any]]:
     return [{"cause": str(r[0]), "refunds": int(r[1]), "amount_msat": int(r[2])} for r in rows]
 
 
+def _deposits(c: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Deposit settlements (satsgate/deposits.py) by service and payout state: the
+    deposits, what was billed and what was refunded (the refunds are counted above)."""
+    rows = c.execute(
+        "SELECT service, payout_state, COUNT(*), COALESCE(SUM(deposit_msat), 0),"
+        " COALESCE(SUM(used_msat), 0), COALESCE(SUM(refund_msat), 0)"
+        " FROM deposit_settlements GROUP BY service, payout_state ORDER BY service, payout_state"
+    ).fetchall()
+    return [
+        {
+            "service": str(r[0]),
+            "payout_state": str(r[1]),
+            "settlements": int(r[2]),
+            "deposit_msat": int(r[3]),
+            "billed_msat": int(r[4]),
+            "refunded_msat": int(r[5]),
+        }
+        for r in rows
+    ]
+
+
 def _snapshot(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
     """Run ``fn`` in one read transaction: its several SELECTs see one state of the
     database (WAL), so the figures balance even while payments move."""
@@ -245,6 +266,7 @@ class LedgerRepository:
                 "per_day": _per_day(c),
                 "calls_per_service": _calls_per_service(c),
                 "refunds_by_cause": _refunds_by_cause(c),
+                "deposits": _deposits(c),
                 "ecash": ecash_figures(c),  # Cashu: tokens taken, change, refunds, melts
             }
 

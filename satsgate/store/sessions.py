@@ -114,6 +114,20 @@ class SessionRepository:
     async def get(self, session_id: str) -> Session | None:
         return await self._db.read(lambda conn: _get(conn, session_id))
 
+    async def return_invoice_taken(self, return_invoice: str, session_id: str) -> bool:
+        """Whether another session than ``session_id`` names this return invoice (a node
+        pays an invoice once: the second session's payout would move nothing)."""
+        return await self._db.read(
+            lambda conn: (
+                conn.execute(
+                    "SELECT 1 FROM sessions WHERE lower(return_invoice) = lower(?)"
+                    " AND session_id != ? LIMIT 1",
+                    (return_invoice, session_id),
+                ).fetchone()
+                is not None
+            )
+        )
+
     async def deposit_use(self, payment_hash: str) -> tuple[str, str, str] | None:
         """(session id, kind 'open' or 'topup', challenge id) of a consumed deposit."""
 

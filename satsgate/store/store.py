@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from satsgate.store.ai_calls import AiCallRepository
 from satsgate.store.callbacks import CallbackRepository
 from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
+from satsgate.store.deposits import DepositRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.ecash import EcashRepository
 from satsgate.store.engine import Database
@@ -46,6 +48,8 @@ class Store:
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
         self.sessions = SessionRepository(self.db)
+        self.deposits = DepositRepository(self.db)
+        self.ai_calls = AiCallRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
         self.esign = ESignRepository(self.db)
 

@@ -28,6 +28,7 @@ INVALID_PARAMS = -32602
 PLUGIN_ERROR = -3
 LIGHTNINGD_SHUTDOWN = -5
 PAY_IN_PROGRESS = 200
+PAY_RHASH_ALREADY_USED = 201
 PAY_DESTINATION_PERM_FAIL = 203
 PAY_ROUTE_NOT_FOUND = 205
 PAY_ROUTE_TOO_EXPENSIVE = 206
@@ -312,7 +313,7 @@ class FakeNode:
                 # A node refuses unknown, paid, expired or underpaid invoices alike.
                 raise RpcFailure(
                     PAY_DESTINATION_PERM_FAIL,
-                    "Failed: Destination said it doesn't know invoice: "
+                    "Destination said it doesn't know invoice: "
                     "incorrect_or_unknown_payment_details",
                 )
             self._pay_index += 1
@@ -343,8 +344,10 @@ class FakeNode:
         }
         if pay["status"] == "complete":
             out["completed_at"] = pay["completed_at"]
-        out["amount_msat"] = pay["amount_msat"]
-        out["amount_sent_msat"] = pay["amount_sent_msat"]
+        # v26.06 lists a failed payment without amount_msat, and amount_sent_msat 0
+        if pay["status"] != "failed":
+            out["amount_msat"] = pay["amount_msat"]
+        out["amount_sent_msat"] = 0 if pay["status"] == "failed" else pay["amount_sent_msat"]
         if pay["status"] == "complete":
             out["preimage"] = pay["preimage"]
         return out
@@ -384,9 +387,9 @@ class FakeNode:
             )
         given = None if amount_msat is None else parse_msat_param("amount_msat", amount_msat)
         if decoded.amount_msat is None and given is None:
-            raise RpcFailure(INVALID_PARAMS, "amount_msat: required for amountless invoice")
+            raise RpcFailure(INVALID_PARAMS, "amount_msat required")  # v26.06's xpay
         if decoded.amount_msat is not None and given is not None:
-            raise RpcFailure(INVALID_PARAMS, "amount_msat: unnecessary for invoice with amount")
+            raise RpcFailure(INVALID_PARAMS, "amount_msat unnecessary")
         if decoded.expired():
             raise RpcFailure(PAY_INVOICE_EXPIRED, "Invoice expired")
         amount_msat = decoded.amount_msat if given is None else given
@@ -394,6 +397,15 @@ class FakeNode:
             previous = [p for p in self._pays if p["payment_hash"] == decoded.payment_hash]
             done = next((p for p in previous if p["status"] == "complete"), None)
             if done is not None:
+                if xpay and done["amount_msat"] != amount_msat:
+                    # v26.06, amountless invoice paid before with another amount: xpay's
+                    # injectpaymentonion refuses with 201, xpay reports it as -3.
+                    raise RpcFailure(
+                        PLUGIN_ERROR,
+                        f"Unexpected injectpaymentonion error {PAY_RHASH_ALREADY_USED}:"
+                        f' {{"code":{PAY_RHASH_ALREADY_USED},"message":"Already succeeded with'
+                        f' amount {done["amount_msat"]}msat (not {amount_msat}msat)"}}',
+                    )
                 if xpay:
                     raise RpcFailure(PAY_ALREADY_PAID, "Already paid this invoice successfully")
                 return self._pay_result(done, xpay=False)  # pay returns the earlier success
@@ -407,7 +419,9 @@ class FakeNode:
                 raise RpcFailure(PAY_IN_PROGRESS, "Payment already in progress")
             peer = self._peers.get(decoded.payee)
             if peer is None:
-                raise RpcFailure(PAY_ROUTE_NOT_FOUND, "Failed: Unknown destination: no route")
+                raise RpcFailure(
+                    PAY_ROUTE_NOT_FOUND, f"Failed: Unknown destination node {decoded.payee}"
+                )
             fee = self.route_fee_msat
             if maxfee_msat is not None and fee > maxfee_msat:
                 raise RpcFailure(

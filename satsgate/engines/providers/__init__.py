@@ -12,10 +12,12 @@ from satsgate.engines.providers import (
     elevenlabs,
     fal,
     replicate,
+    retell,
     search,
     smtp,
     telnyx,
     twilio,
+    vapi,
 )
 from satsgate.engines.registry import EngineDeps, Provider, ProviderFactory
 
@@ -45,4 +47,6 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     documenso.KIND: documenso.DocumensoProvider,
     twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
     telnyx.KIND: telnyx.TelnyxProvider,
+    retell.KIND: retell.RetellProvider,  # AI phone calls (ai_call)
+    vapi.KIND: vapi.VapiProvider,  # AI phone calls (ai_call)
 }

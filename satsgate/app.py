@@ -48,6 +48,7 @@ from satsgate.appkeys import (
     SETTINGS,
     STARTED_AT,
     STORE,
+    VOICE_BRIDGE,
 )
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret
@@ -78,6 +79,7 @@ from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
 from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import ServiceSpec
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.faxes import attach_desk
@@ -86,6 +88,7 @@ from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
+from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_routes import OPERATOR_TOKEN
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,7 @@ __all__ = [
     "SETTINGS",
     "STARTED_AT",
     "STORE",
+    "VOICE_BRIDGE",
     "create_app",
     "mcp_server",
 ]
@@ -234,11 +238,17 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
     refunds = RefundService(settings, store.refunds, app[BACKEND])
+    deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
+    app[DEPOSITS] = deposits
+    # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
+    # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
+    # A callee who asks not to be called again goes on the do-not-contact list.
+    app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(
+        settings, store, app[ENGINES], deposits, store.do_not_contact
+    )
     callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
     jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
     app[CALLBACKS] = callbacks
-    deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
-    app[DEPOSITS] = deposits
     ai_calls = AiCallRunner(settings, store, app[ENGINES], deposits)
     app[AI_CALLS] = ai_calls
     app[REFUNDS] = refunds
@@ -260,10 +270,11 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
+        deposits=deposits,
+        voice_bridge=voice_bridge,
         esign=esign,
         deliveries=store.deliveries,
         screener=screener,
-        deposits=deposits,
         ai_calls=ai_calls,
     )
     app[GATE] = gate = build_gate(
@@ -297,9 +308,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
+        deposits=deposits,
+        voice_bridge=voice_bridge,
         esign=esign,
         deliveries=store.deliveries,
-        deposits=deposits,
         ai_calls=ai_calls,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
@@ -314,15 +326,19 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
+    bridged = await voice_bridge.recover()
+    if bridged:
+        log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
     if gate.sessions is not None:
         given_back = await gate.sessions.give_back_held()
         if given_back:
             log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
-    await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
     in_flight = await ai_calls.resume()  # AI calls being watched or waiting to redial
     if in_flight:
         log.info("%d AI call(s) in flight were taken up again", in_flight)
     yield
+    await voice_bridge.close()  # live calls hung up and settled
     await esign.close()
     await ai_calls.close()
     await jobs.close()
@@ -532,7 +548,10 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
         allowed_origins=settings.mcp_allowed_origins,
     )  # POST /api/mcp (JSON-RPC tools, paid with a paymentId)
     checkout.install(app, GATE)  # GET /checkout/<paymentId>
+    # The voice bridge's media WebSocket and call-status callbacks (the provider's side).
+    voice_bridge_routes.install(app, VOICE_BRIDGE)
     app.on_shutdown.append(_wake_waiting_calls)
+    app.on_shutdown.append(_end_voice_bridges)
 
 
 def _add_operator_routes(app: web.Application, settings: Settings) -> None:
@@ -552,6 +571,14 @@ async def _wake_waiting_calls(app: web.Application) -> None:
         env.closing.set()
 
 
+async def _end_voice_bridges(app: web.Application) -> None:
+    """Shutdown: live voice-bridge calls are hung up and settled, which also closes their
+    media WebSockets (the server would otherwise wait for them)."""
+    sessions = app.get(VOICE_BRIDGE)
+    if sessions is not None:
+        await sessions.close()
+
+
 def mcp_server(
     app: web.Application,
     *,
@@ -568,6 +595,7 @@ def mcp_server(
         engines=app[ENGINES],
         services=services,
         planned=planned or RoadmapPlannedServices(app[STORE].votes),
+        voice_bridge=app.get(VOICE_BRIDGE),
         esign=app.get(ESIGN),
         deliveries=app[STORE].deliveries,
         deposits=app.get(DEPOSITS),

@@ -19,6 +19,7 @@ from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.ai_call_runner import AiCallRunner
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import Outbound
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store import Store
@@ -38,6 +39,7 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
+VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions
 HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)

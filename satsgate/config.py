@@ -56,6 +56,11 @@ class Settings:
     refund_fee_min_msat: int = 10_000
     refund_fee_max_pct: int = 50
     refund_pay_timeout_s: int = 60
+    # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
+    # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
+    # sent to another base URL here instead ({"wallet.test": "http://127.0.0.1:9000"}),
+    # for a regtest wallet or a test's LNURL server.
+    lightning_address_hosts: Mapping[str, str] = field(default_factory=dict)
     # Payment sessions (the MPP session intent, lightning method; payments/sessions.py):
     # a session's deposit is this many times the price of the call whose 402 offered it,
     # at most session_max_deposit_sat (never below that one call's price); a session idle
@@ -63,11 +68,6 @@ class Settings:
     session_deposit_multiplier: int = 20
     session_max_deposit_sat: int = 100_000
     session_idle_timeout_s: int = 300
-    # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
-    # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
-    # sent to another base URL here instead ({"wallet.test": "http://127.0.0.1:9000"}),
-    # for a regtest wallet or a test's LNURL server.
-    lightning_address_hosts: Mapping[str, str] = field(default_factory=dict)
     # A CPU engine job (a card render, a PDF) is stopped after this long and refunded.
     cpu_job_time_limit_s: float = 120.0
     # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold

@@ -32,6 +32,7 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
@@ -71,6 +72,7 @@ class McpServer:
         engines: Engines,
         planned: PlannedSource,
         services: Sequence[AnySpec] | None = None,
+        voice_bridge: BridgeSessions | None = None,
         esign: ESignDesk | None = None,
         deliveries: DeliveryRepository | None = None,
         deposits: DepositSettler | None = None,
@@ -86,6 +88,7 @@ class McpServer:
             paid=paid_tools(specs),
             by_slug={s.slug: s for s in specs},
             planned=planned,
+            voice_bridge=voice_bridge,
             esign=esign,
             deliveries=deliveries,
             deposits=deposits,

@@ -29,6 +29,7 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
@@ -69,10 +70,12 @@ class OperationEnv:
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource
-    # Delivery records of sent SMS and calls (their free status reads); None: no store.
-    deliveries: DeliveryRepository | None = None
     # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
     deposits: DepositSettler | None = None
+    # The node's voice-bridge sessions (services/bridge_sessions.py); None without an app.
+    voice_bridge: BridgeSessions | None = None
+    # Delivery records of sent SMS and calls (their free status reads); None: no store.
+    deliveries: DeliveryRepository | None = None
     # The node's AI calls (confirm, poll, claim-refund); None outside an app.
     ai_calls: AiCallRunner | None = None
     # Set at shutdown: waiting calls answer at once instead of holding the server open.

@@ -54,11 +54,17 @@ _BRIDGE_CODES = (
 _FREE_NOTE = " Free: the session's deposit pays; no Authorization, never 402."
 
 
+def _heard(result: object) -> bool:
+    """Poll and end answers carry what the called party said (transcripts): untrusted
+    content for a language model reading them (MCP fences it)."""
+    return True
+
+
 async def voice_bridge_say(
     env: OperationEnv, args: VoiceBridgeSayParams, call: Call
 ) -> VoiceBridgeSaid:
     settings = env.settings
-    sessions = voice_bridge.sessions_for(settings)
+    sessions = voice_bridge.sessions_for(env.voice_bridge)
     return VoiceBridgeSaid.model_validate(
         await voice_bridge.say(settings, env.engines, sessions, args)
     )
@@ -68,7 +74,7 @@ async def poll_voice_bridge(
     env: OperationEnv, args: VoiceBridgePollParams, call: Call
 ) -> VoiceBridgeEvents:
     settings = env.settings
-    sessions = voice_bridge.sessions_for(settings)
+    sessions = voice_bridge.sessions_for(env.voice_bridge)
     return VoiceBridgeEvents.model_validate(
         await voice_bridge.poll(settings, env.engines, sessions, args)
     )
@@ -78,7 +84,7 @@ async def end_voice_bridge(
     env: OperationEnv, args: VoiceBridgeEndParams, call: Call
 ) -> VoiceBridgeSettlement:
     settings = env.settings
-    sessions = voice_bridge.sessions_for(settings)
+    sessions = voice_bridge.sessions_for(env.voice_bridge)
     return VoiceBridgeSettlement.model_validate(
         await voice_bridge.end(settings, env.engines, sessions, args)
     )
@@ -138,6 +144,7 @@ VOICE_BRIDGE_POLL: OperationSpec[VoiceBridgePollParams, VoiceBridgeEvents] = Ope
         "system events (every 0.5 to 1 s)",
     ),
     tool="poll_voice_bridge",
+    untrusted=_heard,
     error_codes=_BRIDGE_CODES,
     family=VOICE_BRIDGE,
     tags=(VOICE_BRIDGE_OPEN.category, "free"),
@@ -167,6 +174,7 @@ VOICE_BRIDGE_END: OperationSpec[VoiceBridgeEndParams, VoiceBridgeSettlement] = O
         "and refunds the rest of the deposit",
     ),
     tool="end_voice_bridge",
+    untrusted=_heard,
     read_only=False,
     error_codes=_BRIDGE_CODES,
     family=VOICE_BRIDGE,

@@ -107,4 +107,6 @@ RULES: tuple[RetentionRule, ...] = (
         EVIDENCE_S,
         "AI-call tasks and transcripts",
     ),
+    # bridge: voice-bridge events (the called party's transcripts), 24 hours.
+    DeleteRows("voice_bridge_events", "at_s", RECENT_TEXT_S, "voice-bridge transcripts"),
 )

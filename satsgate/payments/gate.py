@@ -43,6 +43,7 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
@@ -66,12 +67,13 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
+    deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
+    voice_bridge: BridgeSessions | None = None  # voice-bridge sessions (open_voice_bridge)
     esign: ESignDesk | None = None  # the e-signature desk
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
     # rules alone (satsgate.services.screening.screen).
     screener: Screener | None = None
-    deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
     ai_calls: AiCallRunner | None = None  # the node's AI calls (services/ai_call_runner.py)
 
     def for_call(
@@ -92,10 +94,11 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
+            deposits=self.deposits,
+            voice_bridge=self.voice_bridge,
             esign=self.esign,
             deliveries=self.deliveries,
             screener=screener or self.screener,
-            deposits=self.deposits,
             ai_calls=self.ai_calls,
         )
 

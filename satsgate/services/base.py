@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
     from satsgate.services.ai_call_runner import AiCallRunner
+    from satsgate.services.bridge_sessions import BridgeSessions
     from satsgate.services.esign_desk import ESignDesk
     from satsgate.services.screening import Screener
 
@@ -121,14 +122,17 @@ class ServiceContext:
     # The node's screen of communications (satsgate.services.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
+    # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
+    # refund the rest once. None only in contexts built without an app (some unit tests).
+    deposits: DepositSettler | None = None
+    # The node's voice-bridge sessions (services/bridge_sessions.py): open_voice_bridge
+    # opens one. None only in contexts built without an app.
+    voice_bridge: BridgeSessions | None = None
     # The e-signature desk (records and follows signing requests); None outside an app.
     esign: ESignDesk | None = None
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
-    # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
-    # refund the rest once. None only in contexts built without an app (some unit tests).
-    deposits: DepositSettler | None = None
     # The node's AI calls (satsgate/services/ai_call_runner.py); None outside an app.
     ai_calls: AiCallRunner | None = None
 

@@ -40,7 +40,6 @@ from satsgate.services.common import (
     body_limit,
     check_email_address,
     decode_file,
-    no_engine,
     prevalidate,
 )
 from satsgate.services.media import MediaError, pdf_pages
@@ -852,6 +851,14 @@ class VoiceBridgeOpenParams(ServiceParams):
         return voice_bridge_per_minute_msat(self.phoneNumber)
 
 
+async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
+    """Dial and answer the session (services.bridge_sessions): the deposit is settled
+    when the session ends; a failure to dial is refunded in full by the gate."""
+    if ctx.voice_bridge is None:
+        raise EngineError("SERVICE_ERROR", "The voice bridge is not available on this node.")
+    return ServiceResult(body=await ctx.voice_bridge.open(ctx, params))
+
+
 VOICE_BRIDGE_OPEN = ServiceSpec(
     slug="voice-bridge-open",
     tool_name="open_voice_bridge",
@@ -863,7 +870,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     "elapsed time is billed, the rest refunded.",
     params=VoiceBridgeOpenParams,
     price_msat=lambda p: p.durationMinutes * p.per_minute_msat,
-    handler=no_engine,
+    handler=_open_voice_bridge,
     price_shape=PriceShape(
         "per_minute",
         "per minute",

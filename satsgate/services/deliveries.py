@@ -15,10 +15,12 @@ and the payer's free status read.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -149,9 +151,28 @@ def charge_msat(record: Delivery, amount_msat: int) -> int:
     return amount_msat
 
 
+# A record's settlement (the claim, then its refund) runs under its lock, and a status
+# read of a final record waits on it: the read never shows "settled" without the refund.
+# Per process, by delivery id; an entry lives while someone holds or awaits its lock.
+_SETTLING: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def settlement_lock(delivery_id: str) -> asyncio.Lock:
+    lock = _SETTLING.get(delivery_id)
+    if lock is None:
+        lock = _SETTLING[delivery_id] = asyncio.Lock()
+    return lock
+
+
 async def settle(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | None:
     """Charge a final record (:func:`charge_msat`) and refund the rest of what was paid,
-    once (the record's settlement is one conditional UPDATE); the refund object, if any."""
+    once (the record's settlement is one conditional UPDATE, and the claim and its refund
+    run under the record's lock); the refund object, if any."""
+    async with settlement_lock(record.delivery_id):
+        return await _settle(env, record)
+
+
+async def _settle(env: DeliveryEnv, record: Delivery) -> dict[str, Any] | None:
     payment = await env.get_payment(record.payment_id)
     amount = record.paid_msat if payment is None else payment.amount_msat
     charged = charge_msat(record, amount)
@@ -211,9 +232,12 @@ async def read_status(
         if update is not None:
             update = dataclasses.replace(update, reference=record.delivery_id)
             record = await apply_update(env, record.provider, update, now=stamp) or record
-    if record.final and record.settled_at is None:
-        await settle(env, record)
-        record = await env.deliveries.get(record.delivery_id) or record
+    if record.final:
+        async with settlement_lock(record.delivery_id):  # a settlement under way ends first
+            record = await env.deliveries.get(record.delivery_id) or record
+            if record.settled_at is None:
+                await _settle(env, record)
+                record = await env.deliveries.get(record.delivery_id) or record
     return record
 
 

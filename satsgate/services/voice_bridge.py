@@ -1,8 +1,8 @@
 """Voice-bridge sessions: the free say, poll and end that follow a paid ``open_voice_bridge``.
 
 ``open_voice_bridge`` (``voice-bridge/open``, services.comms) is paid by deposit: it dials
-the number and answers a ``sessionId``. The telephony engine (``[engines.voice_bridge]``,
-not written yet) runs the call and keeps the session this module talks to:
+the number and answers a ``sessionId``. The node's sessions (services.bridge_sessions, on
+the ``voice_bridge`` engine) run the call and keep the session this module talks to:
 
 - ``say`` plays speech into the call: text it synthesizes (602 languages, voice by
   description) or caller audio (``mulaw_8000`` or ``pcm_l16_16000``); speech recognition
@@ -10,9 +10,9 @@ not written yet) runs the call and keeps the session this module talks to:
 - ``poll`` hands out the transcript and system events after a cursor;
 - ``end`` hangs up and settles the deposit: the elapsed time is billed, the rest refunded.
 
-:class:`VoiceBridgeSessions` is the seam that engine implements. Until it exists no node
-can hold a session, and :func:`sessions_for` answers from :data:`NO_SESSIONS`: every
-lookup finds nothing.
+:class:`VoiceBridgeSessions` is the seam services.bridge_sessions implements; an env
+built without an app has none, and :func:`sessions_for` answers from :data:`NO_SESSIONS`
+there: every lookup finds nothing.
 
 Both faces use :func:`say`, :func:`poll` and :func:`end`: ``POST /api/l402/voice-bridge/say``,
 ``GET /api/l402/voice-bridge/poll?sessionId=&cursor=`` and ``POST /api/l402/voice-bridge/end``
@@ -295,9 +295,9 @@ class _NoSessions:
 NO_SESSIONS: VoiceBridgeSessions = _NoSessions()
 
 
-def sessions_for(settings: Settings) -> VoiceBridgeSessions:
-    """This node's voice-bridge sessions; the telephony engine will supply its own here."""
-    return NO_SESSIONS
+def sessions_for(sessions: VoiceBridgeSessions | None) -> VoiceBridgeSessions:
+    """This node's voice-bridge sessions (``env.voice_bridge``), or none."""
+    return NO_SESSIONS if sessions is None else sessions
 
 
 # -- the shared calls ----------------------------------------------------------------------

@@ -23,6 +23,7 @@ from satsgate.store.refunds import RefundRepository
 from satsgate.store.retention import RetentionRepository
 from satsgate.store.screenings import ScreeningRepository
 from satsgate.store.sessions import SessionRepository
+from satsgate.store.voice_bridge import VoiceBridgeRepository
 from satsgate.store.votes import VoteRepository
 
 
@@ -40,6 +41,8 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.ecash = EcashRepository(self.db)
+        self.deposits = DepositRepository(self.db)
+        self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)
         # Communications (issue 19): held requests, do-not-contact, screenings, retention.
         self.held_requests = HeldRequestRepository(self.db)
@@ -48,7 +51,6 @@ class Store:
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
         self.sessions = SessionRepository(self.db)
-        self.deposits = DepositRepository(self.db)
         self.ai_calls = AiCallRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
         self.esign = ESignRepository(self.db)

@@ -91,6 +91,7 @@ MAX_RETRY_WAIT_S = 5.0
 # the webhook route (the call asks for it at answer time).
 MAX_INLINE_TWIML = 4000
 TWIML_PARAM = "twiml"
+MAX_PENDING_TWIML = 1000
 
 _ACCOUNT_SID = re.compile(r"^AC[0-9a-fA-F]{32}$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
@@ -648,7 +649,7 @@ class TwilioProvider:
             return values[0]
 
         if query.get(TWIML_PARAM) and reference:
-            twiml = self._pending_twiml.pop(reference, None)
+            twiml = self._pending_twiml.get(reference)  # kept for a retried fetch
             if twiml is None:
                 return WebhookEvents(200, body=EMPTY_TWIML, content_type="application/xml")
             return WebhookEvents(200, body=twiml.encode(), content_type="application/xml")
@@ -756,6 +757,8 @@ class TwilioVoice:
         url: str | None = None
         if len(twiml) > MAX_INLINE_TWIML:
             inline, url = None, p.webhook_url(request.reference, **{TWIML_PARAM: "1"})
+            while len(p._pending_twiml) >= MAX_PENDING_TWIML:  # ended calls no report closed
+                p._pending_twiml.pop(next(iter(p._pending_twiml)))
             p._pending_twiml[request.reference] = twiml
         try:
             sid = await p.client.create_call(

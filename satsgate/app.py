@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +356,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await refunds.wait_payouts()
     if gate.sessions is not None:
         await gate.sessions.wait_closing()
+    if gate.cashu is not None:
+        await gate.cashu.aclose()
     await app[ENGINES].aclose()
     await http.aclose()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -486,6 +488,18 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    if gate.cashu is not None:
+        # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
+        # the node; first a minute after start (a crash's leftovers), then on the interval.
+        scheduler.add_job(
+            gate.cashu.maintain,
+            "interval",
+            seconds=gate.cashu.config.melt_interval_s,
+            id="ecash-maintain",
+            next_run_time=datetime.now(UTC) + timedelta(seconds=60),
+            max_instances=1,
+            coalesce=True,
+        )
     # SMS and calls whose status webhooks never came: asked again, calls settled.
     store = app[STORE]
     scheduler.add_job(

@@ -132,6 +132,9 @@ class Settings:
     screening: Mapping[str, Any] = field(default_factory=dict)
     # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
     discovery: Mapping[str, Any] = field(default_factory=dict)
+    # [cashu]: Cashu ecash payments (NUT-24): mints, melt schedule. See
+    # satsgate/payments/cashu.py (CashuConfig); empty or no mints: off.
+    cashu: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def public_base_url(self) -> str:
@@ -192,7 +195,7 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "screening", "telephony", "discovery"}:
+    for name in names - {"engines", "providers", "screening", "telephony", "discovery", "cashu"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -211,6 +214,10 @@ def load_settings(
     from satsgate.nostr.config import NostrConfig
 
     NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
+    if settings.cashu:
+        from satsgate.payments.cashu import parse_config
+
+        parse_config(settings.cashu)  # a typo or a bad mint URL fails here, at start
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)

@@ -213,6 +213,52 @@ _CODES: tuple[ErrorCode, ...] = (
         spec=False,
     ),
     ErrorCode(
+        "CASHU_TOKEN_INVALID",
+        400,
+        "The X-Cashu token does not decode, or its mint refused it as invalid (NUT-24).",
+        "Send one cashuB (V4) token from a mint named in the 402's X-Cashu payment request.",
+        spec=False,
+    ),
+    ErrorCode(
+        "CASHU_MINT_NOT_ACCEPTED",
+        400,
+        "The X-Cashu token is from a mint this node does not accept (NUT-24).",
+        "Pay with a token from one of the mints listed in `mints` (and in the 402's X-Cashu).",
+        spec=False,
+    ),
+    ErrorCode(
+        "CASHU_UNIT_NOT_ACCEPTED",
+        400,
+        "The X-Cashu token is in another unit than this node takes (NUT-24).",
+        "Pay with a token in the unit named in `unit` (sat).",
+        spec=False,
+    ),
+    ErrorCode(
+        "CASHU_AMOUNT_TOO_SMALL",
+        400,
+        "The X-Cashu token is worth less than the request costs, after the mint's input fees "
+        "(NUT-24).",
+        "Send a token worth at least `amountSats` plus `inputFeeSats`; any excess comes back "
+        "as change in X-Cashu-Change.",
+        spec=False,
+    ),
+    ErrorCode(
+        "CASHU_TOKEN_SPENT",
+        400,
+        "The X-Cashu token was presented before or is spent at its mint: a token pays for one "
+        "call (NUT-24).",
+        "Send a fresh token. If the call it paid for failed, its refund token is attached.",
+        spec=False,
+    ),
+    ErrorCode(
+        "CASHU_MINT_UNAVAILABLE",
+        503,
+        "The X-Cashu token's mint did not answer; nothing was charged.",
+        "Retry later with the same token.",
+        retry_after_seconds=30,
+        spec=False,
+    ),
+    ErrorCode(
         "SERVICE_UNAVAILABLE",
         503,
         "This service has no engine configured on this node.",

@@ -85,6 +85,24 @@ def _msat(value: int) -> str:
     return f"{sats:,}.{rest:03d} sat" if rest else f"{sats:,} sat"
 
 
+def _ecash_lines(e: dict[str, Any]) -> list[str]:
+    """Cashu ecash (see satsgate/store/ecash.py), when any was taken."""
+    if not e.get("tokens_received") and not e.get("melts"):
+        return []
+    return [
+        "",
+        "ecash (Cashu, sat; its calls are in the equation above as payments):",
+        f"  tokens received {e['tokens_received']}: {e['received_sat']} = kept {e['kept_sat']}"
+        f" + change given back {e['change_sat']} + mint swap fees {e['swap_fees_sat']}",
+        f"  refunded in ecash {e['refunded_sat']} ({e['refunds']} tokens)",
+        f"  melted into the node {e['melted_sat']} in {e['melts']} melts"
+        f" (fees {e['melt_fees_sat']}, fee reserve back {e['melt_change_sat']};"
+        " seen settled at the node"
+        f" {e['melted_settled_sat']})",
+        f"  held at mints {e['held_sat']}, melting {e['melting_sat']}",
+    ]
+
+
 def ledger_text(report: dict[str, Any]) -> str:
     """``satsgate ledger``: the equation in total and per day, refunds by state, fees."""
     t = report["totals"]
@@ -139,6 +157,7 @@ def ledger_text(report: dict[str, Any]) -> str:
                 f" after {item['payout_attempts']} attempt(s): "
                 f"{item['payout_error'] or 'payout under way or unknown'}"
             )
+    lines += _ecash_lines(report.get("ecash") or {})
     if (
         t["received_msat"]
         != t["earned_msat"] + t["refunded_msat"] + t["held_msat"] + t["open_msat"]

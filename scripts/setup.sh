@@ -40,3 +40,17 @@ fi
 # Without its dependencies: they are in pyproject.toml, but for its opencv-python, whose
 # cv2 would overwrite opencv-python-headless's.
 .venv/bin/python -m pip install -q --no-deps "rapidocr-onnxruntime>=1.4,<1.5"
+# Cashu ecash (NUT-24): Nutshell's BDHKE (cashu.core.crypto, which needs only coincurve),
+# without the package's dependencies: it pins httpx<0.26 and bitstring<4, which cannot
+# share satsgate's environment. satsgate imports nothing else of it, and only when [cashu]
+# names a mint.
+.venv/bin/python -m pip install -q --no-deps "cashu==0.20.2"
+if [ "${1:-}" = "--test" ]; then
+  # The tests' real Nutshell mint (FakeWallet backend) and payer wallet, in an environment
+  # of their own (tests/cashu_mint.py; SATSGATE_CASHU_MINT_VENV overrides the place).
+  MINT_VENV="${SATSGATE_CASHU_MINT_VENV:-.venv-cashu-mint}"
+  if [ ! -x "$MINT_VENV/bin/mint" ]; then
+    "$PY" -m venv "$MINT_VENV"
+    "$MINT_VENV/bin/python" -m pip install -q "cashu==0.20.2" "marshmallow<4" "limits<5"
+  fi
+fi

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from satsgate.discovery.describe import price_text
 from satsgate.discovery.documents import HTTP_FLOW, MCP_FLOW, NAME, SUMMARY, Catalog
@@ -32,6 +34,7 @@ def llms_txt(catalog: Catalog) -> str:
         'method="lightning", intent="charge", request="...", expires="..."`; '
         "credential: `Authorization: Payment <base64url JSON {challenge, payload: {preimage}}>`.",
         "",
+        *_cashu_lines(catalog.settings.cashu),
         f"## How to pay over MCP ({url(MCP_PATH)}, JSON-RPC 2.0, streamable HTTP)",
         "",
         *[f"{n}. {step}" for n, step in enumerate(MCP_FLOW, 1)],
@@ -112,3 +115,20 @@ def operation_lines(catalog: Catalog) -> list[str]:
         note = "" if available else " Not configured on this node."
         lines.append(f"- {family.name}, free{family.note}: {fragments}.{note}")
     return lines
+
+
+def _cashu_lines(cashu: Mapping[str, Any]) -> list[str]:
+    """How to pay with Cashu ecash (NUT-24), when [cashu] names mints."""
+    mints = [str(m).rstrip("/") for m in cashu.get("mints", [])]
+    if not mints:
+        return []
+    return [
+        "## How to pay with Cashu ecash (NUT-24)",
+        "",
+        "The 402 also carries `X-Cashu: creqA...` (a NUT-18 payment request: amount, unit "
+        "sat, mints). Repeat the request with `X-Cashu: cashuB...` (a V4 token of one of "
+        f"these mints, worth the amount plus the mint's input fees): {', '.join(mints)}. "
+        "Any excess comes back as a token in `X-Cashu-Change`; a failure after payment "
+        "puts a refund token in `refund.cashu_token`. A token pays for one call.",
+        "",
+    ]

@@ -139,7 +139,11 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
     if spec.example:
         body["example"] = dict(spec.example)
     unavailable = "" if service["available"] else "\n\nNot configured on this node (503)."
-    return {
+    cashu = bool(catalog.settings.cashu.get("mints"))
+    if cashu:
+        payment_info["protocols"] = [*payment_info["protocols"], "Cashu"]
+        codes = list(dict.fromkeys([*codes, *_CASHU_CODES]))
+    operation = {
         "operationId": spec.tool_name,
         "summary": f"{spec.title} ({price_text(price)})",
         "description": f"{spec.description}\n\nPrice: {price_text(price)}. Without "
@@ -185,6 +189,50 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
         "x-mcp-tool": spec.tool_name,
         "x-available": service["available"],
     }
+    return _with_cashu(operation) if cashu else operation
+
+
+# Cashu ecash (NUT-24, [cashu] mints set): satsgate/payments/cashu.py.
+_CASHU_CODES = (
+    "CASHU_TOKEN_INVALID",
+    "CASHU_MINT_NOT_ACCEPTED",
+    "CASHU_UNIT_NOT_ACCEPTED",
+    "CASHU_AMOUNT_TOO_SMALL",
+    "CASHU_TOKEN_SPENT",
+    "CASHU_MINT_UNAVAILABLE",
+)
+
+
+def _with_cashu(operation: dict[str, Any]) -> dict[str, Any]:
+    """A paid operation that takes ecash too: the X-Cashu request header and the 402's and
+    the answer's Cashu headers."""
+    responses = operation["responses"]
+    responses["402"]["headers"]["X-Cashu"] = {
+        "description": "NUT-24: a NUT-18 payment request, creqA + base64url of CBOR "
+        "{a: amount, u: 'sat', m: [mint URLs]}.",
+        "schema": {"type": "string"},
+    }
+    for status in ("200", "202"):
+        if status in responses:
+            responses[status]["headers"] = {
+                "X-Cashu-Change": {
+                    "description": "The token's value above the price and the mint's input "
+                    "fee, as a cashuB token of the same mint.",
+                    "schema": {"type": "string"},
+                }
+            }
+    operation["parameters"] = [
+        {
+            "name": "X-Cashu",
+            "in": "header",
+            "required": False,
+            "description": "Pay with Cashu ecash instead of Authorization (NUT-24): a cashuB "
+            "(V4) token of a mint named in the 402's X-Cashu, worth the price plus the mint's "
+            "input fee. A failure after payment refunds a token (refund.cashu_token).",
+            "schema": {"type": "string", "pattern": "^cashuB"},
+        }
+    ]
+    return operation
 
 
 def _describe_operation(catalog: Catalog, index: int) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
+from satsgate.payments.cashu import Ecash, check_installed, parse_config
 from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
 from satsgate.payments.sessions import SessionConfig, Sessions
@@ -120,9 +121,11 @@ class Gate:
         max_body_bytes: int,
         holds: Holds | None = None,
         sessions: Sessions | None = None,
+        cashu: Ecash | None = None,
     ) -> None:
         self.challenger = challenger
         self.sessions = sessions  # the session intent (payments/sessions.py)
+        self.cashu = cashu  # Cashu ecash payments (NUT-24), when [cashu] names mints
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
         self.settlements = settlements
@@ -184,6 +187,11 @@ def build_gate(
             max_unused_s=settings.hold_max_unused_s,
         )
         settlements.holds = holds
+    cashu = None
+    cashu_config = parse_config(settings.cashu)
+    if cashu_config is not None:
+        check_installed()
+        cashu = Ecash(cashu_config, store.ecash, backend)
     sessions = Sessions(
         config=SessionConfig(
             secret=settings.server_secret,
@@ -229,9 +237,11 @@ def build_gate(
             contexts=handlers,
             dedup_window_s=settings.dedup_window_s,
             holds=holds,
+            ecash=cashu,
         ),
         payments=store.payments,
         public_base_url=settings.public_base_url,
         max_body_bytes=settings.max_body_bytes,
         holds=holds,
+        cashu=cashu,
     )

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from satsgate.errors import ApiError, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import l402, mpp, problems, rework
+from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate
 from satsgate.payments.verifier import Verified
@@ -29,15 +30,19 @@ def challenge_response(
     problem: str | None = None,
     problem_json: bool = False,
     extra_challenges: Sequence[str] = (),
+    cashu_request: str | None = None,
 ) -> web.Response:
     """The 402: the envelope with the challenge's fields and the RFC 9457 members, the
     WWW-Authenticate lines that ``Accept-Payment`` (if any) accepts. ``problem_json``
     (a request with a Payment credential, or one that accepts it) makes the body
     application/problem+json. ``extra_challenges``: more WWW-Authenticate lines (the
-    session intent's, payments/sessions.py)."""
+    session intent's, payments/sessions.py). ``cashu_request``: the NUT-18 request for
+    ``X-Cashu`` (NUT-24), when ecash is accepted."""
     body = problems.problem_fields(code, 402, message, base_url, problem)
     body |= envelope(code, message) | challenge.body_fields(base_url)
-    return _with_challenge(body, challenge, request, code, problem_json, extra_challenges)
+    return _with_challenge(
+        body, challenge, request, code, problem_json, extra_challenges, cashu_request
+    )
 
 
 def _with_challenge(
@@ -47,6 +52,7 @@ def _with_challenge(
     code: str,
     problem_json: bool,
     extra_challenges: Sequence[str] = (),
+    cashu_request: str | None = None,
 ) -> web.Response:
     if request is not None and not problem_json:
         problem_json = problems.wants_problem_json(request.headers.get("Accept", ""))
@@ -59,7 +65,13 @@ def _with_challenge(
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["X-Error-Code"] = code
     resp.headers["X-Problem-Type"] = body["type"]
+    if cashu_request is not None:  # NUT-24: ecash is accepted too
+        resp.headers[CASHU_HEADER] = cashu_request
     return resp
+
+
+def _cashu_request(gate: Gate, challenge: Challenge) -> str | None:
+    return None if gate.cashu is None else gate.cashu.payment_request(challenge.amount_sats)
 
 
 async def _fresh_challenge(
@@ -90,10 +102,13 @@ async def _fresh_challenge(
             problem=problem,
             problem_json=problem_json,
             extra_challenges=sessions,
+            cashu_request=_cashu_request(gate, challenge),
         )
     body = problems.problem_fields(code, 402, message, base_url, problem)
     body |= exc.envelope() | challenge.body_fields(base_url)
-    resp = _with_challenge(body, challenge, request, code, problem_json, sessions)
+    resp = _with_challenge(
+        body, challenge, request, code, problem_json, sessions, _cashu_request(gate, challenge)
+    )
     for name, value in exc.headers.items():
         resp.headers[name] = value
     return resp
@@ -171,6 +186,15 @@ async def _paid_call(
     params = validate_params(spec, body)
     await gate.prevalidate(spec, params)
 
+    if not auth and gate.cashu is not None and CASHU_HEADER in request.headers:
+        # Paid in ecash (NUT-24): redeemed at the mint, then the spend rule as for any payment.
+        result = await gate.cashu.pay(
+            request.headers.getall(CASHU_HEADER),
+            spec,
+            params,
+            lambda payment: gate.execute(payment, spec, params),
+        )
+        return result_response(result)
     if not auth:
         challenge = await gate.challenge_for(spec, params, via="http")
         return challenge_response(
@@ -178,6 +202,7 @@ async def _paid_call(
             gate.public_base_url,
             request=request,
             extra_challenges=await _session_lines(request, gate, spec, params),
+            cashu_request=_cashu_request(gate, challenge),
         )
 
     try:
@@ -274,13 +299,15 @@ async def _unpaid_response(
     payment = await gate.get_payment(str(exc.extra.get("paymentId", "")))
     if payment is None:
         raise exc
+    challenge = gate.challenge_of(payment)
     resp = challenge_response(
-        gate.challenge_of(payment),
+        challenge,
         gate.public_base_url,
         exc.code,
         exc.message,
         request=request,
         problem_json=payment_scheme,
+        cashu_request=_cashu_request(gate, challenge),
     )
     resp.headers["Retry-After"] = "5"
     return resp

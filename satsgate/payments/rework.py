@@ -147,8 +147,10 @@ class ReworkDesk:
     async def refused(self, payment: Payment, spec: AnySpec, exc: EngineError) -> ApiError | None:
         """A spent call's engine refused on content: the CONTENT_FILTERED_RETRY to answer
         (the payment stays serving), or None to refund as usual (not a content refusal, a
-        job or a hold invoice, or the cap reached)."""
-        if exc.code != "CONTENT_FILTERED" or spec.mode == "job" or payment.mode == "hold":
+        job, a hold invoice or ecash, or the cap reached)."""
+        if exc.code != "CONTENT_FILTERED" or spec.mode == "job" or payment.mode != "invoice":
+            # Windows are for invoice payments: a hold invoice cannot wait, an ecash payment
+            # has no credential to retry with (both are given back as they are).
             return None
         if self.retries_max <= 0:
             return None

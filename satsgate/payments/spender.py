@@ -167,6 +167,15 @@ class HoldDecisions(Protocol):
     async def cancel(self, payment: Payment, reason: str) -> dict[str, Any] | None: ...
 
 
+class EcashRefunds(Protocol):
+    """Refunds of payments made in ecash (see :mod:`satsgate.payments.cashu`): a fresh token
+    in the refund object; None when nothing could be refunded in ecash."""
+
+    async def refund_spent(
+        self, payment: Payment, amount_msat: int, reason: str
+    ) -> dict[str, Any] | None: ...
+
+
 class HeldRequests(Protocol):
     """Communications the screen held (satsgate.outreach.holds.HoldDesk)."""
 
@@ -204,9 +213,11 @@ class Spender:
         contexts: HandlerContexts,
         dedup_window_s: float,
         holds: HoldDecisions | None = None,
+        ecash: EcashRefunds | None = None,
         held: HeldRequests | None = None,
     ) -> None:
         self._holds = holds
+        self._ecash = ecash
         # Held communications (CONTENT_POLICY_HELD); None: a flagged call is refunded.
         self.held = held
         # The free-retry window after a content refusal (satsgate.payments.rework); None:
@@ -610,4 +621,9 @@ class Spender:
             canceled = await self._holds.cancel(payment, reason)
             if canceled is not None:
                 return canceled
+        if self._ecash is not None and payment.mode == "cashu":
+            # Paid in ecash: refunded in ecash (LNURL-withdraw below when that fails).
+            token = await self._ecash.refund_spent(payment, amount_msat, reason)
+            if token is not None:
+                return token
         return await self._refunds.refund_spent(payment, amount_msat, reason[:500])

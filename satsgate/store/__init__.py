@@ -8,7 +8,8 @@
   (the node's settlement cursor), :mod:`~satsgate.store.votes`,
   :mod:`~satsgate.store.ledger` (read-only totals), :mod:`~satsgate.store.holds` (hold
   invoices' preimages and decisions), :mod:`~satsgate.store.callbacks` (the outbox of
-  signed callbacks to callers);
+  signed callbacks to callers), :mod:`~satsgate.store.ecash` (Cashu tokens taken, the
+  proofs held, change and refund tokens, melts);
 - :mod:`~satsgate.store.migrations`: numbered SQL files, recorded in
   ``schema_migrations``;
 - :class:`Store` holds them all.

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from satsgate.store.ecash import ecash_figures
 from satsgate.store.engine import Database
 
 # Held: paid, no longer the payer's to use, not yet the node's: a call in flight
@@ -266,6 +267,7 @@ class LedgerRepository:
                 "calls_per_service": _calls_per_service(c),
                 "refunds_by_cause": _refunds_by_cause(c),
                 "deposits": _deposits(c),
+                "ecash": ecash_figures(c),  # Cashu: tokens taken, change, refunds, melts
             }
 
         return await self._db.run_sync(_snapshot(go))

@@ -10,6 +10,7 @@ from satsgate.store.cursors import CursorRepository
 from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.deposits import DepositRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
+from satsgate.store.ecash import EcashRepository
 from satsgate.store.engine import Database
 from satsgate.store.esign import ESignRepository
 from satsgate.store.faxes import FaxRepository
@@ -40,6 +41,7 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
+        self.ecash = EcashRepository(self.db)
         self.deposits = DepositRepository(self.db)
         self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)

@@ -72,6 +72,7 @@ from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.outreach.holds import HoldDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
+from satsgate.payments.rework import ReworkDesk
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
@@ -298,6 +299,14 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         public_base_url=settings.public_base_url,
     )
     gate.spender.held = desk  # the spender holds what the screen flags
+    # A content refusal keeps the payment for a free retry (CONTENT_FILTERED_RETRY).
+    gate.spender.rework = ReworkDesk(
+        windows=store.rework,
+        payments=store.payments,
+        refunds=refunds,
+        window_s=settings.rework_window_s,
+        retries_max=settings.rework_retries_max,
+    )
     desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,
@@ -366,6 +375,7 @@ async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
     await desk.close()
 
 
+REWORK_SWEEP_S = 60  # how often expired free-retry windows are refunded
 CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
 
 # An unpaid payment is deleted this long after its invoice expired.
@@ -446,6 +456,17 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         max_instances=1,
         coalesce=True,
     )
+    # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).
+    rework_desk = gate.spender.rework
+    if rework_desk is not None:
+        scheduler.add_job(
+            rework_desk.expire_due,
+            "interval",
+            seconds=REWORK_SWEEP_S,
+            id="rework-expire",
+            max_instances=1,
+            coalesce=True,
+        )
     # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
     scheduler.add_job(
         retention.sweep,

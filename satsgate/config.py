@@ -47,6 +47,11 @@ class Settings:
     credential_ttl_s: int = 24 * 3600
     # The spec's dedup window for repeated requests with one credential.
     dedup_window_s: int = 30
+    # The free-retry window after an upstream content refusal (CONTENT_FILTERED_RETRY):
+    # retries accepted this long after the latest refusal, and how many free retries
+    # follow the first call (the refusal of the last one is refunded in full).
+    rework_window_s: float = 600.0
+    rework_retries_max: int = 3
     # Refund links (LNURL-withdraw) stay claimable this long.
     refund_ttl_s: int = 30 * 24 * 3600
     # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount),

@@ -52,6 +52,7 @@ CHALLENGE_ROUTES = frozenset(
 _RULE_ROUTES = {
     ("POST", "/api/l402/refund"): "refund",
     ("POST", "/api/claim-refund"): "refund",  # an AI call's unused deposit
+    ("POST", "/api/decline-retry"): "refund",
     ("GET", "/api/estimate-cost"): "estimate",
     ("HEAD", "/api/l402/{slug}"): "estimate",  # the price probe
 }

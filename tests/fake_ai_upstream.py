@@ -19,6 +19,11 @@ A test scripts failures with ``fake.fail_next(path, mode)``: ``refusal``, ``poli
 (400 content_policy_violation), ``slow`` (answers after ``SLOW_S``), ``429``, ``500``,
 ``529`` (Anthropic overloaded), ``malformed`` (200 with an unusable JSON body), ``html``
 (200 with an HTML page).
+
+Content refusals as the real models make them depend on the request: a chat or image
+prompt containing one of ``fake.refuse_terms`` is refused (a chat with the assistant
+message's ``refusal`` text, ``fake.refusal_text``; an image generation with the 400
+``content_policy_violation`` error), so a changed prompt is answered.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ ANTHROPIC_KEY = "sk-ant-test-fake-KEY-51d0e2"
 UPSTREAM_DETAIL = "upstream-internal-detail-9b1e"
 SLOW_S = 6.0
 RETRY_AFTER = "7"
+REFUSAL_TEXT = "I'm sorry, I can't help with that."
 
 TRANSLATIONS = {  # english -> (spanish, german)
     "good morning": ("buenos días", "guten Morgen"),
@@ -151,6 +157,9 @@ class FakeAIUpstream:
         self.streams_cut = 0  # streamed chat answers the reader went away from
         self.files: dict[str, bytes] = {}  # images answered by URL
         self._script: dict[str, deque[str]] = {}
+        # Prompts containing one of these are refused on content (see the module).
+        self.refuse_terms: set[str] = set()
+        self.refusal_text = REFUSAL_TEXT
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -170,6 +179,8 @@ class FakeAIUpstream:
         with self._lock:
             self._script.clear()
             self.seen.clear()
+            self.refuse_terms = set()
+            self.refusal_text = REFUSAL_TEXT
 
     def requests(self, path: str) -> list[Seen]:
         with self._lock:
@@ -285,11 +296,11 @@ class FakeAIUpstream:
             "refusal": None,
             "annotations": [],
         }
-        if mode == "refusal":
+        if mode == "refusal" or self._refused(text):
             message = {
                 "role": "assistant",
                 "content": None,
-                "refusal": "I'm sorry, I can't help with that.",
+                "refusal": self.refusal_text,
                 "annotations": [],
             }
         if body.get("stream"):
@@ -363,6 +374,14 @@ class FakeAIUpstream:
         seen, mode = gated
         if mode == "malformed":
             return web.json_response({"created": 1713833628, "data": [{}]})
+        if self._refused(str((seen.json or {}).get("prompt", ""))):
+            return _openai_error(
+                400,
+                "Your request was rejected as a result of our safety system. Your prompt may "
+                "contain text that is not allowed by our safety system.",
+                "invalid_request_error",
+                "content_policy_violation",
+            )
         width, height = (int(x) for x in str((seen.json or {})["size"]).split("x"))
         image = png(width, height)
         if "url" in str((seen.json or {})["model"]):  # as dall-e answers by default
@@ -375,6 +394,10 @@ class FakeAIUpstream:
         return web.json_response(
             {"created": 1713833628, "data": [{"b64_json": data, "revised_prompt": "a cat"}]}
         )
+
+    def _refused(self, text: str) -> bool:
+        lowered = text.lower()
+        return any(term in lowered for term in self.refuse_terms)
 
     async def _file(self, request: web.Request) -> web.Response:
         data = self.files.get(request.match_info["name"])

@@ -20,7 +20,7 @@ from tests.fake_ai_upstream import (
     FakeAIUpstream,
     png,
 )
-from tests.test_ai_openai import assert_refunded, paid
+from tests.test_ai_openai import assert_refunded, assert_refusal_window_then_decline, paid
 
 pytestmark = pytest.mark.usefixtures("fallback_rates")
 
@@ -134,7 +134,7 @@ async def test_refusal_is_content_filtered_and_not_passed_down_the_chain(
 ) -> None:
     fake.fail_next(MESSAGES, "refusal")
     resp = await paid(ai, "generate-text", TEXT_BODY)
-    assert_refunded(resp, "CONTENT_FILTERED", fake)
+    await assert_refusal_window_then_decline(ai, resp, fake)
     assert not fake.requests(CHAT)
 
 

@@ -122,6 +122,24 @@ def assert_no_leak(text: str, fake: FakeAIUpstream) -> None:
         assert secret not in text, secret
 
 
+async def assert_refusal_window_then_decline(
+    client: httpx.AsyncClient, resp: httpx.Response, fake: FakeAIUpstream
+) -> dict[str, Any]:
+    """A content refusal keeps the payment for a free retry (CONTENT_FILTERED_RETRY, no
+    refund, nothing upstream shown); declining the retry refunds it in full."""
+    body = assert_envelope(resp, "CONTENT_FILTERED_RETRY", 422)
+    assert "refund" not in body and body["rework_token"] and body["attempt"] == 1
+    assert_no_leak(resp.text, fake)
+    declined = await client.post(
+        "/api/decline-retry",
+        json={"paymentId": body["paymentId"], "rework_token": body["rework_token"]},
+    )
+    assert declined.status_code == 200, declined.text
+    refund = declined.json()["refund"]
+    assert refund["amount_sats"] > 0 and refund["lnurl_withdraw"]
+    return body
+
+
 def assert_refunded(resp: httpx.Response, code: str, fake: FakeAIUpstream) -> dict[str, Any]:
     body = assert_envelope(resp, code, resp.status_code)
     assert resp.status_code >= 400
@@ -454,12 +472,13 @@ def test_subtitles_from_segments() -> None:
 TEXT_BODY = {"prompt": "Tell me a joke", "modelId": 31}
 
 
-async def test_refusal_is_content_filtered_and_refunded(
+async def test_refusal_keeps_the_payment_for_a_retry_and_a_decline_refunds_it(
     ai: httpx.AsyncClient, fake: FakeAIUpstream
 ) -> None:
     fake.fail_next(CHAT, "refusal")
     resp = await paid(ai, "generate-text", TEXT_BODY)
-    assert_refunded(resp, "CONTENT_FILTERED", fake)
+    body = await assert_refusal_window_then_decline(ai, resp, fake)
+    assert body["model_said"] == "I'm sorry, I can't help with that."
 
 
 async def test_image_safety_block_is_content_filtered_and_not_retried(
@@ -467,7 +486,8 @@ async def test_image_safety_block_is_content_filtered_and_not_retried(
 ) -> None:
     fake.fail_next("/v1/images/generations", "policy")
     resp = await paid(ai, "generate-image", {"prompt": "forbidden", "modelId": 2})
-    assert_refunded(resp, "CONTENT_FILTERED", fake)
+    body = await assert_refusal_window_then_decline(ai, resp, fake)
+    assert body["refusal_scope"] == "prompt"
     assert len(fake.requests("/v1/images/generations")) == 1
 
 

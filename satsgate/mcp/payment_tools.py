@@ -21,6 +21,7 @@ from satsgate.errors import ApiError
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
 from satsgate.operations import payments
+from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
 from satsgate.services.pricing import ESTIMATORS, estimate
@@ -67,6 +68,12 @@ class CreatePaymentArgs(BaseModel):
 
 public_status = payments.public_status
 payment_document = payments.payment_document
+
+
+REWORK_TOKEN_DOC = (
+    "Only for a free retry after CONTENT_FILTERED_RETRY: its rework_token, sent with the "
+    "same paymentId and the changed arguments before rework_until."
+)
 
 
 async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
@@ -236,6 +243,7 @@ async def call_paid(
             "pay the invoice, then call this tool with the paymentId.",
             extra={"fields": [{"field": "paymentId", "message": "Field required"}]},
         )
+    body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
     size = len(json.dumps(body, separators=(",", ":")).encode())
     if size > spec.max_body_bytes:
         raise ApiError(

@@ -120,6 +120,9 @@ async def payment_status(
     doc = payment_document(
         payment, spec, gate.checkout_url(payment), with_id=ref == payment.payment_id
     )
+    rework = gate.spender.rework
+    if rework is not None and ref == payment.payment_id:  # a free-retry window, its refund
+        doc.update(await rework.status_fields(payment))
     return PaymentDocument.model_validate(doc)
 
 

@@ -18,10 +18,12 @@ from satsgate.operations.esign import E_SIGNATURE_STATUS
 from satsgate.operations.faxes import CHECK_FAX_INBOX, GET_FAX_STATUS
 from satsgate.operations.jobs import JOB_RESULT, JOB_STATUS
 from satsgate.operations.payments import CHECK_PAYMENT_STATUS, REQUEST_REFUND
+from satsgate.operations.rework import DECLINE_RETRY
 
 OPERATIONS: tuple[AnyOperation, ...] = (
     CHECK_PAYMENT_STATUS,
     REQUEST_REFUND,
+    DECLINE_RETRY,
     JOB_STATUS,
     JOB_RESULT,
     LIST_PLANNED,

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from satsgate.errors import ApiError, envelope
 from satsgate.http_edge import dumps, read_json, result_response
-from satsgate.payments import l402, mpp, problems
+from satsgate.payments import l402, mpp, problems, rework
 from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate
@@ -182,6 +182,7 @@ async def _paid_call(
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
     if transform is not None:
         body = transform(body)
+    body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
     params = validate_params(spec, body)
     await gate.prevalidate(spec, params)
 

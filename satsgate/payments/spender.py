@@ -40,6 +40,7 @@ from satsgate.errors import ApiError
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
+from satsgate.payments.rework import ReworkDesk
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
     JobState,
@@ -219,6 +220,9 @@ class Spender:
         self._ecash = ecash
         # Held communications (CONTENT_POLICY_HELD); None: a flagged call is refunded.
         self.held = held
+        # The free-retry window after a content refusal (satsgate.payments.rework); None:
+        # a refusal is refunded at once.
+        self.rework: ReworkDesk | None = None
         self._payments = payments
         self._refunds = refunds
         self._settlements = settlements
@@ -349,6 +353,10 @@ class Spender:
                 extra={"paymentId": payment.payment_id},
             )
         if payment.status is PaymentStatus.SERVING:
+            if self.rework is not None:  # a free retry in its window, or refused as such
+                reworked = await self.rework.retry(payment, spec, params, self._dispatch)
+                if reworked is not None:
+                    return reworked
             if self.held is not None:
                 again = await self.held.held_again(payment.payment_id)
                 if again is not None:
@@ -442,6 +450,10 @@ class Spender:
             exc.refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
             raise
         except EngineError as exc:
+            if self.rework is not None:  # a content refusal below the cap: not refunded
+                window = await self.rework.refused(payment, spec, exc)
+                if window is not None:
+                    raise window from exc
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
             raise ApiError(
                 exc.code,
@@ -584,6 +596,8 @@ class Spender:
         the payer; a retry with its credential is shown the refund. Returns how many."""
         count = 0
         held = await self.held.open_payment_ids() if self.held is not None else set()
+        if self.rework is not None:  # free-retry windows survive a restart
+            held |= await self.rework.open_payment_ids()
         for payment in await self._payments.serving():
             if self._jobs.resumed(payment.payment_id):
                 continue  # its job was taken up again (resume_job): it is being served

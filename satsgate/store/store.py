@@ -21,6 +21,7 @@ from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
 from satsgate.store.refunds import RefundRepository
 from satsgate.store.retention import RetentionRepository
+from satsgate.store.rework import ReworkRepository
 from satsgate.store.screenings import ScreeningRepository
 from satsgate.store.sessions import SessionRepository
 from satsgate.store.voice_bridge import VoiceBridgeRepository
@@ -54,6 +55,8 @@ class Store:
         self.ai_calls = AiCallRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
         self.esign = ESignRepository(self.db)
+        # Free-retry windows after an upstream content refusal (CONTENT_FILTERED_RETRY).
+        self.rework = ReworkRepository(self.db)
 
     async def open(self) -> None:
         """Open both connections and bring the schema up to date."""

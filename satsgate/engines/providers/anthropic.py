@@ -130,7 +130,13 @@ def chat_result(body: Any) -> ChatResult:
     KeyError (malformed) on anything else unusable."""
     stop = body["stop_reason"]
     if stop == "refusal":
-        raise upstream.refused_error()
+        details = body.get("stop_details") or {}
+        said = details.get("explanation") if isinstance(details, dict) else None
+        if not said:  # the text the model wrote before it stopped, if any
+            said = "".join(
+                b.get("text", "") for b in body.get("content") or () if b.get("type") == "text"
+            )
+        raise upstream.refused_error(said=said)
     texts = [b["text"] for b in body["content"] if b.get("type") == "text"]
     if not texts or not all(isinstance(t, str) for t in texts):
         raise ValueError("no text")

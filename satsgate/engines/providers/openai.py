@@ -340,7 +340,7 @@ def _chat_result(body: Any) -> ChatResult:
     message = choice["message"]
     finish = choice.get("finish_reason")
     if message.get("refusal") or finish == "content_filter":
-        raise upstream.refused_error()
+        raise upstream.refused_error(said=message.get("refusal"))
     content = message.get("content")
     if not isinstance(content, str):
         raise ValueError("no content")

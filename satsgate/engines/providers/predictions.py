@@ -60,6 +60,7 @@ from satsgate.engines.image_generation import (
     ImageGenerationRequest,
 )
 from satsgate.engines.image_process import Box, Detection, DetectionResult, ImageOutput
+from satsgate.engines.refusals import said_by_model
 from satsgate.engines.registry import EngineDeps
 from satsgate.files import FileStore
 
@@ -424,6 +425,8 @@ class PredictionProvider:
                     "CONTENT_FILTERED",
                     "The model refused this request (content policy); rephrase it.",
                     may_fall_back=False,
+                    # The free-retry answer shows it as model_said (trimmed, unnamed).
+                    extra=_said(prediction.error),
                 )
             log.warning(
                 "%s prediction %s failed: %s", self.KIND, prediction.id, prediction.error[:300]
@@ -896,3 +899,9 @@ def _detail(resp: httpx.Response) -> str:
             if body.get(key):
                 return str(body[key])
     return str(body)[:500]
+
+
+def _said(error: object) -> dict[str, object] | None:
+    """A refused prediction's error text as model_said, when it reads as words."""
+    shown = said_by_model(error)
+    return None if shown is None else {"model_said": shown}

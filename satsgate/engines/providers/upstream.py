@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
+from satsgate.engines.refusals import said_by_model
 
 log = logging.getLogger("satsgate.engines.providers")
 
@@ -83,9 +84,13 @@ def malformed_error() -> EngineError:
     return EngineError("SERVICE_ERROR", MALFORMED_MESSAGE)
 
 
-def refused_error(detail: str = "") -> EngineError:
+def refused_error(detail: str = "", said: object = None) -> EngineError:
+    """A content refusal; ``said``: the model's own refusal text when the upstream gave
+    one (the free-retry answer shows it as ``model_said``, trimmed and without names)."""
     message = REFUSED_MESSAGE + (f" {detail}" if detail else "") + " Rephrase and retry."
-    return EngineError("CONTENT_FILTERED", message)
+    shown = said_by_model(said)
+    extra: dict[str, object] | None = None if shown is None else {"model_said": shown}
+    return EngineError("CONTENT_FILTERED", message, extra=extra)
 
 
 def status_error(

@@ -16,7 +16,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -376,6 +376,7 @@ async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 REWORK_SWEEP_S = 60  # how often expired free-retry windows are refunded
+HOUR_S = 3600
 CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
 
 # An unpaid payment is deleted this long after its invoice expired.
@@ -395,149 +396,47 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     holds = gate.holds
     hold_task = asyncio.create_task(holds.watch(), name="holds") if holds is not None else None
     scheduler = AsyncIOScheduler()
-    scheduler.add_job(
-        refunds.reconcile,
-        "interval",
-        seconds=60,
-        id="refunds-reconcile",
-        max_instances=1,
-        coalesce=True,
-    )
+
+    def every(seconds: float, job: Callable[..., object], *args: Any, **kw: Any) -> None:
+        """``job(*args)`` every ``seconds``; one run at a time, missed runs not repeated."""
+        scheduler.add_job(
+            job, "interval", seconds=seconds, args=list(args), max_instances=1, coalesce=True, **kw
+        )
+
+    settings, store, now = app[SETTINGS], app[STORE], datetime.now(UTC)
+    every(60, refunds.reconcile, id="refunds-reconcile")
     if gate.sessions is not None:
         # Payment sessions: idle ones closed and paid back, failed payouts retried.
-        scheduler.add_job(
-            gate.sessions.sweep,
-            "interval",
-            seconds=max(1, min(30, app[SETTINGS].session_idle_timeout_s // 4)),
-            id="sessions-sweep",
-            max_instances=1,
-            coalesce=True,
-        )
-    scheduler.add_job(
-        app[DEPOSITS].resume,
-        "interval",
-        seconds=60,
-        id="deposits-resume",
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.add_job(
-        app[AI_CALLS].sweep,
-        "interval",
-        seconds=60,
-        id="ai-calls-sweep",
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.add_job(
-        files.remove_older_than,
-        "interval",
-        hours=1,
-        id="files-cleanup",
-        args=[12 * 3600],
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.add_job(
-        _prune_unpaid,
-        "interval",
-        hours=1,
-        args=[app[STORE]],
-        id="payments-prune",
-        max_instances=1,
-        coalesce=True,
-    )
+        idle_s = settings.session_idle_timeout_s
+        every(max(1, min(30, idle_s // 4)), gate.sessions.sweep, id="sessions-sweep")
+    every(60, app[DEPOSITS].resume, id="deposits-resume")
+    every(60, app[AI_CALLS].sweep, id="ai-calls-sweep")
+    every(HOUR_S, files.remove_older_than, 12 * HOUR_S, id="files-cleanup")
+    every(HOUR_S, _prune_unpaid, store, id="payments-prune")
     # Held communications: refunded once unresolved for 24 hours.
-    scheduler.add_job(
-        app[HOLDS].expire,
-        "interval",
-        minutes=10,
-        id="holds-expire",
-        max_instances=1,
-        coalesce=True,
-    )
+    every(600, app[HOLDS].expire, id="holds-expire")
     # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).
-    rework_desk = gate.spender.rework
-    if rework_desk is not None:
-        scheduler.add_job(
-            rework_desk.expire_due,
-            "interval",
-            seconds=REWORK_SWEEP_S,
-            id="rework-expire",
-            max_instances=1,
-            coalesce=True,
-        )
+    if gate.spender.rework is not None:
+        every(REWORK_SWEEP_S, gate.spender.rework.expire_due, id="rework-expire")
     # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
-    scheduler.add_job(
-        retention.sweep,
-        "interval",
-        hours=1,
-        args=[app[STORE].retention, app[SETTINGS].data_dir],
-        id="retention-sweep",
-        max_instances=1,
-        coalesce=True,
-    )
+    every(HOUR_S, retention.sweep, store.retention, settings.data_dir, id="retention-sweep")
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
-    scheduler.add_job(
-        refresh_rates,
-        "interval",
-        hours=1,
-        args=[app[HTTP], app[SETTINGS]],
-        id="rates-refresh",
-        next_run_time=datetime.now(UTC),
-        max_instances=1,
-        coalesce=True,
-    )
+    every(HOUR_S, refresh_rates, app[HTTP], settings, id="rates-refresh", next_run_time=now)
     if gate.cashu is not None:
         # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
         # the node; first a minute after start (a crash's leftovers), then on the interval.
-        scheduler.add_job(
-            gate.cashu.maintain,
-            "interval",
-            seconds=gate.cashu.config.melt_interval_s,
-            id="ecash-maintain",
-            next_run_time=datetime.now(UTC) + timedelta(seconds=60),
-            max_instances=1,
-            coalesce=True,
-        )
+        first = now + timedelta(seconds=60)
+        every(gate.cashu.config.melt_interval_s, gate.cashu.maintain, id="ecash-maintain",
+              next_run_time=first)  # fmt: skip
     # SMS and calls whose status webhooks never came: asked again, calls settled.
-    store = app[STORE]
-    scheduler.add_job(
-        deliveries.sweep,
-        "interval",
-        minutes=5,
-        args=[
-            deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds),
-            app[ENGINES],
-        ],
-        id="deliveries-sweep",
-        max_instances=1,
-        coalesce=True,
-    )
+    sent = deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds)
+    every(300, deliveries.sweep, sent, app[ENGINES], id="deliveries-sweep")
     callbacks = app[CALLBACKS]  # owed deliveries, including those a restart interrupted
-    scheduler.add_job(
-        callbacks.deliver_due,
-        "interval",
-        seconds=CALLBACK_SWEEP_S,
-        id="callbacks-deliver",
-        next_run_time=datetime.now(UTC),
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.add_job(
-        callbacks.prune, "interval", hours=6, id="callbacks-prune", max_instances=1, coalesce=True
-    )
+    every(CALLBACK_SWEEP_S, callbacks.deliver_due, id="callbacks-deliver", next_run_time=now)
+    every(6 * HOUR_S, callbacks.prune, id="callbacks-prune")
     esign = app[ESIGN]  # pending e-signature requests whose webhook may be lost, due deliveries
     if esign.engines.available("esign"):
-        scheduler.add_job(
-            esign.sweep,
-            "interval",
-            seconds=esign.sweep_interval_s,
-            id="esign-sweep",
-            next_run_time=datetime.now(UTC),
-            max_instances=1,
-            coalesce=True,
-        )
+        every(esign.sweep_interval_s, esign.sweep, id="esign-sweep", next_run_time=now)
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield

@@ -261,6 +261,28 @@ async def _attempt_record(
     created.append(provider)
 
 
+async def _record_sent(
+    records: DeliveryRepository,
+    channel: str,
+    provider: str,
+    delivery_id: str,
+    provider_ref: str,
+    status: str,
+) -> str:
+    """The provider took the message or call: its id and first status recorded; the
+    status to show the payer (the record's, which a webhook may already have moved)."""
+    ranked = deliveries.rank(channel, status) or (1, False)
+    record = await records.update(
+        provider=provider,
+        delivery_id=delivery_id,
+        provider_ref=provider_ref,
+        status=status,
+        rank=ranked[0],
+        final=ranked[1],
+    )
+    return record.status if record is not None else status
+
+
 async def _mark_failed(
     records: DeliveryRepository,
     created: list[str],
@@ -318,16 +340,7 @@ async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
     except EngineError as exc:
         await _mark_failed(records, created, delivery_id, exc, "sms")
         raise
-    ranked = deliveries.rank("sms", sent.status) or (1, False)
-    record = await records.update(
-        provider=provider,
-        delivery_id=delivery_id,
-        provider_ref=sent.message_id,
-        status=sent.status,
-        rank=ranked[0],
-        final=ranked[1],
-    )
-    status = record.status if record is not None else sent.status
+    status = await _record_sent(records, "sms", provider, delivery_id, sent.message_id, sent.status)
     url = deliveries.status_url(ctx.settings.public_base_url, delivery_id)
     text = (
         f"SMS accepted for {params.phone_number}.\n"
@@ -467,20 +480,14 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     except EngineError as exc:
         await _mark_failed(records, created, delivery_id, exc, "call")
         raise
-    ranked = deliveries.rank("call", placed.status) or (1, False)
-    record = await records.update(
-        provider=provider,
-        delivery_id=delivery_id,
-        provider_ref=placed.call_id,
-        status=placed.status,
-        rank=ranked[0],
-        final=ranked[1],
+    status = await _record_sent(
+        records, "call", provider, delivery_id, placed.call_id, placed.status
     )
     return ServiceResult(
         {
             "success": True,
             "call_id": delivery_id,
-            "status": record.status if record is not None else placed.status,
+            "status": status,
             "status_url": deliveries.status_url(ctx.settings.public_base_url, delivery_id),
             "max_duration_s": params.duration_minutes * 60,
         }

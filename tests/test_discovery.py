@@ -310,36 +310,87 @@ async def test_estimates_quote_what_discovery_reports(client: httpx.AsyncClient)
 
 async def test_model_catalog_lists_the_prices_services_charge(client: httpx.AsyncClient) -> None:
     """/api/l402/models against discovery: a model's listed price is what a call on it costs
-    on the first service that names it (flat price, tier price, or per-unit rate)."""
+    on the first service that names it (flat price, tier price, or the price of one unit)."""
     ref = await described(client)
     models = {m["id"]: m for m in (await get_json(client, "/api/l402/models"))["models"]}
     home: dict[int, str] = {}
     for spec in SERVICES:
         for model_id in spec.model_ids:
             home.setdefault(model_id, spec.slug)
-    for model_id, slug in home.items():
-        listed, price = models[model_id], ref[slug]["pricing"]
-        tiers = {t["modelId"]: t["minSats"] for t in price.get("tiers", [])}
-        if model_id in KNOWN_CATALOG_CONFLICTS:
+    for model_id, listed in models.items():
+        if model_id not in home:  # a catalog model no service here uses: no price
+            assert listed["priceSats"] is None and listed["priceNote"], model_id
             continue
+        price = ref[home[model_id]]["pricing"]
+        tiers = {t["modelId"]: t["minSats"] for t in price.get("tiers", [])}
         if price["model"] == "flat":
             expected: int | None = price["amountSats"]
-        elif model_id in tiers:
+        elif price["model"] == "per_tier":
             expected = tiers[model_id]
-            if listed["priceSats"] is None:  # a per-character tier: its minimum is in the note
-                assert f"minimum {expected} sats" in listed["priceNote"], model_id
-                continue
         elif price["model"] in ("per_page", "per_pass", "per_recipient"):
             expected = price["minSats"]  # the listed price is the price of one unit
         else:
             expected = None
-        assert listed["priceSats"] == expected, (model_id, slug)
+            assert listed["priceNote"], model_id  # how it is computed, in words
+        assert listed["priceSats"] == listed["sats"] == expected, (model_id, home[model_id])
         assert listed["pricing"] == ("dynamic" if expected is None else "fixed"), model_id
 
 
-# The spec's catalog lists studio TTS (3) at a flat 300 sats, while its text-to-speech rates
-# price the studio tier at about 5 characters per sat; satsgate charges the rate.
-KNOWN_CATALOG_CONFLICTS = {3: "studio TTS: catalog flat 300 vs about 5 chars/sat"}
+def test_a_changed_price_changes_every_published_document() -> None:
+    """A service's price lives on its ServiceSpec: give render-card another flat price and
+    discovery, the L402 manifest, OpenAPI, llms.txt, the Nostr announcement, the model
+    catalog, the estimator and the MCP tool description all show it, and none the old one."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from satsgate.app import node_engines
+    from satsgate.config import Settings
+    from satsgate.discovery.describe import describe
+    from satsgate.discovery.documents import Catalog, l402_manifest, l402_services
+    from satsgate.discovery.llms import llms_txt
+    from satsgate.discovery.openapi import openapi_document
+    from satsgate.engines import CpuRunner
+    from satsgate.mcp import tools
+    from satsgate.nostr.announcement import listing
+    from satsgate.services.base import FlatPrice
+    from satsgate.services.catalog import list_models_document
+    from satsgate.services.pricing import estimate, estimators
+
+    old = next(s for s in SERVICES if s.slug == "render-card")
+    assert isinstance(old.price_msat, FlatPrice) and old.model_ids == (53,)
+    old_sats, new_sats = old.price_msat.msat // MSAT, 1234
+    new = replace(old, price_msat=FlatPrice.of_sats(new_sats, old.price_msat.estimate))
+    services = tuple(new if s is old else s for s in SERVICES)
+    settings = Settings(base_url="https://pay.example.com")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        engines = node_engines(settings, CpuRunner(pool, 1.0))
+    catalog = Catalog(settings, services, tuple(describe(s, settings, engines) for s in services))
+
+    listed = catalog.by_slug["render-card"]
+    assert (listed["pricing"]["amountSats"], listed["pricing"]["minSats"]) == (new_sats,) * 2
+    assert not re.search(rf"\b{old_sats} sats?\b", listed["description"])
+    manifest = next(s for s in l402_services(catalog)["services"] if s["id"] == "render-card")
+    assert manifest["pricing"]["amountSats"] == new_sats
+    l402 = l402_manifest(catalog, "02" + "ab" * 32)
+    (resource,) = [
+        r for s in l402["services"] for r in s["resources"] if r["path"].endswith("/render-card")
+    ]
+    assert resource["pricing"]["price_msat"] == new_sats * MSAT
+    operation = openapi_document(catalog, set(), "02" + "ab" * 32)["paths"][
+        "/api/l402/render-card"
+    ]["post"]
+    assert f"{new_sats} sats per call" in operation["summary"]
+    assert not re.search(rf"\b{old_sats} sats?\b", operation["description"])
+    llms = next(line for line in llms_txt(catalog).splitlines() if "/render-card`" in line)
+    assert f"{new_sats} sats per call" in llms
+    assert not re.search(rf"\b{old_sats} sats?\b", llms)
+    assert listed["available"]  # the Nostr announcement prices the services served here
+    assert ("render-card", new_sats) in listing(catalog).prices
+    (model,) = [m for m in list_models_document(services)["models"] if m["id"] == 53]
+    assert model["priceSats"] == new_sats
+    quote = estimate(estimators(services), "render-card", {})
+    assert quote["amountSats"] == new_sats
+    assert f"Price: {new_sats} sats;" in tools.describe(new, True)
 
 
 async def test_discovery_content_types_and_cors(client: httpx.AsyncClient) -> None:

@@ -27,8 +27,8 @@ from schemathesis.checks import not_a_server_error
 
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, request_digest
-from satsgate.services.pricing import ESTIMATORS, estimate
-from satsgate.services.registry import BY_SLUG, SERVICES
+from satsgate.services.pricing import estimate
+from satsgate.services.registry import BY_SLUG, ESTIMATORS, SERVICES
 from tests.conftest import ThreadedServer
 from tests.test_services_quotes import PDF1, PDF2, VALID
 
@@ -210,7 +210,7 @@ def _estimate_queries(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
 def test_estimates_quote_or_refuse_every_query(case: tuple[str, dict[str, str]]) -> None:
     service, query = case
     try:
-        quote = estimate(service, query)
+        quote = estimate(ESTIMATORS, service, query)
     except ApiError as exc:
         assert exc.code == "L402_INVALID_PARAMS", exc
         event("refused")

@@ -4,6 +4,7 @@ type, schema and price consistency; model routing; BTC-pegged rates; language da
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -15,9 +16,9 @@ from aiohttp import web
 from satsgate.config import Settings
 from satsgate.jobs import JOB_TYPES
 from satsgate.services import languages, planned, pricing, rates, routing, telephony, voices
-from satsgate.services.base import UNDESCRIBED_PRICE, ServiceResult, sats_for_msat
+from satsgate.services.base import UNDESCRIBED_PRICE, FlatPrice, ServiceResult, sats_for_msat
 from satsgate.services.catalog import MODELS_BY_ID
-from satsgate.services.registry import BY_SLUG, BY_TOOL, SERVICES
+from satsgate.services.registry import BY_SLUG, BY_TOOL, ESTIMATORS, SERVICES
 from satsgate.store import Store
 from tests.engines_down import down_engines, engines_for
 
@@ -51,16 +52,6 @@ SPEC_JOBS = {
     "transcribe-audio": "transcription", "transcribe-translate": "transcribe-translate",
     "epub-audiobook": "epub-audiobook", "translate-epub": "translate-epub",
 }  # fmt: skip
-
-# Fixed prices of the catalog that a service charges as is.
-FLAT = {
-    "edit-image": 200, "analyze-image": 21, "search": 21, "generate-3d-model": 1600,
-    "clone-voice": 7500, "e-signature": 1000, "convert-file": 100, "send-fax": 500,
-    "receive-fax": 500, "remove-background": 44, "upscale-image": 5, "restore-face": 25,
-    "detect-nsfw": 2, "detect-objects": 5, "remove-object": 130, "colorize-image": 5,
-    "deblur-image": 110, "estimate-depth": 5, "vote": 1,
-}  # fmt: skip
-
 
 # The spec's pricing rule of every service: (model, the least a call costs in sats).
 SPEC_SHAPES = {
@@ -151,10 +142,10 @@ def test_flat_prices_never_read_the_request_and_the_others_do() -> None:
 
 def test_each_estimator_quotes_one_service_in_its_unit() -> None:
     ids = [s.price_shape.estimate for s in SERVICES if s.price_shape.estimate is not None]
-    assert sorted(ids) == sorted(pricing.ESTIMATORS)  # each estimator, each once
+    assert sorted(ids) == sorted(ESTIMATORS)  # each estimator, each once
     for spec in SERVICES:
         if spec.price_shape.estimate is not None:
-            assert pricing.ESTIMATORS[spec.price_shape.estimate].unit == spec.price_shape.unit
+            assert ESTIMATORS[spec.price_shape.estimate].unit == spec.price_shape.unit
 
 
 @pytest.mark.usefixtures("restore_rates")
@@ -188,13 +179,10 @@ def test_async_services_are_jobs_of_the_spec_types() -> None:
     assert set(jobs.values()) <= set(JOB_TYPES)
 
 
-def test_models_exist_in_the_catalog_with_the_service_category_or_a_flat_match() -> None:
+def test_models_exist_in_the_catalog() -> None:
     for spec in SERVICES:
         for model_id in spec.model_ids:
             assert model_id in MODELS_BY_ID, (spec.slug, model_id)
-        if spec.slug in FLAT:
-            model_prices = {MODELS_BY_ID[m].price_sats for m in spec.model_ids}
-            assert not spec.model_ids or model_prices == {FLAT[spec.slug]}, spec.slug
 
 
 def test_schemas_forbid_unknown_fields_and_document_every_field() -> None:
@@ -431,12 +419,6 @@ async def test_votes_are_counted_once_per_call_and_listed_most_voted_first(
         await store.close()
 
 
-def test_flat_prices_match_the_spec() -> None:
-    for slug, sats in FLAT.items():
-        spec = BY_SLUG[slug]
-        assert f"{sats} sat" in spec.description.replace(",", "") or slug == "vote", slug
-
-
 def test_languages_document_prices_each_language_by_its_engine() -> None:
     doc = pricing.languages_document()
     by_code = {entry["code"]: entry for entry in doc["languages"]}
@@ -447,3 +429,11 @@ def test_languages_document_prices_each_language_by_its_engine() -> None:
     # No chrF is measured yet, so no rare language is good or fair (tests/test_languages.py).
     assert {e["quality"] for e in doc["rare"]} == {"unverified", "experimental"}
     json.dumps(doc)
+
+
+def test_descriptions_state_no_flat_price() -> None:
+    """A flat price is stated once, on its spec: every published description is followed by
+    the price text made from it (discovery, OpenAPI, llms.txt, MCP), never a copy."""
+    for spec in SERVICES:
+        if isinstance(spec.price_msat, FlatPrice):
+            assert not re.search(r"\d+ sats?\b", spec.description), spec.slug

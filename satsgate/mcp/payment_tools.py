@@ -24,7 +24,8 @@ from satsgate.operations import payments
 from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
-from satsgate.services.pricing import ESTIMATORS, estimate
+from satsgate.services.pricing import estimate
+from satsgate.services.registry import ESTIMATORS
 from satsgate.store import Payment
 
 # Fields of a params model that a bare ``prompt`` (or ``characterCount``) may stand in
@@ -200,7 +201,7 @@ def _estimate_from_sizing_hints(
     if not fields.keys() & hints.keys():
         return None
     try:
-        quoted = estimate(estimate_id, hints)
+        quoted = estimate(ESTIMATORS, estimate_id, hints)
     except ApiError:
         return None  # the hints do not size this service; try the spec's own price
     canonical = json.dumps(quoted["params"], sort_keys=True, separators=(",", ":"), default=str)

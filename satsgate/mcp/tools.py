@@ -32,7 +32,7 @@ from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from satsgate.operations import OPERATIONS, AnyOperation, dump
 from satsgate.operations.jobs import JobResultArgs
 from satsgate.payments.challenger import validate_params
-from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.catalog import model_price
 
 log = logging.getLogger(__name__)
 
@@ -263,13 +263,9 @@ def describe(spec: AnySpec, available: bool) -> str:
 
 def _price_text(spec: AnySpec) -> str:
     notes: list[str] = []
-    for model_id in spec.model_ids:
-        model = MODELS_BY_ID.get(model_id)
-        if model is None:
-            continue
-        notes.append(
-            f"{model.price_sats} sats" if model.price_sats is not None else model.price_note
-        )
+    for model_id in spec.model_ids:  # each model's price on this spec
+        price = model_price(spec, model_id)
+        notes.append(f"{price.sats} sats" if price.sats is not None else price.note)
     if not notes and spec.example:
         try:
             quoted = spec.quote_sats(validate_params(spec, dict(spec.example)))

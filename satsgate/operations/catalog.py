@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Estimate, PlannedServices
 from satsgate.services.planned import VOTE
-from satsgate.services.pricing import ESTIMATORS, estimate
+from satsgate.services.pricing import estimate
+from satsgate.services.registry import ESTIMATORS
 
 
 class NoArgs(BaseModel):
@@ -93,7 +94,8 @@ def estimator_parameters() -> list[dict[str, Any]]:
 
 
 async def estimate_cost(env: OperationEnv, query: EstimateQuery, call: Call) -> Estimate:
-    return Estimate.model_validate(estimate(query.service, dict(query.model_extra or {})))
+    extra = dict(query.model_extra or {})
+    return Estimate.model_validate(estimate(ESTIMATORS, query.service, extra))
 
 
 ESTIMATE_COST: OperationSpec[EstimateQuery, Estimate] = OperationSpec(

@@ -198,6 +198,10 @@ class PriceShape:
     rate_by: tuple[RateFactor, ...] = ()
     # The least a call on each model costs, for prices set by the model (``per_tier``).
     tier_min_sats: Mapping[int, int] = field(default_factory=dict)
+    # Each model's rate in words where the models' rates differ ("10 characters per sat,
+    # minimum 15 sats"), made from the same table the price reads: the model catalog
+    # (services/catalog.py) lists it as the model's price note.
+    model_rates: Mapping[int, str] = field(default_factory=dict)
     btc_pegged: bool = False  # the per-unit rate follows the hourly BTC rate book
     estimate: str | None = None  # id of the /api/estimate-cost estimator that quotes it
     note: str = ""  # what the unit does not say; for ``dynamic``, why there is no unit
@@ -221,6 +225,11 @@ class FlatPrice:
 
     msat: int
     estimate: str | None = None  # the /api/estimate-cost id that quotes it
+
+    @classmethod
+    def of_sats(cls, sats: int, estimate: str | None = None) -> FlatPrice:
+        """``sats`` whole sats per call."""
+        return cls(sats * 1000, estimate)
 
     def __call__(self, _params: object) -> int:
         return self.msat
@@ -250,7 +259,8 @@ class ServiceSpec(Generic[P]):
     # Price of one call in msat. The gate rounds up to whole sats for the invoice.
     price_msat: Callable[[P], int]
     handler: Handler[P]
-    # How price_msat follows the request (model, unit, minimum), for discovery.
+    # How price_msat follows the request (model, unit, minimum), for discovery; a
+    # FlatPrice's shape is always its own (so a replaced flat price moves it too).
     price_shape: PriceShape = UNDESCRIBED_PRICE
     mode: Literal["sync", "job"] = "sync"
     job_type: str | None = None
@@ -286,7 +296,7 @@ class ServiceSpec(Generic[P]):
     stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
+        if isinstance(self.price_msat, FlatPrice):  # one amount, stated once
             object.__setattr__(self, "price_shape", self.price_msat.shape)
 
     def is_available(self, engines: Engines) -> bool:

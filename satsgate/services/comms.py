@@ -24,6 +24,7 @@ from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
 from satsgate.services import deliveries, faxes
 from satsgate.services.base import (
+    FlatPrice,
     Params,
     PriceShape,
     ServiceContext,
@@ -45,13 +46,12 @@ from satsgate.services.common import (
 from satsgate.services.media import MediaError, pdf_pages
 from satsgate.services.pricing import (
     AI_CALL_MIN_SATS,
-    FLAT_SATS,
+    EMAIL_SATS,
     MSAT,
     ai_call_min_msat,
     ai_call_msat,
     call_min_msat,
     call_msat,
-    flat_price,
     sms_min_msat,
     sms_msat,
     voice_bridge_min_msat,
@@ -97,7 +97,7 @@ class SendEmailParams(ServiceParams):
     to: str | list[str] = Field(
         validation_alias=alias("to", "email", "recipients"),
         description=f"Recipient address, or a list of up to {MAX_EMAIL_RECIPIENTS}; "
-        "200 sats per recipient.",
+        "priced per recipient.",
     )
     subject: str = Field(min_length=1, max_length=200)
     text: str | None = Field(
@@ -187,7 +187,7 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
         "accepted": list(sent.accepted),
         "refused": [{"to": to, "code": code} for to, code in sent.refused.items()],
     }
-    return ServiceResult(body, charged_msat=FLAT_SATS["email"] * MSAT * len(sent.accepted))
+    return ServiceResult(body, charged_msat=EMAIL_SATS * MSAT * len(sent.accepted))
 
 
 SEND_EMAIL = ServiceSpec(
@@ -196,14 +196,12 @@ SEND_EMAIL = ServiceSpec(
     category="utility",
     title="Send e-mail",
     description="Send an e-mail (text and/or HTML) to up to 10 recipients: { success, "
-    "messageId, accepted, refused }. 200 sats per recipient; recipients the mail server "
-    "refuses are refunded.",
+    "messageId, accepted, refused }. Priced per recipient; recipients the mail server refuses are "
+    "refunded.",
     params=SendEmailParams,
-    price_msat=lambda p: FLAT_SATS["email"] * MSAT * len(p.recipients),
+    price_msat=lambda p: EMAIL_SATS * MSAT * len(p.recipients),
     handler=send_email,
-    price_shape=PriceShape(
-        "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
-    ),
+    price_shape=PriceShape("per_recipient", "per recipient", EMAIL_SATS * MSAT, estimate="email"),
     model_ids=(EMAIL_MODEL_ID,),
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
     max_body_bytes=2 * 1024 * 1024,
@@ -684,7 +682,7 @@ AI_CALL = ServiceSpec(
     description="An AI agent phones a number and carries out a task: { success, call_id, "
     "status, poll_url }; status pending_confirm comes with questions and a session_id to "
     "confirm with. Deposit of duration_minutes times the destination's per-minute rate "
-    "(telephony plus AI, from about 150 sats), minimum 50; billed by the started minute, "
+    f"(telephony plus AI), minimum {AI_CALL_MIN_SATS}; billed by the started minute, "
     "unused time refunded to refund_address or claimed at POST /api/claim-refund.",
     params=AiCallParams,
     price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
@@ -749,9 +747,9 @@ SEND_FAX = ServiceSpec(
     description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number: { success, faxId, "
     "status, status_url }. Read the status for free at status_url (or MCP get_fax_status): "
     "queued, sending, delivered or failed; a fax that fails is refunded in full (the "
-    "refund link is in the payer's status read). 500 sats per fax.",
+    "refund link is in the payer's status read). One price per fax.",
     params=SendFaxParams,
-    price_msat=flat_price("fax-send"),
+    price_msat=faxes.FAX_SEND_PRICE,
     handler=faxes.send_fax,
     model_ids=(44,),
     failure_codes=(
@@ -809,9 +807,9 @@ RECEIVE_FAX = ServiceSpec(
     "{ success, inboxId, faxNumber, expiresAt, poll_url, faxes }. Faxes it receives are "
     "listed with download links by GET poll_url (free; keep inboxId secret) and, with "
     "forwardEmail, e-mailed as a link. Received documents are deleted 12 hours after "
-    "arrival. 500 sats.",
+    "arrival.",
     params=ReceiveFaxParams,
-    price_msat=flat_price("fax-receive"),
+    price_msat=FlatPrice.of_sats(500, "fax-receive"),
     handler=faxes.receive_fax,
     engine_request=lambda p: InboundRequest(p.country),
     engine_request_field="country",

@@ -19,7 +19,6 @@ from satsgate.services.base import (
     ServiceSpec,
 )
 from satsgate.services.encoding import BadBase64, decode_base64_file
-from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price
 
 # -- render-card --------------------------------------------------------------------------
 
@@ -133,10 +132,10 @@ RENDER_CARD = ServiceSpec(
     title="Render card",
     description=(
         "Render a headline, versus, list, stat or quote card as PNG or JPEG. Deterministic "
-        "layout, no AI: the text sent is the text shown, wrapped to fit. 5 sats."
+        "layout, no AI: the text sent is the text shown, wrapped to fit."
     ),
     params=RenderCardParams,
-    price_msat=flat_price("render-card"),
+    price_msat=FlatPrice.of_sats(5, "render-card"),
     handler=render_card,
     model_ids=(53,),
     failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
@@ -194,10 +193,10 @@ HTML_TO_PDF = ServiceSpec(
     title="HTML or Markdown to PDF",
     description=(
         "Render HTML or Markdown to a PDF (external resources are not fetched; embed images "
-        "as data: URIs). 50 sats."
+        "as data: URIs)."
     ),
     params=HtmlToPdfParams,
-    price_msat=flat_price("html-to-pdf"),
+    price_msat=FlatPrice.of_sats(50, "html-to-pdf"),
     handler=html_to_pdf,
     model_ids=(29,),
     max_body_bytes=8 * 1024 * 1024,
@@ -263,9 +262,9 @@ MERGE_PDF = ServiceSpec(
     tool_name="merge_pdf",
     category="utility",
     title="Merge PDFs",
-    description="Merge 2 to 50 PDF documents (base64) into one, pages in order. 100 sats.",
+    description="Merge 2 to 50 PDF documents (base64) into one, pages in order.",
     params=MergePdfParams,
-    price_msat=FlatPrice(FLAT_SATS["merge-pdf"] * MSAT),  # no estimator quotes it
+    price_msat=FlatPrice.of_sats(100),  # no estimator quotes it
     handler=merge_pdf,
     model_ids=(13,),
     max_body_bytes=MAX_MERGE_BYTES * 4 // 3 + MAX_MERGE_DOCUMENTS * 4 + 4096,

@@ -45,7 +45,7 @@ from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
 from satsgate.services import screening
-from satsgate.services.base import ServiceContext, ServiceResult
+from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.common import decode_file
 from satsgate.services.telephony import destination
 from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
@@ -119,7 +119,7 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
 
     async def send(engine: FaxEngine, _model: str | None) -> tuple[str, FaxState]:
         provider = desk.provider_of(engine)
-        await desk.record_send(fax_id, ctx.call_id, provider, pages, flat_fax_msat())
+        await desk.record_send(fax_id, ctx.call_id, provider, pages, FAX_SEND_PRICE.msat)
         return provider, await engine.send(request)
 
     try:
@@ -131,10 +131,8 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
     return ServiceResult(desk.send_body(record))
 
 
-def flat_fax_msat() -> int:
-    from satsgate.services.pricing import FLAT_SATS, MSAT
-
-    return FLAT_SATS["fax-send"] * MSAT
+# The price of send-fax (its ServiceSpec's price, in services/comms.py), recorded with the fax.
+FAX_SEND_PRICE = FlatPrice.of_sats(500, "fax-send")
 
 
 async def screen_fax(ctx: ServiceContext, to: str, document: bytes, cover_text: str | None) -> None:

@@ -7,15 +7,15 @@ the fixed fallback values here; the 402 quote is what is charged.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from satsgate.errors import ApiError, invalid_params
-from satsgate.services.base import FlatPrice
-from satsgate.services.catalog import EMAIL_MODEL_ID, MODELS_BY_ID
+from satsgate.services.base import FlatPrice, ServiceSpec
+from satsgate.services.catalog import MODELS_BY_ID
 from satsgate.services.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
@@ -67,42 +67,11 @@ VOICE_BRIDGE_SATS_PER_MINUTE = 20
 PER_PASS_SATS = 100
 
 
-def _catalog_sats(model_id: int) -> int:
-    price = MODELS_BY_ID[model_id].price_sats
-    assert price is not None, model_id
-    return price
-
-
-FLAT_SATS = {
-    "email": _catalog_sats(EMAIL_MODEL_ID),  # per recipient: the catalog's e-mail model
-    "voice-cloning": 7500,
-    "html-to-pdf": 50,
-    "render-card": 5,
-    "file-conversion": 100,
-    "merge-pdf": 100,
-    "remove-background": 44,
-    "upscale-image": 5,
-    "restore-face": 25,
-    "detect-nsfw": 2,
-    "detect-objects": 5,
-    "remove-object": 130,
-    "colorize-image": 5,
-    "deblur-image": 110,
-    "depth-estimation": 5,
-    "image-edit": 200,
-    "vision": 21,
-    "search": 21,
-    "e-signature": 1000,
-    "3d-model": 1600,
-    "fax-send": 500,
-    "fax-receive": 500,
-    "vote": 1,
-}
-
-
-def flat_price(key: str) -> FlatPrice:
-    """The flat price ``FLAT_SATS[key]``, quoted by the estimator of the same id."""
-    return FlatPrice(FLAT_SATS[key] * MSAT, estimate=key)
+# Per-recipient e-mail (the catalog's e-mail model, 28).
+EMAIL_SATS = 200
+# Image generation by tier (model id), at 1K; the better tier (8) costs more at 2K.
+IMAGE_TIER_SATS = {16: 1200, 8: 150, 2: 100}
+IMAGE_2K_SATS = {8: 300}
 
 
 PER_PAGE_SATS = {"ocr": 10, "receipt-ocr": 25}
@@ -114,11 +83,10 @@ def per_chars_msat(chars: int, chars_per_sat: int, minimum_sats: int = 1) -> int
 
 
 def image_price_sats(model_id: int, resolution: str = "1K") -> int:
-    if model_id == 8 and resolution in ("2K", "4K"):
-        return 300
-    price = MODELS_BY_ID[model_id].price_sats
-    assert price is not None
-    return price
+    """A generated image on this tier at this resolution (IMAGE_TIER_SATS, IMAGE_2K_SATS)."""
+    if resolution in ("2K", "4K") and model_id in IMAGE_2K_SATS:
+        return IMAGE_2K_SATS[model_id]
+    return IMAGE_TIER_SATS[model_id]
 
 
 def per_chars_float_msat(chars: int, chars_per_sat: float, minimum_sats: int = 1) -> int:
@@ -404,16 +372,12 @@ class Estimator:
     unit: str
 
 
-def _flat(slug: str) -> Estimator:
-    return Estimator(_NoParams, lambda _p: FLAT_SATS[slug] * MSAT, "per call")
-
-
-ESTIMATORS: dict[str, Estimator] = {
+# The estimators of the prices that follow the request, by /api/estimate-cost id; a flat
+# price's estimator is made from its ServiceSpec (estimators()).
+UNIT_ESTIMATORS: dict[str, Estimator] = {
     "image": Estimator(_Image, _image_estimate_msat, "per image"),
-    "image-edit": _flat("image-edit"),
     "music": Estimator(_Music, lambda p: music_msat(p.seconds, p.lyricsAddon), "per second"),
-    "email": Estimator(_Email, lambda p: p.recipients * FLAT_SATS["email"] * MSAT, "per recipient"),
-    "vision": _flat("vision"),
+    "email": Estimator(_Email, lambda p: p.recipients * EMAIL_SATS * MSAT, "per recipient"),
     "text-to-speech": Estimator(
         _Tts, lambda p: tts_msat(_tts_model(p.model), p.chars), "per character"
     ),
@@ -447,46 +411,41 @@ ESTIMATORS: dict[str, Estimator] = {
     "receipt-ocr": Estimator(
         _Pages, lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT, "per page"
     ),
-    **{
-        slug: _flat(slug)
-        for slug in (
-            "voice-cloning",
-            "html-to-pdf",
-            "render-card",
-            "file-conversion",
-            "remove-background",
-            "upscale-image",
-            "restore-face",
-            "detect-nsfw",
-            "detect-objects",
-            "remove-object",
-            "colorize-image",
-            "deblur-image",
-            "search",
-            "e-signature",
-            "3d-model",
-            "fax-send",
-            "fax-receive",
-            "depth-estimation",
-        )
-    },
 }
 
 
-def estimate(service: str | None, query: Mapping[str, str]) -> dict[str, Any]:
-    """The estimate body; raises ApiError L402_INVALID_PARAMS for unknown ids or bad params."""
+def _flat_estimator(price: FlatPrice) -> Estimator:
+    return Estimator(_NoParams, price, "per call")
+
+
+def estimators(services: Iterable[ServiceSpec[Any]]) -> dict[str, Estimator]:
+    """Every /api/estimate-cost estimator: the per-unit ones above, and one per flat-priced
+    service that names an estimate id, quoting the spec's own price."""
+    flat = {
+        spec.price_msat.estimate: _flat_estimator(spec.price_msat)
+        for spec in services
+        if isinstance(spec.price_msat, FlatPrice) and spec.price_msat.estimate is not None
+    }
+    return {**UNIT_ESTIMATORS, **flat}
+
+
+def estimate(
+    estimators: Mapping[str, Estimator], service: str | None, query: Mapping[str, str]
+) -> dict[str, Any]:
+    """The estimate body by one of ``estimators`` (registry.ESTIMATORS); raises ApiError
+    L402_INVALID_PARAMS for unknown ids or bad params."""
     if not service:
         raise ApiError(
             "L402_INVALID_PARAMS",
             "The query parameter 'service' is required.",
-            extra={"services": sorted(ESTIMATORS)},
+            extra={"services": sorted(estimators)},
         )
-    estimator = ESTIMATORS.get(service)
+    estimator = estimators.get(service)
     if estimator is None:
         raise ApiError(
             "L402_INVALID_PARAMS",
             f"Unknown estimate service {service!r}.",
-            extra={"services": sorted(ESTIMATORS)},
+            extra={"services": sorted(estimators)},
         )
     try:
         params = estimator.params.model_validate(dict(query))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from satsgate.services import (
@@ -15,6 +17,7 @@ from satsgate.services import (
     video,
 )
 from satsgate.services.base import ServiceSpec
+from satsgate.services.pricing import Estimator, estimators
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (
     *documents.SERVICES,
@@ -34,3 +37,6 @@ assert len(BY_SLUG) == len(SERVICES) and len(BY_TOOL) == len(SERVICES), "duplica
 
 # Every engine name a service runs on: the engine names an operator may route in [engines].
 ENGINE_NAMES: frozenset[str] = frozenset(s.engine for s in SERVICES if s.engine)
+
+# Every /api/estimate-cost estimator, the flat ones quoting their spec's own price.
+ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(estimators(SERVICES))

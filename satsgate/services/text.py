@@ -32,6 +32,7 @@ from satsgate.engines.translation import (
 from satsgate.services import epub_translation
 from satsgate.services.ai_support import image_input, with_route
 from satsgate.services.base import (
+    FlatPrice,
     Params,
     PriceShape,
     ServiceContext,
@@ -63,12 +64,15 @@ from satsgate.services.media import MediaError, measure_book
 from satsgate.services.pricing import (
     MSAT,
     MULTILINGUAL_MARGIN_PERCENT,
+    RARE_TRANSLATE_BASE_SATS,
+    RARE_TRANSLATE_MSAT_PER_CHAR,
     TEXT_CHARS_PER_SAT,
     TEXT_MAX_INPUT_CHARS_BY_MODEL,
     TEXT_MIN_SATS,
     TRANSLATE_EPUB_MIN_SATS,
     TRANSLATE_MIN_SATS,
-    flat_price,
+    TRANSLATE_MSAT_PER_CHAR,
+    TRANSLATE_ROUTED_MSAT_PER_CHAR,
     multilingual_ask_msat,
     rare_translation_msat,
     text_msat,
@@ -93,7 +97,7 @@ class Message(Params):
 class GenerateTextParams(ServiceParams, ModelChoice):
     """HTTP form ``{input: [{role, content}], ...}``; tool form ``{prompt, systemPrompt,
     maxTokens, ...}``. Priced by input length: messages + systemPrompt + fileContext at the
-    model's rate (best 10 chars/sat min 15, better 100 min 5, standard 1000 min 5)."""
+    model's rate (pricing.TEXT_CHARS_PER_SAT, TEXT_MIN_SATS)."""
 
     MODELS: ClassVar[tuple[int, ...]] = (6, 1, 31)
     DEFAULT: ClassVar[int] = 6
@@ -305,14 +309,22 @@ def _metered(result: ChatResult, model_id: int, margin_percent: int = 0) -> int 
     return text_tokens_msat(model_id, tokens, margin_percent)
 
 
+def _text_rate(model_id: int) -> str:
+    """A text model's rate in words, from the tables the price reads."""
+    return (
+        f"{TEXT_CHARS_PER_SAT[model_id]} characters per sat, minimum {TEXT_MIN_SATS[model_id]} sats"
+    )
+
+
 GENERATE_TEXT = ServiceSpec(
     slug="generate-text",
     tool_name="generate_text",
     category="text",
     title="Generate text",
     description="Chat completion, plain-text answer. Priced by input length (messages + "
-    "fileContext) at the model's rate: best (6) 10 chars/sat min 15, better (1) 100 chars/sat "
-    "min 5, standard (31) 1000 chars/sat min 5. model 'auto' routes by the request.",
+    "fileContext) at the model's rate: "
+    + ", ".join(f"model {m} {_text_rate(m)}" for m in GenerateTextParams.MODELS)
+    + ". model 'auto' routes by the request.",
     params=GenerateTextParams,
     price_msat=lambda p: text_msat(p.chosen_model, p.input_chars),
     handler=generate_text,
@@ -322,6 +334,7 @@ GENERATE_TEXT = ServiceSpec(
         min(TEXT_MIN_SATS.values()) * MSAT,
         rate_by=("tier",),
         tier_min_sats=dict(TEXT_MIN_SATS),
+        model_rates={m: _text_rate(m) for m in GenerateTextParams.MODELS},
         note="Input characters (messages, systemPrompt, fileContext) at the tier's rate: "
         + ", ".join(f"model {m} {TEXT_CHARS_PER_SAT[m]} chars/sat" for m in TEXT_CHARS_PER_SAT)
         + ".",
@@ -513,14 +526,21 @@ async def translate_text(ctx: ServiceContext, params: TranslateTextParams) -> Se
     )
 
 
+def _per_1000(msat_per_char: int) -> str:
+    """A per-character rate in msat as sats per 1000 characters ("1 sat", "10 sats")."""
+    return "1 sat" if msat_per_char == 1 else f"{msat_per_char} sats"
+
+
 TRANSLATE_TEXT = ServiceSpec(
     slug="translate-text",
     tool_name="translate_text",
     category="text",
     title="Translate text",
     description="Translate into one of 119 languages: { translatedText, sourceLanguage, "
-    "targetLanguage }. 1 sat per 1000 characters on the standard engine (minimum 1); routed "
-    "targets cost 10 sats per 1000.",
+    "targetLanguage }. "
+    f"{_per_1000(TRANSLATE_MSAT_PER_CHAR)} per 1000 characters on the standard engine "
+    f"(minimum {TRANSLATE_MIN_SATS}); routed targets cost "
+    f"{_per_1000(TRANSLATE_ROUTED_MSAT_PER_CHAR)} per 1000.",
     params=TranslateTextParams,
     price_msat=lambda p: translation_msat(len(p.text), p.targetLanguage, p.chosen_model or None),
     handler=translate_text,
@@ -530,7 +550,8 @@ TRANSLATE_TEXT = ServiceSpec(
         TRANSLATE_MIN_SATS * MSAT,
         rate_by=("target_language", "tier"),
         estimate="translate",
-        note="1 sat per 1000 characters on the standard engine, 10 on routed targets (GET "
+        note=f"{_per_1000(TRANSLATE_MSAT_PER_CHAR)} per 1000 characters on the standard "
+        f"engine, {_per_1000(TRANSLATE_ROUTED_MSAT_PER_CHAR)} on routed targets (GET "
         "/api/languages); a pinned modelId prices at that text model's rate.",
     ),
     untrusted_output=True,
@@ -592,13 +613,19 @@ async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> Service
     )
 
 
+def _rare_rate() -> str:
+    """The rare-language rate per character in sats ("0.002 sat")."""
+    return f"{RARE_TRANSLATE_MSAT_PER_CHAR / MSAT:g} sat"
+
+
 TRANSLATE_RARE = ServiceSpec(
     slug="translate-rare-language",
     tool_name="translate_rare_language",
     category="text",
     title="Translate into a rare language",
     description="Translate into a low-resource language: { translatedText, targetLanguage, "
-    "targetLanguageName, quality: { tier, chrf } }. 50 sats plus 0.002 per character.",
+    f"targetLanguageName, quality: {{ tier, chrf }} }}. "
+    f"{RARE_TRANSLATE_BASE_SATS} sats plus {_rare_rate()} per character.",
     params=TranslateRareParams,
     price_msat=lambda p: rare_translation_msat(len(p.text)),
     handler=translate_rare,
@@ -607,7 +634,7 @@ TRANSLATE_RARE = ServiceSpec(
         "per character",
         rare_translation_msat(1),
         base_sats=rare_translation_msat(0) // MSAT,
-        note="0.002 sat per character.",
+        note=f"{_rare_rate()} per character.",
     ),
     untrusted_output=True,
     failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
@@ -827,9 +854,9 @@ SEARCH = ServiceSpec(
     tool_name="search",
     category="search",
     title="Web search",
-    description="Web search: { results: [{ title, url, snippet }] }. 21 sats.",
+    description="Web search: { results: [{ title, url, snippet }] }.",
     params=SearchParams,
-    price_msat=flat_price("search"),
+    price_msat=FlatPrice.of_sats(21, "search"),
     handler=search,
     untrusted_output=True,
     # Model 15 is the one search model: a provider serves it with no model table to map.

@@ -54,7 +54,9 @@ class _VideoParams(ServiceParams, ModelChoice, CallbackFields):
         description="Seconds, 3 to 15 (the request schema's bound; the tool catalog says 5).",
     )
     resolution: Resolution = Field(
-        "768p", description="768p (250 sats/s) or 2K (400 sats/s; upscaled from 768p)."
+        "768p",
+        description=f"768p ({VIDEO_SATS_PER_SECOND['768p']} sats/s) or 2K "
+        f"({VIDEO_SATS_PER_SECOND['2K']} sats/s; upscaled from 768p).",
     )
     generate_audio: bool = Field(
         False,

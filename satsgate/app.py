@@ -44,6 +44,8 @@ from satsgate.appkeys import (
     OPERATION_ENV,
     OUTBOUND,
     POOL,
+    PRECHECKS,
+    RATES,
     REFUNDS,
     SETTINGS,
     STARTED_AT,
@@ -79,12 +81,12 @@ from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
 from satsgate.services import deliveries
 from satsgate.services.ai_call_runner import AiCallRunner
-from satsgate.services.base import ServiceSpec
+from satsgate.services.base import PrecheckMemo, ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.esign_desk import ESignDesk
 from satsgate.services.faxes import attach_desk
-from satsgate.services.rates import refresh_rates
+from satsgate.services.rates import Rates
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
@@ -180,6 +182,8 @@ def create_app(
     app[CPU] = cpu
     app[ENGINES] = engines
     app[STORE] = store
+    app[RATES] = Rates()  # the BTC rate book pegged prices are quoted at (hourly)
+    app[PRECHECKS] = PrecheckMemo()  # outcomes of checks before any invoice (card fits)
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
@@ -277,6 +281,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         deliveries=store.deliveries,
         screener=screener,
         ai_calls=ai_calls,
+        rates=app[RATES],
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -286,6 +291,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         jobs=jobs,
         handlers=handlers,
         opt_outs=store.do_not_contact,
+        prechecks=app[PRECHECKS],
     )
     app[HOLDS] = desk = HoldDesk(
         store=store,
@@ -322,6 +328,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         esign=esign,
         deliveries=store.deliveries,
         ai_calls=ai_calls,
+        rates=app[RATES],
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -421,7 +428,7 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
     every(HOUR_S, retention.sweep, store.retention, settings.data_dir, id="retention-sweep")
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
-    every(HOUR_S, refresh_rates, app[HTTP], settings, id="rates-refresh", next_run_time=now)
+    every(HOUR_S, app[RATES].refresh, app[HTTP], settings, id="rates-refresh", next_run_time=now)
     if gate.cashu is not None:
         # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
         # the node; first a minute after start (a crash's leftovers), then on the interval.
@@ -457,7 +464,9 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # The free operations on their own paths, and /api/l402/{slug} (paid call, description,
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
-    discovery.add_routes(app, settings, backend, app[ENGINES])  # well-known, OpenAPI, llms
+    discovery.add_routes(
+        app, settings, backend, app[ENGINES], app[RATES]
+    )  # well-known, OpenAPI, llms
     # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(

@@ -19,9 +19,11 @@ from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
 from satsgate.services.ai_call_runner import AiCallRunner
+from satsgate.services.base import PrecheckMemo
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.callbacks_guard import Outbound
 from satsgate.services.esign_desk import ESignDesk
+from satsgate.services.rates import Rates
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -45,3 +47,5 @@ OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addres
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
 CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines
 ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their signed copy
+RATES = web.AppKey("rates", Rates)  # the BTC rate book BTC-pegged prices are quoted at
+PRECHECKS = web.AppKey("prechecks", PrecheckMemo)  # kept outcomes of checks before invoices

@@ -15,6 +15,7 @@ from openapi_spec_validator import validate
 from pydantic import BaseModel, ValidationError
 
 from satsgate.app import ENGINES
+from satsgate.appkeys import RATES
 from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
@@ -28,7 +29,7 @@ from satsgate.services.base import (
 )
 from satsgate.services.common import ServiceParams
 from satsgate.services.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
-from satsgate.services.rates import RateBook, Snapshot
+from satsgate.services.rates import FALLBACK, RateBook, Snapshot
 from satsgate.services.registry import SERVICES
 from tests.conftest import ThreadedServer
 
@@ -95,7 +96,7 @@ async def test_describe_is_built_from_the_registry(
         assert doc["available"] is spec.is_available(server.app[ENGINES])
         price, shape = doc["pricing"], spec.price_shape
         assert (price["model"], price["unit"]) == (shape.model, shape.unit)
-        assert price["minSats"] == sats_for_msat(shape.minimum_msat()) >= 1
+        assert price["minSats"] == sats_for_msat(shape.minimum_msat(FALLBACK)) >= 1
         assert price.get("rateBy", []) == list(shape.rate_by)
         assert price.get("btcPegged", False) is shape.btc_pegged
         if shape.estimate is None:
@@ -106,7 +107,7 @@ async def test_describe_is_built_from_the_registry(
             params = spec.params.model_validate(dict(spec.example))
             if isinstance(params, ServiceParams):
                 params.checked()
-            example_sats: int | None = spec.quote_sats(params)
+            example_sats: int | None = spec.quote_sats(params, FALLBACK)
         except (ValidationError, ApiError):
             example_sats = None  # placeholders in the example ("<base64 PDF>")
         assert price["amountSats"] >= price["minSats"]
@@ -364,7 +365,9 @@ def test_a_changed_price_changes_every_published_document() -> None:
     settings = Settings(base_url="https://pay.example.com")
     with ThreadPoolExecutor(max_workers=1) as pool:
         engines = node_engines(settings, CpuRunner(pool, 1.0))
-    catalog = Catalog(settings, services, tuple(describe(s, settings, engines) for s in services))
+    catalog = Catalog(
+        settings, services, tuple(describe(s, settings, engines, FALLBACK) for s in services)
+    )
 
     listed = catalog.by_slug["render-card"]
     assert (listed["pricing"]["amountSats"], listed["pricing"]["minSats"]) == (new_sats,) * 2
@@ -386,11 +389,11 @@ def test_a_changed_price_changes_every_published_document() -> None:
     assert not re.search(rf"\b{old_sats} sats?\b", llms)
     assert listed["available"]  # the Nostr announcement prices the services served here
     assert ("render-card", new_sats) in listing(catalog).prices
-    (model,) = [m for m in list_models_document(services)["models"] if m["id"] == 53]
+    (model,) = [m for m in list_models_document(services, FALLBACK)["models"] if m["id"] == 53]
     assert model["priceSats"] == new_sats
-    quote = estimate(estimators(services), "render-card", {})
+    quote = estimate(estimators(services), "render-card", {}, FALLBACK)
     assert quote["amountSats"] == new_sats
-    assert f"Price: {new_sats} sats;" in tools.describe(new, True)
+    assert f"Price: {new_sats} sats;" in tools.describe(new, True, FALLBACK)
 
 
 async def test_discovery_content_types_and_cors(client: httpx.AsyncClient) -> None:
@@ -566,7 +569,7 @@ def _spec(slug: str, title: str, category: str, description: str) -> ServiceSpec
         title=title,
         description=description,
         params=_Nothing,
-        price_msat=lambda _p: MSAT,
+        price_msat=lambda _p, _book: MSAT,
         handler=_never,
     )
 
@@ -611,18 +614,21 @@ async def test_languages_lists_every_language_with_its_engine_and_price(
     assert estimate.json()["amountMsat"] == chars * standard["msatPerChar"]
 
 
-async def test_example_prices_follow_the_btc_rate_book(client: httpx.AsyncClient) -> None:
+async def test_example_prices_follow_the_btc_rate_book(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
     before = await described(client)
     manifest_before = await get_json(client, "/.well-known/l402-services")
-    original = rates.book()
+    app_rates = server.app[RATES]  # this app's rate book
+    original = app_rates.book
     # BTC at half the reference price: every fiat-pegged price doubles (factor 2).
     doubled = RateBook((Snapshot(rates.REFERENCE_BTC_USD / 2, time.time(), "test"),))
-    rates.set_book(doubled)
+    app_rates.install(doubled)
     try:
         after = await described(client)
         manifest_after = await get_json(client, "/.well-known/l402-services")
     finally:
-        rates.set_book(original)
+        app_rates.install(original)
     moved = [s for s in before if before[s]["pricing"] != after[s]["pricing"]]
     if not moved:
         pytest.skip("no BTC-pegged service in the registry")

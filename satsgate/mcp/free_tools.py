@@ -58,7 +58,9 @@ async def list_models(env: ToolEnv, args: ListModelsArgs, ctx: CallContext) -> d
             f"Unknown category {args.category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
-    return results.success(list_models_document(env.by_slug.values(), args.category))
+    return results.success(
+        list_models_document(env.by_slug.values(), env.rates.book, args.category)
+    )
 
 
 async def get_model_pricing(
@@ -73,7 +75,7 @@ async def get_model_pricing(
     model = MODELS_BY_ID.get(int(raw))
     if model is None:
         raise ApiError("NOT_FOUND", f"No model {raw}; see list_models for the ids.")
-    price = model_prices(env.by_slug.values())[model.id]
+    price = model_prices(env.by_slug.values(), env.rates.book)[model.id]
     body: dict[str, Any] = {
         "id": model.id,
         "name": model.name,

@@ -31,6 +31,7 @@ from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.esign_desk import ESignDesk
+from satsgate.services.rates import Rates
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ class OperationEnv:
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     esign: ESignDesk | None = None  # the e-signature desk (its free status read)
+    # The app's BTC rate book (estimates and quotes of BTC-pegged prices); the fallback
+    # rates for an env built without an app.
+    rates: Rates = field(default_factory=Rates)
 
 
 class Call(Protocol):

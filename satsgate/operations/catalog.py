@@ -95,7 +95,7 @@ def estimator_parameters() -> list[dict[str, Any]]:
 
 async def estimate_cost(env: OperationEnv, query: EstimateQuery, call: Call) -> Estimate:
     extra = dict(query.model_extra or {})
-    return Estimate.model_validate(estimate(ESTIMATORS, query.service, extra))
+    return Estimate.model_validate(estimate(ESTIMATORS, query.service, extra, env.rates.book))
 
 
 ESTIMATE_COST: OperationSpec[EstimateQuery, Estimate] = OperationSpec(

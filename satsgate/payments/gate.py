@@ -21,7 +21,7 @@ which also reads the row; when it changes nothing, the row is read to say why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
@@ -42,9 +42,10 @@ from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
-from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.base import NO_JOB_STATE, JobState, PrecheckMemo, ServiceContext, Votes
 from satsgate.services.bridge_sessions import BridgeSessions
 from satsgate.services.esign_desk import ESignDesk
+from satsgate.services.rates import Rates
 from satsgate.services.screening import Screener
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
@@ -75,6 +76,8 @@ class HandlerResources:
     # rules alone (satsgate.services.screening.screen).
     screener: Screener | None = None
     ai_calls: AiCallRunner | None = None  # the node's AI calls (services/ai_call_runner.py)
+    # The app's BTC rate book (services/rates.py): quotes and contexts read its book.
+    rates: Rates = field(default_factory=Rates)
 
     def for_call(
         self,
@@ -99,6 +102,7 @@ class HandlerResources:
             esign=self.esign,
             deliveries=self.deliveries,
             screener=screener or self.screener,
+            rate_book=self.rates.book,
             ai_calls=self.ai_calls,
         )
 
@@ -137,6 +141,7 @@ class Gate:
         self.prevalidate = challenger.prevalidate
         self.create_payment = challenger.create_payment
         self.challenge_for = challenger.challenge_for
+        self.quote_sats = challenger.quote_sats
         self.challenge_of = challenger.challenge_of
         self.checkout_url = challenger.checkout_url
         self.checkout_payment_hash = challenger.checkout_payment_hash
@@ -168,6 +173,7 @@ def build_gate(
     jobs: JobRunner,
     handlers: HandlerResources,
     opt_outs: OptOuts | None = None,
+    prechecks: PrecheckMemo | None = None,
 ) -> Gate:
     """Wire the four collaborators to the node, the store's repositories, the refund
     service and the job runner."""
@@ -216,6 +222,8 @@ def build_gate(
             node=backend,
             payments=store.payments,
             engines=handlers.engines,
+            rates=handlers.rates,
+            prechecks=prechecks,
             root_keys=root_keys,
             server_secret=settings.server_secret,
             network=settings.network,

@@ -192,6 +192,7 @@ async def _paid_call(
             request.headers.getall(CASHU_HEADER),
             spec,
             params,
+            gate.quote_sats(spec, params),
             lambda payment: gate.execute(payment, spec, params),
         )
         return result_response(result)

@@ -215,11 +215,17 @@ class ReworkDesk:
     # -- the retry ------------------------------------------------------------------------
 
     async def retry(
-        self, payment: Payment, spec: AnySpec, params: BaseModel, dispatch: Dispatch
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        params: BaseModel,
+        price_msat: int,
+        dispatch: Dispatch,
     ) -> ServiceResult | None:
-        """A call on a serving payment: when the payment has a window, run it as the free
-        retry (or refuse it: REWORK_TOKEN_INVALID, REWORK_EXPIRED, a price above what was
-        paid); None when it has none (the caller answers as for any used payment)."""
+        """A call on a serving payment, quoted at ``price_msat``: when the payment has a
+        window, run it as the free retry (or refuse it: REWORK_TOKEN_INVALID,
+        REWORK_EXPIRED, a price above what was paid); None when it has none (the caller
+        answers as for any used payment)."""
         window = await self._windows.get(payment.payment_id)
         if window is None or window.state not in (OPEN, RUNNING):
             return None
@@ -248,7 +254,6 @@ class ReworkDesk:
                 "ran. Without a retry the payment is refunded after rework_until.",
                 extra={"paymentId": payment.payment_id, "rework_until": until},
             )
-        price_msat = spec.quote_sats(params) * 1000
         if price_msat > payment.amount_msat:
             raise ApiError(
                 "INVALID_INPUT",

@@ -50,6 +50,7 @@ from satsgate.services.base import (
     ServiceSpec,
     request_digest,
 )
+from satsgate.services.rates import Rates
 from satsgate.services.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
@@ -195,7 +196,10 @@ class HeldRequests(Protocol):
 
 
 class HandlerContexts(Protocol):
-    """Makes the context a handler runs with."""
+    """Makes the context a handler runs with; ``rates`` is the app's BTC rate book."""
+
+    @property
+    def rates(self) -> Rates: ...
 
     def for_call(
         self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
@@ -272,7 +276,7 @@ class Spender:
                 if payment is None or payment.token_id != verified.token_id:
                     raise l402.CredentialError("unknown or revoked macaroon")
                 return await self.execute(payment, spec, params)
-            price_msat = spec.quote_sats(params) * 1000
+            price_msat = self._quote_msat(spec, params)
             spent = await self._payments.spend_token(
                 verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
             )
@@ -354,7 +358,9 @@ class Spender:
             )
         if payment.status is PaymentStatus.SERVING:
             if self.rework is not None:  # a free retry in its window, or refused as such
-                reworked = await self.rework.retry(payment, spec, params, self._dispatch)
+                reworked = await self.rework.retry(
+                    payment, spec, params, self._quote_msat(spec, params), self._dispatch
+                )
                 if reworked is not None:
                     return reworked
             if self.held is not None:
@@ -379,7 +385,7 @@ class Spender:
                 "nothing was charged. Create a new payment.",
             )
 
-        price_msat = spec.quote_sats(params) * 1000
+        price_msat = self._quote_msat(spec, params)
         hold = self._holds if payment.mode == "hold" else None
         if price_msat > payment.amount_msat and hold is not None:
             canceled = await hold.cancel(payment, "the request prices above what was paid")
@@ -421,6 +427,10 @@ class Spender:
         if hold is not None:
             hold.stopped(payment)
         raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+
+    def _quote_msat(self, spec: AnySpec, params: BaseModel) -> int:
+        """What the request costs now (whole sats, in msat) at the app's rate book."""
+        return spec.quote_sats(params, self._contexts.rates.book) * 1000
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -521,7 +531,7 @@ class Spender:
     ) -> ServiceResult:
         """Run a held call the operator released (its payment still serving): a failure
         is refunded in full, a partial delivery the difference, as for any call."""
-        return await self._run_handler(payment, spec, params, spec.quote_sats(params) * 1000, ctx)
+        return await self._run_handler(payment, spec, params, self._quote_msat(spec, params), ctx)
 
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -554,7 +564,7 @@ class Spender:
             or (payment.mode == "hold")
         ):
             return False
-        work, refund = self._job_work(payment, spec, params, spec.quote_sats(params) * 1000)
+        work, refund = self._job_work(payment, spec, params, self._quote_msat(spec, params))
         await self._jobs.adopt(job, work, refund)
         return True
 

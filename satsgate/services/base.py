@@ -8,6 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
+from satsgate.services.rates import FALLBACK, RateBook
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -135,6 +137,9 @@ class ServiceContext:
     deliveries: DeliveryRepository | None = None
     # The node's AI calls (satsgate/services/ai_call_runner.py); None outside an app.
     ai_calls: AiCallRunner | None = None
+    # The app's BTC rate book when the call began (services/rates.py): what a handler
+    # prices a BTC-pegged amount with; the fallback rates outside an app.
+    rate_book: RateBook = FALLBACK
 
     async def run_cpu(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None
@@ -157,8 +162,34 @@ class StreamPiece:
     metered_msat: int | None = None
 
 
+class PrecheckMemo:
+    """Outcomes of deterministic checks made before any invoice (a card's layout fit: an
+    error message, or None when it fits), kept for the ``size`` most recent requests, so
+    the 402 and the paid repeat of one request (and its retries) share one run. One per
+    app (``appkeys.PRECHECKS``), handed to every ``ServiceSpec.prevalidate``; bounded:
+    the least recently used outcome goes first."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._size = size
+        self._outcomes: OrderedDict[str, str | None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    async def outcome(self, key: str, check: Callable[[], Awaitable[str | None]]) -> str | None:
+        """The outcome remembered under ``key``, else ``await check()`` (remembered)."""
+        if key in self._outcomes:
+            self._outcomes.move_to_end(key)
+            return self._outcomes[key]
+        result = await check()
+        self._outcomes[key] = result
+        if len(self._outcomes) > self._size:
+            self._outcomes.popitem(last=False)
+        return result
+
+
 StreamHandler = Callable[[ServiceContext, P], AsyncIterator[StreamPiece]]
-Validator = Callable[[P], Coroutine[Any, Any, None]]
+Validator = Callable[[P, PrecheckMemo], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
 # size); ``per_destination``: one price per message by the destination country;
@@ -193,7 +224,7 @@ class PriceShape:
     unit: str  # "per call", "per page", "per started minute", ...
     # The least any valid call is charged, in msat; a function of the BTC rate book for
     # a minimum that moves with it (the cheapest destination of a BTC-pegged rate).
-    min_msat: int | Callable[[], int]
+    min_msat: int | Callable[[RateBook], int]
     base_sats: int = 0  # fixed part of every price, before the per-unit part
     rate_by: tuple[RateFactor, ...] = ()
     # The least a call on each model costs, for prices set by the model (``per_tier``).
@@ -212,9 +243,9 @@ class PriceShape:
         if (self.model == "flat") != (self.unit == "per call"):
             raise ValueError("'per call' is the unit of flat prices only")
 
-    def minimum_msat(self) -> int:
-        """The least any valid call is charged now, in msat."""
-        return self.min_msat() if callable(self.min_msat) else self.min_msat
+    def minimum_msat(self, book: RateBook) -> int:
+        """The least any valid call is charged at the rate ``book``, in msat."""
+        return self.min_msat(book) if callable(self.min_msat) else self.min_msat
 
 
 @dataclass(frozen=True)
@@ -231,7 +262,7 @@ class FlatPrice:
         """``sats`` whole sats per call."""
         return cls(sats * 1000, estimate)
 
-    def __call__(self, _params: object) -> int:
+    def __call__(self, _params: object, _book: RateBook) -> int:
         return self.msat
 
     @property
@@ -256,8 +287,9 @@ class ServiceSpec(Generic[P]):
     title: str
     description: str
     params: type[P]
-    # Price of one call in msat. The gate rounds up to whole sats for the invoice.
-    price_msat: Callable[[P], int]
+    # Price of one call in msat at the app's BTC rate book (only BTC-pegged prices read
+    # it). The gate rounds up to whole sats for the invoice.
+    price_msat: Callable[[P, RateBook], int]
     handler: Handler[P]
     # How price_msat follows the request (model, unit, minimum), for discovery; a
     # FlatPrice's shape is always its own (so a replaced flat price moves it too).
@@ -269,7 +301,8 @@ class ServiceSpec(Generic[P]):
     failure_codes: tuple[str, ...] = ("SERVICE_ERROR",)
     max_body_bytes: int = 1024 * 1024
     # Extra checks before any invoice that need more than the schema (e.g. a PDF
-    # that must parse); raise ApiError("L402_INVALID_PARAMS", ...).
+    # that must parse); raise ApiError("L402_INVALID_PARAMS", ...). They get the app's
+    # PrecheckMemo for an outcome worth keeping between the 402 and the paid call.
     prevalidate: Validator[P] | None = None
     example: Mapping[str, Any] = field(default_factory=dict)
     # The engine name that runs it (``text``, ``ocr`` ...), resolved by the engine
@@ -351,8 +384,9 @@ class ServiceSpec(Generic[P]):
             return reason
         return None
 
-    def quote_sats(self, params: P) -> int:
-        return sats_for_msat(self.price_msat(params))
+    def quote_sats(self, params: P, book: RateBook) -> int:
+        """The invoice amount of this request at the rate ``book``."""
+        return sats_for_msat(self.price_msat(params, book))
 
 
 def sats_for_msat(amount_msat: int) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from satsgate.services.base import ServiceSpec
+    from satsgate.services.rates import RateBook
 
 Tier = Literal["best", "better", "standard"]
 
@@ -51,14 +52,15 @@ class ModelPrice:
 NOT_SOLD = ModelPrice(None, "no service on this node uses this model")
 
 
-def model_price(spec: ServiceSpec[Any], model_id: int) -> ModelPrice:
+def model_price(spec: ServiceSpec[Any], model_id: int, book: RateBook) -> ModelPrice:
     """A model's price on ``spec``, from the spec's price shape: a flat price; a tier's
     price (``tier_min_sats``) with its rate; the price of one unit for per-page, per-pass
-    and per-recipient prices; else none, with the model's rate or the shape's unit."""
+    and per-recipient prices; else none, with the model's rate or the shape's unit (a
+    BTC-pegged minimum at the rate ``book``)."""
     from satsgate.services.base import sats_for_msat
 
     shape = spec.price_shape
-    min_sats = sats_for_msat(shape.minimum_msat())
+    min_sats = sats_for_msat(shape.minimum_msat(book))
     rate = shape.model_rates.get(model_id, "")
     if shape.model == "flat":
         return ModelPrice(min_sats)
@@ -74,13 +76,13 @@ def model_price(spec: ServiceSpec[Any], model_id: int) -> ModelPrice:
     return ModelPrice(None, note)
 
 
-def model_prices(services: Iterable[ServiceSpec[Any]]) -> dict[int, ModelPrice]:
+def model_prices(services: Iterable[ServiceSpec[Any]], book: RateBook) -> dict[int, ModelPrice]:
     """Each catalog model's price on the first of ``services`` that names it."""
     home: dict[int, ServiceSpec[Any]] = {}
     for spec in services:
         for model_id in spec.model_ids:
             home.setdefault(model_id, spec)
-    return {m.id: model_price(home[m.id], m.id) if m.id in home else NOT_SOLD for m in MODELS}
+    return {m.id: model_price(home[m.id], m.id, book) if m.id in home else NOT_SOLD for m in MODELS}
 
 
 def model_entry(model: Model, price: ModelPrice) -> dict[str, Any]:
@@ -361,10 +363,11 @@ def default_model(category: str) -> Model | None:
 
 
 def list_models_document(
-    services: Iterable[ServiceSpec[Any]], category: str | None = None
+    services: Iterable[ServiceSpec[Any]], book: RateBook, category: str | None = None
 ) -> dict[str, Any]:
-    """GET /api/l402/models and the list_models tool: each model priced by ``services``."""
-    prices = model_prices(services)
+    """GET /api/l402/models and the list_models tool: each model priced by ``services`` at
+    the rate ``book``."""
+    prices = model_prices(services, book)
     return {
         "models": [model_entry(m, prices[m.id]) for m in models_in(category)],
         "categories": list(CATEGORIES),

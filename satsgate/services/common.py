@@ -24,7 +24,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.services import callbacks_guard
-from satsgate.services.base import Params, ServiceContext, ServiceResult
+from satsgate.services.base import Params, PrecheckMemo, ServiceContext, ServiceResult
 from satsgate.services.encoding import BadBase64, decode_base64_file
 from satsgate.services.media import ImageInfo, MediaError, image_info
 from satsgate.services.routing import select_model
@@ -215,7 +215,7 @@ class ModelChoice(Params):
                 return
 
 
-async def prevalidate(params: Params) -> None:
+async def prevalidate(params: Params, _memo: PrecheckMemo | None = None) -> None:
     """The spec's checks beyond the schema, before any invoice: callback URL first
     (L402_CALLBACK_INVALID), then file decoding and measuring in a worker thread."""
     if isinstance(params, CallbackFields):

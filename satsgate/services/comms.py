@@ -57,6 +57,7 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
+from satsgate.services.rates import RateBook
 from satsgate.services.screening import Outreach, html_text, screen
 from satsgate.services.telephony import DESTINATIONS, check_e164, destination
 from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
@@ -199,7 +200,7 @@ SEND_EMAIL = ServiceSpec(
     "messageId, accepted, refused }. Priced per recipient; recipients the mail server refuses are "
     "refunded.",
     params=SendEmailParams,
-    price_msat=lambda p: EMAIL_SATS * MSAT * len(p.recipients),
+    price_msat=lambda p, _book: EMAIL_SATS * MSAT * len(p.recipients),
     handler=send_email,
     price_shape=PriceShape("per_recipient", "per recipient", EMAIL_SATS * MSAT, estimate="email"),
     model_ids=(EMAIL_MODEL_ID,),
@@ -328,7 +329,7 @@ async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
         provider = _provider_of(ctx, "sms", engine)
         await _attempt_record(
             ctx, records, created, delivery_id=delivery_id, channel="sms", provider=provider,
-            country=country, paid_msat=sms_msat(params.phone_number),
+            country=country, paid_msat=sms_msat(ctx.rate_book, params.phone_number),
         )  # fmt: skip
         request = SmsRequest(params.phone_number, params.message, delivery_id)
         return provider, await engine.send_sms(request)
@@ -363,7 +364,7 @@ SEND_SMS = ServiceSpec(
     "/api/l402/send-sms?message_id=..., tool get_sms_status). Priced by destination "
     "country; refunded when it ends undelivered or failed.",
     params=SendSmsParams,
-    price_msat=lambda p: sms_msat(p.phone_number),
+    price_msat=lambda p, book: sms_msat(book, p.phone_number),
     handler=send_sms,
     price_shape=PriceShape(
         "per_destination",
@@ -450,7 +451,7 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     records = _records(ctx)
     delivery_id = new_delivery_id("call")
     country = destination(params.phone_number).country
-    rate = call_msat(params.phone_number, 1)
+    rate = call_msat(ctx.rate_book, params.phone_number, 1)
     created: list[str] = []
 
     async def attempt(engine: VoiceCallEngine, _model: str | None) -> tuple[str, CallPlaced]:
@@ -503,7 +504,7 @@ CALL = ServiceSpec(
     "answered), the rest refunded, everything when nobody answers (status and refund: GET "
     "/api/l402/call?call_id=..., tool get_call_status).",
     params=CallParams,
-    price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
+    price_msat=lambda p, book: call_msat(book, p.phone_number, p.duration_minutes),
     handler=place_call,
     price_shape=PriceShape(
         "per_minute",
@@ -685,7 +686,7 @@ AI_CALL = ServiceSpec(
     f"(telephony plus AI), minimum {AI_CALL_MIN_SATS}; billed by the started minute, "
     "unused time refunded to refund_address or claimed at POST /api/claim-refund.",
     params=AiCallParams,
-    price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
+    price_msat=lambda p, book: ai_call_msat(book, p.phone_number, p.duration_minutes),
     handler=ai_call,
     price_shape=PriceShape(
         "per_minute",
@@ -851,9 +852,9 @@ class VoiceBridgeOpenParams(ServiceParams):
     _locale = field_validator("language")(check_ai_call_locale)
     _refund = field_validator("refundAddress")(_lightning_address)
 
-    @property
-    def per_minute_msat(self) -> int:
-        return voice_bridge_per_minute_msat(self.phoneNumber)
+    def per_minute_msat(self, book: RateBook) -> int:
+        """The destination's per-minute rate at the rate ``book``."""
+        return voice_bridge_per_minute_msat(book, self.phoneNumber)
 
 
 async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
@@ -874,7 +875,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     "maxDurationSec }. Deposit of durationMinutes at the destination's per-minute rate; "
     "elapsed time is billed, the rest refunded.",
     params=VoiceBridgeOpenParams,
-    price_msat=lambda p: p.durationMinutes * p.per_minute_msat,
+    price_msat=lambda p, book: p.durationMinutes * p.per_minute_msat(book),
     handler=_open_voice_bridge,
     price_shape=PriceShape(
         "per_minute",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections import OrderedDict
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -14,6 +13,7 @@ from satsgate.errors import ApiError
 from satsgate.services.base import (
     FlatPrice,
     Params,
+    PrecheckMemo,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
@@ -82,10 +82,6 @@ _ALL_TEXT_FIELDS = (
 )
 
 
-_FIT_CACHE: OrderedDict[str, str | None] = OrderedDict()
-_FIT_CACHE_SIZE = 2048
-
-
 def _fit_error(params: RenderCardParams) -> str | None:
     try:
         cards.check_fits(params.to_request())
@@ -94,18 +90,13 @@ def _fit_error(params: RenderCardParams) -> str | None:
     return None
 
 
-async def _check_card_fits(params: RenderCardParams) -> None:
+async def _check_card_fits(params: RenderCardParams, memo: PrecheckMemo) -> None:
     # The layout check is deterministic: the 402 and the paid repeat of the same card
-    # (and retries) share one run of it.
-    key = params.model_dump_json()
-    if key in _FIT_CACHE:
-        _FIT_CACHE.move_to_end(key)
-        error = _FIT_CACHE[key]
-    else:
-        error = await asyncio.to_thread(_fit_error, params)
-        _FIT_CACHE[key] = error
-        if len(_FIT_CACHE) > _FIT_CACHE_SIZE:
-            _FIT_CACHE.popitem(last=False)
+    # (and retries) share one run of it, through the app's memo.
+    error = await memo.outcome(
+        f"render-card\n{params.model_dump_json()}",
+        lambda: asyncio.to_thread(_fit_error, params),
+    )
     if error is not None:
         raise ApiError("L402_INVALID_PARAMS", error)
 
@@ -248,7 +239,7 @@ def _validate_all(documents: list[bytes]) -> None:
             raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc.reason}") from None
 
 
-async def _check_pdfs(params: MergePdfParams) -> None:
+async def _check_pdfs(params: MergePdfParams, _memo: PrecheckMemo) -> None:
     await asyncio.to_thread(_validate_all, params.decoded())
 
 

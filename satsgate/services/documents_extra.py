@@ -217,7 +217,7 @@ EXTRACT_DOCUMENT = ServiceSpec(
     "is read as it is, scans and images by OCR (Latin-script languages, Chinese, "
     f"Japanese). {PER_PAGE_SATS['ocr']} sats per page.",
     params=ExtractDocumentParams,
-    price_msat=lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
+    price_msat=lambda p, _book: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
     handler=extract_document,
     price_shape=PriceShape(
         "per_page",
@@ -243,7 +243,7 @@ EXTRACT_RECEIPT = ServiceSpec(
     description="Receipt (PDF or image) to structured data: { structured: { merchant, date, "
     f"currency, total, tax, items }}, rawText }}. {PER_PAGE_SATS['receipt-ocr']} sats per page.",
     params=ExtractReceiptParams,
-    price_msat=lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
+    price_msat=lambda p, _book: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
     handler=extract_receipt,
     price_shape=PriceShape(
         "per_page",
@@ -724,7 +724,7 @@ BOARDINGPASS_WALLET = ServiceSpec(
     "per document "
     "and refunded down to the passes found; save links expire after 30 minutes.",
     params=BoardingPassParams,
-    price_msat=lambda p: len(p.all_documents) * PER_PASS_SATS * MSAT,
+    price_msat=lambda p, _book: len(p.all_documents) * PER_PASS_SATS * MSAT,
     handler=boardingpass_wallet,
     price_shape=PriceShape(
         "per_pass",

@@ -235,7 +235,7 @@ GENERATE_IMAGE = ServiceSpec(
     + ". Up to 10 references on the better tier (8); the standard tier (2) renders at 1K "
     "only. model 'auto' routes by the request.",
     params=GenerateImageParams,
-    price_msat=lambda p: image_price_sats(p.chosen_model, p.resolution) * MSAT,
+    price_msat=lambda p, _book: image_price_sats(p.chosen_model, p.resolution) * MSAT,
     handler=generate_image,
     price_shape=PriceShape(
         "per_tier",

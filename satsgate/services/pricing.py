@@ -23,7 +23,7 @@ from satsgate.services.languages import (
     resolve_translation_language,
     translation_engine,
 )
-from satsgate.services.rates import pegged_chars_per_sat, pegged_msat
+from satsgate.services.rates import RateBook
 from satsgate.services.routing import select_model
 from satsgate.services.telephony import DESTINATIONS, Destination, destination
 
@@ -151,13 +151,13 @@ def multilingual_ask_msat(question_chars: int, model_id: int) -> int:
     return max(MULTILINGUAL_MIN_SATS * MSAT, with_margin_msat(base, MULTILINGUAL_MARGIN_PERCENT))
 
 
-def tts_msat(model_id: int, chars: int) -> int:
+def tts_msat(book: RateBook, model_id: int, chars: int) -> int:
     """Text-to-speech at the tier's BTC-pegged characters per sat."""
-    return per_chars_float_msat(chars, pegged_chars_per_sat(TTS_CHARS_PER_SAT[model_id]))
+    return per_chars_float_msat(chars, book.chars_per_sat(TTS_CHARS_PER_SAT[model_id]))
 
 
-def audiobook_msat(model_id: int, chars: int) -> int:
-    rate = pegged_chars_per_sat(AUDIOBOOK_CHARS_PER_SAT[model_id])
+def audiobook_msat(book: RateBook, model_id: int, chars: int) -> int:
+    rate = book.chars_per_sat(AUDIOBOOK_CHARS_PER_SAT[model_id])
     return per_chars_float_msat(chars, rate, AUDIOBOOK_MIN_SATS)
 
 
@@ -182,68 +182,70 @@ def music_msat(seconds: int, lyrics_addon: bool) -> int:
     )
 
 
-def _sms_to_msat(to: Destination) -> int:
-    return pegged_msat(to.sms_sats * MSAT)
+def _sms_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat(to.sms_sats * MSAT)
 
 
-def _call_minute_to_msat(to: Destination) -> int:
-    return pegged_msat(to.call_sats_per_minute * MSAT)
+def _call_minute_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat(to.call_sats_per_minute * MSAT)
 
 
-def _ai_call_minute_to_msat(to: Destination) -> int:
-    return pegged_msat((to.call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE) * MSAT)
+def _ai_call_minute_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat((to.call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE) * MSAT)
 
 
-def _voice_bridge_minute_to_msat(to: Destination) -> int:
-    return pegged_msat((to.call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE) * MSAT)
+def _voice_bridge_minute_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat((to.call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE) * MSAT)
 
 
-def _cheapest_msat(price_to: Callable[[Destination], int]) -> int:
-    """The price to the cheapest served destination at the current rates."""
-    return min(price_to(to) for to in DESTINATIONS.values())
+def _cheapest_msat(book: RateBook, price_to: Callable[[RateBook, Destination], int]) -> int:
+    """The price to the cheapest served destination at these rates."""
+    return min(price_to(book, to) for to in DESTINATIONS.values())
 
 
-def sms_msat(phone_number: str) -> int:
+def sms_msat(book: RateBook, phone_number: str) -> int:
     """One SMS (at most 120 characters: one segment) at the destination's pegged rate."""
-    return _sms_to_msat(destination(phone_number))
+    return _sms_to_msat(book, destination(phone_number))
 
 
-def sms_min_msat() -> int:
-    """The cheapest SMS now."""
-    return _cheapest_msat(_sms_to_msat)
+def sms_min_msat(book: RateBook) -> int:
+    """The cheapest SMS at these rates."""
+    return _cheapest_msat(book, _sms_to_msat)
 
 
-def call_msat(phone_number: str, minutes: int) -> int:
+def call_msat(book: RateBook, phone_number: str, minutes: int) -> int:
     """Automated call: the destination's pegged per-minute rate times the minutes."""
-    return minutes * _call_minute_to_msat(destination(phone_number))
+    return minutes * _call_minute_to_msat(book, destination(phone_number))
 
 
-def call_min_msat() -> int:
-    """The cheapest automated call now: one minute to the cheapest destination."""
-    return _cheapest_msat(_call_minute_to_msat)
+def call_min_msat(book: RateBook) -> int:
+    """The cheapest automated call at these rates: one minute to the cheapest destination."""
+    return _cheapest_msat(book, _call_minute_to_msat)
 
 
-def ai_call_per_minute_msat(phone_number: str) -> int:
-    return _ai_call_minute_to_msat(destination(phone_number))
+def ai_call_per_minute_msat(book: RateBook, phone_number: str) -> int:
+    return _ai_call_minute_to_msat(book, destination(phone_number))
 
 
-def ai_call_msat(phone_number: str, minutes: int) -> int:
+def ai_call_msat(book: RateBook, phone_number: str, minutes: int) -> int:
     """AI call deposit: minutes times (telephony + AI) by destination, minimum 50."""
-    return max(AI_CALL_MIN_SATS * MSAT, minutes * ai_call_per_minute_msat(phone_number))
+    return max(AI_CALL_MIN_SATS * MSAT, minutes * ai_call_per_minute_msat(book, phone_number))
 
 
-def ai_call_min_msat() -> int:
-    """The cheapest AI call deposit now: one minute to the cheapest destination, min 50."""
-    return max(AI_CALL_MIN_SATS * MSAT, _cheapest_msat(_ai_call_minute_to_msat))
+def ai_call_min_msat(book: RateBook) -> int:
+    """The cheapest AI call deposit at these rates: one minute to the cheapest destination,
+    minimum 50."""
+    return max(AI_CALL_MIN_SATS * MSAT, _cheapest_msat(book, _ai_call_minute_to_msat))
 
 
-def voice_bridge_per_minute_msat(phone_number: str) -> int:
-    return _voice_bridge_minute_to_msat(destination(phone_number))
+def voice_bridge_per_minute_msat(book: RateBook, phone_number: str) -> int:
+    return _voice_bridge_minute_to_msat(book, destination(phone_number))
 
 
-def voice_bridge_min_msat() -> int:
-    """The cheapest voice bridge deposit now: one minute to the cheapest destination."""
-    return _cheapest_msat(_voice_bridge_minute_to_msat)
+def voice_bridge_min_msat(book: RateBook) -> int:
+    """The cheapest voice bridge deposit at these rates: one minute to the cheapest
+    destination."""
+    return _cheapest_msat(book, _voice_bridge_minute_to_msat)
 
 
 def resolve_tier_model(category: str, model: str | int | None, default: int) -> int:
@@ -368,48 +370,48 @@ class _Pages(_Estimate):
 @dataclass(frozen=True)
 class Estimator:
     params: type[_Estimate]
-    price_msat: Callable[[Any], int]
+    price_msat: Callable[[Any, RateBook], int]  # (params, the app's rate book)
     unit: str
 
 
 # The estimators of the prices that follow the request, by /api/estimate-cost id; a flat
 # price's estimator is made from its ServiceSpec (estimators()).
 UNIT_ESTIMATORS: dict[str, Estimator] = {
-    "image": Estimator(_Image, _image_estimate_msat, "per image"),
-    "music": Estimator(_Music, lambda p: music_msat(p.seconds, p.lyricsAddon), "per second"),
-    "email": Estimator(_Email, lambda p: p.recipients * EMAIL_SATS * MSAT, "per recipient"),
+    "image": Estimator(_Image, lambda p, _b: _image_estimate_msat(p), "per image"),
+    "music": Estimator(_Music, lambda p, _b: music_msat(p.seconds, p.lyricsAddon), "per second"),
+    "email": Estimator(_Email, lambda p, _b: p.recipients * EMAIL_SATS * MSAT, "per recipient"),
     "text-to-speech": Estimator(
-        _Tts, lambda p: tts_msat(_tts_model(p.model), p.chars), "per character"
+        _Tts, lambda p, b: tts_msat(b, _tts_model(p.model), p.chars), "per character"
     ),
     "translate": Estimator(
-        _Translate, lambda p: translation_msat(p.chars, p.targetLanguage), "per character"
+        _Translate, lambda p, _b: translation_msat(p.chars, p.targetLanguage), "per character"
     ),
     "translate-epub": Estimator(
         _TranslateEpub,
-        lambda p: translate_epub_msat(p.chars, p.targetLanguage),
+        lambda p, _b: translate_epub_msat(p.chars, p.targetLanguage),
         "per visible character",
     ),
     "audiobook": Estimator(
-        _Audiobook, lambda p: audiobook_msat(_tts_model(p.model), p.chars), "per character"
+        _Audiobook, lambda p, b: audiobook_msat(b, _tts_model(p.model), p.chars), "per character"
     ),
     "transcribe-translate": Estimator(
-        _Minutes, lambda p: transcribe_translate_msat(p.minutes * 60), "per started minute"
+        _Minutes, lambda p, _b: transcribe_translate_msat(p.minutes * 60), "per started minute"
     ),
-    "sms": Estimator(_Destination, lambda p: sms_msat(p.to), "per message"),
-    "call": Estimator(_Destination, lambda p: call_msat(p.to, p.minutes), "per minute"),
-    "ai-call": Estimator(_Destination, lambda p: ai_call_msat(p.to, p.minutes), "per minute"),
-    "video": Estimator(_Video, lambda p: video_msat(p.seconds, p.resolution), "per second"),
+    "sms": Estimator(_Destination, lambda p, b: sms_msat(b, p.to), "per message"),
+    "call": Estimator(_Destination, lambda p, b: call_msat(b, p.to, p.minutes), "per minute"),
+    "ai-call": Estimator(_Destination, lambda p, b: ai_call_msat(b, p.to, p.minutes), "per minute"),
+    "video": Estimator(_Video, lambda p, _b: video_msat(p.seconds, p.resolution), "per second"),
     "video-from-image": Estimator(
-        _Video, lambda p: video_msat(p.seconds, p.resolution), "per second"
+        _Video, lambda p, _b: video_msat(p.seconds, p.resolution), "per second"
     ),
     "transcribe-audio": Estimator(
         _Minutes,
-        lambda p: math.ceil(p.minutes) * TRANSCRIPTION_SATS_PER_MINUTE * MSAT,
+        lambda p, _b: math.ceil(p.minutes) * TRANSCRIPTION_SATS_PER_MINUTE * MSAT,
         "per started minute",
     ),
-    "ocr": Estimator(_Pages, lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT, "per page"),
+    "ocr": Estimator(_Pages, lambda p, _b: p.pages * PER_PAGE_SATS["ocr"] * MSAT, "per page"),
     "receipt-ocr": Estimator(
-        _Pages, lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT, "per page"
+        _Pages, lambda p, _b: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT, "per page"
     ),
 }
 
@@ -430,10 +432,13 @@ def estimators(services: Iterable[ServiceSpec[Any]]) -> dict[str, Estimator]:
 
 
 def estimate(
-    estimators: Mapping[str, Estimator], service: str | None, query: Mapping[str, str]
+    estimators: Mapping[str, Estimator],
+    service: str | None,
+    query: Mapping[str, str],
+    book: RateBook,
 ) -> dict[str, Any]:
-    """The estimate body by one of ``estimators`` (registry.ESTIMATORS); raises ApiError
-    L402_INVALID_PARAMS for unknown ids or bad params."""
+    """The estimate body by one of ``estimators`` (registry.ESTIMATORS) at the app's rate
+    ``book``; raises ApiError L402_INVALID_PARAMS for unknown ids or bad params."""
     if not service:
         raise ApiError(
             "L402_INVALID_PARAMS",
@@ -451,7 +456,7 @@ def estimate(
         params = estimator.params.model_validate(dict(query))
     except ValidationError as exc:
         raise invalid_params(exc, "estimate parameters") from None
-    amount_msat = estimator.price_msat(params)
+    amount_msat = estimator.price_msat(params, book)
     return {
         "service": service,
         "amountSats": max(1, -(-amount_msat // MSAT)),

@@ -74,6 +74,7 @@ from satsgate.services.pricing import (
     translation_msat,
     tts_msat,
 )
+from satsgate.services.rates import RateBook
 from satsgate.services.routing import auto_tts_model
 from satsgate.services.voices import (
     CLONED_VOICE,
@@ -237,7 +238,7 @@ TEXT_TO_SPEECH = ServiceSpec(
     + _rates_text(TTS_CHARS_PER_SAT)
     + ".",
     params=TextToSpeechParams,
-    price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
+    price_msat=lambda p, book: tts_msat(book, p.chosen_model, len(p.text)),
     handler=text_to_speech,
     price_shape=PriceShape(
         "per_character",
@@ -528,7 +529,7 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     f"{{ text, segments?, srt?, vtt? }}. {TRANSCRIPTION_SATS_PER_MINUTE} sats per started "
     "minute of audio.",
     params=TranscribeAudioParams,
-    price_msat=lambda p: transcription_msat(p.seconds),
+    price_msat=lambda p, _book: transcription_msat(p.seconds),
     handler=transcribe_audio,
     price_shape=PriceShape(
         "per_minute", "per started minute", transcription_msat(0), estimate="transcribe-audio"
@@ -617,7 +618,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     f"base plus {TRANSCRIBE_TRANSLATE_HEADROOM_SATS} sats, plus "
     f"{TRANSCRIBE_TRANSLATE_MARGIN_PERCENT}%.",
     params=TranscribeTranslateParams,
-    price_msat=lambda p: transcribe_translate_msat(p.seconds),
+    price_msat=lambda p, _book: transcribe_translate_msat(p.seconds),
     handler=transcribe_translate,
     price_shape=PriceShape(
         "per_minute",
@@ -730,9 +731,9 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
         return self.voice is None or TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
 
 
-def _audiobook_msat(p: EpubAudiobookParams) -> int:
+def _audiobook_msat(p: EpubAudiobookParams, book: RateBook) -> int:
     chars = p.narrated_chars
-    price = audiobook_msat(p.chosen_model, chars)
+    price = audiobook_msat(book, p.chosen_model, chars)
     if p.translateToLanguage is not None:
         price += translation_msat(chars, p.translateToLanguage)
     return price
@@ -843,10 +844,10 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
         annexe = await ctx.run_cpu(books.annexe_pdf, prepared.title, told.annexe)
         annexe_url = (await ctx.files.save(annexe.data, "pdf")).url
     narrated_chars = prepared.priced_chars
-    charged = audiobook_msat(params.chosen_model, narrated_chars)
+    charged = audiobook_msat(ctx.rate_book, params.chosen_model, narrated_chars)
     if params.translateToLanguage is not None:
         charged += translation_msat(narrated_chars, params.translateToLanguage)
-    quoted = _audiobook_msat(params)
+    quoted = _audiobook_msat(params, ctx.rate_book)
     return ServiceResult(
         {
             "url": stored.url,
@@ -971,7 +972,7 @@ GENERATE_MUSIC = ServiceSpec(
     f"{MUSIC_SATS_PER_SECOND} sats per second; lyricsAddon +{MUSIC_LYRICS_ADDON_SATS}. Prepaid, "
     "refunded on failure.",
     params=GenerateMusicParams,
-    price_msat=lambda p: music_msat(p.duration, p.lyricsAddon),
+    price_msat=lambda p, _book: music_msat(p.duration, p.lyricsAddon),
     handler=generate_music,
     price_shape=PriceShape(
         "per_second",

@@ -34,6 +34,7 @@ from satsgate.services.ai_support import image_input, with_route
 from satsgate.services.base import (
     FlatPrice,
     Params,
+    PrecheckMemo,
     PriceShape,
     ServiceContext,
     ServiceResult,
@@ -193,11 +194,11 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         return True
 
 
-async def _prevalidate_text(p: GenerateTextParams) -> None:
+async def _prevalidate_text(p: GenerateTextParams, memo: PrecheckMemo) -> None:
     """Only an image needs decoding (in a worker thread); plain text is checked inline,
     sparing the common call a thread hand-off."""
     if p.imageData is not None:
-        await prevalidate(p)
+        await prevalidate(p, memo)
     else:
         p.checked()
 
@@ -326,7 +327,7 @@ GENERATE_TEXT = ServiceSpec(
     + ", ".join(f"model {m} {_text_rate(m)}" for m in GenerateTextParams.MODELS)
     + ". model 'auto' routes by the request.",
     params=GenerateTextParams,
-    price_msat=lambda p: text_msat(p.chosen_model, p.input_chars),
+    price_msat=lambda p, _book: text_msat(p.chosen_model, p.input_chars),
     handler=generate_text,
     price_shape=PriceShape(
         "per_character",
@@ -423,7 +424,7 @@ MULTILINGUAL_ASK = ServiceSpec(
     description="Ask in any of 119 languages: { answer, language, translated }. Price: "
     "(question + 2000-character answer allowance) at the tier's text rate, +15%, minimum 2.",
     params=MultilingualAskParams,
-    price_msat=lambda p: multilingual_ask_msat(len(p.question), p.chosen_model),
+    price_msat=lambda p, _book: multilingual_ask_msat(len(p.question), p.chosen_model),
     handler=multilingual_ask,
     price_shape=PriceShape(
         "per_character",
@@ -542,7 +543,9 @@ TRANSLATE_TEXT = ServiceSpec(
     f"(minimum {TRANSLATE_MIN_SATS}); routed targets cost "
     f"{_per_1000(TRANSLATE_ROUTED_MSAT_PER_CHAR)} per 1000.",
     params=TranslateTextParams,
-    price_msat=lambda p: translation_msat(len(p.text), p.targetLanguage, p.chosen_model or None),
+    price_msat=lambda p, _book: translation_msat(
+        len(p.text), p.targetLanguage, p.chosen_model or None
+    ),
     handler=translate_text,
     price_shape=PriceShape(
         "per_character",
@@ -627,7 +630,7 @@ TRANSLATE_RARE = ServiceSpec(
     f"targetLanguageName, quality: {{ tier, chrf }} }}. "
     f"{RARE_TRANSLATE_BASE_SATS} sats plus {_rare_rate()} per character.",
     params=TranslateRareParams,
-    price_msat=lambda p: rare_translation_msat(len(p.text)),
+    price_msat=lambda p, _book: rare_translation_msat(len(p.text)),
     handler=translate_rare,
     price_shape=PriceShape(
         "per_character",
@@ -784,7 +787,7 @@ TRANSLATE_EPUB = ServiceSpec(
     "fileName, docs, visibleChars, targetLanguage, engine }. Visible characters times the "
     "target engine's rate, minimum 50.",
     params=TranslateEpubParams,
-    price_msat=lambda p: translate_epub_msat(p.visible_chars, p.targetLanguage),
+    price_msat=lambda p, _book: translate_epub_msat(p.visible_chars, p.targetLanguage),
     handler=translate_epub,
     price_shape=PriceShape(
         "per_character",

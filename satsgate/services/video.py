@@ -35,6 +35,7 @@ from satsgate.services.generated import (
 )
 from satsgate.services.media import MediaError, audio_duration_s
 from satsgate.services.pricing import VIDEO_SATS_PER_SECOND, video_msat
+from satsgate.services.rates import RateBook
 
 # Duration bounds: the request schema says 3 to 15 s, the tool catalog 5 to 15 s. The
 # request schema's bound wins (it is the wider one, so every documented call is accepted).
@@ -179,7 +180,7 @@ async def animate_image(ctx: ServiceContext, params: AnimateImageParams) -> Serv
     return await _video(ctx, params, image=await decoded(params.image, "image"))
 
 
-def _per_second(p: _VideoParams) -> int:
+def _per_second(p: _VideoParams, _book: RateBook) -> int:
     return video_msat(p.duration, p.resolution)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate import __version__
-from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
+from satsgate.appkeys import BACKEND, ENGINES, FILES, RATES, REFUNDS, STARTED_AT
 from satsgate.errors import ApiError, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
@@ -67,7 +67,7 @@ async def models(request: web.Request) -> web.Response:
             f"Unknown category {category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
-    body = dumps(list_models_document(SERVICES, category)).encode()
+    body = dumps(list_models_document(SERVICES, request.app[RATES].book, category)).encode()
     return web.Response(body=body, content_type="application/json")
 
 

@@ -33,7 +33,7 @@ from satsgate.nostr.announcement import Listing
 from satsgate.nostr.config import NostrConfig
 from satsgate.nostr.keys import KEY_FILE
 from satsgate.operator import ensure_operator_token
-from satsgate.services import rates
+from satsgate.services.catalog import rates
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, free_port, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS

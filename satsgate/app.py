@@ -79,16 +79,16 @@ from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
-from satsgate.services import deliveries
-from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import PrecheckMemo, ServiceSpec
-from satsgate.services.bridge_sessions import BridgeSessions
-from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
-from satsgate.services.esign_desk import ESignDesk
-from satsgate.services.faxes import attach_desk
-from satsgate.services.rates import Rates
+from satsgate.services.catalog.rates import Rates
+from satsgate.services.comms import deliveries
+from satsgate.services.comms.ai_call_runner import AiCallRunner
+from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.destinations import load_rates_file, use_rates
+from satsgate.services.comms.faxes import attach_desk
+from satsgate.services.documents.esign_desk import ESignDesk
+from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
-from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
@@ -464,9 +464,8 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # The free operations on their own paths, and /api/l402/{slug} (paid call, description,
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
-    discovery.add_routes(
-        app, settings, backend, app[ENGINES], app[RATES]
-    )  # well-known, OpenAPI, llms
+    # Well-known documents, OpenAPI, llms.txt: priced at the app's rate book.
+    discovery.add_routes(app, settings, backend, app[ENGINES], app[RATES])
     # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(
@@ -535,7 +534,7 @@ def mcp_server(
 async def provider_webhook(request: web.Request) -> web.Response:
     """A provider's webhook: a prediction platform's (satsgate.engines.providers.
     predictions) or a messaging/call/fax provider's delivery reports
-    (satsgate.engines.delivery, applied by satsgate.services.deliveries). The provider
+    (satsgate.engines.delivery, applied by satsgate.services.comms.deliveries). The provider
     verifies its signature; 404 for a provider that takes none."""
     name = request.match_info["name"]
     provider = request.app[ENGINES].provider(name)

@@ -158,7 +158,7 @@ async def _announce(settings: Settings, print_only: bool) -> str:
     from satsgate.nostr.config import NostrConfig
     from satsgate.nostr.keys import ensure_keys
     from satsgate.nostr.publisher import Announcer
-    from satsgate.services.rates import Rates
+    from satsgate.services.catalog.rates import Rates
     from satsgate.services.registry import SERVICES
 
     config = NostrConfig.from_discovery(settings.discovery)

@@ -19,7 +19,6 @@ from satsgate.appkeys import RATES
 from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
-from satsgate.services import rates
 from satsgate.services.base import (
     Params,
     ServiceContext,
@@ -27,9 +26,10 @@ from satsgate.services.base import (
     ServiceSpec,
     sats_for_msat,
 )
-from satsgate.services.common import ServiceParams
-from satsgate.services.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
-from satsgate.services.rates import FALLBACK, RateBook, Snapshot
+from satsgate.services.catalog import rates
+from satsgate.services.catalog.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
+from satsgate.services.catalog.rates import FALLBACK, RateBook, Snapshot
+from satsgate.services.inputs.params import ServiceParams
 from satsgate.services.registry import SERVICES
 from tests.conftest import ThreadedServer
 
@@ -354,8 +354,8 @@ def test_a_changed_price_changes_every_published_document() -> None:
     from satsgate.mcp import tools
     from satsgate.nostr.announcement import listing
     from satsgate.services.base import FlatPrice
-    from satsgate.services.catalog import list_models_document
-    from satsgate.services.pricing import estimate, estimators
+    from satsgate.services.catalog.models import list_models_document
+    from satsgate.services.catalog.pricing import estimate, estimators
 
     old = next(s for s in SERVICES if s.slug == "render-card")
     assert isinstance(old.price_msat, FlatPrice) and old.model_ids == (53,)

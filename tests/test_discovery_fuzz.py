@@ -27,8 +27,8 @@ from schemathesis.checks import not_a_server_error
 
 from satsgate.errors import ApiError
 from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
-from satsgate.services.pricing import estimate
-from satsgate.services.rates import FALLBACK
+from satsgate.services.catalog.pricing import estimate
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG, ESTIMATORS, SERVICES
 from tests.conftest import ThreadedServer
 from tests.test_services_quotes import PDF1, PDF2, VALID

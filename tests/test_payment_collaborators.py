@@ -23,7 +23,7 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.rates import Rates
+from satsgate.services.catalog.rates import Rates
 from satsgate.store import Job, Payment, PaymentStatus
 
 

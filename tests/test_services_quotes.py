@@ -12,7 +12,7 @@ import pytest
 from satsgate.errors import ApiError
 from satsgate.payments.challenger import validate_params
 from satsgate.services.base import PrecheckMemo
-from satsgate.services.rates import FALLBACK
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG
 from tests.test_services_media import (
     PNG,

@@ -43,7 +43,7 @@ from satsgate.errors import ApiError
 from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
-from satsgate.services.rates import RateBook, Rates
+from satsgate.services.catalog.rates import RateBook, Rates
 from satsgate.services.registry import SERVICES
 
 __all__ = ["DISCOVERY", "Discovery", "add_routes", "describe", "service_description"]

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from satsgate.engines import Engines
 from satsgate.services.base import ServiceSpec, sats_for_msat
-from satsgate.services.rates import RateBook
+from satsgate.services.catalog.rates import RateBook
 
 PRICE = "X-L402-Price-Sats"
 RANGE = "X-L402-Price-Range-Sats"

@@ -24,8 +24,8 @@ from satsgate.operations import payments
 from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
-from satsgate.services.pricing import estimate
-from satsgate.services.rates import RateBook
+from satsgate.services.catalog.pricing import estimate
+from satsgate.services.catalog.rates import RateBook
 from satsgate.services.registry import ESTIMATORS
 from satsgate.store import Payment
 

@@ -32,8 +32,8 @@ from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from satsgate.operations import OPERATIONS, AnyOperation, dump
 from satsgate.operations.jobs import JobResultArgs
 from satsgate.payments.challenger import validate_params
-from satsgate.services.catalog import model_price
-from satsgate.services.rates import RateBook
+from satsgate.services.catalog.models import model_price
+from satsgate.services.catalog.rates import RateBook
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
 from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
-from satsgate.services.rates import Rates
+from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ from satsgate.payments import mpp, problems
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.rates import Rates
+from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
 from satsgate.store.sessions import Session, SessionRepository
 

@@ -50,8 +50,8 @@ from satsgate.services.base import (
     ServiceSpec,
     request_digest,
 )
-from satsgate.services.rates import Rates
-from satsgate.services.screening import HeldForReview
+from satsgate.services.catalog.rates import Rates
+from satsgate.services.comms.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
 log = logging.getLogger(__name__)

@@ -19,16 +19,16 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError
-from satsgate.services.rates import FALLBACK, RateBook
+from satsgate.services.catalog.rates import FALLBACK, RateBook
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
-    from satsgate.services.ai_call_runner import AiCallRunner
-    from satsgate.services.bridge_sessions import BridgeSessions
-    from satsgate.services.esign_desk import ESignDesk
-    from satsgate.services.screening import Screener
+    from satsgate.services.comms.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.bridge_sessions import BridgeSessions
+    from satsgate.services.comms.screening import Screener
+    from satsgate.services.documents.esign_desk import ESignDesk
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -36,7 +36,8 @@ R = TypeVar("R")
 
 @runtime_checkable
 class ChosenModel(Protocol):
-    """Params that pick one of the service's models (satsgate.services.common.ModelChoice)."""
+    """Params that pick one of the service's models
+    (satsgate.services.inputs.params.ModelChoice)."""
 
     @property
     def chosen_model(self) -> int: ...
@@ -121,13 +122,13 @@ class ServiceContext:
     # What resumes this job after a restart (a remote prediction's id); for synchronous
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
-    # The node's screen of communications (satsgate.services.screening.screen uses it);
+    # The node's screen of communications (satsgate.services.comms.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
     # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
     # refund the rest once. None only in contexts built without an app (some unit tests).
     deposits: DepositSettler | None = None
-    # The node's voice-bridge sessions (services/bridge_sessions.py): open_voice_bridge
+    # The node's voice-bridge sessions (services/comms/bridge_sessions.py): open_voice_bridge
     # opens one. None only in contexts built without an app.
     voice_bridge: BridgeSessions | None = None
     # The e-signature desk (records and follows signing requests); None outside an app.
@@ -135,9 +136,9 @@ class ServiceContext:
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
-    # The node's AI calls (satsgate/services/ai_call_runner.py); None outside an app.
+    # The node's AI calls (satsgate/services/comms/ai_call_runner.py); None outside an app.
     ai_calls: AiCallRunner | None = None
-    # The app's BTC rate book when the call began (services/rates.py): what a handler
+    # The app's BTC rate book when the call began (services/catalog/rates.py): what a handler
     # prices a BTC-pegged amount with; the fallback rates outside an app.
     rate_book: RateBook = FALLBACK
 
@@ -231,7 +232,7 @@ class PriceShape:
     tier_min_sats: Mapping[int, int] = field(default_factory=dict)
     # Each model's rate in words where the models' rates differ ("10 characters per sat,
     # minimum 15 sats"), made from the same table the price reads: the model catalog
-    # (services/catalog.py) lists it as the model's price note.
+    # (services/catalog/models.py) lists it as the model's price note.
     model_rates: Mapping[int, str] = field(default_factory=dict)
     btc_pegged: bool = False  # the per-unit rate follows the hourly BTC rate book
     estimate: str | None = None  # id of the /api/estimate-cost estimator that quotes it

@@ -15,7 +15,7 @@ from satsgate.appkeys import BACKEND, ENGINES, FILES, RATES, REFUNDS, STARTED_AT
 from satsgate.errors import ApiError, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
-from satsgate.services.catalog import CATEGORIES, list_models_document
+from satsgate.services.catalog.models import CATEGORIES, list_models_document
 from satsgate.services.registry import SERVICES
 
 

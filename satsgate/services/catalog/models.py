@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from satsgate.services.base import ServiceSpec
-    from satsgate.services.rates import RateBook
+    from satsgate.services.catalog.rates import RateBook
 
 Tier = Literal["best", "better", "standard"]
 

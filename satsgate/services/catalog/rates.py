@@ -2,7 +2,7 @@
 
 The spec's numbers (TTS characters per sat, SMS and call rates per
 destination, the AI-call AI cost, the voice-bridge cost) are the fixed
-fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :func:`refresh_rates`
+fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :meth:`Rates.refresh`
 (scheduled hourly by the app) fetches the BTC price from
 ``settings.engines["price_source"]`` and records a snapshot; a failure keeps
 the last good snapshot (or the fallback).

@@ -18,7 +18,7 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.encoding import BadBase64, decode_base64_file
+from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
 
 # -- render-card --------------------------------------------------------------------------
 

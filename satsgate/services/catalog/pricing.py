@@ -15,17 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from satsgate.errors import ApiError, invalid_params
 from satsgate.services.base import FlatPrice, ServiceSpec
-from satsgate.services.catalog import MODELS_BY_ID
-from satsgate.services.languages import (
+from satsgate.services.catalog.models import MODELS_BY_ID
+from satsgate.services.catalog.rates import RateBook
+from satsgate.services.catalog.routing import select_model
+from satsgate.services.comms.destinations import DESTINATIONS, Destination, destination
+from satsgate.services.inputs.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
     TRANSLATION_LANGUAGES,
     resolve_translation_language,
     translation_engine,
 )
-from satsgate.services.rates import RateBook
-from satsgate.services.routing import select_model
-from satsgate.services.telephony import DESTINATIONS, Destination, destination
 
 MSAT = 1000
 

@@ -35,6 +35,7 @@ from satsgate.appkeys import (
     DEPOSITS,
     ENGINES,
     ESIGN,
+    FAXES,
     FILES,
     GATE,
     HANDLERS,
@@ -85,7 +86,7 @@ from satsgate.services.comms import deliveries
 from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
 from satsgate.services.comms.destinations import load_rates_file, use_rates
-from satsgate.services.comms.faxes import attach_desk
+from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
@@ -262,6 +263,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     # E-signature requests, followed to their signed copy (webhooks, the poll).
     app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
     esign.attach()
+    # Sent faxes followed and settled, inbound numbers and leases (started in _fax_ctx).
+    app[FAXES] = fax_desk = FaxDesk(
+        app[ENGINES], store.faxes, app[FILES], settings, store.payments.get, refunds
+    )
     screener = NodeScreener(
         settings=settings,
         opt_outs=store.do_not_contact,
@@ -282,6 +287,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         screener=screener,
         ai_calls=ai_calls,
         rates=app[RATES],
+        faxes=fax_desk,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -329,6 +335,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         deliveries=store.deliveries,
         ai_calls=ai_calls,
         rates=app[RATES],
+        faxes=fax_desk,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -372,10 +379,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
     """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
-    store = app[STORE]
-    desk = attach_desk(
-        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
-    )
+    desk = app[FAXES]
     if app[ENGINES].available("fax"):
         await desk.start()
     yield
@@ -528,6 +532,8 @@ def mcp_server(
         deliveries=app[STORE].deliveries,
         deposits=app.get(DEPOSITS),
         ai_calls=app.get(AI_CALLS),
+        faxes=app.get(FAXES),
+        rates=app[RATES],
     )
 
 

@@ -22,6 +22,7 @@ from satsgate.services.base import PrecheckMemo
 from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.inputs.public_urls import Outbound
 from satsgate.store import Store
@@ -49,3 +50,4 @@ CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handl
 ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their signed copy
 RATES = web.AppKey("rates", Rates)  # the BTC rate book BTC-pegged prices are quoted at
 PRECHECKS = web.AppKey("prechecks", PrecheckMemo)  # kept outcomes of checks before invoices
+FAXES = web.AppKey("faxes", FaxDesk)  # sent faxes followed and settled, inbound numbers

@@ -614,6 +614,15 @@ async def test_languages_lists_every_language_with_its_engine_and_price(
     assert estimate.json()["amountMsat"] == chars * standard["msatPerChar"]
 
 
+async def _telco_listings(client: httpx.AsyncClient) -> list[str]:
+    """The telco model's price note (/api/l402/models) and send_sms's MCP description."""
+    models = (await get_json(client, "/api/l402/models?category=telco"))["models"]
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    tools = (await client.post("/api/mcp", json=rpc)).json()["result"]["tools"]
+    sms_tool = next(t for t in tools if t["name"] == "send_sms")
+    return [next(m for m in models if m["id"] == 20)["priceNote"], sms_tool["description"]]
+
+
 async def test_example_prices_follow_the_btc_rate_book(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
@@ -623,12 +632,21 @@ async def test_example_prices_follow_the_btc_rate_book(
     original = app_rates.book
     # BTC at half the reference price: every fiat-pegged price doubles (factor 2).
     doubled = RateBook((Snapshot(rates.REFERENCE_BTC_USD / 2, time.time(), "test"),))
+    estimate = "/api/estimate-cost?service=sms&to=%2B14155550123"
+    sms_before = (await get_json(client, estimate))["amountSats"]
+    telco_before = await _telco_listings(client)
     app_rates.install(doubled)
     try:
         after = await described(client)
         manifest_after = await get_json(client, "/.well-known/l402-services")
+        # The estimate, the model catalog and the MCP tool list read the same book.
+        assert (await get_json(client, estimate))["amountSats"] == 2 * sms_before
+        telco_after = await _telco_listings(client)
     finally:
         app_rates.install(original)
+    sms = after["send-sms"]["pricing"]["minSats"]
+    assert all(f"from {sms} sats" in text for text in telco_after), telco_after
+    assert all(f"from {sms} sats" not in text for text in telco_before), telco_before
     moved = [s for s in before if before[s]["pricing"] != after[s]["pricing"]]
     if not moved:
         pytest.skip("no BTC-pegged service in the registry")

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from satsgate.engines import EngineError
 from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body, Refund
@@ -89,10 +88,9 @@ def _unavailable(title: str) -> ApiError:
 async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -> FaxStatusRecord:
     if not SEND_FAX.is_available(env.engines):
         raise _unavailable(SEND_FAX.title)
-    try:
-        desk = faxes.desk_for(env.engines)
-    except EngineError:
-        raise _unavailable(SEND_FAX.title) from None
+    desk = env.faxes
+    if desk is None:
+        raise _unavailable(SEND_FAX.title)
     fax = await desk.status(args.faxId)
     if fax is None:
         raise ApiError("NOT_FOUND", f"No fax {args.faxId!r}.")
@@ -106,10 +104,9 @@ async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -
 async def check_fax_inbox(env: OperationEnv, args: FaxInboxParams, call: Call) -> FaxInboxRecord:
     if not RECEIVE_FAX.is_available(env.engines):
         raise _unavailable(RECEIVE_FAX.title)
-    try:
-        inbox = faxes.desk_for(env.engines)
-    except EngineError:
-        raise _unavailable(RECEIVE_FAX.title) from None
+    inbox = env.faxes
+    if inbox is None:
+        raise _unavailable(RECEIVE_FAX.title)
     lease = await inbox.get(args.inboxId)
     if lease is None:
         raise ApiError("NOT_FOUND", "No fax inbox with this inboxId.")

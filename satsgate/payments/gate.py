@@ -52,6 +52,7 @@ from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.services.comms.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.faxes import FaxDesk
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -76,6 +77,7 @@ class HandlerResources:
     # rules alone (satsgate.services.comms.screening.screen).
     screener: Screener | None = None
     ai_calls: AiCallRunner | None = None  # the node's AI calls (services/comms/ai_call_runner.py)
+    faxes: FaxDesk | None = None  # the fax desk (send-fax, receive-fax)
     # The app's BTC rate book (services/catalog/rates.py): quotes and contexts read its book.
     rates: Rates = field(default_factory=Rates)
 
@@ -103,6 +105,7 @@ class HandlerResources:
             deliveries=self.deliveries,
             screener=screener or self.screener,
             rate_book=self.rates.book,
+            faxes=self.faxes,
             ai_calls=self.ai_calls,
         )
 

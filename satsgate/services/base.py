@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from satsgate.files import FileStore
     from satsgate.services.comms.ai_call_runner import AiCallRunner
     from satsgate.services.comms.bridge_sessions import BridgeSessions
+    from satsgate.services.comms.faxes import FaxDesk
     from satsgate.services.comms.screening import Screener
     from satsgate.services.documents.esign_desk import ESignDesk
 
@@ -138,6 +139,8 @@ class ServiceContext:
     deliveries: DeliveryRepository | None = None
     # The node's AI calls (satsgate/services/comms/ai_call_runner.py); None outside an app.
     ai_calls: AiCallRunner | None = None
+    # The node's fax desk (satsgate/services/comms/faxes.py); None outside an app.
+    faxes: FaxDesk | None = None
     # The app's BTC rate book when the call began (services/catalog/rates.py): what a handler
     # prices a BTC-pegged amount with; the fallback rates outside an app.
     rate_book: RateBook = FALLBACK

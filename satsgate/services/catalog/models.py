@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from satsgate.services.base import sats_for_msat
+
 if TYPE_CHECKING:
     from satsgate.services.base import ServiceSpec
     from satsgate.services.catalog.rates import RateBook
@@ -57,8 +59,6 @@ def model_price(spec: ServiceSpec[Any], model_id: int, book: RateBook) -> ModelP
     price (``tier_min_sats``) with its rate; the price of one unit for per-page, per-pass
     and per-recipient prices; else none, with the model's rate or the shape's unit (a
     BTC-pegged minimum at the rate ``book``)."""
-    from satsgate.services.base import sats_for_msat
-
     shape = spec.price_shape
     min_sats = sats_for_msat(shape.minimum_msat(book))
     rate = shape.model_rates.get(model_id, "")

@@ -222,6 +222,20 @@ class HeldRequestRepository:
 
         return await self._db.run_sync(go)
 
+    async def late_appeals(self) -> list[HeldRequest]:
+        """Holds no longer held nor under review whose appeal invoice was paid and never
+        used (paid after the hold was decided): their appeals are to be refunded."""
+
+        def go(conn: sqlite3.Connection) -> list[HeldRequest]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM held_requests WHERE status NOT IN"
+                " ('held', 'review_requested') AND appeal_payment_id IN"
+                " (SELECT payment_id FROM payments WHERE service = 'appeal' AND status = 'paid')"
+            ).fetchall()
+            return [_hold_of(r) for r in rows]
+
+        return await self._db.run_sync(go)
+
     async def interrupted(self) -> list[HeldRequest]:
         """Holds a restart caught between their claim and their outcome."""
 

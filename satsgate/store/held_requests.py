@@ -227,10 +227,12 @@ class HeldRequestRepository:
         used (paid after the hold was decided): their appeals are to be refunded."""
 
         def go(conn: sqlite3.Connection) -> list[HeldRequest]:
+            # Holds are few; each appeal payment is read by its key.
+            columns = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM held_requests WHERE status NOT IN"
-                " ('held', 'review_requested') AND appeal_payment_id IN"
-                " (SELECT payment_id FROM payments WHERE service = 'appeal' AND status = 'paid')"
+                f"SELECT {columns} FROM held_requests h JOIN payments p"
+                " ON p.payment_id = h.appeal_payment_id WHERE h.status NOT IN"
+                " ('held', 'review_requested') AND p.status = 'paid'"
             ).fetchall()
             return [_hold_of(r) for r in rows]
 

@@ -81,6 +81,8 @@ def verify_signature(key: str, body: bytes, header: str, now_ms: int | None = No
 class RetellProvider(VoiceAgentProvider):
     KIND = KIND
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    CREATE_PATH = "/v2/create-phone-call"
+    CALL_PATH = "/v2/get-call/{call_id}"
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         super().__init__(config, deps)
@@ -91,12 +93,6 @@ class RetellProvider(VoiceAgentProvider):
             raise EngineConfigError(f"[providers.{config.name}] agent_version must be a number")
         self.agent_version: int | None = version
         self.webhook_key = option_str(config, "webhook_key") or config.api_key
-
-    def create_url(self) -> str:
-        return f"{self.base_url}/v2/create-phone-call"
-
-    def call_url(self, provider_call_id: str) -> str:
-        return f"{self.base_url}/v2/get-call/{provider_call_id}"
 
     def normalise(self, call: Mapping[str, Any]) -> AiCallReport:
         return report(call)

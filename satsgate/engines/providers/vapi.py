@@ -82,6 +82,8 @@ def _fresh(timestamp: str) -> bool:
 class VapiProvider(VoiceAgentProvider):
     KIND = KIND
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    CREATE_PATH = "/call"
+    CALL_PATH = "/call/{call_id}"
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         super().__init__(config, deps)
@@ -103,12 +105,6 @@ class VapiProvider(VoiceAgentProvider):
             )
         self.bearer_prefix = "Bearer " if prefix else ""
         self.signature_prefix = option_str(config, "webhook_signature_prefix")
-
-    def create_url(self) -> str:
-        return f"{self.base_url}/call"
-
-    def call_url(self, provider_call_id: str) -> str:
-        return f"{self.base_url}/call/{provider_call_id}"
 
     def normalise(self, call: Mapping[str, Any]) -> AiCallReport:
         return report(call)

@@ -98,6 +98,8 @@ class VoiceAgentProvider:
 
     KIND = ""
     DEFAULT_BASE_URL = ""
+    CREATE_PATH = ""  # POST: place a call
+    CALL_PATH = ""  # GET: one call, "{call_id}" in it
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
@@ -131,18 +133,14 @@ class VoiceAgentProvider:
         self._listeners.append(listener)
 
     async def place_call(self, request: AiCallRequest) -> AiCallReport:
-        return self.normalise(await self.create(self.create_url(), self.call_body(request)))
+        body = self.call_body(request)
+        return self.normalise(await self.create(f"{self.base_url}{self.CREATE_PATH}", body))
 
     async def get_call(self, provider_call_id: str) -> AiCallReport:
-        return self.normalise(await self.fetch(self.call_url(provider_call_id)))
+        path = self.CALL_PATH.format(call_id=provider_call_id)
+        return self.normalise(await self.fetch(f"{self.base_url}{path}"))
 
     # -- what each platform says its own way ---------------------------------------------
-
-    def create_url(self) -> str:
-        raise NotImplementedError
-
-    def call_url(self, provider_call_id: str) -> str:
-        raise NotImplementedError
 
     def call_body(self, request: AiCallRequest) -> dict[str, Any]:
         """The create call's body."""

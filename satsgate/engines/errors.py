@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from satsgate.errors import ErrorCode
+
 # Codes on which a chain of providers (``[engines] text = ["a", "b"]``) tries the next
 # one by default: the upstream refused or broke before doing anything for the caller.
-FALLBACK_CODES = frozenset({"RATE_LIMITED", "SERVICE_ERROR", "L402_UPSTREAM_FAILED"})
+FALLBACK_CODES = frozenset(
+    {ErrorCode.RATE_LIMITED, ErrorCode.SERVICE_ERROR, ErrorCode.L402_UPSTREAM_FAILED}
+)
 
 
 class EngineError(Exception):
@@ -21,7 +25,7 @@ class EngineError(Exception):
 
     def __init__(
         self,
-        code: str,
+        code: ErrorCode,
         message: str,
         *,
         retry_after_s: float | None = None,

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from pymacaroons.serializers.binary_serializer import BinarySerializer
 
+from satsgate.errors import ErrorCode
 from satsgate.payments import macaroon_v2
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 
@@ -32,14 +33,14 @@ _IDENTIFIER_PREFIX = struct.pack(">H", _IDENTIFIER_VERSION)
 class CredentialError(Exception):
     """The credential is well-formed but does not verify; message says which check failed."""
 
-    code = "PAYMENT_INVALID"  # the error-catalog code the caller gets
+    code = ErrorCode.PAYMENT_INVALID  # the error-catalog code the caller gets
 
 
 class CredentialExpired(CredentialError):
     """The credential verified once and its time is past (a macaroon caveat, an MPP
     challenge's ``expires``)."""
 
-    code = "PAYMENT_EXPIRED"
+    code = ErrorCode.PAYMENT_EXPIRED
 
 
 class MalformedCredential(Exception):

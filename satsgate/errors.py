@@ -1,13 +1,46 @@
-"""The error-code catalog and the error envelope.
+"""The error codes, their catalog, the error envelope and the root of the exception tree.
 
-One table defines every machine-readable code: its HTTP status, whether it is
-retryable (and after how long), and the suggestion an agent is shown. Every
-error response, HTTP or MCP, is built from it by :func:`envelope`, so the body's
-``error_code`` and the ``X-Error-Code`` header can never disagree.
+:class:`ErrorCode` is a ``StrEnum`` of every machine-readable code; a member's value
+is the string on the wire (``error_code``, ``X-Error-Code``, /api/error-codes, the
+OpenAPI document, MCP), and code names a member, never a bare string, so a type
+checker rejects an unknown code. One table (:data:`CODES`, a :class:`CodeSpec` per
+member) gives each code its HTTP status, whether it is retryable (and after how
+long), and the suggestion an agent is shown. Every error response, HTTP or MCP, is
+built from it by :func:`envelope`, so the body's ``error_code`` and the
+``X-Error-Code`` header can never disagree.
 
-Exception tree::
+Exception tree. Whatever a caller is answered leaves a face as an :class:`ApiError`;
+the domain exceptions that stand for a code carry it as ``code: ErrorCode`` and turn
+into an ApiError in one place::
 
-    ApiError            an error with a catalog code; becomes the envelope
+    ApiError                         a code, a message, extra fields, a refund: the
+                                     envelope; the HTTP edge (http_edge.error_middleware)
+                                     and the MCP face render it
+    engines.EngineError              an engine failed after payment: ``code``,
+                                     ``may_fall_back``, a retry hint; ``api_error()`` is
+                                     its envelope (the gate refunds, then raises it)
+    payments.l402.CredentialError    PAYMENT_INVALID: the credential does not verify
+        l402.CredentialExpired       PAYMENT_EXPIRED
+        mpp.InvalidChallenge         PAYMENT_INVALID (problem invalid-challenge)
+    payments.l402.MalformedCredential    MALFORMED_CREDENTIAL
+                                     (these three: ``code`` and the draft's ``problem``,
+                                     answered by payments/http.py with a fresh challenge)
+    payments.sessions.SessionProblem a refused session credential: ``code`` and
+                                     ``problem``; ``api_error()`` for MCP
+
+Exceptions that name no code, because the code depends on where they are raised, are
+mapped by the one caller that knows: pydantic's ValidationError by
+:func:`invalid_params`; ``services.common.InvalidField`` (a pre-payment file check)
+to L402_INVALID_PARAMS by ``ServiceParams.checked``; ``json_input.JsonInputError`` to
+L402_INVALID_PARAMS (a body), MALFORMED_CREDENTIAL (an MPP credential) or a JSON-RPC
+parse error (MCP); ``callbacks_guard.UnsafeUrl`` to L402_CALLBACK_INVALID
+(``callback_error``); ``screening.HeldForReview`` to CONTENT_POLICY_HELD (the hold
+desk) or CONTENT_FILTERED with a refund (``Spender._hold``); the Cashu mint's
+``MintError``/``MintUnreachable`` to the CASHU_* codes (payments/cashu.py).
+The node's ``lightning.BackendError`` is mapped where it is met (an invoice not made
+is SERVICE_ERROR, before anything is charged); the hold pages' ``HoldError`` and the
+configuration errors answer no envelope. No code picks an error by testing an
+exception's message: a branch reads a type or an attribute.
 """
 
 from __future__ import annotations

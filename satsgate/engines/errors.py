@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from satsgate.errors import ErrorCode
+from typing import Any
+
+from satsgate.errors import ApiError, ErrorCode
 
 # Codes on which a chain of providers (``[engines] text = ["a", "b"]``) tries the next
 # one by default: the upstream refused or broke before doing anything for the caller.
@@ -48,6 +50,20 @@ class EngineError(Exception):
         if self.retry_after_s is not None:
             fields["retry_after_seconds"] = retry_seconds(self.retry_after_s)
         return fields
+
+    def api_error(
+        self, *, refund: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+    ) -> ApiError:
+        """The answer to the caller: this code and message, ``envelope_extra`` (then
+        ``extra``) in the body, ``Retry-After`` when the engine gave a retry hint. The one
+        place an engine failure becomes an error envelope."""
+        return ApiError(
+            self.code,
+            self.message,
+            refund=refund,
+            extra={**self.envelope_extra(), **(extra or {})},
+            headers=self.http_headers(),
+        )
 
     def http_headers(self) -> dict[str, str]:
         """``Retry-After`` when the engine gave a retry hint."""

@@ -210,33 +210,19 @@ async def _paid_call(
     except l402.MalformedCredential as exc:
         message = f"Malformed credential: {exc}"
         if not payment_scheme or len(auth) > 1:  # more than one credential: 400 (the draft)
-            raise ApiError(ErrorCode.MALFORMED_CREDENTIAL, message) from None
+            raise ApiError(exc.code, message) from None
         return await _fresh_challenge(
-            request,
-            gate,
-            spec,
-            params,
-            ErrorCode.MALFORMED_CREDENTIAL,
-            message,
-            "malformed-credential",
-            problem_json=True,
+            request, gate, spec, params, exc.code, message, exc.problem, problem_json=True
         )
     except l402.CredentialError as exc:
-        code = exc.code
-        if isinstance(exc, mpp.InvalidChallenge):
-            problem = "invalid-challenge"
-        elif code == ErrorCode.PAYMENT_EXPIRED:
-            problem = "payment-expired"
-        else:
-            problem = "verification-failed"
         return await _fresh_challenge(
             request,
             gate,
             spec,
             params,
-            code,
+            exc.code,
             f"The credential was not accepted: {exc}.",
-            problem,
+            exc.problem,
             problem_json=payment_scheme,
         )
 

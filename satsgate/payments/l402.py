@@ -16,7 +16,7 @@ import re
 import secrets
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from pymacaroons.serializers.binary_serializer import BinarySerializer
 
@@ -31,9 +31,14 @@ _IDENTIFIER_PREFIX = struct.pack(">H", _IDENTIFIER_VERSION)
 
 
 class CredentialError(Exception):
-    """The credential is well-formed but does not verify; message says which check failed."""
+    """The credential is well-formed but does not verify; message says which check failed.
 
-    code = ErrorCode.PAYMENT_INVALID  # the error-catalog code the caller gets
+    ``code`` is the error-catalog code the caller gets, ``problem`` the payment-auth
+    draft's problem type (the Payment scheme's RFC 9457 body); both are read by the HTTP
+    face, which answers with a fresh challenge."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.PAYMENT_INVALID
+    problem: ClassVar[str] = "verification-failed"
 
 
 class CredentialExpired(CredentialError):
@@ -41,10 +46,14 @@ class CredentialExpired(CredentialError):
     challenge's ``expires``)."""
 
     code = ErrorCode.PAYMENT_EXPIRED
+    problem = "payment-expired"
 
 
 class MalformedCredential(Exception):
     """The Authorization header cannot be parsed as a credential."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.MALFORMED_CREDENTIAL
+    problem: ClassVar[str] = "malformed-credential"
 
 
 class RootKeys:

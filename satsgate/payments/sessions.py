@@ -99,6 +99,10 @@ class SessionProblem(Exception):
         self.detail = detail
         self.extra = extra or {}
 
+    def api_error(self) -> ApiError:
+        """The envelope of this refusal where no 402 problem body is answered (MCP)."""
+        return ApiError(self.code, self.detail, extra=self.extra)
+
 
 # -- the wire: challenge, credential, receipt ---------------------------------------------
 
@@ -839,10 +843,7 @@ class Sessions:
             raise
         except EngineError as exc:
             credit = await self._credit(session_id, price_msat, exc.message)
-            raise ApiError(
-                exc.code, exc.message, extra={**exc.envelope_extra(), **credit},
-                headers=exc.http_headers(),
-            ) from exc  # fmt: skip
+            raise exc.api_error(extra=credit) from exc
         except Exception as exc:
             log.exception("a streamed session call failed before its first piece")
             credit = await self._credit(session_id, price_msat, repr(exc))
@@ -973,12 +974,7 @@ class Sessions:
             raise
         except EngineError as exc:
             credit = await self._credit(session_id, price_msat, exc.message)
-            raise ApiError(
-                exc.code,
-                exc.message,
-                extra={**exc.envelope_extra(), **credit},
-                headers=exc.http_headers(),
-            ) from exc
+            raise exc.api_error(extra=credit) from exc
         except asyncio.CancelledError:
             await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
             raise
@@ -1048,7 +1044,7 @@ class Sessions:
         try:
             return await self.bearer(session_id, preimage, spec, params)
         except SessionProblem as problem:
-            raise ApiError(problem.code, problem.detail, extra=problem.extra) from None
+            raise problem.api_error() from None
 
     # -- close and payouts ----------------------------------------------------------------
 

@@ -456,13 +456,7 @@ class Spender:
                 if window is not None:
                     raise window from exc
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            raise ApiError(
-                exc.code,
-                exc.message,
-                refund=refund,
-                extra=exc.envelope_extra(),
-                headers=exc.http_headers(),
-            ) from exc
+            raise exc.api_error(refund=refund) from exc
         except asyncio.CancelledError:
             if self._jobs.suspended(payment.payment_id):
                 raise  # shutdown keeps this job for the next start: nothing is owed yet

@@ -269,9 +269,7 @@ class AiCallRunner:
                 if settled is not None and settled.refund_status == "claimable"
                 else None
             )
-            raise ApiError(
-                exc.code, exc.message, refund=refund, extra=exc.envelope_extra()
-            ) from exc
+            raise exc.api_error(refund=refund) from exc
         self._spawn(row.call_id)
         return await self._record(row)
 

@@ -536,13 +536,13 @@ class BridgeSessions:
             )
             return await to_mulaw(self._tools, result.audio, "wav")
         except EngineError as exc:
-            raise ApiError(exc.code, exc.message) from None
+            raise exc.api_error() from None
 
     async def _convert(self, audio: bytes, encoding: str) -> bytes:
         try:
             return await to_mulaw(self._tools, audio, encoding)
         except EngineError as exc:
-            raise ApiError(exc.code, exc.message) from None
+            raise exc.api_error() from None
 
     async def _player(self, live: _Live) -> None:
         while True:

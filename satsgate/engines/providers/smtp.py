@@ -192,16 +192,16 @@ class SmtpEmail:
                 options.append("BODY=8BITMIME")
             await smtp.mail(self.from_address, options=options, encoding="utf-8")
             accepted: list[str] = []
-            refused: dict[str, str] = {}
+            refused: dict[str, int] = {}
             for rcpt in message.to:
                 try:
                     await smtp.rcpt(rcpt, encoding="utf-8")
                     accepted.append(rcpt)
                 except aiosmtplib.SMTPRecipientRefused as exc:
                     # The reply code only: the server's text may name the server.
-                    refused[rcpt] = str(exc.code)
+                    refused[rcpt] = exc.code
             if not accepted:
-                permanent = all(reason.startswith("5") for reason in refused.values())
+                permanent = all(code >= 500 for code in refused.values())
                 raise EngineError(
                     ErrorCode.INVALID_INPUT if permanent else ErrorCode.SERVICE_ERROR,
                     "The mail server refused every recipient; nothing was sent.",
@@ -238,7 +238,11 @@ class SmtpEmail:
                     await smtp.quit()
                 except (aiosmtplib.SMTPException, OSError, TimeoutError):
                     smtp.close()
-        return SentEmail(str(msg["Message-ID"]), tuple(accepted), refused)
+        return SentEmail(
+            str(msg["Message-ID"]),
+            tuple(accepted),
+            {rcpt: str(code) for rcpt, code in refused.items()},  # the reply codes as text
+        )
 
 
 class SmtpProvider:

@@ -40,7 +40,10 @@ desk) or CONTENT_FILTERED with a refund (``Spender._hold``); the Cashu mint's
 The node's ``lightning.BackendError`` is mapped where it is met (an invoice not made
 is SERVICE_ERROR, before anything is charged); the hold pages' ``HoldError`` and the
 configuration errors answer no envelope. No code picks an error by testing an
-exception's message: a branch reads a type or an attribute.
+exception's message: a branch reads a type or an attribute. Only where an upstream
+gives nothing else is its text read: a failed prediction's free-text error
+(``predictions.is_refusal``: CONTENT_FILTERED or SERVICE_ERROR), and lnd's macaroon
+refusal, which comes with gRPC code Unknown (it only words the operator's message).
 """
 
 from __future__ import annotations

@@ -30,18 +30,19 @@ into an ApiError in one place::
 
 Exceptions that name no code, because the code depends on where they are raised, are
 mapped by the one caller that knows: pydantic's ValidationError by
-:func:`invalid_params`; ``services.common.InvalidField`` (a pre-payment file check)
-to L402_INVALID_PARAMS by ``ServiceParams.checked``; ``json_input.JsonInputError`` to
-L402_INVALID_PARAMS (a body), MALFORMED_CREDENTIAL (an MPP credential) or a JSON-RPC
-parse error (MCP); ``callbacks_guard.UnsafeUrl`` to L402_CALLBACK_INVALID
-(``callback_error``); ``screening.HeldForReview`` to CONTENT_POLICY_HELD (the hold
-desk) or CONTENT_FILTERED with a refund (``Spender._hold``); the Cashu mint's
+:func:`invalid_params`; ``services.inputs.params.InvalidField`` (a pre-payment file
+check) to L402_INVALID_PARAMS by ``ServiceParams.checked``;
+``json_input.JsonInputError`` to L402_INVALID_PARAMS (a body), MALFORMED_CREDENTIAL (an
+MPP credential) or a JSON-RPC parse error (MCP);
+``services.inputs.public_urls.UnsafeUrl`` to L402_CALLBACK_INVALID (``callback_error``);
+``services.comms.screening.HeldForReview`` to CONTENT_POLICY_HELD (the hold desk) or
+CONTENT_FILTERED with a refund (``Spender._hold``); the Cashu mint's
 ``MintError``/``MintUnreachable`` to the CASHU_* codes (payments/cashu.py).
-The node's ``lightning.BackendError`` is mapped where it is met (an invoice not made
-is SERVICE_ERROR, before anything is charged); the hold pages' ``HoldError`` and the
+The node's ``lightning.BackendError`` is mapped where it is met (an invoice not made is
+SERVICE_ERROR, before anything is charged); the hold pages' ``HoldError`` and the
 configuration errors answer no envelope. No code picks an error by testing an
-exception's message: a branch reads a type or an attribute. Only where an upstream
-gives nothing else is its text read: a failed prediction's free-text error
+exception's message: a branch reads a type or an attribute. Only where an upstream gives
+nothing else is its text read: a failed prediction's free-text error
 (``predictions.is_refusal``: CONTENT_FILTERED or SERVICE_ERROR), and lnd's macaroon
 refusal, which comes with gRPC code Unknown (it only words the operator's message).
 """

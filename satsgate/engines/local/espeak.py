@@ -35,8 +35,8 @@ from satsgate.engines.local.tools import ToolRunner, wav_duration_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.errors import ErrorCode
-from satsgate.services.languages import UnknownLanguage, resolve_translation_language
-from satsgate.services.voices import DESCRIPTION_GROUPS
+from satsgate.services.ai.voices import DESCRIPTION_GROUPS
+from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
 
 log = logging.getLogger(__name__)
 

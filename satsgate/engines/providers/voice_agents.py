@@ -16,7 +16,7 @@ from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
-from satsgate.services.voices import AI_CALL_VOICES
+from satsgate.services.ai.voices import AI_CALL_VOICES
 
 log = logging.getLogger(__name__)
 

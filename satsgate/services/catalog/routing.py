@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceResult
-from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.catalog.models import MODELS_BY_ID
 
 TIERS: Final = ("best", "better", "standard")
 AUTO_ROUTED = ErrorCode.L402_AUTO_ROUTED

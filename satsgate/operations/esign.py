@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import Call, Family, OperationEnv, OperationSpec, free_status_read
 from satsgate.operations.models import Body
 from satsgate.services.base import Params
@@ -52,7 +52,7 @@ class ESignStatus(Body):
 
 async def e_signature_status(env: OperationEnv, args: ESignStatusParams, call: Call) -> ESignStatus:
     if env.esign is None:
-        raise ApiError("INTERNAL_ERROR", "E-signature requests are not available.")
+        raise ApiError(ErrorCode.INTERNAL_ERROR, "E-signature requests are not available.")
     return ESignStatus.model_validate(await env.esign.status(args.requestId))
 
 
@@ -72,6 +72,10 @@ E_SIGNATURE_STATUS: OperationSpec[ESignStatusParams, ESignStatus] = free_status_
     keys=("requestId", "request_id"),
     reads="read one request's status",
     llms="`GET {url}?requestId=<requestId>` reads a signing request's status (free)",
-    error_codes=("L402_INVALID_PARAMS", "SIGNING_REQUEST_NOT_FOUND", "INTERNAL_ERROR"),
+    error_codes=(
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.SIGNING_REQUEST_NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
+    ),
     family=Family("E-signature", E_SIGNATURE.slug),
 )

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import (
     AnySpec,
     Call,
@@ -89,7 +89,7 @@ class FaxInboxRecord(Body):
 def _desk(env: OperationEnv, service: AnySpec) -> faxes.FaxDesk:
     """The fax desk, or SERVICE_UNAVAILABLE naming ``service`` (no fax engine here)."""
     unavailable = ApiError(
-        "SERVICE_UNAVAILABLE",
+        ErrorCode.SERVICE_UNAVAILABLE,
         f"{service.title} has no engine configured on this node; nothing charged.",
     )
     if not service.is_available(env.engines):
@@ -104,7 +104,7 @@ async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -
     desk = _desk(env, SEND_FAX)
     fax = await desk.status(args.faxId)
     if fax is None:
-        raise ApiError("NOT_FOUND", f"No fax {args.faxId!r}.")
+        raise ApiError(ErrorCode.NOT_FOUND, f"No fax {args.faxId!r}.")
     payment = await env.gate.get_payment(fax.payment_id)
     payer = payment is not None and proves(
         payment, authorization=call.authorization, payment_id=args.paymentId
@@ -116,13 +116,18 @@ async def check_fax_inbox(env: OperationEnv, args: FaxInboxParams, call: Call) -
     inbox = _desk(env, RECEIVE_FAX)
     lease = await inbox.get(args.inboxId)
     if lease is None:
-        raise ApiError("NOT_FOUND", "No fax inbox with this inboxId.")
+        raise ApiError(ErrorCode.NOT_FOUND, "No fax inbox with this inboxId.")
     return FaxInboxRecord.model_validate(await inbox.lease_body(lease))
 
 
 FAX_SEND = Family("Fax", SEND_FAX.slug)
 FAX_RECEIVE = Family("Fax inbox", RECEIVE_FAX.slug)
-_CODES = ("L402_INVALID_PARAMS", "NOT_FOUND", "SERVICE_UNAVAILABLE", "INTERNAL_ERROR")
+_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
+)
 
 GET_FAX_STATUS: OperationSpec[FaxStatusParams, FaxStatusRecord] = free_status_read(
     name="get_fax_status",

@@ -178,7 +178,9 @@ class SessionRepository:
                         (deposit_hash, amount, return_invoice, return_hash.lower(), now, now, now),
                     )
                 except sqlite3.IntegrityError as exc:
-                    if "return_hash" in str(exc):
+                    # The one UNIQUE index of sessions besides its primary key (a
+                    # consumed deposit never opens twice): the return invoice's hash.
+                    if exc.sqlite_errorcode == sqlite3.SQLITE_CONSTRAINT_UNIQUE:
                         raise ReturnInvoiceTaken(return_hash) from None
                     raise
                 conn.execute(

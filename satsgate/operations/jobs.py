@@ -115,7 +115,8 @@ async def job_body(env: OperationEnv, job: Job, refund_shown: bool = False) -> J
     body = status_body(job, env.jobs.progress(job.job_id))
     desk = env.gate.spender.rework
     if desk is not None and job.error is not None and job.error.get("error_code") == KEPT_FOR_RETRY:
-        body = {**body, **await desk.job_error(job.payment_id, job.error)}
+        shown = await desk.job_error(job.payment_id, job.error)
+        body = {**{k: v for k, v in body.items() if k not in job.error}, **shown}
     if not refund_shown:
         body = without_refund_secrets(body)  # a job id alone shows no refund link
         if "rework_token" in body:  # nor the token that retries or declines for a refund

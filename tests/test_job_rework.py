@@ -127,7 +127,11 @@ async def refused_job(
 
 def payment_jobs(server: ThreadedServer, payment_id: str) -> list[tuple[str, str]]:
     """The payment's jobs, oldest first: (job id, status)."""
-    with contextlib.closing(sqlite3.connect(server.settings.db_path)) as conn:
+    return payment_jobs_at(server.settings.db_path, payment_id)
+
+
+def payment_jobs_at(db_path: Path, payment_id: str) -> list[tuple[str, str]]:
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
         rows = conn.execute(
             "SELECT job_id, status FROM jobs WHERE payment_id = ? ORDER BY created_at, rowid",
             (payment_id,),
@@ -425,3 +429,54 @@ async def test_an_expired_window_refunds_and_an_open_one_survives_a_restart(
             assert_ledger_balances(srv)
     finally:
         srv.stop()
+
+
+async def test_a_retried_job_running_upstream_is_taken_up_after_a_restart(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    rep = rep_of(platforms)
+    settings = platform_settings(tmp_path / "data", platforms)
+    first = ThreadedServer(settings)
+    try:
+        async for client in http_client(first):
+            paid, _, doc = await refused_job(client, rep)
+            rep.script = Script(outcome="never")
+            before = set(rep.records)
+            resp = await submit(client, paid, CHANGED, reworkToken=doc["rework_token"])
+            assert resp.status_code == 202, resp.text
+            retried = resp.json()["requestId"]
+            for _ in range(500):
+                if set(rep.records) - before and rep.last().polls >= 2:
+                    break
+                await asyncio.sleep(0.02)
+            rec = rep.last()
+            assert rec.polls >= 2
+    finally:
+        first.stop()
+    made = len(rep.records)
+    # Shutdown left the retry's job running, its window claimed, nothing refunded.
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+        (state,) = conn.execute(
+            "SELECT state FROM rework_windows WHERE payment_id = ?", (paid.payment_id,)
+        ).fetchone()
+        refunds = conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0]
+    assert state == "running" and refunds == 0
+    assert payment_jobs_at(settings.db_path, paid.payment_id)[-1] == (retried, "IN_PROGRESS")
+    rec.script = succeeding()
+
+    second = ThreadedServer(settings)
+    try:
+        async for client in http_client(second):
+            finished = await ended(client, retried, paid.auth)
+            assert finished["status"] == "COMPLETED", finished
+            assert payment_status(second, paid.payment_id) == "spent"
+            assert_ledger_balances(second)
+    finally:
+        second.stop()
+    assert len(rep.records) == made  # waited for, never made a second time
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+        (state,) = conn.execute(
+            "SELECT state FROM rework_windows WHERE payment_id = ?", (paid.payment_id,)
+        ).fetchone()
+        assert state == "closed"
+        assert conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] == 0

@@ -151,7 +151,8 @@ JOB_STATUS: OperationSpec[JobQuery, JobStatusBody] = OperationSpec(
     name="check_job_status",
     title="Check a job",
     description="One status check of an asynchronous job: IN_PROGRESS, COMPLETED (with "
-    "result) or FAILED (with the error and its refund). Free.",
+    "result) or FAILED (with the error and its refund; CONTENT_FILTERED_RETRY instead keeps "
+    "the payment for a free retry). Free.",
     params=JobQuery,
     tool_params=JobArgs,
     result=JobStatusBody,

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.callbacks import CallbackSender, callback_body
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.store import Job, JobCallback, JobRepository, JobStatus
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ JOB_TYPES = (
     "held",
 )
 # A job failure whose payment is kept, not refunded (a free-retry window opened).
-KEPT_FOR_RETRY = "CONTENT_FILTERED_RETRY"
+KEPT_FOR_RETRY = ErrorCode.CONTENT_FILTERED_RETRY
 POLL_INTERVAL_MS = 5000
 MAX_WAIT_MS = 600_000
 
@@ -189,7 +189,8 @@ class JobRunner:
                 self._fail(
                     job,
                     ApiError(
-                        "L402_UPSTREAM_FAILED", "The job was interrupted; the payment was refunded."
+                        ErrorCode.L402_UPSTREAM_FAILED,
+                        "The job was interrupted; the payment was refunded.",
                     ),
                     refund_on_failure,
                 )
@@ -202,7 +203,7 @@ class JobRunner:
             await self._fail(
                 job,
                 ApiError(
-                    "L402_UPSTREAM_FAILED",
+                    ErrorCode.L402_UPSTREAM_FAILED,
                     "The job failed after payment; the payment was refunded.",
                 ),
                 refund_on_failure,
@@ -267,7 +268,8 @@ class JobRunner:
             if job.job_id in self._tasks:
                 continue
             exc = ApiError(
-                "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded."
+                ErrorCode.L402_UPSTREAM_FAILED,
+                "The job was lost in a restart; the payment was refunded.",
             )
             exc.refund = await refund_for(job)
             if await self._finish(job, JobStatus.FAILED, None, exc.envelope()):

@@ -11,6 +11,7 @@ import httpx
 
 from satsgate.app import JOBS
 from satsgate.engines import EngineError
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
 from tests.conftest import ThreadedServer, dev_pay
@@ -29,7 +30,7 @@ async def _slow_ok(ctx: ServiceContext, params: NoParams) -> ServiceResult:
 async def _slow_fail(ctx: ServiceContext, params: NoParams) -> ServiceResult:
     await asyncio.sleep(0.1)
     # (A content refusal would keep the payment for a free retry: tests/test_job_rework.py.)
-    raise EngineError("SERVICE_ERROR", "the provider failed")
+    raise EngineError(ErrorCode.SERVICE_ERROR, "the provider failed")
 
 
 def job_spec(handler: Any) -> Any:

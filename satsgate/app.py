@@ -51,13 +51,13 @@ from satsgate.appkeys import (
     VOICE_BRIDGE,
 )
 from satsgate.callbacks import CallbackSender
-from satsgate.config import Settings, ensure_server_secret
+from satsgate.config import Settings, ensure_server_secret, output_caps
 from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.files import FileStore
+from satsgate.files import FileStore, OutputCaps
 from satsgate.http_edge import error_middleware
 from satsgate.jobs import JobRunner, resume_jobs
 from satsgate.lightning import BackendError, LightningBackend
@@ -186,6 +186,7 @@ def create_app(
         settings.public_base_url,
         settings.server_secret,
         settings.file_url_ttl_s,
+        OutputCaps(output_caps(settings), settings.output_caps_by_service),
     )
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)

@@ -83,12 +83,15 @@ class HandlerResources:
         job_state: JobState | None = None,
         *,
         screener: Screener | None = None,
+        service: str | None = None,
     ) -> ServiceContext:
+        """The context of one call; with ``service``, a paid call of it: its output
+        files are bounded by that service's cap (FileStore.for_call)."""
         return ServiceContext(
             progress=progress or _no_progress,
             call_id=call_id,
             settings=self.settings,
-            files=self.files,
+            files=self.files if service is None else self.files.for_call(service),
             http=self.http,
             cpu=self.cpu,
             votes=self.votes,

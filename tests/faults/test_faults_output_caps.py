@@ -15,7 +15,13 @@ from PIL import Image
 
 from satsgate.config import load_settings
 from satsgate.files import DEFAULT_OUTPUT_CAPS, OutputCaps
-from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.conftest import (
+    ThreadedServer,
+    dev_pay,
+    http_client,
+    make_settings,
+    serve_with_engines,
+)
 from tests.test_gateway import CARD, assert_envelope, payment_count
 
 
@@ -100,3 +106,37 @@ def test_caps_come_from_the_environment_and_are_checked() -> None:
         load_settings(environ={"SATSGATE_MAX_OUTPUT_DOCUMENT_BYTES": "0"})
     with pytest.raises(ValueError, match="output_caps_by_service"):
         load_settings(overrides={"output_caps_by_service": {"convert-file": -1}})
+
+
+@pytest.fixture(scope="module")
+def image_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
+    """A node whose image engines are configured (each one a provider that is down)."""
+    yield from serve_with_engines(
+        tmp_path_factory,
+        "images",
+        ["remove_background", "restore_face", "colorize_image", "estimate_depth"],
+    )
+
+
+@pytest.mark.parametrize(
+    "slug",
+    [
+        "remove-background",
+        "restore-face",
+        "colorize-image",
+        "estimate-depth",
+        "deblur-image",
+    ],
+)
+async def test_same_size_image_operations_bound_their_input_before_any_invoice(
+    image_server: ThreadedServer, slug: str
+) -> None:
+    before = payment_count(image_server)
+    async for client in http_client(image_server):
+        big = {"imageBase64": _flat_png(4100, 4100)}
+        resp = await client.post(f"/api/l402/{slug}", json=big)
+        body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+        assert "16,777,216 pixels" in body["error"]
+        fits = await client.post(f"/api/l402/{slug}", json={"imageBase64": _flat_png(64, 64)})
+        assert fits.status_code == 402, fits.text
+    assert payment_count(image_server) == before + 1

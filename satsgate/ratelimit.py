@@ -10,6 +10,10 @@ Three rules, each ``<rule>_rate_per_min`` in Settings (0 turns it off):
 - ``refund``: POST /api/l402/refund, POST /api/claim-refund and MCP ``request_refund``.
 - ``estimate``: GET /api/estimate-cost.
 
+The same client key is the payer whose CPU work the runner queues fairly against
+others' (satsgate/engines/cpu_jobs.py ``PAYER``): set for every request on a paid route
+(with or without a credential) and MCP, and inherited by the job a call starts.
+
 A bucket holds a minute's worth of requests and refills continuously, so a client may
 burst up to the rate and then sustain it. Over the limit: 429 ``RATE_LIMITED`` with
 ``Retry-After`` (whole seconds until one request is allowed again).
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from satsgate.config import Settings
+from satsgate.engines.cpu_jobs import PAYER
 from satsgate.errors import ApiError
 from satsgate.http_edge import Handler, error_response
 
@@ -49,6 +54,8 @@ CHALLENGE_ROUTES = frozenset(
         "/api/l402/ai-call",
     }
 )
+# Routes whose POST may run paid work: the client is its CPU jobs' payer.
+PAYER_ROUTES = CHALLENGE_ROUTES | {"/api/mcp"}
 _RULE_ROUTES = {
     ("POST", "/api/l402/refund"): "refund",
     ("POST", "/api/claim-refund"): "refund",  # an AI call's unused deposit
@@ -235,9 +242,7 @@ def check_challenge(request: web.Request) -> None:
         limits.limiter.check("challenge", limits.client(request))
 
 
-def _rule_for(request: web.Request) -> str | None:
-    route = request.match_info.route.resource
-    path = route.canonical if route is not None else ""
+def _rule_for(request: web.Request, path: str) -> str | None:
     if request.method == "POST" and path in CHALLENGE_ROUTES:
         return None if "Authorization" in request.headers else "challenge"
     return _RULE_ROUTES.get((request.method, path))
@@ -245,12 +250,26 @@ def _rule_for(request: web.Request) -> str | None:
 
 @web.middleware
 async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Limit by route before any work: unpaid challenges, refunds, estimates."""
+    """Limit by route before any work: unpaid challenges, refunds, estimates; and name
+    the client as the payer of the CPU work a paid route runs."""
     limits = request.app.get(LIMITS)
-    if limits is not None:
-        rule = _rule_for(request)
-        if rule is not None and limits.limiter.enabled(rule):
-            wait = limits.limiter.take(rule, limits.client(request))
-            if wait > 0:
-                return error_response(rate_limited(rule, wait))
-    return await handler(request)
+    if limits is None:
+        return await handler(request)
+    route = request.match_info.route.resource
+    path = route.canonical if route is not None else ""
+    rule = _rule_for(request, path)
+    pays = request.method == "POST" and path in PAYER_ROUTES
+    if (rule is None or not limits.limiter.enabled(rule)) and not pays:
+        return await handler(request)
+    client = limits.client(request)
+    if rule is not None:
+        wait = limits.limiter.take(rule, client)
+        if wait > 0:
+            return error_response(rate_limited(rule, wait))
+    if not pays:
+        return await handler(request)
+    token = PAYER.set(client)
+    try:
+        return await handler(request)
+    finally:
+        PAYER.reset(token)

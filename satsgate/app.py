@@ -380,12 +380,14 @@ REWORK_SWEEP_S = 60  # how often expired free-retry windows are refunded
 HOUR_S = 3600
 CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the kick at a job's end)
 
-# An unpaid payment is deleted this long after its invoice expired.
-UNPAID_RETENTION_S = 7 * 86400
+# How often payments never paid are pruned (Settings.unpaid_retention_s after their
+# invoice expired); the first run comes this long after start, once the settlements
+# missed while down have been read.
+UNPAID_PRUNE_EVERY_S = 300
 
 
-async def _prune_unpaid(store: Store) -> None:
-    pruned = await store.payments.prune_unpaid(int(time.time()) - UNPAID_RETENTION_S)
+async def _prune_unpaid(store: Store, retention_s: int) -> None:
+    pruned = await store.payments.prune_unpaid(int(time.time()) - retention_s)
     if pruned:
         log.info("pruned %d payment(s) never paid", pruned)
 
@@ -413,7 +415,9 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     every(60, app[DEPOSITS].resume, id="deposits-resume")
     every(60, app[AI_CALLS].sweep, id="ai-calls-sweep")
     every(HOUR_S, files.remove_older_than, 12 * HOUR_S, id="files-cleanup")
-    every(HOUR_S, _prune_unpaid, store, id="payments-prune")
+    every(
+        UNPAID_PRUNE_EVERY_S, _prune_unpaid, store, settings.unpaid_retention_s, id="payments-prune"
+    )
     # Held communications: refunded once unresolved for 24 hours.
     every(600, app[HOLDS].expire, id="holds-expire")
     # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).

@@ -115,6 +115,13 @@ class Settings:
     refund_rate_per_min: int = 30
     # Price estimates (GET /api/estimate-cost).
     estimate_rate_per_min: int = 300
+    # Unpaid, unexpired challenges outstanding on the whole node, from any address; past
+    # it a new one gets 429 RATE_LIMITED with Retry-After before any invoice. Bounds the
+    # payments table and the node's invoices under a flood from many addresses. 0: off.
+    max_unpaid_challenges: int = 10_000
+    # An unpaid payment is deleted this long after its invoice expired (it can no longer
+    # be paid; the margin lets a settlement learned late, after downtime, find its row).
+    unpaid_retention_s: int = 3600
     # Reverse proxies whose X-Forwarded-For names the client (addresses or CIDRs). Empty:
     # X-Forwarded-For is ignored and the peer address is the client.
     trusted_proxies: tuple[str, ...] = ()

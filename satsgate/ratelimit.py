@@ -31,7 +31,7 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -145,6 +145,90 @@ def rate_limited(rule: str, wait_s: float) -> ApiError:
     return ApiError(
         "RATE_LIMITED",
         f"Too many {what} from this address; retry in {seconds} s.",
+        extra={"retry_after_seconds": seconds},
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+# -- the node's bound on unpaid challenges --------------------------------------------------
+
+
+class ChallengeBudget:
+    """At most ``cap`` challenges unpaid and unexpired at once on this node, whatever
+    the addresses they come from (0: no cap). Past it, a new challenge is refused with
+    RATE_LIMITED and Retry-After before any invoice is made, so a flood from many
+    addresses cannot grow the payments table or the node's invoices beyond ``cap`` per
+    invoice lifetime.
+
+    Counted in memory: the store is asked once at first, then every challenge issued is
+    counted as outstanding until the count reaches the cap; only then is the store asked
+    again (:func:`outstanding`, at most once per
+    ``recount_s``) how many are still unpaid and unexpired, which gives back the slots of
+    the ones paid or expired since. Challenges being issued (taken, not yet stored) are
+    counted on top of what the store holds. So a flood costs one COUNT a second, and
+    normal traffic none.
+    """
+
+    def __init__(
+        self,
+        cap: int,
+        outstanding: Callable[[int], Awaitable[tuple[int, int | None]]],
+        *,
+        recount_s: float = 1.0,
+    ) -> None:
+        self.cap = cap
+        self._outstanding = outstanding
+        self._recount_s = recount_s
+        self._known = 0  # outstanding as last counted, plus every challenge taken since
+        self._pending = 0  # taken, not yet stored
+        self._counted_at = -math.inf
+        self._first_expiry: int | None = None
+
+    async def take(self) -> None:
+        """Count one new challenge, or raise RATE_LIMITED (nothing counted). Then
+        :meth:`stored` once its payment is stored, or :meth:`give_back` if it never is."""
+        if self.cap <= 0:
+            return
+        if self._known >= self.cap or self._counted_at == -math.inf:  # full, or first use
+            await self._recount()
+            if self._known >= self.cap:
+                raise node_challenges_full(self._wait_s())
+        self._known += 1
+        self._pending += 1
+
+    def stored(self) -> None:
+        """A challenge taken is in the store now (a recount sees it there)."""
+        if self.cap > 0:
+            self._pending -= 1
+
+    def give_back(self) -> None:
+        """A challenge taken was not issued after all (the invoice or its row failed)."""
+        if self.cap > 0:
+            self._pending -= 1
+            self._known -= 1
+
+    async def _recount(self) -> None:
+        started = time.monotonic()
+        if started - self._counted_at < self._recount_s:
+            return
+        self._counted_at = started
+        count, self._first_expiry = await self._outstanding(int(time.time()))
+        self._known = count + self._pending  # a row stored meanwhile may count twice: safe
+
+    def _wait_s(self) -> float:
+        """Until the first outstanding challenge expires (a slot opens then, if none is
+        paid sooner), at most a minute."""
+        if self._first_expiry is None:
+            return 1.0
+        return min(60.0, max(1.0, self._first_expiry - time.time()))
+
+
+def node_challenges_full(wait_s: float) -> ApiError:
+    seconds = max(1, math.ceil(wait_s))
+    return ApiError(
+        "RATE_LIMITED",
+        f"This node has too many unpaid payment requests outstanding; retry in {seconds} s. "
+        "Nothing was charged.",
         extra={"retry_after_seconds": seconds},
         headers={"Retry-After": str(seconds)},
     )

@@ -41,6 +41,7 @@ from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
+from satsgate.ratelimit import ChallengeBudget
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.services.bridge_sessions import BridgeSessions
@@ -227,6 +228,9 @@ def build_gate(
             credential_ttl_s=settings.credential_ttl_s,
             holds=holds if settings.hold_invoices else None,
             opt_outs=opt_outs,
+            budget=ChallengeBudget(
+                settings.max_unpaid_challenges, store.payments.outstanding_unpaid
+            ),
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

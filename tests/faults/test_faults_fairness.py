@@ -9,11 +9,15 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import pytest
 
+from satsgate.appkeys import CPU
 from satsgate.engines import CpuRunner
 from satsgate.engines.cpu_jobs import PAYER
+from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
 
 
 class Starts:
@@ -97,3 +101,47 @@ async def test_quick_work_still_finds_the_free_worker_and_a_cancelled_wait_leave
     assert runner.waiting == 0  # both were handed a worker at once
     await asyncio.gather(*both)
     assert sorted(starts.order[-2:]) == ["q0", "q1"]
+
+
+async def _two_payers(srv: ThreadedServer, client: httpx.AsyncClient) -> list[str]:
+    """Payer A's five paid calls, then payer B's one once four of A's wait: the order of
+    the answers."""
+    body = {"html": "<h1>Report</h1>" + "<p>A paragraph of the report.</p>" * 400}
+    finished: list[str] = []
+
+    async def call(name: str, xff: str, auth: str) -> None:
+        headers = {"Authorization": auth, "X-Forwarded-For": xff}
+        resp = await client.post("/api/l402/html-to-pdf", json=body, headers=headers)
+        assert resp.status_code == 200, resp.text
+        finished.append(name)
+
+    async def waiting() -> int:
+        return int(srv.app[CPU].waiting)
+
+    a = [await paid_l402_auth(client, "html-to-pdf", body) for _ in range(5)]
+    b = await paid_l402_auth(client, "html-to-pdf", body)
+    first = [asyncio.create_task(call(f"A{i}", "203.0.113.1", a[i])) for i in range(5)]
+    deadline = time.monotonic() + 30
+    while await asyncio.to_thread(srv.call, waiting) < 4:  # A0 runs, four wait
+        assert time.monotonic() < deadline, finished
+        await asyncio.sleep(0.01)
+    await call("B", "198.51.100.7", b)
+    await asyncio.gather(*first)
+    return finished
+
+
+async def test_through_the_gate_each_client_address_is_a_payer(tmp_path: Path) -> None:
+    """Paid html-to-pdf calls (long work: one at a time on two workers) from two client
+    addresses behind a trusted proxy: the second payer's one call is served right after
+    the first payer's call that was running, not after all five."""
+    srv = ThreadedServer(
+        make_settings(tmp_path / "data", cpu_workers=2, trusted_proxies=("127.0.0.0/8",))
+    )
+    try:
+        async for client in http_client(srv):
+            finished = await _two_payers(srv, client)
+            # Long work runs one at a time here, so the order of answers is the order of
+            # starts.
+            assert finished.index("B") <= 1, finished
+    finally:
+        srv.stop()

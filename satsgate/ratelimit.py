@@ -181,6 +181,7 @@ class ChallengeBudget:
         self._recount_s = recount_s
         self._known = 0  # outstanding as last counted, plus every challenge taken since
         self._pending = 0  # taken, not yet stored
+        self._stored = 0  # stored, in all
         self._counted_at = -math.inf
         self._first_expiry: int | None = None
 
@@ -200,6 +201,7 @@ class ChallengeBudget:
         """A challenge taken is in the store now (a recount sees it there)."""
         if self.cap > 0:
             self._pending -= 1
+            self._stored += 1
 
     def give_back(self) -> None:
         """A challenge taken was not issued after all (the invoice or its row failed)."""
@@ -212,8 +214,10 @@ class ChallengeBudget:
         if started - self._counted_at < self._recount_s:
             return
         self._counted_at = started
+        stored = self._stored
         count, self._first_expiry = await self._outstanding(int(time.time()))
-        self._known = count + self._pending  # a row stored meanwhile may count twice: safe
+        # Those stored while counting may or may not be in ``count``: counted again (safe).
+        self._known = count + self._pending + (self._stored - stored)
 
     def _wait_s(self) -> float:
         """Until the first outstanding challenge expires (a slot opens then, if none is

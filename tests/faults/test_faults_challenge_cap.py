@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from satsgate.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
 from satsgate.config import load_settings
 from satsgate.errors import ApiError
 from satsgate.ratelimit import ChallengeBudget
@@ -179,3 +180,22 @@ def test_settings_for_the_bound_and_the_prune() -> None:
     env = {"SATSGATE_MAX_UNPAID_CHALLENGES": "50", "SATSGATE_UNPAID_RETENTION_S": "120"}
     settings = load_settings(environ=env)
     assert settings.max_unpaid_challenges == 50 and settings.unpaid_retention_s == 120
+
+
+async def test_expired_unpaid_rows_are_pruned_within_the_hour(tmp_path: Path) -> None:
+    """The app's prune job, with the default retention, on a real store: a row expired two
+    hours ago goes, one expired ten minutes ago (a late settlement may still want it)
+    stays; the job runs every few minutes, not hourly or weekly."""
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        now = int(time.time())
+        old, recent = _unpaid(now - 7200), _unpaid(now - 600)
+        for payment in (old, recent):
+            await store.payments.insert(payment)
+        await _prune_unpaid(store, load_settings(environ={}).unpaid_retention_s)
+        assert await store.payments.get(old.payment_id) is None
+        assert await store.payments.get(recent.payment_id) == recent
+        assert UNPAID_PRUNE_EVERY_S <= 600
+    finally:
+        await store.close()

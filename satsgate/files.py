@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}\.[a-z0-9]{1,8}$")
 
@@ -115,7 +115,7 @@ class OutputCaps:
 def output_too_large(service: str, size: int, cap: int) -> ApiError:
     """A paid call's outputs came to more than its cap: nothing more is stored."""
     return ApiError(
-        "INVALID_INPUT",
+        ErrorCode.INVALID_INPUT,
         f"The output of {service} would be {size:,} bytes, more than the {cap:,} bytes "
         "this node stores for one call; send a smaller input (or a smaller scale or "
         "format). The payment is refunded.",

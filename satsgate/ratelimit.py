@@ -38,7 +38,7 @@ from aiohttp import web
 
 from satsgate.config import Settings
 from satsgate.engines.cpu_jobs import PAYER
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.http_edge import Handler, error_response
 
 MAX_BUCKETS = 100_000
@@ -143,7 +143,7 @@ def rate_limited(rule: str, wait_s: float) -> ApiError:
         "estimate": "estimates",
     }.get(rule, "requests")
     return ApiError(
-        "RATE_LIMITED",
+        ErrorCode.RATE_LIMITED,
         f"Too many {what} from this address; retry in {seconds} s.",
         extra={"retry_after_seconds": seconds},
         headers={"Retry-After": str(seconds)},
@@ -230,7 +230,7 @@ class ChallengeBudget:
 def node_challenges_full(wait_s: float) -> ApiError:
     seconds = max(1, math.ceil(wait_s))
     return ApiError(
-        "RATE_LIMITED",
+        ErrorCode.RATE_LIMITED,
         f"This node has too many unpaid payment requests outstanding; retry in {seconds} s. "
         "Nothing was charged.",
         extra={"retry_after_seconds": seconds},

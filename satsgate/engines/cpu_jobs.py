@@ -40,6 +40,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from satsgate.engines.errors import EngineError
+from satsgate.errors import ErrorCode
 
 R = TypeVar("R")
 
@@ -127,7 +128,7 @@ class CpuRunner:
             return await run_cpu_job(self.pool, limit, fn, *args)
         except CpuTimeLimitExceeded:
             raise EngineError(
-                "TIMEOUT", f"The engine did not finish within {limit:g} s and was stopped."
+                ErrorCode.TIMEOUT, f"The engine did not finish within {limit:g} s and was stopped."
             ) from None
         finally:
             self._release(payer, quick)

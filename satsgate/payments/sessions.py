@@ -289,7 +289,7 @@ class PaidRefresher(Protocol):
 
 
 class Contexts(Protocol):
-    def for_call(self, call_id: str) -> ServiceContext: ...
+    def for_call(self, call_id: str, *, service: str | None = None) -> ServiceContext: ...
 
 
 @dataclass(frozen=True)
@@ -825,7 +825,9 @@ class Sessions:
             balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
             if balance is None:
                 raise await self._why_not(session_id, price_msat)
-            ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+            ctx = self._contexts.for_call(
+                f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
+            )
             pieces = spec.stream_handler(ctx, params)
             try:
                 return await self._relay(
@@ -979,7 +981,9 @@ class Sessions:
         price_msat: int,
         balance: int,
     ) -> Served:
-        ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+        ctx = self._contexts.for_call(
+            f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
+        )
         try:
             result = await spec.handler(ctx, params)
         except ApiError as exc:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from satsgate.engines.local import cards, pdf
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
     FlatPrice,
     Params,
@@ -98,7 +98,7 @@ async def _check_card_fits(params: RenderCardParams, memo: PrecheckMemo) -> None
         lambda: asyncio.to_thread(_fit_error, params),
     )
     if error is not None:
-        raise ApiError("L402_INVALID_PARAMS", error)
+        raise ApiError(ErrorCode.L402_INVALID_PARAMS, error)
 
 
 async def render_card(ctx: ServiceContext, params: RenderCardParams) -> ServiceResult:
@@ -129,7 +129,7 @@ RENDER_CARD = ServiceSpec(
     price_msat=FlatPrice.of_sats(5, "render-card"),
     handler=render_card,
     model_ids=(53,),
-    failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.L402_INVALID_PARAMS, ErrorCode.SERVICE_ERROR),
     max_body_bytes=64 * 1024,
     prevalidate=_check_card_fits,
     example={"template": "headline", "title": "Lightning is fast", "subtitle": "satsgate"},
@@ -214,11 +214,13 @@ class MergePdfParams(Params):
             try:
                 data = decode_base64_file(doc, max_bytes=MAX_PDF_BYTES)
             except BadBase64 as exc:
-                raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc}") from None
+                raise ApiError(
+                    ErrorCode.L402_INVALID_PARAMS, f"documents[{index}]: {exc}"
+                ) from None
             total += len(data)
             if total > MAX_MERGE_BYTES:
                 raise ApiError(
-                    "L402_INVALID_PARAMS",
+                    ErrorCode.L402_INVALID_PARAMS,
                     f"documents: more than {MAX_MERGE_BYTES // (1024 * 1024)} MB of PDFs in all",
                 )
             out.append(data)
@@ -234,9 +236,11 @@ def _validate_all(documents: list[bytes]) -> None:
             pages += pdf.validate_pdf(data, MAX_MERGE_PAGES - pages, index)
         except pdf.TooManyPages:
             message = f"documents: more than {MAX_MERGE_PAGES} pages in all"
-            raise ApiError("L402_INVALID_PARAMS", message) from None
+            raise ApiError(ErrorCode.L402_INVALID_PARAMS, message) from None
         except pdf.InvalidPdf as exc:
-            raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc.reason}") from None
+            raise ApiError(
+                ErrorCode.L402_INVALID_PARAMS, f"documents[{index}]: {exc.reason}"
+            ) from None
 
 
 async def _check_pdfs(params: MergePdfParams, _memo: PrecheckMemo) -> None:

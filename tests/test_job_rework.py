@@ -480,3 +480,37 @@ async def test_a_retried_job_running_upstream_is_taken_up_after_a_restart(
         ).fetchone()
         assert state == "closed"
         assert conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] == 0
+
+
+async def test_a_poll_by_job_id_alone_leaks_no_payment_id_of_an_mcp_payment(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """An MCP payment's paymentId proves it (it shows the rework_token, and the decline
+    that token allows hands out the refund link): a reader with the job id alone must not
+    learn it from the refused job's envelope."""
+    rep = rep_of(platforms)
+    rep.script = refusing()
+    async with Client(f"{server.url}/api/mcp") as mcp:
+        created = await mcp.call_tool("create_payment", {"toolName": "generate_video", **BODY})
+        payment = dict(created.structured_content or {})
+        await dev_pay(client, payment["lightningInvoice"])
+        payment_id = payment["paymentId"]
+        submitted = await mcp.call_tool("generate_video", {"paymentId": payment_id, **BODY})
+        job_id = dict(submitted.structured_content or {})["requestId"]
+        public = await ended(client, job_id)  # a stranger with the job id (a shared poll_url)
+        assert public["error_code"] == "CONTENT_FILTERED_RETRY", public
+        assert "rework_token" not in public
+        assert payment_id not in str(public), public
+        by_tool = await mcp.call_tool("check_job_status", {"requestId": job_id, "jobType": "video"})
+        assert payment_id not in str(by_tool.structured_content), by_tool
+        # The payer (its paymentId) still reads the whole envelope.
+        own = await client.get(
+            "/api/l402/job-status", params={"requestId": job_id, "paymentId": payment_id}
+        )
+        assert own.json()["paymentId"] == payment_id and own.json()["rework_token"]
+        declined = await client.post(
+            "/api/decline-retry",
+            json={"paymentId": payment_id, "rework_token": own.json()["rework_token"]},
+        )
+        assert declined.status_code == 200, declined.text
+    assert payment_status(server, payment_id) == "spent"

@@ -514,3 +514,52 @@ async def test_a_poll_by_job_id_alone_leaks_no_payment_id_of_an_mcp_payment(
         )
         assert declined.status_code == 200, declined.text
     assert payment_status(server, payment_id) == "spent"
+
+
+async def test_a_crash_between_the_window_and_the_jobs_end_refunds_once(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The process died after the refusal opened the window but before the refused job
+    recorded its end (simulated: the job's row put back IN_PROGRESS, its resume state
+    kept). The restart takes the job up, meets the refusal again and refunds once; the
+    window left open then yields no second refund, by decline (even with the token) or
+    by the expiry sweep."""
+    rep = rep_of(platforms)
+    settings = dataclasses.replace(
+        platform_settings(tmp_path / "data", platforms), rework_window_s=1.0
+    )
+    srv = ThreadedServer(settings)
+    try:
+        async for client in http_client(srv):
+            paid, job_id, doc = await refused_job(client, rep)
+    finally:
+        srv.stop()
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn, conn:
+        conn.execute(
+            "UPDATE jobs SET status = 'IN_PROGRESS', error_json = NULL WHERE job_id = ?",
+            (job_id,),
+        )
+    srv = ThreadedServer(settings)
+    try:
+        async for client in http_client(srv):
+            read = await ended(client, job_id, paid.auth)
+            assert read["error_code"] == "CONTENT_FILTERED", read
+            assert read["refund"]["amount_sats"] == PRICE_SATS
+            await asyncio.sleep(1.2)  # past rework_until: the sweep would take it too
+            args = {"paymentId": paid.payment_id, "rework_token": doc["rework_token"]}
+            declined = await client.post("/api/decline-retry", json=args)
+            srv.call(srv.gate.spender.rework.expire_due)
+            if declined.status_code == 200:
+                assert declined.json()["refund"]["refund_secret"] == read["refund"]["refund_secret"]
+            retried = await submit(client, paid, CHANGED, reworkToken=doc["rework_token"])
+            assert retried.status_code in (403, 410), retried.text
+            with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+                refunds = conn.execute(
+                    "SELECT COUNT(*), SUM(amount_msat) FROM refunds WHERE payment_id = ?",
+                    (paid.payment_id,),
+                ).fetchone()
+            assert refunds == (1, PRICE_SATS * 1000)
+            assert payment_status(srv, paid.payment_id) == "spent"
+            assert_ledger_balances(srv)
+    finally:
+        srv.stop()

@@ -563,3 +563,34 @@ async def test_a_crash_between_the_window_and_the_jobs_end_refunds_once(
             assert_ledger_balances(srv)
     finally:
         srv.stop()
+
+
+async def test_a_repeat_of_a_retry_whose_answer_was_lost_gets_the_same_job(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The retry's 202 is the only place its new job id is shown: a repeat of the same
+    retry (same credential, body and reworkToken, its answer lost on the way) gets that
+    202 again from the dedup cache, as a first call's repeat does, not a 403 that leaves
+    the paid job unfindable. Nothing runs twice."""
+    rep = rep_of(platforms)
+    paid, _, done = await refused_job(client, rep)
+    made = len(rep.records)
+    rep.script = succeeding()
+    body = {**CHANGED, "reworkToken": done["rework_token"]}
+    headers = {"Authorization": paid.auth}  # the cache on, as for any client
+    first = await client.post(f"/api/l402/{SLUG}", json=body, headers=headers)
+    assert first.status_code == 202, first.text
+    again = await client.post(f"/api/l402/{SLUG}", json=body, headers=headers)
+    assert again.status_code == 202, again.text
+    assert again.json()["requestId"] == first.json()["requestId"]
+    finished = await ended(client, first.json()["requestId"], paid.auth)
+    assert finished["status"] == "COMPLETED", finished
+    assert len(rep.records) == made + 1
+    # The first call's cached 202 is not a retry's: a changed body with the token is its
+    # own key, and without the token the window still decides (nothing runs).
+    other = await client.post(
+        f"/api/l402/{SLUG}", json={**BODY, "reworkToken": done["rework_token"]}, headers=headers
+    )
+    assert other.status_code == 403, other.text
+    assert len(rep.records) == made + 1
+    assert payment_status(server, paid.payment_id) == "spent"

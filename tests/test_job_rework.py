@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,8 @@ import httpx
 import pytest
 from mcp import Client
 
+from satsgate.app import REFUNDS
+from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay, http_client
 from tests.fake_platforms import FakeFal, FakeReplicate, Script, mp4
 from tests.ledger_check import assert_ledger_balances
@@ -594,3 +597,33 @@ async def test_a_repeat_of_a_retry_whose_answer_was_lost_gets_the_same_job(
     assert other.status_code == 403, other.text
     assert len(rep.records) == made + 1
     assert payment_status(server, paid.payment_id) == "spent"
+
+
+async def test_a_window_whose_payment_the_operator_refunded_cannot_be_claimed(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The operator's refund of a payment in its window (``satsgate refund``) leaves the
+    window open. A retry that read the payment as serving just before must not claim it
+    and run a job on a refunded payment: the claim (and the job's row with it) requires
+    the payment still serving, in its own transaction."""
+    rep = rep_of(platforms)
+    paid, _, done = await refused_job(client, rep)
+    payment = server.call(lambda: server.store.payments.get(paid.payment_id))
+    refund = server.call(
+        lambda: server.app[REFUNDS].refund_remaining(payment, "refunded by the node operator")
+    )
+    assert refund is not None and refund["amount_sats"] == PRICE_SATS
+    assert payment_status(server, paid.payment_id) == "spent"
+    token_hash = hashlib.sha256(done["rework_token"].encode()).hexdigest()
+    # The retry's claim, as it runs after its read of the (then serving) payment.
+    job = server.gate.spender._prepare_job(payment, BY_SLUG[SLUG], BY_SLUG[SLUG].params(**BODY))
+    claimed = server.call(
+        lambda: server.store.rework.claim(paid.payment_id, token_hash, time.time(), job)
+    )
+    assert claimed is False
+    assert len(payment_jobs(server, paid.payment_id)) == 1
+    # Through the gate: used, its refund shown; nothing ran.
+    made = len(rep.records)
+    resp = await submit(client, paid, CHANGED, reworkToken=done["rework_token"])
+    assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
+    assert len(rep.records) == made

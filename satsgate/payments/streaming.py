@@ -1,0 +1,121 @@
+"""A streamed paid answer as server-sent events: the one encoder and the one relay, for
+calls paid one by one (L402, the Payment scheme's charge, Cashu) and calls paid from a
+payment session alike.
+
+The events: each text piece as ``data: {"text": ...}``; at the end ``event:
+payment-receipt`` (what the call cost, the model that ran and the provider's token
+counts), then ``data: [DONE]``. A failure after the first piece ends the stream with
+``event: error``: the usual error envelope, with what was given back (``refund`` or the
+session's credit), given once. A failure before the first piece never reaches here: the
+call answers it as any failure, with the usual envelope and status.
+
+Invariants: the relay pulls the next piece only once the last one is written, and a
+write waits while the client's connection is backed up (aiohttp drains past 64 KiB), so a
+slow reader holds the upstream back instead of satsgate buffering the answer; the pieces'
+iterator is always closed (the upstream connection with it), whether the stream ended,
+failed or the client left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from satsgate.engines import EngineError
+from satsgate.errors import ApiError, envelope
+from satsgate.payments import mpp
+from satsgate.services.base import OpenStream, StreamPiece, StreamSettle
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/event-stream"
+DONE = b"data: [DONE]\n\n"
+
+
+def sse_event(name: str | None, data: Mapping[str, Any]) -> bytes:
+    """One server-sent event: an optional ``event:`` line and one ``data:`` line of
+    canonical JSON (which never holds a newline)."""
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {mpp.canonical_json(dict(data))}\n\n".encode()
+
+
+def use_members(last: StreamPiece, units: int) -> dict[str, Any]:
+    """What the payment-receipt event says of the answer itself: its text pieces, the model
+    that ran and the provider's token counts (null when the provider reported none)."""
+    usage = None
+    if last.input_tokens is not None or last.output_tokens is not None:
+        usage = {"inputTokens": last.input_tokens, "outputTokens": last.output_tokens}
+    return {"units": units, "model": last.model_id, "usage": usage}
+
+
+async def relay(
+    request: web.Request,
+    stream: OpenStream,
+    settle: StreamSettle,
+    headers: Mapping[str, str],
+) -> web.StreamResponse:
+    """Send ``stream`` as server-sent events and end its payment through ``settle``."""
+    resp = web.StreamResponse(
+        headers={**headers, "Content-Type": CONTENT_TYPE, "Cache-Control": "private, no-store"}
+    )
+    pieces = stream.pieces
+    units = 0
+    last = StreamPiece()
+    try:
+        try:
+            await resp.prepare(request)
+            async for piece in pieces:
+                if piece.is_final:
+                    last = piece
+                if piece.text:
+                    units += 1
+                    await resp.write(sse_event(None, {"text": piece.text}))
+        except ConnectionError:
+            log.info("a client left a stream; the call counts as served")
+            settle.abandoned()
+            return resp
+        except asyncio.CancelledError:
+            settle.abandoned()
+            raise
+        except (ApiError, EngineError) as exc:
+            extra = exc.envelope_extra() if isinstance(exc, EngineError) else exc.extra
+            await _fail(resp, settle, exc.code, exc.message, extra)
+            return resp
+        except Exception:
+            log.exception("a streamed call failed after its first piece")
+            await _fail(resp, settle, "L402_UPSTREAM_FAILED", "The stream failed.", {})
+            return resp
+        receipt = await settle.finished(last)
+        receipt = {
+            "status": "success",
+            "timestamp": mpp.rfc3339(int(time.time())),
+            **stream.receipt,
+            **receipt,
+            **use_members(last, units),
+        }
+        with contextlib.suppress(ConnectionError):
+            await resp.write(sse_event("payment-receipt", receipt))
+            await resp.write(DONE)
+            await resp.write_eof()
+        return resp
+    finally:
+        await pieces.aclose()
+
+
+async def _fail(
+    resp: web.StreamResponse,
+    settle: StreamSettle,
+    code: str,
+    message: str,
+    extra: Mapping[str, Any],
+) -> None:
+    given_back = await settle.failed(code, message)
+    with contextlib.suppress(ConnectionError):
+        await resp.write(sse_event("error", {**envelope(code, message), **extra, **given_back}))
+        await resp.write_eof()

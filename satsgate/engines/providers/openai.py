@@ -115,8 +115,8 @@ def _upstream_code(body: object) -> str | None:
 
 ERRORS = upstream.SdkErrors(
     KIND,
-    openai.APITimeoutError,
-    openai.APIConnectionError,
+    (openai.APITimeoutError, httpx2.TimeoutException),
+    (openai.APIConnectionError, httpx2.TransportError),
     openai.APIStatusError,
     _upstream_code,
 )
@@ -291,7 +291,10 @@ class _Chat:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """``stream: true`` with ``stream_options.include_usage``: the text deltas, then
-        the usage from the last chunk (``choices`` empty, ``usage`` set)."""
+        the usage from the last chunk (``choices`` empty, ``usage`` set). At most the
+        provider's ``timeout_s`` between two chunks (TIMEOUT past it); a chunk with an
+        ``error`` (the SDK raises it) fails the stream; closing the iterator closes the
+        upstream response."""
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
@@ -313,7 +316,7 @@ class _Chat:
         # generated for the caller yet).
         stream = await self.provider.call(self.engine, call, idempotent=True)
         try:
-            async for chunk in stream:
+            async for chunk in upstream.events_within(stream, self.provider.config.timeout_s):
                 usage = getattr(chunk, "usage", None)
                 for choice in chunk.choices or ():
                     if choice.finish_reason == "content_filter" or getattr(

@@ -1,6 +1,6 @@
-"""A streamed paid answer as server-sent events: the one encoder and the one relay, for
-calls paid one by one (L402, the Payment scheme's charge, Cashu) and calls paid from a
-payment session alike.
+"""A streamed paid answer as server-sent events (encoded by ``http_edge.sse_event``): the
+one relay, for calls paid one by one (L402, the Payment scheme's charge, Cashu) and calls
+paid from a payment session alike.
 
 The events: each text piece as ``data: {"text": ...}``; at the end ``event:
 payment-receipt`` (what the call cost, the model that ran and the provider's token
@@ -29,6 +29,7 @@ from aiohttp import web
 
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, envelope
+from satsgate.http_edge import sse_event
 from satsgate.payments import mpp
 from satsgate.services.base import OpenStream, StreamPiece, StreamSettle
 
@@ -36,13 +37,6 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
-
-
-def sse_event(name: str | None, data: Mapping[str, Any]) -> bytes:
-    """One server-sent event: an optional ``event:`` line and one ``data:`` line of
-    canonical JSON (which never holds a newline)."""
-    head = f"event: {name}\n" if name else ""
-    return f"{head}data: {mpp.canonical_json(dict(data))}\n\n".encode()
 
 
 def use_members(last: StreamPiece, units: int) -> dict[str, Any]:
@@ -62,7 +56,12 @@ async def relay(
 ) -> web.StreamResponse:
     """Send ``stream`` as server-sent events and end its payment through ``settle``."""
     resp = web.StreamResponse(
-        headers={**headers, "Content-Type": CONTENT_TYPE, "Cache-Control": "private, no-store"}
+        headers={
+            **headers,
+            "Content-Type": CONTENT_TYPE,
+            "Cache-Control": "private, no-store",
+            "X-Accel-Buffering": "no",  # a proxy in front passes each event on at once
+        }
     )
     pieces = stream.pieces
     units = 0

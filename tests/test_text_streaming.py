@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from satsgate.payments import streaming
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
 from tests.fake_ai_upstream import ANTHROPIC_KEY, HUGE_CHUNKS, OPENAI_KEY, FakeAIUpstream
@@ -247,12 +248,16 @@ async def test_a_caller_who_leaves_mid_stream_closes_the_upstream_and_is_served(
     assert refunds_of(srv, payment_hash) == []  # served: what was generated is paid
 
 
-async def test_a_slow_reader_holds_the_upstream_back(
-    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream
+async def test_a_slow_reader_holds_the_upstream_back_and_a_stalled_one_is_cut_off(
+    http: httpx.AsyncClient,
+    srv: ThreadedServer,
+    fake: FakeAIUpstream,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(streaming, "WRITE_STALL_S", 3.0)
     up = UPSTREAMS["openai"]
     body = up.body("A huge answer")
-    auth, _payment_hash, _price = await paid_auth(http, body)
+    auth, payment_hash, _price = await paid_auth(http, body)
     fake.fail_next(up.path, "huge_stream")
     sent_before, cut_before = fake.stream_chunks_sent, fake.streams_cut
     async with (
@@ -273,7 +278,15 @@ async def test_a_slow_reader_holds_the_upstream_back(
                 break
             settled = sent
         assert 0 < settled < HUGE_CHUNKS // 4, settled  # far from the 64 MiB answer
-    await wait_for(lambda: fake.streams_cut > cut_before, "the upstream stream was not closed")
+        # Reading nothing for WRITE_STALL_S, the caller is cut off, and the upstream with it
+        # (while this client still holds its connection open).
+        for _ in range(200):
+            if fake.streams_cut > cut_before:
+                break
+            await asyncio.sleep(0.05)
+        assert fake.streams_cut == cut_before + 1
+    await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
+    assert refunds_of(srv, payment_hash) == []
 
 
 async def test_mcp_answers_a_streamed_request_with_the_whole_text(

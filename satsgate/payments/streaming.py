@@ -13,7 +13,7 @@ Invariants: the relay pulls the next piece only once the last one is written, an
 write waits while the client's connection is backed up (aiohttp drains past 64 KiB), so a
 slow reader holds the upstream back instead of satsgate buffering the answer; the pieces'
 iterator is always closed (the upstream connection with it), whether the stream ended,
-failed or the client left.
+failed or the client left; a client that reads nothing for ``WRITE_STALL_S`` is cut off.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
+# A caller whose connection takes no byte for this long is cut off (and served): its
+# stream would otherwise hold the upstream connection open.
+WRITE_STALL_S = 60.0
 
 
 def use_members(last: StreamPiece, units: int) -> dict[str, Any]:
@@ -54,7 +57,9 @@ async def relay(
     settle: StreamSettle,
     headers: Mapping[str, str],
 ) -> web.StreamResponse:
-    """Send ``stream`` as server-sent events and end its payment through ``settle``."""
+    """Send ``stream`` as server-sent events and end its payment through ``settle``: the
+    caller leaving (or reading nothing for ``WRITE_STALL_S``) is served; a failure, or a
+    shutdown cutting the stream, gives the payment back."""
     resp = web.StreamResponse(
         headers={
             **headers,
@@ -74,21 +79,21 @@ async def relay(
                     last = piece
                 if piece.text:
                     units += 1
-                    await resp.write(sse_event(None, {"text": piece.text}))
+                    await _send(request, resp, sse_event(None, {"text": piece.text}))
         except ConnectionError:
             log.info("a client left a stream; the call counts as served")
             settle.abandoned()
             return resp
-        except asyncio.CancelledError:
-            settle.abandoned()
+        except asyncio.CancelledError:  # a shutdown (client disconnects do not cancel)
+            await asyncio.shield(settle.failed("L402_UPSTREAM_FAILED", "The stream was cut."))
             raise
         except (ApiError, EngineError) as exc:
             extra = exc.envelope_extra() if isinstance(exc, EngineError) else exc.extra
-            await _fail(resp, settle, exc.code, exc.message, extra)
+            await _fail(request, resp, settle, exc.code, exc.message, extra)
             return resp
         except Exception:
             log.exception("a streamed call failed after its first piece")
-            await _fail(resp, settle, "L402_UPSTREAM_FAILED", "The stream failed.", {})
+            await _fail(request, resp, settle, "L402_UPSTREAM_FAILED", "The stream failed.", {})
             return resp
         receipt = await settle.finished(last)
         receipt = {
@@ -99,15 +104,27 @@ async def relay(
             **use_members(last, units),
         }
         with contextlib.suppress(ConnectionError):
-            await resp.write(sse_event("payment-receipt", receipt))
-            await resp.write(DONE)
+            await _send(request, resp, sse_event("payment-receipt", receipt) + DONE)
             await resp.write_eof()
         return resp
     finally:
         await pieces.aclose()
 
 
+async def _send(request: web.Request, resp: web.StreamResponse, data: bytes) -> None:
+    """Write, waiting while the caller's connection is backed up, for at most
+    ``WRITE_STALL_S``: a caller that reads nothing that long is cut off (ConnectionError)."""
+    try:
+        async with asyncio.timeout(WRITE_STALL_S):
+            await resp.write(data)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+        raise ConnectionResetError("the caller read nothing for too long") from None
+
+
 async def _fail(
+    request: web.Request,
     resp: web.StreamResponse,
     settle: StreamSettle,
     code: str,
@@ -116,5 +133,6 @@ async def _fail(
 ) -> None:
     given_back = await settle.failed(code, message)
     with contextlib.suppress(ConnectionError):
-        await resp.write(sse_event("error", {**envelope(code, message), **extra, **given_back}))
+        data = {**envelope(code, message), **extra, **given_back}
+        await _send(request, resp, sse_event("error", data))
         await resp.write_eof()

@@ -51,7 +51,7 @@ from satsgate.services.base import (
     StreamPiece,
     request_digest,
 )
-from satsgate.services.screening import HeldForReview
+from satsgate.services.comms.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
 log = logging.getLogger(__name__)

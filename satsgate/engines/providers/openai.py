@@ -331,6 +331,14 @@ class _Chat:
                     )
         except EngineError:
             raise
+        except openai.APIError as exc:
+            if type(exc) is not openai.APIError:
+                raise ERRORS.mapped(exc, self.engine) from None
+            # A chunk holding ``error`` (the SDK raises the base class): the upstream
+            # failed while answering.
+            error = EngineError("L402_UPSTREAM_FAILED", upstream.UNAVAILABLE_MESSAGE)
+            upstream.log_failure(self.engine, KIND, error, "error event mid-stream")
+            raise error from None
         except Exception as exc:
             raise ERRORS.mapped(exc, self.engine) from None
         finally:

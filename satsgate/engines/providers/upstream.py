@@ -107,7 +107,9 @@ def status_error(
         return EngineError(
             "L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE, retry_after_s=retry_after_s(headers)
         )
-    if status >= 500:
+    if status >= 500 or status < 400:
+        # < 400: an error event inside a stream that had begun well (200): the upstream
+        # failed while answering.
         return EngineError("L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE)
     # 400 (a request this adapter built and the upstream refused), 401/403 (the operator's
     # key), 404 (a model name the upstream does not know), 413, 422 ...: nothing the caller

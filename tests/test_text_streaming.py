@@ -208,6 +208,25 @@ async def test_a_failure_mid_stream_ends_it_with_an_error_event_and_one_refund(
     assert str(payment_row(srv, payment_hash).status) == "spent"
 
 
+async def test_a_refusal_after_text_went_out_ends_the_stream_refunded(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream
+) -> None:
+    """Anthropic's refusal comes in message_delta, after the text it wrote: too late for a
+    free retry, so the stream ends with CONTENT_FILTERED and the price refunded."""
+    up = UPSTREAMS["anthropic"]
+    body = up.body("Something it will refuse halfway")
+    auth, payment_hash, price = await paid_auth(http, body)
+    fake.fail_next(up.path, "refusal")
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    events = sse_events(resp.text)
+    assert len(texts_of(events)) == 2
+    name, data = events[-1]
+    got = json.loads(data)
+    assert name == "error" and got["error_code"] == "CONTENT_FILTERED"
+    assert got["refund"]["amount_sats"] * 1000 == price
+    assert [r.amount_msat for r in refunds_of(srv, payment_hash)] == [price]
+
+
 async def test_a_stalled_upstream_times_out_mid_stream_and_is_refunded(
     http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
 ) -> None:

@@ -142,7 +142,7 @@ async def test_a_paid_call_streams_its_answer_then_usage_and_model(
     got = json.loads(data)
     assert got["status"] == "success" and got["method"] == "lightning"
     assert (got["reference"], got["spentMsat"], got["units"]) == (payment_hash, price, len(texts))
-    assert got["model"] == up.model
+    assert got["model"] == up.model and got["untrusted_output"] is True
     assert got["usage"] == {"inputTokens": up.tokens[0], "outputTokens": up.tokens[1]}
     sent = fake.requests(up.path)[-1].json
     assert sent is not None and sent["stream"] is True

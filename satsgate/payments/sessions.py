@@ -849,6 +849,8 @@ class Sessions:
                 ),
             }
             assert opened.stream is not None
+            if spec.untrusted_output:
+                opened.stream.receipt["untrusted_output"] = True
             settle = _SessionStream(self, session_id, price_msat, balance)
             return await streaming.relay(request, opened.stream, settle, headers)
         finally:

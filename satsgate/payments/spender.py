@@ -485,6 +485,8 @@ class Spender:
 
         if spec.untrusted_output and isinstance(result.body, dict):
             result = replace(result, body={**result.body, "untrusted_output": True})
+        elif spec.untrusted_output and result.stream is not None:
+            result.stream.receipt["untrusted_output"] = True  # said at the stream's end
         # One refund link for all that was not earned: what was paid beyond the quote,
         # plus what the service did not deliver of it.
         earned_msat, field, reason = price_msat, "refund", "paid more than the request costs"

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.callbacks import CallbackSender, callback_body
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.store import Job, JobCallback, JobRepository, JobStatus
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ class JobRunner:
                 self._fail(
                     job,
                     ApiError(
-                        "L402_UPSTREAM_FAILED", "The job was interrupted; the payment was refunded."
+                        ErrorCode.L402_UPSTREAM_FAILED,
+                        "The job was interrupted; the payment was refunded.",
                     ),
                     refund_on_failure,
                 )
@@ -195,7 +196,7 @@ class JobRunner:
             await self._fail(
                 job,
                 ApiError(
-                    "L402_UPSTREAM_FAILED",
+                    ErrorCode.L402_UPSTREAM_FAILED,
                     "The job failed after payment; the payment was refunded.",
                 ),
                 refund_on_failure,
@@ -260,7 +261,8 @@ class JobRunner:
             if job.job_id in self._tasks:
                 continue
             exc = ApiError(
-                "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded."
+                ErrorCode.L402_UPSTREAM_FAILED,
+                "The job was lost in a restart; the payment was refunded.",
             )
             exc.refund = await refund_for(job)
             if await self._finish(job, JobStatus.FAILED, None, exc.envelope()):

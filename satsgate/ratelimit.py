@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from satsgate.config import Settings
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.http_edge import Handler, error_response
 
 MAX_BUCKETS = 100_000
@@ -136,7 +136,7 @@ def rate_limited(rule: str, wait_s: float) -> ApiError:
         "estimate": "estimates",
     }.get(rule, "requests")
     return ApiError(
-        "RATE_LIMITED",
+        ErrorCode.RATE_LIMITED,
         f"Too many {what} from this address; retry in {seconds} s.",
         extra={"retry_after_seconds": seconds},
         headers={"Retry-After": str(seconds)},

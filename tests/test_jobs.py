@@ -11,6 +11,7 @@ import httpx
 
 from satsgate.app import JOBS
 from satsgate.engines import EngineError
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
 from tests.conftest import ThreadedServer, dev_pay
@@ -28,7 +29,7 @@ async def _slow_ok(ctx: ServiceContext, params: NoParams) -> ServiceResult:
 
 async def _slow_fail(ctx: ServiceContext, params: NoParams) -> ServiceResult:
     await asyncio.sleep(0.1)
-    raise EngineError("CONTENT_FILTERED", "the provider refused the prompt")
+    raise EngineError(ErrorCode.CONTENT_FILTERED, "the provider refused the prompt")
 
 
 def job_spec(handler: Any) -> Any:

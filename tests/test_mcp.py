@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
 from PIL import Image
 
+from satsgate.errors import ErrorCode
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.planned import planned_services
 from satsgate.services.registry import BY_SLUG, SERVICES
@@ -386,7 +387,7 @@ async def _failing_job(ctx: ServiceContext, params: StepParams) -> ServiceResult
     await asyncio.sleep(0.05)
     from satsgate.engines import EngineError
 
-    raise EngineError("TIMEOUT", "the upstream engine timed out")
+    raise EngineError(ErrorCode.TIMEOUT, "the upstream engine timed out")
 
 
 JOB_SPEC = ServiceSpec(

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from satsgate.engines.errors import EngineError
+from satsgate.errors import ErrorCode
 
 R = TypeVar("R")
 
@@ -99,5 +100,5 @@ class CpuRunner:
                 return await run_cpu_job(self.pool, limit, fn, *args)
         except CpuTimeLimitExceeded:
             raise EngineError(
-                "TIMEOUT", f"The engine did not finish within {limit:g} s and was stopped."
+                ErrorCode.TIMEOUT, f"The engine did not finish within {limit:g} s and was stopped."
             ) from None

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
+from satsgate.errors import ErrorCode
 from satsgate.jobs import JobRunner
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
@@ -158,7 +159,11 @@ class OperationSpec(Generic[P, R]):
     tool: str | None = None
     tool_params: type[BaseModel] | None = None
     read_only: bool = True
-    error_codes: tuple[str, ...] = ("L402_INVALID_PARAMS", "NOT_FOUND", "INTERNAL_ERROR")
+    error_codes: tuple[ErrorCode, ...] = (
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
+    )
     family: Family | None = None
     rate_rule: str | None = None  # MCP: limited per call; HTTP: by route in the middleware
     tags: tuple[str, ...] = ("free",)

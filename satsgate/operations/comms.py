@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import (
     AiCallRecord,
@@ -47,10 +47,10 @@ from satsgate.services.inputs.params import alias
 
 VOICE_BRIDGE = Family("Voice bridge", VOICE_BRIDGE_OPEN.slug, " (the session's deposit pays)")
 _BRIDGE_CODES = (
-    "L402_INVALID_PARAMS",
-    "VOICE_BRIDGE_SESSION_NOT_FOUND",
-    "SERVICE_UNAVAILABLE",
-    "INTERNAL_ERROR",
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.VOICE_BRIDGE_SESSION_NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
 )
 _FREE_NOTE = " Free: the session's deposit pays; no Authorization, never 402."
 
@@ -186,7 +186,11 @@ VOICE_BRIDGE_END: OperationSpec[VoiceBridgeEndParams, VoiceBridgeSettlement] = O
 # -- AI call --------------------------------------------------------------------------------
 
 AI_CALLS = Family("AI call", AI_CALL.slug)
-_AI_CALL_CODES = ("L402_INVALID_PARAMS", "AI_CALL_NOT_FOUND", "SERVICE_UNAVAILABLE")
+_AI_CALL_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.AI_CALL_NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+)
 
 
 class ConfirmAiCallArgs(BaseModel):
@@ -286,19 +290,23 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
         summary=f"Describe {AI_CALL.title}, or poll one call with call_id (free)",
         llms="`GET {url}?call_id=<call_id>` polls a call (transcript, results, refund status)",
     ),
-    error_codes=(*_AI_CALL_CODES, "INTERNAL_ERROR"),
+    error_codes=(*_AI_CALL_CODES, ErrorCode.INTERNAL_ERROR),
     family=AI_CALLS,
 )
 
 
 # -- SMS and automated-call delivery status ------------------------------------------------
 
-_DELIVERY_CODES = ("L402_INVALID_PARAMS", "DELIVERY_NOT_FOUND", "INTERNAL_ERROR")
+_DELIVERY_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.DELIVERY_NOT_FOUND,
+    ErrorCode.INTERNAL_ERROR,
+)
 
 
 def _delivery_env(env: OperationEnv) -> deliveries.DeliveryEnv:
     if env.deliveries is None:
-        raise ApiError("INTERNAL_ERROR", "Delivery records are not available.")
+        raise ApiError(ErrorCode.INTERNAL_ERROR, "Delivery records are not available.")
     return deliveries.DeliveryEnv(env.deliveries, env.gate.get_payment, env.refunds)
 
 
@@ -418,13 +426,13 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
     runner = env.ai_calls
     if runner is None or not AI_CALL.is_available(env.engines):
         raise ApiError(
-            "SERVICE_UNAVAILABLE",
+            ErrorCode.SERVICE_UNAVAILABLE,
             f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
         )
     if args.payment_id is not None:
         payment = await env.gate.get_payment(args.payment_id)
         if payment is None or payment.service != AI_CALL.slug:
-            raise ApiError("AI_CALL_NOT_FOUND", "No AI call was paid with this paymentId.")
+            raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, "No AI call was paid with this paymentId.")
         if not proves(
             payment,
             preimage=args.preimage,
@@ -432,7 +440,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
             payment_id=args.payment_id,
         ):
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "This payment was created by an HTTP 402 challenge: only its payer may claim "
                 "its refund. Send its preimage (64 hex) as preimage, or the call_id.",
                 extra={"paymentId": args.payment_id},
@@ -442,7 +450,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
         record = await runner.record(row.call_id)
         status = record.refund_status if record is not None else None
         raise ApiError(
-            "REFUND_NOT_AVAILABLE",
+            ErrorCode.REFUND_NOT_AVAILABLE,
             "The call has not ended yet: its unused deposit is refunded when it ends."
             if status is None
             else "This call's refund was issued with its failure; it is shown at /recover.",
@@ -458,7 +466,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
             "expired": "the refund link expired unclaimed",
         }.get(settled.refund_status, settled.refund_status)
         raise ApiError(
-            "REFUND_NOT_AVAILABLE",
+            ErrorCode.REFUND_NOT_AVAILABLE,
             f"Nothing to claim: {why}.",
             extra={"call_id": row.call_id, **body},
         )
@@ -490,13 +498,13 @@ CLAIM_REFUND: OperationSpec[ClaimRefundParams, ClaimedRefund] = OperationSpec(
     read_only=False,
     rate_rule="refund",
     error_codes=(
-        "L402_INVALID_PARAMS",
-        "AI_CALL_NOT_FOUND",
-        "PAYMENT_INVALID",
-        "REFUND_NOT_AVAILABLE",
-        "SERVICE_UNAVAILABLE",
-        "RATE_LIMITED",
-        "INTERNAL_ERROR",
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.AI_CALL_NOT_FOUND,
+        ErrorCode.PAYMENT_INVALID,
+        ErrorCode.REFUND_NOT_AVAILABLE,
+        ErrorCode.SERVICE_UNAVAILABLE,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.INTERNAL_ERROR,
     ),
     family=AI_CALLS,
 )

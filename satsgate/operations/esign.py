@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body
 from satsgate.services.base import Params
@@ -53,7 +53,7 @@ class ESignStatus(Body):
 
 async def e_signature_status(env: OperationEnv, args: ESignStatusParams, call: Call) -> ESignStatus:
     if env.esign is None:
-        raise ApiError("INTERNAL_ERROR", "E-signature requests are not available.")
+        raise ApiError(ErrorCode.INTERNAL_ERROR, "E-signature requests are not available.")
     return ESignStatus.model_validate(await env.esign.status(args.requestId))
 
 
@@ -83,7 +83,11 @@ E_SIGNATURE_STATUS: OperationSpec[ESignStatusParams, ESignStatus] = OperationSpe
         llms="`GET {url}?requestId=<requestId>` reads a signing request's status (free)",
     ),
     tool="get_e_signature_status",
-    error_codes=("L402_INVALID_PARAMS", "SIGNING_REQUEST_NOT_FOUND", "INTERNAL_ERROR"),
+    error_codes=(
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.SIGNING_REQUEST_NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
+    ),
     family=Family("E-signature", E_SIGNATURE.slug),
     tags=(E_SIGNATURE.category, "free"),
 )

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body, Refund
 from satsgate.payments.proof import proves
@@ -82,7 +82,8 @@ class FaxInboxRecord(Body):
 
 def _unavailable(title: str) -> ApiError:
     return ApiError(
-        "SERVICE_UNAVAILABLE", f"{title} has no engine configured on this node; nothing charged."
+        ErrorCode.SERVICE_UNAVAILABLE,
+        f"{title} has no engine configured on this node; nothing charged.",
     )
 
 
@@ -95,7 +96,7 @@ async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -
         raise _unavailable(SEND_FAX.title) from None
     fax = await desk.status(args.faxId)
     if fax is None:
-        raise ApiError("NOT_FOUND", f"No fax {args.faxId!r}.")
+        raise ApiError(ErrorCode.NOT_FOUND, f"No fax {args.faxId!r}.")
     payment = await env.gate.get_payment(fax.payment_id)
     payer = payment is not None and proves(
         payment, authorization=call.authorization, payment_id=args.paymentId
@@ -112,7 +113,7 @@ async def check_fax_inbox(env: OperationEnv, args: FaxInboxParams, call: Call) -
         raise _unavailable(RECEIVE_FAX.title) from None
     lease = await inbox.get(args.inboxId)
     if lease is None:
-        raise ApiError("NOT_FOUND", "No fax inbox with this inboxId.")
+        raise ApiError(ErrorCode.NOT_FOUND, "No fax inbox with this inboxId.")
     return FaxInboxRecord.model_validate(await inbox.lease_body(lease))
 
 
@@ -125,7 +126,12 @@ def _has(key: str) -> Any:
 
 FAX_SEND = Family("Fax", SEND_FAX.slug)
 FAX_RECEIVE = Family("Fax inbox", RECEIVE_FAX.slug)
-_CODES = ("L402_INVALID_PARAMS", "NOT_FOUND", "SERVICE_UNAVAILABLE", "INTERNAL_ERROR")
+_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
+)
 
 GET_FAX_STATUS: OperationSpec[FaxStatusParams, FaxStatusRecord] = OperationSpec(
     name="get_fax_status",

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import JOB_TYPES, status_body
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import JobStatusBody
@@ -77,7 +77,8 @@ async def find_job(
         or (payment_id is not None and job.payment_id != payment_id)
     ):
         raise ApiError(
-            "NOT_FOUND", f"No job {job_id!r}" + (f" of type {job_type}." if job_type else ".")
+            ErrorCode.NOT_FOUND,
+            f"No job {job_id!r}" + (f" of type {job_type}." if job_type else "."),
         )
     return job
 

@@ -50,7 +50,7 @@ class ErrorEnvelope(Body):
     model_config = ConfigDict(title="ErrorEnvelope")
 
     error: str
-    error_code: str = Field(json_schema_extra={"enum": [*CODES]})
+    error_code: str = Field(json_schema_extra={"enum": [c.value for c in CODES]})
     suggestion: str
     example: str | None = None
     retry_after_seconds: float | None = None

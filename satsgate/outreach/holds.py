@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.jobs import JobRunner
 from satsgate.services.base import (
     FlatPrice,
@@ -64,7 +64,7 @@ class _AppealParams(Params):
 
 
 async def _appeal_handler(ctx: ServiceContext, params: _AppealParams) -> ServiceResult:
-    raise ApiError("NOT_FOUND", "The appeal is paid on its page, not called.")
+    raise ApiError(ErrorCode.NOT_FOUND, "The appeal is paid on its page, not called.")
 
 
 # The appeal's invoice is a payment of its own (service "appeal", 1 sat), settled through
@@ -214,7 +214,7 @@ class HoldDesk:
         job_id = hold.job_id if job is None else job.job_id
         poll_url = f"{self._base}/api/l402/job-status?requestId={job_id}&jobType=held"
         return ApiError(
-            "CONTENT_POLICY_HELD",
+            ErrorCode.CONTENT_POLICY_HELD,
             "The request was held for review and not delivered: the screen flagged it "
             f"({', '.join(sorted({r.split(':')[0] for r in hold.reasons}))}). The payment is "
             "held, not refunded automatically; ask for human review at appeal_url (1 sat). "
@@ -397,7 +397,7 @@ class HoldDesk:
             if refund is None:
                 refund = await self._refunds.latest_refund(payment.payment_id)
         error = envelope(
-            "L402_REFUND_ISSUED",
+            ErrorCode.L402_REFUND_ISSUED,
             f"The held request was not delivered and its payment was refunded ({reason}).",
             refund=refund,
             held=False,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.engines import Engines
-from satsgate.errors import ApiError, invalid_params
+from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
@@ -105,7 +105,9 @@ def validate_params(spec: AnySpec, body: Any) -> BaseModel:
     """Schema check before any invoice: L402_INVALID_PARAMS lists every bad field."""
     if not isinstance(body, dict):
         raise ApiError(
-            "L402_INVALID_PARAMS", "The request body must be a JSON object.", example=_example(spec)
+            ErrorCode.L402_INVALID_PARAMS,
+            "The request body must be a JSON object.",
+            example=_example(spec),
         )
     try:
         params: BaseModel = spec.params.model_validate(body)
@@ -163,7 +165,7 @@ class Challenger:
         """Refuse, before any invoice, a service (or a model) no engine serves here."""
         reason = spec.unavailable_reason(self._engines, params)
         if reason is not None:
-            raise ApiError("SERVICE_UNAVAILABLE", f"{reason}; nothing was charged.")
+            raise ApiError(ErrorCode.SERVICE_UNAVAILABLE, f"{reason}; nothing was charged.")
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
         """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
@@ -176,7 +178,7 @@ class Challenger:
                 await asyncio.wait_for(spec.prevalidate(params), PREVALIDATE_BUDGET_S)
             except TimeoutError:
                 raise ApiError(
-                    "L402_INVALID_PARAMS",
+                    ErrorCode.L402_INVALID_PARAMS,
                     f"Invalid parameters: (body): the files took longer than "
                     f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
                     "Nothing was charged.",
@@ -185,7 +187,7 @@ class Challenger:
             opted = await self._opt_outs.opted_out(spec.recipients(params))
             if opted:
                 raise ApiError(
-                    "RECIPIENT_OPTED_OUT",
+                    ErrorCode.RECIPIENT_OPTED_OUT,
                     f"{len(opted)} recipient(s) asked not to be contacted: "
                     f"{', '.join(opted)}; nothing was charged.",
                     extra={"recipients": list(opted)},
@@ -216,7 +218,7 @@ class Challenger:
         except (BackendError, OSError) as exc:
             log.error("invoice creation failed: %s", exc)
             raise ApiError(
-                "SERVICE_ERROR",
+                ErrorCode.SERVICE_ERROR,
                 "The Lightning node could not create an invoice; nothing was charged.",
             ) from exc
         now = int(time.time())

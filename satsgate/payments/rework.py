@@ -42,7 +42,7 @@ from pydantic import BaseModel
 
 from satsgate.engines import EngineError
 from satsgate.engines.refusals import said_by_model
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.payments.mpp import rfc3339
 from satsgate.services.base import ServiceResult, ServiceSpec
 from satsgate.store import Payment, PaymentStatus
@@ -148,7 +148,11 @@ class ReworkDesk:
         """A spent call's engine refused on content: the CONTENT_FILTERED_RETRY to answer
         (the payment stays serving), or None to refund as usual (not a content refusal, a
         job, a hold invoice or ecash, or the cap reached)."""
-        if exc.code != "CONTENT_FILTERED" or spec.mode == "job" or payment.mode != "invoice":
+        if (
+            exc.code != ErrorCode.CONTENT_FILTERED
+            or spec.mode == "job"
+            or payment.mode != "invoice"
+        ):
             # Windows are for invoice payments: a hold invoice cannot wait, an ecash payment
             # has no credential to retry with (both are given back as they are).
             return None
@@ -191,7 +195,7 @@ class ReworkDesk:
         said = said_by_model(exc.extra.get("model_said"))
         scope = refusal_scope(spec)
         return ApiError(
-            "CONTENT_FILTERED_RETRY",
+            ErrorCode.CONTENT_FILTERED_RETRY,
             "The AI model refused this request under its content policy. The payment is "
             "kept, neither spent nor refunded: change the input and send the request again "
             "with the same payment (credential or paymentId) and reworkToken before "
@@ -226,7 +230,7 @@ class ReworkDesk:
         token = current_token()
         if window.state == RUNNING:
             raise ApiError(
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "A free retry of this payment is running; wait for its answer.",
             )
         until = rfc3339(int(window.rework_until))
@@ -234,7 +238,7 @@ class ReworkDesk:
         if now > window.rework_until:  # the caller proved the payment: its refund, at once
             refund = await self.end(payment.payment_id, EXPIRED, None)
             raise ApiError(
-                "REWORK_EXPIRED",
+                ErrorCode.REWORK_EXPIRED,
                 "The free-retry window ended at rework_until; nothing ran. The payment is "
                 "refunded in full (the refund is attached; also claimable at /recover).",
                 refund=refund,
@@ -242,7 +246,7 @@ class ReworkDesk:
             )
         if token is None or not hmac.compare_digest(_hash(token), window.token_hash):
             raise ApiError(
-                "REWORK_TOKEN_INVALID",
+                ErrorCode.REWORK_TOKEN_INVALID,
                 "This payment is in its free-retry window: send the rework_token of the "
                 "latest CONTENT_FILTERED_RETRY answer as reworkToken in the body. Nothing "
                 "ran. Without a retry the payment is refunded after rework_until.",
@@ -251,7 +255,7 @@ class ReworkDesk:
         price_msat = spec.quote_sats(params) * 1000
         if price_msat > payment.amount_msat:
             raise ApiError(
-                "INVALID_INPUT",
+                ErrorCode.INVALID_INPUT,
                 f"This changed request costs {price_msat // 1000} sat but "
                 f"{payment.amount_msat // 1000} sat were paid: a free retry may cost no more "
                 "than the payment. Nothing ran and the window stays open: retry with a "
@@ -267,12 +271,14 @@ class ReworkDesk:
             again = await self._windows.get(payment.payment_id)
             if again is not None and again.state == RUNNING:
                 raise ApiError(
-                    "PAYMENT_ALREADY_USED",
+                    ErrorCode.PAYMENT_ALREADY_USED,
                     "A free retry of this payment is running; wait for its answer.",
                 )
             if again is not None and again.state == OPEN and time.time() > again.rework_until:
-                raise ApiError("REWORK_EXPIRED", "The free-retry window ended; nothing ran.")
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+                raise ApiError(
+                    ErrorCode.REWORK_EXPIRED, "The free-retry window ended; nothing ran."
+                )
+            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
         try:
             return await dispatch(payment, spec, params, price_msat)
         finally:
@@ -287,23 +293,24 @@ class ReworkDesk:
         payment = await self._payments.get(payment_id)
         window = await self._windows.get(payment_id)
         if payment is None or window is None:
-            raise ApiError("PAYMENT_NOT_FOUND", "No free-retry window for this paymentId.")
+            raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, "No free-retry window for this paymentId.")
         if not hmac.compare_digest(_hash(token), window.token_hash):
             raise ApiError(
-                "REWORK_TOKEN_INVALID",
+                ErrorCode.REWORK_TOKEN_INVALID,
                 "rework_token is not this payment's current token (the one of the latest "
                 "CONTENT_FILTERED_RETRY answer).",
             )
         if window.state == RUNNING:
             raise ApiError(
-                "REFUND_NOT_AVAILABLE", "A free retry of this payment is running: no refund."
+                ErrorCode.REFUND_NOT_AVAILABLE,
+                "A free retry of this payment is running: no refund.",
             )
         if window.state != OPEN or not await self._windows.end_open(
             payment_id, DECLINED, int(time.time()), window.token_hash
         ):
             latest = await self._refunds.latest_refund(payment_id)
             raise ApiError(
-                "REFUND_NOT_AVAILABLE",
+                ErrorCode.REFUND_NOT_AVAILABLE,
                 "This free-retry window is over: the payment was retried, declined or "
                 "expired (its refund, if any, is attached).",
                 refund=latest,

@@ -50,7 +50,7 @@ from pydantic import BaseModel
 
 from satsgate import json_input
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
@@ -91,13 +91,17 @@ class SessionProblem(Exception):
     """A refused session credential: the draft's problem type, satsgate's error code."""
 
     def __init__(
-        self, problem: str, code: str, detail: str, extra: dict[str, Any] | None = None
+        self, problem: str, code: ErrorCode, detail: str, extra: dict[str, Any] | None = None
     ) -> None:
         super().__init__(detail)
         self.problem = problem
         self.code = code
         self.detail = detail
         self.extra = extra or {}
+
+    def api_error(self) -> ApiError:
+        """The envelope of this refusal where no 402 problem body is answered (MCP)."""
+        return ApiError(self.code, self.detail, extra=self.extra)
 
 
 # -- the wire: challenge, credential, receipt ---------------------------------------------
@@ -138,7 +142,7 @@ class SessionCredential:
         if not isinstance(value, str) or not value:
             raise SessionProblem(
                 "malformed-credential",
-                "MALFORMED_CREDENTIAL",
+                ErrorCode.MALFORMED_CREDENTIAL,
                 f"payload.{name} is required for action {self.action}",
             )
         return value
@@ -148,7 +152,7 @@ class SessionCredential:
         if len(value) != 64 or not set(value) <= _HEX:
             raise SessionProblem(
                 "malformed-credential",
-                "MALFORMED_CREDENTIAL",
+                ErrorCode.MALFORMED_CREDENTIAL,
                 f"payload.{name} must be 64 lowercase hex characters",
             )
         return value
@@ -178,12 +182,16 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
         item = ch.get(name, "")
         if not isinstance(item, str):
             raise SessionProblem(
-                "malformed-credential", "MALFORMED_CREDENTIAL", f"challenge.{name} must be a string"
+                "malformed-credential",
+                ErrorCode.MALFORMED_CREDENTIAL,
+                f"challenge.{name} must be a string",
             )
         fields[name] = item
     if fields["method"] != mpp.METHOD:
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", "only method=lightning is accepted"
+            "malformed-credential",
+            ErrorCode.MALFORMED_CREDENTIAL,
+            "only method=lightning is accepted",
         )
     expected = challenge_id(
         key,
@@ -194,7 +202,9 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
     )
     if not hmac.compare_digest(expected, fields["id"]):
         raise SessionProblem(
-            "unknown-challenge", "PAYMENT_INVALID", "the challenge was not issued by this server"
+            "unknown-challenge",
+            ErrorCode.PAYMENT_INVALID,
+            "the challenge was not issued by this server",
         )
     try:
         request = json_input.loads(mpp.b64url_decode(fields["request"]))
@@ -202,19 +212,19 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
         request = None
     if not isinstance(request, dict):
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", "challenge.request is not JSON"
+            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, "challenge.request is not JSON"
         )
     payload = doc.get("payload")
     if not isinstance(payload, dict) or not isinstance(payload.get("action"), str):
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", "payload.action is required"
+            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, "payload.action is required"
         )
     action = payload["action"]
     if action == "topup":  # some clients spell it so
         action = "topUp"
     if action not in ("open", "bearer", "topUp", "close"):
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", f"unknown action {action!r}"
+            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, f"unknown action {action!r}"
         )
     expires_at = None
     if fields["expires"]:
@@ -222,7 +232,9 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
             expires_at = mpp.parse_rfc3339(fields["expires"])
         except Exception:
             raise SessionProblem(
-                "malformed-credential", "MALFORMED_CREDENTIAL", "challenge.expires is not RFC 3339"
+                "malformed-credential",
+                ErrorCode.MALFORMED_CREDENTIAL,
+                "challenge.expires is not RFC 3339",
             ) from None
     return SessionCredential(action, fields["id"], request, expires_at, payload)
 
@@ -313,7 +325,7 @@ class _SessionStream:
         self._balance = balance
         self._ended = False
 
-    async def failed(self, code: str, message: str) -> dict[str, Any]:
+    async def failed(self, code: ErrorCode, message: str) -> dict[str, Any]:
         if self._ended:
             return {}
         self._ended = True
@@ -617,12 +629,12 @@ class Sessions:
         """The deposit hash of an open or topUp credential's (unexpired) challenge."""
         if cred.expires_at is not None and cred.expires_at <= time.time():
             raise SessionProblem(
-                "challenge-expired", "PAYMENT_EXPIRED", "the challenge has expired"
+                "challenge-expired", ErrorCode.PAYMENT_EXPIRED, "the challenge has expired"
             )
         payment_hash = cred.request.get("paymentHash")
         if not isinstance(payment_hash, str) or not cred.request.get("depositInvoice"):
             raise SessionProblem(
-                "unknown-challenge", "PAYMENT_INVALID", "this challenge carries no deposit"
+                "unknown-challenge", ErrorCode.PAYMENT_INVALID, "this challenge carries no deposit"
             )
         return payment_hash.lower()
 
@@ -630,13 +642,13 @@ class Sessions:
         """The deposit's row, refreshed from the node if its settlement is not seen yet."""
         payment = await self._payments.get_by_hash(payment_hash)
         if payment is None or payment.mode != "deposit":
-            raise SessionProblem("unknown-challenge", "PAYMENT_INVALID", "unknown deposit")
+            raise SessionProblem("unknown-challenge", ErrorCode.PAYMENT_INVALID, "unknown deposit")
         if payment.status is PaymentStatus.UNPAID:
             payment = await self._settlements.refresh_paid(payment)
         if payment.status is PaymentStatus.UNPAID:
             raise SessionProblem(
                 "unknown-challenge",
-                "PAYMENT_PENDING",
+                ErrorCode.PAYMENT_PENDING,
                 "the deposit invoice is not paid yet",
                 {"retry_after_seconds": 2},
             )
@@ -647,24 +659,24 @@ class Sessions:
             invoice = decode_invoice(bolt11)
         except InvalidInvoice as exc:
             raise SessionProblem(
-                "invalid-return-invoice", "PAYMENT_INVALID", f"returnInvoice: {exc}"
+                "invalid-return-invoice", ErrorCode.PAYMENT_INVALID, f"returnInvoice: {exc}"
             ) from None
         if invoice.amount_msat:
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "returnInvoice must carry no amount: the refund is decided at close",
             )
         if invoice.network != self._config.network:
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 f"returnInvoice is not for {self._config.network}",
             )
         if invoice.expires_at <= time.time() + self._config.idle_timeout_s:
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "returnInvoice expires before the idle timeout "
                 f"({self._config.idle_timeout_s} s); the draft recommends twice that or more",
             )
@@ -676,7 +688,9 @@ class Sessions:
         preimage = cred.hex32("preimage")
         if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
             raise SessionProblem(
-                "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the paymentHash"
+                "invalid-preimage",
+                ErrorCode.PAYMENT_INVALID,
+                "sha256(preimage) is not the paymentHash",
             )
         return deposit_hash, preimage, self._return_invoice(cred.text("returnInvoice"))
 
@@ -690,7 +704,7 @@ class Sessions:
             # unused: open again with a fresh return invoice.
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "returnInvoice is another session's already: make a fresh one per session",
             )
         session = await self._sessions.open(
@@ -699,7 +713,7 @@ class Sessions:
         if session is None:
             raise SessionProblem(
                 "unknown-challenge",
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "this deposit was used already",
                 await self._used_deposit(deposit_hash),
             )
@@ -741,7 +755,7 @@ class Sessions:
         if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
             raise SessionProblem(
                 "invalid-preimage",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "sha256(topUpPreimage) is not the paymentHash",
             )
         use = await self._sessions.deposit_use(deposit_hash)
@@ -752,19 +766,21 @@ class Sessions:
                 assert session is not None
                 return session  # a retry of this top-up: the same answer, credited once
             raise SessionProblem(
-                "unknown-challenge", "PAYMENT_ALREADY_USED", "this deposit was used already"
+                "unknown-challenge", ErrorCode.PAYMENT_ALREADY_USED, "this deposit was used already"
             )
         await self._deposit(deposit_hash)
         outcome, session_or_none = await self._sessions.top_up(
             session_id, deposit_hash, cred.challenge_id, int(time.time())
         )
         if outcome == "unknown":
-            raise SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+            raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         if outcome == "closed":
-            raise SessionProblem("session-closed", "PAYMENT_ALREADY_USED", "the session is closed")
+            raise SessionProblem(
+                "session-closed", ErrorCode.PAYMENT_ALREADY_USED, "the session is closed"
+            )
         if outcome != "ok" or session_or_none is None:  # lost to a concurrent use
             raise SessionProblem(
-                "unknown-challenge", "PAYMENT_ALREADY_USED", "this deposit was used already"
+                "unknown-challenge", ErrorCode.PAYMENT_ALREADY_USED, "this deposit was used already"
             )
         log.info("session %s topped up", session_id[:16])
         return session_or_none
@@ -783,7 +799,7 @@ class Sessions:
         if spec.mode == "job":
             raise SessionProblem(
                 "insufficient-balance",
-                "PAYMENT_REQUIRED",
+                ErrorCode.PAYMENT_REQUIRED,
                 f"{spec.slug} runs as a job and is paid per call (L402 or the charge intent), "
                 "not from a session",
             )
@@ -877,10 +893,7 @@ class Sessions:
             raise
         except EngineError as exc:
             credit = await self._credit(session_id, price_msat, exc.message)
-            raise ApiError(
-                exc.code, exc.message, extra={**exc.envelope_extra(), **credit},
-                headers=exc.http_headers(),
-            ) from exc  # fmt: skip
+            raise exc.api_error(extra=credit) from exc
         except asyncio.CancelledError:
             await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
             raise
@@ -888,7 +901,7 @@ class Sessions:
             log.exception("a streamed session call failed before its first piece")
             credit = await self._credit(session_id, price_msat, repr(exc))
             raise ApiError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed; its price was credited back to the session.",
                 extra=credit,
             ) from exc
@@ -912,17 +925,17 @@ class Sessions:
     async def _why_not(self, session_id: str, price_msat: int) -> SessionProblem:
         session = await self._sessions.get(session_id)
         if session is None:
-            return SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+            return SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         if session.status != "open":
             return SessionProblem(
                 "session-closed",
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "the session is closed: open a new one",
                 {"sessionId": session_id},
             )
         return SessionProblem(
             "insufficient-balance",
-            "PAYMENT_INSUFFICIENT",
+            ErrorCode.PAYMENT_INSUFFICIENT,
             f"this call costs {price_msat // 1000} sat and the session holds "
             f"{session.balance_msat} msat: top it up with the deposit of this 402",
             {
@@ -949,12 +962,7 @@ class Sessions:
             raise
         except EngineError as exc:
             credit = await self._credit(session_id, price_msat, exc.message)
-            raise ApiError(
-                exc.code,
-                exc.message,
-                extra={**exc.envelope_extra(), **credit},
-                headers=exc.http_headers(),
-            ) from exc
+            raise exc.api_error(extra=credit) from exc
         except asyncio.CancelledError:
             await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
             raise
@@ -962,7 +970,7 @@ class Sessions:
             log.exception("service %s failed after a session debit", spec.slug)
             credit = await self._credit(session_id, price_msat, repr(exc))
             raise ApiError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed; its price was credited back to the session.",
                 extra=credit,
             ) from exc
@@ -1017,14 +1025,14 @@ class Sessions:
         preimage = payment_id[len(MCP_PREFIX) :].lower()
         if len(preimage) != 64 or not set(preimage) <= _HEX:
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "A session paymentId is sess_ followed by the session's preimage (64 hex).",
             )
         session_id = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
         try:
             return await self.bearer(session_id, preimage, spec, params)
         except SessionProblem as problem:
-            raise ApiError(problem.code, problem.detail, extra=problem.extra) from None
+            raise problem.api_error() from None
 
     # -- close and payouts ----------------------------------------------------------------
 
@@ -1042,7 +1050,7 @@ class Sessions:
             await asyncio.shield(running)
         session = await self._sessions.get(session_id)
         if session is None:
-            raise SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+            raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         return session
 
     async def _finish_close(self, session_id: str) -> None:
@@ -1183,7 +1191,7 @@ class Sessions:
 def _check_owner(session_id: str, preimage: str) -> None:
     if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != session_id.lower():
         raise SessionProblem(
-            "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the sessionId"
+            "invalid-preimage", ErrorCode.PAYMENT_INVALID, "sha256(preimage) is not the sessionId"
         )
 
 

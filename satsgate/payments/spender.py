@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
@@ -240,7 +240,7 @@ class Spender:
         credential (PAYMENT_INVALID, nothing spent)."""
         if payment.via != "mcp":
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "This payment was created by an HTTP 402 challenge: use it over HTTP with its "
                 "credential (Authorization: L402 <macaroon>:<preimage>, or Payment). A "
                 "paymentId alone spends only payments made with create_payment.",
@@ -342,14 +342,15 @@ class Spender:
         """
         if payment.service != spec.slug:
             raise ApiError(
-                "PAYMENT_INVALID", f"This payment is for {payment.service}, not {spec.slug}."
+                ErrorCode.PAYMENT_INVALID,
+                f"This payment is for {payment.service}, not {spec.slug}.",
             )
         payment = await self._settlements.refresh_paid(payment)
         if payment.status is PaymentStatus.UNPAID:
             if payment.expires_at <= time.time():
-                raise ApiError("PAYMENT_EXPIRED", "The invoice expired before it was paid.")
+                raise ApiError(ErrorCode.PAYMENT_EXPIRED, "The invoice expired before it was paid.")
             raise ApiError(
-                "PAYMENT_PENDING",
+                ErrorCode.PAYMENT_PENDING,
                 "The invoice is not paid yet.",
                 extra={"paymentId": payment.payment_id},
             )
@@ -362,7 +363,7 @@ class Spender:
                 again = await self.held.held_again(payment.payment_id)
                 if again is not None:
                     raise again
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
         if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             # The caller proved the payment (credential, or the paymentId of an MCP
             # payment): show it its refund, e.g. of a call a restart interrupted.
@@ -372,10 +373,10 @@ class Spender:
                 message = "Service already used: this payment was refunded."
             elif refund is not None:
                 message = "Service already used; this payment's refund is attached."
-            raise ApiError("PAYMENT_ALREADY_USED", message, refund=refund)
+            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, message, refund=refund)
         if payment.status is PaymentStatus.CANCELED:
             raise ApiError(
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "This held payment was canceled and went back to the paying wallet; "
                 "nothing was charged. Create a new payment.",
             )
@@ -385,9 +386,9 @@ class Spender:
         if price_msat > payment.amount_msat and hold is not None:
             canceled = await hold.cancel(payment, "the request prices above what was paid")
             if canceled is None:
-                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+                raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
             raise ApiError(
-                "PAYMENT_INSUFFICIENT",
+                ErrorCode.PAYMENT_INSUFFICIENT,
                 f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
                 " sat were paid for it. The held payment was canceled: nothing was charged.",
                 refund=canceled,
@@ -400,9 +401,9 @@ class Spender:
                 f"{payment.amount_msat // 1000} sat were paid",
             )
             if refund is None:  # lost a race with another use: it was served or refunded
-                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+                raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
             raise ApiError(
-                "PAYMENT_INSUFFICIENT",
+                ErrorCode.PAYMENT_INSUFFICIENT,
                 f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
                 " sat were paid for it. The payment was refunded in full.",
                 refund=refund,
@@ -421,7 +422,7 @@ class Spender:
             return await self._dispatch(payment, spec, params, price_msat)
         if hold is not None:
             hold.stopped(payment)
-        raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+        raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -459,13 +460,7 @@ class Spender:
                 if window is not None:
                     raise window from exc
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            raise ApiError(
-                exc.code,
-                exc.message,
-                refund=refund,
-                extra=exc.envelope_extra(),
-                headers=exc.http_headers(),
-            ) from exc
+            raise exc.api_error(refund=refund) from exc
         except asyncio.CancelledError:
             if self._jobs.suspended(payment.payment_id):
                 raise  # shutdown keeps this job for the next start: nothing is owed yet
@@ -478,7 +473,7 @@ class Spender:
             log.exception("service %s failed after payment", spec.slug)
             refund = await self._refund_after_spend(payment, payment.amount_msat, repr(exc))
             raise ApiError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed after payment; the payment was refunded.",
                 refund=refund,
             ) from exc
@@ -516,7 +511,7 @@ class Spender:
             # call is refunded instead of held.
             refund = await self._refund_after_spend(payment, payment.amount_msat, str(held))
             return ApiError(
-                "CONTENT_FILTERED",
+                ErrorCode.CONTENT_FILTERED,
                 "The communication was refused by the content screen; refunded.",
                 refund=refund,
             )
@@ -649,7 +644,7 @@ class _PaidStream:
         self._price_msat = price_msat
         self._ended = False
 
-    async def failed(self, code: str, message: str) -> dict[str, Any]:
+    async def failed(self, code: ErrorCode, message: str) -> dict[str, Any]:
         if self._ended:
             return {}
         self._ended = True

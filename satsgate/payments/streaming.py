@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import sse_event
 from satsgate.payments import mpp
 from satsgate.services.base import OpenStream, StreamPiece, StreamSettle
@@ -85,7 +85,8 @@ async def relay(
             settle.abandoned()
             return resp
         except asyncio.CancelledError:  # a shutdown (client disconnects do not cancel)
-            await asyncio.shield(settle.failed("L402_UPSTREAM_FAILED", "The stream was cut."))
+            cut = settle.failed(ErrorCode.L402_UPSTREAM_FAILED, "The stream was cut.")
+            await asyncio.shield(cut)
             raise
         except (ApiError, EngineError) as exc:
             extra = exc.envelope_extra() if isinstance(exc, EngineError) else exc.extra
@@ -93,7 +94,9 @@ async def relay(
             return resp
         except Exception:
             log.exception("a streamed call failed after its first piece")
-            await _fail(request, resp, settle, "L402_UPSTREAM_FAILED", "The stream failed.", {})
+            await _fail(
+                request, resp, settle, ErrorCode.L402_UPSTREAM_FAILED, "The stream failed.", {}
+            )
             return resp
         receipt = await settle.finished(last)
         receipt = {
@@ -127,7 +130,7 @@ async def _fail(
     request: web.Request,
     resp: web.StreamResponse,
     settle: StreamSettle,
-    code: str,
+    code: ErrorCode,
     message: str,
     extra: Mapping[str, Any],
 ) -> None:

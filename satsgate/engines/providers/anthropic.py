@@ -33,6 +33,7 @@ from satsgate.engines.providers import upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.errors import ErrorCode
 
 KIND = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -159,7 +160,7 @@ class _Chat:
     def _payload(self, request: ChatRequest) -> dict[str, Any]:
         model = request.model_name
         if not model:
-            raise EngineError("SERVICE_ERROR", "No model is configured for this request.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "No model is configured for this request.")
         extra: dict[str, Any] = {}
         if request.system:
             extra["system"] = request.system

@@ -78,6 +78,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
+from satsgate.errors import ErrorCode
 from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 
 log = logging.getLogger(__name__)
@@ -300,25 +301,30 @@ class TwilioClient:
                     attempt += 1
                     await asyncio.sleep(0.25 * attempt)
                     continue
-                self._log(path, "connection failed", "SERVICE_ERROR")
-                raise EngineError("SERVICE_ERROR", failed) from exc
+                self._log(path, "connection failed", ErrorCode.SERVICE_ERROR)
+                raise EngineError(ErrorCode.SERVICE_ERROR, failed) from exc
             except httpx.TimeoutException as exc:
-                self._log(path, "timeout", "TIMEOUT")
+                self._log(path, "timeout", ErrorCode.TIMEOUT)
                 raise EngineError(
-                    "TIMEOUT", f"{TIMED_OUT} {failed}", retry_after_s=20, may_fall_back=not creates
+                    ErrorCode.TIMEOUT,
+                    f"{TIMED_OUT} {failed}",
+                    retry_after_s=20,
+                    may_fall_back=not creates,
                 ) from exc
             except httpx.HTTPError as exc:  # broken mid-way: it may have been acted on
-                self._log(path, f"transport error {type(exc).__name__}", "SERVICE_ERROR")
-                raise EngineError("SERVICE_ERROR", failed, may_fall_back=not creates) from exc
+                self._log(path, f"transport error {type(exc).__name__}", ErrorCode.SERVICE_ERROR)
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, failed, may_fall_back=not creates
+                ) from exc
             status = resp.status_code
             if status < 400:
                 try:
                     doc = resp.json()
                 except ValueError as exc:
-                    self._log(path, f"HTTP {status} unreadable body", "SERVICE_ERROR")
-                    raise EngineError("SERVICE_ERROR", failed, may_fall_back=False) from exc
+                    self._log(path, f"HTTP {status} unreadable body", ErrorCode.SERVICE_ERROR)
+                    raise EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=False) from exc
                 if not isinstance(doc, dict):
-                    raise EngineError("SERVICE_ERROR", failed, may_fall_back=False)
+                    raise EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=False)
                 return doc
             retryable = status in (429, 503) or (not creates and status >= 500)
             if retryable and attempt < self.max_retries:
@@ -332,24 +338,27 @@ class TwilioClient:
         status = resp.status_code
         cause = f"HTTP {status}" + (f" (error {code})" if code else "")
         if code == OPTED_OUT_CODE:
-            error = EngineError("RECIPIENT_OPTED_OUT", OPTED_OUT, may_fall_back=False)
+            error = EngineError(ErrorCode.RECIPIENT_OPTED_OUT, OPTED_OUT, may_fall_back=False)
         elif code in INVALID_NUMBER_CODES:
-            error = EngineError("INVALID_INPUT", NOT_REACHABLE, may_fall_back=False)
+            error = EngineError(ErrorCode.INVALID_INPUT, NOT_REACHABLE, may_fall_back=False)
         elif status == 429 or code in RATE_CODES:
             error = EngineError(
-                "RATE_LIMITED", BUSY, retry_after_s=_retry_after(resp, 10.0), may_fall_back=True
+                ErrorCode.RATE_LIMITED,
+                BUSY,
+                retry_after_s=_retry_after(resp, 10.0),
+                may_fall_back=True,
             )
         elif status == 503:
-            error = EngineError("SERVICE_ERROR", failed, may_fall_back=True)
+            error = EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=True)
         elif status >= 500:
             # The create may have been carried out before the error: never elsewhere again.
-            error = EngineError("SERVICE_ERROR", failed, may_fall_back=not creates)
+            error = EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=not creates)
         else:  # 400/401/403/404: the operator's account, number or permissions
-            error = EngineError("SERVICE_ERROR", failed, may_fall_back=True)
+            error = EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=True)
         self._log(path, cause, error.code)
         return error
 
-    def _log(self, path: str, cause: str, code: str) -> None:
+    def _log(self, path: str, cause: str, code: ErrorCode) -> None:
         # The path without ids: "Messages.json", "Calls/….json".
         what = re.sub(r"[A-Z]{2}[0-9a-fA-F]{32}", "…", path)
         log.warning("twilio %s: %s %s -> %s", self.name, what, cause, code)
@@ -417,7 +426,7 @@ class TwilioClient:
         doc = await self._request("POST", "/Calls.json", form, creates=True, failed=CALL_FAILED)
         sid = doc.get("sid")
         if not isinstance(sid, str) or not sid:
-            raise EngineError("SERVICE_ERROR", CALL_FAILED, may_fall_back=False)
+            raise EngineError(ErrorCode.SERVICE_ERROR, CALL_FAILED, may_fall_back=False)
         return sid
 
     async def fetch_call(self, sid: str) -> dict[str, Any]:
@@ -439,7 +448,7 @@ class TwilioClient:
             )
         except EngineError as exc:
             # Twilio answers 4xx for a call that is no longer in progress.
-            if exc.code not in ("SERVICE_ERROR", "INVALID_INPUT"):
+            if exc.code not in (ErrorCode.SERVICE_ERROR, ErrorCode.INVALID_INPUT):
                 raise
 
 
@@ -453,7 +462,7 @@ def _form_dict(form: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 
 def _check_sid(sid: str) -> None:
     if not _SID.match(sid):
-        raise EngineError("SERVICE_ERROR", "Unknown message or call.", may_fall_back=False)
+        raise EngineError(ErrorCode.SERVICE_ERROR, "Unknown message or call.", may_fall_back=False)
 
 
 def _twilio_code(resp: httpx.Response) -> int | None:
@@ -715,12 +724,12 @@ class TwilioSms:
                 status_callback=callback,
             )
         except EngineError as exc:
-            if exc.code == "RECIPIENT_OPTED_OUT":
+            if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
                 await self._opted_out(request.to)
             raise
         update = message_update(doc)
         if not update.provider_ref:
-            raise EngineError("SERVICE_ERROR", SMS_FAILED, may_fall_back=False)
+            raise EngineError(ErrorCode.SERVICE_ERROR, SMS_FAILED, may_fall_back=False)
         status: MessageStatus = update.status  # type: ignore[assignment]
         return SmsSent(update.provider_ref, status, _int(doc.get("num_segments")))
 

@@ -15,6 +15,7 @@ from satsgate.engines.ai_call import AiCallReport, AiCallRequest
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 from satsgate.services.ai.voices import AI_CALL_VOICES
 
 log = logging.getLogger(__name__)
@@ -113,12 +114,13 @@ class VoiceAgentProvider:
         except httpx.ConnectError as exc:
             log.warning("%s %s: create unreachable: %r", self.KIND, self.config.name, exc)
             raise EngineError(
-                "SERVICE_ERROR", "The call service could not be reached; no call was placed."
+                ErrorCode.SERVICE_ERROR,
+                "The call service could not be reached; no call was placed.",
             ) from exc
         except httpx.HTTPError as exc:
             log.warning("%s %s: create failed: %r", self.KIND, self.config.name, exc)
             raise EngineError(
-                "TIMEOUT", "The call service did not answer in time.", may_fall_back=False
+                ErrorCode.TIMEOUT, "The call service did not answer in time.", may_fall_back=False
             ) from exc
         return self._json(resp, creating=True)
 
@@ -126,7 +128,9 @@ class VoiceAgentProvider:
         try:
             resp = await self.http.get(url, headers=self.auth_headers())
         except httpx.HTTPError as exc:
-            raise EngineError("SERVICE_ERROR", "The call's status could not be read.") from exc
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The call's status could not be read."
+            ) from exc
         return self._json(resp, creating=False)
 
     def _json(self, resp: httpx.Response, *, creating: bool) -> Mapping[str, Any]:
@@ -135,26 +139,28 @@ class VoiceAgentProvider:
             log.warning("%s %s: HTTP %d: %s", self.KIND, self.config.name, status, resp.text[:300])
             what = "The call could not be placed" if creating else "The call's status is unknown"
             if status == 429:
-                raise EngineError("RATE_LIMITED", f"{what}: too many calls right now.",
+                raise EngineError(ErrorCode.RATE_LIMITED, f"{what}: too many calls right now.",
                                   retry_after_s=10)  # fmt: skip
             if status in (400, 422) and creating:
                 raise EngineError(
-                    "INVALID_INPUT",
+                    ErrorCode.INVALID_INPUT,
                     f"{what}: the destination or the request was refused.",
                     may_fall_back=False,
                 )
             # 401/403: this node's account; 5xx: the platform. Nothing was placed on a 4xx;
             # a 5xx may have been half done: no second platform then.
-            raise EngineError("SERVICE_ERROR", f"{what}.", may_fall_back=creating and status < 500)
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, f"{what}.", may_fall_back=creating and status < 500
+            )
         if len(resp.content) > MAX_RESPONSE_BYTES:
-            raise EngineError("SERVICE_ERROR", "The call service answered too much.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The call service answered too much.")
         try:
             doc = resp.json()
         except ValueError:
             doc = None
         if not isinstance(doc, Mapping):
             raise EngineError(
-                "SERVICE_ERROR", "The call service answered something unreadable.",
+                ErrorCode.SERVICE_ERROR, "The call service answered something unreadable.",
                 may_fall_back=False,
             )  # fmt: skip
         return doc

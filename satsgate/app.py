@@ -415,6 +415,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     every(HOUR_S, _prune_unpaid, store, id="payments-prune")
     # Held communications: refunded once unresolved for 24 hours.
     every(600, app[HOLDS].expire, id="holds-expire")
+    # Appeals paid after their hold was decided: their 1 sat refunded (LNURL-withdraw).
+    every(60, app[HOLDS].refund_late_appeals, id="holds-late-appeals")
     # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).
     if gate.spender.rework is not None:
         every(REWORK_SWEEP_S, gate.spender.rework.expire_due, id="rework-expire")

@@ -11,6 +11,11 @@ prediction id, ``ServiceContext.job_state``): a restart takes those up again
 (``resume_jobs``), waiting for the same prediction, so a paid job is neither lost
 nor run twice. At shutdown such jobs are left IN_PROGRESS, unrefunded, for the
 next start.
+
+One failure is not refunded: ``CONTENT_FILTERED_RETRY`` (the upstream refused on
+content, the payment is kept for a free retry: satsgate.payments.rework). Such a job
+ends FAILED with that envelope and no refund; its payment stays serving until the
+window's retry, decline or expiry.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ JOB_TYPES = (
     # result once the operator releases it, FAILED with the refund otherwise.
     "held",
 )
+# A job failure whose payment is kept, not refunded (a free-retry window opened).
+KEPT_FOR_RETRY = ErrorCode.CONTENT_FILTERED_RETRY
 POLL_INTERVAL_MS = 5000
 MAX_WAIT_MS = 600_000
 
@@ -211,7 +218,7 @@ class JobRunner:
     async def _fail(
         self, job: Job, exc: ApiError, refund_on_failure: FailureRefund, reason: str | None = None
     ) -> None:
-        if exc.refund is None:
+        if exc.refund is None and exc.code != KEPT_FOR_RETRY:
             exc.refund = await refund_on_failure(reason or exc.message)
         await self._finish(job, JobStatus.FAILED, None, exc.envelope())
 

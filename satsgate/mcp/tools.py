@@ -209,11 +209,11 @@ def _paid_definition(spec: AnySpec, available: bool) -> dict[str, Any]:
         "paymentId": {"type": "string", "description": payment_tools.PAYMENT_ID_DOC},
         **schema.get("properties", {}),
     }
-    if spec.mode != "job":  # a content refusal of a synchronous call keeps the payment
-        schema["properties"]["reworkToken"] = {
-            "type": "string",
-            "description": payment_tools.REWORK_TOKEN_DOC,
-        }
+    # A content refusal keeps the payment (a job's too): the retry carries its token.
+    schema["properties"]["reworkToken"] = {
+        "type": "string",
+        "description": payment_tools.REWORK_TOKEN_DOC,
+    }
     schema["required"] = ["paymentId", *[r for r in schema.get("required", []) if r != "paymentId"]]
     return {
         "name": spec.tool_name,

@@ -5,13 +5,23 @@ services.comms.ai_calls."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from satsgate.config import Settings
+from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
+from satsgate.operations.base import (
+    Call,
+    Family,
+    HttpRoute,
+    OperationEnv,
+    OperationSpec,
+    asks_for,
+    free_status_read,
+)
 from satsgate.operations.models import (
     AiCallRecord,
     CallDelivery,
@@ -64,31 +74,32 @@ def _heard(result: object) -> bool:
 async def voice_bridge_say(
     env: OperationEnv, args: VoiceBridgeSayParams, call: Call
 ) -> VoiceBridgeSaid:
-    settings = env.settings
-    sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return VoiceBridgeSaid.model_validate(
-        await voice_bridge.say(settings, env.engines, sessions, args)
-    )
+    return VoiceBridgeSaid.model_validate(await _on_bridge(env, voice_bridge.say, args))
 
 
 async def poll_voice_bridge(
     env: OperationEnv, args: VoiceBridgePollParams, call: Call
 ) -> VoiceBridgeEvents:
-    settings = env.settings
-    sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return VoiceBridgeEvents.model_validate(
-        await voice_bridge.poll(settings, env.engines, sessions, args)
-    )
+    return VoiceBridgeEvents.model_validate(await _on_bridge(env, voice_bridge.poll, args))
 
 
 async def end_voice_bridge(
     env: OperationEnv, args: VoiceBridgeEndParams, call: Call
 ) -> VoiceBridgeSettlement:
-    settings = env.settings
+    return VoiceBridgeSettlement.model_validate(await _on_bridge(env, voice_bridge.end, args))
+
+
+A = TypeVar("A")
+
+
+async def _on_bridge(
+    env: OperationEnv,
+    action: Callable[[Settings, Engines, voice_bridge.VoiceBridgeSessions, A], Awaitable[Any]],
+    args: A,
+) -> Any:
+    """One of the voice bridge's say, poll and end on the node's sessions."""
     sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return VoiceBridgeSettlement.model_validate(
-        await voice_bridge.end(settings, env.engines, sessions, args)
-    )
+    return await action(env.settings, env.engines, sessions, args)
 
 
 VOICE_BRIDGE_SAY: OperationSpec[VoiceBridgeSayParams, VoiceBridgeSaid] = OperationSpec(
@@ -224,14 +235,6 @@ async def poll_ai_call(env: OperationEnv, args: AiCallPollParams, call: Call) ->
     )
 
 
-def _confirming(body: Mapping[str, Any]) -> bool:
-    return "action" in body
-
-
-def _polling(query: Mapping[str, Any]) -> bool:
-    return "call_id" in query
-
-
 CONFIRM_AI_CALL: OperationSpec[AiCallConfirmParams, AiCallRecord] = OperationSpec(
     name="confirm_ai_call",
     title="Confirm an AI call",
@@ -251,7 +254,7 @@ CONFIRM_AI_CALL: OperationSpec[AiCallConfirmParams, AiCallRecord] = OperationSpe
         '"answers": {"<question>": "<answer>"}}',
         max_body_bytes=AI_CALL.max_body_bytes,
         on_service=AI_CALL.slug,
-        when=_confirming,
+        when=asks_for("action"),
         summary="the body {action: 'confirm', session_id, answers?} lets a call that "
         "answered status pending_confirm proceed on its original payment. It needs no "
         "Authorization and never answers 402: 200 with { success, call_id, status, "
@@ -285,7 +288,7 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
         f"/api/l402/{AI_CALL.slug}",
         example=f"GET /api/l402/{AI_CALL.slug}?call_id=<call_id>",
         on_service=AI_CALL.slug,
-        when=_polling,
+        when=asks_for("call_id"),
         headers={"Cache-Control": "no-store"},  # the call moves on between polls
         summary=f"Describe {AI_CALL.title}, or poll one call with call_id (free)",
         llms="`GET {url}?call_id=<call_id>` polls a call (transcript, results, refund status)",
@@ -324,11 +327,7 @@ async def call_status(env: OperationEnv, args: CallStatusParams, call: Call) -> 
     return CallDelivery.model_validate(body)
 
 
-def _has(key: str, other: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda query: key in query or other in query
-
-
-SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = OperationSpec(
+SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = free_status_read(
     name="get_sms_status",
     title="SMS delivery status",
     description="The delivery status of an SMS sent with send_sms, free: { success, "
@@ -339,24 +338,16 @@ SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = OperationSpec(
     params=SmsStatusParams,
     result=SmsDelivery,
     handler=sms_status,
-    http=HttpRoute(
-        "GET",
-        deliveries.SMS_STATUS_PATH,
-        example=f"GET {deliveries.SMS_STATUS_PATH}?message_id=<message_id>",
-        on_service=SEND_SMS.slug,
-        when=_has("message_id", "messageId"),
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {SEND_SMS.title}, or read one message's delivery status with "
-        "message_id (free)",
-        llms="`GET {url}?message_id=<message_id>` reads an SMS's delivery status (free)",
-    ),
-    tool="get_sms_status",
+    service=SEND_SMS,
+    path=deliveries.SMS_STATUS_PATH,
+    keys=("message_id", "messageId"),
+    reads="read one message's delivery status",
+    llms="`GET {url}?message_id=<message_id>` reads an SMS's delivery status (free)",
     error_codes=_DELIVERY_CODES,
     family=Family("SMS", SEND_SMS.slug),
-    tags=(SEND_SMS.category, "free"),
 )
 
-CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = OperationSpec(
+CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = free_status_read(
     name="get_call_status",
     title="Automated call status",
     description="The status of a call placed with call, free: { success, call_id, status, "
@@ -368,20 +359,13 @@ CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = OperationSpec(
     params=CallStatusParams,
     result=CallDelivery,
     handler=call_status,
-    http=HttpRoute(
-        "GET",
-        deliveries.CALL_STATUS_PATH,
-        example=f"GET {deliveries.CALL_STATUS_PATH}?call_id=<call_id>",
-        on_service=CALL.slug,
-        when=_has("call_id", "callId"),
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {CALL.title}, or read one call's status and billing with call_id (free)",
-        llms="`GET {url}?call_id=<call_id>` reads a call's status, billing and refund (free)",
-    ),
-    tool="get_call_status",
+    service=CALL,
+    path=deliveries.CALL_STATUS_PATH,
+    keys=("call_id", "callId"),
+    reads="read one call's status and billing",
+    llms="`GET {url}?call_id=<call_id>` reads a call's status, billing and refund (free)",
     error_codes=_DELIVERY_CODES,
     family=Family("Automated call", CALL.slug),
-    tags=(CALL.category, "free"),
 )
 
 

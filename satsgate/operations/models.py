@@ -102,7 +102,9 @@ class JobProgress(Body):
 
 class JobStatusBody(Body):
     """A job's status: the result when COMPLETED, the error envelope and its refund when
-    FAILED, the progress while IN_PROGRESS."""
+    FAILED, the progress while IN_PROGRESS. FAILED with CONTENT_FILTERED_RETRY carries no
+    refund: the payment is kept for a free retry, with the window's fields (rework_token
+    shown to the payer only)."""
 
     model_config = ConfigDict(title="JobStatus")
 

@@ -43,7 +43,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -59,7 +59,7 @@ from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.store import Payment, PaymentStatus
-from satsgate.store.sessions import Session, SessionRepository
+from satsgate.store.sessions import ReturnInvoiceTaken, Session, SessionRepository
 
 log = logging.getLogger("satsgate.sessions")
 
@@ -85,6 +85,13 @@ _MAX_KNOWN_BEARERS = 10_000
 # What Accept-Payment is asked about: would it take the session intent (beside charge)?
 _CHARGE_PROBE = 'Payment id="", method="lightning", intent="charge"'
 _SESSION_PROBE = 'Payment id="", method="lightning", intent="session"'
+
+
+class ReturnInvoice(NamedTuple):
+    """An open's checked return invoice: its text and its payment hash."""
+
+    bolt11: str
+    payment_hash: str
 
 
 class SessionProblem(Exception):
@@ -654,7 +661,7 @@ class Sessions:
             )
         return payment
 
-    def _return_invoice(self, bolt11: str) -> str:
+    def _return_invoice(self, bolt11: str) -> ReturnInvoice:
         try:
             invoice = decode_invoice(bolt11)
         except InvalidInvoice as exc:
@@ -680,9 +687,9 @@ class Sessions:
                 "returnInvoice expires before the idle timeout "
                 f"({self._config.idle_timeout_s} s); the draft recommends twice that or more",
             )
-        return bolt11.strip()
+        return ReturnInvoice(bolt11.strip(), invoice.payment_hash)
 
-    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, str]:
+    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, ReturnInvoice]:
         """An open credential's deposit hash, preimage and return invoice, checked."""
         deposit_hash = self._fresh(cred)
         preimage = cred.hex32("preimage")
@@ -695,21 +702,27 @@ class Sessions:
         return deposit_hash, preimage, self._return_invoice(cred.text("returnInvoice"))
 
     async def _open_session(
-        self, deposit_hash: str, challenge_id: str, return_invoice: str
+        self, deposit_hash: str, challenge_id: str, return_invoice: ReturnInvoice
     ) -> Session:
         deposit = await self._deposit(deposit_hash)
-        if await self._sessions.return_invoice_taken(return_invoice, deposit_hash):
-            # The node pays an invoice once: this session's payout would move nothing
-            # (the node answers "already paid") yet read as paid. The deposit stays
-            # unused: open again with a fresh return invoice.
-            raise SessionProblem(
-                "invalid-return-invoice",
-                ErrorCode.PAYMENT_INVALID,
-                "returnInvoice is another session's already: make a fresh one per session",
+        # The node pays an invoice once: a second session's payout would move nothing
+        # (the node answers "already paid") yet read as paid. The deposit stays unused:
+        # open again with a fresh return invoice. The read answers the common case; the
+        # store's unique index the race of two opens that both passed it.
+        if await self._sessions.return_invoice_taken(
+            return_invoice.bolt11, return_invoice.payment_hash, deposit_hash
+        ):
+            raise _return_invoice_taken()
+        try:
+            session = await self._sessions.open(
+                deposit.payment_hash,
+                challenge_id,
+                return_invoice.bolt11,
+                return_invoice.payment_hash,
+                int(time.time()),
             )
-        session = await self._sessions.open(
-            deposit.payment_hash, challenge_id, return_invoice, int(time.time())
-        )
+        except ReturnInvoiceTaken:
+            raise _return_invoice_taken() from None
         if session is None:
             raise SessionProblem(
                 "unknown-challenge",
@@ -1205,3 +1218,11 @@ def _refund_status(session: Session) -> str:
 
 def _balance(session: Session) -> dict[str, int]:
     return {"balanceSats": _sats(session.balance_msat), "balanceMsat": session.balance_msat}
+
+
+def _return_invoice_taken() -> SessionProblem:
+    return SessionProblem(
+        "invalid-return-invoice",
+        ErrorCode.PAYMENT_INVALID,
+        "returnInvoice is another session's already: make a fresh one per session",
+    )

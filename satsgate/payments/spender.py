@@ -40,7 +40,7 @@ from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
-from satsgate.payments.rework import ReworkDesk
+from satsgate.payments.rework import ReworkDesk, current_token
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
     JobState,
@@ -302,6 +302,10 @@ class Spender:
         payment hash, so only the payer can ever see a cached outcome.
         """
         key = (payment_hash, request_digest(spec.slug, params))
+        if current_token() is not None:
+            # A free retry is never a repeat of the refused call (its key leaves the token
+            # out): the window's claim decides it, and a job's retry gets a new job.
+            use_cache = False
         if use_cache:
             earlier = self._dedup.lookup(key)
             if earlier is not None:
@@ -356,7 +360,7 @@ class Spender:
             )
         if payment.status is PaymentStatus.SERVING:
             if self.rework is not None:  # a free retry in its window, or refused as such
-                reworked = await self.rework.retry(payment, spec, params, self._dispatch)
+                reworked = await self._rework(payment, spec, params)
                 if reworked is not None:
                     return reworked
             if self.held is not None:
@@ -423,6 +427,25 @@ class Spender:
         if hold is not None:
             hold.stopped(payment)
         raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
+
+    async def _rework(
+        self, payment: Payment, spec: AnySpec, params: BaseModel
+    ) -> ServiceResult | None:
+        """A call on a serving payment, as a free retry (see ReworkDesk.retry): a
+        synchronous one is dispatched; a job-mode one gets a new job, its row written
+        with the window's claim and started like a first run's (with the retry's own
+        callback)."""
+        assert self.rework is not None
+        if spec.mode != "job":
+            return await self.rework.retry(payment, spec, params, self._dispatch)
+        job = self._prepare_job(payment, spec, params)
+
+        async def start(
+            payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+        ) -> ServiceResult:
+            return self._start_job(job, payment, spec, params, price_msat)
+
+        return await self.rework.retry(payment, spec, params, start, job)
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -531,15 +554,24 @@ class Spender:
     ) -> ServiceResult | None:
         """Spend ``payment`` and write its job's row in one transaction, then run the job;
         the 202, or None when the spend was lost (the payment was used or refunded)."""
-        work, refund = self._job_work(payment, spec, params, price_msat)
-        job = self._jobs.prepare(
+        job = self._prepare_job(payment, spec, params)
+        if not await self._payments.spend_for_job(job, int(time.time())):
+            return None
+        return self._start_job(job, payment, spec, params, price_msat)
+
+    def _prepare_job(self, payment: Payment, spec: AnySpec, params: BaseModel) -> Job:
+        return self._jobs.prepare(
             payment_id=payment.payment_id,
             service=spec.slug,
             job_type=spec.job_type or spec.slug,
             callback=params.callback_target() if isinstance(params, Params) else None,
         )
-        if not await self._payments.spend_for_job(job, int(time.time())):
-            return None
+
+    def _start_job(
+        self, job: Job, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> ServiceResult:
+        """Run a job whose row is written; the 202."""
+        work, refund = self._job_work(payment, spec, params, price_msat)
         self._jobs.start(job, work, refund)
         return ServiceResult(
             self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
@@ -570,7 +602,13 @@ class Spender:
                 progress=report,
                 job_state=self._jobs.state_for(payment.payment_id),
             )
-            result = await self._run_handler(payment, spec, params, price_msat, ctx)
+            try:
+                result = await self._run_handler(payment, spec, params, price_msat, ctx)
+            finally:
+                # A free retry's job ended: its window closes (a refusal reopened it).
+                # Not when shutdown puts the job aside: it runs on after the restart.
+                if self.rework is not None and not self._jobs.suspended(payment.payment_id):
+                    await asyncio.shield(self.rework.retry_ended(payment.payment_id))
             if isinstance(result.body, dict):
                 return result.body
             return {"content": result.body if isinstance(result.body, str) else None}

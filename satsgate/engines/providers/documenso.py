@@ -87,6 +87,7 @@ from satsgate.engines.esign import (
     SigningRequest,
     SigningSent,
 )
+from satsgate.engines.providers.upstream import check_options
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -172,9 +173,7 @@ class DocumensoProvider:
     ) -> None:
         env = os.environ if environ is None else environ
         where = f"[providers.{config.name}]"
-        unknown = set(config.options) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         if not config.api_key:
             raise EngineConfigError(f"{where} needs api_key or api_key_env (a Documenso API token)")
         poll = config.options.get("poll_interval_s", DEFAULT_POLL_INTERVAL_S)

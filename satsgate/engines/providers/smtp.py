@@ -42,6 +42,7 @@ import aiosmtplib
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.mail import OutgoingEmail, SentEmail
+from satsgate.engines.providers.upstream import check_options
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -81,9 +82,7 @@ class SmtpEmail:
         env = os.environ if environ is None else environ
         where = f"[providers.{config.name}]"
         opts = config.options
-        unknown = set(opts) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         host = _option(opts, "host", str, where)
         if not host:
             raise EngineConfigError(f'{where} needs host = "..."')

@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import httpx
 from cryptography.exceptions import InvalidSignature
@@ -62,6 +62,7 @@ from satsgate.engines.delivery import (
     StatusUpdate,
     WebhookEvents,
     WebhookRequest,
+    reference_of,
 )
 from satsgate.engines.errors import EngineError
 from satsgate.engines.fax import (
@@ -73,16 +74,23 @@ from satsgate.engines.fax import (
     InboundRequest,
 )
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
+from satsgate.engines.providers.carriers import (
+    opt_out_by_reply,
+    opted_out_recipient,
+    ring_timeout_option,
+    voices_option,
+)
 from satsgate.engines.providers.upstream import (
+    check_options,
     log_failure,
     retries_option,
     retry_after_s,
     status_error,
+    timeout_option,
 )
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.errors import ErrorCode
-from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.services.comms.destinations import check_e164, destination
 
 log = logging.getLogger(__name__)
@@ -196,9 +204,7 @@ class TelnyxProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         where = f"[providers.{config.name}]"
         options = config.options
-        unknown = set(options) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         if not config.api_key:
             raise EngineConfigError(
                 f'{where} needs the API key: api_key_env = "ENV_VAR" or api_key = "..."'
@@ -208,8 +214,7 @@ class TelnyxProvider:
         self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
         self._public_key = public_key_from(options.get("public_key"), where)
         self.retries = retries_option(config)
-        # The table's timeout_s, else 30 s (ProviderConfig's 60 s default is for AI work).
-        self.timeout_s = config.timeout_s if config.timeout_s != 60.0 else DEFAULT_TIMEOUT_S
+        self.timeout_s = timeout_option(config, DEFAULT_TIMEOUT_S)
         self.status_poll_s = _positive(
             options.get("status_poll_s"), f"{where} status_poll_s", DEFAULT_STATUS_POLL_S
         )
@@ -226,16 +231,8 @@ class TelnyxProvider:
         )
         self.messaging_profile_id = str(options.get("messaging_profile_id", "") or "")
         self.call_connection_id = str(options.get("call_connection_id", "") or "")
-        ring = options.get("ring_timeout_s", 30)
-        if isinstance(ring, bool) or not isinstance(ring, int) or not 5 <= ring <= 120:
-            raise EngineConfigError(f"{where} ring_timeout_s must be 5 to 120 (seconds)")
-        self.ring_timeout_s = ring
-        voices = options.get("voices", {})
-        if not isinstance(voices, Mapping) or not all(
-            isinstance(v, str) and v for v in voices.values()
-        ):
-            raise EngineConfigError(f"{where}.voices maps locales to speak voices")
-        self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
+        self.ring_timeout_s = ring_timeout_option(options, where, 120)
+        self.voices = voices_option(options, where, "speak voices")
         default_voice = options.get("default_voice", "female")
         if not isinstance(default_voice, str) or not default_voice:
             raise EngineConfigError(f"{where} default_voice must be a voice name")
@@ -561,9 +558,7 @@ class TelnyxProvider:
             self._seen[event_id] = None
             while len(self._seen) > _SEEN_EVENTS:
                 self._seen.popitem(last=False)
-        refs = parse_qs(urlsplit(request.url).query).get(REFERENCE_PARAM)
-        reference = refs[0] if refs else None
-        return await self.on_event(event_type, payload, data, reference)
+        return await self.on_event(event_type, payload, data, reference_of(request.url))
 
     async def on_event(
         self,
@@ -645,23 +640,12 @@ class TelnyxProvider:
                 return WebhookEvents(200)
             message = InboundMessage(number, to, str(payload.get("text") or ""),
                                      str(payload.get("id") or ""))  # fmt: skip
-            await self._inbound_message(message)
+            await opt_out_by_reply(self.deps.opt_outs, message, f"{KIND} {self.config.name}")
             return WebhookEvents(200, inbound=(message,))
         update = message_update(payload, reference)
         if not update.provider_ref:
             return WebhookEvents(200)
         return WebhookEvents(200, updates=(update,))
-
-    async def _inbound_message(self, message: InboundMessage) -> None:
-        """A STOP reply (or another request not to be contacted) -> do-not-contact."""
-        if not asks_not_to_be_contacted(message.text):
-            return
-        try:
-            added = await opt_out(self.deps.opt_outs, message.from_number, source="sms-stop")
-        except ValueError:
-            return
-        if added:
-            log.info("telnyx %s: a number opted out by SMS reply", self.config.name)
 
     # -- calls (Call Control) ----------------------------------------------------------------
 
@@ -829,8 +813,7 @@ class TelnyxSms:
             data = await p.request("POST", "/messages", "sms", body)
         except EngineError as exc:
             if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
-                with contextlib.suppress(ValueError):
-                    await opt_out(p.deps.opt_outs, request.to, source="sms-stop")
+                await opted_out_recipient(p.deps.opt_outs, request.to)
             raise
         update = message_update(data)
         if not update.provider_ref:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -73,13 +72,20 @@ from satsgate.engines.delivery import (
     StatusUpdate,
     WebhookEvents,
     WebhookRequest,
+    reference_of,
 )
 from satsgate.engines.errors import EngineError
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
+from satsgate.engines.providers.carriers import (
+    opt_out_by_reply,
+    opted_out_recipient,
+    ring_timeout_option,
+    voices_option,
+)
+from satsgate.engines.providers.upstream import check_options, retries_option, timeout_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.errors import ErrorCode
-from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 
 log = logging.getLogger(__name__)
 
@@ -538,9 +544,7 @@ class TwilioProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         where = f"[providers.{config.name}]"
         opts = config.options
-        unknown = set(opts) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         sid = opts.get("account_sid")
         if not isinstance(sid, str) or not _ACCOUNT_SID.match(sid):
             raise EngineConfigError(f'{where} needs account_sid = "AC..." (34 characters)')
@@ -562,23 +566,13 @@ class TwilioProvider:
             if not key_sid.startswith("SK"):
                 raise EngineConfigError(f'{where} api_key_sid must be "SK..."')
             signing = _webhook_token(opts, where, deps)
-        retries = opts.get("max_retries", 1)
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 2:
-            raise EngineConfigError(f"{where} max_retries must be 0, 1 or 2")
-        ring = opts.get("ring_timeout_s", 30)
-        if isinstance(ring, bool) or not isinstance(ring, int) or not 5 <= ring <= 600:
-            raise EngineConfigError(f"{where} ring_timeout_s must be 5 to 600 (seconds)")
-        self.ring_timeout_s = ring
+        retries = retries_option(config)
+        self.ring_timeout_s = ring_timeout_option(opts, where, 600)
         callbacks = opts.get("status_callbacks", True)
         if not isinstance(callbacks, bool):
             raise EngineConfigError(f"{where} status_callbacks must be true or false")
         self.status_callbacks = callbacks
-        voices = opts.get("voices", {})
-        if not isinstance(voices, Mapping) or not all(
-            isinstance(v, str) and v for v in voices.values()
-        ):
-            raise EngineConfigError(f"{where}.voices maps locales to <Say> voice names")
-        self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
+        self.voices = voices_option(opts, where, "<Say> voice names")
         self.default_voice = _opt_str(opts, "default_voice", where)
         speech = opts.get("speech", "provider")
         if speech not in ("provider", "node"):
@@ -596,8 +590,7 @@ class TwilioProvider:
             secret=config.api_key,
             signing_token=signing,
             base_url=config.base_url or DEFAULT_BASE_URL,
-            # ProviderConfig's default (60 s) is long for a send the caller waits on.
-            timeout_s=DEFAULT_TIMEOUT_S if config.timeout_s == 60.0 else config.timeout_s,
+            timeout_s=timeout_option(config, DEFAULT_TIMEOUT_S),
             max_retries=retries,
             name=config.name,
         )
@@ -650,8 +643,7 @@ class TwilioProvider:
             log.warning("twilio %s: webhook with a bad signature refused", self.config.name)
             return WebhookEvents(403)
         query = parse_qs(urlsplit(request.url).query)
-        refs = query.get(REFERENCE_PARAM)
-        reference = refs[0] if refs else None
+        reference = reference_of(request.url)
 
         def one(name: str) -> str:
             values = params.get(name) or [""]
@@ -687,23 +679,16 @@ class TwilioProvider:
             return WebhookEvents(200, updates=(message_update(doc, reference),))
         if one("MessageSid") and one("From"):
             inbound = InboundMessage(one("From"), one("To"), one("Body"), one("MessageSid"))
-            await self._inbound(inbound, one("OptOutType"))
+            await opt_out_by_reply(
+                self.deps.opt_outs,
+                inbound,
+                f"{KIND} {self.config.name}",
+                stop=one("OptOutType").upper() == "STOP",  # Twilio's own classification
+            )
             return WebhookEvents(
                 200, inbound=(inbound,), body=EMPTY_TWIML, content_type="application/xml"
             )
         return WebhookEvents(200)
-
-    async def _inbound(self, message: InboundMessage, opt_out_type: str) -> None:
-        """A STOP reply (or Twilio's own opt-out classification) -> do-not-contact."""
-        if opt_out_type.upper() != "STOP" and not asks_not_to_be_contacted(message.text):
-            return
-        try:
-            added = await opt_out(self.deps.opt_outs, message.from_number, source="sms-stop")
-        except ValueError:
-            log.info("twilio %s: an opt-out from an unusable sender ignored", self.config.name)
-            return
-        if added:
-            log.info("twilio %s: a number opted out by SMS reply", self.config.name)
 
 
 class TwilioSms:
@@ -725,17 +710,13 @@ class TwilioSms:
             )
         except EngineError as exc:
             if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
-                await self._opted_out(request.to)
+                await opted_out_recipient(p.deps.opt_outs, request.to)
             raise
         update = message_update(doc)
         if not update.provider_ref:
             raise EngineError(ErrorCode.SERVICE_ERROR, SMS_FAILED, may_fall_back=False)
         status: MessageStatus = update.status  # type: ignore[assignment]
         return SmsSent(update.provider_ref, status, _int(doc.get("num_segments")))
-
-    async def _opted_out(self, number: str) -> None:
-        with contextlib.suppress(ValueError):
-            await opt_out(self.p.deps.opt_outs, number, source="sms-stop")
 
     async def sms_status(self, message_id: str) -> StatusUpdate:
         return message_update(await self.p.client.fetch_message(message_id))

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.config import DEFAULT_TIMEOUT_S, EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.refusals import said_by_model
 from satsgate.errors import ErrorCode
@@ -204,6 +204,21 @@ async def events_within(events: AsyncIterator[T], idle_s: float) -> AsyncIterato
         except TimeoutError:
             raise timeout_error() from None
         yield event
+
+
+def check_options(config: ProviderConfig, known: frozenset[str]) -> None:
+    """Refuse a table with keys the adapter does not know (a typo would be ignored)."""
+    unknown = set(config.options) - known
+    if unknown:
+        raise EngineConfigError(
+            f"[providers.{config.name}]: unknown keys {', '.join(sorted(unknown))}"
+        )
+
+
+def timeout_option(config: ProviderConfig, default_s: float) -> float:
+    """The table's ``timeout_s``, else ``default_s``: ProviderConfig's own default (60 s)
+    is for AI work, long for a send the caller waits on."""
+    return default_s if config.timeout_s == DEFAULT_TIMEOUT_S else config.timeout_s
 
 
 def retries_option(config: ProviderConfig) -> int:

@@ -312,6 +312,16 @@ async def _mark_failed(
         await records.settle(delivery_id, 0)  # refunded in full by the gate
 
 
+# How a send through a telephony carrier (SMS, call, fax) can fail after payment, refunded.
+_CARRIER_FAILURES = (
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.SERVICE_ERROR,
+    ErrorCode.RATE_LIMITED,
+    ErrorCode.TIMEOUT,
+    ErrorCode.RECIPIENT_OPTED_OUT,
+    ErrorCode.CONTENT_POLICY_HELD,
+)
+
 # -- send-sms ------------------------------------------------------------------------------
 
 
@@ -385,14 +395,7 @@ SEND_SMS = ServiceSpec(
         note="One price per destination country (E.164 prefix); the minimum is the cheapest.",
     ),
     model_ids=(20,),
-    failure_codes=(
-        ErrorCode.INVALID_INPUT,
-        ErrorCode.SERVICE_ERROR,
-        ErrorCode.RATE_LIMITED,
-        ErrorCode.TIMEOUT,
-        ErrorCode.RECIPIENT_OPTED_OUT,
-        ErrorCode.CONTENT_POLICY_HELD,
-    ),
+    failure_codes=_CARRIER_FAILURES,
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready at 8pm."},
@@ -525,14 +528,7 @@ CALL = ServiceSpec(
         note="duration_minutes (1 to 10) at the destination country's rate per minute.",
     ),
     model_ids=(20,),
-    failure_codes=(
-        ErrorCode.INVALID_INPUT,
-        ErrorCode.SERVICE_ERROR,
-        ErrorCode.RATE_LIMITED,
-        ErrorCode.TIMEOUT,
-        ErrorCode.RECIPIENT_OPTED_OUT,
-        ErrorCode.CONTENT_POLICY_HELD,
-    ),
+    failure_codes=_CARRIER_FAILURES,
     max_body_bytes=32 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
@@ -763,14 +759,7 @@ SEND_FAX = ServiceSpec(
     price_msat=flat_price("fax-send"),
     handler=faxes.send_fax,
     model_ids=(44,),
-    failure_codes=(
-        ErrorCode.INVALID_INPUT,
-        ErrorCode.SERVICE_ERROR,
-        ErrorCode.RATE_LIMITED,
-        ErrorCode.TIMEOUT,
-        ErrorCode.RECIPIENT_OPTED_OUT,
-        ErrorCode.CONTENT_POLICY_HELD,
-    ),
+    failure_codes=_CARRIER_FAILURES,
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},

@@ -97,7 +97,9 @@ class ReleaseRunner(Protocol):
 
 
 class Contexts(Protocol):
-    def for_call(self, call_id: str, *, screener: Screener | None = None) -> ServiceContext: ...
+    def for_call(
+        self, call_id: str, *, screener: Screener | None = None, service: str | None = None
+    ) -> ServiceContext: ...
 
 
 class AppealInvoices(Protocol):
@@ -369,7 +371,9 @@ class HoldDesk:
             params = spec.params.model_validate(hold.params)
         except ValueError:
             return await self._refund_claimed(hold, "the held request no longer validates", by)
-        ctx = self._contexts.for_call(payment.payment_id, screener=self._released_screener)
+        ctx = self._contexts.for_call(
+            payment.payment_id, screener=self._released_screener, service=spec.slug
+        )
         try:
             result = await self.runner.run_released(payment, spec, params, ctx)
         except ApiError as exc:  # refunded by the spender, like any failure after payment

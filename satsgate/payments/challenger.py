@@ -29,6 +29,7 @@ from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
+from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.base import ServiceSpec, request_digest
 from satsgate.store import Payment, PaymentStatus
 
@@ -145,8 +146,11 @@ class Challenger:
         credential_ttl_s: int,
         holds: HoldIssuer | None = None,
         opt_outs: OptOuts | None = None,
+        budget: ChallengeBudget | None = None,
     ) -> None:
         self._node = node
+        # The node's bound on unpaid challenges outstanding (any client address).
+        self._budget = budget
         self._opt_outs = opt_outs  # the do-not-contact list (ServiceSpec.recipients)
         # With hold invoices on, payments of the paymentId flow (MCP) are hold invoices:
         # L402/MPP need the preimage at payment time, which a held HTLC never gives.
@@ -201,7 +205,23 @@ class Challenger:
         digest: str,
         via: str,
     ) -> Challenge:
-        """Create the invoice and store the payment as unpaid; nothing else is charged."""
+        """Create the invoice and store the payment as unpaid; nothing else is charged.
+        RATE_LIMITED, before any invoice, when the node's unpaid challenges are at their
+        cap (``max_unpaid_challenges``)."""
+        if self._budget is None:
+            return await self._create_payment(spec, amount_sats, digest, via)
+        await self._budget.take()
+        try:
+            challenge = await self._create_payment(spec, amount_sats, digest, via)
+        except BaseException:
+            self._budget.give_back()
+            raise
+        self._budget.stored()
+        return challenge
+
+    async def _create_payment(
+        self, spec: AnySpec, amount_sats: int, digest: str, via: str
+    ) -> Challenge:
         amount_msat = amount_sats * 1000
         description = f"satsgate: {spec.title} ({amount_sats} sat)"
         hold = self._holds is not None and via == "mcp"

@@ -289,7 +289,7 @@ class PaidRefresher(Protocol):
 
 
 class Contexts(Protocol):
-    def for_call(self, call_id: str) -> ServiceContext: ...
+    def for_call(self, call_id: str, *, service: str | None = None) -> ServiceContext: ...
 
 
 @dataclass(frozen=True)
@@ -862,7 +862,9 @@ class Sessions:
             balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
             if balance is None:
                 raise await self._why_not(session_id, price_msat)
-            ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+            ctx = self._contexts.for_call(
+                f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
+            )
             opened = await self._open_stream(spec, ctx, params, session_id, price_msat)
             headers = {
                 **opened.headers,
@@ -967,7 +969,9 @@ class Sessions:
         price_msat: int,
         balance: int,
     ) -> Served:
-        ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+        ctx = self._contexts.for_call(
+            f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
+        )
         try:
             result = await spec.handler(ctx, params)
         except ApiError as exc:

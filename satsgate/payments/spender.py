@@ -199,7 +199,12 @@ class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
     def for_call(
-        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+        self,
+        call_id: str,
+        progress: Progress | None = None,
+        job_state: JobState | None = None,
+        *,
+        service: str | None = None,
     ) -> ServiceContext: ...
 
 
@@ -453,7 +458,11 @@ class Spender:
         """Run a just-spent synchronous call; once it is answered, serving -> spent (a
         failure's refund has moved it already)."""
         result = await self._run_handler(
-            payment, spec, params, price_msat, self._contexts.for_call(payment.payment_id)
+            payment,
+            spec,
+            params,
+            price_msat,
+            self._contexts.for_call(payment.payment_id, service=spec.slug),
         )
         if result.stream is not None:  # answered once the stream ends (_PaidStream)
             result.stream.settle = _PaidStream(self, payment, min(price_msat, payment.amount_msat))
@@ -601,6 +610,7 @@ class Spender:
                 payment.payment_id,
                 progress=report,
                 job_state=self._jobs.state_for(payment.payment_id),
+                service=spec.slug,
             )
             try:
                 result = await self._run_handler(payment, spec, params, price_msat, ctx)

@@ -391,7 +391,9 @@ class _ProcessParams(ServiceParams, ModelChoice):
 
 
 class _SameSizeParams(_ProcessParams):
-    """An operation whose output is the input's size: the input's pixels are bounded."""
+    """An operation whose output is the input's size (background removal, face
+    restoration, colorization, depth, deblurring, object removal): the input's pixels are
+    bounded, as upscaling bounds its output's."""
 
     def check(self) -> Any:
         info = check_image(self.imageBase64, "imageBase64")
@@ -399,7 +401,7 @@ class _SameSizeParams(_ProcessParams):
         return info
 
 
-class RemoveBackgroundParams(_ProcessParams):
+class RemoveBackgroundParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (35,)
     DEFAULT: ClassVar[int] = 35
 
@@ -428,7 +430,7 @@ class UpscaleImageParams(_ProcessParams):
         return info
 
 
-class RestoreFaceParams(_ProcessParams):
+class RestoreFaceParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (37,)
     DEFAULT: ClassVar[int] = 37
 
@@ -486,7 +488,7 @@ class RemoveObjectParams(_SameSizeParams):
         return info
 
 
-class ColorizeImageParams(_ProcessParams):
+class ColorizeImageParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (41,)
     DEFAULT: ClassVar[int] = 41
 
@@ -500,7 +502,7 @@ class DeblurImageParams(_SameSizeParams):
     )
 
 
-class EstimateDepthParams(_ProcessParams):
+class EstimateDepthParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (48,)
     DEFAULT: ClassVar[int] = 48
 

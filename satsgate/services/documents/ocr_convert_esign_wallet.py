@@ -33,6 +33,7 @@ from satsgate.engines.local.receipt import parse_receipt
 from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.files import DEFAULT_OUTPUT_CAPS
 from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
 from satsgate.services.comms.screening import Outreach, screen
@@ -40,6 +41,7 @@ from satsgate.services.documents.esign_desk import new_request_id, status_url
 from satsgate.services.inputs.media import (
     MediaError,
     document_pages,
+    image_info,
     is_pdf,
     pdf_pages,
 )
@@ -327,6 +329,16 @@ class ConvertFileParams(ServiceParams, ModelChoice):
             and (self.targetFormat in conv.AUDIO_TARGETS)
         ):
             raise InvalidField("targetFormat", "the video has no sound to convert")
+        if source.kind == "image":
+            info = image_info(data)
+            raw = conv.raw_image_bytes(info.width, info.height, self.targetFormat)
+            if raw is not None and raw > DEFAULT_OUTPUT_CAPS["image"]:
+                raise InvalidField(
+                    "targetFormat",
+                    f"{info.width}x{info.height} as {self.targetFormat} would be {raw:,} bytes: "
+                    f"more than {DEFAULT_OUTPUT_CAPS['image']:,}; send a smaller image or "
+                    "convert to png, jpeg or webp",
+                )
         if self.targetFormat == "png" and (source.pages or 0) > conv.MAX_PNG_PAGES:
             raise InvalidField(
                 "file", f"{source.pages} pages; at most {conv.MAX_PNG_PAGES} as PNG pages"

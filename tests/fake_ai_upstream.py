@@ -37,7 +37,7 @@ import json
 import re
 import threading
 import wave
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +160,9 @@ class FakeAIUpstream:
         self.streams_done = 0  # streamed chat answers sent to their end
         self.streams_cut = 0  # streamed chat answers the reader went away from
         self.stream_chunks_sent = 0  # text chunks written into streamed answers
+        # Streams cut by their reader, by the mode that scripted them ("" for none): a
+        # stalled stream notices its reader left only when it wakes, maybe in a later test.
+        self.cuts: Counter[str] = Counter()
         self.files: dict[str, bytes] = {}  # images answered by URL
         self._script: dict[str, deque[str]] = {}
         # Prompts containing one of these are refused on content (see the module).
@@ -372,7 +375,7 @@ class FakeAIUpstream:
                 await send({"choices": [], "usage": usage})
             await resp.write(b"data: [DONE]\n\n")
 
-        return await self._streamed(resp, whole())
+        return await self._streamed(resp, whole(), mode)
 
     async def _stream_words(
         self,
@@ -402,14 +405,16 @@ class FakeAIUpstream:
         return True
 
     async def _streamed(
-        self, resp: web.StreamResponse, sending: Coroutine[Any, Any, None]
+        self, resp: web.StreamResponse, sending: Coroutine[Any, Any, None], mode: str | None
     ) -> web.StreamResponse:
-        """Run a stream's sending, counting it done, or cut when its reader went away."""
+        """Run a stream's sending, counting it done, or cut (also by its mode) when its
+        reader went away."""
         try:
             await sending
         except (ConnectionResetError, ConnectionError):
             with self._lock:
                 self.streams_cut += 1
+                self.cuts[mode or ""] += 1
             return resp
         with self._lock:
             self.streams_done += 1
@@ -661,4 +666,4 @@ class FakeAIUpstream:
             await event("message_delta", {"delta": stop, "usage": {"output_tokens": 6}})
             await event("message_stop", {})
 
-        return await self._streamed(resp, whole())
+        return await self._streamed(resp, whole(), mode)

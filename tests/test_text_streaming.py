@@ -250,7 +250,7 @@ async def test_a_caller_who_leaves_mid_stream_closes_the_upstream_and_is_served(
     body = up.body("A long slow answer that the caller will not wait for at all")
     auth, payment_hash, _price = await paid_auth(http, body)
     fake.fail_next(up.path, "slow_stream")
-    cut_before, done_before = fake.streams_cut, fake.streams_done
+    cut_before, done_before = fake.cuts["slow_stream"], fake.streams_done
     async with (
         httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own,
         own.stream(
@@ -261,7 +261,9 @@ async def test_a_caller_who_leaves_mid_stream_closes_the_upstream_and_is_served(
         async for line in resp.aiter_lines():
             if line.startswith("data: "):
                 break  # the first piece, then the reader goes away
-    await wait_for(lambda: fake.streams_cut > cut_before, "the upstream stream was not closed")
+    await wait_for(
+        lambda: fake.cuts["slow_stream"] > cut_before, "the upstream stream was not closed"
+    )
     assert fake.streams_done == done_before
     await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
     assert refunds_of(srv, payment_hash) == []  # served: what was generated is paid
@@ -278,7 +280,7 @@ async def test_a_slow_reader_holds_the_upstream_back_and_a_stalled_one_is_cut_of
     body = up.body("A huge answer")
     auth, payment_hash, _price = await paid_auth(http, body)
     fake.fail_next(up.path, "huge_stream")
-    sent_before, cut_before = fake.stream_chunks_sent, fake.streams_cut
+    sent_before, cut_before = fake.stream_chunks_sent, fake.cuts["huge_stream"]
     async with (
         httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own,
         own.stream(
@@ -300,10 +302,10 @@ async def test_a_slow_reader_holds_the_upstream_back_and_a_stalled_one_is_cut_of
         # Reading nothing for WRITE_STALL_S, the caller is cut off, and the upstream with it
         # (while this client still holds its connection open).
         for _ in range(200):
-            if fake.streams_cut > cut_before:
+            if fake.cuts["huge_stream"] > cut_before:
                 break
             await asyncio.sleep(0.05)
-        assert fake.streams_cut == cut_before + 1
+        assert fake.cuts["huge_stream"] == cut_before + 1
     await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
     assert refunds_of(srv, payment_hash) == []
 

@@ -27,6 +27,7 @@ outcome again, with no second spend.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -307,10 +308,13 @@ class Spender:
         payment hash, so only the payer can ever see a cached outcome.
         """
         key = (payment_hash, request_digest(spec.slug, params))
-        if current_token() is not None:
-            # A free retry is never a repeat of the refused call (its key leaves the token
-            # out): the window's claim decides it, and a job's retry gets a new job.
-            use_cache = False
+        token = current_token()
+        if token is not None:
+            # A free retry is never a repeat of the refused call (the params leave the
+            # token out): its own key, with the token's hash. A repeat of the retry itself
+            # (its answer lost) gets the retry's outcome again: for a job, the one 202
+            # that names the retry's new job.
+            key = (payment_hash, f"{key[1]}:{hashlib.sha256(token.encode()).hexdigest()}")
         if use_cache:
             earlier = self._dedup.lookup(key)
             if earlier is not None:

@@ -42,7 +42,7 @@ from satsgate.engines.local import cards
 from satsgate.http_edge import result_response
 from satsgate.payments.challenger import validate_params
 from satsgate.payments.http import challenge_response
-from satsgate.services.documents import RENDER_CARD
+from satsgate.services.documents.rendering import RENDER_CARD
 
 RENDER_BODY: dict[str, Any] = {
     "template": "headline",

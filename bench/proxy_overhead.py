@@ -220,7 +220,7 @@ def run(rounds: int, duration: float) -> int:
     from run import free_port, http, run_wrk, start_server
     from seed import seed, spec_for
 
-    from satsgate.services.text import GENERATE_TEXT
+    from satsgate.services.ai.text import GENERATE_TEXT
 
     params = GENERATE_TEXT.params.model_validate(BODY)
     price_msat = GENERATE_TEXT.quote_sats(params) * 1000

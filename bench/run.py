@@ -44,7 +44,7 @@ from seed import SeedSpec, seed, spec_for
 
 from satsgate.config import Settings
 from satsgate.payments import l402
-from satsgate.services.documents import RENDER_CARD
+from satsgate.services.documents.rendering import RENDER_CARD
 
 BENCH = Path(__file__).resolve().parent
 LUA = BENCH / "lua"

@@ -77,16 +77,16 @@ from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
-from satsgate.services import deliveries
-from satsgate.services.ai_call_runner import AiCallRunner
 from satsgate.services.base import ServiceSpec
-from satsgate.services.bridge_sessions import BridgeSessions
-from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
-from satsgate.services.esign_desk import ESignDesk
-from satsgate.services.faxes import attach_desk
-from satsgate.services.rates import refresh_rates
+from satsgate.services.catalog.rates import refresh_rates
+from satsgate.services.comms import deliveries
+from satsgate.services.comms.ai_call_runner import AiCallRunner
+from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.destinations import load_rates_file, use_rates
+from satsgate.services.comms.faxes import attach_desk
+from satsgate.services.documents.esign_desk import ESignDesk
+from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
-from satsgate.services.telephony import load_rates_file, use_rates
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
@@ -526,7 +526,7 @@ def mcp_server(
 async def provider_webhook(request: web.Request) -> web.Response:
     """A provider's webhook: a prediction platform's (satsgate.engines.providers.
     predictions) or a messaging/call/fax provider's delivery reports
-    (satsgate.engines.delivery, applied by satsgate.services.deliveries). The provider
+    (satsgate.engines.delivery, applied by satsgate.services.comms.deliveries). The provider
     verifies its signature; 404 for a provider that takes none."""
     name = request.match_info["name"]
     provider = request.app[ENGINES].provider(name)

@@ -18,10 +18,10 @@ from satsgate.operations.base import OperationEnv
 from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
-from satsgate.services.ai_call_runner import AiCallRunner
-from satsgate.services.bridge_sessions import BridgeSessions
-from satsgate.services.callbacks_guard import Outbound
-from satsgate.services.esign_desk import ESignDesk
+from satsgate.services.comms.ai_call_runner import AiCallRunner
+from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.documents.esign_desk import ESignDesk
+from satsgate.services.inputs.public_urls import Outbound
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -15,7 +15,7 @@ clock. The body is the same bytes on every attempt; ``t`` is new each time.
 Delivery: a 2xx answer within ``timeout_s`` ends it; anything else is retried after
 ``RETRY_AFTER_S`` (seven attempts over about three hours), then given up. Every attempt
 checks again that the URL's name resolves only to public addresses and connects to one
-of them (callbacks_guard.pinned), so DNS rebinding cannot reach inside. Redirects are
+of them (public_urls.pinned), so DNS rebinding cannot reach inside. Redirects are
 not followed. The outbox lives in the store, so a restart resumes it.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from satsgate.services.callbacks_guard import Outbound, UnsafeUrl, pinned
+from satsgate.services.inputs.public_urls import Outbound, UnsafeUrl, pinned
 from satsgate.store import CallbackDelivery, CallbackRepository, Job, JobStatus
 
 log = logging.getLogger(__name__)

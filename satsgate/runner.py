@@ -16,7 +16,7 @@ from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.procguard import secure_data_dir
 from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
-from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.store import Store
 
 

@@ -22,8 +22,8 @@ from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.runner import ServiceHandle, start_service
-from satsgate.services import rates
-from satsgate.services.callbacks_guard import SYSTEM_OUTBOUND, Outbound
+from satsgate.services.catalog import rates
+from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 

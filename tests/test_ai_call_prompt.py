@@ -12,8 +12,8 @@ from satsgate.config import Settings
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatRequest, ChatResult
 from satsgate.engines.registry import Binding, Engines, EngineStatus
-from satsgate.services import ai_call_prompt
 from satsgate.services.base import ServiceContext
+from satsgate.services.comms import ai_call_prompt
 
 
 @pytest.mark.parametrize(

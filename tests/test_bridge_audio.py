@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from satsgate.services.bridge_audio import (
+from satsgate.services.comms.bridge_audio import (
     FRAME_BYTES,
     Segmenter,
     mulaw_to_pcm16,

@@ -18,7 +18,6 @@ from satsgate.app import ENGINES
 from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
-from satsgate.services import rates
 from satsgate.services.base import (
     Params,
     ServiceContext,
@@ -26,9 +25,10 @@ from satsgate.services.base import (
     ServiceSpec,
     sats_for_msat,
 )
-from satsgate.services.common import ServiceParams
-from satsgate.services.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
-from satsgate.services.rates import RateBook, Snapshot
+from satsgate.services.catalog import rates
+from satsgate.services.catalog.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
+from satsgate.services.catalog.rates import RateBook, Snapshot
+from satsgate.services.inputs.params import ServiceParams
 from satsgate.services.registry import SERVICES
 from tests.conftest import ThreadedServer
 

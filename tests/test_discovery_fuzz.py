@@ -27,7 +27,7 @@ from schemathesis.checks import not_a_server_error
 
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, request_digest
-from satsgate.services.pricing import ESTIMATORS, estimate
+from satsgate.services.catalog.pricing import ESTIMATORS, estimate
 from satsgate.services.registry import BY_SLUG, SERVICES
 from tests.conftest import ThreadedServer
 from tests.test_services_quotes import PDF1, PDF2, VALID

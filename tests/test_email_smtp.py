@@ -23,7 +23,7 @@ from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 from satsgate.engines import EngineConfigError, EngineError, ProviderConfig
 from satsgate.engines.mail import OutgoingEmail
 from satsgate.engines.providers.smtp import SmtpEmail
-from satsgate.services.catalog import EMAIL_MODEL_ID, MODELS_BY_ID
+from satsgate.services.catalog.models import EMAIL_MODEL_ID, MODELS_BY_ID
 from tests.certs import common_name, issue
 from tests.conftest import (
     ThreadedServer,

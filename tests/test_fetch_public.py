@@ -15,7 +15,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from satsgate.services.callbacks_guard import (
+from satsgate.services.inputs.public_urls import (
     FetchFailed,
     IPAddress,
     Outbound,

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from satsgate.invoices import decode_invoice
-from satsgate.services import languages
-from satsgate.services.languages import (
+from satsgate.services.inputs import languages
+from satsgate.services.inputs.languages import (
     RARE_LANGUAGES,
     RARE_LISTED_BY,
     UnknownLanguage,
@@ -140,7 +140,7 @@ def test_unknown_languages_are_refused(bad: str) -> None:
 def test_the_table_ships_in_the_package() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["satsgate"]
-    data = "services/data/rare_languages.tsv"
+    data = "services/inputs/data/rare_languages.tsv"
     assert (ROOT / "satsgate" / data).is_file()
     assert any(fnmatch.fnmatch(data, pattern) for pattern in patterns)
 

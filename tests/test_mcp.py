@@ -16,7 +16,7 @@ from mcp_types import TextContent
 from PIL import Image
 
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.planned import planned_services
+from satsgate.services.catalog.planned import planned_services
 from satsgate.services.registry import BY_SLUG, SERVICES
 from tests.conftest import ThreadedServer, dev_pay
 from tests.test_refunds import external_invoice

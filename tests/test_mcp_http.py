@@ -23,7 +23,7 @@ from satsgate.services.base import (
     ServiceSpec,
     sats_for_msat,
 )
-from satsgate.services.pricing import audiobook_msat, translate_epub_msat
+from satsgate.services.catalog.pricing import audiobook_msat, translate_epub_msat
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay
 from tests.test_gateway import payment_count

@@ -33,7 +33,7 @@ from satsgate.nostr.announcement import Listing
 from satsgate.nostr.config import NostrConfig
 from satsgate.nostr.keys import KEY_FILE
 from satsgate.operator import ensure_operator_token
-from satsgate.services import rates
+from satsgate.services.catalog import rates
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, free_port, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
@@ -288,18 +288,21 @@ async def test_relays_that_refuse_or_hang_never_slow_start_or_requests(
     try:
         start_s = time.monotonic() - started
         async with httpx.AsyncClient(base_url=srv.url) as client:
-            # While two relays hang (each up to timeout_s) requests answer at once.
-            slowest = 0.0
+            # While two relays hang (each up to timeout_s = 1.5 s) requests answer
+            # at once: a loop held up by a relay would show ~1.5 s, a busy CI
+            # machine only a few hundred ms on the slowest of ten.
+            slowest, took = 0.0, []
             for _ in range(10):
                 t0 = time.monotonic()
                 health = await client.get("/api/health")
                 quote = await client.post(
                     "/api/l402/render-card", json={"template": "headline", "title": "x"}
                 )
-                slowest = max(slowest, time.monotonic() - t0)
+                took.append(time.monotonic() - t0)
+                slowest = max(slowest, took[-1])
                 assert health.status_code == 200 and quote.status_code == 402
                 await asyncio.sleep(0.05)
-            assert slowest < 0.5, slowest
+            assert slowest < 1.0 and sorted(took)[len(took) // 2] < 0.3, took
             event = await wait_for_event(local_relay)  # the good relay is not held up
             assert_signed(event)
             await asyncio.sleep(2.0)  # past timeout_s: every relay has had its answer

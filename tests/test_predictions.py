@@ -29,7 +29,7 @@ from satsgate.engines.image_generation import ImageEditRequest, ImageGenerationR
 from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
 from satsgate.engines.providers.predictions import data_uri
 from satsgate.engines.providers.replicate import sign, verify_signature
-from satsgate.services.media import audio_duration_s
+from satsgate.services.inputs.media import audio_duration_s
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
 from tests.fake_platforms import (
     API_KEY,

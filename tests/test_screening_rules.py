@@ -14,7 +14,7 @@ from satsgate.outreach.do_not_contact import (
     opt_out,
 )
 from satsgate.outreach.rules import asks_to_stop, check_text, normalise
-from satsgate.services.screening import HeldForReview, Outreach, html_text, screen
+from satsgate.services.comms.screening import HeldForReview, Outreach, html_text, screen
 
 BENIGN = [
     "Your table is booked for 7pm.",

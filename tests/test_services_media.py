@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 from pypdf import PdfWriter
 
-from satsgate.services import media
-from satsgate.services.callbacks_guard import (
+from satsgate.services.inputs import media
+from satsgate.services.inputs.public_urls import (
     IPAddress,
     Outbound,
     UnsafeUrl,

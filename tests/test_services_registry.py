@@ -14,9 +14,12 @@ from aiohttp import web
 
 from satsgate.config import Settings
 from satsgate.jobs import JOB_TYPES
-from satsgate.services import languages, planned, pricing, rates, routing, telephony, voices
+from satsgate.services.ai import voices
 from satsgate.services.base import UNDESCRIBED_PRICE, ServiceResult, sats_for_msat
-from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.catalog import planned, pricing, rates, routing
+from satsgate.services.catalog.models import MODELS_BY_ID
+from satsgate.services.comms import destinations as telephony
+from satsgate.services.inputs import languages
 from satsgate.services.registry import BY_SLUG, BY_TOOL, SERVICES
 from satsgate.store import Store
 from tests.engines_down import down_engines, engines_for

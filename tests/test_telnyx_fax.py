@@ -25,7 +25,7 @@ from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.providers.telnyx import TelnyxProvider, public_key_from, verify_signature
-from satsgate.services import faxes as faxes_module
+from satsgate.services.comms import faxes as faxes_module
 from tests.conftest import (
     ThreadedServer,
     free_port,

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from satsgate.engines.local import apertium
-from satsgate.services import epub_translation
+from satsgate.services.ai import epub_translation
 from tests.conftest import (
     ThreadedServer,
     http_client,

@@ -27,9 +27,10 @@ from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, ProviderC
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.messaging import SmsRequest
 from satsgate.engines.providers.twilio import TwilioProvider, TwilioSms, say_twiml, signature
-from satsgate.services import deliveries, telephony
-from satsgate.services.media import audio_duration_s, audio_format
-from satsgate.services.pricing import call_msat, sms_msat
+from satsgate.services.catalog.pricing import call_msat, sms_msat
+from satsgate.services.comms import deliveries
+from satsgate.services.comms import destinations as telephony
+from satsgate.services.inputs.media import audio_duration_s, audio_format
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth, skip_unless_ci
 from tests.fake_twilio import (
     ACCOUNT_SID,

@@ -26,8 +26,8 @@ from pydantic import BaseModel
 
 from satsgate.config import Settings
 from satsgate.errors import ApiError
-from satsgate.services import voice_bridge
-from satsgate.services.voice_bridge import (
+from satsgate.services.comms import voice_bridge
+from satsgate.services.comms.voice_bridge import (
     BridgeEvent,
     BridgePoll,
     BridgeSettlement,

@@ -43,7 +43,7 @@ from satsgate.errors import ApiError
 from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
-from satsgate.services import rates
+from satsgate.services.catalog import rates
 from satsgate.services.registry import SERVICES
 
 __all__ = ["DISCOVERY", "Discovery", "add_routes", "describe", "service_description"]

@@ -25,7 +25,7 @@ from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, sats_for_msat
-from satsgate.services.common import ServiceParams
+from satsgate.services.inputs.params import ServiceParams
 
 AnySpec = ServiceSpec[Any]
 

@@ -48,7 +48,7 @@ from satsgate.discovery.documents import (
 from satsgate.errors import CATALOG_VERSION, CODES
 from satsgate.operations import OPERATIONS, AnyOperation
 from satsgate.operations.models import COMPONENTS
-from satsgate.services.catalog import CATEGORIES
+from satsgate.services.catalog.models import CATEGORIES
 
 OPENAPI_VERSION = "3.1.0"
 DOCUMENT_VERSION = "0.3.0"  # the machine-readable description's own version (spec, Versioning)

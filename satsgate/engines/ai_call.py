@@ -3,9 +3,9 @@
 A voice-agent platform places an outbound call whose agent follows a prompt, and reports
 the call: its state, how it ended, how long it was connected, the transcript and the
 platform's analysis. Implemented by the ``retell`` and ``vapi`` provider kinds
-(``engines/providers/retell.py``, ``vapi.py``); the service (satsgate/services/ai_call_runner.py)
-bills, redials and refunds on what :class:`AiCallReport` says, in the platform's words
-normalised here.
+(``engines/providers/retell.py``, ``vapi.py``); the service
+(satsgate/services/comms/ai_call_runner.py) bills, redials and refunds on what
+:class:`AiCallReport` says, in the platform's words normalised here.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The engine creates a signing request for one PDF with its signers and sends it (
 signers get the provider's e-mails with their signing links), reports the request's
 state, hands over the completed signed PDF, and tells its listeners when a request
 ends (the provider's verified webhook). satsgate follows the requests it sent
-(satsgate.services.esign_desk) and e-mails the signed copy itself.
+(satsgate.services.documents.esign_desk) and e-mails the signed copy itself.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
 from satsgate.operations import dump
 from satsgate.operations.jobs import JobResultArgs, find_job, job_result_body
-from satsgate.services.catalog import CATEGORIES, MODELS_BY_ID, list_models_document
+from satsgate.services.catalog.models import CATEGORIES, MODELS_BY_ID, list_models_document
 from satsgate.store import Job, JobStatus
 
 # The spec: await_result waits about 4 minutes per call.

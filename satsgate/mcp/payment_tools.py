@@ -24,7 +24,7 @@ from satsgate.operations import payments
 from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
-from satsgate.services.pricing import ESTIMATORS, estimate
+from satsgate.services.catalog.pricing import ESTIMATORS, estimate
 from satsgate.store import Payment
 
 # Fields of a params model that a bare ``prompt`` (or ``characterCount``) may stand in

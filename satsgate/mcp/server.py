@@ -32,12 +32,12 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
-from satsgate.services.bridge_sessions import BridgeSessions
-from satsgate.services.esign_desk import ESignDesk
+from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
-    from satsgate.services.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.ai_call_runner import AiCallRunner
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from satsgate.operations import OPERATIONS, AnyOperation, dump
 from satsgate.operations.jobs import JobResultArgs
 from satsgate.payments.challenger import validate_params
-from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.catalog.models import MODELS_BY_ID
 
 log = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ from satsgate.engines import Engines
 from satsgate.jobs import JobRunner
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
-from satsgate.services import planned
 from satsgate.services.base import ServiceSpec
-from satsgate.services.bridge_sessions import BridgeSessions
-from satsgate.services.esign_desk import ESignDesk
+from satsgate.services.catalog import planned
+from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
-    from satsgate.services.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.ai_call_runner import AiCallRunner
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -48,7 +48,7 @@ class PlannedSource(Protocol):
 
 
 class RoadmapPlannedServices:
-    """The default: the roadmap of satsgate.services.planned, with its votes."""
+    """The default: the roadmap of satsgate.services.catalog.planned, with its votes."""
 
     def __init__(self, votes: planned.VoteCounts) -> None:
         self._votes = votes
@@ -72,7 +72,7 @@ class OperationEnv:
     planned: PlannedSource
     # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
     deposits: DepositSettler | None = None
-    # The node's voice-bridge sessions (services/bridge_sessions.py); None without an app.
+    # The node's voice-bridge sessions (services/comms/bridge_sessions.py); None without an app.
     voice_bridge: BridgeSessions | None = None
     # Delivery records of sent SMS and calls (their free status reads); None: no store.
     deliveries: DeliveryRepository | None = None

@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Estimate, PlannedServices
-from satsgate.services.planned import VOTE
-from satsgate.services.pricing import ESTIMATORS, estimate
+from satsgate.services.catalog.planned import VOTE
+from satsgate.services.catalog.pricing import ESTIMATORS, estimate
 
 
 class NoArgs(BaseModel):

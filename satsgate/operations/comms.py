@@ -1,6 +1,7 @@
 """Free follow-ups of the communication services: a voice-bridge session's say, poll and
 end (on paths of their own), and an AI call's confirmation and poll (forms of the
-ai-call path itself). The work is done in services.voice_bridge and services.ai_calls."""
+ai-call path itself). The work is done in services.comms.voice_bridge and
+services.comms.ai_calls."""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ from satsgate.operations.models import (
     VoiceBridgeSettlement,
 )
 from satsgate.payments.proof import proves
-from satsgate.services import ai_calls, deliveries, voice_bridge
-from satsgate.services.common import alias
-from satsgate.services.comms import (
+from satsgate.services.comms import ai_calls, deliveries, voice_bridge
+from satsgate.services.comms.handlers import (
     AI_CALL,
     CALL,
     SEND_SMS,
@@ -35,11 +35,12 @@ from satsgate.services.comms import (
     CallStatusParams,
     SmsStatusParams,
 )
-from satsgate.services.voice_bridge import (
+from satsgate.services.comms.voice_bridge import (
     VoiceBridgeEndParams,
     VoiceBridgePollParams,
     VoiceBridgeSayParams,
 )
+from satsgate.services.inputs.params import alias
 
 # -- voice bridge ---------------------------------------------------------------------------
 # The arguments are the HTTP params models themselves: one schema, both spellings.

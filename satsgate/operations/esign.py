@@ -1,6 +1,6 @@
 """The free status read of an e-signature request: ``GET /api/l402/e-signature?requestId=``
 (a form of the service's own path) and the MCP tool ``get_e_signature_status``. The work
-is done in satsgate.services.esign_desk."""
+is done in satsgate.services.documents.esign_desk."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body
 from satsgate.services.base import Params
-from satsgate.services.common import alias
-from satsgate.services.documents_extra import E_SIGNATURE
-from satsgate.services.esign_desk import STATUS_PATH
+from satsgate.services.documents.esign_desk import STATUS_PATH
+from satsgate.services.documents.ocr_convert_esign_wallet import E_SIGNATURE
+from satsgate.services.inputs.params import alias
 
 RequestId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[!-~]+$")]
 

@@ -1,6 +1,6 @@
 """Free follow-ups of the fax services: a sent fax's status (a form of the send-fax path,
 and MCP ``get_fax_status``) and a leased number's inbox (a form of the receive-fax path,
-and MCP ``check_fax_inbox``). The work is done in satsgate.services.faxes."""
+and MCP ``check_fax_inbox``). The work is done in satsgate.services.comms.faxes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from satsgate.errors import ApiError
 from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body, Refund
 from satsgate.payments.proof import proves
-from satsgate.services import faxes
-from satsgate.services.comms import RECEIVE_FAX, SEND_FAX
+from satsgate.services.comms import faxes
+from satsgate.services.comms.handlers import RECEIVE_FAX, SEND_FAX
 
 Token = Annotated[str, StringConstraints(min_length=8, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 

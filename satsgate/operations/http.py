@@ -25,7 +25,7 @@ from satsgate.http_edge import dumps, read_json
 from satsgate.operations.base import AnyOperation, HttpCall, dump
 from satsgate.payments.http import handle_paid_call
 from satsgate.services.base import ServiceSpec
-from satsgate.services.routing import apply_path_model
+from satsgate.services.catalog.routing import apply_path_model
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SLUG_PATH = "/api/l402/{slug}"

@@ -12,7 +12,7 @@ Who adds to it:
   page.
 
 Who reads it: the gate before any invoice, for every service that declares
-``ServiceSpec.recipients``; and :func:`satsgate.services.screening.screen` after payment
+``ServiceSpec.recipients``; and :func:`satsgate.services.comms.screening.screen` after payment
 (an opt-out that came in since the quote is refused and refunded).
 
 Entries are stored normalised (:func:`normalise_address`): E.164 digits with ``+``,

@@ -44,7 +44,7 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.screening import HeldForReview, Screener
+from satsgate.services.comms.screening import HeldForReview, Screener
 from satsgate.store import Job, JobStatus, Payment, PaymentStatus, Store
 from satsgate.store.held_requests import HeldRequest
 

@@ -88,7 +88,7 @@ RULES: tuple[RetentionRule, ...] = (
         "provider ids of sent SMS and calls",
     ),
     # telnyx: a received fax's sender and document (the file itself goes with the file
-    # store's 12-hour cleanup and satsgate.services.faxes.FaxDesk.clean), 12 hours.
+    # store's 12-hour cleanup and satsgate.services.comms.faxes.FaxDesk.clean), 12 hours.
     ClearColumns(
         "fax_received", "received_at", ("sender", "file_name"), 12 * HOUR, "received faxes"
     ),

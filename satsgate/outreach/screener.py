@@ -1,4 +1,4 @@
-"""The node's screen (:class:`satsgate.services.screening.Screener`): the do-not-contact
+"""The node's screen (:class:`satsgate.services.comms.screening.Screener`): the do-not-contact
 list, the rules, the optional LLM check, and the de-identified record of each verdict.
 
 ``[screening]`` settings (TOML table):
@@ -34,11 +34,11 @@ from satsgate.errors import ApiError
 from satsgate.outreach.do_not_contact import OptOuts, normalise_address
 from satsgate.outreach.rules import check_text
 from satsgate.services.base import ServiceContext
-from satsgate.services.screening import HeldForReview, Outreach
+from satsgate.services.comms.screening import HeldForReview, Outreach
 
 log = logging.getLogger(__name__)
 
-# The text models (satsgate.services.text), cheapest tier first: standard, better, best.
+# The text models (satsgate.services.ai.text), cheapest tier first: standard, better, best.
 TEXT_TIERS_CHEAPEST = (31, 1, 6)
 LLM_CATEGORIES = ("impersonation", "threat", "harassment", "credential", "scam")
 _LLM_SYSTEM = (
@@ -85,7 +85,7 @@ def recipient_hash(secret: str, address: str) -> str:
 
 
 class NodeScreener:
-    """What :func:`satsgate.services.screening.screen` runs on this node."""
+    """What :func:`satsgate.services.comms.screening.screen` runs on this node."""
 
     def __init__(
         self,

@@ -43,14 +43,14 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
-from satsgate.services.bridge_sessions import BridgeSessions
-from satsgate.services.esign_desk import ESignDesk
-from satsgate.services.screening import Screener
+from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.screening import Screener
+from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
-    from satsgate.services.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.ai_call_runner import AiCallRunner
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -72,9 +72,9 @@ class HandlerResources:
     esign: ESignDesk | None = None  # the e-signature desk
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
-    # rules alone (satsgate.services.screening.screen).
+    # rules alone (satsgate.services.comms.screening.screen).
     screener: Screener | None = None
-    ai_calls: AiCallRunner | None = None  # the node's AI calls (services/ai_call_runner.py)
+    ai_calls: AiCallRunner | None = None  # the node's AI calls (services/comms/ai_call_runner.py)
 
     def for_call(
         self,

@@ -50,7 +50,7 @@ from satsgate.services.base import (
     ServiceSpec,
     request_digest,
 )
-from satsgate.services.screening import HeldForReview
+from satsgate.services.comms.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
 log = logging.getLogger(__name__)

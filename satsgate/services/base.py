@@ -23,10 +23,10 @@ from satsgate.store.deliveries import DeliveryRepository
 if TYPE_CHECKING:
     from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
-    from satsgate.services.ai_call_runner import AiCallRunner
-    from satsgate.services.bridge_sessions import BridgeSessions
-    from satsgate.services.esign_desk import ESignDesk
-    from satsgate.services.screening import Screener
+    from satsgate.services.comms.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.bridge_sessions import BridgeSessions
+    from satsgate.services.comms.screening import Screener
+    from satsgate.services.documents.esign_desk import ESignDesk
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -34,7 +34,8 @@ R = TypeVar("R")
 
 @runtime_checkable
 class ChosenModel(Protocol):
-    """Params that pick one of the service's models (satsgate.services.common.ModelChoice)."""
+    """Params that pick one of the service's models
+    (satsgate.services.inputs.params.ModelChoice)."""
 
     @property
     def chosen_model(self) -> int: ...
@@ -119,13 +120,13 @@ class ServiceContext:
     # What resumes this job after a restart (a remote prediction's id); for synchronous
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
-    # The node's screen of communications (satsgate.services.screening.screen uses it);
+    # The node's screen of communications (satsgate.services.comms.screening.screen uses it);
     # None: the rules alone.
     screener: Screener | None = None
     # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
     # refund the rest once. None only in contexts built without an app (some unit tests).
     deposits: DepositSettler | None = None
-    # The node's voice-bridge sessions (services/bridge_sessions.py): open_voice_bridge
+    # The node's voice-bridge sessions (services/comms/bridge_sessions.py): open_voice_bridge
     # opens one. None only in contexts built without an app.
     voice_bridge: BridgeSessions | None = None
     # The e-signature desk (records and follows signing requests); None outside an app.
@@ -133,7 +134,7 @@ class ServiceContext:
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
-    # The node's AI calls (satsgate/services/ai_call_runner.py); None outside an app.
+    # The node's AI calls (satsgate/services/comms/ai_call_runner.py); None outside an app.
     ai_calls: AiCallRunner | None = None
 
     async def run_cpu(

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from satsgate.services import (
-    comms,
-    documents,
-    documents_extra,
-    images,
-    planned,
-    speech,
-    text,
-    video,
-)
+from satsgate.services.ai import images, speech, text, video
 from satsgate.services.base import ServiceSpec
+from satsgate.services.catalog import planned
+from satsgate.services.comms import handlers as comms
+from satsgate.services.documents import ocr_convert_esign_wallet, rendering
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (
-    *documents.SERVICES,
-    *documents_extra.SERVICES,
+    *rendering.SERVICES,
+    *ocr_convert_esign_wallet.SERVICES,
     *images.SERVICES,
     *text.SERVICES,
     *speech.SERVICES,

@@ -1,5 +1,5 @@
 """E-signature requests: what was sent for signature, how far it got, and the delivery of
-its signed copy (satsgate.services.esign_desk follows them).
+its signed copy (satsgate.services.documents.esign_desk follows them).
 
 Every change of state is one conditional UPDATE, so of a webhook, a poll and a status
 read arriving together exactly one moves a request on: ``mark_signed`` only from

@@ -16,7 +16,7 @@ from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
 from satsgate.errors import ApiError, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
-from satsgate.services.catalog import CATEGORIES, list_models_document
+from satsgate.services.catalog.models import CATEGORIES, list_models_document
 
 
 def add_routes(app: web.Application, backend: object) -> None:

@@ -1,4 +1,4 @@
-"""The voice bridge's provider-facing routes (services/bridge_sessions.py):
+"""The voice bridge's provider-facing routes (services/comms/bridge_sessions.py):
 
 - ``GET /api/voice-bridge/media/{token}``: the call's media WebSocket, which the
   telephony provider opens once the call is answered. The token is the session's own
@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from satsgate.services.bridge_sessions import MEDIA_PATH, STATUS_PATH, BridgeSessions
+from satsgate.services.comms.bridge_sessions import MEDIA_PATH, STATUS_PATH, BridgeSessions
 
 MAX_STATUS_BODY = 16 * 1024
 # A media frame is 20 ms of audio (about 300 bytes of JSON); one of our own says is

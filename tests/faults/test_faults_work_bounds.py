@@ -21,7 +21,7 @@ from pypdf import PdfWriter
 from satsgate.engines import CpuRunner
 from satsgate.engines.local import pdf
 from satsgate.errors import ApiError
-from satsgate.services.documents import MAX_MERGE_PAGES, MergePdfParams
+from satsgate.services.documents.rendering import MAX_MERGE_PAGES, MergePdfParams
 from tests.conftest import ThreadedServer, http_client
 
 

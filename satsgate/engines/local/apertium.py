@@ -35,7 +35,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.local import language_id
 from satsgate.engines.registry import EngineDeps, LocalEngine
 from satsgate.engines.translation import TranslationRequest, TranslationResult
-from satsgate.services.languages import (
+from satsgate.services.inputs.languages import (
     RARE_LANGUAGES,
     TRANSLATION_LANGUAGES,
     UnknownLanguage,

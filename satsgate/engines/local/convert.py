@@ -42,7 +42,7 @@ from PIL import Image
 from pypdf import PdfReader
 
 from satsgate.engines.local import pdf
-from satsgate.services.media import MediaError, image_info, is_pdf
+from satsgate.services.inputs.media import MediaError, image_info, is_pdf
 
 # -- what a file is ------------------------------------------------------------------------
 

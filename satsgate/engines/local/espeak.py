@@ -34,8 +34,8 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.local.tools import ToolRunner, wav_duration_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
-from satsgate.services.languages import UnknownLanguage, resolve_translation_language
-from satsgate.services.voices import DESCRIPTION_GROUPS
+from satsgate.services.ai.voices import DESCRIPTION_GROUPS
+from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
 
 log = logging.getLogger(__name__)
 

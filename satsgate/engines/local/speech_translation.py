@@ -22,7 +22,7 @@ from satsgate.engines.speech_translation import (
     SpeechTranslationResult,
     TranscribeThenTranslate,
 )
-from satsgate.services.languages import language_name
+from satsgate.services.inputs.languages import language_name
 
 LABEL = "Whisper tiny.en then Apertium (English speech)"
 SOURCE = "en"

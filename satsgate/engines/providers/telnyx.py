@@ -82,7 +82,7 @@ from satsgate.engines.providers.upstream import (
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
-from satsgate.services.telephony import check_e164, destination
+from satsgate.services.comms.destinations import check_e164, destination
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from satsgate.engines.ai_call import AiCallReport, AiCallRequest
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.registry import EngineDeps
-from satsgate.services.voices import AI_CALL_VOICES
+from satsgate.services.ai.voices import AI_CALL_VOICES
 
 log = logging.getLogger(__name__)
 

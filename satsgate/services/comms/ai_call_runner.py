@@ -5,9 +5,9 @@ settlement of the deposit.
 The life of one call (``ai_calls`` rows, satsgate/store/ai_calls.py; every move one
 conditional UPDATE):
 
-1. The paid request is screened (satsgate/services/screening.py: a flagged task is held by
+1. The paid request is screened (satsgate/services/comms/screening.py: a flagged task is held by
    the gate, nothing is placed). When the task lacks what the call cannot do without
-   (satsgate/services/ai_call_prompt.py) the call waits in ``pending_confirm`` with
+   (satsgate/services/comms/ai_call_prompt.py) the call waits in ``pending_confirm`` with
    clarification questions and a ``session_id``; ``confirm_ai_call`` lets it proceed once
    (a second confirmation finds nothing). Unconfirmed after ``CONFIRM_TTL_S`` it expires
    and the deposit is refunded in full.
@@ -50,10 +50,15 @@ from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
 from satsgate.errors import ApiError
 from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.outreach.rules import check_text
-from satsgate.services import ai_call_prompt
-from satsgate.services.ai_calls import AiCallRecord, poll_url
 from satsgate.services.base import ServiceContext, ServiceResult
-from satsgate.services.pricing import AI_CALL_MIN_SATS, MSAT, ai_call_msat, ai_call_per_minute_msat
+from satsgate.services.catalog.pricing import (
+    AI_CALL_MIN_SATS,
+    MSAT,
+    ai_call_msat,
+    ai_call_per_minute_msat,
+)
+from satsgate.services.comms import ai_call_prompt
+from satsgate.services.comms.ai_calls import AiCallRecord, poll_url
 from satsgate.store import RefundStatus, Store
 from satsgate.store.ai_calls import AiCallRow
 
@@ -79,7 +84,7 @@ def _now() -> int:
 
 
 class AiCallRunner:
-    """The node's AI calls (the :class:`satsgate.services.ai_calls.AiCallRecords` seam, and
+    """The node's AI calls (the :class:`satsgate.services.comms.ai_calls.AiCallRecords` seam, and
     the handler's, the watches' and the claims' work)."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """AI-call sessions and records: the free confirmation and the free poll of an AI call.
 
-The AI-call runner (satsgate/services/ai_call_runner.py, on the ``ai_call`` engine: the
+The AI-call runner (satsgate/services/comms/ai_call_runner.py, on the ``ai_call`` engine: the
 ``retell`` and ``vapi`` provider kinds) places the call and creates what this module
 looks up:
 
@@ -30,7 +30,7 @@ from urllib.parse import quote
 from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError
-from satsgate.services.comms import AI_CALL, AiCallAnswer
+from satsgate.services.comms.handlers import AI_CALL, AiCallAnswer
 
 POLL_PATH = "/api/l402/ai-call"
 

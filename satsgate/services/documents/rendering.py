@@ -18,8 +18,8 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.encoding import BadBase64, decode_base64_file
-from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price
+from satsgate.services.catalog.pricing import FLAT_SATS, MSAT, flat_price
+from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
 
 # -- render-card --------------------------------------------------------------------------
 

@@ -11,8 +11,16 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from satsgate.engines.generation import VideoEngine, VideoRequest
+from satsgate.services.ai.generated_media import (
+    JobCheckpoint,
+    billed_seconds,
+    checked_duration,
+    decoded,
+)
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.common import (
+from satsgate.services.catalog.pricing import VIDEO_SATS_PER_SECOND, video_msat
+from satsgate.services.inputs.media import MediaError, audio_duration_s
+from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
     CallbackFields,
     InvalidField,
@@ -27,14 +35,6 @@ from satsgate.services.common import (
     image_field,
     prevalidate,
 )
-from satsgate.services.generated import (
-    JobCheckpoint,
-    billed_seconds,
-    checked_duration,
-    decoded,
-)
-from satsgate.services.media import MediaError, audio_duration_s
-from satsgate.services.pricing import VIDEO_SATS_PER_SECOND, video_msat
 
 # Duration bounds: the request schema says 3 to 15 s, the tool catalog 5 to 15 s. The
 # request schema's bound wins (it is the wider one, so every documented call is accepted).

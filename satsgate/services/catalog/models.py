@@ -200,7 +200,7 @@ MODELS: tuple[Model, ...] = (
     Model(26, "Utility 26", "utility", None, 100, "Utility model 26.", type="utility"),
     # The spec prices e-mail at 200 per e-mail and lists "26 at 100, 28 at 200": e-mail is
     # model 28, the only utility model at 200. send-email's price derives from this entry
-    # (satsgate.services.pricing FLAT_SATS["email"]).
+    # (satsgate.services.catalog.pricing FLAT_SATS["email"]).
     Model(
         EMAIL_MODEL_ID,
         "E-mail",

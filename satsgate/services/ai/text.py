@@ -29,8 +29,8 @@ from satsgate.engines.translation import (
     TranslationRequest,
     TranslationResult,
 )
-from satsgate.services import epub_translation
-from satsgate.services.ai_support import image_input, with_route
+from satsgate.services.ai import epub_translation
+from satsgate.services.ai.engine_io import image_input, with_route
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -39,28 +39,7 @@ from satsgate.services.base import (
     ServiceSpec,
     StreamPiece,
 )
-from satsgate.services.common import (
-    IMAGE_MAX_BYTES,
-    CallbackFields,
-    MiB,
-    ModelChoice,
-    ServiceParams,
-    alias,
-    b64_chars,
-    body_limit,
-    check_image,
-    decode_file,
-    prevalidate,
-)
-from satsgate.services.languages import (
-    RARE_LANGUAGES,
-    language_name,
-    resolve_rare_language,
-    resolve_translation_language,
-    translation_engine,
-)
-from satsgate.services.media import MediaError, measure_book
-from satsgate.services.pricing import (
+from satsgate.services.catalog.pricing import (
     MSAT,
     MULTILINGUAL_MARGIN_PERCENT,
     TEXT_CHARS_PER_SAT,
@@ -76,7 +55,28 @@ from satsgate.services.pricing import (
     translate_epub_msat,
     translation_msat,
 )
-from satsgate.services.routing import auto_text_model
+from satsgate.services.catalog.routing import auto_text_model
+from satsgate.services.inputs.languages import (
+    RARE_LANGUAGES,
+    language_name,
+    resolve_rare_language,
+    resolve_translation_language,
+    translation_engine,
+)
+from satsgate.services.inputs.media import MediaError, measure_book
+from satsgate.services.inputs.params import (
+    IMAGE_MAX_BYTES,
+    CallbackFields,
+    MiB,
+    ModelChoice,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    check_image,
+    decode_file,
+    prevalidate,
+)
 
 # Input limits by model: about 3.5 characters per token of the context window.
 TEXT_MAX_INPUT_CHARS = TEXT_MAX_INPUT_CHARS_BY_MODEL
@@ -586,7 +586,7 @@ async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> Service
             "translatedText": result.text,
             "targetLanguage": p.targetLanguage,
             "targetLanguageName": language_name(p.targetLanguage),
-            # No chrF is measured here for any language (services.languages): null.
+            # No chrF is measured here for any language (services.inputs.languages): null.
             "quality": {"tier": tier, "chrf": None},
         }
     )

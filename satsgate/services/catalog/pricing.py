@@ -15,17 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from satsgate.errors import ApiError, invalid_params
 from satsgate.services.base import FlatPrice
-from satsgate.services.catalog import EMAIL_MODEL_ID, MODELS_BY_ID
-from satsgate.services.languages import (
+from satsgate.services.catalog.models import EMAIL_MODEL_ID, MODELS_BY_ID
+from satsgate.services.catalog.rates import pegged_chars_per_sat, pegged_msat
+from satsgate.services.catalog.routing import select_model
+from satsgate.services.comms.destinations import DESTINATIONS, Destination, destination
+from satsgate.services.inputs.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
     TRANSLATION_LANGUAGES,
     resolve_translation_language,
     translation_engine,
 )
-from satsgate.services.rates import pegged_chars_per_sat, pegged_msat
-from satsgate.services.routing import select_model
-from satsgate.services.telephony import DESTINATIONS, Destination, destination
 
 MSAT = 1000
 

@@ -23,11 +23,11 @@ from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError
-from satsgate.services import callbacks_guard
 from satsgate.services.base import Params, ServiceContext, ServiceResult
-from satsgate.services.encoding import BadBase64, decode_base64_file
-from satsgate.services.media import ImageInfo, MediaError, image_info
-from satsgate.services.routing import select_model
+from satsgate.services.catalog.routing import select_model
+from satsgate.services.inputs import public_urls as callbacks_guard
+from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
+from satsgate.services.inputs.media import ImageInfo, MediaError, image_info
 
 MiB = 1024 * 1024
 
@@ -185,7 +185,7 @@ class ModelChoice(Params):
 
     def same_tier(self, a: int, b: int) -> bool:
         """Whether ``a`` answers a tier ask that chose ``b`` (the catalog's tier)."""
-        from satsgate.services.catalog import MODELS_BY_ID
+        from satsgate.services.catalog.models import MODELS_BY_ID
 
         return MODELS_BY_ID[a].tier == MODELS_BY_ID[b].tier
 

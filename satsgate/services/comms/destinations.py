@@ -1,6 +1,6 @@
 """Destinations for SMS, calls, fax and the voice bridge: E.164 prefix -> country and rates.
 
-Rates are the fixed fallback in sats (BTC-pegged: :mod:`satsgate.services.rates`
+Rates are the fixed fallback in sats (BTC-pegged: :mod:`satsgate.services.catalog.rates`
 scales them by the live BTC price). A number whose prefix is not in the table
 has no route and is refused before payment. The longest matching prefix wins,
 so NANP islands (``1876`` Jamaica) price apart from ``1`` (US and Canada).

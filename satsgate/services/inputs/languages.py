@@ -9,7 +9,7 @@ reports it as L402_INVALID_PARAMS before any invoice).
 Translation engines: the target picks the engine. ``standard`` is the
 standard text tier (1 sat per 1000 characters); ``routed`` targets, where the
 standard engine is weak, go to the better text tier and cost more
-(see :mod:`satsgate.services.pricing`).
+(see :mod:`satsgate.services.catalog.pricing`).
 
 Rare languages (translate-rare-language): the 452 rows of ``data/rare_languages.tsv``, a
 generated file. The list is satsgate's earlier table plus the target languages of two

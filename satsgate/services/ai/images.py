@@ -47,7 +47,14 @@ from satsgate.engines.image_process import (
     UpscaleOptions,
 )
 from satsgate.engines.vision import DEFAULT_PROMPT, VisionEngine, VisionRequest
-from satsgate.services.ai_support import image_input, reference_png, stored_image, with_route
+from satsgate.services.ai.engine_io import image_input, reference_png, stored_image, with_route
+from satsgate.services.ai.generated_media import (
+    JobCheckpoint,
+    decoded,
+    depth_maps,
+    image_size,
+    to_png,
+)
 from satsgate.services.base import (
     Handler,
     Params,
@@ -56,7 +63,9 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.common import (
+from satsgate.services.catalog.pricing import FLAT_SATS, MSAT, flat_price, image_price_sats
+from satsgate.services.catalog.routing import auto_image_model
+from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
     CallbackFields,
     InvalidField,
@@ -71,15 +80,6 @@ from satsgate.services.common import (
     no_engine,
     prevalidate,
 )
-from satsgate.services.generated import (
-    JobCheckpoint,
-    decoded,
-    depth_maps,
-    image_size,
-    to_png,
-)
-from satsgate.services.pricing import FLAT_SATS, MSAT, flat_price, image_price_sats
-from satsgate.services.routing import auto_image_model
 
 PROMPT_MAX_CHARS = 4000
 MAX_REFERENCES = 10

@@ -1,4 +1,4 @@
-"""Voice-bridge sessions: the node's implementation of services.voice_bridge's seam.
+"""Voice-bridge sessions: the node's implementation of services.comms.voice_bridge's seam.
 
 One :class:`BridgeSessions` per app (``app[VOICE_BRIDGE]``, ``ctx.voice_bridge``,
 ``env.voice_bridge``). A session is a row of the store (``store.voice_bridge``), so it
@@ -80,10 +80,10 @@ from satsgate.outreach.do_not_contact import (
 )
 from satsgate.outreach.rules import check_text
 from satsgate.refunds import refund_object
-from satsgate.services.bridge_audio import FRAME_BYTES, FRAME_S, RATE, Segmenter, to_mulaw
-from satsgate.services.bridge_audio import wav_of_mulaw as _wav_of_mulaw
-from satsgate.services.screening import Outreach, screen
-from satsgate.services.voice_bridge import (
+from satsgate.services.comms.bridge_audio import FRAME_BYTES, FRAME_S, RATE, Segmenter, to_mulaw
+from satsgate.services.comms.bridge_audio import wav_of_mulaw as _wav_of_mulaw
+from satsgate.services.comms.screening import Outreach, screen
+from satsgate.services.comms.voice_bridge import (
     BridgeEvent,
     BridgePoll,
     BridgeSettlement,
@@ -94,7 +94,7 @@ from satsgate.store.voice_bridge import BridgeSessionRow
 
 if TYPE_CHECKING:
     from satsgate.services.base import ServiceContext
-    from satsgate.services.comms import VoiceBridgeOpenParams
+    from satsgate.services.comms.handlers import VoiceBridgeOpenParams
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class _Live:
 
 
 class BridgeSessions:
-    """VoiceBridgeSessions (services.voice_bridge) on the store, the ``voice_bridge``
+    """VoiceBridgeSessions (services.comms.voice_bridge) on the store, the ``voice_bridge``
     engine, speech recognition and synthesis, and the deposit settlement."""
 
     def __init__(

@@ -15,8 +15,8 @@ from typing import Any, Final, Protocol
 from pydantic import Field, field_validator
 
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec, Votes
-from satsgate.services.common import ServiceParams, prevalidate
-from satsgate.services.pricing import FLAT_SATS, MSAT
+from satsgate.services.catalog.pricing import FLAT_SATS, MSAT
+from satsgate.services.inputs.params import ServiceParams, prevalidate
 
 
 @dataclass(frozen=True)

@@ -29,33 +29,17 @@ from satsgate.engines.transcription import (
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
 from satsgate.errors import ApiError
-from satsgate.services.ai_support import with_route
+from satsgate.services.ai.engine_io import with_route
+from satsgate.services.ai.music import generate_music
+from satsgate.services.ai.voices import (
+    CLONED_VOICE,
+    TTS_FAMILY,
+    TTS_VOICES,
+    check_tts_voice,
+    check_voice_description,
+)
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.callbacks_guard import (
-    FetchFailed,
-    UnsafeUrl,
-    check_public_https_url,
-    fetch_public,
-)
-from satsgate.services.common import (
-    CallbackFields,
-    InvalidField,
-    MiB,
-    ModelChoice,
-    ServiceParams,
-    alias,
-    b64_chars,
-    body_limit,
-    decode_file,
-    prevalidate,
-)
-from satsgate.services.languages import (
-    resolve_transcription_language,
-    resolve_translation_language,
-)
-from satsgate.services.media import MediaError, audio_duration_s, audio_format, measure_book
-from satsgate.services.music import generate_music
-from satsgate.services.pricing import (
+from satsgate.services.catalog.pricing import (
     AUDIOBOOK_CHARS_PER_SAT,
     AUDIOBOOK_MIN_SATS,
     MSAT,
@@ -71,13 +55,29 @@ from satsgate.services.pricing import (
     translation_msat,
     tts_msat,
 )
-from satsgate.services.routing import auto_tts_model
-from satsgate.services.voices import (
-    CLONED_VOICE,
-    TTS_FAMILY,
-    TTS_VOICES,
-    check_tts_voice,
-    check_voice_description,
+from satsgate.services.catalog.routing import auto_tts_model
+from satsgate.services.inputs.languages import (
+    resolve_transcription_language,
+    resolve_translation_language,
+)
+from satsgate.services.inputs.media import MediaError, audio_duration_s, audio_format, measure_book
+from satsgate.services.inputs.params import (
+    CallbackFields,
+    InvalidField,
+    MiB,
+    ModelChoice,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    decode_file,
+    prevalidate,
+)
+from satsgate.services.inputs.public_urls import (
+    FetchFailed,
+    UnsafeUrl,
+    check_public_https_url,
+    fetch_public,
 )
 
 SPEED_MIN, SPEED_MAX = 0.5, 2.0
@@ -85,7 +85,7 @@ SPEED_MIN, SPEED_MAX = 0.5, 2.0
 TTS_TIER_ALIASES = TTS_TIER_NAMES
 TTS_MODELS = (33, 34, 43, 3)
 # An ISO 639 code with optional subtags: the global tier's language (602+ languages), also
-# the language of a voice bridge's spoken text (services.voice_bridge).
+# the language of a voice bridge's spoken text (services.comms.voice_bridge).
 LANGUAGE_CODE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
 
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 from satsgate.engines import EngineError
 from satsgate.engines.generation import SavedPrediction
 from satsgate.services.base import JobState
-from satsgate.services.common import IMAGE_MAX_BYTES, decode_file
-from satsgate.services.media import MediaError, audio_duration_s
+from satsgate.services.inputs.media import MediaError, audio_duration_s
+from satsgate.services.inputs.params import IMAGE_MAX_BYTES, decode_file
 
 
 class JobCheckpoint:

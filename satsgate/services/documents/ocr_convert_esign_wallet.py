@@ -9,7 +9,7 @@ any invoice. boardingpass-wallet runs on the local ``wallet_pass`` engine
 (satsgate/engines/local/pkpass.py: zxing-cpp, IATA BCBP, .pkpass, signed when a pass
 certificate is configured); e-signature needs an ``esign`` engine (Documenso:
 satsgate/engines/providers/documenso.py) and the ``email`` engine for the signed copy,
-followed by satsgate.services.esign_desk.
+followed by satsgate.services.documents.esign_desk.
 """
 
 from __future__ import annotations
@@ -34,7 +34,16 @@ from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
 from satsgate.errors import ApiError
 from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.common import (
+from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
+from satsgate.services.comms.screening import Outreach, screen
+from satsgate.services.documents.esign_desk import new_request_id, status_url
+from satsgate.services.inputs.media import (
+    MediaError,
+    document_pages,
+    is_pdf,
+    pdf_pages,
+)
+from satsgate.services.inputs.params import (
     InvalidField,
     MiB,
     ModelChoice,
@@ -46,15 +55,6 @@ from satsgate.services.common import (
     decode_file,
     prevalidate,
 )
-from satsgate.services.esign_desk import new_request_id, status_url
-from satsgate.services.media import (
-    MediaError,
-    document_pages,
-    is_pdf,
-    pdf_pages,
-)
-from satsgate.services.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
-from satsgate.services.screening import Outreach, screen
 
 # -- extract-document / extract-receipt ----------------------------------------------------
 
@@ -470,7 +470,7 @@ class ESignatureParams(ServiceParams):
 async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceResult:
     """Screen what reaches people (the note, the signers' names), send the PDF for
     signature, record the request for the desk that delivers the signed copy
-    (satsgate.services.esign_desk). A failure before the request went out is an
+    (satsgate.services.documents.esign_desk). A failure before the request went out is an
     EngineError: refunded. Re-runnable from params alone (a held request's release)."""
     desk = ctx.esign
     if desk is None:

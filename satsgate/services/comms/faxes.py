@@ -44,15 +44,15 @@ from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
-from satsgate.services import screening
 from satsgate.services.base import ServiceContext, ServiceResult
-from satsgate.services.common import decode_file
-from satsgate.services.telephony import destination
+from satsgate.services.comms import screening
+from satsgate.services.comms.destinations import destination
+from satsgate.services.inputs.params import decode_file
 from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
 from satsgate.store.models import Payment
 
 if TYPE_CHECKING:
-    from satsgate.services.comms import ReceiveFaxParams, SendFaxParams
+    from satsgate.services.comms.handlers import ReceiveFaxParams, SendFaxParams
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
     fax desk follows the fax to its end and settles it once: delivered is charged, failed
     (or not delivered within an hour) is refunded in full. Run again for the same payment
     (a released hold), it answers the fax already sent."""
-    from satsgate.services.comms import FAX_MAX_BYTES
+    from satsgate.services.comms.handlers import FAX_MAX_BYTES
 
     desk = desk_for(ctx.engines)
     data = decode_file(params.documentBase64, "documentBase64", FAX_MAX_BYTES)
@@ -132,13 +132,13 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
 
 
 def flat_fax_msat() -> int:
-    from satsgate.services.pricing import FLAT_SATS, MSAT
+    from satsgate.services.catalog.pricing import FLAT_SATS, MSAT
 
     return FLAT_SATS["fax-send"] * MSAT
 
 
 async def screen_fax(ctx: ServiceContext, to: str, document: bytes, cover_text: str | None) -> None:
-    """The communication screen (satsgate.services.screening) over what a fax says: its
+    """The communication screen (satsgate.services.comms.screening) over what a fax says: its
     cover text and its PDF's text layer (a scanned page without one has nothing to
     read). Raises HeldForReview (the gate holds the request) or RECIPIENT_OPTED_OUT."""
     text = await ctx.run_cpu(pdf_text, document)

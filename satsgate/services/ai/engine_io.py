@@ -10,9 +10,9 @@ from satsgate.engines import EngineError
 from satsgate.engines.chat import ImageInput
 from satsgate.engines.image_codec import convert_image, to_png
 from satsgate.services.base import ServiceContext, ServiceResult
-from satsgate.services.common import IMAGE_MAX_BYTES, ModelChoice, decode_file
-from satsgate.services.media import MediaError, image_info
-from satsgate.services.routing import ROUTE_HEADER, routed_result
+from satsgate.services.catalog.routing import ROUTE_HEADER, routed_result
+from satsgate.services.inputs.media import MediaError, image_info
+from satsgate.services.inputs.params import IMAGE_MAX_BYTES, ModelChoice, decode_file
 
 # Formats the vision APIs take as they are; anything else is sent as PNG.
 _VISION_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp",

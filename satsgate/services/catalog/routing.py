@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from satsgate.services.base import ServiceResult
-from satsgate.services.catalog import MODELS_BY_ID
+from satsgate.services.catalog.models import MODELS_BY_ID
 
 TIERS: Final = ("best", "better", "standard")
 AUTO_ROUTED = "L402_AUTO_ROUTED"

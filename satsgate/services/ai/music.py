@@ -1,4 +1,4 @@
-"""generate-music's handler (the service is declared in satsgate.services.speech): engine
+"""generate-music's handler (the service is declared in satsgate.services.ai.speech): engine
 ``music``, a prediction platform. The track is checked against the asked duration
 (OUTPUT_DURATION_INSANE, refunded, when far from it), stored in satsgate's file store,
 and a shorter track is charged for the seconds it has (the rest refunded)."""
@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from satsgate.engines.generation import MusicEngine, MusicRequest
+from satsgate.services.ai.generated_media import billed_seconds, checked_duration
 from satsgate.services.base import ServiceContext, ServiceResult
-from satsgate.services.generated import billed_seconds, checked_duration
-from satsgate.services.pricing import music_msat
+from satsgate.services.catalog.pricing import music_msat
 
 if TYPE_CHECKING:
-    from satsgate.services.speech import GenerateMusicParams
+    from satsgate.services.ai.speech import GenerateMusicParams
 
 
 async def generate_music(ctx: ServiceContext, params: GenerateMusicParams) -> ServiceResult:

@@ -22,7 +22,7 @@ from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
-from satsgate.services import deliveries, faxes
+from satsgate.services.ai.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.services.base import (
     Params,
     PriceShape,
@@ -30,20 +30,8 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.catalog import EMAIL_MODEL_ID
-from satsgate.services.common import (
-    InvalidField,
-    MiB,
-    ServiceParams,
-    alias,
-    b64_chars,
-    body_limit,
-    check_email_address,
-    decode_file,
-    prevalidate,
-)
-from satsgate.services.media import MediaError, pdf_pages
-from satsgate.services.pricing import (
+from satsgate.services.catalog.models import EMAIL_MODEL_ID
+from satsgate.services.catalog.pricing import (
     AI_CALL_MIN_SATS,
     FLAT_SATS,
     MSAT,
@@ -57,9 +45,21 @@ from satsgate.services.pricing import (
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
-from satsgate.services.screening import Outreach, html_text, screen
-from satsgate.services.telephony import DESTINATIONS, check_e164, destination
-from satsgate.services.voices import check_ai_call_locale, check_ai_call_voice
+from satsgate.services.comms import deliveries, faxes
+from satsgate.services.comms.destinations import DESTINATIONS, check_e164, destination
+from satsgate.services.comms.screening import Outreach, html_text, screen
+from satsgate.services.inputs.media import MediaError, pdf_pages
+from satsgate.services.inputs.params import (
+    InvalidField,
+    MiB,
+    ServiceParams,
+    alias,
+    b64_chars,
+    body_limit,
+    check_email_address,
+    decode_file,
+    prevalidate,
+)
 from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
 
 log = logging.getLogger(__name__)
@@ -447,7 +447,7 @@ async def _node_speech(ctx: ServiceContext, params: CallParams) -> str | None:
 async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     """Screen, dial, record: ``{ success, call_id, status, status_url, max_duration_s }``.
     The call is billed later by its connected minutes (at least one when answered;
-    nothing when nobody answered) and the rest refunded (services.deliveries)."""
+    nothing when nobody answered) and the rest refunded (services.comms.deliveries)."""
     await screen(ctx, Outreach("call", (params.phone_number,), params.message))
     records = _records(ctx)
     delivery_id = new_delivery_id("call")
@@ -657,9 +657,10 @@ class AiCallPollParams(Params):
 
 async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
     """Screen the call (a flagged task is held, nothing placed), then either wait in
-    pending_confirm with clarification questions or place it: satsgate.services.ai_call_runner.
+    pending_confirm with clarification questions or place it:
+    satsgate.services.comms.ai_call_runner.
     The deposit is settled when the call ends (billed by the started minute)."""
-    from satsgate.services.screening import Outreach, screen
+    from satsgate.services.comms.screening import Outreach, screen
 
     if ctx.ai_calls is None:
         raise EngineError("SERVICE_ERROR", "AI calls cannot be placed from here.")
@@ -859,7 +860,7 @@ class VoiceBridgeOpenParams(ServiceParams):
 
 
 async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
-    """Dial and answer the session (services.bridge_sessions): the deposit is settled
+    """Dial and answer the session (services.comms.bridge_sessions): the deposit is settled
     when the session ends; a failure to dial is refunded in full by the gate."""
     if ctx.voice_bridge is None:
         raise EngineError("SERVICE_ERROR", "The voice bridge is not available on this node.")

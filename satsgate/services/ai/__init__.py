@@ -1,0 +1,1 @@
+"""The AI services: text, images, video, music, speech and voices, and what they share."""

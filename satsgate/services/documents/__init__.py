@@ -1,0 +1,1 @@
+"""Document services: rendering, OCR, file conversion, e-signature and wallet passes."""

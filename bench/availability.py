@@ -14,8 +14,12 @@ Scenarios, each on a fresh server and data dir:
 - ``flood_limited``: ``wrk -t1 -c32`` POSTs unpaid render-card calls (each would be a new
   invoice) from 127.0.0.1 for ``--seconds``, with the default challenge limit
   (100/min per client): most are answered 429 before any work.
-- ``flood_unlimited``: the same flood with ``SATSGATE_CHALLENGE_RATE_PER_MIN=0``: every
-  request makes an invoice and a payment row (what the limit prevents).
+- ``flood_unlimited``: the same flood with ``SATSGATE_CHALLENGE_RATE_PER_MIN=0`` and
+  ``SATSGATE_MAX_UNPAID_CHALLENGES=0``: every request makes an invoice and a payment row
+  (what the limits prevent).
+- ``flood_bounded``: the same flood with no per-client limit (as from many addresses) and
+  the node's bound on unpaid challenges at 1,000 (the default 10,000 binds only near the
+  end of a 10 s run): the first 1,000 make rows, the rest are answered 429.
 - ``slow_one_address``: ``--slow`` connections from 127.0.0.1 that send a partial request
   head and one more header line every 5 s (Slowloris); the per-client cap (64) refuses
   the rest at once.
@@ -246,7 +250,12 @@ def run(seconds: int, slow: int, only: list[str]) -> dict[str, Any]:
         scenario("flood_limited", {}, lambda s: {"flood": wrk_flood(s.url, seconds, tmp)})
         scenario(
             "flood_unlimited",
-            {"SATSGATE_CHALLENGE_RATE_PER_MIN": "0"},
+            {"SATSGATE_CHALLENGE_RATE_PER_MIN": "0", "SATSGATE_MAX_UNPAID_CHALLENGES": "0"},
+            lambda s: {"flood": wrk_flood(s.url, seconds, tmp)},
+        )
+        scenario(
+            "flood_bounded",
+            {"SATSGATE_CHALLENGE_RATE_PER_MIN": "0", "SATSGATE_MAX_UNPAID_CHALLENGES": "1000"},
             lambda s: {"flood": wrk_flood(s.url, seconds, tmp)},
         )
 

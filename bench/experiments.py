@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from satsgate.app import BACKEND, GATE
+from satsgate.errors import ErrorCode
 from satsgate.lightning import LightningBackend
 
 T = TypeVar("T")
@@ -100,7 +101,7 @@ async def _precheck_in_pool(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         error = await loop.run_in_executor(pool, card_fit_error, params.to_request())
         if error is not None:
-            raise ApiError("L402_INVALID_PARAMS", error)
+            raise ApiError(ErrorCode.L402_INVALID_PARAMS, error)
         return None
 
     gate.prevalidate = prevalidate  # type: ignore[method-assign]

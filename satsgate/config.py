@@ -80,6 +80,15 @@ class Settings:
     cpu_workers: int = 2
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
+    # The most bytes one paid call may store as output files (satsgate/files.py), by the
+    # kind of output; past it nothing is stored and the call is refunded (INVALID_INPUT).
+    # output_caps_by_service ({"convert-file": 100_000_000}, config file only) sets one
+    # service's cap for all its outputs instead.
+    max_output_image_bytes: int = 64 * 1024 * 1024
+    max_output_audio_bytes: int = 512 * 1024 * 1024
+    max_output_video_bytes: int = 512 * 1024 * 1024
+    max_output_document_bytes: int = 256 * 1024 * 1024
+    output_caps_by_service: Mapping[str, int] = field(default_factory=dict)
     # Largest accepted request body. Per-service limits are checked on top.
     max_body_bytes: int = 64 * 1024 * 1024
     # Secret for MPP challenge ids and file URL signatures; generated and kept
@@ -106,6 +115,13 @@ class Settings:
     refund_rate_per_min: int = 30
     # Price estimates (GET /api/estimate-cost).
     estimate_rate_per_min: int = 300
+    # Unpaid, unexpired challenges outstanding on the whole node, from any address; past
+    # it a new one gets 429 RATE_LIMITED with Retry-After before any invoice. Bounds the
+    # payments table and the node's invoices under a flood from many addresses. 0: off.
+    max_unpaid_challenges: int = 10_000
+    # An unpaid payment is deleted this long after its invoice expired (it can no longer
+    # be paid; the margin lets a settlement learned late, after downtime, find its row).
+    unpaid_retention_s: int = 3600
     # Reverse proxies whose X-Forwarded-For names the client (addresses or CIDRs). Empty:
     # X-Forwarded-For is ignored and the peer address is the client.
     trusted_proxies: tuple[str, ...] = ()
@@ -195,7 +211,8 @@ def load_settings(
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
     env = os.environ if environ is None else environ
-    for name in names - {"engines", "providers", "screening", "telephony", "discovery", "cashu"}:
+    tables = {"engines", "providers", "screening", "telephony", "discovery", "cashu"}
+    for name in names - tables - {"output_caps_by_service"}:
         key = f"SATSGATE_{name.upper()}"
         if key in env:
             values[name] = env[key]
@@ -210,6 +227,7 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    check_output_caps(settings)
     check_telephony(settings.telephony)
     from satsgate.nostr.config import NostrConfig
 
@@ -224,6 +242,28 @@ def load_settings(
         except ValueError:
             raise ValueError(f"trusted_proxies: {proxy!r} is not an address or CIDR") from None
     return settings
+
+
+def check_output_caps(settings: Settings) -> None:
+    """Every output cap is a positive number of bytes (ValueError otherwise)."""
+    caps = {f"max_output_{kind}_bytes": cap for kind, cap in output_caps(settings).items()}
+    table = settings.output_caps_by_service
+    if not isinstance(table, Mapping):
+        raise ValueError("output_caps_by_service must be a table of service = bytes")
+    caps.update({f"output_caps_by_service.{slug}": cap for slug, cap in table.items()})
+    for name, cap in caps.items():
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+            raise ValueError(f"{name} must be a positive number of bytes, not {cap!r}")
+
+
+def output_caps(settings: Settings) -> dict[str, int]:
+    """The output caps by kind of output (satsgate/files.py OutputCaps.by_kind)."""
+    return {
+        "image": settings.max_output_image_bytes,
+        "audio": settings.max_output_audio_bytes,
+        "video": settings.max_output_video_bytes,
+        "document": settings.max_output_document_bytes,
+    }
 
 
 def check_telephony(table: Mapping[str, Any]) -> None:

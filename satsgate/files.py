@@ -3,18 +3,29 @@
 A URL is ``/api/files/<name>?exp=<unix s>&sig=<hmac>``; the signature covers
 name and expiry, so a URL cannot be extended or pointed at another file.
 Names are random, so one caller cannot guess another's output.
+
+A paid call stores its outputs through its own view of the store
+(:meth:`FileStore.for_call`), which bounds what one call may store: the bytes of all
+its outputs together stay within the cap of its service (``output_caps_by_service``),
+else the cap of each output's kind (image, audio, video, document:
+``max_output_<kind>_bytes``). An output past the cap is not written; the call fails
+with ``INVALID_INPUT`` and, like every failure after payment, is refunded in full.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import hmac
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from satsgate.errors import ApiError, ErrorCode
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}\.[a-z0-9]{1,8}$")
 
@@ -63,6 +74,55 @@ CONTENT_TYPES = {
 }
 
 
+MiB = 1024 * 1024
+
+# The kind of an output by its extension; anything else is a document.
+OUTPUT_KINDS = {
+    **dict.fromkeys(("png", "jpeg", "jpg", "webp", "gif", "bmp", "tiff", "tif", "svg"), "image"),
+    **dict.fromkeys(("mp3", "wav", "ogg", "m4b", "flac", "opus", "m4a"), "audio"),
+    **dict.fromkeys(("mp4", "webm", "mkv", "mov"), "video"),
+}
+# The default caps (Settings.max_output_<kind>_bytes): an image past 64 MiB is no output
+# any image service is priced for (a 4096x4096 RGB bitmap is 48 MiB); a day of narration
+# at 32 kbit/s is 330 MiB; a converted 5-minute 1080p clip fits in 512 MiB.
+DEFAULT_OUTPUT_CAPS = {
+    "image": 64 * MiB,
+    "audio": 512 * MiB,
+    "video": 512 * MiB,
+    "document": 256 * MiB,
+}
+
+
+def output_kind(ext: str) -> str:
+    return OUTPUT_KINDS.get(ext.lower(), "document")
+
+
+@dataclass(frozen=True)
+class OutputCaps:
+    """The most bytes one paid call may store: per service, else per kind of output."""
+
+    by_kind: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_OUTPUT_CAPS))
+    by_service: Mapping[str, int] = field(default_factory=dict)
+
+    def cap_for(self, service: str, ext: str) -> int:
+        cap = self.by_service.get(service)
+        if cap is not None:
+            return cap
+        kind = output_kind(ext)
+        return self.by_kind.get(kind, DEFAULT_OUTPUT_CAPS[kind])
+
+
+def output_too_large(service: str, size: int, cap: int) -> ApiError:
+    """A paid call's outputs came to more than its cap: nothing more is stored."""
+    return ApiError(
+        ErrorCode.INVALID_INPUT,
+        f"The output of {service} would be {size:,} bytes, more than the {cap:,} bytes "
+        "this node stores for one call; send a smaller input (or a smaller scale or "
+        "format). The payment is refunded.",
+        extra={"output_bytes": size, "max_output_bytes": cap},
+    )
+
+
 @dataclass(frozen=True)
 class StoredFile:
     name: str
@@ -71,11 +131,28 @@ class StoredFile:
 
 
 class FileStore:
-    def __init__(self, root: Path, base_url: str, secret: str, ttl_s: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        base_url: str,
+        secret: str,
+        ttl_s: int,
+        caps: OutputCaps | None = None,
+    ) -> None:
         self.root = Path(root)
         self._base_url = base_url.rstrip("/")
         self._key = hashlib.sha256(b"satsgate-files\0" + secret.encode()).digest()
         self._ttl_s = ttl_s
+        self.caps = caps or OutputCaps()
+        self._service: str | None = None  # set on a paid call's view (for_call)
+        self._stored = 0  # bytes that view has stored
+
+    def for_call(self, service: str) -> FileStore:
+        """The store as one paid call of ``service`` sees it: the same files and URLs,
+        and :meth:`save` refuses what would take the call's outputs past its cap."""
+        view = copy.copy(self)
+        view._service, view._stored = service, 0
+        return view
 
     def _sign(self, name: str, exp: int) -> str:
         return hmac.new(self._key, f"{name}\n{exp}".encode(), hashlib.sha256).hexdigest()[:32]
@@ -86,7 +163,13 @@ class FileStore:
 
     async def save(self, data: bytes, ext: str, ttl_s: int | None = None) -> StoredFile:
         """Store ``data``; its URL is valid for ``ttl_s`` seconds (default: the
-        configured file URL lifetime)."""
+        configured file URL lifetime). On a paid call's view, ApiError INVALID_INPUT
+        (nothing written) when the call's outputs would pass its cap."""
+        if self._service is not None:
+            cap = self.caps.cap_for(self._service, ext)
+            if self._stored + len(data) > cap:
+                raise output_too_large(self._service, self._stored + len(data), cap)
+            self._stored += len(data)
         name = f"{secrets.token_urlsafe(18)}.{ext}"
         path = self.root / name
         await asyncio.to_thread(self._write, path, data)

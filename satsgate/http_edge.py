@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate import json_input
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.services.base import ServiceResult
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def error_response(exc: ApiError) -> web.Response:
     return resp
 
 
-def _http_error(code: str, status_exc: web.HTTPException, message: str) -> web.Response:
+def _http_error(code: ErrorCode, status_exc: web.HTTPException, message: str) -> web.Response:
     resp = web.json_response(envelope(code, message), status=status_exc.status, dumps=dumps)
     resp.headers["X-Error-Code"] = code
     return resp
@@ -48,17 +48,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except ApiError as exc:
         return error_response(exc)
     except web.HTTPNotFound as exc:
-        return _http_error("NOT_FOUND", exc, f"No such endpoint: {request.path}")
+        return _http_error(ErrorCode.NOT_FOUND, exc, f"No such endpoint: {request.path}")
     except web.HTTPMethodNotAllowed as exc:
-        resp = _http_error("METHOD_NOT_ALLOWED", exc, f"{request.method} is not allowed here.")
+        resp = _http_error(
+            ErrorCode.METHOD_NOT_ALLOWED, exc, f"{request.method} is not allowed here."
+        )
         resp.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         return resp
     except web.HTTPRequestEntityTooLarge as exc:
-        return _http_error("PAYLOAD_TOO_LARGE", exc, "The request body is too large.")
+        return _http_error(ErrorCode.PAYLOAD_TOO_LARGE, exc, "The request body is too large.")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = "INVALID_INPUT" if exc.status < 500 else "INTERNAL_ERROR"
+        code = ErrorCode.INVALID_INPUT if exc.status < 500 else ErrorCode.INTERNAL_ERROR
         return _http_error(code, exc, exc.text or exc.reason)
     except (ConnectionError, web.RequestPayloadError) as exc:
         # The client went away mid-request (an upload cut short), or sent a body that
@@ -66,10 +68,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         log.debug(
             "%s %s from %s ended early: %r", request.method, request.path, request.remote, exc
         )
-        return _http_error("INVALID_INPUT", web.HTTPBadRequest(), "The request body was cut short.")
+        return _http_error(
+            ErrorCode.INVALID_INPUT, web.HTTPBadRequest(), "The request body was cut short."
+        )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        exc500 = ApiError("INTERNAL_ERROR", "An unexpected error inside satsgate.")
+        exc500 = ApiError(ErrorCode.INTERNAL_ERROR, "An unexpected error inside satsgate.")
         return error_response(exc500)
 
 
@@ -77,7 +81,7 @@ async def read_json(request: web.Request, limit: int) -> Any:
     """Read and parse a JSON body of at most ``limit`` bytes; 413 early, without reading it all."""
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(
-            "PAYLOAD_TOO_LARGE",
+            ErrorCode.PAYLOAD_TOO_LARGE,
             f"The request body is {request.content_length} bytes; "
             f"this endpoint accepts at most {limit}.",
         )
@@ -90,7 +94,7 @@ async def read_json(request: web.Request, limit: int) -> Any:
             size += len(chunk)
             if size > limit:
                 raise ApiError(
-                    "PAYLOAD_TOO_LARGE", f"The request body is larger than {limit} bytes."
+                    ErrorCode.PAYLOAD_TOO_LARGE, f"The request body is larger than {limit} bytes."
                 )
             chunks.append(chunk)
         raw = b"".join(chunks)
@@ -100,7 +104,7 @@ async def read_json(request: web.Request, limit: int) -> Any:
         return json_input.loads(raw)
     except json_input.JsonInputError as exc:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"The request body is not valid JSON: {exc}",
             example='{"prompt": "..."}',
         ) from None

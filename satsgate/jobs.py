@@ -11,6 +11,11 @@ prediction id, ``ServiceContext.job_state``): a restart takes those up again
 (``resume_jobs``), waiting for the same prediction, so a paid job is neither lost
 nor run twice. At shutdown such jobs are left IN_PROGRESS, unrefunded, for the
 next start.
+
+One failure is not refunded: ``CONTENT_FILTERED_RETRY`` (the upstream refused on
+content, the payment is kept for a free retry: satsgate.payments.rework). Such a job
+ends FAILED with that envelope and no refund; its payment stays serving until the
+window's retry, decline or expiry.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.callbacks import CallbackSender, callback_body
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.store import Job, JobCallback, JobRepository, JobStatus
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,8 @@ JOB_TYPES = (
     # result once the operator releases it, FAILED with the refund otherwise.
     "held",
 )
+# A job failure whose payment is kept, not refunded (a free-retry window opened).
+KEPT_FOR_RETRY = ErrorCode.CONTENT_FILTERED_RETRY
 POLL_INTERVAL_MS = 5000
 MAX_WAIT_MS = 600_000
 
@@ -182,7 +189,8 @@ class JobRunner:
                 self._fail(
                     job,
                     ApiError(
-                        "L402_UPSTREAM_FAILED", "The job was interrupted; the payment was refunded."
+                        ErrorCode.L402_UPSTREAM_FAILED,
+                        "The job was interrupted; the payment was refunded.",
                     ),
                     refund_on_failure,
                 )
@@ -195,7 +203,7 @@ class JobRunner:
             await self._fail(
                 job,
                 ApiError(
-                    "L402_UPSTREAM_FAILED",
+                    ErrorCode.L402_UPSTREAM_FAILED,
                     "The job failed after payment; the payment was refunded.",
                 ),
                 refund_on_failure,
@@ -210,7 +218,7 @@ class JobRunner:
     async def _fail(
         self, job: Job, exc: ApiError, refund_on_failure: FailureRefund, reason: str | None = None
     ) -> None:
-        if exc.refund is None:
+        if exc.refund is None and exc.code != KEPT_FOR_RETRY:
             exc.refund = await refund_on_failure(reason or exc.message)
         await self._finish(job, JobStatus.FAILED, None, exc.envelope())
 
@@ -260,7 +268,8 @@ class JobRunner:
             if job.job_id in self._tasks:
                 continue
             exc = ApiError(
-                "L402_UPSTREAM_FAILED", "The job was lost in a restart; the payment was refunded."
+                ErrorCode.L402_UPSTREAM_FAILED,
+                "The job was lost in a restart; the payment was refunded.",
             )
             exc.refund = await refund_for(job)
             if await self._finish(job, JobStatus.FAILED, None, exc.envelope()):

@@ -89,6 +89,10 @@ class BackendError(Exception):
     """The node refused or could not be reached; message is operator-readable."""
 
 
+class UnknownInvoice(BackendError):
+    """The node has no invoice with this payment hash (never created there, or deleted)."""
+
+
 @runtime_checkable
 class LightningBackend(Protocol):
     """A Lightning node as satsgate sees it. All methods are safe to call from the event loop."""
@@ -111,7 +115,9 @@ class LightningBackend(Protocol):
         """Settled invoices with cursor > after, first the backlog then live, forever."""
         ...
 
-    async def lookup_invoice(self, payment_hash: str) -> InvoiceStatus: ...
+    async def lookup_invoice(self, payment_hash: str) -> InvoiceStatus:
+        """The invoice's state; UnknownInvoice when the node has none with this hash."""
+        ...
 
     async def pay_invoice(
         self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None

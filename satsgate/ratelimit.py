@@ -10,6 +10,10 @@ Three rules, each ``<rule>_rate_per_min`` in Settings (0 turns it off):
 - ``refund``: POST /api/l402/refund, POST /api/claim-refund and MCP ``request_refund``.
 - ``estimate``: GET /api/estimate-cost.
 
+The same client key is the payer whose CPU work the runner queues fairly against
+others' (satsgate/engines/cpu_jobs.py ``PAYER``): set for every request on a paid route
+(with or without a credential) and MCP, and inherited by the job a call starts.
+
 A bucket holds a minute's worth of requests and refills continuously, so a client may
 burst up to the rate and then sustain it. Over the limit: 429 ``RATE_LIMITED`` with
 ``Retry-After`` (whole seconds until one request is allowed again).
@@ -27,13 +31,14 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from satsgate.config import Settings
-from satsgate.errors import ApiError
+from satsgate.engines.cpu_jobs import PAYER
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.http_edge import Handler, error_response
 
 MAX_BUCKETS = 100_000
@@ -49,6 +54,8 @@ CHALLENGE_ROUTES = frozenset(
         "/api/l402/ai-call",
     }
 )
+# Routes whose POST may run paid work: the client is its CPU jobs' payer.
+PAYER_ROUTES = CHALLENGE_ROUTES | {"/api/mcp"}
 _RULE_ROUTES = {
     ("POST", "/api/l402/refund"): "refund",
     ("POST", "/api/claim-refund"): "refund",  # an AI call's unused deposit
@@ -136,8 +143,96 @@ def rate_limited(rule: str, wait_s: float) -> ApiError:
         "estimate": "estimates",
     }.get(rule, "requests")
     return ApiError(
-        "RATE_LIMITED",
+        ErrorCode.RATE_LIMITED,
         f"Too many {what} from this address; retry in {seconds} s.",
+        extra={"retry_after_seconds": seconds},
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+# -- the node's bound on unpaid challenges --------------------------------------------------
+
+
+class ChallengeBudget:
+    """At most ``cap`` challenges unpaid and unexpired at once on this node, whatever
+    the addresses they come from (0: no cap). Past it, a new challenge is refused with
+    RATE_LIMITED and Retry-After before any invoice is made, so a flood from many
+    addresses cannot grow the payments table or the node's invoices beyond ``cap`` per
+    invoice lifetime.
+
+    Counted in memory: the store is asked once at first, then every challenge issued is
+    counted as outstanding until the count reaches the cap; only then is the store asked
+    again (:func:`outstanding`, at most once per
+    ``recount_s``) how many are still unpaid and unexpired, which gives back the slots of
+    the ones paid or expired since. Challenges being issued (taken, not yet stored) are
+    counted on top of what the store holds. So a flood costs one COUNT a second, and
+    normal traffic none.
+    """
+
+    def __init__(
+        self,
+        cap: int,
+        outstanding: Callable[[int], Awaitable[tuple[int, int | None]]],
+        *,
+        recount_s: float = 1.0,
+    ) -> None:
+        self.cap = cap
+        self._outstanding = outstanding
+        self._recount_s = recount_s
+        self._known = 0  # outstanding as last counted, plus every challenge taken since
+        self._pending = 0  # taken, not yet stored
+        self._stored = 0  # stored, in all
+        self._counted_at = -math.inf
+        self._first_expiry: int | None = None
+
+    async def take(self) -> None:
+        """Count one new challenge, or raise RATE_LIMITED (nothing counted). Then
+        :meth:`stored` once its payment is stored, or :meth:`give_back` if it never is."""
+        if self.cap <= 0:
+            return
+        if self._known >= self.cap or self._counted_at == -math.inf:  # full, or first use
+            await self._recount()
+            if self._known >= self.cap:
+                raise node_challenges_full(self._wait_s())
+        self._known += 1
+        self._pending += 1
+
+    def stored(self) -> None:
+        """A challenge taken is in the store now (a recount sees it there)."""
+        if self.cap > 0:
+            self._pending -= 1
+            self._stored += 1
+
+    def give_back(self) -> None:
+        """A challenge taken was not issued after all (the invoice or its row failed)."""
+        if self.cap > 0:
+            self._pending -= 1
+            self._known -= 1
+
+    async def _recount(self) -> None:
+        started = time.monotonic()
+        if started - self._counted_at < self._recount_s:
+            return
+        self._counted_at = started
+        stored = self._stored
+        count, self._first_expiry = await self._outstanding(int(time.time()))
+        # Those stored while counting may or may not be in ``count``: counted again (safe).
+        self._known = count + self._pending + (self._stored - stored)
+
+    def _wait_s(self) -> float:
+        """Until the first outstanding challenge expires (a slot opens then, if none is
+        paid sooner), at most a minute."""
+        if self._first_expiry is None:
+            return 1.0
+        return min(60.0, max(1.0, self._first_expiry - time.time()))
+
+
+def node_challenges_full(wait_s: float) -> ApiError:
+    seconds = max(1, math.ceil(wait_s))
+    return ApiError(
+        ErrorCode.RATE_LIMITED,
+        f"This node has too many unpaid payment requests outstanding; retry in {seconds} s. "
+        "Nothing was charged.",
         extra={"retry_after_seconds": seconds},
         headers={"Retry-After": str(seconds)},
     )
@@ -235,9 +330,7 @@ def check_challenge(request: web.Request) -> None:
         limits.limiter.check("challenge", limits.client(request))
 
 
-def _rule_for(request: web.Request) -> str | None:
-    route = request.match_info.route.resource
-    path = route.canonical if route is not None else ""
+def _rule_for(request: web.Request, path: str) -> str | None:
     if request.method == "POST" and path in CHALLENGE_ROUTES:
         return None if "Authorization" in request.headers else "challenge"
     return _RULE_ROUTES.get((request.method, path))
@@ -245,12 +338,26 @@ def _rule_for(request: web.Request) -> str | None:
 
 @web.middleware
 async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Limit by route before any work: unpaid challenges, refunds, estimates."""
+    """Limit by route before any work: unpaid challenges, refunds, estimates; and name
+    the client as the payer of the CPU work a paid route runs."""
     limits = request.app.get(LIMITS)
-    if limits is not None:
-        rule = _rule_for(request)
-        if rule is not None and limits.limiter.enabled(rule):
-            wait = limits.limiter.take(rule, limits.client(request))
-            if wait > 0:
-                return error_response(rate_limited(rule, wait))
-    return await handler(request)
+    if limits is None:
+        return await handler(request)
+    route = request.match_info.route.resource
+    path = route.canonical if route is not None else ""
+    rule = _rule_for(request, path)
+    pays = request.method == "POST" and path in PAYER_ROUTES
+    if (rule is None or not limits.limiter.enabled(rule)) and not pays:
+        return await handler(request)
+    client = limits.client(request)
+    if rule is not None:
+        wait = limits.limiter.take(rule, client)
+        if wait > 0:
+            return error_response(rate_limited(rule, wait))
+    if not pays:
+        return await handler(request)
+    token = PAYER.set(client)
+    try:
+        return await handler(request)
+    finally:
+        PAYER.reset(token)

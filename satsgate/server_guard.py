@@ -42,7 +42,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from satsgate.config import Settings
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import Handler, dumps
 from satsgate.ratelimit import IpNetwork, address_key, parse_networks
 
@@ -138,7 +138,7 @@ class ConnectionGuard:
 
 def _refusal(message: str) -> bytes:
     body = dumps(
-        envelope("RATE_LIMITED", message, retry_after_seconds=REFUSE_RETRY_AFTER_S)
+        envelope(ErrorCode.RATE_LIMITED, message, retry_after_seconds=REFUSE_RETRY_AFTER_S)
     ).encode()
     head = (
         "HTTP/1.1 429 Too Many Requests\r\n"
@@ -151,7 +151,11 @@ def _refusal(message: str) -> bytes:
     return head.encode() + body
 
 
-_STATUS_CODES = {400: "INVALID_INPUT", 413: "PAYLOAD_TOO_LARGE", 504: "TIMEOUT"}
+_STATUS_CODES = {
+    400: ErrorCode.INVALID_INPUT,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    504: ErrorCode.TIMEOUT,
+}
 
 
 class GuardedRequestHandler(web.RequestHandler):
@@ -258,10 +262,10 @@ class GuardedRequestHandler(web.RequestHandler):
             self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
         if request.writer.output_size > 0:
             raise ConnectionError("the response is already under way")
-        code = _STATUS_CODES.get(status, "INTERNAL_ERROR")
-        if code == "INVALID_INPUT":
+        code = _STATUS_CODES.get(status, ErrorCode.INTERNAL_ERROR)
+        if code == ErrorCode.INVALID_INPUT:
             text = f"Malformed HTTP request: {message or exc or 'unreadable'}"
-        elif code == "INTERNAL_ERROR":
+        elif code == ErrorCode.INTERNAL_ERROR:
             text = "An unexpected error inside satsgate."
         else:
             text = ApiError(code, "").envelope()["suggestion"]

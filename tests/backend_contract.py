@@ -17,7 +17,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from satsgate.invoices import decode_invoice
-from satsgate.lightning import BackendError, InvoiceState, LightningBackend, PaymentState
+from satsgate.lightning import (
+    InvoiceState,
+    LightningBackend,
+    PaymentState,
+    UnknownInvoice,
+)
 
 Settle = Callable[[str], Awaitable[str]]
 ExternalInvoice = Callable[[int], Awaitable[str]]
@@ -104,5 +109,6 @@ class BackendContract:
         assert again.state is PaymentState.SUCCEEDED
 
     async def test_unknown_invoice_lookup_raises(self, backend: LightningBackend) -> None:
-        with pytest.raises(BackendError):
+        # The type says "no such invoice" (the settlement reconcile drops it), not the text.
+        with pytest.raises(UnknownInvoice):
             await backend.lookup_invoice("ab" * 32)

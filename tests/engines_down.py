@@ -20,6 +20,7 @@ from satsgate.engines import (
     ProviderFactory,
 )
 from satsgate.engines.providers import PROVIDER_KINDS as BUILT_IN_KINDS
+from satsgate.errors import ErrorCode
 from satsgate.services.registry import SERVICES
 
 KIND = "down"
@@ -34,7 +35,7 @@ class DownProvider:
 
     def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
         async def unreachable(*args: Any, **kwargs: Any) -> Any:
-            raise EngineError("SERVICE_ERROR", "The upstream service could not be reached.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The upstream service could not be reached.")
 
         return unreachable
 

@@ -12,6 +12,7 @@ from satsgate.config import Settings
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatRequest, ChatResult
 from satsgate.engines.registry import Binding, Engines, EngineStatus
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext
 from satsgate.services.comms import ai_call_prompt
 
@@ -117,7 +118,8 @@ async def test_the_chat_engine_may_find_nothing_missing() -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", ["no json here", '{"questions": "Which day?"}', EngineError("TIMEOUT", "slow")]
+    "answer",
+    ["no json here", '{"questions": "Which day?"}', EngineError(ErrorCode.TIMEOUT, "slow")],
 )
 async def test_the_rules_decide_when_the_chat_engine_fails(answer: str | Exception) -> None:
     questions = await ai_call_prompt.clarification_questions(_context(_Model(answer)), TABLE)

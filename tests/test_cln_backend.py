@@ -18,7 +18,13 @@ import pytest
 from satsgate.backends.cln import LABEL_PREFIX, ClnBackend
 from satsgate.backends.cln.rpc import parse_msat
 from satsgate.invoices import decode_invoice
-from satsgate.lightning import BackendError, InvoiceState, PaymentState, Settlement
+from satsgate.lightning import (
+    BackendError,
+    InvoiceState,
+    PaymentState,
+    Settlement,
+    UnknownInvoice,
+)
 from tests.fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
 
@@ -97,7 +103,7 @@ async def test_lookup_invoice_open_settled_expired_unknown(
     )
     await asyncio.sleep(1.05)
     assert (await backend.lookup_invoice(short.payment_hash)).state is InvoiceState.EXPIRED
-    with pytest.raises(BackendError, match="unknown invoice"):
+    with pytest.raises(UnknownInvoice, match="unknown invoice"):
         await backend.lookup_invoice("00" * 32)
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.payments.dedup import DedupCache
 from satsgate.services.base import ServiceResult
 
@@ -83,7 +83,7 @@ async def test_the_byte_bound_drops_outcomes_and_keeps_the_count_exact() -> None
 async def test_a_failure_after_payment_is_replayed_and_a_forgotten_call_is_not() -> None:
     cache = DedupCache(window_s=30)
     cache.begin(key(1))
-    cache.fail(key(1), ApiError("L402_UPSTREAM_FAILED", "boom"))
+    cache.fail(key(1), ApiError(ErrorCode.L402_UPSTREAM_FAILED, "boom"))
     replay = cache.lookup(key(1))
     assert replay is not None and isinstance(replay.exception(), ApiError)
 

@@ -274,6 +274,84 @@ async def test_operator_refund_issues_one_refund_visible_to_the_payer(
     assert recover.status_code == 200 and "Refund of 200 sat" in recover.text
 
 
+async def appeal_invoice(client: httpx.AsyncClient, held: dict[str, Any]) -> str:
+    """Ask for review on the appeal page: the 1-sat invoice it shows."""
+    token = held["appeal_url"].split("t=", 1)[1]
+    asked = await client.post("/appeal", data={"t": token}, follow_redirects=True)
+    assert asked.status_code == 200, asked.text
+    bolt11 = re.search(r'id="appeal-invoice">([^<]+)<', asked.text)
+    assert bolt11 is not None
+    return bolt11.group(1)
+
+
+async def test_an_appeal_paid_after_the_operator_refunded_is_refunded_on_the_page(
+    node: Node, client: httpx.AsyncClient
+) -> None:
+    """The operator refunds the hold while its appeal invoice is open; the payer pays it
+    anyway: the sat is refunded (once) and the appeal page says so."""
+    held = await held_call(client, "late-appeal@example.org")
+    bolt11 = await appeal_invoice(client, held)
+    resp = await client.post(
+        f"/api/operator/holds/{held['hold_id']}/refund", headers=operator(node)
+    )
+    assert resp.status_code == 200, resp.text
+    page = await client.get(held["appeal_url"])
+    assert 'data-status="refunded"' in page.text and 'id="appeal-void"' in page.text
+    await dev_pay(client, bolt11)
+    page = await client.get(held["appeal_url"])
+    assert 'id="appeal-refund"' in page.text and 'id="appeal-void"' not in page.text
+    lnurl = re.search(r'id="appeal-refund-lnurl">([^<]+)<', page.text)
+    assert lnurl is not None and lnurl.group(1).startswith("LNURL")
+    assert re.search(r'id="appeal-refund-sats">1<', page.text)
+    hold = node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"]))
+    appeal_id = hold.appeal_payment_id
+    assert appeal_id is not None
+    assert node.count("SELECT COUNT(*) FROM payments WHERE payment_id = ? AND status = 'refunded'",
+                      appeal_id) == 1  # fmt: skip
+    # Looking again (and the scheduler) refunds nothing more.
+    await client.get(held["appeal_url"])
+    assert node.server.call(lambda: node.server.app[HOLDS].refund_late_appeals()) == 0
+    assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", appeal_id) == 1
+    secret = re.search(r'id="appeal-refund-secret">([^<]+)<', page.text)
+    assert secret is not None
+    recover = await client.get(
+        "/recover", params={"payment_id": appeal_id, "refund_secret": secret.group(1)}
+    )
+    assert recover.status_code == 200 and "Refund of 1 sat" in recover.text
+
+
+async def test_an_appeal_paid_after_release_is_refunded_by_the_scheduler(
+    node: Node, client: httpx.AsyncClient
+) -> None:
+    """Released while the appeal invoice was open, paid later, the page never looked at
+    again: the scheduled sweep refunds the sat, once; the released result stays."""
+    held = await held_call(client, "late-release@example.org")
+    bolt11 = await appeal_invoice(client, held)
+    resp = await client.post(
+        f"/api/operator/holds/{held['hold_id']}/release", headers=operator(node)
+    )
+    assert resp.status_code == 200 and resp.json()["status"] == "released", resp.text
+    desk = node.server.app[HOLDS]
+    appeal_id = node.server.call(lambda: desk.get(held["hold_id"])).appeal_payment_id
+    await dev_pay(client, bolt11)
+    for _ in range(100):  # the settlement watcher records the payment
+        settled = node.count(
+            "SELECT COUNT(*) FROM payments WHERE payment_id = ? AND status != 'unpaid'", appeal_id
+        )
+        if settled:
+            break
+        await asyncio.sleep(0.05)
+    node.server.call(lambda: desk.refund_late_appeals())
+    assert node.server.call(lambda: desk.refund_late_appeals()) == 0
+    assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", appeal_id) == 1
+    refunded = "SELECT COUNT(*) FROM payments WHERE payment_id = ? AND status = 'refunded'"
+    assert node.count(refunded, appeal_id) == 1
+    page = await client.get(held["appeal_url"])
+    assert 'id="released"' in page.text and 'id="appeal-refund"' in page.text
+    # The held payment itself stays earned: only the appeal's sat went back.
+    assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", held["payment_id"]) == 0
+
+
 async def test_release_and_refund_racing_act_exactly_once(
     node: Node, client: httpx.AsyncClient
 ) -> None:

@@ -11,6 +11,7 @@ import httpx
 
 from satsgate.app import JOBS
 from satsgate.engines import EngineError
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
 from tests.conftest import ThreadedServer, dev_pay
@@ -28,7 +29,8 @@ async def _slow_ok(ctx: ServiceContext, params: NoParams) -> ServiceResult:
 
 async def _slow_fail(ctx: ServiceContext, params: NoParams) -> ServiceResult:
     await asyncio.sleep(0.1)
-    raise EngineError("CONTENT_FILTERED", "the provider refused the prompt")
+    # (A content refusal would keep the payment for a free retry: tests/test_job_rework.py.)
+    raise EngineError(ErrorCode.SERVICE_ERROR, "the provider failed")
 
 
 def job_spec(handler: Any) -> Any:
@@ -90,11 +92,11 @@ async def test_failed_job_carries_a_refund(
     failed = await poll(
         client, accepted.body["poll_url"] + f"&paymentId={payment.payment_id}", "FAILED"
     )
-    assert failed["error_code"] == "CONTENT_FILTERED"
+    assert failed["error_code"] == "SERVICE_ERROR"
     assert failed["refund"]["amount_sats"] == 10
     assert failed["refund"]["lnurl_withdraw"].startswith("LNURL1")
     resp = await client.get(accepted.body["poll_url"])
-    assert resp.headers["X-Error-Code"] == "CONTENT_FILTERED"
+    assert resp.headers["X-Error-Code"] == "SERVICE_ERROR"
 
 
 async def test_jobs_lost_in_a_restart_are_failed_and_refunded(

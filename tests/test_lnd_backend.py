@@ -19,7 +19,13 @@ import httpx
 import pytest
 
 from satsgate.backends.lnd import LndBackend
-from satsgate.lightning import BackendError, InvoiceState, PaymentState, Settlement
+from satsgate.lightning import (
+    BackendError,
+    InvoiceState,
+    PaymentState,
+    Settlement,
+    UnknownInvoice,
+)
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, free_port, make_settings
 from tests.fake_lnd import FakeLnd, FakeLndNode, make_tls_cert, running_lnd
@@ -145,7 +151,7 @@ async def test_untrusted_certificate_is_refused(lnd: FakeLnd, tmp_path: Path) ->
 
 
 async def test_unknown_and_expired_invoices(lnd: FakeLnd, backend: LndBackend) -> None:
-    with pytest.raises(BackendError, match="unknown invoice"):
+    with pytest.raises(UnknownInvoice, match="unknown invoice"):
         await backend.lookup_invoice("cd" * 32)
     created = await backend.create_invoice(1_000, "short", 1)
     await asyncio.sleep(1.2)

@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
 from PIL import Image
 
+from satsgate.errors import ErrorCode
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.planned import planned_services
 from satsgate.services.registry import BY_SLUG, SERVICES
@@ -95,9 +96,10 @@ async def test_handshake_in_default_mode_and_tools_from_the_registry(
         assert schema["properties"]["paymentId"]["type"] == "string"
         # The same pydantic model as HTTP: every param property, nothing invented.
         own = spec.params.model_json_schema()
-        # ... plus, for a synchronous call, the free retry's optional reworkToken.
-        rework = {"reworkToken"} if spec.mode != "job" else set()
-        assert set(schema["properties"]) == {"paymentId", *rework, *own.get("properties", {})}
+        # ... plus the free retry's optional reworkToken (a job's refusal keeps its payment
+        # for a free retry too).
+        expected = {"paymentId", "reworkToken", *own.get("properties", {})}
+        assert set(schema["properties"]) == expected
         assert set(schema["required"]) == {"paymentId", *own.get("required", [])}
         assert tool.description is not None and "Price:" in tool.description
         assert "create_payment" in tool.description
@@ -386,7 +388,7 @@ async def _failing_job(ctx: ServiceContext, params: StepParams) -> ServiceResult
     await asyncio.sleep(0.05)
     from satsgate.engines import EngineError
 
-    raise EngineError("TIMEOUT", "the upstream engine timed out")
+    raise EngineError(ErrorCode.TIMEOUT, "the upstream engine timed out")
 
 
 JOB_SPEC = ServiceSpec(

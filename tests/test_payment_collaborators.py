@@ -164,7 +164,12 @@ class NoJobs:
 
 class NoContexts:
     def for_call(
-        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+        self,
+        call_id: str,
+        progress: Progress | None = None,
+        job_state: JobState | None = None,
+        *,
+        service: str | None = None,
     ) -> ServiceContext:
         return None  # type: ignore[return-value]  # the handlers here never read it
 

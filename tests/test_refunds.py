@@ -15,7 +15,7 @@ from lnurl.helpers import url_decode
 
 from satsgate.app import REFUNDS
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.invoices import sign_invoice
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 from tests.conftest import ThreadedServer, dev_pay
@@ -49,7 +49,7 @@ class NoParams(Params):
 
 
 async def _broken(ctx: ServiceContext, params: NoParams) -> ServiceResult:
-    raise EngineError("TIMEOUT", "the upstream engine timed out")
+    raise EngineError(ErrorCode.TIMEOUT, "the upstream engine timed out")
 
 
 async def _crashing(ctx: ServiceContext, params: NoParams) -> ServiceResult:

@@ -633,6 +633,31 @@ async def test_a_return_invoice_serves_one_session_only(
     assert len(paid) == 2
 
 
+async def test_two_concurrent_opens_with_one_return_invoice_open_one_session(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    """Two opens naming one return invoice at the same moment: exactly one session; the
+    other gets the open check's own answer and keeps its deposit unused."""
+    first, second = Client(http), Client(http)
+    second.return_invoice = first.return_invoice
+    opens = []
+    for client in (first, second):
+        challenge, preimage = await client.offer(*RARE)
+        client.challenge, client.preimage = challenge, preimage
+        client.session_id = unb64url(challenge["request"])["paymentHash"]
+        payload = {"action": "open", "preimage": preimage, "returnInvoice": client.return_invoice}
+        opens.append(client.post(*RARE, credential(challenge, payload)))
+    answers = await asyncio.gather(*opens)
+    assert sorted(a.status_code for a in answers) == [200, 402], [a.text for a in answers]
+    refused = next(a for a in answers if a.status_code == 402)
+    assert refused.json()["type"] == PROBLEMS + "invalid-return-invoice"
+    assert "another session" in refused.json()["detail"]
+    rows = [session_row(srv, c.session_id) for c in (first, second)]
+    assert sum(row is not None for row in rows) == 1
+    winner = first if rows[0] is not None else second
+    assert (await winner.close()).json()["refundStatus"] == "succeeded"
+
+
 async def test_a_return_invoice_the_node_paid_already_is_not_reported_paid(
     http: httpx.AsyncClient, srv: ThreadedServer
 ) -> None:

@@ -38,6 +38,7 @@ from satsgate.lightning import (
     PaymentResult,
     PaymentState,
     Settlement,
+    UnknownInvoice,
 )
 
 T = TypeVar("T")
@@ -257,7 +258,7 @@ class DevBackend:
             )
         )
         if row is None:
-            raise BackendError("unknown invoice")
+            raise UnknownInvoice("unknown invoice")
         amount_msat, expires_at, settled_at, preimage = row
         if settled_at is not None:
             return InvoiceStatus(

@@ -39,7 +39,7 @@ from satsgate.discovery.languages import languages_document
 from satsgate.discovery.llms import llms_txt
 from satsgate.discovery.openapi import openapi_document
 from satsgate.engines import Engines
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
@@ -135,7 +135,7 @@ def _mcp_tools(app: web.Application) -> list[dict[str, Any]]:
     """tools/list of this app's MCP endpoint: the documents describe the real thing."""
     endpoint = app.get(MCP)
     if endpoint is None:
-        raise ApiError("NOT_FOUND", "This node serves no MCP endpoint.")
+        raise ApiError(ErrorCode.NOT_FOUND, "This node serves no MCP endpoint.")
     return endpoint.server.tools.definitions()
 
 
@@ -167,7 +167,7 @@ def service_description(app: web.Application, slug: str) -> web.Response:
     """The answer of ``GET /api/l402/<slug>``: the service as :func:`describe` gives it."""
     service = app[DISCOVERY].catalog.by_slug.get(slug)
     if service is None:
-        raise ApiError("NOT_FOUND", f"No service {slug!r}.")
+        raise ApiError(ErrorCode.NOT_FOUND, f"No service {slug!r}.")
     return _respond(dumps(service).encode())
 
 

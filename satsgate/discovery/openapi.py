@@ -45,7 +45,7 @@ from satsgate.discovery.documents import (
     payment_terms,
     security_schemes,
 )
-from satsgate.errors import CATALOG_VERSION, CODES
+from satsgate.errors import CATALOG_VERSION, CODES, ErrorCode
 from satsgate.operations import OPERATIONS, AnyOperation
 from satsgate.operations.models import COMPONENTS
 from satsgate.services.catalog.models import CATEGORIES
@@ -57,21 +57,21 @@ Refs = Mapping[tuple[Any, JsonSchemaMode], JsonSchemaValue]
 
 # Codes any paid call can end in besides its service's own failure codes.
 _GATE_CODES = (
-    "L402_INVALID_PARAMS",
-    "MALFORMED_CREDENTIAL",
-    "PAYMENT_REQUIRED",
-    "PAYMENT_INVALID",
-    "PAYMENT_EXPIRED",
-    "PAYMENT_PENDING",
-    "PAYMENT_INSUFFICIENT",
-    "PAYMENT_ALREADY_USED",
-    "PAYLOAD_TOO_LARGE",
-    "SERVICE_UNAVAILABLE",
-    "L402_UPSTREAM_FAILED",
-    "L402_REFUND_ISSUED",
-    "INTERNAL_ERROR",
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.MALFORMED_CREDENTIAL,
+    ErrorCode.PAYMENT_REQUIRED,
+    ErrorCode.PAYMENT_INVALID,
+    ErrorCode.PAYMENT_EXPIRED,
+    ErrorCode.PAYMENT_PENDING,
+    ErrorCode.PAYMENT_INSUFFICIENT,
+    ErrorCode.PAYMENT_ALREADY_USED,
+    ErrorCode.PAYLOAD_TOO_LARGE,
+    ErrorCode.SERVICE_UNAVAILABLE,
+    ErrorCode.L402_UPSTREAM_FAILED,
+    ErrorCode.L402_REFUND_ISSUED,
+    ErrorCode.INTERNAL_ERROR,
 )
-_FREE_CODES = ("L402_INVALID_PARAMS", "NOT_FOUND", "INTERNAL_ERROR")
+_FREE_CODES = (ErrorCode.L402_INVALID_PARAMS, ErrorCode.NOT_FOUND, ErrorCode.INTERNAL_ERROR)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -88,7 +88,7 @@ _ERROR_CODE_HEADER = {
 }
 
 
-def _error_responses(codes: Collection[str]) -> dict[str, Any]:
+def _error_responses(codes: Collection[ErrorCode]) -> dict[str, Any]:
     """4XX and 5XX responses naming the codes of each class (402 is documented on its own)."""
     responses: dict[str, Any] = {}
     for key, low, high in (("4XX", 400, 500), ("5XX", 500, 600)):
@@ -194,12 +194,12 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
 
 # Cashu ecash (NUT-24, [cashu] mints set): satsgate/payments/cashu.py.
 _CASHU_CODES = (
-    "CASHU_TOKEN_INVALID",
-    "CASHU_MINT_NOT_ACCEPTED",
-    "CASHU_UNIT_NOT_ACCEPTED",
-    "CASHU_AMOUNT_TOO_SMALL",
-    "CASHU_TOKEN_SPENT",
-    "CASHU_MINT_UNAVAILABLE",
+    ErrorCode.CASHU_TOKEN_INVALID,
+    ErrorCode.CASHU_MINT_NOT_ACCEPTED,
+    ErrorCode.CASHU_UNIT_NOT_ACCEPTED,
+    ErrorCode.CASHU_AMOUNT_TOO_SMALL,
+    ErrorCode.CASHU_TOKEN_SPENT,
+    ErrorCode.CASHU_MINT_UNAVAILABLE,
 )
 
 
@@ -301,7 +301,7 @@ def _free(
     *,
     parameters: list[dict[str, Any]] | None = None,
     content_type: str = "application/json",
-    codes: Collection[str] = ("INTERNAL_ERROR",),
+    codes: Collection[ErrorCode] = (ErrorCode.INTERNAL_ERROR,),
 ) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "string"} if content_type.startswith("text/") else {}
     op: dict[str, Any] = {
@@ -403,9 +403,9 @@ def _parameters(op: AnyOperation, optional: bool = False) -> list[dict[str, Any]
     return sorted(params, key=lambda p: p["in"] != "path")
 
 
-def _codes(op: AnyOperation) -> list[str]:
+def _codes(op: AnyOperation) -> list[ErrorCode]:
     assert op.http is not None
-    extra = ["PAYLOAD_TOO_LARGE"] if op.http.method == "POST" else []
+    extra = [ErrorCode.PAYLOAD_TOO_LARGE] if op.http.method == "POST" else []
     return list(dict.fromkeys([*op.error_codes, *extra]))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.engines import Engines
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceSpec, sats_for_msat
 
 PRICE = "X-L402-Price-Sats"
@@ -53,6 +54,6 @@ def price_probe(spec: ServiceSpec[Any], engines: Engines) -> web.Response:
     serves the service here, since a POST would be refused before any invoice."""
     headers = price_headers(spec)
     if not spec.is_available(engines):
-        headers["X-Error-Code"] = "SERVICE_UNAVAILABLE"
+        headers["X-Error-Code"] = ErrorCode.SERVICE_UNAVAILABLE
         return web.Response(status=503, headers=headers)
     return web.Response(status=200, headers=headers)

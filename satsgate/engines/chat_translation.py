@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
 from satsgate.engines.errors import EngineError
 from satsgate.engines.translation import TranslationRequest, TranslationResult
+from satsgate.errors import ErrorCode
 
 # Pieces small enough that the answer fits the output limit of the smallest current chat
 # models (4096 tokens), in any script.
@@ -151,7 +152,7 @@ class ChatTranslator:
         )
         if answer.finish == "length":
             raise EngineError(
-                "SERVICE_ERROR", "The translation was cut short; the payment was refunded."
+                ErrorCode.SERVICE_ERROR, "The translation was cut short; the payment was refunded."
             )
         text, source = answer.text, None
         if detect:
@@ -161,7 +162,7 @@ class ChatTranslator:
                 text, source = rest, match.group(1).lower()
         if not text.strip():
             raise EngineError(
-                "SERVICE_ERROR", "The AI engine returned an empty translation; refunded."
+                ErrorCode.SERVICE_ERROR, "The AI engine returned an empty translation; refunded."
             )
         # Keep the chunk's own leading and trailing whitespace (paragraph breaks).
         lead = chunk[: len(chunk) - len(chunk.lstrip())]

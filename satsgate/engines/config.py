@@ -30,6 +30,7 @@ from typing import Any
 NON_ENGINE_KEYS = frozenset({"price_source"})
 
 _COMMON_KEYS = frozenset({"kind", "base_url", "api_key", "api_key_env", "timeout_s", "models"})
+DEFAULT_TIMEOUT_S = 60.0  # a table without timeout_s (sized for AI work)
 
 
 class EngineConfigError(ValueError):
@@ -42,7 +43,7 @@ class ProviderConfig:
     kind: str
     base_url: str = ""
     api_key: str = field(default="", repr=False)
-    timeout_s: float = 60.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     # The spec's model ids (as strings, the TOML keys) -> the provider's model names.
     models: Mapping[str, str] = field(default_factory=dict)
     # The kind-specific keys of the table, as written.
@@ -85,7 +86,7 @@ def parse_providers(
         base_url = table.get("base_url", "")
         if not isinstance(base_url, str):
             raise EngineConfigError(f"{where}: base_url must be a string")
-        timeout = table.get("timeout_s", 60.0)
+        timeout = table.get("timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise EngineConfigError(f"{where}: timeout_s must be a positive number")
         models = table.get("models", {})

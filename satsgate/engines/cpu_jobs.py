@@ -14,21 +14,38 @@ Two lanes share the pool, so that long work cannot starve short work: a job mark
 ``quick`` (a card, an image conversion: bounded and short) may take any worker, every
 other job may hold at most ``workers - 1`` of them at once. Two long renders therefore
 leave a worker for the 30 ms card that comes next.
+
+Jobs waiting for a worker are served fairly between payers: the runner hands the pool at
+most one job per worker, and a worker that comes free goes to the waiting payer served
+least recently (a payer not served since it began waiting goes first; ties in order of
+arrival). One payer's twenty queued renders therefore hold up another payer's single
+job by at most one of theirs, per worker. The payer is :data:`PAYER` in the job's
+context: the client address (an IPv6 client's /64) the rate limiter keys on, which the
+HTTP edge sets for the paid routes (satsgate/ratelimit.py); a job started elsewhere
+(a job resumed after a restart) is the anonymous payer "".
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
+from contextvars import ContextVar
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
 from satsgate.engines.errors import EngineError
+from satsgate.errors import ErrorCode
 
 R = TypeVar("R")
+
+# Who a CPU job is done for (see the module docstring); "" when nobody said.
+PAYER: ContextVar[str] = ContextVar("satsgate_cpu_payer", default="")
 
 # How much longer than the limit the caller waits for a job whose worker missed the signal.
 _GRACE_S = 10.0
@@ -72,32 +89,109 @@ async def run_cpu_job(pool: Executor, limit_s: float, fn: Callable[..., R], *arg
         raise CpuTimeLimitExceeded from None
 
 
+@dataclass
+class _Waiting:
+    quick: bool
+    granted: asyncio.Future[None]
+
+
 class CpuRunner:
     """Runs CPU-bound engine work in the process pool within the configured time limit;
     a job past it raises EngineError TIMEOUT, which the gate refunds. One runner per pool:
-    its lanes count that pool's workers."""
+    it counts that pool's workers, keeps the lanes, and queues what waits by payer."""
 
     def __init__(self, pool: Executor, limit_s: float, workers: int = 2) -> None:
         self.pool = pool
         self.limit_s = limit_s
-        self.workers = workers
-        self._long_lane: asyncio.Semaphore | None = None  # made in the loop that uses it
+        self.workers = max(1, workers)
+        self._long_max = max(1, self.workers - 1)
+        self._running = 0
+        self._running_long = 0
+        # Waiting jobs by payer; each payer with work here (waiting or running): how many
+        # jobs, and when it was last served (its turn; -1: not yet).
+        self._waiting: dict[str, deque[_Waiting]] = {}
+        self._jobs: dict[str, int] = {}
+        self._turn: dict[str, int] = {}
+        self._turns = itertools.count()
 
     async def __call__(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None
     ) -> R:
         """``fn(*args)`` in the pool. ``quick``: short, bounded work that may use any
         worker; other work waits for a place in the long lane. ``limit_s``: a tighter
-        time limit than the configured one for this call."""
+        time limit than the configured one for this call. Waits for a worker in the
+        payer's turn (:data:`PAYER`)."""
         limit = min(self.limit_s, limit_s) if limit_s is not None else self.limit_s
+        payer = PAYER.get()
+        await self._admit(payer, quick)
         try:
-            if quick:
-                return await run_cpu_job(self.pool, limit, fn, *args)
-            if self._long_lane is None:
-                self._long_lane = asyncio.Semaphore(max(1, self.workers - 1))
-            async with self._long_lane:
-                return await run_cpu_job(self.pool, limit, fn, *args)
+            return await run_cpu_job(self.pool, limit, fn, *args)
         except CpuTimeLimitExceeded:
             raise EngineError(
-                "TIMEOUT", f"The engine did not finish within {limit:g} s and was stopped."
+                ErrorCode.TIMEOUT, f"The engine did not finish within {limit:g} s and was stopped."
             ) from None
+        finally:
+            self._release(payer, quick)
+
+    @property
+    def waiting(self) -> int:
+        """Jobs waiting for a worker."""
+        return sum(len(queue) for queue in self._waiting.values())
+
+    async def _admit(self, payer: str, quick: bool) -> None:
+        entry = _Waiting(quick, asyncio.get_running_loop().create_future())
+        self._waiting.setdefault(payer, deque()).append(entry)
+        self._jobs[payer] = self._jobs.get(payer, 0) + 1
+        self._turn.setdefault(payer, -1)  # new here: before everyone already served
+        self._dispatch()
+        try:
+            await entry.granted
+        except asyncio.CancelledError:
+            if entry.granted.done() and not entry.granted.cancelled():
+                self._release(payer, quick)  # granted, then cancelled before it ran
+            else:
+                self._unqueue(payer, entry)
+                self._done(payer)
+            raise
+
+    def _eligible(self, entry: _Waiting) -> bool:
+        return entry.quick or self._running_long < self._long_max
+
+    def _dispatch(self) -> None:
+        """Hand free workers to the waiting payers, least recently served first."""
+        while self._running < self.workers and self._waiting:
+            chosen: tuple[str, _Waiting] | None = None
+            for payer in sorted(self._waiting, key=self._turn.__getitem__):  # stable: ties
+                # go in order of arrival
+                entry = next((e for e in self._waiting[payer] if self._eligible(e)), None)
+                if entry is not None:
+                    chosen = payer, entry
+                    break
+            if chosen is None:
+                return  # only long work waits, and the long lane is full
+            payer, entry = chosen
+            self._unqueue(payer, entry)
+            self._turn[payer] = next(self._turns)
+            self._running += 1
+            if not entry.quick:
+                self._running_long += 1
+            entry.granted.set_result(None)
+
+    def _unqueue(self, payer: str, entry: _Waiting) -> None:
+        queue = self._waiting[payer]
+        queue.remove(entry)
+        if not queue:
+            del self._waiting[payer]
+
+    def _done(self, payer: str) -> None:
+        """One job of ``payer`` left (ran or gave up); a payer with none left is forgotten."""
+        self._jobs[payer] -= 1
+        if not self._jobs[payer]:
+            del self._jobs[payer], self._turn[payer]
+
+    def _release(self, payer: str, quick: bool) -> None:
+        self._running -= 1
+        if not quick:
+            self._running_long -= 1
+        self._done(payer)
+        self._dispatch()

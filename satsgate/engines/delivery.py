@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 Channel = Literal["sms", "call", "fax"]
 
@@ -26,6 +27,12 @@ Channel = Literal["sms", "call", "fax"]
 # id (the ``reference`` of a request), so a status report finds its record even when it
 # arrives before the send's answer was recorded.
 REFERENCE_PARAM = "ref"
+
+
+def reference_of(url: str) -> str | None:
+    """The delivery id a webhook URL carries (its ``ref`` query parameter), if any."""
+    refs = parse_qs(urlsplit(url).query).get(REFERENCE_PARAM)
+    return refs[0] if refs else None
 
 
 @dataclass(frozen=True)

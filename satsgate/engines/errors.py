@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from satsgate.errors import ApiError, ErrorCode
+
 # Codes on which a chain of providers (``[engines] text = ["a", "b"]``) tries the next
 # one by default: the upstream refused or broke before doing anything for the caller.
-FALLBACK_CODES = frozenset({"RATE_LIMITED", "SERVICE_ERROR", "L402_UPSTREAM_FAILED"})
+FALLBACK_CODES = frozenset(
+    {ErrorCode.RATE_LIMITED, ErrorCode.SERVICE_ERROR, ErrorCode.L402_UPSTREAM_FAILED}
+)
 
 
 class EngineError(Exception):
@@ -21,7 +27,7 @@ class EngineError(Exception):
 
     def __init__(
         self,
-        code: str,
+        code: ErrorCode,
         message: str,
         *,
         retry_after_s: float | None = None,
@@ -44,6 +50,20 @@ class EngineError(Exception):
         if self.retry_after_s is not None:
             fields["retry_after_seconds"] = retry_seconds(self.retry_after_s)
         return fields
+
+    def api_error(
+        self, *, refund: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+    ) -> ApiError:
+        """The answer to the caller: this code and message, ``envelope_extra`` (then
+        ``extra``) in the body, ``Retry-After`` when the engine gave a retry hint. The one
+        place an engine failure becomes an error envelope."""
+        return ApiError(
+            self.code,
+            self.message,
+            refund=refund,
+            extra={**self.envelope_extra(), **(extra or {})},
+            headers=self.http_headers(),
+        )
 
     def http_headers(self) -> dict[str, str]:
         """``Retry-After`` when the engine gave a retry hint."""

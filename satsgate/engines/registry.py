@@ -30,6 +30,7 @@ from satsgate.engines.config import (
 )
 from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.errors import EngineError
+from satsgate.errors import ErrorCode
 from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
 
 log = logging.getLogger(__name__)
@@ -205,13 +206,15 @@ class Engines:
         if not serving:
             # The gate refuses such a request before any invoice; reaching here is a bug,
             # and the call is refunded.
-            raise EngineError("SERVICE_ERROR", "No engine serves this request on this node.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "No engine serves this request on this node."
+            )
         candidates = [b for b in serving if b.unsupported(request) is None]
         if not candidates:
             # What only the paid call revealed (e.g. the language of a book read after the
             # invoice): the caller's input, refunded.
             reason = serving[0].unsupported(request)
-            raise EngineError("INVALID_INPUT", f"Cannot do this on this node: {reason}.")
+            raise EngineError(ErrorCode.INVALID_INPUT, f"Cannot do this on this node: {reason}.")
         for index, binding in enumerate(candidates):
             try:
                 return await call(cast(E, binding.engine), binding.model_name(model_id))

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
 from satsgate.operations import dump
@@ -54,7 +54,7 @@ class ModelPricingArgs(_Strict):
 async def list_models(env: ToolEnv, args: ListModelsArgs, ctx: CallContext) -> dict[str, Any]:
     if args.category is not None and args.category not in CATEGORIES:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"Unknown category {args.category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
@@ -67,12 +67,12 @@ async def get_model_pricing(
     raw = args.modelId
     if isinstance(raw, str) and not raw.strip().isdigit():
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"modelId must be a numeric model id, not {raw!r}; see list_models.",
         )
     model = MODELS_BY_ID.get(int(raw))
     if model is None:
-        raise ApiError("NOT_FOUND", f"No model {raw}; see list_models for the ids.")
+        raise ApiError(ErrorCode.NOT_FOUND, f"No model {raw}; see list_models for the ids.")
     body: dict[str, Any] = {
         "id": model.id,
         "name": model.name,
@@ -115,7 +115,7 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
     while True:
         fresh = await jobs.get(job.job_id)
         if fresh is None:  # pragma: no cover - jobs are never deleted while polled
-            raise ApiError("NOT_FOUND", f"No {args.jobType} job {args.requestId!r}.")
+            raise ApiError(ErrorCode.NOT_FOUND, f"No {args.jobType} job {args.requestId!r}.")
         job = fresh
         progress = jobs.progress(job.job_id)
         total = progress.total if progress is not None else None

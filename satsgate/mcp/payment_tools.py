@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
 from satsgate.operations import payments
@@ -79,7 +79,7 @@ REWORK_TOKEN_DOC = (
 async def find_payment(env: ToolEnv, payment_id: str) -> Payment:
     payment = await env.gate.get_payment(payment_id)
     if payment is None:
-        raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
+        raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, f"No payment {payment_id!r}.")
     return payment
 
 
@@ -90,7 +90,7 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
     spec = env.paid.get(args.toolName)
     if spec is None:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"Unknown toolName {args.toolName!r}: name one of the paid tools "
             "(free tools need no payment).",
             extra={"tools": sorted(env.paid)},
@@ -167,7 +167,7 @@ def _estimate(
         amount_sats = spec.quote_sats(spec.params.model_construct(**hints))
     except Exception:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"Cannot price {spec.tool_name} from the arguments given ({invalid.message}). "
             "Send the tool's arguments, or prompt / characterCount, to get a quote.",
             extra=invalid.extra,
@@ -238,7 +238,7 @@ async def call_paid(
     payment_id = body.pop("paymentId", None)
     if not isinstance(payment_id, str) or not payment_id:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"paymentId is required: call create_payment with toolName {spec.tool_name!r}, "
             "pay the invoice, then call this tool with the paymentId.",
             extra={"fields": [{"field": "paymentId", "message": "Field required"}]},
@@ -247,7 +247,7 @@ async def call_paid(
     size = len(json.dumps(body, separators=(",", ":")).encode())
     if size > spec.max_body_bytes:
         raise ApiError(
-            "PAYLOAD_TOO_LARGE",
+            ErrorCode.PAYLOAD_TOO_LARGE,
             f"The arguments are {size} bytes; {spec.tool_name} accepts at most "
             f"{spec.max_body_bytes}.",
         )
@@ -260,7 +260,7 @@ async def call_paid(
         # The same dedup window as HTTP: a retried identical call gets its first outcome.
         result, _replayed = await env.gate.execute_deduplicated(payment, spec, params)
     except ApiError as exc:
-        if exc.code == "PAYMENT_PENDING":
+        if exc.code == ErrorCode.PAYMENT_PENDING:
             exc.extra = {
                 **exc.extra,
                 "lightningInvoice": payment.bolt11,

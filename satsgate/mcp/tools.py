@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.mcp import free_tools, payment_tools, results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv, validate_args
 from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
@@ -176,7 +176,7 @@ class ToolCatalog:
         spec = self.env.paid.get(name) if free is None else None
         if free is None and spec is None:
             exc = ApiError(
-                "NOT_FOUND",
+                ErrorCode.NOT_FOUND,
                 f"Unknown tool {name!r}; see tools/list.",
                 extra={"tools": [*FREE_BY_NAME, *self.env.paid]},
             )
@@ -188,7 +188,7 @@ class ToolCatalog:
             assert spec is not None
             return await payment_tools.call_paid(self.env, spec, dict(arguments), ctx)
         except ApiError as exc:
-            if exc.code == "L402_INVALID_PARAMS" and exc.refund is None:
+            if exc.code == ErrorCode.L402_INVALID_PARAMS and exc.refund is None:
                 raise results.invalid_params(exc) from None
             return results.failure(exc)
 
@@ -209,11 +209,11 @@ def _paid_definition(spec: AnySpec, available: bool) -> dict[str, Any]:
         "paymentId": {"type": "string", "description": payment_tools.PAYMENT_ID_DOC},
         **schema.get("properties", {}),
     }
-    if spec.mode != "job":  # a content refusal of a synchronous call keeps the payment
-        schema["properties"]["reworkToken"] = {
-            "type": "string",
-            "description": payment_tools.REWORK_TOKEN_DOC,
-        }
+    # A content refusal keeps the payment (a job's too): the retry carries its token.
+    schema["properties"]["reworkToken"] = {
+        "type": "string",
+        "description": payment_tools.REWORK_TOKEN_DOC,
+    }
     schema["required"] = ["paymentId", *[r for r in schema.get("required", []) if r != "paymentId"]]
     return {
         "name": spec.tool_name,

@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from aiohttp import web
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 5.0
 MAX_BACKOFF_S = 3600.0
+
+
+# What one attempt to publish at a relay came to.
+Outcome = Literal["published", "refused", "unreachable"]
 
 
 @dataclass
@@ -162,15 +166,15 @@ class Announcer:
                     await wake.wait()
                 continue
             state.attempts += 1
-            accepted, detail = await self._send(session, url, event_id, event_json)
+            outcome, detail = await self._send(session, url, event_id, event_json)
             state.detail = detail
-            if accepted:
+            if outcome == "published":
                 state.state, state.published_id = "published", event_id
                 state.published_at = time.time()
                 backoff = FIRST_BACKOFF_S
                 log.info("nostr: %s took announcement %s", url, event_id[:12])
                 continue
-            state.state = "refused" if detail.startswith("refused") else "unreachable"
+            state.state = outcome
             log.warning("nostr: %s: %s; retrying in about %.0f s", url, detail, backoff)
             wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -179,8 +183,9 @@ class Announcer:
 
     async def _send(
         self, session: aiohttp.ClientSession, url: str, event_id: str, event_json: str
-    ) -> tuple[bool, str]:
-        """(accepted, what the relay said or what went wrong), within timeout_s."""
+    ) -> tuple[Outcome, str]:
+        """(published, refused or unreachable; what the relay said or what went wrong),
+        within timeout_s."""
         try:
             async with asyncio.timeout(self.config.timeout_s):
                 async with session.ws_connect(url, autoping=True, max_msg_size=1 << 20) as ws:
@@ -192,13 +197,13 @@ class Announcer:
                         if isinstance(reply, list) and reply[:2] == ["OK", event_id]:
                             message = str(reply[3]) if len(reply) > 3 else ""
                             if reply[2] is True or message.startswith("duplicate:"):
-                                return True, message or "accepted"
-                            return False, f"refused: {message}"
-                    return False, "the relay closed the connection without an OK"
+                                return "published", message or "accepted"
+                            return "refused", f"refused: {message}"
+                    return "unreachable", "the relay closed the connection without an OK"
         except TimeoutError:
-            return False, f"no answer within {self.config.timeout_s:g} s"
+            return "unreachable", f"no answer within {self.config.timeout_s:g} s"
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            return False, f"{type(exc).__name__}: {exc}"
+            return "unreachable", f"{type(exc).__name__}: {exc}"
 
     def describe(self) -> dict[str, Any]:
         """For the operator: who we are, what was signed last, and each relay's state."""

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
+from satsgate.errors import ErrorCode
 from satsgate.jobs import JobRunner
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
@@ -158,7 +159,11 @@ class OperationSpec(Generic[P, R]):
     tool: str | None = None
     tool_params: type[BaseModel] | None = None
     read_only: bool = True
-    error_codes: tuple[str, ...] = ("L402_INVALID_PARAMS", "NOT_FOUND", "INTERNAL_ERROR")
+    error_codes: tuple[ErrorCode, ...] = (
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
+    )
     family: Family | None = None
     rate_rule: str | None = None  # MCP: limited per call; HTTP: by route in the middleware
     tags: tuple[str, ...] = ("free",)
@@ -172,6 +177,57 @@ class OperationSpec(Generic[P, R]):
 
 
 AnyOperation = OperationSpec[Any, Any]
+
+
+def asks_for(*keys: str) -> Callable[[Mapping[str, Any]], bool]:
+    """An :class:`HttpRoute` ``when``: the request's query (or body) has one of ``keys``
+    (a parameter and its other spellings)."""
+    return lambda query: any(key in query for key in keys)
+
+
+def free_status_read(
+    *,
+    name: str,
+    title: str,
+    description: str,
+    params: type[P],
+    result: type[R],
+    handler: Callable[[OperationEnv, Any, Call], Awaitable[R]],
+    service: AnySpec,
+    path: str,
+    keys: tuple[str, ...],
+    reads: str,
+    llms: str,
+    error_codes: tuple[ErrorCode, ...],
+    family: Family,
+) -> OperationSpec[P, R]:
+    """The free status read of a paid communication (a sent SMS, call or fax, a fax
+    inbox, a signing request): ``GET path?<keys[0]>=...`` as a form of the service's own
+    GET path, chosen by any of ``keys``, never cached, and the MCP tool ``name``. Its
+    OpenAPI summary is "Describe <the service>, or <reads> with <keys[0]> (free)"."""
+    key = keys[0]
+    return OperationSpec(
+        name=name,
+        title=title,
+        description=description,
+        params=params,
+        result=result,
+        handler=handler,
+        http=HttpRoute(
+            "GET",
+            path,
+            example=f"GET {path}?{key}=<{key}>",
+            on_service=service.slug,
+            when=asks_for(*keys),
+            headers={"Cache-Control": "no-store"},  # the status moves on between reads
+            summary=f"Describe {service.title}, or {reads} with {key} (free)",
+            llms=llms,
+        ),
+        tool=name,
+        error_codes=error_codes,
+        family=family,
+        tags=(service.category, "free"),
+    )
 
 
 def dump(result: BaseModel) -> dict[str, Any]:

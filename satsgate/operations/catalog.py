@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from satsgate.errors import ErrorCode
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Estimate, PlannedServices
 from satsgate.services.catalog.planned import VOTE
@@ -41,7 +42,7 @@ LIST_PLANNED: OperationSpec[NoArgs, PlannedServices] = OperationSpec(
         llms="`GET {url}` lists them with their votes",
     ),
     tool="list_planned_services",
-    error_codes=("INTERNAL_ERROR",),
+    error_codes=(ErrorCode.INTERNAL_ERROR,),
 )
 
 
@@ -107,10 +108,10 @@ ESTIMATE_COST: OperationSpec[EstimateQuery, Estimate] = OperationSpec(
         "GET",
         "/api/estimate-cost",
         example="GET /api/estimate-cost?service=<id>&...",
-        headers={"X-Error-Code": "L402_ESTIMATE_ONLY"},
+        headers={"X-Error-Code": ErrorCode.L402_ESTIMATE_ONLY},
         extra_parameters=estimator_parameters,
         llms="`GET {url}?service=<id>&...`, no invoice",
     ),
-    error_codes=("L402_INVALID_PARAMS", "RATE_LIMITED", "INTERNAL_ERROR"),
+    error_codes=(ErrorCode.L402_INVALID_PARAMS, ErrorCode.RATE_LIMITED, ErrorCode.INTERNAL_ERROR),
     rate_rule="estimate",
 )

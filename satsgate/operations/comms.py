@@ -5,13 +5,23 @@ services.comms.ai_calls."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from satsgate.errors import ApiError
-from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
+from satsgate.config import Settings
+from satsgate.engines import Engines
+from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.base import (
+    Call,
+    Family,
+    HttpRoute,
+    OperationEnv,
+    OperationSpec,
+    asks_for,
+    free_status_read,
+)
 from satsgate.operations.models import (
     AiCallRecord,
     CallDelivery,
@@ -47,10 +57,10 @@ from satsgate.services.inputs.params import alias
 
 VOICE_BRIDGE = Family("Voice bridge", VOICE_BRIDGE_OPEN.slug, " (the session's deposit pays)")
 _BRIDGE_CODES = (
-    "L402_INVALID_PARAMS",
-    "VOICE_BRIDGE_SESSION_NOT_FOUND",
-    "SERVICE_UNAVAILABLE",
-    "INTERNAL_ERROR",
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.VOICE_BRIDGE_SESSION_NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
 )
 _FREE_NOTE = " Free: the session's deposit pays; no Authorization, never 402."
 
@@ -64,31 +74,32 @@ def _heard(result: object) -> bool:
 async def voice_bridge_say(
     env: OperationEnv, args: VoiceBridgeSayParams, call: Call
 ) -> VoiceBridgeSaid:
-    settings = env.settings
-    sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return VoiceBridgeSaid.model_validate(
-        await voice_bridge.say(settings, env.engines, sessions, args)
-    )
+    return VoiceBridgeSaid.model_validate(await _on_bridge(env, voice_bridge.say, args))
 
 
 async def poll_voice_bridge(
     env: OperationEnv, args: VoiceBridgePollParams, call: Call
 ) -> VoiceBridgeEvents:
-    settings = env.settings
-    sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return VoiceBridgeEvents.model_validate(
-        await voice_bridge.poll(settings, env.engines, sessions, args)
-    )
+    return VoiceBridgeEvents.model_validate(await _on_bridge(env, voice_bridge.poll, args))
 
 
 async def end_voice_bridge(
     env: OperationEnv, args: VoiceBridgeEndParams, call: Call
 ) -> VoiceBridgeSettlement:
-    settings = env.settings
+    return VoiceBridgeSettlement.model_validate(await _on_bridge(env, voice_bridge.end, args))
+
+
+A = TypeVar("A")
+
+
+async def _on_bridge(
+    env: OperationEnv,
+    action: Callable[[Settings, Engines, voice_bridge.VoiceBridgeSessions, A], Awaitable[Any]],
+    args: A,
+) -> Any:
+    """One of the voice bridge's say, poll and end on the node's sessions."""
     sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return VoiceBridgeSettlement.model_validate(
-        await voice_bridge.end(settings, env.engines, sessions, args)
-    )
+    return await action(env.settings, env.engines, sessions, args)
 
 
 VOICE_BRIDGE_SAY: OperationSpec[VoiceBridgeSayParams, VoiceBridgeSaid] = OperationSpec(
@@ -186,7 +197,11 @@ VOICE_BRIDGE_END: OperationSpec[VoiceBridgeEndParams, VoiceBridgeSettlement] = O
 # -- AI call --------------------------------------------------------------------------------
 
 AI_CALLS = Family("AI call", AI_CALL.slug)
-_AI_CALL_CODES = ("L402_INVALID_PARAMS", "AI_CALL_NOT_FOUND", "SERVICE_UNAVAILABLE")
+_AI_CALL_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.AI_CALL_NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+)
 
 
 class ConfirmAiCallArgs(BaseModel):
@@ -220,14 +235,6 @@ async def poll_ai_call(env: OperationEnv, args: AiCallPollParams, call: Call) ->
     )
 
 
-def _confirming(body: Mapping[str, Any]) -> bool:
-    return "action" in body
-
-
-def _polling(query: Mapping[str, Any]) -> bool:
-    return "call_id" in query
-
-
 CONFIRM_AI_CALL: OperationSpec[AiCallConfirmParams, AiCallRecord] = OperationSpec(
     name="confirm_ai_call",
     title="Confirm an AI call",
@@ -247,7 +254,7 @@ CONFIRM_AI_CALL: OperationSpec[AiCallConfirmParams, AiCallRecord] = OperationSpe
         '"answers": {"<question>": "<answer>"}}',
         max_body_bytes=AI_CALL.max_body_bytes,
         on_service=AI_CALL.slug,
-        when=_confirming,
+        when=asks_for("action"),
         summary="the body {action: 'confirm', session_id, answers?} lets a call that "
         "answered status pending_confirm proceed on its original payment. It needs no "
         "Authorization and never answers 402: 200 with { success, call_id, status, "
@@ -281,24 +288,28 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
         f"/api/l402/{AI_CALL.slug}",
         example=f"GET /api/l402/{AI_CALL.slug}?call_id=<call_id>",
         on_service=AI_CALL.slug,
-        when=_polling,
+        when=asks_for("call_id"),
         headers={"Cache-Control": "no-store"},  # the call moves on between polls
         summary=f"Describe {AI_CALL.title}, or poll one call with call_id (free)",
         llms="`GET {url}?call_id=<call_id>` polls a call (transcript, results, refund status)",
     ),
-    error_codes=(*_AI_CALL_CODES, "INTERNAL_ERROR"),
+    error_codes=(*_AI_CALL_CODES, ErrorCode.INTERNAL_ERROR),
     family=AI_CALLS,
 )
 
 
 # -- SMS and automated-call delivery status ------------------------------------------------
 
-_DELIVERY_CODES = ("L402_INVALID_PARAMS", "DELIVERY_NOT_FOUND", "INTERNAL_ERROR")
+_DELIVERY_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.DELIVERY_NOT_FOUND,
+    ErrorCode.INTERNAL_ERROR,
+)
 
 
 def _delivery_env(env: OperationEnv) -> deliveries.DeliveryEnv:
     if env.deliveries is None:
-        raise ApiError("INTERNAL_ERROR", "Delivery records are not available.")
+        raise ApiError(ErrorCode.INTERNAL_ERROR, "Delivery records are not available.")
     return deliveries.DeliveryEnv(env.deliveries, env.gate.get_payment, env.refunds)
 
 
@@ -316,11 +327,7 @@ async def call_status(env: OperationEnv, args: CallStatusParams, call: Call) -> 
     return CallDelivery.model_validate(body)
 
 
-def _has(key: str, other: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda query: key in query or other in query
-
-
-SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = OperationSpec(
+SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = free_status_read(
     name="get_sms_status",
     title="SMS delivery status",
     description="The delivery status of an SMS sent with send_sms, free: { success, "
@@ -331,24 +338,16 @@ SMS_STATUS: OperationSpec[SmsStatusParams, SmsDelivery] = OperationSpec(
     params=SmsStatusParams,
     result=SmsDelivery,
     handler=sms_status,
-    http=HttpRoute(
-        "GET",
-        deliveries.SMS_STATUS_PATH,
-        example=f"GET {deliveries.SMS_STATUS_PATH}?message_id=<message_id>",
-        on_service=SEND_SMS.slug,
-        when=_has("message_id", "messageId"),
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {SEND_SMS.title}, or read one message's delivery status with "
-        "message_id (free)",
-        llms="`GET {url}?message_id=<message_id>` reads an SMS's delivery status (free)",
-    ),
-    tool="get_sms_status",
+    service=SEND_SMS,
+    path=deliveries.SMS_STATUS_PATH,
+    keys=("message_id", "messageId"),
+    reads="read one message's delivery status",
+    llms="`GET {url}?message_id=<message_id>` reads an SMS's delivery status (free)",
     error_codes=_DELIVERY_CODES,
     family=Family("SMS", SEND_SMS.slug),
-    tags=(SEND_SMS.category, "free"),
 )
 
-CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = OperationSpec(
+CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = free_status_read(
     name="get_call_status",
     title="Automated call status",
     description="The status of a call placed with call, free: { success, call_id, status, "
@@ -360,20 +359,13 @@ CALL_STATUS: OperationSpec[CallStatusParams, CallDelivery] = OperationSpec(
     params=CallStatusParams,
     result=CallDelivery,
     handler=call_status,
-    http=HttpRoute(
-        "GET",
-        deliveries.CALL_STATUS_PATH,
-        example=f"GET {deliveries.CALL_STATUS_PATH}?call_id=<call_id>",
-        on_service=CALL.slug,
-        when=_has("call_id", "callId"),
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {CALL.title}, or read one call's status and billing with call_id (free)",
-        llms="`GET {url}?call_id=<call_id>` reads a call's status, billing and refund (free)",
-    ),
-    tool="get_call_status",
+    service=CALL,
+    path=deliveries.CALL_STATUS_PATH,
+    keys=("call_id", "callId"),
+    reads="read one call's status and billing",
+    llms="`GET {url}?call_id=<call_id>` reads a call's status, billing and refund (free)",
     error_codes=_DELIVERY_CODES,
     family=Family("Automated call", CALL.slug),
-    tags=(CALL.category, "free"),
 )
 
 
@@ -418,13 +410,13 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
     runner = env.ai_calls
     if runner is None or not AI_CALL.is_available(env.engines):
         raise ApiError(
-            "SERVICE_UNAVAILABLE",
+            ErrorCode.SERVICE_UNAVAILABLE,
             f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
         )
     if args.payment_id is not None:
         payment = await env.gate.get_payment(args.payment_id)
         if payment is None or payment.service != AI_CALL.slug:
-            raise ApiError("AI_CALL_NOT_FOUND", "No AI call was paid with this paymentId.")
+            raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, "No AI call was paid with this paymentId.")
         if not proves(
             payment,
             preimage=args.preimage,
@@ -432,7 +424,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
             payment_id=args.payment_id,
         ):
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "This payment was created by an HTTP 402 challenge: only its payer may claim "
                 "its refund. Send its preimage (64 hex) as preimage, or the call_id.",
                 extra={"paymentId": args.payment_id},
@@ -442,7 +434,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
         record = await runner.record(row.call_id)
         status = record.refund_status if record is not None else None
         raise ApiError(
-            "REFUND_NOT_AVAILABLE",
+            ErrorCode.REFUND_NOT_AVAILABLE,
             "The call has not ended yet: its unused deposit is refunded when it ends."
             if status is None
             else "This call's refund was issued with its failure; it is shown at /recover.",
@@ -458,7 +450,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
             "expired": "the refund link expired unclaimed",
         }.get(settled.refund_status, settled.refund_status)
         raise ApiError(
-            "REFUND_NOT_AVAILABLE",
+            ErrorCode.REFUND_NOT_AVAILABLE,
             f"Nothing to claim: {why}.",
             extra={"call_id": row.call_id, **body},
         )
@@ -490,13 +482,13 @@ CLAIM_REFUND: OperationSpec[ClaimRefundParams, ClaimedRefund] = OperationSpec(
     read_only=False,
     rate_rule="refund",
     error_codes=(
-        "L402_INVALID_PARAMS",
-        "AI_CALL_NOT_FOUND",
-        "PAYMENT_INVALID",
-        "REFUND_NOT_AVAILABLE",
-        "SERVICE_UNAVAILABLE",
-        "RATE_LIMITED",
-        "INTERNAL_ERROR",
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.AI_CALL_NOT_FOUND,
+        ErrorCode.PAYMENT_INVALID,
+        ErrorCode.REFUND_NOT_AVAILABLE,
+        ErrorCode.SERVICE_UNAVAILABLE,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.INTERNAL_ERROR,
     ),
     family=AI_CALLS,
 )

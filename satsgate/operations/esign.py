@@ -4,13 +4,12 @@ is done in satsgate.services.documents.esign_desk."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from satsgate.errors import ApiError
-from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
+from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.base import Call, Family, OperationEnv, OperationSpec, free_status_read
 from satsgate.operations.models import Body
 from satsgate.services.base import Params
 from satsgate.services.documents.esign_desk import STATUS_PATH
@@ -53,15 +52,11 @@ class ESignStatus(Body):
 
 async def e_signature_status(env: OperationEnv, args: ESignStatusParams, call: Call) -> ESignStatus:
     if env.esign is None:
-        raise ApiError("INTERNAL_ERROR", "E-signature requests are not available.")
+        raise ApiError(ErrorCode.INTERNAL_ERROR, "E-signature requests are not available.")
     return ESignStatus.model_validate(await env.esign.status(args.requestId))
 
 
-def _asks_status(query: Mapping[str, Any]) -> bool:
-    return "requestId" in query or "request_id" in query
-
-
-E_SIGNATURE_STATUS: OperationSpec[ESignStatusParams, ESignStatus] = OperationSpec(
+E_SIGNATURE_STATUS: OperationSpec[ESignStatusParams, ESignStatus] = free_status_read(
     name="get_e_signature_status",
     title="E-signature request status",
     description="The state of a request sent with e_signature, free: { success, requestId, "
@@ -72,18 +67,15 @@ E_SIGNATURE_STATUS: OperationSpec[ESignStatusParams, ESignStatus] = OperationSpe
     params=ESignStatusParams,
     result=ESignStatus,
     handler=e_signature_status,
-    http=HttpRoute(
-        "GET",
-        STATUS_PATH,
-        example=f"GET {STATUS_PATH}?requestId=<requestId>",
-        on_service=E_SIGNATURE.slug,
-        when=_asks_status,
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {E_SIGNATURE.title}, or read one request's status with requestId (free)",
-        llms="`GET {url}?requestId=<requestId>` reads a signing request's status (free)",
+    service=E_SIGNATURE,
+    path=STATUS_PATH,
+    keys=("requestId", "request_id"),
+    reads="read one request's status",
+    llms="`GET {url}?requestId=<requestId>` reads a signing request's status (free)",
+    error_codes=(
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.SIGNING_REQUEST_NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
     ),
-    tool="get_e_signature_status",
-    error_codes=("L402_INVALID_PARAMS", "SIGNING_REQUEST_NOT_FOUND", "INTERNAL_ERROR"),
     family=Family("E-signature", E_SIGNATURE.slug),
-    tags=(E_SIGNATURE.category, "free"),
 )

@@ -4,14 +4,20 @@ and MCP ``check_fax_inbox``). The work is done in satsgate.services.comms.faxes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
-from satsgate.operations.base import Call, Family, HttpRoute, OperationEnv, OperationSpec
+from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.base import (
+    AnySpec,
+    Call,
+    Family,
+    OperationEnv,
+    OperationSpec,
+    free_status_read,
+)
 from satsgate.operations.models import Body, Refund
 from satsgate.payments.proof import proves
 from satsgate.services.comms import faxes
@@ -80,22 +86,25 @@ class FaxInboxRecord(Body):
     faxes: list[ReceivedFaxEntry]
 
 
-def _unavailable(title: str) -> ApiError:
-    return ApiError(
-        "SERVICE_UNAVAILABLE", f"{title} has no engine configured on this node; nothing charged."
+def _desk(env: OperationEnv, service: AnySpec) -> faxes.FaxDesk:
+    """The fax desk, or SERVICE_UNAVAILABLE naming ``service`` (no fax engine here)."""
+    unavailable = ApiError(
+        ErrorCode.SERVICE_UNAVAILABLE,
+        f"{service.title} has no engine configured on this node; nothing charged.",
     )
+    if not service.is_available(env.engines):
+        raise unavailable
+    try:
+        return faxes.desk_for(env.engines)
+    except EngineError:
+        raise unavailable from None
 
 
 async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -> FaxStatusRecord:
-    if not SEND_FAX.is_available(env.engines):
-        raise _unavailable(SEND_FAX.title)
-    try:
-        desk = faxes.desk_for(env.engines)
-    except EngineError:
-        raise _unavailable(SEND_FAX.title) from None
+    desk = _desk(env, SEND_FAX)
     fax = await desk.status(args.faxId)
     if fax is None:
-        raise ApiError("NOT_FOUND", f"No fax {args.faxId!r}.")
+        raise ApiError(ErrorCode.NOT_FOUND, f"No fax {args.faxId!r}.")
     payment = await env.gate.get_payment(fax.payment_id)
     payer = payment is not None and proves(
         payment, authorization=call.authorization, payment_id=args.paymentId
@@ -104,30 +113,23 @@ async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -
 
 
 async def check_fax_inbox(env: OperationEnv, args: FaxInboxParams, call: Call) -> FaxInboxRecord:
-    if not RECEIVE_FAX.is_available(env.engines):
-        raise _unavailable(RECEIVE_FAX.title)
-    try:
-        inbox = faxes.desk_for(env.engines)
-    except EngineError:
-        raise _unavailable(RECEIVE_FAX.title) from None
+    inbox = _desk(env, RECEIVE_FAX)
     lease = await inbox.get(args.inboxId)
     if lease is None:
-        raise ApiError("NOT_FOUND", "No fax inbox with this inboxId.")
+        raise ApiError(ErrorCode.NOT_FOUND, "No fax inbox with this inboxId.")
     return FaxInboxRecord.model_validate(await inbox.lease_body(lease))
-
-
-def _has(key: str) -> Any:
-    def when(query: Mapping[str, Any]) -> bool:
-        return key in query
-
-    return when
 
 
 FAX_SEND = Family("Fax", SEND_FAX.slug)
 FAX_RECEIVE = Family("Fax inbox", RECEIVE_FAX.slug)
-_CODES = ("L402_INVALID_PARAMS", "NOT_FOUND", "SERVICE_UNAVAILABLE", "INTERNAL_ERROR")
+_CODES = (
+    ErrorCode.L402_INVALID_PARAMS,
+    ErrorCode.NOT_FOUND,
+    ErrorCode.SERVICE_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
+)
 
-GET_FAX_STATUS: OperationSpec[FaxStatusParams, FaxStatusRecord] = OperationSpec(
+GET_FAX_STATUS: OperationSpec[FaxStatusParams, FaxStatusRecord] = free_status_read(
     name="get_fax_status",
     title="Fax status",
     description="The status of a fax sent with send_fax, free: { success, faxId, status, "
@@ -137,24 +139,16 @@ GET_FAX_STATUS: OperationSpec[FaxStatusParams, FaxStatusRecord] = OperationSpec(
     params=FaxStatusParams,
     result=FaxStatusRecord,
     handler=get_fax_status,
-    http=HttpRoute(
-        "GET",
-        faxes.SEND_PATH,
-        example=f"GET {faxes.SEND_PATH}?faxId=<faxId>",
-        on_service=SEND_FAX.slug,
-        when=_has("faxId"),
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {SEND_FAX.title}, or read one fax's status with faxId (free)",
-        llms="`GET {url}?faxId=<faxId>` reads a sent fax's status (queued, sending, "
-        "delivered, failed)",
-    ),
-    tool="get_fax_status",
+    service=SEND_FAX,
+    path=faxes.SEND_PATH,
+    keys=("faxId",),
+    reads="read one fax's status",
+    llms="`GET {url}?faxId=<faxId>` reads a sent fax's status (queued, sending, delivered, failed)",
     error_codes=_CODES,
     family=FAX_SEND,
-    tags=(SEND_FAX.category, "free"),
 )
 
-CHECK_FAX_INBOX: OperationSpec[FaxInboxParams, FaxInboxRecord] = OperationSpec(
+CHECK_FAX_INBOX: OperationSpec[FaxInboxParams, FaxInboxRecord] = free_status_read(
     name="check_fax_inbox",
     title="Fax inbox",
     description="The faxes received on a number leased with receive_fax, free: { success, "
@@ -164,18 +158,11 @@ CHECK_FAX_INBOX: OperationSpec[FaxInboxParams, FaxInboxRecord] = OperationSpec(
     params=FaxInboxParams,
     result=FaxInboxRecord,
     handler=check_fax_inbox,
-    http=HttpRoute(
-        "GET",
-        faxes.RECEIVE_PATH,
-        example=f"GET {faxes.RECEIVE_PATH}?inboxId=<inboxId>",
-        on_service=RECEIVE_FAX.slug,
-        when=_has("inboxId"),
-        headers={"Cache-Control": "no-store"},
-        summary=f"Describe {RECEIVE_FAX.title}, or list one inbox's faxes with inboxId (free)",
-        llms="`GET {url}?inboxId=<inboxId>` lists the faxes a leased number received",
-    ),
-    tool="check_fax_inbox",
+    service=RECEIVE_FAX,
+    path=faxes.RECEIVE_PATH,
+    keys=("inboxId",),
+    reads="list one inbox's faxes",
+    llms="`GET {url}?inboxId=<inboxId>` lists the faxes a leased number received",
     error_codes=_CODES,
     family=FAX_RECEIVE,
-    tags=(RECEIVE_FAX.category, "free"),
 )

@@ -20,7 +20,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 from satsgate.appkeys import ENGINES, GATE, OPERATION_ENV, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
 from satsgate.discovery.price_probe import price_probe
-from satsgate.errors import ApiError, invalid_params
+from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.http_edge import dumps, read_json
 from satsgate.operations.base import AnyOperation, HttpCall, dump
 from satsgate.payments.http import handle_paid_call
@@ -58,7 +58,7 @@ def read_query(request: web.Request, model: type[BaseModel]) -> dict[str, Any]:
     for name in dict.fromkeys(names):
         values = request.query.getall(name, [])
         if len(values) > 1:
-            raise ApiError("L402_INVALID_PARAMS", f"Give {name} once.")
+            raise ApiError(ErrorCode.L402_INVALID_PARAMS, f"Give {name} once.")
         if values:
             query[name] = values[0]
     fields = query_names(model)
@@ -142,20 +142,20 @@ class SlugRoutes:
     async def post_call(self, request: web.Request) -> web.StreamResponse:
         handler = self.post.get(request.match_info["slug"])
         if handler is None:
-            raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
+            raise ApiError(ErrorCode.NOT_FOUND, f"No service {request.match_info['slug']!r}.")
         return await handler(request)
 
     async def head_call(self, request: web.Request) -> web.StreamResponse:
         """The price probe: headers only, no invoice, nothing written."""
         spec = self.services.get(request.match_info["slug"])
         if spec is None:
-            raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
+            raise ApiError(ErrorCode.NOT_FOUND, f"No service {request.match_info['slug']!r}.")
         return price_probe(spec, request.app[ENGINES])
 
     async def get_call(self, request: web.Request) -> web.StreamResponse:
         handler = self.get.get(request.match_info["slug"])
         if handler is None:
-            raise ApiError("NOT_FOUND", f"No service {request.match_info['slug']!r}.")
+            raise ApiError(ErrorCode.NOT_FOUND, f"No service {request.match_info['slug']!r}.")
         return await handler(request)
 
 
@@ -214,7 +214,7 @@ def paid_call_with_path_model(by_slug: Mapping[str, ServiceSpec[Any]]) -> Handle
     async def handler(request: web.Request) -> web.StreamResponse:
         spec = by_slug.get(request.match_info["service"])
         if spec is None:
-            raise ApiError("NOT_FOUND", f"No service {request.match_info['service']!r}.")
+            raise ApiError(ErrorCode.NOT_FOUND, f"No service {request.match_info['service']!r}.")
         model = request.match_info["model"]
 
         def with_model(body: Any) -> Any:

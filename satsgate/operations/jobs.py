@@ -7,12 +7,18 @@ from typing import Annotated
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from satsgate.errors import ApiError
-from satsgate.jobs import JOB_TYPES, status_body
+from satsgate.errors import ApiError, ErrorCode
+from satsgate.jobs import JOB_TYPES, KEPT_FOR_RETRY, status_body
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import JobStatusBody
 from satsgate.payments.proof import proves, without_refund_secrets
 from satsgate.store import Job, JobStatus
+
+REWORK_HINT = (
+    "The rework_token (for the free retry, or POST /api/decline-retry) is shown to the payer "
+    "only: poll with the Authorization header the call was paid with (or, for a payment made "
+    "with create_payment, its paymentId)."
+)
 
 # A job type: one of JOB_TYPES (checked by _known_type; the schema lists them).
 JobType = Annotated[str, WithJsonSchema({"type": "string", "enum": [*JOB_TYPES]})]
@@ -77,7 +83,8 @@ async def find_job(
         or (payment_id is not None and job.payment_id != payment_id)
     ):
         raise ApiError(
-            "NOT_FOUND", f"No job {job_id!r}" + (f" of type {job_type}." if job_type else ".")
+            ErrorCode.NOT_FOUND,
+            f"No job {job_id!r}" + (f" of type {job_type}." if job_type else "."),
         )
     return job
 
@@ -102,11 +109,20 @@ async def _payer_asks(env: OperationEnv, job: Job, call: Call, payment_id: str |
     )
 
 
-def job_body(env: OperationEnv, job: Job, refund_shown: bool = False) -> JobStatusBody:
-    """The poll answer; a failed job's refund link only for its payer (``refund_shown``)."""
+async def job_body(env: OperationEnv, job: Job, refund_shown: bool = False) -> JobStatusBody:
+    """The poll answer; a failed job's refund link and rework_token only for its payer
+    (``refund_shown``). A job the upstream refused on content (CONTENT_FILTERED_RETRY)
+    shows its payment's free-retry window as it is now (ReworkDesk.job_error)."""
     body = status_body(job, env.jobs.progress(job.job_id))
+    desk = env.gate.spender.rework
+    if desk is not None and job.error is not None and job.error.get("error_code") == KEPT_FOR_RETRY:
+        shown = await desk.job_error(job.payment_id, job.error)
+        body = {**{k: v for k, v in body.items() if k not in job.error}, **shown}
     if not refund_shown:
         body = without_refund_secrets(body)  # a job id alone shows no refund link
+        if "rework_token" in body:  # nor the token that retries or declines for a refund
+            body = {k: v for k, v in body.items() if k != "rework_token"}
+            body["rework_token_hint"] = REWORK_HINT
     status = JobStatusBody.model_validate(body)
     status._untrusted = untrusted(env, job)
     return status
@@ -116,12 +132,12 @@ async def job_status(env: OperationEnv, args: JobQuery | JobArgs, call: Call) ->
     """One status check; FAILED is a status here, not a failure."""
     job = await find_job(env, args.requestId, args.jobType)
     payment_id = args.paymentId if isinstance(args, JobQuery) else None
-    return job_body(env, job, await _payer_asks(env, job, call, payment_id))
+    return await job_body(env, job, await _payer_asks(env, job, call, payment_id))
 
 
 async def job_result(env: OperationEnv, args: JobResultArgs, call: Call) -> JobStatusBody:
     job = await find_job(env, args.requestId, args.jobType, args.paymentId)
-    return job_body(env, job, await _payer_asks(env, job, call, args.paymentId))
+    return await job_body(env, job, await _payer_asks(env, job, call, args.paymentId))
 
 
 def _failed(result: JobStatusBody) -> bool:
@@ -136,7 +152,8 @@ JOB_STATUS: OperationSpec[JobQuery, JobStatusBody] = OperationSpec(
     name="check_job_status",
     title="Check a job",
     description="One status check of an asynchronous job: IN_PROGRESS, COMPLETED (with "
-    "result) or FAILED (with the error and its refund). Free.",
+    "result) or FAILED (with the error and its refund; CONTENT_FILTERED_RETRY instead keeps "
+    "the payment for a free retry). Free.",
     params=JobQuery,
     tool_params=JobArgs,
     result=JobStatusBody,
@@ -169,7 +186,7 @@ JOB_RESULT: OperationSpec[JobResultArgs, JobStatusBody] = OperationSpec(
 async def job_result_body(env: OperationEnv, job: Job, payment_id: str | None) -> JobStatusBody:
     """get_job_result's answer for ``job`` (await_result's too): the refund link shown when
     ``payment_id`` proves an MCP payment."""
-    return job_body(env, job, await _payer_asks(env, job, _MCP_CALL, payment_id))
+    return await job_body(env, job, await _payer_asks(env, job, _MCP_CALL, payment_id))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class ErrorEnvelope(Body):
     model_config = ConfigDict(title="ErrorEnvelope")
 
     error: str
-    error_code: str = Field(json_schema_extra={"enum": [*CODES]})
+    error_code: str = Field(json_schema_extra={"enum": [c.value for c in CODES]})
     suggestion: str
     example: str | None = None
     retry_after_seconds: float | None = None
@@ -102,7 +102,9 @@ class JobProgress(Body):
 
 class JobStatusBody(Body):
     """A job's status: the result when COMPLETED, the error envelope and its refund when
-    FAILED, the progress while IN_PROGRESS."""
+    FAILED, the progress while IN_PROGRESS. FAILED with CONTENT_FILTERED_RETRY carries no
+    refund: the payment is kept for a free retry, with the window's fields (rework_token
+    shown to the payer only)."""
 
     model_config = ConfigDict(title="JobStatus")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import AnySpec, Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import PaymentDocument, RefundIssued
 from satsgate.payments import refund_request
@@ -100,18 +100,20 @@ async def payment_status(
         ref, wait = params.ref, params.wait
         payment = await load_payment(gate, ref, by_id=True)
         if payment is None:
-            raise ApiError("PAYMENT_NOT_FOUND", "No such payment.")
+            raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, "No such payment.")
     else:  # MCP: the paymentId
         ref, wait = params.paymentId, None
         found = await gate.get_payment(ref)
         if found is None:
-            raise ApiError("PAYMENT_NOT_FOUND", f"No payment {ref!r}.")
+            raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, f"No payment {ref!r}.")
         payment = await gate.refresh_paid(found)
     if wait is not None:
         try:
             wait_s = min(max(float(wait), 0.0), MAX_WAIT_S)
         except ValueError:
-            raise ApiError("INVALID_INPUT", "wait must be a number of seconds (0 to 25).") from None
+            raise ApiError(
+                ErrorCode.INVALID_INPUT, "wait must be a number of seconds (0 to 25)."
+            ) from None
         if wait_s > 0 and public_status(payment) == "unpaid":
             # Never wait past the invoice expiry: the page should show "expired" then.
             wait_s = min(wait_s, max(payment.expires_at - time.time(), 0.0))
@@ -165,7 +167,12 @@ CHECK_PAYMENT_STATUS: OperationSpec[PaymentStatusParams, PaymentDocument] = Oper
         llms="`GET {url}` (`?wait=25` long-polls until paid)",
     ),
     tool="check_payment_status",
-    error_codes=("L402_INVALID_PARAMS", "INVALID_INPUT", "PAYMENT_NOT_FOUND", "INTERNAL_ERROR"),
+    error_codes=(
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.PAYMENT_NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
+    ),
 )
 
 
@@ -230,12 +237,12 @@ REQUEST_REFUND: OperationSpec[RequestRefundArgs, RefundIssued] = OperationSpec(
     read_only=False,
     rate_rule="refund",
     error_codes=(
-        "L402_INVALID_PARAMS",
-        "INVALID_INPUT",
-        "PAYMENT_INVALID",
-        "PAYMENT_NOT_FOUND",
-        "REFUND_NOT_AVAILABLE",
-        "RATE_LIMITED",
-        "INTERNAL_ERROR",
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.PAYMENT_INVALID,
+        ErrorCode.PAYMENT_NOT_FOUND,
+        ErrorCode.REFUND_NOT_AVAILABLE,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.INTERNAL_ERROR,
     ),
 )

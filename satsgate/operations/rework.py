@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Body, Refund
 
@@ -47,7 +47,7 @@ class RetryDeclined(Body):
 async def decline_retry(env: OperationEnv, args: DeclineRetryArgs, call: Call) -> RetryDeclined:
     desk = env.gate.spender.rework
     if desk is None:
-        raise ApiError("PAYMENT_NOT_FOUND", "No free-retry window for this paymentId.")
+        raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, "No free-retry window for this paymentId.")
     return RetryDeclined.model_validate(await desk.decline(args.paymentId, args.rework_token))
 
 
@@ -69,11 +69,11 @@ DECLINE_RETRY: OperationSpec[DeclineRetryArgs, RetryDeclined] = OperationSpec(
     read_only=False,
     rate_rule="refund",
     error_codes=(
-        "L402_INVALID_PARAMS",
-        "PAYMENT_NOT_FOUND",
-        "REWORK_TOKEN_INVALID",
-        "REFUND_NOT_AVAILABLE",
-        "RATE_LIMITED",
-        "INTERNAL_ERROR",
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.PAYMENT_NOT_FOUND,
+        ErrorCode.REWORK_TOKEN_INVALID,
+        ErrorCode.REFUND_NOT_AVAILABLE,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.INTERNAL_ERROR,
     ),
 )

@@ -17,6 +17,12 @@ job, and answers ``CONTENT_POLICY_HELD`` with ``appeal_url``, ``held``, ``appeal
   answer, on the appeal page and on ``/recover``.
 - 24 hours after the hold, an unresolved one is refund-eligible and the scheduler
   refunds it (:meth:`expire`).
+- An appeal invoice paid after the hold was decided (released, refunded, expired) buys
+  nothing: its 1 sat is refunded in full as an LNURL-withdraw (paid -> refunded, the
+  same conditional move as any unused payment's refund), shown on the appeal page and
+  on ``/recover`` (:meth:`refresh_appeal` on the page, :meth:`refund_late_appeals` on
+  the scheduler). Appeal invoices are ordinary invoices on every backend (the node's
+  hold invoices serve MCP payments only), so there is no invoice to cancel instead.
 
 A release, a refund and the expiry each claim the hold with one conditional UPDATE from
 its open states: exactly one of them acts.
@@ -35,7 +41,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.jobs import JobRunner
 from satsgate.services.base import (
     FlatPrice,
@@ -64,7 +70,7 @@ class _AppealParams(Params):
 
 
 async def _appeal_handler(ctx: ServiceContext, params: _AppealParams) -> ServiceResult:
-    raise ApiError("NOT_FOUND", "The appeal is paid on its page, not called.")
+    raise ApiError(ErrorCode.NOT_FOUND, "The appeal is paid on its page, not called.")
 
 
 # The appeal's invoice is a payment of its own (service "appeal", 1 sat), settled through
@@ -91,7 +97,9 @@ class ReleaseRunner(Protocol):
 
 
 class Contexts(Protocol):
-    def for_call(self, call_id: str, *, screener: Screener | None = None) -> ServiceContext: ...
+    def for_call(
+        self, call_id: str, *, screener: Screener | None = None, service: str | None = None
+    ) -> ServiceContext: ...
 
 
 class AppealInvoices(Protocol):
@@ -105,6 +113,8 @@ class AppealInvoices(Protocol):
 
 
 class Refunds(Protocol):
+    async def refund_unspent(self, payment: Payment, reason: str) -> dict[str, Any] | None: ...
+
     async def refund_spent(
         self, payment: Payment, amount_msat: int, reason: str
     ) -> dict[str, Any] | None: ...
@@ -214,7 +224,7 @@ class HoldDesk:
         job_id = hold.job_id if job is None else job.job_id
         poll_url = f"{self._base}/api/l402/job-status?requestId={job_id}&jobType=held"
         return ApiError(
-            "CONTENT_POLICY_HELD",
+            ErrorCode.CONTENT_POLICY_HELD,
             "The request was held for review and not delivered: the screen flagged it "
             f"({', '.join(sorted({r.split(':')[0] for r in hold.reasons}))}). The payment is "
             "held, not refunded automatically; ask for human review at appeal_url (1 sat). "
@@ -274,18 +284,53 @@ class HoldDesk:
         return payment
 
     async def refresh_appeal(self, hold: HeldRequest) -> HeldRequest:
-        """held -> review_requested once its appeal invoice is paid (asks the node)."""
-        if hold.status != "held" or hold.appeal_payment_id is None:
+        """held -> review_requested once its appeal invoice is paid (asks the node). An
+        appeal paid once the hold is no longer held (decided, or being decided without
+        it) is refunded: only a held request can move to review, so its sat buys
+        nothing."""
+        if hold.appeal_payment_id is None or hold.status == "review_requested":
             return hold
         payment = await self._store.payments.get(hold.appeal_payment_id)
         if payment is None:
             return hold
         payment = await self._invoices.refresh_paid(payment)
-        if payment.status is PaymentStatus.PAID and await self._repo.review_requested(
-            hold.hold_id, payment.payment_id, int(time.time())
-        ):
-            log.info("review requested for %s", hold.hold_id)
-        return await self._repo.get(hold.hold_id) or hold
+        if payment.status is not PaymentStatus.PAID:
+            return hold
+        if hold.status == "held":
+            if await self._repo.review_requested(
+                hold.hold_id, payment.payment_id, int(time.time())
+            ):
+                log.info("review requested for %s", hold.hold_id)
+            hold = await self._repo.get(hold.hold_id) or hold
+        if hold.status not in ("held", "review_requested"):
+            # Decided (or claimed by the operator) before the appeal was paid. The refund
+            # moves paid -> refunded under the same condition review_requested spends it.
+            await self._refund_late_appeal(hold, payment)
+        return hold
+
+    async def refund_late_appeals(self) -> int:
+        """The scheduler: refund every appeal paid after its hold was decided (the page
+        does it as soon as the payer looks; this catches the payer who does not)."""
+        count = 0
+        for hold in await self._repo.late_appeals():
+            payment = await self._store.payments.get(str(hold.appeal_payment_id))
+            if payment is not None and await self._refund_late_appeal(hold, payment):
+                count += 1
+        return count
+
+    async def _refund_late_appeal(self, hold: HeldRequest, payment: Payment) -> bool:
+        refund = await self._refunds.refund_unspent(
+            payment, "appeal paid after the held request was decided"
+        )
+        if refund is not None:
+            log.info("refunded the late appeal of %s (%s)", hold.hold_id, hold.status)
+        return refund is not None
+
+    async def appeal_refund(self, hold: HeldRequest) -> dict[str, Any] | None:
+        """The refund of an appeal paid too late, if there is one."""
+        if hold.appeal_payment_id is None:
+            return None
+        return await self._refunds.latest_refund(hold.appeal_payment_id)
 
     async def appeal_payment(self, hold: HeldRequest) -> Payment | None:
         if hold.appeal_payment_id is None:
@@ -326,7 +371,9 @@ class HoldDesk:
             params = spec.params.model_validate(hold.params)
         except ValueError:
             return await self._refund_claimed(hold, "the held request no longer validates", by)
-        ctx = self._contexts.for_call(payment.payment_id, screener=self._released_screener)
+        ctx = self._contexts.for_call(
+            payment.payment_id, screener=self._released_screener, service=spec.slug
+        )
         try:
             result = await self.runner.run_released(payment, spec, params, ctx)
         except ApiError as exc:  # refunded by the spender, like any failure after payment
@@ -397,7 +444,7 @@ class HoldDesk:
             if refund is None:
                 refund = await self._refunds.latest_refund(payment.payment_id)
         error = envelope(
-            "L402_REFUND_ISSUED",
+            ErrorCode.L402_REFUND_ISSUED,
             f"The held request was not delivered and its payment was refunded ({reason}).",
             refund=refund,
             held=False,

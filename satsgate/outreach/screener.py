@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from satsgate.config import Settings
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.do_not_contact import OptOuts, normalise_address
 from satsgate.outreach.rules import check_text
 from satsgate.services.base import ServiceContext
@@ -125,7 +125,7 @@ class NodeScreener:
         if opted:
             await self._record(ctx, outreach, "opted_out", (), "off")
             raise ApiError(
-                "RECIPIENT_OPTED_OUT",
+                ErrorCode.RECIPIENT_OPTED_OUT,
                 f"{len(opted)} recipient(s) asked not to be contacted: {', '.join(opted)}. "
                 "Nothing was sent; the payment is refunded.",
                 extra={"recipients": list(opted)},
@@ -166,7 +166,7 @@ class NodeScreener:
         model_id = next((m for m in candidates if ctx.engines.serves_model("text", m)), None)
         try:
             if not ctx.engines.available("text") or model_id is None:
-                raise EngineError("SERVICE_ERROR", "no text engine on this node")
+                raise EngineError(ErrorCode.SERVICE_ERROR, "no text engine on this node")
             result = await ctx.engines.run(
                 "text",
                 ChatEngine,

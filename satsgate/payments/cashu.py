@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.lightning import BackendError, InvoiceState, LightningBackend
 from satsgate.payments.cashu_wire import (
     CashuFormatError,
@@ -169,7 +169,7 @@ def refund_object(refund: Refund, token: str, mint: str) -> dict[str, Any]:
     }
 
 
-def _refused(code: str, message: str, **extra: Any) -> ApiError:
+def _refused(code: ErrorCode, message: str, **extra: Any) -> ApiError:
     return ApiError(code, f"{message} Nothing was charged.", extra=extra)
 
 
@@ -216,12 +216,12 @@ class Ecash:
         """Redeem the token in ``values`` (the request's X-Cashu headers) for one call of
         ``spec`` and run it with ``execute`` (the spender's spend rule). Raises ApiError."""
         if len(values) != 1:
-            raise _refused("CASHU_TOKEN_INVALID", "Send exactly one X-Cashu token.")
+            raise _refused(ErrorCode.CASHU_TOKEN_INVALID, "Send exactly one X-Cashu token.")
         try:
             token = decode_token(values[0])
         except CashuFormatError as exc:
             raise _refused(
-                "CASHU_TOKEN_INVALID", f"The X-Cashu token does not decode: {exc}."
+                ErrorCode.CASHU_TOKEN_INVALID, f"The X-Cashu token does not decode: {exc}."
             ) from None
         price = spec.quote_sats(params)
         redeemed = await self._redeem(token, spec, params, price)
@@ -243,14 +243,14 @@ class Ecash:
         mint = self._mints.get(mint_url)
         if mint is None:
             raise _refused(
-                "CASHU_MINT_NOT_ACCEPTED",
+                ErrorCode.CASHU_MINT_NOT_ACCEPTED,
                 f"Tokens of {mint_url[:200]} are not accepted here.",
                 mints=list(self.config.mints),
             )
         unit = self.config.unit
         if token.unit != unit:
             raise _refused(
-                "CASHU_UNIT_NOT_ACCEPTED",
+                ErrorCode.CASHU_UNIT_NOT_ACCEPTED,
                 f"The token is in {token.unit[:20]!r}; this node takes {unit!r}.",
                 unit=unit,
             )
@@ -260,12 +260,12 @@ class Ecash:
                 keyset = await mint.keyset(keyset_id)
                 if keyset is None:
                     raise _refused(
-                        "CASHU_TOKEN_INVALID",
+                        ErrorCode.CASHU_TOKEN_INVALID,
                         f"The token names keyset {keyset_id[:80]}, which its mint does not have.",
                     )
                 if keyset.unit != unit:
                     raise _refused(
-                        "CASHU_UNIT_NOT_ACCEPTED",
+                        ErrorCode.CASHU_UNIT_NOT_ACCEPTED,
                         f"The token's keyset {keyset_id} is in {keyset.unit!r}, not {unit!r}.",
                         unit=unit,
                     )
@@ -277,7 +277,7 @@ class Ecash:
             fee = await mint.input_fee([p.keyset_id for p in token.proofs])
             if token.amount - fee < price:
                 raise _refused(
-                    "CASHU_AMOUNT_TOO_SMALL",
+                    ErrorCode.CASHU_AMOUNT_TOO_SMALL,
                     f"This request costs {price} sat; the token is worth {token.amount} sat"
                     + (f", {token.amount - fee} sat after the mint's input fee" if fee else "")
                     + ".",
@@ -286,16 +286,20 @@ class Ecash:
                 )
             ys = await _off_loop(len(token.proofs), _ys_of, token.proofs)
             if len(set(ys)) != len(ys):
-                raise _refused("CASHU_TOKEN_INVALID", "The token holds the same proof twice.")
+                raise _refused(
+                    ErrorCode.CASHU_TOKEN_INVALID, "The token holds the same proof twice."
+                )
             active = await mint.active_keyset(unit)
             keys = await mint.keys(active.keyset_id)
         except MintUnreachable as exc:
             log.warning("mint %s unreachable before a swap: %s", mint_url, exc)
             raise _refused(
-                "CASHU_MINT_UNAVAILABLE", "The token's mint did not answer; retry later."
+                ErrorCode.CASHU_MINT_UNAVAILABLE, "The token's mint did not answer; retry later."
             ) from None
         except MintError as exc:
-            raise _refused("CASHU_TOKEN_INVALID", f"The mint refused: {exc.detail}.") from None
+            raise _refused(
+                ErrorCode.CASHU_TOKEN_INVALID, f"The mint refused: {exc.detail}."
+            ) from None
         change = token.amount - fee - price
         parts = [(price, "keep"), (change, "change")]
         outputs = await _off_loop(_pieces(parts), self._outputs, active.keyset_id, parts)
@@ -321,7 +325,8 @@ class Ecash:
                 return earlier
             if not await self._repo.claim(receipt, ys, outputs, now):  # freed: once more
                 raise _refused(
-                    "CASHU_TOKEN_SPENT", "This token was presented before: it pays for one call."
+                    ErrorCode.CASHU_TOKEN_SPENT,
+                    "This token was presented before: it pays for one call.",
                 )
         try:
             signatures = await mint.swap([p.wire() for p in token.proofs], outputs)
@@ -329,20 +334,20 @@ class Ecash:
             if exc.spent:
                 await self._repo.set_receipt_status(receipt.receipt_id, "rejected", exc.detail, now)
                 raise _refused(
-                    "CASHU_TOKEN_SPENT", "The mint says this token was already spent."
+                    ErrorCode.CASHU_TOKEN_SPENT, "The mint says this token was already spent."
                 ) from None
             # The mint refused the token as invalid: nothing moved, its Ys are freed.
             await self._repo.set_receipt_status(
                 receipt.receipt_id, "rejected", exc.detail, now, release=True
             )
             raise _refused(
-                "CASHU_TOKEN_INVALID", f"The mint refused the token: {exc.detail}."
+                ErrorCode.CASHU_TOKEN_INVALID, f"The mint refused the token: {exc.detail}."
             ) from None
         except MintUnreachable as exc:
             log.warning("mint %s: the swap's answer was lost: %s", mint_url, exc)
             await self._repo.set_receipt_status(receipt.receipt_id, "unknown", str(exc), now)
             raise _refused(
-                "CASHU_MINT_UNAVAILABLE",
+                ErrorCode.CASHU_MINT_UNAVAILABLE,
                 "The mint did not answer the swap. Retry with the same token: satsgate asks "
                 "the mint whether it took the token, and serves the call or frees the token.",
             ) from None
@@ -367,7 +372,8 @@ class Ecash:
         call's payment (one transaction)."""
         if len(signatures) != len(outputs):
             raise ApiError(
-                "SERVICE_ERROR", "The mint answered the swap with the wrong number of signatures."
+                ErrorCode.SERVICE_ERROR,
+                "The mint answered the swap with the wrong number of signatures.",
             )
         proofs = await _off_loop(len(outputs), _unblind_all, outputs, signatures, keys, mint_url)
         kept = [p for o, p in zip(outputs, proofs, strict=True) if o.role == "keep"]
@@ -402,7 +408,8 @@ class Ecash:
                 found = await self._repo.payment(earlier.payment_id)
             if earlier is None or found is None:
                 raise _refused(
-                    "CASHU_TOKEN_SPENT", "This token was presented before: it pays for one call."
+                    ErrorCode.CASHU_TOKEN_SPENT,
+                    "This token was presented before: it pays for one call.",
                 )
             return _Redeemed(found, earlier.change_token)
         return _Redeemed(payment, change_token)
@@ -420,7 +427,7 @@ class Ecash:
                 return None
             if outcome in ("pending", "unreachable"):
                 raise _refused(
-                    "CASHU_MINT_UNAVAILABLE",
+                    ErrorCode.CASHU_MINT_UNAVAILABLE,
                     "This token's first swap is not settled with its mint yet; retry later.",
                 )
             earlier = await self._repo.get_receipt(earlier.receipt_id)
@@ -435,13 +442,13 @@ class Ecash:
             found = await self._repo.refund_of_payment(earlier.payment_id)
             if found is not None:
                 raise ApiError(
-                    "CASHU_TOKEN_SPENT",
+                    ErrorCode.CASHU_TOKEN_SPENT,
                     "This token was presented before and paid for one call, which failed: "
                     "its refund is attached. Nothing was charged for this request.",
                     refund=refund_object(*found),
                 )
         raise _refused(
-            "CASHU_TOKEN_SPENT", "This token was presented before: it pays for one call."
+            ErrorCode.CASHU_TOKEN_SPENT, "This token was presented before: it pays for one call."
         )
 
     async def resolve(self, receipt: Receipt) -> str:

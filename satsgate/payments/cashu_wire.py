@@ -247,7 +247,7 @@ class MintError(Exception):
 
     @property
     def spent(self) -> bool:
-        return self.code in SPENT_CODES or "already spent" in self.detail.lower()
+        return self.code in SPENT_CODES
 
 
 @dataclass(frozen=True)

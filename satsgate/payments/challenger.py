@@ -25,10 +25,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.engines import Engines
-from satsgate.errors import ApiError, invalid_params
+from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
+from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.base import ServiceSpec, request_digest
 from satsgate.store import Payment, PaymentStatus
 
@@ -105,7 +106,9 @@ def validate_params(spec: AnySpec, body: Any) -> BaseModel:
     """Schema check before any invoice: L402_INVALID_PARAMS lists every bad field."""
     if not isinstance(body, dict):
         raise ApiError(
-            "L402_INVALID_PARAMS", "The request body must be a JSON object.", example=_example(spec)
+            ErrorCode.L402_INVALID_PARAMS,
+            "The request body must be a JSON object.",
+            example=_example(spec),
         )
     try:
         params: BaseModel = spec.params.model_validate(body)
@@ -143,8 +146,11 @@ class Challenger:
         credential_ttl_s: int,
         holds: HoldIssuer | None = None,
         opt_outs: OptOuts | None = None,
+        budget: ChallengeBudget | None = None,
     ) -> None:
         self._node = node
+        # The node's bound on unpaid challenges outstanding (any client address).
+        self._budget = budget
         self._opt_outs = opt_outs  # the do-not-contact list (ServiceSpec.recipients)
         # With hold invoices on, payments of the paymentId flow (MCP) are hold invoices:
         # L402/MPP need the preimage at payment time, which a held HTLC never gives.
@@ -163,7 +169,7 @@ class Challenger:
         """Refuse, before any invoice, a service (or a model) no engine serves here."""
         reason = spec.unavailable_reason(self._engines, params)
         if reason is not None:
-            raise ApiError("SERVICE_UNAVAILABLE", f"{reason}; nothing was charged.")
+            raise ApiError(ErrorCode.SERVICE_UNAVAILABLE, f"{reason}; nothing was charged.")
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
         """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),
@@ -176,7 +182,7 @@ class Challenger:
                 await asyncio.wait_for(spec.prevalidate(params), PREVALIDATE_BUDGET_S)
             except TimeoutError:
                 raise ApiError(
-                    "L402_INVALID_PARAMS",
+                    ErrorCode.L402_INVALID_PARAMS,
                     f"Invalid parameters: (body): the files took longer than "
                     f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
                     "Nothing was charged.",
@@ -185,7 +191,7 @@ class Challenger:
             opted = await self._opt_outs.opted_out(spec.recipients(params))
             if opted:
                 raise ApiError(
-                    "RECIPIENT_OPTED_OUT",
+                    ErrorCode.RECIPIENT_OPTED_OUT,
                     f"{len(opted)} recipient(s) asked not to be contacted: "
                     f"{', '.join(opted)}; nothing was charged.",
                     extra={"recipients": list(opted)},
@@ -199,7 +205,23 @@ class Challenger:
         digest: str,
         via: str,
     ) -> Challenge:
-        """Create the invoice and store the payment as unpaid; nothing else is charged."""
+        """Create the invoice and store the payment as unpaid; nothing else is charged.
+        RATE_LIMITED, before any invoice, when the node's unpaid challenges are at their
+        cap (``max_unpaid_challenges``)."""
+        if self._budget is None:
+            return await self._create_payment(spec, amount_sats, digest, via)
+        await self._budget.take()
+        try:
+            challenge = await self._create_payment(spec, amount_sats, digest, via)
+        except BaseException:
+            self._budget.give_back()
+            raise
+        self._budget.stored()
+        return challenge
+
+    async def _create_payment(
+        self, spec: AnySpec, amount_sats: int, digest: str, via: str
+    ) -> Challenge:
         amount_msat = amount_sats * 1000
         description = f"satsgate: {spec.title} ({amount_sats} sat)"
         hold = self._holds is not None and via == "mcp"
@@ -216,7 +238,7 @@ class Challenger:
         except (BackendError, OSError) as exc:
             log.error("invoice creation failed: %s", exc)
             raise ApiError(
-                "SERVICE_ERROR",
+                ErrorCode.SERVICE_ERROR,
                 "The Lightning node could not create an invoice; nothing was charged.",
             ) from exc
         now = int(time.time())

@@ -41,6 +41,7 @@ from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
+from satsgate.ratelimit import ChallengeBudget
 from satsgate.refunds import RefundService
 from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
 from satsgate.services.comms.bridge_sessions import BridgeSessions
@@ -83,12 +84,15 @@ class HandlerResources:
         job_state: JobState | None = None,
         *,
         screener: Screener | None = None,
+        service: str | None = None,
     ) -> ServiceContext:
+        """The context of one call; with ``service``, a paid call of it: its output
+        files are bounded by that service's cap (FileStore.for_call)."""
         return ServiceContext(
             progress=progress or _no_progress,
             call_id=call_id,
             settings=self.settings,
-            files=self.files,
+            files=self.files if service is None else self.files.for_call(service),
             http=self.http,
             cpu=self.cpu,
             votes=self.votes,
@@ -224,6 +228,9 @@ def build_gate(
             credential_ttl_s=settings.credential_ttl_s,
             holds=holds if settings.hold_invoices else None,
             opt_outs=opt_outs,
+            budget=ChallengeBudget(
+                settings.max_unpaid_challenges, store.payments.outstanding_unpaid
+            ),
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

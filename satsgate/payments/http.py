@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel
 
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import l402, mpp, problems, rework
 from satsgate.payments.cashu import CASHU_HEADER
@@ -23,7 +23,7 @@ from satsgate.services.base import ServiceResult, ServiceSpec
 def challenge_response(
     challenge: Challenge,
     base_url: str,
-    code: str = "PAYMENT_REQUIRED",
+    code: ErrorCode = ErrorCode.PAYMENT_REQUIRED,
     message: str = "Payment required: pay the invoice and repeat the request with Authorization.",
     *,
     request: web.Request | None = None,
@@ -49,7 +49,7 @@ def _with_challenge(
     body: dict[str, Any],
     challenge: Challenge,
     request: web.Request | None,
-    code: str,
+    code: ErrorCode,
     problem_json: bool,
     extra_challenges: Sequence[str] = (),
     cashu_request: str | None = None,
@@ -79,7 +79,7 @@ async def _fresh_challenge(
     gate: Gate,
     spec: ServiceSpec[Any],
     params: BaseModel,
-    code: str,
+    code: ErrorCode,
     message: str,
     problem: str,
     *,
@@ -214,33 +214,19 @@ async def _paid_call(
     except l402.MalformedCredential as exc:
         message = f"Malformed credential: {exc}"
         if not payment_scheme or len(auth) > 1:  # more than one credential: 400 (the draft)
-            raise ApiError("MALFORMED_CREDENTIAL", message) from None
+            raise ApiError(exc.code, message) from None
         return await _fresh_challenge(
-            request,
-            gate,
-            spec,
-            params,
-            "MALFORMED_CREDENTIAL",
-            message,
-            "malformed-credential",
-            problem_json=True,
+            request, gate, spec, params, exc.code, message, exc.problem, problem_json=True
         )
     except l402.CredentialError as exc:
-        code = exc.code
-        if isinstance(exc, mpp.InvalidChallenge):
-            problem = "invalid-challenge"
-        elif code == "PAYMENT_EXPIRED":
-            problem = "payment-expired"
-        else:
-            problem = "verification-failed"
         return await _fresh_challenge(
             request,
             gate,
             spec,
             params,
-            code,
+            exc.code,
             f"The credential was not accepted: {exc}.",
-            problem,
+            exc.problem,
             problem_json=payment_scheme,
         )
 
@@ -254,15 +240,18 @@ async def _paid_call(
             gate,
             spec,
             params,
-            "PAYMENT_INVALID",
+            ErrorCode.PAYMENT_INVALID,
             f"The credential was not accepted: {exc}.",
             "invalid-challenge" if payment_scheme else "verification-failed",
             problem_json=payment_scheme,
         )
     except ApiError as exc:
-        if exc.code in ("PAYMENT_PENDING", "PAYMENT_EXPIRED"):
+        if exc.code in (ErrorCode.PAYMENT_PENDING, ErrorCode.PAYMENT_EXPIRED):
             return await _unpaid_response(request, gate, spec, params, exc, payment_scheme)
-        if payment_scheme and exc.code in ("PAYMENT_ALREADY_USED", "PAYMENT_INSUFFICIENT"):
+        if payment_scheme and exc.code in (
+            ErrorCode.PAYMENT_ALREADY_USED,
+            ErrorCode.PAYMENT_INSUFFICIENT,
+        ):
             # The draft: a used challenge is invalid-challenge, and every 402 carries a
             # fresh challenge. L402 keeps the spec's 403 for a reused payment.
             return await _fresh_challenge(
@@ -288,7 +277,7 @@ async def _unpaid_response(
     exc: ApiError,
     payment_scheme: bool,
 ) -> web.Response:
-    if exc.code == "PAYMENT_EXPIRED":
+    if exc.code == ErrorCode.PAYMENT_EXPIRED:
         return await _fresh_challenge(
             request,
             gate,

@@ -16,10 +16,11 @@ import re
 import secrets
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from pymacaroons.serializers.binary_serializer import BinarySerializer
 
+from satsgate.errors import ErrorCode
 from satsgate.payments import macaroon_v2
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 
@@ -30,20 +31,29 @@ _IDENTIFIER_PREFIX = struct.pack(">H", _IDENTIFIER_VERSION)
 
 
 class CredentialError(Exception):
-    """The credential is well-formed but does not verify; message says which check failed."""
+    """The credential is well-formed but does not verify; message says which check failed.
 
-    code = "PAYMENT_INVALID"  # the error-catalog code the caller gets
+    ``code`` is the error-catalog code the caller gets, ``problem`` the payment-auth
+    draft's problem type (the Payment scheme's RFC 9457 body); both are read by the HTTP
+    face, which answers with a fresh challenge."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.PAYMENT_INVALID
+    problem: ClassVar[str] = "verification-failed"
 
 
 class CredentialExpired(CredentialError):
     """The credential verified once and its time is past (a macaroon caveat, an MPP
     challenge's ``expires``)."""
 
-    code = "PAYMENT_EXPIRED"
+    code = ErrorCode.PAYMENT_EXPIRED
+    problem = "payment-expired"
 
 
 class MalformedCredential(Exception):
     """The Authorization header cannot be parsed as a credential."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.MALFORMED_CREDENTIAL
+    problem: ClassVar[str] = "malformed-credential"
 
 
 class RootKeys:

@@ -33,6 +33,8 @@ class InvalidChallenge(CredentialError):
     """The echoed challenge is not one this server issued (its id does not verify), or
     not one it offers here: the core draft's ``invalid-challenge``."""
 
+    problem = "invalid-challenge"
+
 
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")

@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from satsgate.errors import CODES
+from satsgate.errors import CODES, ErrorCode
 
 PROBLEM_BASE = "https://paymentauth.org/problems/"
 PROBLEM_JSON = "application/problem+json"
@@ -41,18 +41,18 @@ TITLES = {
 
 # satsgate's payment codes whose problem is one of the draft's.
 PROBLEM_OF_CODE = {
-    "PAYMENT_REQUIRED": "payment-required",
-    "PAYMENT_PENDING": "payment-required",
-    "PAYMENT_INSUFFICIENT": "payment-insufficient",
-    "PAYMENT_EXPIRED": "payment-expired",
-    "PAYMENT_INVALID": "verification-failed",
-    "PAYMENT_ALREADY_USED": "invalid-challenge",
-    "MALFORMED_CREDENTIAL": "malformed-credential",
+    ErrorCode.PAYMENT_REQUIRED: "payment-required",
+    ErrorCode.PAYMENT_PENDING: "payment-required",
+    ErrorCode.PAYMENT_INSUFFICIENT: "payment-insufficient",
+    ErrorCode.PAYMENT_EXPIRED: "payment-expired",
+    ErrorCode.PAYMENT_INVALID: "verification-failed",
+    ErrorCode.PAYMENT_ALREADY_USED: "invalid-challenge",
+    ErrorCode.MALFORMED_CREDENTIAL: "malformed-credential",
 }
 
 
 def problem_fields(
-    code: str, status: int, detail: str, base_url: str, problem: str | None = None
+    code: ErrorCode, status: int, detail: str, base_url: str, problem: str | None = None
 ) -> dict[str, Any]:
     """type, title, status, detail for satsgate's ``code`` answered with ``status``;
     ``problem`` names the draft's type (else the code's own, else the catalog entry)."""

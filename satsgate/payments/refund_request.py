@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.payments.gate import Gate
 from satsgate.payments.proof import proves
@@ -49,10 +49,10 @@ async def request_refund(
     a payment created by an HTTP challenge."""
     found = await gate.get_payment(payment_id)
     if found is None:
-        raise ApiError("PAYMENT_NOT_FOUND", f"No payment {payment_id!r}.")
+        raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, f"No payment {payment_id!r}.")
     if not proves(found, preimage=preimage, payment_id=payment_id):
         raise ApiError(
-            "PAYMENT_INVALID",
+            ErrorCode.PAYMENT_INVALID,
             "This payment was created by an HTTP 402 challenge: only its payer may have it "
             "refunded. Send its preimage (the proof of payment, 64 hex) as preimage.",
             extra={"paymentId": payment_id},
@@ -60,7 +60,7 @@ async def request_refund(
     payment = await gate.refresh_paid(found)
     if payment.status is not PaymentStatus.PAID:
         raise ApiError(
-            "REFUND_NOT_AVAILABLE",
+            ErrorCode.REFUND_NOT_AVAILABLE,
             _not_refundable(payment),
             extra={"paymentId": payment.payment_id, "status": public_status(payment)},
         )
@@ -69,7 +69,7 @@ async def request_refund(
         canceled = await gate.holds.cancel(payment, "refund requested before use")
         if canceled is None:
             raise ApiError(
-                "REFUND_NOT_AVAILABLE",
+                ErrorCode.REFUND_NOT_AVAILABLE,
                 "The payment was used a moment ago.",
                 extra={"paymentId": payment.payment_id},
             )
@@ -89,7 +89,7 @@ async def request_refund(
     refund = await refunds.refund_unspent(payment, reason)
     if refund is None:  # lost a race with a use (or another refund) of the same payment
         raise ApiError(
-            "REFUND_NOT_AVAILABLE",
+            ErrorCode.REFUND_NOT_AVAILABLE,
             "The payment was used or refunded a moment ago.",
             extra={"paymentId": payment.payment_id},
         )
@@ -126,16 +126,18 @@ def _check_payout_invoice(bolt11: str, amount_msat: int, network: str) -> None:
     try:
         invoice = decode_invoice(bolt11)
     except InvalidInvoice as exc:
-        raise ApiError("INVALID_INPUT", f"invoice is not a valid BOLT11 invoice: {exc}") from None
+        raise ApiError(
+            ErrorCode.INVALID_INPUT, f"invoice is not a valid BOLT11 invoice: {exc}"
+        ) from None
     if invoice.amount_msat != amount_msat:
         raise ApiError(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             f"The invoice must be for exactly {amount_msat // 1000} sat ({amount_msat} msat).",
         )
     if invoice.network != network:
-        raise ApiError("INVALID_INPUT", f"The invoice is not for {network}.")
+        raise ApiError(ErrorCode.INVALID_INPUT, f"The invoice is not for {network}.")
     if invoice.expired():
-        raise ApiError("INVALID_INPUT", "The invoice has expired.")
+        raise ApiError(ErrorCode.INVALID_INPUT, "The invoice has expired.")
 
 
 def _not_refundable(payment: Payment) -> str:

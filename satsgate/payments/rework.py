@@ -25,6 +25,14 @@ Exactly once: a retry claims the window with one conditional UPDATE (open -> run
 the current token, before the deadline); a decline and the expiry end it with one
 conditional UPDATE from open; the refund that follows is the refund of a spent payment,
 which never pays out more than was paid.
+
+Jobs: a job whose prediction the upstream refuses on content ends FAILED with the
+CONTENT_FILTERED_RETRY envelope (its poll, await_result and its callback carry it), the
+payment kept as for a synchronous call. The retry is a new call on the same payment: it
+answers 202 with a NEW job (its own id, poll_url and callback), whose row is written in
+the claim's transaction; the window stays ``running`` until that job ends, which closes
+it (answered, or failed and refunded) or reopens it (refused again, below the cap). The
+refused job's reads show the window as it is now (:meth:`ReworkDesk.job_error`).
 """
 
 from __future__ import annotations
@@ -42,10 +50,10 @@ from pydantic import BaseModel
 
 from satsgate.engines import EngineError
 from satsgate.engines.refusals import said_by_model
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.payments.mpp import rfc3339
 from satsgate.services.base import ServiceResult, ServiceSpec
-from satsgate.store import Payment, PaymentStatus
+from satsgate.store import Job, Payment, PaymentStatus
 from satsgate.store.rework import (
     DECLINED,
     EXPIRED,
@@ -146,9 +154,9 @@ class ReworkDesk:
 
     async def refused(self, payment: Payment, spec: AnySpec, exc: EngineError) -> ApiError | None:
         """A spent call's engine refused on content: the CONTENT_FILTERED_RETRY to answer
-        (the payment stays serving), or None to refund as usual (not a content refusal, a
-        job, a hold invoice or ecash, or the cap reached)."""
-        if exc.code != "CONTENT_FILTERED" or spec.mode == "job" or payment.mode != "invoice":
+        (the payment stays serving; a job ends FAILED with it), or None to refund as usual
+        (not a content refusal, a hold invoice or ecash, or the cap reached)."""
+        if exc.code != ErrorCode.CONTENT_FILTERED or payment.mode != "invoice":
             # Windows are for invoice payments: a hold invoice cannot wait, an ecash payment
             # has no credential to retry with (both are given back as they are).
             return None
@@ -191,7 +199,7 @@ class ReworkDesk:
         said = said_by_model(exc.extra.get("model_said"))
         scope = refusal_scope(spec)
         return ApiError(
-            "CONTENT_FILTERED_RETRY",
+            ErrorCode.CONTENT_FILTERED_RETRY,
             "The AI model refused this request under its content policy. The payment is "
             "kept, neither spent nor refunded: change the input and send the request again "
             "with the same payment (credential or paymentId) and reworkToken before "
@@ -215,18 +223,27 @@ class ReworkDesk:
     # -- the retry ------------------------------------------------------------------------
 
     async def retry(
-        self, payment: Payment, spec: AnySpec, params: BaseModel, dispatch: Dispatch
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        params: BaseModel,
+        dispatch: Dispatch,
+        job: Job | None = None,
     ) -> ServiceResult | None:
         """A call on a serving payment: when the payment has a window, run it as the free
         retry (or refuse it: REWORK_TOKEN_INVALID, REWORK_EXPIRED, a price above what was
-        paid); None when it has none (the caller answers as for any used payment)."""
+        paid); None when it has none (the caller answers as for any used payment).
+
+        ``job``: the retry of a job-mode call, its new job's row (not yet written): the
+        claim writes it, ``dispatch`` starts it and answers the 202, and the window stays
+        running until the job ends (:meth:`retry_ended`)."""
         window = await self._windows.get(payment.payment_id)
         if window is None or window.state not in (OPEN, RUNNING):
             return None
         token = current_token()
         if window.state == RUNNING:
             raise ApiError(
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "A free retry of this payment is running; wait for its answer.",
             )
         until = rfc3339(int(window.rework_until))
@@ -234,7 +251,7 @@ class ReworkDesk:
         if now > window.rework_until:  # the caller proved the payment: its refund, at once
             refund = await self.end(payment.payment_id, EXPIRED, None)
             raise ApiError(
-                "REWORK_EXPIRED",
+                ErrorCode.REWORK_EXPIRED,
                 "The free-retry window ended at rework_until; nothing ran. The payment is "
                 "refunded in full (the refund is attached; also claimable at /recover).",
                 refund=refund,
@@ -242,7 +259,7 @@ class ReworkDesk:
             )
         if token is None or not hmac.compare_digest(_hash(token), window.token_hash):
             raise ApiError(
-                "REWORK_TOKEN_INVALID",
+                ErrorCode.REWORK_TOKEN_INVALID,
                 "This payment is in its free-retry window: send the rework_token of the "
                 "latest CONTENT_FILTERED_RETRY answer as reworkToken in the body. Nothing "
                 "ran. Without a retry the payment is refunded after rework_until.",
@@ -251,7 +268,7 @@ class ReworkDesk:
         price_msat = spec.quote_sats(params) * 1000
         if price_msat > payment.amount_msat:
             raise ApiError(
-                "INVALID_INPUT",
+                ErrorCode.INVALID_INPUT,
                 f"This changed request costs {price_msat // 1000} sat but "
                 f"{payment.amount_msat // 1000} sat were paid: a free retry may cost no more "
                 "than the payment. Nothing ran and the window stays open: retry with a "
@@ -263,22 +280,34 @@ class ReworkDesk:
                     "rework_until": until,
                 },
             )
-        if not await self._windows.claim(payment.payment_id, window.token_hash, now):
+        if not await self._windows.claim(payment.payment_id, window.token_hash, now, job):
             again = await self._windows.get(payment.payment_id)
             if again is not None and again.state == RUNNING:
                 raise ApiError(
-                    "PAYMENT_ALREADY_USED",
+                    ErrorCode.PAYMENT_ALREADY_USED,
                     "A free retry of this payment is running; wait for its answer.",
                 )
             if again is not None and again.state == OPEN and time.time() > again.rework_until:
-                raise ApiError("REWORK_EXPIRED", "The free-retry window ended; nothing ran.")
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+                raise ApiError(
+                    ErrorCode.REWORK_EXPIRED, "The free-retry window ended; nothing ran."
+                )
+            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
+        if job is not None:  # the 202 now; the job's end closes or reopens the window
+            try:
+                return await dispatch(payment, spec, params, price_msat)
+            except BaseException:
+                await self.retry_ended(payment.payment_id)
+                raise
         try:
             return await dispatch(payment, spec, params, price_msat)
         finally:
-            # Answered or failed (refunded): the window is over. A refusal below the cap
-            # reopened it (open again, not running): then this changes nothing.
-            await self._windows.close_running(payment.payment_id, int(time.time()))
+            await self.retry_ended(payment.payment_id)
+
+    async def retry_ended(self, payment_id: str) -> None:
+        """A retry's call (or job) ended: answered or failed (refunded), the window is
+        over. A refusal below the cap reopened it (open again, not running): then this
+        changes nothing; so does a call that was no retry (no running window)."""
+        await self._windows.close_running(payment_id, int(time.time()))
 
     # -- ends: decline, expiry ------------------------------------------------------------
 
@@ -287,23 +316,24 @@ class ReworkDesk:
         payment = await self._payments.get(payment_id)
         window = await self._windows.get(payment_id)
         if payment is None or window is None:
-            raise ApiError("PAYMENT_NOT_FOUND", "No free-retry window for this paymentId.")
+            raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, "No free-retry window for this paymentId.")
         if not hmac.compare_digest(_hash(token), window.token_hash):
             raise ApiError(
-                "REWORK_TOKEN_INVALID",
+                ErrorCode.REWORK_TOKEN_INVALID,
                 "rework_token is not this payment's current token (the one of the latest "
                 "CONTENT_FILTERED_RETRY answer).",
             )
         if window.state == RUNNING:
             raise ApiError(
-                "REFUND_NOT_AVAILABLE", "A free retry of this payment is running: no refund."
+                ErrorCode.REFUND_NOT_AVAILABLE,
+                "A free retry of this payment is running: no refund.",
             )
         if window.state != OPEN or not await self._windows.end_open(
             payment_id, DECLINED, int(time.time()), window.token_hash
         ):
             latest = await self._refunds.latest_refund(payment_id)
             raise ApiError(
-                "REFUND_NOT_AVAILABLE",
+                ErrorCode.REFUND_NOT_AVAILABLE,
                 "This free-retry window is over: the payment was retried, declined or "
                 "expired (its refund, if any, is attached).",
                 refund=latest,
@@ -376,6 +406,43 @@ class ReworkDesk:
             "full: repeat the request with its credential to receive the refund link and "
             "secret, then claim it at /recover.",
         }
+
+    async def job_error(self, payment_id: str, error: dict[str, Any]) -> dict[str, Any]:
+        """A refused job's stored CONTENT_FILTERED_RETRY envelope as its reads show it now:
+        while its token is the window's current one, with ``rework_seconds_left``
+        counted from now; once the window moved on (retried, declined, expired), without
+        the token that no longer works, with the window's state under ``rework``, and
+        after a decline or an expiry with the refund it ended in."""
+        window = await self._windows.get(payment_id)
+        if window is None:
+            return error
+        token = error.get("rework_token")
+        current = (
+            window.state == OPEN
+            and isinstance(token, str)
+            and hmac.compare_digest(_hash(token), window.token_hash)
+        )
+        fields = self._window_fields(window)
+        if current:
+            return {**error, "rework_seconds_left": fields["rework_seconds_left"]}
+        shown = {k: v for k, v in error.items() if k != "rework_token"}
+        shown.update(rework=fields, rework_seconds_left=0)
+        if window.state in (DECLINED, EXPIRED):
+            refund = await self._refunds.latest_refund(payment_id)
+            ended = "declined" if window.state == DECLINED else "expired"
+            shown["error"] = (
+                f"The upstream model refused this job on content; the free retry was {ended} "
+                "and the payment refunded in full (the refund is shown to the payer)."
+            )
+            if refund is not None:
+                shown["refund"] = refund
+        else:
+            shown["error"] = (
+                "The upstream model refused this job on content; the payment was then used "
+                "for a free retry (its own job), so this refusal's rework_token no longer "
+                "works."
+            )
+        return shown
 
     def _window_fields(self, window: ReworkWindow) -> dict[str, Any]:
         return {

@@ -43,14 +43,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from satsgate import json_input
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError, envelope
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
@@ -59,7 +59,7 @@ from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec
 from satsgate.store import Payment, PaymentStatus
-from satsgate.store.sessions import Session, SessionRepository
+from satsgate.store.sessions import ReturnInvoiceTaken, Session, SessionRepository
 
 log = logging.getLogger("satsgate.sessions")
 
@@ -87,17 +87,28 @@ _CHARGE_PROBE = 'Payment id="", method="lightning", intent="charge"'
 _SESSION_PROBE = 'Payment id="", method="lightning", intent="session"'
 
 
+class ReturnInvoice(NamedTuple):
+    """An open's checked return invoice: its text and its payment hash."""
+
+    bolt11: str
+    payment_hash: str
+
+
 class SessionProblem(Exception):
     """A refused session credential: the draft's problem type, satsgate's error code."""
 
     def __init__(
-        self, problem: str, code: str, detail: str, extra: dict[str, Any] | None = None
+        self, problem: str, code: ErrorCode, detail: str, extra: dict[str, Any] | None = None
     ) -> None:
         super().__init__(detail)
         self.problem = problem
         self.code = code
         self.detail = detail
         self.extra = extra or {}
+
+    def api_error(self) -> ApiError:
+        """The envelope of this refusal where no 402 problem body is answered (MCP)."""
+        return ApiError(self.code, self.detail, extra=self.extra)
 
 
 # -- the wire: challenge, credential, receipt ---------------------------------------------
@@ -138,7 +149,7 @@ class SessionCredential:
         if not isinstance(value, str) or not value:
             raise SessionProblem(
                 "malformed-credential",
-                "MALFORMED_CREDENTIAL",
+                ErrorCode.MALFORMED_CREDENTIAL,
                 f"payload.{name} is required for action {self.action}",
             )
         return value
@@ -148,7 +159,7 @@ class SessionCredential:
         if len(value) != 64 or not set(value) <= _HEX:
             raise SessionProblem(
                 "malformed-credential",
-                "MALFORMED_CREDENTIAL",
+                ErrorCode.MALFORMED_CREDENTIAL,
                 f"payload.{name} must be 64 lowercase hex characters",
             )
         return value
@@ -178,12 +189,16 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
         item = ch.get(name, "")
         if not isinstance(item, str):
             raise SessionProblem(
-                "malformed-credential", "MALFORMED_CREDENTIAL", f"challenge.{name} must be a string"
+                "malformed-credential",
+                ErrorCode.MALFORMED_CREDENTIAL,
+                f"challenge.{name} must be a string",
             )
         fields[name] = item
     if fields["method"] != mpp.METHOD:
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", "only method=lightning is accepted"
+            "malformed-credential",
+            ErrorCode.MALFORMED_CREDENTIAL,
+            "only method=lightning is accepted",
         )
     expected = challenge_id(
         key,
@@ -194,7 +209,9 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
     )
     if not hmac.compare_digest(expected, fields["id"]):
         raise SessionProblem(
-            "unknown-challenge", "PAYMENT_INVALID", "the challenge was not issued by this server"
+            "unknown-challenge",
+            ErrorCode.PAYMENT_INVALID,
+            "the challenge was not issued by this server",
         )
     try:
         request = json_input.loads(mpp.b64url_decode(fields["request"]))
@@ -202,19 +219,19 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
         request = None
     if not isinstance(request, dict):
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", "challenge.request is not JSON"
+            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, "challenge.request is not JSON"
         )
     payload = doc.get("payload")
     if not isinstance(payload, dict) or not isinstance(payload.get("action"), str):
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", "payload.action is required"
+            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, "payload.action is required"
         )
     action = payload["action"]
     if action == "topup":  # some clients spell it so
         action = "topUp"
     if action not in ("open", "bearer", "topUp", "close"):
         raise SessionProblem(
-            "malformed-credential", "MALFORMED_CREDENTIAL", f"unknown action {action!r}"
+            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, f"unknown action {action!r}"
         )
     expires_at = None
     if fields["expires"]:
@@ -222,7 +239,9 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
             expires_at = mpp.parse_rfc3339(fields["expires"])
         except Exception:
             raise SessionProblem(
-                "malformed-credential", "MALFORMED_CREDENTIAL", "challenge.expires is not RFC 3339"
+                "malformed-credential",
+                ErrorCode.MALFORMED_CREDENTIAL,
+                "challenge.expires is not RFC 3339",
             ) from None
     return SessionCredential(action, fields["id"], request, expires_at, payload)
 
@@ -270,7 +289,7 @@ class PaidRefresher(Protocol):
 
 
 class Contexts(Protocol):
-    def for_call(self, call_id: str) -> ServiceContext: ...
+    def for_call(self, call_id: str, *, service: str | None = None) -> ServiceContext: ...
 
 
 @dataclass(frozen=True)
@@ -580,12 +599,12 @@ class Sessions:
         """The deposit hash of an open or topUp credential's (unexpired) challenge."""
         if cred.expires_at is not None and cred.expires_at <= time.time():
             raise SessionProblem(
-                "challenge-expired", "PAYMENT_EXPIRED", "the challenge has expired"
+                "challenge-expired", ErrorCode.PAYMENT_EXPIRED, "the challenge has expired"
             )
         payment_hash = cred.request.get("paymentHash")
         if not isinstance(payment_hash, str) or not cred.request.get("depositInvoice"):
             raise SessionProblem(
-                "unknown-challenge", "PAYMENT_INVALID", "this challenge carries no deposit"
+                "unknown-challenge", ErrorCode.PAYMENT_INVALID, "this challenge carries no deposit"
             )
         return payment_hash.lower()
 
@@ -593,76 +612,84 @@ class Sessions:
         """The deposit's row, refreshed from the node if its settlement is not seen yet."""
         payment = await self._payments.get_by_hash(payment_hash)
         if payment is None or payment.mode != "deposit":
-            raise SessionProblem("unknown-challenge", "PAYMENT_INVALID", "unknown deposit")
+            raise SessionProblem("unknown-challenge", ErrorCode.PAYMENT_INVALID, "unknown deposit")
         if payment.status is PaymentStatus.UNPAID:
             payment = await self._settlements.refresh_paid(payment)
         if payment.status is PaymentStatus.UNPAID:
             raise SessionProblem(
                 "unknown-challenge",
-                "PAYMENT_PENDING",
+                ErrorCode.PAYMENT_PENDING,
                 "the deposit invoice is not paid yet",
                 {"retry_after_seconds": 2},
             )
         return payment
 
-    def _return_invoice(self, bolt11: str) -> str:
+    def _return_invoice(self, bolt11: str) -> ReturnInvoice:
         try:
             invoice = decode_invoice(bolt11)
         except InvalidInvoice as exc:
             raise SessionProblem(
-                "invalid-return-invoice", "PAYMENT_INVALID", f"returnInvoice: {exc}"
+                "invalid-return-invoice", ErrorCode.PAYMENT_INVALID, f"returnInvoice: {exc}"
             ) from None
         if invoice.amount_msat:
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "returnInvoice must carry no amount: the refund is decided at close",
             )
         if invoice.network != self._config.network:
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 f"returnInvoice is not for {self._config.network}",
             )
         if invoice.expires_at <= time.time() + self._config.idle_timeout_s:
             raise SessionProblem(
                 "invalid-return-invoice",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "returnInvoice expires before the idle timeout "
                 f"({self._config.idle_timeout_s} s); the draft recommends twice that or more",
             )
-        return bolt11.strip()
+        return ReturnInvoice(bolt11.strip(), invoice.payment_hash)
 
-    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, str]:
+    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, ReturnInvoice]:
         """An open credential's deposit hash, preimage and return invoice, checked."""
         deposit_hash = self._fresh(cred)
         preimage = cred.hex32("preimage")
         if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
             raise SessionProblem(
-                "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the paymentHash"
+                "invalid-preimage",
+                ErrorCode.PAYMENT_INVALID,
+                "sha256(preimage) is not the paymentHash",
             )
         return deposit_hash, preimage, self._return_invoice(cred.text("returnInvoice"))
 
     async def _open_session(
-        self, deposit_hash: str, challenge_id: str, return_invoice: str
+        self, deposit_hash: str, challenge_id: str, return_invoice: ReturnInvoice
     ) -> Session:
         deposit = await self._deposit(deposit_hash)
-        if await self._sessions.return_invoice_taken(return_invoice, deposit_hash):
-            # The node pays an invoice once: this session's payout would move nothing
-            # (the node answers "already paid") yet read as paid. The deposit stays
-            # unused: open again with a fresh return invoice.
-            raise SessionProblem(
-                "invalid-return-invoice",
-                "PAYMENT_INVALID",
-                "returnInvoice is another session's already: make a fresh one per session",
+        # The node pays an invoice once: a second session's payout would move nothing
+        # (the node answers "already paid") yet read as paid. The deposit stays unused:
+        # open again with a fresh return invoice. The read answers the common case; the
+        # store's unique index the race of two opens that both passed it.
+        if await self._sessions.return_invoice_taken(
+            return_invoice.bolt11, return_invoice.payment_hash, deposit_hash
+        ):
+            raise _return_invoice_taken()
+        try:
+            session = await self._sessions.open(
+                deposit.payment_hash,
+                challenge_id,
+                return_invoice.bolt11,
+                return_invoice.payment_hash,
+                int(time.time()),
             )
-        session = await self._sessions.open(
-            deposit.payment_hash, challenge_id, return_invoice, int(time.time())
-        )
+        except ReturnInvoiceTaken:
+            raise _return_invoice_taken() from None
         if session is None:
             raise SessionProblem(
                 "unknown-challenge",
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "this deposit was used already",
                 await self._used_deposit(deposit_hash),
             )
@@ -704,7 +731,7 @@ class Sessions:
         if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
             raise SessionProblem(
                 "invalid-preimage",
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "sha256(topUpPreimage) is not the paymentHash",
             )
         use = await self._sessions.deposit_use(deposit_hash)
@@ -715,19 +742,21 @@ class Sessions:
                 assert session is not None
                 return session  # a retry of this top-up: the same answer, credited once
             raise SessionProblem(
-                "unknown-challenge", "PAYMENT_ALREADY_USED", "this deposit was used already"
+                "unknown-challenge", ErrorCode.PAYMENT_ALREADY_USED, "this deposit was used already"
             )
         await self._deposit(deposit_hash)
         outcome, session_or_none = await self._sessions.top_up(
             session_id, deposit_hash, cred.challenge_id, int(time.time())
         )
         if outcome == "unknown":
-            raise SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+            raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         if outcome == "closed":
-            raise SessionProblem("session-closed", "PAYMENT_ALREADY_USED", "the session is closed")
+            raise SessionProblem(
+                "session-closed", ErrorCode.PAYMENT_ALREADY_USED, "the session is closed"
+            )
         if outcome != "ok" or session_or_none is None:  # lost to a concurrent use
             raise SessionProblem(
-                "unknown-challenge", "PAYMENT_ALREADY_USED", "this deposit was used already"
+                "unknown-challenge", ErrorCode.PAYMENT_ALREADY_USED, "this deposit was used already"
             )
         log.info("session %s topped up", session_id[:16])
         return session_or_none
@@ -746,7 +775,7 @@ class Sessions:
         if spec.mode == "job":
             raise SessionProblem(
                 "insufficient-balance",
-                "PAYMENT_REQUIRED",
+                ErrorCode.PAYMENT_REQUIRED,
                 f"{spec.slug} runs as a job and is paid per call (L402 or the charge intent), "
                 "not from a session",
             )
@@ -796,7 +825,9 @@ class Sessions:
             balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
             if balance is None:
                 raise await self._why_not(session_id, price_msat)
-            ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+            ctx = self._contexts.for_call(
+                f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
+            )
             pieces = spec.stream_handler(ctx, params)
             try:
                 return await self._relay(
@@ -827,15 +858,12 @@ class Sessions:
             raise
         except EngineError as exc:
             credit = await self._credit(session_id, price_msat, exc.message)
-            raise ApiError(
-                exc.code, exc.message, extra={**exc.envelope_extra(), **credit},
-                headers=exc.http_headers(),
-            ) from exc  # fmt: skip
+            raise exc.api_error(extra=credit) from exc
         except Exception as exc:
             log.exception("a streamed session call failed before its first piece")
             credit = await self._credit(session_id, price_msat, repr(exc))
             raise ApiError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed; its price was credited back to the session.",
                 extra=credit,
             ) from exc
@@ -882,7 +910,10 @@ class Sessions:
             credit = await self._credit(session_id, price_msat, repr(exc))
             with contextlib.suppress(ConnectionError):
                 await resp.write(
-                    _event("error", envelope("L402_UPSTREAM_FAILED", "The stream failed.") | credit)
+                    _event(
+                        "error",
+                        envelope(ErrorCode.L402_UPSTREAM_FAILED, "The stream failed.") | credit,
+                    )
                 )
                 await resp.write_eof()
             return resp
@@ -921,17 +952,17 @@ class Sessions:
     async def _why_not(self, session_id: str, price_msat: int) -> SessionProblem:
         session = await self._sessions.get(session_id)
         if session is None:
-            return SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+            return SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         if session.status != "open":
             return SessionProblem(
                 "session-closed",
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "the session is closed: open a new one",
                 {"sessionId": session_id},
             )
         return SessionProblem(
             "insufficient-balance",
-            "PAYMENT_INSUFFICIENT",
+            ErrorCode.PAYMENT_INSUFFICIENT,
             f"this call costs {price_msat // 1000} sat and the session holds "
             f"{session.balance_msat} msat: top it up with the deposit of this 402",
             {
@@ -950,7 +981,9 @@ class Sessions:
         price_msat: int,
         balance: int,
     ) -> Served:
-        ctx = self._contexts.for_call(f"ses_{session_id[:16]}_{secrets.token_hex(6)}")
+        ctx = self._contexts.for_call(
+            f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
+        )
         try:
             result = await spec.handler(ctx, params)
         except ApiError as exc:
@@ -958,12 +991,7 @@ class Sessions:
             raise
         except EngineError as exc:
             credit = await self._credit(session_id, price_msat, exc.message)
-            raise ApiError(
-                exc.code,
-                exc.message,
-                extra={**exc.envelope_extra(), **credit},
-                headers=exc.http_headers(),
-            ) from exc
+            raise exc.api_error(extra=credit) from exc
         except asyncio.CancelledError:
             await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
             raise
@@ -971,7 +999,7 @@ class Sessions:
             log.exception("service %s failed after a session debit", spec.slug)
             credit = await self._credit(session_id, price_msat, repr(exc))
             raise ApiError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed; its price was credited back to the session.",
                 extra=credit,
             ) from exc
@@ -1026,14 +1054,14 @@ class Sessions:
         preimage = payment_id[len(MCP_PREFIX) :].lower()
         if len(preimage) != 64 or not set(preimage) <= _HEX:
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "A session paymentId is sess_ followed by the session's preimage (64 hex).",
             )
         session_id = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
         try:
             return await self.bearer(session_id, preimage, spec, params)
         except SessionProblem as problem:
-            raise ApiError(problem.code, problem.detail, extra=problem.extra) from None
+            raise problem.api_error() from None
 
     # -- close and payouts ----------------------------------------------------------------
 
@@ -1051,7 +1079,7 @@ class Sessions:
             await asyncio.shield(running)
         session = await self._sessions.get(session_id)
         if session is None:
-            raise SessionProblem("session-not-found", "PAYMENT_INVALID", "no such session")
+            raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         return session
 
     async def _finish_close(self, session_id: str) -> None:
@@ -1201,7 +1229,7 @@ def _event(name: str | None, data: dict[str, Any]) -> bytes:
 def _check_owner(session_id: str, preimage: str) -> None:
     if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != session_id.lower():
         raise SessionProblem(
-            "invalid-preimage", "PAYMENT_INVALID", "sha256(preimage) is not the sessionId"
+            "invalid-preimage", ErrorCode.PAYMENT_INVALID, "sha256(preimage) is not the sessionId"
         )
 
 
@@ -1215,3 +1243,11 @@ def _refund_status(session: Session) -> str:
 
 def _balance(session: Session) -> dict[str, int]:
     return {"balanceSats": _sats(session.balance_msat), "balanceMsat": session.balance_msat}
+
+
+def _return_invoice_taken() -> SessionProblem:
+    return SessionProblem(
+        "invalid-return-invoice",
+        ErrorCode.PAYMENT_INVALID,
+        "returnInvoice is another session's already: make a fresh one per session",
+    )

@@ -36,11 +36,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
-from satsgate.payments.rework import ReworkDesk
+from satsgate.payments.rework import ReworkDesk, current_token
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
     JobState,
@@ -198,7 +198,12 @@ class HandlerContexts(Protocol):
     """Makes the context a handler runs with."""
 
     def for_call(
-        self, call_id: str, progress: Progress | None = None, job_state: JobState | None = None
+        self,
+        call_id: str,
+        progress: Progress | None = None,
+        job_state: JobState | None = None,
+        *,
+        service: str | None = None,
     ) -> ServiceContext: ...
 
 
@@ -239,7 +244,7 @@ class Spender:
         credential (PAYMENT_INVALID, nothing spent)."""
         if payment.via != "mcp":
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "This payment was created by an HTTP 402 challenge: use it over HTTP with its "
                 "credential (Authorization: L402 <macaroon>:<preimage>, or Payment). A "
                 "paymentId alone spends only payments made with create_payment.",
@@ -301,6 +306,10 @@ class Spender:
         payment hash, so only the payer can ever see a cached outcome.
         """
         key = (payment_hash, request_digest(spec.slug, params))
+        if current_token() is not None:
+            # A free retry is never a repeat of the refused call (its key leaves the token
+            # out): the window's claim decides it, and a job's retry gets a new job.
+            use_cache = False
         if use_cache:
             earlier = self._dedup.lookup(key)
             if earlier is not None:
@@ -341,27 +350,28 @@ class Spender:
         """
         if payment.service != spec.slug:
             raise ApiError(
-                "PAYMENT_INVALID", f"This payment is for {payment.service}, not {spec.slug}."
+                ErrorCode.PAYMENT_INVALID,
+                f"This payment is for {payment.service}, not {spec.slug}.",
             )
         payment = await self._settlements.refresh_paid(payment)
         if payment.status is PaymentStatus.UNPAID:
             if payment.expires_at <= time.time():
-                raise ApiError("PAYMENT_EXPIRED", "The invoice expired before it was paid.")
+                raise ApiError(ErrorCode.PAYMENT_EXPIRED, "The invoice expired before it was paid.")
             raise ApiError(
-                "PAYMENT_PENDING",
+                ErrorCode.PAYMENT_PENDING,
                 "The invoice is not paid yet.",
                 extra={"paymentId": payment.payment_id},
             )
         if payment.status is PaymentStatus.SERVING:
             if self.rework is not None:  # a free retry in its window, or refused as such
-                reworked = await self.rework.retry(payment, spec, params, self._dispatch)
+                reworked = await self._rework(payment, spec, params)
                 if reworked is not None:
                     return reworked
             if self.held is not None:
                 again = await self.held.held_again(payment.payment_id)
                 if again is not None:
                     raise again
-            raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
         if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             # The caller proved the payment (credential, or the paymentId of an MCP
             # payment): show it its refund, e.g. of a call a restart interrupted.
@@ -371,10 +381,10 @@ class Spender:
                 message = "Service already used: this payment was refunded."
             elif refund is not None:
                 message = "Service already used; this payment's refund is attached."
-            raise ApiError("PAYMENT_ALREADY_USED", message, refund=refund)
+            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, message, refund=refund)
         if payment.status is PaymentStatus.CANCELED:
             raise ApiError(
-                "PAYMENT_ALREADY_USED",
+                ErrorCode.PAYMENT_ALREADY_USED,
                 "This held payment was canceled and went back to the paying wallet; "
                 "nothing was charged. Create a new payment.",
             )
@@ -384,9 +394,9 @@ class Spender:
         if price_msat > payment.amount_msat and hold is not None:
             canceled = await hold.cancel(payment, "the request prices above what was paid")
             if canceled is None:
-                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+                raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
             raise ApiError(
-                "PAYMENT_INSUFFICIENT",
+                ErrorCode.PAYMENT_INSUFFICIENT,
                 f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
                 " sat were paid for it. The held payment was canceled: nothing was charged.",
                 refund=canceled,
@@ -399,9 +409,9 @@ class Spender:
                 f"{payment.amount_msat // 1000} sat were paid",
             )
             if refund is None:  # lost a race with another use: it was served or refunded
-                raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+                raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
             raise ApiError(
-                "PAYMENT_INSUFFICIENT",
+                ErrorCode.PAYMENT_INSUFFICIENT,
                 f"This request costs {price_msat // 1000} sat but {payment.amount_msat // 1000}"
                 " sat were paid for it. The payment was refunded in full.",
                 refund=refund,
@@ -420,7 +430,26 @@ class Spender:
             return await self._dispatch(payment, spec, params, price_msat)
         if hold is not None:
             hold.stopped(payment)
-        raise ApiError("PAYMENT_ALREADY_USED", "Service already used.")
+        raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
+
+    async def _rework(
+        self, payment: Payment, spec: AnySpec, params: BaseModel
+    ) -> ServiceResult | None:
+        """A call on a serving payment, as a free retry (see ReworkDesk.retry): a
+        synchronous one is dispatched; a job-mode one gets a new job, its row written
+        with the window's claim and started like a first run's (with the retry's own
+        callback)."""
+        assert self.rework is not None
+        if spec.mode != "job":
+            return await self.rework.retry(payment, spec, params, self._dispatch)
+        job = self._prepare_job(payment, spec, params)
+
+        async def start(
+            payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+        ) -> ServiceResult:
+            return self._start_job(job, payment, spec, params, price_msat)
+
+        return await self.rework.retry(payment, spec, params, start, job)
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -428,7 +457,11 @@ class Spender:
         """Run a just-spent synchronous call; once it is answered, serving -> spent (a
         failure's refund has moved it already)."""
         result = await self._run_handler(
-            payment, spec, params, price_msat, self._contexts.for_call(payment.payment_id)
+            payment,
+            spec,
+            params,
+            price_msat,
+            self._contexts.for_call(payment.payment_id, service=spec.slug),
         )
         self._payments.answered(payment.payment_id)
         return result
@@ -455,13 +488,7 @@ class Spender:
                 if window is not None:
                     raise window from exc
             refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
-            raise ApiError(
-                exc.code,
-                exc.message,
-                refund=refund,
-                extra=exc.envelope_extra(),
-                headers=exc.http_headers(),
-            ) from exc
+            raise exc.api_error(refund=refund) from exc
         except asyncio.CancelledError:
             if self._jobs.suspended(payment.payment_id):
                 raise  # shutdown keeps this job for the next start: nothing is owed yet
@@ -474,7 +501,7 @@ class Spender:
             log.exception("service %s failed after payment", spec.slug)
             refund = await self._refund_after_spend(payment, payment.amount_msat, repr(exc))
             raise ApiError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed after payment; the payment was refunded.",
                 refund=refund,
             ) from exc
@@ -508,7 +535,7 @@ class Spender:
             # call is refunded instead of held.
             refund = await self._refund_after_spend(payment, payment.amount_msat, str(held))
             return ApiError(
-                "CONTENT_FILTERED",
+                ErrorCode.CONTENT_FILTERED,
                 "The communication was refused by the content screen; refunded.",
                 refund=refund,
             )
@@ -528,15 +555,24 @@ class Spender:
     ) -> ServiceResult | None:
         """Spend ``payment`` and write its job's row in one transaction, then run the job;
         the 202, or None when the spend was lost (the payment was used or refunded)."""
-        work, refund = self._job_work(payment, spec, params, price_msat)
-        job = self._jobs.prepare(
+        job = self._prepare_job(payment, spec, params)
+        if not await self._payments.spend_for_job(job, int(time.time())):
+            return None
+        return self._start_job(job, payment, spec, params, price_msat)
+
+    def _prepare_job(self, payment: Payment, spec: AnySpec, params: BaseModel) -> Job:
+        return self._jobs.prepare(
             payment_id=payment.payment_id,
             service=spec.slug,
             job_type=spec.job_type or spec.slug,
             callback=params.callback_target() if isinstance(params, Params) else None,
         )
-        if not await self._payments.spend_for_job(job, int(time.time())):
-            return None
+
+    def _start_job(
+        self, job: Job, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
+    ) -> ServiceResult:
+        """Run a job whose row is written; the 202."""
+        work, refund = self._job_work(payment, spec, params, price_msat)
         self._jobs.start(job, work, refund)
         return ServiceResult(
             self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
@@ -566,8 +602,15 @@ class Spender:
                 payment.payment_id,
                 progress=report,
                 job_state=self._jobs.state_for(payment.payment_id),
+                service=spec.slug,
             )
-            result = await self._run_handler(payment, spec, params, price_msat, ctx)
+            try:
+                result = await self._run_handler(payment, spec, params, price_msat, ctx)
+            finally:
+                # A free retry's job ended: its window closes (a refusal reopened it).
+                # Not when shutdown puts the job aside: it runs on after the restart.
+                if self.rework is not None and not self._jobs.suspended(payment.payment_id):
+                    await asyncio.shield(self.rework.retry_ended(payment.payment_id))
             if isinstance(result.body, dict):
                 return result.body
             return {"content": result.body if isinstance(result.body, str) else None}

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ class ServiceSpec(Generic[P]):
     job_type: str | None = None
     untrusted_output: bool = False
     model_ids: tuple[int, ...] = ()
-    failure_codes: tuple[str, ...] = ("SERVICE_ERROR",)
+    failure_codes: tuple[ErrorCode, ...] = (ErrorCode.SERVICE_ERROR,)
     max_body_bytes: int = 1024 * 1024
     # Extra checks before any invoice that need more than the schema (e.g. a PDF
     # that must parse); raise ApiError("L402_INVALID_PARAMS", ...).
@@ -335,7 +335,7 @@ class ServiceSpec(Generic[P]):
                 # the field (400, before any invoice).
                 message = f"{reason}; nothing was charged"
                 raise ApiError(
-                    "L402_INVALID_PARAMS",
+                    ErrorCode.L402_INVALID_PARAMS,
                     f"Invalid parameters: {self.engine_request_field}: {message}",
                     extra={"fields": [{"field": self.engine_request_field, "message": message}]},
                 )

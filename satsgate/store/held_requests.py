@@ -222,6 +222,22 @@ class HeldRequestRepository:
 
         return await self._db.run_sync(go)
 
+    async def late_appeals(self) -> list[HeldRequest]:
+        """Holds no longer held nor under review whose appeal invoice was paid and never
+        used (paid after the hold was decided): their appeals are to be refunded."""
+
+        def go(conn: sqlite3.Connection) -> list[HeldRequest]:
+            # Holds are few; each appeal payment is read by its key.
+            columns = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
+            rows = conn.execute(
+                f"SELECT {columns} FROM held_requests h JOIN payments p"
+                " ON p.payment_id = h.appeal_payment_id WHERE h.status NOT IN"
+                " ('held', 'review_requested') AND p.status = 'paid'"
+            ).fetchall()
+            return [_hold_of(r) for r in rows]
+
+        return await self._db.run_sync(go)
+
     async def interrupted(self) -> list[HeldRequest]:
         """Holds a restart caught between their claim and their outcome."""
 

@@ -57,6 +57,12 @@ _PRUNE_UNPAID = (
     " WHERE status = 'unpaid' AND expires_at < ? LIMIT ?)"
 )
 
+# Challenges still payable (a session's deposit invoice rides with its call's challenge).
+_OUTSTANDING_UNPAID = (
+    "SELECT COUNT(*), MIN(expires_at) FROM payments"
+    " WHERE status = 'unpaid' AND expires_at > ? AND mode != 'deposit'"
+)
+
 _PAYMENT_STATUSES = {str(status): status for status in PaymentStatus}
 
 
@@ -170,6 +176,17 @@ class PaymentRepository:
             return _payment_of(found[0]) if found else None
 
         return await self._db.write(run)
+
+    async def outstanding_unpaid(self, now: int) -> tuple[int, int | None]:
+        """How many challenges are unpaid and still payable at ``now``, and when the
+        first of them expires (None: none). On the store thread, through the partial
+        index of unpaid rows by expiry."""
+
+        def run(conn: sqlite3.Connection) -> tuple[int, int | None]:
+            count, first = conn.execute(_OUTSTANDING_UNPAID, (now,)).fetchone()
+            return int(count), None if first is None else int(first)
+
+        return await self._db.run_sync(run)
 
     async def prune_unpaid(self, expired_before: int, batch: int = PRUNE_BATCH) -> int:
         """Delete payments never paid whose invoice expired before ``expired_before``;

@@ -5,7 +5,9 @@ Every move is one conditional UPDATE from the state it leaves, checked by its ro
 so of two retries, a retry and a decline, or a decline and the expiry, exactly one wins:
 
     (refusal) -> open                      the first refusal opens the window
-    open -> running                        a retry with the token claimed it
+    open -> running                        a retry with the token claimed it (a job's
+                                           retry writes its new job's row in the same
+                                           transaction)
     running -> open                        that retry was refused too, below the cap
     running -> closed                      answered, failed (refunded) or the cap reached
     open -> declined | expired             refunded in full instead of retried
@@ -20,6 +22,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from satsgate.store.engine import Database
+from satsgate.store.jobs import insert_job
+from satsgate.store.models import Job
 
 OPEN, RUNNING, CLOSED, DECLINED, EXPIRED = "open", "running", "closed", "declined", "expired"
 _COLUMNS = "payment_id, service, token_hash, state, attempts, rework_until, created_at, updated_at"
@@ -93,9 +97,13 @@ class ReworkRepository:
             RUNNING,
         )
 
-    async def claim(self, payment_id: str, token_hash: str, now: float) -> bool:
+    async def claim(
+        self, payment_id: str, token_hash: str, now: float, job: Job | None = None
+    ) -> bool:
         """open -> running for a retry with the current token before the deadline; True for
-        exactly one caller."""
+        exactly one caller. With ``job`` (the retry of a job-mode call), that job's row is
+        written in the same transaction: a claimed retry always has its job, and no job
+        exists without its claim."""
 
         def go(c: sqlite3.Connection) -> bool:
             cur = c.execute(
@@ -104,7 +112,11 @@ class ReworkRepository:
                 " AND rework_until >= ?",
                 (int(now), payment_id, token_hash, now),
             )
-            return cur.rowcount == 1
+            if cur.rowcount != 1:
+                return False
+            if job is not None:
+                insert_job(c, job)
+            return True
 
         return await self._db.run_in_transaction(go)
 

@@ -14,7 +14,10 @@ is checked:
   was decided;
 - close is open -> closed (one winner); the refund is then decided once (``refund_msat``
   from NULL to the balance left); each payout attempt is claimed (pending/failed ->
-  paying) before the node is asked to pay, so a return invoice is never paid twice.
+  paying) before the node is asked to pay, so a return invoice is never paid twice;
+- a return invoice serves one session: its payment hash is stored under a unique index
+  (``return_hash``), so of two opens racing with one invoice exactly one inserts, and
+  the other's transaction (its deposit's consumption included) is rolled back.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from typing import Any
 
 from satsgate.store.engine import Database
 from satsgate.store.sql import transaction
+
+
+class ReturnInvoiceTaken(Exception):
+    """The open's return invoice (by payment hash) is another session's already."""
 
 
 @dataclass(frozen=True)
@@ -114,15 +121,19 @@ class SessionRepository:
     async def get(self, session_id: str) -> Session | None:
         return await self._db.read(lambda conn: _get(conn, session_id))
 
-    async def return_invoice_taken(self, return_invoice: str, session_id: str) -> bool:
-        """Whether another session than ``session_id`` names this return invoice (a node
-        pays an invoice once: the second session's payout would move nothing)."""
+    async def return_invoice_taken(
+        self, return_invoice: str, return_hash: str, session_id: str
+    ) -> bool:
+        """Whether another session than ``session_id`` names this return invoice, by its
+        payment hash or (sessions opened before the hash was stored) its text: a node
+        pays an invoice once, so the second session's payout would move nothing. The
+        unique index on ``return_hash`` decides a race this read cannot see."""
         return await self._db.read(
             lambda conn: (
                 conn.execute(
-                    "SELECT 1 FROM sessions WHERE lower(return_invoice) = lower(?)"
-                    " AND session_id != ? LIMIT 1",
-                    (return_invoice, session_id),
+                    "SELECT 1 FROM sessions WHERE (return_hash = ?"
+                    " OR lower(return_invoice) = lower(?)) AND session_id != ? LIMIT 1",
+                    (return_hash.lower(), return_invoice, session_id),
                 ).fetchone()
                 is not None
             )
@@ -142,22 +153,36 @@ class SessionRepository:
         return await self._db.read(run)
 
     async def open(
-        self, deposit_hash: str, challenge_id: str, return_invoice: str, now: int
+        self,
+        deposit_hash: str,
+        challenge_id: str,
+        return_invoice: str,
+        return_hash: str,
+        now: int,
     ) -> Session | None:
         """Consume the paid deposit and open its session, in one transaction; None when
-        the deposit is not paid and unused (nothing changed)."""
+        the deposit is not paid and unused (nothing changed). ReturnInvoiceTaken when
+        another session has this return invoice (nothing changed: the deposit stays
+        paid and unused)."""
 
         def go(conn: sqlite3.Connection) -> Session | None:
             with transaction(conn):
                 amount = _consume(conn, deposit_hash, now)
                 if amount is None:
                     return None
-                conn.execute(
-                    "INSERT INTO sessions (session_id, deposit_msat, spent_msat, return_invoice,"
-                    " status, created_at, last_used_at, updated_at)"
-                    " VALUES (?, ?, 0, ?, 'open', ?, ?, ?)",
-                    (deposit_hash, amount, return_invoice, now, now, now),
-                )
+                try:
+                    conn.execute(
+                        "INSERT INTO sessions (session_id, deposit_msat, spent_msat,"
+                        " return_invoice, return_hash, status, created_at, last_used_at,"
+                        " updated_at) VALUES (?, ?, 0, ?, ?, 'open', ?, ?, ?)",
+                        (deposit_hash, amount, return_invoice, return_hash.lower(), now, now, now),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    # The one UNIQUE index of sessions besides its primary key (a
+                    # consumed deposit never opens twice): the return invoice's hash.
+                    if exc.sqlite_errorcode == sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+                        raise ReturnInvoiceTaken(return_hash) from None
+                    raise
                 conn.execute(
                     "INSERT INTO session_deposits (payment_hash, session_id, amount_msat, kind,"
                     " challenge_id, created_at) VALUES (?, ?, ?, 'open', ?, ?)",

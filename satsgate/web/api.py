@@ -13,7 +13,7 @@ from aiohttp import web
 
 from satsgate import __version__
 from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
-from satsgate.errors import ApiError, catalog_document
+from satsgate.errors import ApiError, ErrorCode, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
 from satsgate.services.catalog.models import CATEGORIES, list_models_document
@@ -63,7 +63,7 @@ async def models(request: web.Request) -> web.Response:
     category = request.query.get("category")
     if category is not None and category not in CATEGORIES:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"Unknown category {category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
@@ -82,7 +82,7 @@ async def serve_file(request: web.Request) -> web.StreamResponse:
         request.match_info["name"], request.query.get("exp", ""), request.query.get("sig", "")
     )
     if path is None:
-        raise ApiError("NOT_FOUND", "No such file, or the link expired.")
+        raise ApiError(ErrorCode.NOT_FOUND, "No such file, or the link expired.")
     return web.FileResponse(
         path,
         headers={
@@ -117,11 +117,11 @@ async def dev_pay(request: web.Request) -> web.Response:
         body = await request.json()
         invoice = str(body["invoice"])
     except (ValueError, KeyError, TypeError):
-        raise ApiError("INVALID_INPUT", 'Send {"invoice": "<bolt11>"}.') from None
+        raise ApiError(ErrorCode.INVALID_INPUT, 'Send {"invoice": "<bolt11>"}.') from None
     try:
         preimage = await backend.simulate_payment(invoice)
     except BackendError as exc:
-        raise ApiError("INVALID_INPUT", f"Cannot pay: {exc}.") from None
+        raise ApiError(ErrorCode.INVALID_INPUT, f"Cannot pay: {exc}.") from None
     return _json({"preimage": preimage})
 
 
@@ -135,7 +135,7 @@ async def dev_outgoing_mode(request: web.Request) -> web.Response:
     body = await request.json()
     mode = body.get("mode")
     if mode not in ("succeed", "fail", "pending"):
-        raise ApiError("INVALID_INPUT", "mode must be succeed, fail or pending.")
+        raise ApiError(ErrorCode.INVALID_INPUT, "mode must be succeed, fail or pending.")
     backend.outgoing_mode = mode
     if body.get("resolve_pending") in ("succeed", "fail"):
         await backend.complete_pending(body["resolve_pending"] == "succeed")

@@ -6,7 +6,9 @@ and the page shows nothing without it. On the page the payer can add a note and 
 1 sat (an invoice through the node, shown as a QR code and text); once it is paid the
 request is ``review requested`` and listed first to the operator. The page then shows
 the outcome: the result of a released request, or the refund of a refunded one (the
-same refund /recover claims).
+same refund /recover claims). An appeal invoice paid after the request was decided is
+refunded, and the page shows that refund (or, while the invoice is still open, that it
+is no longer needed).
 
 Server-rendered like /recover (satsgate.web.pages): no script, CSS under a nonce, every
 value escaped; a "Check payment" button reloads the state.
@@ -126,6 +128,7 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
             f'at the poll_url of the held answer (job <span class="mono">{esc(hold.job_id)}'
             "</span>).</p>" + _check_button(token) + "</section>"
         )
+    head += await _late_appeal_part(desk, hold)
     job = await desk.job(hold)
     if hold.status == "released" and job is not None and job.status is JobStatus.COMPLETED:
         result = json.dumps(job.result, indent=2, ensure_ascii=False)
@@ -139,6 +142,45 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
         now = await desk.refund_state(str(refund.get("refund_secret", "")))
         return head + _refund_part(refund, hold, now) + "</section>"
     return head + _check_button(token) + "</section>"
+
+
+async def _late_appeal_part(desk: HoldDesk, hold: HeldRequest) -> str:
+    """A decided hold: its appeal invoice buys nothing any more. Paid anyway, its sat was
+    refunded (the page's refresh_appeal did it): the link; still open: do not pay it."""
+    refund = await desk.appeal_refund(hold)
+    if refund is not None:
+        secret = str(refund.get("refund_secret", ""))
+        lnurl = str(refund.get("lnurl_withdraw", ""))
+        state = await desk.refund_state(secret)
+        recover = f"/recover?payment_id={hold.appeal_payment_id}&refund_secret={secret}"
+        if state in ("paid", "claiming"):
+            done = "paid out to your wallet" if state == "paid" else "being paid out"
+            return (
+                '<p class="notice" id="appeal-refund">Your appeal payment arrived after the '
+                f"request was decided, so it was refunded: {esc(done)}.</p>"
+            )
+        return (
+            '<p class="notice" id="appeal-refund">Your appeal payment arrived after the '
+            f"request was decided, so it bought nothing and is refunded: "
+            f'<strong id="appeal-refund-sats">{esc(refund.get("amount_sats", APPEAL_SATS))}'
+            "</strong> sat. Scan it with your wallet, or claim it on the recovery page.</p>"
+            f'<p class="mono" id="appeal-refund-lnurl">{esc(lnurl)}</p>'
+            f'<p><a href="{esc(recover)}" id="appeal-recover-link">Claim on /recover</a> · '
+            f'refund secret <span class="mono" id="appeal-refund-secret">{esc(secret)}'
+            "</span></p>"
+        )
+    payment = await desk.appeal_payment(hold)
+    if (
+        payment is not None
+        and payment.status is PaymentStatus.UNPAID
+        and payment.expires_at > time.time()
+    ):
+        return (
+            '<p class="notice" id="appeal-void">The request was decided before the appeal '
+            "invoice was paid: it is no longer needed, do not pay it. A payment that "
+            "arrives anyway is refunded in full here.</p>"
+        )
+    return ""
 
 
 async def _appeal_part(desk: HoldDesk, hold: HeldRequest, token: str) -> str:

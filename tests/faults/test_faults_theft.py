@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from satsgate.engines import EngineError
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, dev_pay
@@ -140,7 +141,7 @@ async def test_checkout_links_carry_a_token_of_their_own(
 
 async def _fails(ctx: ServiceContext, params: NoParams) -> ServiceResult:
     await asyncio.sleep(0.05)
-    raise EngineError("SERVICE_ERROR", "the provider is down")
+    raise EngineError(ErrorCode.SERVICE_ERROR, "the provider is down")
 
 
 async def test_a_job_id_shows_its_refund_secret_only_to_the_payer(

@@ -30,6 +30,7 @@ from satsgate.lightning import (
     PaymentResult,
     PaymentState,
     Settlement,
+    UnknownInvoice,
 )
 
 from .rpc import (
@@ -246,7 +247,7 @@ class ClnBackend:
         res = await self._rpc.call("listinvoices", {"payment_hash": payment_hash.lower()})
         invoices = res.get("invoices", [])
         if not invoices:
-            raise BackendError(
+            raise UnknownInvoice(
                 f"unknown invoice {payment_hash}: not at this node (never created, or deleted)"
             )
         inv = invoices[0]
@@ -330,7 +331,7 @@ class ClnBackend:
         )
 
     async def _after_pay_error(self, payment_hash: str, exc: ClnRpcError) -> PaymentResult:
-        already_paid = exc.code == PAY_ALREADY_PAID or "already paid" in exc.message.lower()
+        already_paid = exc.code == PAY_ALREADY_PAID
         try:
             known: PaymentResult | None = await self.lookup_payment(payment_hash)
         except BackendError:

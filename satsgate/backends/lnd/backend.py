@@ -40,6 +40,7 @@ from satsgate.lightning import (
     PaymentResult,
     PaymentState,
     Settlement,
+    UnknownInvoice,
 )
 
 from .proto import invoices_pb2, lightning_pb2, router_pb2
@@ -244,10 +245,8 @@ class LndBackend:
                 lightning_pb2.PaymentHash(r_hash=r_hash), metadata=self._metadata, timeout=30
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.NOT_FOUND or "unable to locate" in (
-                exc.details() or ""
-            ):
-                raise BackendError(f"unknown invoice {payment_hash}: not at this node") from None
+            if exc.code() is grpc.StatusCode.NOT_FOUND:  # lnd's answer for an unknown hash
+                raise UnknownInvoice(f"unknown invoice {payment_hash}: not at this node") from None
             raise _backend_error(exc, self.target) from None
 
     async def lookup_invoice(self, payment_hash: str) -> InvoiceStatus:
@@ -341,11 +340,9 @@ class LndBackend:
                 continue
             try:
                 inv = await self._lookup_raw(payment_hash)
-            except BackendError as exc:
-                if "unknown invoice" in str(exc):
-                    self._open.pop(payment_hash, None)
-                    continue
-                raise
+            except UnknownInvoice:
+                self._open.pop(payment_hash, None)
+                continue
             if inv.state == _INV.SETTLED and inv.settle_index:
                 s = _settlement(inv)
                 # Above the cursor the subscription replays it, in order; at or below it
@@ -440,13 +437,13 @@ class LndBackend:
         try:
             return await self._final(call, payment_hash, timeout_s + self.pay_grace_s)
         except grpc.aio.AioRpcError as exc:
-            details = (exc.details() or "").lower()
             if exc.code() is grpc.StatusCode.ALREADY_EXISTS:
+                # lnd answers this both for a payment already made and for one in flight;
+                # its record says which. Without an answer the outcome is unknown: pending,
+                # asked again later (never failed, so nothing is paid twice).
                 known = await self._track(payment_hash, wait_s=min(5.0, timeout_s))
                 if known is not None:
                     return known
-                if "already paid" in details or "already succeeded" in details:
-                    return PaymentResult(payment_hash=payment_hash, state=PaymentState.SUCCEEDED)
                 return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
             if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
                 # Refused before any HTLC left (bad or expired invoice, self-payment).

@@ -35,6 +35,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.local import language_id
 from satsgate.engines.registry import EngineDeps, LocalEngine
 from satsgate.engines.translation import TranslationRequest, TranslationResult
+from satsgate.errors import ErrorCode
 from satsgate.services.inputs.languages import (
     RARE_LANGUAGES,
     TRANSLATION_LANGUAGES,
@@ -224,7 +225,9 @@ class ApertiumTranslator:
         source, reason = self._source(request)
         if reason is not None:
             # The next binding of a chain may know the pair.
-            raise EngineError("INVALID_INPUT", f"Cannot translate: {reason}.", may_fall_back=True)
+            raise EngineError(
+                ErrorCode.INVALID_INPUT, f"Cannot translate: {reason}.", may_fall_back=True
+            )
         if source is None:  # an empty text
             return TranslationResult(request.text, None)
         if source == request.target_language:
@@ -253,7 +256,7 @@ class ApertiumTranslator:
             except OSError as exc:
                 log.error("apertium could not start: %s", exc)
                 raise EngineError(
-                    "SERVICE_ERROR", "The translation engine could not start."
+                    ErrorCode.SERVICE_ERROR, "The translation engine could not start."
                 ) from None
             try:
                 out, err = await asyncio.wait_for(
@@ -261,7 +264,7 @@ class ApertiumTranslator:
                 )
             except TimeoutError:
                 raise EngineError(
-                    "TIMEOUT",
+                    ErrorCode.TIMEOUT,
                     f"The translation did not finish within {self._timeout_s:g} s and was stopped.",
                 ) from None
             finally:
@@ -271,7 +274,7 @@ class ApertiumTranslator:
                     await proc.wait()
         if proc.returncode != 0:
             log.error("apertium %s exited %s: %s", mode, proc.returncode, err[-2000:])
-            raise EngineError("SERVICE_ERROR", "The translation engine failed.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The translation engine failed.")
         return out.decode("utf-8", errors="replace")
 
 

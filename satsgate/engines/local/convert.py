@@ -668,6 +668,18 @@ _PIL_NAMES = {
 }
 
 
+# Bytes per pixel of the uncompressed image targets (a BMP is written as RGB; a TIFF keeps
+# the mode, at most RGBA): their size follows from the input's pixels, before any work.
+RAW_BYTES_PER_PIXEL = {"bmp": 3, "tiff": 4}
+
+
+def raw_image_bytes(width: int, height: int, target: str) -> int | None:
+    """The size of an image converted to an uncompressed ``target``; None for the
+    compressed targets, whose size the pixels do not tell."""
+    per_pixel = RAW_BYTES_PER_PIXEL.get(target)
+    return None if per_pixel is None else width * height * per_pixel
+
+
 def convert_image(data: bytes, target: str) -> bytes:
     with Image.open(io.BytesIO(data)) as img:
         img.load()

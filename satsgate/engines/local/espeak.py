@@ -34,6 +34,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.local.tools import ToolRunner, wav_duration_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
+from satsgate.errors import ErrorCode
 from satsgate.services.ai.voices import DESCRIPTION_GROUPS
 from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
 
@@ -195,7 +196,7 @@ class EspeakEngine:
     def plan(self, request: SynthesisRequest) -> VoicePlan:
         reason = self.unsupported(request)
         if reason is not None:
-            raise EngineError("INVALID_INPUT", reason[0].upper() + reason[1:] + ".")
+            raise EngineError(ErrorCode.INVALID_INPUT, reason[0].upper() + reason[1:] + ".")
         return plan_voice(self.voices, request.language, request.voice_description, request.speed)
 
     async def speak_to_file(self, text: str, plan: VoicePlan, path: Path) -> float:
@@ -224,7 +225,7 @@ class EspeakEngine:
     async def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
         plan = self.plan(request)
         if not _SPEAKABLE.search(request.text):
-            raise EngineError("INVALID_INPUT", "The text has nothing to speak.")
+            raise EngineError(ErrorCode.INVALID_INPUT, "The text has nothing to speak.")
         with tempfile.TemporaryDirectory(prefix="satsgate-tts-") as tmp:
             wav = Path(tmp) / "speech.wav"
             duration = await self.speak_to_file(request.text, plan, wav)

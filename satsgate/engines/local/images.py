@@ -27,6 +27,7 @@ from satsgate.engines.image_process import (
     UpscaleOptions,
 )
 from satsgate.engines.registry import EngineDeps, LocalEngine
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +52,12 @@ async def _run(deps: EngineDeps, name: str, *args: Any) -> Any:
     except EngineError:  # TIMEOUT past the CPU time limit
         raise
     except ImageOpError as exc:
-        raise EngineError("INVALID_INPUT", str(exc)) from None
+        raise EngineError(ErrorCode.INVALID_INPUT, str(exc)) from None
     except Exception as exc:  # OpenCV or onnxruntime failed on this input
         log.exception("local image operation %s failed", name)
-        raise EngineError("SERVICE_ERROR", "The image operation failed on this input.") from exc
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The image operation failed on this input."
+        ) from exc
 
 
 # -- probes ----------------------------------------------------------------------------------
@@ -167,7 +170,7 @@ class HaarDetector:
     ) -> DetectionResult:
         reason = self.unsupported(DetectionQuery(prompt))
         if reason is not None:  # reached only if the check before payment was skipped
-            raise EngineError("INVALID_INPUT", reason, may_fall_back=True)
+            raise EngineError(ErrorCode.INVALID_INPUT, reason, may_fall_back=True)
         labels, _ = parse_queries(prompt)
         result: DetectionResult = await _run(self._deps, "detect_haar", image, labels, threshold)
         return result
@@ -190,7 +193,7 @@ class LanczosUpscaler:
     ) -> ImageOutput:
         reason = self.unsupported(UpscaleOptions(scale, face_enhance))
         if reason is not None:
-            raise EngineError("INVALID_INPUT", reason, may_fall_back=True)
+            raise EngineError(ErrorCode.INVALID_INPUT, reason, may_fall_back=True)
         result: ImageOutput = await _run(self._deps, "upscale", image, scale)
         return result
 

@@ -40,6 +40,7 @@ from satsgate.engines.local.espeak import (
 from satsgate.engines.local.tools import ToolRunner, probe_media
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import TTS_TIERS, SynthesisEngine, SynthesisRequest
+from satsgate.errors import ErrorCode
 
 LABEL = "eSpeak NG narration, ffmpeg M4B"
 PART_CHARS = 20_000
@@ -193,13 +194,13 @@ class Narrator:
     async def narrate(self, request: NarrationRequest, progress: Progress) -> NarrationResult:
         reason = self.unsupported(request)
         if reason is not None:
-            raise EngineError("INVALID_INPUT", reason[0].upper() + reason[1:] + ".")
+            raise EngineError(ErrorCode.INVALID_INPUT, reason[0].upper() + reason[1:] + ".")
         jobs: list[tuple[int, str]] = []
         for index, chapter in enumerate(request.chapters):
             spoken = f"{chapter.title.strip().rstrip('.')}.\n\n{chapter.text}"
             jobs += [(index, piece) for piece in split_text(spoken, self.speaker.part_chars)]
         if not jobs:
-            raise EngineError("INVALID_INPUT", "There is nothing to narrate.")
+            raise EngineError(ErrorCode.INVALID_INPUT, "There is nothing to narrate.")
         durations: list[float] = [0.0] * len(jobs)
         done = 0
 
@@ -232,7 +233,9 @@ class Narrator:
                 try:
                     durations[number] = audio_duration_s(await asyncio.to_thread(m4a.read_bytes))
                 except MediaError:
-                    raise EngineError("SERVICE_ERROR", "The narration produced no audio.") from None
+                    raise EngineError(
+                        ErrorCode.SERVICE_ERROR, "The narration produced no audio."
+                    ) from None
                 done += 1
                 progress(90.0 * done / len(jobs), f"narrated {done} of {len(jobs)} parts")
 
@@ -267,7 +270,9 @@ class Narrator:
             )  # fmt: skip
             probed = await probe_media(self.tools, out)
             if len(probed.get("chapters", ())) != len(marks):
-                raise EngineError("SERVICE_ERROR", "The audiobook's chapter markers are missing.")
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, "The audiobook's chapter markers are missing."
+                )
             duration = float(probed.get("format", {}).get("duration") or clock)
             m4b = await asyncio.to_thread(out.read_bytes)
             return NarrationResult(m4b, round(duration, 3), tuple(marks))

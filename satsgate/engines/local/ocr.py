@@ -16,6 +16,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.local import ocr_worker as worker
 from satsgate.engines.ocr import OcrMethod, OcrPage, OcrRequest, OcrResult
 from satsgate.engines.registry import EngineDeps, LocalEngine
+from satsgate.errors import ErrorCode
 
 PAGES_IN_FLIGHT = 2
 
@@ -76,7 +77,7 @@ class LocalOcr:
                 raise
             return OcrResult(tuple(pages))
         except worker.OcrFailed as exc:
-            raise EngineError("SERVICE_ERROR", f"OCR failed: {exc}") from None
+            raise EngineError(ErrorCode.SERVICE_ERROR, f"OCR failed: {exc}") from None
 
 
 def _page(page: worker.PageText) -> OcrPage:

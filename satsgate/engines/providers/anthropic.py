@@ -31,6 +31,7 @@ from satsgate.engines.providers import upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.errors import ErrorCode
 
 KIND = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -157,7 +158,7 @@ class _Chat:
     async def chat(self, request: ChatRequest) -> ChatResult:
         model = request.model_name
         if not model:
-            raise EngineError("SERVICE_ERROR", "No model is configured for this request.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "No model is configured for this request.")
         extra: dict[str, Any] = {}
         if request.system:
             extra["system"] = request.system

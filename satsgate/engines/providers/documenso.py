@@ -87,7 +87,9 @@ from satsgate.engines.esign import (
     SigningRequest,
     SigningSent,
 )
+from satsgate.engines.providers.upstream import check_options
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +173,7 @@ class DocumensoProvider:
     ) -> None:
         env = os.environ if environ is None else environ
         where = f"[providers.{config.name}]"
-        unknown = set(config.options) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         if not config.api_key:
             raise EngineConfigError(f"{where} needs api_key or api_key_env (a Documenso API token)")
         poll = config.options.get("poll_interval_s", DEFAULT_POLL_INTERVAL_S)
@@ -225,12 +225,14 @@ class DocumensoProvider:
         except httpx.TimeoutException as exc:
             log.warning("documenso %s: %s timed out", self.config.name, what)
             raise EngineError(
-                "TIMEOUT", "The signing service took too long.", may_fall_back=not sent
+                ErrorCode.TIMEOUT, "The signing service took too long.", may_fall_back=not sent
             ) from exc
         except httpx.HTTPError as exc:
             log.warning("documenso %s: %s failed: %r", self.config.name, what, exc)
             raise EngineError(
-                "SERVICE_ERROR", "The signing service could not be reached.", may_fall_back=not sent
+                ErrorCode.SERVICE_ERROR,
+                "The signing service could not be reached.",
+                may_fall_back=not sent,
             ) from exc
         if resp.status_code < 400:
             return resp
@@ -238,16 +240,20 @@ class DocumensoProvider:
         if resp.status_code == 429:
             retry = resp.headers.get("retry-after")
             raise EngineError(
-                "RATE_LIMITED",
+                ErrorCode.RATE_LIMITED,
                 "The signing service is busy; try again shortly.",
                 retry_after_s=float(retry) if retry and retry.isdigit() else None,
                 may_fall_back=not sent,
             )
         if resp.status_code in (400, 413, 422):
             raise EngineError(
-                "INVALID_INPUT", "The signing service refused this document.", may_fall_back=False
+                ErrorCode.INVALID_INPUT,
+                "The signing service refused this document.",
+                may_fall_back=False,
             )
-        raise EngineError("SERVICE_ERROR", "The signing service failed.", may_fall_back=not sent)
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The signing service failed.", may_fall_back=not sent
+        )
 
     @staticmethod
     def _json(resp: httpx.Response) -> dict[str, Any]:
@@ -256,7 +262,9 @@ class DocumensoProvider:
         except ValueError:
             doc = None
         if not isinstance(doc, dict):
-            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            )
         return doc
 
     def _meta(self, request: SigningRequest) -> dict[str, Any]:
@@ -297,7 +305,9 @@ class DocumensoProvider:
         )
         envelope_id = self._json(resp).get("id")
         if not isinstance(envelope_id, str) or not envelope_id:
-            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            )
         try:
             await self._request(
                 "POST",
@@ -347,7 +357,9 @@ class DocumensoProvider:
             doc = await self._envelope_doc(envelope_id)
         status = _STATUS.get(str(doc.get("status")))
         if status is None:
-            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            )
         signers = []
         for recipient in doc.get("recipients") or ():
             if not isinstance(recipient, dict) or recipient.get("role", "SIGNER") != "SIGNER":
@@ -365,10 +377,14 @@ class DocumensoProvider:
             return await self._signed_pdf_v1(envelope_id, max_bytes)
         doc = await self._envelope_doc(envelope_id)
         if doc.get("status") != "COMPLETED":
-            raise EngineError("SERVICE_ERROR", "The document is not signed by everyone yet.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The document is not signed by everyone yet."
+            )
         items = [i for i in doc.get("envelopeItems") or () if isinstance(i, dict) and i.get("id")]
         if not items:
-            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            )
 
         def order(item: dict[str, Any]) -> int:
             value = item.get("order")
@@ -389,18 +405,24 @@ class DocumensoProvider:
                         self.config.name,
                         resp.status_code,
                     )
-                    raise EngineError("SERVICE_ERROR", "The signed document could not be fetched.")
+                    raise EngineError(
+                        ErrorCode.SERVICE_ERROR, "The signed document could not be fetched."
+                    )
                 data = bytearray()
                 async for chunk in resp.aiter_bytes():
                     data += chunk
                     if len(data) > max_bytes:
-                        raise EngineError("SERVICE_ERROR", "The signed document is too large.")
+                        raise EngineError(
+                            ErrorCode.SERVICE_ERROR, "The signed document is too large."
+                        )
         except httpx.TimeoutException as exc:
-            raise EngineError("TIMEOUT", "The signing service took too long.") from exc
+            raise EngineError(ErrorCode.TIMEOUT, "The signing service took too long.") from exc
         except httpx.HTTPError as exc:
-            raise EngineError("SERVICE_ERROR", "The signing service could not be reached.") from exc
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service could not be reached."
+            ) from exc
         if not bytes(data[:5]) == b"%PDF-":
-            raise EngineError("SERVICE_ERROR", "The signed document is not a PDF.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The signed document is not a PDF.")
         return bytes(data)
 
     # -- v1 (deprecated; Documenso instances without envelopes) ----------------------------
@@ -434,7 +456,9 @@ class DocumensoProvider:
             or not upload_url.startswith(("https://", "http://"))
             or not isinstance(recipients, list)
         ):
-            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            )
         document_id = str(number)
         try:
             ids = {
@@ -448,7 +472,8 @@ class DocumensoProvider:
                 recipient_id = ids.get(signer.email.lower())
                 if not isinstance(recipient_id, int):
                     raise EngineError(
-                        "SERVICE_ERROR", "The signing service answered something unexpected."
+                        ErrorCode.SERVICE_ERROR,
+                        "The signing service answered something unexpected.",
                     )
                 spot = signature_field(index, page)
                 fields.append(
@@ -467,10 +492,12 @@ class DocumensoProvider:
                     upload_url, content=request.pdf, headers={"Content-Type": "application/pdf"}
                 )
             except httpx.HTTPError as exc:
-                raise EngineError("SERVICE_ERROR", "The document could not be uploaded.") from exc
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, "The document could not be uploaded."
+                ) from exc
             if put.status_code >= 300:
                 log.warning("documenso %s: upload answered %d", self.config.name, put.status_code)
-                raise EngineError("SERVICE_ERROR", "The document could not be uploaded.")
+                raise EngineError(ErrorCode.SERVICE_ERROR, "The document could not be uploaded.")
             await self._request(
                 "POST", f"/documents/{document_id}/fields", "fields create", json=fields
             )
@@ -511,12 +538,16 @@ class DocumensoProvider:
         without the API key."""
         doc = self._json(await self._request("GET", f"/documents/{document_id}", "document get"))
         if doc.get("status") != "COMPLETED":
-            raise EngineError("SERVICE_ERROR", "The document is not signed by everyone yet.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The document is not signed by everyone yet."
+            )
         link = self._json(
             await self._request("GET", f"/documents/{document_id}/download", "document download")
         ).get("downloadUrl")
         if not isinstance(link, str) or not link.startswith(("https://", "http://")):
-            raise EngineError("SERVICE_ERROR", "The signing service answered something unexpected.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            )
         return await self._download(self.files, link, {}, max_bytes)
 
     # -- webhooks -------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from satsgate.engines.local.narration import tts_narrator
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,12 @@ class ElevenLabsProvider:
             resp = await self.http.post(f"{self.base_url}{path}", headers=headers, **kwargs)
         except httpx.TimeoutException as exc:
             raise EngineError(
-                "TIMEOUT", "The voice service took too long.", may_fall_back=False
+                ErrorCode.TIMEOUT, "The voice service took too long.", may_fall_back=False
             ) from exc
         except httpx.HTTPError as exc:
-            raise EngineError("SERVICE_ERROR", "The voice service could not be reached.") from exc
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The voice service could not be reached."
+            ) from exc
         if resp.status_code < 400:
             return resp
         status = _status(resp)
@@ -111,15 +114,17 @@ class ElevenLabsProvider:
         if resp.status_code == 429:
             retry = resp.headers.get("retry-after")
             raise EngineError(
-                "RATE_LIMITED",
+                ErrorCode.RATE_LIMITED,
                 "The voice service is busy; try again shortly.",
                 retry_after_s=float(retry) if retry and retry.isdigit() else None,
             )
         if resp.status_code == 422 or status in ("voice_not_found", "max_character_limit_exceeded"):
             raise EngineError(
-                "INVALID_INPUT", "The voice service refused this input.", may_fall_back=False
+                ErrorCode.INVALID_INPUT,
+                "The voice service refused this input.",
+                may_fall_back=False,
             )
-        raise EngineError("SERVICE_ERROR", "The voice service failed.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "The voice service failed.")
 
 
 class _Speech:
@@ -139,7 +144,9 @@ class _Speech:
         voice = self.p.voice_id(request.voice)
         if voice is None or not request.model_name:
             raise EngineError(
-                "INVALID_INPUT", "This voice is not offered on this node.", may_fall_back=True
+                ErrorCode.INVALID_INPUT,
+                "This voice is not offered on this node.",
+                may_fall_back=True,
             )
         body: dict[str, Any] = {
             "text": request.text,
@@ -153,7 +160,7 @@ class _Speech:
             json=body,
         )
         if not resp.content:
-            raise EngineError("SERVICE_ERROR", "The voice service returned no audio.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The voice service returned no audio.")
         return SynthesisResult(resp.content, request.format)
 
 
@@ -181,7 +188,7 @@ class _Clone:
             return VoiceCloneResult(str(doc["voice_id"]), bool(doc.get("requires_verification")))
         except (ValueError, KeyError, TypeError) as exc:
             raise EngineError(
-                "SERVICE_ERROR", "The voice service answered nonsense.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR, "The voice service answered nonsense.", may_fall_back=False
             ) from exc
 
 

@@ -39,6 +39,7 @@ from satsgate.engines.providers.predictions import (
     is_refusal,
 )
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class FalProvider(PredictionProvider):
             resp = await self.http.post(url, json=inputs, headers=self.auth_headers())
         except Exception as exc:
             log.warning("fal %s: submit failed: %r", self.config.name, exc)
-            raise EngineError("SERVICE_ERROR", "The model could not be reached.") from exc
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The model could not be reached.") from exc
         self.raise_for_create(resp)
         doc = resp.json()
         request_id = str(doc["request_id"])
@@ -159,12 +160,14 @@ class FalProvider(PredictionProvider):
                 detail = _text(resp.json().get("detail"), resp.json())
             if is_refusal(detail):
                 raise EngineError(
-                    "CONTENT_FILTERED",
+                    ErrorCode.CONTENT_FILTERED,
                     "The model refused this request (content policy); rephrase it.",
                     may_fall_back=False,
                 )
             raise EngineError(
-                "SERVICE_ERROR", "The model failed to produce an output.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR,
+                "The model failed to produce an output.",
+                may_fall_back=False,
             )
         self.check_poll(resp)
         return resp.json()

@@ -68,6 +68,7 @@ from satsgate.engines.transcription import (
     Word,
 )
 from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 KIND = "openai"
@@ -239,7 +240,7 @@ def _json(raw: Any) -> Any:
 def _need_model(name: str | None) -> str:
     if not name:
         # The registry hands every call a mapped model name; without one nothing is sent.
-        raise EngineError("SERVICE_ERROR", "No model is configured for this request.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "No model is configured for this request.")
     return name
 
 
@@ -509,7 +510,7 @@ def provider_voice(voices: Mapping[str, str], request: SynthesisRequest) -> str:
             return DEFAULT_VOICES[name]
         # A cloned studio voice (Custom_...) lives with the engine that cloned it.
         raise EngineError(
-            "INVALID_INPUT", f"The voice {request.voice} is not available on this node."
+            ErrorCode.INVALID_INPUT, f"The voice {request.voice} is not available on this node."
         )
     described = (request.voice_description or "").lower()
     if "female" in described:

@@ -62,6 +62,7 @@ from satsgate.engines.image_generation import (
 from satsgate.engines.image_process import Box, Detection, DetectionResult, ImageOutput
 from satsgate.engines.refusals import said_by_model
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 
 log = logging.getLogger(__name__)
@@ -388,7 +389,7 @@ class PredictionProvider:
             # Another provider of the chain made it: that one takes it up. A job is never
             # run a second time elsewhere (no binding took it up: refunded).
             raise EngineError(
-                "L402_UPSTREAM_FAILED",
+                ErrorCode.L402_UPSTREAM_FAILED,
                 "The job was lost in a restart; the payment was refunded.",
                 may_fall_back=True,
             )
@@ -422,7 +423,7 @@ class PredictionProvider:
         if prediction.status == "failed":
             if is_refusal(prediction.error):
                 raise EngineError(
-                    "CONTENT_FILTERED",
+                    ErrorCode.CONTENT_FILTERED,
                     "The model refused this request (content policy); rephrase it.",
                     may_fall_back=False,
                     # The free-retry answer shows it as model_said (trimmed, unnamed).
@@ -432,11 +433,15 @@ class PredictionProvider:
                 "%s prediction %s failed: %s", self.KIND, prediction.id, prediction.error[:300]
             )
             raise EngineError(
-                "SERVICE_ERROR", "The model failed to produce an output.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR,
+                "The model failed to produce an output.",
+                may_fall_back=False,
             )
         if prediction.status == "canceled":
             raise EngineError(
-                "SERVICE_ERROR", "The generation was cancelled upstream.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR,
+                "The generation was cancelled upstream.",
+                may_fall_back=False,
             )
         output = prediction.output
         if output is None:
@@ -457,7 +462,7 @@ class PredictionProvider:
         urls = output_urls(output)
         if not urls:
             raise EngineError(
-                "SERVICE_ERROR", "The model returned no output file.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR, "The model returned no output file.", may_fall_back=False
             )
         files = [await self.download(url) for url in urls[:4]]
         progress(95.0, "storing the output")
@@ -478,7 +483,7 @@ class PredictionProvider:
             if remaining <= 0:
                 await self._cancel_quietly(prediction)
                 raise EngineError(
-                    "TIMEOUT",
+                    ErrorCode.TIMEOUT,
                     "The generation took too long and was stopped.",
                     may_fall_back=False,
                 )
@@ -532,17 +537,17 @@ class PredictionProvider:
         )
         if resp.status_code == 429:
             raise EngineError(
-                "RATE_LIMITED",
+                ErrorCode.RATE_LIMITED,
                 "The model is busy; try again shortly.",
                 retry_after_s=retry_after_s(resp),
             )
         if resp.status_code in (400, 422) and is_refusal(detail):
             raise EngineError(
-                "CONTENT_FILTERED",
+                ErrorCode.CONTENT_FILTERED,
                 "The model refused this request (content policy); rephrase it.",
                 may_fall_back=False,
             )
-        raise EngineError("SERVICE_ERROR", "The model could not take the request.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "The model could not take the request.")
 
     def check_poll(self, resp: httpx.Response) -> None:
         """A poll's answer: transient ones (429, 5xx) retried, others end the run."""
@@ -554,7 +559,7 @@ class PredictionProvider:
                 "%s: poll answered %d: %s", self.KIND, resp.status_code, _detail(resp)[:300]
             )
             raise EngineError(
-                "SERVICE_ERROR", "The generation was lost upstream.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR, "The generation was lost upstream.", may_fall_back=False
             )
 
     async def get(self, url: str, **kwargs: Any) -> httpx.Response:
@@ -572,14 +577,18 @@ class PredictionProvider:
                 data = base64.b64decode(encoded, validate=False)
             except ValueError as exc:
                 raise EngineError(
-                    "SERVICE_ERROR", "The model's output could not be read.", may_fall_back=False
+                    ErrorCode.SERVICE_ERROR,
+                    "The model's output could not be read.",
+                    may_fall_back=False,
                 ) from exc
             return MediaFile(data, sniff_ext(data))
         parts = urlsplit(url)
         base = urlsplit(self.config.base_url)
         if parts.scheme != "https" and not (parts.scheme == "http" and base.scheme == "http"):
             raise EngineError(
-                "SERVICE_ERROR", "The model's output could not be fetched.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR,
+                "The model's output could not be fetched.",
+                may_fall_back=False,
             )
         headers = self.auth_headers() if parts.netloc == base.netloc else {}
         for attempt in range(4):
@@ -594,7 +603,7 @@ class PredictionProvider:
                         buf.write(chunk)
                         if buf.tell() > self.max_output_bytes:
                             raise EngineError(
-                                "SERVICE_ERROR",
+                                ErrorCode.SERVICE_ERROR,
                                 "The model's output is too large.",
                                 may_fall_back=False,
                             )
@@ -607,7 +616,7 @@ class PredictionProvider:
                 log.info("%s: output download: %r (attempt %d)", self.KIND, exc, attempt + 1)
                 await asyncio.sleep(min(wait, 5.0) * (attempt + 1) * 0.25)
         raise EngineError(
-            "SERVICE_ERROR", "The model's output could not be fetched.", may_fall_back=False
+            ErrorCode.SERVICE_ERROR, "The model's output could not be fetched.", may_fall_back=False
         )
 
     def auth_headers(self) -> dict[str, str]:
@@ -617,7 +626,7 @@ class PredictionProvider:
 
     def _model(self, model_name: str | None) -> str:
         if not model_name:  # the registry sends only mapped model ids; be safe anyway
-            raise EngineError("SERVICE_ERROR", "No model is configured for this request.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "No model is configured for this request.")
         return model_name
 
     async def generate_video(self, request: VideoRequest) -> MediaFile:
@@ -680,7 +689,9 @@ class PredictionProvider:
         )
         images = tuple(f for f in files if f.ext in ("png", "jpeg", "webp"))
         if not images:
-            raise EngineError("SERVICE_ERROR", "The model returned no image.", may_fall_back=False)
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The model returned no image.", may_fall_back=False
+            )
         return ImageOpResult(images, self.LABEL)
 
     async def generate(self, request: ImageGenerationRequest) -> GeneratedImage:
@@ -831,7 +842,9 @@ def parse_detections(
         items = next((output[k] for k in _DETECTION_LISTS if k in output), None)
     if not isinstance(items, list):
         raise EngineError(
-            "SERVICE_ERROR", "The model answered no list of detections.", may_fall_back=False
+            ErrorCode.SERVICE_ERROR,
+            "The model answered no list of detections.",
+            may_fall_back=False,
         )
     found: list[Detection] = []
     for item in items:
@@ -839,7 +852,7 @@ def parse_detections(
             detection = _detection(item, width, height)
         except (KeyError, TypeError, ValueError, StopIteration):
             raise EngineError(
-                "SERVICE_ERROR", "The model answered a detection without a box.",
+                ErrorCode.SERVICE_ERROR, "The model answered a detection without a box.",
                 may_fall_back=False,
             ) from None  # fmt: skip
         if detection is not None and detection.confidence >= threshold:
@@ -874,7 +887,9 @@ def _first(files: list[MediaFile], exts: tuple[str, ...], what: str) -> MediaFil
     for f in files:
         if f.ext in exts:
             return f
-    raise EngineError("SERVICE_ERROR", f"The model returned no {what}.", may_fall_back=False)
+    raise EngineError(
+        ErrorCode.SERVICE_ERROR, f"The model returned no {what}.", may_fall_back=False
+    )
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
@@ -885,7 +900,7 @@ def _image_size(data: bytes) -> tuple[int, int]:
             return img.width, img.height
     except Exception as exc:
         raise EngineError(
-            "SERVICE_ERROR", "The model returned an unreadable image.", may_fall_back=False
+            ErrorCode.SERVICE_ERROR, "The model returned an unreadable image.", may_fall_back=False
         ) from exc
 
 

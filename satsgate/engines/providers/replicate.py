@@ -32,6 +32,7 @@ from satsgate.engines.config import ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers.predictions import Prediction, PredictionProvider, Status
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class ReplicateProvider(PredictionProvider):
             resp = await self.http.post(url, json=body, headers=headers)
         except Exception as exc:
             log.warning("replicate %s: create failed: %r", self.config.name, exc)
-            raise EngineError("SERVICE_ERROR", "The model could not be reached.") from exc
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The model could not be reached.") from exc
         self.raise_for_create(resp)
         prediction = _prediction(resp.json())
         if hook:

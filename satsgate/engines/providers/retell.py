@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import re
 import time
@@ -33,7 +32,11 @@ from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.providers.voice_agents import (
     WEBHOOK_TOLERANCE_S,
     VoiceAgentProvider,
+    call_id_in,
+    mapping,
     option_str,
+    prompt_variables,
+    text,
 )
 from satsgate.engines.registry import EngineDeps
 
@@ -77,10 +80,12 @@ def verify_signature(key: str, body: bytes, header: str, now_ms: int | None = No
 
 class RetellProvider(VoiceAgentProvider):
     KIND = KIND
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    CREATE_PATH = "/v2/create-phone-call"
+    CALL_PATH = "/v2/get-call/{call_id}"
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         super().__init__(config, deps)
-        self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
         self.agent_id = option_str(config, "agent_id", required=True)
         self.from_number = option_str(config, "from_number", required=True)
         version = config.options.get("agent_version")
@@ -89,7 +94,10 @@ class RetellProvider(VoiceAgentProvider):
         self.agent_version: int | None = version
         self.webhook_key = option_str(config, "webhook_key") or config.api_key
 
-    async def place_call(self, request: AiCallRequest) -> AiCallReport:
+    def normalise(self, call: Mapping[str, Any]) -> AiCallReport:
+        return report(call)
+
+    def call_body(self, request: AiCallRequest) -> dict[str, Any]:
         agent: dict[str, Any] = {
             "voicemail_option": {
                 "action": {"type": "static_text", "text": request.voicemail_message}
@@ -105,12 +113,7 @@ class RetellProvider(VoiceAgentProvider):
             "from_number": self.from_number,
             "to_number": request.to_number,
             "override_agent_id": self.agent_id,
-            "retell_llm_dynamic_variables": {
-                "agent_prompt": request.prompt,
-                "begin_message": request.begin_message,
-                "language": request.language,
-                "voice": request.voice or "",
-            },
+            "retell_llm_dynamic_variables": prompt_variables(request),
             "metadata": {"satsgate_reference": request.reference},
             "agent_override": {
                 "agent": agent,
@@ -119,20 +122,12 @@ class RetellProvider(VoiceAgentProvider):
         }
         if self.agent_version is not None:
             body["override_agent_version"] = self.agent_version
-        return report(await self.create(f"{self.base_url}/v2/create-phone-call", body))
-
-    async def get_call(self, provider_call_id: str) -> AiCallReport:
-        return report(await self.fetch(f"{self.base_url}/v2/get-call/{provider_call_id}"))
+        return body
 
     def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> str | None:
         if not verify_signature(self.webhook_key, body, headers.get("x-retell-signature", "")):
             return None
-        try:
-            doc = json.loads(body)
-            call_id = doc["call"]["call_id"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        return call_id if isinstance(call_id, str) and call_id else None
+        return call_id_in(body, "call", "call_id")
 
 
 def report(call: Mapping[str, Any]) -> AiCallReport:
@@ -141,8 +136,7 @@ def report(call: Mapping[str, Any]) -> AiCallReport:
     status = str(call.get("call_status") or "")
     state = _STATES.get(status, "queued")
     reason = str(call.get("disconnection_reason") or "")
-    analysis = call.get("call_analysis")
-    analysis = analysis if isinstance(analysis, Mapping) else {}
+    analysis = mapping(call.get("call_analysis"))
     outcome: Outcome | None = None
     connected_s = 0.0
     if state == "ended":
@@ -175,10 +169,10 @@ def report(call: Mapping[str, Any]) -> AiCallReport:
         ended_reason=reason,
         connected_s=connected_s,
         turns=tuple(turns),
-        transcript=transcript if isinstance(transcript, str) else None,
-        summary=summary if isinstance(summary, str) else None,
+        transcript=text(transcript),
+        summary=text(summary),
         successful=successful if isinstance(successful, bool) else None,
-        data=dict(data) if isinstance(data, Mapping) else {},
+        data=dict(mapping(data)),
         # call_ended carries everything but call_analysis; call_analyzed follows.
         analysed=bool(analysis) or outcome in ("no_answer", "busy", "failed"),
     )

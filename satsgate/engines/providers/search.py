@@ -26,6 +26,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.providers import upstream
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.search import SearchHit, SearchRequest, SearchResult
+from satsgate.errors import ErrorCode
 
 BRAVE_BASE_URL = "https://api.search.brave.com/res/v1"
 # Brave's search_lang values where they differ from the ISO 639-1 code; a language
@@ -142,7 +143,7 @@ class _SearchProvider:
             upstream.log_failure("search", self.KIND, error, f"HTTP {exc.resp.status_code}")
             raise error from None
         except httpx.HTTPError as exc:
-            error = EngineError("L402_UPSTREAM_FAILED", upstream.UNAVAILABLE_MESSAGE)
+            error = EngineError(ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE)
             upstream.log_failure("search", self.KIND, error, type(exc).__name__)
             raise error from None
 

@@ -42,7 +42,9 @@ import aiosmtplib
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.mail import OutgoingEmail, SentEmail
+from satsgate.engines.providers.upstream import check_options
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +82,7 @@ class SmtpEmail:
         env = os.environ if environ is None else environ
         where = f"[providers.{config.name}]"
         opts = config.options
-        unknown = set(opts) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         host = _option(opts, "host", str, where)
         if not host:
             raise EngineConfigError(f'{where} needs host = "..."')
@@ -182,7 +182,7 @@ class SmtpEmail:
             utf8 = msg.policy is SMTPUTF8
             if utf8 and not smtp.supports_extension("smtputf8"):
                 raise EngineError(
-                    "INVALID_INPUT",
+                    ErrorCode.INVALID_INPUT,
                     "The mail server cannot deliver to internationalized addresses.",
                     may_fall_back=True,
                 )
@@ -191,18 +191,18 @@ class SmtpEmail:
                 options.append("BODY=8BITMIME")
             await smtp.mail(self.from_address, options=options, encoding="utf-8")
             accepted: list[str] = []
-            refused: dict[str, str] = {}
+            refused: dict[str, int] = {}
             for rcpt in message.to:
                 try:
                     await smtp.rcpt(rcpt, encoding="utf-8")
                     accepted.append(rcpt)
                 except aiosmtplib.SMTPRecipientRefused as exc:
                     # The reply code only: the server's text may name the server.
-                    refused[rcpt] = str(exc.code)
+                    refused[rcpt] = exc.code
             if not accepted:
-                permanent = all(reason.startswith("5") for reason in refused.values())
+                permanent = all(code >= 500 for code in refused.values())
                 raise EngineError(
-                    "INVALID_INPUT" if permanent else "SERVICE_ERROR",
+                    ErrorCode.INVALID_INPUT if permanent else ErrorCode.SERVICE_ERROR,
                     "The mail server refused every recipient; nothing was sent.",
                     may_fall_back=not permanent,
                     extra={"refused": sorted(refused)},
@@ -214,7 +214,7 @@ class SmtpEmail:
         except aiosmtplib.SMTPDataError as exc:
             # The server answered the data transfer with a refusal: nothing was sent.
             raise EngineError(
-                "SERVICE_ERROR" if exc.code < 500 else "INVALID_INPUT",
+                ErrorCode.SERVICE_ERROR if exc.code < 500 else ErrorCode.INVALID_INPUT,
                 f"The mail server refused the message ({exc.code}); nothing was sent.",
                 may_fall_back=False,
             ) from None
@@ -222,13 +222,13 @@ class SmtpEmail:
             log.warning("smtp %s:%s failed: %r", self.host, self.port, exc)
             if sent_data:
                 raise EngineError(
-                    "SERVICE_ERROR",
+                    ErrorCode.SERVICE_ERROR,
                     "The mail server stopped answering during delivery; the message may "
                     "or may not have been sent.",
                     may_fall_back=False,
                 ) from None
             raise EngineError(
-                "SERVICE_ERROR",
+                ErrorCode.SERVICE_ERROR,
                 "The mail server could not be reached or refused the connection; nothing was sent.",
             ) from None
         finally:
@@ -237,7 +237,11 @@ class SmtpEmail:
                     await smtp.quit()
                 except (aiosmtplib.SMTPException, OSError, TimeoutError):
                     smtp.close()
-        return SentEmail(str(msg["Message-ID"]), tuple(accepted), refused)
+        return SentEmail(
+            str(msg["Message-ID"]),
+            tuple(accepted),
+            {rcpt: str(code) for rcpt, code in refused.items()},  # the reply codes as text
+        )
 
 
 class SmtpProvider:

@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import httpx
 from cryptography.exceptions import InvalidSignature
@@ -62,6 +62,7 @@ from satsgate.engines.delivery import (
     StatusUpdate,
     WebhookEvents,
     WebhookRequest,
+    reference_of,
 )
 from satsgate.engines.errors import EngineError
 from satsgate.engines.fax import (
@@ -73,15 +74,23 @@ from satsgate.engines.fax import (
     InboundRequest,
 )
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
+from satsgate.engines.providers.carriers import (
+    opt_out_by_reply,
+    opted_out_recipient,
+    ring_timeout_option,
+    voices_option,
+)
 from satsgate.engines.providers.upstream import (
+    check_options,
     log_failure,
     retries_option,
     retry_after_s,
     status_error,
+    timeout_option,
 )
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
-from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
+from satsgate.errors import ErrorCode
 from satsgate.services.comms.destinations import check_e164, destination
 
 log = logging.getLogger(__name__)
@@ -195,9 +204,7 @@ class TelnyxProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         where = f"[providers.{config.name}]"
         options = config.options
-        unknown = set(options) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         if not config.api_key:
             raise EngineConfigError(
                 f'{where} needs the API key: api_key_env = "ENV_VAR" or api_key = "..."'
@@ -207,8 +214,7 @@ class TelnyxProvider:
         self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
         self._public_key = public_key_from(options.get("public_key"), where)
         self.retries = retries_option(config)
-        # The table's timeout_s, else 30 s (ProviderConfig's 60 s default is for AI work).
-        self.timeout_s = config.timeout_s if config.timeout_s != 60.0 else DEFAULT_TIMEOUT_S
+        self.timeout_s = timeout_option(config, DEFAULT_TIMEOUT_S)
         self.status_poll_s = _positive(
             options.get("status_poll_s"), f"{where} status_poll_s", DEFAULT_STATUS_POLL_S
         )
@@ -225,16 +231,8 @@ class TelnyxProvider:
         )
         self.messaging_profile_id = str(options.get("messaging_profile_id", "") or "")
         self.call_connection_id = str(options.get("call_connection_id", "") or "")
-        ring = options.get("ring_timeout_s", 30)
-        if isinstance(ring, bool) or not isinstance(ring, int) or not 5 <= ring <= 120:
-            raise EngineConfigError(f"{where} ring_timeout_s must be 5 to 120 (seconds)")
-        self.ring_timeout_s = ring
-        voices = options.get("voices", {})
-        if not isinstance(voices, Mapping) or not all(
-            isinstance(v, str) and v for v in voices.values()
-        ):
-            raise EngineConfigError(f"{where}.voices maps locales to speak voices")
-        self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
+        self.ring_timeout_s = ring_timeout_option(options, where, 120)
+        self.voices = voices_option(options, where, "speak voices")
         default_voice = options.get("default_voice", "female")
         if not isinstance(default_voice, str) or not default_voice:
             raise EngineConfigError(f"{where} default_voice must be a voice name")
@@ -325,17 +323,17 @@ class TelnyxProvider:
                     await asyncio.sleep(0.25 * (attempt + 1))
                     continue
                 raise self._failed(
-                    engine, "L402_UPSTREAM_FAILED", "connection failure", True
+                    engine, ErrorCode.L402_UPSTREAM_FAILED, "connection failure", True
                 ) from exc
             except httpx.TimeoutException as exc:
                 if safe and not last:
                     continue
-                raise self._failed(engine, "TIMEOUT", "timeout", safe) from exc
+                raise self._failed(engine, ErrorCode.TIMEOUT, "timeout", safe) from exc
             except httpx.HTTPError as exc:
                 if safe and not last:
                     continue
                 raise self._failed(
-                    engine, "L402_UPSTREAM_FAILED", type(exc).__name__, safe
+                    engine, ErrorCode.L402_UPSTREAM_FAILED, type(exc).__name__, safe
                 ) from exc
             status = resp.status_code
             if status < 400:
@@ -346,7 +344,7 @@ class TelnyxProvider:
                     return data
                 except (ValueError, KeyError, TypeError) as exc:
                     cause = f"unusable answer ({type(exc).__name__})"
-                    raise self._failed(engine, "SERVICE_ERROR", cause, safe) from exc
+                    raise self._failed(engine, ErrorCode.SERVICE_ERROR, cause, safe) from exc
             retryable = status == 429 or (status >= 500 if safe else status == 503)
             if retryable and not last:
                 await asyncio.sleep(min(retry_after_s(resp.headers), 2.0) * (attempt + 1) / 2)
@@ -354,12 +352,16 @@ class TelnyxProvider:
             code, pointer = _error_of(resp)
             cause = f"HTTP {status}" + (f" ({code})" if code else "")
             if code == OPTED_OUT_CODE:
-                error = EngineError("RECIPIENT_OPTED_OUT", OPTED_OUT_MESSAGE, may_fall_back=False)
+                error = EngineError(
+                    ErrorCode.RECIPIENT_OPTED_OUT, OPTED_OUT_MESSAGE, may_fall_back=False
+                )
                 log_failure(engine, KIND, error, cause)
                 raise error
             if status in (400, 422) and pointer == "/to":
                 # The destination itself was refused: the caller's input, on any provider.
-                error = EngineError("INVALID_INPUT", INVALID_NUMBER_MESSAGE, may_fall_back=False)
+                error = EngineError(
+                    ErrorCode.INVALID_INPUT, INVALID_NUMBER_MESSAGE, may_fall_back=False
+                )
                 log_failure(engine, KIND, error, cause)
                 raise error
             mapped = status_error(status, resp.headers, None)
@@ -373,7 +375,7 @@ class TelnyxProvider:
     def _failed(
         self,
         engine: str,
-        code: str,
+        code: ErrorCode,
         cause: str,
         nothing_done: bool,
         *,
@@ -381,11 +383,11 @@ class TelnyxProvider:
     ) -> EngineError:
         """The caller's error (no provider, URL or key in it) and the operator's log line.
         ``nothing_done``: the upstream surely did not act, so another provider may."""
-        if code == "TIMEOUT":
+        if code == ErrorCode.TIMEOUT:
             retry_after = 20
         error = EngineError(
             code,
-            _MESSAGES.get(code, _MESSAGES["SERVICE_ERROR"]),
+            _MESSAGES.get(code, _MESSAGES[ErrorCode.SERVICE_ERROR]),
             retry_after_s=retry_after,
             may_fall_back=None if nothing_done else False,
         )
@@ -407,7 +409,7 @@ class TelnyxProvider:
         data = await self.request("POST", "/faxes", "fax", body)
         fax_id = str(data.get("id") or "")
         if not fax_id:
-            raise self._failed("fax", "SERVICE_ERROR", "answer without an id", False)
+            raise self._failed("fax", ErrorCode.SERVICE_ERROR, "answer without an id", False)
         state = _fax_state(fax_id, data)
         watch = self._faxes.get(fax_id)
         if watch is None:  # a webhook may have come before this answer
@@ -499,7 +501,7 @@ class TelnyxProvider:
         for _ in range(MAX_REDIRECTS + 1):
             if not self._media_allowed(url):
                 log.warning("telnyx %s: inbound fax media on a host not allowed", self.config.name)
-                raise EngineError("SERVICE_ERROR", "The received fax could not be fetched.")
+                raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax could not be fetched.")
             # The key goes only to the API's own host (a presigned storage URL needs none).
             same_host = urlsplit(url).netloc == urlsplit(self.base_url).netloc
             headers = self._headers() if same_host else {}
@@ -512,19 +514,21 @@ class TelnyxProvider:
                         break
                     declared = resp.headers.get("content-length", "")
                     if declared.isdigit() and int(declared) > max_bytes:
-                        raise EngineError("SERVICE_ERROR", "The received fax is too large.")
+                        raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax is too large.")
                     chunks: list[bytes] = []
                     size = 0
                     async for chunk in resp.aiter_bytes():
                         size += len(chunk)
                         if size > max_bytes:
-                            raise EngineError("SERVICE_ERROR", "The received fax is too large.")
+                            raise EngineError(
+                                ErrorCode.SERVICE_ERROR, "The received fax is too large."
+                            )
                         chunks.append(chunk)
                     return b"".join(chunks)
             except httpx.HTTPError as exc:
                 log.warning("telnyx %s: inbound fax download: %r", self.config.name, exc)
                 break
-        raise EngineError("SERVICE_ERROR", "The received fax could not be fetched.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax could not be fetched.")
 
     # -- webhooks -------------------------------------------------------------------------
 
@@ -554,9 +558,7 @@ class TelnyxProvider:
             self._seen[event_id] = None
             while len(self._seen) > _SEEN_EVENTS:
                 self._seen.popitem(last=False)
-        refs = parse_qs(urlsplit(request.url).query).get(REFERENCE_PARAM)
-        reference = refs[0] if refs else None
-        return await self.on_event(event_type, payload, data, reference)
+        return await self.on_event(event_type, payload, data, reference_of(request.url))
 
     async def on_event(
         self,
@@ -638,23 +640,12 @@ class TelnyxProvider:
                 return WebhookEvents(200)
             message = InboundMessage(number, to, str(payload.get("text") or ""),
                                      str(payload.get("id") or ""))  # fmt: skip
-            await self._inbound_message(message)
+            await opt_out_by_reply(self.deps.opt_outs, message, f"{KIND} {self.config.name}")
             return WebhookEvents(200, inbound=(message,))
         update = message_update(payload, reference)
         if not update.provider_ref:
             return WebhookEvents(200)
         return WebhookEvents(200, updates=(update,))
-
-    async def _inbound_message(self, message: InboundMessage) -> None:
-        """A STOP reply (or another request not to be contacted) -> do-not-contact."""
-        if not asks_not_to_be_contacted(message.text):
-            return
-        try:
-            added = await opt_out(self.deps.opt_outs, message.from_number, source="sms-stop")
-        except ValueError:
-            return
-        if added:
-            log.info("telnyx %s: a number opted out by SMS reply", self.config.name)
 
     # -- calls (Call Control) ----------------------------------------------------------------
 
@@ -821,13 +812,12 @@ class TelnyxSms:
         try:
             data = await p.request("POST", "/messages", "sms", body)
         except EngineError as exc:
-            if exc.code == "RECIPIENT_OPTED_OUT":
-                with contextlib.suppress(ValueError):
-                    await opt_out(p.deps.opt_outs, request.to, source="sms-stop")
+            if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
+                await opted_out_recipient(p.deps.opt_outs, request.to)
             raise
         update = message_update(data)
         if not update.provider_ref:
-            raise p._failed("sms", "SERVICE_ERROR", "answer without an id", False)
+            raise p._failed("sms", ErrorCode.SERVICE_ERROR, "answer without an id", False)
         status: MessageStatus = update.status  # type: ignore[assignment]
         return SmsSent(update.provider_ref, status, _int(data.get("parts")))
 
@@ -857,7 +847,7 @@ class TelnyxVoice:
         data = await p.request("POST", "/calls", "voice", body)
         call_id = str(data.get("call_control_id") or "")
         if not call_id:
-            raise p._failed("voice", "SERVICE_ERROR", "answer without a call id", False)
+            raise p._failed("voice", ErrorCode.SERVICE_ERROR, "answer without a call id", False)
         p.remember_call(call_id, request)
         return CallPlaced(call_id, "queued")
 
@@ -879,11 +869,13 @@ _RANK: Mapping[FaxStatus, int] = {"queued": 0, "sending": 1, "delivered": 2, "fa
 
 INVALID_NUMBER_MESSAGE = "The destination number was refused; the payment was refunded."
 OPTED_OUT_MESSAGE = "The recipient opted out of messages from this node; the payment was refunded."
-_MESSAGES: Mapping[str, str] = {
-    "RATE_LIMITED": "The telephony engine is rate-limited right now; the payment was refunded.",
-    "TIMEOUT": "The telephony engine did not answer in time; the payment was refunded.",
-    "L402_UPSTREAM_FAILED": "The telephony engine failed; the payment was refunded.",
-    "SERVICE_ERROR": "The telephony engine rejected the request; the payment was refunded.",
+_MESSAGES: Mapping[ErrorCode, str] = {
+    ErrorCode.RATE_LIMITED: (
+        "The telephony engine is rate-limited right now; the payment was refunded."
+    ),
+    ErrorCode.TIMEOUT: "The telephony engine did not answer in time; the payment was refunded.",
+    ErrorCode.L402_UPSTREAM_FAILED: "The telephony engine failed; the payment was refunded.",
+    ErrorCode.SERVICE_ERROR: "The telephony engine rejected the request; the payment was refunded.",
 }
 
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -73,12 +72,20 @@ from satsgate.engines.delivery import (
     StatusUpdate,
     WebhookEvents,
     WebhookRequest,
+    reference_of,
 )
 from satsgate.engines.errors import EngineError
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
+from satsgate.engines.providers.carriers import (
+    opt_out_by_reply,
+    opted_out_recipient,
+    ring_timeout_option,
+    voices_option,
+)
+from satsgate.engines.providers.upstream import check_options, retries_option, timeout_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
-from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -300,25 +307,30 @@ class TwilioClient:
                     attempt += 1
                     await asyncio.sleep(0.25 * attempt)
                     continue
-                self._log(path, "connection failed", "SERVICE_ERROR")
-                raise EngineError("SERVICE_ERROR", failed) from exc
+                self._log(path, "connection failed", ErrorCode.SERVICE_ERROR)
+                raise EngineError(ErrorCode.SERVICE_ERROR, failed) from exc
             except httpx.TimeoutException as exc:
-                self._log(path, "timeout", "TIMEOUT")
+                self._log(path, "timeout", ErrorCode.TIMEOUT)
                 raise EngineError(
-                    "TIMEOUT", f"{TIMED_OUT} {failed}", retry_after_s=20, may_fall_back=not creates
+                    ErrorCode.TIMEOUT,
+                    f"{TIMED_OUT} {failed}",
+                    retry_after_s=20,
+                    may_fall_back=not creates,
                 ) from exc
             except httpx.HTTPError as exc:  # broken mid-way: it may have been acted on
-                self._log(path, f"transport error {type(exc).__name__}", "SERVICE_ERROR")
-                raise EngineError("SERVICE_ERROR", failed, may_fall_back=not creates) from exc
+                self._log(path, f"transport error {type(exc).__name__}", ErrorCode.SERVICE_ERROR)
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, failed, may_fall_back=not creates
+                ) from exc
             status = resp.status_code
             if status < 400:
                 try:
                     doc = resp.json()
                 except ValueError as exc:
-                    self._log(path, f"HTTP {status} unreadable body", "SERVICE_ERROR")
-                    raise EngineError("SERVICE_ERROR", failed, may_fall_back=False) from exc
+                    self._log(path, f"HTTP {status} unreadable body", ErrorCode.SERVICE_ERROR)
+                    raise EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=False) from exc
                 if not isinstance(doc, dict):
-                    raise EngineError("SERVICE_ERROR", failed, may_fall_back=False)
+                    raise EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=False)
                 return doc
             retryable = status in (429, 503) or (not creates and status >= 500)
             if retryable and attempt < self.max_retries:
@@ -332,24 +344,27 @@ class TwilioClient:
         status = resp.status_code
         cause = f"HTTP {status}" + (f" (error {code})" if code else "")
         if code == OPTED_OUT_CODE:
-            error = EngineError("RECIPIENT_OPTED_OUT", OPTED_OUT, may_fall_back=False)
+            error = EngineError(ErrorCode.RECIPIENT_OPTED_OUT, OPTED_OUT, may_fall_back=False)
         elif code in INVALID_NUMBER_CODES:
-            error = EngineError("INVALID_INPUT", NOT_REACHABLE, may_fall_back=False)
+            error = EngineError(ErrorCode.INVALID_INPUT, NOT_REACHABLE, may_fall_back=False)
         elif status == 429 or code in RATE_CODES:
             error = EngineError(
-                "RATE_LIMITED", BUSY, retry_after_s=_retry_after(resp, 10.0), may_fall_back=True
+                ErrorCode.RATE_LIMITED,
+                BUSY,
+                retry_after_s=_retry_after(resp, 10.0),
+                may_fall_back=True,
             )
         elif status == 503:
-            error = EngineError("SERVICE_ERROR", failed, may_fall_back=True)
+            error = EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=True)
         elif status >= 500:
             # The create may have been carried out before the error: never elsewhere again.
-            error = EngineError("SERVICE_ERROR", failed, may_fall_back=not creates)
+            error = EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=not creates)
         else:  # 400/401/403/404: the operator's account, number or permissions
-            error = EngineError("SERVICE_ERROR", failed, may_fall_back=True)
+            error = EngineError(ErrorCode.SERVICE_ERROR, failed, may_fall_back=True)
         self._log(path, cause, error.code)
         return error
 
-    def _log(self, path: str, cause: str, code: str) -> None:
+    def _log(self, path: str, cause: str, code: ErrorCode) -> None:
         # The path without ids: "Messages.json", "Calls/….json".
         what = re.sub(r"[A-Z]{2}[0-9a-fA-F]{32}", "…", path)
         log.warning("twilio %s: %s %s -> %s", self.name, what, cause, code)
@@ -417,7 +432,7 @@ class TwilioClient:
         doc = await self._request("POST", "/Calls.json", form, creates=True, failed=CALL_FAILED)
         sid = doc.get("sid")
         if not isinstance(sid, str) or not sid:
-            raise EngineError("SERVICE_ERROR", CALL_FAILED, may_fall_back=False)
+            raise EngineError(ErrorCode.SERVICE_ERROR, CALL_FAILED, may_fall_back=False)
         return sid
 
     async def fetch_call(self, sid: str) -> dict[str, Any]:
@@ -439,7 +454,7 @@ class TwilioClient:
             )
         except EngineError as exc:
             # Twilio answers 4xx for a call that is no longer in progress.
-            if exc.code not in ("SERVICE_ERROR", "INVALID_INPUT"):
+            if exc.code not in (ErrorCode.SERVICE_ERROR, ErrorCode.INVALID_INPUT):
                 raise
 
 
@@ -453,7 +468,7 @@ def _form_dict(form: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 
 def _check_sid(sid: str) -> None:
     if not _SID.match(sid):
-        raise EngineError("SERVICE_ERROR", "Unknown message or call.", may_fall_back=False)
+        raise EngineError(ErrorCode.SERVICE_ERROR, "Unknown message or call.", may_fall_back=False)
 
 
 def _twilio_code(resp: httpx.Response) -> int | None:
@@ -529,9 +544,7 @@ class TwilioProvider:
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         where = f"[providers.{config.name}]"
         opts = config.options
-        unknown = set(opts) - _KNOWN_OPTIONS
-        if unknown:
-            raise EngineConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        check_options(config, _KNOWN_OPTIONS)
         sid = opts.get("account_sid")
         if not isinstance(sid, str) or not _ACCOUNT_SID.match(sid):
             raise EngineConfigError(f'{where} needs account_sid = "AC..." (34 characters)')
@@ -553,23 +566,13 @@ class TwilioProvider:
             if not key_sid.startswith("SK"):
                 raise EngineConfigError(f'{where} api_key_sid must be "SK..."')
             signing = _webhook_token(opts, where, deps)
-        retries = opts.get("max_retries", 1)
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 2:
-            raise EngineConfigError(f"{where} max_retries must be 0, 1 or 2")
-        ring = opts.get("ring_timeout_s", 30)
-        if isinstance(ring, bool) or not isinstance(ring, int) or not 5 <= ring <= 600:
-            raise EngineConfigError(f"{where} ring_timeout_s must be 5 to 600 (seconds)")
-        self.ring_timeout_s = ring
+        retries = retries_option(config)
+        self.ring_timeout_s = ring_timeout_option(opts, where, 600)
         callbacks = opts.get("status_callbacks", True)
         if not isinstance(callbacks, bool):
             raise EngineConfigError(f"{where} status_callbacks must be true or false")
         self.status_callbacks = callbacks
-        voices = opts.get("voices", {})
-        if not isinstance(voices, Mapping) or not all(
-            isinstance(v, str) and v for v in voices.values()
-        ):
-            raise EngineConfigError(f"{where}.voices maps locales to <Say> voice names")
-        self.voices = {str(k).lower(): str(v) for k, v in voices.items()}
+        self.voices = voices_option(opts, where, "<Say> voice names")
         self.default_voice = _opt_str(opts, "default_voice", where)
         speech = opts.get("speech", "provider")
         if speech not in ("provider", "node"):
@@ -587,8 +590,7 @@ class TwilioProvider:
             secret=config.api_key,
             signing_token=signing,
             base_url=config.base_url or DEFAULT_BASE_URL,
-            # ProviderConfig's default (60 s) is long for a send the caller waits on.
-            timeout_s=DEFAULT_TIMEOUT_S if config.timeout_s == 60.0 else config.timeout_s,
+            timeout_s=timeout_option(config, DEFAULT_TIMEOUT_S),
             max_retries=retries,
             name=config.name,
         )
@@ -641,8 +643,7 @@ class TwilioProvider:
             log.warning("twilio %s: webhook with a bad signature refused", self.config.name)
             return WebhookEvents(403)
         query = parse_qs(urlsplit(request.url).query)
-        refs = query.get(REFERENCE_PARAM)
-        reference = refs[0] if refs else None
+        reference = reference_of(request.url)
 
         def one(name: str) -> str:
             values = params.get(name) or [""]
@@ -678,23 +679,16 @@ class TwilioProvider:
             return WebhookEvents(200, updates=(message_update(doc, reference),))
         if one("MessageSid") and one("From"):
             inbound = InboundMessage(one("From"), one("To"), one("Body"), one("MessageSid"))
-            await self._inbound(inbound, one("OptOutType"))
+            await opt_out_by_reply(
+                self.deps.opt_outs,
+                inbound,
+                f"{KIND} {self.config.name}",
+                stop=one("OptOutType").upper() == "STOP",  # Twilio's own classification
+            )
             return WebhookEvents(
                 200, inbound=(inbound,), body=EMPTY_TWIML, content_type="application/xml"
             )
         return WebhookEvents(200)
-
-    async def _inbound(self, message: InboundMessage, opt_out_type: str) -> None:
-        """A STOP reply (or Twilio's own opt-out classification) -> do-not-contact."""
-        if opt_out_type.upper() != "STOP" and not asks_not_to_be_contacted(message.text):
-            return
-        try:
-            added = await opt_out(self.deps.opt_outs, message.from_number, source="sms-stop")
-        except ValueError:
-            log.info("twilio %s: an opt-out from an unusable sender ignored", self.config.name)
-            return
-        if added:
-            log.info("twilio %s: a number opted out by SMS reply", self.config.name)
 
 
 class TwilioSms:
@@ -715,18 +709,14 @@ class TwilioSms:
                 status_callback=callback,
             )
         except EngineError as exc:
-            if exc.code == "RECIPIENT_OPTED_OUT":
-                await self._opted_out(request.to)
+            if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
+                await opted_out_recipient(p.deps.opt_outs, request.to)
             raise
         update = message_update(doc)
         if not update.provider_ref:
-            raise EngineError("SERVICE_ERROR", SMS_FAILED, may_fall_back=False)
+            raise EngineError(ErrorCode.SERVICE_ERROR, SMS_FAILED, may_fall_back=False)
         status: MessageStatus = update.status  # type: ignore[assignment]
         return SmsSent(update.provider_ref, status, _int(doc.get("num_segments")))
-
-    async def _opted_out(self, number: str) -> None:
-        with contextlib.suppress(ValueError):
-            await opt_out(self.p.deps.opt_outs, number, source="sms-stop")
 
     async def sms_status(self, message_id: str) -> StatusUpdate:
         return message_update(await self.p.client.fetch_message(message_id))

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.config import DEFAULT_TIMEOUT_S, EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.refusals import said_by_model
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger("satsgate.engines.providers")
 
@@ -77,11 +78,11 @@ def _bounded(seconds: float) -> float:
 
 
 def timeout_error() -> EngineError:
-    return EngineError("TIMEOUT", TIMEOUT_MESSAGE, retry_after_s=20)
+    return EngineError(ErrorCode.TIMEOUT, TIMEOUT_MESSAGE, retry_after_s=20)
 
 
 def malformed_error() -> EngineError:
-    return EngineError("SERVICE_ERROR", MALFORMED_MESSAGE)
+    return EngineError(ErrorCode.SERVICE_ERROR, MALFORMED_MESSAGE)
 
 
 def refused_error(detail: str = "", said: object = None) -> EngineError:
@@ -90,7 +91,7 @@ def refused_error(detail: str = "", said: object = None) -> EngineError:
     message = REFUSED_MESSAGE + (f" {detail}" if detail else "") + " Rephrase and retry."
     shown = said_by_model(said)
     extra: dict[str, object] | None = None if shown is None else {"model_said": shown}
-    return EngineError("CONTENT_FILTERED", message, extra=extra)
+    return EngineError(ErrorCode.CONTENT_FILTERED, message, extra=extra)
 
 
 def status_error(
@@ -101,18 +102,20 @@ def status_error(
         return refused_error()
     if status == 429 and upstream_code != "insufficient_quota":
         return EngineError(
-            "RATE_LIMITED", RATE_LIMITED_MESSAGE, retry_after_s=retry_after_s(headers)
+            ErrorCode.RATE_LIMITED, RATE_LIMITED_MESSAGE, retry_after_s=retry_after_s(headers)
         )
     if status == 529:  # overloaded (Anthropic): retry later, or the next provider now
         return EngineError(
-            "L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE, retry_after_s=retry_after_s(headers)
+            ErrorCode.L402_UPSTREAM_FAILED,
+            UNAVAILABLE_MESSAGE,
+            retry_after_s=retry_after_s(headers),
         )
     if status >= 500:
-        return EngineError("L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE)
+        return EngineError(ErrorCode.L402_UPSTREAM_FAILED, UNAVAILABLE_MESSAGE)
     # 400 (a request this adapter built and the upstream refused), 401/403 (the operator's
     # key), 404 (a model name the upstream does not know), 413, 422 ...: nothing the caller
     # can fix; the next provider of a chain may do better.
-    return EngineError("SERVICE_ERROR", REJECTED_MESSAGE)
+    return EngineError(ErrorCode.SERVICE_ERROR, REJECTED_MESSAGE)
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ class SdkErrors:
         if isinstance(exc, self.timeout):
             error, cause = timeout_error(), "timeout"
         elif isinstance(exc, self.connection):
-            error = EngineError("L402_UPSTREAM_FAILED", UNAVAILABLE_MESSAGE)
+            error = EngineError(ErrorCode.L402_UPSTREAM_FAILED, UNAVAILABLE_MESSAGE)
             cause = "connection failure"
         elif isinstance(exc, self.status):
             failed = cast(Any, exc)  # the SDK's status error: status_code, body, response
@@ -182,6 +185,21 @@ async def with_retry(
                 raise
         await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def check_options(config: ProviderConfig, known: frozenset[str]) -> None:
+    """Refuse a table with keys the adapter does not know (a typo would be ignored)."""
+    unknown = set(config.options) - known
+    if unknown:
+        raise EngineConfigError(
+            f"[providers.{config.name}]: unknown keys {', '.join(sorted(unknown))}"
+        )
+
+
+def timeout_option(config: ProviderConfig, default_s: float) -> float:
+    """The table's ``timeout_s``, else ``default_s``: ProviderConfig's own default (60 s)
+    is for AI work, long for a send the caller waits on."""
+    return default_s if config.timeout_s == DEFAULT_TIMEOUT_S else config.timeout_s
 
 
 def retries_option(config: ProviderConfig) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -33,8 +32,12 @@ from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.providers.voice_agents import (
     WEBHOOK_TOLERANCE_S,
     VoiceAgentProvider,
+    call_id_in,
     iso_seconds,
+    mapping,
     option_str,
+    prompt_variables,
+    text,
 )
 from satsgate.engines.registry import EngineDeps
 
@@ -78,10 +81,12 @@ def _fresh(timestamp: str) -> bool:
 
 class VapiProvider(VoiceAgentProvider):
     KIND = KIND
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    CREATE_PATH = "/call"
+    CALL_PATH = "/call/{call_id}"
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         super().__init__(config, deps)
-        self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
         self.assistant_id = option_str(config, "assistant_id", required=True)
         self.phone_number_id = option_str(config, "phone_number_id", required=True)
         self.webhook_secret = option_str(config, "webhook_secret")
@@ -101,30 +106,24 @@ class VapiProvider(VoiceAgentProvider):
         self.bearer_prefix = "Bearer " if prefix else ""
         self.signature_prefix = option_str(config, "webhook_signature_prefix")
 
-    async def place_call(self, request: AiCallRequest) -> AiCallReport:
+    def normalise(self, call: Mapping[str, Any]) -> AiCallReport:
+        return report(call)
+
+    def call_body(self, request: AiCallRequest) -> dict[str, Any]:
         overrides: dict[str, Any] = {
             "firstMessage": request.begin_message,
-            "variableValues": {
-                "agent_prompt": request.prompt,
-                "begin_message": request.begin_message,
-                "language": request.language,
-                "voice": request.voice or "",
-            },
+            "variableValues": prompt_variables(request),
             "maxDurationSeconds": request.max_duration_s,
         }
         if request.voicemail_message:
             overrides["voicemailMessage"] = request.voicemail_message
-        body = {
+        return {
             "assistantId": self.assistant_id,
             "assistantOverrides": overrides,
             "phoneNumberId": self.phone_number_id,
             "customer": {"number": request.to_number},
             "name": request.reference[:40],
         }
-        return report(await self.create(f"{self.base_url}/call", body))
-
-    async def get_call(self, provider_call_id: str) -> AiCallReport:
-        return report(await self.fetch(f"{self.base_url}/call/{provider_call_id}"))
 
     def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> str | None:
         secret = self.webhook_secret
@@ -143,12 +142,7 @@ class VapiProvider(VoiceAgentProvider):
                 return None
             if not hmac.compare_digest(given.lower(), hmac_signature(secret, stamp, body)):
                 return None
-        try:
-            message = json.loads(body)["message"]
-            call_id = message["call"]["id"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        return call_id if isinstance(call_id, str) and call_id else None
+        return call_id_in(body, "message", "call", "id")
 
 
 def report(call: Mapping[str, Any]) -> AiCallReport:
@@ -172,8 +166,7 @@ def report(call: Mapping[str, Any]) -> AiCallReport:
         started, ended = iso_seconds(call.get("startedAt")), iso_seconds(call.get("endedAt"))
         if outcome not in ("no_answer", "busy") and started and ended and ended >= started:
             connected_s = ended - started
-    artifact = call.get("artifact")
-    artifact = artifact if isinstance(artifact, Mapping) else {}
+    artifact = mapping(call.get("artifact"))
     turns = []
     for item in artifact.get("messages") or ():
         if isinstance(item, Mapping) and isinstance(item.get("message"), str):
@@ -182,8 +175,7 @@ def report(call: Mapping[str, Any]) -> AiCallReport:
                 turns.append(Turn("person", item["message"]))
             elif role in ("bot", "assistant"):
                 turns.append(Turn("agent", item["message"]))
-    analysis = call.get("analysis")
-    analysis = analysis if isinstance(analysis, Mapping) else {}
+    analysis = mapping(call.get("analysis"))
     evaluation = analysis.get("successEvaluation")
     successful: bool | None = None
     if isinstance(evaluation, bool):
@@ -200,8 +192,8 @@ def report(call: Mapping[str, Any]) -> AiCallReport:
         ended_reason=reason,
         connected_s=connected_s,
         turns=tuple(turns),
-        transcript=transcript if isinstance(transcript, str) else None,
-        summary=summary if isinstance(summary, str) else None,
+        transcript=text(transcript),
+        summary=text(summary),
         successful=successful,
-        data=dict(data) if isinstance(data, Mapping) else {},
+        data=dict(mapping(data)),
     )

@@ -1,9 +1,14 @@
 """What the voice-agent platforms' adapters share (``retell``, ``vapi``): the HTTP client,
-the mapping of upstream failures to EngineError (never naming the platform, its URL or
-key), the webhook route's entry point and the listeners a verified webhook wakes."""
+the create-then-report and fetch-then-report calls, the variables the agent's prompt
+reads, the mapping of upstream failures to EngineError (never naming the platform, its
+URL or key), the webhook route's entry point and the listeners a verified webhook wakes.
+
+Each adapter keeps what really differs: its request body, its status and end-reason
+vocabularies (``report``) and how its webhooks are authenticated."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -15,6 +20,7 @@ from satsgate.engines.ai_call import AiCallReport, AiCallRequest
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.registry import EngineDeps
+from satsgate.errors import ErrorCode
 from satsgate.services.ai.voices import AI_CALL_VOICES
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,36 @@ def voice_map(config: ProviderConfig) -> dict[str, str]:
     return out
 
 
+def prompt_variables(request: AiCallRequest) -> dict[str, str]:
+    """The variables the agent's prompt template reads (``{{agent_prompt}}``, ...)."""
+    return {
+        "agent_prompt": request.prompt,
+        "begin_message": request.begin_message,
+        "language": request.language,
+        "voice": request.voice or "",
+    }
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """An upstream JSON object, or an empty one for anything else."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def call_id_in(body: bytes, *path: str) -> str | None:
+    """The call id at ``path`` in a webhook's JSON body; None if absent or not a string."""
+    try:
+        found: Any = json.loads(body)
+        for key in path:
+            found = found[key]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found, str) and found else None
+
+
 def iso_seconds(value: Any) -> float | None:
     """An ISO 8601 time as epoch seconds; None if absent or unreadable."""
     if not isinstance(value, str) or not value:
@@ -62,9 +98,13 @@ class VoiceAgentProvider:
     """Base of the voice-agent adapters: one object serves the ``ai_call`` engine."""
 
     KIND = ""
+    DEFAULT_BASE_URL = ""
+    CREATE_PATH = ""  # POST: place a call
+    CALL_PATH = ""  # GET: one call, "{call_id}" in it
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
+        self.base_url = (config.base_url or self.DEFAULT_BASE_URL).rstrip("/")
         self.settings = deps.settings
         self.opt_outs = deps.opt_outs  # the do-not-contact list (a transcript's opt-out)
         self.voices = voice_map(config)
@@ -94,9 +134,21 @@ class VoiceAgentProvider:
         self._listeners.append(listener)
 
     async def place_call(self, request: AiCallRequest) -> AiCallReport:
-        raise NotImplementedError
+        body = self.call_body(request)
+        return self.normalise(await self.create(f"{self.base_url}{self.CREATE_PATH}", body))
 
     async def get_call(self, provider_call_id: str) -> AiCallReport:
+        path = self.CALL_PATH.format(call_id=provider_call_id)
+        return self.normalise(await self.fetch(f"{self.base_url}{path}"))
+
+    # -- what each platform says its own way ---------------------------------------------
+
+    def call_body(self, request: AiCallRequest) -> dict[str, Any]:
+        """The create call's body."""
+        raise NotImplementedError
+
+    def normalise(self, call: Mapping[str, Any]) -> AiCallReport:
+        """The platform's call object as an AiCallReport."""
         raise NotImplementedError
 
     # -- HTTP -----------------------------------------------------------------------------
@@ -113,12 +165,13 @@ class VoiceAgentProvider:
         except httpx.ConnectError as exc:
             log.warning("%s %s: create unreachable: %r", self.KIND, self.config.name, exc)
             raise EngineError(
-                "SERVICE_ERROR", "The call service could not be reached; no call was placed."
+                ErrorCode.SERVICE_ERROR,
+                "The call service could not be reached; no call was placed.",
             ) from exc
         except httpx.HTTPError as exc:
             log.warning("%s %s: create failed: %r", self.KIND, self.config.name, exc)
             raise EngineError(
-                "TIMEOUT", "The call service did not answer in time.", may_fall_back=False
+                ErrorCode.TIMEOUT, "The call service did not answer in time.", may_fall_back=False
             ) from exc
         return self._json(resp, creating=True)
 
@@ -126,7 +179,9 @@ class VoiceAgentProvider:
         try:
             resp = await self.http.get(url, headers=self.auth_headers())
         except httpx.HTTPError as exc:
-            raise EngineError("SERVICE_ERROR", "The call's status could not be read.") from exc
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The call's status could not be read."
+            ) from exc
         return self._json(resp, creating=False)
 
     def _json(self, resp: httpx.Response, *, creating: bool) -> Mapping[str, Any]:
@@ -135,26 +190,28 @@ class VoiceAgentProvider:
             log.warning("%s %s: HTTP %d: %s", self.KIND, self.config.name, status, resp.text[:300])
             what = "The call could not be placed" if creating else "The call's status is unknown"
             if status == 429:
-                raise EngineError("RATE_LIMITED", f"{what}: too many calls right now.",
+                raise EngineError(ErrorCode.RATE_LIMITED, f"{what}: too many calls right now.",
                                   retry_after_s=10)  # fmt: skip
             if status in (400, 422) and creating:
                 raise EngineError(
-                    "INVALID_INPUT",
+                    ErrorCode.INVALID_INPUT,
                     f"{what}: the destination or the request was refused.",
                     may_fall_back=False,
                 )
             # 401/403: this node's account; 5xx: the platform. Nothing was placed on a 4xx;
             # a 5xx may have been half done: no second platform then.
-            raise EngineError("SERVICE_ERROR", f"{what}.", may_fall_back=creating and status < 500)
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, f"{what}.", may_fall_back=creating and status < 500
+            )
         if len(resp.content) > MAX_RESPONSE_BYTES:
-            raise EngineError("SERVICE_ERROR", "The call service answered too much.")
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The call service answered too much.")
         try:
             doc = resp.json()
         except ValueError:
             doc = None
         if not isinstance(doc, Mapping):
             raise EngineError(
-                "SERVICE_ERROR", "The call service answered something unreadable.",
+                ErrorCode.SERVICE_ERROR, "The call service answered something unreadable.",
                 may_fall_back=False,
             )  # fmt: skip
         return doc

@@ -9,6 +9,7 @@ from dataclasses import replace
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ImageInput
 from satsgate.engines.image_codec import convert_image, to_png
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import ROUTE_HEADER, routed_result
 from satsgate.services.inputs.media import MediaError, image_info
@@ -46,7 +47,8 @@ async def stored_image(
         info = image_info(data)
     except MediaError:
         raise EngineError(
-            "SERVICE_ERROR", "The AI engine returned no readable image; the payment was refunded."
+            ErrorCode.SERVICE_ERROR,
+            "The AI engine returned no readable image; the payment was refunded.",
         ) from None
     fmt = _EXTENSIONS.get(info.format)
     if (want is not None and fmt != want) or fmt is None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from satsgate.engines import EngineError
 from satsgate.engines.generation import SavedPrediction
+from satsgate.errors import ErrorCode
 from satsgate.services.base import JobState
 from satsgate.services.inputs.media import MediaError, audio_duration_s
 from satsgate.services.inputs.params import IMAGE_MAX_BYTES, decode_file
@@ -64,13 +65,13 @@ async def checked_duration(data: bytes, asked_s: float, what: str) -> float:
         seconds = await asyncio.to_thread(audio_duration_s, data)
     except MediaError as exc:
         raise EngineError(
-            "SERVICE_ERROR", f"The generated {what} could not be read.", may_fall_back=False
+            ErrorCode.SERVICE_ERROR, f"The generated {what} could not be read.", may_fall_back=False
         ) from exc
     low = asked_s * _SHORT_RATIO - _SLACK_S
     high = asked_s * _LONG_RATIO + 2 * _SLACK_S
     if not low <= seconds <= high:
         raise EngineError(
-            "OUTPUT_DURATION_INSANE",
+            ErrorCode.OUTPUT_DURATION_INSANE,
             f"The generated {what} lasts {seconds:.1f} s where {asked_s:g} s were asked; "
             "the payment is refunded.",
             may_fall_back=False,

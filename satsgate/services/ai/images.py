@@ -47,6 +47,7 @@ from satsgate.engines.image_process import (
     UpscaleOptions,
 )
 from satsgate.engines.vision import DEFAULT_PROMPT, VisionEngine, VisionRequest
+from satsgate.errors import ErrorCode
 from satsgate.services.ai.engine_io import image_input, reference_png, stored_image, with_route
 from satsgate.services.ai.generated_media import (
     JobCheckpoint,
@@ -237,7 +238,7 @@ GENERATE_IMAGE = ServiceSpec(
         note=f"The better tier (8) is {image_price_sats(8, '2K')} sats at 2K (a side over 1024).",
     ),
     model_ids=(16, 8, 2),
-    failure_codes=("CONTENT_FILTERED", "TIMEOUT"),
+    failure_codes=(ErrorCode.CONTENT_FILTERED, ErrorCode.TIMEOUT),
     max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * MAX_REFERENCES),
     prevalidate=prevalidate,
     example={"input": {"prompt": "a lighthouse at dusk", "width": 1024, "height": 1024}},
@@ -310,7 +311,7 @@ EDIT_IMAGE = ServiceSpec(
     price_msat=flat_price("image-edit"),
     handler=edit_image,
     model_ids=(18,),
-    failure_codes=("CONTENT_FILTERED", "TIMEOUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.CONTENT_FILTERED, ErrorCode.TIMEOUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "make the sky stormy", "imageBase64": "<base64 PNG>"},
@@ -360,7 +361,7 @@ ANALYZE_IMAGE = ServiceSpec(
     handler=analyze_image,
     untrusted_output=True,
     model_ids=(5,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"imageBase64": "<base64 JPEG>", "prompt": "What is on the table?"},
@@ -390,7 +391,9 @@ class _ProcessParams(ServiceParams, ModelChoice):
 
 
 class _SameSizeParams(_ProcessParams):
-    """An operation whose output is the input's size: the input's pixels are bounded."""
+    """An operation whose output is the input's size (background removal, face
+    restoration, colorization, depth, deblurring, object removal): the input's pixels are
+    bounded, as upscaling bounds its output's."""
 
     def check(self) -> Any:
         info = check_image(self.imageBase64, "imageBase64")
@@ -398,7 +401,7 @@ class _SameSizeParams(_ProcessParams):
         return info
 
 
-class RemoveBackgroundParams(_ProcessParams):
+class RemoveBackgroundParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (35,)
     DEFAULT: ClassVar[int] = 35
 
@@ -427,7 +430,7 @@ class UpscaleImageParams(_ProcessParams):
         return info
 
 
-class RestoreFaceParams(_ProcessParams):
+class RestoreFaceParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (37,)
     DEFAULT: ClassVar[int] = 37
 
@@ -485,7 +488,7 @@ class RemoveObjectParams(_SameSizeParams):
         return info
 
 
-class ColorizeImageParams(_ProcessParams):
+class ColorizeImageParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (41,)
     DEFAULT: ClassVar[int] = 41
 
@@ -499,7 +502,7 @@ class DeblurImageParams(_SameSizeParams):
     )
 
 
-class EstimateDepthParams(_ProcessParams):
+class EstimateDepthParams(_SameSizeParams):
     MODELS: ClassVar[tuple[int, ...]] = (48,)
     DEFAULT: ClassVar[int] = 48
 
@@ -640,7 +643,7 @@ async def _stored_image(
         width, height, _mode = await asyncio.to_thread(image_size, data)
     except Exception as exc:  # Pillow raises many kinds on a broken file
         raise EngineError(
-            "SERVICE_ERROR", "The model returned an unreadable image.", may_fall_back=False
+            ErrorCode.SERVICE_ERROR, "The model returned an unreadable image.", may_fall_back=False
         ) from exc
     fmt: ImageFormat = (
         "png" if png or data[:4] == b"\x89PNG" else "jpeg" if data[:2] == b"\xff\xd8" else "webp"
@@ -669,7 +672,9 @@ async def estimate_depth(ctx: ServiceContext, params: EstimateDepthParams) -> Se
         raw, vis, width, height = await asyncio.to_thread(depth_maps, data)
     except Exception as exc:
         raise EngineError(
-            "SERVICE_ERROR", "The model returned an unreadable depth map.", may_fall_back=False
+            ErrorCode.SERVICE_ERROR,
+            "The model returned an unreadable depth map.",
+            may_fall_back=False,
         ) from exc
     depth = await ctx.files.save(raw, "png")
     visual = await ctx.files.save(vis, "png")
@@ -712,7 +717,7 @@ def _process_spec(
         handler=handler,
         untrusted_output=untrusted,
         model_ids=params.MODELS,
-        failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+        failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
         max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * (1 + extra_files)),
         prevalidate=prevalidate,
         example={"imageBase64": "<base64 PNG>", **(example or {})},
@@ -818,7 +823,9 @@ async def generate_3d(ctx: ServiceContext, params: Generate3dParams) -> ServiceR
         model_id=params.chosen_model,
     )
     if model.data[:4] != b"glTF":
-        raise EngineError("SERVICE_ERROR", "The model returned no GLB file.", may_fall_back=False)
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The model returned no GLB file.", may_fall_back=False
+        )
     stored = await ctx.files.save(model.data, "glb")
     return ServiceResult(
         {
@@ -844,7 +851,7 @@ GENERATE_3D = ServiceSpec(
     mode="job",
     job_type="image-3d",
     model_ids=(17,),
-    failure_codes=("TIMEOUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.TIMEOUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "a low-poly wooden chair"},

@@ -28,7 +28,7 @@ from satsgate.engines.transcription import (
 )
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.ai.engine_io import with_route
 from satsgate.services.ai.music import generate_music
 from satsgate.services.ai.voices import (
@@ -208,7 +208,8 @@ async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceR
         fmt, seconds = "", 0.0
     if fmt != p.format:
         raise EngineError(
-            "SERVICE_ERROR", "The speech engine returned no usable audio; the payment was refunded."
+            ErrorCode.SERVICE_ERROR,
+            "The speech engine returned no usable audio; the payment was refunded.",
         )
     stored = await ctx.files.save(result.audio, p.format)
     body = {
@@ -242,7 +243,7 @@ TEXT_TO_SPEECH = ServiceSpec(
         + " (BTC-pegged); at least 1 sat.",
     ),
     model_ids=TTS_MODELS,
-    failure_codes=("INVALID_INPUT",),
+    failure_codes=(ErrorCode.INVALID_INPUT,),
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"text": "Hello from satsgate.", "voice": "English_Aria"},
@@ -339,9 +340,9 @@ async def clone_voice(ctx: ServiceContext, p: CloneVoiceParams) -> ServiceResult
             data = await fetch_public(ctx.http, p.voiceFileUrl, CLONE_MAX_BYTES)
             sample, fmt = await asyncio.to_thread(_checked_sample, data, "voiceFileUrl")
         except FetchFailed as exc:
-            raise EngineError("INVALID_INPUT", f"voiceFileUrl: {exc}.") from None
+            raise EngineError(ErrorCode.INVALID_INPUT, f"voiceFileUrl: {exc}.") from None
         except InvalidField as exc:
-            raise EngineError("INVALID_INPUT", exc.message) from None
+            raise EngineError(ErrorCode.INVALID_INPUT, exc.message) from None
     result = await ctx.engines.run(
         "voice_clone",
         VoiceCloneEngine,
@@ -360,7 +361,9 @@ async def clone_voice(ctx: ServiceContext, p: CloneVoiceParams) -> ServiceResult
     )
     voice_id = f"Custom_{result.voice_id}"  # the spec's cloned-voice form (voices.CLONED_VOICE)
     if not CLONED_VOICE.match(voice_id):
-        raise EngineError("SERVICE_ERROR", "The cloning service answered an unusable voice id.")
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The cloning service answered an unusable voice id."
+        )
     message = (
         "Voice cloned. Use voice_id as the voice of text-to-speech on this node "
         f"(modelId {STUDIO_TTS_MODEL_ID}, studio)."
@@ -381,7 +384,7 @@ CLONE_VOICE = ServiceSpec(
     price_msat=flat_price("voice-cloning"),
     handler=clone_voice,
     model_ids=(CLONE_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(CLONE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"voiceFileUrl": "https://files.example.org/sample.mp3"},
@@ -528,7 +531,7 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     job_type="transcription",
     untrusted_output=True,
     model_ids=(10,),
-    failure_codes=("INVALID_INPUT",),
+    failure_codes=(ErrorCode.INVALID_INPUT,),
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
@@ -621,7 +624,7 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     job_type="transcribe-translate",
     untrusted_output=True,
     model_ids=(10,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
@@ -736,7 +739,7 @@ MAX_AUDIOBOOK_S = 24 * 3600
 
 def _duration_insane(seconds: float, why: str) -> ApiError:
     return ApiError(
-        "OUTPUT_DURATION_INSANE",
+        ErrorCode.OUTPUT_DURATION_INSANE,
         f"{why}; nothing was delivered and the payment was refunded.",
         extra={"output_duration_seconds": round(seconds, 1)},
     )
@@ -757,7 +760,8 @@ async def _translate_chapters(
 ) -> tuple[tuple[str, str], ...]:
     if not ctx.engines.available("translation"):
         raise EngineError(
-            "INVALID_INPUT", "translateToLanguage needs a translation engine; none runs here."
+            ErrorCode.INVALID_INPUT,
+            "translateToLanguage needs a translation engine; none runs here.",
         )
     out = []
     for number, (title, text) in enumerate(chapters, start=1):
@@ -775,10 +779,10 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
             books.prepare, data, params.fileName, params.selectedChapterIndices, params.language
         )
     except MediaError as exc:  # it was measured before payment; it must read now too
-        raise EngineError("INVALID_INPUT", f"The book cannot be read: {exc}") from None
+        raise EngineError(ErrorCode.INVALID_INPUT, f"The book cannot be read: {exc}") from None
     if prepared.failures or prepared.narration is None:
         raise ApiError(
-            "BOOK_QUALITY_CHECK_FAILED",
+            ErrorCode.BOOK_QUALITY_CHECK_FAILED,
             f"{len(prepared.failures)} sanity check(s) failed on the chapters to narrate (see "
             "smoke_failures); nothing was narrated and the payment was refunded.",
             extra={"smoke_failures": prepared.failures},
@@ -817,7 +821,9 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
     try:
         seconds = audio_duration_s(result.m4b)  # measured here, whatever the engine says
     except MediaError:
-        raise EngineError("SERVICE_ERROR", "The engine returned no readable audiobook.") from None
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The engine returned no readable audiobook."
+        ) from None
     if seconds > MAX_AUDIOBOOK_S:
         raise _duration_insane(seconds, f"The audiobook lasts {seconds / 3600:.1f} hours")
     if seconds < spoken_chars / (FASTEST_CHARS_PER_S * 4 * params.speed):
@@ -879,7 +885,11 @@ EPUB_AUDIOBOOK = ServiceSpec(
     mode="job",
     job_type="epub-audiobook",
     model_ids=TTS_MODELS,
-    failure_codes=("INVALID_INPUT", "BOOK_QUALITY_CHECK_FAILED", "OUTPUT_DURATION_INSANE"),
+    failure_codes=(
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.BOOK_QUALITY_CHECK_FAILED,
+        ErrorCode.OUTPUT_DURATION_INSANE,
+    ),
     max_body_bytes=body_limit(BOOK_MAX_BYTES),
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
@@ -968,7 +978,7 @@ GENERATE_MUSIC = ServiceSpec(
         note=f"15 to 300 seconds; lyricsAddon adds {MUSIC_LYRICS_ADDON_SATS} sats.",
     ),
     model_ids=(23,),
-    failure_codes=("TIMEOUT",),
+    failure_codes=(ErrorCode.TIMEOUT,),
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"prompt": "lo-fi hip hop, 80 BPM, mellow piano", "duration": 30},

@@ -29,6 +29,7 @@ from satsgate.engines.translation import (
     TranslationRequest,
     TranslationResult,
 )
+from satsgate.errors import ErrorCode
 from satsgate.services.ai import epub_translation
 from satsgate.services.ai.engine_io import image_input, with_route
 from satsgate.services.base import (
@@ -328,7 +329,7 @@ GENERATE_TEXT = ServiceSpec(
     ),
     untrusted_output=True,
     model_ids=(6, 1, 31),
-    failure_codes=("INVALID_INPUT", "RATE_LIMITED"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.RATE_LIMITED),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, 2 * TEXT_MAX_INPUT_CHARS[6] * 4),
     prevalidate=_prevalidate_text,
     example={"input": [{"role": "user", "content": "Explain Lightning in one sentence."}]},
@@ -388,7 +389,9 @@ async def multilingual_ask(ctx: ServiceContext, p: MultilingualAskParams) -> Ser
     match = _QUESTION_LANGUAGE.match(first)
     answer = rest.strip() if match else result.text.strip()
     if not answer:
-        raise EngineError("SERVICE_ERROR", "The AI engine returned an empty answer; refunded.")
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The AI engine returned an empty answer; refunded."
+        )
     asked_in = match.group(1).lower() if match else None
     return ServiceResult(
         {
@@ -422,7 +425,7 @@ MULTILINGUAL_ASK = ServiceSpec(
     ),
     untrusted_output=True,
     model_ids=(31, 1, 6),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=256 * 1024,
     prevalidate=prevalidate,
     example={"question": "Wie spät ist es in Tokio?", "language": "de"},
@@ -535,7 +538,7 @@ TRANSLATE_TEXT = ServiceSpec(
     ),
     untrusted_output=True,
     model_ids=(31, 1, 6),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=4 * TRANSLATE_MAX_CHARS + 64 * 1024,
     prevalidate=prevalidate,
     example={"text": "Good morning", "targetLanguage": "es"},
@@ -610,7 +613,7 @@ TRANSLATE_RARE = ServiceSpec(
         note="0.002 sat per character.",
     ),
     untrusted_output=True,
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=4 * RARE_MAX_CHARS + 64 * 1024,
     prevalidate=prevalidate,
     example={"text": "Welcome", "targetLanguage": "tpi"},
@@ -700,9 +703,9 @@ async def translate_epub(ctx: ServiceContext, params: TranslateEpubParams) -> Se
     try:
         book = await ctx.run_cpu(epub_translation.read_epub, data)
     except epub_translation.EpubError as exc:
-        raise EngineError("INVALID_INPUT", f"epubBase64: {exc}") from None
+        raise EngineError(ErrorCode.INVALID_INPUT, f"epubBase64: {exc}") from None
     if not book.documents:  # checked before the invoice; never translate nothing for pay
-        raise EngineError("INVALID_INPUT", "epubBase64: the EPUB has no XHTML document.")
+        raise EngineError(ErrorCode.INVALID_INPUT, "epubBase64: the EPUB has no XHTML document.")
     # The longest document first: without a sourceLanguage, the language it reads as is
     # the book's, for every other document (a title page alone would be a poor guess).
     docs = sorted(book.documents, key=lambda d: -len(d.body))
@@ -730,7 +733,7 @@ async def translate_epub(ctx: ServiceContext, params: TranslateEpubParams) -> Se
         translated = await ctx.run_cpu(epub_translation.write_epub, data, book, bodies, target)
     except epub_translation.EpubError as exc:
         raise EngineError(
-            "BOOK_QUALITY_CHECK_FAILED", f"The translated book failed its check: {exc}."
+            ErrorCode.BOOK_QUALITY_CHECK_FAILED, f"The translated book failed its check: {exc}."
         ) from None
     stored = await ctx.files.save(translated, "epub")
     ctx.progress(100, "done")
@@ -769,7 +772,11 @@ TRANSLATE_EPUB = ServiceSpec(
     ),
     mode="job",
     job_type="translate-epub",
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "BOOK_QUALITY_CHECK_FAILED"),
+    failure_codes=(
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.SERVICE_ERROR,
+        ErrorCode.BOOK_QUALITY_CHECK_FAILED,
+    ),
     max_body_bytes=body_limit(EPUB_MAX_BYTES),
     prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "targetLanguage": "French"},
@@ -833,7 +840,7 @@ SEARCH = ServiceSpec(
     handler=search,
     untrusted_output=True,
     # Model 15 is the one search model: a provider serves it with no model table to map.
-    failure_codes=("RATE_LIMITED", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.RATE_LIMITED, ErrorCode.SERVICE_ERROR),
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"query": "lightning network capacity"},

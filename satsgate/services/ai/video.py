@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from satsgate.engines.generation import VideoEngine, VideoRequest
+from satsgate.errors import ErrorCode
 from satsgate.services.ai.generated_media import (
     JobCheckpoint,
     billed_seconds,
@@ -211,7 +212,7 @@ GENERATE_VIDEO = ServiceSpec(
     mode="job",
     job_type="video",
     model_ids=(25,),
-    failure_codes=("TIMEOUT", "CONTENT_FILTERED", "OUTPUT_DURATION_INSANE"),
+    failure_codes=(ErrorCode.TIMEOUT, ErrorCode.CONTENT_FILTERED, ErrorCode.OUTPUT_DURATION_INSANE),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, REFERENCE_AUDIO_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "waves at sunset, slow pan", "duration": 5},
@@ -232,7 +233,7 @@ ANIMATE_IMAGE = ServiceSpec(
     mode="job",
     job_type="video-image",
     model_ids=(24,),
-    failure_codes=("INVALID_INPUT", "TIMEOUT", "OUTPUT_DURATION_INSANE"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.TIMEOUT, ErrorCode.OUTPUT_DURATION_INSANE),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
     prevalidate=prevalidate,
     example={"prompt": "the cat turns its head", "image": "<base64 JPEG>", "duration": 5},

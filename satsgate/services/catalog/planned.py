@@ -14,6 +14,7 @@ from typing import Any, Final, Protocol
 
 from pydantic import Field, field_validator
 
+from satsgate.errors import ErrorCode
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec, Votes
 from satsgate.services.catalog.pricing import FLAT_SATS, MSAT
 from satsgate.services.inputs.params import ServiceParams, prevalidate
@@ -104,7 +105,7 @@ VOTE = ServiceSpec(
     params=VoteParams,
     price_msat=FlatPrice(FLAT_SATS["vote"] * MSAT),  # no estimator quotes it
     handler=vote,
-    failure_codes=("L402_INVALID_PARAMS",),
+    failure_codes=(ErrorCode.L402_INVALID_PARAMS,),
     max_body_bytes=4 * 1024,
     prevalidate=prevalidate,
     example={"slug": "generate-podcast"},

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from satsgate.errors import ApiError, invalid_params
+from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.services.base import FlatPrice
 from satsgate.services.catalog.models import EMAIL_MODEL_ID, MODELS_BY_ID
 from satsgate.services.catalog.rates import pegged_chars_per_sat, pegged_msat
@@ -286,10 +286,12 @@ def resolve_tier_model(category: str, model: str | int | None, default: int) -> 
         for m in MODELS_BY_ID.values():
             if m.category == category and m.tier == model:
                 return m.id
-        raise ApiError("L402_INVALID_PARAMS", f"No {model!r} tier in category {category}.")
+        raise ApiError(ErrorCode.L402_INVALID_PARAMS, f"No {model!r} tier in category {category}.")
     model_id = int(model)
     if model_id not in MODELS_BY_ID or MODELS_BY_ID[model_id].category != category:
-        raise ApiError("L402_INVALID_PARAMS", f"Model {model_id} is not a {category} model.")
+        raise ApiError(
+            ErrorCode.L402_INVALID_PARAMS, f"Model {model_id} is not a {category} model."
+        )
     return model_id
 
 
@@ -315,7 +317,7 @@ class _Image(_ModelParam):
 def _image_estimate_msat(p: _Image) -> int:
     model_id = resolve_tier_model("image", p.model, 16)
     if model_id == 2 and p.resolution != "1K":
-        raise ApiError("L402_INVALID_PARAMS", "The standard tier (2) renders at 1K only.")
+        raise ApiError(ErrorCode.L402_INVALID_PARAMS, "The standard tier (2) renders at 1K only.")
     return image_price_sats(model_id, p.resolution) * MSAT
 
 
@@ -380,7 +382,7 @@ def _tts_model(model: str | None) -> int:
             model, None, allowed=(33, 34, 43, 3), default=33, tier_aliases=TTS_TIER_NAMES
         )
     except ValueError as exc:
-        raise ApiError("L402_INVALID_PARAMS", f"model: {exc}") from None
+        raise ApiError(ErrorCode.L402_INVALID_PARAMS, f"model: {exc}") from None
 
 
 class _Video(_Estimate):
@@ -477,14 +479,14 @@ def estimate(service: str | None, query: Mapping[str, str]) -> dict[str, Any]:
     """The estimate body; raises ApiError L402_INVALID_PARAMS for unknown ids or bad params."""
     if not service:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             "The query parameter 'service' is required.",
             extra={"services": sorted(ESTIMATORS)},
         )
     estimator = ESTIMATORS.get(service)
     if estimator is None:
         raise ApiError(
-            "L402_INVALID_PARAMS",
+            ErrorCode.L402_INVALID_PARAMS,
             f"Unknown estimate service {service!r}.",
             extra={"services": sorted(ESTIMATORS)},
         )
@@ -499,7 +501,7 @@ def estimate(service: str | None, query: Mapping[str, str]) -> dict[str, Any]:
         "amountMsat": amount_msat,
         "unit": estimator.unit,
         "params": params.model_dump(exclude_none=True),
-        "error_code": "L402_ESTIMATE_ONLY",
+        "error_code": ErrorCode.L402_ESTIMATE_ONLY,
         "note": "Estimate only: no invoice was created. The 402 quote is authoritative.",
     }
 

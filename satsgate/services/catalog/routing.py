@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
+from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceResult
 from satsgate.services.catalog.models import MODELS_BY_ID
 
 TIERS: Final = ("best", "better", "standard")
-AUTO_ROUTED = "L402_AUTO_ROUTED"
+AUTO_ROUTED = ErrorCode.L402_AUTO_ROUTED
 ROUTE_HEADER = "X-Route-Model"
 MODEL_FIELDS: Final = ("modelId", "model_id", "model", "tier")
 

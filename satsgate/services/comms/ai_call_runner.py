@@ -47,7 +47,7 @@ from satsgate.config import Settings
 from satsgate.deposits import DepositSettler, Settlement
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.outreach.rules import check_text
 from satsgate.services.base import ServiceContext, ServiceResult
@@ -140,7 +140,7 @@ class AiCallRunner:
             # A call paid from a payment session's balance (payments/sessions.py) has no
             # deposit payment of its own to settle: refused, and the session credited.
             raise ApiError(
-                "PAYMENT_INVALID",
+                ErrorCode.PAYMENT_INVALID,
                 "An AI call is paid by a deposit of its own (L402 or the charge intent), not "
                 "from a session's balance: its unused minutes are refunded when it ends. "
                 "Nothing was charged.",
@@ -218,12 +218,14 @@ class AiCallRunner:
         else:
             engine, _ = self._binding_options(row.provider)
             if engine is None:
-                raise EngineError("SERVICE_ERROR", "The call service is no longer configured.")
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, "The call service is no longer configured."
+                )
             report = await engine.place_call(call)
             placed_by.append(row.provider or "")
         if not report.provider_call_id:
             raise EngineError(
-                "SERVICE_ERROR", "The call service gave no call id.", may_fall_back=False
+                ErrorCode.SERVICE_ERROR, "The call service gave no call id.", may_fall_back=False
             )
         changes = {
             "status": "calling",
@@ -272,9 +274,7 @@ class AiCallRunner:
                 if settled is not None and settled.refund_status == "claimable"
                 else None
             )
-            raise ApiError(
-                exc.code, exc.message, refund=refund, extra=exc.envelope_extra()
-            ) from exc
+            raise exc.api_error(refund=refund) from exc
         self._spawn(row.call_id)
         return await self._record(row)
 
@@ -663,7 +663,7 @@ class AiCallRunner:
         elif payment_id is not None:
             row = await self._store.ai_calls.by_payment(payment_id)
         if row is None:
-            raise ApiError("AI_CALL_NOT_FOUND", "No AI call found for this id.")
+            raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, "No AI call found for this id.")
         return row, await self._deposits.get(row.payment_id)
 
     def poll_url(self, call_id: str) -> str:

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from satsgate.config import Settings
 from satsgate.engines import Engines
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.comms.handlers import AI_CALL, AiCallAnswer
 
 POLL_PATH = "/api/l402/ai-call"
@@ -111,7 +111,7 @@ def _ensure_available(engines: Engines) -> None:
     """The same refusal as the paid call: no engine, no AI call to confirm or poll."""
     if not AI_CALL.is_available(engines):
         raise ApiError(
-            "SERVICE_UNAVAILABLE",
+            ErrorCode.SERVICE_UNAVAILABLE,
             f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
         )
 
@@ -128,7 +128,7 @@ async def confirm(
     record = await records.confirm(session_id, answers or {})
     if record is None:
         raise ApiError(
-            "AI_CALL_NOT_FOUND",
+            ErrorCode.AI_CALL_NOT_FOUND,
             f"No AI call awaits confirmation under session_id {session_id!r}.",
         )
     return record.body(settings.public_base_url)
@@ -141,5 +141,5 @@ async def poll(
     _ensure_available(engines)
     record = await records.record(call_id)
     if record is None:
-        raise ApiError("AI_CALL_NOT_FOUND", f"No AI call with call_id {call_id!r}.")
+        raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, f"No AI call with call_id {call_id!r}.")
     return record.body(settings.public_base_url)

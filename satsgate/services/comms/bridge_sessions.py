@@ -71,7 +71,7 @@ from satsgate.engines.voice_bridge import (
     StreamStopped,
     VoiceBridgeEngine,
 )
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.do_not_contact import (
     NO_OPT_OUTS,
     OptOuts,
@@ -215,14 +215,16 @@ class BridgeSessions:
     async def open(self, ctx: ServiceContext, params: VoiceBridgeOpenParams) -> dict[str, Any]:
         engine = self._engine()
         if engine is None or self._closing:
-            raise EngineError("SERVICE_ERROR", "The voice bridge is not available right now.")
+            raise EngineError(
+                ErrorCode.SERVICE_ERROR, "The voice bridge is not available right now."
+            )
         await screen(ctx, Outreach("voice_bridge", (params.phoneNumber,), ""))
         payment = await self._store.payments.get(ctx.call_id)
         if payment is None:
             # A call paid from a payment session has no payment of its own to settle the
             # deposit against: refused (the session is credited back).
             raise EngineError(
-                "INVALID_INPUT",
+                ErrorCode.INVALID_INPUT,
                 "open_voice_bridge is paid by a deposit of its own: pay it per call (L402, "
                 "the Payment charge intent or create_payment), not from a payment session.",
             )
@@ -298,13 +300,13 @@ class BridgeSessions:
         if utterance.text is not None:
             if not row.tts_enabled:
                 raise ApiError(
-                    "INVALID_INPUT",
+                    ErrorCode.INVALID_INPUT,
                     "This session was opened with ttsEnabled false: send audioBase64.",
                 )
             reasons = check_text(utterance.text)
             if reasons:
                 raise ApiError(
-                    "CONTENT_FILTERED",
+                    ErrorCode.CONTENT_FILTERED,
                     "This text was not spoken: the communication screen flagged it.",
                 )
             mulaw = await self._speak(utterance, row.language)
@@ -315,12 +317,12 @@ class BridgeSessions:
             mulaw = audio if encoding == CODEC else await self._convert(audio, encoding)
             label = ""
         if not mulaw:
-            raise ApiError("INVALID_INPUT", "There is no audio to play.")
+            raise ApiError(ErrorCode.INVALID_INPUT, "There is no audio to play.")
         if live.ending:
             return None
         if live.to_play.qsize() >= MAX_QUEUED_SAYS:
             raise ApiError(
-                "RATE_LIMITED",
+                ErrorCode.RATE_LIMITED,
                 f"{MAX_QUEUED_SAYS} utterances are waiting to be played; say again once "
                 "poll shows them spoken.",
             )
@@ -521,7 +523,7 @@ class BridgeSessions:
         )
         if not self._engines.serves_model("tts", GLOBAL_TTS_TIER):
             raise ApiError(
-                "SERVICE_UNAVAILABLE",
+                ErrorCode.SERVICE_UNAVAILABLE,
                 "Text to speech is not available on this node; send audioBase64 instead.",
             )
         try:
@@ -534,13 +536,13 @@ class BridgeSessions:
             )
             return await to_mulaw(self._tools, result.audio, "wav")
         except EngineError as exc:
-            raise ApiError(exc.code, exc.message) from None
+            raise exc.api_error() from None
 
     async def _convert(self, audio: bytes, encoding: str) -> bytes:
         try:
             return await to_mulaw(self._tools, audio, encoding)
         except EngineError as exc:
-            raise ApiError(exc.code, exc.message) from None
+            raise exc.api_error() from None
 
     async def _player(self, live: _Live) -> None:
         while True:

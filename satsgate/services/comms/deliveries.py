@@ -30,7 +30,7 @@ from satsgate.engines import EngineConfigError, EngineError, Engines
 from satsgate.engines.delivery import StatusUpdate, WebhookEvents
 from satsgate.engines.messaging import SmsEngine
 from satsgate.engines.voice_call import VoiceCallEngine
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.refunds import RefundService
 from satsgate.store.deliveries import Delivery, DeliveryRepository
 from satsgate.store.models import Payment
@@ -225,7 +225,7 @@ async def read_status(
     final call settled if a restart interrupted its settlement."""
     record = await env.deliveries.get(delivery_id)
     if record is None or record.channel != channel:
-        raise ApiError("DELIVERY_NOT_FOUND", f"No {channel} with id {delivery_id!r}.")
+        raise ApiError(ErrorCode.DELIVERY_NOT_FOUND, f"No {channel} with id {delivery_id!r}.")
     stamp = int(time.time()) if now is None else now
     if not record.final and record.provider_ref and stamp - record.updated_at >= REFRESH_AFTER_S:
         update = await _fetch(engines, record)

@@ -41,6 +41,7 @@ from satsgate.config import Settings
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.fax import FaxEngine, FaxRequest, FaxState, InboundFax
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
+from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
@@ -400,7 +401,7 @@ class FaxDesk:
             data = await engine.download(fax, RECEIVED_MAX_BYTES)
             ext = "pdf" if data[:5] == b"%PDF-" else "tiff" if data[:2] in (b"II", b"MM") else ""
             if not ext:
-                raise EngineError("SERVICE_ERROR", "The received fax is not a PDF or TIFF.")
+                raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax is not a PDF or TIFF.")
             stored = await self._files.save(data, ext, ttl_s=RECEIVED_RETENTION_S)
             file_name = stored.name
         except EngineError as exc:
@@ -490,7 +491,7 @@ def attach_desk(
 def desk_for(engines: Engines) -> FaxDesk:
     desk = _DESKS.get(engines)
     if desk is None:
-        raise EngineError("SERVICE_ERROR", "The fax desk is not running on this node.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "The fax desk is not running on this node.")
     return desk
 
 
@@ -500,14 +501,14 @@ async def receive_fax(ctx: ServiceContext, params: ReceiveFaxParams) -> ServiceR
     inbox = desk_for(ctx.engines)
     if params.forwardEmail and not ctx.engines.available("email"):
         raise EngineError(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             "This node cannot forward faxes by e-mail; leave out forwardEmail and poll.",
             may_fall_back=False,
         )
     lease = await inbox.lease(ctx.call_id, params.country, params.forwardEmail)
     if lease is None:
         raise EngineError(
-            "SERVICE_ERROR",
+            ErrorCode.SERVICE_ERROR,
             f"No inbound fax number in {params.country} is free right now; the payment was "
             "refunded. Try again later or another country.",
             may_fall_back=False,

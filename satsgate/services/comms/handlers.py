@@ -22,6 +22,7 @@ from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
+from satsgate.errors import ErrorCode
 from satsgate.services.ai.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.services.base import (
     Params,
@@ -205,7 +206,12 @@ SEND_EMAIL = ServiceSpec(
         "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
     ),
     model_ids=(EMAIL_MODEL_ID,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD", "RECIPIENT_OPTED_OUT"),
+    failure_codes=(
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.SERVICE_ERROR,
+        ErrorCode.CONTENT_POLICY_HELD,
+        ErrorCode.RECIPIENT_OPTED_OUT,
+    ),
     max_body_bytes=2 * 1024 * 1024,
     prevalidate=prevalidate,
     example={"to": "alice@example.org", "subject": "Hello", "text": "Paid by Lightning."},
@@ -218,7 +224,9 @@ SEND_EMAIL = ServiceSpec(
 
 def _records(ctx: ServiceContext) -> DeliveryRepository:
     if ctx.deliveries is None:  # every app has a store; a bare context is a bug
-        raise EngineError("SERVICE_ERROR", "Delivery records are not available on this node.")
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "Delivery records are not available on this node."
+        )
     return ctx.deliveries
 
 
@@ -304,6 +312,16 @@ async def _mark_failed(
         await records.settle(delivery_id, 0)  # refunded in full by the gate
 
 
+# How a send through a telephony carrier (SMS, call, fax) can fail after payment, refunded.
+_CARRIER_FAILURES = (
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.SERVICE_ERROR,
+    ErrorCode.RATE_LIMITED,
+    ErrorCode.TIMEOUT,
+    ErrorCode.RECIPIENT_OPTED_OUT,
+    ErrorCode.CONTENT_POLICY_HELD,
+)
+
 # -- send-sms ------------------------------------------------------------------------------
 
 
@@ -377,14 +395,7 @@ SEND_SMS = ServiceSpec(
         note="One price per destination country (E.164 prefix); the minimum is the cheapest.",
     ),
     model_ids=(20,),
-    failure_codes=(
-        "INVALID_INPUT",
-        "SERVICE_ERROR",
-        "RATE_LIMITED",
-        "TIMEOUT",
-        "RECIPIENT_OPTED_OUT",
-        "CONTENT_POLICY_HELD",
-    ),
+    failure_codes=_CARRIER_FAILURES,
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready at 8pm."},
@@ -517,14 +528,7 @@ CALL = ServiceSpec(
         note="duration_minutes (1 to 10) at the destination country's rate per minute.",
     ),
     model_ids=(20,),
-    failure_codes=(
-        "INVALID_INPUT",
-        "SERVICE_ERROR",
-        "RATE_LIMITED",
-        "TIMEOUT",
-        "RECIPIENT_OPTED_OUT",
-        "CONTENT_POLICY_HELD",
-    ),
+    failure_codes=_CARRIER_FAILURES,
     max_body_bytes=32 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "message": "Your table is ready."},
@@ -663,7 +667,7 @@ async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
     from satsgate.services.comms.screening import Outreach, screen
 
     if ctx.ai_calls is None:
-        raise EngineError("SERVICE_ERROR", "AI calls cannot be placed from here.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "AI calls cannot be placed from here.")
     spoken = [params.task, params.begin_message or "", params.reason or ""]
     await screen(
         ctx,
@@ -701,7 +705,7 @@ AI_CALL = ServiceSpec(
         f"(telephony plus AI), minimum {AI_CALL_MIN_SATS}; unused minutes are refunded.",
     ),
     model_ids=(20,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "CONTENT_POLICY_HELD"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.CONTENT_POLICY_HELD),
     max_body_bytes=64 * 1024,
     prevalidate=prevalidate,
     example={"phone_number": "+14155550123", "task": "Book a table for two at 7pm."},
@@ -755,14 +759,7 @@ SEND_FAX = ServiceSpec(
     price_msat=flat_price("fax-send"),
     handler=faxes.send_fax,
     model_ids=(44,),
-    failure_codes=(
-        "INVALID_INPUT",
-        "SERVICE_ERROR",
-        "RATE_LIMITED",
-        "TIMEOUT",
-        "RECIPIENT_OPTED_OUT",
-        "CONTENT_POLICY_HELD",
-    ),
+    failure_codes=_CARRIER_FAILURES,
     max_body_bytes=body_limit(FAX_MAX_BYTES),
     prevalidate=prevalidate,
     example={"faxNumber": "+14155550123", "documentBase64": "<base64 PDF>"},
@@ -817,7 +814,7 @@ RECEIVE_FAX = ServiceSpec(
     engine_request=lambda p: InboundRequest(p.country),
     engine_request_field="country",
     model_ids=(45,),
-    failure_codes=("SERVICE_ERROR",),
+    failure_codes=(ErrorCode.SERVICE_ERROR,),
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"country": "US"},
@@ -863,7 +860,9 @@ async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams)
     """Dial and answer the session (services.comms.bridge_sessions): the deposit is settled
     when the session ends; a failure to dial is refunded in full by the gate."""
     if ctx.voice_bridge is None:
-        raise EngineError("SERVICE_ERROR", "The voice bridge is not available on this node.")
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The voice bridge is not available on this node."
+        )
     return ServiceResult(body=await ctx.voice_bridge.open(ctx, params))
 
 
@@ -889,7 +888,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
         "the elapsed time is billed and the rest refunded.",
     ),
     model_ids=(20,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=16 * 1024,
     prevalidate=prevalidate,
     example={"phoneNumber": "+14155550123", "durationMinutes": 5},

@@ -39,7 +39,7 @@ from pydantic import (
 
 from satsgate.config import Settings
 from satsgate.engines import Engines
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.ai.speech import LANGUAGE_CODE
 from satsgate.services.ai.voices import MAX_DESCRIPTION_CHARS, check_voice_description
 from satsgate.services.comms.handlers import VOICE_BRIDGE_OPEN
@@ -307,14 +307,14 @@ def _ensure_available(engines: Engines) -> None:
     """The same refusal as the paid open: no engine, no session to talk to."""
     if not VOICE_BRIDGE_OPEN.is_available(engines):
         raise ApiError(
-            "SERVICE_UNAVAILABLE",
+            ErrorCode.SERVICE_UNAVAILABLE,
             f"{VOICE_BRIDGE_OPEN.title} has no engine configured on this node; nothing was "
             "charged.",
         )
 
 
 def _not_found(session_id: str, what: str = "voice-bridge session") -> ApiError:
-    return ApiError("VOICE_BRIDGE_SESSION_NOT_FOUND", f"No {what} {session_id!r}.")
+    return ApiError(ErrorCode.VOICE_BRIDGE_SESSION_NOT_FOUND, f"No {what} {session_id!r}.")
 
 
 async def say(

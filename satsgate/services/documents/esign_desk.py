@@ -37,7 +37,7 @@ from satsgate.config import Settings
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.esign import EnvelopeEvent, EnvelopeState, ESignEngine, SigningSent
 from satsgate.engines.mail import Attachment, EmailEngine, OutgoingEmail
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.store.esign import ESignRecord, ESignRepository
 
 log = logging.getLogger(__name__)
@@ -229,9 +229,11 @@ class ESignDesk:
         try:
             engine = self._engine(record.provider)
             if engine is None:
-                raise EngineError("SERVICE_ERROR", "the signing provider is no longer configured")
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, "the signing provider is no longer configured"
+                )
             if not record.customer_email:
-                raise EngineError("SERVICE_ERROR", "no customer address is kept")
+                raise EngineError(ErrorCode.SERVICE_ERROR, "no customer address is kept")
             pdf = await engine.signed_pdf(record.envelope_id, MAX_SIGNED_PDF_BYTES)
             message = OutgoingEmail(
                 to=(record.customer_email,),
@@ -276,7 +278,7 @@ class ESignDesk:
         record = await self.repo.get(request_id)
         if record is None:
             raise ApiError(
-                "SIGNING_REQUEST_NOT_FOUND", "No e-signature request with this requestId."
+                ErrorCode.SIGNING_REQUEST_NOT_FOUND, "No e-signature request with this requestId."
             )
         if record.status == "pending" and self._now() - record.updated_at >= STATUS_REFRESH_S:
             await self.look(record, background=True)

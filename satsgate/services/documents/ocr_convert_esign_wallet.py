@@ -32,7 +32,8 @@ from satsgate.engines.local import ocr as local_ocr
 from satsgate.engines.local.receipt import parse_receipt
 from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
+from satsgate.files import DEFAULT_OUTPUT_CAPS
 from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
 from satsgate.services.comms.screening import Outreach, screen
@@ -40,6 +41,7 @@ from satsgate.services.documents.esign_desk import new_request_id, status_url
 from satsgate.services.inputs.media import (
     MediaError,
     document_pages,
+    image_info,
     is_pdf,
     pdf_pages,
 )
@@ -120,7 +122,7 @@ class _OcrParams(ServiceParams, ModelChoice):
             raise InvalidField("documentBase64", f"{pages} pages; at most {self.MAX_PAGES}")
         if self.language is not None and not local_ocr.reads(self.language):
             raise ApiError(
-                "SERVICE_UNAVAILABLE",
+                ErrorCode.SERVICE_UNAVAILABLE,
                 f"OCR in {OCR_LANGUAGES[self.language].title()} is not installed on this "
                 "node; nothing was charged.",
             )
@@ -159,7 +161,7 @@ async def _read(
         model_id=params.chosen_model,
     )
     if not any(page.text.strip() for page in result.pages):
-        raise EngineError("INVALID_INPUT", "No text was found in the document.")
+        raise EngineError(ErrorCode.INVALID_INPUT, "No text was found in the document.")
     return result
 
 
@@ -221,7 +223,7 @@ EXTRACT_DOCUMENT = ServiceSpec(
     ),
     untrusted_output=True,
     model_ids=(27,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "TIMEOUT"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.TIMEOUT),
     max_body_bytes=body_limit(OCR_MAX_BYTES),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},
@@ -247,7 +249,7 @@ EXTRACT_RECEIPT = ServiceSpec(
     ),
     untrusted_output=True,
     model_ids=(30,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR", "TIMEOUT"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.TIMEOUT),
     max_body_bytes=body_limit(OCR_MAX_BYTES),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 JPEG>"},
@@ -327,6 +329,16 @@ class ConvertFileParams(ServiceParams, ModelChoice):
             and (self.targetFormat in conv.AUDIO_TARGETS)
         ):
             raise InvalidField("targetFormat", "the video has no sound to convert")
+        if source.kind == "image":
+            info = image_info(data)
+            raw = conv.raw_image_bytes(info.width, info.height, self.targetFormat)
+            if raw is not None and raw > DEFAULT_OUTPUT_CAPS["image"]:
+                raise InvalidField(
+                    "targetFormat",
+                    f"{info.width}x{info.height} as {self.targetFormat} would be {raw:,} bytes: "
+                    f"more than {DEFAULT_OUTPUT_CAPS['image']:,}; send a smaller image or "
+                    "convert to png, jpeg or webp",
+                )
         if self.targetFormat == "png" and (source.pages or 0) > conv.MAX_PNG_PAGES:
             raise InvalidField(
                 "file", f"{source.pages} pages; at most {conv.MAX_PNG_PAGES} as PNG pages"
@@ -341,7 +353,7 @@ class ConvertFileParams(ServiceParams, ModelChoice):
 
 def _unavailable(what: str, missing: str) -> ApiError:
     return ApiError(
-        "SERVICE_UNAVAILABLE",
+        ErrorCode.SERVICE_UNAVAILABLE,
         f"Converting {what} is not offered on this node ({missing}); nothing was charged.",
     )
 
@@ -361,7 +373,7 @@ async def _converted(ctx: ServiceContext, job: _Conversion, target: str, title: 
             out = await conv.pandoc_convert(data, kind, target, title, limit)
             return await ctx.run_cpu(conv.html_document_to_pdf, out) if target == "pdf" else out
     except conv.ToolFailed as exc:
-        code = "TIMEOUT" if exc.timed_out else "SERVICE_ERROR"
+        code = ErrorCode.TIMEOUT if exc.timed_out else ErrorCode.SERVICE_ERROR
         raise EngineError(code, f"The conversion failed: {exc}") from None
     if kind == "image":
         return await ctx.run_cpu(conv.convert_image, data, target)
@@ -409,7 +421,12 @@ CONVERT_FILE = ServiceSpec(
     price_msat=flat_price("file-conversion"),
     handler=convert_file,
     model_ids=(11,),
-    failure_codes=("L402_INVALID_PARAMS", "SERVICE_UNAVAILABLE", "SERVICE_ERROR", "TIMEOUT"),
+    failure_codes=(
+        ErrorCode.L402_INVALID_PARAMS,
+        ErrorCode.SERVICE_UNAVAILABLE,
+        ErrorCode.SERVICE_ERROR,
+        ErrorCode.TIMEOUT,
+    ),
     max_body_bytes=body_limit(CONVERT_MAX_BYTES),
     prevalidate=prevalidate,
     example={"file": "<base64 PNG>", "targetFormat": "jpeg"},
@@ -474,7 +491,7 @@ async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceR
     EngineError: refunded. Re-runnable from params alone (a held request's release)."""
     desk = ctx.esign
     if desk is None:
-        raise EngineError("SERVICE_ERROR", "E-signature requests cannot be followed here.")
+        raise EngineError(ErrorCode.SERVICE_ERROR, "E-signature requests cannot be followed here.")
     pages = await asyncio.to_thread(params.checked)
     pdf = await asyncio.to_thread(
         decode_file, params.documentBase64, "documentBase64", ESIGN_MAX_BYTES
@@ -541,12 +558,12 @@ E_SIGNATURE = ServiceSpec(
     handler=e_signature,
     model_ids=(46,),
     failure_codes=(
-        "INVALID_INPUT",
-        "SERVICE_ERROR",
-        "TIMEOUT",
-        "RATE_LIMITED",
-        "CONTENT_POLICY_HELD",
-        "RECIPIENT_OPTED_OUT",
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.SERVICE_ERROR,
+        ErrorCode.TIMEOUT,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.CONTENT_POLICY_HELD,
+        ErrorCode.RECIPIENT_OPTED_OUT,
     ),
     max_body_bytes=body_limit(ESIGN_MAX_BYTES),
     prevalidate=prevalidate,
@@ -658,7 +675,7 @@ async def boardingpass_wallet(ctx: ServiceContext, params: BoardingPassParams) -
     )
     if not batch.passes:
         raise EngineError(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             "No boarding pass could be read: " + "; ".join(batch.warnings),
             may_fall_back=False,
         )
@@ -726,7 +743,7 @@ BOARDINGPASS_WALLET = ServiceSpec(
         "difference after parsing.",
     ),
     model_ids=(47,),
-    failure_codes=("INVALID_INPUT", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(*[PASS_DOC_MAX_BYTES] * MAX_PASS_DOCUMENTS),
     prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from satsgate.engines.local import cards, pdf
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
     FlatPrice,
     Params,
@@ -108,7 +108,7 @@ async def _check_card_fits(params: RenderCardParams) -> None:
         if len(_FIT_CACHE) > _FIT_CACHE_SIZE:
             _FIT_CACHE.popitem(last=False)
     if error is not None:
-        raise ApiError("L402_INVALID_PARAMS", error)
+        raise ApiError(ErrorCode.L402_INVALID_PARAMS, error)
 
 
 async def render_card(ctx: ServiceContext, params: RenderCardParams) -> ServiceResult:
@@ -139,7 +139,7 @@ RENDER_CARD = ServiceSpec(
     price_msat=flat_price("render-card"),
     handler=render_card,
     model_ids=(53,),
-    failure_codes=("L402_INVALID_PARAMS", "SERVICE_ERROR"),
+    failure_codes=(ErrorCode.L402_INVALID_PARAMS, ErrorCode.SERVICE_ERROR),
     max_body_bytes=64 * 1024,
     prevalidate=_check_card_fits,
     example={"template": "headline", "title": "Lightning is fast", "subtitle": "satsgate"},
@@ -224,11 +224,13 @@ class MergePdfParams(Params):
             try:
                 data = decode_base64_file(doc, max_bytes=MAX_PDF_BYTES)
             except BadBase64 as exc:
-                raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc}") from None
+                raise ApiError(
+                    ErrorCode.L402_INVALID_PARAMS, f"documents[{index}]: {exc}"
+                ) from None
             total += len(data)
             if total > MAX_MERGE_BYTES:
                 raise ApiError(
-                    "L402_INVALID_PARAMS",
+                    ErrorCode.L402_INVALID_PARAMS,
                     f"documents: more than {MAX_MERGE_BYTES // (1024 * 1024)} MB of PDFs in all",
                 )
             out.append(data)
@@ -244,9 +246,11 @@ def _validate_all(documents: list[bytes]) -> None:
             pages += pdf.validate_pdf(data, MAX_MERGE_PAGES - pages, index)
         except pdf.TooManyPages:
             message = f"documents: more than {MAX_MERGE_PAGES} pages in all"
-            raise ApiError("L402_INVALID_PARAMS", message) from None
+            raise ApiError(ErrorCode.L402_INVALID_PARAMS, message) from None
         except pdf.InvalidPdf as exc:
-            raise ApiError("L402_INVALID_PARAMS", f"documents[{index}]: {exc.reason}") from None
+            raise ApiError(
+                ErrorCode.L402_INVALID_PARAMS, f"documents[{index}]: {exc.reason}"
+            ) from None
 
 
 async def _check_pdfs(params: MergePdfParams) -> None:

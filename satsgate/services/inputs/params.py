@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import Params, ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import select_model
 from satsgate.services.inputs import public_urls as callbacks_guard
@@ -87,7 +87,7 @@ class ServiceParams(Params):
 
 def _invalid(field: str, message: str) -> ApiError:
     return ApiError(
-        "L402_INVALID_PARAMS",
+        ErrorCode.L402_INVALID_PARAMS,
         f"Invalid parameters: {field}: {message}",
         extra={"fields": [{"field": field, "message": message}]},
     )
@@ -227,7 +227,7 @@ async def prevalidate(params: Params) -> None:
 async def no_engine(ctx: ServiceContext, params: Params) -> ServiceResult:
     """Handler of a service whose engine adapter is not written yet. No engine of its
     name resolves, so it is never sold; if it runs anyway the gate refunds the payment."""
-    raise EngineError("SERVICE_ERROR", "no engine configured")
+    raise EngineError(ErrorCode.SERVICE_ERROR, "no engine configured")
 
 
 IMAGE_MAX_BYTES = 10 * MiB

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from satsgate.errors import ApiError
+from satsgate.errors import ApiError, ErrorCode
 
 MAX_URL_CHARS = 2048
 MAX_CALLBACK_ID_CHARS = 128
@@ -128,7 +128,7 @@ def check_public_https_url(url: str) -> str:
 
 def callback_error(exc: UnsafeUrl) -> ApiError:
     return ApiError(
-        "L402_CALLBACK_INVALID",
+        ErrorCode.L402_CALLBACK_INVALID,
         f"callback_url rejected: {exc}. It must be a public https:// URL.",
         example='{"callback_url": "https://hooks.example.org/satsgate"}',
     )

@@ -1,0 +1,201 @@
+"""A flood of unpaid challenges from many addresses cannot grow the database without
+bound: the node keeps at most ``max_unpaid_challenges`` unpaid and unexpired, refuses
+the rest with RATE_LIMITED and Retry-After before any invoice, and gives slots back as
+challenges are paid or expire. Unpaid rows are pruned within the hour."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from satsgate.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
+from satsgate.config import load_settings
+from satsgate.errors import ApiError
+from satsgate.ratelimit import ChallengeBudget
+from satsgate.store import Payment, PaymentStatus, Store
+from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.test_gateway import CARD, assert_envelope, payment_count
+
+CAP = 10
+
+
+@pytest.fixture
+def capped(tmp_path: Path) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(
+        make_settings(
+            tmp_path / "data",
+            max_unpaid_challenges=CAP,
+            challenge_rate_per_min=2,  # per address: the flood comes from many
+            trusted_proxies=("127.0.0.0/8",),
+        )
+    )
+    yield srv
+    srv.stop()
+
+
+def invoices(server: ThreadedServer) -> int:
+    """Every invoice the dev node made (a 402's call payment and its session deposit)."""
+    path = server.settings.data_dir / "dev_node.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM invoices").fetchone()[0])
+
+
+async def _post(client: httpx.AsyncClient, xff: str) -> httpx.Response:
+    return await client.post("/api/l402/render-card", json=CARD, headers={"X-Forwarded-For": xff})
+
+
+async def test_a_flood_from_many_addresses_cannot_pass_the_nodes_cap(
+    capped: ThreadedServer,
+) -> None:
+    async for client in http_client(capped):
+        addresses = [f"198.51.{i // 250}.{i % 250 + 1}" for i in range(60)]
+        answers = await asyncio.gather(*(_post(client, xff) for xff in addresses))
+        assert sorted(r.status_code for r in answers) == [402] * CAP + [429] * (60 - CAP)
+        for resp in answers:
+            if resp.status_code == 429:
+                body = assert_envelope(resp, "RATE_LIMITED", 429)
+                assert 1 <= int(resp.headers["Retry-After"]) <= 60
+                assert body["retry_after_seconds"] == int(resp.headers["Retry-After"])
+                assert "too many unpaid payment requests" in body["error"]
+        assert payment_count(capped) == CAP  # no row, and no invoice, past the cap
+        made = invoices(capped)
+        assert made <= 2 * CAP  # each 402: the call's invoice and a session deposit's
+
+        # MCP create_payment draws on the same bound.
+        tool = await client.post(
+            "/api/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "create_payment", "arguments": {"toolName": "render_card"}},
+            },
+            headers={"Accept": "application/json, text/event-stream"},
+        )
+        assert tool.json()["result"]["structuredContent"]["error_code"] == "RATE_LIMITED"
+        assert payment_count(capped) == CAP and invoices(capped) == made
+
+        # A challenge paid gives its slot back (seen at the next recount, within a second).
+        first = next(r for r in answers if r.status_code == 402).json()
+        preimage = await dev_pay(client, first["invoice"])
+        paid = await client.post(
+            "/api/l402/render-card",
+            json=CARD,
+            headers={"Authorization": f"L402 {first['macaroon']}:{preimage}"},
+        )
+        assert paid.status_code == 200, paid.text  # a credential is never refused by the cap
+        await asyncio.sleep(1.1)
+        assert (await _post(client, "203.0.113.200")).status_code == 402
+        assert (await _post(client, "203.0.113.201")).status_code == 429
+        assert payment_count(capped) == CAP + 1
+
+
+async def test_rotating_addresses_inside_one_ipv6_64_share_one_limit(
+    capped: ThreadedServer,
+) -> None:
+    async for client in http_client(capped):
+        codes = [(await _post(client, f"2001:db8:7:1::{i:x}")).status_code for i in range(1, 5)]
+        assert codes == [402, 402, 429, 429]
+        assert (await _post(client, "2001:db8:7:2::1")).status_code == 402  # the next /64
+
+
+def _unpaid(expires_at: int, mode: str = "invoice") -> Payment:
+    return Payment(
+        f"pay_{secrets.token_hex(16)}",
+        secrets.token_hex(32),
+        "lnbcrt1test",
+        "render-card",
+        5000,
+        PaymentStatus.UNPAID,
+        int(time.time()),
+        expires_at,
+        None,
+        None,
+        "00" * 32,
+        "11" * 32,
+        "d" * 64,
+        "t",
+        "http",
+        mode,
+    )
+
+
+async def test_the_budget_counts_what_the_store_holds_and_gives_back_expired_slots(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        now = int(time.time())
+        for payment in (
+            _unpaid(now + 600),
+            _unpaid(now + 600),
+            _unpaid(now + 2),  # expires first
+            _unpaid(now - 5),  # expired: not outstanding
+            _unpaid(now + 600, mode="deposit"),  # rides with its call's challenge
+        ):
+            await store.payments.insert(payment)
+        assert await store.payments.outstanding_unpaid(now) == (3, now + 2)
+
+        async def issue() -> None:  # as the challenger does: take, store the row, stored
+            await budget.take()
+            await store.payments.insert(_unpaid(int(time.time()) + 600))
+            budget.stored()
+
+        # After a restart the store still holds three of the cap of four: one more fits.
+        budget = ChallengeBudget(4, store.payments.outstanding_unpaid, recount_s=0)
+        await issue()
+        with pytest.raises(ApiError) as refused:
+            await issue()
+        assert refused.value.code == "RATE_LIMITED"
+        assert 1 <= int(refused.value.headers["Retry-After"]) <= 2  # when the first expires
+        await asyncio.sleep(2.1)
+        await issue()  # that one expired: its slot came back
+        with pytest.raises(ApiError):
+            await issue()
+        # One taken and given back (its invoice failed) leaves no trace.
+        budget = ChallengeBudget(5, store.payments.outstanding_unpaid, recount_s=0)
+        await budget.take()
+        budget.give_back()
+        await issue()
+        with pytest.raises(ApiError):
+            await issue()
+        await ChallengeBudget(0, store.payments.outstanding_unpaid).take()  # 0: no cap
+    finally:
+        await store.close()
+
+
+def test_settings_for_the_bound_and_the_prune() -> None:
+    defaults = load_settings(environ={})
+    assert defaults.max_unpaid_challenges == 10_000
+    assert defaults.unpaid_retention_s <= 3600  # pruned within the hour, not a week later
+    env = {"SATSGATE_MAX_UNPAID_CHALLENGES": "50", "SATSGATE_UNPAID_RETENTION_S": "120"}
+    settings = load_settings(environ=env)
+    assert settings.max_unpaid_challenges == 50 and settings.unpaid_retention_s == 120
+
+
+async def test_expired_unpaid_rows_are_pruned_within_the_hour(tmp_path: Path) -> None:
+    """The app's prune job, with the default retention, on a real store: a row expired two
+    hours ago goes, one expired ten minutes ago (a late settlement may still want it)
+    stays; the job runs every few minutes, not hourly or weekly."""
+    store = Store(tmp_path / "satsgate.db")
+    await store.open()
+    try:
+        now = int(time.time())
+        old, recent = _unpaid(now - 7200), _unpaid(now - 600)
+        for payment in (old, recent):
+            await store.payments.insert(payment)
+        await _prune_unpaid(store, load_settings(environ={}).unpaid_retention_s)
+        assert await store.payments.get(old.payment_id) is None
+        assert await store.payments.get(recent.payment_id) == recent
+        assert UNPAID_PRUNE_EVERY_S <= 600
+    finally:
+        await store.close()

@@ -1,4 +1,5 @@
-"""HTTP edge helpers: the error middleware, bounded JSON bodies, result rendering."""
+"""HTTP edge helpers: the error middleware, bounded JSON bodies, result rendering, the
+server-sent event encoding."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
+
+
+def sse_event(name: str | None, data: Any) -> bytes:
+    """One server-sent event: an optional ``event:`` line and one ``data:`` line of JSON
+    (compact JSON never holds a newline). Every SSE stream satsgate writes (paid streams,
+    MCP's) encodes its events here."""
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {dumps(data)}\n\n".encode()
 
 
 def error_response(exc: ApiError) -> web.Response:

@@ -5,7 +5,7 @@ fails as an unreachable upstream does (SERVICE_ERROR, which the gate refunds).""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,6 +41,11 @@ class DownProvider:
 
     async def aclose(self) -> None:
         return None
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """A streamed chat (satsgate.engines.chat.ChatStreamEngine): fails at once."""
+        raise EngineError(ErrorCode.SERVICE_ERROR, "The upstream service could not be reached.")
+        yield  # an async generator, as a chat stream is
 
     # The fax engine's synchronous methods (satsgate.engines.fax): no inbound numbers.
     def inbound_numbers(self) -> tuple[str, ...]:

@@ -18,7 +18,9 @@ transcription segments follow the uploaded WAV's duration and spell the prompt's
 A test scripts failures with ``fake.fail_next(path, mode)``: ``refusal``, ``policy``
 (400 content_policy_violation), ``slow`` (answers after ``SLOW_S``), ``429``, ``500``,
 ``529`` (Anthropic overloaded), ``malformed`` (200 with an unusable JSON body), ``html``
-(200 with an HTML page).
+(200 with an HTML page); for a streamed chat (``stream: true``, both APIs, their own SSE
+wire): ``slow_stream``, ``stall_stream``, ``error_stream``, ``huge_stream``
+(``_stream_words``).
 
 Content refusals as the real models make them depend on the request: a chat or image
 prompt containing one of ``fake.refuse_terms`` is refused (a chat with the assistant
@@ -35,7 +37,8 @@ import json
 import re
 import threading
 import wave
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +52,7 @@ ANTHROPIC_KEY = "sk-ant-test-fake-KEY-51d0e2"
 # Text the fakes put in their error bodies: it must never reach a caller.
 UPSTREAM_DETAIL = "upstream-internal-detail-9b1e"
 SLOW_S = 6.0
+HUGE_CHUNKS = 8192  # words of a "huge_stream" answer (8 KiB each: 64 MiB in all)
 RETRY_AFTER = "7"
 REFUSAL_TEXT = "I'm sorry, I can't help with that."
 
@@ -156,6 +160,10 @@ class FakeAIUpstream:
         self.compressed = 0  # chat answers sent gzip-compressed
         self.streams_done = 0  # streamed chat answers sent to their end
         self.streams_cut = 0  # streamed chat answers the reader went away from
+        self.stream_chunks_sent = 0  # text chunks written into streamed answers
+        # Streams cut by their reader, by the mode that scripted them ("" for none): a
+        # stalled stream notices its reader left only when it wakes, maybe in a later test.
+        self.cuts: Counter[str] = Counter()
         self.files: dict[str, bytes] = {}  # images answered by URL
         self._script: dict[str, deque[str]] = {}
         # Prompts containing one of these are refused on content (see the module).
@@ -330,7 +338,9 @@ class FakeAIUpstream:
     ) -> web.StreamResponse:
         """OpenAI's streamed completion: chat.completion.chunk events (a word each), a
         finish chunk, with stream_options.include_usage a last chunk of usage and no
-        choices, then [DONE]. Mode "slow_stream": 0.2 s between chunks."""
+        choices, then [DONE]. Stream modes: see :meth:`_stream_words`; "error_stream"
+        ends after two words with a data chunk holding ``error`` (how the API fails
+        mid-stream: the SDK raises it)."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         base = {
@@ -340,30 +350,73 @@ class FakeAIUpstream:
             "model": body["model"],
         }
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        words = re.findall(r"\S+\s*", answer)
 
         async def send(chunk: dict[str, Any]) -> None:
             if include_usage:
                 chunk = {**chunk, "usage": chunk.get("usage")}
             await resp.write(f"data: {json.dumps({**base, **chunk})}\n\n".encode())
-            if mode == "slow_stream":
-                await asyncio.sleep(0.2)
 
-        try:
+        async def word(text: str) -> None:
+            await send(
+                {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+            )
+
+        async def error() -> None:
+            failure = {"message": f"The server had an error ({UPSTREAM_DETAIL})",
+                       "type": "server_error", "param": None, "code": None}  # fmt: skip
+            await resp.write(f"data: {json.dumps({'error': failure})}\n\n".encode())
+
+        async def whole() -> None:
             await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "finish_reason": None}]})  # fmt: skip
-            for word in words:
-                await send(
-                    {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
-                )
+            if not await self._stream_words(answer, mode, word, error):
+                return
             await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             if include_usage:
                 usage = {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29}
                 await send({"choices": [], "usage": usage})
             await resp.write(b"data: [DONE]\n\n")
+
+        return await self._streamed(resp, whole(), mode)
+
+    async def _stream_words(
+        self,
+        answer: str,
+        mode: str | None,
+        word: Callable[[str], Awaitable[None]],
+        error: Callable[[], Awaitable[None]],
+    ) -> bool:
+        """Send the answer a word at a time; False when the stream ended with an error.
+        Modes: "slow_stream" 0.2 s between words; "stall_stream" stops for ``SLOW_S`` after
+        two words; "error_stream" sends the provider's mid-stream error after two words;
+        "huge_stream" sends ``HUGE_CHUNKS`` words of 8 KiB (for backpressure)."""
+        words = re.findall(r"\S+\s*", answer)
+        if mode == "huge_stream":
+            words = ["x" * 8191 + " "] * HUGE_CHUNKS
+        for index, text in enumerate(words):
+            if index == 2 and mode == "error_stream":
+                await error()
+                return False
+            if index == 2 and mode == "stall_stream":
+                await asyncio.sleep(SLOW_S)
+            await word(text)
+            with self._lock:
+                self.stream_chunks_sent += 1
+            if mode == "slow_stream":
+                await asyncio.sleep(0.2)
+        return True
+
+    async def _streamed(
+        self, resp: web.StreamResponse, sending: Coroutine[Any, Any, None], mode: str | None
+    ) -> web.StreamResponse:
+        """Run a stream's sending, counting it done, or cut (also by its mode) when its
+        reader went away."""
+        try:
+            await sending
         except (ConnectionResetError, ConnectionError):
             with self._lock:
                 self.streams_cut += 1
+                self.cuts[mode or ""] += 1
             return resp
         with self._lock:
             self.streams_done += 1
@@ -492,7 +545,7 @@ class FakeAIUpstream:
 
     # -- Anthropic Messages ------------------------------------------------------------------
 
-    async def _messages(self, request: web.Request) -> web.Response:
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
         seen = await self._record(request)
         # The key comes as x-api-key, or (the alternative the API documents, and what the
         # SDK 2.14 sends for an API key) as Authorization: Bearer.
@@ -537,6 +590,8 @@ class FakeAIUpstream:
             "stop_details": None,
         }
         content = [{"type": "text", "text": _chat_answer(system, text, sizes)}]
+        if body.get("stream"):
+            return await self._messages_stream(request, body, content[0]["text"], mode)
         if mode == "refusal":
             content = []
             stop = {
@@ -560,3 +615,57 @@ class FakeAIUpstream:
                 },
             }
         )
+
+    async def _messages_stream(
+        self, request: web.Request, body: dict[str, Any], answer: str, mode: str | None
+    ) -> web.StreamResponse:
+        """The Messages API streamed: named events (message_start, content_block_start,
+        ping, a content_block_delta per word, content_block_stop, message_delta with the
+        stop reason and cumulative usage, message_stop). Stream modes as for OpenAI
+        (:meth:`_stream_words`); "error_stream" sends ``event: error`` (overloaded_error);
+        "refusal" ends with ``stop_reason: refusal`` after two words."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def event(name: str, data: dict[str, Any]) -> None:
+            line = f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n"
+            await resp.write(line.encode())
+
+        async def word(text: str) -> None:
+            delta = {"type": "text_delta", "text": text}
+            await event("content_block_delta", {"index": 0, "delta": delta})
+
+        async def error() -> None:
+            failure = {"type": "overloaded_error", "message": f"Overloaded ({UPSTREAM_DETAIL})"}
+            await event("error", {"error": failure})
+
+        async def whole() -> None:
+            message = {
+                "id": "msg_01Stream",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": body["model"],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 11, "output_tokens": 1},
+            }
+            await event("message_start", {"message": message})
+            block = {"type": "text", "text": ""}
+            await event("content_block_start", {"index": 0, "content_block": block})
+            await event("ping", {})
+            words = answer
+            if mode == "refusal":
+                words = " ".join(answer.split()[:2])
+            if not await self._stream_words(words, mode, word, error):
+                return
+            await event("content_block_stop", {"index": 0})
+            stop: dict[str, Any] = {"stop_reason": "end_turn", "stop_sequence": None}
+            if mode == "refusal":
+                stop = {"stop_reason": "refusal", "stop_sequence": None,
+                        "stop_details": {"type": "refusal", "category": None,
+                                         "explanation": None}}  # fmt: skip
+            await event("message_delta", {"delta": stop, "usage": {"output_tokens": 6}})
+            await event("message_stop", {})
+
+        return await self._streamed(resp, whole(), mode)

@@ -321,10 +321,12 @@ async def test_wrong_mint_wrong_unit_too_small_and_garbage_charge_nothing(
     assert resp.status_code == 400 and resp.json()["error_code"] == "L402_INVALID_PARAMS"
 
 
+@pytest.mark.parametrize("stream", [False, True])
 async def test_a_failure_after_payment_refunds_a_fresh_token(
-    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet
+    client: httpx.AsyncClient, cashu_server: ThreadedServer, wallet: PayerWallet, stream: bool
 ) -> None:
-    body = {"prompt": "hello", "modelId": 31}
+    # Streamed or not: the engine fails before a first token, so the usual envelope.
+    body = {"prompt": "hello", "modelId": 31, "stream": stream}
     price = await price_of(client, "generate-text", body)
     token = wallet.token(price + 2)
     resp = await client.post("/api/l402/generate-text", json=body, headers={"X-Cashu": token})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,8 @@ import httpx
 import pytest
 from mcp import Client
 
+from satsgate.app import REFUNDS
+from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay, http_client
 from tests.fake_platforms import FakeFal, FakeReplicate, Script, mp4
 from tests.ledger_check import assert_ledger_balances
@@ -480,3 +483,147 @@ async def test_a_retried_job_running_upstream_is_taken_up_after_a_restart(
         ).fetchone()
         assert state == "closed"
         assert conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] == 0
+
+
+async def test_a_poll_by_job_id_alone_leaks_no_payment_id_of_an_mcp_payment(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """An MCP payment's paymentId proves it (it shows the rework_token, and the decline
+    that token allows hands out the refund link): a reader with the job id alone must not
+    learn it from the refused job's envelope."""
+    rep = rep_of(platforms)
+    rep.script = refusing()
+    async with Client(f"{server.url}/api/mcp") as mcp:
+        created = await mcp.call_tool("create_payment", {"toolName": "generate_video", **BODY})
+        payment = dict(created.structured_content or {})
+        await dev_pay(client, payment["lightningInvoice"])
+        payment_id = payment["paymentId"]
+        submitted = await mcp.call_tool("generate_video", {"paymentId": payment_id, **BODY})
+        job_id = dict(submitted.structured_content or {})["requestId"]
+        public = await ended(client, job_id)  # a stranger with the job id (a shared poll_url)
+        assert public["error_code"] == "CONTENT_FILTERED_RETRY", public
+        assert "rework_token" not in public
+        assert payment_id not in str(public), public
+        by_tool = await mcp.call_tool("check_job_status", {"requestId": job_id, "jobType": "video"})
+        assert payment_id not in str(by_tool.structured_content), by_tool
+        # The payer (its paymentId) still reads the whole envelope.
+        own = await client.get(
+            "/api/l402/job-status", params={"requestId": job_id, "paymentId": payment_id}
+        )
+        assert own.json()["paymentId"] == payment_id and own.json()["rework_token"]
+        declined = await client.post(
+            "/api/decline-retry",
+            json={"paymentId": payment_id, "rework_token": own.json()["rework_token"]},
+        )
+        assert declined.status_code == 200, declined.text
+    assert payment_status(server, payment_id) == "spent"
+
+
+async def test_a_crash_between_the_window_and_the_jobs_end_refunds_once(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The process died after the refusal opened the window but before the refused job
+    recorded its end (simulated: the job's row put back IN_PROGRESS, its resume state
+    kept). The restart takes the job up, meets the refusal again and refunds once; the
+    window left open then yields no second refund, by decline (even with the token) or
+    by the expiry sweep."""
+    rep = rep_of(platforms)
+    settings = dataclasses.replace(
+        platform_settings(tmp_path / "data", platforms), rework_window_s=1.0
+    )
+    srv = ThreadedServer(settings)
+    try:
+        async for client in http_client(srv):
+            paid, job_id, doc = await refused_job(client, rep)
+    finally:
+        srv.stop()
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn, conn:
+        conn.execute(
+            "UPDATE jobs SET status = 'IN_PROGRESS', error_json = NULL WHERE job_id = ?",
+            (job_id,),
+        )
+    srv = ThreadedServer(settings)
+    try:
+        async for client in http_client(srv):
+            read = await ended(client, job_id, paid.auth)
+            assert read["error_code"] == "CONTENT_FILTERED", read
+            assert read["refund"]["amount_sats"] == PRICE_SATS
+            await asyncio.sleep(1.2)  # past rework_until: the sweep would take it too
+            args = {"paymentId": paid.payment_id, "rework_token": doc["rework_token"]}
+            declined = await client.post("/api/decline-retry", json=args)
+            srv.call(srv.gate.spender.rework.expire_due)
+            if declined.status_code == 200:
+                assert declined.json()["refund"]["refund_secret"] == read["refund"]["refund_secret"]
+            retried = await submit(client, paid, CHANGED, reworkToken=doc["rework_token"])
+            assert retried.status_code in (403, 410), retried.text
+            with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+                refunds = conn.execute(
+                    "SELECT COUNT(*), SUM(amount_msat) FROM refunds WHERE payment_id = ?",
+                    (paid.payment_id,),
+                ).fetchone()
+            assert refunds == (1, PRICE_SATS * 1000)
+            assert payment_status(srv, paid.payment_id) == "spent"
+            assert_ledger_balances(srv)
+    finally:
+        srv.stop()
+
+
+async def test_a_repeat_of_a_retry_whose_answer_was_lost_gets_the_same_job(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The retry's 202 is the only place its new job id is shown: a repeat of the same
+    retry (same credential, body and reworkToken, its answer lost on the way) gets that
+    202 again from the dedup cache, as a first call's repeat does, not a 403 that leaves
+    the paid job unfindable. Nothing runs twice."""
+    rep = rep_of(platforms)
+    paid, _, done = await refused_job(client, rep)
+    made = len(rep.records)
+    rep.script = succeeding()
+    body = {**CHANGED, "reworkToken": done["rework_token"]}
+    headers = {"Authorization": paid.auth}  # the cache on, as for any client
+    first = await client.post(f"/api/l402/{SLUG}", json=body, headers=headers)
+    assert first.status_code == 202, first.text
+    again = await client.post(f"/api/l402/{SLUG}", json=body, headers=headers)
+    assert again.status_code == 202, again.text
+    assert again.json()["requestId"] == first.json()["requestId"]
+    finished = await ended(client, first.json()["requestId"], paid.auth)
+    assert finished["status"] == "COMPLETED", finished
+    assert len(rep.records) == made + 1
+    # The first call's cached 202 is not a retry's: a changed body with the token is its
+    # own key, and without the token the window still decides (nothing runs).
+    other = await client.post(
+        f"/api/l402/{SLUG}", json={**BODY, "reworkToken": done["rework_token"]}, headers=headers
+    )
+    assert other.status_code == 403, other.text
+    assert len(rep.records) == made + 1
+    assert payment_status(server, paid.payment_id) == "spent"
+
+
+async def test_a_window_whose_payment_the_operator_refunded_cannot_be_claimed(
+    client: httpx.AsyncClient, server: ThreadedServer, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The operator's refund of a payment in its window (``satsgate refund``) leaves the
+    window open. A retry that read the payment as serving just before must not claim it
+    and run a job on a refunded payment: the claim (and the job's row with it) requires
+    the payment still serving, in its own transaction."""
+    rep = rep_of(platforms)
+    paid, _, done = await refused_job(client, rep)
+    payment = server.call(lambda: server.store.payments.get(paid.payment_id))
+    refund = server.call(
+        lambda: server.app[REFUNDS].refund_remaining(payment, "refunded by the node operator")
+    )
+    assert refund is not None and refund["amount_sats"] == PRICE_SATS
+    assert payment_status(server, paid.payment_id) == "spent"
+    token_hash = hashlib.sha256(done["rework_token"].encode()).hexdigest()
+    # The retry's claim, as it runs after its read of the (then serving) payment.
+    job = server.gate.spender._prepare_job(payment, BY_SLUG[SLUG], BY_SLUG[SLUG].params(**BODY))
+    claimed = server.call(
+        lambda: server.store.rework.claim(paid.payment_id, token_hash, time.time(), job)
+    )
+    assert claimed is False
+    assert len(payment_jobs(server, paid.payment_id)) == 1
+    # Through the gate: used, its refund shown; nothing ran.
+    made = len(rep.records)
+    resp = await submit(client, paid, CHANGED, reworkToken=done["rework_token"])
+    assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
+    assert len(rep.records) == made

@@ -424,6 +424,8 @@ async def test_a_stream_is_billed_by_the_usage_of_its_last_chunk(
         client.session_id,
     )
     assert got["balanceMsat"] == before - charged
+    assert (got["model"], got["usage"]) == (31, {"inputTokens": 19, "outputTokens": 10})
+    assert resp.headers["x-route-model"] == "31"
     assert session_row(srv, client.session_id).balance_msat == before - charged
     sent = fake.requests(CHAT)[-1].json
     assert sent is not None and sent["stream"] is True

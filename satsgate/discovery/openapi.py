@@ -122,12 +122,16 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
             }
         }
     else:
-        ok = {
-            "200": {
-                "description": "The result: JSON, or text or a file for services that return one.",
-                "content": {"application/json": {"schema": {"type": "object"}}, "*/*": {}},
-            }
-        }
+        content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+        description = "The result: JSON, or text or a file for services that return one."
+        if spec.stream_handler is not None:
+            content["text/event-stream"] = {"schema": {"type": "string"}}
+            description += (
+                " With stream: true, server-sent events: data: {text} pieces, then event: "
+                "payment-receipt (model, usage), then data: [DONE]; a failure mid-stream is "
+                "event: error with the envelope and its refund."
+            )
+        ok = {"200": {"description": description, "content": {**content, "*/*": {}}}}
     payment_info: dict[str, Any] = {
         "intent": "charge",
         "method": "lightning",

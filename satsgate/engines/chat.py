@@ -68,7 +68,7 @@ class ChatChunk:
 
 @runtime_checkable
 class ChatStreamEngine(Protocol):
-    """A chat engine that can stream its answer (the ``openai`` kind)."""
+    """A chat engine that can stream its answer (the ``openai`` and ``anthropic`` kinds)."""
 
     def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """The answer as it is generated, then one chunk with the usage when the

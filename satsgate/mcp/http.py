@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from satsgate import json_input
-from satsgate.http_edge import dumps
+from satsgate.http_edge import dumps, sse_event
 from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import (
     INVALID_REQUEST,
@@ -254,7 +254,7 @@ class _LazyEventStream:
             raise ClientGone(str(exc)) from exc
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self._write(f"event: message\ndata: {dumps(message)}\n\n".encode())
+        await self._write(sse_event("message", message))
 
     async def keepalive(self) -> None:
         await self._write(b": keepalive\n\n")

@@ -110,9 +110,10 @@ async def _payer_asks(env: OperationEnv, job: Job, call: Call, payment_id: str |
 
 
 async def job_body(env: OperationEnv, job: Job, refund_shown: bool = False) -> JobStatusBody:
-    """The poll answer; a failed job's refund link and rework_token only for its payer
-    (``refund_shown``). A job the upstream refused on content (CONTENT_FILTERED_RETRY)
-    shows its payment's free-retry window as it is now (ReworkDesk.job_error)."""
+    """The poll answer; a failed job's refund link, rework_token and paymentId only for
+    its payer (``refund_shown``). A job the upstream refused on content
+    (CONTENT_FILTERED_RETRY) shows its payment's free-retry window as it is now
+    (ReworkDesk.job_error)."""
     body = status_body(job, env.jobs.progress(job.job_id))
     desk = env.gate.spender.rework
     if desk is not None and job.error is not None and job.error.get("error_code") == KEPT_FOR_RETRY:
@@ -120,8 +121,12 @@ async def job_body(env: OperationEnv, job: Job, refund_shown: bool = False) -> J
         body = {**{k: v for k, v in body.items() if k not in job.error}, **shown}
     if not refund_shown:
         body = without_refund_secrets(body)  # a job id alone shows no refund link
-        if "rework_token" in body:  # nor the token that retries or declines for a refund
-            body = {k: v for k, v in body.items() if k != "rework_token"}
+        # Nor the token that retries or declines for a refund, nor the paymentId (an MCP
+        # payment's proof: it would show the token and its refund to anyone).
+        hidden = {"rework_token", "paymentId"} & body.keys()
+        if hidden:
+            body = {k: v for k, v in body.items() if k not in hidden}
+        if "rework_token" in hidden:
             body["rework_token_hint"] = REWORK_HINT
     status = JobStatusBody.model_validate(body)
     status._untrusted = untrusted(env, job)

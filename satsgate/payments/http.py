@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
-from satsgate.payments import l402, mpp, problems, rework
+from satsgate.payments import l402, mpp, problems, rework, streaming
 from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.gate import Gate
@@ -189,6 +189,10 @@ async def _paid_call(
     body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
     params = validate_params(spec, body)
     await gate.prevalidate(spec, params)
+    # A streamed answer runs the stream handler under the same spend rule; it is never
+    # kept for the dedup window (a stream cannot be sent twice).
+    streamed = spec.streams(params)
+    run_spec = spec.streamed() if streamed else spec
 
     if not auth and gate.cashu is not None and CASHU_HEADER in request.headers:
         # Paid in ecash (NUT-24): redeemed at the mint, then the spend rule as for any payment.
@@ -196,8 +200,10 @@ async def _paid_call(
             request.headers.getall(CASHU_HEADER),
             spec,
             params,
-            lambda payment: gate.execute(payment, spec, params),
+            lambda payment: gate.execute(payment, run_spec, params),
         )
+        if result.stream is not None:
+            return await _relay(request, result, None)
         return result_response(result)
     if not auth:
         challenge = await gate.challenge_for(spec, params, via="http")
@@ -232,7 +238,10 @@ async def _paid_call(
 
     try:
         result, replayed = await gate.execute_credential(
-            verified, spec, params, use_cache="X-No-Cache" not in request.headers
+            verified,
+            run_spec,
+            params,
+            use_cache=not streamed and "X-No-Cache" not in request.headers,
         )
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
         return await _fresh_challenge(
@@ -266,6 +275,8 @@ async def _paid_call(
                 exc=exc,
             )
         raise
+    if result.stream is not None:
+        return await _relay(request, result, verified)
     return _served(result, verified, dedup_hit=replayed)
 
 
@@ -304,6 +315,19 @@ async def _unpaid_response(
     )
     resp.headers["Retry-After"] = "5"
     return resp
+
+
+async def _relay(
+    request: web.Request, result: ServiceResult, verified: Verified | None
+) -> web.StreamResponse:
+    """A streamed answer paid one by one, as server-sent events (payments/streaming.py)."""
+    assert result.stream is not None and result.stream.settle is not None
+    headers = dict(result.headers)
+    if verified is not None and verified.scheme == "Payment" and verified.mpp_challenge_id:
+        headers["Payment-Receipt"] = mpp.receipt_header(
+            verified.mpp_challenge_id, verified.payment_hash, int(time.time())
+        )
+    return await streaming.relay(request, result.stream, result.stream.settle, headers)
 
 
 def _served(result: ServiceResult, verified: Verified, dedup_hit: bool = False) -> web.Response:

@@ -54,10 +54,10 @@ from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
-from satsgate.payments import mpp, problems
+from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
-from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.store import Payment, PaymentStatus
 from satsgate.store.sessions import ReturnInvoiceTaken, Session, SessionRepository
 
@@ -321,6 +321,43 @@ class _InFlight:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+class _SessionStream:
+    """How a streamed session call's reservation ends (streaming.StreamSettle): trued up
+    by use, credited back on a failure (once), kept when the caller leaves."""
+
+    def __init__(self, desk: Sessions, session_id: str, price_msat: int, balance: int) -> None:
+        self._desk = desk
+        self._session_id = session_id
+        self._price_msat = price_msat
+        self._balance = balance
+        self._ended = False
+
+    async def failed(self, code: ErrorCode, message: str) -> dict[str, Any]:
+        if self._ended:
+            return {}
+        self._ended = True
+        return await self._desk._credit(self._session_id, self._price_msat, message)
+
+    async def finished(self, last: StreamPiece) -> dict[str, Any]:
+        self._ended = True
+        earned, balance = await self._desk._true_up(
+            self._session_id, self._price_msat, last.metered_msat, self._balance
+        )
+        return {
+            "method": mpp.METHOD,
+            "reference": self._session_id,
+            "spent": earned / 1000,
+            "spentMsat": earned,
+            "balanceMsat": balance,
+            "balanceSats": _sats(balance),
+        }
+
+    def abandoned(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._desk._sessions.answered(self._session_id, self._price_msat)
+
+
 class Sessions:
     """The session intent: challenges, the four actions, the balance and the payouts."""
 
@@ -439,7 +476,7 @@ class Sessions:
             session_id, challenge = known
             checked = await self._params(request, gate, spec, transform)
             try:
-                if _wants_stream(spec, checked):
+                if spec.streams(checked):
                     return await self._stream(request, session_id, spec, checked, challenge)
                 served = await self._debit_and_run(session_id, spec, checked)
             except SessionProblem as problem:
@@ -456,7 +493,7 @@ class Sessions:
             cred = parse_credential(doc, self._key)
             if cred.action in ("open", "bearer"):
                 params = await self._params(request, gate, spec, transform)
-            if cred.action == "open" and params is not None and _wants_stream(spec, params):
+            if cred.action == "open" and params is not None and spec.streams(params):
                 deposit_hash, _, return_invoice = self._open_checks(cred)
                 opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
                 return await self._stream(
@@ -468,7 +505,7 @@ class Sessions:
             if cred.action == "bearer" and params is not None:
                 session_id = cred.text("sessionId").lower()
                 _check_owner(session_id, cred.hex32("preimage"))
-                if _wants_stream(spec, params):
+                if spec.streams(params):
                     return await self._stream(request, session_id, spec, params, cred.challenge_id)
                 served = await self._debit_and_run(session_id, spec, params)
                 # Verified: its repeats (the same header value) skip the decode, the
@@ -807,13 +844,13 @@ class Sessions:
         params: BaseModel,
         challenge_id: str,
     ) -> web.StreamResponse:
-        """A streamed call (server-sent events) paid from the session: the quote is
-        reserved (debited) first; the answer goes out as ``data: {"text": ...}`` events;
-        at its end the cost by the tokens used is debited instead (the rest credited),
-        an ``event: payment-receipt`` says what it cost, then ``data: [DONE]``. A failure
-        before the first piece is credited and answered as an error; one after it is
-        credited and ends the stream with ``event: error``. A stream the client
-        abandons keeps its reservation (what was generated for it is paid)."""
+        """A streamed call (server-sent events, satsgate.payments.streaming) paid from the
+        session: the quote is reserved (debited) first; at the stream's end the cost by
+        the tokens used is debited instead (the rest credited) and the payment-receipt
+        event says what it cost. A failure before the first piece is credited and
+        answered as an error; one after it is credited and ends the stream with ``event:
+        error``. A stream the client abandons keeps its reservation (what was generated
+        for it is paid)."""
         assert spec.stream_handler is not None
         price_msat = spec.quote_sats(params) * 1000
         flight = self._in_flight.get(session_id)
@@ -828,49 +865,9 @@ class Sessions:
             ctx = self._contexts.for_call(
                 f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
             )
-            pieces = spec.stream_handler(ctx, params)
-            try:
-                return await self._relay(
-                    request, pieces, session_id, price_msat, balance, challenge_id
-                )
-            finally:
-                await pieces.aclose()  # type: ignore[attr-defined]
-        finally:
-            flight.count -= 1
-            if flight.count == 0:
-                flight.idle.set()
-                if self._in_flight.get(session_id) is flight:
-                    del self._in_flight[session_id]
-
-    async def _relay(
-        self,
-        request: web.Request,
-        pieces: Any,
-        session_id: str,
-        price_msat: int,
-        balance: int,
-        challenge_id: str,
-    ) -> web.StreamResponse:
-        try:
-            first = await anext(pieces, None)
-        except ApiError as exc:
-            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
-            raise
-        except EngineError as exc:
-            credit = await self._credit(session_id, price_msat, exc.message)
-            raise exc.api_error(extra=credit) from exc
-        except Exception as exc:
-            log.exception("a streamed session call failed before its first piece")
-            credit = await self._credit(session_id, price_msat, repr(exc))
-            raise ApiError(
-                ErrorCode.L402_UPSTREAM_FAILED,
-                "The service failed; its price was credited back to the session.",
-                extra=credit,
-            ) from exc
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "private, no-store",
+            opened = await self._open_stream(spec, ctx, params, session_id, price_msat)
+            headers = {
+                **opened.headers,
                 # At the start: what was reserved for this call; the final cost follows
                 # in the stream's payment-receipt event.
                 "Payment-Receipt": receipt_header(
@@ -882,72 +879,63 @@ class Sessions:
                     reservedMsat=price_msat,
                 ),
             }
-        )
-        units = 0
-        metered: int | None = None
+            assert opened.stream is not None
+            if spec.untrusted_output:
+                opened.stream.receipt["untrusted_output"] = True
+            settle = _SessionStream(self, session_id, price_msat, balance)
+            return await streaming.relay(request, opened.stream, settle, headers)
+        finally:
+            flight.count -= 1
+            if flight.count == 0:
+                flight.idle.set()
+                if self._in_flight.get(session_id) is flight:
+                    del self._in_flight[session_id]
+
+    async def _open_stream(
+        self,
+        spec: AnySpec,
+        ctx: ServiceContext,
+        params: BaseModel,
+        session_id: str,
+        price_msat: int,
+    ) -> ServiceResult:
+        """The stream up to its first piece; a failure before it is credited back."""
+        assert spec.stream_handler is not None
         try:
-            await resp.prepare(request)
-            piece = first
-            while piece is not None:
-                if piece.metered_msat is not None:
-                    metered = piece.metered_msat
-                if piece.text:
-                    units += 1
-                    await resp.write(_event(None, {"text": piece.text}))
-                piece = await anext(pieces, None)
-        except (ConnectionError, asyncio.CancelledError):
-            log.info("session %s: the client left a stream; its reservation is kept", session_id)
-            self._sessions.answered(session_id, price_msat)
+            return await spec.stream_handler(ctx, params)
+        except ApiError as exc:
+            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
             raise
-        except (ApiError, EngineError) as exc:
-            credit = await self._credit(session_id, price_msat, str(exc))
-            with contextlib.suppress(ConnectionError):
-                await resp.write(_event("error", envelope(exc.code, str(exc)) | credit))
-                await resp.write_eof()
-            return resp
+        except EngineError as exc:
+            credit = await self._credit(session_id, price_msat, exc.message)
+            raise exc.api_error(extra=credit) from exc
+        except asyncio.CancelledError:
+            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
+            raise
         except Exception as exc:
-            log.exception("a streamed session call failed")
+            log.exception("a streamed session call failed before its first piece")
             credit = await self._credit(session_id, price_msat, repr(exc))
-            with contextlib.suppress(ConnectionError):
-                await resp.write(
-                    _event(
-                        "error",
-                        envelope(ErrorCode.L402_UPSTREAM_FAILED, "The stream failed.") | credit,
-                    )
-                )
-                await resp.write_eof()
-            return resp
+            raise ApiError(
+                ErrorCode.L402_UPSTREAM_FAILED,
+                "The service failed; its price was credited back to the session.",
+                extra=credit,
+            ) from exc
+
+    async def _true_up(
+        self, session_id: str, price_msat: int, metered: int | None, balance: int
+    ) -> tuple[int, int]:
+        """A streamed call's end: of its reservation the cost by use is kept (never more),
+        the rest credited back. Returns (earned, balance)."""
         earned = price_msat if metered is None else max(0, min(price_msat, metered))
         if earned < price_msat:
             after = await self._sessions.credit(
                 session_id, price_msat - earned, int(time.time()), held_msat=price_msat
             )
             if after is not None:
-                balance = after
-            else:
-                earned = price_msat
-        else:
-            self._sessions.answered(session_id, price_msat)
-        with contextlib.suppress(ConnectionError):
-            await resp.write(
-                _event(
-                    "payment-receipt",
-                    {
-                        "method": mpp.METHOD,
-                        "reference": session_id,
-                        "status": "success",
-                        "timestamp": mpp.rfc3339(int(time.time())),
-                        "spent": earned / 1000,
-                        "spentMsat": earned,
-                        "units": units,
-                        "balanceMsat": balance,
-                        "balanceSats": _sats(balance),
-                    },
-                )
-            )
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-        return resp
+                return earned, after
+            return price_msat, balance
+        self._sessions.answered(session_id, price_msat)
+        return earned, balance
 
     async def _why_not(self, session_id: str, price_msat: int) -> SessionProblem:
         session = await self._sessions.get(session_id)
@@ -1215,15 +1203,6 @@ class Sessions:
         """Let closes under way finish (shutdown, tests)."""
         if self._closing:
             await asyncio.gather(*list(self._closing.values()), return_exceptions=True)
-
-
-def _wants_stream(spec: AnySpec, params: BaseModel) -> bool:
-    return spec.stream_handler is not None and bool(getattr(params, "stream", False))
-
-
-def _event(name: str | None, data: dict[str, Any]) -> bytes:
-    head = f"event: {name}\n" if name else ""
-    return f"{head}data: {mpp.canonical_json(data)}\n\n".encode()
 
 
 def _check_owner(session_id: str, preimage: str) -> None:

@@ -27,6 +27,7 @@ outcome again, with no second spend.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -48,6 +49,7 @@ from satsgate.services.base import (
     ServiceContext,
     ServiceResult,
     ServiceSpec,
+    StreamPiece,
     request_digest,
 )
 from satsgate.services.comms.screening import HeldForReview
@@ -306,10 +308,13 @@ class Spender:
         payment hash, so only the payer can ever see a cached outcome.
         """
         key = (payment_hash, request_digest(spec.slug, params))
-        if current_token() is not None:
-            # A free retry is never a repeat of the refused call (its key leaves the token
-            # out): the window's claim decides it, and a job's retry gets a new job.
-            use_cache = False
+        token = current_token()
+        if token is not None:
+            # A free retry is never a repeat of the refused call (the params leave the
+            # token out): its own key, with the token's hash. A repeat of the retry itself
+            # (its answer lost) gets the retry's outcome again: for a job, the one 202
+            # that names the retry's new job.
+            key = (payment_hash, f"{key[1]}:{hashlib.sha256(token.encode()).hexdigest()}")
         if use_cache:
             earlier = self._dedup.lookup(key)
             if earlier is not None:
@@ -463,6 +468,9 @@ class Spender:
             price_msat,
             self._contexts.for_call(payment.payment_id, service=spec.slug),
         )
+        if result.stream is not None:  # answered once the stream ends (_PaidStream)
+            result.stream.settle = _PaidStream(self, payment, min(price_msat, payment.amount_msat))
+            return result
         self._payments.answered(payment.payment_id)
         return result
 
@@ -508,6 +516,8 @@ class Spender:
 
         if spec.untrusted_output and isinstance(result.body, dict):
             result = replace(result, body={**result.body, "untrusted_output": True})
+        elif spec.untrusted_output and result.stream is not None:
+            result.stream.receipt["untrusted_output"] = True  # said at the stream's end
         # One refund link for all that was not earned: what was paid beyond the quote,
         # plus what the service did not deliver of it.
         earned_msat, field, reason = price_msat, "refund", "paid more than the request costs"
@@ -523,6 +533,8 @@ class Spender:
             refund = await self._refund_after_spend(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):
                 result = replace(result, body={**result.body, field: refund})
+            elif refund is not None and result.stream is not None:
+                result.stream.receipt[field] = refund  # said at the stream's end
         return result
 
     async def _hold(
@@ -670,3 +682,39 @@ class Spender:
             if token is not None:
                 return token
         return await self._refunds.refund_spent(payment, amount_msat, reason[:500])
+
+
+class _PaidStream:
+    """How the payment of a streamed call paid one by one ends (StreamSettle): it stays
+    serving while the stream runs (a crash mid-stream refunds it in full at start-up, as
+    any unanswered call); the stream's end, or the caller leaving, makes it spent; a
+    failure mid-stream refunds what the call was priced (the answer is incomplete), once."""
+
+    def __init__(self, spender: Spender, payment: Payment, price_msat: int) -> None:
+        self._spender = spender
+        self._payment = payment
+        self._price_msat = price_msat
+        self._ended = False
+
+    async def failed(self, code: ErrorCode, message: str) -> dict[str, Any]:
+        if self._ended:
+            return {}
+        self._ended = True
+        refund = await self._spender._refund_after_spend(
+            self._payment, self._price_msat, f"the stream failed: {message}"
+        )
+        return {} if refund is None else {"refund": refund}
+
+    async def finished(self, last: StreamPiece) -> dict[str, Any]:
+        self.abandoned()
+        return {
+            "method": "cashu" if self._payment.mode == "cashu" else "lightning",
+            "reference": self._payment.payment_hash,
+            "spent": self._price_msat / 1000,
+            "spentMsat": self._price_msat,
+        }
+
+    def abandoned(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._spender._payments.answered(self._payment.payment_id)

@@ -8,8 +8,8 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import httpx
@@ -75,6 +75,10 @@ class ServiceResult:
     # the quote, debits this (never more than the quote) and credits the rest back.
     # None: the quote stands. Calls paid one by one keep their quoted price.
     metered_msat: int | None = None
+    # A streamed answer (the service's ``stream_handler``): its pieces still to come, the
+    # first of them already generated. The body is then empty; the face relays the
+    # pieces as server-sent events (satsgate.payments.streaming).
+    stream: OpenStream | None = None
 
 
 class Votes(Protocol):
@@ -152,13 +156,72 @@ Handler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
 
 @dataclass(frozen=True)
 class StreamPiece:
-    """One piece of a streamed answer; the last one says what the call cost by use."""
+    """One piece of a streamed answer: its text; the last one says what the call used (the
+    provider's token counts, the model that ran) and what it cost by use."""
 
     text: str = ""
     metered_msat: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model_id: int | None = None
+
+    @property
+    def is_final(self) -> bool:
+        """The piece that reports the use, not text."""
+        return (
+            self.metered_msat is not None
+            or self.input_tokens is not None
+            or self.output_tokens is not None
+            or self.model_id is not None
+        )
 
 
-StreamHandler = Callable[[ServiceContext, P], AsyncIterator[StreamPiece]]
+class StreamSettle(Protocol):
+    """How the payment of a streamed call ends with its stream, for the relay
+    (satsgate.payments.streaming): the payer's side sets it once the call is paid for."""
+
+    async def failed(self, code: ErrorCode, message: str) -> dict[str, Any]:
+        """The stream broke after its first piece: give back what the call was paid, exactly
+        once; the members the stream's error event carries (the refund)."""
+        ...
+
+    async def finished(self, last: StreamPiece) -> dict[str, Any]:
+        """The stream went out whole (``last``: the piece that reports the use): the call is
+        served; the payment members of the stream's payment-receipt event."""
+        ...
+
+    def abandoned(self) -> None:
+        """The caller left mid-stream: the call counts as served."""
+        ...
+
+
+class StreamPieces(Protocol):
+    """The pieces of an open stream; ``aclose`` ends it and whatever feeds it (the
+    provider's connection), also when no piece was asked for yet."""
+
+    def __aiter__(self) -> StreamPieces: ...
+
+    async def __anext__(self) -> StreamPiece: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class OpenStream:
+    """A streamed answer whose first piece has been generated: nothing failed before it,
+    so a failure from here on is one in the middle of the stream."""
+
+    pieces: StreamPieces
+    # What the payment's side does as the stream ends; set when the call is paid for.
+    settle: StreamSettle | None = None
+    # Members the payment-receipt event carries besides the payment's (e.g. the refund of
+    # an overpayment).
+    receipt: dict[str, Any] = field(default_factory=dict)
+
+
+# Opens the answer as a stream: returns once its first piece is generated (a failure
+# before it is the call's failure, answered as any), with ``ServiceResult.stream`` set.
+StreamHandler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
 Validator = Callable[[P], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
@@ -281,14 +344,25 @@ class ServiceSpec(Generic[P]):
     # Engines it needs besides ``engine``, all of which must resolve for it to be
     # available (e-signature: its signed copy goes out through ``email``).
     also_engines: tuple[str, ...] = ()
-    # The answer as it is generated, for a request that asks for a stream (its params'
-    # ``stream``) and is paid from a payment session (payments/sessions.py): text pieces,
-    # the last one carrying ``metered_msat``. None: the service answers in one piece.
+    # The answer as it is generated, for an HTTP request that asks for a stream (its
+    # params' ``stream``), paid one by one or from a payment session: text pieces, the
+    # last one reporting the use (``metered_msat``, tokens, model). None: the service
+    # answers in one piece.
     stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
             object.__setattr__(self, "price_shape", self.price_msat.shape)
+
+    def streams(self, params: BaseModel) -> bool:
+        """Whether this request is answered as a stream (over HTTP; MCP gets it whole)."""
+        return self.stream_handler is not None and bool(getattr(params, "stream", False))
+
+    def streamed(self) -> ServiceSpec[P]:
+        """This service with its stream handler as its handler: the spend rule, refunds and
+        the free-retry window apply to a streamed call as to any other."""
+        assert self.stream_handler is not None
+        return replace(self, handler=self.stream_handler)
 
     def is_available(self, engines: Engines) -> bool:
         """Its engine resolves, and serves its default model or at least one of its

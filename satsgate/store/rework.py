@@ -100,7 +100,8 @@ class ReworkRepository:
     async def claim(
         self, payment_id: str, token_hash: str, now: float, job: Job | None = None
     ) -> bool:
-        """open -> running for a retry with the current token before the deadline; True for
+        """open -> running for a retry with the current token before the deadline, its
+        payment still serving (not refunded meanwhile, e.g. by the operator); True for
         exactly one caller. With ``job`` (the retry of a job-mode call), that job's row is
         written in the same transaction: a claimed retry always has its job, and no job
         exists without its claim."""
@@ -109,7 +110,8 @@ class ReworkRepository:
             cur = c.execute(
                 "UPDATE rework_windows SET state = 'running', attempts = attempts + 1,"
                 " updated_at = ? WHERE payment_id = ? AND state = 'open' AND token_hash = ?"
-                " AND rework_until >= ?",
+                " AND rework_until >= ? AND EXISTS (SELECT 1 FROM payments"
+                " WHERE payment_id = rework_windows.payment_id AND status = 'serving')",
                 (int(now), payment_id, token_hash, now),
             )
             if cur.rowcount != 1:

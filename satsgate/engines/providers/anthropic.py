@@ -8,6 +8,7 @@ the SDK adds it). Kind-specific keys: ``max_tokens`` (the answer's limit when th
 sets none, and the most ever asked: the API requires one, and refuses more than the
 model's own limit; default 4096), ``max_retries`` (as for ``openai``).
 
+``text`` also streams (ChatStreamEngine: ``stream: true``, the named server-sent events).
 A refusal (``stop_reason: "refusal"``) is CONTENT_FILTERED; 529 (overloaded) is
 L402_UPSTREAM_FAILED with the retry hint, so a chain falls back to its next provider.
 """
@@ -15,15 +16,16 @@ L402_UPSTREAM_FAILED with the retry hint, so a chain falls back to its next prov
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar, cast
 
 import anthropic
 import httpx2
 from anthropic import AsyncAnthropic
 
-from satsgate.engines.chat import ChatMessage, ChatRequest, ChatResult
+from satsgate.engines.chat import ChatChunk, ChatMessage, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
@@ -50,8 +52,8 @@ def _upstream_type(body: object) -> str | None:
 # The error type only names the failure in the log: no Anthropic type is a policy code.
 ERRORS = upstream.SdkErrors(
     KIND,
-    anthropic.APITimeoutError,
-    anthropic.APIConnectionError,
+    (anthropic.APITimeoutError, httpx2.TimeoutException),
+    (anthropic.APIConnectionError, httpx2.TransportError),
     anthropic.APIStatusError,
     _upstream_type,
     code_decides=False,
@@ -155,7 +157,7 @@ class _Chat:
         self.provider = provider
         self.engine = engine
 
-    async def chat(self, request: ChatRequest) -> ChatResult:
+    def _payload(self, request: ChatRequest) -> dict[str, Any]:
         model = request.model_name
         if not model:
             raise EngineError(ErrorCode.SERVICE_ERROR, "No model is configured for this request.")
@@ -164,12 +166,15 @@ class _Chat:
             extra["system"] = request.system
         # ``temperature`` is not sent: the SDK's Messages API takes none (2.x).
         cap = self.provider.max_tokens
-        payload = {
+        return {
             "model": model,
             "max_tokens": min(request.max_tokens or cap, cap),
             "messages": _messages(request),
             **extra,
         }
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        payload = self._payload(request)
         post = self.provider.client.post
 
         async def call() -> Any:
@@ -186,6 +191,50 @@ class _Chat:
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ERRORS.mapped(exc, self.engine) from None
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        """``stream: true``: the text deltas (``content_block_delta`` with a
+        ``text_delta``), then the usage: input tokens from ``message_start``, output tokens
+        from the last ``message_delta`` (cumulative). ``stop_reason: refusal`` is
+        CONTENT_FILTERED; an ``error`` event fails the stream (the SDK raises it); at most
+        the provider's ``timeout_s`` between two events (TIMEOUT past it). Closing the
+        iterator closes the upstream response."""
+        payload = self._payload(request)
+        messages = cast(Any, self.provider.client.messages)
+
+        async def call() -> Any:
+            return await messages.create(**payload, stream=True)
+
+        # Only opening the stream is repeated after a connection failure (nothing was
+        # generated for the caller yet).
+        stream = await self.provider.call(self.engine, call)
+        input_tokens: int | None = None
+        output_tokens: int | None = None
+        try:
+            async for event in upstream.events_within(stream, self.provider.config.timeout_s):
+                if event.type == "message_start":
+                    input_tokens = event.message.usage.input_tokens
+                    output_tokens = event.message.usage.output_tokens
+                elif event.type == "content_block_delta":
+                    if event.delta.type == "text_delta" and event.delta.text:
+                        yield ChatChunk(text=event.delta.text)
+                elif event.type == "message_delta":
+                    if event.delta.stop_reason == "refusal":
+                        raise upstream.refused_error()
+                    if event.usage.output_tokens is not None:
+                        output_tokens = event.usage.output_tokens
+                    if getattr(event.usage, "input_tokens", None) is not None:
+                        input_tokens = event.usage.input_tokens
+            if input_tokens is not None or output_tokens is not None:
+                yield ChatChunk(input_tokens=input_tokens, output_tokens=output_tokens)
+        except EngineError as exc:
+            upstream.log_failure(self.engine, KIND, exc, "refusal")
+            raise
+        except Exception as exc:
+            raise ERRORS.mapped(exc, self.engine) from None
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
 
 
 class _Vision:

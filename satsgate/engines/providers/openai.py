@@ -116,8 +116,8 @@ def _upstream_code(body: object) -> str | None:
 
 ERRORS = upstream.SdkErrors(
     KIND,
-    openai.APITimeoutError,
-    openai.APIConnectionError,
+    (openai.APITimeoutError, httpx2.TimeoutException),
+    (openai.APIConnectionError, httpx2.TransportError),
     openai.APIStatusError,
     _upstream_code,
 )
@@ -304,7 +304,10 @@ class _Chat:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """``stream: true`` with ``stream_options.include_usage``: the text deltas, then
-        the usage from the last chunk (``choices`` empty, ``usage`` set)."""
+        the usage from the last chunk (``choices`` empty, ``usage`` set). At most the
+        provider's ``timeout_s`` between two chunks (TIMEOUT past it); a chunk with an
+        ``error`` (the SDK raises it) fails the stream; closing the iterator closes the
+        upstream response."""
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
@@ -326,7 +329,7 @@ class _Chat:
         # generated for the caller yet).
         stream = await self.provider.call(self.engine, call, idempotent=True)
         try:
-            async for chunk in stream:
+            async for chunk in upstream.events_within(stream, self.provider.config.timeout_s):
                 usage = getattr(chunk, "usage", None)
                 for choice in chunk.choices or ():
                     if choice.finish_reason == "content_filter" or getattr(
@@ -341,6 +344,14 @@ class _Chat:
                     )
         except EngineError:
             raise
+        except openai.APIError as exc:
+            if type(exc) is not openai.APIError:
+                raise ERRORS.mapped(exc, self.engine) from None
+            # A chunk holding ``error`` (the SDK raises the base class): the upstream
+            # failed while answering.
+            error = EngineError(ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE)
+            upstream.log_failure(self.engine, KIND, error, "error event mid-stream")
+            raise error from None
         except Exception as exc:
             raise ERRORS.mapped(exc, self.engine) from None
         finally:

@@ -12,7 +12,7 @@ import asyncio
 import email.utils
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -110,7 +110,9 @@ def status_error(
             UNAVAILABLE_MESSAGE,
             retry_after_s=retry_after_s(headers),
         )
-    if status >= 500:
+    if status >= 500 or status < 400:
+        # < 400: an error event inside a stream that had begun well (200): the upstream
+        # failed while answering.
         return EngineError(ErrorCode.L402_UPSTREAM_FAILED, UNAVAILABLE_MESSAGE)
     # 400 (a request this adapter built and the upstream refused), 401/403 (the operator's
     # key), 404 (a model name the upstream does not know), 413, 422 ...: nothing the caller
@@ -124,8 +126,10 @@ class SdkErrors:
     each failure is to a caller: one rule for every adapter built on such an SDK."""
 
     kind: str  # the adapter kind, for the operator's log line
-    timeout: type[BaseException]  # a subclass of ``connection`` in these SDKs: tested first
-    connection: type[BaseException]
+    # A subclass of ``connection`` in these SDKs: tested first. Each may name the
+    # transport's own exception too: reading a stream's body, the SDKs let it through.
+    timeout: type[BaseException] | tuple[type[BaseException], ...]
+    connection: type[BaseException] | tuple[type[BaseException], ...]
     status: type[BaseException]  # carries status_code, body and response
     # The upstream's own error code or type in an error body, for the log line; with
     # ``code_decides`` it also picks the caller's code (content policy, quota).
@@ -185,6 +189,21 @@ async def with_retry(
                 raise
         await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+async def events_within(events: AsyncIterator[T], idle_s: float) -> AsyncIterator[T]:
+    """The events of an upstream stream, each within ``idle_s`` of the one before (or of
+    the start): past it, TIMEOUT. Closing the stream stays its owner's."""
+    it = aiter(events)
+    while True:
+        try:
+            async with asyncio.timeout(idle_s):
+                event = await anext(it)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise timeout_error() from None
+        yield event
 
 
 def check_options(config: ProviderConfig, known: frozenset[str]) -> None:

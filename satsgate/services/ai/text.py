@@ -33,6 +33,7 @@ from satsgate.errors import ErrorCode
 from satsgate.services.ai import epub_translation
 from satsgate.services.ai.engine_io import image_input, with_route
 from satsgate.services.base import (
+    OpenStream,
     Params,
     PriceShape,
     ServiceContext,
@@ -137,9 +138,10 @@ class GenerateTextParams(ServiceParams, ModelChoice):
     )
     stream: bool = Field(
         False,
-        description="Paid from a payment session (the Payment scheme's session intent): "
-        "the answer as server-sent events while it is generated, billed by the tokens "
-        "used. Other payments get the whole answer at once.",
+        description="Over HTTP: the answer as server-sent events while it is generated "
+        "(data: {text} events, then event: payment-receipt with the model and usage, then "
+        "data: [DONE]). From a payment session it is billed by the tokens used; paid one "
+        "by one, at the quoted price. MCP answers the whole text.",
     )
 
     @model_validator(mode="after")
@@ -244,11 +246,10 @@ async def generate_text(ctx: ServiceContext, p: GenerateTextParams) -> ServiceRe
     )
 
 
-async def generate_text_stream(
-    ctx: ServiceContext, p: GenerateTextParams
-) -> AsyncIterator[StreamPiece]:
-    """generate-text as a stream: the provider's deltas as they come, then the cost by the
-    usage of its last chunk (an engine that cannot stream answers in one piece)."""
+async def generate_text_stream(ctx: ServiceContext, p: GenerateTextParams) -> ServiceResult:
+    """generate-text as a stream, opened: returns once the provider's first chunk came (an
+    engine that cannot stream answers in one piece); then its deltas as they come, and
+    last the use (tokens, the model, the cost by the tokens for a payer billed by use)."""
     request = chat_request(p)
     if p.imageData is not None:
         request = replace(request, images=(await image_input(ctx, p.imageData, "imageData"),))
@@ -262,32 +263,62 @@ async def generate_text_stream(
             first = await anext(chunks)
         except StopAsyncIteration:
             first = None
+        except BaseException:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            raise
         return _Opened(chunks, first, None)
 
     opened = await ctx.engines.run("text", ChatEngine, opening, model_id=p.chosen_model)
-    if opened.whole is not None:
-        yield StreamPiece(opened.whole.text, _metered(opened.whole, p.chosen_model))
-        return
-    assert opened.chunks is not None
-    usage = ChatResult(text="")
-    try:
-        pending = [opened.first] if opened.first is not None else []
-        while True:
-            if pending:
-                chunk = pending.pop()
-            else:
-                try:
-                    chunk = await anext(opened.chunks)
-                except StopAsyncIteration:
-                    break
+    stream = OpenStream(_TextPieces(opened, p.chosen_model))
+    return with_route(ServiceResult("", content_type="text/event-stream", stream=stream), p)
+
+
+class _TextPieces:
+    """The pieces of an opened text stream: the provider's deltas, then the use. Closing
+    it closes the provider's stream, whether or not a piece was asked for yet."""
+
+    def __init__(self, opened: _Opened, model_id: int) -> None:
+        self._chunks = opened.chunks
+        self._first = opened.first
+        self._model_id = model_id
+        self._usage = ChatResult(text="")
+        self._queue: list[StreamPiece] = []
+        if opened.whole is not None:
+            self._queue = [StreamPiece(opened.whole.text), _last_piece(opened.whole, model_id)]
+
+    def __aiter__(self) -> _TextPieces:
+        return self
+
+    async def __anext__(self) -> StreamPiece:
+        if self._queue:
+            return self._queue.pop(0)
+        while self._chunks is not None:
+            chunk, self._first = self._first, None
+            if chunk is None:
+                chunk = await anext(self._chunks, None)
+            if chunk is None:  # the provider's stream ended
+                await self.aclose()
+                return _last_piece(self._usage, self._model_id)
             if chunk.input_tokens is not None or chunk.output_tokens is not None:
-                usage = ChatResult("", input_tokens=chunk.input_tokens,
-                                   output_tokens=chunk.output_tokens)  # fmt: skip
+                self._usage = ChatResult("", input_tokens=chunk.input_tokens,
+                                         output_tokens=chunk.output_tokens)  # fmt: skip
             if chunk.text:
-                yield StreamPiece(chunk.text)
-    finally:
-        await opened.chunks.aclose()  # type: ignore[attr-defined]
-    yield StreamPiece("", _metered(usage, p.chosen_model))
+                return StreamPiece(chunk.text)
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        chunks, self._chunks = self._chunks, None
+        if chunks is not None:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def _last_piece(usage: ChatResult, model_id: int) -> StreamPiece:
+    return StreamPiece(
+        metered_msat=_metered(usage, model_id),
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        model_id=model_id,
+    )
 
 
 @dataclass

@@ -1,0 +1,332 @@
+"""generate-text streamed for a call paid one by one (L402, the Payment scheme's charge):
+a real satsgate server on loopback whose text engine is a fake OpenAI-compatible API
+(model 31) and a fake Anthropic Messages API (model 1), both speaking their own SSE wire
+(tests/fake_ai_upstream.py), read by a real HTTP client as the events arrive. The
+payment's row and refunds are read back from the store, and the ledger checked."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from satsgate.payments import streaming
+from satsgate.services.registry import BY_SLUG
+from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
+from tests.fake_ai_upstream import ANTHROPIC_KEY, HUGE_CHUNKS, OPENAI_KEY, FakeAIUpstream
+from tests.ledger_check import assert_ledger_balances
+from tests.test_gateway import assert_envelope, mpp_credential
+from tests.test_sessions import sse_events
+
+pytestmark = pytest.mark.usefixtures("fallback_rates")
+
+CHAT = "/v1/chat/completions"
+MESSAGES = "/anthropic/v1/messages"
+TIMEOUT_S = 2.0
+
+
+class Upstream:
+    """One provider kind behind the text engine: the tier routed to it, its path on the
+    fake and the usage its fake reports."""
+
+    def __init__(self, tier: str, model: int, path: str, tokens: tuple[int, int]) -> None:
+        self.tier, self.model, self.path, self.tokens = tier, model, path, tokens
+
+    def body(self, prompt: str, **extra: Any) -> dict[str, Any]:
+        return {"prompt": prompt, "tier": self.tier, "stream": True, **extra}
+
+
+UPSTREAMS = {
+    "openai": Upstream("standard", 31, CHAT, (19, 10)),
+    "anthropic": Upstream("better", 1, MESSAGES, (11, 6)),
+}
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeAIUpstream]:
+    upstream = FakeAIUpstream()
+    yield upstream
+    upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream) -> Iterator[ThreadedServer]:
+    settings = make_settings(
+        tmp_path_factory.mktemp("text-streaming"),
+        providers={
+            "claude": {
+                "kind": "anthropic",
+                "base_url": f"{fake.url}/anthropic/v1",
+                "api_key": ANTHROPIC_KEY,
+                "timeout_s": TIMEOUT_S,
+                "models": {"1": "fake-claude-better"},
+                "max_tokens": 1000,
+            },
+            "cloud": {
+                "kind": "openai",
+                "base_url": f"{fake.url}/v1",
+                "api_key": OPENAI_KEY,
+                "timeout_s": TIMEOUT_S,
+                "models": {"31": "fake-mini"},
+            },
+        },
+        engines={"text": ["claude", "cloud"]},
+    )
+    server = ThreadedServer(settings)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def http(srv: ThreadedServer, fake: FakeAIUpstream) -> AsyncIterator[httpx.AsyncClient]:
+    fake.clear()
+    async for c in http_client(srv):
+        yield c
+    assert_ledger_balances(srv)
+
+
+@pytest.fixture(params=sorted(UPSTREAMS))
+def up(request: pytest.FixtureRequest) -> Upstream:
+    return UPSTREAMS[str(request.param)]
+
+
+async def paid_auth(http: httpx.AsyncClient, body: dict[str, Any]) -> tuple[str, str, int]:
+    """(Authorization, payment hash, price in msat) of a paid L402 challenge."""
+    ch = await challenge(http, "generate-text", body)
+    preimage = await dev_pay(http, ch["invoice"])
+    return f"L402 {ch['macaroon']}:{preimage}", ch["paymentHash"], ch["amountSats"] * 1000
+
+
+def payment_row(srv: ThreadedServer, payment_hash: str) -> Any:
+    return srv.call(lambda: srv.store.payments.get_by_hash(payment_hash))
+
+
+def refunds_of(srv: ThreadedServer, payment_hash: str) -> list[Any]:
+    payment = payment_row(srv, payment_hash)
+    return list(srv.call(lambda: srv.store.refunds.for_payment(payment.payment_id)))
+
+
+def texts_of(events: list[tuple[str, str]]) -> list[str]:
+    return [json.loads(d)["text"] for name, d in events if name == "" and d != "[DONE]"]
+
+
+async def wait_for(check: Any, what: str) -> None:
+    for _ in range(100):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(what)
+
+
+async def test_a_paid_call_streams_its_answer_then_usage_and_model(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
+) -> None:
+    body = up.body("Say hello to the stream")
+    auth, payment_hash, price = await paid_auth(http, body)
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert resp.headers["x-route-model"] == str(up.model)
+    events = sse_events(resp.text)
+    texts = texts_of(events)
+    assert len(texts) > 1  # a piece per upstream delta, not the answer in one piece
+    assert "".join(texts) == "You said: Say hello to the stream"
+    assert events[-1] == ("", "[DONE]")
+    name, data = events[-2]
+    assert name == "payment-receipt"
+    got = json.loads(data)
+    assert got["status"] == "success" and got["method"] == "lightning"
+    assert (got["reference"], got["spentMsat"], got["units"]) == (payment_hash, price, len(texts))
+    assert got["model"] == up.model and got["untrusted_output"] is True
+    assert got["usage"] == {"inputTokens": up.tokens[0], "outputTokens": up.tokens[1]}
+    sent = fake.requests(up.path)[-1].json
+    assert sent is not None and sent["stream"] is True
+    # Spent once, answered, nothing refunded; the credential serves no second time.
+    await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
+    assert refunds_of(srv, payment_hash) == []
+    again = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    assert_envelope(again, "PAYMENT_ALREADY_USED", 403)
+    assert len(fake.requests(up.path)) == 1
+
+
+async def test_the_charge_intent_streams_with_a_receipt_header(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    body = UPSTREAMS["openai"].body("Stream for the charge")
+    first = await http.post("/api/l402/generate-text", json=body)
+    preimage = await dev_pay(http, first.json()["invoice"])
+    auth = mpp_credential(first, preimage)
+    async with http.stream(
+        "POST", "/api/l402/generate-text", json=body, headers={"Authorization": auth}
+    ) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["payment-receipt"]
+        raw = "".join([chunk async for chunk in resp.aiter_text()])
+    events = sse_events(raw)
+    assert "".join(texts_of(events)) == "You said: Stream for the charge"
+    receipt = json.loads(events[-2][1])
+    assert receipt["reference"] == hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+
+
+async def test_a_failure_before_the_first_token_is_the_usual_envelope_with_its_refund(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
+) -> None:
+    body = up.body("This one fails early")
+    auth, payment_hash, price = await paid_auth(http, body)
+    fake.fail_next(up.path, "429")
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    got = assert_envelope(resp, "RATE_LIMITED", 429)
+    assert resp.headers["content-type"].startswith("application/json")
+    assert got["refund"]["amount_sats"] * 1000 == price
+    refunds = refunds_of(srv, payment_hash)
+    assert [r.amount_msat for r in refunds] == [price]
+
+
+async def test_a_failure_mid_stream_ends_it_with_an_error_event_and_one_refund(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
+) -> None:
+    body = up.body("This stream breaks after two words")
+    auth, payment_hash, price = await paid_auth(http, body)
+    fake.fail_next(up.path, "error_stream")
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    assert resp.status_code == 200
+    events = sse_events(resp.text)
+    assert "".join(texts_of(events)) == "You said: "  # the two words before the break
+    name, data = events[-1]
+    assert name == "error"
+    got = json.loads(data)
+    assert got["error_code"] == "L402_UPSTREAM_FAILED"
+    assert got["refund"]["amount_sats"] * 1000 == price and got["refund"]["lnurl_withdraw"]
+    assert "upstream-internal-detail" not in resp.text
+    refunds = refunds_of(srv, payment_hash)
+    assert [r.amount_msat for r in refunds] == [price]  # recorded once
+    assert str(payment_row(srv, payment_hash).status) == "spent"
+
+
+async def test_a_refusal_after_text_went_out_ends_the_stream_refunded(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream
+) -> None:
+    """Anthropic's refusal comes in message_delta, after the text it wrote: too late for a
+    free retry, so the stream ends with CONTENT_FILTERED and the price refunded."""
+    up = UPSTREAMS["anthropic"]
+    body = up.body("Something it will refuse halfway")
+    auth, payment_hash, price = await paid_auth(http, body)
+    fake.fail_next(up.path, "refusal")
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    events = sse_events(resp.text)
+    assert len(texts_of(events)) == 2
+    name, data = events[-1]
+    got = json.loads(data)
+    assert name == "error" and got["error_code"] == "CONTENT_FILTERED"
+    assert got["refund"]["amount_sats"] * 1000 == price
+    assert [r.amount_msat for r in refunds_of(srv, payment_hash)] == [price]
+
+
+async def test_a_stalled_upstream_times_out_mid_stream_and_is_refunded(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
+) -> None:
+    body = up.body("This stream stalls after two words")
+    auth, payment_hash, price = await paid_auth(http, body)
+    fake.fail_next(up.path, "stall_stream")
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    events = sse_events(resp.text)
+    assert len(texts_of(events)) == 2
+    name, data = events[-1]
+    assert name == "error"
+    got = json.loads(data)
+    assert got["error_code"] == "TIMEOUT"
+    assert got["refund"]["amount_sats"] * 1000 == price
+    assert [r.amount_msat for r in refunds_of(srv, payment_hash)] == [price]
+
+
+async def test_a_caller_who_leaves_mid_stream_closes_the_upstream_and_is_served(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
+) -> None:
+    body = up.body("A long slow answer that the caller will not wait for at all")
+    auth, payment_hash, _price = await paid_auth(http, body)
+    fake.fail_next(up.path, "slow_stream")
+    cut_before, done_before = fake.cuts["slow_stream"], fake.streams_done
+    async with (
+        httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own,
+        own.stream(
+            "POST", "/api/l402/generate-text", json=body, headers={"Authorization": auth}
+        ) as resp,
+    ):
+        assert resp.status_code == 200
+        async for line in resp.aiter_lines():
+            if line.startswith("data: "):
+                break  # the first piece, then the reader goes away
+    await wait_for(
+        lambda: fake.cuts["slow_stream"] > cut_before, "the upstream stream was not closed"
+    )
+    assert fake.streams_done == done_before
+    await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
+    assert refunds_of(srv, payment_hash) == []  # served: what was generated is paid
+
+
+async def test_a_slow_reader_holds_the_upstream_back_and_a_stalled_one_is_cut_off(
+    http: httpx.AsyncClient,
+    srv: ThreadedServer,
+    fake: FakeAIUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streaming, "WRITE_STALL_S", 3.0)
+    up = UPSTREAMS["openai"]
+    body = up.body("A huge answer")
+    auth, payment_hash, _price = await paid_auth(http, body)
+    fake.fail_next(up.path, "huge_stream")
+    sent_before, cut_before = fake.stream_chunks_sent, fake.cuts["huge_stream"]
+    async with (
+        httpx.AsyncClient(base_url=str(http.base_url), timeout=30) as own,
+        own.stream(
+            "POST", "/api/l402/generate-text", json=body, headers={"Authorization": auth}
+        ) as resp,
+    ):
+        async for line in resp.aiter_lines():
+            if line.startswith("data: "):
+                break
+        # The reader stops: the socket buffers fill, then satsgate stops reading upstream.
+        settled = -1
+        for _ in range(40):
+            await asyncio.sleep(0.25)
+            sent = fake.stream_chunks_sent - sent_before
+            if sent == settled:
+                break
+            settled = sent
+        assert 0 < settled < HUGE_CHUNKS // 4, settled  # far from the 64 MiB answer
+        # Reading nothing for WRITE_STALL_S, the caller is cut off, and the upstream with it
+        # (while this client still holds its connection open).
+        for _ in range(200):
+            if fake.cuts["huge_stream"] > cut_before:
+                break
+            await asyncio.sleep(0.05)
+        assert fake.cuts["huge_stream"] == cut_before + 1
+    await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
+    assert refunds_of(srv, payment_hash) == []
+
+
+async def test_mcp_answers_a_streamed_request_with_the_whole_text(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    from mcp import Client
+
+    from tests.test_mcp import create_payment, first_text, mcp_url
+
+    async with Client(mcp_url(srv)) as mcp:
+        args = {"prompt": "Whole over MCP", "tier": "standard", "stream": True}
+        payment = await create_payment(mcp, toolName="generate_text", **args)
+        await dev_pay(http, payment["lightningInvoice"])
+        result = await mcp.call_tool("generate_text", {"paymentId": payment["paymentId"], **args})
+        assert not result.is_error, result
+        assert "You said: Whole over MCP" in first_text(result)
+
+
+def test_only_generate_text_streams() -> None:
+    """multilingual-ask answers JSON (answer, language, translated) in the spec: no stream."""
+    streaming = sorted(slug for slug, spec in BY_SLUG.items() if spec.stream_handler)
+    assert streaming == ["generate-text"]

@@ -18,7 +18,12 @@ Reported: the p50 latency overhead at one connection (proxied - direct, per roun
 the median; target < 2 ms), the throughput ratio at 16 connections (proxied / direct;
 target >= 0.5), and satsgate's CPU per proxied call. For context, the same pair at 16
 connections against a second upstream that answers in 50 ms (``*_c16_slow``, its own
-satsgate): a model's answer time rather than a bare handler's 30 us. Writes
+satsgate): a model's answer time rather than a bare handler's 30 us; and against a third
+upstream that does what an OpenAI-compatible fake server does with a chat request
+(``*_c16_realistic``: parses and checks the JSON, builds the completion with a fresh id,
+the time and the token usage, encodes it), its own satsgate, the same body in and the
+same shape out. The targets are judged on the bare upstream, as the issue states them;
+the other two are context. Writes
 bench/results/proxy_overhead.{json,md}. The upstream is a bare aiohttp app in its own
 process (``--serve-upstream``); satsgate is the real app (``--serve-satsgate``) with a
 ``[providers.bench] kind = "openai"`` table pointing at it.
@@ -35,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +74,42 @@ DELAY_S = 0.0  # the upstream's answer time (--delay-ms of --serve-upstream)
 SLOW_UPSTREAM_MS = 50  # context: an upstream that takes as long as a fast model's answer
 
 
+REALISTIC = False  # --realistic of --serve-upstream: parse the request, build the answer
+
+
+def _completion(doc: Any) -> bytes:
+    """What an OpenAI-compatible fake does with a chat request: check it, answer it."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), str):
+        raise ValueError("model is required")
+    messages = doc.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages is required")
+    prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+    text = "Hello!"
+    prompt_tokens, completion_tokens = max(1, len(prompt) // 4), max(1, len(text) // 4)
+    answer = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": doc["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None,
+                            "annotations": []},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }  # fmt: skip
+    return json.dumps(answer).encode()
+
+
 async def _chat(request: web.Request) -> web.Response:
     if DELAY_S:
         await asyncio.sleep(DELAY_S)
@@ -83,8 +125,14 @@ async def _chat(request: web.Request) -> web.Response:
             },
             status=401,
         )
-    await request.read()
-    return web.Response(body=ANSWER_BYTES, content_type="application/json")
+    raw = await request.read()
+    if not REALISTIC:
+        return web.Response(body=ANSWER_BYTES, content_type="application/json")
+    try:
+        body = _completion(json.loads(raw))
+    except ValueError as exc:
+        return web.json_response({"error": {"message": str(exc)}}, status=400)
+    return web.Response(body=body, content_type="application/json")
 
 
 def serve_upstream(port: int) -> None:
@@ -147,12 +195,16 @@ def main() -> int:
     parser.add_argument("--duration", type=float)
     parser.add_argument("--serve-upstream", type=int, metavar="PORT")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="upstream answer time")
+    parser.add_argument(
+        "--realistic", action="store_true", help="upstream parses the request, builds the answer"
+    )
     parser.add_argument("--serve-satsgate", nargs=3, metavar=("PORT", "DATA_DIR", "UPSTREAM"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.serve_upstream:
-        global DELAY_S
+        global DELAY_S, REALISTIC
         DELAY_S = args.delay_ms / 1000
+        REALISTIC = args.realistic
         serve_upstream(args.serve_upstream)
         return 0
     if args.serve_satsgate:
@@ -200,8 +252,21 @@ def run(rounds: int, duration: float) -> int:
             tmp / "satsgate-slow.log",
         )
         settings_slow = bench_settings(data_dir_slow, 0, slow.url)
+        real = start_server(
+            "upstream-realistic",
+            [me, "--serve-upstream", str(free_port()), "--realistic"],
+            tmp / "upstream-realistic.log",
+        )
+        data_dir_real = tmp / "data-realistic"
+        satsgate_real = start_server(
+            "satsgate-realistic",
+            [me, "--serve-satsgate", str(free_port()), str(data_dir_real), real.url],
+            tmp / "satsgate-realistic.log",
+        )
+        settings_real = bench_settings(data_dir_real, 0, real.url)
         try:
             sanity = check_once(satsgate.url, http)
+            check_once(satsgate_real.url, http)
             body = json.dumps(BODY, separators=(",", ":"))
             direct_body = json.dumps(UPSTREAM_BODY, separators=(",", ":"))
             results: list[list[dict[str, Any]]] = []
@@ -263,6 +328,34 @@ def run(rounds: int, duration: float) -> int:
                                 threads=1,
                             )
                         )
+                    if connections == 16:  # context: an upstream that parses and builds
+                        pairs.append(
+                            run_wrk(
+                                "direct_c16_realistic",
+                                real,
+                                f"{real.url}/v1/chat/completions",
+                                "static.lua",
+                                ["POST", direct_body, "1", f"Bearer {KEY}"],
+                                duration=duration,
+                                connections=16,
+                                threads=1,
+                            )
+                        )
+                        creds = tmp / f"creds-{index}-realistic"
+                        seed(settings_real, seed_spec, count, creds)
+                        realistic = run_wrk(
+                            "proxied_c16_realistic",
+                            satsgate_real,
+                            f"{satsgate_real.url}/api/l402/generate-text",
+                            "paid.lua",
+                            [str(creds), "/api/l402/generate-text", body, "1"],
+                            duration=duration,
+                            connections=16,
+                            threads=1,
+                        )
+                        if realistic.exhausted_threads:
+                            raise RuntimeError("credentials ran out: rerun (the rate was higher)")
+                        pairs.append(realistic)
                     for result in pairs:
                         statuses = {k: v for k, v in result.statuses.items() if k != "200"}
                         if statuses or result.socket_errors:
@@ -272,7 +365,7 @@ def run(rounds: int, duration: float) -> int:
                         one.append(result.__dict__)
                 results.append(one)
         finally:
-            for server in (satsgate, upstream, satsgate_slow, slow):
+            for server in (satsgate, upstream, satsgate_slow, slow, satsgate_real, real):
                 server.stop()
     summary = summarise(results)
     doc = {
@@ -332,8 +425,21 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
         p["rps"] / d["rps"]
         for d, p in zip(by("direct_c16_slow"), by("proxied_c16_slow"), strict=True)
     ]
+    ratio_real = [
+        p["rps"] / d["rps"]
+        for d, p in zip(by("direct_c16_realistic"), by("proxied_c16_realistic"), strict=True)
+    ]
     med = statistics.median
     return {
+        "throughput_ratio_c16_realistic_upstream": round(med(ratio_real), 3),
+        "rps_direct_c16_realistic": med(r["rps"] for r in by("direct_c16_realistic")),
+        "rps_proxied_c16_realistic": med(r["rps"] for r in by("proxied_c16_realistic")),
+        "realistic_upstream_cpu_us_per_call_c16": med(
+            r["cpu_us_per_request"] for r in by("direct_c16_realistic")
+        ),
+        "satsgate_cpu_us_per_call_c16_realistic": med(
+            r["cpu_us_per_request"] for r in by("proxied_c16_realistic")
+        ),
         "throughput_ratio_c16_slow_upstream": round(med(ratio_slow), 3),
         "rps_direct_c16_slow": med(r["rps"] for r in by("direct_c16_slow")),
         "rps_proxied_c16_slow": med(r["rps"] for r in by("proxied_c16_slow")),
@@ -382,6 +488,11 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- context: against an upstream that answers in {s['slow_upstream_ms']} ms, proxied "
         f"{s['rps_proxied_c16_slow']} req/s vs direct {s['rps_direct_c16_slow']} req/s = "
         f"**{s['throughput_ratio_c16_slow_upstream']:.0%}** at 16 connections",
+        f"- context: against an upstream that parses the request and builds the completion "
+        f"(its CPU {s['realistic_upstream_cpu_us_per_call_c16']} us a call), proxied "
+        f"{s['rps_proxied_c16_realistic']} req/s vs direct {s['rps_direct_c16_realistic']} "
+        f"req/s = **{s['throughput_ratio_c16_realistic_upstream']:.0%}** at 16 connections "
+        f"(satsgate {s['satsgate_cpu_us_per_call_c16_realistic']} us a call)",
         f"- CPU per call at 16 connections: satsgate {s['satsgate_cpu_us_per_call_c16']} us "
         f"(gate + provider call), the upstream alone {s['upstream_cpu_us_per_call_c16']} us",
         "",

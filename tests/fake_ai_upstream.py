@@ -71,6 +71,7 @@ class Seen:
     headers: dict[str, str]
     json: dict[str, Any] | None = None
     form: dict[str, list[Any]] = field(default_factory=dict)  # multipart: name -> values
+    raw: bytes = b""  # a JSON body's bytes as they came
 
 
 def _openai_error(
@@ -223,7 +224,8 @@ class FakeAIUpstream:
     async def _record(self, request: web.Request) -> Seen:
         seen = Seen(request.path, {k.lower(): v for k, v in request.headers.items()})
         if request.content_type == "application/json":
-            seen.json = await request.json()
+            seen.raw = await request.read()
+            seen.json = json.loads(seen.raw)
         elif request.content_type.startswith("multipart/"):
             reader = await request.multipart()
             while (part := await reader.next()) is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from openai._utils._json import openapi_dumps  # the SDK's own request-body encoder
 from PIL import Image
 
 from satsgate.engines import EngineConfigError
@@ -175,6 +176,23 @@ async def test_generate_text_sends_mapped_model_and_key_and_returns_the_answer(
     assert "<document>\nA red report.\n</document>" in system["content"]
     assert sent["messages"][-1] == {"role": "user", "content": "Name a colour."}
     assert fake.compressed >= 1  # the answer came gzip-compressed and was read right
+
+
+async def test_chat_body_is_the_sdks_own_encoding_and_headers(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    """The chat body is encoded once by the provider, as the SDK's own encoder would
+    (compact, UTF-8 as is, no NaN), to the URL the SDK merges with base_url, with the
+    SDK's headers."""
+    resp = await paid(ai, "generate-text", {"prompt": "Ünïcode – ok?", "maxTokens": 9})
+    assert resp.status_code == 200, resp.text
+    (seen,) = fake.requests("/v1/chat/completions")
+    assert seen.json is not None
+    assert seen.raw == openapi_dumps(seen.json)  # byte for byte what the SDK sends
+    assert "Ünïcode – ok?".encode() in seen.raw
+    assert seen.headers["content-type"] == "application/json"
+    assert seen.headers["user-agent"].startswith("AsyncOpenAI/Python")
+    assert seen.headers["x-stainless-retry-count"] == "0"
 
 
 async def test_generate_text_auto_routes_and_names_the_model(

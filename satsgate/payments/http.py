@@ -115,6 +115,8 @@ async def _fresh_challenge(
 
 
 def _is_payment_scheme(values: list[str]) -> bool:
+    if len(values) == 1:  # the usual case (every paid call): no generator
+        return values[0].lstrip()[:8].lower() == "payment "
     return any(v.lstrip()[:8].lower() == "payment " for v in values)
 
 
@@ -175,7 +177,9 @@ async def _paid_call(
     payment_scheme: bool,
 ) -> web.StreamResponse:
     gate.ensure_available(spec)
-    if gate.sessions is not None:  # a session credential (payments/sessions.py)
+    if payment_scheme and gate.sessions is not None:
+        # A session credential (payments/sessions.py) is always of the Payment scheme:
+        # an L402 call or an unpaid request never needs the session intent's look-up.
         answered = await gate.sessions.http_call(request, gate, spec, transform)
         if answered is not None:
             return answered

@@ -95,7 +95,7 @@ def take_token(body: Any) -> Any:
     params) and keep it for this request's task; returns the body without it. Always
     sets the variable (None without a token), so nothing carries over between calls."""
     token: str | None = None
-    if isinstance(body, dict) and any(f in body for f in TOKEN_FIELDS):
+    if isinstance(body, dict) and (TOKEN_FIELDS[0] in body or TOKEN_FIELDS[1] in body):
         body = dict(body)
         for name in TOKEN_FIELDS:
             value = body.pop(name, None)

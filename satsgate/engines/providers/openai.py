@@ -169,6 +169,10 @@ class OpenAIProvider:
                 "max_completion_tokens"
             )
         self._http = httpx.AsyncClient(timeout=config.timeout_s, follow_redirects=True)
+        # The chat URL as the SDK merges it with base_url, once: an absolute URL is sent
+        # as given, so the per-call merge (two URL parses and a copy) is skipped.
+        base = self.client.base_url
+        self.chat_url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
 
     def engine(self, name: str) -> object | None:
         if name == "text":
@@ -223,6 +227,11 @@ class OpenAIProvider:
             return bytes(data)
 
 
+# The SDK's own JSON for a request body (openapi_dumps: compact, UTF-8, no NaN), made
+# once: a body encoded here is sent as it is, byte for byte what the SDK would send.
+_BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _json(raw: Any) -> Any:
     """The JSON body of a raw SDK response; ValueError when it is not JSON."""
     return json.loads(raw.http_response.content)
@@ -274,11 +283,14 @@ class _Chat:
             extra["temperature"] = request.temperature
         payload = {"model": model, "messages": _chat_messages(request), **extra}
         post = self.provider.client.post
+        url = self.provider.chat_url
 
         async def call() -> Any:
             # The SDK's generic request (its auth, headers and error mapping): the body is
-            # built here already, so the typed method's per-call param transform is skipped.
-            response = await post("/chat/completions", cast_to=httpx2.Response, body=payload)
+            # built and encoded here already, so the typed method's per-call param
+            # transform and the SDK's own encoder are skipped.
+            content = _BODY_ENCODER.encode(payload).encode()
+            response = await post(url, cast_to=httpx2.Response, content=content)
             return json.loads(response.content)
 
         body = await self.provider.call(self.engine, call, idempotent=True)

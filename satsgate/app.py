@@ -35,6 +35,7 @@ from satsgate.appkeys import (
     DEPOSITS,
     ENGINES,
     ESIGN,
+    FAXES,
     FILES,
     GATE,
     HANDLERS,
@@ -44,6 +45,8 @@ from satsgate.appkeys import (
     OPERATION_ENV,
     OUTBOUND,
     POOL,
+    PRECHECKS,
+    RATES,
     REFUNDS,
     SETTINGS,
     STARTED_AT,
@@ -77,13 +80,13 @@ from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.server_guard import guard_middleware
-from satsgate.services.base import ServiceSpec
-from satsgate.services.catalog.rates import refresh_rates
+from satsgate.services.base import PrecheckMemo, ServiceSpec
+from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms import deliveries
 from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
 from satsgate.services.comms.destinations import load_rates_file, use_rates
-from satsgate.services.comms.faxes import attach_desk
+from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
@@ -180,6 +183,8 @@ def create_app(
     app[CPU] = cpu
     app[ENGINES] = engines
     app[STORE] = store
+    app[RATES] = Rates()  # the BTC rate book pegged prices are quoted at (hourly)
+    app[PRECHECKS] = PrecheckMemo()  # outcomes of checks before any invoice (card fits)
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
@@ -259,6 +264,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     # E-signature requests, followed to their signed copy (webhooks, the poll).
     app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
     esign.attach()
+    # Sent faxes followed and settled, inbound numbers and leases (started in _fax_ctx).
+    app[FAXES] = fax_desk = FaxDesk(
+        app[ENGINES], store.faxes, app[FILES], settings, store.payments.get, refunds
+    )
     screener = NodeScreener(
         settings=settings,
         opt_outs=store.do_not_contact,
@@ -278,6 +287,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         deliveries=store.deliveries,
         screener=screener,
         ai_calls=ai_calls,
+        rates=app[RATES],
+        faxes=fax_desk,
     )
     app[GATE] = gate = build_gate(
         settings=settings,
@@ -287,6 +298,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         jobs=jobs,
         handlers=handlers,
         opt_outs=store.do_not_contact,
+        prechecks=app[PRECHECKS],
     )
     app[HOLDS] = desk = HoldDesk(
         store=store,
@@ -323,6 +335,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         esign=esign,
         deliveries=store.deliveries,
         ai_calls=ai_calls,
+        rates=app[RATES],
+        faxes=fax_desk,
     )
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
     if resumed:
@@ -366,10 +380,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:
     """The fax desk: sent faxes followed and settled, inbound numbers, leases, retention."""
-    store = app[STORE]
-    desk = attach_desk(
-        app[ENGINES], store.faxes, app[FILES], app[SETTINGS], store.payments.get, app[REFUNDS]
-    )
+    desk = app[FAXES]
     if app[ENGINES].available("fax"):
         await desk.start()
     yield
@@ -428,7 +439,7 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
     every(HOUR_S, retention.sweep, store.retention, settings.data_dir, id="retention-sweep")
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
-    every(HOUR_S, refresh_rates, app[HTTP], settings, id="rates-refresh", next_run_time=now)
+    every(HOUR_S, app[RATES].refresh, app[HTTP], settings, id="rates-refresh", next_run_time=now)
     if gate.cashu is not None:
         # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
         # the node; first a minute after start (a crash's leftovers), then on the interval.
@@ -464,7 +475,8 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     # The free operations on their own paths, and /api/l402/{slug} (paid call, description,
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
     operations_http.add_routes(app, SERVICES, OPERATIONS)
-    discovery.add_routes(app, settings, backend, app[ENGINES])  # well-known, OpenAPI, llms
+    # Well-known documents, OpenAPI, llms.txt: priced at the app's rate book.
+    discovery.add_routes(app, settings, backend, app[ENGINES], app[RATES])
     # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.
     app.router.add_post("/api/webhooks/{kind}/{name}", provider_webhook)
     mcp.install(
@@ -527,6 +539,8 @@ def mcp_server(
         deliveries=app[STORE].deliveries,
         deposits=app.get(DEPOSITS),
         ai_calls=app.get(AI_CALLS),
+        faxes=app.get(FAXES),
+        rates=app[RATES],
     )
 
 

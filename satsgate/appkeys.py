@@ -18,8 +18,11 @@ from satsgate.operations.base import OperationEnv
 from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.refunds import RefundService
+from satsgate.services.base import PrecheckMemo
+from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.inputs.public_urls import Outbound
 from satsgate.store import Store
@@ -45,3 +48,6 @@ OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addres
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
 CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines
 ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their signed copy
+RATES = web.AppKey("rates", Rates)  # the BTC rate book BTC-pegged prices are quoted at
+PRECHECKS = web.AppKey("prechecks", PrecheckMemo)  # kept outcomes of checks before invoices
+FAXES = web.AppKey("faxes", FaxDesk)  # sent faxes followed and settled, inbound numbers

@@ -150,19 +150,26 @@ async def _announce(settings: Settings, print_only: bool) -> str:
     import json
     from concurrent.futures import ThreadPoolExecutor
 
+    import httpx
+
     from satsgate.app import node_engines
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog
     from satsgate.nostr.config import NostrConfig
     from satsgate.nostr.keys import ensure_keys
     from satsgate.nostr.publisher import Announcer
+    from satsgate.services.catalog.rates import Rates
     from satsgate.services.registry import SERVICES
 
     config = NostrConfig.from_discovery(settings.discovery)
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
         engines = node_engines(settings, CpuRunner(pool, settings.cpu_job_time_limit_s))
+    rates = Rates()  # the BTC rate book, as a running node takes it at start
+    async with httpx.AsyncClient() as http:
+        await rates.refresh(http, settings)
+    book = rates.book
     catalog = Catalog(
-        settings, SERVICES, tuple(describe(spec, settings, engines) for spec in SERVICES)
+        settings, SERVICES, tuple(describe(spec, settings, engines, book) for spec in SERVICES)
     )
     announcer = Announcer(
         settings=settings,

@@ -22,7 +22,6 @@ from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.runner import ServiceHandle, start_service
-from satsgate.services.catalog import rates
 from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
@@ -157,15 +156,6 @@ async def http_client(server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient
     """For a fixture: an HTTP client of ``server``."""
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
         yield c
-
-
-@pytest.fixture
-def fallback_rates() -> Iterator[None]:
-    """Quotes at the spec's fixed fallback rates (no BTC price snapshot)."""
-    saved = rates.book()
-    rates.set_book(rates.RateBook())
-    yield
-    rates.set_book(saved)
 
 
 async def dev_pay(client: httpx.AsyncClient, invoice: str) -> str:

@@ -22,8 +22,6 @@ from tests.fake_ai_upstream import (
 )
 from tests.test_ai_openai import assert_refunded, assert_refusal_window_then_decline, paid
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 MODELS = {"6": "fake-claude-best", "1": "fake-claude-better", "31": "fake-claude-small",
           "5": "fake-claude-vision"}  # fmt: skip
 MESSAGES = "/anthropic/v1/messages"

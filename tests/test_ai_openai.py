@@ -34,8 +34,6 @@ from tests.fake_ai_upstream import (
 )
 from tests.test_gateway import assert_envelope, payment_count
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 MODELS = {
     "6": "fake-best", "1": "fake-better", "31": "fake-mini", "5": "fake-vision",
     "16": "fake-image-best", "8": "fake-image-better", "2": "fake-image-std-url",

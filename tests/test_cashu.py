@@ -37,8 +37,6 @@ from tests.lnbits_fake import LnbitsFake
 CARD = {"template": "headline", "title": "Paid in ecash", "subtitle": "NUT-24"}
 VOTE = {"slug": "voice-changer"}
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 
 @pytest.fixture(scope="module")
 def venv() -> Path:

@@ -15,8 +15,6 @@ from tests.conftest import ThreadedServer, free_port, http_client, make_settings
 from tests.ledger_check import assert_ledger_balances
 from tests.test_cashu import VOTE, assert_refused, price_of
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 
 @pytest.fixture(scope="module")
 def fee_mint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NutshellMint]:

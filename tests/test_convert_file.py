@@ -32,8 +32,6 @@ from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import text_layer_pdf
 from tests.test_gateway import assert_envelope, payment_count
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")

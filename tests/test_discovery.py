@@ -15,6 +15,7 @@ from openapi_spec_validator import validate
 from pydantic import BaseModel, ValidationError
 
 from satsgate.app import ENGINES
+from satsgate.appkeys import RATES
 from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
@@ -27,7 +28,7 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog import rates
 from satsgate.services.catalog.pricing import MSAT, TRANSLATE_MSAT_PER_CHAR
-from satsgate.services.catalog.rates import RateBook, Snapshot
+from satsgate.services.catalog.rates import FALLBACK, RateBook, Snapshot
 from satsgate.services.inputs.params import ServiceParams
 from satsgate.services.registry import SERVICES
 from tests.conftest import ThreadedServer
@@ -95,7 +96,7 @@ async def test_describe_is_built_from_the_registry(
         assert doc["available"] is spec.is_available(server.app[ENGINES])
         price, shape = doc["pricing"], spec.price_shape
         assert (price["model"], price["unit"]) == (shape.model, shape.unit)
-        assert price["minSats"] == sats_for_msat(shape.minimum_msat()) >= 1
+        assert price["minSats"] == sats_for_msat(shape.minimum_msat(FALLBACK)) >= 1
         assert price.get("rateBy", []) == list(shape.rate_by)
         assert price.get("btcPegged", False) is shape.btc_pegged
         if shape.estimate is None:
@@ -106,7 +107,7 @@ async def test_describe_is_built_from_the_registry(
             params = spec.params.model_validate(dict(spec.example))
             if isinstance(params, ServiceParams):
                 params.checked()
-            example_sats: int | None = spec.quote_sats(params)
+            example_sats: int | None = spec.quote_sats(params, FALLBACK)
         except (ValidationError, ApiError):
             example_sats = None  # placeholders in the example ("<base64 PDF>")
         assert price["amountSats"] >= price["minSats"]
@@ -310,36 +311,89 @@ async def test_estimates_quote_what_discovery_reports(client: httpx.AsyncClient)
 
 async def test_model_catalog_lists_the_prices_services_charge(client: httpx.AsyncClient) -> None:
     """/api/l402/models against discovery: a model's listed price is what a call on it costs
-    on the first service that names it (flat price, tier price, or per-unit rate)."""
+    on the first service that names it (flat price, tier price, or the price of one unit)."""
     ref = await described(client)
     models = {m["id"]: m for m in (await get_json(client, "/api/l402/models"))["models"]}
     home: dict[int, str] = {}
     for spec in SERVICES:
         for model_id in spec.model_ids:
             home.setdefault(model_id, spec.slug)
-    for model_id, slug in home.items():
-        listed, price = models[model_id], ref[slug]["pricing"]
-        tiers = {t["modelId"]: t["minSats"] for t in price.get("tiers", [])}
-        if model_id in KNOWN_CATALOG_CONFLICTS:
+    for model_id, listed in models.items():
+        if model_id not in home:  # a catalog model no service here uses: no price
+            assert listed["priceSats"] is None and listed["priceNote"], model_id
             continue
+        price = ref[home[model_id]]["pricing"]
+        tiers = {t["modelId"]: t["minSats"] for t in price.get("tiers", [])}
         if price["model"] == "flat":
             expected: int | None = price["amountSats"]
-        elif model_id in tiers:
+        elif price["model"] == "per_tier":
             expected = tiers[model_id]
-            if listed["priceSats"] is None:  # a per-character tier: its minimum is in the note
-                assert f"minimum {expected} sats" in listed["priceNote"], model_id
-                continue
         elif price["model"] in ("per_page", "per_pass", "per_recipient"):
             expected = price["minSats"]  # the listed price is the price of one unit
         else:
             expected = None
-        assert listed["priceSats"] == expected, (model_id, slug)
+            assert listed["priceNote"], model_id  # how it is computed, in words
+        assert listed["priceSats"] == listed["sats"] == expected, (model_id, home[model_id])
         assert listed["pricing"] == ("dynamic" if expected is None else "fixed"), model_id
 
 
-# The spec's catalog lists studio TTS (3) at a flat 300 sats, while its text-to-speech rates
-# price the studio tier at about 5 characters per sat; satsgate charges the rate.
-KNOWN_CATALOG_CONFLICTS = {3: "studio TTS: catalog flat 300 vs about 5 chars/sat"}
+def test_a_changed_price_changes_every_published_document() -> None:
+    """A service's price lives on its ServiceSpec: give render-card another flat price and
+    discovery, the L402 manifest, OpenAPI, llms.txt, the Nostr announcement, the model
+    catalog, the estimator and the MCP tool description all show it, and none the old one."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from satsgate.app import node_engines
+    from satsgate.config import Settings
+    from satsgate.discovery.describe import describe
+    from satsgate.discovery.documents import Catalog, l402_manifest, l402_services
+    from satsgate.discovery.llms import llms_txt
+    from satsgate.discovery.openapi import openapi_document
+    from satsgate.engines import CpuRunner
+    from satsgate.mcp import tools
+    from satsgate.nostr.announcement import listing
+    from satsgate.services.base import FlatPrice
+    from satsgate.services.catalog.models import list_models_document
+    from satsgate.services.catalog.pricing import estimate, estimators
+
+    old = next(s for s in SERVICES if s.slug == "render-card")
+    assert isinstance(old.price_msat, FlatPrice) and old.model_ids == (53,)
+    old_sats, new_sats = old.price_msat.msat // MSAT, 1234
+    new = replace(old, price_msat=FlatPrice.of_sats(new_sats, old.price_msat.estimate))
+    services = tuple(new if s is old else s for s in SERVICES)
+    settings = Settings(base_url="https://pay.example.com")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        engines = node_engines(settings, CpuRunner(pool, 1.0))
+    catalog = Catalog(
+        settings, services, tuple(describe(s, settings, engines, FALLBACK) for s in services)
+    )
+
+    listed = catalog.by_slug["render-card"]
+    assert (listed["pricing"]["amountSats"], listed["pricing"]["minSats"]) == (new_sats,) * 2
+    assert not re.search(rf"\b{old_sats} sats?\b", listed["description"])
+    manifest = next(s for s in l402_services(catalog)["services"] if s["id"] == "render-card")
+    assert manifest["pricing"]["amountSats"] == new_sats
+    l402 = l402_manifest(catalog, "02" + "ab" * 32)
+    (resource,) = [
+        r for s in l402["services"] for r in s["resources"] if r["path"].endswith("/render-card")
+    ]
+    assert resource["pricing"]["price_msat"] == new_sats * MSAT
+    operation = openapi_document(catalog, set(), "02" + "ab" * 32)["paths"][
+        "/api/l402/render-card"
+    ]["post"]
+    assert f"{new_sats} sats per call" in operation["summary"]
+    assert not re.search(rf"\b{old_sats} sats?\b", operation["description"])
+    llms = next(line for line in llms_txt(catalog).splitlines() if "/render-card`" in line)
+    assert f"{new_sats} sats per call" in llms
+    assert not re.search(rf"\b{old_sats} sats?\b", llms)
+    assert listed["available"]  # the Nostr announcement prices the services served here
+    assert ("render-card", new_sats) in listing(catalog).prices
+    (model,) = [m for m in list_models_document(services, FALLBACK)["models"] if m["id"] == 53]
+    assert model["priceSats"] == new_sats
+    quote = estimate(estimators(services), "render-card", {}, FALLBACK)
+    assert quote["amountSats"] == new_sats
+    assert f"Price: {new_sats} sats;" in tools.describe(new, True, FALLBACK)
 
 
 async def test_discovery_content_types_and_cors(client: httpx.AsyncClient) -> None:
@@ -515,7 +569,7 @@ def _spec(slug: str, title: str, category: str, description: str) -> ServiceSpec
         title=title,
         description=description,
         params=_Nothing,
-        price_msat=lambda _p: MSAT,
+        price_msat=lambda _p, _book: MSAT,
         handler=_never,
     )
 
@@ -560,18 +614,39 @@ async def test_languages_lists_every_language_with_its_engine_and_price(
     assert estimate.json()["amountMsat"] == chars * standard["msatPerChar"]
 
 
-async def test_example_prices_follow_the_btc_rate_book(client: httpx.AsyncClient) -> None:
+async def _telco_listings(client: httpx.AsyncClient) -> list[str]:
+    """The telco model's price note (/api/l402/models) and send_sms's MCP description."""
+    models = (await get_json(client, "/api/l402/models?category=telco"))["models"]
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    tools = (await client.post("/api/mcp", json=rpc)).json()["result"]["tools"]
+    sms_tool = next(t for t in tools if t["name"] == "send_sms")
+    return [next(m for m in models if m["id"] == 20)["priceNote"], sms_tool["description"]]
+
+
+async def test_example_prices_follow_the_btc_rate_book(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
     before = await described(client)
     manifest_before = await get_json(client, "/.well-known/l402-services")
-    original = rates.book()
+    app_rates = server.app[RATES]  # this app's rate book
+    original = app_rates.book
     # BTC at half the reference price: every fiat-pegged price doubles (factor 2).
     doubled = RateBook((Snapshot(rates.REFERENCE_BTC_USD / 2, time.time(), "test"),))
-    rates.set_book(doubled)
+    estimate = "/api/estimate-cost?service=sms&to=%2B14155550123"
+    sms_before = (await get_json(client, estimate))["amountSats"]
+    telco_before = await _telco_listings(client)
+    app_rates.install(doubled)
     try:
         after = await described(client)
         manifest_after = await get_json(client, "/.well-known/l402-services")
+        # The estimate, the model catalog and the MCP tool list read the same book.
+        assert (await get_json(client, estimate))["amountSats"] == 2 * sms_before
+        telco_after = await _telco_listings(client)
     finally:
-        rates.set_book(original)
+        app_rates.install(original)
+    sms = after["send-sms"]["pricing"]["minSats"]
+    assert all(f"from {sms} sats" in text for text in telco_after), telco_after
+    assert all(f"from {sms} sats" not in text for text in telco_before), telco_before
     moved = [s for s in before if before[s]["pricing"] != after[s]["pricing"]]
     if not moved:
         pytest.skip("no BTC-pegged service in the registry")

@@ -26,9 +26,10 @@ from pydantic import ValidationError
 from schemathesis.checks import not_a_server_error
 
 from satsgate.errors import ApiError
-from satsgate.services.base import ServiceSpec, request_digest
-from satsgate.services.catalog.pricing import ESTIMATORS, estimate
-from satsgate.services.registry import BY_SLUG, SERVICES
+from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
+from satsgate.services.catalog.pricing import estimate
+from satsgate.services.catalog.rates import FALLBACK
+from satsgate.services.registry import BY_SLUG, ESTIMATORS, SERVICES
 from tests.conftest import ThreadedServer
 from tests.test_services_quotes import PDF1, PDF2, VALID
 
@@ -142,13 +143,13 @@ def _refused_or_priced(spec: ServiceSpec[Any], body: Any) -> str:
         return "invalid"
     if spec.prevalidate is not None:
         try:
-            asyncio.run(spec.prevalidate(params))
+            asyncio.run(spec.prevalidate(params, PrecheckMemo()))
         except ApiError as exc:
             assert exc.code in REFUSALS, exc
             return "refused"
-    amount_msat = spec.price_msat(params)
+    amount_msat = spec.price_msat(params, FALLBACK)
     assert type(amount_msat) is int, amount_msat
-    minimum_msat = spec.price_shape.minimum_msat()
+    minimum_msat = spec.price_shape.minimum_msat(FALLBACK)
     assert amount_msat >= minimum_msat > 0, (amount_msat, minimum_msat)
     if spec.price_shape.model == "flat":
         assert amount_msat == minimum_msat
@@ -210,7 +211,7 @@ def _estimate_queries(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
 def test_estimates_quote_or_refuse_every_query(case: tuple[str, dict[str, str]]) -> None:
     service, query = case
     try:
-        quote = estimate(service, query)
+        quote = estimate(ESTIMATORS, service, query, FALLBACK)
     except ApiError as exc:
         assert exc.code == "L402_INVALID_PARAMS", exc
         event("refused")

@@ -26,8 +26,6 @@ from tests.documents_inputs import (
 )
 from tests.test_gateway import assert_envelope, payment_count
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 
 @pytest.fixture(autouse=True)
 def _tools() -> None:

@@ -23,7 +23,8 @@ from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 from satsgate.engines import EngineConfigError, EngineError, ProviderConfig
 from satsgate.engines.mail import OutgoingEmail
 from satsgate.engines.providers.smtp import SmtpEmail
-from satsgate.services.catalog.models import EMAIL_MODEL_ID, MODELS_BY_ID
+from satsgate.services.catalog.models import EMAIL_MODEL_ID
+from satsgate.services.catalog.pricing import EMAIL_SATS
 from tests.certs import common_name, issue
 from tests.conftest import (
     ThreadedServer,
@@ -266,8 +267,7 @@ async def test_refused_recipient_is_refunded_the_others_are_sent(
     assert doc["accepted"] == ["carol@example.org"]
     assert doc["refused"] == [{"to": "nobody@example.org", "code": "550"}]
     assert "internal.example" not in resp.text  # the server's own words stay out
-    price = MODELS_BY_ID[EMAIL_MODEL_ID].price_sats
-    assert doc["partial_refund"]["amount_sats"] == price
+    assert doc["partial_refund"]["amount_sats"] == EMAIL_SATS  # the refused recipient's price
     envelope, _message = tls_smtp.mailbox.received[-1]
     assert envelope.rcpt_tos == ["carol@example.org"]
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from satsgate.appkeys import PRECHECKS
 from satsgate.errors import CODES
 from satsgate.invoices import decode_invoice
 from satsgate.payments.mpp import b64url, b64url_decode
@@ -589,10 +590,13 @@ async def test_card_text_that_cannot_fit_is_refused_before_any_invoice(
         "width": 200,
         "height": 200,
     }
-    for _ in range(2):  # the second answer comes from the cached layout check
+    memo = server.app[PRECHECKS]  # this app's kept outcomes of checks before invoices
+    kept = len(memo)
+    for _ in range(2):  # the second answer comes from the kept layout check
         resp = await client.post("/api/l402/render-card", json=body)
         assert_envelope(resp, "L402_INVALID_PARAMS", 400)
         assert "fit" in resp.json()["error"].lower()
+        assert len(memo) == kept + 1
     assert payment_count(server) == before
 
 

@@ -150,9 +150,6 @@ def test_the_table_ships_in_the_package() -> None:
 NEW_SAMPLE = ["arz", "Dari", "Latgalian", "cnh", "Kabiyè", "gag", "cbk", "ace_Latn", "oc"]
 
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
-
 @pytest.fixture(scope="module")
 def rare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     yield from serve_with_engines(tmp_path_factory, "rare", ["rare_translation"])

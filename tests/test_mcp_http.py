@@ -24,6 +24,7 @@ from satsgate.services.base import (
     sats_for_msat,
 )
 from satsgate.services.catalog.pricing import audiobook_msat, translate_epub_msat
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay
 from tests.test_gateway import payment_count
@@ -326,7 +327,7 @@ TEXT_SPEC = ServiceSpec(
     title="Test translate",
     description="Priced per character.",
     params=TextParams,
-    price_msat=lambda p: len(p.text) * 100,  # 10 characters per sat
+    price_msat=lambda p, _book: len(p.text) * 100,  # 10 characters per sat
     handler=_echo,
     untrusted_output=True,
 )
@@ -337,7 +338,7 @@ PAGES_SPEC = ServiceSpec(
     title="Test pages",
     description="Priced per page; no hint can stand in for pages.",
     params=PagesParams,
-    price_msat=lambda p: p.pages * 10_000,
+    price_msat=lambda p, _book: p.pages * 10_000,
     handler=_echo,
 )
 DOWN_SPEC = ServiceSpec(
@@ -347,7 +348,7 @@ DOWN_SPEC = ServiceSpec(
     title="Test down",
     description="No engine configured.",
     params=PagesParams,
-    price_msat=lambda p: 10_000,
+    price_msat=lambda p, _book: 10_000,
     handler=_echo,
     engine="test_down",  # no engine of this name resolves
 )
@@ -444,7 +445,7 @@ async def test_services_are_quoted_by_the_estimator_their_price_shape_names(
         server, mcp, "create_payment", toolName="epub_to_audiobook", characterCount=66_000
     )["result"]["structuredContent"]
     assert quoted["quote"] == "estimate"
-    assert quoted["amountSats"] == sats_for_msat(audiobook_msat(33, 66_000)) == 2000
+    assert quoted["amountSats"] == sats_for_msat(audiobook_msat(FALLBACK, 33, 66_000)) == 2000
     # generate-image's estimator ("image") takes none of the arguments given: the spec's
     # own price of them (the better tier, a side over 1024) stands, not the default tier.
     image = replace(BY_SLUG["generate-image"], engine=None)

@@ -26,6 +26,7 @@ from aiohttp import web
 from coincurve import PublicKeyXOnly
 from nostr_sdk import LocalRelayBuilder
 
+from satsgate.appkeys import RATES
 from satsgate.cli import main as cli_main
 from satsgate.engines import CpuRunner
 from satsgate.engines.providers import PROVIDER_KINDS
@@ -34,6 +35,7 @@ from satsgate.nostr.config import NostrConfig
 from satsgate.nostr.keys import KEY_FILE
 from satsgate.operator import ensure_operator_token
 from satsgate.services.catalog import rates
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, free_port, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
@@ -328,8 +330,6 @@ async def test_relays_that_refuse_or_hang_never_slow_start_or_requests(
 
 
 async def test_a_price_change_republishes(tmp_path: Path, local_relay: str) -> None:
-    saved = rates.book()
-    rates.set_book(rates.RateBook())
     srv = serve(nostr_settings(tmp_path / "data", [local_relay], min_republish_interval_s=0))
     try:
         first = await wait_for_event(local_relay)
@@ -339,7 +339,7 @@ async def test_a_price_change_republishes(tmp_path: Path, local_relay: str) -> N
 
         # BTC doubles: the BTC-pegged SMS price halves, far past 10 %.
         snapshot = rates.Snapshot(btc_usd=2 * rates.REFERENCE_BTC_USD, fetched_at=0, source="t")
-        rates.set_book(rates.RateBook((snapshot,)))
+        srv.app[RATES].install(rates.RateBook((snapshot,)))  # the node's own rate book
         second = await wait_for_event(local_relay, newer_than=first["created_at"])
         assert_signed(second)
         after = dict((s, int(p)) for s, p, _ in tag_values(second, "price"))
@@ -350,7 +350,6 @@ async def test_a_price_change_republishes(tmp_path: Path, local_relay: str) -> N
         # The relay keeps the newest addressable event only.
         assert [e["id"] for e in await stored_events(local_relay)] == [second["id"]]
     finally:
-        rates.set_book(saved)
         srv.stop()
 
 
@@ -449,7 +448,9 @@ def test_content_too_large_for_relays_links_the_openapi_schemas() -> None:
     settings = Settings(base_url="https://pay.example.com")
     with ThreadPoolExecutor(max_workers=1) as pool:
         engines = node_engines(settings, CpuRunner(pool, 1.0))
-    catalog = Catalog(settings, SERVICES, tuple(describe(s, settings, engines) for s in SERVICES))
+    catalog = Catalog(
+        settings, SERVICES, tuple(describe(s, settings, engines, FALLBACK) for s in SERVICES)
+    )
     inline = json.loads(content(catalog, 10_000_000))
     linked = json.loads(content(catalog, 1000))
     assert [c["name"] for c in inline["capabilities"]] == [

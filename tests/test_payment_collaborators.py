@@ -23,6 +23,7 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
+from satsgate.services.catalog.rates import Rates
 from satsgate.store import Job, Payment, PaymentStatus
 
 
@@ -163,6 +164,8 @@ class NoJobs:
 
 
 class NoContexts:
+    rates = Rates()  # the fallback rates
+
     def for_call(
         self,
         call_id: str,

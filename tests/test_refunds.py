@@ -68,7 +68,7 @@ def make_spec(handler: Any, per_size_sats: int = 10) -> ServiceSpec[NoParams]:
         title="Test",
         description="A service defined by the test, standing in for a provider.",
         params=NoParams,
-        price_msat=lambda p: p.size * per_size_sats * 1000,
+        price_msat=lambda p, _book: p.size * per_size_sats * 1000,
         handler=handler,
     )
 

@@ -24,8 +24,6 @@ from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import mpp_credential
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 MODELS = {"6": "fake-best", "31": "fake-mini", "2": "fake-image-std-url", "16": "fake-image-best"}
 CHAT = "/v1/chat/completions"
 IMAGES = "/v1/images/generations"

@@ -87,9 +87,6 @@ EXPECTED_SATS = {
 }  # fmt: skip
 
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
-
 @pytest.fixture(scope="module")
 def engines_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     """A node with every engine configured: every service quotes (none is run here)."""

@@ -11,6 +11,8 @@ import pytest
 
 from satsgate.errors import ApiError
 from satsgate.payments.challenger import validate_params
+from satsgate.services.base import PrecheckMemo
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG
 from tests.test_services_media import (
     PNG,
@@ -35,15 +37,12 @@ TEXT = b64(b"plain words, not a document")
 US, GB, DE, PH = "+14155550123", "+447700900123", "+4915112345678", "+639171234567"
 
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
-
 async def quote(slug: str, body: Any) -> int:
     spec = BY_SLUG[slug]
     params = validate_params(spec, body)
     if spec.prevalidate is not None:
-        await spec.prevalidate(params)
-    return spec.quote_sats(params)
+        await spec.prevalidate(params, PrecheckMemo())
+    return spec.quote_sats(params, FALLBACK)
 
 
 VALID: list[tuple[str, dict[str, Any], int]] = [
@@ -718,6 +717,6 @@ async def test_quote_does_not_decode_twice_and_is_stable() -> None:
     body = {"file": WAV61}
     first = validate_params(spec, body)
     assert spec.prevalidate is not None
-    await spec.prevalidate(first)
+    await spec.prevalidate(first, PrecheckMemo())
     second = validate_params(spec, body)  # a fresh request, as at execution
-    assert spec.quote_sats(first) == spec.quote_sats(second) == 20
+    assert spec.quote_sats(first, FALLBACK) == spec.quote_sats(second, FALLBACK) == 20

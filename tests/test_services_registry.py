@@ -4,7 +4,8 @@ type, schema and price consistency; model routing; BTC-pegged rates; language da
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,12 +16,19 @@ from aiohttp import web
 from satsgate.config import Settings
 from satsgate.jobs import JOB_TYPES
 from satsgate.services.ai import voices
-from satsgate.services.base import UNDESCRIBED_PRICE, ServiceResult, sats_for_msat
+from satsgate.services.base import (
+    UNDESCRIBED_PRICE,
+    FlatPrice,
+    PrecheckMemo,
+    ServiceResult,
+    sats_for_msat,
+)
 from satsgate.services.catalog import planned, pricing, rates, routing
 from satsgate.services.catalog.models import MODELS_BY_ID
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.comms import destinations as telephony
 from satsgate.services.inputs import languages
-from satsgate.services.registry import BY_SLUG, BY_TOOL, SERVICES
+from satsgate.services.registry import BY_SLUG, BY_TOOL, ESTIMATORS, SERVICES
 from satsgate.store import Store
 from tests.engines_down import down_engines, engines_for
 
@@ -54,16 +62,6 @@ SPEC_JOBS = {
     "transcribe-audio": "transcription", "transcribe-translate": "transcribe-translate",
     "epub-audiobook": "epub-audiobook", "translate-epub": "translate-epub",
 }  # fmt: skip
-
-# Fixed prices of the catalog that a service charges as is.
-FLAT = {
-    "edit-image": 200, "analyze-image": 21, "search": 21, "generate-3d-model": 1600,
-    "clone-voice": 7500, "e-signature": 1000, "convert-file": 100, "send-fax": 500,
-    "receive-fax": 500, "remove-background": 44, "upscale-image": 5, "restore-face": 25,
-    "detect-nsfw": 2, "detect-objects": 5, "remove-object": 130, "colorize-image": 5,
-    "deblur-image": 110, "estimate-depth": 5, "vote": 1,
-}  # fmt: skip
-
 
 # The spec's pricing rule of every service: (model, the least a call costs in sats).
 SPEC_SHAPES = {
@@ -134,7 +132,8 @@ class _RequestStandIn:
 
 def test_every_service_declares_the_spec_price_shape() -> None:
     shapes = {
-        s.slug: (s.price_shape.model, sats_for_msat(s.price_shape.minimum_msat())) for s in SERVICES
+        s.slug: (s.price_shape.model, sats_for_msat(s.price_shape.minimum_msat(FALLBACK)))
+        for s in SERVICES
     }
     assert shapes == SPEC_SHAPES
     assert all(s.price_shape is not UNDESCRIBED_PRICE for s in SERVICES)
@@ -146,36 +145,38 @@ def test_flat_prices_never_read_the_request_and_the_others_do() -> None:
     for spec in SERVICES:
         shape = spec.price_shape
         if shape.model == "flat":
-            assert spec.price_msat(cast(Any, _RequestStandIn())) == shape.minimum_msat()
+            assert spec.price_msat(cast(Any, _RequestStandIn()), FALLBACK) == (
+                shape.minimum_msat(FALLBACK)
+            )
         else:
             with pytest.raises(AttributeError):
-                spec.price_msat(cast(Any, _RequestStandIn()))
+                spec.price_msat(cast(Any, _RequestStandIn()), FALLBACK)
 
 
 def test_each_estimator_quotes_one_service_in_its_unit() -> None:
     ids = [s.price_shape.estimate for s in SERVICES if s.price_shape.estimate is not None]
-    assert sorted(ids) == sorted(pricing.ESTIMATORS)  # each estimator, each once
+    assert sorted(ids) == sorted(ESTIMATORS)  # each estimator, each once
     for spec in SERVICES:
         if spec.price_shape.estimate is not None:
-            assert pricing.ESTIMATORS[spec.price_shape.estimate].unit == spec.price_shape.unit
+            assert ESTIMATORS[spec.price_shape.estimate].unit == spec.price_shape.unit
 
 
-@pytest.mark.usefixtures("restore_rates")
 @pytest.mark.parametrize("btc_factor", [1.0, 2.0, 0.25])
 def test_the_cheapest_request_costs_the_minimum(btc_factor: float) -> None:
     # The rate book at BTC/USD reference / factor: pegged minimums move with it.
     snapshot = rates.Snapshot(rates.REFERENCE_BTC_USD / btc_factor, 0.0, "test")
-    rates.set_book(rates.RateBook((snapshot,)))
+    book = rates.RateBook((snapshot,))
     for slug, body in CHEAPEST.items():
         spec = BY_SLUG[slug]
-        assert spec.price_msat(spec.params.model_validate(body)) == (
-            spec.price_shape.minimum_msat()
+        assert spec.price_msat(spec.params.model_validate(body), book) == (
+            spec.price_shape.minimum_msat(book)
         ), slug
     for spec in SERVICES:  # a tier's minimum is the cheapest request pinned to it
         for model_id, sats in spec.price_shape.tier_min_sats.items():
             body = {**CHEAPEST[spec.slug], "modelId": model_id}
             body.pop("tier")
-            assert spec.quote_sats(spec.params.model_validate(body)) == sats, (spec.slug, model_id)
+            quoted = spec.quote_sats(spec.params.model_validate(body), book)
+            assert quoted == sats, (spec.slug, model_id)
 
 
 def test_every_spec_service_is_registered_with_its_tool_name() -> None:
@@ -191,13 +192,10 @@ def test_async_services_are_jobs_of_the_spec_types() -> None:
     assert set(jobs.values()) <= set(JOB_TYPES)
 
 
-def test_models_exist_in_the_catalog_with_the_service_category_or_a_flat_match() -> None:
+def test_models_exist_in_the_catalog() -> None:
     for spec in SERVICES:
         for model_id in spec.model_ids:
             assert model_id in MODELS_BY_ID, (spec.slug, model_id)
-        if spec.slug in FLAT:
-            model_prices = {MODELS_BY_ID[m].price_sats for m in spec.model_ids}
-            assert not spec.model_ids or model_prices == {FLAT[spec.slug]}, spec.slug
 
 
 def test_schemas_forbid_unknown_fields_and_document_every_field() -> None:
@@ -285,14 +283,6 @@ def test_apply_path_model_body_field_wins() -> None:
 
 
 @pytest.fixture
-def restore_rates() -> Iterator[None]:
-    saved = rates.book()
-    rates.set_book(rates.RateBook())
-    yield
-    rates.set_book(saved)
-
-
-@pytest.fixture
 async def price_source() -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """A loopback BTC price endpoint whose answer a test sets."""
     state: dict[str, Any] = {"status": 200, "body": {"bitcoin": {"usd": 50_000}}}
@@ -311,45 +301,48 @@ async def price_source() -> AsyncIterator[tuple[str, dict[str, Any]]]:
     await runner.cleanup()
 
 
-@pytest.mark.usefixtures("restore_rates")
 async def test_refresh_rates_requotes_pegged_prices(
     price_source: tuple[str, dict[str, Any]],
 ) -> None:
     url, state = price_source
     settings = Settings(engines={"price_source": url})
+    book = rates.Rates()  # one app's rate book; another app's is untouched
+    other = rates.Rates()
     async with httpx.AsyncClient() as http:
-        assert pricing.tts_msat(33, 1600) == 100_000  # fallback: 16 chars/sat
-        assert await rates.refresh_rates(http, settings) is True
+        assert pricing.tts_msat(book.book, 33, 1600) == 100_000  # fallback: 16 chars/sat
+        assert await book.refresh(http, settings) is True
         # BTC at half the reference: fiat-cost prices double in sats ...
-        assert rates.book().factor == 2.0
-        assert pricing.sms_msat("+14155550123") == 30_000
-        assert pricing.tts_msat(33, 1600) == 200_000
+        assert book.book.factor == 2.0
+        assert pricing.sms_msat(book.book, "+14155550123") == 30_000
+        assert pricing.tts_msat(book.book, 33, 1600) == 200_000
+        assert other.book is rates.FALLBACK
         # ... a later rise lowers them at once; a fall waits while an older quote is kept.
         state["body"] = {"USD": 200_000}
-        assert await rates.refresh_rates(http, settings) is True
-        assert rates.book().factor == 0.5
-        assert pricing.ai_call_msat("+14155550123", 1) == 75_000
+        assert await book.refresh(http, settings) is True
+        assert book.book.factor == 0.5
+        assert pricing.ai_call_msat(book.book, "+14155550123", 1) == 75_000
         state["body"] = {"data": {"amount": "400000"}}
-        assert await rates.refresh_rates(http, settings) is True
-        assert pricing.ai_call_msat("+14155550123", 1) == 50_000  # 37.5 -> minimum 50
+        assert await book.refresh(http, settings) is True
+        assert pricing.ai_call_msat(book.book, "+14155550123", 1) == 50_000  # 37.5 -> min 50
         # Failures keep the current book.
-        before = rates.book()
+        before = book.book
         state["status"] = 500
-        assert await rates.refresh_rates(http, settings) is False
+        assert await book.refresh(http, settings) is False
         state["status"], state["body"] = 200, {"USD": 3}  # implausible
-        assert await rates.refresh_rates(http, settings) is False
+        assert await book.refresh(http, settings) is False
         state["body"] = {"unrelated": True}
-        assert await rates.refresh_rates(http, settings) is False
-        assert rates.book() == before
+        assert await book.refresh(http, settings) is False
+        assert book.book is before
         # No source configured: nothing happens.
-        assert await rates.refresh_rates(http, Settings()) is False
+        assert await book.refresh(http, Settings()) is False
 
 
-async def test_refresh_rates_tolerates_an_unreachable_source(restore_rates: None) -> None:
+async def test_refresh_rates_tolerates_an_unreachable_source() -> None:
     settings = Settings(engines={"price_source": {"url": "http://127.0.0.1:9/p", "path": "x"}})
+    book = rates.Rates()
     async with httpx.AsyncClient() as http:
-        assert await rates.refresh_rates(http, settings) is False
-    assert rates.book().factor == 1.0
+        assert await book.refresh(http, settings) is False
+    assert book.book.factor == 1.0
 
 
 def test_parse_price_with_a_path() -> None:
@@ -434,12 +427,6 @@ async def test_votes_are_counted_once_per_call_and_listed_most_voted_first(
         await store.close()
 
 
-def test_flat_prices_match_the_spec() -> None:
-    for slug, sats in FLAT.items():
-        spec = BY_SLUG[slug]
-        assert f"{sats} sat" in spec.description.replace(",", "") or slug == "vote", slug
-
-
 def test_languages_document_prices_each_language_by_its_engine() -> None:
     doc = pricing.languages_document()
     by_code = {entry["code"]: entry for entry in doc["languages"]}
@@ -450,3 +437,31 @@ def test_languages_document_prices_each_language_by_its_engine() -> None:
     # No chrF is measured yet, so no rare language is good or fair (tests/test_languages.py).
     assert {e["quality"] for e in doc["rare"]} == {"unverified", "experimental"}
     json.dumps(doc)
+
+
+def test_descriptions_state_no_flat_price() -> None:
+    """A flat price is stated once, on its spec: every published description is followed by
+    the price text made from it (discovery, OpenAPI, llms.txt, MCP), never a copy."""
+    for spec in SERVICES:
+        if isinstance(spec.price_msat, FlatPrice):
+            assert not re.search(r"\d+ sats?\b", spec.description), spec.slug
+
+
+async def test_precheck_memo_keeps_each_outcome_once_and_is_bounded() -> None:
+    memo = PrecheckMemo(size=2)
+    runs: list[str] = []
+
+    async def check(key: str) -> str | None:
+        runs.append(key)
+        return None if key == "fits" else f"{key} does not fit"
+
+    for key in ("fits", "long", "fits", "long"):
+        assert await memo.outcome(key, lambda k=key: check(k)) == (  # type: ignore[misc]
+            None if key == "fits" else "long does not fit"
+        )
+    assert runs == ["fits", "long"] and len(memo) == 2  # each checked once
+    await memo.outcome("third", lambda: check("third"))
+    assert len(memo) == 2  # bounded: the least recently used ("fits") went
+    await memo.outcome("fits", lambda: check("fits"))
+    assert runs == ["fits", "long", "third", "fits"]
+    assert len(PrecheckMemo()) == 0  # another app's memo shares nothing

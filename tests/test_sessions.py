@@ -31,8 +31,6 @@ from tests.fake_lightningd import FakeNode, running_lightningd
 from tests.ledger_check import assert_ledger_balances
 from tests.test_ai_openai import ENGINES, MODELS
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 CHAT = "/v1/chat/completions"
 WALLET_KEY = secrets.token_hex(32)  # the client's wallet: signs its return invoices
 RARE = ("translate-rare-language", {"text": "Welcome", "targetLanguage": "tpi"})

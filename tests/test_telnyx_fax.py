@@ -19,13 +19,12 @@ from aiosmtpd.controller import Controller
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
 
-from satsgate.appkeys import ENGINES, HOLDS
+from satsgate.appkeys import FAXES, HOLDS
 from satsgate.config import Settings
 from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.providers.telnyx import TelnyxProvider, public_key_from, verify_signature
-from satsgate.services.comms import faxes as faxes_module
 from tests.conftest import (
     ThreadedServer,
     free_port,
@@ -388,7 +387,7 @@ async def test_receive_fax_delivers_to_the_payer(
            "params": {"name": "check_fax_inbox", "arguments": arguments}}  # fmt: skip
     answer = (await client.post("/api/mcp", json=rpc)).json()
     listed = answer["result"]["structuredContent"]
-    assert answer["result"]["isError"] is False
+    assert answer["result"]["isError"] is False, listed
     assert listed["faxNumber"] == INBOUND_GB and [f["faxId"] for f in listed["faxes"]] == [
         got["faxId"]
     ]
@@ -557,7 +556,7 @@ async def test_received_documents_are_deleted_after_12_hours(
         await asyncio.sleep(0.02)
     link = faxes[0]["url"]
     assert (await client.get(link)).status_code == 200
-    desk = faxes_module.desk_for(server.app[ENGINES])
+    desk = server.app[FAXES]
     server.call(lambda: desk.clean(now=time.time() + 11 * 3600))
     assert (await client.get(link)).status_code == 200  # not yet
     server.call(lambda: desk.clean(now=time.time() + 12 * 3600 + 60))

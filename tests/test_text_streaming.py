@@ -23,8 +23,6 @@ from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import assert_envelope, mpp_credential
 from tests.test_sessions import sse_events
 
-pytestmark = pytest.mark.usefixtures("fallback_rates")
-
 CHAT = "/v1/chat/completions"
 MESSAGES = "/anthropic/v1/messages"
 TIMEOUT_S = 2.0

@@ -28,6 +28,7 @@ from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.messaging import SmsRequest
 from satsgate.engines.providers.twilio import TwilioProvider, TwilioSms, say_twiml, signature
 from satsgate.services.catalog.pricing import call_msat, sms_msat
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.comms import deliveries
 from satsgate.services.comms import destinations as telephony
 from satsgate.services.inputs.media import audio_duration_s, audio_format
@@ -171,7 +172,7 @@ async def test_undelivered_sms_is_refunded(fake: FakeTwilio, client: httpx.Async
     doc = await wait_status(client, plain_fields(resp.text)["status_url"], {"undelivered"})
     assert doc["status"] == "undelivered" and doc["final"] is True
     # Not delivered: refunded in full, once.
-    assert doc["refund"]["amount_sats"] * 1000 == sms_msat(US)
+    assert doc["refund"]["amount_sats"] * 1000 == sms_msat(FALLBACK, US)
     again = (await client.get(plain_fields(resp.text)["status_url"])).json()
     assert again["refund"]["charge_id"] == doc["refund"]["charge_id"]
 
@@ -264,7 +265,7 @@ async def test_provider_failure_is_refunded(
     finally:
         fake.fail_next.clear()
     error = assert_envelope(resp, error_code, resp.status_code)
-    assert error["refund"]["amount_sats"] * 1000 == sms_msat(US)
+    assert error["refund"]["amount_sats"] * 1000 == sms_msat(FALLBACK, US)
     assert "twilio" not in resp.text.lower() and fake.url not in resp.text
     # 429 is retried once (max_retries 1); a 500 after the request went out never is.
     assert len(fake.requests) - before == (2 if status == 429 else 1)
@@ -390,7 +391,7 @@ async def test_call_speaks_the_message_and_bills_the_connected_minutes(
     doc = await wait_status(client, answer["status_url"], {"completed"})
     assert doc["status"] == "completed" and doc["final"] is True
     assert doc["duration_s"] == 75 and doc["paid_minutes"] == 3 and doc["billed_minutes"] == 2
-    paid = call_msat(US, 3)
+    paid = call_msat(FALLBACK, US, 3)
     assert doc["charged_sats"] * 1000 == pytest.approx(paid * 2 / 3, abs=1)
     assert doc["refund"]["amount_sats"] * 1000 == pytest.approx(paid / 3, abs=1000)
     assert doc["refund"]["lnurl_withdraw"]
@@ -427,7 +428,7 @@ async def test_unanswered_call_is_refunded_in_full(
     doc = await wait_status(client, resp.json()["status_url"], {"no-answer"})
     assert doc["status"] == "no-answer" and doc["billed_minutes"] == 0
     assert doc["charged_sats"] == 0
-    assert doc["refund"]["amount_sats"] * 1000 == call_msat(US, 2)
+    assert doc["refund"]["amount_sats"] * 1000 == call_msat(FALLBACK, US, 2)
 
 
 async def test_call_the_provider_refuses_is_refunded(
@@ -436,7 +437,7 @@ async def test_call_the_provider_refuses_is_refunded(
     fake.fail_next.append((400, 21215))  # geographic permission not enabled
     resp = await paid_post(client, "call", {"phone_number": US, "message": "Hello"})
     error = assert_envelope(resp, "SERVICE_ERROR", 502)
-    assert error["refund"]["amount_sats"] * 1000 == call_msat(US, 1)
+    assert error["refund"]["amount_sats"] * 1000 == call_msat(FALLBACK, US, 1)
 
 
 async def test_the_sweep_settles_a_call_whose_webhooks_never_came(
@@ -458,7 +459,9 @@ async def test_the_sweep_settles_a_call_whose_webhooks_never_came(
     assert finished >= 1
     doc = (await client.get(f"/api/l402/call?call_id={call_id}")).json()
     assert doc["status"] == "completed" and doc["billed_minutes"] == 1
-    assert doc["refund"]["amount_sats"] * 1000 == pytest.approx(call_msat(US, 2) / 2, abs=1000)
+    assert doc["refund"]["amount_sats"] * 1000 == pytest.approx(
+        call_msat(FALLBACK, US, 2) / 2, abs=1000
+    )
 
 
 async def test_call_plays_the_nodes_own_speech_when_configured(

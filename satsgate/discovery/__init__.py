@@ -43,7 +43,7 @@ from satsgate.errors import ApiError, ErrorCode
 from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
-from satsgate.services.catalog import rates
+from satsgate.services.catalog.rates import RateBook, Rates
 from satsgate.services.registry import SERVICES
 
 __all__ = ["DISCOVERY", "Discovery", "add_routes", "describe", "service_description"]
@@ -56,25 +56,28 @@ _HEADERS = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-ag
 class Discovery:
     """The catalog of one app and its documents, each serialized once per rate book."""
 
-    def __init__(self, settings: Settings, backend: LightningBackend, engines: Engines) -> None:
+    def __init__(
+        self, settings: Settings, backend: LightningBackend, engines: Engines, rates: Rates
+    ) -> None:
         self.settings = settings
         self.engines = engines
+        self.rates = rates  # the app's BTC rate book
         self._backend = backend
         self._pubkey: str | None = None
         self._catalog: Catalog | None = None
-        self._rate_book: rates.RateBook | None = None
+        self._rate_book: RateBook | None = None
         self._bodies: dict[str, bytes] = {}
 
     @property
     def catalog(self) -> Catalog:
         """Rebuilt, and every kept document dropped, when the BTC-pegged rate book changes
         (at most hourly): example prices of pegged services move with it."""
-        book = rates.book()
+        book = self.rates.book
         if self._catalog is None or book is not self._rate_book:
             self._catalog = Catalog(
                 self.settings,
                 SERVICES,
-                tuple(describe(spec, self.settings, self.engines) for spec in SERVICES),
+                tuple(describe(spec, self.settings, self.engines, book) for spec in SERVICES),
             )
             self._rate_book = book
             self._bodies.clear()
@@ -181,11 +184,15 @@ async def discover(request: web.Request) -> web.Response:
 
 
 def add_routes(
-    app: web.Application, settings: Settings, backend: LightningBackend, engines: Engines
+    app: web.Application,
+    settings: Settings,
+    backend: LightningBackend,
+    engines: Engines,
+    rates: Rates,
 ) -> None:
     """Register every discovery route (GET, free) on ``app``; ``GET /api/l402/{slug}`` is
     operations.http's (it answers service_description unless a free form matches)."""
-    app[DISCOVERY] = Discovery(settings, backend, engines)
+    app[DISCOVERY] = Discovery(settings, backend, engines, rates)
     r = app.router
     r.add_get("/api/discover", discover)
     json_documents: dict[str, Builder] = {

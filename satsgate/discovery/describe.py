@@ -25,6 +25,7 @@ from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, sats_for_msat
+from satsgate.services.catalog.rates import RateBook
 from satsgate.services.inputs.params import ServiceParams
 
 AnySpec = ServiceSpec[Any]
@@ -38,23 +39,24 @@ def estimate_url(estimate: str, base_url: str) -> str:
     return f"{base_url}/api/estimate-cost?service={estimate}"
 
 
-def example_price_msat(spec: AnySpec) -> int | None:
-    """The price of the service's own example request, or None when it cannot be priced."""
+def example_price_msat(spec: AnySpec, book: RateBook) -> int | None:
+    """The price of the service's own example request at the rate ``book``, or None when
+    it cannot be priced."""
     try:
         params = spec.params.model_validate(dict(spec.example))
         if isinstance(params, ServiceParams):
             params.checked()  # the file checks the gate runs before pricing
-        return spec.price_msat(params)
+        return spec.price_msat(params, book)
     except (ValidationError, ApiError):
         # An example with placeholders ("<base64 PDF>") is refused like any bad request.
         return None
 
 
-def pricing(spec: AnySpec, base_url: str) -> dict[str, Any]:
+def pricing(spec: AnySpec, base_url: str, book: RateBook) -> dict[str, Any]:
     """{model, unit, currency, minSats, amountSats, amountFor?, baseSats?, rateBy?, tiers?,
     btcPegged?, note?, estimate?} from the spec's declared price shape."""
     shape = spec.price_shape
-    min_sats = sats_for_msat(shape.minimum_msat())
+    min_sats = sats_for_msat(shape.minimum_msat(book))
     doc: dict[str, Any] = {
         "model": shape.model,
         "unit": shape.unit,
@@ -65,7 +67,7 @@ def pricing(spec: AnySpec, base_url: str) -> dict[str, Any]:
         doc["amountSats"] = min_sats
     else:
         # Invoices are whole sats, rounded up: this is what such a call is charged.
-        example_msat = example_price_msat(spec)
+        example_msat = example_price_msat(spec, book)
         if example_msat is not None:
             doc["amountSats"], doc["amountFor"] = sats_for_msat(example_msat), "example"
         else:
@@ -106,8 +108,9 @@ def price_text(price: dict[str, Any]) -> str:
     return f"{text}; the 402 quote is the price"
 
 
-def describe(spec: AnySpec, settings: Settings, engines: Engines) -> dict[str, Any]:
-    """GET /api/l402/<slug>: what the service does, what it costs, what it takes."""
+def describe(spec: AnySpec, settings: Settings, engines: Engines, book: RateBook) -> dict[str, Any]:
+    """GET /api/l402/<slug>: what the service does, what it costs (at the rate ``book``),
+    what it takes."""
     base = settings.public_base_url
     doc: dict[str, Any] = {
         "id": spec.slug,
@@ -118,7 +121,7 @@ def describe(spec: AnySpec, settings: Settings, engines: Engines) -> dict[str, A
         "endpoint": endpoint(spec, base),
         "method": "POST",
         "mode": spec.mode,
-        "pricing": pricing(spec, base),
+        "pricing": pricing(spec, base, book),
         "input_schema": spec.params.model_json_schema(),
         "failure_codes": list(spec.failure_codes),
         "example": dict(spec.example),

@@ -22,23 +22,25 @@ from aiohttp import web
 from satsgate.engines import Engines
 from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceSpec, sats_for_msat
+from satsgate.services.catalog.rates import RateBook
 
 PRICE = "X-L402-Price-Sats"
 RANGE = "X-L402-Price-Range-Sats"
 MODEL = "X-L402-Price-Model"
 
 
-def price_range_sats(spec: ServiceSpec[Any]) -> tuple[int, int | None]:
-    """(lowest, highest or None when open-ended) price of one call now, in sats."""
+def price_range_sats(spec: ServiceSpec[Any], book: RateBook) -> tuple[int, int | None]:
+    """(lowest, highest or None when open-ended) price of one call at the rate ``book``,
+    in sats."""
     shape = spec.price_shape
-    low = sats_for_msat(shape.minimum_msat())
+    low = sats_for_msat(shape.minimum_msat(book))
     if shape.model == "flat":
         return low, low
     return low, None
 
 
-def price_headers(spec: ServiceSpec[Any]) -> dict[str, str]:
-    low, high = price_range_sats(spec)
+def price_headers(spec: ServiceSpec[Any], book: RateBook) -> dict[str, str]:
+    low, high = price_range_sats(spec, book)
     return {
         PRICE: str(low),
         RANGE: f"{low}-{'' if high is None else high}",
@@ -49,10 +51,11 @@ def price_headers(spec: ServiceSpec[Any]) -> dict[str, str]:
     }
 
 
-def price_probe(spec: ServiceSpec[Any], engines: Engines) -> web.Response:
-    """200 with the price headers; 503 (X-Error-Code SERVICE_UNAVAILABLE) when no engine
-    serves the service here, since a POST would be refused before any invoice."""
-    headers = price_headers(spec)
+def price_probe(spec: ServiceSpec[Any], engines: Engines, book: RateBook) -> web.Response:
+    """200 with the price headers at the app's rate ``book``; 503 (X-Error-Code
+    SERVICE_UNAVAILABLE) when no engine serves the service here, since a POST would be
+    refused before any invoice."""
+    headers = price_headers(spec, book)
     if not spec.is_available(engines):
         headers["X-Error-Code"] = ErrorCode.SERVICE_UNAVAILABLE
         return web.Response(status=503, headers=headers)

@@ -20,7 +20,12 @@ from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
 from satsgate.operations import dump
 from satsgate.operations.jobs import JobResultArgs, find_job, job_result_body
-from satsgate.services.catalog.models import CATEGORIES, MODELS_BY_ID, list_models_document
+from satsgate.services.catalog.models import (
+    CATEGORIES,
+    MODELS_BY_ID,
+    list_models_document,
+    model_prices,
+)
 from satsgate.store import Job, JobStatus
 
 # The spec: await_result waits about 4 minutes per call.
@@ -58,7 +63,9 @@ async def list_models(env: ToolEnv, args: ListModelsArgs, ctx: CallContext) -> d
             f"Unknown category {args.category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
-    return results.success(list_models_document(args.category))
+    return results.success(
+        list_models_document(env.by_slug.values(), env.rates.book, args.category)
+    )
 
 
 async def get_model_pricing(
@@ -73,18 +80,19 @@ async def get_model_pricing(
     model = MODELS_BY_ID.get(int(raw))
     if model is None:
         raise ApiError(ErrorCode.NOT_FOUND, f"No model {raw}; see list_models for the ids.")
+    price = model_prices(env.by_slug.values(), env.rates.book)[model.id]
     body: dict[str, Any] = {
         "id": model.id,
         "name": model.name,
         "type": model.type,
-        "sats": model.price_sats,
+        "sats": price.sats,
         "isDefault": model.is_default,
         "category": model.category,
         "tier": model.tier,
-        "pricing": model.pricing,
+        "pricing": price.pricing,
     }
-    if model.price_note:
-        body["priceNote"] = model.price_note
+    if price.note:
+        body["priceNote"] = price.note
     return results.success(body)
 
 

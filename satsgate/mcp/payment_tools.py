@@ -24,7 +24,9 @@ from satsgate.operations import payments
 from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge, validate_params
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
-from satsgate.services.catalog.pricing import ESTIMATORS, estimate
+from satsgate.services.catalog.pricing import estimate
+from satsgate.services.catalog.rates import RateBook
+from satsgate.services.registry import ESTIMATORS
 from satsgate.store import Payment
 
 # Fields of a params model that a bare ``prompt`` (or ``characterCount``) may stand in
@@ -110,7 +112,7 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
         params = _validate_with_prompt(spec, candidate, args.prompt)
     except ApiError as invalid:
         quote = "estimate"
-        amount_sats, digest = _estimate(spec, candidate, args, invalid)
+        amount_sats, digest = _estimate(spec, candidate, args, invalid, env.rates.book)
         challenge = await env.gate.create_payment(
             spec, amount_sats=amount_sats, digest=digest, via="mcp"
         )
@@ -148,11 +150,15 @@ def _text_field(spec: AnySpec) -> str | None:
 
 
 def _estimate(
-    spec: AnySpec, candidate: dict[str, Any], args: CreatePaymentArgs, invalid: ApiError
+    spec: AnySpec,
+    candidate: dict[str, Any],
+    args: CreatePaymentArgs,
+    invalid: ApiError,
+    book: RateBook,
 ) -> tuple[int, str]:
     """Price what was given: the service's estimator (sizing hints) if it has one, else
     the spec's own price on a model built with model_construct; -32602 when impossible."""
-    sized = _estimate_from_sizing_hints(spec, candidate, args)
+    sized = _estimate_from_sizing_hints(spec, candidate, args, book)
     if sized is not None:
         return sized
     fields = spec.params.model_fields
@@ -164,7 +170,7 @@ def _estimate(
         elif args.characterCount is not None:
             hints[text_field] = "x" * args.characterCount
     try:
-        amount_sats = spec.quote_sats(spec.params.model_construct(**hints))
+        amount_sats = spec.quote_sats(spec.params.model_construct(**hints), book)
     except Exception:
         raise ApiError(
             ErrorCode.L402_INVALID_PARAMS,
@@ -179,7 +185,7 @@ def _estimate(
 
 
 def _estimate_from_sizing_hints(
-    spec: AnySpec, candidate: dict[str, Any], args: CreatePaymentArgs
+    spec: AnySpec, candidate: dict[str, Any], args: CreatePaymentArgs, book: RateBook
 ) -> tuple[int, str] | None:
     """The /api/estimate-cost estimator the service's price shape names, when the hints
     size it: characterCount (or the prompt's length) is its ``chars``, targetLanguage its
@@ -200,7 +206,7 @@ def _estimate_from_sizing_hints(
     if not fields.keys() & hints.keys():
         return None
     try:
-        quoted = estimate(estimate_id, hints)
+        quoted = estimate(ESTIMATORS, estimate_id, hints, book)
     except ApiError:
         return None  # the hints do not size this service; try the spec's own price
     canonical = json.dumps(quoted["params"], sort_keys=True, separators=(",", ":"), default=str)

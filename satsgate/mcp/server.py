@@ -32,12 +32,14 @@ from satsgate.mcp.tools import ToolCatalog, paid_tools
 from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services import registry
+from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.bridge_sessions import BridgeSessions
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.services.comms.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.faxes import FaxDesk
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class McpServer:
         deliveries: DeliveryRepository | None = None,
         deposits: DepositSettler | None = None,
         ai_calls: AiCallRunner | None = None,
+        faxes: FaxDesk | None = None,
+        rates: Rates | None = None,
     ) -> None:
         specs = tuple(registry.SERVICES if services is None else services)
         env = ToolEnv(
@@ -93,6 +97,8 @@ class McpServer:
             deliveries=deliveries,
             deposits=deposits,
             ai_calls=ai_calls,
+            faxes=faxes,
+            rates=rates if rates is not None else Rates(),  # the app's BTC rate book
         )
         self.tools = ToolCatalog(env)
 

@@ -32,7 +32,8 @@ from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from satsgate.operations import OPERATIONS, AnyOperation, dump
 from satsgate.operations.jobs import JobResultArgs
 from satsgate.payments.challenger import validate_params
-from satsgate.services.catalog.models import MODELS_BY_ID
+from satsgate.services.catalog.models import model_price
+from satsgate.services.catalog.rates import RateBook
 
 log = logging.getLogger(__name__)
 
@@ -154,16 +155,19 @@ class ToolCatalog:
     def __init__(self, env: ToolEnv) -> None:
         self.env = env
         self._definitions: list[dict[str, Any]] | None = None
+        self._rate_book: RateBook | None = None  # the rate book they were made at
 
     def definitions(self) -> list[dict[str, Any]]:
         """Payment tools first, then the paid tools in registry order, then the other free ones."""
-        if self._definitions is None:
+        book = self.env.rates.book  # a new rate book moves BTC-pegged prices: made again
+        if self._definitions is None or book is not self._rate_book:
             engines = self.env.engines
             free = [_free_definition(t) for t in FREE_TOOLS]
             paid = [
-                _paid_definition(spec, spec.is_available(engines))
+                _paid_definition(spec, spec.is_available(engines), book)
                 for spec in self.env.paid.values()
             ]
+            self._rate_book = book
             steps = _PAYMENT_STEPS
             self._definitions = [*free[:steps], *paid, *free[steps:]]
         return copy.deepcopy(self._definitions)
@@ -203,7 +207,7 @@ def _free_definition(tool: FreeTool) -> dict[str, Any]:
     }
 
 
-def _paid_definition(spec: AnySpec, available: bool) -> dict[str, Any]:
+def _paid_definition(spec: AnySpec, available: bool, book: RateBook) -> dict[str, Any]:
     schema = _object_schema(spec.params.model_json_schema())
     schema["properties"] = {
         "paymentId": {"type": "string", "description": payment_tools.PAYMENT_ID_DOC},
@@ -218,7 +222,7 @@ def _paid_definition(spec: AnySpec, available: bool) -> dict[str, Any]:
     return {
         "name": spec.tool_name,
         "title": spec.title,
-        "description": describe(spec, available),
+        "description": describe(spec, available, book),
         "inputSchema": schema,
         "annotations": {"title": spec.title, "readOnlyHint": False, "openWorldHint": True},
     }
@@ -231,8 +235,9 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def describe(spec: AnySpec, available: bool) -> str:
-    """A paid tool's description: what it does, its price and limits, how to pay."""
+def describe(spec: AnySpec, available: bool, book: RateBook) -> str:
+    """A paid tool's description: what it does, its price (at the rate ``book``) and
+    limits, how to pay."""
     parts: list[str] = []
     if not available:
         parts.append(
@@ -240,7 +245,7 @@ def describe(spec: AnySpec, available: bool) -> str:
             "SERVICE_UNAVAILABLE before any payment.]"
         )
     parts.append(spec.description)
-    parts.append(f"Price: {_price_text(spec)}; create_payment quotes the exact amount.")
+    parts.append(f"Price: {_price_text(spec, book)}; create_payment quotes the exact amount.")
     parts.append(f"Limit: arguments up to {_size(spec.max_body_bytes)}.")
     if spec.mode == "job":
         parts.append(
@@ -261,18 +266,14 @@ def describe(spec: AnySpec, available: bool) -> str:
     return " ".join(parts)
 
 
-def _price_text(spec: AnySpec) -> str:
+def _price_text(spec: AnySpec, book: RateBook) -> str:
     notes: list[str] = []
-    for model_id in spec.model_ids:
-        model = MODELS_BY_ID.get(model_id)
-        if model is None:
-            continue
-        notes.append(
-            f"{model.price_sats} sats" if model.price_sats is not None else model.price_note
-        )
+    for model_id in spec.model_ids:  # each model's price on this spec
+        price = model_price(spec, model_id, book)
+        notes.append(f"{price.sats} sats" if price.sats is not None else price.note)
     if not notes and spec.example:
         try:
-            quoted = spec.quote_sats(validate_params(spec, dict(spec.example)))
+            quoted = spec.quote_sats(validate_params(spec, dict(spec.example)), book)
         except Exception:  # an example that does not price is only a missing hint
             quoted = None
         if quoted is not None:

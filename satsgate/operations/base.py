@@ -30,12 +30,14 @@ from satsgate.payments.gate import Gate
 from satsgate.refunds import RefundService
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
+from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.bridge_sessions import BridgeSessions
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.services.comms.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.faxes import FaxDesk
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -82,6 +84,10 @@ class OperationEnv:
     # Set at shutdown: waiting calls answer at once instead of holding the server open.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     esign: ESignDesk | None = None  # the e-signature desk (its free status read)
+    faxes: FaxDesk | None = None  # the fax desk (its free status and inbox reads)
+    # The app's BTC rate book (estimates and quotes of BTC-pegged prices); the fallback
+    # rates for an env built without an app.
+    rates: Rates = field(default_factory=Rates)
 
 
 class Call(Protocol):

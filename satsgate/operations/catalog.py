@@ -10,7 +10,8 @@ from satsgate.errors import ErrorCode
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.operations.models import Estimate, PlannedServices
 from satsgate.services.catalog.planned import VOTE
-from satsgate.services.catalog.pricing import ESTIMATORS, estimate
+from satsgate.services.catalog.pricing import estimate
+from satsgate.services.registry import ESTIMATORS
 
 
 class NoArgs(BaseModel):
@@ -94,7 +95,8 @@ def estimator_parameters() -> list[dict[str, Any]]:
 
 
 async def estimate_cost(env: OperationEnv, query: EstimateQuery, call: Call) -> Estimate:
-    return Estimate.model_validate(estimate(query.service, dict(query.model_extra or {})))
+    extra = dict(query.model_extra or {})
+    return Estimate.model_validate(estimate(ESTIMATORS, query.service, extra, env.rates.book))
 
 
 ESTIMATE_COST: OperationSpec[EstimateQuery, Estimate] = OperationSpec(

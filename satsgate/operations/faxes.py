@@ -8,7 +8,6 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import (
     AnySpec,
@@ -92,12 +91,9 @@ def _desk(env: OperationEnv, service: AnySpec) -> faxes.FaxDesk:
         ErrorCode.SERVICE_UNAVAILABLE,
         f"{service.title} has no engine configured on this node; nothing charged.",
     )
-    if not service.is_available(env.engines):
+    if not service.is_available(env.engines) or env.faxes is None:
         raise unavailable
-    try:
-        return faxes.desk_for(env.engines)
-    except EngineError:
-        raise unavailable from None
+    return env.faxes
 
 
 async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -> FaxStatusRecord:

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import AliasChoices, BaseModel, ValidationError
 
-from satsgate.appkeys import ENGINES, GATE, OPERATION_ENV, SETTINGS
+from satsgate.appkeys import ENGINES, GATE, OPERATION_ENV, RATES, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
 from satsgate.discovery.price_probe import price_probe
 from satsgate.errors import ApiError, ErrorCode, invalid_params
@@ -150,7 +150,7 @@ class SlugRoutes:
         spec = self.services.get(request.match_info["slug"])
         if spec is None:
             raise ApiError(ErrorCode.NOT_FOUND, f"No service {request.match_info['slug']!r}.")
-        return price_probe(spec, request.app[ENGINES])
+        return price_probe(spec, request.app[ENGINES], request.app[RATES].book)
 
     async def get_call(self, request: web.Request) -> web.StreamResponse:
         handler = self.get.get(request.match_info["slug"])

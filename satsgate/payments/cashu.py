@@ -211,10 +211,16 @@ class Ecash:
     # -- paying a call ------------------------------------------------------------------------
 
     async def pay(
-        self, values: Sequence[str], spec: AnySpec, params: BaseModel, execute: Execute
+        self,
+        values: Sequence[str],
+        spec: AnySpec,
+        params: BaseModel,
+        price: int,
+        execute: Execute,
     ) -> ServiceResult:
         """Redeem the token in ``values`` (the request's X-Cashu headers) for one call of
-        ``spec`` and run it with ``execute`` (the spender's spend rule). Raises ApiError."""
+        ``spec`` quoted at ``price`` sats and run it with ``execute`` (the spender's spend
+        rule). Raises ApiError."""
         if len(values) != 1:
             raise _refused(ErrorCode.CASHU_TOKEN_INVALID, "Send exactly one X-Cashu token.")
         try:
@@ -223,7 +229,6 @@ class Ecash:
             raise _refused(
                 ErrorCode.CASHU_TOKEN_INVALID, f"The X-Cashu token does not decode: {exc}."
             ) from None
-        price = spec.quote_sats(params)
         redeemed = await self._redeem(token, spec, params, price)
         change = redeemed.change_token
         try:

@@ -30,7 +30,8 @@ from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
 from satsgate.ratelimit import ChallengeBudget
-from satsgate.services.base import ServiceSpec, request_digest
+from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
+from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
 
 log = logging.getLogger(__name__)
@@ -147,10 +148,16 @@ class Challenger:
         holds: HoldIssuer | None = None,
         opt_outs: OptOuts | None = None,
         budget: ChallengeBudget | None = None,
+        rates: Rates | None = None,
+        prechecks: PrecheckMemo | None = None,
     ) -> None:
         self._node = node
         # The node's bound on unpaid challenges outstanding (any client address).
         self._budget = budget
+        # The app's BTC rate book: quotes of BTC-pegged prices (the fallback without one).
+        self._rates = rates if rates is not None else Rates()
+        # The app's memo of deterministic checks before any invoice (ServiceSpec.prevalidate).
+        self._prechecks = prechecks if prechecks is not None else PrecheckMemo()
         self._opt_outs = opt_outs  # the do-not-contact list (ServiceSpec.recipients)
         # With hold invoices on, payments of the paymentId flow (MCP) are hold invoices:
         # L402/MPP need the preimage at payment time, which a held HTLC never gives.
@@ -179,7 +186,9 @@ class Challenger:
         self.ensure_available(spec, params)
         if spec.prevalidate is not None:
             try:
-                await asyncio.wait_for(spec.prevalidate(params), PREVALIDATE_BUDGET_S)
+                await asyncio.wait_for(
+                    spec.prevalidate(params, self._prechecks), PREVALIDATE_BUDGET_S
+                )
             except TimeoutError:
                 raise ApiError(
                     ErrorCode.L402_INVALID_PARAMS,
@@ -307,11 +316,15 @@ class Challenger:
         key = self._server_secret.encode()
         return hmac.new(key, f"checkout\n{payment_hash}".encode(), hashlib.sha256).hexdigest()[:32]
 
+    def quote_sats(self, spec: AnySpec, params: BaseModel) -> int:
+        """What ``params`` cost now: the invoice amount at the app's current rate book."""
+        return spec.quote_sats(params, self._rates.book)
+
     async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge:
         """Quote ``params`` and issue its invoice: the 402 of one call."""
         return await self.create_payment(
             spec,
-            amount_sats=spec.quote_sats(params),
+            amount_sats=self.quote_sats(spec, params),
             digest=request_digest(spec.slug, params),
             via=via,
         )

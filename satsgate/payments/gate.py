@@ -21,7 +21,7 @@ which also reads the row; when it changes nothing, the row is read to say why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
@@ -43,7 +43,8 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.refunds import RefundService
-from satsgate.services.base import NO_JOB_STATE, JobState, ServiceContext, Votes
+from satsgate.services.base import NO_JOB_STATE, JobState, PrecheckMemo, ServiceContext, Votes
+from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.bridge_sessions import BridgeSessions
 from satsgate.services.comms.screening import Screener
 from satsgate.services.documents.esign_desk import ESignDesk
@@ -52,6 +53,7 @@ from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
     from satsgate.services.comms.ai_call_runner import AiCallRunner
+    from satsgate.services.comms.faxes import FaxDesk
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -76,6 +78,9 @@ class HandlerResources:
     # rules alone (satsgate.services.comms.screening.screen).
     screener: Screener | None = None
     ai_calls: AiCallRunner | None = None  # the node's AI calls (services/comms/ai_call_runner.py)
+    faxes: FaxDesk | None = None  # the fax desk (send-fax, receive-fax)
+    # The app's BTC rate book (services/catalog/rates.py): quotes and contexts read its book.
+    rates: Rates = field(default_factory=Rates)
 
     def for_call(
         self,
@@ -103,6 +108,8 @@ class HandlerResources:
             esign=self.esign,
             deliveries=self.deliveries,
             screener=screener or self.screener,
+            rate_book=self.rates.book,
+            faxes=self.faxes,
             ai_calls=self.ai_calls,
         )
 
@@ -141,6 +148,7 @@ class Gate:
         self.prevalidate = challenger.prevalidate
         self.create_payment = challenger.create_payment
         self.challenge_for = challenger.challenge_for
+        self.quote_sats = challenger.quote_sats
         self.challenge_of = challenger.challenge_of
         self.checkout_url = challenger.checkout_url
         self.checkout_payment_hash = challenger.checkout_payment_hash
@@ -172,6 +180,7 @@ def build_gate(
     jobs: JobRunner,
     handlers: HandlerResources,
     opt_outs: OptOuts | None = None,
+    prechecks: PrecheckMemo | None = None,
 ) -> Gate:
     """Wire the four collaborators to the node, the store's repositories, the refund
     service and the job runner."""
@@ -220,6 +229,8 @@ def build_gate(
             node=backend,
             payments=store.payments,
             engines=handlers.engines,
+            rates=handlers.rates,
+            prechecks=prechecks,
             root_keys=root_keys,
             server_secret=settings.server_secret,
             network=settings.network,

@@ -200,6 +200,7 @@ async def _paid_call(
             request.headers.getall(CASHU_HEADER),
             spec,
             params,
+            gate.quote_sats(spec, params),
             lambda payment: gate.execute(payment, run_spec, params),
         )
         if result.stream is not None:

@@ -227,12 +227,14 @@ class ReworkDesk:
         payment: Payment,
         spec: AnySpec,
         params: BaseModel,
+        price_msat: int,
         dispatch: Dispatch,
         job: Job | None = None,
     ) -> ServiceResult | None:
-        """A call on a serving payment: when the payment has a window, run it as the free
-        retry (or refuse it: REWORK_TOKEN_INVALID, REWORK_EXPIRED, a price above what was
-        paid); None when it has none (the caller answers as for any used payment).
+        """A call on a serving payment, quoted at ``price_msat``: when the payment has a
+        window, run it as the free retry (or refuse it: REWORK_TOKEN_INVALID,
+        REWORK_EXPIRED, a price above what was paid); None when it has none (the caller
+        answers as for any used payment).
 
         ``job``: the retry of a job-mode call, its new job's row (not yet written): the
         claim writes it, ``dispatch`` starts it and answers the 202, and the window stays
@@ -265,7 +267,6 @@ class ReworkDesk:
                 "ran. Without a retry the payment is refunded after rework_until.",
                 extra={"paymentId": payment.payment_id, "rework_until": until},
             )
-        price_msat = spec.quote_sats(params) * 1000
         if price_msat > payment.amount_msat:
             raise ApiError(
                 ErrorCode.INVALID_INPUT,

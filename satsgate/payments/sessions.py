@@ -58,6 +58,7 @@ from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
+from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
 from satsgate.store.sessions import ReturnInvoiceTaken, Session, SessionRepository
 
@@ -289,6 +290,11 @@ class PaidRefresher(Protocol):
 
 
 class Contexts(Protocol):
+    """Makes a call's context; ``rates`` is the app's BTC rate book (quotes read it)."""
+
+    @property
+    def rates(self) -> Rates: ...
+
     def for_call(self, call_id: str, *, service: str | None = None) -> ServiceContext: ...
 
 
@@ -451,7 +457,9 @@ class Sessions:
         ):
             return []
         try:
-            challenge = await self.challenge(spec.quote_sats(params), spec.title)
+            challenge = await self.challenge(
+                spec.quote_sats(params, self._contexts.rates.book), spec.title
+            )
         except (BackendError, OSError) as exc:
             log.warning("no session challenge: the deposit invoice failed: %s", exc)
             return []
@@ -616,7 +624,9 @@ class Sessions:
                 body |= charge.body_fields(gate.public_base_url)
                 headers += charge.www_authenticate()
             try:
-                session = await self.challenge(spec.quote_sats(params), spec.title)
+                session = await self.challenge(
+                    spec.quote_sats(params, self._contexts.rates.book), spec.title
+                )
             except (BackendError, OSError) as exc:
                 log.warning("no session challenge: the deposit invoice failed: %s", exc)
             else:
@@ -816,7 +826,7 @@ class Sessions:
                 f"{spec.slug} runs as a job and is paid per call (L402 or the charge intent), "
                 "not from a session",
             )
-        price_msat = spec.quote_sats(params) * 1000
+        price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
         # Counted in flight before the debit: a close that comes meanwhile waits for this
         # call (and its credit, if any) before it decides the refund.
         flight = self._in_flight.get(session_id)
@@ -852,7 +862,7 @@ class Sessions:
         error``. A stream the client abandons keeps its reservation (what was generated
         for it is paid)."""
         assert spec.stream_handler is not None
-        price_msat = spec.quote_sats(params) * 1000
+        price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
         flight = self._in_flight.get(session_id)
         if flight is None:
             flight = self._in_flight[session_id] = _InFlight()

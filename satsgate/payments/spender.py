@@ -52,6 +52,7 @@ from satsgate.services.base import (
     StreamPiece,
     request_digest,
 )
+from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
@@ -197,7 +198,10 @@ class HeldRequests(Protocol):
 
 
 class HandlerContexts(Protocol):
-    """Makes the context a handler runs with."""
+    """Makes the context a handler runs with; ``rates`` is the app's BTC rate book."""
+
+    @property
+    def rates(self) -> Rates: ...
 
     def for_call(
         self,
@@ -279,7 +283,7 @@ class Spender:
                 if payment is None or payment.token_id != verified.token_id:
                     raise l402.CredentialError("unknown or revoked macaroon")
                 return await self.execute(payment, spec, params)
-            price_msat = spec.quote_sats(params) * 1000
+            price_msat = self._quote_msat(spec, params)
             spent = await self._payments.spend_token(
                 verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
             )
@@ -394,7 +398,7 @@ class Spender:
                 "nothing was charged. Create a new payment.",
             )
 
-        price_msat = spec.quote_sats(params) * 1000
+        price_msat = self._quote_msat(spec, params)
         hold = self._holds if payment.mode == "hold" else None
         if price_msat > payment.amount_msat and hold is not None:
             canceled = await hold.cancel(payment, "the request prices above what was paid")
@@ -445,8 +449,9 @@ class Spender:
         with the window's claim and started like a first run's (with the retry's own
         callback)."""
         assert self.rework is not None
+        price_msat = self._quote_msat(spec, params)
         if spec.mode != "job":
-            return await self.rework.retry(payment, spec, params, self._dispatch)
+            return await self.rework.retry(payment, spec, params, price_msat, self._dispatch)
         job = self._prepare_job(payment, spec, params)
 
         async def start(
@@ -454,7 +459,11 @@ class Spender:
         ) -> ServiceResult:
             return self._start_job(job, payment, spec, params, price_msat)
 
-        return await self.rework.retry(payment, spec, params, start, job)
+        return await self.rework.retry(payment, spec, params, price_msat, start, job)
+
+    def _quote_msat(self, spec: AnySpec, params: BaseModel) -> int:
+        """What the request costs now (whole sats, in msat) at the app's rate book."""
+        return spec.quote_sats(params, self._contexts.rates.book) * 1000
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -560,7 +569,7 @@ class Spender:
     ) -> ServiceResult:
         """Run a held call the operator released (its payment still serving): a failure
         is refunded in full, a partial delivery the difference, as for any call."""
-        return await self._run_handler(payment, spec, params, spec.quote_sats(params) * 1000, ctx)
+        return await self._run_handler(payment, spec, params, self._quote_msat(spec, params), ctx)
 
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -602,7 +611,7 @@ class Spender:
             or (payment.mode == "hold")
         ):
             return False
-        work, refund = self._job_work(payment, spec, params, spec.quote_sats(params) * 1000)
+        work, refund = self._job_work(payment, spec, params, self._quote_msat(spec, params))
         await self._jobs.adopt(job, work, refund)
         return True
 

@@ -8,6 +8,7 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.services.catalog.rates import FALLBACK, RateBook
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from satsgate.files import FileStore
     from satsgate.services.comms.ai_call_runner import AiCallRunner
     from satsgate.services.comms.bridge_sessions import BridgeSessions
+    from satsgate.services.comms.faxes import FaxDesk
     from satsgate.services.comms.screening import Screener
     from satsgate.services.documents.esign_desk import ESignDesk
 
@@ -140,6 +143,11 @@ class ServiceContext:
     deliveries: DeliveryRepository | None = None
     # The node's AI calls (satsgate/services/comms/ai_call_runner.py); None outside an app.
     ai_calls: AiCallRunner | None = None
+    # The node's fax desk (satsgate/services/comms/faxes.py); None outside an app.
+    faxes: FaxDesk | None = None
+    # The app's BTC rate book when the call began (services/catalog/rates.py): what a handler
+    # prices a BTC-pegged amount with; the fallback rates outside an app.
+    rate_book: RateBook = FALLBACK
 
     async def run_cpu(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None
@@ -174,6 +182,32 @@ class StreamPiece:
             or self.output_tokens is not None
             or self.model_id is not None
         )
+
+
+class PrecheckMemo:
+    """Outcomes of deterministic checks made before any invoice (a card's layout fit: an
+    error message, or None when it fits), kept for the ``size`` most recent requests, so
+    the 402 and the paid repeat of one request (and its retries) share one run. One per
+    app (``appkeys.PRECHECKS``), handed to every ``ServiceSpec.prevalidate``; bounded:
+    the least recently used outcome goes first."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._size = size
+        self._outcomes: OrderedDict[str, str | None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    async def outcome(self, key: str, check: Callable[[], Awaitable[str | None]]) -> str | None:
+        """The outcome remembered under ``key``, else ``await check()`` (remembered)."""
+        if key in self._outcomes:
+            self._outcomes.move_to_end(key)
+            return self._outcomes[key]
+        result = await check()
+        self._outcomes[key] = result
+        if len(self._outcomes) > self._size:
+            self._outcomes.popitem(last=False)
+        return result
 
 
 class StreamSettle(Protocol):
@@ -222,7 +256,7 @@ class OpenStream:
 # Opens the answer as a stream: returns once its first piece is generated (a failure
 # before it is the call's failure, answered as any), with ``ServiceResult.stream`` set.
 StreamHandler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
-Validator = Callable[[P], Coroutine[Any, Any, None]]
+Validator = Callable[[P, PrecheckMemo], Coroutine[Any, Any, None]]
 
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
 # size); ``per_destination``: one price per message by the destination country;
@@ -257,11 +291,15 @@ class PriceShape:
     unit: str  # "per call", "per page", "per started minute", ...
     # The least any valid call is charged, in msat; a function of the BTC rate book for
     # a minimum that moves with it (the cheapest destination of a BTC-pegged rate).
-    min_msat: int | Callable[[], int]
+    min_msat: int | Callable[[RateBook], int]
     base_sats: int = 0  # fixed part of every price, before the per-unit part
     rate_by: tuple[RateFactor, ...] = ()
     # The least a call on each model costs, for prices set by the model (``per_tier``).
     tier_min_sats: Mapping[int, int] = field(default_factory=dict)
+    # Each model's rate in words where the models' rates differ ("10 characters per sat,
+    # minimum 15 sats"), made from the same table the price reads: the model catalog
+    # (services/catalog/models.py) lists it as the model's price note.
+    model_rates: Mapping[int, str] = field(default_factory=dict)
     btc_pegged: bool = False  # the per-unit rate follows the hourly BTC rate book
     estimate: str | None = None  # id of the /api/estimate-cost estimator that quotes it
     note: str = ""  # what the unit does not say; for ``dynamic``, why there is no unit
@@ -272,9 +310,9 @@ class PriceShape:
         if (self.model == "flat") != (self.unit == "per call"):
             raise ValueError("'per call' is the unit of flat prices only")
 
-    def minimum_msat(self) -> int:
-        """The least any valid call is charged now, in msat."""
-        return self.min_msat() if callable(self.min_msat) else self.min_msat
+    def minimum_msat(self, book: RateBook) -> int:
+        """The least any valid call is charged at the rate ``book``, in msat."""
+        return self.min_msat(book) if callable(self.min_msat) else self.min_msat
 
 
 @dataclass(frozen=True)
@@ -286,7 +324,12 @@ class FlatPrice:
     msat: int
     estimate: str | None = None  # the /api/estimate-cost id that quotes it
 
-    def __call__(self, _params: object) -> int:
+    @classmethod
+    def of_sats(cls, sats: int, estimate: str | None = None) -> FlatPrice:
+        """``sats`` whole sats per call."""
+        return cls(sats * 1000, estimate)
+
+    def __call__(self, _params: object, _book: RateBook) -> int:
         return self.msat
 
     @property
@@ -311,10 +354,12 @@ class ServiceSpec(Generic[P]):
     title: str
     description: str
     params: type[P]
-    # Price of one call in msat. The gate rounds up to whole sats for the invoice.
-    price_msat: Callable[[P], int]
+    # Price of one call in msat at the app's BTC rate book (only BTC-pegged prices read
+    # it). The gate rounds up to whole sats for the invoice.
+    price_msat: Callable[[P, RateBook], int]
     handler: Handler[P]
-    # How price_msat follows the request (model, unit, minimum), for discovery.
+    # How price_msat follows the request (model, unit, minimum), for discovery; a
+    # FlatPrice's shape is always its own (so a replaced flat price moves it too).
     price_shape: PriceShape = UNDESCRIBED_PRICE
     mode: Literal["sync", "job"] = "sync"
     job_type: str | None = None
@@ -323,7 +368,8 @@ class ServiceSpec(Generic[P]):
     failure_codes: tuple[ErrorCode, ...] = (ErrorCode.SERVICE_ERROR,)
     max_body_bytes: int = 1024 * 1024
     # Extra checks before any invoice that need more than the schema (e.g. a PDF
-    # that must parse); raise ApiError("L402_INVALID_PARAMS", ...).
+    # that must parse); raise ApiError("L402_INVALID_PARAMS", ...). They get the app's
+    # PrecheckMemo for an outcome worth keeping between the 402 and the paid call.
     prevalidate: Validator[P] | None = None
     example: Mapping[str, Any] = field(default_factory=dict)
     # The engine name that runs it (``text``, ``ocr`` ...), resolved by the engine
@@ -351,7 +397,7 @@ class ServiceSpec(Generic[P]):
     stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.price_msat, FlatPrice) and self.price_shape is UNDESCRIBED_PRICE:
+        if isinstance(self.price_msat, FlatPrice):  # one amount, stated once
             object.__setattr__(self, "price_shape", self.price_msat.shape)
 
     def streams(self, params: BaseModel) -> bool:
@@ -416,8 +462,9 @@ class ServiceSpec(Generic[P]):
             return reason
         return None
 
-    def quote_sats(self, params: P) -> int:
-        return sats_for_msat(self.price_msat(params))
+    def quote_sats(self, params: P, book: RateBook) -> int:
+        """The invoice amount of this request at the rate ``book``."""
+        return sats_for_msat(self.price_msat(params, book))
 
 
 def sats_for_msat(amount_msat: int) -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from satsgate.services.ai import images, speech, text, video
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
+from satsgate.services.catalog.pricing import Estimator, estimators
 from satsgate.services.comms import handlers as comms
 from satsgate.services.documents import ocr_convert_esign_wallet, rendering
 
@@ -28,3 +31,6 @@ assert len(BY_SLUG) == len(SERVICES) and len(BY_TOOL) == len(SERVICES), "duplica
 
 # Every engine name a service runs on: the engine names an operator may route in [engines].
 ENGINE_NAMES: frozenset[str] = frozenset(s.engine for s in SERVICES if s.engine)
+
+# Every /api/estimate-cost estimator, the flat ones quoting their spec's own price.
+ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(estimators(SERVICES))

@@ -5,18 +5,18 @@ satsgate.discovery's; app.py composes them all."""
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
 from aiohttp import web
 
 from satsgate import __version__
-from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
+from satsgate.appkeys import BACKEND, ENGINES, FILES, RATES, REFUNDS, STARTED_AT
 from satsgate.errors import ApiError, ErrorCode, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
 from satsgate.services.catalog.models import CATEGORIES, list_models_document
+from satsgate.services.registry import SERVICES
 
 
 def add_routes(app: web.Application, backend: object) -> None:
@@ -67,13 +67,8 @@ async def models(request: web.Request) -> web.Response:
             f"Unknown category {category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
-    return web.Response(body=_models_body(category), content_type="application/json")
-
-
-@functools.lru_cache(maxsize=len(CATEGORIES) + 1)
-def _models_body(category: str | None) -> bytes:
-    """The catalog is static data: serialize each listing once."""
-    return dumps(list_models_document(category)).encode()
+    body = dumps(list_models_document(SERVICES, request.app[RATES].book, category)).encode()
+    return web.Response(body=body, content_type="application/json")
 
 
 async def serve_file(request: web.Request) -> web.StreamResponse:

@@ -235,19 +235,37 @@ class _Coverage:
         return found
 
 
-# Keyed by id() with the chain kept alive in the value, so an id is never reused while cached;
-# hashing a long chain of faces on every call would cost more than the lookups it saves.
-_coverage_cache: dict[int, tuple[Sequence[FontFile], _Coverage]] = {}
+class _CoverageCache:
+    """Each font chain's glyph coverage, for the chains this process draws with.
+
+    Process-scoped on purpose: cards render in the CPU pool's worker processes (and the
+    layout check in a thread of the server), each of which builds its own font chains
+    once (``font_chain`` is cached), so a coverage table lives as long as its chain in
+    that process and nothing is shared between apps or processes. Keyed by ``id()`` with
+    the chain kept alive in the value, so an id is never reused while cached (hashing a
+    long chain of faces on every call would cost more than the lookups it saves); at most
+    ``size`` chains, then it starts over.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._entries: dict[int, tuple[Sequence[FontFile], _Coverage]] = {}
+
+    def of(self, chain: Sequence[FontFile]) -> _Coverage:
+        entry = self._entries.get(id(chain))
+        if entry is None or entry[0] is not chain:
+            if len(self._entries) >= self._size:
+                self._entries.clear()
+            entry = (chain, _Coverage(tuple(chain)))
+            self._entries[id(chain)] = entry
+        return entry[1]
+
+
+_COVERAGE = _CoverageCache()
 
 
 def _coverage(chain: Sequence[FontFile]) -> _Coverage:
-    entry = _coverage_cache.get(id(chain))
-    if entry is None or entry[0] is not chain:
-        if len(_coverage_cache) >= 16:
-            _coverage_cache.clear()
-        entry = (chain, _Coverage(tuple(chain)))
-        _coverage_cache[id(chain)] = entry
-    return entry[1]
+    return _COVERAGE.of(chain)
 
 
 def font_for_char(char: str, chain: Sequence[FontFile]) -> FontFile | None:

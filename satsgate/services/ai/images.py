@@ -57,6 +57,7 @@ from satsgate.services.ai.generated_media import (
     to_png,
 )
 from satsgate.services.base import (
+    FlatPrice,
     Handler,
     Params,
     PriceShape,
@@ -64,7 +65,11 @@ from satsgate.services.base import (
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.catalog.pricing import FLAT_SATS, MSAT, flat_price, image_price_sats
+from satsgate.services.catalog.pricing import (
+    IMAGE_2K_SATS,
+    MSAT,
+    image_price_sats,
+)
 from satsgate.services.catalog.routing import auto_image_model
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
@@ -217,16 +222,25 @@ async def generate_image(ctx: ServiceContext, p: GenerateImageParams) -> Service
     return with_route(ServiceResult(body), p)
 
 
+def _tier_rate(model_id: int) -> str:
+    """A tier's price in words, from the tier table (pricing.IMAGE_TIER_SATS)."""
+    text = f"{image_price_sats(model_id)} sats at 1K"
+    if model_id in IMAGE_2K_SATS:
+        text += f", {image_price_sats(model_id, '2K')} at 2K"
+    return text
+
+
 GENERATE_IMAGE = ServiceSpec(
     slug="generate-image",
     tool_name="generate_image",
     category="image",
     title="Generate image",
-    description="Text (and optional reference images) to image. Fixed price by tier: best "
-    "(16) 1200, better (8) 150 at 1K or 300 at 2K with up to 10 references, standard (2) 100 "
-    "at 1K. model 'auto' routes by the request.",
+    description="Text (and optional reference images) to image. Fixed price by tier: "
+    + ", ".join(f"model {m} {_tier_rate(m)}" for m in GenerateImageParams.MODELS)
+    + ". Up to 10 references on the better tier (8); the standard tier (2) renders at 1K "
+    "only. model 'auto' routes by the request.",
     params=GenerateImageParams,
-    price_msat=lambda p: image_price_sats(p.chosen_model, p.resolution) * MSAT,
+    price_msat=lambda p, _book: image_price_sats(p.chosen_model, p.resolution) * MSAT,
     handler=generate_image,
     price_shape=PriceShape(
         "per_tier",
@@ -234,8 +248,10 @@ GENERATE_IMAGE = ServiceSpec(
         image_price_sats(2) * MSAT,
         rate_by=("tier", "resolution"),
         tier_min_sats={m: image_price_sats(m) for m in GenerateImageParams.MODELS},
+        model_rates={m: _tier_rate(m) for m in GenerateImageParams.MODELS},
         estimate="image",
-        note=f"The better tier (8) is {image_price_sats(8, '2K')} sats at 2K (a side over 1024).",
+        note=", ".join(f"model {m} {sats} sats at 2K" for m, sats in IMAGE_2K_SATS.items())
+        + " (a side over 1024).",
     ),
     model_ids=(16, 8, 2),
     failure_codes=(ErrorCode.CONTENT_FILTERED, ErrorCode.TIMEOUT),
@@ -306,9 +322,9 @@ EDIT_IMAGE = ServiceSpec(
     tool_name="edit_image",
     category="image_edit",
     title="Edit image",
-    description="Edit an image by instruction. 200 sats flat at any output size.",
+    description="Edit an image by instruction; one price at any output size.",
     params=EditImageParams,
-    price_msat=flat_price("image-edit"),
+    price_msat=FlatPrice.of_sats(200, "image-edit"),
     handler=edit_image,
     model_ids=(18,),
     failure_codes=(ErrorCode.CONTENT_FILTERED, ErrorCode.TIMEOUT, ErrorCode.SERVICE_ERROR),
@@ -355,9 +371,9 @@ ANALYZE_IMAGE = ServiceSpec(
     tool_name="analyze_image",
     category="vision",
     title="Analyze image",
-    description="Describe an image or answer a question about it: { content }. 21 sats.",
+    description="Describe an image or answer a question about it: { content }.",
     params=AnalyzeImageParams,
-    price_msat=flat_price("vision"),
+    price_msat=FlatPrice.of_sats(21, "vision"),
     handler=analyze_image,
     untrusted_output=True,
     model_ids=(5,),
@@ -697,7 +713,7 @@ def _process_spec(
     title: str,
     description: str,
     params: type[_ProcessParams],
-    price_key: str,
+    price: FlatPrice,
     extra_files: int = 0,
     untrusted: bool = False,
     example: Mapping[str, Any] | None = None,
@@ -705,15 +721,14 @@ def _process_spec(
     engine_request: Callable[[Any], object] | None = None,
     engine_request_field: str | None = None,
 ) -> ServiceSpec[Any]:
-    sats = FLAT_SATS[price_key]
     return ServiceSpec(
         slug=slug,
         tool_name=tool,
         category="image_process",
         title=title,
-        description=f"{description} {sats} sats.",
+        description=description,
         params=params,
-        price_msat=flat_price(price_key),
+        price_msat=price,
         handler=handler,
         untrusted_output=untrusted,
         model_ids=params.MODELS,
@@ -730,44 +745,57 @@ def _process_spec(
 IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
     _process_spec("remove-background", "remove_background", "Remove background",
                   "Cut out the subject: { image_url } of a transparent PNG.",
-                  RemoveBackgroundParams, "remove-background", handler=remove_background),
+                  RemoveBackgroundParams,
+                  FlatPrice.of_sats(44, "remove-background"),
+                  handler=remove_background),
     _process_spec("upscale-image", "upscale_image", "Upscale image",
                   "Upscale 2x to 4x (scale), optionally restoring faces, to at most 4096x4096 "
                   "pixels: { image_url, width, height, method }; method says what ran "
                   "(e.g. Lanczos resampling on a node without an AI upscaler).",
-                  UpscaleImageParams, "upscale-image", handler=upscale_image,
+                  UpscaleImageParams, FlatPrice.of_sats(5, "upscale-image"), handler=upscale_image,
                   engine_request=lambda p: UpscaleOptions(p.scale, p.face_enhance),
                   engine_request_field="face_enhance"),
     _process_spec("restore-face", "restore_face", "Restore faces",
                   "Restore faces in a photo (fidelity 0 to 1): { image_url }.",
-                  RestoreFaceParams, "restore-face", handler=restore_face),
+                  RestoreFaceParams,
+                  FlatPrice.of_sats(25, "restore-face"),
+                  handler=restore_face),
     _process_spec("detect-nsfw", "detect_nsfw", "Detect NSFW",
                   "Classify an image: { label: normal | nsfw, confidence, nsfw_score, "
                   "detections, method }.",
-                  DetectNsfwParams, "detect-nsfw", handler=detect_nsfw),
+                  DetectNsfwParams,
+                  FlatPrice.of_sats(2, "detect-nsfw"),
+                  handler=detect_nsfw),
     _process_spec("detect-objects", "detect_objects", "Detect objects",
                   "Open-set detection of what the prompt names: { objects: [{ label, "
                   "confidence, box: { x, y, width, height } }], count, width, height, method }. "
                   "A node on its local engine finds faces, eyes and cat faces only.",
-                  DetectObjectsParams, "detect-objects", handler=detect_objects,
+                  DetectObjectsParams, FlatPrice.of_sats(5, "detect-objects"),
+                  handler=detect_objects,
                   example={"prompt": "face"},
                   engine_request=lambda p: DetectionQuery(p.prompt),
                   engine_request_field="prompt"),
     _process_spec("remove-object", "remove_object", "Remove object",
                   "Erase what a binary mask marks (white erased, black kept) by inpainting: "
                   "{ image_url, method }.",
-                  RemoveObjectParams, "remove-object", extra_files=1,
+                  RemoveObjectParams, FlatPrice.of_sats(130, "remove-object"), extra_files=1,
                   example={"maskBase64": "<base64 PNG mask>"}, handler=remove_object),
     _process_spec("colorize-image", "colorize_image", "Colorize image",
                   "Colorize a greyscale photo: { image_url }.",
-                  ColorizeImageParams, "colorize-image", handler=colorize_image),
+                  ColorizeImageParams,
+                  FlatPrice.of_sats(5, "colorize-image"),
+                  handler=colorize_image),
     _process_spec("deblur-image", "deblur_image", "Deblur image",
                   "Deblur and denoise a photo (mode both, deblur or denoise) up to 4096x4096: "
                   "{ image_url, method }.",
-                  DeblurImageParams, "deblur-image", handler=deblur_image),
+                  DeblurImageParams,
+                  FlatPrice.of_sats(110, "deblur-image"),
+                  handler=deblur_image),
     _process_spec("estimate-depth", "estimate_depth", "Estimate depth",
                   "Depth map: { depth_url (raw greyscale), visualization_url (colour) }.",
-                  EstimateDepthParams, "depth-estimation", handler=estimate_depth),
+                  EstimateDepthParams,
+                  FlatPrice.of_sats(5, "depth-estimation"),
+                  handler=estimate_depth),
 )  # fmt: skip
 
 # -- generate-3d-model ---------------------------------------------------------------------
@@ -844,9 +872,9 @@ GENERATE_3D = ServiceSpec(
     category="3d",
     title="Generate 3D model",
     description="Photo or prompt to a GLB model (async, up to about 5 minutes): { requestId }, "
-    "then { modelUrl }. 1600 sats.",
+    "then { modelUrl }.",
     params=Generate3dParams,
-    price_msat=flat_price("3d-model"),
+    price_msat=FlatPrice.of_sats(1600, "3d-model"),
     handler=generate_3d,
     mode="job",
     job_type="image-3d",

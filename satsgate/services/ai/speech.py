@@ -7,6 +7,7 @@ global tier (43) with eSpeak NG, and ``transcription`` in English with Whisper t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
@@ -38,23 +39,26 @@ from satsgate.services.ai.voices import (
     check_tts_voice,
     check_voice_description,
 )
-from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import FlatPrice, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import (
     AUDIOBOOK_CHARS_PER_SAT,
     AUDIOBOOK_MIN_SATS,
     MSAT,
     MUSIC_LYRICS_ADDON_SATS,
+    MUSIC_SATS_PER_SECOND,
     TRANSCRIBE_TRANSLATE_HEADROOM_SATS,
+    TRANSCRIBE_TRANSLATE_MARGIN_PERCENT,
+    TRANSCRIPTION_SATS_PER_MINUTE,
     TTS_CHARS_PER_SAT,
     TTS_TIER_NAMES,
     audiobook_msat,
-    flat_price,
     music_msat,
     transcribe_translate_msat,
     transcription_msat,
     translation_msat,
     tts_msat,
 )
+from satsgate.services.catalog.rates import RateBook
 from satsgate.services.catalog.routing import auto_tts_model
 from satsgate.services.inputs.languages import (
     resolve_transcription_language,
@@ -221,15 +225,21 @@ async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceR
     return with_route(ServiceResult(body), p)
 
 
+def _rates_text(chars_per_sat: Mapping[int, int]) -> str:
+    """Each speech model's characters per sat, from the table the price reads."""
+    return ", ".join(f"{chars_per_sat[m]} chars/sat on model {m}" for m in TTS_MODELS)
+
+
 TEXT_TO_SPEECH = ServiceSpec(
     slug="text-to-speech",
     tool_name="text_to_speech",
     category="speech",
     title="Text to speech",
-    description="Speech from text: { audioUrl }. Per character by tier (BTC-pegged, about): "
-    "global (43) 106 chars/sat, premium (33, 34) 16, studio (3) 5.",
+    description="Speech from text: { audioUrl }. Per character by tier (BTC-pegged): about "
+    + _rates_text(TTS_CHARS_PER_SAT)
+    + ".",
     params=TextToSpeechParams,
-    price_msat=lambda p: tts_msat(p.chosen_model, len(p.text)),
+    price_msat=lambda p, book: tts_msat(book, p.chosen_model, len(p.text)),
     handler=text_to_speech,
     price_shape=PriceShape(
         "per_character",
@@ -237,10 +247,9 @@ TEXT_TO_SPEECH = ServiceSpec(
         MSAT,
         rate_by=("tier",),
         btc_pegged=True,
+        model_rates={m: f"about {TTS_CHARS_PER_SAT[m]} characters per sat" for m in TTS_MODELS},
         estimate="text-to-speech",
-        note="About "
-        + ", ".join(f"{TTS_CHARS_PER_SAT[m]} chars/sat on model {m}" for m in TTS_MODELS)
-        + " (BTC-pegged); at least 1 sat.",
+        note=f"About {_rates_text(TTS_CHARS_PER_SAT)} (BTC-pegged); at least 1 sat.",
     ),
     model_ids=TTS_MODELS,
     failure_codes=(ErrorCode.INVALID_INPUT,),
@@ -379,9 +388,9 @@ CLONE_VOICE = ServiceSpec(
     category="voice_cloning",
     title="Clone voice",
     description="Clone a voice from a sample: { voice_id, model, message }; the voice is "
-    "reusable in text-to-speech (studio tier). 7500 sats.",
+    "reusable in text-to-speech (studio tier).",
     params=CloneVoiceParams,
-    price_msat=flat_price("voice-cloning"),
+    price_msat=FlatPrice.of_sats(7500, "voice-cloning"),
     handler=clone_voice,
     model_ids=(CLONE_MODEL_ID,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
@@ -520,9 +529,10 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     category="speech",
     title="Transcribe audio",
     description="Speech to text in 13 languages (async): { requestId, status, poll_url }, then "
-    "{ text, segments?, srt?, vtt? }. 10 sats per started minute of audio.",
+    f"{{ text, segments?, srt?, vtt? }}. {TRANSCRIPTION_SATS_PER_MINUTE} sats per started "
+    "minute of audio.",
     params=TranscribeAudioParams,
-    price_msat=lambda p: transcription_msat(p.seconds),
+    price_msat=lambda p, _book: transcription_msat(p.seconds),
     handler=transcribe_audio,
     price_shape=PriceShape(
         "per_minute", "per started minute", transcription_msat(0), estimate="transcribe-audio"
@@ -608,9 +618,10 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     title="Transcribe and translate",
     description="Transcribe, then translate into one of 119 languages (async): { jobId }, then "
     "{ transcript, translation, sourceLanguage, targetLanguage, translated }. Transcription "
-    "base plus 5 sats, plus 15%.",
+    f"base plus {TRANSCRIBE_TRANSLATE_HEADROOM_SATS} sats, plus "
+    f"{TRANSCRIBE_TRANSLATE_MARGIN_PERCENT}%.",
     params=TranscribeTranslateParams,
-    price_msat=lambda p: transcribe_translate_msat(p.seconds),
+    price_msat=lambda p, _book: transcribe_translate_msat(p.seconds),
     handler=transcribe_translate,
     price_shape=PriceShape(
         "per_minute",
@@ -618,7 +629,9 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
         transcribe_translate_msat(0),
         base_sats=TRANSCRIBE_TRANSLATE_HEADROOM_SATS,
         estimate="transcribe-translate",
-        note="The transcription price (10 sats per started minute) plus 5 sats, plus 15%.",
+        note=f"The transcription price ({TRANSCRIPTION_SATS_PER_MINUTE} sats per started "
+        f"minute) plus {TRANSCRIBE_TRANSLATE_HEADROOM_SATS} sats, plus "
+        f"{TRANSCRIBE_TRANSLATE_MARGIN_PERCENT}%.",
     ),
     mode="job",
     job_type="transcribe-translate",
@@ -721,9 +734,9 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
         return self.voice is None or TTS_FAMILY[model_id] == TTS_FAMILY[self.choose_model()]
 
 
-def _audiobook_msat(p: EpubAudiobookParams) -> int:
+def _audiobook_msat(p: EpubAudiobookParams, book: RateBook) -> int:
     chars = p.narrated_chars
-    price = audiobook_msat(p.chosen_model, chars)
+    price = audiobook_msat(book, p.chosen_model, chars)
     if p.translateToLanguage is not None:
         price += translation_msat(chars, p.translateToLanguage)
     return price
@@ -837,10 +850,10 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
         annexe = await ctx.run_cpu(books.annexe_pdf, prepared.title, told.annexe)
         annexe_url = (await ctx.files.save(annexe.data, "pdf")).url
     narrated_chars = prepared.priced_chars
-    charged = audiobook_msat(params.chosen_model, narrated_chars)
+    charged = audiobook_msat(ctx.rate_book, params.chosen_model, narrated_chars)
     if params.translateToLanguage is not None:
         charged += translation_msat(narrated_chars, params.translateToLanguage)
-    quoted = _audiobook_msat(params)
+    quoted = _audiobook_msat(params, ctx.rate_book)
     return ServiceResult(
         {
             "url": stored.url,
@@ -865,8 +878,9 @@ EPUB_AUDIOBOOK = ServiceSpec(
     category="speech",
     title="Book to audiobook",
     description="EPUB, PDF or TXT to an M4B audiobook with chapter markers (async, 5 to 60+ "
-    "minutes): { url, annexeUrl }. Per narrated character by tier (BTC-pegged, about): premium "
-    "33 chars/sat, global 106, studio 5; minimum 500; translation added when asked.",
+    "minutes): { url, annexeUrl }. Per narrated character by tier (BTC-pegged): "
+    f"about {_rates_text(AUDIOBOOK_CHARS_PER_SAT)}; minimum {AUDIOBOOK_MIN_SATS}; translation "
+    "added when asked.",
     params=EpubAudiobookParams,
     price_msat=_audiobook_msat,
     handler=epub_audiobook,
@@ -877,9 +891,8 @@ EPUB_AUDIOBOOK = ServiceSpec(
         rate_by=("tier", "translation"),
         btc_pegged=True,
         estimate="audiobook",
-        note="Narrated characters at about "
-        + ", ".join(f"{AUDIOBOOK_CHARS_PER_SAT[m]} chars/sat on model {m}" for m in TTS_MODELS)
-        + f" (BTC-pegged), minimum {AUDIOBOOK_MIN_SATS}; translateToLanguage adds the "
+        note=f"Narrated characters at about {_rates_text(AUDIOBOOK_CHARS_PER_SAT)} "
+        f"(BTC-pegged), minimum {AUDIOBOOK_MIN_SATS}; translateToLanguage adds the "
         "translation price.",
     ),
     mode="job",
@@ -932,7 +945,7 @@ class GenerateMusicParams(ServiceParams, ModelChoice):
     lyricsAddon: bool = Field(
         False,
         validation_alias=alias("lyricsAddon", "lyrics_optimizer", "lyricsOptimizer"),
-        description="Write lyrics from the prompt (+25 sats).",
+        description=f"Write lyrics from the prompt (+{MUSIC_LYRICS_ADDON_SATS} sats).",
     )
     lyricsAbout: str | None = Field(
         None,
@@ -966,9 +979,10 @@ GENERATE_MUSIC = ServiceSpec(
     category="music",
     title="Generate music",
     description="Music from a prompt and optional lyrics, 15 to 300 s: { audioUrl, billing }. "
-    "5 sats per second; lyricsAddon +25. Prepaid, refunded on failure.",
+    f"{MUSIC_SATS_PER_SECOND} sats per second; lyricsAddon +{MUSIC_LYRICS_ADDON_SATS}. Prepaid, "
+    "refunded on failure.",
     params=GenerateMusicParams,
-    price_msat=lambda p: music_msat(p.duration, p.lyricsAddon),
+    price_msat=lambda p, _book: music_msat(p.duration, p.lyricsAddon),
     handler=generate_music,
     price_shape=PriceShape(
         "per_second",

@@ -33,8 +33,10 @@ from satsgate.errors import ErrorCode
 from satsgate.services.ai import epub_translation
 from satsgate.services.ai.engine_io import image_input, with_route
 from satsgate.services.base import (
+    FlatPrice,
     OpenStream,
     Params,
+    PrecheckMemo,
     PriceShape,
     ServiceContext,
     ServiceResult,
@@ -44,12 +46,15 @@ from satsgate.services.base import (
 from satsgate.services.catalog.pricing import (
     MSAT,
     MULTILINGUAL_MARGIN_PERCENT,
+    RARE_TRANSLATE_BASE_SATS,
+    RARE_TRANSLATE_MSAT_PER_CHAR,
     TEXT_CHARS_PER_SAT,
     TEXT_MAX_INPUT_CHARS_BY_MODEL,
     TEXT_MIN_SATS,
     TRANSLATE_EPUB_MIN_SATS,
     TRANSLATE_MIN_SATS,
-    flat_price,
+    TRANSLATE_MSAT_PER_CHAR,
+    TRANSLATE_ROUTED_MSAT_PER_CHAR,
     multilingual_ask_msat,
     rare_translation_msat,
     text_msat,
@@ -95,7 +100,7 @@ class Message(Params):
 class GenerateTextParams(ServiceParams, ModelChoice):
     """HTTP form ``{input: [{role, content}], ...}``; tool form ``{prompt, systemPrompt,
     maxTokens, ...}``. Priced by input length: messages + systemPrompt + fileContext at the
-    model's rate (best 10 chars/sat min 15, better 100 min 5, standard 1000 min 5)."""
+    model's rate (pricing.TEXT_CHARS_PER_SAT, TEXT_MIN_SATS)."""
 
     MODELS: ClassVar[tuple[int, ...]] = (6, 1, 31)
     DEFAULT: ClassVar[int] = 6
@@ -192,11 +197,11 @@ class GenerateTextParams(ServiceParams, ModelChoice):
         return True
 
 
-async def _prevalidate_text(p: GenerateTextParams) -> None:
+async def _prevalidate_text(p: GenerateTextParams, memo: PrecheckMemo) -> None:
     """Only an image needs decoding (in a worker thread); plain text is checked inline,
     sparing the common call a thread hand-off."""
     if p.imageData is not None:
-        await prevalidate(p)
+        await prevalidate(p, memo)
     else:
         p.checked()
 
@@ -337,16 +342,24 @@ def _metered(result: ChatResult, model_id: int, margin_percent: int = 0) -> int 
     return text_tokens_msat(model_id, tokens, margin_percent)
 
 
+def _text_rate(model_id: int) -> str:
+    """A text model's rate in words, from the tables the price reads."""
+    return (
+        f"{TEXT_CHARS_PER_SAT[model_id]} characters per sat, minimum {TEXT_MIN_SATS[model_id]} sats"
+    )
+
+
 GENERATE_TEXT = ServiceSpec(
     slug="generate-text",
     tool_name="generate_text",
     category="text",
     title="Generate text",
     description="Chat completion, plain-text answer. Priced by input length (messages + "
-    "fileContext) at the model's rate: best (6) 10 chars/sat min 15, better (1) 100 chars/sat "
-    "min 5, standard (31) 1000 chars/sat min 5. model 'auto' routes by the request.",
+    "fileContext) at the model's rate: "
+    + ", ".join(f"model {m} {_text_rate(m)}" for m in GenerateTextParams.MODELS)
+    + ". model 'auto' routes by the request.",
     params=GenerateTextParams,
-    price_msat=lambda p: text_msat(p.chosen_model, p.input_chars),
+    price_msat=lambda p, _book: text_msat(p.chosen_model, p.input_chars),
     handler=generate_text,
     price_shape=PriceShape(
         "per_character",
@@ -354,6 +367,7 @@ GENERATE_TEXT = ServiceSpec(
         min(TEXT_MIN_SATS.values()) * MSAT,
         rate_by=("tier",),
         tier_min_sats=dict(TEXT_MIN_SATS),
+        model_rates={m: _text_rate(m) for m in GenerateTextParams.MODELS},
         note="Input characters (messages, systemPrompt, fileContext) at the tier's rate: "
         + ", ".join(f"model {m} {TEXT_CHARS_PER_SAT[m]} chars/sat" for m in TEXT_CHARS_PER_SAT)
         + ".",
@@ -444,7 +458,7 @@ MULTILINGUAL_ASK = ServiceSpec(
     description="Ask in any of 119 languages: { answer, language, translated }. Price: "
     "(question + 2000-character answer allowance) at the tier's text rate, +15%, minimum 2.",
     params=MultilingualAskParams,
-    price_msat=lambda p: multilingual_ask_msat(len(p.question), p.chosen_model),
+    price_msat=lambda p, _book: multilingual_ask_msat(len(p.question), p.chosen_model),
     handler=multilingual_ask,
     price_shape=PriceShape(
         "per_character",
@@ -547,16 +561,25 @@ async def translate_text(ctx: ServiceContext, params: TranslateTextParams) -> Se
     )
 
 
+def _per_1000(msat_per_char: int) -> str:
+    """A per-character rate in msat as sats per 1000 characters ("1 sat", "10 sats")."""
+    return "1 sat" if msat_per_char == 1 else f"{msat_per_char} sats"
+
+
 TRANSLATE_TEXT = ServiceSpec(
     slug="translate-text",
     tool_name="translate_text",
     category="text",
     title="Translate text",
     description="Translate into one of 119 languages: { translatedText, sourceLanguage, "
-    "targetLanguage }. 1 sat per 1000 characters on the standard engine (minimum 1); routed "
-    "targets cost 10 sats per 1000.",
+    "targetLanguage }. "
+    f"{_per_1000(TRANSLATE_MSAT_PER_CHAR)} per 1000 characters on the standard engine "
+    f"(minimum {TRANSLATE_MIN_SATS}); routed targets cost "
+    f"{_per_1000(TRANSLATE_ROUTED_MSAT_PER_CHAR)} per 1000.",
     params=TranslateTextParams,
-    price_msat=lambda p: translation_msat(len(p.text), p.targetLanguage, p.chosen_model or None),
+    price_msat=lambda p, _book: translation_msat(
+        len(p.text), p.targetLanguage, p.chosen_model or None
+    ),
     handler=translate_text,
     price_shape=PriceShape(
         "per_character",
@@ -564,7 +587,8 @@ TRANSLATE_TEXT = ServiceSpec(
         TRANSLATE_MIN_SATS * MSAT,
         rate_by=("target_language", "tier"),
         estimate="translate",
-        note="1 sat per 1000 characters on the standard engine, 10 on routed targets (GET "
+        note=f"{_per_1000(TRANSLATE_MSAT_PER_CHAR)} per 1000 characters on the standard "
+        f"engine, {_per_1000(TRANSLATE_ROUTED_MSAT_PER_CHAR)} on routed targets (GET "
         "/api/languages); a pinned modelId prices at that text model's rate.",
     ),
     untrusted_output=True,
@@ -626,22 +650,28 @@ async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> Service
     )
 
 
+def _rare_rate() -> str:
+    """The rare-language rate per character in sats ("0.002 sat")."""
+    return f"{RARE_TRANSLATE_MSAT_PER_CHAR / MSAT:g} sat"
+
+
 TRANSLATE_RARE = ServiceSpec(
     slug="translate-rare-language",
     tool_name="translate_rare_language",
     category="text",
     title="Translate into a rare language",
     description="Translate into a low-resource language: { translatedText, targetLanguage, "
-    "targetLanguageName, quality: { tier, chrf } }. 50 sats plus 0.002 per character.",
+    f"targetLanguageName, quality: {{ tier, chrf }} }}. "
+    f"{RARE_TRANSLATE_BASE_SATS} sats plus {_rare_rate()} per character.",
     params=TranslateRareParams,
-    price_msat=lambda p: rare_translation_msat(len(p.text)),
+    price_msat=lambda p, _book: rare_translation_msat(len(p.text)),
     handler=translate_rare,
     price_shape=PriceShape(
         "per_character",
         "per character",
         rare_translation_msat(1),
         base_sats=rare_translation_msat(0) // MSAT,
-        note="0.002 sat per character.",
+        note=f"{_rare_rate()} per character.",
     ),
     untrusted_output=True,
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
@@ -791,7 +821,7 @@ TRANSLATE_EPUB = ServiceSpec(
     "fileName, docs, visibleChars, targetLanguage, engine }. Visible characters times the "
     "target engine's rate, minimum 50.",
     params=TranslateEpubParams,
-    price_msat=lambda p: translate_epub_msat(p.visible_chars, p.targetLanguage),
+    price_msat=lambda p, _book: translate_epub_msat(p.visible_chars, p.targetLanguage),
     handler=translate_epub,
     price_shape=PriceShape(
         "per_character",
@@ -865,9 +895,9 @@ SEARCH = ServiceSpec(
     tool_name="search",
     category="search",
     title="Web search",
-    description="Web search: { results: [{ title, url, snippet }] }. 21 sats.",
+    description="Web search: { results: [{ title, url, snippet }] }.",
     params=SearchParams,
-    price_msat=flat_price("search"),
+    price_msat=FlatPrice.of_sats(21, "search"),
     handler=search,
     untrusted_output=True,
     # Model 15 is the one search model: a provider serves it with no model table to map.

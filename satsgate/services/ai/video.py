@@ -20,6 +20,7 @@ from satsgate.services.ai.generated_media import (
 )
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import VIDEO_SATS_PER_SECOND, video_msat
+from satsgate.services.catalog.rates import RateBook
 from satsgate.services.inputs.media import MediaError, audio_duration_s
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
@@ -55,7 +56,9 @@ class _VideoParams(ServiceParams, ModelChoice, CallbackFields):
         description="Seconds, 3 to 15 (the request schema's bound; the tool catalog says 5).",
     )
     resolution: Resolution = Field(
-        "768p", description="768p (250 sats/s) or 2K (400 sats/s; upscaled from 768p)."
+        "768p",
+        description=f"768p ({VIDEO_SATS_PER_SECOND['768p']} sats/s) or 2K "
+        f"({VIDEO_SATS_PER_SECOND['2K']} sats/s; upscaled from 768p).",
     )
     generate_audio: bool = Field(
         False,
@@ -178,7 +181,7 @@ async def animate_image(ctx: ServiceContext, params: AnimateImageParams) -> Serv
     return await _video(ctx, params, image=await decoded(params.image, "image"))
 
 
-def _per_second(p: _VideoParams) -> int:
+def _per_second(p: _VideoParams, _book: RateBook) -> int:
     return video_msat(p.duration, p.resolution)
 
 

@@ -1,4 +1,4 @@
-"""Roadmap voting: the planned services and the paid ``vote`` service (1 sat per vote).
+"""Roadmap voting: the planned services and the paid ``vote`` service.
 
 Votes live in the store's votes repository (``satsgate.store.votes``), reached
 through the handler's context. One row per paid call, keyed by the call id
@@ -16,7 +16,6 @@ from pydantic import Field, field_validator
 
 from satsgate.errors import ErrorCode
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec, Votes
-from satsgate.services.catalog.pricing import FLAT_SATS, MSAT
 from satsgate.services.inputs.params import ServiceParams, prevalidate
 
 
@@ -100,10 +99,9 @@ VOTE = ServiceSpec(
     tool_name="vote_on_service",
     category="utility",
     title="Vote on a planned service",
-    description="Vote for a planned service on the roadmap: { success, slug, votes }. "
-    "1 sat per vote.",
+    description="Vote for a planned service on the roadmap: { success, slug, votes }.",
     params=VoteParams,
-    price_msat=FlatPrice(FLAT_SATS["vote"] * MSAT),  # no estimator quotes it
+    price_msat=FlatPrice.of_sats(1),  # no estimator quotes it
     handler=vote,
     failure_codes=(ErrorCode.L402_INVALID_PARAMS,),
     max_body_bytes=4 * 1024,

@@ -7,16 +7,16 @@ the fixed fallback values here; the 402 quote is what is charged.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from satsgate.errors import ApiError, ErrorCode, invalid_params
-from satsgate.services.base import FlatPrice
-from satsgate.services.catalog.models import EMAIL_MODEL_ID, MODELS_BY_ID
-from satsgate.services.catalog.rates import pegged_chars_per_sat, pegged_msat
+from satsgate.services.base import FlatPrice, ServiceSpec
+from satsgate.services.catalog.models import MODELS_BY_ID
+from satsgate.services.catalog.rates import RateBook
 from satsgate.services.catalog.routing import select_model
 from satsgate.services.comms.destinations import DESTINATIONS, Destination, destination
 from satsgate.services.inputs.languages import (
@@ -67,42 +67,11 @@ VOICE_BRIDGE_SATS_PER_MINUTE = 20
 PER_PASS_SATS = 100
 
 
-def _catalog_sats(model_id: int) -> int:
-    price = MODELS_BY_ID[model_id].price_sats
-    assert price is not None, model_id
-    return price
-
-
-FLAT_SATS = {
-    "email": _catalog_sats(EMAIL_MODEL_ID),  # per recipient: the catalog's e-mail model
-    "voice-cloning": 7500,
-    "html-to-pdf": 50,
-    "render-card": 5,
-    "file-conversion": 100,
-    "merge-pdf": 100,
-    "remove-background": 44,
-    "upscale-image": 5,
-    "restore-face": 25,
-    "detect-nsfw": 2,
-    "detect-objects": 5,
-    "remove-object": 130,
-    "colorize-image": 5,
-    "deblur-image": 110,
-    "depth-estimation": 5,
-    "image-edit": 200,
-    "vision": 21,
-    "search": 21,
-    "e-signature": 1000,
-    "3d-model": 1600,
-    "fax-send": 500,
-    "fax-receive": 500,
-    "vote": 1,
-}
-
-
-def flat_price(key: str) -> FlatPrice:
-    """The flat price ``FLAT_SATS[key]``, quoted by the estimator of the same id."""
-    return FlatPrice(FLAT_SATS[key] * MSAT, estimate=key)
+# Per-recipient e-mail (the catalog's e-mail model, 28).
+EMAIL_SATS = 200
+# Image generation by tier (model id), at 1K; the better tier (8) costs more at 2K.
+IMAGE_TIER_SATS = {16: 1200, 8: 150, 2: 100}
+IMAGE_2K_SATS = {8: 300}
 
 
 PER_PAGE_SATS = {"ocr": 10, "receipt-ocr": 25}
@@ -114,11 +83,10 @@ def per_chars_msat(chars: int, chars_per_sat: int, minimum_sats: int = 1) -> int
 
 
 def image_price_sats(model_id: int, resolution: str = "1K") -> int:
-    if model_id == 8 and resolution in ("2K", "4K"):
-        return 300
-    price = MODELS_BY_ID[model_id].price_sats
-    assert price is not None
-    return price
+    """A generated image on this tier at this resolution (IMAGE_TIER_SATS, IMAGE_2K_SATS)."""
+    if resolution in ("2K", "4K") and model_id in IMAGE_2K_SATS:
+        return IMAGE_2K_SATS[model_id]
+    return IMAGE_TIER_SATS[model_id]
 
 
 def per_chars_float_msat(chars: int, chars_per_sat: float, minimum_sats: int = 1) -> int:
@@ -183,13 +151,13 @@ def multilingual_ask_msat(question_chars: int, model_id: int) -> int:
     return max(MULTILINGUAL_MIN_SATS * MSAT, with_margin_msat(base, MULTILINGUAL_MARGIN_PERCENT))
 
 
-def tts_msat(model_id: int, chars: int) -> int:
+def tts_msat(book: RateBook, model_id: int, chars: int) -> int:
     """Text-to-speech at the tier's BTC-pegged characters per sat."""
-    return per_chars_float_msat(chars, pegged_chars_per_sat(TTS_CHARS_PER_SAT[model_id]))
+    return per_chars_float_msat(chars, book.chars_per_sat(TTS_CHARS_PER_SAT[model_id]))
 
 
-def audiobook_msat(model_id: int, chars: int) -> int:
-    rate = pegged_chars_per_sat(AUDIOBOOK_CHARS_PER_SAT[model_id])
+def audiobook_msat(book: RateBook, model_id: int, chars: int) -> int:
+    rate = book.chars_per_sat(AUDIOBOOK_CHARS_PER_SAT[model_id])
     return per_chars_float_msat(chars, rate, AUDIOBOOK_MIN_SATS)
 
 
@@ -214,68 +182,70 @@ def music_msat(seconds: int, lyrics_addon: bool) -> int:
     )
 
 
-def _sms_to_msat(to: Destination) -> int:
-    return pegged_msat(to.sms_sats * MSAT)
+def _sms_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat(to.sms_sats * MSAT)
 
 
-def _call_minute_to_msat(to: Destination) -> int:
-    return pegged_msat(to.call_sats_per_minute * MSAT)
+def _call_minute_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat(to.call_sats_per_minute * MSAT)
 
 
-def _ai_call_minute_to_msat(to: Destination) -> int:
-    return pegged_msat((to.call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE) * MSAT)
+def _ai_call_minute_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat((to.call_sats_per_minute + AI_CALL_AI_SATS_PER_MINUTE) * MSAT)
 
 
-def _voice_bridge_minute_to_msat(to: Destination) -> int:
-    return pegged_msat((to.call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE) * MSAT)
+def _voice_bridge_minute_to_msat(book: RateBook, to: Destination) -> int:
+    return book.msat((to.call_sats_per_minute + VOICE_BRIDGE_SATS_PER_MINUTE) * MSAT)
 
 
-def _cheapest_msat(price_to: Callable[[Destination], int]) -> int:
-    """The price to the cheapest served destination at the current rates."""
-    return min(price_to(to) for to in DESTINATIONS.values())
+def _cheapest_msat(book: RateBook, price_to: Callable[[RateBook, Destination], int]) -> int:
+    """The price to the cheapest served destination at these rates."""
+    return min(price_to(book, to) for to in DESTINATIONS.values())
 
 
-def sms_msat(phone_number: str) -> int:
+def sms_msat(book: RateBook, phone_number: str) -> int:
     """One SMS (at most 120 characters: one segment) at the destination's pegged rate."""
-    return _sms_to_msat(destination(phone_number))
+    return _sms_to_msat(book, destination(phone_number))
 
 
-def sms_min_msat() -> int:
-    """The cheapest SMS now."""
-    return _cheapest_msat(_sms_to_msat)
+def sms_min_msat(book: RateBook) -> int:
+    """The cheapest SMS at these rates."""
+    return _cheapest_msat(book, _sms_to_msat)
 
 
-def call_msat(phone_number: str, minutes: int) -> int:
+def call_msat(book: RateBook, phone_number: str, minutes: int) -> int:
     """Automated call: the destination's pegged per-minute rate times the minutes."""
-    return minutes * _call_minute_to_msat(destination(phone_number))
+    return minutes * _call_minute_to_msat(book, destination(phone_number))
 
 
-def call_min_msat() -> int:
-    """The cheapest automated call now: one minute to the cheapest destination."""
-    return _cheapest_msat(_call_minute_to_msat)
+def call_min_msat(book: RateBook) -> int:
+    """The cheapest automated call at these rates: one minute to the cheapest destination."""
+    return _cheapest_msat(book, _call_minute_to_msat)
 
 
-def ai_call_per_minute_msat(phone_number: str) -> int:
-    return _ai_call_minute_to_msat(destination(phone_number))
+def ai_call_per_minute_msat(book: RateBook, phone_number: str) -> int:
+    return _ai_call_minute_to_msat(book, destination(phone_number))
 
 
-def ai_call_msat(phone_number: str, minutes: int) -> int:
+def ai_call_msat(book: RateBook, phone_number: str, minutes: int) -> int:
     """AI call deposit: minutes times (telephony + AI) by destination, minimum 50."""
-    return max(AI_CALL_MIN_SATS * MSAT, minutes * ai_call_per_minute_msat(phone_number))
+    return max(AI_CALL_MIN_SATS * MSAT, minutes * ai_call_per_minute_msat(book, phone_number))
 
 
-def ai_call_min_msat() -> int:
-    """The cheapest AI call deposit now: one minute to the cheapest destination, min 50."""
-    return max(AI_CALL_MIN_SATS * MSAT, _cheapest_msat(_ai_call_minute_to_msat))
+def ai_call_min_msat(book: RateBook) -> int:
+    """The cheapest AI call deposit at these rates: one minute to the cheapest destination,
+    minimum 50."""
+    return max(AI_CALL_MIN_SATS * MSAT, _cheapest_msat(book, _ai_call_minute_to_msat))
 
 
-def voice_bridge_per_minute_msat(phone_number: str) -> int:
-    return _voice_bridge_minute_to_msat(destination(phone_number))
+def voice_bridge_per_minute_msat(book: RateBook, phone_number: str) -> int:
+    return _voice_bridge_minute_to_msat(book, destination(phone_number))
 
 
-def voice_bridge_min_msat() -> int:
-    """The cheapest voice bridge deposit now: one minute to the cheapest destination."""
-    return _cheapest_msat(_voice_bridge_minute_to_msat)
+def voice_bridge_min_msat(book: RateBook) -> int:
+    """The cheapest voice bridge deposit at these rates: one minute to the cheapest
+    destination."""
+    return _cheapest_msat(book, _voice_bridge_minute_to_msat)
 
 
 def resolve_tier_model(category: str, model: str | int | None, default: int) -> int:
@@ -402,99 +372,93 @@ class _Pages(_Estimate):
 @dataclass(frozen=True)
 class Estimator:
     params: type[_Estimate]
-    price_msat: Callable[[Any], int]
+    price_msat: Callable[[Any, RateBook], int]  # (params, the app's rate book)
     unit: str
 
 
-def _flat(slug: str) -> Estimator:
-    return Estimator(_NoParams, lambda _p: FLAT_SATS[slug] * MSAT, "per call")
-
-
-ESTIMATORS: dict[str, Estimator] = {
-    "image": Estimator(_Image, _image_estimate_msat, "per image"),
-    "image-edit": _flat("image-edit"),
-    "music": Estimator(_Music, lambda p: music_msat(p.seconds, p.lyricsAddon), "per second"),
-    "email": Estimator(_Email, lambda p: p.recipients * FLAT_SATS["email"] * MSAT, "per recipient"),
-    "vision": _flat("vision"),
+# The estimators of the prices that follow the request, by /api/estimate-cost id; a flat
+# price's estimator is made from its ServiceSpec (estimators()).
+UNIT_ESTIMATORS: dict[str, Estimator] = {
+    "image": Estimator(_Image, lambda p, _b: _image_estimate_msat(p), "per image"),
+    "music": Estimator(_Music, lambda p, _b: music_msat(p.seconds, p.lyricsAddon), "per second"),
+    "email": Estimator(_Email, lambda p, _b: p.recipients * EMAIL_SATS * MSAT, "per recipient"),
     "text-to-speech": Estimator(
-        _Tts, lambda p: tts_msat(_tts_model(p.model), p.chars), "per character"
+        _Tts, lambda p, b: tts_msat(b, _tts_model(p.model), p.chars), "per character"
     ),
     "translate": Estimator(
-        _Translate, lambda p: translation_msat(p.chars, p.targetLanguage), "per character"
+        _Translate, lambda p, _b: translation_msat(p.chars, p.targetLanguage), "per character"
     ),
     "translate-epub": Estimator(
         _TranslateEpub,
-        lambda p: translate_epub_msat(p.chars, p.targetLanguage),
+        lambda p, _b: translate_epub_msat(p.chars, p.targetLanguage),
         "per visible character",
     ),
     "audiobook": Estimator(
-        _Audiobook, lambda p: audiobook_msat(_tts_model(p.model), p.chars), "per character"
+        _Audiobook, lambda p, b: audiobook_msat(b, _tts_model(p.model), p.chars), "per character"
     ),
     "transcribe-translate": Estimator(
-        _Minutes, lambda p: transcribe_translate_msat(p.minutes * 60), "per started minute"
+        _Minutes, lambda p, _b: transcribe_translate_msat(p.minutes * 60), "per started minute"
     ),
-    "sms": Estimator(_Destination, lambda p: sms_msat(p.to), "per message"),
-    "call": Estimator(_Destination, lambda p: call_msat(p.to, p.minutes), "per minute"),
-    "ai-call": Estimator(_Destination, lambda p: ai_call_msat(p.to, p.minutes), "per minute"),
-    "video": Estimator(_Video, lambda p: video_msat(p.seconds, p.resolution), "per second"),
+    "sms": Estimator(_Destination, lambda p, b: sms_msat(b, p.to), "per message"),
+    "call": Estimator(_Destination, lambda p, b: call_msat(b, p.to, p.minutes), "per minute"),
+    "ai-call": Estimator(_Destination, lambda p, b: ai_call_msat(b, p.to, p.minutes), "per minute"),
+    "video": Estimator(_Video, lambda p, _b: video_msat(p.seconds, p.resolution), "per second"),
     "video-from-image": Estimator(
-        _Video, lambda p: video_msat(p.seconds, p.resolution), "per second"
+        _Video, lambda p, _b: video_msat(p.seconds, p.resolution), "per second"
     ),
     "transcribe-audio": Estimator(
         _Minutes,
-        lambda p: math.ceil(p.minutes) * TRANSCRIPTION_SATS_PER_MINUTE * MSAT,
+        lambda p, _b: math.ceil(p.minutes) * TRANSCRIPTION_SATS_PER_MINUTE * MSAT,
         "per started minute",
     ),
-    "ocr": Estimator(_Pages, lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT, "per page"),
+    "ocr": Estimator(_Pages, lambda p, _b: p.pages * PER_PAGE_SATS["ocr"] * MSAT, "per page"),
     "receipt-ocr": Estimator(
-        _Pages, lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT, "per page"
+        _Pages, lambda p, _b: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT, "per page"
     ),
-    **{
-        slug: _flat(slug)
-        for slug in (
-            "voice-cloning",
-            "html-to-pdf",
-            "render-card",
-            "file-conversion",
-            "remove-background",
-            "upscale-image",
-            "restore-face",
-            "detect-nsfw",
-            "detect-objects",
-            "remove-object",
-            "colorize-image",
-            "deblur-image",
-            "search",
-            "e-signature",
-            "3d-model",
-            "fax-send",
-            "fax-receive",
-            "depth-estimation",
-        )
-    },
 }
 
 
-def estimate(service: str | None, query: Mapping[str, str]) -> dict[str, Any]:
-    """The estimate body; raises ApiError L402_INVALID_PARAMS for unknown ids or bad params."""
+def _flat_estimator(price: FlatPrice) -> Estimator:
+    return Estimator(_NoParams, price, "per call")
+
+
+def estimators(services: Iterable[ServiceSpec[Any]]) -> dict[str, Estimator]:
+    """Every /api/estimate-cost estimator: the per-unit ones above, and one per flat-priced
+    service that names an estimate id, quoting the spec's own price."""
+    flat = {
+        spec.price_msat.estimate: _flat_estimator(spec.price_msat)
+        for spec in services
+        if isinstance(spec.price_msat, FlatPrice) and spec.price_msat.estimate is not None
+    }
+    return {**UNIT_ESTIMATORS, **flat}
+
+
+def estimate(
+    estimators: Mapping[str, Estimator],
+    service: str | None,
+    query: Mapping[str, str],
+    book: RateBook,
+) -> dict[str, Any]:
+    """The estimate body by one of ``estimators`` (registry.ESTIMATORS) at the app's rate
+    ``book``; raises ApiError L402_INVALID_PARAMS for unknown ids or bad params."""
     if not service:
         raise ApiError(
             ErrorCode.L402_INVALID_PARAMS,
             "The query parameter 'service' is required.",
-            extra={"services": sorted(ESTIMATORS)},
+            extra={"services": sorted(estimators)},
         )
-    estimator = ESTIMATORS.get(service)
+    estimator = estimators.get(service)
     if estimator is None:
         raise ApiError(
             ErrorCode.L402_INVALID_PARAMS,
             f"Unknown estimate service {service!r}.",
-            extra={"services": sorted(ESTIMATORS)},
+            extra={"services": sorted(estimators)},
         )
     try:
         params = estimator.params.model_validate(dict(query))
     except ValidationError as exc:
         raise invalid_params(exc, "estimate parameters") from None
-    amount_msat = estimator.price_msat(params)
+    amount_msat = estimator.price_msat(params, book)
     return {
         "service": service,
         "amountSats": max(1, -(-amount_msat // MSAT)),

@@ -2,7 +2,7 @@
 
 The spec's numbers (TTS characters per sat, SMS and call rates per
 destination, the AI-call AI cost, the voice-bridge cost) are the fixed
-fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :func:`refresh_rates`
+fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :meth:`Rates.refresh`
 (scheduled hourly by the app) fetches the BTC price from
 ``settings.engines["price_source"]`` and records a snapshot; a failure keeps
 the last good snapshot (or the fallback).
@@ -15,9 +15,11 @@ used within an hour of its quote (invoices expire after 10 minutes) therefore
 never prices above its quote; a price increase reaches callers one refresh
 late, a decrease at once.
 
-The rate book is process state (price functions take only the request's
-params); it only ever holds validated numbers and is replaced, never mutated
-in place.
+The rate book is app-scoped: :class:`Rates` (created by ``create_app``, under
+``appkeys.RATES``) holds the app's current :class:`RateBook`, which price functions
+take next to the request's params (``ServiceSpec.price_msat(params, book)``). A
+book only ever holds validated numbers and is replaced, never mutated in place,
+so a quote priced with one book stays consistent while a refresh installs the next.
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ class RateBook:
             return 1.0
         return min(s.sats_factor for s in self.snapshots)
 
+    def msat(self, fallback_msat: float) -> int:
+        """A fiat-cost price in msat at these rates (rounded up)."""
+        return math.ceil(fallback_msat * self.factor)
+
+    def chars_per_sat(self, fallback_chars_per_sat: float) -> float:
+        """Characters per sat at these rates (BTC up -> more characters per sat)."""
+        return fallback_chars_per_sat / self.factor
+
     def with_snapshot(self, snapshot: Snapshot) -> RateBook:
         return RateBook((*self.snapshots, snapshot)[-KEPT_SNAPSHOTS:])
 
@@ -79,27 +89,50 @@ class RateBook:
         }
 
 
-_book = RateBook()
+# The spec's fixed fallback rates: no BTC price snapshot yet (or no price source).
+FALLBACK: Final = RateBook()
 
 
-def book() -> RateBook:
-    return _book
+class Rates:
+    """One app's BTC rate book: ``book`` is the one in force; ``refresh`` (hourly) installs
+    the next. Owned by the app (``app[RATES]``); never shared through module state."""
 
+    def __init__(self, book: RateBook = FALLBACK) -> None:
+        self._book = book
 
-def set_book(new: RateBook) -> None:
-    """Install a rate book (refresh, or a test's known price)."""
-    global _book
-    _book = new
+    @property
+    def book(self) -> RateBook:
+        return self._book
 
+    def install(self, book: RateBook) -> None:
+        """Install a rate book (a refresh, or a test's known price)."""
+        self._book = book
 
-def pegged_msat(fallback_msat: float) -> int:
-    """A fiat-cost price in msat at the current rates (rounded up)."""
-    return math.ceil(fallback_msat * _book.factor)
+    async def refresh(self, http: httpx.AsyncClient, settings: Settings) -> bool:
+        """Fetch the BTC price and record a snapshot. Never raises; True if rates were
+        updated.
 
-
-def pegged_chars_per_sat(fallback_chars_per_sat: float) -> float:
-    """Characters per sat at the current rates (BTC up -> more characters per sat)."""
-    return fallback_chars_per_sat / _book.factor
+        Schedule hourly (and once at start). Without ``engines.price_source`` the
+        fixed fallback rates stay in force.
+        """
+        source = _source(settings)
+        if source is None:
+            return False
+        url, path = source
+        try:
+            resp = await http.get(
+                url, timeout=FETCH_TIMEOUT_S, headers={"Accept": "application/json"}
+            )
+            resp.raise_for_status()
+            price = parse_price(resp.json(), path)
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning(
+                "BTC price refresh from %s failed (%s); keeping the current rates", url, exc
+            )
+            return False
+        self.install(self._book.with_snapshot(Snapshot(price, time.time(), url)))
+        log.info("BTC price %.0f USD from %s; pegged factor %.4f", price, url, self._book.factor)
+        return True
 
 
 # -- the price source ----------------------------------------------------------------------
@@ -156,25 +189,3 @@ def parse_price(doc: Any, path: str | None = None) -> float:
     if not MIN_FACTOR <= factor <= MAX_FACTOR:
         raise ValueError(f"implausible BTC price {price}")
     return price
-
-
-async def refresh_rates(http: httpx.AsyncClient, settings: Settings) -> bool:
-    """Fetch the BTC price and record a snapshot. Never raises; True if rates were updated.
-
-    Schedule hourly (and once at start). Without ``engines.price_source`` the
-    fixed fallback rates stay in force.
-    """
-    source = _source(settings)
-    if source is None:
-        return False
-    url, path = source
-    try:
-        resp = await http.get(url, timeout=FETCH_TIMEOUT_S, headers={"Accept": "application/json"})
-        resp.raise_for_status()
-        price = parse_price(resp.json(), path)
-    except (httpx.HTTPError, ValueError) as exc:
-        log.warning("BTC price refresh from %s failed (%s); keeping the current rates", url, exc)
-        return False
-    set_book(_book.with_snapshot(Snapshot(price, time.time(), url)))
-    log.info("BTC price %.0f USD from %s; pegged factor %.4f", price, url, _book.factor)
-    return True

@@ -149,8 +149,8 @@ class AiCallRunner:
         if earlier is not None:
             return ServiceResult(await self._body(earlier))
         phone, minutes = str(request["phone_number"]), int(request["duration_minutes"])
-        deposit = ai_call_msat(phone, minutes)
-        per_minute = min(ai_call_per_minute_msat(phone), deposit // minutes)
+        deposit = ai_call_msat(ctx.rate_book, phone, minutes)
+        per_minute = min(ai_call_per_minute_msat(ctx.rate_book, phone), deposit // minutes)
         questions = await ai_call_prompt.clarification_questions(ctx, request)
         now = _now()
         row = AiCallRow(

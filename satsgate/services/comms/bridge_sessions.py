@@ -228,7 +228,7 @@ class BridgeSessions:
                 "open_voice_bridge is paid by a deposit of its own: pay it per call (L402, "
                 "the Payment charge intent or create_payment), not from a payment session.",
             )
-        per_minute = params.per_minute_msat
+        per_minute = params.per_minute_msat(ctx.rate_book)
         deposit = payment.amount_msat
         max_duration_s = max(60, deposit * 60 // per_minute)
         language = params.language

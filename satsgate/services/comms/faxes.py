@@ -31,7 +31,6 @@ import io
 import logging
 import secrets
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +44,7 @@ from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
-from satsgate.services.base import ServiceContext, ServiceResult
+from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening
 from satsgate.services.comms.destinations import destination
 from satsgate.services.inputs.params import decode_file
@@ -107,7 +106,7 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
     (a released hold), it answers the fax already sent."""
     from satsgate.services.comms.handlers import FAX_MAX_BYTES
 
-    desk = desk_for(ctx.engines)
+    desk = desk_of(ctx)
     data = decode_file(params.documentBase64, "documentBase64", FAX_MAX_BYTES)
     pages = int(await asyncio.to_thread(params.checked))
     await screen_fax(ctx, params.faxNumber, data, params.coverText)
@@ -120,7 +119,7 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
 
     async def send(engine: FaxEngine, _model: str | None) -> tuple[str, FaxState]:
         provider = desk.provider_of(engine)
-        await desk.record_send(fax_id, ctx.call_id, provider, pages, flat_fax_msat())
+        await desk.record_send(fax_id, ctx.call_id, provider, pages, FAX_SEND_PRICE.msat)
         return provider, await engine.send(request)
 
     try:
@@ -132,10 +131,8 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
     return ServiceResult(desk.send_body(record))
 
 
-def flat_fax_msat() -> int:
-    from satsgate.services.catalog.pricing import FLAT_SATS, MSAT
-
-    return FLAT_SATS["fax-send"] * MSAT
+# The price of send-fax (its ServiceSpec's price, in comms/handlers.py), recorded with the fax.
+FAX_SEND_PRICE = FlatPrice.of_sats(500, "fax-send")
 
 
 async def screen_fax(ctx: ServiceContext, to: str, document: bytes, cover_text: str | None) -> None:
@@ -159,7 +156,8 @@ class _Number:
 
 class FaxDesk:
     """The node's faxes: the sent ones followed to their end and settled, the inbound
-    numbers, their leases and the faxes they received. App-scoped (desk_for)."""
+    numbers, their leases and the faxes they received. One per app (``appkeys.FAXES``),
+    handed to handlers (``ServiceContext.faxes``) and free operations (``OperationEnv``)."""
 
     def __init__(
         self,
@@ -470,35 +468,17 @@ def status_url(base_url: str, fax_id: str) -> str:
     return f"{base_url}{SEND_PATH}?faxId={fax_id}"
 
 
-# The desk of each app, by its engine registry (app-scoped; the handlers and the free
-# operations reach it through the engines they are given).
-_DESKS: weakref.WeakKeyDictionary[Engines, FaxDesk] = weakref.WeakKeyDictionary()
-
-
-def attach_desk(
-    engines: Engines,
-    repo: FaxRepository,
-    files: FileStore,
-    settings: Settings,
-    payments: Callable[[str], Awaitable[Payment | None]],
-    refunds: RefundService,
-) -> FaxDesk:
-    desk = FaxDesk(engines, repo, files, settings, payments, refunds)
-    _DESKS[engines] = desk
-    return desk
-
-
-def desk_for(engines: Engines) -> FaxDesk:
-    desk = _DESKS.get(engines)
-    if desk is None:
+def desk_of(ctx: ServiceContext) -> FaxDesk:
+    """The app's fax desk a handler was given; SERVICE_ERROR outside an app."""
+    if ctx.faxes is None:
         raise EngineError(ErrorCode.SERVICE_ERROR, "The fax desk is not running on this node.")
-    return desk
+    return ctx.faxes
 
 
 async def receive_fax(ctx: ServiceContext, params: ReceiveFaxParams) -> ServiceResult:
     """Lease an inbound number for 24 hours: { success, inboxId, faxNumber, expiresAt,
     poll_url, faxes }."""
-    inbox = desk_for(ctx.engines)
+    inbox = desk_of(ctx)
     if params.forwardEmail and not ctx.engines.available("email"):
         raise EngineError(
             ErrorCode.INVALID_INPUT,

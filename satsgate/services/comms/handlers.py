@@ -25,6 +25,7 @@ from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
 from satsgate.errors import ErrorCode
 from satsgate.services.ai.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.services.base import (
+    FlatPrice,
     Params,
     PriceShape,
     ServiceContext,
@@ -34,18 +35,18 @@ from satsgate.services.base import (
 from satsgate.services.catalog.models import EMAIL_MODEL_ID
 from satsgate.services.catalog.pricing import (
     AI_CALL_MIN_SATS,
-    FLAT_SATS,
+    EMAIL_SATS,
     MSAT,
     ai_call_min_msat,
     ai_call_msat,
     call_min_msat,
     call_msat,
-    flat_price,
     sms_min_msat,
     sms_msat,
     voice_bridge_min_msat,
     voice_bridge_per_minute_msat,
 )
+from satsgate.services.catalog.rates import RateBook
 from satsgate.services.comms import deliveries, faxes
 from satsgate.services.comms.destinations import DESTINATIONS, check_e164, destination
 from satsgate.services.comms.screening import Outreach, html_text, screen
@@ -98,7 +99,7 @@ class SendEmailParams(ServiceParams):
     to: str | list[str] = Field(
         validation_alias=alias("to", "email", "recipients"),
         description=f"Recipient address, or a list of up to {MAX_EMAIL_RECIPIENTS}; "
-        "200 sats per recipient.",
+        "priced per recipient.",
     )
     subject: str = Field(min_length=1, max_length=200)
     text: str | None = Field(
@@ -188,7 +189,7 @@ async def send_email(ctx: ServiceContext, params: SendEmailParams) -> ServiceRes
         "accepted": list(sent.accepted),
         "refused": [{"to": to, "code": code} for to, code in sent.refused.items()],
     }
-    return ServiceResult(body, charged_msat=FLAT_SATS["email"] * MSAT * len(sent.accepted))
+    return ServiceResult(body, charged_msat=EMAIL_SATS * MSAT * len(sent.accepted))
 
 
 SEND_EMAIL = ServiceSpec(
@@ -197,14 +198,12 @@ SEND_EMAIL = ServiceSpec(
     category="utility",
     title="Send e-mail",
     description="Send an e-mail (text and/or HTML) to up to 10 recipients: { success, "
-    "messageId, accepted, refused }. 200 sats per recipient; recipients the mail server "
-    "refuses are refunded.",
+    "messageId, accepted, refused }. Priced per recipient; recipients the mail server refuses are "
+    "refunded.",
     params=SendEmailParams,
-    price_msat=lambda p: FLAT_SATS["email"] * MSAT * len(p.recipients),
+    price_msat=lambda p, _book: EMAIL_SATS * MSAT * len(p.recipients),
     handler=send_email,
-    price_shape=PriceShape(
-        "per_recipient", "per recipient", FLAT_SATS["email"] * MSAT, estimate="email"
-    ),
+    price_shape=PriceShape("per_recipient", "per recipient", EMAIL_SATS * MSAT, estimate="email"),
     model_ids=(EMAIL_MODEL_ID,),
     failure_codes=(
         ErrorCode.INVALID_INPUT,
@@ -348,7 +347,7 @@ async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
         provider = _provider_of(ctx, "sms", engine)
         await _attempt_record(
             ctx, records, created, delivery_id=delivery_id, channel="sms", provider=provider,
-            country=country, paid_msat=sms_msat(params.phone_number),
+            country=country, paid_msat=sms_msat(ctx.rate_book, params.phone_number),
         )  # fmt: skip
         request = SmsRequest(params.phone_number, params.message, delivery_id)
         return provider, await engine.send_sms(request)
@@ -383,7 +382,7 @@ SEND_SMS = ServiceSpec(
     "/api/l402/send-sms?message_id=..., tool get_sms_status). Priced by destination "
     "country; refunded when it ends undelivered or failed.",
     params=SendSmsParams,
-    price_msat=lambda p: sms_msat(p.phone_number),
+    price_msat=lambda p, book: sms_msat(book, p.phone_number),
     handler=send_sms,
     price_shape=PriceShape(
         "per_destination",
@@ -463,7 +462,7 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     records = _records(ctx)
     delivery_id = new_delivery_id("call")
     country = destination(params.phone_number).country
-    rate = call_msat(params.phone_number, 1)
+    rate = call_msat(ctx.rate_book, params.phone_number, 1)
     created: list[str] = []
 
     async def attempt(engine: VoiceCallEngine, _model: str | None) -> tuple[str, CallPlaced]:
@@ -516,7 +515,7 @@ CALL = ServiceSpec(
     "answered), the rest refunded, everything when nobody answers (status and refund: GET "
     "/api/l402/call?call_id=..., tool get_call_status).",
     params=CallParams,
-    price_msat=lambda p: call_msat(p.phone_number, p.duration_minutes),
+    price_msat=lambda p, book: call_msat(book, p.phone_number, p.duration_minutes),
     handler=place_call,
     price_shape=PriceShape(
         "per_minute",
@@ -689,10 +688,10 @@ AI_CALL = ServiceSpec(
     description="An AI agent phones a number and carries out a task: { success, call_id, "
     "status, poll_url }; status pending_confirm comes with questions and a session_id to "
     "confirm with. Deposit of duration_minutes times the destination's per-minute rate "
-    "(telephony plus AI, from about 150 sats), minimum 50; billed by the started minute, "
+    f"(telephony plus AI), minimum {AI_CALL_MIN_SATS}; billed by the started minute, "
     "unused time refunded to refund_address or claimed at POST /api/claim-refund.",
     params=AiCallParams,
-    price_msat=lambda p: ai_call_msat(p.phone_number, p.duration_minutes),
+    price_msat=lambda p, book: ai_call_msat(book, p.phone_number, p.duration_minutes),
     handler=ai_call,
     price_shape=PriceShape(
         "per_minute",
@@ -754,9 +753,9 @@ SEND_FAX = ServiceSpec(
     description="Fax a PDF (up to 50 pages, 20 MB) to an E.164 number: { success, faxId, "
     "status, status_url }. Read the status for free at status_url (or MCP get_fax_status): "
     "queued, sending, delivered or failed; a fax that fails is refunded in full (the "
-    "refund link is in the payer's status read). 500 sats per fax.",
+    "refund link is in the payer's status read). One price per fax.",
     params=SendFaxParams,
-    price_msat=flat_price("fax-send"),
+    price_msat=faxes.FAX_SEND_PRICE,
     handler=faxes.send_fax,
     model_ids=(44,),
     failure_codes=_CARRIER_FAILURES,
@@ -807,9 +806,9 @@ RECEIVE_FAX = ServiceSpec(
     "{ success, inboxId, faxNumber, expiresAt, poll_url, faxes }. Faxes it receives are "
     "listed with download links by GET poll_url (free; keep inboxId secret) and, with "
     "forwardEmail, e-mailed as a link. Received documents are deleted 12 hours after "
-    "arrival. 500 sats.",
+    "arrival.",
     params=ReceiveFaxParams,
-    price_msat=flat_price("fax-receive"),
+    price_msat=FlatPrice.of_sats(500, "fax-receive"),
     handler=faxes.receive_fax,
     engine_request=lambda p: InboundRequest(p.country),
     engine_request_field="country",
@@ -851,9 +850,9 @@ class VoiceBridgeOpenParams(ServiceParams):
     _locale = field_validator("language")(check_ai_call_locale)
     _refund = field_validator("refundAddress")(_lightning_address)
 
-    @property
-    def per_minute_msat(self) -> int:
-        return voice_bridge_per_minute_msat(self.phoneNumber)
+    def per_minute_msat(self, book: RateBook) -> int:
+        """The destination's per-minute rate at the rate ``book``."""
+        return voice_bridge_per_minute_msat(book, self.phoneNumber)
 
 
 async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
@@ -876,7 +875,7 @@ VOICE_BRIDGE_OPEN = ServiceSpec(
     "maxDurationSec }. Deposit of durationMinutes at the destination's per-minute rate; "
     "elapsed time is billed, the rest refunded.",
     params=VoiceBridgeOpenParams,
-    price_msat=lambda p: p.durationMinutes * p.per_minute_msat,
+    price_msat=lambda p, book: p.durationMinutes * p.per_minute_msat(book),
     handler=_open_voice_bridge,
     price_shape=PriceShape(
         "per_minute",

@@ -34,8 +34,15 @@ from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.files import DEFAULT_OUTPUT_CAPS
-from satsgate.services.base import Params, PriceShape, ServiceContext, ServiceResult, ServiceSpec
-from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS, flat_price
+from satsgate.services.base import (
+    FlatPrice,
+    Params,
+    PriceShape,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+)
+from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS, PER_PASS_SATS
 from satsgate.services.comms.screening import Outreach, screen
 from satsgate.services.documents.esign_desk import new_request_id, status_url
 from satsgate.services.inputs.media import (
@@ -210,9 +217,9 @@ EXTRACT_DOCUMENT = ServiceSpec(
     title="Extract document",
     description="Document (PDF or image) to Markdown: { content, pages }. A PDF's text layer "
     "is read as it is, scans and images by OCR (Latin-script languages, Chinese, "
-    "Japanese). 10 sats per page.",
+    f"Japanese). {PER_PAGE_SATS['ocr']} sats per page.",
     params=ExtractDocumentParams,
-    price_msat=lambda p: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
+    price_msat=lambda p, _book: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
     handler=extract_document,
     price_shape=PriceShape(
         "per_page",
@@ -236,9 +243,9 @@ EXTRACT_RECEIPT = ServiceSpec(
     category="utility",
     title="Extract receipt",
     description="Receipt (PDF or image) to structured data: { structured: { merchant, date, "
-    "currency, total, tax, items }, rawText }. 25 sats per page.",
+    f"currency, total, tax, items }}, rawText }}. {PER_PAGE_SATS['receipt-ocr']} sats per page.",
     params=ExtractReceiptParams,
-    price_msat=lambda p: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
+    price_msat=lambda p, _book: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
     handler=extract_receipt,
     price_shape=PriceShape(
         "per_page",
@@ -416,9 +423,9 @@ CONVERT_FILE = ServiceSpec(
     description="Convert images (PNG, JPEG, WebP, GIF, BMP, TIFF, to PDF too), PDF to text "
     "or PNG pages, Markdown, HTML, text, DOCX, ODT, RTF and EPUB among themselves and to "
     "PDF, spreadsheets and presentations (where LibreOffice is installed), audio and video "
-    "containers: { file_url, file_base64, format }. Runs on this node. 100 sats.",
+    "containers: { file_url, file_base64, format }. Runs on this node.",
     params=ConvertFileParams,
-    price_msat=flat_price("file-conversion"),
+    price_msat=FlatPrice.of_sats(100, "file-conversion"),
     handler=convert_file,
     model_ids=(11,),
     failure_codes=(
@@ -552,9 +559,9 @@ E_SIGNATURE = ServiceSpec(
     "signature field per signer on the last page); the signed copy is e-mailed to "
     "customerEmail as a PDF attachment once all signers have signed (hours to days): "
     "{ success, message, requestId, status, status_url }. Follow it free with "
-    "GET status_url (tool get_e_signature_status). 1000 sats per document.",
+    "GET status_url (tool get_e_signature_status). One price per document.",
     params=ESignatureParams,
-    price_msat=flat_price("e-signature"),
+    price_msat=FlatPrice.of_sats(1000, "e-signature"),
     handler=e_signature,
     model_ids=(46,),
     failure_codes=(
@@ -730,10 +737,11 @@ BOARDINGPASS_WALLET = ServiceSpec(
     title="Boarding pass to wallet",
     description="Boarding passes (PDF or image, up to 8) to wallet passes: { passes, count, "
     "save_all_url, warnings, partial_refund? }; one Apple Wallet pass (.pkpass) per passenger "
-    "per leg, read from the PDF417, Aztec or QR code. 100 sats per pass, quoted per document "
+    f"per leg, read from the PDF417, Aztec or QR code. {PER_PASS_SATS} sats per pass, quoted "
+    "per document "
     "and refunded down to the passes found; save links expire after 30 minutes.",
     params=BoardingPassParams,
-    price_msat=lambda p: len(p.all_documents) * PER_PASS_SATS * MSAT,
+    price_msat=lambda p, _book: len(p.all_documents) * PER_PASS_SATS * MSAT,
     handler=boardingpass_wallet,
     price_shape=PriceShape(
         "per_pass",

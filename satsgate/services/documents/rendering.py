@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections import OrderedDict
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -14,11 +13,11 @@ from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
     FlatPrice,
     Params,
+    PrecheckMemo,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.catalog.pricing import FLAT_SATS, MSAT, flat_price
 from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
 
 # -- render-card --------------------------------------------------------------------------
@@ -83,10 +82,6 @@ _ALL_TEXT_FIELDS = (
 )
 
 
-_FIT_CACHE: OrderedDict[str, str | None] = OrderedDict()
-_FIT_CACHE_SIZE = 2048
-
-
 def _fit_error(params: RenderCardParams) -> str | None:
     try:
         cards.check_fits(params.to_request())
@@ -95,18 +90,13 @@ def _fit_error(params: RenderCardParams) -> str | None:
     return None
 
 
-async def _check_card_fits(params: RenderCardParams) -> None:
+async def _check_card_fits(params: RenderCardParams, memo: PrecheckMemo) -> None:
     # The layout check is deterministic: the 402 and the paid repeat of the same card
-    # (and retries) share one run of it.
-    key = params.model_dump_json()
-    if key in _FIT_CACHE:
-        _FIT_CACHE.move_to_end(key)
-        error = _FIT_CACHE[key]
-    else:
-        error = await asyncio.to_thread(_fit_error, params)
-        _FIT_CACHE[key] = error
-        if len(_FIT_CACHE) > _FIT_CACHE_SIZE:
-            _FIT_CACHE.popitem(last=False)
+    # (and retries) share one run of it, through the app's memo.
+    error = await memo.outcome(
+        f"render-card\n{params.model_dump_json()}",
+        lambda: asyncio.to_thread(_fit_error, params),
+    )
     if error is not None:
         raise ApiError(ErrorCode.L402_INVALID_PARAMS, error)
 
@@ -133,10 +123,10 @@ RENDER_CARD = ServiceSpec(
     title="Render card",
     description=(
         "Render a headline, versus, list, stat or quote card as PNG or JPEG. Deterministic "
-        "layout, no AI: the text sent is the text shown, wrapped to fit. 5 sats."
+        "layout, no AI: the text sent is the text shown, wrapped to fit."
     ),
     params=RenderCardParams,
-    price_msat=flat_price("render-card"),
+    price_msat=FlatPrice.of_sats(5, "render-card"),
     handler=render_card,
     model_ids=(53,),
     failure_codes=(ErrorCode.L402_INVALID_PARAMS, ErrorCode.SERVICE_ERROR),
@@ -194,10 +184,10 @@ HTML_TO_PDF = ServiceSpec(
     title="HTML or Markdown to PDF",
     description=(
         "Render HTML or Markdown to a PDF (external resources are not fetched; embed images "
-        "as data: URIs). 50 sats."
+        "as data: URIs)."
     ),
     params=HtmlToPdfParams,
-    price_msat=flat_price("html-to-pdf"),
+    price_msat=FlatPrice.of_sats(50, "html-to-pdf"),
     handler=html_to_pdf,
     model_ids=(29,),
     max_body_bytes=8 * 1024 * 1024,
@@ -253,7 +243,7 @@ def _validate_all(documents: list[bytes]) -> None:
             ) from None
 
 
-async def _check_pdfs(params: MergePdfParams) -> None:
+async def _check_pdfs(params: MergePdfParams, _memo: PrecheckMemo) -> None:
     await asyncio.to_thread(_validate_all, params.decoded())
 
 
@@ -267,9 +257,9 @@ MERGE_PDF = ServiceSpec(
     tool_name="merge_pdf",
     category="utility",
     title="Merge PDFs",
-    description="Merge 2 to 50 PDF documents (base64) into one, pages in order. 100 sats.",
+    description="Merge 2 to 50 PDF documents (base64) into one, pages in order.",
     params=MergePdfParams,
-    price_msat=FlatPrice(FLAT_SATS["merge-pdf"] * MSAT),  # no estimator quotes it
+    price_msat=FlatPrice.of_sats(100),  # no estimator quotes it
     handler=merge_pdf,
     model_ids=(13,),
     max_body_bytes=MAX_MERGE_BYTES * 4 // 3 + MAX_MERGE_DOCUMENTS * 4 + 4096,

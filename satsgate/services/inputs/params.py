@@ -23,7 +23,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.services.base import Params, ServiceContext, ServiceResult
+from satsgate.services.base import Params, PrecheckMemo, ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import select_model
 from satsgate.services.inputs import public_urls as callbacks_guard
 from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
@@ -215,7 +215,7 @@ class ModelChoice(Params):
                 return
 
 
-async def prevalidate(params: Params) -> None:
+async def prevalidate(params: Params, _memo: PrecheckMemo | None = None) -> None:
     """The spec's checks beyond the schema, before any invoice: callback URL first
     (L402_CALLBACK_INVALID), then file decoding and measuring in a worker thread."""
     if isinstance(params, CallbackFields):

@@ -27,7 +27,7 @@ from PIL import Image
 from pypdf import PdfReader
 
 from satsgate.engines.local.convert import ALL_TARGETS, external_reference, html_to_text
-from satsgate.services.documents.ocr_convert_esign_wallet import Target
+from satsgate.services.documents.convert import Target
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import text_layer_pdf
 from tests.test_gateway import assert_envelope, payment_count

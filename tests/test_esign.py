@@ -34,8 +34,8 @@ from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.esign import Signer, SigningRequest
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.engines.providers.documenso import DocumensoProvider
+from satsgate.services.documents.e_signature import E_SIGNATURE
 from satsgate.services.documents.esign_desk import DELIVERY_LEASE_S, RETRY_DELAYS_S, ESignDesk
-from satsgate.services.documents.ocr_convert_esign_wallet import E_SIGNATURE
 from satsgate.services.registry import ENGINE_NAMES
 from satsgate.store import Store
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings, paid_l402_auth

@@ -12,8 +12,8 @@ from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import Call, Family, OperationEnv, OperationSpec, free_status_read
 from satsgate.operations.models import Body
 from satsgate.services.base import Params
+from satsgate.services.documents.e_signature import E_SIGNATURE
 from satsgate.services.documents.esign_desk import STATUS_PATH
-from satsgate.services.documents.ocr_convert_esign_wallet import E_SIGNATURE
 from satsgate.services.inputs.params import alias
 
 RequestId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[!-~]+$")]

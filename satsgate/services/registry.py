@@ -11,11 +11,14 @@ from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
 from satsgate.services.catalog.pricing import Estimator, estimators
 from satsgate.services.comms import handlers as comms
-from satsgate.services.documents import ocr_convert_esign_wallet, rendering
+from satsgate.services.documents import convert, e_signature, ocr, rendering, wallet_passes
 
 SERVICES: tuple[ServiceSpec[Any], ...] = (
     *rendering.SERVICES,
-    *ocr_convert_esign_wallet.SERVICES,
+    *ocr.SERVICES,
+    *convert.SERVICES,
+    *e_signature.SERVICES,
+    *wallet_passes.SERVICES,
     *images.SERVICES,
     *text.SERVICES,
     *speech.SERVICES,

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -524,24 +525,14 @@ def mcp_server(
     services: Sequence[ServiceSpec[Any]] | None = None,
     planned: PlannedSource | None = None,
 ) -> McpServer:
-    """The MCP server over this app's gate, jobs and refunds (once they exist);
-    ``services`` and ``planned`` default to the registry and the roadmap's votes."""
-    return McpServer(
-        app[GATE],
-        jobs=app[JOBS],
-        refunds=app[REFUNDS],
-        settings=app[SETTINGS],
-        engines=app[ENGINES],
-        services=services,
-        planned=planned or RoadmapPlannedServices(app[STORE].votes),
-        voice_bridge=app.get(VOICE_BRIDGE),
-        esign=app.get(ESIGN),
-        deliveries=app[STORE].deliveries,
-        deposits=app.get(DEPOSITS),
-        ai_calls=app.get(AI_CALLS),
-        faxes=app.get(FAXES),
-        rates=app[RATES],
-    )
+    """The MCP server over the app's one OperationEnv (the free operations' too, once it
+    exists); ``services`` and ``planned`` narrow it (tests)."""
+    env = app[OPERATION_ENV]
+    if services is not None:
+        env = replace(env, paid=paid_tools(tuple(services)), by_slug={s.slug: s for s in services})
+    if planned is not None:
+        env = replace(env, planned=planned)  # the same closing event: shutdown wakes both
+    return McpServer(env)
 
 
 async def provider_webhook(request: web.Request) -> web.Response:

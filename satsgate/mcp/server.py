@@ -10,15 +10,10 @@ protocol) answers -32601 on purpose, so clients that probe it fall back to
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from satsgate import __version__
-from satsgate.config import Settings
-from satsgate.deposits import DepositSettler
-from satsgate.engines import Engines
-from satsgate.jobs import JobRunner
-from satsgate.mcp.context import AnySpec, CallContext, PlannedSource, ToolEnv
+from satsgate.mcp.context import CallContext, ToolEnv
 from satsgate.mcp.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -28,18 +23,10 @@ from satsgate.mcp.jsonrpc import (
     error_message,
     result_message,
 )
-from satsgate.mcp.tools import ToolCatalog, paid_tools
-from satsgate.payments.gate import Gate
-from satsgate.refunds import RefundService
-from satsgate.services import registry
-from satsgate.services.catalog.rates import Rates
-from satsgate.services.comms.bridge_sessions import BridgeSessions
-from satsgate.services.documents.esign_desk import ESignDesk
-from satsgate.store.deliveries import DeliveryRepository
+from satsgate.mcp.tools import ToolCatalog
 
 if TYPE_CHECKING:
-    from satsgate.services.comms.ai_call_runner import AiCallRunner
-    from satsgate.services.comms.faxes import FaxDesk
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -64,42 +51,9 @@ class ClientGone(Exception):
 class McpServer:
     """Answers one JSON-RPC request at a time; holds no per-client state."""
 
-    def __init__(
-        self,
-        gate: Gate,
-        *,
-        jobs: JobRunner,
-        refunds: RefundService,
-        settings: Settings,
-        engines: Engines,
-        planned: PlannedSource,
-        services: Sequence[AnySpec] | None = None,
-        voice_bridge: BridgeSessions | None = None,
-        esign: ESignDesk | None = None,
-        deliveries: DeliveryRepository | None = None,
-        deposits: DepositSettler | None = None,
-        ai_calls: AiCallRunner | None = None,
-        faxes: FaxDesk | None = None,
-        rates: Rates | None = None,
-    ) -> None:
-        specs = tuple(registry.SERVICES if services is None else services)
-        env = ToolEnv(
-            gate=gate,
-            jobs=jobs,
-            refunds=refunds,
-            settings=settings,
-            engines=engines,
-            paid=paid_tools(specs),
-            by_slug={s.slug: s for s in specs},
-            planned=planned,
-            voice_bridge=voice_bridge,
-            esign=esign,
-            deliveries=deliveries,
-            deposits=deposits,
-            ai_calls=ai_calls,
-            faxes=faxes,
-            rates=rates if rates is not None else Rates(),  # the app's BTC rate book
-        )
+    def __init__(self, env: ToolEnv) -> None:
+        """``env`` is the app's one OperationEnv, the HTTP face's too: a tool and its HTTP
+        operation reach the same gate, desks and rate book."""
         self.tools = ToolCatalog(env)
 
     def close(self) -> None:

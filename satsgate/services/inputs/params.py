@@ -25,7 +25,7 @@ from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import Params, PrecheckMemo, ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import select_model
-from satsgate.services.inputs import public_urls as callbacks_guard
+from satsgate.services.inputs import public_urls
 from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
 from satsgate.services.inputs.media import ImageInfo, MediaError, image_info
 
@@ -99,7 +99,7 @@ class CallbackFields(Params):
     callback_url: str | None = Field(
         None,
         validation_alias=alias("callback_url", "callbackUrl"),
-        max_length=callbacks_guard.MAX_URL_CHARS,
+        max_length=public_urls.MAX_URL_CHARS,
         description="Public https:// URL to receive a signed completion callback. Loopback, "
         "private and link-local addresses are refused (L402_CALLBACK_INVALID).",
     )
@@ -107,7 +107,7 @@ class CallbackFields(Params):
         None,
         validation_alias=alias("callback_id", "callbackId"),
         min_length=1,
-        max_length=callbacks_guard.MAX_CALLBACK_ID_CHARS,
+        max_length=public_urls.MAX_CALLBACK_ID_CHARS,
         description="Opaque id echoed in the callback (at most 128 characters; no personal data).",
     )
 
@@ -219,7 +219,7 @@ async def prevalidate(params: Params, _memo: PrecheckMemo | None = None) -> None
     """The spec's checks beyond the schema, before any invoice: callback URL first
     (L402_CALLBACK_INVALID), then file decoding and measuring in a worker thread."""
     if isinstance(params, CallbackFields):
-        callbacks_guard.check_callback(params.callback_url)
+        public_urls.check_callback(params.callback_url)
     if isinstance(params, ServiceParams):
         await asyncio.to_thread(params.checked)
 

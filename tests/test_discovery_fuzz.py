@@ -33,7 +33,9 @@ from satsgate.services.registry import BY_SLUG, ESTIMATORS, SERVICES
 from tests.conftest import ThreadedServer
 from tests.test_services_quotes import PDF1, PDF2, VALID
 
-MAX_EXAMPLES = 25  # per operation; the whole run stays well under a minute
+# Per operation. Over ~90 operations the run takes about a minute here without coverage
+# and two to three times that under CI's coverage tracing: the timeout leaves room for it.
+MAX_EXAMPLES = 15
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ schema = schemathesis.pytest.from_fixture("api_schema").exclude(_unavailable)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 @schema.parametrize()
 @settings(
     max_examples=MAX_EXAMPLES,

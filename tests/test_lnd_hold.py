@@ -165,6 +165,7 @@ async def test_failure_cancels_and_the_payer_is_never_charged(
         created = await create_payment(client, "generate_text", args)
         payment = payment_of(srv, created["paymentId"])
         lnd.node.pay_from_outside(created["lightningInvoice"])
+        await status_soon(srv, payment.payment_id, PaymentStatus.PAID)  # the HTLC is held
         result = await tool(client, "generate_text", {"paymentId": payment.payment_id, **args})
         assert result["isError"] is True
         envelope = result["structuredContent"]

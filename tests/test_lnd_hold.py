@@ -130,6 +130,7 @@ async def test_success_settles_the_held_payment_after_the_call(
         # The payer's HTLC arrives and is held: paid for satsgate, not charged yet.
         assert lnd.node.pay_from_outside(created["lightningInvoice"]) == ""
         assert invoice_at_node(lnd, payment).state == "ACCEPTED"
+        await status_soon(srv, payment.payment_id, PaymentStatus.PAID)  # satsgate saw it
         status = await tool(client, "check_payment_status", {"paymentId": payment.payment_id})
         assert status["structuredContent"]["paid"] is True
         assert invoice_at_node(lnd, payment).state == "ACCEPTED"  # still held

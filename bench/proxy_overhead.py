@@ -221,9 +221,10 @@ def run(rounds: int, duration: float) -> int:
     from seed import seed, spec_for
 
     from satsgate.services.ai.text import GENERATE_TEXT
+    from satsgate.services.catalog.rates import FALLBACK
 
     params = GENERATE_TEXT.params.model_validate(BODY)
-    price_msat = GENERATE_TEXT.quote_sats(params) * 1000
+    price_msat = GENERATE_TEXT.quote_sats(params, FALLBACK) * 1000
     seed_spec = spec_for(GENERATE_TEXT.slug, GENERATE_TEXT.title, price_msat, params)
     started = time.time()
     load_before = list(Path("/proc/loadavg").read_text().split()[:3])

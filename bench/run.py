@@ -44,6 +44,7 @@ from seed import SeedSpec, seed, spec_for
 
 from satsgate.config import Settings
 from satsgate.payments import l402
+from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.documents.rendering import RENDER_CARD
 
 BENCH = Path(__file__).resolve().parent
@@ -305,7 +306,7 @@ class Target:
         self.server: Server | None = None
         self.served_200: dict[str, int] = {NOOP_SLUG: 0, RENDER_CARD.slug: 0}
         render_params = RENDER_CARD.params.model_validate(RENDER_BODY)
-        render_msat = RENDER_CARD.quote_sats(render_params) * 1000
+        render_msat = RENDER_CARD.quote_sats(render_params, FALLBACK) * 1000
         noop_spec = spec_for(NOOP_SLUG, NOOP_SPEC.title, NOOP_PRICE_MSAT, NoopParams())
         self.noop = Paid("paid_noop", "/bench/noop", "{}", noop_spec, cfg.connections)
         self.noop_c1 = Paid("paid_noop_c1", "/bench/noop", "{}", noop_spec, 1)

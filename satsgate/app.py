@@ -185,14 +185,16 @@ def create_app(
     app[ENGINES] = engines
     app[STORE] = store
     app[RATES] = Rates()  # the BTC rate book pegged prices are quoted at (hourly)
-    app[PRECHECKS] = PrecheckMemo()  # outcomes of checks before any invoice (card fits)
+    caps = OutputCaps(output_caps(settings), settings.output_caps_by_service)
+    # Outcomes of checks before any invoice (card fits), and the output caps they check.
+    app[PRECHECKS] = PrecheckMemo(caps=caps)
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
         settings.public_base_url,
         settings.server_secret,
         settings.file_url_ttl_s,
-        OutputCaps(output_caps(settings), settings.output_caps_by_service),
+        caps,
     )
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)

@@ -434,7 +434,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     # Held communications: refunded once unresolved for 24 hours.
     every(600, app[HOLDS].expire, id="holds-expire")
-    # Appeals paid after their hold was decided: their 1 sat refunded (LNURL-withdraw).
+    # Appeal payments not applied yet (the payer never reopened the page): one asks for its
+    # held request's review; one that can buy nothing is refunded once (LNURL-withdraw).
     every(60, app[HOLDS].refund_late_appeals, id="holds-late-appeals")
     # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).
     if gate.spender.rework is not None:

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,15 +27,15 @@ from tests.test_holds import Mailbox, Node, appeal_invoice, held_call, operator
 REPLACED_WITHIN_S = 60
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def serving(data: Path, **overrides: Any) -> Iterator[Node]:
+    """A node that sends e-mail to a loopback SMTP server, with invoices that live 60 s
+    (every appeal invoice is in its last minute at once)."""
     mailbox, port = Mailbox(), free_port()
     controller = Controller(mailbox, hostname="127.0.0.1", port=port)
     controller.start()
-    data = tmp_path_factory.mktemp("appeal-race")
     settings = make_settings(
         data,
-        invoice_expiry_s=REPLACED_WITHIN_S,  # every invoice is in its last minute at once
+        invoice_expiry_s=REPLACED_WITHIN_S,
         providers={
             "mail": {
                 "kind": "smtp",
@@ -44,6 +46,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             }
         },
         engines={"email": "mail"},
+        **overrides,
     )
     srv = ThreadedServer(settings)
     try:
@@ -51,6 +54,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     finally:
         srv.stop()
         controller.stop()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    yield from serving(tmp_path_factory.mktemp("appeal-race"))
 
 
 @pytest.fixture
@@ -181,3 +189,27 @@ async def test_both_appeal_invoices_paid_count_once_and_refund_once_under_a_race
     assert counted in ids and refunds_of(node, str(counted)) == 0
     assert node.server.call(lambda: desk.refund_late_appeals()) == 0
     assert sum(refunds_of(node, pid) for pid in ids) == 1
+
+
+async def test_a_new_appeal_invoice_draws_on_the_nodes_bound_on_unpaid_invoices(
+    tmp_path: Path,
+) -> None:
+    """An appeal invoice is made for a request not paid yet: it takes a place of
+    ``max_unpaid_challenges`` like a call's challenge. With none left, the page answers
+    429 with Retry-After and makes no invoice; the invoice it showed stays payable."""
+    for capped in serving(tmp_path / "data", max_unpaid_challenges=2):
+        async for client in http_client(capped.server):
+            held = await held_call(client, "bounded@example.org")  # its 402: call, deposit
+            await asyncio.sleep(1.1)  # the paid call's place is seen free at a recount
+            shown = await appeal_invoice(client, held)  # the last place
+            token = str(held["appeal_url"]).split("t=", 1)[1]
+            full = await client.post("/appeal", data={"t": token}, follow_redirects=False)
+            assert full.status_code == 429
+            assert 1 <= int(full.headers["Retry-After"]) <= 60
+            assert "too many unpaid payment requests" in full.text
+            assert 'id="appeal-error"' in full.text and shown in full.text
+            unpaid = "SELECT COUNT(*) FROM payments WHERE status = 'unpaid'"
+            assert capped.count(unpaid) == 2
+            await dev_pay(client, shown)  # the invoice shown still asks for the review
+            page = await client.get(str(held["appeal_url"]))
+            assert 'data-status="review_requested"' in page.text

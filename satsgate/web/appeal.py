@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.holds import APPEAL_SATS, HoldDesk, HoldError
 from satsgate.store import JobStatus, Payment, PaymentStatus
 from satsgate.store.held_requests import HeldRequest
@@ -72,6 +73,15 @@ def install(app: web.Application, holds_key: web.AppKey[HoldDesk]) -> None:
             return page(
                 "Appeal a held request", await _body(desk, hold, token, str(exc)), status=409
             )
+        except ApiError as exc:
+            # The node's bound on unpaid invoices (max_unpaid_challenges): no new invoice
+            # now; the page says when to retry (an open invoice it showed stays payable).
+            if exc.code != ErrorCode.RATE_LIMITED:
+                raise
+            body = await _body(desk, hold, token, exc.message)
+            resp = page("Appeal a held request", body, status=429)
+            resp.headers.update(exc.headers)
+            return resp
         raise web.HTTPSeeOther(f"/appeal?t={token}")
 
     app.router.add_get("/appeal", show)

@@ -246,7 +246,11 @@ def run(seconds: int, slow: int, only: list[str]) -> dict[str, Any]:
                 server.stop()
             print(name, json.dumps(results[name]), flush=True)
 
-        scenario("idle", {}, lambda s: time.sleep(seconds) or {})
+        def idle(_server: Any) -> dict[str, Any]:
+            time.sleep(seconds)
+            return {}
+
+        scenario("idle", {}, idle)
         scenario("flood_limited", {}, lambda s: {"flood": wrk_flood(s.url, seconds, tmp)})
         scenario(
             "flood_unlimited",

@@ -40,7 +40,6 @@ from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
 from satsgate.engines.local import cards
 from satsgate.http_edge import result_response
-from satsgate.payments.challenger import validate_params
 from satsgate.payments.http import challenge_response
 from satsgate.services.documents.rendering import RENDER_CARD
 
@@ -120,7 +119,7 @@ async def time_gate(iterations: int, data_dir: Path, names: list[str]) -> dict[s
         for i in range(iterations + 20):
             warm = i < 20
             t0 = time.perf_counter_ns()
-            params = validate_params(spec, dict(RENDER_BODY))
+            params = gate.validate_params(spec, dict(RENDER_BODY))
             t1 = time.perf_counter_ns()
             await gate.prevalidate(spec, params)
             c2, t2 = time.process_time_ns(), time.perf_counter_ns()

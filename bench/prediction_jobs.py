@@ -53,9 +53,9 @@ def _settings(data_dir: Path, port: int, fake_url: str, mode: str) -> Any:
 
 def serve(data_dir: Path, port: int, fake_url: str, mode: str) -> None:
     """The child: satsgate's app plus GET /bench/lag (the loop's lag since the last call)."""
-    from _serve import serve_until_stopped  # type: ignore[import-not-found]
+    from _serve import serve_until_stopped
     from aiohttp import web
-    from experiments import dev_backend  # type: ignore[import-not-found]
+    from experiments import dev_backend
 
     from satsgate.app import create_app
 

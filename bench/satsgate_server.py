@@ -37,7 +37,7 @@ from satsgate.services.base import Params, ServiceContext, ServiceResult, Servic
 try:
     from satsgate.engines.cpu_jobs import run_with_time_limit
 except ImportError:  # a tree before the engines package (ab.py runs this file on older trees)
-    from satsgate.services.cpu_jobs import run_with_time_limit  # type: ignore[no-redef]
+    from satsgate.services.cpu_jobs import run_with_time_limit  # type: ignore[import-not-found,no-redef]
 
 NOOP_SLUG = "bench-noop"
 NOOP_PRICE_MSAT = 1000  # 1 sat
@@ -51,6 +51,11 @@ async def _noop_handler(ctx: ServiceContext, params: NoopParams) -> ServiceResul
     return ServiceResult({"ok": True})
 
 
+def _noop_price(_params: object, _book: object = None) -> int:
+    """1 sat whatever the request (the book is optional: older trees pass none)."""
+    return NOOP_PRICE_MSAT
+
+
 NOOP_SPEC: ServiceSpec[Any] = ServiceSpec(
     slug=NOOP_SLUG,
     tool_name="bench_noop",
@@ -58,13 +63,13 @@ NOOP_SPEC: ServiceSpec[Any] = ServiceSpec(
     title="Bench no-op",
     description="A paid call that does nothing (benchmark only).",
     params=NoopParams,
-    price_msat=lambda _p: NOOP_PRICE_MSAT,
+    price_msat=_noop_price,
     handler=_noop_handler,
     max_body_bytes=1024,
 )
 
 
-async def bench_noop(request: web.Request) -> web.Response:
+async def bench_noop(request: web.Request) -> web.StreamResponse:
     # app[GATE] exists only after start-up, so it is looked up per request.
     return await handle_paid_call(request, request.app[GATE], NOOP_SPEC)
 
@@ -148,7 +153,7 @@ def main() -> None:
     # The throughput bench is one client: the per-client challenge limit would answer
     # its 402 scenarios with 429s (bench/availability.py measures the limits). Older
     # trees (ab.py) have no such setting.
-    limits = {"challenge_rate_per_min": 0}
+    limits: dict[str, Any] = {"challenge_rate_per_min": 0}
     known = {f.name for f in dataclasses.fields(Settings)}
     settings = Settings(
         host=args.host,

@@ -86,7 +86,7 @@ from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms import deliveries
 from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
-from satsgate.services.comms.destinations import load_rates_file, use_rates
+from satsgate.services.comms.destinations import BUILTIN, Destinations, load_rates_file
 from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
@@ -125,25 +125,29 @@ def node_engines(
     cpu: CpuRunner,
     provider_kinds: Mapping[str, ProviderFactory] = PROVIDER_KINDS,
     opt_outs: OptOuts = NO_OPT_OUTS,
+    destinations: Destinations | None = None,
 ) -> Engines:
     """This node's engine registry: every engine name the services run on, resolved to
     the providers the settings route it to, else the local engine installed here.
-    EngineConfigError when the configuration cannot work."""
+    EngineConfigError when the configuration cannot work. ``destinations``: the app's
+    telephony table (None: the one the settings name, :func:`telephony_destinations`)."""
+    if destinations is None:
+        destinations = telephony_destinations(settings)
     return build_engines(
         settings,
         ENGINE_NAMES,
-        EngineDeps(settings, cpu, opt_outs),
+        EngineDeps(settings, cpu, opt_outs, destinations),
         provider_kinds=provider_kinds,
         local_engines=LOCAL_ENGINES,
     )
 
 
-def apply_telephony_rates(settings: Settings) -> None:
-    """The destination rates this node prices SMS and calls by: ``[telephony]
-    rates_file`` when set (RatesFileError, a ValueError, when it is unusable), else the
-    built-in table."""
+def telephony_destinations(settings: Settings) -> Destinations:
+    """The destination table this node serves and prices SMS, calls, fax and the voice
+    bridge by: ``[telephony] rates_file`` when set (RatesFileError, a ValueError, when it
+    is unusable), else the built-in table."""
     path = settings.telephony.get("rates_file")
-    use_rates(load_rates_file(Path(path).expanduser()) if path else None)
+    return load_rates_file(Path(path).expanduser()) if path else BUILTIN
 
 
 def create_app(
@@ -157,7 +161,7 @@ def create_app(
     work. ``provider_kinds``: the adapters ``kind = ...`` may name; ``outbound``: the
     outside network callers' URLs are reached through (DNS, public addresses, CAs)."""
     settings = ensure_server_secret(settings)
-    apply_telephony_rates(settings)
+    destinations = telephony_destinations(settings)
     # Spawned (not forked) workers: a fork of a process with a running loop and threads
     # is unsafe. CPU-heavy engines (rendering, PDF, OCR, speech) run here; workers start
     # on the first job.
@@ -172,7 +176,7 @@ def create_app(
     cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
     store = Store(settings.db_path)
     # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
-    engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact)
+    engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact, destinations)
     app = web.Application(
         middlewares=[guard_middleware, rate_limit_middleware, error_middleware],
         client_max_size=settings.max_body_bytes,
@@ -184,7 +188,8 @@ def create_app(
     app[CPU] = cpu
     app[ENGINES] = engines
     app[STORE] = store
-    app[RATES] = Rates()  # the BTC rate book pegged prices are quoted at (hourly)
+    # The BTC rate book pegged prices are quoted at (hourly), with this app's destinations.
+    app[RATES] = Rates(destinations)
     caps = OutputCaps(output_caps(settings), settings.output_caps_by_service)
     # Outcomes of checks before any invoice (card fits), and the output caps they check.
     app[PRECHECKS] = PrecheckMemo(caps=caps)
@@ -269,7 +274,13 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     esign.attach()
     # Sent faxes followed and settled, inbound numbers and leases (started in _fax_ctx).
     app[FAXES] = fax_desk = FaxDesk(
-        app[ENGINES], store.faxes, app[FILES], settings, store.payments.get, refunds
+        app[ENGINES],
+        store.faxes,
+        app[FILES],
+        settings,
+        store.payments.get,
+        refunds,
+        app[RATES].destinations,
     )
     screener = NodeScreener(
         settings=settings,
@@ -341,7 +352,7 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         rates=app[RATES],
         faxes=fax_desk,
     )
-    resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job)
+    resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job, app[RATES].book)
     if resumed:
         log.info("%d job(s) running on remote platforms were taken up again", resumed)
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)

@@ -152,7 +152,7 @@ async def _announce(settings: Settings, print_only: bool) -> str:
 
     import httpx
 
-    from satsgate.app import node_engines
+    from satsgate.app import node_engines, telephony_destinations
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog
     from satsgate.nostr.config import NostrConfig
@@ -162,9 +162,11 @@ async def _announce(settings: Settings, print_only: bool) -> str:
     from satsgate.services.registry import SERVICES
 
     config = NostrConfig.from_discovery(settings.discovery)
+    destinations = telephony_destinations(settings)
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
-        engines = node_engines(settings, CpuRunner(pool, settings.cpu_job_time_limit_s))
-    rates = Rates()  # the BTC rate book, as a running node takes it at start
+        cpu = CpuRunner(pool, settings.cpu_job_time_limit_s)
+        engines = node_engines(settings, cpu, destinations=destinations)
+    rates = Rates(destinations)  # the BTC rate book, as a running node takes it at start
     async with httpx.AsyncClient() as http:
         await rates.refresh(http, settings)
     book = rates.book

@@ -27,13 +27,16 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from satsgate.callbacks import CallbackSender, callback_body
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.store import Job, JobCallback, JobRepository, JobStatus
+
+if TYPE_CHECKING:
+    from satsgate.services.catalog.rates import RateBook
 
 log = logging.getLogger(__name__)
 
@@ -305,8 +308,7 @@ class JobStateStore:
 
 
 class ResumableSpec(Protocol):
-    @property
-    def params(self) -> type[BaseModel]: ...
+    def parse(self, body: Any, book: RateBook) -> BaseModel: ...
 
 
 # (job, its service, the params rebuilt from the resume state) -> whether it was taken up
@@ -314,17 +316,19 @@ Resume = Callable[[Job, Any, BaseModel], Awaitable[bool]]
 
 
 async def resume_jobs(
-    jobs: JobRepository, specs: Mapping[str, ResumableSpec], resume: Resume
+    jobs: JobRepository, specs: Mapping[str, ResumableSpec], resume: Resume, book: RateBook
 ) -> int:
     """At start-up, before the orphans are failed: take up every IN_PROGRESS job whose
-    resume state names a remote prediction. The rest are left to ``fail_orphans``."""
+    resume state names a remote prediction; its saved params validate against the app's
+    rate ``book`` (its destinations), as when it was paid. The rest are left to
+    ``fail_orphans``."""
     count = 0
     for job, state in await jobs.resumable():
         spec = specs.get(job.service)
         if spec is None or not state.get("prediction_id") or "params" not in state:
             continue
         try:
-            params = spec.params.model_validate(state["params"])
+            params = spec.parse(state["params"], book)
         except ValidationError:
             log.warning("job %s: its saved params no longer validate; not resumed", job.job_id)
             continue

@@ -69,13 +69,12 @@ def freeze_startup_heap() -> None:
     """Move everything alive after start-up out of the garbage collector's sight.
 
     For a process whose main job is serving: the app, its catalog, pydantic's
-    schemas and the imported modules are about 130k tracked objects that live as
-    long as the process, and a full collection walks them all: about 100 ms here,
-    with the event loop standing still. One runs whenever enough objects have
-    outlived the younger generations, which under load the 30 s dedup cache's
-    entries do. Frozen, the start-up objects are never scanned again; what requests
-    allocate is collected as before. (In the bench, the paid no-op call's p99 went
-    from 84 to 28 ms with this and the two-step checkpoint together.)
+    schemas and the imported modules are some hundred thousand tracked objects that
+    live as long as the process, and a full collection walks them all with the event
+    loop standing still. One runs whenever enough objects have outlived the younger
+    generations, which under load the 30 s dedup cache's entries do. Frozen, the
+    start-up objects are never scanned again; what requests allocate is collected as
+    before. (What it did to the paid call's p99: bench/README.md.)
     """
     gc.collect()
     gc.freeze()

@@ -11,7 +11,7 @@ APT_PACKAGES+=(openssl)  # boarding passes: the signed-pass test verifies the PK
 APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apertium-es-pt apertium-fr-es apertium-spa-ita apertium-es-gl apertium-en-gl apertium-es-ro apertium-eu-en apertium-isl-eng apertium-mkd-eng apertium-eo-en apertium-hbs-eng apertium-oc-ca apertium-oc-es apertium-oci-fra apertium-cat-srd apertium-srd-ita apertium-spa-ast)  # translation: Apertium pairs (the last six: into Occitan, Sardinian, Asturian for translate-rare-language)
 APT_PACKAGES+=(espeak-ng ffmpeg)  # speech: text-to-speech, audio decoding, M4B audiobooks
 if [ "${1:-}" = "--test" ]; then
-  APT_PACKAGES+=(chromium)
+  APT_PACKAGES+=(chromium curl)  # curl: tests/test_readme.py runs the README's walk-through
 fi
 
 missing=()

@@ -39,7 +39,7 @@ US, GB, DE, PH = "+14155550123", "+447700900123", "+4915112345678", "+6391712345
 
 async def quote(slug: str, body: Any) -> int:
     spec = BY_SLUG[slug]
-    params = validate_params(spec, body)
+    params = validate_params(spec, body, FALLBACK)
     if spec.prevalidate is not None:
         await spec.prevalidate(params, PrecheckMemo())
     return spec.quote_sats(params, FALLBACK)
@@ -715,8 +715,8 @@ async def test_quote_does_not_decode_twice_and_is_stable() -> None:
     """prevalidate measures once; the quote at execution equals the 402 quote."""
     spec = BY_SLUG["transcribe-audio"]
     body = {"file": WAV61}
-    first = validate_params(spec, body)
+    first = validate_params(spec, body, FALLBACK)
     assert spec.prevalidate is not None
     await spec.prevalidate(first, PrecheckMemo())
-    second = validate_params(spec, body)  # a fresh request, as at execution
+    second = validate_params(spec, body, FALLBACK)  # a fresh request, as at execution
     assert spec.quote_sats(first, FALLBACK) == spec.quote_sats(second, FALLBACK) == 20

@@ -523,14 +523,13 @@ def test_rates_file_replaces_the_table_and_is_checked_at_start(tmp_path: Path) -
         "# our own\n1,US,United States,21,33\n44,GB,United Kingdom,41,42\n"
     )
     settings = load_settings(overrides={"telephony": {"rates_file": str(good)}})
-    try:
-        telephony.use_rates(telephony.load_rates_file(settings.telephony["rates_file"]))
-        assert telephony.destination("+14155550123").sms_sats == 21
-        with pytest.raises(telephony.NoRoute):
-            telephony.destination("+4915112345678")  # Germany is not in this file
-    finally:
-        telephony.use_rates(None)
-    assert telephony.destination("+4915112345678").country == "DE"
+    table = telephony.load_rates_file(settings.telephony["rates_file"])
+    assert table.destination("+14155550123").sms_sats == 21
+    assert table.max_prefix == 2
+    with pytest.raises(telephony.NoRoute):
+        table.destination("+4915112345678")  # Germany is not in this file
+    # The file's table is a value of its own: the built-in one still serves Germany.
+    assert telephony.BUILTIN.destination("+4915112345678").country == "DE"
     for text, fault in (
         ("prefix,country\n1,US\n", "first line"),
         ("prefix,country,name,sms_sats,call_sats_per_minute\n1,US,X,0,30\n", "sms_sats"),

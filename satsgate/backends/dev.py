@@ -143,7 +143,7 @@ class DevBackend:
         key_hex = self._key.secret.hex()
 
         def sign_and_store() -> str:
-            # Signing (~0.1 ms) and the INSERT in one hop to the node thread.
+            # Signing and the INSERT in one hop to the node thread.
             bolt11 = sign_invoice(
                 network=self.network,
                 amount_msat=amount_msat,

@@ -43,7 +43,7 @@ def example_price_msat(spec: AnySpec, book: RateBook) -> int | None:
     """The price of the service's own example request at the rate ``book``, or None when
     it cannot be priced."""
     try:
-        params = spec.params.model_validate(dict(spec.example))
+        params = spec.parse(dict(spec.example), book)
         if isinstance(params, ServiceParams):
             params.checked()  # the file checks the gate runs before pricing
         return spec.price_msat(params, book)

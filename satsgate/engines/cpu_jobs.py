@@ -13,7 +13,7 @@ stays busy until the call ends).
 Two lanes share the pool, so that long work cannot starve short work: a job marked
 ``quick`` (a card, an image conversion: bounded and short) may take any worker, every
 other job may hold at most ``workers - 1`` of them at once. Two long renders therefore
-leave a worker for the 30 ms card that comes next.
+leave a worker for the short card that comes next.
 
 Jobs waiting for a worker are served fairly between payers: the runner hands the pool at
 most one job per worker, and a worker that comes free goes to the waiting payer served

@@ -32,6 +32,7 @@ from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.errors import EngineError
 from satsgate.errors import ErrorCode
 from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
+from satsgate.services.comms.destinations import BUILTIN, Destinations
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ class EngineDeps:
     # The do-not-contact list, for inbound webhooks (a STOP reply):
     # ``await satsgate.outreach.do_not_contact.opt_out(deps.opt_outs, number, source=...)``.
     opt_outs: OptOuts = NO_OPT_OUTS
+    # The node's telephony destinations (the app's table): what country a number is in.
+    # The built-in table only where no app exists (unit tests of an adapter).
+    destinations: Destinations = BUILTIN
 
 
 class Provider(Protocol):

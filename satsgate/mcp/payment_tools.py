@@ -22,7 +22,7 @@ from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
 from satsgate.operations import payments
 from satsgate.payments import rework
-from satsgate.payments.challenger import Challenge, validate_params
+from satsgate.payments.challenger import Challenge
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
 from satsgate.services.catalog.pricing import estimate
 from satsgate.services.catalog.rates import RateBook
@@ -109,7 +109,7 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
     quote = "exact"
     note: dict[str, Any] = {}
     try:
-        params = _validate_with_prompt(spec, candidate, args.prompt)
+        params = _validate_with_prompt(env, spec, candidate, args.prompt)
     except ApiError as invalid:
         quote = "estimate"
         amount_sats, digest = _estimate(spec, candidate, args, invalid, env.rates.book)
@@ -128,9 +128,10 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
 
 
 def _validate_with_prompt(
-    spec: AnySpec, candidate: dict[str, Any], prompt: str | None
+    env: ToolEnv, spec: AnySpec, candidate: dict[str, Any], prompt: str | None
 ) -> BaseModel:
     """The arguments as given; failing that, with ``prompt`` as the tool's text field."""
+    validate_params = env.gate.validate_params
     try:
         return validate_params(spec, candidate)
     except ApiError:
@@ -257,7 +258,7 @@ async def call_paid(
             f"The arguments are {size} bytes; {spec.tool_name} accepts at most "
             f"{spec.max_body_bytes}.",
         )
-    params = validate_params(spec, body)
+    params = env.gate.validate_params(spec, body)
     await env.gate.prevalidate(spec, params)
     if payment_id.startswith(SESSION_PREFIX) and env.gate.sessions is not None:
         return await _call_on_session(env, spec, params, payment_id)

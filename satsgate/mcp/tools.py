@@ -273,7 +273,7 @@ def _price_text(spec: AnySpec, book: RateBook) -> str:
         notes.append(f"{price.sats} sats" if price.sats is not None else price.note)
     if not notes and spec.example:
         try:
-            quoted = spec.quote_sats(validate_params(spec, dict(spec.example)), book)
+            quoted = spec.quote_sats(validate_params(spec, dict(spec.example), book), book)
         except Exception:  # an example that does not price is only a missing hint
             quoted = None
         if quoted is not None:

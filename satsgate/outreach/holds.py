@@ -396,13 +396,13 @@ class HoldDesk:
         if payment is None or spec is None or hold.params is None or self.runner is None:
             # Nothing left to run it with (the service is gone, or the evidence expired).
             return await self._refund_claimed(hold, "the held request can no longer be run", by)
-        try:
-            params = spec.params.model_validate(hold.params)
-        except ValueError:
-            return await self._refund_claimed(hold, "the held request no longer validates", by)
         ctx = self._contexts.for_call(
             payment.payment_id, screener=self._released_screener, service=spec.slug
         )
+        try:  # against the app's rate book (its destinations), as when it was paid
+            params = spec.parse(hold.params, ctx.rate_book)
+        except ValueError:
+            return await self._refund_claimed(hold, "the held request no longer validates", by)
         try:
             result = await self.runner.run_released(payment, spec, params, ctx)
         except ApiError as exc:  # refunded by the spender, like any failure after payment

@@ -758,8 +758,8 @@ class Ecash:
         return await self._repo.figures()
 
 
-# Elliptic-curve work per proof (hash_to_curve ~30 us, blinding ~120 us, unblinding ~210 us
-# on the loaded test machine) runs on a thread when there is more than this much of it:
+# Elliptic-curve work per proof (hash_to_curve, blinding, unblinding) runs on a thread
+# when there is more than this much of it:
 # coincurve's C calls release the GIL, so the event loop keeps serving meanwhile.
 _INLINE_POINTS = 2
 

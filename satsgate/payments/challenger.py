@@ -31,7 +31,7 @@ from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
-from satsgate.services.catalog.rates import Rates
+from satsgate.services.catalog.rates import RateBook, Rates
 from satsgate.store import Payment, PaymentStatus
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,10 @@ class Challenge:
 _CHECKOUT_TOKEN = re.compile(r"^ck_([0-9a-f]{64})([0-9a-f]{32})$")
 
 
-def validate_params(spec: AnySpec, body: Any) -> BaseModel:
-    """Schema check before any invoice: L402_INVALID_PARAMS lists every bad field."""
+def validate_params(spec: AnySpec, body: Any, book: RateBook) -> BaseModel:
+    """Schema check before any invoice against the app's rate ``book`` (its destination
+    table serves or refuses a number: ServiceSpec.parse): L402_INVALID_PARAMS lists every
+    bad field."""
     if not isinstance(body, dict):
         raise ApiError(
             ErrorCode.L402_INVALID_PARAMS,
@@ -112,7 +114,7 @@ def validate_params(spec: AnySpec, body: Any) -> BaseModel:
             example=_example(spec),
         )
     try:
-        params: BaseModel = spec.params.model_validate(body)
+        params: BaseModel = spec.parse(body, book)
     except ValidationError as exc:
         raise invalid_params(exc, example=_example(spec)) from None
     return params
@@ -177,6 +179,10 @@ class Challenger:
         reason = spec.unavailable_reason(self._engines, params)
         if reason is not None:
             raise ApiError(ErrorCode.SERVICE_UNAVAILABLE, f"{reason}; nothing was charged.")
+
+    def validate_params(self, spec: AnySpec, body: Any) -> BaseModel:
+        """:func:`validate_params` against this app's rate book (its destinations)."""
+        return validate_params(spec, body, self._rates.book)
 
     async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None:
         """Checks beyond the schema, before any invoice (e.g. a PDF that must parse),

@@ -12,9 +12,9 @@ Cost, which matters because every paid call passes through here:
   headers) in one dict and its body in another, and no container per entry: the
   garbage collector stops tracking such tuples after its first look, and a body
   that is a flat dict (most services' results) is never tracked. Held as objects
-  (an entry, a ServiceResult, a list), the 10,000 outcomes of a busy second were
-  walked by every full collection: measured, those pauses set the p99 of a paid
-  call at 32 connections (7.4 ms against 3.7 ms) and cost 5% of its throughput.
+  (an entry, a ServiceResult, a list), the outcomes of a busy 30 s would be walked by
+  every full collection, and those pauses set the p99 of a paid call under load
+  (bench/README.md).
   (A tuple that holds a dict is never untracked, so the body has a dict of its own.)
 - finished outcomes queue in a deque in the order they finished (the window runs
   from the first outcome), so eviction looks only at the oldest.

@@ -145,6 +145,7 @@ class Gate:
         self.max_body_bytes = max_body_bytes
         # quote and invoice (the 402)
         self.ensure_available = challenger.ensure_available
+        self.validate_params = challenger.validate_params
         self.prevalidate = challenger.prevalidate
         self.create_payment = challenger.create_payment
         self.challenge_for = challenger.challenge_for

@@ -1,8 +1,8 @@
 """HMAC-SHA256 (RFC 2104) on hashlib, for the gate's hot paths.
 
 Why not ``hmac.digest``: with OpenSSL 3 each call looks the digest up again and
-builds a fresh HMAC context, about 4 µs here against about 1 µs for one SHA-256
-of the same bytes. A paid L402 call runs five HMACs (the derived root key, the
+builds a fresh HMAC context, several times the cost of one SHA-256 of the same
+bytes. A paid L402 call runs five HMACs (the derived root key, the
 key generator, the identifier, two caveats) and every 402 runs them again to
 mint. Here a key's padded inner and outer states are hashed once
 (:class:`HmacKey`, for the long-lived keys) or the pads are built with one

@@ -13,7 +13,7 @@ from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import l402, mpp, problems, rework, streaming
 from satsgate.payments.cashu import CASHU_HEADER
-from satsgate.payments.challenger import Challenge, validate_params
+from satsgate.payments.challenger import Challenge
 from satsgate.payments.gate import Gate
 from satsgate.payments.verifier import Verified
 from satsgate.ratelimit import check_challenge
@@ -187,7 +187,7 @@ async def _paid_call(
     if transform is not None:
         body = transform(body)
     body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
-    params = validate_params(spec, body)
+    params = gate.validate_params(spec, body)
     await gate.prevalidate(spec, params)
     # A streamed answer runs the stream handler under the same spend rule; it is never
     # kept for the dedup window (a stream cannot be sent twice).

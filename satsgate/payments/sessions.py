@@ -579,12 +579,10 @@ class Sessions:
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> BaseModel:
-        from satsgate.payments.challenger import validate_params
-
         body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
         if transform is not None:
             body = transform(body)
-        params = validate_params(spec, body)
+        params: BaseModel = gate.validate_params(spec, body)
         await gate.prevalidate(spec, params)
         return params
 

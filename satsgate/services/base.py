@@ -21,6 +21,7 @@ from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.files import OutputCaps
 from satsgate.services.catalog.rates import FALLBACK, RateBook
+from satsgate.services.comms.destinations import validation_context
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
@@ -466,6 +467,14 @@ class ServiceSpec(Generic[P]):
                 )
             return reason
         return None
+
+    def parse(self, body: Any, book: RateBook) -> P:
+        """``body`` as this service's params (pydantic's ValidationError when it is not),
+        checked against the app's rate ``book``: its destination table reaches the params'
+        validators through the validation context, so a number is served or refused by
+        the app that prices it. Every validation of a service's params goes through here
+        (satsgate.payments.challenger.validate_params for the faces)."""
+        return self.params.model_validate(body, context=validation_context(book.destinations))
 
     def quote_sats(self, params: P, book: RateBook) -> int:
         """The invoice amount of this request at the rate ``book``."""

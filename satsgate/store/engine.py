@@ -155,8 +155,8 @@ class Database:
         """``fn(*args)`` on the store thread. While any such job is queued or running
         the loop's writes commit one by one (see :meth:`_inline_write`): the job may
         be waiting for the write lock, which a group commit holds for the rest of a
-        loop iteration. Measured under saturating paid load, settlements (written
-        here) reached the store within 25-45 ms with this rule, 80-91 ms without."""
+        loop iteration, so a settlement (written here) does not queue behind group
+        commits under saturating paid load (bench/README.md, settlement latency)."""
         loop = asyncio.get_running_loop()
         job = self._executor.submit(fn, *args)
         self._thread_jobs += 1

@@ -20,7 +20,7 @@ from typing import Any
 
 from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
 
-# Enough text to tell languages apart; identification is linear in the sample (~1 ms/10 kB).
+# Enough text to tell languages apart; identification time is linear in the sample.
 SAMPLE_CHARS = 20_000
 
 _lock = threading.Lock()

@@ -91,7 +91,7 @@ from satsgate.engines.providers.upstream import (
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.errors import ErrorCode
-from satsgate.services.comms.destinations import check_e164, destination
+from satsgate.services.comms.destinations import check_e164
 
 log = logging.getLogger(__name__)
 
@@ -478,7 +478,7 @@ class TelnyxProvider:
             countries = set()
             for number in self._inbound:
                 try:
-                    countries.add(destination(number).country)
+                    countries.add(self.deps.destinations.destination(number).country)
                 except ValueError:
                     continue
             if request.country not in countries:

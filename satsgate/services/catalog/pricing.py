@@ -11,14 +11,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.services.base import FlatPrice, ServiceSpec
 from satsgate.services.catalog.models import MODELS_BY_ID
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.catalog.routing import select_model
-from satsgate.services.comms.destinations import DESTINATIONS, Destination, destination
+from satsgate.services.comms.destinations import Destination, served_number, validation_context
 from satsgate.services.inputs.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
@@ -199,13 +199,13 @@ def _voice_bridge_minute_to_msat(book: RateBook, to: Destination) -> int:
 
 
 def _cheapest_msat(book: RateBook, price_to: Callable[[RateBook, Destination], int]) -> int:
-    """The price to the cheapest served destination at these rates."""
-    return min(price_to(book, to) for to in DESTINATIONS.values())
+    """The price to the cheapest destination the book's table serves, at these rates."""
+    return min(price_to(book, to) for to in book.destinations.table.values())
 
 
 def sms_msat(book: RateBook, phone_number: str) -> int:
     """One SMS (at most 120 characters: one segment) at the destination's pegged rate."""
-    return _sms_to_msat(book, destination(phone_number))
+    return _sms_to_msat(book, book.destinations.destination(phone_number))
 
 
 def sms_min_msat(book: RateBook) -> int:
@@ -215,7 +215,7 @@ def sms_min_msat(book: RateBook) -> int:
 
 def call_msat(book: RateBook, phone_number: str, minutes: int) -> int:
     """Automated call: the destination's pegged per-minute rate times the minutes."""
-    return minutes * _call_minute_to_msat(book, destination(phone_number))
+    return minutes * _call_minute_to_msat(book, book.destinations.destination(phone_number))
 
 
 def call_min_msat(book: RateBook) -> int:
@@ -224,7 +224,7 @@ def call_min_msat(book: RateBook) -> int:
 
 
 def ai_call_per_minute_msat(book: RateBook, phone_number: str) -> int:
-    return _ai_call_minute_to_msat(book, destination(phone_number))
+    return _ai_call_minute_to_msat(book, book.destinations.destination(phone_number))
 
 
 def ai_call_msat(book: RateBook, phone_number: str, minutes: int) -> int:
@@ -239,7 +239,7 @@ def ai_call_min_msat(book: RateBook) -> int:
 
 
 def voice_bridge_per_minute_msat(book: RateBook, phone_number: str) -> int:
-    return _voice_bridge_minute_to_msat(book, destination(phone_number))
+    return _voice_bridge_minute_to_msat(book, book.destinations.destination(phone_number))
 
 
 def voice_bridge_min_msat(book: RateBook) -> int:
@@ -336,9 +336,9 @@ class _Destination(_Estimate):
 
     @field_validator("to")
     @classmethod
-    def _routable(cls, value: str) -> str:
-        destination(value.strip())
-        return value.strip()
+    def _routable(cls, value: str, info: ValidationInfo) -> str:
+        """E.164 and served by the context's table (fails closed without one)."""
+        return served_number(value.strip(), info)
 
 
 class _Audiobook(_Estimate):
@@ -440,7 +440,8 @@ def estimate(
     book: RateBook,
 ) -> dict[str, Any]:
     """The estimate body by one of ``estimators`` (registry.ESTIMATORS) at the app's rate
-    ``book``; raises ApiError L402_INVALID_PARAMS for unknown ids or bad params."""
+    ``book`` (its destination table checks a number); raises ApiError
+    L402_INVALID_PARAMS for unknown ids or bad params."""
     if not service:
         raise ApiError(
             ErrorCode.L402_INVALID_PARAMS,
@@ -455,7 +456,9 @@ def estimate(
             extra={"services": sorted(estimators)},
         )
     try:
-        params = estimator.params.model_validate(dict(query))
+        params = estimator.params.model_validate(
+            dict(query), context=validation_context(book.destinations)
+        )
     except ValidationError as exc:
         raise invalid_params(exc, "estimate parameters") from None
     amount_msat = estimator.price_msat(params, book)

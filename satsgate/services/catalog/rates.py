@@ -20,6 +20,11 @@ The rate book is app-scoped: :class:`Rates` (created by ``create_app``, under
 take next to the request's params (``ServiceSpec.price_msat(params, book)``). A
 book only ever holds validated numbers and is replaced, never mutated in place,
 so a quote priced with one book stays consistent while a refresh installs the next.
+The book also carries the app's telephony destination table
+(:class:`~satsgate.services.comms.destinations.Destinations`: the built-in table or
+``[telephony] rates_file``), fixed for the app's life: every book a :class:`Rates`
+installs keeps it, so whatever prices by destination with a book prices by the app's
+table.
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import httpx
 
 from satsgate.config import Settings
+from satsgate.services.comms.destinations import BUILTIN, Destinations
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,8 @@ class Snapshot:
 @dataclass(frozen=True)
 class RateBook:
     snapshots: tuple[Snapshot, ...] = ()
+    # The destinations SMS, calls, fax and the voice bridge are served to and priced by.
+    destinations: Destinations = BUILTIN
 
     @property
     def factor(self) -> float:
@@ -76,7 +84,7 @@ class RateBook:
         return fallback_chars_per_sat / self.factor
 
     def with_snapshot(self, snapshot: Snapshot) -> RateBook:
-        return RateBook((*self.snapshots, snapshot)[-KEPT_SNAPSHOTS:])
+        return replace(self, snapshots=(*self.snapshots, snapshot)[-KEPT_SNAPSHOTS:])
 
     def describe(self) -> dict[str, Any]:
         latest = self.snapshots[-1] if self.snapshots else None
@@ -89,24 +97,31 @@ class RateBook:
         }
 
 
-# The spec's fixed fallback rates: no BTC price snapshot yet (or no price source).
+# The spec's fixed fallback rates: no BTC price snapshot yet (or no price source), and
+# the built-in destination table. What prices where no app exists (tests, tools).
 FALLBACK: Final = RateBook()
 
 
 class Rates:
     """One app's BTC rate book: ``book`` is the one in force; ``refresh`` (hourly) installs
-    the next. Owned by the app (``app[RATES]``); never shared through module state."""
+    the next. Owned by the app (``app[RATES]``); never shared through module state.
+    ``destinations``: the app's telephony table, kept by every book installed."""
 
-    def __init__(self, book: RateBook = FALLBACK) -> None:
-        self._book = book
+    def __init__(self, destinations: Destinations = BUILTIN) -> None:
+        self._book = replace(FALLBACK, destinations=destinations)
 
     @property
     def book(self) -> RateBook:
         return self._book
 
+    @property
+    def destinations(self) -> Destinations:
+        return self._book.destinations
+
     def install(self, book: RateBook) -> None:
-        """Install a rate book (a refresh, or a test's known price)."""
-        self._book = book
+        """Install a rate book's BTC snapshots (a refresh, or a test's known price); the
+        destination table stays the app's."""
+        self._book = replace(book, destinations=self._book.destinations)
 
     async def refresh(self, http: httpx.AsyncClient, settings: Settings) -> bool:
         """Fetch the BTC price and record a snapshot. Never raises; True if rates were

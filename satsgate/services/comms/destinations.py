@@ -6,14 +6,18 @@ has no route and is refused before payment. The longest matching prefix wins,
 so NANP islands (``1876`` Jamaica) price apart from ``1`` (US and Canada).
 
 The operator may replace the built-in table with a CSV file (``[telephony] rates_file``,
-read and checked at start-up: :func:`load_rates_file`, :func:`use_rates`)::
+read and checked at start-up: :func:`load_rates_file`)::
 
     prefix,country,name,sms_sats,call_sats_per_minute
     1,US,United States,15,30
     44,GB,United Kingdom,40,40
 
-The table is process-wide (the params' validators price a number without an app at
-hand): a node applies its file once, before it serves.
+The table is app-scoped and immutable: ``create_app`` builds one :class:`Destinations`
+(the built-in :data:`BUILTIN` or the operator's file) and keeps it on the app's rate book
+(``RateBook.destinations``), so every price function that takes the book prices by it.
+Params validators reach it through pydantic's validation context
+(:func:`validation_context`, filled by ``ServiceSpec.parse``); a validator given no table
+refuses the number (:func:`from_context`), it never guesses one.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import csv
 import io
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
+
+from pydantic import ValidationInfo
 
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 
@@ -77,12 +83,6 @@ def _parse() -> dict[str, Destination]:
     return out
 
 
-BUILTIN_DESTINATIONS: Final[Mapping[str, Destination]] = MappingProxyType(_parse())
-# The table in use: the built-in one, or the operator's file (use_rates). Mutated in
-# place, so every module that imported it sees the replacement.
-DESTINATIONS: Final[dict[str, Destination]] = dict(BUILTIN_DESTINATIONS)
-_max_prefix = max(len(p) for p in DESTINATIONS)
-
 RATES_HEADER: Final = ("prefix", "country", "name", "sms_sats", "call_sats_per_minute")
 MAX_RATE_SATS: Final = 1_000_000
 _PREFIX = re.compile(r"^[1-9][0-9]{0,5}$")
@@ -129,28 +129,17 @@ def parse_rates_csv(text: str, where: str = "rates file") -> dict[str, Destinati
     return table
 
 
-def load_rates_file(path: str | Path) -> dict[str, Destination]:
+def load_rates_file(path: str | Path) -> Destinations:
     """Read and check the operator's rates file; RatesFileError when it is unusable."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise RatesFileError(f"rates file {path}: cannot read it ({exc})") from None
-    return parse_rates_csv(text, f"rates file {path}")
-
-
-def use_rates(table: Mapping[str, Destination] | None) -> None:
-    """Serve ``table`` from now on (None: the built-in table)."""
-    global _max_prefix
-    chosen = BUILTIN_DESTINATIONS if table is None else table
-    if not chosen:
-        raise RatesFileError("an empty rates table")
-    DESTINATIONS.clear()
-    DESTINATIONS.update(chosen)
-    _max_prefix = max(len(p) for p in DESTINATIONS)
+    return Destinations(parse_rates_csv(text, f"rates file {path}"))
 
 
 class NoRoute(ValueError):
-    pass
+    """The number's prefix is in no row of the table: the country is not served."""
 
 
 def check_e164(value: str) -> str:
@@ -162,11 +151,67 @@ def check_e164(value: str) -> str:
     return value
 
 
-def destination(number: str) -> Destination:
-    """The destination of an E.164 number (longest prefix), or NoRoute."""
-    digits = check_e164(number)[1:]
-    for length in range(min(_max_prefix, len(digits)), 0, -1):
-        found = DESTINATIONS.get(digits[:length])
-        if found is not None:
-            return found
-    raise NoRoute(f"no route to {number}: destination country not served")
+@dataclass(frozen=True, eq=False)
+class Destinations:
+    """One app's destination table, never changed once built: prefix -> its
+    :class:`Destination` (a read-only copy, non-empty, each row under its own prefix),
+    the longest prefix, and the longest-prefix lookup."""
+
+    table: Mapping[str, Destination]
+    max_prefix: int = field(init=False)  # the longest prefix, in digits
+    countries: frozenset[str] = field(init=False)  # the ISO codes of the rows
+
+    def __post_init__(self) -> None:
+        rows = dict(self.table)
+        if not rows:
+            raise RatesFileError("an empty rates table")
+        for prefix, row in rows.items():
+            if row.prefix != prefix:
+                raise ValueError(f"prefix {prefix} holds the row of {row.prefix}")
+        object.__setattr__(self, "table", MappingProxyType(rows))
+        object.__setattr__(self, "max_prefix", max(len(p) for p in rows))
+        object.__setattr__(self, "countries", frozenset(r.country for r in rows.values()))
+
+    def destination(self, number: str) -> Destination:
+        """The destination of an E.164 number (longest prefix): ValueError when it is not
+        E.164, NoRoute when its country is not served."""
+        digits = check_e164(number)[1:]
+        for length in range(min(self.max_prefix, len(digits)), 0, -1):
+            found = self.table.get(digits[:length])
+            if found is not None:
+                return found
+        raise NoRoute(f"no route to {number}: destination country not served")
+
+    def __repr__(self) -> str:
+        return f"Destinations({len(self.table)} prefixes)"
+
+
+# The built-in table: what an app serves without [telephony] rates_file, and what
+# pricing uses where no app exists (the FALLBACK rate book of tests and tools).
+BUILTIN: Final = Destinations(_parse())
+
+_CONTEXT_KEY: Final = "satsgate.destinations"
+
+
+def validation_context(destinations: Destinations) -> dict[str, Any]:
+    """The pydantic validation context that gives params validators this table
+    (``Model.model_validate(body, context=validation_context(table))``)."""
+    return {_CONTEXT_KEY: destinations}
+
+
+def from_context(info: ValidationInfo) -> Destinations:
+    """The table a validator checks numbers against: the one in pydantic's validation
+    context. Fails closed: without one (a bare ``model_validate``) the number is refused
+    (ValueError), never checked against some other table."""
+    context = info.context
+    found = context.get(_CONTEXT_KEY) if isinstance(context, Mapping) else None
+    if not isinstance(found, Destinations):
+        raise ValueError("no destination table to check the number against (nothing served)")
+    return found
+
+
+def served_number(value: str, info: ValidationInfo) -> str:
+    """A params validator: ``value`` is E.164 and in a country the context's table
+    serves, else ValueError (fails closed without a table: :func:`from_context`)."""
+    from_context(info).destination(value)
+    return value

@@ -46,7 +46,7 @@ from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening
-from satsgate.services.comms.destinations import destination
+from satsgate.services.comms.destinations import Destinations
 from satsgate.services.inputs.params import decode_file
 from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
 from satsgate.store.models import Payment
@@ -167,8 +167,10 @@ class FaxDesk:
         settings: Settings,
         payments: Callable[[str], Awaitable[Payment | None]],
         refunds: RefundService,
+        destinations: Destinations,
     ) -> None:
         self._engines = engines
+        self._destinations = destinations  # the app's table: the country of a number
         self._repo = repo
         self._files = files
         self._settings = settings
@@ -324,7 +326,7 @@ class FaxDesk:
         found = set()
         for number in self._numbers:
             with contextlib.suppress(ValueError):
-                found.add(destination(number).country)
+                found.add(self._destinations.destination(number).country)
         return found
 
     async def lease(
@@ -333,7 +335,7 @@ class FaxDesk:
         candidates = []
         for number in self._numbers:
             with contextlib.suppress(ValueError):
-                if destination(number).country == country:
+                if self._destinations.destination(number).country == country:
                     candidates.append(number)
         return await self._repo.lease(
             inbox_id=secrets.token_urlsafe(18),

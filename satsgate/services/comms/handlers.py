@@ -14,7 +14,7 @@ import logging
 from dataclasses import replace
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.engines.fax import InboundRequest
@@ -48,7 +48,7 @@ from satsgate.services.catalog.pricing import (
 )
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.comms import deliveries, faxes
-from satsgate.services.comms.destinations import DESTINATIONS, check_e164, destination
+from satsgate.services.comms.destinations import check_e164, from_context, served_number
 from satsgate.services.comms.screening import Outreach, html_text, screen
 from satsgate.services.inputs.media import MediaError, pdf_pages
 from satsgate.services.inputs.params import (
@@ -69,11 +69,6 @@ log = logging.getLogger(__name__)
 MAX_EMAIL_RECIPIENTS = 10
 # The text-to-speech tier a call speaks with when its provider plays the node's audio.
 GLOBAL_TTS_MODEL = 43
-
-
-def _routable(value: str) -> str:
-    destination(value)  # E.164 and a served country, or ValueError
-    return value
 
 
 def _single_line(value: str | None) -> str | None:
@@ -331,7 +326,7 @@ class SendSmsParams(ServiceParams):
     )
     message: str = Field(min_length=1, max_length=120, description="At most 120 characters.")
 
-    _route = field_validator("phone_number")(_routable)
+    _route = field_validator("phone_number")(served_number)
 
 
 async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
@@ -340,7 +335,7 @@ async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
     await screen(ctx, Outreach("sms", (params.phone_number,), params.message))
     records = _records(ctx)
     delivery_id = new_delivery_id("sms")
-    country = destination(params.phone_number).country
+    country = ctx.rate_book.destinations.destination(params.phone_number).country
     created: list[str] = []
 
     async def attempt(engine: SmsEngine, _model: str | None) -> tuple[str, SmsSent]:
@@ -425,7 +420,7 @@ class CallParams(ServiceParams):
         description="Longest call time paid for, 1 to 10 minutes.",
     )
 
-    _route = field_validator("phone_number")(_routable)
+    _route = field_validator("phone_number")(served_number)
     _locale = field_validator("language")(check_ai_call_locale)
 
 
@@ -461,7 +456,7 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     await screen(ctx, Outreach("call", (params.phone_number,), params.message))
     records = _records(ctx)
     delivery_id = new_delivery_id("call")
-    country = destination(params.phone_number).country
+    country = ctx.rate_book.destinations.destination(params.phone_number).country
     rate = call_msat(ctx.rate_book, params.phone_number, 1)
     created: list[str] = []
 
@@ -602,7 +597,7 @@ class AiCallParams(ServiceParams):
         description="Lightning address for the automatic refund of unused time.",
     )
 
-    _route = field_validator("phone_number")(_routable)
+    _route = field_validator("phone_number")(served_number)
     _locale = field_validator("language")(check_ai_call_locale)
     _refund = field_validator("refund_address")(_lightning_address)
 
@@ -732,7 +727,7 @@ class SendFaxParams(ServiceParams):
         None, min_length=1, max_length=2000, validation_alias=alias("coverText", "cover_text")
     )
 
-    _route = field_validator("faxNumber")(_routable)
+    _route = field_validator("faxNumber")(served_number)
 
     def check(self) -> int:
         data = decode_file(self.documentBase64, "documentBase64", FAX_MAX_BYTES)
@@ -785,9 +780,10 @@ class ReceiveFaxParams(ServiceParams):
 
     @field_validator("country")
     @classmethod
-    def _served(cls, value: str) -> str:
+    def _served(cls, value: str, info: ValidationInfo) -> str:
+        """A country the context's table serves (fails closed without one)."""
         code = value.upper()
-        if not any(d.country == code for d in DESTINATIONS.values()):
+        if code not in from_context(info).countries:
             raise ValueError(f"no inbound fax numbers in {value!r}")
         return code
 
@@ -846,7 +842,7 @@ class VoiceBridgeOpenParams(ServiceParams):
         None, max_length=254, validation_alias=alias("refundAddress", "refund_address")
     )
 
-    _route = field_validator("phoneNumber")(_routable)
+    _route = field_validator("phoneNumber")(served_number)
     _locale = field_validator("language")(check_ai_call_locale)
     _refund = field_validator("refundAddress")(_lightning_address)
 

@@ -190,14 +190,16 @@ def create_app(
     app[STORE] = store
     # The BTC rate book pegged prices are quoted at (hourly), with this app's destinations.
     app[RATES] = Rates(destinations)
-    app[PRECHECKS] = PrecheckMemo()  # outcomes of checks before any invoice (card fits)
+    caps = OutputCaps(output_caps(settings), settings.output_caps_by_service)
+    # Outcomes of checks before any invoice (card fits), and the output caps they check.
+    app[PRECHECKS] = PrecheckMemo(caps=caps)
     app[OUTBOUND] = outbound
     app[FILES] = FileStore(
         settings.files_dir,
         settings.public_base_url,
         settings.server_secret,
         settings.file_url_ttl_s,
-        OutputCaps(output_caps(settings), settings.output_caps_by_service),
+        caps,
     )
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     _add_routes(app, settings, backend)
@@ -443,7 +445,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     # Held communications: refunded once unresolved for 24 hours.
     every(600, app[HOLDS].expire, id="holds-expire")
-    # Appeals paid after their hold was decided: their 1 sat refunded (LNURL-withdraw).
+    # Appeal payments not applied yet (the payer never reopened the page): one asks for its
+    # held request's review; one that can buy nothing is refunded once (LNURL-withdraw).
     every(60, app[HOLDS].refund_late_appeals, id="holds-late-appeals")
     # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).
     if gate.spender.rework is not None:

@@ -115,9 +115,10 @@ class Settings:
     refund_rate_per_min: int = 30
     # Price estimates (GET /api/estimate-cost).
     estimate_rate_per_min: int = 300
-    # Unpaid, unexpired challenges outstanding on the whole node, from any address; past
-    # it a new one gets 429 RATE_LIMITED with Retry-After before any invoice. Bounds the
-    # payments table and the node's invoices under a flood from many addresses. 0: off.
+    # Unpaid, unexpired invoices outstanding on the whole node, from any address (calls'
+    # challenges and the session deposits offered with them); past it a new challenge
+    # gets 429 RATE_LIMITED with Retry-After before any invoice. Bounds the payments
+    # table and the node's invoices under a flood from many addresses. 0: off.
     max_unpaid_challenges: int = 10_000
     # An unpaid payment is deleted this long after its invoice expired (it can no longer
     # be paid; the margin lets a settlement learned late, after downtime, find its row).

@@ -27,11 +27,12 @@ come, and at most ``MAX_BUCKETS`` are kept (the least recently used go first).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -154,11 +155,14 @@ def rate_limited(rule: str, wait_s: float) -> ApiError:
 
 
 class ChallengeBudget:
-    """At most ``cap`` challenges unpaid and unexpired at once on this node, whatever
-    the addresses they come from (0: no cap). Past it, a new challenge is refused with
-    RATE_LIMITED and Retry-After before any invoice is made, so a flood from many
-    addresses cannot grow the payments table or the node's invoices beyond ``cap`` per
-    invoice lifetime.
+    """At most ``cap`` invoices unpaid and unexpired at once on this node, whatever
+    the addresses they come from (0: no cap). Every invoice satsgate makes for a request
+    not paid yet takes a slot (:meth:`issuing`): a call's challenge (HTTP 402, MCP
+    ``create_payment``, an appeal's 1 sat) and a session deposit or top-up offered with
+    it. Past the cap, a new challenge is refused with RATE_LIMITED and Retry-After before
+    any invoice is made (a session deposit is left out of its 402 instead), so a flood
+    from many addresses cannot grow the payments table or the node's invoices beyond
+    ``cap`` per invoice lifetime.
 
     Counted in memory: the store is asked once at first, then every challenge issued is
     counted as outstanding until the count reaches the cap; only then is the store asked
@@ -184,6 +188,18 @@ class ChallengeBudget:
         self._stored = 0  # stored, in all
         self._counted_at = -math.inf
         self._first_expiry: int | None = None
+
+    @contextlib.asynccontextmanager
+    async def issuing(self) -> AsyncIterator[None]:
+        """One slot for the invoice made (and its row stored) inside the block: RATE_LIMITED
+        before the block when none is left; given back if the block fails."""
+        await self.take()
+        try:
+            yield
+        except BaseException:
+            self.give_back()
+            raise
+        self.stored()
 
     async def take(self) -> None:
         """Count one new challenge, or raise RATE_LIMITED (nothing counted). Then

@@ -17,12 +17,18 @@ job, and answers ``CONTENT_POLICY_HELD`` with ``appeal_url``, ``held``, ``appeal
   answer, on the appeal page and on ``/recover``.
 - 24 hours after the hold, an unresolved one is refund-eligible and the scheduler
   refunds it (:meth:`expire`).
-- An appeal invoice paid after the hold was decided (released, refunded, expired) buys
-  nothing: its 1 sat is refunded in full as an LNURL-withdraw (paid -> refunded, the
-  same conditional move as any unused payment's refund), shown on the appeal page and
-  on ``/recover`` (:meth:`refresh_appeal` on the page, :meth:`refund_late_appeals` on
-  the scheduler). Appeal invoices are ordinary invoices on every backend (the node's
-  hold invoices serve MCP payments only), so there is no invoice to cancel instead.
+- The page shows one appeal invoice at a time and replaces it with a new one in its last
+  minute; the one replaced can still be paid, and it is still the hold's (an appeal
+  payment's request digest is its hold id). Any appeal invoice of the hold that is paid
+  counts: the first moves a held request to review.
+- An appeal invoice paid when it can buy nothing (the hold was decided: released,
+  refunded, expired, or is being decided; or another appeal invoice of it already
+  counted) is refunded in full as an LNURL-withdraw, once (paid -> refunded, the same
+  conditional move as any unused payment's refund, against the paid -> spent of the
+  review), shown on the appeal page and on ``/recover`` (:meth:`refresh_appeal` on the
+  page, :meth:`refund_late_appeals` on the scheduler). Appeal invoices are ordinary
+  invoices on every backend (the node's hold invoices serve MCP payments only), so there
+  is no invoice to cancel instead.
 
 A release, a refund and the expiry each claim the hold with one conditional UPDATE from
 its open states: exactly one of them acts.
@@ -284,55 +290,78 @@ class HoldDesk:
         return payment
 
     async def refresh_appeal(self, hold: HeldRequest) -> HeldRequest:
-        """held -> review_requested once its appeal invoice is paid (asks the node). An
-        appeal paid once the hold is no longer held (decided, or being decided without
-        it) is refunded: only a held request can move to review, so its sat buys
-        nothing."""
-        if hold.appeal_payment_id is None or hold.status == "review_requested":
+        """Apply every appeal invoice of the hold that is paid (the node is asked about
+        the ones still open): the first moves a held request to review_requested; any
+        other (paid once the hold was decided or being decided, or a second invoice paid
+        after one already counted, e.g. one the page replaced in its last minute) is
+        refunded in full, once."""
+        if hold.appeal_payment_id is None:
             return hold
-        payment = await self._store.payments.get(hold.appeal_payment_id)
-        if payment is None:
-            return hold
-        payment = await self._invoices.refresh_paid(payment)
-        if payment.status is not PaymentStatus.PAID:
-            return hold
-        if hold.status == "held":
-            if await self._repo.review_requested(
-                hold.hold_id, payment.payment_id, int(time.time())
-            ):
-                log.info("review requested for %s", hold.hold_id)
-            hold = await self._repo.get(hold.hold_id) or hold
-        if hold.status not in ("held", "review_requested"):
-            # Decided (or claimed by the operator) before the appeal was paid. The refund
-            # moves paid -> refunded under the same condition review_requested spends it.
-            await self._refund_late_appeal(hold, payment)
+        now = time.time()
+        for payment in await self.appeal_payments(hold):
+            if payment.status is PaymentStatus.UNPAID and payment.expires_at > now:
+                payment = await self._invoices.refresh_paid(payment)
+            if payment.status is PaymentStatus.PAID:
+                hold, _ = await self._apply_appeal(hold, payment)
         return hold
 
     async def refund_late_appeals(self) -> int:
-        """The scheduler: refund every appeal paid after its hold was decided (the page
-        does it as soon as the payer looks; this catches the payer who does not)."""
+        """The scheduler: apply every appeal payment paid and not yet applied, as
+        :meth:`refresh_appeal` does (the page does it as soon as the payer looks; this
+        catches the payer who does not). How many were refunded."""
         count = 0
-        for hold in await self._repo.late_appeals():
-            payment = await self._store.payments.get(str(hold.appeal_payment_id))
-            if payment is not None and await self._refund_late_appeal(hold, payment):
-                count += 1
+        for hold, payment_id in await self._repo.paid_appeals():
+            payment = await self._store.payments.get(payment_id)
+            if payment is not None and payment.status is PaymentStatus.PAID:
+                _, refunded = await self._apply_appeal(hold, payment)
+                count += refunded
         return count
 
-    async def _refund_late_appeal(self, hold: HeldRequest, payment: Payment) -> bool:
+    async def _apply_appeal(self, hold: HeldRequest, payment: Payment) -> tuple[HeldRequest, bool]:
+        """A paid appeal payment of ``hold``: it moves a held request to review (both in
+        one transaction), else it bought nothing and is refunded. Each move is conditional
+        on the payment being paid (paid -> spent, paid -> refunded), so of the two, and of
+        concurrent callers, exactly one acts once. The hold as it is now, and whether
+        this call refunded."""
+        if hold.status == "held" and await self._repo.review_requested(
+            hold.hold_id, payment.payment_id, int(time.time())
+        ):
+            log.info("review requested for %s", hold.hold_id)
+            return await self._repo.get(hold.hold_id) or hold, False
+        hold = await self._repo.get(hold.hold_id) or hold
+        if hold.status == "held":
+            # Not taken although held: the payment was spent or refunded meanwhile.
+            return hold, False
+        # Decided (or claimed by the operator) before this appeal was paid, or already
+        # under review with another appeal payment.
         refund = await self._refunds.refund_unspent(
-            payment, "appeal paid after the held request was decided"
+            payment, "appeal paid after the held request no longer needed it"
         )
         if refund is not None:
-            log.info("refunded the late appeal of %s (%s)", hold.hold_id, hold.status)
-        return refund is not None
+            log.info("refunded an unused appeal of %s (%s)", hold.hold_id, hold.status)
+        return hold, refund is not None
 
-    async def appeal_refund(self, hold: HeldRequest) -> dict[str, Any] | None:
-        """The refund of an appeal paid too late, if there is one."""
-        if hold.appeal_payment_id is None:
-            return None
-        return await self._refunds.latest_refund(hold.appeal_payment_id)
+    async def appeal_refunds(self, hold: HeldRequest) -> list[tuple[str, dict[str, Any]]]:
+        """The refunds of the hold's appeal payments that bought nothing: (payment id,
+        refund), oldest invoice first."""
+        out = []
+        for payment_id in await self._repo.appeal_payment_ids(hold.hold_id):
+            refund = await self._refunds.latest_refund(payment_id)
+            if refund is not None:
+                out.append((payment_id, refund))
+        return out
+
+    async def appeal_payments(self, hold: HeldRequest) -> list[Payment]:
+        """Every appeal invoice made for the hold (the current one last)."""
+        out = []
+        for payment_id in await self._repo.appeal_payment_ids(hold.hold_id):
+            payment = await self._store.payments.get(payment_id)
+            if payment is not None:
+                out.append(payment)
+        return out
 
     async def appeal_payment(self, hold: HeldRequest) -> Payment | None:
+        """The appeal invoice the hold names: the current one, or the one that counted."""
         if hold.appeal_payment_id is None:
             return None
         return await self._store.payments.get(hold.appeal_payment_id)

@@ -221,18 +221,12 @@ class Challenger:
         via: str,
     ) -> Challenge:
         """Create the invoice and store the payment as unpaid; nothing else is charged.
-        RATE_LIMITED, before any invoice, when the node's unpaid challenges are at their
+        RATE_LIMITED, before any invoice, when the node's unpaid invoices are at their
         cap (``max_unpaid_challenges``)."""
         if self._budget is None:
             return await self._create_payment(spec, amount_sats, digest, via)
-        await self._budget.take()
-        try:
-            challenge = await self._create_payment(spec, amount_sats, digest, via)
-        except BaseException:
-            self._budget.give_back()
-            raise
-        self._budget.stored()
-        return challenge
+        async with self._budget.issuing():
+            return await self._create_payment(spec, amount_sats, digest, via)
 
     async def _create_payment(
         self, spec: AnySpec, amount_sats: int, digest: str, via: str

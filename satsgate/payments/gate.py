@@ -206,6 +206,9 @@ def build_gate(
     if cashu_config is not None:
         check_installed()
         cashu = Ecash(cashu_config, store.ecash, backend)
+    # The node's bound on unpaid invoices: the calls' challenges and the session
+    # deposits offered with them draw on the one budget.
+    budget = ChallengeBudget(settings.max_unpaid_challenges, store.payments.outstanding_unpaid)
     sessions = Sessions(
         config=SessionConfig(
             secret=settings.server_secret,
@@ -223,6 +226,7 @@ def build_gate(
         sessions=store.sessions,
         settlements=settlements,
         contexts=handlers,
+        budget=budget,
     )
     return Gate(
         sessions=sessions,
@@ -240,9 +244,7 @@ def build_gate(
             credential_ttl_s=settings.credential_ttl_s,
             holds=holds if settings.hold_invoices else None,
             opt_outs=opt_outs,
-            budget=ChallengeBudget(
-                settings.max_unpaid_challenges, store.payments.outstanding_unpaid
-            ),
+            budget=budget,
         ),
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

@@ -57,6 +57,7 @@ from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, Paym
 from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
+from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
@@ -376,8 +377,12 @@ class Sessions:
         sessions: SessionRepository,
         settlements: PaidRefresher,
         contexts: Contexts,
+        budget: ChallengeBudget | None = None,
     ) -> None:
         self._config = config
+        # The node's bound on unpaid invoices, shared with the challenger: a deposit
+        # invoice takes a slot like the call's challenge it is offered with.
+        self._budget = budget
         self._key = HmacKey(config.secret.encode())
         self._node = node
         self._payments = payments
@@ -400,8 +405,26 @@ class Sessions:
         c = self._config
         return max(price_sats, min(price_sats * c.deposit_multiplier, c.max_deposit_sat))
 
-    async def challenge(self, price_sats: int, description: str) -> SessionChallenge:
-        """A fresh deposit invoice and its session challenge (priced at one call)."""
+    async def offered(self, price_sats: int, description: str) -> SessionChallenge | None:
+        """A fresh deposit invoice and its session challenge (priced at one call), as a
+        402 offers it beside the call's own challenge; None when none can be made: the
+        node failed to make the invoice, or the node's unpaid invoices are at their cap
+        (``max_unpaid_challenges``: the deposit takes a slot like the call's challenge;
+        with none left it is not made, and the call's challenge stands)."""
+        try:
+            if self._budget is None:
+                return await self._challenge(price_sats, description)
+            async with self._budget.issuing():
+                return await self._challenge(price_sats, description)
+        except (BackendError, OSError) as exc:
+            log.warning("no session challenge: the deposit invoice failed: %s", exc)
+        except ApiError as exc:
+            if exc.code != ErrorCode.RATE_LIMITED:
+                raise
+            log.info("no session challenge: the node's unpaid invoices are at their cap")
+        return None
+
+    async def _challenge(self, price_sats: int, description: str) -> SessionChallenge:
         c = self._config
         deposit = self.deposit_sats(max(1, price_sats))
         text = f"satsgate session deposit ({deposit} sat)"
@@ -450,20 +473,16 @@ class Sessions:
     ) -> list[str]:
         """The session challenge for a 402 that offers this call, as WWW-Authenticate
         lines: none when ``Accept-Payment`` leaves the session intent out (then no
-        deposit invoice is made), or when the node cannot make one (the other
+        deposit invoice is made), or when none can be made (:meth:`offered`; the other
         challenges stand)."""
         if accept_payment and _SESSION_PROBE not in problems.select_challenges(
             (_CHARGE_PROBE, _SESSION_PROBE), accept_payment
         ):
             return []
-        try:
-            challenge = await self.challenge(
-                spec.quote_sats(params, self._contexts.rates.book), spec.title
-            )
-        except (BackendError, OSError) as exc:
-            log.warning("no session challenge: the deposit invoice failed: %s", exc)
-            return []
-        return [challenge.header()]
+        challenge = await self.offered(
+            spec.quote_sats(params, self._contexts.rates.book), spec.title
+        )
+        return [] if challenge is None else [challenge.header()]
 
     # -- HTTP -----------------------------------------------------------------------------
 
@@ -621,13 +640,10 @@ class Sessions:
                 charge = await gate.challenge_for(spec, params, via="http")
                 body |= charge.body_fields(gate.public_base_url)
                 headers += charge.www_authenticate()
-            try:
-                session = await self.challenge(
-                    spec.quote_sats(params, self._contexts.rates.book), spec.title
-                )
-            except (BackendError, OSError) as exc:
-                log.warning("no session challenge: the deposit invoice failed: %s", exc)
-            else:
+            session = await self.offered(
+                spec.quote_sats(params, self._contexts.rates.book), spec.title
+            )
+            if session is not None:
                 headers.append(session.header())
                 body["session"] = session.fields
         resp = web.json_response(body, status=402, dumps=dumps)

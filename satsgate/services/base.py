@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.config import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.files import OutputCaps
 from satsgate.services.catalog.rates import FALLBACK, RateBook
 from satsgate.services.comms.destinations import validation_context
 from satsgate.store.deliveries import DeliveryRepository
@@ -190,10 +191,14 @@ class PrecheckMemo:
     error message, or None when it fits), kept for the ``size`` most recent requests, so
     the 402 and the paid repeat of one request (and its retries) share one run. One per
     app (``appkeys.PRECHECKS``), handed to every ``ServiceSpec.prevalidate``; bounded:
-    the least recently used outcome goes first."""
+    the least recently used outcome goes first. ``caps`` are the app's output caps
+    (``FileStore.caps``), for a check that knows an output's size from the input (an
+    image converted to an uncompressed format): refused before the invoice at the cap
+    the paid call would be held to."""
 
-    def __init__(self, size: int = 2048) -> None:
+    def __init__(self, size: int = 2048, *, caps: OutputCaps | None = None) -> None:
         self._size = size
+        self.caps = caps if caps is not None else OutputCaps()
         self._outcomes: OrderedDict[str, str | None] = OrderedDict()
 
     def __len__(self) -> int:

@@ -24,6 +24,12 @@ from satsgate.store.jobs import insert_job
 from satsgate.store.models import Job
 
 OPEN_STATES = ("held", "review_requested")
+
+
+class _NotTaken(Exception):
+    """Inside a transaction: a conditional move found nothing to move (rolled back)."""
+
+
 _COLUMNS = (
     "hold_id, payment_id, job_id, service, channel, reasons, amount_msat, status,"
     " params_json, outreach_text, appeal_note, appeal_payment_id, appeal_paid_at,"
@@ -150,7 +156,8 @@ class HeldRequestRepository:
         return await self._db.run_sync(go)
 
     async def set_appeal(self, hold_id: str, payment_id: str, note: str | None, now: int) -> bool:
-        """Attach the appeal's invoice (payment) to a held request that has none paid."""
+        """Attach the appeal's current invoice (payment) to a held request still held. An
+        invoice it replaces stays the hold's too (:meth:`appeal_payment_ids`)."""
         cur = await self._db.run_sync(
             lambda conn: conn.execute(
                 "UPDATE held_requests SET appeal_payment_id = ?, appeal_note = ?, updated_at = ?"
@@ -161,25 +168,45 @@ class HeldRequestRepository:
         return cur.rowcount == 1
 
     async def review_requested(self, hold_id: str, appeal_payment_id: str, now: int) -> bool:
-        """held -> review_requested once its appeal invoice is paid; the appeal's payment
-        moves paid -> spent (the 1 sat is earned) in the same transaction."""
+        """held -> review_requested with one of its appeal invoices that is paid (the
+        current one, or one it replaced), which becomes the hold's appeal and moves
+        paid -> spent (the 1 sat is earned), in one transaction: both moves or neither.
+        False when the hold is no longer held or the payment is not a paid appeal of it
+        (spent or refunded meanwhile): of a review and a refund of one appeal payment,
+        and of two paid appeals of one hold, exactly one is taken."""
 
         def go(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                "UPDATE held_requests SET status = 'review_requested', appeal_paid_at = ?,"
-                " updated_at = ? WHERE hold_id = ? AND status = 'held' AND appeal_payment_id = ?",
-                (now, now, hold_id, appeal_payment_id),
+                "UPDATE held_requests SET status = 'review_requested', appeal_payment_id = ?,"
+                " appeal_paid_at = ?, updated_at = ? WHERE hold_id = ? AND status = 'held'",
+                (appeal_payment_id, now, now, hold_id),
             )
             if cur.rowcount != 1:
                 return False
-            conn.execute(
-                "UPDATE payments SET status = 'spent', spent_at = ?"
-                " WHERE payment_id = ? AND status = 'paid'",
-                (now, appeal_payment_id),
+            cur = conn.execute(
+                "UPDATE payments SET status = 'spent', spent_at = ? WHERE payment_id = ?"
+                " AND status = 'paid' AND service = 'appeal' AND request_digest = ?",
+                (now, appeal_payment_id, hold_id),
             )
+            if cur.rowcount != 1:
+                raise _NotTaken  # rolls the hold's move back
             return True
 
-        return await self._db.run_in_transaction(go)
+        try:
+            return await self._db.run_in_transaction(go)
+        except _NotTaken:
+            return False
+
+    async def appeal_payment_ids(self, hold_id: str) -> list[str]:
+        """Every appeal invoice made for this hold (its payments' ids), oldest first."""
+        rows = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT payment_id FROM payments WHERE service = 'appeal'"
+                " AND request_digest = ? ORDER BY created_at, rowid",
+                (hold_id,),
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
 
     async def claim(
         self, hold_id: str, to: str, now: int, *, due_before: int | None = None
@@ -222,19 +249,19 @@ class HeldRequestRepository:
 
         return await self._db.run_sync(go)
 
-    async def late_appeals(self) -> list[HeldRequest]:
-        """Holds no longer held nor under review whose appeal invoice was paid and never
-        used (paid after the hold was decided): their appeals are to be refunded."""
+    async def paid_appeals(self) -> list[tuple[HeldRequest, str]]:
+        """Appeal payments paid and neither counted nor refunded yet, with their holds:
+        each is to count for its hold (still held) or be refunded (the hold was decided,
+        or took another appeal). Through the partial index of appeal payments."""
 
-        def go(conn: sqlite3.Connection) -> list[HeldRequest]:
-            # Holds are few; each appeal payment is read by its key.
+        def go(conn: sqlite3.Connection) -> list[tuple[HeldRequest, str]]:
             columns = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
             rows = conn.execute(
-                f"SELECT {columns} FROM held_requests h JOIN payments p"
-                " ON p.payment_id = h.appeal_payment_id WHERE h.status NOT IN"
-                " ('held', 'review_requested') AND p.status = 'paid'"
+                f"SELECT {columns}, p.payment_id FROM payments p JOIN held_requests h"
+                " ON h.hold_id = p.request_digest WHERE p.service = 'appeal'"
+                " AND p.status = 'paid'"
             ).fetchall()
-            return [_hold_of(r) for r in rows]
+            return [(_hold_of(r[:-1]), str(r[-1])) for r in rows]
 
         return await self._db.run_sync(go)
 

@@ -57,10 +57,9 @@ _PRUNE_UNPAID = (
     " WHERE status = 'unpaid' AND expires_at < ? LIMIT ?)"
 )
 
-# Challenges still payable (a session's deposit invoice rides with its call's challenge).
+# Invoices still payable, of every kind (a call's, a session deposit's, an appeal's).
 _OUTSTANDING_UNPAID = (
-    "SELECT COUNT(*), MIN(expires_at) FROM payments"
-    " WHERE status = 'unpaid' AND expires_at > ? AND mode != 'deposit'"
+    "SELECT COUNT(*), MIN(expires_at) FROM payments WHERE status = 'unpaid' AND expires_at > ?"
 )
 
 _PAYMENT_STATUSES = {str(status): status for status in PaymentStatus}
@@ -178,7 +177,7 @@ class PaymentRepository:
         return await self._db.write(run)
 
     async def outstanding_unpaid(self, now: int) -> tuple[int, int | None]:
-        """How many challenges are unpaid and still payable at ``now``, and when the
+        """How many invoices are unpaid and still payable at ``now``, and when the
         first of them expires (None: none). On the store thread, through the partial
         index of unpaid rows by expiry."""
 

@@ -6,9 +6,10 @@ and the page shows nothing without it. On the page the payer can add a note and 
 1 sat (an invoice through the node, shown as a QR code and text); once it is paid the
 request is ``review requested`` and listed first to the operator. The page then shows
 the outcome: the result of a released request, or the refund of a refunded one (the
-same refund /recover claims). An appeal invoice paid after the request was decided is
-refunded, and the page shows that refund (or, while the invoice is still open, that it
-is no longer needed).
+same refund /recover claims). An appeal invoice replaced in its last minute still counts
+if it is paid first; an appeal invoice paid after the request was decided, or after
+another one already asked for the review, is refunded, and the page shows that refund
+(or, while such an invoice is still open, that it is no longer needed).
 
 Server-rendered like /recover (satsgate.web.pages): no script, CSS under a nonce, every
 value escaped; a "Check payment" button reloads the state.
@@ -22,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.holds import APPEAL_SATS, HoldDesk, HoldError
 from satsgate.store import JobStatus, Payment, PaymentStatus
 from satsgate.store.held_requests import HeldRequest
@@ -71,6 +73,15 @@ def install(app: web.Application, holds_key: web.AppKey[HoldDesk]) -> None:
             return page(
                 "Appeal a held request", await _body(desk, hold, token, str(exc)), status=409
             )
+        except ApiError as exc:
+            # The node's bound on unpaid invoices (max_unpaid_challenges): no new invoice
+            # now; the page says when to retry (an open invoice it showed stays payable).
+            if exc.code != ErrorCode.RATE_LIMITED:
+                raise
+            body = await _body(desk, hold, token, exc.message)
+            resp = page("Appeal a held request", body, status=429)
+            resp.headers.update(exc.headers)
+            return resp
         raise web.HTTPSeeOther(f"/appeal?t={token}")
 
     app.router.add_get("/appeal", show)
@@ -126,7 +137,10 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
             '<p class="ok" id="review-requested">Your 1-sat appeal is paid: a person will '
             "review the request. Reload this page for the outcome; the result also appears "
             f'at the poll_url of the held answer (job <span class="mono">{esc(hold.job_id)}'
-            "</span>).</p>" + _check_button(token) + "</section>"
+            "</span>).</p>"
+            + await _late_appeal_part(desk, hold)
+            + _check_button(token)
+            + "</section>"
         )
     head += await _late_appeal_part(desk, hold)
     job = await desk.job(hold)
@@ -145,42 +159,60 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
 
 
 async def _late_appeal_part(desk: HoldDesk, hold: HeldRequest) -> str:
-    """A decided hold: its appeal invoice buys nothing any more. Paid anyway, its sat was
-    refunded (the page's refresh_appeal did it): the link; still open: do not pay it."""
-    refund = await desk.appeal_refund(hold)
-    if refund is not None:
-        secret = str(refund.get("refund_secret", ""))
-        lnurl = str(refund.get("lnurl_withdraw", ""))
-        state = await desk.refund_state(secret)
-        recover = f"/recover?payment_id={hold.appeal_payment_id}&refund_secret={secret}"
-        if state in ("paid", "claiming"):
-            done = "paid out to your wallet" if state == "paid" else "being paid out"
-            return (
-                '<p class="notice" id="appeal-refund">Your appeal payment arrived after the '
-                f"request was decided, so it was refunded: {esc(done)}.</p>"
+    """Appeal invoices that can buy nothing more (the request was decided, or another
+    appeal of it was paid): those paid anyway were refunded (the page's refresh_appeal
+    did it), each shown with its link; one still open: do not pay it."""
+    parts = []
+    for n, (payment_id, refund) in enumerate(await desk.appeal_refunds(hold)):
+        parts.append(await _appeal_refund_part(desk, hold, payment_id, refund, n))
+    if parts:
+        return "".join(parts)
+    now = time.time()
+    for payment in await desk.appeal_payments(hold):
+        if payment.status is PaymentStatus.UNPAID and payment.expires_at > now:
+            what = (
+                "Your appeal is already paid: another appeal invoice"
+                if hold.status == "review_requested"
+                else "The request was decided before the appeal invoice was paid: it"
             )
-        return (
-            '<p class="notice" id="appeal-refund">Your appeal payment arrived after the '
-            f"request was decided, so it bought nothing and is refunded: "
-            f'<strong id="appeal-refund-sats">{esc(refund.get("amount_sats", APPEAL_SATS))}'
-            "</strong> sat. Scan it with your wallet, or claim it on the recovery page.</p>"
-            f'<p class="mono" id="appeal-refund-lnurl">{esc(lnurl)}</p>'
-            f'<p><a href="{esc(recover)}" id="appeal-recover-link">Claim on /recover</a> · '
-            f'refund secret <span class="mono" id="appeal-refund-secret">{esc(secret)}'
-            "</span></p>"
-        )
-    payment = await desk.appeal_payment(hold)
-    if (
-        payment is not None
-        and payment.status is PaymentStatus.UNPAID
-        and payment.expires_at > time.time()
-    ):
-        return (
-            '<p class="notice" id="appeal-void">The request was decided before the appeal '
-            "invoice was paid: it is no longer needed, do not pay it. A payment that "
-            "arrives anyway is refunded in full here.</p>"
-        )
+            return (
+                f'<p class="notice" id="appeal-void">{what} is no longer needed, do not pay '
+                "it. A payment that arrives anyway is refunded in full here.</p>"
+            )
     return ""
+
+
+async def _appeal_refund_part(
+    desk: HoldDesk, hold: HeldRequest, payment_id: str, refund: dict[str, Any], n: int
+) -> str:
+    suffix = f"-{n + 1}" if n else ""  # the first keeps the plain ids
+    secret = str(refund.get("refund_secret", ""))
+    lnurl = str(refund.get("lnurl_withdraw", ""))
+    state = await desk.refund_state(secret)
+    counted = hold.appeal_paid_at is not None and hold.appeal_payment_id != payment_id
+    why = (
+        "after another appeal payment had already asked for the review"
+        if counted
+        else "after the request was decided"
+    )
+    recover = f"/recover?payment_id={payment_id}&refund_secret={secret}"
+    if state in ("paid", "claiming"):
+        done = "paid out to your wallet" if state == "paid" else "being paid out"
+        return (
+            f'<p class="notice" id="appeal-refund{suffix}">An appeal payment arrived {why}, '
+            f"so it was refunded: {esc(done)}.</p>"
+        )
+    return (
+        f'<p class="notice" id="appeal-refund{suffix}">An appeal payment arrived {why}, '
+        "so it bought nothing and is refunded: "
+        f'<strong id="appeal-refund-sats{suffix}">'
+        f"{esc(refund.get('amount_sats', APPEAL_SATS))}</strong> sat. Scan it with your "
+        "wallet, or claim it on the recovery page.</p>"
+        f'<p class="mono" id="appeal-refund-lnurl{suffix}">{esc(lnurl)}</p>'
+        f'<p><a href="{esc(recover)}" id="appeal-recover-link{suffix}">Claim on /recover</a>'
+        f' · refund secret <span class="mono" id="appeal-refund-secret{suffix}">{esc(secret)}'
+        "</span></p>"
+    )
 
 
 async def _appeal_part(desk: HoldDesk, hold: HeldRequest, token: str) -> str:

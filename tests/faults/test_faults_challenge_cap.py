@@ -1,7 +1,8 @@
 """A flood of unpaid challenges from many addresses cannot grow the database without
-bound: the node keeps at most ``max_unpaid_challenges`` unpaid and unexpired, refuses
+bound: the node keeps at most ``max_unpaid_challenges`` invoices unpaid and unexpired
+(the calls' challenges and the session deposits and top-ups offered with them), refuses
 the rest with RATE_LIMITED and Retry-After before any invoice, and gives slots back as
-challenges are paid or expire. Unpaid rows are pruned within the hour."""
+invoices are paid or expire. Unpaid rows, deposits too, are pruned within the hour."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from satsgate.ratelimit import ChallengeBudget
 from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.test_gateway import CARD, assert_envelope, payment_count
+from tests.test_sessions import Client as SessionClient
 
 CAP = 10
 
@@ -39,6 +41,23 @@ def capped(tmp_path: Path) -> Iterator[ThreadedServer]:
     )
     yield srv
     srv.stop()
+
+
+def unpaid_rows(server: ThreadedServer) -> int:
+    """Every unpaid payment row, of every mode (calls' challenges and session deposits)."""
+    return int(
+        server.call(
+            lambda: server.store.db.run_sync(
+                lambda c: c.execute(
+                    "SELECT COUNT(*) FROM payments WHERE status = 'unpaid'"
+                ).fetchone()[0]
+            )
+        )
+    )
+
+
+def offers_session(resp: httpx.Response) -> bool:
+    return any('intent="session"' in v for v in resp.headers.get_list("www-authenticate"))
 
 
 def invoices(server: ThreadedServer) -> int:
@@ -58,16 +77,23 @@ async def test_a_flood_from_many_addresses_cannot_pass_the_nodes_cap(
     async for client in http_client(capped):
         addresses = [f"198.51.{i // 250}.{i % 250 + 1}" for i in range(60)]
         answers = await asyncio.gather(*(_post(client, xff) for xff in addresses))
-        assert sorted(r.status_code for r in answers) == [402] * CAP + [429] * (60 - CAP)
+        challenged = [r for r in answers if r.status_code == 402]
+        # Each 402 takes a slot for its call's invoice and one for the session deposit it
+        # offers; a 402 that got the last slot offers no session (its challenge stands).
+        with_session = sum(offers_session(r) for r in challenged)
+        assert len(challenged) + with_session == CAP
+        assert CAP // 2 <= len(challenged) <= CAP
         for resp in answers:
             if resp.status_code == 429:
                 body = assert_envelope(resp, "RATE_LIMITED", 429)
                 assert 1 <= int(resp.headers["Retry-After"]) <= 60
                 assert body["retry_after_seconds"] == int(resp.headers["Retry-After"])
                 assert "too many unpaid payment requests" in body["error"]
-        assert payment_count(capped) == CAP  # no row, and no invoice, past the cap
+        assert payment_count(capped) == len(challenged)
+        # No row, and no invoice, past the cap: deposits count like challenges.
+        assert unpaid_rows(capped) == CAP
         made = invoices(capped)
-        assert made <= 2 * CAP  # each 402: the call's invoice and a session deposit's
+        assert made == CAP
 
         # MCP create_payment draws on the same bound.
         tool = await client.post(
@@ -81,10 +107,10 @@ async def test_a_flood_from_many_addresses_cannot_pass_the_nodes_cap(
             headers={"Accept": "application/json, text/event-stream"},
         )
         assert tool.json()["result"]["structuredContent"]["error_code"] == "RATE_LIMITED"
-        assert payment_count(capped) == CAP and invoices(capped) == made
+        assert unpaid_rows(capped) == CAP and invoices(capped) == made
 
         # A challenge paid gives its slot back (seen at the next recount, within a second).
-        first = next(r for r in answers if r.status_code == 402).json()
+        first = challenged[0].json()
         preimage = await dev_pay(client, first["invoice"])
         paid = await client.post(
             "/api/l402/render-card",
@@ -93,9 +119,38 @@ async def test_a_flood_from_many_addresses_cannot_pass_the_nodes_cap(
         )
         assert paid.status_code == 200, paid.text  # a credential is never refused by the cap
         await asyncio.sleep(1.1)
-        assert (await _post(client, "203.0.113.200")).status_code == 402
+        one_slot = await _post(client, "203.0.113.200")
+        assert one_slot.status_code == 402 and not offers_session(one_slot)
         assert (await _post(client, "203.0.113.201")).status_code == 429
-        assert payment_count(capped) == CAP + 1
+        assert unpaid_rows(capped) == CAP and invoices(capped) == CAP + 1
+
+
+async def test_session_top_ups_draw_on_the_same_bound(tmp_path: Path) -> None:
+    """A session whose balance runs out is answered 402 with a fresh charge challenge and a
+    top-up deposit: both are invoices for a request not paid yet, and both take a slot."""
+    cap = 4
+    srv = ThreadedServer(
+        make_settings(tmp_path / "data", max_unpaid_challenges=cap, session_deposit_multiplier=1)
+    )
+    try:
+        async for http in http_client(srv):
+            session = SessionClient(http)
+            opened = await session.open("render-card", CARD)  # slots: call 1, deposit (paid)
+            assert opened.status_code == 200, opened.text
+            empty = await session.bearer("render-card", CARD)  # the balance was one call
+            assert empty.status_code == 402
+            assert offers_session(empty) and unpaid_rows(srv) == 3  # call 1, charge, top-up
+            await asyncio.sleep(1.1)  # the paid deposit's slot is seen free at a recount
+            last = await session.bearer("render-card", CARD)
+            assert last.status_code == 402 and "invoice" in last.json()
+            assert not offers_session(last)  # the charge took the last slot; no top-up
+            assert unpaid_rows(srv) == cap
+            full = await session.bearer("render-card", CARD)
+            assert full.status_code == 402 and "invoice" not in full.json()
+            assert not offers_session(full)
+            assert unpaid_rows(srv) == cap and invoices(srv) == cap + 1  # + the paid deposit
+    finally:
+        srv.stop()
 
 
 async def test_rotating_addresses_inside_one_ipv6_64_share_one_limit(
@@ -140,18 +195,17 @@ async def test_the_budget_counts_what_the_store_holds_and_gives_back_expired_slo
             _unpaid(now + 600),
             _unpaid(now + 2),  # expires first
             _unpaid(now - 5),  # expired: not outstanding
-            _unpaid(now + 600, mode="deposit"),  # rides with its call's challenge
+            _unpaid(now + 600, mode="deposit"),  # a session deposit: an invoice too
         ):
             await store.payments.insert(payment)
-        assert await store.payments.outstanding_unpaid(now) == (3, now + 2)
+        assert await store.payments.outstanding_unpaid(now) == (4, now + 2)
 
-        async def issue() -> None:  # as the challenger does: take, store the row, stored
-            await budget.take()
-            await store.payments.insert(_unpaid(int(time.time()) + 600))
-            budget.stored()
+        async def issue() -> None:  # as the challenger does: the invoice's row in a slot
+            async with budget.issuing():
+                await store.payments.insert(_unpaid(int(time.time()) + 600))
 
-        # After a restart the store still holds three of the cap of four: one more fits.
-        budget = ChallengeBudget(4, store.payments.outstanding_unpaid, recount_s=0)
+        # After a restart the store still holds four of the cap of five: one more fits.
+        budget = ChallengeBudget(5, store.payments.outstanding_unpaid, recount_s=0)
         await issue()
         with pytest.raises(ApiError) as refused:
             await issue()
@@ -162,9 +216,10 @@ async def test_the_budget_counts_what_the_store_holds_and_gives_back_expired_slo
         with pytest.raises(ApiError):
             await issue()
         # One taken and given back (its invoice failed) leaves no trace.
-        budget = ChallengeBudget(5, store.payments.outstanding_unpaid, recount_s=0)
-        await budget.take()
-        budget.give_back()
+        budget = ChallengeBudget(6, store.payments.outstanding_unpaid, recount_s=0)
+        with pytest.raises(RuntimeError):
+            async with budget.issuing():
+                raise RuntimeError("the invoice failed")
         await issue()
         with pytest.raises(ApiError):
             await issue()
@@ -191,11 +246,15 @@ async def test_expired_unpaid_rows_are_pruned_within_the_hour(tmp_path: Path) ->
     try:
         now = int(time.time())
         old, recent = _unpaid(now - 7200), _unpaid(now - 600)
-        for payment in (old, recent):
+        old_deposit = _unpaid(now - 7200, mode="deposit")
+        recent_deposit = _unpaid(now - 600, mode="deposit")
+        for payment in (old, recent, old_deposit, recent_deposit):
             await store.payments.insert(payment)
         await _prune_unpaid(store, load_settings(environ={}).unpaid_retention_s)
         assert await store.payments.get(old.payment_id) is None
+        assert await store.payments.get(old_deposit.payment_id) is None
         assert await store.payments.get(recent.payment_id) == recent
+        assert await store.payments.get(recent_deposit.payment_id) == recent_deposit
         assert UNPAID_PRUNE_EVERY_S <= 600
     finally:
         await store.close()

@@ -87,6 +87,49 @@ async def test_an_image_to_an_uncompressed_format_is_refused_by_its_size_before_
     assert small.status_code == 402, small.text
 
 
+async def test_the_refusal_before_the_invoice_uses_the_configured_image_cap(
+    capped: ThreadedServer,
+) -> None:
+    """An operator who lowers ``max_output_image_bytes`` gets the refusal before the
+    invoice at that cap, not a refund after payment at the default one."""
+    image = _flat_png(400, 300)  # as a BMP 360,000 bytes: under the default, over 2,000
+    before = payment_count(capped)
+    async for client in http_client(capped):
+        for target in ("bmp", "tiff"):
+            resp = await client.post(
+                "/api/l402/convert-file", json={"file": image, "targetFormat": target}
+            )
+            body = assert_envelope(resp, "L402_INVALID_PARAMS", 400)
+            assert "more than the 2,000 bytes" in body["error"]
+            assert body["max_output_bytes"] == 2000 and body["output_bytes"] > 2000
+            assert body["fields"][0]["field"] == "targetFormat"
+        assert payment_count(capped) == before  # no invoice, no row
+        mcp = await client.post(
+            "/api/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "create_payment",
+                    "arguments": {
+                        "toolName": "convert_file",
+                        "file": image,
+                        "targetFormat": "bmp",
+                    },
+                },
+            },
+            headers={"Accept": "application/json, text/event-stream"},
+        )
+        assert mcp.json()["error"]["data"]["error_code"] == "L402_INVALID_PARAMS", mcp.text
+        assert payment_count(capped) == before
+        # A compressed target is quoted: its size is known only after the work.
+        ok = await client.post(
+            "/api/l402/convert-file", json={"file": image, "targetFormat": "png"}
+        )
+        assert ok.status_code == 402, ok.text
+
+
 def test_caps_per_kind_and_per_service() -> None:
     caps = OutputCaps({**DEFAULT_OUTPUT_CAPS, "audio": 10}, {"convert-file": 5})
     assert caps.cap_for("render-card", "png") == DEFAULT_OUTPUT_CAPS["image"]

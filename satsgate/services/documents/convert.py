@@ -16,9 +16,9 @@ from pydantic import Field
 from satsgate.engines import EngineError
 from satsgate.engines.local import convert as conv
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.files import DEFAULT_OUTPUT_CAPS
 from satsgate.services.base import (
     FlatPrice,
+    PrecheckMemo,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
@@ -36,6 +36,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
+    invalid_field,
     prevalidate,
 )
 
@@ -54,6 +55,9 @@ class _Conversion:
     data: bytes
     source: conv.Source
     tool: str  # "" (satsgate's own), pandoc, libreoffice or ffmpeg
+    # An image to an uncompressed target: its size in bytes (known before converting).
+    raw_bytes: int | None = None
+    size: str = ""  # the image's width x height, for the refusal
 
 
 class ConvertFileParams(ServiceParams, ModelChoice):
@@ -112,16 +116,11 @@ class ConvertFileParams(ServiceParams, ModelChoice):
             and (self.targetFormat in conv.AUDIO_TARGETS)
         ):
             raise InvalidField("targetFormat", "the video has no sound to convert")
+        raw, size = None, ""
         if source.kind == "image":
             info = image_info(data)
             raw = conv.raw_image_bytes(info.width, info.height, self.targetFormat)
-            if raw is not None and raw > DEFAULT_OUTPUT_CAPS["image"]:
-                raise InvalidField(
-                    "targetFormat",
-                    f"{info.width}x{info.height} as {self.targetFormat} would be {raw:,} bytes: "
-                    f"more than {DEFAULT_OUTPUT_CAPS['image']:,}; send a smaller image or "
-                    "convert to png, jpeg or webp",
-                )
+            size = f"{info.width}x{info.height}"
         if self.targetFormat == "png" and (source.pages or 0) > conv.MAX_PNG_PAGES:
             raise InvalidField(
                 "file", f"{source.pages} pages; at most {conv.MAX_PNG_PAGES} as PNG pages"
@@ -131,7 +130,26 @@ class ConvertFileParams(ServiceParams, ModelChoice):
             raise _unavailable(f"{source.kind} to {self.targetFormat}", missing)
         if tool == "libreoffice" and (why := conv.external_reference(data, source.kind)):
             raise InvalidField("file", why)
-        return _Conversion(data, source, tool)
+        return _Conversion(data, source, tool, raw, size)
+
+
+async def _prevalidate_convert(params: ConvertFileParams, memo: PrecheckMemo) -> None:
+    """The file's checks, then an image converted to BMP or TIFF against the output cap
+    this node holds the paid call to (``memo.caps``: the configured one), so a conversion
+    that would be refused after payment is refused before the invoice instead."""
+    await prevalidate(params)
+    job: _Conversion = params.checked()
+    target = params.targetFormat
+    cap = memo.caps.cap_for(CONVERT_SLUG, target)
+    if job.raw_bytes is not None and job.raw_bytes > cap:
+        raise invalid_field(
+            "targetFormat",
+            f"{job.size} as {target} would be {job.raw_bytes:,} bytes: more than the "
+            f"{cap:,} bytes this node stores for one call; send a smaller image or convert "
+            "to png, jpeg or webp",
+            output_bytes=job.raw_bytes,
+            max_output_bytes=cap,
+        )
 
 
 def _unavailable(what: str, missing: str) -> ApiError:
@@ -191,8 +209,9 @@ async def convert_file(ctx: ServiceContext, params: ConvertFileParams) -> Servic
     return ServiceResult(body)
 
 
+CONVERT_SLUG = "convert-file"
 CONVERT_FILE = ServiceSpec(
-    slug="convert-file",
+    slug=CONVERT_SLUG,
     tool_name="convert_file",
     category="utility",
     title="Convert file",
@@ -211,7 +230,7 @@ CONVERT_FILE = ServiceSpec(
         ErrorCode.TIMEOUT,
     ),
     max_body_bytes=body_limit(CONVERT_MAX_BYTES),
-    prevalidate=prevalidate,
+    prevalidate=_prevalidate_convert,
     example={"file": "<base64 PNG>", "targetFormat": "jpeg"},
 )
 

@@ -79,17 +79,18 @@ class ServiceParams(Params):
             try:
                 self._checked = self.check()
             except InvalidField as exc:
-                raise _invalid(exc.field, exc.message) from None
+                raise invalid_field(exc.field, exc.message) from None
             except ValueError as exc:
-                raise _invalid("(body)", str(exc)) from None
+                raise invalid_field("(body)", str(exc)) from None
         return self._checked
 
 
-def _invalid(field: str, message: str) -> ApiError:
+def invalid_field(field: str, message: str, **extra: Any) -> ApiError:
+    """L402_INVALID_PARAMS naming one field (and ``extra`` members), before any invoice."""
     return ApiError(
         ErrorCode.L402_INVALID_PARAMS,
         f"Invalid parameters: {field}: {message}",
-        extra={"fields": [{"field": field, "message": message}]},
+        extra={"fields": [{"field": field, "message": message}], **extra},
     )
 
 

@@ -27,6 +27,7 @@ come, and at most ``MAX_BUCKETS`` are kept (the least recently used go first).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import time
@@ -245,6 +246,12 @@ def parse_networks(items: Iterable[str]) -> tuple[IpNetwork, ...]:
     return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in items)
 
 
+# Addresses parsed and keys made, by their text: the same few peers send every request.
+# Bounded (a forwarded hop is text a client wrote); the values are immutable.
+_PARSED_ADDRESSES = 4096
+
+
+@functools.lru_cache(maxsize=_PARSED_ADDRESSES)
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     text = text.strip()
     if text.startswith("[") and "]" in text:  # [v6]:port
@@ -285,6 +292,7 @@ def client_key(peer: str | None, forwarded_for: list[str], proxies: tuple[IpNetw
     return address_key(address)
 
 
+@functools.lru_cache(maxsize=_PARSED_ADDRESSES)
 def address_key(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     if isinstance(address, ipaddress.IPv6Address):
         return str(ipaddress.IPv6Network((address, 64), strict=False))

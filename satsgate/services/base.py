@@ -7,7 +7,6 @@ context, and returns a result or raises :class:`satsgate.errors.ApiError` /
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -61,13 +60,19 @@ class FitsModel(Protocol):
     def fit_model(self, served: Callable[[int], bool]) -> None: ...
 
 
-@functools.cache
+# (class, member) -> whether the class has it; bounded by the params classes, a fixed set.
+_CLASS_HAS: dict[tuple[type, str], bool] = {}
+
+
 def _class_has(cls: type, name: str) -> bool:
     """Whether instances of ``cls`` have ``name`` from their class (a method or a
-    property). Decided once per class: the params classes are a fixed set, and a runtime
-    protocol check would read every member of the instance on each call, a property's
-    value among them."""
-    return hasattr(cls, name)
+    property). Decided once per class: a runtime protocol check would read every member
+    of the instance on each call, a property's value among them."""
+    key = (cls, name)
+    has = _CLASS_HAS.get(key)
+    if has is None:
+        has = _CLASS_HAS[key] = hasattr(cls, name)
+    return has
 
 
 def _chosen_model_of(params: object) -> ChosenModel | None:

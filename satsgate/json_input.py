@@ -29,9 +29,17 @@ def loads(raw: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonInputError(str(exc)) from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise JsonInputError(str(exc).split(";")[0]) from None
-    if depth_exceeds(value, max_depth):
+    if _openings(raw) > max_depth and depth_exceeds(value, max_depth):
         raise JsonInputError(f"it is nested more than {max_depth} levels deep")
     return value
+
+
+def _openings(raw: str | bytes) -> int:
+    """How many ``{`` and ``[`` the text holds: no value nests deeper than that (those in
+    strings only add to it), so a text with at most ``max_depth`` of them is not walked."""
+    if isinstance(raw, str):
+        return raw.count("{") + raw.count("[")
+    return raw.count(b"{") + raw.count(b"[")
 
 
 def depth_exceeds(value: Any, max_depth: int) -> bool:

@@ -5,20 +5,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from satsgate.errors import ApiError
+from satsgate.engines import Engines
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.lightning import InvoiceState, InvoiceStatus, Settlement
+from satsgate.payments import challenger
+from satsgate.payments.challenger import Challenger
+from satsgate.payments.l402 import RootKeys
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.services.base import (
     FlatPrice,
     JobState,
     Params,
+    PrecheckMemo,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
@@ -315,3 +321,53 @@ async def test_a_settlement_wakes_its_waiter() -> None:
     with pytest.raises(asyncio.CancelledError):
         await watch
     assert paid.status is PaymentStatus.PAID
+
+
+class NoInvoices:
+    """A node and a payment store the checks before payment never reach."""
+
+    async def create_invoice(self, amount_msat: int, description: str, expiry_s: int) -> Any:
+        raise AssertionError
+
+    async def insert(self, payment: Payment) -> None:
+        raise AssertionError
+
+
+def _challenger() -> Challenger:
+    return Challenger(
+        node=NoInvoices(),
+        payments=NoInvoices(),
+        engines=Engines({}, {}),
+        root_keys=RootKeys("secret"),
+        server_secret="secret",
+        network="regtest",
+        public_base_url="http://127.0.0.1:1",
+        invoice_expiry_s=600,
+        credential_ttl_s=600,
+    )
+
+
+async def test_a_check_before_payment_past_its_budget_is_refused_before_any_invoice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(challenger, "PREVALIDATE_BUDGET_S", 0.2)
+    seen: list[str] = []
+
+    async def slow(params: BaseModel, memo: PrecheckMemo) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    async def quick(params: BaseModel, memo: PrecheckMemo) -> None:
+        seen.append("checked")
+
+    gate = _challenger()
+    with pytest.raises(ApiError) as refused:
+        await gate.prevalidate(replace(_spec(_ok), prevalidate=slow), NoParams())
+    assert refused.value.code == ErrorCode.L402_INVALID_PARAMS
+    assert "took longer than 0.2 s to check" in refused.value.message
+    assert seen == ["cancelled"]  # the check was stopped, not left running
+    await gate.prevalidate(replace(_spec(_ok), prevalidate=quick), NoParams())
+    assert seen == ["cancelled", "checked"]

@@ -1,8 +1,9 @@
-"""generate-text streamed for a call paid one by one (L402, the Payment scheme's charge):
-a real satsgate server on loopback whose text engine is a fake OpenAI-compatible API
-(model 31) and a fake Anthropic Messages API (model 1), both speaking their own SSE wire
-(tests/fake_ai_upstream.py), read by a real HTTP client as the events arrive. The
-payment's row and refunds are read back from the store, and the ledger checked."""
+"""generate-text streamed for a call paid one by one (L402, the Payment scheme's charge,
+Cashu ecash): a real satsgate server on loopback whose text engine is a fake
+OpenAI-compatible API (model 31) and a fake Anthropic Messages API (model 1), both speaking
+their own SSE wire (tests/fake_ai_upstream.py), read by a real HTTP client as the events
+arrive; the ecash is a real Nutshell mint's (tests/cashu_mint.py). The payment's row and
+refunds are read back from the store, and the ledger checked."""
 
 from __future__ import annotations
 
@@ -16,8 +17,17 @@ import httpx
 import pytest
 
 from satsgate.payments import streaming
+from satsgate.payments.cashu_wire import decode_token, y_of
 from satsgate.services.registry import BY_SLUG
-from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
+from tests.cashu_mint import NutshellMint, PayerWallet, mint_venv
+from tests.conftest import (
+    ThreadedServer,
+    challenge,
+    dev_pay,
+    free_port,
+    http_client,
+    make_settings,
+)
 from tests.fake_ai_upstream import ANTHROPIC_KEY, HUGE_CHUNKS, OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import assert_envelope, mpp_credential
@@ -52,11 +62,11 @@ def fake() -> Iterator[FakeAIUpstream]:
     upstream.stop()
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream) -> Iterator[ThreadedServer]:
-    settings = make_settings(
-        tmp_path_factory.mktemp("text-streaming"),
-        providers={
+def text_engines(fake: FakeAIUpstream) -> dict[str, Any]:
+    """The settings that route generate-text to the fake: model 1 to its Anthropic API,
+    model 31 to its OpenAI-compatible one."""
+    return {
+        "providers": {
             "claude": {
                 "kind": "anthropic",
                 "base_url": f"{fake.url}/anthropic/v1",
@@ -73,9 +83,15 @@ def srv(tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream) -> Itera
                 "models": {"31": "fake-mini"},
             },
         },
-        engines={"text": ["claude", "cloud"]},
+        "engines": {"text": ["claude", "cloud"]},
+    }
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream) -> Iterator[ThreadedServer]:
+    server = ThreadedServer(
+        make_settings(tmp_path_factory.mktemp("text-streaming"), **text_engines(fake))
     )
-    server = ThreadedServer(settings)
     yield server
     server.stop()
 
@@ -169,6 +185,106 @@ async def test_the_charge_intent_streams_with_a_receipt_header(
     assert "".join(texts_of(events)) == "You said: Stream for the charge"
     receipt = json.loads(events[-2][1])
     assert receipt["reference"] == hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+
+
+# -- paid in ecash (NUT-24) ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NutshellMint]:
+    """A real Nutshell mint (its FakeWallet mints at once); only the ecash tests start it."""
+    started = NutshellMint(mint_venv(), tmp_path_factory.mktemp("mint"), free_port())
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def wallet(mint: NutshellMint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PayerWallet]:
+    payer = PayerWallet(mint_venv(), mint.url, tmp_path_factory.mktemp("payer"))
+    yield payer
+    payer.close()
+
+
+@pytest.fixture(scope="module")
+def ecash_srv(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream, mint: NutshellMint
+) -> Iterator[ThreadedServer]:
+    """satsgate taking the mint's ecash, its text engine the same fake upstream."""
+    settings = make_settings(
+        tmp_path_factory.mktemp("text-streaming-ecash"),
+        cashu={"mints": [mint.url + "/"], "melt": False},
+        **text_engines(fake),
+    )
+    server = ThreadedServer(settings)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def ecash_http(
+    ecash_srv: ThreadedServer, fake: FakeAIUpstream
+) -> AsyncIterator[httpx.AsyncClient]:
+    fake.clear()
+    async for c in http_client(ecash_srv):
+        yield c
+    assert_ledger_balances(ecash_srv)
+
+
+def proofs_state(mint: NutshellMint, token: str) -> set[str]:
+    """What the mint says of the token's proofs (NUT-07)."""
+    ys = [y_of(p.secret) for p in decode_token(token).proofs]
+    resp = httpx.post(mint.url + "/v1/checkstate", json={"Ys": ys}, timeout=10)
+    return {s["state"] for s in resp.json()["states"]}
+
+
+async def test_a_call_paid_in_ecash_streams_its_answer_and_the_token_serves_once(
+    ecash_http: httpx.AsyncClient,
+    ecash_srv: ThreadedServer,
+    fake: FakeAIUpstream,
+    mint: NutshellMint,
+    wallet: PayerWallet,
+    up: Upstream,
+) -> None:
+    body = up.body("Stream this for ecash")
+    quoted = await ecash_http.post("/api/l402/generate-text", json=body)
+    assert quoted.status_code == 402, quoted.text
+    price = int(quoted.json()["amountSats"])
+    token = wallet.token(price + 3)  # 3 sat over: the change comes back on the stream
+    async with ecash_http.stream(
+        "POST", "/api/l402/generate-text", json=body, headers={"X-Cashu": token}
+    ) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers["x-route-model"] == str(up.model)
+        change = resp.headers["X-Cashu-Change"]
+        raw = "".join([chunk async for chunk in resp.aiter_text()])
+    events = sse_events(raw)
+    texts = texts_of(events)
+    assert len(texts) > 1  # a piece per upstream delta
+    assert "".join(texts) == "You said: Stream this for ecash"
+    assert events[-1] == ("", "[DONE]")
+    name, data = events[-2]
+    assert name == "payment-receipt"
+    receipt = json.loads(data)
+    assert receipt["status"] == "success" and receipt["method"] == "cashu"
+    assert (receipt["spentMsat"], receipt["units"]) == (price * 1000, len(texts))
+    assert receipt["model"] == up.model
+    assert receipt["usage"] == {"inputTokens": up.tokens[0], "outputTokens": up.tokens[1]}
+    assert wallet.receive(change) == 3
+    # The payer's proofs were swapped for satsgate's; the payment is spent once, nothing
+    # refunded.
+    assert proofs_state(mint, token) == {"SPENT"}
+    payment_hash = receipt["reference"]
+    await wait_for(lambda: str(payment_row(ecash_srv, payment_hash).status) == "spent", "not spent")
+    payment = payment_row(ecash_srv, payment_hash)
+    assert payment.mode == "cashu" and payment.amount_msat == price * 1000
+    assert refunds_of(ecash_srv, payment_hash) == []
+    # The same token again: refused before any upstream call, nothing charged again.
+    again = await ecash_http.post("/api/l402/generate-text", json=body, headers={"X-Cashu": token})
+    assert_envelope(again, "CASHU_TOKEN_SPENT", 400)
+    assert "X-Cashu-Change" not in again.headers
+    assert len(fake.requests(up.path)) == 1
+    assert refunds_of(ecash_srv, payment_hash) == []
 
 
 async def test_a_failure_before_the_first_token_is_the_usual_envelope_with_its_refund(

@@ -143,6 +143,9 @@ class EngineStatus:
 NO_PROVIDER = "no provider configured"
 
 
+_SERVED_MEMO = 4096
+
+
 class Engines:
     """Engine name -> its bindings in fallback order, and the status of every name."""
 
@@ -158,12 +161,22 @@ class Engines:
         self._providers = tuple(providers)
         # The built providers by their operator name (webhook routes find theirs here).
         self._named = dict(named or {})
+        # serves_model's answers: the bindings never change after start-up, and every paid
+        # call asks the same few (engine, model) pairs several times (availability, the
+        # model fit). Bounded: past _SERVED_MEMO pairs an answer is computed, not kept.
+        self._served: dict[tuple[str, int | None], bool] = {}
 
     def available(self, name: str) -> bool:
         return bool(self._bindings.get(name))
 
     def serves_model(self, name: str, model_id: int | None) -> bool:
-        return any(b.serves_model(model_id) for b in self._bindings.get(name, ()))
+        key = (name, model_id)
+        served = self._served.get(key)
+        if served is None:
+            served = any(b.serves_model(model_id) for b in self._bindings.get(name, ()))
+            if len(self._served) < _SERVED_MEMO:
+                self._served[key] = served
+        return served
 
     def provider(self, name: str) -> Provider | None:
         """The built provider of ``[providers.NAME]``; None when no engine routes to it."""

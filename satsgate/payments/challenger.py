@@ -192,9 +192,9 @@ class Challenger:
         self.ensure_available(spec, params)
         if spec.prevalidate is not None:
             try:
-                await asyncio.wait_for(
-                    spec.prevalidate(params, self._prechecks), PREVALIDATE_BUDGET_S
-                )
+                # In this task (no task of its own, as wait_for would make per call).
+                async with asyncio.timeout(PREVALIDATE_BUDGET_S):
+                    await spec.prevalidate(params, self._prechecks)
             except TimeoutError:
                 raise ApiError(
                     ErrorCode.L402_INVALID_PARAMS,

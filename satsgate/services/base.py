@@ -11,7 +11,16 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    Protocol,
+    TypeVar,
+    cast,
+    runtime_checkable,
+)
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -51,6 +60,18 @@ class FitsModel(Protocol):
     """Params whose model may move to one this node serves (ModelChoice.fit_model)."""
 
     def fit_model(self, served: Callable[[int], bool]) -> None: ...
+
+
+def _class_has(cls: type, name: str) -> bool:
+    """Whether instances of ``cls`` have ``name`` from their class (a method or a
+    property). Asked of the class: a runtime protocol check on the instance would read
+    every member of it on each call, a property's value among them."""
+    return hasattr(cls, name)
+
+
+def _chosen_model_of(params: object) -> ChosenModel | None:
+    """``params`` as ChosenModel when its class picks a model, else None."""
+    return cast(ChosenModel, params) if _class_has(type(params), "chosen_model") else None
 
 
 class Params(BaseModel):
@@ -442,15 +463,16 @@ class ServiceSpec(Generic[P]):
                     "configured on this node"
                 )
             return f"{self.title} has no engine configured on this node"
-        if self.model_ids and isinstance(params, ChosenModel):
+        chooser = _chosen_model_of(params)
+        if self.model_ids and chooser is not None:
             engine = self.engine
-            if isinstance(params, FitsModel):
-                params.fit_model(lambda m: engines.serves_model(engine, m))
-            model = params.chosen_model
+            if _class_has(type(chooser), "fit_model"):
+                cast(FitsModel, chooser).fit_model(lambda m: engines.serves_model(engine, m))
+            model = chooser.chosen_model
             if model in self.model_ids and not engines.serves_model(self.engine, model):
                 return f"model {model} of {self.title} is not offered on this node"
         if self.engine_request is not None and params is not None:
-            model_id = params.chosen_model if isinstance(params, ChosenModel) else None
+            model_id = chooser.chosen_model if chooser is not None else None
             reason = engines.unsupported(
                 self.engine,
                 self.engine_request(params),

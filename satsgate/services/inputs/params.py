@@ -17,7 +17,7 @@ import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self, cast
 
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
@@ -75,14 +75,22 @@ class ServiceParams(Params):
 
     def checked(self) -> Any:
         """The result of :meth:`check`, computed on first use."""
-        if self._checked is None:
+        private = _private(self)
+        if private["_checked"] is None:
             try:
-                self._checked = self.check()
+                private["_checked"] = self.check()
             except InvalidField as exc:
                 raise invalid_field(exc.field, exc.message) from None
             except ValueError as exc:
                 raise invalid_field("(body)", str(exc)) from None
-        return self._checked
+        return private["_checked"]
+
+
+def _private(params: Params) -> dict[str, Any]:
+    """The private attributes of ``params``, read from pydantic's own slot: every read on
+    the hot path goes here, not through ``BaseModel.__getattr__`` (its fallback for a
+    private name probes the attribute's descriptor and raises inside, on every read)."""
+    return cast(dict[str, Any], params.__pydantic_private__)
 
 
 def invalid_field(field: str, message: str, **extra: Any) -> ApiError:
@@ -159,10 +167,12 @@ class ModelChoice(Params):
 
     @property
     def chosen_model(self) -> int:
-        """The model this request runs on (and is priced by)."""
-        if self._model is None:
-            self._model = self.choose_model()
-        return self._model
+        """The model this request runs on (and is priced by); chosen once."""
+        private = _private(self)
+        model: int | None = private["_model"]
+        if model is None:
+            model = private["_model"] = self.choose_model()
+        return model
 
     @property
     def auto_routed(self) -> bool:
@@ -212,7 +222,7 @@ class ModelChoice(Params):
             if self.tier_asked and not self.same_tier(candidate, current):
                 continue
             if self.accepts_model(candidate):
-                self._model = candidate
+                _private(self)["_model"] = candidate
                 return
 
 

@@ -73,12 +73,12 @@ class Node:
             conn.close()
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def serving_node(data: Path, **overrides: Any) -> Iterator[Node]:
+    """A node in ``data`` that sends e-mail to a loopback SMTP server (its mailbox kept);
+    ``overrides`` are settings."""
     mailbox, port = Mailbox(), free_port()
     controller = Controller(mailbox, hostname="127.0.0.1", port=port)
     controller.start()
-    data = tmp_path_factory.mktemp("holds")
     settings = make_settings(
         data,
         providers={
@@ -91,6 +91,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             }
         },
         engines={"email": "mail"},
+        **overrides,
     )
     srv = ThreadedServer(settings)
     try:
@@ -98,6 +99,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     finally:
         srv.stop()
         controller.stop()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    yield from serving_node(tmp_path_factory.mktemp("holds"))
 
 
 @pytest.fixture

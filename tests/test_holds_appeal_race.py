@@ -15,45 +15,20 @@ from typing import Any
 
 import httpx
 import pytest
-from aiosmtpd.controller import Controller
 
 from satsgate.appkeys import HOLDS
-from satsgate.operator import ensure_operator_token
-from tests.conftest import ThreadedServer, dev_pay, free_port, http_client, make_settings
+from tests.conftest import dev_pay, http_client
 from tests.ledger_check import assert_ledger_balances
-from tests.test_holds import Mailbox, Node, appeal_invoice, held_call, operator
+from tests.test_holds import Node, appeal_invoice, held_call, operator, serving_node
 
 # The page replaces an appeal invoice that has less than this left (holds.appeal_invoice).
 REPLACED_WITHIN_S = 60
 
 
 def serving(data: Path, **overrides: Any) -> Iterator[Node]:
-    """A node that sends e-mail to a loopback SMTP server, with invoices that live 60 s
-    (every appeal invoice is in its last minute at once)."""
-    mailbox, port = Mailbox(), free_port()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    settings = make_settings(
-        data,
-        invoice_expiry_s=REPLACED_WITHIN_S,
-        providers={
-            "mail": {
-                "kind": "smtp",
-                "host": "127.0.0.1",
-                "port": port,
-                "from_address": "node@example.com",
-                "starttls": False,
-            }
-        },
-        engines={"email": "mail"},
-        **overrides,
-    )
-    srv = ThreadedServer(settings)
-    try:
-        yield Node(srv, mailbox, ensure_operator_token(data))
-    finally:
-        srv.stop()
-        controller.stop()
+    """A node whose invoices live 60 s (every appeal invoice is in its last minute at
+    once), sending e-mail to a loopback SMTP server."""
+    yield from serving_node(data, invoice_expiry_s=REPLACED_WITHIN_S, **overrides)
 
 
 @pytest.fixture(scope="module")

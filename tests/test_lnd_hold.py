@@ -151,7 +151,9 @@ async def test_success_settles_the_held_payment_after_the_call(
     held = invoice_at_node(lnd, payment)
     assert held.state == "SETTLED"
     assert hashlib.sha256(held.r_preimage).hexdigest() == payment.payment_hash
-    assert payment_of(srv, payment.payment_id).status is PaymentStatus.SPENT
+    # serving -> spent joins the store's next group commit, which may follow the answer.
+    spent = await status_soon(srv, payment.payment_id, PaymentStatus.SPENT)
+    assert spent.status is PaymentStatus.SPENT
     assert srv.call(partial(srv.store.holds.decision, payment.payment_hash)) == "settled"
     totals = assert_ledger_balances(srv)["totals"]
     assert totals["received_msat"] == totals["earned_msat"] == payment.amount_msat

@@ -484,7 +484,9 @@ def test_epub_reading_and_writing_in_process() -> None:
 
 
 @pytest.mark.parametrize(
-    "data", [b"PK not a zip", _epub_with(_epub(1), "META-INF/container.xml", "<container/>")]
+    "data",
+    [b"PK not a zip", _epub_with(_epub(1), "META-INF/container.xml", "<container/>")],
+    ids=["not-a-zip", "no-rootfile"],  # the zip's bytes carry a time: no stable test id
 )
 def test_what_is_no_epub_is_refused(data: bytes) -> None:
     with pytest.raises(epub_translation.EpubError):

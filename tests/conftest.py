@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -37,10 +39,36 @@ def skip_unless_ci(reason: str) -> None:
     pytest.skip(reason)
 
 
+# Ports for the suite's servers. Each pytest-xdist worker hands out ports in turn from a
+# block of its own below the kernel's ephemeral range (32768 and up by default), so that
+# between the check here and a server's bind no other worker's server and no outgoing
+# connection (whose local port comes from the ephemeral range) can take the port, and one
+# worker hands a port out again only after the rest of its block.
+_PORT_BLOCK = 2000
+_PORT_BASE = 12000
+
+
+def _worker_ports() -> Iterator[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    low = _PORT_BASE + (int(worker) if worker.isdigit() else 0) % 10 * _PORT_BLOCK
+    start = random.randrange(_PORT_BLOCK)  # a rerun does not meet its own lingering ports
+    return itertools.cycle([low + (start + i) % _PORT_BLOCK for i in range(_PORT_BLOCK)])
+
+
+_PORTS = _worker_ports()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, from this worker's block."""
+    for _ in range(_PORT_BLOCK):
+        port = next(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use, or lingering from an earlier run
+                continue
+            return port
+    raise RuntimeError("no free port in this worker's block")
 
 
 class ThreadedServer:

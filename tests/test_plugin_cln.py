@@ -18,17 +18,10 @@ import httpx
 import pytest
 
 from satsgate.plugin.options import OPTIONS
+from tests.conftest import free_port
 from tests.fake_lightningd import FakeLightningd, PluginCallError, PluginHost, running_lightningd
 
 PLUGIN_CMD = [sys.executable, "-m", "satsgate.plugin"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ with the credential answers 200.
 from __future__ import annotations
 
 import re
-import socket
 import sys
 import time
 from pathlib import Path
@@ -17,17 +16,12 @@ from pathlib import Path
 import httpx
 
 import satsgate.plugin
+from tests.conftest import free_port
 from tests.fake_lightningd import PluginHost, running_lightningd
 
 SCRIPT = Path(satsgate.plugin.__file__).parent / "satsgate_plugin.py"
 CHALLENGE = re.compile(r'L402 macaroon="(.*?)", invoice="(.*?)"')
 BODY = {"template": "headline", "title": "hi"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_paid_call_survives_a_plugin_restart_between_402_and_payment() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from satsgate.config import Settings
+from tests.conftest import free_port
 
 REGTEST = Path(__file__).resolve().parent.parent / "regtest"
 BINARIES = ("bitcoind", "bitcoin-cli", "lightningd", "lightning-cli")
@@ -39,12 +39,6 @@ pytestmark = [
         reason=f"needs {', '.join(missing)} on PATH (Core Lightning and Bitcoin Core binaries)",
     ),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(script: str, env: dict[str, str], timeout_s: int) -> str:

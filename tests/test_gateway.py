@@ -7,6 +7,7 @@ import base64
 import hashlib
 import io
 import json
+import time
 from typing import Any
 
 import httpx
@@ -533,14 +534,17 @@ async def test_official_mpp_client_pays_and_gets_served(server: ThreadedServer) 
 async def test_expired_invoices_and_credentials(tmp_path: Any) -> None:
     from tests.conftest import make_settings
 
-    srv = ThreadedServer(make_settings(tmp_path, invoice_expiry_s=1, credential_ttl_s=0))
+    # Long enough for the pay to come in time on a loaded machine, short for the test.
+    expiry_s = 3
+    srv = ThreadedServer(make_settings(tmp_path, invoice_expiry_s=expiry_s, credential_ttl_s=0))
     try:
         async with httpx.AsyncClient(base_url=srv.url) as c:
             # Paid in time, used too late: the credential has expired.
+            asked = time.monotonic()
             ch = await challenge(c, "render-card", CARD)
             preimage = await dev_pay(c, ch["invoice"])
             unpaid = await challenge(c, "render-card", CARD)
-            await asyncio.sleep(1.2)
+            await asyncio.sleep(max(0.0, asked + expiry_s + 1.2 - time.monotonic()))
             late = await c.post(
                 "/api/l402/render-card",
                 json=CARD,

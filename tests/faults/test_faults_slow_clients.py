@@ -75,13 +75,13 @@ def test_a_partial_head_is_closed_within_the_limit(guarded: ThreadedServer) -> N
     with socket.create_connection(("127.0.0.1", port_of(guarded))) as sock:
         sock.sendall(HEAD)
         took = closed_after(sock, trickle=b"X-Slow: 1\r\n")
-    assert 0.8 < took < 2.5, took
+    assert 0.8 < took < 10, took  # the head timer's second, not keep-alive's 30 s
 
 
 def test_a_silent_connection_is_closed_within_the_limit(guarded: ThreadedServer) -> None:
     with socket.create_connection(("127.0.0.1", port_of(guarded))) as sock:
         took = closed_after(sock)
-    assert 0.8 < took < 2.5, took
+    assert 0.8 < took < 10, took  # the head timer's second, not keep-alive's 30 s
 
 
 def test_a_kept_alive_connection_gets_the_same_head_limit(guarded: ThreadedServer) -> None:
@@ -95,7 +95,7 @@ def test_a_kept_alive_connection_gets_the_same_head_limit(guarded: ThreadedServe
         time.sleep(1.5)  # idle, but under keep-alive: still open
         sock.sendall(HEAD)
         took = closed_after(sock, trickle=b"X-Slow: 1\r\n")
-    assert 0.8 < took < 2.5, took
+    assert 0.8 < took < 10, took  # the head timer's second, not keep-alive's 30 s
 
 
 def test_a_trickled_body_is_closed_within_the_limit(guarded: ThreadedServer) -> None:
@@ -105,7 +105,7 @@ def test_a_trickled_body_is_closed_within_the_limit(guarded: ThreadedServer) -> 
             b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
         )
         took = closed_after(sock, trickle=b" ")
-    assert 0.8 < took < 2.5, took
+    assert 0.8 < took < 10, took  # the body timer's second, not keep-alive's 30 s
 
 
 def test_a_complete_request_is_not_cut(guarded: ThreadedServer) -> None:

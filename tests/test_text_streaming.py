@@ -125,6 +125,19 @@ def refunds_of(srv: ThreadedServer, payment_hash: str) -> list[Any]:
     return list(srv.call(lambda: srv.store.refunds.for_payment(payment.payment_id)))
 
 
+def assert_ended_refunded(
+    events: list[tuple[str, str]], srv: ThreadedServer, payment_hash: str, price: int, code: str
+) -> dict[str, Any]:
+    """The stream's last event is ``error`` with ``code`` and the whole price's refund,
+    and that refund is recorded once; the event's body."""
+    name, data = events[-1]
+    got: dict[str, Any] = json.loads(data)
+    assert name == "error" and got["error_code"] == code, events[-1]
+    assert got["refund"]["amount_sats"] * 1000 == price and got["refund"]["lnurl_withdraw"]
+    assert [r.amount_msat for r in refunds_of(srv, payment_hash)] == [price]  # recorded once
+    return got
+
+
 def texts_of(events: list[tuple[str, str]]) -> list[str]:
     return [json.loads(d)["text"] for name, d in events if name == "" and d != "[DONE]"]
 
@@ -311,14 +324,8 @@ async def test_a_failure_mid_stream_ends_it_with_an_error_event_and_one_refund(
     assert resp.status_code == 200
     events = sse_events(resp.text)
     assert "".join(texts_of(events)) == "You said: "  # the two words before the break
-    name, data = events[-1]
-    assert name == "error"
-    got = json.loads(data)
-    assert got["error_code"] == "L402_UPSTREAM_FAILED"
-    assert got["refund"]["amount_sats"] * 1000 == price and got["refund"]["lnurl_withdraw"]
+    assert_ended_refunded(events, srv, payment_hash, price, "L402_UPSTREAM_FAILED")
     assert "upstream-internal-detail" not in resp.text
-    refunds = refunds_of(srv, payment_hash)
-    assert [r.amount_msat for r in refunds] == [price]  # recorded once
     assert str(payment_row(srv, payment_hash).status) == "spent"
 
 
@@ -334,11 +341,7 @@ async def test_a_refusal_after_text_went_out_ends_the_stream_refunded(
     resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
     events = sse_events(resp.text)
     assert len(texts_of(events)) == 2
-    name, data = events[-1]
-    got = json.loads(data)
-    assert name == "error" and got["error_code"] == "CONTENT_FILTERED"
-    assert got["refund"]["amount_sats"] * 1000 == price
-    assert [r.amount_msat for r in refunds_of(srv, payment_hash)] == [price]
+    assert_ended_refunded(events, srv, payment_hash, price, "CONTENT_FILTERED")
 
 
 async def test_a_stalled_upstream_times_out_mid_stream_and_is_refunded(
@@ -350,12 +353,7 @@ async def test_a_stalled_upstream_times_out_mid_stream_and_is_refunded(
     resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
     events = sse_events(resp.text)
     assert len(texts_of(events)) == 2
-    name, data = events[-1]
-    assert name == "error"
-    got = json.loads(data)
-    assert got["error_code"] == "TIMEOUT"
-    assert got["refund"]["amount_sats"] * 1000 == price
-    assert [r.amount_msat for r in refunds_of(srv, payment_hash)] == [price]
+    assert_ended_refunded(events, srv, payment_hash, price, "TIMEOUT")
 
 
 async def test_a_caller_who_leaves_mid_stream_closes_the_upstream_and_is_served(

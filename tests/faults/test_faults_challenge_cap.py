@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from satsgate.errors import ApiError
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.faults.test_faults_prune import stored_payment
 from tests.test_gateway import CARD, assert_envelope, payment_count
 from tests.test_sessions import Client as SessionClient
 
@@ -163,24 +163,7 @@ async def test_rotating_addresses_inside_one_ipv6_64_share_one_limit(
 
 
 def _unpaid(expires_at: int, mode: str = "invoice") -> Payment:
-    return Payment(
-        f"pay_{secrets.token_hex(16)}",
-        secrets.token_hex(32),
-        "lnbcrt1test",
-        "render-card",
-        5000,
-        PaymentStatus.UNPAID,
-        int(time.time()),
-        expires_at,
-        None,
-        None,
-        "00" * 32,
-        "11" * 32,
-        "d" * 64,
-        "t",
-        "http",
-        mode,
-    )
+    return stored_payment(PaymentStatus.UNPAID, expires_at, mode)
 
 
 async def test_the_budget_counts_what_the_store_holds_and_gives_back_expired_slots(

@@ -15,7 +15,8 @@ from satsgate.store.payments import PRUNE_BATCH
 EXPIRED = 20_000
 
 
-def _payment(status: PaymentStatus, expires_at: int) -> Payment:
+def stored_payment(status: PaymentStatus, expires_at: int, mode: str = "invoice") -> Payment:
+    """A render-card payment row as the store keeps it, made now, in ``status``."""
     now = int(time.time())
     return Payment(
         f"pay_{secrets.token_hex(16)}",
@@ -33,6 +34,7 @@ def _payment(status: PaymentStatus, expires_at: int) -> Payment:
         "d" * 64,
         "t",
         "http",
+        mode,
     )
 
 
@@ -43,7 +45,7 @@ async def test_prune_deletes_in_small_transactions_and_lets_a_spend_through(
     await store.open()
     try:
         now = int(time.time())
-        flood = [_payment(PaymentStatus.UNPAID, now - 100) for _ in range(EXPIRED)]
+        flood = [stored_payment(PaymentStatus.UNPAID, now - 100) for _ in range(EXPIRED)]
 
         def bulk(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN")
@@ -55,8 +57,8 @@ async def test_prune_deletes_in_small_transactions_and_lets_a_spend_through(
             conn.execute("COMMIT")
 
         await store.db.run_sync(bulk)
-        paid = _payment(PaymentStatus.PAID, now - 100)  # expired invoice, but paid: kept
-        recent = _payment(PaymentStatus.UNPAID, now + 600)  # still payable: kept
+        paid = stored_payment(PaymentStatus.PAID, now - 100)  # expired invoice, but paid: kept
+        recent = stored_payment(PaymentStatus.UNPAID, now + 600)  # still payable: kept
         for p in (paid, recent):
             await store.payments.insert(p)
 

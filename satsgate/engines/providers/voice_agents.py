@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -94,7 +95,7 @@ def iso_seconds(value: Any) -> float | None:
         return None
 
 
-class VoiceAgentProvider:
+class VoiceAgentProvider(ABC):
     """Base of the voice-agent adapters: one object serves the ``ai_call`` engine."""
 
     KIND = ""
@@ -143,13 +144,13 @@ class VoiceAgentProvider:
 
     # -- what each platform says its own way ---------------------------------------------
 
+    @abstractmethod
     def call_body(self, request: AiCallRequest) -> dict[str, Any]:
         """The create call's body."""
-        raise NotImplementedError
 
+    @abstractmethod
     def normalise(self, call: Mapping[str, Any]) -> AiCallReport:
         """The platform's call object as an AiCallReport."""
-        raise NotImplementedError
 
     # -- HTTP -----------------------------------------------------------------------------
 

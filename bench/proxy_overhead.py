@@ -14,6 +14,12 @@ Scenarios (wrk in its own process, as bench/run.py):
   spends the payment, validates and prices the request, and calls the upstream through the
   SDK; 1 and 16 connections.
 
+And two floors, the same call through a gateway with nothing of satsgate's in it, against
+the same upstream (``floor_aiohttp_*``: a bare aiohttp pass-through; ``floor_engine_*``:
+satsgate's ``openai`` engine alone, the SDK as a paid call uses it, with no gate, payment
+or store): what any Python gateway on aiohttp, and any gateway through the SDK, reaches
+on this machine.
+
 Reported: the p50 latency overhead at one connection (proxied - direct, per round, then
 the median; target < 2 ms), the throughput ratio at 16 connections (proxied / direct;
 target >= 0.5), and satsgate's CPU per proxied call. For context, the same pair at 16
@@ -43,7 +49,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from _serve import serve_until_stopped  # bench/ is on sys.path: run as a script
 from aiohttp import web
@@ -63,6 +69,8 @@ ANSWER = {
     "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
 }  # fmt: skip
 ANSWER_BYTES = json.dumps(ANSWER).encode()
+# The floors (serve_floor): a bare aiohttp pass-through, and satsgate's engine alone.
+FLOORS = ("aiohttp", "engine")
 TARGET_P50_OVERHEAD_MS = 2.0
 TARGET_RATIO = 0.5
 
@@ -141,6 +149,62 @@ def serve_upstream(port: int) -> None:
     asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
 
 
+def serve_floor(port: int, upstream: str, kind: str) -> None:
+    """A gateway with nothing of satsgate's in it, for the floors of a proxied call.
+
+    ``aiohttp``: ``POST /chat`` forwards the body it got to the upstream with one shared
+    aiohttp client session and answers the upstream's bytes: what any Python gateway on
+    aiohttp spends on its two HTTP legs. ``engine``: ``POST /chat`` runs satsgate's own
+    ``openai`` provider (the SDK, as a paid call uses it) for the prompt and answers its
+    text: what the engine seam and the SDK spend, without the gate, the payment or the
+    store.
+    """
+    import aiohttp
+
+    from satsgate.config import Settings
+    from satsgate.engines.chat import ChatMessage, ChatRequest
+    from satsgate.engines.config import ProviderConfig
+    from satsgate.engines.providers.openai import OpenAIProvider
+    from satsgate.engines.registry import EngineDeps
+
+    app = web.Application()
+    held: dict[str, Any] = {}  # the client session, the provider and its chat engine
+    forward_url = f"{upstream}/v1/chat/completions"
+    direct_body = json.dumps(UPSTREAM_BODY, separators=(",", ":")).encode()
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+
+    async def forward(request: web.Request) -> web.Response:
+        await request.read()
+        async with held["session"].post(forward_url, data=direct_body, headers=headers) as resp:
+            return web.Response(body=await resp.read(), content_type="application/json")
+
+    async def engine_call(request: web.Request) -> web.Response:
+        doc = await request.json()
+        result = await held["chat"].chat(
+            ChatRequest(messages=(ChatMessage("user", doc["prompt"]),), model_name=MODEL)
+        )
+        return web.Response(text=result.text)
+
+    async def start(app: web.Application) -> None:
+        held["session"] = aiohttp.ClientSession()
+        config = ProviderConfig(
+            name="bench", kind="openai", base_url=f"{upstream}/v1", api_key=KEY,
+            models={"31": MODEL},
+        )  # fmt: skip
+        provider = OpenAIProvider(config, EngineDeps(Settings(), cast(Any, None)))
+        held["provider"] = provider
+        held["chat"] = provider.engine("text")
+
+    async def stop(app: web.Application) -> None:
+        await held["session"].close()
+        await held["provider"].aclose()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_post("/chat", forward if kind == "aiohttp" else engine_call)
+    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+
+
 def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
     from satsgate.config import Settings
 
@@ -199,6 +263,7 @@ def main() -> int:
         "--realistic", action="store_true", help="upstream parses the request, builds the answer"
     )
     parser.add_argument("--serve-satsgate", nargs=3, metavar=("PORT", "DATA_DIR", "UPSTREAM"))
+    parser.add_argument("--serve-floor", nargs=3, metavar=("PORT", "UPSTREAM", "KIND"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.serve_upstream:
@@ -206,6 +271,10 @@ def main() -> int:
         DELAY_S = args.delay_ms / 1000
         REALISTIC = args.realistic
         serve_upstream(args.serve_upstream)
+        return 0
+    if args.serve_floor:
+        port, upstream, kind = args.serve_floor
+        serve_floor(int(port), upstream, kind)
         return 0
     if args.serve_satsgate:
         port, data_dir, upstream = args.serve_satsgate
@@ -265,6 +334,14 @@ def run(rounds: int, duration: float) -> int:
             tmp / "satsgate-realistic.log",
         )
         settings_real = bench_settings(data_dir_real, 0, real.url)
+        floors = {
+            kind: start_server(
+                f"floor-{kind}",
+                [me, "--serve-floor", str(free_port()), upstream.url, kind],
+                tmp / f"floor-{kind}.log",
+            )
+            for kind in FLOORS
+        }
         try:
             sanity = check_once(satsgate.url, http)
             check_once(satsgate_real.url, http)
@@ -302,6 +379,19 @@ def run(rounds: int, duration: float) -> int:
                         raise RuntimeError("credentials ran out: rerun (the rate was higher)")
                     rate = max(rate, proxied.rps)
                     pairs = [direct, proxied]
+                    for kind, floor in floors.items():  # the same call with no gate at all
+                        pairs.append(
+                            run_wrk(
+                                f"floor_{kind}_c{connections}",
+                                floor,
+                                f"{floor.url}/chat",
+                                "static.lua",
+                                ["POST", body, "1"],
+                                duration=duration,
+                                connections=connections,
+                                threads=1,
+                            )
+                        )
                     if connections == 16:  # context: the same against a 50 ms upstream
                         pairs.append(
                             run_wrk(
@@ -368,6 +458,8 @@ def run(rounds: int, duration: float) -> int:
         finally:
             for server in (satsgate, upstream, satsgate_slow, slow, satsgate_real, real):
                 server.stop()
+            for server in floors.values():
+                server.stop()
     summary = summarise(results)
     doc = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -431,7 +523,20 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
         for d, p in zip(by("direct_c16_realistic"), by("proxied_c16_realistic"), strict=True)
     ]
     med = statistics.median
+    floors: dict[str, Any] = {}
+    for kind in FLOORS:
+        c1, c16 = by(f"floor_{kind}_c1"), by(f"floor_{kind}_c16")
+        floors[kind] = {
+            "p50_overhead_ms": round(
+                med(f["latency_ms"]["p50"] - d["latency_ms"]["p50"]
+                    for d, f in zip(by("direct_c1"), c1, strict=True)), 3),
+            "rps_c16": med(r["rps"] for r in c16),
+            "throughput_ratio_c16": round(
+                med(f["rps"] / d["rps"] for d, f in zip(by("direct_c16"), c16, strict=True)), 3),
+            "cpu_us_per_call_c16": med(r["cpu_us_per_request"] for r in c16),
+        }  # fmt: skip
     return {
+        "floors": floors,
         "throughput_ratio_c16_realistic_upstream": round(med(ratio_real), 3),
         "rps_direct_c16_realistic": med(r["rps"] for r in by("direct_c16_realistic")),
         "rps_proxied_c16_realistic": med(r["rps"] for r in by("proxied_c16_realistic")),
@@ -496,8 +601,18 @@ def markdown(doc: dict[str, Any]) -> str:
         f"(satsgate {s['satsgate_cpu_us_per_call_c16_realistic']} us a call)",
         f"- CPU per call at 16 connections: satsgate {s['satsgate_cpu_us_per_call_c16']} us "
         f"(gate + provider call), the upstream alone {s['upstream_cpu_us_per_call_c16']} us",
-        "",
     ]
+    for kind, what in (
+        ("aiohttp", "a bare aiohttp pass-through (no gate, no SDK)"),
+        ("engine", "satsgate's openai engine alone (the SDK; no gate, payment or store)"),
+    ):
+        f = s["floors"][kind]
+        lines.append(
+            f"- floor, {what}: p50 overhead {f['p50_overhead_ms']} ms at 1 connection; "
+            f"{f['rps_c16']} req/s = **{f['throughput_ratio_c16']:.0%}** of direct at 16 "
+            f"connections, {f['cpu_us_per_call_c16']} us of its CPU a call"
+        )
+    lines.append("")
     return "\n".join(lines)
 
 

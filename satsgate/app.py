@@ -16,7 +16,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 from aiohttp import web
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from satsgate import discovery, mcp
 from satsgate.appkeys import (
@@ -80,6 +79,7 @@ from satsgate.payments.rework import ReworkDesk
 from satsgate.procguard import die_with_parent
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
+from satsgate.scheduler import Scheduler
 from satsgate.server_guard import guard_middleware
 from satsgate.services.base import PrecheckMemo, ServiceSpec
 from satsgate.services.catalog.rates import Rates
@@ -423,14 +423,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     settle_task = asyncio.create_task(gate.watch_settlements(), name="settlements")
     holds = gate.holds
     hold_task = asyncio.create_task(holds.watch(), name="holds") if holds is not None else None
-    scheduler = AsyncIOScheduler()
-
-    def every(seconds: float, job: Callable[..., object], *args: Any, **kw: Any) -> None:
-        """``job(*args)`` every ``seconds``; one run at a time, missed runs not repeated."""
-        scheduler.add_job(
-            job, "interval", seconds=seconds, args=list(args), max_instances=1, coalesce=True, **kw
-        )
-
+    scheduler = Scheduler()
+    every = scheduler.every
     settings, store, now = app[SETTINGS], app[STORE], datetime.now(UTC)
     every(60, refunds.reconcile, id="refunds-reconcile")
     if gate.sessions is not None:
@@ -473,7 +467,7 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     scheduler.start()
     app[STARTED_AT] = time.time()
     yield
-    scheduler.shutdown(wait=False)
+    await scheduler.stop()  # the runs going end before what they use is closed
     for task in (settle_task, hold_task):
         if task is not None:
             task.cancel()

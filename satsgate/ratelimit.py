@@ -160,7 +160,9 @@ class ChallengeBudget:
     not paid yet takes a slot (:meth:`issuing`): a call's challenge (HTTP 402, MCP
     ``create_payment``, an appeal's 1 sat) and a session deposit or top-up offered with
     it. Past the cap, a new challenge is refused with RATE_LIMITED and Retry-After before
-    any invoice is made (a session deposit is left out of its 402 instead), so a flood
+    any invoice is made (a session deposit is left out of its 402 instead, and a 402 that
+    answers a refused credential or a short session goes out with no challenge, saying
+    when to retry: payments/problems.without_challenge), so a flood
     from many addresses cannot grow the payments table or the node's invoices beyond
     ``cap`` per invoice lifetime.
 

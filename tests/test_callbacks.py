@@ -10,10 +10,12 @@ table keeps the real rule."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,7 +31,7 @@ from satsgate.callbacks import SIGNATURE_HEADER, CallbackSender
 from satsgate.services.inputs.public_urls import IPAddress, Outbound
 from satsgate.store import Job, JobCallback, JobStatus, Payment, PaymentStatus, Store
 from tests.certs import Issued, common_name, issue
-from tests.conftest import ThreadedServer, http_client
+from tests.conftest import ThreadedServer, http_client, make_settings
 from tests.fake_platforms import FakeFal, FakeReplicate, Script, mp4
 from tests.test_predictions import paid, platform_settings
 
@@ -50,6 +52,7 @@ class Receiver:
     port: int = 0
     seen: list[Received] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
+    answer: asyncio.Event | None = None  # when set up: no answer before it is set
 
     def url(self, path: str = "/hooks/satsgate") -> str:
         return f"https://{HOOK_HOST}:{self.port}{path}"
@@ -71,6 +74,8 @@ async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
 
     async def hook(request: web.Request) -> web.Response:
         out.seen.append(Received(dict(request.headers), await request.read()))
+        if out.answer is not None:
+            await out.answer.wait()
         return web.Response(status=out.statuses.pop(0) if out.statuses else 204)
 
     app = web.Application()
@@ -293,3 +298,47 @@ async def test_a_name_that_resolves_inside_reaches_nothing(
         assert receiver.seen == []
     finally:
         await sender.close()
+
+
+# -- stopping -------------------------------------------------------------------------------
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every record at ERROR or above (asyncio's "Task was destroyed but it is pending"
+    among them), or carrying a traceback."""
+    return [
+        f"{r.name} {r.levelname} {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.ERROR or r.exc_info is not None
+    ]
+
+
+async def test_a_stop_while_a_delivery_is_in_flight_logs_no_error(
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scheduler's sweep is waiting on a caller's endpoint when the server stops: the
+    sweep is cancelled and waited for, and an orderly stop logs no error and no traceback.
+    The delivery, interrupted, is owed still (the outbox resumes it at the next start)."""
+    settings = make_settings(tmp_path / "data")
+    store = Store(settings.db_path)
+    await store.open()
+    await owed(store, receiver.url())  # owed at start: the first sweep takes it up
+    await store.close()
+    receiver.answer = asyncio.Event()
+    caplog.set_level(logging.DEBUG)
+    srv = ThreadedServer(settings, outbound=network())
+    try:
+        await receiver.wait(1)  # the sweep's attempt is in flight, its answer held back
+    finally:
+        await asyncio.to_thread(srv.stop)
+        receiver.answer.set()
+    assert _errors(caplog) == []
+    gc.collect()  # a task left pending would be reported as it is destroyed
+    assert _errors(caplog) == []
+    store = Store(settings.db_path)
+    await store.open()
+    try:
+        state = await store.callbacks.get("job_1") or {}
+        assert state["delivered_at"] is None and state["given_up_at"] is None
+    finally:
+        await store.close()

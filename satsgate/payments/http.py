@@ -47,7 +47,7 @@ def challenge_response(
 
 def _with_challenge(
     body: dict[str, Any],
-    challenge: Challenge,
+    challenge: Challenge | None,
     request: web.Request | None,
     code: ErrorCode,
     problem_json: bool,
@@ -59,7 +59,7 @@ def _with_challenge(
     content_type = problems.PROBLEM_JSON if problem_json else "application/json"
     resp = web.json_response(body, status=402, dumps=dumps, content_type=content_type)
     accept_payment = request.headers.get("Accept-Payment") if request is not None else None
-    lines = [*challenge.www_authenticate(), *extra_challenges]
+    lines = [*(challenge.www_authenticate() if challenge is not None else ()), *extra_challenges]
     for value in problems.select_challenges(lines, accept_payment):
         resp.headers.add("WWW-Authenticate", value)
     resp.headers["Cache-Control"] = "no-store"
@@ -87,30 +87,28 @@ async def _fresh_challenge(
     exc: ApiError | None = None,
 ) -> web.Response:
     """A 402 with a new invoice after a credential was refused (rate-limited like any
-    challenge); ``exc``'s envelope (refund, headers) is kept when given."""
-    check_challenge(request)
-    challenge = await gate.challenge_for(spec, params, via="http")
+    challenge); ``exc``'s envelope (refund, headers) is kept when given. With no invoice
+    made (the node's unpaid invoices at their cap), the same 402 without a challenge,
+    saying when to retry (problems.without_challenge): never a 429 hiding the problem or
+    ``exc``'s refund."""
     base_url = gate.public_base_url
-    sessions = await _session_lines(request, gate, spec, params)
-    if exc is None:
-        return challenge_response(
-            challenge,
-            base_url,
-            code,
-            message,
-            request=request,
-            problem=problem,
-            problem_json=problem_json,
-            extra_challenges=sessions,
-            cashu_request=_cashu_request(gate, challenge),
-        )
     body = problems.problem_fields(code, 402, message, base_url, problem)
-    body |= exc.envelope() | challenge.body_fields(base_url)
-    resp = _with_challenge(
-        body, challenge, request, code, problem_json, sessions, _cashu_request(gate, challenge)
-    )
-    for name, value in exc.headers.items():
-        resp.headers[name] = value
+    body |= envelope(code, message) if exc is None else exc.envelope()
+    challenge: Challenge | None = None
+    sessions: list[str] = []
+    retry: dict[str, str] = {}
+    check_challenge(request)  # this address's limit: 429, as for any challenge
+    try:
+        challenge = await gate.challenge_for(spec, params, via="http")
+    except ApiError as refused:
+        retry = problems.without_challenge(body, refused)
+    else:
+        body |= challenge.body_fields(base_url)
+        sessions = await _session_lines(request, gate, spec, params)
+    cashu = None if challenge is None else _cashu_request(gate, challenge)
+    resp = _with_challenge(body, challenge, request, code, problem_json, sessions, cashu)
+    resp.headers.update(exc.headers if exc is not None else {})
+    resp.headers.update(retry)
     return resp
 
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from satsgate.errors import CODES, ErrorCode
+from satsgate.errors import CODES, ApiError, ErrorCode
 
 PROBLEM_BASE = "https://paymentauth.org/problems/"
 PROBLEM_JSON = "application/problem+json"
@@ -71,6 +71,26 @@ def problem_fields(
         "status": status,
         "detail": detail,
     }
+
+
+def without_challenge(body: dict[str, Any], refused: ApiError) -> dict[str, str]:
+    """A 402 problem that no challenge could be added to (``refused``: the node's unpaid
+    invoices at their cap, or the invoice failing). The problem stands, but nothing in
+    it can be paid: its ``detail`` and ``error`` say why, ``suggestion`` says to retry,
+    and when the refusal carries a retry hint, ``retry_after_seconds`` (unless the
+    problem has its own) says when. Returns the headers to add to the 402:
+    ``Retry-After`` with those seconds."""
+    why = refused.message[:1].lower() + refused.message[1:]
+    for key in ("detail", "error"):
+        if key in body:
+            body[key] = f"{str(body[key]).rstrip('.')}. There is nothing to pay here: {why}"
+    seconds = refused.envelope().get("retry_after_seconds")
+    if seconds is None:
+        body["suggestion"] = "Retry later: the retry is offered a fresh payment request."
+        return {}
+    seconds = body.setdefault("retry_after_seconds", seconds)
+    body["suggestion"] = f"Retry in {seconds} s: the retry is offered a fresh payment request."
+    return {"Retry-After": str(seconds)}
 
 
 def wants_problem_json(accept: str) -> bool:

@@ -626,7 +626,9 @@ class Sessions:
         self, gate: Any, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
     ) -> web.StreamResponse:
         """402, fresh challenges (L402, charge and a session deposit: the top-up's), and an
-        RFC 9457 body with satsgate's envelope fields as extension members."""
+        RFC 9457 body with satsgate's envelope fields as extension members. With no
+        challenge made (the node's unpaid invoices at their cap), the 402 says so and
+        when to retry (problems.without_challenge)."""
         body: dict[str, Any] = {
             "type": PROBLEMS + problem.problem,
             "title": _PROBLEM_TITLES[problem.problem],
@@ -635,9 +637,14 @@ class Sessions:
         }
         body |= envelope(problem.code, problem.detail) | problem.extra
         headers: list[str] = []
+        retry: dict[str, str] = {}
         if params is not None:
-            with contextlib.suppress(ApiError):
+            refused: ApiError | None = None
+            try:
                 charge = await gate.challenge_for(spec, params, via="http")
+            except ApiError as exc:  # the node's unpaid invoices at their cap, or no invoice
+                refused = exc
+            else:
                 body |= charge.body_fields(gate.public_base_url)
                 headers += charge.www_authenticate()
             session = await self.offered(
@@ -646,7 +653,10 @@ class Sessions:
             if session is not None:
                 headers.append(session.header())
                 body["session"] = session.fields
+            if refused is not None and not headers:
+                retry = problems.without_challenge(body, refused)
         resp = web.json_response(body, status=402, dumps=dumps)
+        resp.headers.update(retry)
         resp.content_type = "application/problem+json"
         for value in headers:
             resp.headers.add("WWW-Authenticate", value)

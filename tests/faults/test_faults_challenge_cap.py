@@ -12,6 +12,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,11 +20,13 @@ import pytest
 from satsgate.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
 from satsgate.config import load_settings
 from satsgate.errors import ApiError
+from satsgate.payments.sessions import PROBLEMS as SESSION_PROBLEMS
 from satsgate.ratelimit import ChallengeBudget
+from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.faults.test_faults_prune import stored_payment
-from tests.test_gateway import CARD, assert_envelope, payment_count
+from tests.test_gateway import CARD, assert_envelope, mpp_credential, payment_count
 from tests.test_sessions import Client as SessionClient
 
 CAP = 10
@@ -148,9 +151,62 @@ async def test_session_top_ups_draw_on_the_same_bound(tmp_path: Path) -> None:
             full = await session.bearer("render-card", CARD)
             assert full.status_code == 402 and "invoice" not in full.json()
             assert not offers_session(full)
+            # Nothing in it can be paid: the problem stands and says when to come back.
+            problem = assert_unpayable(full, "PAYMENT_INSUFFICIENT")
+            assert problem["type"] == SESSION_PROBLEMS + "insufficient-balance"
             assert unpaid_rows(srv) == cap and invoices(srv) == cap + 1  # + the paid deposit
     finally:
         srv.stop()
+
+
+async def test_a_refused_credential_keeps_its_402_and_refund_when_the_bound_is_full(
+    tmp_path: Path,
+) -> None:
+    """The charge intent answers a refused credential with a 402 and a fresh challenge.
+    With the node's unpaid invoices at their cap there is no fresh challenge: the 402
+    still names the problem and carries the refund of a payment too small for the request
+    (never traded for a bare 429), and says when a retry can be paid."""
+    cap = 2
+    srv = ThreadedServer(make_settings(tmp_path / "data", max_unpaid_challenges=cap))
+    try:
+        async for http in http_client(srv):
+            short = srv.call(
+                lambda: srv.gate.create_payment(
+                    BY_SLUG["render-card"], amount_sats=1, digest="t", via="http"
+                )
+            )
+            preimage = await dev_pay(http, short.payment.bolt11)
+            lines = [("WWW-Authenticate", v) for v in short.www_authenticate()]
+            auth = mpp_credential(httpx.Response(402, headers=lines), preimage)
+            await asyncio.sleep(1.1)  # the paid one's slot is seen free at a recount
+            filled = await _post(http, "192.0.2.1")  # the call's invoice and a deposit
+            assert filled.status_code == 402 and offers_session(filled)
+            assert unpaid_rows(srv) == cap
+
+            refused = await http.post(
+                "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
+            )
+            problem = assert_unpayable(refused, "PAYMENT_INSUFFICIENT")
+            assert refused.headers["Content-Type"].startswith("application/problem+json")
+            assert problem["type"] == "https://paymentauth.org/problems/payment-insufficient"
+            assert problem["refund"]["amount_sats"] == 1
+            assert problem["refund"]["lnurl_withdraw"].startswith("LNURL1")
+            assert unpaid_rows(srv) == cap
+    finally:
+        srv.stop()
+
+
+def assert_unpayable(resp: httpx.Response, code: str) -> dict[str, Any]:
+    """A 402 problem that no challenge could be added to (the node's bound is full): its
+    own problem, nothing to pay, and when a retry can be paid (header and body agree)."""
+    body = assert_envelope(resp, code, 402)
+    assert resp.headers.get_list("WWW-Authenticate") == [] and "invoice" not in body
+    seconds = int(resp.headers["Retry-After"])
+    assert 1 <= seconds <= 60 and body["retry_after_seconds"] == seconds
+    for key in ("detail", "error"):
+        assert "too many unpaid payment requests outstanding" in body[key]
+    assert body["suggestion"].startswith(f"Retry in {seconds} s")
+    return body
 
 
 async def test_rotating_addresses_inside_one_ipv6_64_share_one_limit(

@@ -86,19 +86,19 @@ async def _fresh_challenge(
     problem_json: bool,
     exc: ApiError | None = None,
 ) -> web.Response:
-    """A 402 with a new invoice after a credential was refused (rate-limited like any
-    challenge); ``exc``'s envelope (refund, headers) is kept when given. With no invoice
-    made (the node's unpaid invoices at their cap), the same 402 without a challenge,
-    saying when to retry (problems.without_challenge): never a 429 hiding the problem or
-    ``exc``'s refund."""
+    """A 402 with a new invoice after a credential was refused; ``exc``'s envelope
+    (refund, headers) is kept when given. With no invoice made (this address past its
+    challenge limit, or the node's unpaid invoices at their cap), the same 402 without a
+    challenge, saying when to retry (problems.without_challenge): never a 429 hiding why
+    the credential was refused or ``exc``'s refund."""
     base_url = gate.public_base_url
     body = problems.problem_fields(code, 402, message, base_url, problem)
     body |= envelope(code, message) if exc is None else exc.envelope()
     challenge: Challenge | None = None
     sessions: list[str] = []
     retry: dict[str, str] = {}
-    check_challenge(request)  # this address's limit: 429, as for any challenge
     try:
+        check_challenge(request)  # this address's limit, as for any challenge
         challenge = await gate.challenge_for(spec, params, via="http")
     except ApiError as refused:
         retry = problems.without_challenge(body, refused)

@@ -72,13 +72,19 @@ async def test_a_challenge_burst_past_the_limit_gets_429_and_no_payment_rows(
     assert paid.status_code == 200, paid.text
     assert (await lclient.get(paid.json()["image_url"])).content.startswith(b"\x89PNG")
 
-    # A credential that fails would be answered with a fresh invoice: that is limited.
+    # A credential that fails would be answered with a fresh invoice: that is limited. The
+    # 402 still says why the credential was refused, with no invoice and when to retry.
     wrong = await lclient.post(
         "/api/l402/render-card",
         json=CARD,
         headers={"Authorization": f"L402 {first['macaroon']}:{'00' * 32}"},
     )
-    assert_limited(wrong)
+    body = assert_envelope(wrong, "PAYMENT_INVALID", 402)
+    assert "WWW-Authenticate" not in wrong.headers
+    assert "invoice" not in body and "macaroon" not in body
+    assert 1 <= int(wrong.headers["Retry-After"]) <= 60
+    assert body["retry_after_seconds"] == int(wrong.headers["Retry-After"])
+    assert "nothing to pay here" in body["error"]
     assert payment_count(limited) - before == LIMIT
 
 

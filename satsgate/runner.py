@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,6 +19,19 @@ from satsgate.procguard import secure_data_dir
 from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
 from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.store import Store
+
+# Libraries whose INFO and DEBUG records have no place in the service's log. The HTTP
+# clients log every request's full URL at INFO (httpx; httpx2 under the AI SDKs) and their
+# connection layers the host and port at DEBUG: a provider's URL can hold its account id,
+# and no upstream address belongs in the log; a caller's URL is the caller's. APScheduler
+# logs each interval job's every run, WeasyPrint each rendering step. Their warnings and
+# errors (a job that raised, a stylesheet it could not read) still come through.
+QUIET_LIBRARIES = ("httpx", "httpcore", "httpx2", "httpcore2", "apscheduler", "weasyprint")
+
+
+def quiet_library_logs() -> None:
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @dataclass
@@ -42,6 +56,7 @@ async def start_service(
     outbound: Outbound = SYSTEM_OUTBOUND,
 ) -> ServiceHandle:
     """Build the app, run its start-up (store, node, background tasks) and listen."""
+    quiet_library_logs()
     secure_data_dir(settings.data_dir)
     app = create_app(settings, backend, provider_kinds=provider_kinds, outbound=outbound)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -7,6 +7,7 @@ replies, TwiML escaping, retries, and the rates file."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import shutil
 import time
@@ -163,6 +164,22 @@ async def test_sms_is_sent_and_its_delivery_reaches_the_payer(
         assert missing.is_error and structured(missing)["error_code"] == "DELIVERY_NOT_FOUND"
     unknown = await client.get("/api/l402/send-sms?message_id=msg_nothing_here_at_all")
     assert_envelope(unknown, "DELIVERY_NOT_FOUND", 404)
+
+
+async def test_logs_name_no_provider_address_account_or_key(
+    fake: FakeTwilio, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    resp = await paid_post(client, "send-sms", {"phone_number": US, "message": "Logged?"})
+    assert resp.status_code == 200, resp.text
+    assert fake.requests[-1]["form"]  # the request reached the provider
+    # The fake Twilio's own access log is captured too (so records of the server's threads
+    # reach this capture): it is the provider's, not satsgate's.
+    assert any(r.name == "aiohttp.access" for r in caplog.records)
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")
+    port = urlsplit(fake.url).port
+    for secret in (fake.url, f":{port}", f"port={port}", ACCOUNT_SID, AUTH_TOKEN):
+        assert secret not in text, secret
 
 
 async def test_undelivered_sms_is_refunded(fake: FakeTwilio, client: httpx.AsyncClient) -> None:

@@ -23,11 +23,6 @@ from satsgate.errors import ErrorCode
 
 log = logging.getLogger("satsgate.engines.providers")
 
-# The SDKs' HTTP client logs every request's full URL at INFO, and its connection layer the
-# upstream's host and port at DEBUG: keep upstream addresses out of satsgate's logs.
-for _name in ("httpx2", "httpcore2"):
-    logging.getLogger(_name).setLevel(logging.WARNING)
-
 T = TypeVar("T")
 
 # One more try for a request that failed before the upstream could act on it (connection

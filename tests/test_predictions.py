@@ -11,6 +11,7 @@ import base64
 import contextlib
 import io
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,7 +31,13 @@ from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
 from satsgate.engines.providers.predictions import data_uri
 from satsgate.engines.providers.replicate import sign, verify_signature
 from satsgate.services.inputs.media import audio_duration_s
-from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
+from tests.conftest import (
+    ThreadedServer,
+    free_port,
+    http_client,
+    make_settings,
+    paid_l402_auth,
+)
 from tests.fake_platforms import (
     API_KEY,
     FAL_KEY,
@@ -544,6 +551,11 @@ async def test_webhook_routes_refuse_what_is_not_signed_by_the_platform(
     client: httpx.AsyncClient, platforms: tuple[FakeReplicate, FakeFal]
 ) -> None:
     rep, _ = platforms
+    # The route verifies with the signing secret the provider reads when it first asks for
+    # a webhook: one job on it first, so that this test stands alone.
+    rep.script = Script(sync=True, outputs=lambda: [png("RGBA")])
+    first = await paid(client, "remove-background", {"imageBase64": image_b64()})
+    assert first.status_code == 200, first.text
     body = json.dumps({"id": "p1", "status": "succeeded", "output": "https://x/y"}).encode()
     stamp = str(int(time.time()))
     good = sign(rep.key, "msg_1", stamp, body)
@@ -666,6 +678,35 @@ async def test_a_bad_key_is_a_service_error_that_may_fall_back(
         assert failed.value.code == "SERVICE_ERROR" and failed.value.may_fall_back
     finally:
         await provider.aclose()
+
+
+async def test_platform_failures_are_logged_without_the_platforms_address(
+    platforms: tuple[FakeReplicate, FakeFal], caplog: pytest.LogCaptureFixture
+) -> None:
+    rep, falq = platforms
+    caplog.set_level(logging.DEBUG)
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    # Replicate's webhook secret answered 404 (this address is fal's), then its create too;
+    # fal's webhook keys answered 404, then its create could not connect.
+    attempts = [
+        (_provider("replicate", falq.url, API_KEY, webhooks=True), "minimax/music-1.5"),
+        (
+            _provider("fal", dead, FAL_KEY, webhooks=True, jwks_url=f"{rep.url}/no-keys"),
+            "fal-ai/stable-audio",
+        ),
+    ]
+    for provider, model in attempts:
+        try:
+            with pytest.raises(EngineError):
+                await provider.generate_music(MusicRequest("x", 15, model_name=model))
+        finally:
+            await provider.aclose()
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("satsgate"))
+    assert "no webhook signing secret (HTTP 405)" in text  # fal has that path for POST
+    assert "webhook keys unavailable (HTTP 404)" in text
+    assert "submit failed (ConnectError)" in text
+    for address in (rep.url, falq.url, dead, "127.0.0.1"):
+        assert address not in text, address
 
 
 class MemoryCheckpoint:

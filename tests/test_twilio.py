@@ -173,9 +173,7 @@ async def test_logs_name_no_provider_address_account_or_key(
     resp = await paid_post(client, "send-sms", {"phone_number": US, "message": "Logged?"})
     assert resp.status_code == 200, resp.text
     assert fake.requests[-1]["form"]  # the request reached the provider
-    # The fake Twilio's own access log is captured too (so records of the server's threads
-    # reach this capture): it is the provider's, not satsgate's.
-    assert any(r.name == "aiohttp.access" for r in caplog.records)
+    # The fake Twilio's own access log is the provider's, not satsgate's.
     text = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")
     port = urlsplit(fake.url).port
     for secret in (fake.url, f":{port}", f"port={port}", ACCOUNT_SID, AUTH_TOKEN):

@@ -87,7 +87,7 @@ from satsgate.engines.esign import (
     SigningRequest,
     SigningSent,
 )
-from satsgate.engines.providers.upstream import check_options
+from satsgate.engines.providers.upstream import cause_of, check_options
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -228,7 +228,7 @@ class DocumensoProvider:
                 ErrorCode.TIMEOUT, "The signing service took too long.", may_fall_back=not sent
             ) from exc
         except httpx.HTTPError as exc:
-            log.warning("documenso %s: %s failed: %r", self.config.name, what, exc)
+            log.warning("documenso %s: %s failed (%s)", self.config.name, what, cause_of(exc))
             raise EngineError(
                 ErrorCode.SERVICE_ERROR,
                 "The signing service could not be reached.",

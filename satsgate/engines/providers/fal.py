@@ -38,6 +38,7 @@ from satsgate.engines.providers.predictions import (
     Status,
     is_refusal,
 )
+from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -117,7 +118,7 @@ class FalProvider(PredictionProvider):
         try:
             resp = await self.http.post(url, json=inputs, headers=self.auth_headers())
         except Exception as exc:
-            log.warning("fal %s: submit failed: %r", self.config.name, exc)
+            log.warning("fal %s: submit failed (%s)", self.config.name, cause_of(exc))
             raise EngineError(ErrorCode.SERVICE_ERROR, "The model could not be reached.") from exc
         self.raise_for_create(resp)
         doc = resp.json()
@@ -191,7 +192,9 @@ class FalProvider(PredictionProvider):
                 self._keys_at = time.time()
             except Exception as exc:  # polling still ends the run
                 log.warning(
-                    "fal %s: webhook keys unavailable (%r): polling only", self.config.name, exc
+                    "fal %s: webhook keys unavailable (%s): polling only",
+                    self.config.name,
+                    cause_of(exc),
                 )
         return url if self._keys else None
 

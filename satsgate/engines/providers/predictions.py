@@ -60,6 +60,7 @@ from satsgate.engines.image_generation import (
     ImageGenerationRequest,
 )
 from satsgate.engines.image_process import Box, Detection, DetectionResult, ImageOutput
+from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.refusals import said_by_model
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
@@ -519,7 +520,7 @@ class PredictionProvider:
         try:
             await self.cancel(prediction)
         except Exception as exc:  # the caller's outcome does not depend on it
-            log.warning("%s: cancelling %s failed: %r", self.KIND, prediction.id, exc)
+            log.warning("%s: cancelling %s failed (%s)", self.KIND, prediction.id, cause_of(exc))
 
     # -- HTTP -----------------------------------------------------------------------------
 
@@ -566,7 +567,7 @@ class PredictionProvider:
         try:
             return await self.http.get(url, **kwargs)
         except httpx.HTTPError as exc:
-            raise _Transient(repr(exc), 1.0) from exc
+            raise _Transient(cause_of(exc), 1.0) from exc
 
     async def download(self, url: str) -> MediaFile:
         """An output's bytes, at most ``max_output_bytes``; the platform's key goes only
@@ -613,7 +614,8 @@ class PredictionProvider:
                     )
             except (_Transient, httpx.HTTPError) as exc:
                 wait = exc.retry_after if isinstance(exc, _Transient) else 1.0
-                log.info("%s: output download: %r (attempt %d)", self.KIND, exc, attempt + 1)
+                cause = str(exc) if isinstance(exc, _Transient) else cause_of(exc)
+                log.info("%s: output download: %s (attempt %d)", self.KIND, cause, attempt + 1)
                 await asyncio.sleep(min(wait, 5.0) * (attempt + 1) * 0.25)
         raise EngineError(
             ErrorCode.SERVICE_ERROR, "The model's output could not be fetched.", may_fall_back=False

@@ -31,6 +31,7 @@ from typing import Any
 from satsgate.engines.config import ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers.predictions import Prediction, PredictionProvider, Status
+from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -145,7 +146,7 @@ class ReplicateProvider(PredictionProvider):
         try:
             resp = await self.http.post(url, json=body, headers=headers)
         except Exception as exc:
-            log.warning("replicate %s: create failed: %r", self.config.name, exc)
+            log.warning("replicate %s: create failed (%s)", self.config.name, cause_of(exc))
             raise EngineError(ErrorCode.SERVICE_ERROR, "The model could not be reached.") from exc
         self.raise_for_create(resp)
         prediction = _prediction(resp.json())
@@ -180,9 +181,9 @@ class ReplicateProvider(PredictionProvider):
                 self._secret = _secret_key(str(resp.json()["key"]))
             except Exception as exc:  # polling still ends the run
                 log.warning(
-                    "replicate %s: no webhook signing secret (%r): polling only",
+                    "replicate %s: no webhook signing secret (%s): polling only",
                     self.config.name,
-                    exc,
+                    cause_of(exc),
                 )
                 return None
         return url

@@ -42,7 +42,7 @@ import aiosmtplib
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.mail import OutgoingEmail, SentEmail
-from satsgate.engines.providers.upstream import check_options
+from satsgate.engines.providers.upstream import cause_of, check_options
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -127,6 +127,7 @@ class SmtpEmail:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
             self.tls_context = context
+        self.name = config.name
         self.host = host
         self.port = port
         self.from_address = from_address
@@ -219,7 +220,7 @@ class SmtpEmail:
                 may_fall_back=False,
             ) from None
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-            log.warning("smtp %s:%s failed: %r", self.host, self.port, exc)
+            log.warning("smtp %s: sending failed (%s)", self.name, cause_of(exc))
             if sent_data:
                 raise EngineError(
                     ErrorCode.SERVICE_ERROR,

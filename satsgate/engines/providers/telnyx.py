@@ -81,6 +81,7 @@ from satsgate.engines.providers.carriers import (
     voices_option,
 )
 from satsgate.engines.providers.upstream import (
+    cause_of,
     check_options,
     log_failure,
     retries_option,
@@ -526,7 +527,7 @@ class TelnyxProvider:
                         chunks.append(chunk)
                     return b"".join(chunks)
             except httpx.HTTPError as exc:
-                log.warning("telnyx %s: inbound fax download: %r", self.config.name, exc)
+                log.warning("telnyx %s: inbound fax download (%s)", self.config.name, cause_of(exc))
                 break
         raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax could not be fetched.")
 

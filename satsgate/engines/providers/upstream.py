@@ -161,6 +161,20 @@ class SdkErrors:
         return error
 
 
+def cause_of(exc: BaseException) -> str:
+    """What failed, for an operator's log line, with no address in it: the HTTP status of
+    an error answer (``HTTP 404``), else the exception's type (``ConnectError``,
+    ``ReadTimeout``). The HTTP clients write the request's URL into their exceptions'
+    text (a status error's, and some connection errors'), so that text stays out."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(status, int):
+        return f"HTTP {status}"
+    if isinstance(exc, EngineError):
+        return str(exc.code)
+    return type(exc).__name__
+
+
 def log_failure(engine: str, kind: str, error: EngineError, cause: str) -> None:
     """One operator-facing line: engine, adapter kind, what happened upstream (a status or
     an exception type), never an address or a key."""

@@ -20,6 +20,7 @@ import httpx
 from satsgate.engines.ai_call import AiCallReport, AiCallRequest
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
+from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 from satsgate.services.ai.voices import AI_CALL_VOICES
@@ -164,13 +165,15 @@ class VoiceAgentProvider(ABC):
         try:
             resp = await self.http.post(url, json=body, headers=self.auth_headers())
         except httpx.ConnectError as exc:
-            log.warning("%s %s: create unreachable: %r", self.KIND, self.config.name, exc)
+            log.warning(
+                "%s %s: create unreachable (%s)", self.KIND, self.config.name, cause_of(exc)
+            )
             raise EngineError(
                 ErrorCode.SERVICE_ERROR,
                 "The call service could not be reached; no call was placed.",
             ) from exc
         except httpx.HTTPError as exc:
-            log.warning("%s %s: create failed: %r", self.KIND, self.config.name, exc)
+            log.warning("%s %s: create failed (%s)", self.KIND, self.config.name, cause_of(exc))
             raise EngineError(
                 ErrorCode.TIMEOUT, "The call service did not answer in time.", may_fall_back=False
             ) from exc

@@ -34,7 +34,8 @@ from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
-from satsgate.payments.cashu import Ecash, check_installed, parse_config
+from satsgate.payments.cashu import Ecash, check_installed
+from satsgate.payments.cashu_config import parse_config
 from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
 from satsgate.payments.sessions import SessionConfig, Sessions

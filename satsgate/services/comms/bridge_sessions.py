@@ -49,7 +49,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
@@ -80,6 +80,7 @@ from satsgate.outreach.do_not_contact import (
 )
 from satsgate.outreach.rules import check_text
 from satsgate.refunds import refund_object
+from satsgate.services.base import ServiceContext
 from satsgate.services.comms.bridge_audio import FRAME_BYTES, FRAME_S, RATE, Segmenter, to_mulaw
 from satsgate.services.comms.bridge_audio import wav_of_mulaw as _wav_of_mulaw
 from satsgate.services.comms.screening import Outreach, screen
@@ -88,13 +89,10 @@ from satsgate.services.comms.voice_bridge import (
     BridgePoll,
     BridgeSettlement,
     Utterance,
+    VoiceBridgeOpenParams,
 )
 from satsgate.store import Store
 from satsgate.store.voice_bridge import BridgeSessionRow
-
-if TYPE_CHECKING:
-    from satsgate.services.base import ServiceContext
-    from satsgate.services.comms.handlers import VoiceBridgeOpenParams
 
 log = logging.getLogger(__name__)
 

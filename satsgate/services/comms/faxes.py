@@ -46,7 +46,7 @@ from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
-from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult
+from satsgate.services.base import DeskKey, FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening
 from satsgate.services.comms.destinations import Destinations, from_context, served_number
 from satsgate.services.inputs.media import MediaError, pdf_pages
@@ -227,7 +227,7 @@ class _Number:
 class FaxDesk:
     """The node's faxes: the sent ones followed to their end and settled, the inbound
     numbers, their leases and the faxes they received. One per app (``appkeys.FAXES``),
-    handed to handlers (``ServiceContext.faxes``) and free operations (``OperationEnv``)."""
+    handed to handlers (``ctx.desk(FAX_DESK)``) and free operations (``OperationEnv``)."""
 
     def __init__(
         self,
@@ -532,6 +532,10 @@ class FaxDesk:
             await asyncio.sleep(CLEANUP_EVERY_S)
 
 
+# The fax desk in a handler's context: ``ctx.desk(FAX_DESK)``.
+FAX_DESK: DeskKey[FaxDesk] = DeskKey("fax desk")
+
+
 def poll_url(base_url: str, inbox_id: str) -> str:
     return f"{base_url}{RECEIVE_PATH}?inboxId={inbox_id}"
 
@@ -542,9 +546,10 @@ def status_url(base_url: str, fax_id: str) -> str:
 
 def desk_of(ctx: ServiceContext) -> FaxDesk:
     """The app's fax desk a handler was given; SERVICE_ERROR outside an app."""
-    if ctx.faxes is None:
+    desk = ctx.desk(FAX_DESK)
+    if desk is None:
         raise EngineError(ErrorCode.SERVICE_ERROR, "The fax desk is not running on this node.")
-    return ctx.faxes
+    return desk
 
 
 async def receive_fax(ctx: ServiceContext, params: ReceiveFaxParams) -> ServiceResult:

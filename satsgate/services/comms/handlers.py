@@ -46,7 +46,9 @@ from satsgate.services.catalog.pricing import (
     voice_bridge_min_msat,
 )
 from satsgate.services.comms import deliveries, faxes
+from satsgate.services.comms.ai_call_runner import AI_CALL_RUNNER
 from satsgate.services.comms.ai_calls import AiCallAnswers
+from satsgate.services.comms.bridge_sessions import BRIDGE_SESSIONS
 from satsgate.services.comms.destinations import check_e164, served_number
 from satsgate.services.comms.faxes import FAX_MAX_BYTES, ReceiveFaxParams, SendFaxParams
 from satsgate.services.comms.screening import Outreach, html_text, screen
@@ -636,7 +638,8 @@ async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
     The deposit is settled when the call ends (billed by the started minute)."""
     from satsgate.services.comms.screening import Outreach, screen
 
-    if ctx.ai_calls is None:
+    runner = ctx.desk(AI_CALL_RUNNER)
+    if runner is None:
         raise EngineError(ErrorCode.SERVICE_ERROR, "AI calls cannot be placed from here.")
     spoken = [params.task, params.begin_message or "", params.reason or ""]
     await screen(
@@ -648,7 +651,7 @@ async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
             sender_name=params.caller_name,
         ),
     )
-    return await ctx.ai_calls.start(ctx, params.model_dump(mode="json"))
+    return await runner.start(ctx, params.model_dump(mode="json"))
 
 
 AI_CALL = ServiceSpec(
@@ -737,11 +740,12 @@ RECEIVE_FAX = ServiceSpec(
 async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
     """Dial and answer the session (services.comms.bridge_sessions): the deposit is settled
     when the session ends; a failure to dial is refunded in full by the gate."""
-    if ctx.voice_bridge is None:
+    sessions = ctx.desk(BRIDGE_SESSIONS)
+    if sessions is None:
         raise EngineError(
             ErrorCode.SERVICE_ERROR, "The voice bridge is not available on this node."
         )
-    return ServiceResult(body=await ctx.voice_bridge.open(ctx, params))
+    return ServiceResult(body=await sessions.open(ctx, params))
 
 
 VOICE_BRIDGE_OPEN = ServiceSpec(

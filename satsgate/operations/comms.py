@@ -1,7 +1,9 @@
 """Free follow-ups of the communication services: a voice-bridge session's say, poll and
 end (on paths of their own), and an AI call's confirmation and poll (forms of the
-ai-call path itself). The work is done in services.comms.voice_bridge and
-services.comms.ai_calls."""
+ai-call path itself). Both faces share the calls here (bridge_say, bridge_poll,
+bridge_end, ai_call_confirm, ai_call_poll: the paid service's engine first, then the
+session or call), on the node's sessions (services.comms.voice_bridge's seam) and AI-call
+records (services.comms.ai_calls')."""
 
 from __future__ import annotations
 

@@ -79,6 +79,9 @@ SessionId = Annotated[str, StringConstraints(min_length=1, max_length=128, patte
 _SESSION_ID_DOC = "The sessionId from the open_voice_bridge answer."
 
 
+# -- params --------------------------------------------------------------------------------
+
+
 class VoiceBridgeOpenParams(ServiceParams):
     phoneNumber: str = Field(
         validation_alias=alias("phoneNumber", "phone_number"), description="E.164 number to dial."
@@ -112,9 +115,6 @@ class VoiceBridgeOpenParams(ServiceParams):
 
 def _session_id_field() -> Any:
     return Field(validation_alias=alias("sessionId", "session_id"), description=_SESSION_ID_DOC)
-
-
-# -- params --------------------------------------------------------------------------------
 
 
 class VoiceBridgeSayParams(ServiceParams):

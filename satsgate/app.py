@@ -295,7 +295,6 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
-        deposits=deposits,
         voice_bridge=voice_bridge,
         esign=esign,
         deliveries=store.deliveries,

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from satsgate.payments.cashu_config import parse_config
+
 BACKENDS = ("dev", "cln", "lnd")
 
 
@@ -150,7 +152,7 @@ class Settings:
     # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
     discovery: Mapping[str, Any] = field(default_factory=dict)
     # [cashu]: Cashu ecash payments (NUT-24): mints, melt schedule. See
-    # satsgate/payments/cashu.py (CashuConfig); empty or no mints: off.
+    # satsgate/payments/cashu_config.py (CashuConfig); empty or no mints: off.
     cashu: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -234,8 +236,6 @@ def load_settings(
 
     NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
     if settings.cashu:
-        from satsgate.payments.cashu import parse_config
-
         parse_config(settings.cashu)  # a typo or a bad mint URL fails here, at start
     for proxy in settings.trusted_proxies:
         try:

@@ -199,8 +199,7 @@ async def lnurlp_invoice(
 
 class DepositSettler:
     """Settles deposits (see the module). One per app: ``app[DEPOSITS]``, and in every
-    handler's context (``ctx.deposits``) and the free operations' env
-    (``env.deposits``)."""
+    free operations' env (``env.deposits``)."""
 
     def __init__(
         self,

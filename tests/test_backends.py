@@ -10,7 +10,7 @@ import pytest
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.backends.cln import ClnBackend
 from satsgate.backends.dev import DevBackend
-from satsgate.backends.lnd import LndBackend
+from satsgate.backends.lnd.backend import LndBackend
 from satsgate.cli import build_backend
 from satsgate.config import Settings
 from satsgate.lightning import InitialCursor, LightningBackend, SimulatedPayments

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from satsgate.backends.lnd import LndBackend
+from satsgate.backends.lnd.backend import LndBackend
 from satsgate.lightning import (
     BackendError,
     InvoiceState,

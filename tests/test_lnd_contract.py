@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from satsgate.backends.lnd import LndBackend
+from satsgate.backends.lnd.backend import LndBackend
 from tests.backend_contract import BackendContract, ExternalInvoice, Settle
 from tests.fake_lnd import FakeLnd, FakeLndNode, running_lnd
 

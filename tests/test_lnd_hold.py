@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.backends.lnd import LndBackend
+from satsgate.backends.lnd.backend import LndBackend
 from satsgate.config import Settings
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.store import Payment, PaymentStatus

@@ -192,7 +192,7 @@ async def test_opt_out_checks_its_source_and_needs_a_list() -> None:
 
 
 async def test_screen_without_a_node_screener_applies_the_rules() -> None:
-    ctx = cast(Any, SimpleNamespace(screener=None))
+    ctx = cast(Any, SimpleNamespace(desk=lambda _key: None))
     await screen(ctx, Outreach("sms", ("+14155550100",), "Your table is booked for 7pm."))
     with pytest.raises(HeldForReview) as held:
         await screen(ctx, Outreach("sms", ("+14155550100",), "Send me your PIN now", "Police"))

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from satsgate.config import Settings
 from satsgate.errors import ApiError
+from satsgate.operations.comms import bridge_end, bridge_poll, bridge_say
 from satsgate.services.comms import voice_bridge
 from satsgate.services.comms.voice_bridge import (
     BridgeEvent,
@@ -401,17 +402,17 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
     available = engines_for(Settings(**down_engines(["voice_bridge"])))
     bare = engines_for(Settings())
 
-    said = await voice_bridge.say(
+    said = await bridge_say(
         settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[3])
     )
     assert said == {"success": True, "bytesSent": 1600}
     assert sessions.said[-1][1] == Utterance(audio=b"\x00\x01" * 800, encoding="pcm_l16_16000")
-    await voice_bridge.say(
+    await bridge_say(
         settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[1])
     )
     assert sessions.said[-1][1] == Utterance(text="Hola", language="es", voice_description="female")
 
-    polled = await voice_bridge.poll(
+    polled = await bridge_poll(
         settings,
         available,
         sessions,
@@ -427,7 +428,7 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
     }
 
     end = VoiceBridgeEndParams.model_validate({"sessionId": "vb_1"})
-    first = await voice_bridge.end(settings, available, sessions, end)
+    first = await bridge_end(settings, available, sessions, end)
     assert first == {
         "success": True,
         "elapsedSec": 65,
@@ -437,12 +438,12 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
         "refund": {"lnurl_withdraw": "LNURL1...", "amount_sats": 60},
         "finalTranscript": "Hello.",
     }
-    assert await voice_bridge.end(settings, available, sessions, end) == first
+    assert await bridge_end(settings, available, sessions, end) == first
     with pytest.raises(ApiError) as ended:  # an ended session takes no more speech
-        await voice_bridge.say(
+        await bridge_say(
             settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[0])
         )
     assert ended.value.code == NOT_FOUND
     with pytest.raises(ApiError) as unavailable:  # the node's own engines: none for the bridge
-        await voice_bridge.end(settings, bare, sessions, end)
+        await bridge_end(settings, bare, sessions, end)
     assert unavailable.value.code == "SERVICE_UNAVAILABLE"

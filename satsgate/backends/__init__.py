@@ -46,7 +46,7 @@ def make_backend(settings: Settings) -> LightningBackend:
         if missing:
             raise BackendConfigError(f"--backend lnd needs {', '.join(missing)}")
         try:
-            from satsgate.backends.lnd import LndBackend
+            from satsgate.backends.lnd.backend import LndBackend
         except ImportError as exc:
             raise BackendConfigError(
                 f"--backend lnd needs the lnd extra (pip install 'satsgate[lnd]'): {exc}"

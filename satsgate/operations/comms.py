@@ -1,11 +1,13 @@
 """Free follow-ups of the communication services: a voice-bridge session's say, poll and
 end (on paths of their own), and an AI call's confirmation and poll (forms of the
-ai-call path itself). The work is done in services.comms.voice_bridge and
-services.comms.ai_calls."""
+ai-call path itself). Both faces share the calls here (bridge_say, bridge_poll,
+bridge_end, ai_call_confirm, ai_call_poll: the paid service's engine first, then the
+session or call), on the node's sessions (services.comms.voice_bridge's seam) and AI-call
+records (services.comms.ai_calls')."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -33,12 +35,12 @@ from satsgate.operations.models import (
 )
 from satsgate.payments.proof import proves
 from satsgate.services.comms import ai_calls, deliveries, voice_bridge
+from satsgate.services.comms.ai_calls import AiCallAnswer, AiCallAnswers
 from satsgate.services.comms.handlers import (
     AI_CALL,
     CALL,
     SEND_SMS,
     VOICE_BRIDGE_OPEN,
-    AiCallAnswers,
     AiCallConfirmParams,
     AiCallId,
     AiCallPollParams,
@@ -46,11 +48,12 @@ from satsgate.services.comms.handlers import (
     SmsStatusParams,
 )
 from satsgate.services.comms.voice_bridge import (
+    Utterance,
     VoiceBridgeEndParams,
     VoiceBridgePollParams,
     VoiceBridgeSayParams,
 )
-from satsgate.services.inputs.params import alias
+from satsgate.services.inputs.params import alias, prevalidate
 
 # -- voice bridge ---------------------------------------------------------------------------
 # The arguments are the HTTP params models themselves: one schema, both spellings.
@@ -71,22 +74,83 @@ def _heard(result: object) -> bool:
     return True
 
 
+# -- the voice bridge's shared calls (both faces) -------------------------------------------
+
+
+def _bridge_available(engines: Engines) -> None:
+    """The same refusal as the paid open: no engine, no session to talk to."""
+    if not VOICE_BRIDGE_OPEN.is_available(engines):
+        raise ApiError(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            f"{VOICE_BRIDGE_OPEN.title} has no engine configured on this node; nothing was "
+            "charged.",
+        )
+
+
+def _bridge_not_found(session_id: str, what: str = "voice-bridge session") -> ApiError:
+    return ApiError(ErrorCode.VOICE_BRIDGE_SESSION_NOT_FOUND, f"No {what} {session_id!r}.")
+
+
+async def bridge_say(
+    settings: Settings,
+    engines: Engines,
+    sessions: voice_bridge.VoiceBridgeSessions,
+    params: VoiceBridgeSayParams,
+) -> dict[str, Any]:
+    """``{ success, bytesSent }``: the utterance is played into the open session."""
+    await prevalidate(params)  # decodes the audio off the loop: 400 before anything else
+    _bridge_available(engines)
+    utterance: Utterance = params.checked()
+    sent = await sessions.say(params.sessionId, utterance)
+    if sent is None:
+        raise _bridge_not_found(params.sessionId, "open voice-bridge session")
+    return {"success": True, "bytesSent": sent}
+
+
+async def bridge_poll(
+    settings: Settings,
+    engines: Engines,
+    sessions: voice_bridge.VoiceBridgeSessions,
+    params: VoiceBridgePollParams,
+) -> dict[str, Any]:
+    """The session's state and the events after ``cursor``."""
+    _bridge_available(engines)
+    found = await sessions.poll(params.sessionId, params.cursor)
+    if found is None:
+        raise _bridge_not_found(params.sessionId)
+    return found.body()
+
+
+async def bridge_end(
+    settings: Settings,
+    engines: Engines,
+    sessions: voice_bridge.VoiceBridgeSessions,
+    params: VoiceBridgeEndParams,
+) -> dict[str, Any]:
+    """Hang up; the elapsed time is billed and the rest of the deposit refunded."""
+    _bridge_available(engines)
+    settlement = await sessions.end(params.sessionId)
+    if settlement is None:
+        raise _bridge_not_found(params.sessionId)
+    return settlement.body()
+
+
 async def voice_bridge_say(
     env: OperationEnv, args: VoiceBridgeSayParams, call: Call
 ) -> VoiceBridgeSaid:
-    return VoiceBridgeSaid.model_validate(await _on_bridge(env, voice_bridge.say, args))
+    return VoiceBridgeSaid.model_validate(await _on_bridge(env, bridge_say, args))
 
 
 async def poll_voice_bridge(
     env: OperationEnv, args: VoiceBridgePollParams, call: Call
 ) -> VoiceBridgeEvents:
-    return VoiceBridgeEvents.model_validate(await _on_bridge(env, voice_bridge.poll, args))
+    return VoiceBridgeEvents.model_validate(await _on_bridge(env, bridge_poll, args))
 
 
 async def end_voice_bridge(
     env: OperationEnv, args: VoiceBridgeEndParams, call: Call
 ) -> VoiceBridgeSettlement:
-    return VoiceBridgeSettlement.model_validate(await _on_bridge(env, voice_bridge.end, args))
+    return VoiceBridgeSettlement.model_validate(await _on_bridge(env, bridge_end, args))
 
 
 A = TypeVar("A")
@@ -217,13 +281,51 @@ class ConfirmAiCallArgs(BaseModel):
         return self.sessionId
 
 
+def _ai_call_available(engines: Engines) -> None:
+    """The same refusal as the paid call: no engine, no AI call to confirm or poll."""
+    if not AI_CALL.is_available(engines):
+        raise ApiError(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
+        )
+
+
+async def ai_call_confirm(
+    settings: Settings,
+    engines: Engines,
+    records: ai_calls.AiCallRecords,
+    session_id: str,
+    answers: Mapping[str, AiCallAnswer] | None,
+) -> dict[str, Any]:
+    """Confirm a ``pending_confirm`` call on its original payment: the call proceeds."""
+    _ai_call_available(engines)
+    record = await records.confirm(session_id, answers or {})
+    if record is None:
+        raise ApiError(
+            ErrorCode.AI_CALL_NOT_FOUND,
+            f"No AI call awaits confirmation under session_id {session_id!r}.",
+        )
+    return record.body(settings.public_base_url)
+
+
+async def ai_call_poll(
+    settings: Settings, engines: Engines, records: ai_calls.AiCallRecords, call_id: str
+) -> dict[str, Any]:
+    """The call record: status, transcript, results and refund status."""
+    _ai_call_available(engines)
+    record = await records.record(call_id)
+    if record is None:
+        raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, f"No AI call with call_id {call_id!r}.")
+    return record.body(settings.public_base_url)
+
+
 async def confirm_ai_call(
     env: OperationEnv, args: AiCallConfirmParams | ConfirmAiCallArgs, call: Call
 ) -> AiCallRecord:
     settings = env.settings
     records = ai_calls.records_for(env.ai_calls)
     return AiCallRecord.model_validate(
-        await ai_calls.confirm(settings, env.engines, records, args.session_id, args.answers)
+        await ai_call_confirm(settings, env.engines, records, args.session_id, args.answers)
     )
 
 
@@ -231,7 +333,7 @@ async def poll_ai_call(env: OperationEnv, args: AiCallPollParams, call: Call) ->
     settings = env.settings
     records = ai_calls.records_for(env.ai_calls)
     return AiCallRecord.model_validate(
-        await ai_calls.poll(settings, env.engines, records, args.call_id)
+        await ai_call_poll(settings, env.engines, records, args.call_id)
     )
 
 

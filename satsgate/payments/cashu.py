@@ -36,13 +36,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel
 
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.lightning import BackendError, InvoiceState, LightningBackend
+from satsgate.payments.cashu_config import CashuConfig, normalize_mint_url
 from satsgate.payments.cashu_wire import (
     CashuFormatError,
     Mint,
@@ -72,72 +72,6 @@ CHANGE_HEADER = "X-Cashu-Change"  # the change token of an overpayment
 
 AnySpec = ServiceSpec[Any]
 T = TypeVar("T")
-
-
-# -- configuration ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CashuConfig:
-    """``[cashu]``: the mints the operator trusts (unit sat) and the melt schedule."""
-
-    mints: tuple[str, ...]
-    unit: str = "sat"
-    # Melt held ecash into the node's Lightning balance (on by default: every satsgate
-    # runs with a Lightning backend).
-    melt: bool = True
-    melt_interval_s: int = 900
-    # Melt a mint's ecash once at least this much is held there.
-    melt_min_sat: int = 100
-    # Skip a melt whose fee reserve plus input fees exceed this share of the amount.
-    melt_max_fee_pct: float = 5.0
-    # A mint that takes longer than this is treated as unreachable.
-    mint_timeout_s: float = 20.0
-
-
-_KEYS: dict[str, type | tuple[type, ...]] = {
-    "mints": list,
-    "unit": str,
-    "melt": bool,
-    "melt_interval_s": int,
-    "melt_min_sat": int,
-    "melt_max_fee_pct": (int, float),
-    "mint_timeout_s": (int, float),
-}
-
-
-def normalize_mint_url(url: str) -> str:
-    return url.strip().rstrip("/")
-
-
-def parse_config(raw: Mapping[str, Any]) -> CashuConfig | None:
-    """The ``[cashu]`` table; None when no mint is configured (Cashu is off)."""
-    unknown = set(raw) - set(_KEYS)
-    if unknown:
-        raise ValueError(f"unknown [cashu] settings: {', '.join(sorted(unknown))}")
-    for key, kind in _KEYS.items():
-        if key in raw and not isinstance(raw[key], kind):
-            raise ValueError(f"[cashu] {key} has the wrong type")
-    mints = tuple(normalize_mint_url(str(m)) for m in raw.get("mints", []))
-    if not mints:
-        return None
-    for mint in mints:
-        parts = urlsplit(mint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"[cashu] mints: {mint!r} is not an http(s) URL")
-    if raw.get("unit", "sat") != "sat":
-        raise ValueError('[cashu] unit: only "sat" is supported')
-    config = CashuConfig(
-        mints=mints,
-        melt=bool(raw.get("melt", True)),
-        melt_interval_s=int(raw.get("melt_interval_s", 900)),
-        melt_min_sat=int(raw.get("melt_min_sat", 100)),
-        melt_max_fee_pct=float(raw.get("melt_max_fee_pct", 5.0)),
-        mint_timeout_s=float(raw.get("mint_timeout_s", 20.0)),
-    )
-    if config.melt_interval_s < 10 or config.melt_min_sat < 1:
-        raise ValueError("[cashu] melt_interval_s must be >= 10 and melt_min_sat >= 1")
-    return config
 
 
 def check_installed() -> None:

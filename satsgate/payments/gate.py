@@ -22,19 +22,19 @@ which also reads the row; when it changes nothing, the row is read to say why.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import cached_property
 
 import httpx
 
 from satsgate.config import Settings
-from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
 from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
-from satsgate.payments.cashu import Ecash, check_installed, parse_config
+from satsgate.payments.cashu import Ecash, check_installed
+from satsgate.payments.cashu_config import parse_config
 from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
 from satsgate.payments.sessions import SessionConfig, Sessions
@@ -43,17 +43,23 @@ from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.refunds import RefundService
-from satsgate.services.base import NO_JOB_STATE, JobState, PrecheckMemo, ServiceContext, Votes
+from satsgate.services.base import (
+    NO_DESKS,
+    NO_JOB_STATE,
+    Desks,
+    JobState,
+    PrecheckMemo,
+    ServiceContext,
+    Votes,
+)
 from satsgate.services.catalog.rates import Rates
-from satsgate.services.comms.bridge_sessions import BridgeSessions
-from satsgate.services.comms.screening import Screener
-from satsgate.services.documents.esign_desk import ESignDesk
+from satsgate.services.comms.ai_call_runner import AI_CALL_RUNNER, AiCallRunner
+from satsgate.services.comms.bridge_sessions import BRIDGE_SESSIONS, BridgeSessions
+from satsgate.services.comms.faxes import FAX_DESK, FaxDesk
+from satsgate.services.comms.screening import SCREENER, Screener
+from satsgate.services.documents.esign_desk import ESIGN_DESK, ESignDesk
 from satsgate.store import PaymentRepository, Store
 from satsgate.store.deliveries import DeliveryRepository
-
-if TYPE_CHECKING:
-    from satsgate.services.comms.ai_call_runner import AiCallRunner
-    from satsgate.services.comms.faxes import FaxDesk
 
 
 def _no_progress(progress: float, message: str) -> None:
@@ -70,7 +76,6 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
-    deposits: DepositSettler | None = None  # deposit settlement (satsgate/deposits.py)
     voice_bridge: BridgeSessions | None = None  # voice-bridge sessions (open_voice_bridge)
     esign: ESignDesk | None = None  # the e-signature desk
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
@@ -81,6 +86,17 @@ class HandlerResources:
     faxes: FaxDesk | None = None  # the fax desk (send-fax, receive-fax)
     # The app's BTC rate book (services/catalog/rates.py): quotes and contexts read its book.
     rates: Rates = field(default_factory=Rates)
+
+    @cached_property
+    def desks(self) -> Desks:
+        """The desks above under their keys, as every call's context hands them out."""
+        return (
+            NO_DESKS.with_desk(SCREENER, self.screener)
+            .with_desk(BRIDGE_SESSIONS, self.voice_bridge)
+            .with_desk(ESIGN_DESK, self.esign)
+            .with_desk(AI_CALL_RUNNER, self.ai_calls)
+            .with_desk(FAX_DESK, self.faxes)
+        )
 
     def for_call(
         self,
@@ -103,14 +119,9 @@ class HandlerResources:
             votes=self.votes,
             engines=self.engines,
             job_state=job_state or NO_JOB_STATE,
-            deposits=self.deposits,
-            voice_bridge=self.voice_bridge,
-            esign=self.esign,
+            desks=self.desks if screener is None else self.desks.with_desk(SCREENER, screener),
             deliveries=self.deliveries,
-            screener=screener or self.screener,
             rate_book=self.rates.book,
-            faxes=self.faxes,
-            ai_calls=self.ai_calls,
         )
 
 

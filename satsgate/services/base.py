@@ -34,16 +34,11 @@ from satsgate.services.comms.destinations import validation_context
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:
-    from satsgate.deposits import DepositSettler
     from satsgate.files import FileStore
-    from satsgate.services.comms.ai_call_runner import AiCallRunner
-    from satsgate.services.comms.bridge_sessions import BridgeSessions
-    from satsgate.services.comms.faxes import FaxDesk
-    from satsgate.services.comms.screening import Screener
-    from satsgate.services.documents.esign_desk import ESignDesk
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
+D = TypeVar("D")
 
 
 @runtime_checkable
@@ -135,6 +130,43 @@ class _NoJobState:
 NO_JOB_STATE: JobState = _NoJobState()
 
 
+class DeskKey(Generic[D]):
+    """Names one of the app's desks in a handler's context (:meth:`ServiceContext.desk`);
+    ``D`` is what the desk is. Each desk's own module defines its key beside the desk, so
+    this module names no desk and a handler asks with the module it already imports."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"DeskKey({self.name!r})"
+
+
+@dataclass(frozen=True)
+class Desks:
+    """The app's desks by their keys; immutable. Filled only by :meth:`with_desk`, which
+    takes a ``DeskKey[D]`` and a ``D`` together: what :meth:`get` finds under a key is of
+    the key's type."""
+
+    by_key: Mapping[object, object] = field(default_factory=dict)
+
+    def with_desk(self, key: DeskKey[D], desk: D | None) -> Desks:
+        """These desks with ``desk`` under ``key`` (None: without one)."""
+        found = {k: v for k, v in self.by_key.items() if k is not key}
+        if desk is not None:
+            found[key] = desk
+        return Desks(found)
+
+    def get(self, key: DeskKey[D]) -> D | None:
+        """The desk under ``key``, or None."""
+        return cast("D | None", self.by_key.get(key))
+
+
+NO_DESKS = Desks()
+
+
 @dataclass
 class ServiceContext:
     call_id: str
@@ -150,27 +182,24 @@ class ServiceContext:
     # What resumes this job after a restart (a remote prediction's id); for synchronous
     # calls nothing is kept (load gives None, save does nothing).
     job_state: JobState = field(default_factory=lambda: NO_JOB_STATE)
-    # The node's screen of communications (satsgate.services.comms.screening.screen uses it);
-    # None: the rules alone.
-    screener: Screener | None = None
-    # Deposit settlement (satsgate/deposits.py): bill the used part of a deposit payment,
-    # refund the rest once. None only in contexts built without an app (some unit tests).
-    deposits: DepositSettler | None = None
-    # The node's voice-bridge sessions (services/comms/bridge_sessions.py): open_voice_bridge
-    # opens one. None only in contexts built without an app.
-    voice_bridge: BridgeSessions | None = None
-    # The e-signature desk (records and follows signing requests); None outside an app.
-    esign: ESignDesk | None = None
+    # The app's desks, each under the key its own module defines (:class:`DeskKey`):
+    # ``ctx.desk(FAX_DESK)``. The node's screen (screening.SCREENER; without it
+    # screening.screen applies the rules alone), the voice-bridge sessions
+    # (bridge_sessions.BRIDGE_SESSIONS), the e-signature desk (esign_desk.ESIGN_DESK), the
+    # AI calls (ai_call_runner.AI_CALL_RUNNER), the fax desk (faxes.FAX_DESK). None outside
+    # an app.
+    desks: Desks = NO_DESKS
     # Delivery records of sent SMS, calls and faxes (the store's repository); None only
     # where no store exists.
     deliveries: DeliveryRepository | None = None
-    # The node's AI calls (satsgate/services/comms/ai_call_runner.py); None outside an app.
-    ai_calls: AiCallRunner | None = None
-    # The node's fax desk (satsgate/services/comms/faxes.py); None outside an app.
-    faxes: FaxDesk | None = None
     # The app's BTC rate book when the call began (services/catalog/rates.py): what a handler
     # prices a BTC-pegged amount with; the fallback rates outside an app.
     rate_book: RateBook = FALLBACK
+
+    def desk(self, key: DeskKey[D]) -> D | None:
+        """The app's desk under ``key``; None when this context has none (built outside an
+        app, or on a node without it)."""
+        return self.desks.get(key)
 
     async def run_cpu(
         self, fn: Callable[..., R], *args: Any, quick: bool = False, limit_s: float | None = None

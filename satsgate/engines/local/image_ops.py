@@ -40,7 +40,7 @@ from satsgate.engines.image_process import (
     InpaintMethod,
     NsfwResult,
 )
-from satsgate.engines.local.images import ImageOpError, package_file
+from satsgate.engines.local.image_support import ImageOpError, package_file
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

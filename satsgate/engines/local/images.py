@@ -13,7 +13,6 @@ import importlib.util
 import logging
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from satsgate.engines.errors import EngineError
@@ -26,6 +25,7 @@ from satsgate.engines.image_process import (
     NsfwResult,
     UpscaleOptions,
 )
+from satsgate.engines.local.image_support import ImageOpError, package_file
 from satsgate.engines.registry import EngineDeps, LocalEngine
 from satsgate.errors import ErrorCode
 
@@ -34,10 +34,6 @@ log = logging.getLogger(__name__)
 # Model ids (the spec's, one per operation) each local engine stands in for. The result's
 # ``method`` says what really ran in the model's place.
 MODEL_UPSCALE, MODEL_NSFW, MODEL_DETECT, MODEL_ERASE, MODEL_DEBLUR = 36, 38, 39, 40, 42
-
-
-class ImageOpError(ValueError):
-    """The input cannot be processed: the service answers INVALID_INPUT (refunded)."""
 
 
 def run_op(name: str, *args: Any) -> Any:
@@ -61,17 +57,6 @@ async def _run(deps: EngineDeps, name: str, *args: Any) -> Any:
 
 
 # -- probes ----------------------------------------------------------------------------------
-
-
-def package_file(package: str, *parts: str) -> Path | None:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = Path(folder).joinpath(*parts)
-        if path.is_file():
-            return path
-    return None
 
 
 def _needs(*modules: str) -> str:

@@ -31,7 +31,7 @@ from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.ai.engine_io import with_route
-from satsgate.services.ai.music import generate_music
+from satsgate.services.ai.music import GenerateMusicParams, generate_music
 from satsgate.services.ai.voices import (
     CLONED_VOICE,
     TTS_FAMILY,
@@ -918,59 +918,6 @@ EPUB_AUDIOBOOK = ServiceSpec(
 )
 
 # -- generate-music ------------------------------------------------------------------------
-
-
-class GenerateMusicParams(ServiceParams, ModelChoice):
-    """Priced 5 sats per second of ``duration`` (15 to 300, default 60); lyricsAddon (the
-    tool form's name for lyrics_optimizer) adds 25."""
-
-    MODELS: ClassVar[tuple[int, ...]] = (23,)
-    DEFAULT: ClassVar[int] = 23
-
-    prompt: str = Field(
-        min_length=1,
-        max_length=2000,
-        description="Style, BPM, key, genre, mood, instruments; up to 2000 characters.",
-    )
-    lyrics: str | None = Field(
-        None,
-        min_length=1,
-        max_length=3500,
-        description="Up to 3500 characters; section tags like [Verse] on their own lines.",
-    )
-    duration: int = Field(60, ge=15, le=300, description="Seconds, 15 to 300.")
-    is_instrumental: bool = Field(
-        False, validation_alias=alias("is_instrumental", "isInstrumental", "instrumental")
-    )
-    lyricsAddon: bool = Field(
-        False,
-        validation_alias=alias("lyricsAddon", "lyrics_optimizer", "lyricsOptimizer"),
-        description=f"Write lyrics from the prompt (+{MUSIC_LYRICS_ADDON_SATS} sats).",
-    )
-    lyricsAbout: str | None = Field(
-        None,
-        min_length=1,
-        max_length=500,
-        validation_alias=alias("lyricsAbout", "lyrics_about"),
-        description="What generated lyrics are about (with lyricsAddon).",
-    )
-    sample_rate: Literal[16000, 24000, 32000, 44100] = Field(
-        44100, validation_alias=alias("sample_rate", "sampleRate")
-    )
-    bitrate: Literal[32000, 64000, 128000, 256000] = 256000
-    audio_format: Literal["mp3", "wav", "pcm"] = Field(
-        "mp3", validation_alias=alias("audio_format", "audioFormat", "format")
-    )
-
-    @model_validator(mode="after")
-    def _lyrics_rules(self) -> Self:
-        if self.is_instrumental and (self.lyrics or self.lyricsAddon):
-            raise ValueError("an instrumental takes no lyrics and no lyricsAddon")
-        if self.lyrics and self.lyricsAddon:
-            raise ValueError("send lyrics or lyricsAddon, not both")
-        if self.lyricsAbout and not self.lyricsAddon:
-            raise ValueError("lyricsAbout needs lyricsAddon")
-        return self
 
 
 GENERATE_MUSIC = ServiceSpec(

@@ -50,7 +50,7 @@ from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.outreach.rules import check_text
-from satsgate.services.base import ServiceContext, ServiceResult
+from satsgate.services.base import DeskKey, ServiceContext, ServiceResult
 from satsgate.services.catalog.pricing import (
     AI_CALL_MIN_SATS,
     MSAT,
@@ -668,6 +668,10 @@ class AiCallRunner:
 
     def poll_url(self, call_id: str) -> str:
         return poll_url(self._settings.public_base_url, call_id)
+
+
+# The AI calls in a handler's context: ``ctx.desk(AI_CALL_RUNNER)``.
+AI_CALL_RUNNER: DeskKey[AiCallRunner] = DeskKey("AI calls")
 
 
 def _joined_transcript(earlier: str | None, latest: str | None, attempt: int) -> str | None:

@@ -14,7 +14,8 @@ outlive a restart and a confirmation must happen once (a conditional UPDATE
 Outside an app :func:`records_for` answers from :data:`NO_RECORDS`: every lookup finds
 nothing.
 
-Both faces use :func:`confirm` and :func:`poll`: ``POST /api/l402/ai-call``
+Both faces use satsgate.operations.comms's :func:`ai_call_confirm` and :func:`ai_call_poll`
+on these records: ``POST /api/l402/ai-call``
 with ``{action: 'confirm', ...}`` and ``GET /api/l402/ai-call?call_id=`` over
 HTTP, ``confirm_ai_call`` over MCP. Both are free: a confirmation rides on the
 call's original payment, and polling costs nothing.
@@ -24,15 +25,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
-from satsgate.config import Settings
-from satsgate.engines import Engines
-from satsgate.errors import ApiError, ErrorCode
-from satsgate.services.comms.handlers import AI_CALL, AiCallAnswer
+from pydantic import Field, StringConstraints
 
 POLL_PATH = "/api/l402/ai-call"
+
+# Answers to a pending_confirm call's clarification questions: short scalars by question.
+AiCallAnswer = (
+    Annotated[str, StringConstraints(max_length=1000)]
+    | bool
+    | Annotated[int, Field(ge=-(10**15), le=10**15)]
+    | Annotated[float, Field(allow_inf_nan=False)]
+)
+AiCallAnswers = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1, max_length=100)], AiCallAnswer],
+    Field(max_length=50),
+]
 
 
 @dataclass(frozen=True)
@@ -105,41 +115,3 @@ def records_for(records: AiCallRecords | None) -> AiCallRecords:
 
 def poll_url(base_url: str, call_id: str) -> str:
     return f"{base_url}{POLL_PATH}?call_id={quote(call_id, safe='')}"
-
-
-def _ensure_available(engines: Engines) -> None:
-    """The same refusal as the paid call: no engine, no AI call to confirm or poll."""
-    if not AI_CALL.is_available(engines):
-        raise ApiError(
-            ErrorCode.SERVICE_UNAVAILABLE,
-            f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
-        )
-
-
-async def confirm(
-    settings: Settings,
-    engines: Engines,
-    records: AiCallRecords,
-    session_id: str,
-    answers: Mapping[str, AiCallAnswer] | None,
-) -> dict[str, Any]:
-    """Confirm a ``pending_confirm`` call on its original payment: the call proceeds."""
-    _ensure_available(engines)
-    record = await records.confirm(session_id, answers or {})
-    if record is None:
-        raise ApiError(
-            ErrorCode.AI_CALL_NOT_FOUND,
-            f"No AI call awaits confirmation under session_id {session_id!r}.",
-        )
-    return record.body(settings.public_base_url)
-
-
-async def poll(
-    settings: Settings, engines: Engines, records: AiCallRecords, call_id: str
-) -> dict[str, Any]:
-    """The call record: status, transcript, results and refund status."""
-    _ensure_available(engines)
-    record = await records.record(call_id)
-    if record is None:
-        raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, f"No AI call with call_id {call_id!r}.")
-    return record.body(settings.public_base_url)

@@ -1,6 +1,6 @@
 """Voice-bridge sessions: the node's implementation of services.comms.voice_bridge's seam.
 
-One :class:`BridgeSessions` per app (``app[VOICE_BRIDGE]``, ``ctx.voice_bridge``,
+One :class:`BridgeSessions` per app (``app[VOICE_BRIDGE]``, ``ctx.desk(BRIDGE_SESSIONS)``,
 ``env.voice_bridge``). A session is a row of the store (``store.voice_bridge``), so it
 outlives the process; what only a live call has (its media WebSocket, the utterance being
 heard, the speech queued to play) is kept here while the call is up.
@@ -49,7 +49,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
@@ -80,6 +80,7 @@ from satsgate.outreach.do_not_contact import (
 )
 from satsgate.outreach.rules import check_text
 from satsgate.refunds import refund_object
+from satsgate.services.base import DeskKey, ServiceContext
 from satsgate.services.comms.bridge_audio import FRAME_BYTES, FRAME_S, RATE, Segmenter, to_mulaw
 from satsgate.services.comms.bridge_audio import wav_of_mulaw as _wav_of_mulaw
 from satsgate.services.comms.screening import Outreach, screen
@@ -88,13 +89,10 @@ from satsgate.services.comms.voice_bridge import (
     BridgePoll,
     BridgeSettlement,
     Utterance,
+    VoiceBridgeOpenParams,
 )
 from satsgate.store import Store
 from satsgate.store.voice_bridge import BridgeSessionRow
-
-if TYPE_CHECKING:
-    from satsgate.services.base import ServiceContext
-    from satsgate.services.comms.handlers import VoiceBridgeOpenParams
 
 log = logging.getLogger(__name__)
 
@@ -704,6 +702,10 @@ class BridgeSessions:
             refund=_refund_view(settled),
             final_transcript=transcript,
         )
+
+
+# The voice-bridge sessions in a handler's context: ``ctx.desk(BRIDGE_SESSIONS)``.
+BRIDGE_SESSIONS: DeskKey[BridgeSessions] = DeskKey("voice-bridge sessions")
 
 
 def _refund_view(settled: Settlement) -> dict[str, Any] | None:

@@ -34,7 +34,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from satsgate.config import Settings
 from satsgate.engines import EngineError, Engines
@@ -44,15 +46,21 @@ from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
-from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult
+from satsgate.services.base import DeskKey, FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening
-from satsgate.services.comms.destinations import Destinations
-from satsgate.services.inputs.params import decode_file
+from satsgate.services.comms.destinations import Destinations, from_context, served_number
+from satsgate.services.inputs.media import MediaError, pdf_pages
+from satsgate.services.inputs.params import (
+    InvalidField,
+    MiB,
+    ServiceParams,
+    alias,
+    b64_chars,
+    check_email_address,
+    decode_file,
+)
 from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
 from satsgate.store.models import Payment
-
-if TYPE_CHECKING:
-    from satsgate.services.comms.handlers import ReceiveFaxParams, SendFaxParams
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,70 @@ LEASE_RECORD_S = 30 * 86400
 CLEANUP_EVERY_S = 600.0
 RECEIVED_MAX_BYTES = 20 * 1024 * 1024
 SCREEN_TEXT_CHARS = 20_000
+
+
+# -- the paid calls' params ----------------------------------------------------------------
+
+FAX_MAX_BYTES = 20 * MiB
+FAX_MAX_PAGES = 50
+
+
+class SendFaxParams(ServiceParams):
+    faxNumber: str = Field(
+        validation_alias=alias("faxNumber", "fax_number", "phone_number", "phoneNumber", "to"),
+        description="E.164 fax number.",
+    )
+    documentBase64: str = Field(
+        validation_alias=alias("documentBase64", "file", "document"),
+        max_length=b64_chars(FAX_MAX_BYTES),
+        description=f"PDF to send, base64, at most 20 MB and {FAX_MAX_PAGES} pages.",
+    )
+    coverText: str | None = Field(
+        None, min_length=1, max_length=2000, validation_alias=alias("coverText", "cover_text")
+    )
+
+    _route = field_validator("faxNumber")(served_number)
+
+    def check(self) -> int:
+        data = decode_file(self.documentBase64, "documentBase64", FAX_MAX_BYTES)
+        try:
+            pages = pdf_pages(data)
+        except MediaError as exc:
+            raise InvalidField("documentBase64", str(exc)) from None
+        if pages > FAX_MAX_PAGES:
+            raise InvalidField("documentBase64", f"{pages} pages; at most {FAX_MAX_PAGES}")
+        return pages
+
+
+class ReceiveFaxParams(ServiceParams):
+    """No callback_url: satsgate's callbacks report a job's end, and an inbox has no end
+    but many faxes; poll it (free) or give forwardEmail."""
+
+    country: str = Field(
+        "US",
+        min_length=2,
+        max_length=2,
+        description="ISO country code of the inbound number (a served country).",
+    )
+    forwardEmail: str | None = Field(
+        None,
+        validation_alias=alias("forwardEmail", "forward_email", "email"),
+        description="Also e-mail each received fax (PDF) to this address.",
+    )
+
+    @field_validator("country")
+    @classmethod
+    def _served(cls, value: str, info: ValidationInfo) -> str:
+        """A country the context's table serves (fails closed without one)."""
+        code = value.upper()
+        if code not in from_context(info).countries:
+            raise ValueError(f"no inbound fax numbers in {value!r}")
+        return code
+
+    @field_validator("forwardEmail")
+    @classmethod
+    def _email(cls, value: str | None) -> str | None:
+        return None if value is None else check_email_address(value)
 
 
 def pdf_text(data: bytes, limit: int = SCREEN_TEXT_CHARS) -> str:
@@ -104,8 +176,6 @@ async def send_fax(ctx: ServiceContext, params: SendFaxParams) -> ServiceResult:
     fax desk follows the fax to its end and settles it once: delivered is charged, failed
     (or not delivered within an hour) is refunded in full. Run again for the same payment
     (a released hold), it answers the fax already sent."""
-    from satsgate.services.comms.handlers import FAX_MAX_BYTES
-
     desk = desk_of(ctx)
     data = decode_file(params.documentBase64, "documentBase64", FAX_MAX_BYTES)
     pages = int(await asyncio.to_thread(params.checked))
@@ -157,7 +227,7 @@ class _Number:
 class FaxDesk:
     """The node's faxes: the sent ones followed to their end and settled, the inbound
     numbers, their leases and the faxes they received. One per app (``appkeys.FAXES``),
-    handed to handlers (``ServiceContext.faxes``) and free operations (``OperationEnv``)."""
+    handed to handlers (``ctx.desk(FAX_DESK)``) and free operations (``OperationEnv``)."""
 
     def __init__(
         self,
@@ -462,6 +532,10 @@ class FaxDesk:
             await asyncio.sleep(CLEANUP_EVERY_S)
 
 
+# The fax desk in a handler's context: ``ctx.desk(FAX_DESK)``.
+FAX_DESK: DeskKey[FaxDesk] = DeskKey("fax desk")
+
+
 def poll_url(base_url: str, inbox_id: str) -> str:
     return f"{base_url}{RECEIVE_PATH}?inboxId={inbox_id}"
 
@@ -472,9 +546,10 @@ def status_url(base_url: str, fax_id: str) -> str:
 
 def desk_of(ctx: ServiceContext) -> FaxDesk:
     """The app's fax desk a handler was given; SERVICE_ERROR outside an app."""
-    if ctx.faxes is None:
+    desk = ctx.desk(FAX_DESK)
+    if desk is None:
         raise EngineError(ErrorCode.SERVICE_ERROR, "The fax desk is not running on this node.")
-    return ctx.faxes
+    return desk
 
 
 async def receive_fax(ctx: ServiceContext, params: ReceiveFaxParams) -> ServiceResult:

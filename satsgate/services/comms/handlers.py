@@ -14,7 +14,7 @@ import logging
 from dataclasses import replace
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from satsgate.engines import EngineError
 from satsgate.engines.fax import InboundRequest
@@ -44,22 +44,21 @@ from satsgate.services.catalog.pricing import (
     sms_min_msat,
     sms_msat,
     voice_bridge_min_msat,
-    voice_bridge_per_minute_msat,
 )
-from satsgate.services.catalog.rates import RateBook
 from satsgate.services.comms import deliveries, faxes
-from satsgate.services.comms.destinations import check_e164, from_context, served_number
+from satsgate.services.comms.ai_call_runner import AI_CALL_RUNNER
+from satsgate.services.comms.ai_calls import AiCallAnswers
+from satsgate.services.comms.bridge_sessions import BRIDGE_SESSIONS
+from satsgate.services.comms.destinations import check_e164, served_number
+from satsgate.services.comms.faxes import FAX_MAX_BYTES, ReceiveFaxParams, SendFaxParams
 from satsgate.services.comms.screening import Outreach, html_text, screen
-from satsgate.services.inputs.media import MediaError, pdf_pages
+from satsgate.services.comms.voice_bridge import VoiceBridgeOpenParams
 from satsgate.services.inputs.params import (
-    InvalidField,
-    MiB,
     ServiceParams,
     alias,
-    b64_chars,
     body_limit,
     check_email_address,
-    decode_file,
+    lightning_address,
     prevalidate,
 )
 from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
@@ -75,16 +74,6 @@ def _single_line(value: str | None) -> str | None:
     if value is not None and any(ch in value for ch in "\r\n\0"):
         raise ValueError("must be a single line")
     return value
-
-
-def _lightning_address(value: str | None) -> str | None:
-    """A Lightning address (user@domain) for automatic refunds of unused time."""
-    if value is None:
-        return None
-    try:
-        return check_email_address(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a Lightning address (name@domain)") from None
 
 
 # -- send-email ----------------------------------------------------------------------------
@@ -599,7 +588,7 @@ class AiCallParams(ServiceParams):
 
     _route = field_validator("phone_number")(served_number)
     _locale = field_validator("language")(check_ai_call_locale)
-    _refund = field_validator("refund_address")(_lightning_address)
+    _refund = field_validator("refund_address")(lightning_address)
 
     @field_validator("voice")
     @classmethod
@@ -620,17 +609,6 @@ class AiCallParams(ServiceParams):
 # The telephony engine's ids (call_id, session_id) are opaque to satsgate: visible ASCII,
 # bounded so a lookup never carries an unbounded or multi-line key.
 AiCallId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[!-~]+$")]
-# Answers to a pending_confirm call's clarification questions: short scalars by question.
-AiCallAnswer = (
-    Annotated[str, StringConstraints(max_length=1000)]
-    | bool
-    | Annotated[int, Field(ge=-(10**15), le=10**15)]
-    | Annotated[float, Field(allow_inf_nan=False)]
-)
-AiCallAnswers = Annotated[
-    dict[Annotated[str, StringConstraints(min_length=1, max_length=100)], AiCallAnswer],
-    Field(max_length=50),
-]
 
 
 class AiCallConfirmParams(Params):
@@ -660,7 +638,8 @@ async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
     The deposit is settled when the call ends (billed by the started minute)."""
     from satsgate.services.comms.screening import Outreach, screen
 
-    if ctx.ai_calls is None:
+    runner = ctx.desk(AI_CALL_RUNNER)
+    if runner is None:
         raise EngineError(ErrorCode.SERVICE_ERROR, "AI calls cannot be placed from here.")
     spoken = [params.task, params.begin_message or "", params.reason or ""]
     await screen(
@@ -672,7 +651,7 @@ async def ai_call(ctx: ServiceContext, params: AiCallParams) -> ServiceResult:
             sender_name=params.caller_name,
         ),
     )
-    return await ctx.ai_calls.start(ctx, params.model_dump(mode="json"))
+    return await runner.start(ctx, params.model_dump(mode="json"))
 
 
 AI_CALL = ServiceSpec(
@@ -709,37 +688,6 @@ AI_CALL = ServiceSpec(
 
 # -- fax -----------------------------------------------------------------------------------
 
-FAX_MAX_BYTES = 20 * MiB
-FAX_MAX_PAGES = 50
-
-
-class SendFaxParams(ServiceParams):
-    faxNumber: str = Field(
-        validation_alias=alias("faxNumber", "fax_number", "phone_number", "phoneNumber", "to"),
-        description="E.164 fax number.",
-    )
-    documentBase64: str = Field(
-        validation_alias=alias("documentBase64", "file", "document"),
-        max_length=b64_chars(FAX_MAX_BYTES),
-        description=f"PDF to send, base64, at most 20 MB and {FAX_MAX_PAGES} pages.",
-    )
-    coverText: str | None = Field(
-        None, min_length=1, max_length=2000, validation_alias=alias("coverText", "cover_text")
-    )
-
-    _route = field_validator("faxNumber")(served_number)
-
-    def check(self) -> int:
-        data = decode_file(self.documentBase64, "documentBase64", FAX_MAX_BYTES)
-        try:
-            pages = pdf_pages(data)
-        except MediaError as exc:
-            raise InvalidField("documentBase64", str(exc)) from None
-        if pages > FAX_MAX_PAGES:
-            raise InvalidField("documentBase64", f"{pages} pages; at most {FAX_MAX_PAGES}")
-        return pages
-
-
 SEND_FAX = ServiceSpec(
     slug="send-fax",
     tool_name="send_fax",
@@ -760,37 +708,6 @@ SEND_FAX = ServiceSpec(
     engine="fax",
     recipients=lambda p: (p.faxNumber,),
 )
-
-
-class ReceiveFaxParams(ServiceParams):
-    """No callback_url: satsgate's callbacks report a job's end, and an inbox has no end
-    but many faxes; poll it (free) or give forwardEmail."""
-
-    country: str = Field(
-        "US",
-        min_length=2,
-        max_length=2,
-        description="ISO country code of the inbound number (a served country).",
-    )
-    forwardEmail: str | None = Field(
-        None,
-        validation_alias=alias("forwardEmail", "forward_email", "email"),
-        description="Also e-mail each received fax (PDF) to this address.",
-    )
-
-    @field_validator("country")
-    @classmethod
-    def _served(cls, value: str, info: ValidationInfo) -> str:
-        """A country the context's table serves (fails closed without one)."""
-        code = value.upper()
-        if code not in from_context(info).countries:
-            raise ValueError(f"no inbound fax numbers in {value!r}")
-        return code
-
-    @field_validator("forwardEmail")
-    @classmethod
-    def _email(cls, value: str | None) -> str | None:
-        return None if value is None else check_email_address(value)
 
 
 RECEIVE_FAX = ServiceSpec(
@@ -820,45 +737,15 @@ RECEIVE_FAX = ServiceSpec(
 # -- voice bridge --------------------------------------------------------------------------
 
 
-class VoiceBridgeOpenParams(ServiceParams):
-    phoneNumber: str = Field(
-        validation_alias=alias("phoneNumber", "phone_number"), description="E.164 number to dial."
-    )
-    language: str = Field("en-US", description="Speech-recognition locale (AI-call locales).")
-    durationMinutes: int = Field(
-        5,
-        ge=1,
-        le=60,
-        validation_alias=alias("durationMinutes", "duration_minutes"),
-        description="Deposit in minutes (1 to 60); billing is the elapsed time, the rest is "
-        "refunded.",
-    )
-    codec: Literal["auto", "mulaw_8000", "pcm_l16_16000"] = Field(
-        "auto", description="Audio codec; auto picks HD (pcm_l16_16000) when available."
-    )
-    sttEnabled: bool = Field(True, validation_alias=alias("sttEnabled", "stt_enabled"))
-    ttsEnabled: bool = Field(True, validation_alias=alias("ttsEnabled", "tts_enabled"))
-    refundAddress: str | None = Field(
-        None, max_length=254, validation_alias=alias("refundAddress", "refund_address")
-    )
-
-    _route = field_validator("phoneNumber")(served_number)
-    _locale = field_validator("language")(check_ai_call_locale)
-    _refund = field_validator("refundAddress")(_lightning_address)
-
-    def per_minute_msat(self, book: RateBook) -> int:
-        """The destination's per-minute rate at the rate ``book``."""
-        return voice_bridge_per_minute_msat(book, self.phoneNumber)
-
-
 async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
     """Dial and answer the session (services.comms.bridge_sessions): the deposit is settled
     when the session ends; a failure to dial is refunded in full by the gate."""
-    if ctx.voice_bridge is None:
+    sessions = ctx.desk(BRIDGE_SESSIONS)
+    if sessions is None:
         raise EngineError(
             ErrorCode.SERVICE_ERROR, "The voice bridge is not available on this node."
         )
-    return ServiceResult(body=await ctx.voice_bridge.open(ctx, params))
+    return ServiceResult(body=await sessions.open(ctx, params))
 
 
 VOICE_BRIDGE_OPEN = ServiceSpec(

@@ -12,7 +12,7 @@ and calls ``await screen(ctx, Outreach(...))`` right before it contacts the prov
   propagate; the gate then holds the paid request (``CONTENT_POLICY_HELD``: nothing is
   sent, the payment is neither spent with an answer nor refunded) until the operator
   releases it (the handler runs again with the stored request, and the screen is
-  skipped for it: ``ctx.screener`` is the operator's release then) or refunds it.
+  skipped for it: ``ctx.desk(SCREENER)`` is the operator's release then) or refunds it.
 
 Screening happens after payment, inside the handler, because what reaches the person
 may be made there (an AI call's prompt, a fax's cover page). The do-not-contact check
@@ -24,10 +24,9 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
-if TYPE_CHECKING:
-    from satsgate.services.base import ServiceContext
+from satsgate.services.base import DeskKey, ServiceContext
 
 Channel = Literal["sms", "email", "call", "ai_call", "fax", "voice_bridge", "e_signature"]
 CHANNELS: tuple[Channel, ...] = (
@@ -73,13 +72,18 @@ class Screener(Protocol):
     async def screen(self, ctx: ServiceContext, outreach: Outreach) -> None: ...
 
 
+# The node's screen in a handler's context: ``ctx.desk(SCREENER)``; none: the rules alone.
+SCREENER: DeskKey[Screener] = DeskKey("screener")
+
+
 async def screen(ctx: ServiceContext, outreach: Outreach) -> None:
     """Raise :class:`HeldForReview` when ``outreach`` is flagged, or ``ApiError``
     ``RECIPIENT_OPTED_OUT`` when a recipient opted out; return when it may go out.
 
     Without a node screener (a context built outside the app) the rules still apply."""
-    if ctx.screener is not None:
-        await ctx.screener.screen(ctx, outreach)
+    screener = ctx.desk(SCREENER)
+    if screener is not None:
+        await screener.screen(ctx, outreach)
         return
     from satsgate.outreach.rules import check_text
 

@@ -14,7 +14,8 @@ the ``voice_bridge`` engine) run the call and keep the session this module talks
 built without an app has none, and :func:`sessions_for` answers from :data:`NO_SESSIONS`
 there: every lookup finds nothing.
 
-Both faces use :func:`say`, :func:`poll` and :func:`end`: ``POST /api/l402/voice-bridge/say``,
+Both faces use satsgate.operations.comms's :func:`bridge_say`, :func:`bridge_poll` and
+:func:`bridge_end` on these sessions: ``POST /api/l402/voice-bridge/say``,
 ``GET /api/l402/voice-bridge/poll?sessionId=&cursor=`` and ``POST /api/l402/voice-bridge/end``
 over HTTP (paths of satsgate's choosing: the spec shows none), ``voice_bridge_say``,
 ``poll_voice_bridge`` and ``end_voice_bridge`` over MCP. All are free: the session's
@@ -37,12 +38,15 @@ from pydantic import (
     model_validator,
 )
 
-from satsgate.config import Settings
-from satsgate.engines import Engines
-from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.ai.speech import LANGUAGE_CODE
-from satsgate.services.ai.voices import MAX_DESCRIPTION_CHARS, check_voice_description
-from satsgate.services.comms.handlers import VOICE_BRIDGE_OPEN
+from satsgate.services.ai.voices import (
+    MAX_DESCRIPTION_CHARS,
+    check_ai_call_locale,
+    check_voice_description,
+)
+from satsgate.services.catalog.pricing import voice_bridge_per_minute_msat
+from satsgate.services.catalog.rates import RateBook
+from satsgate.services.comms.destinations import served_number
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,
@@ -51,7 +55,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
-    prevalidate,
+    lightning_address,
 )
 
 SAY_PATH = "/api/l402/voice-bridge/say"
@@ -75,11 +79,42 @@ SessionId = Annotated[str, StringConstraints(min_length=1, max_length=128, patte
 _SESSION_ID_DOC = "The sessionId from the open_voice_bridge answer."
 
 
+# -- params --------------------------------------------------------------------------------
+
+
+class VoiceBridgeOpenParams(ServiceParams):
+    phoneNumber: str = Field(
+        validation_alias=alias("phoneNumber", "phone_number"), description="E.164 number to dial."
+    )
+    language: str = Field("en-US", description="Speech-recognition locale (AI-call locales).")
+    durationMinutes: int = Field(
+        5,
+        ge=1,
+        le=60,
+        validation_alias=alias("durationMinutes", "duration_minutes"),
+        description="Deposit in minutes (1 to 60); billing is the elapsed time, the rest is "
+        "refunded.",
+    )
+    codec: Literal["auto", "mulaw_8000", "pcm_l16_16000"] = Field(
+        "auto", description="Audio codec; auto picks HD (pcm_l16_16000) when available."
+    )
+    sttEnabled: bool = Field(True, validation_alias=alias("sttEnabled", "stt_enabled"))
+    ttsEnabled: bool = Field(True, validation_alias=alias("ttsEnabled", "tts_enabled"))
+    refundAddress: str | None = Field(
+        None, max_length=254, validation_alias=alias("refundAddress", "refund_address")
+    )
+
+    _route = field_validator("phoneNumber")(served_number)
+    _locale = field_validator("language")(check_ai_call_locale)
+    _refund = field_validator("refundAddress")(lightning_address)
+
+    def per_minute_msat(self, book: RateBook) -> int:
+        """The destination's per-minute rate at the rate ``book``."""
+        return voice_bridge_per_minute_msat(book, self.phoneNumber)
+
+
 def _session_id_field() -> Any:
     return Field(validation_alias=alias("sessionId", "session_id"), description=_SESSION_ID_DOC)
-
-
-# -- params --------------------------------------------------------------------------------
 
 
 class VoiceBridgeSayParams(ServiceParams):
@@ -298,64 +333,3 @@ NO_SESSIONS: VoiceBridgeSessions = _NoSessions()
 def sessions_for(sessions: VoiceBridgeSessions | None) -> VoiceBridgeSessions:
     """This node's voice-bridge sessions (``env.voice_bridge``), or none."""
     return NO_SESSIONS if sessions is None else sessions
-
-
-# -- the shared calls ----------------------------------------------------------------------
-
-
-def _ensure_available(engines: Engines) -> None:
-    """The same refusal as the paid open: no engine, no session to talk to."""
-    if not VOICE_BRIDGE_OPEN.is_available(engines):
-        raise ApiError(
-            ErrorCode.SERVICE_UNAVAILABLE,
-            f"{VOICE_BRIDGE_OPEN.title} has no engine configured on this node; nothing was "
-            "charged.",
-        )
-
-
-def _not_found(session_id: str, what: str = "voice-bridge session") -> ApiError:
-    return ApiError(ErrorCode.VOICE_BRIDGE_SESSION_NOT_FOUND, f"No {what} {session_id!r}.")
-
-
-async def say(
-    settings: Settings,
-    engines: Engines,
-    sessions: VoiceBridgeSessions,
-    params: VoiceBridgeSayParams,
-) -> dict[str, Any]:
-    """``{ success, bytesSent }``: the utterance is played into the open session."""
-    await prevalidate(params)  # decodes the audio off the loop: 400 before anything else
-    _ensure_available(engines)
-    utterance: Utterance = params.checked()
-    sent = await sessions.say(params.sessionId, utterance)
-    if sent is None:
-        raise _not_found(params.sessionId, "open voice-bridge session")
-    return {"success": True, "bytesSent": sent}
-
-
-async def poll(
-    settings: Settings,
-    engines: Engines,
-    sessions: VoiceBridgeSessions,
-    params: VoiceBridgePollParams,
-) -> dict[str, Any]:
-    """The session's state and the events after ``cursor``."""
-    _ensure_available(engines)
-    found = await sessions.poll(params.sessionId, params.cursor)
-    if found is None:
-        raise _not_found(params.sessionId)
-    return found.body()
-
-
-async def end(
-    settings: Settings,
-    engines: Engines,
-    sessions: VoiceBridgeSessions,
-    params: VoiceBridgeEndParams,
-) -> dict[str, Any]:
-    """Hang up; the elapsed time is billed and the rest of the deposit refunded."""
-    _ensure_available(engines)
-    settlement = await sessions.end(params.sessionId)
-    if settlement is None:
-        raise _not_found(params.sessionId)
-    return settlement.body()

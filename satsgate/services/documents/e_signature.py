@@ -21,7 +21,7 @@ from satsgate.services.base import (
     ServiceSpec,
 )
 from satsgate.services.comms.screening import Outreach, screen
-from satsgate.services.documents.esign_desk import new_request_id, status_url
+from satsgate.services.documents.esign_desk import ESIGN_DESK, new_request_id, status_url
 from satsgate.services.inputs.media import (
     MediaError,
     pdf_pages,
@@ -95,7 +95,7 @@ async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceR
     signature, record the request for the desk that delivers the signed copy
     (satsgate.services.documents.esign_desk). A failure before the request went out is an
     EngineError: refunded. Re-runnable from params alone (a held request's release)."""
-    desk = ctx.esign
+    desk = ctx.desk(ESIGN_DESK)
     if desk is None:
         raise EngineError(ErrorCode.SERVICE_ERROR, "E-signature requests cannot be followed here.")
     pages = await asyncio.to_thread(params.checked)

@@ -38,6 +38,7 @@ from satsgate.engines import EngineError, Engines
 from satsgate.engines.esign import EnvelopeEvent, EnvelopeState, ESignEngine, SigningSent
 from satsgate.engines.mail import Attachment, EmailEngine, OutgoingEmail
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.services.base import DeskKey
 from satsgate.store.esign import ESignRecord, ESignRepository
 
 log = logging.getLogger(__name__)
@@ -301,3 +302,7 @@ class ESignDesk:
             "status_url": status_url(self.settings.public_base_url, record.request_id),
         }
         return body
+
+
+# The e-signature desk in a handler's context: ``ctx.desk(ESIGN_DESK)``.
+ESIGN_DESK: DeskKey[ESignDesk] = DeskKey("e-signature desk")

@@ -292,3 +292,13 @@ def check_email_address(value: str) -> str:
     ):
         raise ValueError(f"{value!r}: the domain is not valid")
     return value
+
+
+def lightning_address(value: str | None) -> str | None:
+    """A Lightning address (user@domain) for automatic refunds of unused time."""
+    if value is None:
+        return None
+    try:
+        return check_email_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a Lightning address (name@domain)") from None

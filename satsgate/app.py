@@ -343,7 +343,6 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
-        deposits=deposits,
         voice_bridge=voice_bridge,
         esign=esign,
         deliveries=store.deliveries,

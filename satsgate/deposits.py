@@ -198,8 +198,7 @@ async def lnurlp_invoice(
 
 
 class DepositSettler:
-    """Settles deposits (see the module). One per app: ``app[DEPOSITS]``, and in every
-    free operations' env (``env.deposits``)."""
+    """Settles deposits (see the module). One per app: ``app[DEPOSITS]``."""
 
     def __init__(
         self,

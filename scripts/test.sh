@@ -9,6 +9,8 @@ echo "== mypy" && mypy
 # The coverage floor of satsgate/ (line coverage of the test run, both workers combined;
 # processes the tests spawn are not counted). Two workers (pytest-xdist): much of the
 # suite waits on subprocesses, real-time audio and loopback servers, so the second core
-# is used; arguments after ours win (`scripts/test.sh -n 0` runs in one process).
-echo "== pytest" && pytest -q -p no:cacheprovider -n 2 --cov=satsgate \
+# is used; arguments after ours win (`scripts/test.sh -n 0` runs in one process). Each
+# test file runs whole on one worker, in its order (`--dist loadfile`): a module's servers
+# start once, and no test runs apart from the ones before it in its file.
+echo "== pytest" && pytest -q -p no:cacheprovider -n 2 --dist loadfile --cov=satsgate \
   --cov-report=term:skip-covered --cov-fail-under=85 "$@"

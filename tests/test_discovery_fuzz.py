@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+import schemathesis.generation.dictionaries  # imported early: see below
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
@@ -32,6 +33,10 @@ from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG, ESTIMATORS, SERVICES
 from tests.conftest import ThreadedServer
 from tests.test_services_quotes import PDF1, PDF2, VALID
+
+# schemathesis imports that module lazily, deep inside hypothesis's recursion; being a
+# pytest plugin, it is then assertion-rewritten, and Python 3.11's parser fails at that
+# depth ("AST constructor recursion depth mismatch"). Imported here, at collection.
 
 # Per operation. Over ~90 operations the run takes about a minute here without coverage
 # and two to three times that under CI's coverage tracing: the timeout leaves room for it.

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 
 from satsgate.config import Settings
-from satsgate.deposits import DepositSettler
 from satsgate.engines import Engines
 from satsgate.errors import ErrorCode
 from satsgate.jobs import JobRunner
@@ -73,8 +72,6 @@ class OperationEnv:
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource
-    # Deposit settlement (satsgate/deposits.py); None only for an env built without an app.
-    deposits: DepositSettler | None = None
     # The node's voice-bridge sessions (services/comms/bridge_sessions.py); None without an app.
     voice_bridge: BridgeSessions | None = None
     # Delivery records of sent SMS and calls (their free status reads); None: no store.

@@ -56,6 +56,7 @@ from satsgate.appkeys import (
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret, output_caps
 from satsgate.deposits import DepositSettler
+from satsgate.domain.telephony import BUILTIN, Destinations, load_rates_file
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
@@ -77,6 +78,7 @@ from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.payments.rework import ReworkDesk
 from satsgate.procguard import die_with_parent
+from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.refunds import RefundService
 from satsgate.scheduler import Scheduler
@@ -86,10 +88,8 @@ from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms import deliveries
 from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
-from satsgate.services.comms.destinations import BUILTIN, Destinations, load_rates_file
 from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
-from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes

@@ -17,6 +17,7 @@ from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
 from satsgate.outreach.holds import HoldDesk
 from satsgate.payments.gate import Gate, HandlerResources
+from satsgate.public_urls import Outbound
 from satsgate.refunds import RefundService
 from satsgate.services.base import PrecheckMemo
 from satsgate.services.catalog.rates import Rates
@@ -24,7 +25,6 @@ from satsgate.services.comms.ai_call_runner import AiCallRunner
 from satsgate.services.comms.bridge_sessions import BridgeSessions
 from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
-from satsgate.services.inputs.public_urls import Outbound
 from satsgate.store import Store
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from satsgate.services.inputs.public_urls import Outbound, UnsafeUrl, pinned
+from satsgate.public_urls import Outbound, UnsafeUrl, pinned
 from satsgate.store import CallbackDelivery, CallbackRepository, Job, JobStatus
 
 log = logging.getLogger(__name__)

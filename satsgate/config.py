@@ -144,7 +144,7 @@ class Settings:
     providers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     engines: Mapping[str, Any] = field(default_factory=dict)
     # [telephony] rates_file = "rates.csv": the operator's destination rates replacing the
-    # built-in table (satsgate/services/comms/destinations.py), checked at start-up.
+    # built-in table (satsgate/domain/telephony.py), checked at start-up.
     telephony: Mapping[str, Any] = field(default_factory=dict)
     # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
     # llm_on_error ("pass" or "hold"), llm_model (a text model id).
@@ -278,7 +278,7 @@ def check_telephony(table: Mapping[str, Any]) -> None:
     if path is not None:
         if not isinstance(path, str) or not path:
             raise ValueError("[telephony] rates_file must be a file path")
-        from satsgate.services.comms.destinations import load_rates_file
+        from satsgate.domain.telephony import load_rates_file
 
         load_rates_file(Path(path).expanduser())
 

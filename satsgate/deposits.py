@@ -36,8 +36,8 @@ import httpx
 
 from satsgate.config import Settings
 from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound, UnsafeUrl, pinned
 from satsgate.refunds import RefundService, refund_object
-from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound, UnsafeUrl, pinned
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.store import deposits as rows
 from satsgate.store.deposits import DepositRow
@@ -111,7 +111,7 @@ async def _get_json(
     hosts: Mapping[str, str],
 ) -> Any:
     """GET a JSON document of a Lightning-address service: a public https:// URL (checked
-    and pinned to a public address, satsgate.services.inputs.public_urls), or one under a
+    and pinned to a public address, satsgate.public_urls), or one under a
     base URL the node's ``lightning_address_hosts`` maps a domain to (off mainnet)."""
     if params:
         url += ("&" if urlsplit(url).query else "?") + urlencode(params)

@@ -34,7 +34,7 @@ mapped by the one caller that knows: pydantic's ValidationError by
 check) to L402_INVALID_PARAMS by ``ServiceParams.checked``;
 ``json_input.JsonInputError`` to L402_INVALID_PARAMS (a body), MALFORMED_CREDENTIAL (an
 MPP credential) or a JSON-RPC parse error (MCP);
-``services.inputs.public_urls.UnsafeUrl`` to L402_CALLBACK_INVALID (``callback_error``);
+``public_urls.UnsafeUrl`` to L402_CALLBACK_INVALID (``callback_error``);
 ``services.comms.screening.HeldForReview`` to CONTENT_POLICY_HELD (the hold desk) or
 CONTENT_FILTERED with a refund (``Spender._hold``); the Cashu mint's
 ``MintError``/``MintUnreachable`` to the CASHU_* codes (payments/cashu.py).

@@ -16,8 +16,8 @@ from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.procguard import secure_data_dir
+from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
-from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.store import Store
 
 # Libraries whose INFO and DEBUG records have no place in the service's log. The HTTP

@@ -23,8 +23,8 @@ from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
+from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.runner import ServiceHandle, start_service
-from satsgate.services.inputs.public_urls import SYSTEM_OUTBOUND, Outbound
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 

@@ -8,10 +8,10 @@ import io
 import pytest
 from pypdf import PdfReader
 
+from satsgate.domain.media import measure_book
 from satsgate.engines.audiobook import ChapterMark
 from satsgate.engines.local import book as books
 from satsgate.engines.local.narration import ffmetadata, metadata_value, split_text
-from satsgate.services.inputs.media import measure_book
 from tests.epub_maker import Doc, chapter, make_epub, nav_doc, prose
 
 HASH = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"

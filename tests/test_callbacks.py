@@ -28,7 +28,7 @@ import pytest
 from aiohttp import web
 
 from satsgate.callbacks import SIGNATURE_HEADER, CallbackSender
-from satsgate.services.inputs.public_urls import IPAddress, Outbound
+from satsgate.public_urls import IPAddress, Outbound
 from satsgate.store import Job, JobCallback, JobStatus, Payment, PaymentStatus, Store
 from tests.certs import Issued, common_name, issue
 from tests.conftest import ThreadedServer, http_client, make_settings

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from satsgate.config import Settings
+from satsgate.domain.media import audio_duration_s, audio_format
 from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
 from satsgate.engines.providers.elevenlabs import (
     DEFAULT_MODELS,
@@ -22,7 +23,6 @@ from satsgate.engines.providers.elevenlabs import (
 )
 from satsgate.engines.synthesis import SynthesisRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
-from satsgate.services.inputs.media import audio_duration_s, audio_format
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
 from tests.fake_platforms import ELEVEN_KEY, FakeElevenLabs, wav
 from tests.test_books import sample_epub

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from satsgate.services.inputs.public_urls import (
+from satsgate.public_urls import (
     FetchFailed,
     IPAddress,
     Outbound,

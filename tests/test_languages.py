@@ -13,15 +13,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from satsgate.invoices import decode_invoice
-from satsgate.services.inputs import languages
-from satsgate.services.inputs.languages import (
+from satsgate.domain import languages
+from satsgate.domain.languages import (
     RARE_LANGUAGES,
     RARE_LISTED_BY,
     UnknownLanguage,
     resolve_rare_language,
     resolve_translation_language,
 )
+from satsgate.invoices import decode_invoice
 from tests.conftest import ThreadedServer, http_client, serve_with_engines
 from tests.test_gateway import assert_envelope, payment_count
 
@@ -140,7 +140,7 @@ def test_unknown_languages_are_refused(bad: str) -> None:
 def test_the_table_ships_in_the_package() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["satsgate"]
-    data = "services/inputs/data/rare_languages.tsv"
+    data = "domain/data/rare_languages.tsv"
     assert (ROOT / "satsgate" / data).is_file()
     assert any(fnmatch.fnmatch(data, pattern) for pattern in patterns)
 

@@ -24,13 +24,13 @@ import pytest
 from PIL import Image
 
 from satsgate.config import Settings
+from satsgate.domain.media import audio_duration_s
 from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, EngineError, ProviderConfig
 from satsgate.engines.generation import MusicRequest, SavedPrediction, VideoRequest
 from satsgate.engines.image_generation import ImageEditRequest, ImageGenerationRequest
 from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
 from satsgate.engines.providers.predictions import data_uri
 from satsgate.engines.providers.replicate import sign, verify_signature
-from satsgate.services.inputs.media import audio_duration_s
 from tests.conftest import (
     ThreadedServer,
     free_port,

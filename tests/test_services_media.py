@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 from pypdf import PdfWriter
 
-from satsgate.services.inputs import media
-from satsgate.services.inputs.public_urls import (
+from satsgate.domain import media
+from satsgate.public_urls import (
     IPAddress,
     Outbound,
     UnsafeUrl,

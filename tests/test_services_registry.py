@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from satsgate.config import Settings
+from satsgate.domain import languages, telephony, voices
 from satsgate.jobs import JOB_TYPES
-from satsgate.services.ai import voices
 from satsgate.services.base import (
     UNDESCRIBED_PRICE,
     FlatPrice,
@@ -26,8 +26,6 @@ from satsgate.services.base import (
 from satsgate.services.catalog import planned, pricing, rates, routing
 from satsgate.services.catalog.models import MODELS_BY_ID
 from satsgate.services.catalog.rates import FALLBACK
-from satsgate.services.comms import destinations as telephony
-from satsgate.services.inputs import languages
 from satsgate.services.registry import BY_SLUG, BY_TOOL, ESTIMATORS, SERVICES
 from satsgate.store import Store
 from tests.engines_down import down_engines, engines_for

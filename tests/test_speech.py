@@ -20,7 +20,7 @@ import httpx
 import pytest
 from pypdf import PdfReader
 
-from satsgate.services.inputs.media import audio_duration_s
+from satsgate.domain.media import audio_duration_s
 from tests.conftest import (
     ThreadedServer,
     challenge,

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from satsgate.domain.telephony import BUILTIN, validation_context
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.services.comms.destinations import BUILTIN, validation_context
 from satsgate.services.comms.handlers import SendSmsParams
 from tests.conftest import ThreadedServer, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS

@@ -24,6 +24,8 @@ from mcp import Client
 
 from satsgate.appkeys import ENGINES, HOLDS, REFUNDS
 from satsgate.config import Settings, load_settings
+from satsgate.domain import telephony
+from satsgate.domain.media import audio_duration_s, audio_format
 from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, ProviderConfig
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.messaging import SmsRequest
@@ -31,8 +33,6 @@ from satsgate.engines.providers.twilio import TwilioProvider, TwilioSms, say_twi
 from satsgate.services.catalog.pricing import call_msat, sms_msat
 from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.comms import deliveries
-from satsgate.services.comms import destinations as telephony
-from satsgate.services.inputs.media import audio_duration_s, audio_format
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth, skip_unless_ci
 from tests.fake_twilio import (
     ACCOUNT_SID,

@@ -1,12 +1,12 @@
 """/api/languages: translation price per language, the engine that serves it, measured chrF.
 
-Languages and engines come from :mod:`satsgate.services.inputs.languages`; every
+Languages and engines come from :mod:`satsgate.domain.languages`; every
 price is computed by the pricing functions the services charge with
 (``translation_msat``, ``rare_translation_msat``), so this table cannot drift
 from the 402 quote. The language tables hold no chrF scores yet, so ``chrF``
 is null ("where known": nowhere yet). Each rare language carries its quality tier and
 ``listedBy``, the published MT language lists (NLLB-200, MADLAD-400) that name it: the
-tier's evidence (see :mod:`satsgate.services.inputs.languages`).
+tier's evidence (see :mod:`satsgate.domain.languages`).
 
 ``here`` says what this node really translates (translate-text, translate-epub): a
 provider's text model takes any pair of the 119; a local engine such as Apertium only
@@ -23,16 +23,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from satsgate.discovery.documents import Catalog
-from satsgate.engines import Engines
-from satsgate.services.base import sats_for_msat
-from satsgate.services.catalog.pricing import rare_translation_msat, translation_msat
-from satsgate.services.inputs.languages import (
+from satsgate.domain.languages import (
     RARE_LANGUAGES,
     RARE_LISTED_BY,
     TRANSCRIPTION_LANGUAGES,
     TRANSLATION_LANGUAGES,
     translation_engine,
 )
+from satsgate.engines import Engines
+from satsgate.services.base import sats_for_msat
+from satsgate.services.catalog.pricing import rare_translation_msat, translation_msat
 
 LANGUAGES_VERSION = 1
 # Rates are read off the price functions at a length where minimums do not bind.

@@ -25,7 +25,7 @@ class NarrationRequest:
     chapters: tuple[Chapter, ...]  # at least one, none empty
     # The spec's TTS tier: 33 premium, 34 premium mini, 43 global, 3 studio.
     model_id: int
-    language: str  # ISO 639 code of the text (as services.inputs.languages resolves it)
+    language: str  # ISO 639 code of the text (as domain.languages resolves it)
     speed: float = 1.0  # 0.5 to 2.0
     # A voice of the tier ("English_Aria"); on the global tier (43) a voice description
     # ("female, elderly"); None: the tier's default voice.

@@ -33,7 +33,7 @@ _SOURCE_LINE = re.compile(r"^\s*SOURCE:\s*([A-Za-z]{2,3})\s*$")
 
 
 def language_label(code: str) -> str:
-    from satsgate.services.inputs.languages import language_name  # data tables: import when used
+    from satsgate.domain.languages import language_name  # data tables: import when used
 
     name = language_name(code)
     return f"{name} (ISO 639 code {code})" if name != code else f"the language {code}"

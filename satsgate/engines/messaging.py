@@ -29,7 +29,7 @@ FINAL_MESSAGE_STATUSES: Final = frozenset({"delivered", "undelivered", "failed"}
 
 @dataclass(frozen=True)
 class SmsRequest:
-    to: str  # E.164, validated and routable (services.comms.destinations)
+    to: str  # E.164, validated and routable (domain.telephony)
     text: str  # as the caller wrote it (at most 120 characters, the spec)
     # satsgate's delivery id: the adapter carries it in its status-callback URL
     # (delivery.REFERENCE_PARAM) so reports find their record.

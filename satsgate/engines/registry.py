@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from satsgate.config import Settings
+from satsgate.domain.telephony import BUILTIN, Destinations
 from satsgate.engines.config import (
     EngineConfigError,
     ProviderConfig,
@@ -32,7 +33,6 @@ from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.errors import EngineError
 from satsgate.errors import ErrorCode
 from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
-from satsgate.services.comms.destinations import BUILTIN, Destinations
 
 log = logging.getLogger(__name__)
 

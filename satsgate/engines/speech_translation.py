@@ -19,7 +19,7 @@ from satsgate.engines.translation import TranslationEngine, TranslationRequest
 class SpeechTranslationRequest:
     audio: bytes  # the caller's file, checked before payment
     format: str  # its sniffed container: mp3, wav, flac, ogg, m4a
-    target_language: str  # one of the 119 (services.inputs.languages code form)
+    target_language: str  # one of the 119 (domain.languages code form)
     source_language: str | None = None  # one of the 13 transcription codes; None: detect
     model_name: str | None = None  # the provider's name for the spec model (10)
 

@@ -25,7 +25,7 @@ class SynthesisRequest:
     voice: str | None = None
     speed: float = 1.0  # 0.5 to 2.0
     # Global tier (43) only: ISO 639 code (None: "en") and a voice description made of the
-    # words of satsgate.services.ai.voices.DESCRIPTION_GROUPS ("female, elderly, low pitch").
+    # words of satsgate.domain.voices.DESCRIPTION_GROUPS ("female, elderly, low pitch").
     language: str | None = None
     voice_description: str | None = None
     emotion: str | None = None  # premium tier only: neutral, happy, sad, ...

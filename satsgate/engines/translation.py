@@ -17,7 +17,7 @@ TextFormat = Literal["text", "html"]
 @dataclass(frozen=True)
 class TranslationRequest:
     text: str
-    # ISO 639 code as satsgate.services.inputs.languages resolves it: 639-1 where there is one
+    # ISO 639 code as satsgate.domain.languages resolves it: 639-1 where there is one
     # ("es", "pt"), else 639-3 ("haw", "ceb"; every rare language is 639-3: "tpi").
     target_language: str
     source_language: str | None = None  # same form; None: detect

@@ -33,7 +33,7 @@ FINAL_CALL_STATUSES: Final = frozenset({"completed", "busy", "no-answer", "faile
 
 @dataclass(frozen=True)
 class CallRequest:
-    to: str  # E.164, validated and routable (services.comms.destinations)
+    to: str  # E.164, validated and routable (domain.telephony)
     text: str  # what the call says (also the fallback when audio_url cannot be played)
     language: str  # BCP 47 locale of the text, e.g. "en-US"
     repeat: int  # times the message is played, 1 to 3

@@ -26,11 +26,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from satsgate.config import Settings
+from satsgate.domain.telephony import validation_context
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.files import OutputCaps
 from satsgate.services.catalog.rates import FALLBACK, RateBook
-from satsgate.services.comms.destinations import validation_context
 from satsgate.store.deliveries import DeliveryRepository
 
 if TYPE_CHECKING:

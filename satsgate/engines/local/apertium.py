@@ -31,18 +31,18 @@ import signal
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from satsgate.engines.errors import EngineError
-from satsgate.engines.local import language_id
-from satsgate.engines.registry import EngineDeps, LocalEngine
-from satsgate.engines.translation import TranslationRequest, TranslationResult
-from satsgate.errors import ErrorCode
-from satsgate.services.inputs.languages import (
+from satsgate.domain.languages import (
     RARE_LANGUAGES,
     TRANSLATION_LANGUAGES,
     UnknownLanguage,
     language_name,
     resolve_rare_language,
 )
+from satsgate.engines.errors import EngineError
+from satsgate.engines.local import language_id
+from satsgate.engines.registry import EngineDeps, LocalEngine
+from satsgate.engines.translation import TranslationRequest, TranslationResult
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

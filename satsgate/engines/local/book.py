@@ -1,7 +1,7 @@
 """Books for epub-audiobook: chapters read out of an EPUB, PDF or TXT file, the chapters
 to narrate, the sanity checks the spec names, and the annexe of what is not read aloud.
 
-Chapters are numbered exactly as the price counts them (``services.inputs.media.measure_book``):
+Chapters are numbered exactly as the price counts them (``domain.media.measure_book``):
 an EPUB's spine items, a PDF's pages, a TXT file's parts between runs of two blank lines;
 ``selectedChapterIndices`` and the charge refer to those numbers.
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from pypdf import PdfReader
 
+from satsgate.domain.media import MediaError, html_visible_chars, read_epub, visible_chars
 from satsgate.engines.local.pdf import RenderedPdf, html_to_pdf
-from satsgate.services.inputs.media import MediaError, html_visible_chars, read_epub, visible_chars
 
 # -- what a book is made of --------------------------------------------------------------------
 

@@ -41,8 +41,8 @@ from typing import Any
 from PIL import Image
 from pypdf import PdfReader
 
+from satsgate.domain.media import MediaError, image_info, is_pdf
 from satsgate.engines.local import pdf
-from satsgate.services.inputs.media import MediaError, image_info, is_pdf
 
 # -- what a file is ------------------------------------------------------------------------
 

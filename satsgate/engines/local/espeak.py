@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from satsgate.domain.languages import UnknownLanguage, resolve_translation_language
+from satsgate.domain.voices import DESCRIPTION_GROUPS
 from satsgate.engines.errors import EngineError
 from satsgate.engines.local.tools import ToolRunner, wav_duration_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.errors import ErrorCode
-from satsgate.services.ai.voices import DESCRIPTION_GROUPS
-from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
 
 log = logging.getLogger(__name__)
 

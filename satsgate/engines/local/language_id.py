@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
+from satsgate.domain.languages import UnknownLanguage, resolve_translation_language
 
 # Enough text to tell languages apart; identification time is linear in the sample.
 SAMPLE_CHARS = 20_000
@@ -52,7 +52,7 @@ def warm_up() -> None:
 
 @dataclass(frozen=True)
 class Detected:
-    code: str  # as satsgate.services.inputs.languages resolves it ("es", "no"); else langid's own
+    code: str  # as satsgate.domain.languages resolves it ("es", "no"); else langid's own
     probability: float  # 0..1 among the model's languages
     sure: bool = True  # False: too little text to tell; the likeliest of the candidates
 

@@ -213,10 +213,10 @@ class Narrator:
                 async with in_flight:  # spoken and encoded before the next part starts
                     await render_part(number, text)
 
-            # Imported here, not with the module: services.inputs.media imports WeasyPrint, which
+            # Imported here, not with the module: domain.media imports WeasyPrint, which
             # sets Pillow's LOAD_TRUNCATED_IMAGES for the whole process, and this module is
             # imported by every pool worker that imports satsgate.engines.local.
-            from satsgate.services.inputs.media import MediaError, audio_duration_s
+            from satsgate.domain.media import MediaError, audio_duration_s
 
             async def render_part(number: int, text: str) -> None:
                 nonlocal done

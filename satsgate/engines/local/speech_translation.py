@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from satsgate.domain.languages import language_name
 from satsgate.engines.local import apertium, whisper
 from satsgate.engines.registry import EngineDeps, LocalEngine
 from satsgate.engines.speech_translation import (
@@ -22,7 +23,6 @@ from satsgate.engines.speech_translation import (
     SpeechTranslationResult,
     TranscribeThenTranslate,
 )
-from satsgate.services.inputs.languages import language_name
 
 LABEL = "Whisper tiny.en then Apertium (English speech)"
 SOURCE = "en"

@@ -533,7 +533,7 @@ def provider_voice(voices: Mapping[str, str], request: SynthesisRequest) -> str:
 
 def speech_instructions(request: SynthesisRequest) -> str | None:
     """Tone, accent and language for a model that takes instructions."""
-    from satsgate.services.inputs.languages import language_name
+    from satsgate.domain.languages import language_name
 
     parts: list[str] = []
     if request.language and request.language.split("-")[0].lower() not in ("en", "eng"):
@@ -591,7 +591,7 @@ def _float(value: Any) -> float:
 def transcription_result(body: Any) -> TranscriptionResult:
     """A ``json`` or ``verbose_json`` transcription body -> TranscriptionResult; ValueError
     (malformed) when it is neither."""
-    from satsgate.services.inputs.languages import UnknownLanguage, resolve_translation_language
+    from satsgate.domain.languages import UnknownLanguage, resolve_translation_language
 
     if not isinstance(body, Mapping) or not isinstance(body.get("text"), str):
         raise ValueError("no text")

@@ -55,6 +55,7 @@ import httpx
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from satsgate.domain.telephony import check_e164
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.delivery import (
     REFERENCE_PARAM,
@@ -92,7 +93,6 @@ from satsgate.engines.providers.upstream import (
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.errors import ErrorCode
-from satsgate.services.comms.destinations import check_e164
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import httpx
 
+from satsgate.domain.voices import AI_CALL_VOICES
 from satsgate.engines.ai_call import AiCallReport, AiCallRequest
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
-from satsgate.services.ai.voices import AI_CALL_VOICES
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from satsgate.domain.media import MediaError, image_info
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ImageInput
 from satsgate.engines.image_codec import convert_image, to_png
 from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import ROUTE_HEADER, routed_result
-from satsgate.services.inputs.media import MediaError, image_info
 from satsgate.services.inputs.params import IMAGE_MAX_BYTES, ModelChoice, decode_file
 
 # Formats the vision APIs take as they are; anything else is sent as PNG.

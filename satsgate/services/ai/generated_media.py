@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from satsgate.domain.media import MediaError, audio_duration_s
 from satsgate.engines import EngineError
 from satsgate.engines.generation import SavedPrediction
 from satsgate.errors import ErrorCode
 from satsgate.services.base import JobState
-from satsgate.services.inputs.media import MediaError, audio_duration_s
 from satsgate.services.inputs.params import IMAGE_MAX_BYTES, decode_file
 
 

@@ -13,6 +13,18 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from satsgate.domain.languages import (
+    resolve_transcription_language,
+    resolve_translation_language,
+)
+from satsgate.domain.media import MediaError, audio_duration_s, audio_format, measure_book
+from satsgate.domain.voices import (
+    CLONED_VOICE,
+    TTS_FAMILY,
+    TTS_VOICES,
+    check_tts_voice,
+    check_voice_description,
+)
 from satsgate.engines import EngineError
 from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationRequest
 from satsgate.engines.local import book as books
@@ -30,15 +42,14 @@ from satsgate.engines.transcription import (
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.engines.voice_clone import VoiceCloneEngine, VoiceCloneRequest
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.public_urls import (
+    FetchFailed,
+    UnsafeUrl,
+    check_public_https_url,
+    fetch_public,
+)
 from satsgate.services.ai.engine_io import with_route
 from satsgate.services.ai.music import GenerateMusicParams, generate_music
-from satsgate.services.ai.voices import (
-    CLONED_VOICE,
-    TTS_FAMILY,
-    TTS_VOICES,
-    check_tts_voice,
-    check_voice_description,
-)
 from satsgate.services.base import FlatPrice, PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import (
     AUDIOBOOK_CHARS_PER_SAT,
@@ -60,11 +71,6 @@ from satsgate.services.catalog.pricing import (
 )
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.catalog.routing import auto_tts_model
-from satsgate.services.inputs.languages import (
-    resolve_transcription_language,
-    resolve_translation_language,
-)
-from satsgate.services.inputs.media import MediaError, audio_duration_s, audio_format, measure_book
 from satsgate.services.inputs.params import (
     CallbackFields,
     InvalidField,
@@ -76,12 +82,6 @@ from satsgate.services.inputs.params import (
     body_limit,
     decode_file,
     prevalidate,
-)
-from satsgate.services.inputs.public_urls import (
-    FetchFailed,
-    UnsafeUrl,
-    check_public_https_url,
-    fetch_public,
 )
 
 SPEED_MIN, SPEED_MAX = 0.5, 2.0

@@ -13,6 +13,14 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from satsgate.domain.languages import (
+    RARE_LANGUAGES,
+    language_name,
+    resolve_rare_language,
+    resolve_translation_language,
+    translation_engine,
+)
+from satsgate.domain.media import MediaError, measure_book
 from satsgate.engines import EngineError
 from satsgate.engines.chat import (
     ChatChunk,
@@ -63,14 +71,6 @@ from satsgate.services.catalog.pricing import (
     translation_msat,
 )
 from satsgate.services.catalog.routing import auto_text_model
-from satsgate.services.inputs.languages import (
-    RARE_LANGUAGES,
-    language_name,
-    resolve_rare_language,
-    resolve_translation_language,
-    translation_engine,
-)
-from satsgate.services.inputs.media import MediaError, measure_book
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
     CallbackFields,
@@ -644,7 +644,7 @@ async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> Service
             "translatedText": result.text,
             "targetLanguage": p.targetLanguage,
             "targetLanguageName": language_name(p.targetLanguage),
-            # No chrF is measured here for any language (services.inputs.languages): null.
+            # No chrF is measured here for any language (domain.languages): null.
             "quality": {"tier": tier, "chrf": None},
         }
     )

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from satsgate.domain.media import MediaError, audio_duration_s
 from satsgate.engines.generation import VideoEngine, VideoRequest
 from satsgate.errors import ErrorCode
 from satsgate.services.ai.generated_media import (
@@ -21,7 +22,6 @@ from satsgate.services.ai.generated_media import (
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import VIDEO_SATS_PER_SECOND, video_msat
 from satsgate.services.catalog.rates import RateBook
-from satsgate.services.inputs.media import MediaError, audio_duration_s
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
     CallbackFields,

@@ -13,19 +13,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from satsgate.errors import ApiError, ErrorCode, invalid_params
-from satsgate.services.base import FlatPrice, ServiceSpec
-from satsgate.services.catalog.models import MODELS_BY_ID
-from satsgate.services.catalog.rates import RateBook
-from satsgate.services.catalog.routing import select_model
-from satsgate.services.comms.destinations import Destination, served_number, validation_context
-from satsgate.services.inputs.languages import (
+from satsgate.domain.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
     TRANSLATION_LANGUAGES,
     resolve_translation_language,
     translation_engine,
 )
+from satsgate.domain.telephony import Destination, served_number, validation_context
+from satsgate.errors import ApiError, ErrorCode, invalid_params
+from satsgate.services.base import FlatPrice, ServiceSpec
+from satsgate.services.catalog.models import MODELS_BY_ID
+from satsgate.services.catalog.rates import RateBook
+from satsgate.services.catalog.routing import select_model
 
 MSAT = 1000
 

@@ -21,7 +21,7 @@ take next to the request's params (``ServiceSpec.price_msat(params, book)``). A
 book only ever holds validated numbers and is replaced, never mutated in place,
 so a quote priced with one book stays consistent while a refresh installs the next.
 The book also carries the app's telephony destination table
-(:class:`~satsgate.services.comms.destinations.Destinations`: the built-in table or
+(:class:`~satsgate.domain.telephony.Destinations`: the built-in table or
 ``[telephony] rates_file``), fixed for the app's life: every book a :class:`Rates`
 installs keeps it, so whatever prices by destination with a book prices by the app's
 table.
@@ -39,7 +39,7 @@ from typing import Any, Final
 import httpx
 
 from satsgate.config import Settings
-from satsgate.services.comms.destinations import BUILTIN, Destinations
+from satsgate.domain.telephony import BUILTIN, Destinations
 
 log = logging.getLogger(__name__)
 

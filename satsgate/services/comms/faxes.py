@@ -39,6 +39,8 @@ from typing import Any, cast
 from pydantic import Field, ValidationInfo, field_validator
 
 from satsgate.config import Settings
+from satsgate.domain.media import MediaError, pdf_pages
+from satsgate.domain.telephony import Destinations, from_context, served_number
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.fax import FaxEngine, FaxRequest, FaxState, InboundFax
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
@@ -48,8 +50,6 @@ from satsgate.payments.proof import without_refund_secrets
 from satsgate.refunds import RefundService
 from satsgate.services.base import DeskKey, FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening
-from satsgate.services.comms.destinations import Destinations, from_context, served_number
-from satsgate.services.inputs.media import MediaError, pdf_pages
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,

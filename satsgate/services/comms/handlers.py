@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from satsgate.domain.telephony import check_e164, served_number
+from satsgate.domain.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.engines import EngineError
 from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
@@ -23,7 +25,6 @@ from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
 from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
 from satsgate.errors import ErrorCode
-from satsgate.services.ai.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.services.base import (
     FlatPrice,
     Params,
@@ -49,7 +50,6 @@ from satsgate.services.comms import deliveries, faxes
 from satsgate.services.comms.ai_call_runner import AI_CALL_RUNNER
 from satsgate.services.comms.ai_calls import AiCallAnswers
 from satsgate.services.comms.bridge_sessions import BRIDGE_SESSIONS
-from satsgate.services.comms.destinations import check_e164, served_number
 from satsgate.services.comms.faxes import FAX_MAX_BYTES, ReceiveFaxParams, SendFaxParams
 from satsgate.services.comms.screening import Outreach, html_text, screen
 from satsgate.services.comms.voice_bridge import VoiceBridgeOpenParams

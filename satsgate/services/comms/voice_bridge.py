@@ -38,15 +38,15 @@ from pydantic import (
     model_validator,
 )
 
-from satsgate.services.ai.speech import LANGUAGE_CODE
-from satsgate.services.ai.voices import (
+from satsgate.domain.telephony import served_number
+from satsgate.domain.voices import (
     MAX_DESCRIPTION_CHARS,
     check_ai_call_locale,
     check_voice_description,
 )
+from satsgate.services.ai.speech import LANGUAGE_CODE
 from satsgate.services.catalog.pricing import voice_bridge_per_minute_msat
 from satsgate.services.catalog.rates import RateBook
-from satsgate.services.comms.destinations import served_number
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,

@@ -13,6 +13,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from satsgate.domain.media import (
+    image_info,
+    pdf_pages,
+)
 from satsgate.engines import EngineError
 from satsgate.engines.local import convert as conv
 from satsgate.errors import ApiError, ErrorCode
@@ -22,10 +26,6 @@ from satsgate.services.base import (
     ServiceContext,
     ServiceResult,
     ServiceSpec,
-)
-from satsgate.services.inputs.media import (
-    image_info,
-    pdf_pages,
 )
 from satsgate.services.inputs.params import (
     InvalidField,

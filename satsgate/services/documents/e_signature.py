@@ -11,6 +11,10 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from satsgate.domain.media import (
+    MediaError,
+    pdf_pages,
+)
 from satsgate.engines import EngineError, esign
 from satsgate.errors import ErrorCode
 from satsgate.services.base import (
@@ -22,10 +26,6 @@ from satsgate.services.base import (
 )
 from satsgate.services.comms.screening import Outreach, screen
 from satsgate.services.documents.esign_desk import ESIGN_DESK, new_request_id, status_url
-from satsgate.services.inputs.media import (
-    MediaError,
-    pdf_pages,
-)
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,

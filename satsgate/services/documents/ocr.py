@@ -11,6 +11,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from satsgate.domain.media import (
+    MediaError,
+    document_pages,
+    is_pdf,
+)
 from satsgate.engines import EngineError
 from satsgate.engines.local import ocr as local_ocr
 from satsgate.engines.local.receipt import parse_receipt
@@ -23,11 +28,6 @@ from satsgate.services.base import (
     ServiceSpec,
 )
 from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS
-from satsgate.services.inputs.media import (
-    MediaError,
-    document_pages,
-    is_pdf,
-)
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,

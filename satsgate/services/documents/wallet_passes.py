@@ -13,6 +13,10 @@ from typing import Any, ClassVar, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from satsgate.domain.media import (
+    MediaError,
+    document_pages,
+)
 from satsgate.engines import EngineError
 from satsgate.engines.wallet_pass import WalletPass, WalletPassEngine
 from satsgate.errors import ErrorCode
@@ -23,10 +27,6 @@ from satsgate.services.base import (
     ServiceSpec,
 )
 from satsgate.services.catalog.pricing import MSAT, PER_PASS_SATS
-from satsgate.services.inputs.media import (
-    MediaError,
-    document_pages,
-)
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,

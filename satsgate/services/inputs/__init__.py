@@ -1,2 +1,2 @@
-"""Caller input checked before payment: params and fields, base64 files, public URLs,
-file measurements and languages."""
+"""Caller input checked before payment: params and fields, base64 files (URL checks are
+satsgate.public_urls; file measurements and languages, satsgate.domain)."""

@@ -21,13 +21,13 @@ from typing import Any, ClassVar, Literal, Self, cast
 
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
+from satsgate import public_urls
+from satsgate.domain.media import ImageInfo, MediaError, image_info
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import Params, PrecheckMemo, ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import select_model
-from satsgate.services.inputs import public_urls
 from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
-from satsgate.services.inputs.media import ImageInfo, MediaError, image_info
 
 MiB = 1024 * 1024
 

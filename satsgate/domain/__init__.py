@@ -1,0 +1,1 @@
+"""What the node knows about the world it serves: languages, media, voices, telephony."""

@@ -7,12 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from satsgate.outreach.do_not_contact import (
-    NO_OPT_OUTS,
-    asks_not_to_be_contacted,
-    normalise_address,
-    opt_out,
-)
+from satsgate.domain.addresses import normalise_address
+from satsgate.outreach.do_not_contact import NO_OPT_OUTS, asks_not_to_be_contacted, opt_out
 from satsgate.outreach.rules import asks_to_stop, check_text, normalise
 from satsgate.services.comms.screening import HeldForReview, Outreach, html_text, screen
 

@@ -15,17 +15,18 @@ Who reads it: the gate before any invoice, for every service that declares
 ``ServiceSpec.recipients``; and :func:`satsgate.services.comms.screening.screen` after payment
 (an opt-out that came in since the quote is refused and refunded).
 
-Entries are stored normalised (:func:`normalise_address`): E.164 digits with ``+``,
-e-mail addresses lower-cased with an ASCII (IDNA) domain.
+Entries are stored normalised (:func:`satsgate.domain.addresses.normalise_address`):
+E.164 digits with ``+``, e-mail addresses lower-cased with an ASCII (IDNA) domain.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import Protocol
+
+from satsgate.domain.addresses import normalise_address
 
 log = logging.getLogger(__name__)
 
@@ -58,28 +59,6 @@ class _NoList:
 
 
 NO_OPT_OUTS: OptOuts = _NoList()
-
-
-def normalise_address(address: str) -> str:
-    """The form the list keys on: ``+<digits>`` for a phone number (spaces, dots,
-    dashes, brackets and a leading ``00`` removed), else a lower-cased e-mail address
-    with an IDNA domain. ValueError for neither."""
-    value = unicodedata.normalize("NFKC", address).strip()
-    if "@" in value:
-        local, _, domain = value.rpartition("@")
-        try:
-            domain = domain.strip().rstrip(".").encode("idna").decode("ascii")
-        except UnicodeError:
-            raise ValueError(f"{address!r} is not an e-mail address") from None
-        if not local or not domain or "." not in domain:
-            raise ValueError(f"{address!r} is not an e-mail address")
-        return f"{local.strip().lower()}@{domain.lower()}"
-    digits = re.sub(r"[\s().\-/]", "", value)
-    if digits.startswith("00"):
-        digits = "+" + digits[2:]
-    if not re.fullmatch(r"\+[1-9][0-9]{6,14}", digits):
-        raise ValueError(f"{address!r} is not an E.164 number or an e-mail address")
-    return digits
 
 
 async def opt_out(opt_outs: OptOuts, address: str, *, source: str = "sms-stop") -> bool:

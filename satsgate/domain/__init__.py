@@ -1,2 +1,2 @@
 """What the node knows about the world it serves: languages, media, voices, telephony,
-addresses."""
+addresses and who asked not to be contacted."""

@@ -56,6 +56,7 @@ from satsgate.appkeys import (
 from satsgate.callbacks import CallbackSender
 from satsgate.config import Settings, ensure_server_secret, output_caps
 from satsgate.deposits import DepositSettler
+from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.domain.telephony import BUILTIN, Destinations, load_rates_file
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.delivery import WebhookRequest
@@ -72,7 +73,6 @@ from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
-from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.outreach.holds import HoldDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate

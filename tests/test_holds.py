@@ -27,10 +27,11 @@ from aiosmtpd.smtp import Envelope, Session
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from satsgate.appkeys import HOLDS
+from satsgate.domain.do_not_contact import opt_out
 from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
-from satsgate.outreach.do_not_contact import opt_out
-from satsgate.outreach.retention_rules import EVIDENCE_S, ClearColumns, DeleteFiles, DeleteRows
+from satsgate.outreach.retention_rules import EVIDENCE_S, DeleteFiles
+from satsgate.store.retention import ClearColumns, DeleteRows
 from tests.conftest import (
     ThreadedServer,
     dev_pay,

@@ -7,13 +7,10 @@ from typing import Any, cast
 
 import pytest
 
-from satsgate.outreach.do_not_contact import (
-    NO_OPT_OUTS,
-    asks_not_to_be_contacted,
-    normalise_address,
-    opt_out,
-)
-from satsgate.outreach.rules import asks_to_stop, check_text, normalise
+from satsgate.domain.addresses import normalise_address
+from satsgate.domain.do_not_contact import NO_OPT_OUTS, asks_not_to_be_contacted, opt_out
+from satsgate.domain.plain_text import normalise
+from satsgate.outreach.rules import check_text
 from satsgate.services.comms.screening import HeldForReview, Outreach, html_text, screen
 
 BENIGN = [
@@ -154,14 +151,14 @@ def test_normalisation_folds_case_accents_leetspeak_and_spacing() -> None:
     ],
 )
 def test_opt_out_requests_are_recognised(text: str) -> None:
-    assert asks_to_stop(text)
+    assert asks_not_to_be_contacted(text)
 
 
 @pytest.mark.parametrize(
     "text", ["Stop by the shop tomorrow", "Call me back", "I can't stop laughing", "See you at 7"]
 )
 def test_ordinary_replies_are_not_opt_outs(text: str) -> None:
-    assert not asks_to_stop(text)
+    assert not asks_not_to_be_contacted(text)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from satsgate.config import Settings
+from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.domain.telephony import BUILTIN, Destinations
 from satsgate.engines.config import (
     EngineConfigError,
@@ -32,7 +33,6 @@ from satsgate.engines.config import (
 from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.errors import EngineError
 from satsgate.errors import ErrorCode
-from satsgate.outreach.do_not_contact import NO_OPT_OUTS, OptOuts
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class EngineDeps:
     settings: Settings
     run_cpu: CpuRunner  # CPU-bound work in the process pool, under the time limit
     # The do-not-contact list, for inbound webhooks (a STOP reply):
-    # ``await satsgate.outreach.do_not_contact.opt_out(deps.opt_outs, number, source=...)``.
+    # ``await satsgate.domain.do_not_contact.opt_out(deps.opt_outs, number, source=...)``.
     opt_outs: OptOuts = NO_OPT_OUTS
     # The node's telephony destinations (the app's table): what country a number is in.
     # The built-in table only where no app exists (unit tests of an adapter).

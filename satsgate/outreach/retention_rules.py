@@ -6,9 +6,10 @@ line each. The sweep (:mod:`satsgate.outreach.retention`) runs them hourly with 
 clock it is given (tests move it), so something kept ``max_age_s`` is gone at most an
 hour later.
 
-- :class:`ClearColumns`: set ``columns`` to NULL on rows whose ``time_column`` (unix
-  seconds) is older than ``max_age_s`` (amounts and status stay, for the ledger);
-- :class:`DeleteRows`: delete those rows;
+- :class:`~satsgate.store.retention.ClearColumns`: set ``columns`` to NULL on rows whose
+  ``time_column`` (unix seconds) is older than ``max_age_s`` (amounts and status stay,
+  for the ledger);
+- :class:`~satsgate.store.retention.DeleteRows`: delete those rows;
 - :class:`DeleteFiles`: delete files under ``settings.data_dir / subdir`` whose mtime is
   older than ``max_age_s`` (fax images, recordings).
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from satsgate.store.retention import ClearColumns, DeleteRows
+
 HOUR = 3600
 DAY = 24 * HOUR
 # Recent message texts and transcript extracts used for abuse checks: deleted by the
@@ -26,26 +29,6 @@ DAY = 24 * HOUR
 RECENT_TEXT_S = 24 * HOUR
 # Uploaded-call transcripts and held-request or appeal evidence: 30 days.
 EVIDENCE_S = 30 * DAY
-
-
-@dataclass(frozen=True)
-class ClearColumns:
-    table: str
-    time_column: str
-    columns: tuple[str, ...]
-    max_age_s: int
-    what: str  # for the log: "SMS texts"
-    # Only rows whose columns equal these values: (("job_type", "held"),).
-    match: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class DeleteRows:
-    table: str
-    time_column: str
-    max_age_s: int
-    what: str
-    match: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 """The screen's rules: impersonation, threats, harassment and credential or code
 solicitation, in English, German, French, Spanish and Portuguese.
 
-Text is normalised before matching (:func:`normalise`): case-folded, accents removed,
-leetspeak inside words undone (``p4ssw0rd`` -> ``password``, ``b@nk`` -> ``bank``),
-letters spaced out to dodge a filter joined again (``p a s s w o r d``), punctuation
-turned into spaces. Every rule is a phrase pattern over that normal form, narrow on
-purpose: a rule names what the text DOES (asks for a code, claims to be the police,
-threatens), never a single word that ordinary messages use ("code", "bank", "police"
-alone pass: "the code review is done", "your table is booked for 7pm", "your code is
-4711" from a sender giving one).
+Text is normalised before matching (:func:`satsgate.domain.plain_text.normalise`):
+case-folded, accents removed, leetspeak inside words undone (``p4ssw0rd`` ->
+``password``, ``b@nk`` -> ``bank``), letters spaced out to dodge a filter joined again
+(``p a s s w o r d``), punctuation turned into spaces. Every rule is a phrase pattern
+over that normal form, narrow on purpose: a rule names what the text DOES (asks for a
+code, claims to be the police, threatens), never a single word that ordinary messages
+use ("code", "bank", "police" alone pass: "the code review is done", "your table is
+booked for 7pm", "your code is 4711" from a sender giving one).
 
 :func:`check_text` returns labels such as ``credential:code``, ``impersonation:authority``,
 ``impersonation:relative``, ``threat``, ``harassment``, ``scam:payment``.
@@ -18,50 +18,9 @@ alone pass: "the code review is done", "your table is booked for 7pm", "your cod
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable
 
-_LEET = str.maketrans(
-    {
-        "0": "o",
-        "1": "i",
-        "3": "e",
-        "4": "a",
-        "5": "s",
-        "7": "t",
-        "@": "a",
-        "$": "s",
-        "!": "i",
-        "|": "l",
-    }
-)
-_LEET_TOKEN = re.compile(r"[a-z0-9@$!|]*[a-z][a-z0-9@$!|]*")
-_SPACED = re.compile(r"\b(?:[a-z][ .\-_*]){3,}[a-z]\b")
-
-
-def _unleet(match: re.Match[str]) -> str:
-    token = match.group(0)
-    letters = sum(ch.isalpha() for ch in token)
-    if letters == len(token) or letters < 2:
-        return token
-    if token.rstrip("0123456789").isalpha():  # "abc123", "covid19": letters then a number
-        return token
-    if token[0].isdigit() and not (token[0] == "0" and token[1:2].isalpha()):
-        # "7pm", "2nd", "4k": a number with its unit (but "0tp" is "otp")
-        return token
-    return token.translate(_LEET)
-
-
-def normalise(text: str) -> str:
-    """Case, accents, leetspeak and spacing folded away; one space between words."""
-    folded = unicodedata.normalize("NFKD", text.casefold())
-    plain = "".join(ch for ch in folded if not unicodedata.combining(ch))
-    plain = plain.replace("ß", "ss").replace("’", "'").replace("`", "'")
-    plain = _LEET_TOKEN.sub(_unleet, plain)
-    plain = _SPACED.sub(lambda m: re.sub(r"[ .\-_*]", "", m.group(0)), plain)
-    plain = re.sub(r"[.!?;:\n]+(?:\s|$)", " . ", plain)  # sentence ends stay
-    plain = re.sub(r"[^a-z0-9'+.]+", " ", plain)
-    return re.sub(r"\s+", " ", plain).strip()
+from satsgate.domain.plain_text import normalise
 
 
 def _any(words: Iterable[str]) -> str:
@@ -506,33 +465,3 @@ def check_text(text: str, sender_name: str | None = None) -> tuple[str, ...]:
     if _PAYMENT_SCAM.search(plain):
         reasons.append("scam:payment")
     return tuple(reasons)
-
-
-# -- opt-out requests -----------------------------------------------------------------
-
-_STOP_WORD = re.compile(
-    r"^(?:stop|stop all|stopall|end|quit|cancel|unsubscribe|optout|opt out|revoke|"
-    r"stopp|abmelden|abbestellen|arret|arreter|stop sms|desabonner|desinscrire|"
-    r"baja|alta baja|cancelar|parar|pare|sair|descadastrar)$"
-)
-_STOP_PHRASE = re.compile(
-    r"\b(?:"
-    r"(?:do not|don't|dont|never) (?:call|text|contact|message|email|fax) (?:me|us|this number)(?: again| anymore| any more)?"
-    r"|stop (?:calling|texting|contacting|messaging|emailing) (?:me|us)"
-    r"|(?:take|remove) (?:me|my number|this number|my name) (?:off|from) (?:your|the) (?:list|calling list|database)"
-    r"|put (?:me|my number) on (?:your|the) do not call list"
-    r"|(?:rufen sie|ruf) mich (?:nie )?(?:nicht )?mehr an|nicht mehr anrufen|keine anrufe mehr"
-    r"|(?:schreiben sie|schreib) mir nicht mehr|kontaktieren sie mich nicht mehr"
-    r"|ne m'appelez plus|ne plus m'appeler|arretez de m'appeler|ne me contactez plus"
-    r"|ne m'ecrivez plus|ne me rappelez pas|ne me rappelez plus"
-    r"|no me (?:llame|llames|vuelva a llamar|vuelvas a llamar|escriba|escribas|contacte)(?:n)?(?: mas)?"
-    r"|deje de llamarme|dejen de llamarme|no vuelvan a llamar"
-    r"|nao me (?:ligue|liguem|ligar|mande|contate|contatem)(?: mais)?|pare de me ligar|parem de me ligar"
-    r")\b"
-)
-
-
-def asks_to_stop(text: str) -> bool:
-    """A STOP keyword as the whole reply, or a request not to be contacted again."""
-    plain = normalise(text)
-    return bool(_STOP_WORD.match(plain.strip(" .")) or _STOP_PHRASE.search(plain))

@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from satsgate.domain.do_not_contact import OptOuts
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
-from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402, mpp
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest

@@ -27,11 +27,11 @@ from functools import cached_property
 import httpx
 
 from satsgate.config import Settings
+from satsgate.domain.do_not_contact import OptOuts
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import HoldInvoices, LightningBackend
-from satsgate.outreach.do_not_contact import OptOuts
 from satsgate.payments import l402
 from satsgate.payments.cashu import Ecash, check_installed
 from satsgate.payments.cashu_config import parse_config

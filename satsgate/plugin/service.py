@@ -130,7 +130,7 @@ class ServiceThread:
         """Held communications: list, release ID, refund ID; the do-not-contact list:
         dnc-list, dnc-add ADDRESS, dnc-remove ADDRESS."""
         from satsgate.appkeys import HOLDS
-        from satsgate.outreach.do_not_contact import normalise_address
+        from satsgate.domain.addresses import normalise_address
         from satsgate.outreach.holds import HoldError
         from satsgate.web.operator_holds import hold_document
 

@@ -6,7 +6,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
-from satsgate.outreach.do_not_contact import normalise_address
+from satsgate.domain.addresses import normalise_address
 from satsgate.store.engine import Database
 
 

@@ -1,14 +1,35 @@
-"""The retention sweep's SQL: the table rules of satsgate.outreach.retention_rules."""
+"""The retention sweep's SQL: the table rules it runs (:class:`ClearColumns`,
+:class:`DeleteRows`), listed in satsgate.outreach.retention_rules."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import dataclass
 
-from satsgate.outreach.retention_rules import ClearColumns, DeleteRows
 from satsgate.store.engine import Database
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ClearColumns:
+    table: str
+    time_column: str
+    columns: tuple[str, ...]
+    max_age_s: int
+    what: str  # for the log: "SMS texts"
+    # Only rows whose columns equal these values: (("job_type", "held"),).
+    match: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class DeleteRows:
+    table: str
+    time_column: str
+    max_age_s: int
+    what: str
+    match: tuple[tuple[str, str], ...] = ()
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

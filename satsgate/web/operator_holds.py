@@ -27,8 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate.domain.addresses import normalise_address
 from satsgate.operator import COOKIE, cookie_matches, token_matches
-from satsgate.outreach.do_not_contact import normalise_address
 from satsgate.outreach.holds import HoldDesk, HoldError
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from satsgate.domain.do_not_contact import OptOuts, asks_not_to_be_contacted, opt_out
 from satsgate.engines.config import EngineConfigError
 from satsgate.engines.delivery import InboundMessage
-from satsgate.outreach.do_not_contact import OptOuts, asks_not_to_be_contacted, opt_out
 
 log = logging.getLogger(__name__)
 

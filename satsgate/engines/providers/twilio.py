@@ -37,7 +37,7 @@ Wire facts: providers.md section 6. Requests are form-encoded with HTTP Basic au
 by the Auth Token); a forged one is answered 403 and changes nothing. Point the number's
 "A message comes in" webhook at ``<public base URL>/api/webhooks/twilio/<NAME>`` too: a
 STOP (UNSUBSCRIBE, CANCEL, END, QUIT, and the other languages of
-satsgate.outreach.rules) reply puts the sender on the do-not-contact list.
+satsgate.domain.do_not_contact) reply puts the sender on the do-not-contact list.
 
 Retries (``max_retries``): a create (message or call) is repeated only when Twilio
 certainly did not act on it: 429 (too many requests; after its Retry-After, at most 5

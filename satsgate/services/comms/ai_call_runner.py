@@ -45,10 +45,10 @@ from typing import Any
 
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler, Settlement
+from satsgate.domain.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.outreach.rules import check_text
 from satsgate.services.base import DeskKey, ServiceContext, ServiceResult
 from satsgate.services.catalog.pricing import (

@@ -55,6 +55,12 @@ from aiohttp import WSMsgType, web
 
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler, Settlement
+from satsgate.domain.do_not_contact import (
+    NO_OPT_OUTS,
+    OptOuts,
+    asks_not_to_be_contacted,
+    opt_out,
+)
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.local.tools import ToolRunner
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
@@ -72,12 +78,6 @@ from satsgate.engines.voice_bridge import (
     VoiceBridgeEngine,
 )
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.do_not_contact import (
-    NO_OPT_OUTS,
-    OptOuts,
-    asks_not_to_be_contacted,
-    opt_out,
-)
 from satsgate.outreach.rules import check_text
 from satsgate.refunds import refund_object
 from satsgate.services.base import DeskKey, ServiceContext

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (phrase tables: one phrase family per line reads better unbroken)
 """The do-not-contact list: numbers and addresses that opted out.
 
 Who adds to it:
@@ -15,17 +16,23 @@ Who reads it: the gate before any invoice, for every service that declares
 ``ServiceSpec.recipients``; and :func:`satsgate.services.comms.screening.screen` after payment
 (an opt-out that came in since the quote is refused and refunded).
 
-Entries are stored normalised (:func:`normalise_address`): E.164 digits with ``+``,
-e-mail addresses lower-cased with an ASCII (IDNA) domain.
+The list itself is the store's repository (:mod:`satsgate.store.do_not_contact`); this
+module is what the engines (a carrier's STOP webhook), the gate, the screen and the
+desks share, below all of them.
+
+Entries are stored normalised (:func:`satsgate.domain.addresses.normalise_address`):
+E.164 digits with ``+``, e-mail addresses lower-cased with an ASCII (IDNA) domain.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import Protocol
+
+from satsgate.domain.addresses import normalise_address
+from satsgate.domain.plain_text import normalise
 
 log = logging.getLogger(__name__)
 
@@ -60,28 +67,6 @@ class _NoList:
 NO_OPT_OUTS: OptOuts = _NoList()
 
 
-def normalise_address(address: str) -> str:
-    """The form the list keys on: ``+<digits>`` for a phone number (spaces, dots,
-    dashes, brackets and a leading ``00`` removed), else a lower-cased e-mail address
-    with an IDNA domain. ValueError for neither."""
-    value = unicodedata.normalize("NFKC", address).strip()
-    if "@" in value:
-        local, _, domain = value.rpartition("@")
-        try:
-            domain = domain.strip().rstrip(".").encode("idna").decode("ascii")
-        except UnicodeError:
-            raise ValueError(f"{address!r} is not an e-mail address") from None
-        if not local or not domain or "." not in domain:
-            raise ValueError(f"{address!r} is not an e-mail address")
-        return f"{local.strip().lower()}@{domain.lower()}"
-    digits = re.sub(r"[\s().\-/]", "", value)
-    if digits.startswith("00"):
-        digits = "+" + digits[2:]
-    if not re.fullmatch(r"\+[1-9][0-9]{6,14}", digits):
-        raise ValueError(f"{address!r} is not an E.164 number or an e-mail address")
-    return digits
-
-
 async def opt_out(opt_outs: OptOuts, address: str, *, source: str = "sms-stop") -> bool:
     """Put ``address`` (a number or an e-mail address, any common form) on the list;
     True when it was not there yet. ValueError for an address that is neither, or a
@@ -91,10 +76,31 @@ async def opt_out(opt_outs: OptOuts, address: str, *, source: str = "sms-stop") 
     return await opt_outs.add(normalise_address(address), source)
 
 
-def asks_not_to_be_contacted(text: str) -> bool:
-    """Whether a reply or a call transcript asks not to be contacted again (STOP,
-    "don't call me again", "bitte nicht mehr anrufen", ...), in English, German,
-    French, Spanish and Portuguese."""
-    from satsgate.outreach.rules import asks_to_stop
+_STOP_WORD = re.compile(
+    r"^(?:stop|stop all|stopall|end|quit|cancel|unsubscribe|optout|opt out|revoke|"
+    r"stopp|abmelden|abbestellen|arret|arreter|stop sms|desabonner|desinscrire|"
+    r"baja|alta baja|cancelar|parar|pare|sair|descadastrar)$"
+)
+_STOP_PHRASE = re.compile(
+    r"\b(?:"
+    r"(?:do not|don't|dont|never) (?:call|text|contact|message|email|fax) (?:me|us|this number)(?: again| anymore| any more)?"
+    r"|stop (?:calling|texting|contacting|messaging|emailing) (?:me|us)"
+    r"|(?:take|remove) (?:me|my number|this number|my name) (?:off|from) (?:your|the) (?:list|calling list|database)"
+    r"|put (?:me|my number) on (?:your|the) do not call list"
+    r"|(?:rufen sie|ruf) mich (?:nie )?(?:nicht )?mehr an|nicht mehr anrufen|keine anrufe mehr"
+    r"|(?:schreiben sie|schreib) mir nicht mehr|kontaktieren sie mich nicht mehr"
+    r"|ne m'appelez plus|ne plus m'appeler|arretez de m'appeler|ne me contactez plus"
+    r"|ne m'ecrivez plus|ne me rappelez pas|ne me rappelez plus"
+    r"|no me (?:llame|llames|vuelva a llamar|vuelvas a llamar|escriba|escribas|contacte)(?:n)?(?: mas)?"
+    r"|deje de llamarme|dejen de llamarme|no vuelvan a llamar"
+    r"|nao me (?:ligue|liguem|ligar|mande|contate|contatem)(?: mais)?|pare de me ligar|parem de me ligar"
+    r")\b"
+)
 
-    return asks_to_stop(text)
+
+def asks_not_to_be_contacted(text: str) -> bool:
+    """Whether a reply or a call transcript asks not to be contacted again: a STOP
+    keyword as the whole reply, or a request such as "don't call me again", "bitte
+    nicht mehr anrufen", in English, German, French, Spanish and Portuguese."""
+    plain = normalise(text)
+    return bool(_STOP_WORD.match(plain.strip(" .")) or _STOP_PHRASE.search(plain))

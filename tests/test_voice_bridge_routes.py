@@ -389,8 +389,7 @@ class FakeSessions:
         return self.settled[session_id]
 
 
-async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -> None:
-    settings = server.settings
+async def test_shared_functions_answer_the_spec_shapes() -> None:
     sessions = FakeSessions(
         events={
             "vb_1": [
@@ -402,18 +401,13 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
     available = engines_for(Settings(**down_engines(["voice_bridge"])))
     bare = engines_for(Settings())
 
-    said = await bridge_say(
-        settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[3])
-    )
+    said = await bridge_say(available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[3]))
     assert said == {"success": True, "bytesSent": 1600}
     assert sessions.said[-1][1] == Utterance(audio=b"\x00\x01" * 800, encoding="pcm_l16_16000")
-    await bridge_say(
-        settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[1])
-    )
+    await bridge_say(available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[1]))
     assert sessions.said[-1][1] == Utterance(text="Hola", language="es", voice_description="female")
 
     polled = await bridge_poll(
-        settings,
         available,
         sessions,
         VoiceBridgePollParams.model_validate({"sessionId": "vb_1", "cursor": 1}),
@@ -428,7 +422,7 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
     }
 
     end = VoiceBridgeEndParams.model_validate({"sessionId": "vb_1"})
-    first = await bridge_end(settings, available, sessions, end)
+    first = await bridge_end(available, sessions, end)
     assert first == {
         "success": True,
         "elapsedSec": 65,
@@ -438,12 +432,10 @@ async def test_shared_functions_answer_the_spec_shapes(server: ThreadedServer) -
         "refund": {"lnurl_withdraw": "LNURL1...", "amount_sats": 60},
         "finalTranscript": "Hello.",
     }
-    assert await bridge_end(settings, available, sessions, end) == first
+    assert await bridge_end(available, sessions, end) == first
     with pytest.raises(ApiError) as ended:  # an ended session takes no more speech
-        await bridge_say(
-            settings, available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[0])
-        )
+        await bridge_say(available, sessions, VoiceBridgeSayParams.model_validate(VALID_SAYS[0]))
     assert ended.value.code == NOT_FOUND
     with pytest.raises(ApiError) as unavailable:  # the node's own engines: none for the bridge
-        await bridge_end(settings, bare, sessions, end)
+        await bridge_end(bare, sessions, end)
     assert unavailable.value.code == "SERVICE_UNAVAILABLE"

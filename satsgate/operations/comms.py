@@ -92,7 +92,6 @@ def _bridge_not_found(session_id: str, what: str = "voice-bridge session") -> Ap
 
 
 async def bridge_say(
-    settings: Settings,
     engines: Engines,
     sessions: voice_bridge.VoiceBridgeSessions,
     params: VoiceBridgeSayParams,
@@ -108,7 +107,6 @@ async def bridge_say(
 
 
 async def bridge_poll(
-    settings: Settings,
     engines: Engines,
     sessions: voice_bridge.VoiceBridgeSessions,
     params: VoiceBridgePollParams,
@@ -122,7 +120,6 @@ async def bridge_poll(
 
 
 async def bridge_end(
-    settings: Settings,
     engines: Engines,
     sessions: voice_bridge.VoiceBridgeSessions,
     params: VoiceBridgeEndParams,
@@ -158,12 +155,12 @@ A = TypeVar("A")
 
 async def _on_bridge(
     env: OperationEnv,
-    action: Callable[[Settings, Engines, voice_bridge.VoiceBridgeSessions, A], Awaitable[Any]],
+    action: Callable[[Engines, voice_bridge.VoiceBridgeSessions, A], Awaitable[Any]],
     args: A,
 ) -> Any:
     """One of the voice bridge's say, poll and end on the node's sessions."""
     sessions = voice_bridge.sessions_for(env.voice_bridge)
-    return await action(env.settings, env.engines, sessions, args)
+    return await action(env.engines, sessions, args)
 
 
 VOICE_BRIDGE_SAY: OperationSpec[VoiceBridgeSayParams, VoiceBridgeSaid] = OperationSpec(

@@ -33,7 +33,7 @@ from satsgate.operations.models import (
     VoiceBridgeSaid,
     VoiceBridgeSettlement,
 )
-from satsgate.payments.proof import proves
+from satsgate.payments.proof import SEND_AUTHORIZATION, proves, refuse_bare_preimage
 from satsgate.services.comms import ai_calls, deliveries, voice_bridge
 from satsgate.services.comms.ai_calls import AiCallAnswer, AiCallAnswers
 from satsgate.services.comms.handlers import (
@@ -487,13 +487,11 @@ class ClaimRefundParams(BaseModel):
         validation_alias=alias("payment_id", "paymentId"),
         description="The call's paymentId (instead of call_id).",
     )
-    preimage: str | None = Field(
-        None,
-        min_length=64,
-        max_length=64,
-        description="With payment_id, for a payment made through an HTTP 402 challenge: its "
-        "preimage (or send the paying Authorization header).",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preimage_refused(cls, data: Any) -> Any:
+        return refuse_bare_preimage(data, SEND_AUTHORIZATION)
 
     @model_validator(mode="after")
     def _one_id(self) -> ClaimRefundParams:
@@ -517,15 +515,15 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
         if payment is None or payment.service != AI_CALL.slug:
             raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, "No AI call was paid with this paymentId.")
         if not proves(
+            env.gate.verifier,
             payment,
-            preimage=args.preimage,
             authorization=call.authorization,
             payment_id=args.payment_id,
         ):
             raise ApiError(
                 ErrorCode.PAYMENT_INVALID,
                 "This payment was created by an HTTP 402 challenge: only its payer may claim "
-                "its refund. Send its preimage (64 hex) as preimage, or the call_id.",
+                f"its refund. Give the call_id instead, or: {SEND_AUTHORIZATION}",
                 extra={"paymentId": args.payment_id},
             )
     row, settled = await runner.claim(args.call_id, args.payment_id)
@@ -561,8 +559,8 @@ CLAIM_REFUND: OperationSpec[ClaimRefundParams, ClaimedRefund] = OperationSpec(
     title="Claim an AI call's refund",
     description="After an AI call ended: the unused part of its deposit as a one-time "
     "LNURL-withdraw link (when no refund_address was given, or the payout to it failed). "
-    "By call_id, or by payment_id with the proof of payment (preimage or the paying "
-    "Authorization header) for a payment made through an HTTP 402 challenge. Returns { "
+    "By call_id, or by payment_id with the paying Authorization header (the credential) "
+    "for a payment made through an HTTP 402 challenge. Returns { "
     "success, call_id, refund_status, depositSats, usedSats, refundableSats, refund }. "
     "Nothing to claim (paid to the Lightning address, nothing left, call still running): "
     "REFUND_NOT_AVAILABLE with refund_status. Free.",

@@ -103,7 +103,7 @@ async def get_fax_status(env: OperationEnv, args: FaxStatusParams, call: Call) -
         raise ApiError(ErrorCode.NOT_FOUND, f"No fax {args.faxId!r}.")
     payment = await env.gate.get_payment(fax.payment_id)
     payer = payment is not None and proves(
-        payment, authorization=call.authorization, payment_id=args.paymentId
+        env.gate.verifier, payment, authorization=call.authorization, payment_id=args.paymentId
     )
     return FaxStatusRecord.model_validate(await desk.status_body(fax, payer))
 

@@ -105,7 +105,7 @@ async def _payer_asks(env: OperationEnv, job: Job, call: Call, payment_id: str |
         return False
     payment = await env.gate.get_payment(job.payment_id)
     return payment is not None and proves(
-        payment, authorization=call.authorization, payment_id=payment_id
+        env.gate.verifier, payment, authorization=call.authorization, payment_id=payment_id
     )
 
 

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.base import AnySpec, Call, HttpRoute, OperationEnv, OperationSpec
@@ -16,6 +17,7 @@ from satsgate.operations.models import PaymentDocument, RefundIssued
 from satsgate.payments import refund_request
 from satsgate.payments.gate import Gate
 from satsgate.payments.mpp import rfc3339
+from satsgate.payments.proof import SEND_AUTHORIZATION, SEND_CREDENTIAL, refuse_bare_preimage
 from satsgate.store import Payment, PaymentStatus
 
 public_status = refund_request.public_status
@@ -180,6 +182,9 @@ CHECK_PAYMENT_STATUS: OperationSpec[PaymentStatusParams, PaymentDocument] = Oper
 
 
 class RequestRefundArgs(BaseModel):
+    """POST /api/l402/refund's body; an HTTP 402 payment's proof is its credential, in
+    the Authorization header (the same header the call would be paid with)."""
+
     model_config = ConfigDict(extra="forbid", title="request_refund arguments")
 
     paymentId: str = Field(min_length=1, max_length=200, description="The paid, unused payment.")
@@ -189,21 +194,45 @@ class RequestRefundArgs(BaseModel):
         description="A BOLT11 invoice of yours for exactly the amount paid; the refund pays it. "
         "Send the payment's own lightningInvoice instead to get an LNURL-withdraw link only.",
     )
-    preimage: str | None = Field(
-        None,
-        min_length=64,
-        max_length=64,
-        description="Only for a payment made through an HTTP 402 challenge: its preimage "
-        "(the proof of payment). A payment from create_payment needs none.",
-    )
     email: str | None = Field(None, max_length=320, description="Optional; not stored.")
     feedback: str | None = Field(
         None, max_length=2000, description="Optional: why the call was not used."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preimage_refused(cls, data: Any) -> Any:
+        return refuse_bare_preimage(data, SEND_AUTHORIZATION)
+
+
+class RequestRefundToolArgs(RequestRefundArgs):
+    """MCP request_refund: the credential of an HTTP 402 payment as an argument."""
+
+    model_config = ConfigDict(title="request_refund arguments")
+
+    credential: str | None = Field(
+        None,
+        min_length=1,
+        max_length=8000,
+        description="Only for a payment made through an HTTP 402 challenge (a call's, a "
+        "session deposit's or top-up's): the credential it was paid with, the Authorization "
+        "value 'L402 <macaroon>:<preimage>' or 'Payment <base64url JSON>'. A payment from "
+        "create_payment needs none.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preimage_refused(cls, data: Any) -> Any:
+        return refuse_bare_preimage(data, SEND_CREDENTIAL)
+
 
 async def request_refund(env: OperationEnv, args: RequestRefundArgs, call: Call) -> RefundIssued:
     """See :mod:`satsgate.payments.refund_request`."""
+    if isinstance(args, RequestRefundToolArgs):
+        authorization: Sequence[str] = () if args.credential is None else (args.credential,)
+        send = SEND_CREDENTIAL
+    else:
+        authorization, send = call.authorization, SEND_AUTHORIZATION
     return RefundIssued.model_validate(
         await refund_request.request_refund(
             env.gate,
@@ -212,7 +241,8 @@ async def request_refund(env: OperationEnv, args: RequestRefundArgs, call: Call)
             args.paymentId,
             args.invoice,
             args.feedback,
-            args.preimage,
+            authorization,
+            send,
         )
     )
 
@@ -222,16 +252,20 @@ REQUEST_REFUND: OperationSpec[RequestRefundArgs, RefundIssued] = OperationSpec(
     title="Refund an unused payment",
     description="Refund a paid payment that was never used for its call, in full. Pass an "
     "invoice of yours for exactly the amount paid to be paid at once; an LNURL-withdraw link "
-    "is returned either way. Used, unpaid or refunded payments: REFUND_NOT_AVAILABLE. Free.",
+    "is returned either way. A payment made through an HTTP 402 challenge (a call's, a "
+    "session deposit's or top-up's) is refunded only with the credential it was paid with "
+    "(HTTP: the Authorization header; MCP: credential); one from create_payment by its "
+    "paymentId. Used, unpaid or refunded payments: REFUND_NOT_AVAILABLE. Free.",
     params=RequestRefundArgs,
+    tool_params=RequestRefundToolArgs,
     result=RefundIssued,
     handler=request_refund,
     http=HttpRoute(
         "POST",
         "/api/l402/refund",
         example='{"paymentId": "pay_...", "invoice": "lnbcrt..."}',
-        llms='`POST {url}` with `{{"paymentId": "...", "invoice": "<bolt11 for the amount>", '
-        '"preimage": "<the proof of payment, for a 402 payment>"}}`',
+        llms='`POST {url}` with `{{"paymentId": "...", "invoice": "<bolt11 for the amount>"}}` '
+        "and, for a 402 payment, the `Authorization` it was paid with",
     ),
     tool="request_refund",
     read_only=False,

@@ -136,30 +136,25 @@ class MppCredential:
         return "Payment"
 
 
-def parse_credential(value: str, *, secret: str, now: float | None = None) -> MppCredential:
-    """Decode and authenticate 'Payment <b64url JSON>', refusing an expired challenge.
-    Raises MalformedCredential or CredentialError."""
-    try:
-        doc = json_input.loads(b64url_decode(value.strip()))
-    except json_input.JsonInputError as exc:
-        raise MalformedCredential(f"the Payment credential is not base64url JSON: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("challenge"), dict):
+def authenticated_challenge(
+    doc: dict[str, Any], *, secret: str, intents: tuple[str, ...] = (INTENT,)
+) -> tuple[str, str, dict[str, Any], str]:
+    """The echoed challenge of a decoded credential ``doc``, authenticated: its id is the
+    HMAC under ``secret`` of its fields, so this server issued it byte for byte (the
+    session intent's challenges are made the same way, payments/sessions.py). Returns
+    (id, intent, the decoded request object, expires as sent); expiry is not checked.
+    Raises MalformedCredential or CredentialError (InvalidChallenge)."""
+    ch = doc.get("challenge")
+    if not isinstance(ch, dict):
         raise MalformedCredential("the Payment credential has no challenge object")
-    ch = doc["challenge"]
-    payload = doc.get("payload")
-    if not isinstance(payload, dict) or not isinstance(payload.get("preimage"), str):
-        raise MalformedCredential("the Payment credential has no payload.preimage")
-    preimage = payload["preimage"]
-    if not _LOWER_HEX64.fullmatch(preimage):  # the charge draft: 64 lowercase hex
-        raise MalformedCredential("payload.preimage must be 64 lowercase hex characters")
     fields = {}
     for name in ("id", "realm", "method", "intent", "request", "expires", "digest", "opaque"):
         item = ch.get(name, "")
         if not isinstance(item, str):
             raise MalformedCredential(f"challenge.{name} must be a string")
         fields[name] = item
-    if fields["method"] != METHOD or fields["intent"] != INTENT:
-        raise InvalidChallenge("only method=lightning, intent=charge is accepted")
+    if fields["method"] != METHOD or fields["intent"] not in intents:
+        raise InvalidChallenge(f"only method=lightning, intent={'/'.join(intents)} is accepted")
     expected = _challenge_id(
         secret,
         fields["realm"],
@@ -174,22 +169,52 @@ def parse_credential(value: str, *, secret: str, now: float | None = None) -> Mp
         raise InvalidChallenge("the challenge was not issued by this server")
     try:
         request = json.loads(b64url_decode(fields["request"]))
-        payment_hash = str(request["methodDetails"]["paymentHash"]).lower()
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CredentialError("the challenge request has no paymentHash") from exc
-    expires_at = parse_rfc3339(fields["expires"])
+    except ValueError as exc:
+        raise CredentialError("the challenge request is not JSON") from exc
+    if not isinstance(request, dict):
+        raise CredentialError("the challenge request is not a JSON object")
+    return fields["id"], fields["intent"], request, fields["expires"]
+
+
+def parse_credential(value: str, *, secret: str, now: float | None = None) -> MppCredential:
+    """Decode and authenticate 'Payment <b64url JSON>', refusing an expired challenge.
+    Raises MalformedCredential or CredentialError."""
+    try:
+        doc = json_input.loads(b64url_decode(value.strip()))
+    except json_input.JsonInputError as exc:
+        raise MalformedCredential(f"the Payment credential is not base64url JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("challenge"), dict):
+        raise MalformedCredential("the Payment credential has no challenge object")
+    payload = doc.get("payload")
+    if not isinstance(payload, dict) or not isinstance(payload.get("preimage"), str):
+        raise MalformedCredential("the Payment credential has no payload.preimage")
+    preimage = payload["preimage"]
+    if not _LOWER_HEX64.fullmatch(preimage):  # the charge draft: 64 lowercase hex
+        raise MalformedCredential("payload.preimage must be 64 lowercase hex characters")
+    challenge_id, _, request, expires = authenticated_challenge(doc, secret=secret)
+    payment_hash = charge_payment_hash(request)
+    if payment_hash is None:
+        raise CredentialError("the challenge request has no paymentHash")
+    expires_at = parse_rfc3339(expires)
     if expires_at <= (time.time() if now is None else now):
         # The draft: a credential for an expired challenge is refused. A payment made
         # for it and never used stays refundable (POST /api/l402/refund).
-        raise CredentialExpired(f"the challenge expired at {fields['expires']}")
+        raise CredentialExpired(f"the challenge expired at {expires}")
     source = doc.get("source")
     return MppCredential(
-        challenge_id=fields["id"],
+        challenge_id=challenge_id,
         payment_hash=payment_hash,
         preimage=preimage,
         expires_at=expires_at,
         source=source if isinstance(source, str) else None,
     )
+
+
+def charge_payment_hash(request: dict[str, Any]) -> str | None:
+    """The payment hash a charge challenge's request names (``methodDetails.paymentHash``)."""
+    details = request.get("methodDetails")
+    found = details.get("paymentHash") if isinstance(details, dict) else None
+    return found.lower() if isinstance(found, str) else None
 
 
 def receipt_header(challenge_id: str, payment_hash: str, unix_s: int) -> str:

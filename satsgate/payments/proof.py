@@ -1,77 +1,72 @@
 """Who may act on a payment besides spending it: refund it, see its refund secrets.
 
-A payment created by an HTTP 402 challenge (``via = 'http'``) is the payer's once they
-hold its preimage: the proof of payment, which only whoever paid the invoice learns.
-Its paymentId proves nothing (it is in the 402 body, and earlier in checkout links and
-logs). A payment created by MCP ``create_payment`` (``via = 'mcp'``) is its MCP caller's
-handle by the spec's design: there the paymentId itself is the proof.
-
-The preimage comes as a field (``preimage``, 64 hex) or inside the credential the call
-was paid with (``Authorization: L402 <macaroon>:<preimage>`` or ``Payment <b64url JSON>``
-with ``payload.preimage``): for this check the preimage alone matters, so an expired MPP
-challenge still proves its payment.
+Every node on a Lightning payment's route learns its payment hash, its amount and,
+before the payer does, its preimage; a payment's paymentId is no secret either (it is
+in the 402 body, a session deposit's is ``dep_<payment hash>``). So none of these,
+alone or together, proves a payment. A payment created by an HTTP 402 challenge
+(``via = 'http'``: L402/MPP charges, session deposits and top-ups) is proven by the
+credential its payer was issued over HTTPS, checked as a paid call's is
+(:meth:`satsgate.payments.verifier.Verifier.owns`): ``L402 <macaroon>:<preimage>``
+with a macaroon that verifies for this payment, or ``Payment <b64url JSON>`` echoing a
+challenge this server issued for this payment's hash, with its preimage. An expired
+credential still proves its payment (it was issued to the payer). A payment created
+by MCP ``create_payment`` (``via = 'mcp'``) is its MCP caller's handle by the spec's
+design: there the paymentId (``pay_`` and 32 random hex, handed to that caller only)
+is the proof as well.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from satsgate import json_input
-from satsgate.payments import l402, mpp
 from satsgate.store import Payment
 
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
+class Owners(Protocol):
+    """Checks a credential against a payment (the gate's verifier)."""
 
-def preimage_proves(payment: Payment, preimage: str | None) -> bool:
-    """``preimage`` is the preimage of the payment's invoice."""
-    if preimage is None or not _HEX64.match(preimage):
-        return False
-    digest = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
-    return hmac.compare_digest(digest, payment.payment_hash)
-
-
-def preimage_of(authorization: Sequence[str]) -> str | None:
-    """The preimage inside one L402 or Payment credential, unchecked; None if none."""
-    if len(authorization) != 1:
-        return None
-    scheme, _, rest = authorization[0].strip().partition(" ")
-    scheme_l = scheme.lower()
-    try:
-        if scheme_l in ("l402", "lsat"):
-            return l402.parse_credential(rest).preimage
-        if scheme_l == "payment":
-            doc: Any = json_input.loads(mpp.b64url_decode(rest.strip()))
-            payload = doc.get("payload") if isinstance(doc, dict) else None
-            preimage = payload.get("preimage") if isinstance(payload, dict) else None
-            return preimage if isinstance(preimage, str) else None
-    except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError, ValueError):
-        return None
-    return None
+    def owns(self, values: Sequence[str], payment: Payment) -> bool: ...
 
 
 def proves(
+    owners: Owners,
     payment: Payment,
     *,
-    preimage: str | None = None,
     authorization: Sequence[str] = (),
     payment_id: str | None = None,
 ) -> bool:
-    """The caller showed it owns ``payment``: its preimage (given, or in its credential),
-    or, for a payment created through MCP only, its paymentId."""
+    """The caller showed it owns ``payment``: the credential it was paid with
+    (``authorization``: an Authorization value, as sent), or, for a payment created
+    through MCP only, its paymentId."""
     if (
         payment.via == "mcp"
         and payment_id is not None
         and hmac.compare_digest(payment_id, payment.payment_id)
     ):
         return True
-    if preimage_proves(payment, preimage):
-        return True
-    return preimage_proves(payment, preimage_of(authorization))
+    return owners.owns(authorization, payment)
+
+
+_NOT_ALONE = "the preimage alone proves nothing (every node on the payment's route learns it)"
+# Where each face takes the credential that proves an HTTP 402 payment (for messages).
+SEND_AUTHORIZATION = (
+    "Send the credential it was paid with as the Authorization header "
+    "('L402 <macaroon>:<preimage>' or 'Payment <base64url JSON>'); " + _NOT_ALONE + "."
+)
+SEND_CREDENTIAL = (
+    "Send the credential it was paid with as credential (the Authorization value "
+    "'L402 <macaroon>:<preimage>' or 'Payment <base64url JSON>'); " + _NOT_ALONE + "."
+)
+
+
+def refuse_bare_preimage(data: Any, send: str) -> Any:
+    """A params model's before-validator: a body with ``preimage`` (once the proof of an
+    HTTP payment) is refused, naming what to ``send`` instead."""
+    if isinstance(data, dict) and "preimage" in data:
+        raise ValueError(f"preimage is not accepted: {send}")
+    return data
 
 
 # The refund object's fields that claim it: shown only to whoever proves the payment.

@@ -6,14 +6,16 @@ spending and refunding are the same conditional UPDATE from ``paid``. Anything
 else is REFUND_NOT_AVAILABLE.
 
 Only the payer may ask (see :mod:`satsgate.payments.proof`): a payment created by an
-HTTP 402 challenge needs its ``preimage``, the proof of payment, since its paymentId
-is no secret; one created by MCP ``create_payment`` needs its paymentId, the MCP
+HTTP 402 challenge (a call's, a session deposit's, a top-up's) needs the credential it
+was paid with, since its paymentId is no secret and its preimage is known to every
+node on its route; one created by MCP ``create_payment`` needs its paymentId, the MCP
 caller's handle (the spec: "A refund request needs the original paymentId").
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from satsgate.errors import ApiError, ErrorCode
@@ -42,19 +44,21 @@ async def request_refund(
     payment_id: str,
     invoice: str,
     feedback: str | None = None,
-    preimage: str | None = None,
+    authorization: Sequence[str] = (),
+    send_credential: str = "",
 ) -> dict[str, Any]:
     """Refund in full; pay ``invoice`` at once unless it is the payment's own invoice
-    (which must be for ``network``). ``preimage``: the proof of payment, required for
-    a payment created by an HTTP challenge."""
+    (which must be for ``network``). ``authorization``: the credential the payment was
+    paid with, required for a payment created by an HTTP challenge; ``send_credential``
+    says where this face takes it (the refusal's message)."""
     found = await gate.get_payment(payment_id)
     if found is None:
         raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, f"No payment {payment_id!r}.")
-    if not proves(found, preimage=preimage, payment_id=payment_id):
+    if not proves(gate.verifier, found, authorization=authorization, payment_id=payment_id):
         raise ApiError(
             ErrorCode.PAYMENT_INVALID,
             "This payment was created by an HTTP 402 challenge: only its payer may have it "
-            "refunded. Send its preimage (the proof of payment, 64 hex) as preimage.",
+            f"refunded. {send_credential}",
             extra={"paymentId": payment_id},
         )
     payment = await gate.refresh_paid(found)

@@ -10,15 +10,22 @@ credential cannot be checked without it, and never writes.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from satsgate import json_input
 from satsgate.payments import l402, mpp
+from satsgate.payments.sessions import INTENT as SESSION_INTENT
 from satsgate.services.base import ServiceSpec
 from satsgate.store import Payment
 
 AnySpec = ServiceSpec[Any]
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class PaymentsByHash(Protocol):
@@ -68,7 +75,7 @@ class Verifier:
             payment = await self._payments.get_by_hash(decoded.payment_hash)
             if payment is None or payment.token_id != decoded.token_id:
                 raise l402.CredentialError("unknown or revoked macaroon")
-            if not l402.signature_matches(decoded, bytes.fromhex(payment.root_key)):
+            if not _signed_by_stored_key(decoded, payment):
                 raise l402.CredentialError("the macaroon signature does not verify")
             l402.check_caveats(decoded, spec.slug, now)
             return Verified(payment.payment_hash, "L402", payment, payment.token_id)
@@ -86,3 +93,76 @@ class Verifier:
                 payment.payment_hash, "Payment", payment, mpp_challenge_id=mcred.challenge_id
             )
         raise l402.MalformedCredential(f"unsupported authorization scheme {scheme!r}")
+
+    def owns(self, values: Sequence[str], payment: Payment) -> bool:
+        """The Authorization ``values`` prove ``payment``: one credential that carries,
+        beside the preimage of its invoice, something only its payer received over
+        HTTPS and checked here as a paid call's is, so that what every node on the
+        payment's route learns (hash, amount, preimage) proves nothing:
+
+        - ``L402``/``LSAT``: the macaroon names this payment's hash and token, and its
+          HMAC chain verifies under the token's root key (derived, or stored with the
+          payment);
+        - ``Payment``: the echoed challenge's id verifies under the server secret and
+          its request names this payment's hash (a charge's ``methodDetails.paymentHash``,
+          a session deposit's or top-up's ``paymentHash``), and the payload carries the
+          preimage (``preimage``, or a top-up's ``topUpPreimage``).
+
+        Expiry is not checked: an expired credential was still issued to the payer.
+        Never raises on a malformed value (it proves nothing)."""
+        if len(values) != 1:
+            return False
+        scheme, _, rest = values[0].strip().partition(" ")
+        scheme_l = scheme.lower()
+        try:
+            if scheme_l in ("l402", "lsat"):
+                cred = l402.parse_credential(rest)
+                decoded = l402.decode_macaroon(cred.macaroon)
+                return _preimage_of(payment, cred.preimage) and self._macaroon_of(decoded, payment)
+            if scheme_l == "payment":
+                return self._echo_of(rest, payment)
+        except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError):
+            return False
+        return False
+
+    def _macaroon_of(self, decoded: l402.DecodedMacaroon, payment: Payment) -> bool:
+        if decoded.payment_hash != payment.payment_hash or decoded.token_id != payment.token_id:
+            return False
+        derived = self._root_keys.for_token(decoded.identifier[34:])
+        return l402.signature_matches(decoded, derived) or _signed_by_stored_key(decoded, payment)
+
+    def _echo_of(self, value: str, payment: Payment) -> bool:
+        doc: Any = json_input.loads(mpp.b64url_decode(value.strip()))
+        if not isinstance(doc, dict):
+            return False
+        _, intent, request, _ = mpp.authenticated_challenge(
+            doc, secret=self._server_secret, intents=(mpp.INTENT, SESSION_INTENT)
+        )
+        if intent == SESSION_INTENT:
+            named = request.get("paymentHash")
+            named = named.lower() if isinstance(named, str) else None
+        else:
+            named = mpp.charge_payment_hash(request)
+        payload = doc.get("payload")
+        if named != payment.payment_hash or not isinstance(payload, dict):
+            return False
+        return any(
+            isinstance(payload.get(field), str) and _preimage_of(payment, payload[field])
+            for field in ("preimage", "topUpPreimage")
+        )
+
+
+def _preimage_of(payment: Payment, preimage: str) -> bool:
+    """``preimage`` (hex) hashes to the payment's hash; compared in constant time."""
+    if _HEX64.fullmatch(preimage) is None:
+        return False
+    digest = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+    return hmac.compare_digest(digest, payment.payment_hash)
+
+
+def _signed_by_stored_key(decoded: l402.DecodedMacaroon, payment: Payment) -> bool:
+    """The macaroon verifies under the random root key stored with ``payment`` (tokens
+    minted before root keys were derived); False when none is stored (a deposit)."""
+    return bool(payment.root_key) and l402.signature_matches(
+        decoded, bytes.fromhex(payment.root_key)
+    )

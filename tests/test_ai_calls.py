@@ -10,6 +10,7 @@ once, to the refund address or as an LNURL-withdraw link claimed at /api/claim-r
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -152,13 +153,13 @@ def _scripts_reset(retell: FakeRetell, vapi: FakeVapi) -> Iterator[None]:
 
 
 async def paid_call(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[httpx.Response, str]:
-    """Pay the deposit through the dev node and place the call: (answer, preimage)."""
+    """Pay the deposit through the dev node and place the call: (answer, the credential
+    it was paid with)."""
     ch = await challenge(client, "ai-call", body)
     preimage = await dev_pay(client, ch["invoice"])
-    resp = await client.post(
-        AI_CALL, json=body, headers={"Authorization": f"L402 {ch['macaroon']}:{preimage}"}
-    )
-    return resp, preimage
+    auth = f"L402 {ch['macaroon']}:{preimage}"
+    resp = await client.post(AI_CALL, json=body, headers={"Authorization": auth})
+    return resp, auth
 
 
 async def poll(client: httpx.AsyncClient, call_id: str) -> dict[str, Any]:
@@ -268,7 +269,7 @@ async def test_vapi_call_refund_claimed_as_lnurl_withdraw(
 ) -> None:
     vapi.script.append(Leg("completed", connected_s=40))  # 1 started minute
     body = {**BODY, "duration_minutes": 4, "voicemail": "message"}
-    resp, preimage = await paid_call(vapi_client, {**body, "callback_number": "+14155550999"})
+    resp, auth = await paid_call(vapi_client, {**body, "callback_number": "+14155550999"})
     assert resp.status_code == 200, resp.text
     call_id = resp.json()["call_id"]
     sent = vapi.calls[-1].body
@@ -294,8 +295,20 @@ async def test_vapi_call_refund_claimed_as_lnurl_withdraw(
     payment_id = await payment_of(vapi_node, call_id)
     resp = await vapi_client.post("/api/claim-refund", json={"payment_id": payment_id})
     assert resp.status_code >= 400 and resp.json()["error_code"] == "PAYMENT_INVALID"
+    # The preimage alone (every node on the route learns it) is refused, saying what to send.
+    preimage = auth.rsplit(":", 1)[1]
     resp = await vapi_client.post(
         "/api/claim-refund", json={"payment_id": payment_id, "preimage": preimage}
+    )
+    assert resp.json()["error_code"] == "L402_INVALID_PARAMS"
+    assert "Authorization header" in resp.json()["error"]
+    forged = {"Authorization": f"L402 {base64.b64encode(b'forged').decode()}:{preimage}"}
+    resp = await vapi_client.post(
+        "/api/claim-refund", json={"payment_id": payment_id}, headers=forged
+    )
+    assert resp.json()["error_code"] == "PAYMENT_INVALID"
+    resp = await vapi_client.post(
+        "/api/claim-refund", json={"payment_id": payment_id}, headers={"Authorization": auth}
     )
     assert resp.status_code == 200, resp.text
     claimed = resp.json()

@@ -90,7 +90,8 @@ async def test_answer_models_describe_the_real_bodies(client: httpx.AsyncClient)
     preimage = await dev_pay(client, body["invoice"])  # the proof of an HTTP payment
     refunded = await client.post(
         "/api/l402/refund",
-        json={"paymentId": body["paymentId"], "invoice": body["invoice"], "preimage": preimage},
+        json={"paymentId": body["paymentId"], "invoice": body["invoice"]},
+        headers={"Authorization": f"L402 {body['macaroon']}:{preimage}"},
     )
     issued = refunded.json()
     RefundIssued.model_validate(issued)

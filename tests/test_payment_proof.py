@@ -31,7 +31,7 @@ from tests.faults.test_faults_theft import _fails, paid_http_challenge, status_o
 from tests.test_gateway import CARD
 from tests.test_mcp_http import call, rpc
 from tests.test_refunds import NoParams, external_invoice, make_spec
-from tests.test_sessions import Client, credential, session_challenge, unb64url
+from tests.test_sessions import Client, credential, unb64url
 
 
 def b64url(data: bytes) -> str:
@@ -234,7 +234,7 @@ async def test_a_deposit_paymentid_is_no_mcp_handle(
 ) -> None:
     """``dep_<hash>`` is derived from the hash: it must never prove a payment the way an
     MCP create_payment paymentId does."""
-    _, preimage, request = await paid_deposit(client)
+    _, _, request = await paid_deposit(client)
     deposit_id = f"dep_{request['paymentHash']}"
     await wait_paid(server, deposit_id)
     mcp = await tool(

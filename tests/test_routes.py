@@ -54,11 +54,12 @@ async def test_http_refund_request_for_an_unused_payment(client: httpx.AsyncClie
     early = await client.post(
         "/api/l402/refund", json={"paymentId": ch["paymentId"], "invoice": ch["invoice"]}
     )
-    # An HTTP payment is refunded to its payer only: the preimage proves the payment.
+    # An HTTP payment is refunded to its payer only: its credential proves the payment.
     assert early.status_code == 402 and early.json()["error_code"] == "PAYMENT_INVALID"
     preimage = await dev_pay(client, ch["invoice"])
-    request = {"paymentId": ch["paymentId"], "invoice": ch["invoice"], "preimage": preimage}
-    resp = await client.post("/api/l402/refund", json=request)
+    request = {"paymentId": ch["paymentId"], "invoice": ch["invoice"]}
+    proof = {"Authorization": f"L402 {ch['macaroon']}:{preimage}"}
+    resp = await client.post("/api/l402/refund", json=request, headers=proof)
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["success"] is True and body["amountSats"] == 5
@@ -70,7 +71,7 @@ async def test_http_refund_request_for_an_unused_payment(client: httpx.AsyncClie
         headers={"Authorization": f"L402 {ch['macaroon']}:{'0' * 64}"},
     )
     assert used.status_code == 402
-    again = await client.post("/api/l402/refund", json=request)
+    again = await client.post("/api/l402/refund", json=request, headers=proof)
     assert again.json()["error_code"] == "REFUND_NOT_AVAILABLE"
     unknown = await client.post("/api/l402/refund", json={"paymentId": "pay_x", "invoice": "x"})
     assert unknown.status_code == 404 and unknown.json()["error_code"] == "PAYMENT_NOT_FOUND"

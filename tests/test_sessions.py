@@ -519,8 +519,9 @@ async def test_a_deposit_paid_and_never_opened_is_refunded_like_any_unused_payme
         json={
             "paymentId": f"dep_{request['paymentHash']}",
             "invoice": request["depositInvoice"],
-            "preimage": preimage,
         },
+        # The proof: the session challenge it was issued, echoed, with the preimage.
+        headers={"Authorization": credential(challenge, {"action": "open", "preimage": preimage})},
     )
     assert refunded.status_code == 200, refunded.text
     assert refunded.json()["refund"]["amount_sats"] == int(request["depositAmount"])

@@ -72,7 +72,7 @@ async def test_an_http_payment_is_not_spent_by_its_payment_id_over_mcp(
     assert served["isError"] is False, served
 
 
-async def test_an_http_payment_is_refunded_only_with_its_preimage(
+async def test_an_http_payment_is_refunded_only_with_its_credential(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
     challenge, preimage = await paid_http_challenge(server, client)
@@ -83,14 +83,22 @@ async def test_an_http_payment_is_refunded_only_with_its_preimage(
     assert stolen.status_code == 402, stolen.text
     assert stolen.json()["error_code"] == "PAYMENT_INVALID"
     assert "refund" not in stolen.json()
-    wrong = await client.post("/api/l402/refund", json={**request, "preimage": "00" * 32})
+    wrong = await client.post(
+        "/api/l402/refund",
+        json=request,
+        headers={"Authorization": f"L402 {challenge['macaroon']}:{'00' * 32}"},
+    )
     assert wrong.json()["error_code"] == "PAYMENT_INVALID"
     over_mcp = await tool(client, "request_refund", request)
     assert over_mcp["isError"] is True
     assert over_mcp["structuredContent"]["error_code"] == "PAYMENT_INVALID"
     assert status_of(server, payment_id) is PaymentStatus.PAID  # still the payer's to use
 
-    own = await client.post("/api/l402/refund", json={**request, "preimage": preimage})
+    own = await client.post(
+        "/api/l402/refund",
+        json=request,
+        headers={"Authorization": f"L402 {challenge['macaroon']}:{preimage}"},
+    )
     assert own.status_code == 200, own.text
     assert own.json()["refund"]["refund_secret"]
     assert status_of(server, payment_id) is PaymentStatus.REFUNDED

@@ -50,7 +50,11 @@ async def test_every_operation_is_on_every_face_it_names(client: httpx.AsyncClie
             assert operation["operationId"] == op.name
             answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
             assert answer == {"$ref": f"#/components/schemas/{op.result.__name__}"}
-            assert operation["security"] == [] and "402" not in operation["responses"]
+            # An operation that takes the paying credential as a proof lists it, optionally.
+            security: list[dict[str, list[str]]] = (
+                [{}, {"L402": []}, {"Payment": []}] if route.payer_credential else []
+            )
+            assert operation["security"] == security and "402" not in operation["responses"]
         elif route.method == "POST":
             body = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
             forms = doc["components"]["schemas"][body.rsplit("/", 1)[-1]]["oneOf"]

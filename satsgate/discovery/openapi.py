@@ -422,7 +422,8 @@ def _available(op: AnyOperation, catalog: Catalog) -> bool:
 
 
 def _free_operation(op: AnyOperation, catalog: Catalog, refs: Refs) -> dict[str, Any]:
-    """An operation on a path of its own: no security, never a 402."""
+    """An operation on a path of its own: never a 402; no security, or (one that takes
+    the paying credential as a proof) that credential, optionally."""
     assert op.http is not None
     codes = _codes(op)
     available = _available(op, catalog)
@@ -434,7 +435,7 @@ def _free_operation(op: AnyOperation, catalog: Catalog, refs: Refs) -> dict[str,
         "description": f"{op.http.summary or op.description}{mcp}\n\nError codes: "
         f"{', '.join(codes)}.{unavailable}",
         "tags": list(op.tags),
-        "security": [],
+        "security": [{}, {"L402": []}, {"Payment": []}] if op.http.payer_credential else [],
         "responses": {
             "200": {
                 "description": op.title,

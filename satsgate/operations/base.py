@@ -140,6 +140,9 @@ class HttpRoute:
     # The form's answer on a service's GET path extends that service's description.
     with_description: bool = False
     summary: str = ""  # OpenAPI summary; the title when empty
+    # Takes the credential a payment was paid with in Authorization, optionally, as its
+    # proof (satsgate.payments.proof): OpenAPI lists L402/Payment security beside none.
+    payer_credential: bool = False
     llms: str = ""  # its llms.txt fragment; {url} is the full URL of the path
 
 

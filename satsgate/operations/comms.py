@@ -571,6 +571,7 @@ CLAIM_REFUND: OperationSpec[ClaimRefundParams, ClaimedRefund] = OperationSpec(
         "POST",
         "/api/claim-refund",
         example='{"call_id": "<call_id>"}',
+        payer_credential=True,
         summary="Claim the unused deposit of an ended AI call as an LNURL-withdraw link, by "
         "call_id or by payment_id (with the proof of payment). Free.",
         llms='`POST {url}` with `{{"call_id": "..."}}` claims the unused deposit of an ended '

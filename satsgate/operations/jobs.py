@@ -167,6 +167,7 @@ JOB_STATUS: OperationSpec[JobQuery, JobStatusBody] = OperationSpec(
         "GET",
         "/api/l402/job-status",
         example="GET /api/l402/job-status?requestId=<requestId>&jobType=<jobType>",
+        payer_credential=True,
         summary="Status and result of an async job (check_job_status, get_job_result).",
         llms="`GET {url}?requestId=<requestId>&jobType=<jobType>` (the poll_url of a 202)",
     ),

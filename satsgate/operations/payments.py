@@ -264,6 +264,7 @@ REQUEST_REFUND: OperationSpec[RequestRefundArgs, RefundIssued] = OperationSpec(
         "POST",
         "/api/l402/refund",
         example='{"paymentId": "pay_...", "invoice": "lnbcrt..."}',
+        payer_credential=True,
         llms='`POST {url}` with `{{"paymentId": "...", "invoice": "<bolt11 for the amount>"}}` '
         "and, for a 402 payment, the `Authorization` it was paid with",
     ),

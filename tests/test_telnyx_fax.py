@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import io
 import json
 import time
@@ -44,6 +45,7 @@ from tests.fake_telnyx import (
 )
 from tests.test_email_smtp import Mailbox, Smtp
 from tests.test_gateway import assert_envelope
+from tests.test_payment_proof import hop_forgeries
 
 FAX_FROM = "+13125550100"
 INBOUND_US = "+13125550101"
@@ -198,6 +200,14 @@ async def test_send_fax_failure_is_refunded(
     # Without the payer's credential, no refund secret.
     anonymous = (await client.get("/api/l402/send-fax", params={"faxId": fax_id})).json()
     assert anonymous["status"] == "failed" and "lnurl_withdraw" not in json.dumps(anonymous)
+    # Nor with what a routing node knows (hash and preimage) in a credential it forged.
+    preimage = auth.rsplit(":", 1)[1]
+    payment_hash = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+    for forged in await hop_forgeries(client, payment_hash, preimage):
+        hop = await client.get(
+            "/api/l402/send-fax", params={"faxId": fax_id}, headers={"Authorization": forged}
+        )
+        assert hop.json()["status"] == "failed" and "lnurl_withdraw" not in hop.text, forged
     # Settled once: a late duplicate report changes nothing, no second refund.
     fax = list(telnyx.faxes.values())[-1]
     body = event("fax.failed", telnyx._payload(fax, "failed"))

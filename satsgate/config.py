@@ -56,12 +56,16 @@ class Settings:
     rework_retries_max: int = 3
     # Refund links (LNURL-withdraw) stay claimable this long.
     refund_ttl_s: int = 30 * 24 * 3600
-    # Routing fee cap for refund payouts: max(refund_fee_min_msat, ppm of the amount),
-    # but at most refund_fee_max_pct percent of the refund (a 1-sat refund may spend at
-    # most 0.5 sat on fees, not 10).
-    refund_fee_ppm: int = 10_000
-    refund_fee_min_msat: int = 10_000
+    # Routing fee cap for every payout the node makes (refund links, Lightning-address
+    # refunds of deposits, session balances): max(refund_fee_min_msat, ppm of the
+    # amount), but at most refund_fee_max_pct percent of it (a 1-sat refund may spend at
+    # most 0.5 sat on fees) and never more than refund_fee_max_msat (the payer names the
+    # payout invoice and may route it through its own last hop: what it can collect per
+    # payout is bounded by a few sats, not by a share of a large balance).
+    refund_fee_ppm: int = 5_000
+    refund_fee_min_msat: int = 5_000
     refund_fee_max_pct: int = 50
+    refund_fee_max_msat: int = 50_000
     refund_pay_timeout_s: int = 60
     # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
     # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
@@ -237,6 +241,11 @@ def load_settings(
     NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
     if settings.cashu:
         parse_config(settings.cashu)  # a typo or a bad mint URL fails here, at start
+    for name in ("refund_fee_ppm", "refund_fee_min_msat", "refund_fee_max_pct"):
+        if getattr(settings, name) < 0:
+            raise ValueError(f"{name} must not be negative")
+    if settings.refund_fee_max_msat < 0:
+        raise ValueError("refund_fee_max_msat must not be negative")
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)

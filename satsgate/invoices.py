@@ -35,6 +35,8 @@ class DecodedInvoice:
     payee: str  # node pubkey, hex
     description: str
     description_hash: str | None = None  # hex sha256 of a description given by hash (h)
+    # The private routes the payee names (r): per route, each hop's (base fee msat, ppm).
+    route_hints: tuple[tuple[tuple[int, int], ...], ...] = ()
 
     def expired(self, now: float | None = None) -> bool:
         return (time.time() if now is None else now) >= self.expires_at
@@ -170,4 +172,8 @@ def decode_invoice(bolt11_str: str) -> DecodedInvoice:
         payee=str(inv.payee or ""),
         description=str(inv.description or ""),
         description_hash=str(inv.description_hash) if inv.description_hash else None,
+        route_hints=tuple(
+            tuple((int(hop.base_fee), int(hop.ppm_fee)) for hop in hint.routes)
+            for hint in inv.route_hints or ()
+        ),
     )

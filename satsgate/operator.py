@@ -157,6 +157,11 @@ def ledger_text(report: dict[str, Any]) -> str:
                 f" after {item['payout_attempts']} attempt(s): "
                 f"{item['payout_error'] or 'payout under way or unknown'}"
             )
+    lines.append(
+        f"routing fees paid on all payouts (the operator's cost, outside the equation): "
+        f"{t['payout_fees_msat']} msat; earned less those fees: "
+        f"{t['earned_msat'] - t['payout_fees_msat']} msat"
+    )
     lines += _ecash_lines(report.get("ecash") or {})
     if (
         t["received_msat"]

@@ -2,11 +2,20 @@
 
 Three rules, each ``<rule>_rate_per_min`` in Settings (0 turns it off):
 
-- ``challenge``: a request that would be answered with a new invoice (a 402 on a paid
-  route without Authorization, a fresh 402 after a rejected credential, MCP
-  ``create_payment``). A request carrying a credential is let through: a valid one is
-  never limited; an invalid one is charged only when the gate would issue a new
-  challenge for it (satsgate/payments/http.py calls :func:`check_challenge`).
+- ``challenge``: an answer that makes a new invoice for a request not paid yet (a 402
+  on a paid route, a fresh 402 after a refused credential of any scheme, a session's
+  top-up offer, MCP ``create_payment``, an appeal's 1 sat). The limit is taken where
+  invoices are made, in one place: :func:`admit_challenge`, which the challenger
+  (``Challenger.create_payment``) and the session desk (``Sessions.offered``) call
+  before any invoice, for the client of the request being answered
+  (:class:`ChallengeAdmission`, set for every request by :func:`rate_limit_middleware`;
+  an MCP message gets one of its own: :func:`separate_admission`). One answer is one
+  request of the limit however many invoices it offers (a call's challenge and its
+  session deposit). An unpaid POST to a paid route (no Authorization, no ``X-Cashu``)
+  is charged before any work, as its answer is a 402; a request carrying a credential
+  is let through, and charged only if its answer would make an invoice: a valid
+  credential is never limited (limits apply to making invoices, not to spending paid
+  ones), a refused one past the limit keeps its 402 problem without a challenge.
 - ``refund``: POST /api/l402/refund, POST /api/claim-refund and MCP ``request_refund``.
 - ``estimate``: GET /api/estimate-cost.
 
@@ -28,11 +37,13 @@ come, and at most ``MAX_BUCKETS`` are kept (the least recently used go first).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -341,23 +352,83 @@ class Limits:
 LIMITS = web.AppKey("rate_limits", Limits)
 
 
-def check_challenge(request: web.Request) -> None:
-    """Before a new challenge is issued for ``request``: RATE_LIMITED when over the limit."""
-    limits = request.app.get(LIMITS)
-    if limits is not None:
-        limits.limiter.check("challenge", limits.client(request))
+# -- the challenge limit where invoices are made ---------------------------------------------
+
+
+class ChallengeAdmission:
+    """One answer's standing under the ``challenge`` limit of its client: the first
+    invoice it makes spends one request of the limit (:meth:`admit`), the others it
+    offers with it (a session deposit beside a call's challenge) are free, and once
+    refused it stays refused (no invoice in that answer)."""
+
+    __slots__ = ("_client", "_limiter", "_refused_wait", "admitted")
+
+    def __init__(self, limiter: RateLimiter, client: Callable[[], str]) -> None:
+        self._limiter = limiter
+        self._client = client  # asked only when an invoice is about to be made
+        self._refused_wait: float | None = None
+        self.admitted = False
+
+    def admit(self) -> None:
+        """Before an invoice: RATE_LIMITED (Retry-After) when the client is past its limit."""
+        if self.admitted:
+            return
+        if self._refused_wait is None:
+            wait = self._limiter.take("challenge", self._client())
+            if wait <= 0:
+                self.admitted = True
+                return
+            self._refused_wait = wait
+        raise rate_limited("challenge", self._refused_wait)
+
+    def renewed(self) -> ChallengeAdmission:
+        """Another answer for the same client (nothing spent yet)."""
+        return ChallengeAdmission(self._limiter, self._client)
+
+
+_ADMISSION: contextvars.ContextVar[ChallengeAdmission | None] = contextvars.ContextVar(
+    "satsgate_challenge_admission", default=None
+)
+
+
+def admit_challenge() -> None:
+    """Before any invoice for a request not paid yet: the per-address limit of the client
+    being answered; RATE_LIMITED when it is past it. Outside a request (the operator's
+    own work, a background sweep) there is no client and nothing to limit."""
+    admission = _ADMISSION.get()
+    if admission is not None:
+        admission.admit()
+
+
+@contextlib.contextmanager
+def separate_admission() -> Iterator[None]:
+    """Inside the block, invoices are one answer of their own (an MCP message in a batch:
+    each one that makes an invoice is a request of the limit)."""
+    admission = _ADMISSION.get()
+    if admission is None:
+        yield
+        return
+    token = _ADMISSION.set(admission.renewed())
+    try:
+        yield
+    finally:
+        _ADMISSION.reset(token)
 
 
 def _rule_for(request: web.Request, path: str) -> str | None:
     if request.method == "POST" and path in CHALLENGE_ROUTES:
-        return None if "Authorization" in request.headers else "challenge"
+        # A credential (Authorization, or ecash in X-Cashu) is let through: charged only
+        # when its answer makes an invoice (admit_challenge).
+        headers = request.headers
+        return None if "Authorization" in headers or "X-Cashu" in headers else "challenge"
     return _RULE_ROUTES.get((request.method, path))
 
 
 @web.middleware
 async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Limit by route before any work: unpaid challenges, refunds, estimates; and name
-    the client as the payer of the CPU work a paid route runs."""
+    """Limit by route before any work: unpaid challenges, refunds, estimates; give the
+    request its :class:`ChallengeAdmission` (any invoice its answer makes is limited);
+    and name the client as the payer of the CPU work a paid route runs."""
     limits = request.app.get(LIMITS)
     if limits is None:
         return await handler(request)
@@ -365,17 +436,22 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
     path = route.canonical if route is not None else ""
     rule = _rule_for(request, path)
     pays = request.method == "POST" and path in PAYER_ROUTES
-    if (rule is None or not limits.limiter.enabled(rule)) and not pays:
-        return await handler(request)
-    client = limits.client(request)
-    if rule is not None:
-        wait = limits.limiter.take(rule, client)
+    client = functools.cache(functools.partial(limits.client, request))  # found once, if asked
+    admission = ChallengeAdmission(limits.limiter, client)
+    if rule == "challenge":  # an unpaid call: its answer is a 402 with a new invoice
+        try:
+            admission.admit()
+        except ApiError as exc:
+            return error_response(exc)
+    elif rule is not None:
+        wait = limits.limiter.take(rule, client())
         if wait > 0:
             return error_response(rate_limited(rule, wait))
-    if not pays:
-        return await handler(request)
-    token = PAYER.set(client)
+    admitted = _ADMISSION.set(admission)
+    payer = PAYER.set(client()) if pays else None
     try:
         return await handler(request)
     finally:
-        PAYER.reset(token)
+        if payer is not None:
+            PAYER.reset(payer)
+        _ADMISSION.reset(admitted)

@@ -230,11 +230,16 @@ class RefundService:
         return self._node_pubkey
 
     def max_fee_msat(self, amount_msat: int) -> int:
-        """The routing fee cap for a refund payout: the floor or the ppm share, whichever
-        is larger, but never more than ``refund_fee_max_pct`` of the refund itself."""
+        """The routing fee cap of a payout (refund links, deposits' Lightning-address
+        refunds, session balances: every payout the node makes): the floor or the ppm
+        share, whichever is larger, but never more than ``refund_fee_max_pct`` of the
+        amount nor than ``refund_fee_max_msat``. The payer names the payout invoice and
+        may own its last hop: this is the most it can collect per payout, and the node
+        refuses any route that costs more (the backends pass it as CLN ``maxfee``, LND
+        ``fee_limit_msat``)."""
         s = self._settings
         budget = max(s.refund_fee_min_msat, amount_msat * s.refund_fee_ppm // 1_000_000)
-        return min(budget, amount_msat * s.refund_fee_max_pct // 100)
+        return min(budget, amount_msat * s.refund_fee_max_pct // 100, s.refund_fee_max_msat)
 
     async def _pay(self, k1: str, bolt11: str, amount_msat: int) -> None:
         self._in_flight.add(k1)

@@ -34,7 +34,7 @@ def assert_ledger_balances(server: Any) -> dict[str, Any]:
         assert day["received_msat"] == (
             day["earned_msat"] + day["refunded_msat"] + day["held_msat"] + day["open_msat"]
         ), day
-    for field in (*FIELDS, "refund_fees_msat", "payments"):
+    for field in (*FIELDS, "refund_fees_msat", "payout_fees_msat", "payments"):
         assert sum(d[field] for d in report["per_day"]) == t[field], field
     by_state = sum(t[f"refunds_{s}_msat"] for s in ("open", "claiming", "paid"))
     assert t["refunded_msat"] == by_state + t["session_refunds_msat"]
@@ -59,8 +59,8 @@ def _rows(db: Path) -> Rows:
             " ORDER BY refund_id"
         ).fetchall()
         sessions = conn.execute(
-            "SELECT session_id, deposit_msat, spent_msat, refund_msat, payout_status, held_msat"
-            " FROM sessions ORDER BY session_id"
+            "SELECT session_id, deposit_msat, spent_msat, refund_msat, payout_status, held_msat,"
+            " payout_fee_msat FROM sessions ORDER BY session_id"
         ).fetchall()
     finally:
         conn.close()
@@ -84,7 +84,9 @@ def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
     refunded = sum(amount for _, amount, status, _ in refunds if status != "expired")
     # Payment sessions: an undecided balance is held, a decided refund (unless skipped)
     # is refunded; a session never spends more than was deposited nor less than nothing.
-    for _, deposit, spent, refund, payout_status, in_flight in sessions:
+    session_fees = 0
+    for _, deposit, spent, refund, payout_status, in_flight, fee in sessions:
+        session_fees += fee or 0
         assert 0 <= in_flight <= spent <= deposit
         if refund is None:
             held += deposit - spent + in_flight
@@ -107,3 +109,4 @@ def _against_rows(rows: Rows, t: dict[str, Any]) -> None:
     )
     assert t["earned_msat"] == received - refunded - held - open_
     assert t["refund_fees_msat"] == fees
+    assert t["payout_fees_msat"] == fees + session_fees  # the operator's cost, every payout

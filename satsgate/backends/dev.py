@@ -67,6 +67,27 @@ CREATE TABLE IF NOT EXISTS outgoing (
 
 
 DEV_NO_ROUTE = "no route found: not enough outbound liquidity (simulated by the dev node)"
+DEV_FEE_TOO_HIGH = "no route within the fee cap"
+
+
+def route_fee_msat(amount_msat: int, route_hints: tuple[tuple[tuple[int, int], ...], ...]) -> int:
+    """What the dev node pays in fees to deliver ``amount_msat``: 1 ppt (at least 1 msat)
+    to reach the payee or the entry of its private route, plus that route's hops' fees
+    (each hop's base and ppm on what it forwards, from the last hop back), the cheapest of
+    the routes the invoice names."""
+    hints = [sum(_hop_fees(amount_msat, hops)) for hops in route_hints if hops]
+    private = min(hints, default=0)
+    return max(1, (amount_msat + private) // 1000) + private
+
+
+def _hop_fees(amount_msat: int, hops: tuple[tuple[int, int], ...]) -> list[int]:
+    fees: list[int] = []
+    forwarded = amount_msat
+    for base, ppm in reversed(hops):
+        fee = base + forwarded * ppm // 1_000_000
+        fees.append(fee)
+        forwarded += fee
+    return fees
 
 
 class DevBackend:
@@ -308,11 +329,17 @@ class DevBackend:
             "fail": PaymentState.FAILED,
             "pending": PaymentState.PENDING,
         }[self.outgoing_mode]
-        # Like a real node: a routing fee (1 ppt, at least 1 msat, within the cap) on what
-        # it paid, and its reason on what it could not.
-        fee = min(max(1, paying_msat // 1000), max_fee_msat)
+        # Like a real node: a routing fee on what it paid (1 ppt to reach the payee, at
+        # least 1 msat, plus the fees of the cheapest private route the invoice names),
+        # and no payment at all when that costs more than the cap (CLN maxfee, LND
+        # fee_limit_msat): a route is never taken at a fee above it.
+        fee = route_fee_msat(paying_msat, decoded.route_hints)
+        reason = DEV_NO_ROUTE
+        if fee > max_fee_msat and state is PaymentState.SUCCEEDED:
+            state = PaymentState.FAILED
+            reason = f"{DEV_FEE_TOO_HIGH}: the route costs {fee} msat, the cap is {max_fee_msat}"
         return await self._run(
-            self._record_outgoing, decoded.payment_hash, bolt11, paying_msat, state, fee
+            self._record_outgoing, decoded.payment_hash, bolt11, paying_msat, state, fee, reason
         )
 
     def _record_outgoing(
@@ -322,6 +349,7 @@ class DevBackend:
         amount_msat: int,
         state: PaymentState,
         fee_msat: int = 0,
+        failure_reason: str = DEV_NO_ROUTE,
     ) -> PaymentResult:
         db = self._db()
         with self._lock:
@@ -339,7 +367,7 @@ class DevBackend:
                 (payment_hash, bolt11, amount_msat, paid_fee, state.value, int(time.time())),
             )
         if state is PaymentState.FAILED:
-            return PaymentResult(payment_hash, state, amount_msat, failure_reason=DEV_NO_ROUTE)
+            return PaymentResult(payment_hash, state, amount_msat, failure_reason=failure_reason)
         return PaymentResult(payment_hash, state, amount_msat, fee_msat=paid_fee)
 
     async def lookup_payment(self, payment_hash: str) -> PaymentResult:

@@ -35,7 +35,7 @@ from satsgate.mcp.jsonrpc import (
     parse_message,
 )
 from satsgate.mcp.server import SUPPORTED_VERSIONS, ClientGone, McpServer
-from satsgate.ratelimit import LIMITS
+from satsgate.ratelimit import LIMITS, separate_admission
 
 MCP_PATH = "/api/mcp"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -218,7 +218,8 @@ async def _batch(
             continue
         if message is None or message.is_notification:
             continue
-        answer = await server.handle(message, CallContext(rate_check=rate_check))
+        with separate_admission():  # each message's invoices draw on the challenge limit
+            answer = await server.handle(message, CallContext(rate_check=rate_check))
         if answer is not None:
             answers.append(answer)
     if not answers:

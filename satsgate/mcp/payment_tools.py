@@ -24,6 +24,7 @@ from satsgate.operations import payments
 from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
+from satsgate.ratelimit import admit_challenge
 from satsgate.services.catalog.pricing import estimate
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.registry import ESTIMATORS
@@ -98,7 +99,7 @@ async def create_payment(env: ToolEnv, args: CreatePaymentArgs, ctx: CallContext
             extra={"tools": sorted(env.paid)},
         )
     env.gate.ensure_available(spec)
-    ctx.limit("challenge")
+    admit_challenge()  # before the work of pricing it: its answer is an invoice
     candidate: dict[str, Any] = {**(args.model_extra or {}), **(args.arguments or {})}
     candidate.pop("paymentId", None)
     fields = spec.params.model_fields

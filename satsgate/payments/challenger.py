@@ -29,7 +29,7 @@ from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode, invalid_params
 from satsgate.lightning import BackendError, CreatedInvoice
 from satsgate.payments import l402, mpp
-from satsgate.ratelimit import ChallengeBudget
+from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
 from satsgate.services.catalog.rates import RateBook, Rates
 from satsgate.store import Payment, PaymentStatus
@@ -221,8 +221,11 @@ class Challenger:
         via: str,
     ) -> Challenge:
         """Create the invoice and store the payment as unpaid; nothing else is charged.
-        RATE_LIMITED, before any invoice, when the node's unpaid invoices are at their
-        cap (``max_unpaid_challenges``)."""
+        RATE_LIMITED, before any invoice, when the client being answered is past its
+        challenge limit (``challenge_rate_per_min``: every invoice for an unpaid request
+        is made here or in ``Sessions.offered``, and both ask :func:`admit_challenge`) or
+        the node's unpaid invoices are at their cap (``max_unpaid_challenges``)."""
+        admit_challenge()
         if self._budget is None:
             return await self._create_payment(spec, amount_sats, digest, via)
         async with self._budget.issuing():

@@ -16,7 +16,6 @@ from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge
 from satsgate.payments.gate import Gate
 from satsgate.payments.verifier import Verified
-from satsgate.ratelimit import check_challenge
 from satsgate.services.base import ServiceResult, ServiceSpec
 
 
@@ -98,7 +97,6 @@ async def _fresh_challenge(
     sessions: list[str] = []
     retry: dict[str, str] = {}
     try:
-        check_challenge(request)  # this address's limit, as for any challenge
         challenge = await gate.challenge_for(spec, params, via="http")
     except ApiError as refused:
         retry = problems.without_challenge(body, refused)

@@ -57,7 +57,7 @@ from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, Paym
 from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey
-from satsgate.ratelimit import ChallengeBudget
+from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
@@ -408,10 +408,13 @@ class Sessions:
     async def offered(self, price_sats: int, description: str) -> SessionChallenge | None:
         """A fresh deposit invoice and its session challenge (priced at one call), as a
         402 offers it beside the call's own challenge; None when none can be made: the
-        node failed to make the invoice, or the node's unpaid invoices are at their cap
-        (``max_unpaid_challenges``: the deposit takes a slot like the call's challenge;
-        with none left it is not made, and the call's challenge stands)."""
+        node failed to make the invoice, the client is past its challenge limit (an
+        answer spends one request of it however many invoices it offers), or the node's
+        unpaid invoices are at their cap (``max_unpaid_challenges``: the deposit takes a
+        slot like the call's challenge; with none left it is not made, and the call's
+        challenge stands)."""
         try:
+            admit_challenge()  # the client's challenge limit, as for the call's challenge
             if self._budget is None:
                 return await self._challenge(price_sats, description)
             async with self._budget.issuing():
@@ -421,7 +424,7 @@ class Sessions:
         except ApiError as exc:
             if exc.code != ErrorCode.RATE_LIMITED:
                 raise
-            log.info("no session challenge: the node's unpaid invoices are at their cap")
+            log.info("no session challenge: %s", exc.message)
         return None
 
     async def _challenge(self, price_sats: int, description: str) -> SessionChallenge:

@@ -25,7 +25,9 @@ refund is refunded (owed or paid back); what its calls spent is earned.
 
 Refunds are also broken down by state (open, claiming, paid, expired) with the routing
 fees the node paid on the payouts it made (outside the equation: fees are the node's
-cost, not the payer's money).
+cost, not the payer's money). ``payout_fees_msat`` sums every payout's fee (refund
+links, deposits' Lightning-address refunds, session balances), each as the node reported
+it when the payout succeeded.
 """
 
 from __future__ import annotations
@@ -158,6 +160,10 @@ def _combine(
     return {
         "received_msat": received,
         "earned_msat": received - refunded - held - open_,
+        # The routing fees of every payout the node made (refund links, deposits' refunds
+        # to a Lightning address, session balances): the operator's cost, outside the
+        # equation (what the payer got is the refund; the fee went to the route).
+        "payout_fees_msat": refunds["refund_fees_msat"] + sessions["session_payout_fees_msat"],
         "refunded_msat": refunded,
         "held_msat": held,
         "open_msat": open_,

@@ -53,12 +53,13 @@ async def test_an_expired_mpp_challenge_is_refused(tmp_path: Path) -> None:
     ("refund_sat", "cap_msat"),
     [
         (1, 500),  # was 10 sat: ten times the refund
-        (10, 5_000),
-        (20, 10_000),  # the 10-sat floor applies from here on
-        (500, 10_000),
-        (1_000, 10_000),
-        (10_000, 100_000),  # 1%
-        (2_000_000, 20_000_000),
+        (10, 5_000),  # the 5-sat floor applies from here on
+        (500, 5_000),
+        (1_000, 5_000),
+        (2_000, 10_000),  # 0.5%
+        (10_000, 50_000),  # the absolute ceiling (refund_fee_max_msat) from here on
+        (100_000, 50_000),  # a full session balance: 50 sat, not 1%
+        (2_000_000, 50_000),  # was 20,000 sat: a payer owning the last hop collected it
     ],
 )
 def test_refund_fee_cap_follows_the_refund(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import hashlib
+import hmac
 import os
 import re
 import shutil
@@ -32,6 +34,7 @@ from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
 from satsgate.outreach.retention_rules import EVIDENCE_S, DeleteFiles
 from satsgate.store.retention import ClearColumns, DeleteRows
+from satsgate.web.operator_sessions import COOKIE
 from tests.conftest import (
     ThreadedServer,
     dev_pay,
@@ -274,9 +277,9 @@ async def test_operator_refund_issues_one_refund_visible_to_the_payer(
     assert job["status"] == "FAILED" and job["error_code"] == "L402_REFUND_ISSUED"
     page = await client.get(held["appeal_url"])
     assert refund["refund_secret"] in page.text
-    recover = await client.get(
+    recover = await client.post(
         "/recover",
-        params={"payment_id": held["payment_id"], "refund_secret": refund["refund_secret"]},
+        data={"payment_id": held["payment_id"], "refund_secret": refund["refund_secret"]},
     )
     assert recover.status_code == 200 and "Refund of 200 sat" in recover.text
 
@@ -321,8 +324,8 @@ async def test_an_appeal_paid_after_the_operator_refunded_is_refunded_on_the_pag
     assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", appeal_id) == 1
     secret = re.search(r'id="appeal-refund-secret">([^<]+)<', page.text)
     assert secret is not None
-    recover = await client.get(
-        "/recover", params={"payment_id": appeal_id, "refund_secret": secret.group(1)}
+    recover = await client.post(
+        "/recover", data={"payment_id": appeal_id, "refund_secret": secret.group(1)}
     )
     assert recover.status_code == 200 and "Refund of 1 sat" in recover.text
 
@@ -626,14 +629,23 @@ async def test_browser_appeal_review_release_and_refund(
 
 
 async def test_operator_forms_need_the_csrf_token(node: Node, client: httpx.AsyncClient) -> None:
-    from satsgate.operator import COOKIE, session_value
-
     held = await held_call(client, "csrf@example.org")
-    cookies = {COOKIE: session_value(node.token)}
+    await client.post("/operator/login", data={"token": node.token})
+    cookies = {COOKIE: str(client.cookies.get(COOKIE))}
+    client.cookies.clear()
     forged = await client.post(
         f"/operator/holds/{held['hold_id']}/refund", data={"csrf": "0" * 64}, cookies=cookies
     )
     assert forged.status_code == 403
+    # The static CSRF token of old (an HMAC of the operator token) is no session's.
+    static = hmac.new(node.token.encode(), b"satsgate operator csrf v1", hashlib.sha256)
+    old = await client.post(
+        f"/operator/holds/{held['hold_id']}/refund",
+        data={"csrf": static.hexdigest()},
+        cookies=cookies,
+    )
+    assert old.status_code == 403
+    client.cookies.clear()
     no_cookie = await client.post(f"/operator/holds/{held['hold_id']}/refund", data={})
     assert no_cookie.status_code == 403
     assert node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"])).status == "held"

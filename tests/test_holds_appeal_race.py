@@ -133,7 +133,7 @@ async def test_a_replaced_appeal_invoice_paid_after_the_decision_is_refunded_onc
     assert 'data-status="refunded"' in page.text
     assert 'id="appeal-refund"' in page.text and "after the request was decided" in page.text
     secret = page.text.split('id="appeal-refund-secret">', 1)[1].split("<", 1)[0]
-    recover = await client.get("/recover", params={"payment_id": first_id, "refund_secret": secret})
+    recover = await client.post("/recover", data={"payment_id": first_id, "refund_secret": secret})
     assert recover.status_code == 200 and "Refund of 1 sat" in recover.text
     assert refunds_of(node, first_id) == 1
     assert payment_of(node, second)[1] == "unpaid"  # never paid: nothing to refund

@@ -27,6 +27,7 @@ from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.holds import APPEAL_SATS, HoldDesk, HoldError
 from satsgate.store import JobStatus, Payment, PaymentStatus
 from satsgate.store.held_requests import HeldRequest
+from satsgate.web.operator_routes import recover_button
 from satsgate.web.pages import esc, page, qr_svg
 
 _STATES = {
@@ -195,7 +196,6 @@ async def _appeal_refund_part(
         if counted
         else "after the request was decided"
     )
-    recover = f"/recover?payment_id={payment_id}&refund_secret={secret}"
     if state in ("paid", "claiming"):
         done = "paid out to your wallet" if state == "paid" else "being paid out"
         return (
@@ -209,9 +209,9 @@ async def _appeal_refund_part(
         f"{esc(refund.get('amount_sats', APPEAL_SATS))}</strong> sat. Scan it with your "
         "wallet, or claim it on the recovery page.</p>"
         f'<p class="mono" id="appeal-refund-lnurl{suffix}">{esc(lnurl)}</p>'
-        f'<p><a href="{esc(recover)}" id="appeal-recover-link{suffix}">Claim on /recover</a>'
-        f' · refund secret <span class="mono" id="appeal-refund-secret{suffix}">{esc(secret)}'
+        f'<p>Refund secret <span class="mono" id="appeal-refund-secret{suffix}">{esc(secret)}'
         "</span></p>"
+        + recover_button(payment_id, secret, f"appeal-recover-link{suffix}", "Claim on /recover")
     )
 
 
@@ -263,7 +263,6 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         if hold.status == "failed"
         else "The request was not sent and its payment was refunded."
     )
-    recover = f"/recover?payment_id={hold.payment_id}&refund_secret={secret}"
     if state in ("paid", "claiming"):
         done = "paid out to your wallet" if state == "paid" else "being paid out"
         return (
@@ -275,8 +274,8 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         "</strong> sat: scan it with your wallet, or claim it on the recovery page.</p>"
         f'<div class="qr" id="refund-qr">{qr_svg("lightning:" + lnurl.upper(), "Refund QR")}'
         f'</div><p class="mono" id="refund-lnurl">{esc(lnurl)}</p>'
-        f'<p><a href="{esc(recover)}" id="recover-link">Claim on /recover</a> · refund secret '
-        f'<span class="mono" id="refund-secret">{esc(secret)}</span></p>'
+        f'<p>Refund secret <span class="mono" id="refund-secret">{esc(secret)}</span></p>'
+        + recover_button(hold.payment_id, secret, "recover-link", "Claim on /recover")
     )
 
 

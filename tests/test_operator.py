@@ -459,6 +459,7 @@ async def test_a_refund_secret_never_travels_in_a_url(
     visited: list[str] = []
     page.on("framenavigated", lambda f: visited.append(f.url))
     await page.goto(refund["recover_url"])
+    assert all(secret not in line for line in requested), requested
     await page.fill("#payment_id", scenario["unlucky"].payment_id)
     await page.fill("#refund_secret", secret)
     await page.click("#find")

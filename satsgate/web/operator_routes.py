@@ -77,7 +77,7 @@ def install(app: web.Application, keys: Keys) -> None:
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
         csrf = access.csrf_token(session_id) if session_id is not None else ""
-        return _private(page("Operator", _dashboard_body(report, csrf)))
+        return page("Operator", _dashboard_body(report, csrf))
 
     async def login(request: web.Request) -> web.Response:
         form = await request.post()
@@ -112,27 +112,25 @@ def install(app: web.Application, keys: Keys) -> None:
                 "browser history keep it; this page no longer reads it from there. Paste "
                 "the refund secret below."
             )
-        return _private(page("Recover a refund", _recover_form(payment_id, "", notice)))
+        return page("Recover a refund", _recover_form(payment_id, "", notice))
 
     async def recover(request: web.Request) -> web.Response:
         form = await request.post()
         secret = str(form.get("refund_secret", "")).strip()
         payment_id = str(form.get("payment_id", "")).strip()
         if not secret:
-            return _private(page("Recover a refund", _recover_form(payment_id, "")))
+            return page("Recover a refund", _recover_form(payment_id, ""))
         refund = await _find_refund(request.app[keys.store], payment_id, secret)
         if refund is None:
-            return _private(
-                page(
-                    "Recover a refund",
-                    _recover_form(
-                        payment_id, secret, "No refund matches this payment id and refund secret."
-                    ),
-                    status=404,
-                )
+            return page(
+                "Recover a refund",
+                _recover_form(
+                    payment_id, secret, "No refund matches this payment id and refund secret."
+                ),
+                status=404,
             )
         body = await _refund_body(request, keys, refund, payment_id)
-        return _private(page("Your refund", body))
+        return page("Your refund", body)
 
     async def recover_payout(request: web.Request) -> web.Response:
         form = await request.post()
@@ -143,14 +141,12 @@ def install(app: web.Application, keys: Keys) -> None:
             invoice = invoice[10:]
         refund = await _find_refund(request.app[keys.store], payment_id, secret)
         if refund is None:
-            return _private(
-                page(
-                    "Recover a refund",
-                    _recover_form(
-                        payment_id, secret, "No refund matches this payment id and refund secret."
-                    ),
-                    status=404,
-                )
+            return page(
+                "Recover a refund",
+                _recover_form(
+                    payment_id, secret, "No refund matches this payment id and refund secret."
+                ),
+                status=404,
             )
         refunds = request.app[keys.refunds]
         answer = await refunds.withdraw_callback(refund.k1, invoice)
@@ -167,7 +163,7 @@ def install(app: web.Application, keys: Keys) -> None:
                     break
         current = await request.app[keys.store].refunds.get_by_k1(refund.k1) or refund
         body = await _refund_body(request, keys, current, payment_id, message)
-        return _private(page("Your refund", body))
+        return page("Your refund", body)
 
     r.add_get("/operator", dashboard)
     r.add_post("/operator/login", login)
@@ -176,14 +172,6 @@ def install(app: web.Application, keys: Keys) -> None:
     r.add_get(RECOVER_PATH, recover_form)
     r.add_post(RECOVER_PATH, recover)
     r.add_post("/recover/payout", recover_payout)
-
-
-def _private(resp: web.Response) -> web.Response:
-    """A page that shows a secret (a refund's, the operator's figures): kept out of
-    caches, and no Referer from it names this page to another site."""
-    resp.headers["Cache-Control"] = "no-store"
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    return resp
 
 
 def recover_button(payment_id: str, secret: str, ident: str, label: str) -> str:

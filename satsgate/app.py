@@ -71,7 +71,6 @@ from satsgate.mcp.tools import paid_tools
 from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
-from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
 from satsgate.outreach.holds import HoldDesk
 from satsgate.outreach.screener import NodeScreener
@@ -94,7 +93,7 @@ from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
-from satsgate.web.operator_routes import OPERATOR_TOKEN
+from satsgate.web.operator_sessions import OPERATOR, OperatorAccess
 
 log = logging.getLogger(__name__)
 
@@ -503,10 +502,12 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
 def _add_operator_routes(app: web.Application, settings: Settings) -> None:
     """/operator and /api/operator/ledger (behind the operator token), /recover and
     /recover/payout (behind a refund's own secret). Free; never an invoice."""
-    app[OPERATOR_TOKEN] = ensure_operator_token(settings.data_dir)
+    app[OPERATOR] = OperatorAccess(
+        settings.data_dir, https=settings.public_base_url.startswith("https://")
+    )
     operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
     # Held communications and the do-not-contact list (operator), /appeal (payers).
-    operator_holds.install(app, holds_key=HOLDS, store_key=STORE, token_key=OPERATOR_TOKEN)
+    operator_holds.install(app, holds_key=HOLDS, store_key=STORE)
     appeal.install(app, HOLDS)
 
 

@@ -228,6 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     token.add_argument("--config", help="TOML settings file")
     token.add_argument("--data-dir")
+    token.add_argument(
+        "--rotate",
+        action="store_true",
+        help="replace the token: the old one and every dashboard session end at once",
+    )
     hold = sub.add_parser(
         "hold",
         help="held communications (list, release ID, refund ID) and the do-not-contact "
@@ -276,10 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "ledger":
             print(asyncio.run(_ledger(settings, args.json)))
         else:
-            from satsgate.operator import ensure_operator_token
+            from satsgate.operator import ensure_operator_token, rotate_operator_token
 
             private_umask()
-            print(ensure_operator_token(settings.data_dir))
+            if args.rotate:
+                print(rotate_operator_token(settings.data_dir))
+            else:
+                print(ensure_operator_token(settings.data_dir))
         return 0
 
     if args.command == "engines":

@@ -5,13 +5,14 @@ The token is 32 random bytes (hex) in ``<data_dir>/operator_token``, mode 0600, 
 at first start; ``satsgate operator-token`` prints it. It is the operator's own key and
 never one a payer holds: payers' credentials are per-payment macaroons and refund
 secrets, none of which opens anything here. The API takes it as a bearer token; the
-dashboard page sets a cookie after its login form (an HMAC of the token, so the token
-itself is never stored in a browser).
+dashboard's login form opens a server-side session (satsgate.web.operator_sessions), so
+the token itself is never stored in a browser. ``satsgate operator-token --rotate`` (or
+the CLN ``satsgate-operator-token rotate=true``) replaces it: the old token and every
+session opened with it stop working at once, without a restart.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import secrets
@@ -22,7 +23,6 @@ from satsgate.engines import Engines
 from satsgate.store import Store
 
 TOKEN_FILE = "operator_token"
-COOKIE = "satsgate_operator"
 
 
 def token_path(data_dir: Path) -> Path:
@@ -46,17 +46,21 @@ def ensure_operator_token(data_dir: Path) -> str:
     return token
 
 
-def session_value(token: str) -> str:
-    """The dashboard cookie's value: proves the token without being it."""
-    return hmac.new(token.encode(), b"satsgate operator session v1", hashlib.sha256).hexdigest()
+def rotate_operator_token(data_dir: Path) -> str:
+    """A new operator token in place of the old one (0600, replaced atomically: a reader
+    sees the old file or the new one, never a half-written one)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = token_path(data_dir)
+    fresh = path.with_name(f"{TOKEN_FILE}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(32) + "\n")
+    os.replace(fresh, path)
+    return ensure_operator_token(data_dir)
 
 
 def token_matches(token: str, offered: str) -> bool:
     return hmac.compare_digest(token.encode(), offered.strip().encode())
-
-
-def cookie_matches(token: str, offered: str) -> bool:
-    return hmac.compare_digest(session_value(token).encode(), offered.encode())
 
 
 async def operator_report(store: Store, engines: Engines | None) -> dict[str, Any]:

@@ -6,7 +6,9 @@ Two checks, because a name can change what it points to:
 - :func:`check_public_https_url` before payment: scheme https, a host, no user
   info, and a host that is not a loopback, private, link-local, CGNAT,
   multicast, reserved or otherwise non-global address literal in any spelling
-  (``127.1``, ``0x7f000001``, ``2130706433``, ``[::ffff:127.0.0.1]``), nor a
+  (``127.1``, ``0x7f000001``, ``2130706433``, ``[::ffff:127.0.0.1]``, and every IPv6
+  form that carries an inside IPv4 address: ``[64:ff9b::127.0.0.1]``,
+  ``[::127.0.0.1]``, 6to4, Teredo, ...; :func:`is_public_address`), nor a
   local-only name (``localhost``, ``*.local``, ``*.internal``, ...).
 - :meth:`Outbound.public_addresses` at connect time: every address the name resolves
   to must be public, and :func:`pinned` connects to one of those addresses (so a DNS
@@ -77,14 +79,55 @@ def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(number)
 
 
+# Where IPv6 carries an IPv4 address a host or gateway on the path may deliver to.
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: IPv4 in the low 32 bits
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # the only IPv6 space IANA allocates
+_ISATAP_IID = 0x0000_5EFE  # RFC 5214 interface id ``[02]00:5efe:a.b.c.d`` (u/g bits aside)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address that ``address`` reaches through: IPv4-mapped ``::ffff:a.b.c.d``,
+    the NAT64 well-known prefix ``64:ff9b::a.b.c.d``, 6to4 ``2002:AABB:CCDD::/48`` (bits
+    16-48), or an ISATAP interface id ``::[02]00:5efe:a.b.c.d`` under any prefix. None
+    when it carries none of these (the forms refused whatever they carry, see
+    :func:`is_public_address`, are not decoded)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64_WELL_KNOWN:
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if (int(address) >> 32) & 0xFCFF_FFFF == _ISATAP_IID:
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return None
+
+
 def is_public_address(address: IPAddress) -> bool:
-    """Globally routable unicast: not loopback, private, link-local, CGNAT, reserved, ..."""
-    if isinstance(address, ipaddress.IPv6Address):
-        mapped = address.ipv4_mapped or address.sixtofour
-        if mapped is not None:
-            return is_public_address(mapped)
-        if address.teredo is not None:
-            return False
+    """Globally routable unicast: not loopback, private, link-local, CGNAT, reserved, ...
+
+    An IPv6 address is public only inside 2000::/3 (global unicast) and outside the
+    special blocks Python knows (2001::/23 with Teredo, documentation, ...), with two
+    exceptions whose embedded IPv4 address is checked by the IPv4 rules instead:
+    IPv4-mapped ``::ffff:a.b.c.d`` and the NAT64 well-known prefix ``64:ff9b::/96``
+    (RFC 6052 forbids it for non-global IPv4, but a gateway that translates it anyway
+    reaches what the gateway reaches, so a private IPv4 in it is refused like the IPv4
+    itself; a public one is what a DNS64 resolver hands an IPv6-only node for any
+    IPv4-only site). Every other form that carries an IPv4 address is refused outright
+    or by what it carries: IPv4-compatible ``::a.b.c.d`` and SIIT ``::ffff:0:a.b.c.d``
+    (outside 2000::/3), the local-use NAT64 prefix ``64:ff9b:1::/48`` (RFC 8215: local
+    only, and its IPv4 sits where the local operator chose), Teredo ``2001::/32`` (a
+    tunnel through a relay to the obfuscated client IPv4), 6to4 and ISATAP whose
+    embedded IPv4 is not public. A site-specific NAT64 or 6rd prefix inside 2000::/3
+    cannot be told from any other global address by its text."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return bool(address.is_global) and not address.is_multicast
+    carried = embedded_ipv4(address)
+    if carried is not None and not is_public_address(carried):
+        return False
+    if address.ipv4_mapped is not None or address in _NAT64_WELL_KNOWN:
+        return True  # the IPv4 address it carries is public
+    if address not in _GLOBAL_UNICAST or address.teredo is not None:
+        return False
     return bool(address.is_global) and not address.is_multicast
 
 

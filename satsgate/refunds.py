@@ -45,7 +45,9 @@ def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
         "refund_secret": refund.k1,
         "status": str(refund.status),
         "charge_id": refund.refund_id,
-        "recover_url": f"{base_url}/recover?refund_secret={refund.k1}",
+        # The page only: a secret in a URL lands in logs and history; the page takes
+        # refund_secret (above) in its form, by POST.
+        "recover_url": f"{base_url}/recover",
         "expires_at": refund.expires_at,
     }
 

@@ -281,7 +281,8 @@ async def test_a_retry_is_not_sent_before_its_time(store: Store, receiver: Recei
 @pytest.mark.parametrize(
     "answer",
     ["127.0.0.1", "10.0.0.5", "192.168.1.9", "169.254.169.254", "100.64.0.1", "fd00::1",
-     "::ffff:127.0.0.1", "::1", "0.0.0.0"],
+     "::ffff:127.0.0.1", "::1", "0.0.0.0", "::127.0.0.1", "64:ff9b::127.0.0.1",
+     "64:ff9b:1::7f00:1", "2002:7f00:1::1", "::ffff:0:127.0.0.1"],
 )  # fmt: skip
 async def test_a_name_that_resolves_inside_reaches_nothing(
     store: Store, receiver: Receiver, answer: str

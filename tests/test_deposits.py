@@ -178,13 +178,18 @@ async def test_a_failed_payout_falls_back_to_the_withdraw_link(
     assert "refund_note" in settled.body()
 
 
+@pytest.mark.parametrize(
+    "domain",
+    ["wallet.invalid", "[64:ff9b::7f00:1]", "[::7f00:1]", "[2002:7f00:1::1]", "[64:ff9b:1::1]"],
+)
 async def test_an_address_outside_the_public_internet_is_never_asked(
-    node: ThreadedServer, node_client: httpx.AsyncClient
+    node: ThreadedServer, node_client: httpx.AsyncClient, domain: str
 ) -> None:
     """A domain the node is not told to map must be public https; one that does not
-    resolve publicly (here: .invalid) falls back to the link, and nothing is paid."""
+    resolve publicly (.invalid; IPv6 spellings of 127.0.0.1: NAT64, IPv4-compatible,
+    6to4; local-use NAT64) falls back to the link, and nothing is paid."""
     payment = await spent_deposit(node, node_client, 100)
-    settled = settle(node, payment.payment_id, 0, refund_address="nobody@wallet.invalid")
+    settled = settle(node, payment.payment_id, 0, refund_address=f"nobody@{domain}")
     assert settled.payout_state == "fallback" and settled.refund_status == "claimable"
     assert settled.payout_error is not None and "not public" in settled.payout_error
 

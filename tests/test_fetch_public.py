@@ -118,7 +118,30 @@ async def test_a_name_that_resolves_inside_reaches_nothing(site: Site) -> None:
     async with client(site) as http:
         with pytest.raises(FetchFailed, match="not public"):
             await fetch_public(http, site.url("/sample.wav"), 1 << 20, outbound=real_rule)
-        for hostile in ("https://127.0.0.1/x", "https://[::ffff:10.0.0.1]/x", "http://a.org/x"):
+        for hostile in (
+            "https://127.0.0.1/x",
+            "https://[::ffff:10.0.0.1]/x",
+            "https://[::127.0.0.1]/x",
+            "https://[64:ff9b::127.0.0.1]/x",
+            "https://[2002:7f00:1::1]/x",
+            "http://a.org/x",
+        ):
             with pytest.raises(FetchFailed, match="not public"):
                 await fetch_public(http, hostile, 1 << 20)
+    assert site.hosts == []
+
+
+async def test_a_name_whose_aaaa_embeds_loopback_reaches_nothing(site: Site) -> None:
+    """A voiceFileUrl whose name resolves to NAT64 / IPv4-compatible / 6to4 spellings of
+    127.0.0.1: the pinned fetch refuses it before connecting."""
+    context = ssl.create_default_context(cadata=site.ca_pem.decode())
+    for answer in ("64:ff9b::7f00:1", "::7f00:1", "2002:7f00:1::1", "64:ff9b:1::7f00:1"):
+
+        async def dns(host: str, port: int, answer: str = answer) -> list[IPAddress]:
+            return [ipaddress.ip_address(answer)]
+
+        outbound = Outbound(lookup=dns, verify=context)
+        async with outbound.client(10) as http:
+            with pytest.raises(FetchFailed, match="not public"):
+                await fetch_public(http, site.url("/sample.wav"), 1 << 20, outbound=outbound)
     assert site.hosts == []

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import hashlib
+import hmac
 import os
 import re
 import shutil
@@ -32,6 +34,7 @@ from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
 from satsgate.outreach.retention_rules import EVIDENCE_S, DeleteFiles
 from satsgate.store.retention import ClearColumns, DeleteRows
+from satsgate.web.operator_sessions import COOKIE
 from tests.conftest import (
     ThreadedServer,
     dev_pay,
@@ -158,7 +161,7 @@ async def test_flagged_email_is_held_not_sent_not_refunded(
     assert resp.headers["X-Error-Code"] == "CONTENT_POLICY_HELD"
     body = resp.json()
     assert body["held"] is True and body["appeal_sats"] == 1
-    assert body["appeal_url"].startswith(node.server.url + "/appeal?t=hold_")
+    assert body["appeal_url"].startswith(node.server.url + "/appeal#t=hold_")
     assert body["payment_id"].startswith("pay_") and "refund" not in body
     assert len(node.mailbox.received) == before  # nothing was sent
     status = node.count(
@@ -202,7 +205,7 @@ async def test_appeal_then_release_sends_and_the_payer_fetches_the_result(
     node: Node, client: httpx.AsyncClient
 ) -> None:
     held = await held_call(client, "release@example.org")
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert page.status_code == 200 and 'data-status="held"' in page.text
     token = held["appeal_url"].split("t=", 1)[1]
     asked = await client.post(
@@ -212,7 +215,7 @@ async def test_appeal_then_release_sends_and_the_payer_fetches_the_result(
     bolt11 = re.search(r'id="appeal-invoice">([^<]+)<', asked.text)
     assert bolt11 is not None
     await dev_pay(client, bolt11.group(1))
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert 'data-status="review_requested"' in page.text
     listing = (await client.get("/api/operator/holds", headers=operator(node))).json()["holds"]
     assert listing[0]["hold_id"] == held["hold_id"] and listing[0]["review_requested"]
@@ -231,7 +234,7 @@ async def test_appeal_then_release_sends_and_the_payer_fetches_the_result(
     job = await poll(client, held)
     assert job["status"] == "COMPLETED"
     assert job["result"]["accepted"] == ["release@example.org"]
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert 'id="released"' in page.text and "release@example.org" in page.text
     # The payment is earned now, the appeal's 1 sat too.
     assert (
@@ -272,13 +275,20 @@ async def test_operator_refund_issues_one_refund_visible_to_the_payer(
     assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", held["payment_id"]) == 1
     job = await poll(client, held)
     assert job["status"] == "FAILED" and job["error_code"] == "L402_REFUND_ISSUED"
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert refund["refund_secret"] in page.text
-    recover = await client.get(
+    recover = await client.post(
         "/recover",
-        params={"payment_id": held["payment_id"], "refund_secret": refund["refund_secret"]},
+        data={"payment_id": held["payment_id"], "refund_secret": refund["refund_secret"]},
     )
     assert recover.status_code == 200 and "Refund of 200 sat" in recover.text
+
+
+async def open_appeal(client: httpx.AsyncClient, appeal_url: object) -> httpx.Response:
+    """What the appeal page's script does with the link: post the fragment's token."""
+    page_url, _, token = str(appeal_url).partition("#t=")
+    assert token, appeal_url
+    return await client.post(page_url + "/view", data={"t": token})
 
 
 async def appeal_invoice(client: httpx.AsyncClient, held: dict[str, Any]) -> str:
@@ -302,10 +312,10 @@ async def test_an_appeal_paid_after_the_operator_refunded_is_refunded_on_the_pag
         f"/api/operator/holds/{held['hold_id']}/refund", headers=operator(node)
     )
     assert resp.status_code == 200, resp.text
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert 'data-status="refunded"' in page.text and 'id="appeal-void"' in page.text
     await dev_pay(client, bolt11)
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert 'id="appeal-refund"' in page.text and 'id="appeal-void"' not in page.text
     lnurl = re.search(r'id="appeal-refund-lnurl">([^<]+)<', page.text)
     assert lnurl is not None and lnurl.group(1).startswith("LNURL")
@@ -316,13 +326,13 @@ async def test_an_appeal_paid_after_the_operator_refunded_is_refunded_on_the_pag
     assert node.count("SELECT COUNT(*) FROM payments WHERE payment_id = ? AND status = 'refunded'",
                       appeal_id) == 1  # fmt: skip
     # Looking again (and the scheduler) refunds nothing more.
-    await client.get(held["appeal_url"])
+    await open_appeal(client, held["appeal_url"])
     assert node.server.call(lambda: node.server.app[HOLDS].refund_late_appeals()) == 0
     assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", appeal_id) == 1
     secret = re.search(r'id="appeal-refund-secret">([^<]+)<', page.text)
     assert secret is not None
-    recover = await client.get(
-        "/recover", params={"payment_id": appeal_id, "refund_secret": secret.group(1)}
+    recover = await client.post(
+        "/recover", data={"payment_id": appeal_id, "refund_secret": secret.group(1)}
     )
     assert recover.status_code == 200 and "Refund of 1 sat" in recover.text
 
@@ -353,7 +363,7 @@ async def test_an_appeal_paid_after_release_is_refunded_by_the_scheduler(
     assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", appeal_id) == 1
     refunded = "SELECT COUNT(*) FROM payments WHERE payment_id = ? AND status = 'refunded'"
     assert node.count(refunded, appeal_id) == 1
-    page = await client.get(held["appeal_url"])
+    page = await open_appeal(client, held["appeal_url"])
     assert 'id="released"' in page.text and 'id="appeal-refund"' in page.text
     # The held payment itself stays earned: only the appeal's sat went back.
     assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", held["payment_id"]) == 0
@@ -573,6 +583,11 @@ async def test_browser_appeal_review_release_and_refund(
     # The payer: the appeal page, a note, the 1-sat invoice, paid, review requested.
     payer = await browser.new_page(viewport={"width": 900, "height": 1000})
     payer_problems = watch(payer)
+    # What a proxy's access log and the browser's history would keep of the payer's pages.
+    requested: list[str] = []
+    payer.on("request", lambda r: requested.extend([r.url, r.headers.get("referer", "")]))
+    visited: list[str] = []
+    payer.on("framenavigated", lambda f: visited.append(f.url))
     await payer.goto(released["appeal_url"])
     await expect(payer.locator("#hold-status")).to_have_text("Held for review")
     await expect(payer.locator("#hold-why")).to_contain_text("password, PIN, code")
@@ -620,24 +635,59 @@ async def test_browser_appeal_review_release_and_refund(
     await expect(payer.locator("#refund-sats")).to_have_text("200")
     assert await payer.locator("#refund-qr svg").count() == 1
     await payer.screenshot(path=str(shots / "appeal-refunded.png"), full_page=True)
+    refund_secret = str(await payer.locator("#refund-secret").text_content())
     await payer.click("#recover-link")
     await expect(payer.locator("h1")).to_have_text("Refund of 200 sat")
     assert payer_problems == [] and op_problems == []
+    # No appeal token or refund secret in any URL the browser asked for (or sent as Referer).
+    tokens = [str(h["appeal_url"]).split("t=", 1)[1] for h in (released, refunded)]
+    assert requested
+    for secret in [refund_secret, *tokens]:
+        assert all(secret not in url for url in requested), (secret, requested)
+        assert secret not in payer.url
+
+
+async def test_an_appeal_token_in_a_query_opens_nothing(
+    node: Node, client: httpx.AsyncClient
+) -> None:
+    """``/appeal?t=`` (the link of an older version) is not read, nor echoed; without script
+    the page asks for the token and opens the request when it is posted."""
+    held = await held_call(client, "query@example.org")
+    token = str(held["appeal_url"]).split("#t=", 1)[1]
+    old_link = await client.get("/appeal", params={"t": token})
+    assert old_link.status_code == 200 and "data-status" not in old_link.text
+    assert token not in old_link.text and "Paste the token" in old_link.text
+    csp = old_link.headers["Content-Security-Policy"]
+    nonce = re.search(r"script-src 'nonce-([^']+)'", csp)
+    assert nonce is not None and f'<script nonce="{nonce.group(1)}">' in old_link.text
+    pasted = await client.post("/appeal/view", data={"t": token})
+    assert pasted.status_code == 200 and 'data-status="held"' in pasted.text
+    # The page's buttons post the token too: none of its forms is a GET.
+    assert 'method="get"' not in pasted.text
 
 
 async def test_operator_forms_need_the_csrf_token(node: Node, client: httpx.AsyncClient) -> None:
-    from satsgate.operator import COOKIE, session_value
-
     held = await held_call(client, "csrf@example.org")
-    cookies = {COOKIE: session_value(node.token)}
+    await client.post("/operator/login", data={"token": node.token})
+    cookies = {COOKIE: str(client.cookies.get(COOKIE))}
+    client.cookies.clear()
     forged = await client.post(
         f"/operator/holds/{held['hold_id']}/refund", data={"csrf": "0" * 64}, cookies=cookies
     )
     assert forged.status_code == 403
+    # The static CSRF token of old (an HMAC of the operator token) is no session's.
+    static = hmac.new(node.token.encode(), b"satsgate operator csrf v1", hashlib.sha256)
+    old = await client.post(
+        f"/operator/holds/{held['hold_id']}/refund",
+        data={"csrf": static.hexdigest()},
+        cookies=cookies,
+    )
+    assert old.status_code == 403
+    client.cookies.clear()
     no_cookie = await client.post(f"/operator/holds/{held['hold_id']}/refund", data={})
     assert no_cookie.status_code == 403
     assert node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"])).status == "held"
-    bad = await client.get(held["appeal_url"][:-4] + "0000")
+    bad = await open_appeal(client, held["appeal_url"][:-4] + "0000")
     assert bad.status_code == 404 and "not valid" in bad.text
 
 
@@ -666,7 +716,7 @@ async def test_held_over_mcp_and_the_result_through_get_job_result(
     body = held["structuredContent"]
     assert body["error_code"] == "CONTENT_POLICY_HELD"
     assert (body["held"], body["appeal_sats"], body["payment_id"]) == (True, 1, pay["paymentId"])
-    assert body["appeal_url"].startswith(node.server.url + "/appeal?t=")
+    assert body["appeal_url"].startswith(node.server.url + "/appeal#t=")
     ask = {"requestId": body["requestId"], "jobType": "held", "paymentId": pay["paymentId"]}
     waiting = await tool("get_job_result", ask)
     assert waiting["structuredContent"]["status"] == "IN_PROGRESS"

@@ -19,7 +19,14 @@ import pytest
 from satsgate.appkeys import HOLDS
 from tests.conftest import dev_pay, http_client
 from tests.ledger_check import assert_ledger_balances
-from tests.test_holds import Node, appeal_invoice, held_call, operator, serving_node
+from tests.test_holds import (
+    Node,
+    appeal_invoice,
+    held_call,
+    open_appeal,
+    operator,
+    serving_node,
+)
 
 # The page replaces an appeal invoice that has less than this left (holds.appeal_invoice).
 REPLACED_WITHIN_S = 60
@@ -87,7 +94,7 @@ async def test_a_replaced_appeal_invoice_paid_asks_for_the_review_and_a_second_i
     held, first, second = await replaced_pair(node, client, "replaced@example.org")
     url = str(held["appeal_url"])
     await dev_pay(client, first)  # the invoice the page no longer shows
-    page = await client.get(url)
+    page = await open_appeal(client, url)
     assert 'data-status="review_requested"' in page.text
     first_id, status = payment_of(node, first)
     assert status == "spent"  # its sat is earned: it bought the review
@@ -100,14 +107,14 @@ async def test_a_replaced_appeal_invoice_paid_asks_for_the_review_and_a_second_i
     assert mine["review_requested"] is True
 
     await dev_pay(client, second)  # paid anyway: it can buy nothing now
-    page = await client.get(url)
+    page = await open_appeal(client, url)
     second_id, status = payment_of(node, second)
     assert status == "refunded" and refunds_of(node, second_id) == 1
     assert 'id="appeal-refund"' in page.text and 'id="appeal-refund-sats">1<' in page.text
     assert "another appeal payment" in page.text
     assert 'data-status="review_requested"' in page.text
     # Looking again, and the scheduler, refund nothing more.
-    await client.get(url)
+    await open_appeal(client, url)
     assert node.server.call(lambda: desk.refund_late_appeals()) == 0
     assert refunds_of(node, second_id) == 1 and refunds_of(node, first_id) == 0
 
@@ -129,11 +136,11 @@ async def test_a_replaced_appeal_invoice_paid_after_the_decision_is_refunded_onc
     node.server.call(lambda: desk.refund_late_appeals())
     assert node.server.call(lambda: desk.refund_late_appeals()) == 0
     assert payment_of(node, first)[1] == "refunded" and refunds_of(node, first_id) == 1
-    page = await client.get(str(held["appeal_url"]))
+    page = await open_appeal(client, held["appeal_url"])
     assert 'data-status="refunded"' in page.text
     assert 'id="appeal-refund"' in page.text and "after the request was decided" in page.text
     secret = page.text.split('id="appeal-refund-secret">', 1)[1].split("<", 1)[0]
-    recover = await client.get("/recover", params={"payment_id": first_id, "refund_secret": secret})
+    recover = await client.post("/recover", data={"payment_id": first_id, "refund_secret": secret})
     assert recover.status_code == 200 and "Refund of 1 sat" in recover.text
     assert refunds_of(node, first_id) == 1
     assert payment_of(node, second)[1] == "unpaid"  # never paid: nothing to refund
@@ -151,8 +158,8 @@ async def test_both_appeal_invoices_paid_count_once_and_refund_once_under_a_race
     desk = node.server.app[HOLDS]
     url = str(held["appeal_url"])
     await asyncio.gather(
-        client.get(url),
-        client.get(url),
+        open_appeal(client, url),
+        open_appeal(client, url),
         asyncio.to_thread(node.server.call, lambda: desk.refund_late_appeals()),
     )
     statuses = sorted(payment_of(node, bolt11)[1] for bolt11 in (first, second))
@@ -186,5 +193,5 @@ async def test_a_new_appeal_invoice_draws_on_the_nodes_bound_on_unpaid_invoices(
             unpaid = "SELECT COUNT(*) FROM payments WHERE status = 'unpaid'"
             assert capped.count(unpaid) == 2
             await dev_pay(client, shown)  # the invoice shown still asks for the review
-            page = await client.get(str(held["appeal_url"]))
+            page = await open_appeal(client, held["appeal_url"])
             assert 'data-status="review_requested"' in page.text

@@ -4,6 +4,8 @@ real headless Chromium), health without business figures, and refunds a payer re
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import os
 import re
@@ -266,16 +268,29 @@ async def test_every_recover_url_resolves_and_pays_out(
         form = await client.get("/recover")
         assert form.status_code == 200
         assert 'name="payment_id"' in form.text and 'name="refund_secret"' in form.text
-        # A refund object's recover_url (the secret in it) opens that refund at once.
+        assert '<form method="post" action="/recover">' in form.text
+        # A refund object's recover_url is the page; its refund_secret, posted, opens it.
         for r, state in ((refund, "open"), (scenario["paid_refund"], "paid")):
-            page = await client.get(r["recover_url"].removeprefix(fresh_server.url))
+            assert r["recover_url"] == f"{fresh_server.url}/recover"
+            shown = await client.get(r["recover_url"])
+            assert shown.status_code == 200 and 'name="refund_secret"' in shown.text
+            page = await client.post("/recover", data={"refund_secret": r["refund_secret"]})
             assert page.status_code == 200
             assert f'id="refund-status">{state}<' in page.text
             assert r["charge_id"] in page.text
-        unknown = await client.get("/recover", params={"refund_secret": "ab" * 32})
-        assert unknown.status_code == 404 and "No refund matches" in unknown.text
-        found = await client.get(
+            assert page.headers["Cache-Control"] == "no-store"
+            assert page.headers["Referrer-Policy"] == "no-referrer"
+        # A secret in the query (a link from before) is neither looked up nor echoed.
+        old_link = await client.get(
             "/recover", params={"payment_id": payment_id, "refund_secret": refund["refund_secret"]}
+        )
+        assert old_link.status_code == 200 and "Refund of" not in old_link.text
+        assert refund["refund_secret"] not in old_link.text
+        assert "Paste the refund secret below" in old_link.text
+        unknown = await client.post("/recover", data={"refund_secret": "ab" * 32})
+        assert unknown.status_code == 404 and "No refund matches" in unknown.text
+        found = await client.post(
+            "/recover", data={"payment_id": payment_id, "refund_secret": refund["refund_secret"]}
         )
         assert found.status_code == 200
         assert 'id="refund-status">open<' in found.text
@@ -287,9 +302,9 @@ async def test_every_recover_url_resolves_and_pays_out(
         assert "The last payout attempt failed" in found.text
         assert "outbound liquidity" in found.text
         # Another payment's id with this secret finds nothing.
-        other = await client.get(
+        other = await client.post(
             "/recover",
-            params={
+            data={
                 "payment_id": scenario["failed"].payment_id,
                 "refund_secret": refund["refund_secret"],
             },
@@ -417,3 +432,143 @@ async def test_dashboard_in_chromium_shows_the_ledger(
     await page.click("text=Sign out")
     await page.wait_for_selector("#token")
     await page.close()
+
+
+# -- no refund secret in any URL --------------------------------------------------------------
+
+
+async def test_a_refund_secret_never_travels_in_a_url(
+    browser: Browser,
+    fresh_server: ThreadedServer,
+    scenario: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A payer follows the refund object's recover_url in a real browser, enters the secret
+    and pays the refund out: no URL the browser asked for (what an access log in front of
+    satsgate writes, and what the browser's history keeps), no Referer, and no log line of
+    satsgate carries the secret."""
+    caplog.set_level(logging.DEBUG)
+    refund = scenario["open_refund"]
+    secret = refund["refund_secret"]
+    page = await browser.new_page()
+    requested: list[str] = []
+    page.on(
+        "request",
+        lambda r: requested.extend([r.method + " " + r.url, r.headers.get("referer", "")]),
+    )
+    visited: list[str] = []
+    page.on("framenavigated", lambda f: visited.append(f.url))
+    await page.goto(refund["recover_url"])
+    assert all(secret not in line for line in requested), requested
+    await page.fill("#payment_id", scenario["unlucky"].payment_id)
+    await page.fill("#refund_secret", secret)
+    await page.click("#find")
+    await page.wait_for_selector("#refund-status")
+    assert await page.locator("#refund-status").text_content() == "open"
+    await page.fill("#invoice", external_invoice(20_000))
+    await page.click("#payout")
+    await page.wait_for_selector("#refund-done")
+    history = await page.evaluate("() => [location.href, document.referrer, history.length]")
+    await page.close()
+    assert any(r.startswith("POST ") and r.endswith("/recover") for r in requested)
+    assert visited and all(secret not in url for url in visited), visited
+    assert all(secret not in line for line in requested), requested
+    assert secret not in str(history)
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged and all(secret not in line for line in logged)
+
+
+# -- the operator's sessions --------------------------------------------------------------------
+
+
+async def sign_in(client: httpx.AsyncClient, token: str) -> str:
+    """The session cookie a sign-in with ``token`` sets."""
+    resp = await client.post("/operator/login", data={"token": token})
+    assert resp.status_code == 303, resp.text
+    cookie = resp.cookies.get("satsgate_operator")
+    assert cookie is not None
+    set_cookie = resp.headers["Set-Cookie"]
+    assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+    client.cookies.clear()
+    return cookie
+
+
+async def opens_the_dashboard(client: httpx.AsyncClient, cookie: str) -> bool:
+    client.cookies.clear()
+    dashboard = await client.get("/operator", cookies={"satsgate_operator": cookie})
+    ledger = await client.get("/api/operator/ledger", cookies={"satsgate_operator": cookie})
+    holds = await client.get("/operator/holds", cookies={"satsgate_operator": cookie})
+    opened = 'id="earned"' in dashboard.text
+    assert opened == (ledger.status_code == 200) == (holds.status_code == 200)
+    return opened
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    return found.group(1) if found else ""
+
+
+async def test_signing_out_ends_the_session_for_good(fresh_server: ThreadedServer) -> None:
+    token = token_path(fresh_server.settings.data_dir).read_text().strip()
+    async with httpx.AsyncClient(base_url=fresh_server.url) as client:
+        cookie = await sign_in(client, token)
+        other = await sign_in(client, token)  # another browser of the operator's
+        assert cookie != other and len(cookie) == 64
+        assert await opens_the_dashboard(client, cookie)
+        dashboard = await client.get("/operator", cookies={"satsgate_operator": cookie})
+        csrf = csrf_of(dashboard.text)
+        # Sign-out needs the session's own CSRF token: another session's does not do.
+        other_csrf = csrf_of(
+            (await client.get("/operator", cookies={"satsgate_operator": other})).text
+        )
+        assert other_csrf and other_csrf != csrf
+        client.cookies.clear()
+        out = await client.post(
+            "/operator/logout", data={"csrf": csrf}, cookies={"satsgate_operator": cookie}
+        )
+        assert out.status_code == 303
+        # A copy of the cookie taken before sign-out (a stolen one) opens nothing now.
+        assert not await opens_the_dashboard(client, cookie)
+        assert await opens_the_dashboard(client, other)  # the other session lives on
+
+
+async def test_rotating_the_token_ends_every_session(fresh_server: ThreadedServer) -> None:
+    data_dir = fresh_server.settings.data_dir
+    old = token_path(data_dir).read_text().strip()
+    async with httpx.AsyncClient(base_url=fresh_server.url) as client:
+        cookie = await sign_in(client, old)
+        assert await opens_the_dashboard(client, cookie)
+        rotate = ("operator-token", "--rotate", "--data-dir", str(data_dir))
+        new = (await asyncio.to_thread(run_cli, *rotate)).strip()
+        assert new != old and len(new) == 64 and token_path(data_dir).read_text().strip() == new
+        assert stat.S_IMODE(token_path(data_dir).stat().st_mode) == 0o600
+        # The running server follows at once: the old session and token open nothing.
+        assert not await opens_the_dashboard(client, cookie)
+        for token, status in ((old, 401), (new, 200)):
+            resp = await client.get(
+                "/api/operator/ledger", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert resp.status_code == status
+        refused = await client.post("/operator/login", data={"token": old})
+        assert refused.status_code == 403
+        assert await opens_the_dashboard(client, await sign_in(client, new))
+
+
+async def test_a_forged_or_static_cookie_is_refused(fresh_server: ThreadedServer) -> None:
+    """Whoever knows how the cookie used to be made (an HMAC of the token) or guesses a
+    value gets nothing; nor does a form posted with such a cookie and its old CSRF token."""
+    token = token_path(fresh_server.settings.data_dir).read_text().strip()
+    static = hmac.new(token.encode(), b"satsgate operator session v1", hashlib.sha256)
+    async with httpx.AsyncClient(base_url=fresh_server.url) as client:
+        for forged in (static.hexdigest(), "0" * 64, token, ""):
+            assert not await opens_the_dashboard(client, forged)
+        old_csrf = hmac.new(token.encode(), b"satsgate operator csrf v1", hashlib.sha256)
+        client.cookies.clear()
+        form = await client.post(
+            "/operator/do-not-contact",
+            data={"csrf": old_csrf.hexdigest(), "address": "forged@example.org"},
+            cookies={"satsgate_operator": static.hexdigest()},
+        )
+        assert form.status_code == 403
+    listed = fresh_server.call(fresh_server.store.do_not_contact.listing)
+    assert all(e["address"] != "forged@example.org" for e in listed)

@@ -169,6 +169,29 @@ def test_operator_token_opens_the_operator_api(
     )
 
 
+def test_rotating_the_operator_token_through_lightning_cli_ends_sessions(
+    plugin: PluginHost, lightningd: FakeLightningd
+) -> None:
+    """``lightning-cli satsgate-operator-token rotate=true``: a new token; the old one and
+    a dashboard session opened with it open nothing from then on."""
+    old = plugin.call("satsgate-operator-token")["operator_token"]
+    url = plugin.call("satsgate-status")["listening"]
+    with httpx.Client(base_url=url, timeout=10) as client:
+        signed_in = client.post("/operator/login", data={"token": old})
+        assert signed_in.status_code == 303
+        cookie = {"satsgate_operator": signed_in.cookies["satsgate_operator"]}
+        assert client.get("/api/operator/ledger", cookies=cookie).status_code == 200
+        client.cookies.clear()
+        answer = plugin.call("satsgate-operator-token", {"rotate": True})
+        new = answer["operator_token"]
+        assert new != old and (lightningd.lightning_dir / "satsgate-data" / "operator_token")
+        assert client.get("/api/operator/ledger", cookies=cookie).status_code == 401
+        for token, status in ((old, 401), (new, 200)):
+            auth = {"Authorization": f"Bearer {token}"}
+            assert client.get("/api/operator/ledger", headers=auth).status_code == status
+        assert plugin.call("satsgate-operator-token")["operator_token"] == new  # no rotation
+
+
 def test_a_base_url_with_a_trailing_comment_disables_the_plugin_with_the_fix() -> None:
     with running_lightningd() as ln:
         value = "https://pay.example.com     # the public address used in links"

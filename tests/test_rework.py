@@ -284,8 +284,8 @@ async def test_decline_refunds_in_full_exactly_once(
     refund = ok[0].json()["refund"]
     assert refund["amount_sats"] == PRICE_SATS and refund["lnurl_withdraw"]
     # The refund is claimable at /recover with its secret.
-    page = await rw.get(
-        "/recover", params={"payment_id": paid.payment_id, "refund_secret": refund["refund_secret"]}
+    page = await rw.post(
+        "/recover", data={"payment_id": paid.payment_id, "refund_secret": refund["refund_secret"]}
     )
     assert page.status_code == 200 and 'id="payout"' in page.text, page.text
     # A retry now: used, its refund shown.
@@ -422,9 +422,9 @@ async def test_expired_window_is_refused_and_refunded_and_a_restart_keeps_an_ope
             assert status["refund_available"] is True
             resp = await call(client, swept, CHANGED)
             assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
-            page = await client.get(
+            page = await client.post(
                 "/recover",
-                params={
+                data={
                     "payment_id": swept.payment_id,
                     "refund_secret": resp.json()["refund"]["refund_secret"],
                 },

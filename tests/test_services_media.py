@@ -215,6 +215,20 @@ def test_book_visible_characters_by_chapter() -> None:
         "https://0x7f000001/cb",  # hex
         "https://[::1]/cb",
         "https://[::ffff:10.0.0.1]/cb",  # v4-mapped private
+        "https://[::127.0.0.1]/cb",  # IPv4-compatible loopback
+        "https://[::8.8.8.8]/cb",  # IPv4-compatible: deprecated, refused whatever it holds
+        "https://[::ffff:0:127.0.0.1]/cb",  # SIIT IPv4-translated
+        "https://[64:ff9b::127.0.0.1]/cb",  # NAT64 well-known prefix, loopback
+        "https://[64:ff9b::a9fe:a9fe]/cb",  # NAT64 of 169.254.169.254 (cloud metadata)
+        "https://[64:ff9b::10.0.0.1]/cb",  # NAT64 of a private address
+        "https://[64:ff9b:1::808:808]/cb",  # local-use NAT64: refused outright
+        "https://[64:ff9b:1:7f:0:1::]/cb",  # local-use NAT64 /48 spelling of 127.0.0.1
+        "https://[2002:7f00:1::1]/cb",  # 6to4 of 127.0.0.1
+        "https://[2002:c0a8:10a::1]/cb",  # 6to4 of 192.168.1.10
+        "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/cb",  # Teredo, client 127.0.0.1
+        "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/cb",  # Teredo, public client
+        "https://[2606:4700::5efe:10.0.0.1]/cb",  # ISATAP interface id of a private IPv4
+        "https://[2606:4700::200:5efe:127.0.0.1]/cb",  # ISATAP, u bit set, loopback
         "https://10.1.2.3/cb",
         "https://172.16.0.1/cb",
         "https://192.168.1.10:8443/cb",
@@ -238,7 +252,15 @@ def test_non_public_or_non_https_urls_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["https://hooks.example.org/cb?x=1", "https://8.8.8.8/cb", "https://[2606:4700::1]:8443/"],
+    [
+        "https://hooks.example.org/cb?x=1",
+        "https://8.8.8.8/cb",
+        "https://[2606:4700::1]:8443/",
+        "https://[::ffff:8.8.8.8]/cb",  # v4-mapped public
+        "https://[64:ff9b::8.8.8.8]/cb",  # NAT64 of a public address (DNS64 hands these out)
+        "https://[2002:808:808::1]/cb",  # 6to4 of a public address
+        "https://[2606:4700::200:5efe:8.8.8.8]/cb",  # ISATAP id of a public address
+    ],
 )
 def test_public_https_urls_pass(url: str) -> None:
     assert check_public_https_url(url) == url
@@ -260,6 +282,39 @@ async def test_public_addresses_refuse_names_that_resolve_inside() -> None:
     found = await outbound.public_addresses("https://out.example.org/cb")
     assert [str(a) for a in found] == ["2606:4700::1"]
     assert [str(a) for a in await outbound.public_addresses("https://1.1.1.1/x")] == ["1.1.1.1"]
+
+
+# Spellings of inside IPv4 addresses in IPv6 that a DNS server can answer as AAAA records.
+IPV4_IN_IPV6_INSIDE = [
+    "::127.0.0.1",  # IPv4-compatible
+    "::ffff:0:10.0.0.1",  # SIIT IPv4-translated
+    "64:ff9b::127.0.0.1",  # NAT64 well-known prefix
+    "64:ff9b::169.254.169.254",
+    "64:ff9b:1::a00:1",  # local-use NAT64
+    "2002:a00:1::1",  # 6to4 of 10.0.0.1
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+    "2606:4700::5efe:7f00:1",  # ISATAP of 127.0.0.1
+]
+
+
+@pytest.mark.parametrize("answer", IPV4_IN_IPV6_INSIDE)
+async def test_names_that_resolve_to_an_inside_ipv4_in_ipv6_are_refused(answer: str) -> None:
+    """The DNS answers an AAAA record that carries an inside IPv4 address: the connect-time
+    check (the one every pinned fetch runs) refuses it by the IPv4 rules."""
+
+    async def dns(host: str, port: int) -> list[IPAddress]:  # a fake of the resolver
+        return [ipaddress.ip_address(answer)]
+
+    with pytest.raises(UnsafeUrl, match="non-public"):
+        await Outbound(lookup=dns).public_addresses("https://hooks.example.org/cb")
+
+
+async def test_a_name_whose_aaaa_is_nat64_of_a_public_address_passes() -> None:
+    async def dns(host: str, port: int) -> list[IPAddress]:  # a DNS64 resolver's answer
+        return [ipaddress.ip_address("64:ff9b::8.8.8.8")]
+
+    found = await Outbound(lookup=dns).public_addresses("https://ipv4-only.example.org/cb")
+    assert [str(a) for a in found] == ["64:ff9b::808:808"]
 
 
 def test_corrupt_epub_member_is_a_media_error_not_a_crash() -> None:

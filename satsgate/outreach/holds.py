@@ -7,7 +7,7 @@ job, and answers ``CONTENT_POLICY_HELD`` with ``appeal_url``, ``held``, ``appeal
 ``payment_id`` and the job's ``requestId`` / ``poll_url``. The payment stays ``serving``
 (the ledger's held).
 
-- The payer opens ``appeal_url`` (``/appeal?t=<capability token>``) and pays 1 sat for
+- The payer opens ``appeal_url`` (``/appeal#t=<capability token>``) and pays 1 sat for
   human review: the hold moves to ``review_requested`` (listed first to the operator).
 - The operator releases it (:meth:`release`): the service's handler runs with the stored
   request (the do-not-contact list still applies; the screen does not), and its result
@@ -179,7 +179,9 @@ class HoldDesk:
         return f"{hold_id}.{self._mac(hold_id)}"
 
     def appeal_url(self, hold_id: str) -> str:
-        return f"{self._base}{APPEAL_PATH}?t={self.appeal_token(hold_id)}"
+        """The appeal page with the token in the fragment, which a browser never sends:
+        no access log, Referer or server ever sees it (satsgate.web.appeal)."""
+        return f"{self._base}{APPEAL_PATH}#t={self.appeal_token(hold_id)}"
 
     def hold_id_of(self, token: str) -> str | None:
         hold_id, _, mac = token.partition(".")

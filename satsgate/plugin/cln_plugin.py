@@ -182,14 +182,17 @@ class SatsgatePlugin:
         return ledger
 
     def _make_operator_token(self) -> Any:
-        def operator_token(plugin: Any = None, request: Any = None, **kwargs: Any) -> None:
-            """The operator token that opens the dashboard at /operator."""
+        def operator_token(
+            plugin: Any = None, request: Any = None, rotate: Any = False, **kwargs: Any
+        ) -> None:
+            """The operator token that opens the dashboard at /operator; rotate=true
+            replaces it first (the old token and every dashboard session end)."""
             service = self.service
             if service is None:
                 request.set_exception(RpcException("satsgate is not running"))
                 return
             try:
-                request.set_result(service.operator_token())
+                request.set_result(service.operator_token(rotate=_truthy(rotate)))
             except Exception as exc:
                 request.set_exception(RpcException(str(exc)))
 
@@ -215,6 +218,11 @@ class SatsgatePlugin:
             self.stop_and_exit()
 
         return on_shutdown
+
+
+def _truthy(value: Any) -> bool:
+    """A boolean parameter as lightning-cli passes it (true, "true", 1, "1", ...)."""
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
 
 
 def main() -> None:

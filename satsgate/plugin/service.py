@@ -114,14 +114,17 @@ class ServiceThread:
         report["equation"] = "received = earned + refunded + held + open (msat)"
         return report
 
-    def operator_token(self) -> dict[str, Any]:
-        """The operator token for /operator and /api/operator/ledger."""
-        from satsgate.operator import ensure_operator_token, token_path
+    def operator_token(self, rotate: bool = False) -> dict[str, Any]:
+        """The operator token for /operator and /api/operator/ledger; ``rotate``: a new one
+        first (the old token and every dashboard session end at once)."""
+        from satsgate.operator import ensure_operator_token, rotate_operator_token, token_path
 
         handle = self._running()
         data_dir = handle.app[SETTINGS].data_dir
         return {
-            "operator_token": ensure_operator_token(data_dir),
+            "operator_token": (
+                rotate_operator_token(data_dir) if rotate else ensure_operator_token(data_dir)
+            ),
             "file": str(token_path(data_dir)),
             "dashboard": f"{handle.app[SETTINGS].public_base_url}/operator",
         }

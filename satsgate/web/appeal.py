@@ -1,8 +1,13 @@
 """The appeal page (``/appeal``): the payer of a held communication asks for human review.
 
-``appeal_url`` in the CONTENT_POLICY_HELD answer is ``/appeal?t=<token>``: the token is
+``appeal_url`` in the CONTENT_POLICY_HELD answer is ``/appeal#t=<token>``: the token is
 a capability (an HMAC of the hold id under the server secret), given only to the payer,
-and the page shows nothing without it. On the page the payer can add a note and pay
+and the page shows nothing without it. It opens the refund secret of a refunded request,
+so it never travels in a URL: the fragment stays in the browser, the page's script
+takes it out of the address (and the history entry) and posts it
+(``POST /appeal/view``); without script the page asks for it to be pasted. Every
+button on the page posts the token again; ``?t=`` in a query (a link of an older
+version) is not read. On the page the payer can add a note and pay
 1 sat (an invoice through the node, shown as a QR code and text); once it is paid the
 request is ``review requested`` and listed first to the operator. The page then shows
 the outcome: the result of a released request, or the refund of a refunded one (the
@@ -11,8 +16,8 @@ if it is paid first; an appeal invoice paid after the request was decided, or af
 another one already asked for the review, is refunded, and the page shows that refund
 (or, while such an invoice is still open, that it is no longer needed).
 
-Server-rendered like /recover (satsgate.web.pages): no script, CSS under a nonce, every
-value escaped; a "Check payment" button reloads the state.
+Server-rendered like /recover (satsgate.web.pages): CSS and the one script under a
+nonce, every value escaped; a "Check payment" button reloads the state.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.holds import APPEAL_SATS, HoldDesk, HoldError
+from satsgate.outreach.holds import APPEAL_PATH, APPEAL_SATS, HoldDesk, HoldError
 from satsgate.store import JobStatus, Payment, PaymentStatus
 from satsgate.store.held_requests import HeldRequest
+from satsgate.web.operator_routes import recover_button
 from satsgate.web.pages import esc, page, qr_svg
+
+VIEW_PATH = APPEAL_PATH + "/view"
 
 _STATES = {
     "held": "Held for review",
@@ -49,11 +57,19 @@ _CATEGORIES = {
 
 
 def install(app: web.Application, holds_key: web.AppKey[HoldDesk]) -> None:
+    async def ask(request: web.Request) -> web.Response:
+        error = ""
+        if "t" in request.query:
+            error = (
+                "This link carried the appeal token in its address, where logs keep it; "
+                "this page no longer reads it from there. Paste the token (after t=) below."
+            )
+        return page("Appeal a held request", _ask_token(error), script=_READ_FRAGMENT)
+
     async def show(request: web.Request) -> web.Response:
         desk = request.app[holds_key]
-        token = request.query.get("t", "").strip()
-        if not token:
-            return page("Appeal a held request", _ask_token())
+        form = await request.post()
+        token = str(form.get("t", "")).strip()
         hold = await _hold_of(desk, token)
         if hold is None:
             return page("Appeal a held request", _ask_token("This appeal link is not valid."), 404)
@@ -82,10 +98,21 @@ def install(app: web.Application, holds_key: web.AppKey[HoldDesk]) -> None:
             resp = page("Appeal a held request", body, status=429)
             resp.headers.update(exc.headers)
             return resp
-        raise web.HTTPSeeOther(f"/appeal?t={token}")
+        hold = await desk.get(hold.hold_id) or hold
+        return page("Appeal a held request", await _body(desk, hold, token))
 
-    app.router.add_get("/appeal", show)
-    app.router.add_post("/appeal", appeal)
+    app.router.add_get(APPEAL_PATH, ask)
+    app.router.add_post(APPEAL_PATH, appeal)
+    app.router.add_post(VIEW_PATH, show)
+
+
+# The appeal link's fragment (#t=<token>): out of the address bar and the history entry,
+# then posted. A page without it (or without script) shows the form to paste the token.
+_READ_FRAGMENT = (
+    "(function(){var m=/^#t=([A-Za-z0-9_.-]{1,120})$/.exec(location.hash);if(!m)return;"
+    "history.replaceState(null,'',location.pathname);"
+    "document.getElementById('t').value=m[1];document.getElementById('open-form').submit();})();"
+)
 
 
 async def _hold_of(desk: HoldDesk, token: str) -> HeldRequest | None:
@@ -99,8 +126,9 @@ def _ask_token(error: str = "") -> str:
         '<section class="card"><h1>Appeal a held request</h1>'
         "<p>A message, call or fax that the automatic screen held is not sent and its "
         "payment is kept, not spent. Open the <code>appeal_url</code> from the "
-        "CONTENT_POLICY_HELD answer to ask a person to review it (1 sat).</p>"
-        f'{notice}<form method="get" action="/appeal"><label>Appeal token '
+        "CONTENT_POLICY_HELD answer to ask a person to review it (1 sat), or paste its "
+        "appeal token (the part after <code>#t=</code>) here.</p>"
+        f'{notice}<form method="post" action="{VIEW_PATH}" id="open-form"><label>Appeal token '
         '<input name="t" id="t" required autocomplete="off"></label>'
         '<button type="submit" id="open">Open</button></form></section>'
     )
@@ -195,7 +223,6 @@ async def _appeal_refund_part(
         if counted
         else "after the request was decided"
     )
-    recover = f"/recover?payment_id={payment_id}&refund_secret={secret}"
     if state in ("paid", "claiming"):
         done = "paid out to your wallet" if state == "paid" else "being paid out"
         return (
@@ -209,9 +236,9 @@ async def _appeal_refund_part(
         f"{esc(refund.get('amount_sats', APPEAL_SATS))}</strong> sat. Scan it with your "
         "wallet, or claim it on the recovery page.</p>"
         f'<p class="mono" id="appeal-refund-lnurl{suffix}">{esc(lnurl)}</p>'
-        f'<p><a href="{esc(recover)}" id="appeal-recover-link{suffix}">Claim on /recover</a>'
-        f' · refund secret <span class="mono" id="appeal-refund-secret{suffix}">{esc(secret)}'
+        f'<p>Refund secret <span class="mono" id="appeal-refund-secret{suffix}">{esc(secret)}'
         "</span></p>"
+        + recover_button(payment_id, secret, f"appeal-recover-link{suffix}", "Claim on /recover")
     )
 
 
@@ -248,7 +275,7 @@ def _invoice_part(payment: Payment, token: str) -> str:
 
 def _check_button(token: str, label: str = "Check again") -> str:
     return (
-        '<form method="get" action="/appeal">'
+        f'<form method="post" action="{VIEW_PATH}">'
         f'<input type="hidden" name="t" value="{esc(token)}">'
         f'<button type="submit" id="check">{esc(label)}</button></form>'
     )
@@ -263,7 +290,6 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         if hold.status == "failed"
         else "The request was not sent and its payment was refunded."
     )
-    recover = f"/recover?payment_id={hold.payment_id}&refund_secret={secret}"
     if state in ("paid", "claiming"):
         done = "paid out to your wallet" if state == "paid" else "being paid out"
         return (
@@ -275,8 +301,8 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         "</strong> sat: scan it with your wallet, or claim it on the recovery page.</p>"
         f'<div class="qr" id="refund-qr">{qr_svg("lightning:" + lnurl.upper(), "Refund QR")}'
         f'</div><p class="mono" id="refund-lnurl">{esc(lnurl)}</p>'
-        f'<p><a href="{esc(recover)}" id="recover-link">Claim on /recover</a> · refund secret '
-        f'<span class="mono" id="refund-secret">{esc(secret)}</span></p>'
+        f'<p>Refund secret <span class="mono" id="refund-secret">{esc(secret)}</span></p>'
+        + recover_button(hold.payment_id, secret, "recover-link", "Claim on /recover")
     )
 
 

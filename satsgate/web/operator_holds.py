@@ -1,7 +1,7 @@
 """The operator's held communications and do-not-contact list.
 
-Pages (the dashboard's cookie; every form carries a CSRF token, an HMAC of the operator
-token, checked with the cookie):
+Pages (the dashboard's session cookie, satsgate.web.operator_sessions; every form carries
+the session's CSRF token, an HMAC keyed with the session id, checked with the cookie):
 
 - ``GET /operator/holds``: held requests, review requested first, with what was screened
   and why; Release / Refund buttons (``POST /operator/holds/{id}/release|refund``);
@@ -19,8 +19,6 @@ JSON API (``Authorization: Bearer <operator token>``; the CLI uses it):
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import time
 from typing import Any
@@ -28,17 +26,11 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.domain.addresses import normalise_address
-from satsgate.operator import COOKIE, cookie_matches, token_matches
 from satsgate.outreach.holds import HoldDesk, HoldError
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest
+from satsgate.web.operator_sessions import OPERATOR
 from satsgate.web.pages import esc, page, table
-
-
-def csrf_token(operator_token: str) -> str:
-    return hmac.new(
-        operator_token.encode(), b"satsgate operator csrf v1", hashlib.sha256
-    ).hexdigest()
 
 
 def hold_document(hold: HeldRequest, appeal_url: str | None = None) -> dict[str, Any]:
@@ -70,17 +62,12 @@ def install(
     *,
     holds_key: web.AppKey[HoldDesk],
     store_key: web.AppKey[Store],
-    token_key: web.AppKey[str],
 ) -> None:
     def bearer(request: web.Request) -> bool:
-        auth = request.headers.get("Authorization", "")
-        return auth.lower().startswith("bearer ") and token_matches(
-            request.app[token_key], auth[7:]
-        )
+        return request.app[OPERATOR].bearer(request)
 
     def cookie(request: web.Request) -> bool:
-        value = request.cookies.get(COOKIE)
-        return value is not None and cookie_matches(request.app[token_key], value)
+        return request.app[OPERATOR].session(request) is not None
 
     def unauthorized() -> web.Response:
         return web.json_response(
@@ -94,12 +81,11 @@ def install(
         )
 
     async def form_checked(request: web.Request) -> dict[str, str] | None:
-        """The posted form, when the cookie and its CSRF token are the operator's."""
+        """The posted form, when the cookie and its CSRF token are a live session's."""
         if not cookie(request):
             return None
         form = {k: str(v) for k, v in (await request.post()).items()}
-        expected = csrf_token(request.app[token_key])
-        if not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
+        if not request.app[OPERATOR].form_allowed(request, form.get("csrf", "")):
             return None
         return form
 
@@ -165,7 +151,8 @@ def install(
     # -- pages ---------------------------------------------------------------------------
 
     async def holds_page(request: web.Request) -> web.Response:
-        if not cookie(request):
+        session_id = request.app[OPERATOR].session(request)
+        if session_id is None:
             raise web.HTTPSeeOther("/operator")
         desk = request.app[holds_key]
         holds = await desk.listing()
@@ -173,7 +160,7 @@ def install(
         notice = request.query.get("done", "")
         return page(
             "Held communications",
-            _holds_body(holds, entries, csrf_token(request.app[token_key]), notice),
+            _holds_body(holds, entries, request.app[OPERATOR].csrf_token(session_id), notice),
         )
 
     async def page_act(request: web.Request) -> web.Response:

@@ -1,12 +1,17 @@
 """The operator's routes and the payer's refund recovery.
 
-- ``GET /operator``: the dashboard (login form until the operator cookie is set);
-  ``POST /operator/login`` checks the token and sets the cookie; ``POST /operator/logout``.
+- ``GET /operator``: the dashboard (login form until a session is open);
+  ``POST /operator/login`` checks the token and opens a server-side session (its id in
+  the cookie, satsgate.web.operator_sessions); ``POST /operator/logout`` ends it.
 - ``GET /api/operator/ledger``: the ledger and the operator's figures as JSON, with the
-  token as ``Authorization: Bearer <token>`` (or the dashboard cookie).
-- ``GET /recover``: a payer enters the payment id and refund secret of a refund and gets
-  its LNURL-withdraw QR code, or pastes an invoice (``POST /recover/payout``) that the
-  node pays out.
+  token as ``Authorization: Bearer <token>`` (or the dashboard's session cookie).
+- ``GET /recover``: the form; ``POST /recover`` with the payment id and refund secret in
+  the body shows the refund: its LNURL-withdraw QR code, or a form to paste an invoice
+  (``POST /recover/payout``) that the node pays out. A refund secret never travels in a
+  URL (it would land in access logs, browser history and Referer headers): ``GET
+  /recover`` looks nothing up, and a ``refund_secret`` in its query is ignored with a
+  notice; the links satsgate hands out are the bare page (``recover_url``) with the
+  secret beside it, or a form button that posts it.
 """
 
 from __future__ import annotations
@@ -21,18 +26,13 @@ from lnurl.helpers import url_encode
 from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.nostr import NOSTR_STATUS
-from satsgate.operator import (
-    COOKIE,
-    cookie_matches,
-    operator_report,
-    session_value,
-    token_matches,
-)
+from satsgate.operator import operator_report
 from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
+from satsgate.web.operator_sessions import COOKIE, OPERATOR
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
 
-OPERATOR_TOKEN = web.AppKey("operator_token", str)
+RECOVER_PATH = "/recover"
 
 
 class Keys:
@@ -51,16 +51,8 @@ class Keys:
 def install(app: web.Application, keys: Keys) -> None:
     r = app.router
 
-    def authorized(request: web.Request) -> bool:
-        token = request.app[OPERATOR_TOKEN]
-        auth = request.headers.get("Authorization", "")
-        if auth.lower().startswith("bearer "):
-            return token_matches(token, auth[7:])
-        cookie = request.cookies.get(COOKIE)
-        return cookie is not None and cookie_matches(token, cookie)
-
     async def ledger_api(request: web.Request) -> web.Response:
-        if not authorized(request):
+        if not request.app[OPERATOR].authorized(request):
             # The operator's API, not the payers': outside the spec's error catalog.
             return web.json_response(
                 {
@@ -78,41 +70,56 @@ def install(app: web.Application, keys: Keys) -> None:
         return resp
 
     async def dashboard(request: web.Request) -> web.Response:
-        if not authorized(request):
+        access = request.app[OPERATOR]
+        session_id = access.session(request)
+        if session_id is None and not access.bearer(request):
             return _login_page()
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
-        return page("Operator", _dashboard_body(report))
+        csrf = access.csrf_token(session_id) if session_id is not None else ""
+        return page("Operator", _dashboard_body(report, csrf))
 
     async def login(request: web.Request) -> web.Response:
         form = await request.post()
         offered = str(form.get("token", ""))
-        token = request.app[OPERATOR_TOKEN]
-        if not offered or not token_matches(token, offered):
+        access = request.app[OPERATOR]
+        if not offered or not access.token_matches(offered):
             await asyncio.sleep(0.5)  # a guess costs time
             return _login_page("That is not the operator token.", status=403)
+        access.end_session(request)  # a session the browser held before is replaced
         resp = web.HTTPSeeOther("/operator")
-        resp.set_cookie(
-            COOKIE,
-            session_value(token),
-            path="/",
-            httponly=True,
-            samesite="Strict",
-            secure=request.app[keys.settings].public_base_url.startswith("https://"),
-            max_age=7 * 86400,
-        )
+        access.set_cookie(request, resp, access.open_session())
         raise resp
 
     async def logout(request: web.Request) -> web.Response:
+        access = request.app[OPERATOR]
+        form = await request.post()
+        live = access.session(request) is not None
+        if live and not access.form_allowed(request, str(form.get("csrf", ""))):
+            return page("Forbidden", "<p>Sign out from the dashboard's button.</p>", status=403)
+        access.end_session(request)
         resp = web.HTTPSeeOther("/operator")
         resp.del_cookie(COOKIE, path="/")
         raise resp
 
+    async def recover_form(request: web.Request) -> web.Response:
+        payment_id = request.query.get("payment_id", "").strip()[:128]
+        notice = ""
+        if "refund_secret" in request.query:
+            # A link from before secrets left URLs: the secret is not looked up or echoed.
+            notice = (
+                "This link carried the refund secret in its address, where logs and "
+                "browser history keep it; this page no longer reads it from there. Paste "
+                "the refund secret below."
+            )
+        return page("Recover a refund", _recover_form(payment_id, "", notice))
+
     async def recover(request: web.Request) -> web.Response:
-        secret = request.query.get("refund_secret", "").strip()
-        payment_id = request.query.get("payment_id", "").strip()
+        form = await request.post()
+        secret = str(form.get("refund_secret", "")).strip()
+        payment_id = str(form.get("payment_id", "")).strip()
         if not secret:
-            return page("Recover a refund", _recover_form(payment_id, secret))
+            return page("Recover a refund", _recover_form(payment_id, ""))
         refund = await _find_refund(request.app[keys.store], payment_id, secret)
         if refund is None:
             return page(
@@ -122,7 +129,8 @@ def install(app: web.Application, keys: Keys) -> None:
                 ),
                 status=404,
             )
-        return page("Your refund", await _refund_body(request, keys, refund, payment_id))
+        body = await _refund_body(request, keys, refund, payment_id)
+        return page("Your refund", body)
 
     async def recover_payout(request: web.Request) -> web.Response:
         form = await request.post()
@@ -154,14 +162,27 @@ def install(app: web.Application, keys: Keys) -> None:
                 if current is not None and current.status is not RefundStatus.CLAIMING:
                     break
         current = await request.app[keys.store].refunds.get_by_k1(refund.k1) or refund
-        return page("Your refund", await _refund_body(request, keys, current, payment_id, message))
+        body = await _refund_body(request, keys, current, payment_id, message)
+        return page("Your refund", body)
 
     r.add_get("/operator", dashboard)
     r.add_post("/operator/login", login)
     r.add_post("/operator/logout", logout)
     r.add_get("/api/operator/ledger", ledger_api)
-    r.add_get("/recover", recover)
+    r.add_get(RECOVER_PATH, recover_form)
+    r.add_post(RECOVER_PATH, recover)
     r.add_post("/recover/payout", recover_payout)
+
+
+def recover_button(payment_id: str, secret: str, ident: str, label: str) -> str:
+    """A button that opens a refund on /recover: the secret travels in the POST body, never
+    in a URL (works without script)."""
+    return (
+        f'<form method="post" action="{RECOVER_PATH}" class="inline">'
+        f'<input type="hidden" name="payment_id" value="{esc(payment_id)}">'
+        f'<input type="hidden" name="refund_secret" value="{esc(secret)}">'
+        f'<button type="submit" id="{esc(ident)}">{esc(label)}</button></form>'
+    )
 
 
 async def _find_refund(store: Store, payment_id: str, secret: str) -> Refund | None:
@@ -228,7 +249,7 @@ def _nostr_section(status: dict[str, Any] | None) -> str:
     )
 
 
-def _dashboard_body(report: dict[str, Any]) -> str:
+def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
     t = report["totals"]
     figures = "".join(
         (
@@ -352,8 +373,9 @@ def _dashboard_body(report: dict[str, Any]) -> str:
         f'<section class="card"><h2>Failures and refunds by cause</h2>{causes}</section>'
         f'<section class="card"><h2>Engines</h2>{engines}</section>'
         f"{_nostr_section(report.get('nostr'))}"
-        '<form method="post" action="/operator/logout"><button type="submit">Sign out'
-        "</button></form>"
+        '<form method="post" action="/operator/logout">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+        '<button type="submit" id="logout">Sign out</button></form>'
     )
 
 
@@ -363,7 +385,7 @@ def _recover_form(payment_id: str, secret: str, error: str = "") -> str:
         '<section class="card"><h1>Recover a refund</h1>'
         "<p>A call that failed after payment was refunded. Enter the payment id and the "
         "refund secret from the refund (the error body of the failed call) to claim it.</p>"
-        f'{notice}<form method="get" action="/recover">'
+        f'{notice}<form method="post" action="{RECOVER_PATH}">'
         f'<label>Payment id <input name="payment_id" id="payment_id" value="{esc(payment_id)}"'
         ' placeholder="pay_…" autocomplete="off"></label>'
         f'<label>Refund secret <input name="refund_secret" id="refund_secret" '

@@ -2,7 +2,8 @@
 operator token) and the payer's refund recovery (``/recover``).
 
 Like the checkout page: server-rendered, CSS inline under a per-response nonce, no
-script, no external resource (the chart is inline SVG drawn here, the QR code segno's
+script (but the appeal page's few lines that read its link's fragment, under the same
+nonce), no external resource (the chart is inline SVG drawn here, the QR code segno's
 inline SVG); every value is HTML-escaped.
 """
 
@@ -54,7 +55,9 @@ def esc(value: Any) -> str:
     return html.escape(str(value))
 
 
-def page(title: str, body: str, status: int = 200) -> web.Response:
+def page(title: str, body: str, status: int = 200, script: str = "") -> web.Response:
+    """A page; ``script``, when given, runs under the response's nonce (the only script
+    the page's Content-Security-Policy lets run)."""
     nonce = secrets.token_urlsafe(16)
     doc = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -63,12 +66,15 @@ def page(title: str, body: str, status: int = 200) -> web.Response:
         f'<link rel="icon" href="{ICON}"><title>{esc(title)} · satsgate</title>'
         f'<style nonce="{nonce}">{CSS}</style></head><body><main>'
         '<header><span class="bolt" aria-hidden="true">⚡</span><span>satsgate</span></header>'
-        f"{body}</main></body></html>"
+        f"{body}</main>"
+        + (f'<script nonce="{nonce}">{script}</script>' if script else "")
+        + "</body></html>"
     )
     resp = web.Response(text=doc, status=status, content_type="text/html", charset="utf-8")
     resp.headers["Content-Security-Policy"] = (
         f"default-src 'none'; style-src 'nonce-{nonce}'; img-src data:; base-uri 'none'; "
-        "form-action 'self'; frame-ancestors 'none'"
+        + (f"script-src 'nonce-{nonce}'; " if script else "")
+        + "form-action 'self'; frame-ancestors 'none'"
     )
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"

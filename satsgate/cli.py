@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
 from satsgate.engines import CpuRunner, EngineConfigError
 from satsgate.lightning import LightningBackend
+from satsgate.log_levels import quiet_library_logs
 from satsgate.procguard import private_umask
 
 
@@ -196,38 +198,47 @@ async def _announce(settings: Settings, print_only: bool) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one sub-command each, the options they share defined once."""
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", help="TOML settings file")
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument(
+        "--data-dir", help="where the database, keys and files live (default ./satsgate-data)"
+    )
     parser = argparse.ArgumentParser(prog="satsgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP and MCP service")
-    serve.add_argument("--config", help="TOML settings file")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--data-dir")
+    serve = sub.add_parser("serve", parents=[config, data], help="run the HTTP and MCP service")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8402)")
     serve.add_argument("--base-url", help="public address used in links")
-    serve.add_argument("--backend", choices=("dev", "cln", "lnd"))
+    serve.add_argument(
+        "--backend",
+        choices=("dev", "cln", "lnd"),
+        help="the Lightning node: the built-in dev node (default), Core Lightning or LND",
+    )
     serve.add_argument("--network", help="expected network (default regtest)")
     serve.add_argument("--cln-rpc", help="path to Core Lightning's lightning-rpc socket")
     serve.add_argument("--lnd-grpc", help="LND's gRPC address, HOST:PORT (e.g. 127.0.0.1:10009)")
     serve.add_argument("--lnd-tls-cert", help="path to LND's tls.cert")
     serve.add_argument("--lnd-macaroon", help="path to an LND macaroon file")
-    serve.add_argument("--log-level", default="INFO")
-    engines = sub.add_parser(
-        "engines", help="list every engine: available or not, from which provider, and why"
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
+    sub.add_parser(
+        "engines",
+        parents=[config],
+        help="list every engine: available or not, from which provider, and why",
     )
-    engines.add_argument("--config", help="TOML settings file")
     ledger = sub.add_parser(
         "ledger",
+        parents=[config, data],
         help="received = earned + refunded + held + open, per day and in total (msat)",
     )
-    ledger.add_argument("--config", help="TOML settings file")
-    ledger.add_argument("--data-dir")
     ledger.add_argument("--json", action="store_true", help="the full report as JSON")
     token = sub.add_parser(
-        "operator-token", help="print the operator token for /operator (created if missing)"
+        "operator-token",
+        parents=[config, data],
+        help="print the operator token for /operator (created if missing)",
     )
-    token.add_argument("--config", help="TOML settings file")
-    token.add_argument("--data-dir")
     token.add_argument(
         "--rotate",
         action="store_true",
@@ -235,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     hold = sub.add_parser(
         "hold",
+        parents=[config, data],
         help="held communications (list, release ID, refund ID) and the do-not-contact "
         "list (dnc-list, dnc-add ADDRESS, dnc-remove ADDRESS), through the running server",
     )
@@ -242,16 +254,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "action", choices=("list", "release", "refund", "dnc-list", "dnc-add", "dnc-remove")
     )
     hold.add_argument("target", nargs="?", help="the hold id, or the number or address")
-    hold.add_argument("--config", help="TOML settings file")
-    hold.add_argument("--data-dir")
-    hold.add_argument("--port", type=int)
+    hold.add_argument("--port", type=int, help="the running server's port (default 8402)")
     announce = sub.add_parser(
-        "announce", help="the Nostr kind 31402 announcement: send it once, or --print it"
+        "announce",
+        parents=[config, data],
+        help="the Nostr kind 31402 announcement: send it once, or --print it",
     )
-    announce.add_argument("--config", help="TOML settings file")
-    announce.add_argument("--data-dir")
     announce.add_argument("--base-url", help="public address used in links")
     announce.add_argument("--print", action="store_true", help="print the event, send nothing")
+    return parser
+
+
+def _print(text: str) -> None:
+    """Print a report; a reader that stops early (``| head``) ends it quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would complain again when it flushes stdout at exit: point it at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
 
     if args.command == "hold":
@@ -259,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = load_settings(args.config, {"data_dir": args.data_dir, "port": args.port})
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
-        print(_hold_command(settings, args.action, args.target))
+        _print(_hold_command(settings, args.action, args.target))
         return 0
 
     if args.command == "announce":
@@ -270,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         private_umask()  # the key file is created 0600 in any case
-        print(asyncio.run(_announce(settings, args.print)))
+        _print(asyncio.run(_announce(settings, args.print)))
         return 0
 
     if args.command in ("ledger", "operator-token"):
@@ -279,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         if args.command == "ledger":
-            print(asyncio.run(_ledger(settings, args.json)))
+            _print(asyncio.run(_ledger(settings, args.json)))
         else:
             from satsgate.operator import ensure_operator_token, rotate_operator_token
 
@@ -292,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "engines":
         try:
-            print(engines_report(load_settings(args.config)))
+            _print(engines_report(load_settings(args.config)))
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         return 0
@@ -303,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    quiet_library_logs()  # before the libraries are imported: some log while importing
     try:
         settings = load_settings(
             args.config,

@@ -127,7 +127,10 @@ def ledger_text(report: dict[str, Any]) -> str:
     lines.append(row("total", t))
     lines += [
         "",
-        f"earned: {_msat(t['earned_msat'])} from {t['payments']} payments",
+        # Every payment received counts here, refunded and unused ones too: the count
+        # belongs to what was received, not to what was earned.
+        f"received: {_msat(t['received_msat'])} from {t['payments']} payments;"
+        f" earned: {_msat(t['earned_msat'])}",
         "refunds by state:",
     ]
     for state in ("open", "claiming", "paid", "expired"):

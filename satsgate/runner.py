@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,23 +14,11 @@ from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
+from satsgate.log_levels import quiet_library_logs
 from satsgate.procguard import secure_data_dir
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
 from satsgate.store import Store
-
-# Libraries whose INFO and DEBUG records have no place in the service's log. The HTTP
-# clients log every request's full URL at INFO (httpx; httpx2 under the AI SDKs) and their
-# connection layers the host and port at DEBUG: a provider's URL can hold its account id,
-# and no upstream address belongs in the log; a caller's URL is the caller's. APScheduler
-# logs each interval job's every run, WeasyPrint each rendering step. Their warnings and
-# errors (a job that raised, a stylesheet it could not read) still come through.
-QUIET_LIBRARIES = ("httpx", "httpcore", "httpx2", "httpcore2", "apscheduler", "weasyprint")
-
-
-def quiet_library_logs() -> None:
-    for name in QUIET_LIBRARIES:
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @dataclass

@@ -625,6 +625,11 @@ async def test_browser_appeal_review_release_and_refund(
     await op.fill("#dnc-address", "+44 20 7946 0000")
     await op.click("#dnc-add")
     await expect(op.locator("#do-not-contact")).to_contain_text("+442079460000")
+    # The two forms read as two: Remove's field does not sit flush under Add's button.
+    add = await op.locator("#dnc-add").bounding_box()
+    remove = await op.locator("label:has(#dnc-remove-address)").bounding_box()
+    assert add is not None and remove is not None
+    assert remove["y"] - (add["y"] + add["height"]) >= 16
 
     # The payer sees the outcomes: the delivered result, and the refund with its link.
     await payer.goto(released["appeal_url"])

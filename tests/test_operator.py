@@ -213,7 +213,26 @@ async def test_cli_ledger_after_the_scenarios(
     assert re.search(r"^  paid\s+1\s+10000 msat$", out, re.M), out
     assert re.search(r"^  open\s+1\s+20000 msat$", out, re.M), out
     assert "routing fees paid on refunds: 10 msat" in out
+    # The count belongs to what was received: four payments, one of them earned.
+    assert "received: 70 sat from 4 payments; earned: 10 sat" in out, out
     assert "refund payouts to look at: 1" in out and DEV_NO_ROUTE in out
+
+
+def test_cli_report_read_in_part_ends_quietly(fresh_server: ThreadedServer) -> None:
+    """``satsgate ledger | head``: a reader that stops before the report is written (here
+    one that reads nothing) ends the command quietly, with no traceback and status 0."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    data_dir = str(fresh_server.settings.data_dir)
+    argv = [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir", data_dir]
+    done = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$@" | true', "sh", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 0
 
 
 # -- the operator's API and health ----------------------------------------------------------

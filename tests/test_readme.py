@@ -109,6 +109,10 @@ def test_the_curl_walkthrough_buys_a_card(server: ThreadedServer, tmp_path: Path
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    card = httpx.Response(200, content=done.stdout).json()
-    assert base64.b64decode(card["image_base64"]).startswith(b"\x89PNG")
-    assert card["image_url"].startswith(server.url)
+    # It ends with a line a person reads, not the card's base64: the card is saved.
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("card.png: ") and f"also at {server.url}/" in line
+    png = (tmp_path / "card.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and f"{len(png)} bytes" in line
+    card = httpx.Response(200, content=(tmp_path / "card.json").read_bytes()).json()
+    assert base64.b64decode(card["image_base64"]) == png

@@ -37,7 +37,7 @@ vertical-align:top}td.num,th.num{text-align:right;font-variant-numeric:tabular-n
 .figure .label{color:#6b665c;font-size:13px}.figure .value{font-size:20px;font-weight:700;
 font-variant-numeric:tabular-nums}.figure .sub{color:#6b665c;font-size:12px}
 .ok{color:#1f7a3a}.bad{color:#b3261e}.muted{color:#6b665c}form{display:grid;gap:10px;
-max-width:560px}label{display:grid;gap:4px;font-weight:600}input,textarea{font:inherit;
+max-width:560px}form+form{margin-top:22px}label{display:grid;gap:4px;font-weight:600}input,textarea{font:inherit;
 padding:8px 10px;border:1px solid #cfc9bb;border-radius:8px;width:100%}
 button{font:inherit;font-weight:700;padding:9px 14px;border:0;border-radius:8px;
 background:#f7931a;color:#1c1b19;cursor:pointer;justify-self:start}

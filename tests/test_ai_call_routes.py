@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
 from openapi_spec_validator import validate
 
 from tests.conftest import ThreadedServer, http_client, serve_with_engines
@@ -210,10 +209,9 @@ async def test_confirm_ai_call_tool_is_listed_and_shares_the_errors(
             {"sessionId": "sess_1", "answers": {"q": ["a"]}},
             {"sessionId": "sess_1", "paymentId": "pay_1"},
         ):
-            with pytest.raises(MCPError) as bad:
-                await mcp.call_tool("confirm_ai_call", arguments)
-            assert bad.value.code == -32602, arguments
-            assert bad.value.data["error_code"] == "L402_INVALID_PARAMS"
+            bad = await mcp.call_tool("confirm_ai_call", arguments)
+            assert bad.is_error, arguments
+            assert structured(bad)["error_code"] == "L402_INVALID_PARAMS"
 
     async with Client(mcp_url(ai_call_server)) as mcp:
         missing = await mcp.call_tool(

@@ -216,36 +216,37 @@ async def test_underpaid_is_refused_and_refunded_overpaid_refunds_the_difference
         assert structured(served)["refund"]["amount_sats"] == 15
 
 
-async def test_protocol_errors_are_jsonrpc_32602_with_the_envelope(
+async def test_bad_arguments_are_tool_results_the_model_reads(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> None:
+    """Arguments off the schema and a missing paymentId come back as a tool result with
+    isError, naming each bad field and the next step (so the model can correct itself);
+    only an unknown tool is a JSON-RPC protocol error."""
     async with Client(mcp_url(server)) as mcp:
         pay = await create_payment(mcp, toolName="render_card", arguments=CARD)
         await dev_pay(client, pay["lightningInvoice"])
 
-        with pytest.raises(MCPError) as bad:
-            await mcp.call_tool("render_card", {"paymentId": pay["paymentId"], "template": "x"})
-        assert bad.value.code == -32602
-        assert bad.value.data["error_code"] == "L402_INVALID_PARAMS"
-        assert any(f["field"] == "template" for f in bad.value.data["fields"])
+        bad = await mcp.call_tool("render_card", {"paymentId": pay["paymentId"], "template": "x"})
+        assert bad.is_error
+        assert structured(bad)["error_code"] == "L402_INVALID_PARAMS"
+        assert any(f["field"] == "template" for f in structured(bad)["fields"])
+        assert "- template: " in first_text(bad)
 
-        with pytest.raises(MCPError) as missing:
-            await mcp.call_tool("render_card", CARD)
-        assert missing.value.code == -32602 and "paymentId" in missing.value.message
+        missing = await mcp.call_tool("render_card", CARD)
+        assert missing.is_error and structured(missing)["error_code"] == "L402_INVALID_PARAMS"
+        assert "paymentId is required: call create_payment" in first_text(missing)
 
         with pytest.raises(MCPError) as unknown_tool:
             await mcp.call_tool("make_coffee", {})
         assert unknown_tool.value.code == -32602
         assert unknown_tool.value.data["error_code"] == "NOT_FOUND"
 
-        with pytest.raises(MCPError) as unknown_target:
-            await mcp.call_tool("create_payment", {"toolName": "make_coffee"})
-        assert unknown_target.value.code == -32602
-        assert "render_card" in unknown_target.value.data["tools"]
+        unknown_target = await mcp.call_tool("create_payment", {"toolName": "make_coffee"})
+        assert unknown_target.is_error
+        assert "render_card" in structured(unknown_target)["tools"]
 
-        with pytest.raises(MCPError) as free_target:
-            await mcp.call_tool("create_payment", {"toolName": "list_models"})
-        assert free_target.value.code == -32602
+        free_target = await mcp.call_tool("create_payment", {"toolName": "list_models"})
+        assert free_target.is_error
 
         # None of that touched the payment: it still serves its one call.
         status = await mcp.call_tool("check_payment_status", {"paymentId": pay["paymentId"]})
@@ -347,9 +348,8 @@ async def test_models_pricing_and_roadmap(
         assert everything == (await client.get("/api/l402/models")).json()
         images = structured(await mcp.call_tool("list_models", {"category": "image"}))
         assert {m["category"] for m in images["models"]} == {"image"}
-        with pytest.raises(MCPError) as bad:
-            await mcp.call_tool("list_models", {"category": "nope"})
-        assert bad.value.code == -32602 and "image" in bad.value.data["categories"]
+        bad = await mcp.call_tool("list_models", {"category": "nope"})
+        assert bad.is_error and "image" in structured(bad)["categories"]
 
         card = structured(await mcp.call_tool("get_model_pricing", {"modelId": 53}))
         assert card == {**card, "id": 53, "name": "Render Card", "type": "card", "sats": 5}
@@ -359,8 +359,8 @@ async def test_models_pricing_and_roadmap(
         )
         unknown = await mcp.call_tool("get_model_pricing", {"modelId": 9999})
         assert structured(unknown)["error_code"] == "NOT_FOUND"
-        with pytest.raises(MCPError):
-            await mcp.call_tool("get_model_pricing", {"modelId": "best"})
+        not_an_id = await mcp.call_tool("get_model_pricing", {"modelId": "best"})
+        assert structured(not_an_id)["error_code"] == "L402_INVALID_PARAMS"
 
         planned = structured(await mcp.call_tool("list_planned_services", {}))["services"]
         roadmap = server.call(lambda: planned_services(server.store.votes))
@@ -473,9 +473,11 @@ async def test_job_tools_validate_and_report_failures(
     request_id, _ = await submit_job(server, client, failing)
     args = {"requestId": request_id, "jobType": "transcription"}
     async with Client(mcp_url(server)) as mcp:
-        with pytest.raises(MCPError) as bad_type:
-            await mcp.call_tool("check_job_status", {"requestId": request_id, "jobType": "nope"})
-        assert bad_type.value.code == -32602
+        bad_type = await mcp.call_tool(
+            "check_job_status", {"requestId": request_id, "jobType": "nope"}
+        )
+        assert bad_type.is_error
+        assert structured(bad_type)["error_code"] == "L402_INVALID_PARAMS"
         wrong_type = await mcp.call_tool(
             "check_job_status", {"requestId": request_id, "jobType": "video"}
         )

@@ -402,9 +402,9 @@ async def test_text_priced_quotes_exact_or_from_hints(server: ThreadedServer) ->
     ]["structuredContent"]
     assert by_count["quote"] == "estimate" and by_count["amountSats"] == 100
     unpriceable = tool(server, mcp, "create_payment", toolName="test_pages")
-    assert unpriceable["error"]["code"] == -32602
-    assert unpriceable["error"]["data"]["error_code"] == "L402_INVALID_PARAMS"
-    assert "Cannot price test_pages" in unpriceable["error"]["message"]
+    assert unpriceable["result"]["isError"] is True
+    assert unpriceable["result"]["structuredContent"]["error_code"] == "L402_INVALID_PARAMS"
+    assert "Cannot price test_pages" in unpriceable["result"]["content"][0]["text"]
 
 
 async def test_translate_epub_is_quoted_from_character_count(server: ThreadedServer) -> None:
@@ -431,8 +431,8 @@ async def test_translate_epub_is_quoted_from_character_count(server: ThreadedSer
     )["result"]["structuredContent"]
     assert small["amountSats"] == 50  # the spec's minimum
     unsized = tool(server, mcp, "create_payment", toolName="translate_epub")
-    assert unsized["error"]["code"] == -32602
-    assert "Cannot price translate_epub" in unsized["error"]["message"]
+    assert unsized["result"]["isError"] is True
+    assert "Cannot price translate_epub" in unsized["result"]["content"][0]["text"]
 
 
 async def test_services_are_quoted_by_the_estimator_their_price_shape_names(

@@ -112,9 +112,10 @@ async def hop_tries_refund(
             "tools/call", {"name": "request_refund", "arguments": {**request, "preimage": preimage}}
         ),
     )
-    refused = over_mcp.json()["error"]
-    assert refused["code"] == -32602 and refused["data"]["error_code"] == "L402_INVALID_PARAMS"
-    assert "as credential" in refused["data"]["error"]
+    refused = over_mcp.json()["result"]
+    assert refused["isError"] is True
+    assert refused["structuredContent"]["error_code"] == "L402_INVALID_PARAMS"
+    assert "as credential" in refused["structuredContent"]["error"]
     for forged in await hop_forgeries(client, payment_hash, preimage):
         resp = await client.post(
             "/api/l402/refund", json=request, headers={"Authorization": forged}

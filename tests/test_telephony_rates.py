@@ -117,9 +117,10 @@ async def test_two_apps_estimate_quote_and_describe_by_their_own_tables(
         mcp_a = await rpc(
             client_a, call("tools/call", {"name": "create_payment", "arguments": arguments})
         )
-        error = mcp_a.json()["error"]
-        assert error["code"] == -32602 and error["data"]["error_code"] == "L402_INVALID_PARAMS"
-        assert "not served" in error["message"], error
+        error = mcp_a.json()["result"]
+        assert error["isError"] is True
+        assert error["structuredContent"]["error_code"] == "L402_INVALID_PARAMS"
+        assert "not served" in error["structuredContent"]["error"], error
         assert payment_count(a) == before
         mcp_b = await rpc(
             client_b, call("tools/call", {"name": "create_payment", "arguments": arguments})

@@ -66,7 +66,7 @@ class CallContext:
 
 
 def validate_args(model: type[M], arguments: Mapping[str, Any], example: str = "") -> M:
-    """Check a free tool's arguments; L402_INVALID_PARAMS (so -32602) lists every bad field."""
+    """Check a free tool's arguments; L402_INVALID_PARAMS lists every bad field."""
     try:
         return model.model_validate(dict(arguments))
     except ValidationError as exc:

@@ -4,9 +4,9 @@
 
 Every step goes through the Gate, exactly as the HTTP face does: the quote
 (``challenge_for``), the spend rule, re-pricing and refunds live there once.
-Schema failures before any payment raise L402_INVALID_PARAMS, which the
-catalog turns into JSON-RPC -32602; anything the gate decides after looking at
-the payment is a tool failure (``isError``) carrying the HTTP envelope.
+Schema failures before any payment raise L402_INVALID_PARAMS, and anything the gate
+decides after looking at the payment is another ApiError: the catalog returns each as a
+tool failure (``isError``) carrying the HTTP envelope, before the payment is touched.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ def _estimate(
     book: RateBook,
 ) -> tuple[int, str]:
     """Price what was given: the service's estimator (sizing hints) if it has one, else
-    the spec's own price on a model built with model_construct; -32602 when impossible."""
+    the spec's own price on a model built with model_construct; L402_INVALID_PARAMS when
+    impossible."""
     sized = _estimate_from_sizing_hints(spec, candidate, args, book)
     if sized is not None:
         return sized
@@ -240,7 +241,7 @@ def _payment_fields(
 async def call_paid(
     env: ToolEnv, spec: AnySpec, arguments: dict[str, Any], ctx: CallContext
 ) -> dict[str, Any]:
-    """Validate, then Gate.execute. Errors before the payment is looked at are -32602."""
+    """Validate, then Gate.execute; nothing before the payment is looked at touches it."""
     env.gate.ensure_available(spec)
     body = dict(arguments)
     payment_id = body.pop("paymentId", None)

@@ -1,4 +1,4 @@
-"""Tool results: success, tool failure (``isError``), and the -32602 protocol error.
+"""Tool results: success and tool failure (``isError``).
 
 A tool failure keeps the HTTP error envelope byte for byte in
 ``structuredContent``, so an agent branches on ``error_code`` the same way on
@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 from satsgate.errors import ApiError
-from satsgate.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from satsgate.services.base import ServiceResult
 
 UNTRUSTED_NOTE = (
@@ -94,6 +93,13 @@ def failure(exc: ApiError) -> dict[str, Any]:
 
 def failure_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
     lines = [f"{envelope.get('error_code')}: {envelope.get('error')}"]
+    fields = envelope.get("fields")
+    if isinstance(fields, list):
+        lines += [
+            f"- {field.get('field')}: {field.get('message')}"
+            for field in fields
+            if isinstance(field, dict)
+        ]
     if envelope.get("suggestion"):
         lines.append(f"Suggestion: {envelope['suggestion']}")
     if "retry_after_seconds" in envelope:
@@ -109,8 +115,3 @@ def failure_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
         "structuredContent": envelope,
         "isError": True,
     }
-
-
-def invalid_params(exc: ApiError) -> RpcError:
-    """Arguments that fail the schema: JSON-RPC -32602 with the envelope in ``data``."""
-    return RpcError(INVALID_PARAMS, exc.message, exc.envelope())

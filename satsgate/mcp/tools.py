@@ -9,9 +9,11 @@ endpoints: name = ``ServiceSpec.tool_name``, inputSchema = the spec's params
 model plus a required ``paymentId``. A free tool's name wins over a paid one
 (a clash is logged and the paid tool is left out).
 
-Error rule: L402_INVALID_PARAMS raised before a payment is looked at becomes
-JSON-RPC -32602 with the envelope in ``data``; every other ApiError is a tool
-failure (``isError: true``) with the same envelope as HTTP.
+Error rule: an unknown tool is a JSON-RPC -32602 protocol error with the envelope in
+``data``. Every ApiError of a known tool, arguments that fail its schema included, is a
+tool failure (``isError: true``) with the same envelope as HTTP and a text the model reads,
+so it can correct its arguments or take the next step (MCP 2025-11-25, SEP-1303: input
+validation errors are tool execution errors).
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ class ToolCatalog:
     async def call(
         self, name: str, arguments: Mapping[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
-        """A CallToolResult; raises RpcError for an unknown tool or arguments off the schema."""
+        """A CallToolResult; raises RpcError only for an unknown tool."""
         free = FREE_BY_NAME.get(name)
         spec = self.env.paid.get(name) if free is None else None
         if free is None and spec is None:
@@ -192,8 +194,6 @@ class ToolCatalog:
             assert spec is not None
             return await payment_tools.call_paid(self.env, spec, dict(arguments), ctx)
         except ApiError as exc:
-            if exc.code == ErrorCode.L402_INVALID_PARAMS and exc.refund is None:
-                raise results.invalid_params(exc) from None
             return results.failure(exc)
 
 

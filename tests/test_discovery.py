@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+from mcp import Client
 from openapi_spec_validator import validate
 from pydantic import BaseModel, ValidationError
 
@@ -32,6 +33,7 @@ from satsgate.services.catalog.rates import FALLBACK, RateBook, Snapshot
 from satsgate.services.inputs.params import ServiceParams
 from satsgate.services.registry import SERVICES
 from tests.conftest import ThreadedServer
+from tests.test_mcp import mcp_url, structured
 
 JSON_DOCUMENTS = (
     "/.well-known/l402-services",
@@ -337,6 +339,47 @@ async def test_model_catalog_lists_the_prices_services_charge(client: httpx.Asyn
         assert listed["pricing"] == ("dynamic" if expected is None else "fixed"), model_id
 
 
+async def test_models_and_services_say_whether_they_run_here(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    """A model runs here when a service naming it can run and its engine serves it: the
+    catalog says so, says why not, and never marks a model that cannot run as default.
+    The MCP tools answer the same."""
+    ref = await described(client)
+    engines = server.app[ENGINES]
+    models = {m["id"]: m for m in (await get_json(client, "/api/l402/models"))["models"]}
+    runs = {
+        model_id
+        for spec in SERVICES
+        if spec.unavailable_reason(engines) is None
+        for model_id in spec.model_ids
+        if spec.engine is None or engines.serves_model(spec.engine, model_id)
+    }
+    assert runs and set(models) - runs, "the test node must run some models and not others"
+    for model_id, listed in models.items():
+        assert listed["available"] is (model_id in runs), model_id
+        if model_id in runs:
+            assert "unavailableReason" not in listed, model_id
+        else:
+            assert listed["unavailableReason"], model_id
+            assert listed["isDefault"] is False, model_id
+    # Image generation has no provider on the test node: its default model is no default.
+    image = models[16]
+    assert image["available"] is False and image["isDefault"] is False
+    assert (
+        "no engine configured on this node (no provider configured)" in (image["unavailableReason"])
+    )
+    assert models[53]["available"] is True and models[53]["isDefault"] is False
+    for slug, doc in ref.items():
+        assert (doc["unavailable_reason"] is None) is doc["available"], slug
+    assert "no provider configured" in ref["generate-image"]["unavailable_reason"]
+    async with Client(mcp_url(server)) as mcp:
+        listed = structured(await mcp.call_tool("list_models", {"category": "image"}))
+        assert {m["id"]: m for m in listed["models"]}[16] == image
+        priced = structured(await mcp.call_tool("get_model_pricing", {"modelId": 16}))
+        assert priced["available"] is False and priced["isDefault"] is False
+
+
 def test_a_changed_price_changes_every_published_document() -> None:
     """A service's price lives on its ServiceSpec: give render-card another flat price and
     discovery, the L402 manifest, OpenAPI, llms.txt, the Nostr announcement, the model
@@ -389,7 +432,9 @@ def test_a_changed_price_changes_every_published_document() -> None:
     assert not re.search(rf"\b{old_sats} sats?\b", llms)
     assert listed["available"]  # the Nostr announcement prices the services served here
     assert ("render-card", new_sats) in listing(catalog).prices
-    (model,) = [m for m in list_models_document(services, FALLBACK)["models"] if m["id"] == 53]
+    (model,) = [
+        m for m in list_models_document(services, FALLBACK, engines)["models"] if m["id"] == 53
+    ]
     assert model["priceSats"] == new_sats
     quote = estimate(estimators(services), "render-card", {}, FALLBACK)
     assert quote["amountSats"] == new_sats

@@ -126,6 +126,7 @@ def describe(spec: AnySpec, settings: Settings, engines: Engines, book: RateBook
         "failure_codes": list(spec.failure_codes),
         "example": dict(spec.example),
         "available": spec.is_available(engines),
+        "unavailable_reason": spec.unavailable_reason(engines),
         "untrusted_output": spec.untrusted_output,
         "models": list(spec.model_ids),
     }

@@ -23,8 +23,11 @@ from satsgate.operations.jobs import JobResultArgs, find_job, job_result_body
 from satsgate.services.catalog.models import (
     CATEGORIES,
     MODELS_BY_ID,
+    defaults_here,
     list_models_document,
+    model_entry,
     model_prices,
+    unavailable_models,
 )
 from satsgate.store import Job, JobStatus
 
@@ -64,7 +67,7 @@ async def list_models(env: ToolEnv, args: ListModelsArgs, ctx: CallContext) -> d
             extra={"categories": list(CATEGORIES)},
         )
     return results.success(
-        list_models_document(env.by_slug.values(), env.rates.book, args.category)
+        list_models_document(env.by_slug.values(), env.rates.book, env.engines, args.category)
     )
 
 
@@ -81,18 +84,10 @@ async def get_model_pricing(
     if model is None:
         raise ApiError(ErrorCode.NOT_FOUND, f"No model {raw}; see list_models for the ids.")
     price = model_prices(env.by_slug.values(), env.rates.book)[model.id]
-    body: dict[str, Any] = {
-        "id": model.id,
-        "name": model.name,
-        "type": model.type,
-        "sats": price.sats,
-        "isDefault": model.is_default,
-        "category": model.category,
-        "tier": model.tier,
-        "pricing": price.pricing,
-    }
-    if price.note:
-        body["priceNote"] = price.note
+    unavailable = unavailable_models(env.by_slug.values(), env.engines)
+    defaults = defaults_here(env.by_slug.values(), unavailable)
+    body = model_entry(model, price, unavailable.get(model.id), model.id in defaults)
+    body["type"] = model.type
     return results.success(body)
 
 

@@ -491,7 +491,9 @@ class ServiceSpec(Generic[P]):
                     f"{self.title} also needs the {', '.join(missing)} engine, which is not "
                     "configured on this node"
                 )
-            return f"{self.title} has no engine configured on this node"
+            status = engines.status(self.engine).reason
+            why = f" ({status})" if status else ""
+            return f"{self.title} has no engine configured on this node{why}"
         chooser = _chosen_model_of(params)
         if self.model_ids and chooser is not None:
             engine = self.engine

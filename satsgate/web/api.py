@@ -67,7 +67,10 @@ async def models(request: web.Request) -> web.Response:
             f"Unknown category {category!r}.",
             extra={"categories": list(CATEGORIES)},
         )
-    body = dumps(list_models_document(SERVICES, request.app[RATES].book, category)).encode()
+    document = list_models_document(
+        SERVICES, request.app[RATES].book, request.app[ENGINES], category
+    )
+    body = dumps(document).encode()
     return web.Response(body=body, content_type="application/json")
 
 

@@ -10,13 +10,14 @@ at this edge (the spec's unit). ``priceSats`` is None where the price is not one
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from satsgate.services.base import sats_for_msat
 
 if TYPE_CHECKING:
+    from satsgate.engines import Engines
     from satsgate.services.base import ServiceSpec
     from satsgate.services.catalog.rates import RateBook
 
@@ -85,13 +86,67 @@ def model_prices(services: Iterable[ServiceSpec[Any]], book: RateBook) -> dict[i
     return {m.id: model_price(home[m.id], m.id, book) if m.id in home else NOT_SOLD for m in MODELS}
 
 
-def model_entry(model: Model, price: ModelPrice) -> dict[str, Any]:
+def unavailable_models(services: Iterable[ServiceSpec[Any]], engines: Engines) -> dict[int, str]:
+    """Why each catalog model cannot run on this node; a model that runs is not a key.
+
+    A model runs when one of ``services`` that names it can run and its engine serves the
+    model (the engine's provider maps it, or the local engine lists it)."""
+    reasons: dict[int, list[str]] = {m.id: [] for m in MODELS}
+    runs: set[int] = set()
+    for spec in services:
+        service_why = spec.unavailable_reason(engines)
+        for model_id in spec.model_ids:
+            if model_id not in reasons:
+                continue
+            why = service_why
+            engine = spec.engine
+            if why is None and engine is not None and not engines.serves_model(engine, model_id):
+                why = f"{spec.title} on this node does not offer this model"
+            if why is None:
+                runs.add(model_id)
+            else:
+                reasons[model_id].append(why)
+    return {
+        model_id: "; ".join(dict.fromkeys(why)) or NOT_SOLD.note
+        for model_id, why in reasons.items()
+        if model_id not in runs
+    }
+
+
+def defaults_here(services: Iterable[ServiceSpec[Any]], unavailable: Mapping[int, str]) -> set[int]:
+    """The model each category's default stands for on this node: the catalog's default
+    where it runs, else the model a request naming none is moved to (the service's own
+    ``fit_model``: the nearest one that runs), if any runs."""
+    defaults = {m.id for m in MODELS if m.is_default and m.id not in unavailable}
+    for spec in services:
+        default = getattr(spec.params, "DEFAULT", None)
+        if not isinstance(default, int) or default not in unavailable:
+            continue
+        if not MODELS_BY_ID[default].is_default:
+            continue
+        fitting = spec.params.model_construct()  # a request that names no model
+        fit = getattr(fitting, "fit_model", None)
+        if fit is None:
+            continue
+        fit(lambda model_id: model_id not in unavailable)
+        chosen = fitting.chosen_model
+        if chosen not in unavailable:
+            defaults.add(chosen)
+    return defaults
+
+
+def model_entry(
+    model: Model, price: ModelPrice, unavailable: str | None, is_default: bool
+) -> dict[str, Any]:
+    """One model as the catalog lists it: a model that cannot run here says why and is
+    never the default (``defaults_here``)."""
     entry: dict[str, Any] = {
         "id": model.id,
         "name": model.name,
         "category": model.category,
         "tier": model.tier,
-        "isDefault": model.is_default,
+        "isDefault": is_default,
+        "available": unavailable is None,
         "priceSats": price.sats,
         "sats": price.sats,
         "description": model.description,
@@ -99,6 +154,8 @@ def model_entry(model: Model, price: ModelPrice) -> dict[str, Any]:
     }
     if price.note:
         entry["priceNote"] = price.note
+    if unavailable is not None:
+        entry["unavailableReason"] = unavailable
     return entry
 
 
@@ -363,12 +420,21 @@ def default_model(category: str) -> Model | None:
 
 
 def list_models_document(
-    services: Iterable[ServiceSpec[Any]], book: RateBook, category: str | None = None
+    services: Iterable[ServiceSpec[Any]],
+    book: RateBook,
+    engines: Engines,
+    category: str | None = None,
 ) -> dict[str, Any]:
     """GET /api/l402/models and the list_models tool: each model priced by ``services`` at
-    the rate ``book``."""
+    the rate ``book``, and whether it runs on this node's ``engines``."""
+    services = tuple(services)
     prices = model_prices(services, book)
+    unavailable = unavailable_models(services, engines)
+    defaults = defaults_here(services, unavailable)
     return {
-        "models": [model_entry(m, prices[m.id]) for m in models_in(category)],
+        "models": [
+            model_entry(m, prices[m.id], unavailable.get(m.id), m.id in defaults)
+            for m in models_in(category)
+        ],
         "categories": list(CATEGORIES),
     }

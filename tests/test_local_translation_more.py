@@ -230,8 +230,10 @@ async def test_api_languages_says_which_rare_and_speech_pairs_this_node_serves(
     doc = (await client.get("/api/languages")).json()
     rare_node = doc["thisNode"]["rareTranslation"]
     assert rare_node["source"] == "local" and rare_node["label"] == apertium.RARE_LABEL
-    pairs = {(p["source"], p["target"]) for p in rare_node["pairs"]}
-    assert pairs == set(apertium.installed_pairs(target_code=apertium.rare_code)) >= RARE_PAIRS
+    listed = {(p["source"], p["target"]): p.get("via") for p in rare_node["pairs"]}
+    pairs = set(listed)
+    installed = set(apertium.installed_pairs(target_code=apertium.rare_code))
+    assert {pair for pair, via in listed.items() if via is None} == installed >= RARE_PAIRS
     rare = {entry["code"]: entry["here"] for entry in doc["rare"]}
     assert rare["oci"] == {"into": True, "from": ["ca", "es", "fr"]}
     assert rare["srd"] == {"into": True, "from": ["ca", "it"]}
@@ -243,6 +245,7 @@ async def test_api_languages_says_which_rare_and_speech_pairs_this_node_serves(
         spoken = {(p["source"], p["target"]) for p in speech["pairs"]}
         assert ("en", "es") in spoken and {s for s, _ in spoken} == {"en"}
         assert spoken == {(s, t) for s, t in apertium.installed_pairs() if s == "en"}
+        assert all("via" not in p for p in speech["pairs"])  # installed pairs only
 
 
 # -- what a fresh node offers --------------------------------------------------------------

@@ -102,6 +102,27 @@ async def test_english_to_catalan_and_portuguese_to_spanish(client: httpx.AsyncC
     assert "El gato come pez todos los días" in spanish["translatedText"], spanish
 
 
+async def test_a_pair_without_its_own_mode_goes_through_a_pivot_and_says_so(
+    client: httpx.AsyncClient,
+) -> None:
+    """No English-French pair is installed: English to Spanish, then Spanish to French."""
+    out = await _translate(
+        client,
+        {
+            "text": "The dog eats bread in the house.",
+            "sourceLanguage": "en",
+            "targetLanguage": "fr",
+        },
+    )
+    words = out["translatedText"].lower()
+    assert "chien" in words and "pain" in words and "maison" in words, out
+    assert out["pivotLanguage"] == "es" and "through Spanish" in out["note"], out
+    direct = await _translate(
+        client, {"text": "The house is big.", "sourceLanguage": "en", "targetLanguage": "es"}
+    )
+    assert "pivotLanguage" not in direct and "note" not in direct, direct
+
+
 async def test_source_language_is_detected(client: httpx.AsyncClient) -> None:
     out = await _translate(
         client,
@@ -143,13 +164,15 @@ async def test_pairs_this_node_lacks_are_refused_before_any_invoice(
         client, "translate-text", {"text": "Hola", "sourceLanguage": "es", "targetLanguage": "de"}
     )
     assert "German" in error["error"] and "es->en" in error["error"]
-    # A known target from a source it is not translated from here.
+    # A known target from a source it is not translated from here, even through a pivot
+    # (French reaches English only through Spanish, so Esperanto, which only English
+    # reaches, is two pivots away).
     error = await _refused_before_invoice(
         client,
         "translate-text",
-        {"text": "Bonjour", "sourceLanguage": "fr", "targetLanguage": "en"},
+        {"text": "Bonjour", "sourceLanguage": "fr", "targetLanguage": "eo"},
     )
-    assert "from French" in error["error"] or "not from French" in error["error"]
+    assert "not from French" in error["error"]
     # No source given, and the text reads as a language not served into English.
     error = await _refused_before_invoice(
         client,
@@ -445,11 +468,17 @@ async def test_api_languages_says_which_pairs_this_node_translates(
     node = doc["thisNode"]["translation"]
     assert node["available"] is True and node["source"] == "local"
     assert node["label"] == apertium.LABEL
-    pairs = {(p["source"], p["target"]) for p in node["pairs"]}
-    assert pairs == set(apertium.installed_pairs()) >= NEEDED_PAIRS
+    pairs = {(p["source"], p["target"]): p.get("via") for p in node["pairs"]}
+    installed = set(apertium.installed_pairs())
+    assert installed >= NEEDED_PAIRS
+    # Every installed pair, directly; the others through one pivot, each leg installed.
+    assert {pair for pair, via in pairs.items() if via is None} == installed
+    for (source, target), via in pairs.items():
+        assert via is None or {(source, via), (via, target)} <= installed, (source, target)
+    assert pairs[("en", "fr")] == "es"
     by_code = {entry["code"]: entry for entry in doc["translation"]}
     assert by_code["en"]["here"]["into"] is True and "es" in by_code["en"]["here"]["from"]
-    assert "fr" not in by_code["en"]["here"]["from"]
+    assert "fr" in by_code["en"]["here"]["from"] and "fr" not in by_code["eo"]["here"]["from"]
     assert by_code["de"]["here"] == {"into": False, "from": []}
     assert by_code["es"]["here"]["from"] == sorted(s for s, t in pairs if t == "es")
 

@@ -10,8 +10,9 @@ tier's evidence (see :mod:`satsgate.domain.languages`).
 
 ``here`` says what this node really translates (translate-text, translate-epub): a
 provider's text model takes any pair of the 119; a local engine such as Apertium only
-the language pairs it has installed, listed in ``thisNode.translation.pairs`` and, per
-target language, in its ``here.from``. The rare languages say the same of
+the language pairs it has installed and those it reaches through one pivot language
+(``via``), listed in ``thisNode.translation.pairs`` and, per target language, in its
+``here.from``. The rare languages say the same of
 translate-rare-language (``thisNode.rareTranslation``: Apertium serves a few, such as
 Occitan, from the languages its pairs start from); ``thisNode.speechTranslation`` lists
 the (spoken, written) pairs of transcribe-translate.
@@ -82,7 +83,7 @@ def _this_node(engines: Engines, name: str = "translation") -> dict[str, Any]:
         return doc
     if status.source == "local":
         doc["label"] = status.label
-    pairs: set[tuple[str, str]] | None = set()
+    pairs: dict[tuple[str, str], str | None] | None = {}
     for binding in engines.bindings(name):
         # A method its class defines (not whatever a proxy answers); without it: any pair.
         if pairs is None or not callable(getattr(type(binding.engine), "language_pairs", None)):
@@ -90,11 +91,18 @@ def _this_node(engines: Engines, name: str = "translation") -> dict[str, Any]:
             break
         engine: Any = binding.engine
         listed: Iterable[tuple[str, str]] = engine.language_pairs()
-        pairs.update(listed)
+        pivot = engine.pivot if callable(getattr(type(engine), "pivot", None)) else None
+        for pair in listed:
+            via = pivot(*pair) if pivot is not None else None
+            if pair not in pairs or pairs[pair] is not None:
+                pairs[pair] = via  # a binding that translates the pair directly wins
     doc["pairs"] = (
         None
         if pairs is None
-        else [{"source": source, "target": target} for source, target in sorted(pairs)]
+        else [
+            {"source": source, "target": target, **({"via": via} if via else {})}
+            for (source, target), via in sorted(pairs.items())
+        ]
     )
     return doc
 

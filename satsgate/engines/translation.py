@@ -37,6 +37,9 @@ class TranslationResult:
     text: str  # the translation, in the request's format
     # The source language as detected (or as given), same code form; None if unknown.
     source_language: str | None = None
+    # The language a two-step translation went through (source -> pivot -> target), for
+    # a pair the engine has no direct translation of; None when it translated directly.
+    pivot_language: str | None = None
 
 
 class TranslationEngine(Protocol):

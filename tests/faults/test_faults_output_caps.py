@@ -121,7 +121,9 @@ async def test_the_refusal_before_the_invoice_uses_the_configured_image_cap(
             },
             headers={"Accept": "application/json, text/event-stream"},
         )
-        assert mcp.json()["error"]["data"]["error_code"] == "L402_INVALID_PARAMS", mcp.text
+        refused = mcp.json()["result"]
+        assert refused["isError"] is True, mcp.text
+        assert refused["structuredContent"]["error_code"] == "L402_INVALID_PARAMS", mcp.text
         assert payment_count(capped) == before
         # A compressed target is quoted: its size is known only after the work.
         ok = await client.post(

@@ -3,12 +3,14 @@ packages (``apertium-eng-spa``, ``apertium-es-pt`` ...), for the ``translation``
 name when no provider is configured for it. The engine is GPL-2.0-or-later and the pair
 data GPL-2.0 or GPL-3.0; satsgate runs it as a separate program and links none of it.
 
-Only the language pairs whose modes are installed are served (``apertium -l`` lists
-them: one file per mode under ``$APERTIUM_DATADIR/modes``); :meth:`unsupported` refuses
-any other pair before any invoice (satsgate.engines.registry.Binding.unsupported). A
-missing source language is identified with :mod:`.language_id` among all the languages it
-knows, and served only when it is one the target can be translated from here; a text too
-short to tell (a few words) is read as the likeliest of those.
+The language pairs whose modes are installed are served (``apertium -l`` lists them: one
+file per mode under ``$APERTIUM_DATADIR/modes``), and a pair none translates directly
+through one pivot language two installed pairs share (en->fr as en->es, es->fr; the answer
+names the pivot); :meth:`unsupported` refuses any other pair before any invoice
+(satsgate.engines.registry.Binding.unsupported). A missing source language is identified
+with :mod:`.language_id` among all the languages it knows, and served only when it is one
+the target can be translated from here; a text too short to tell (a few words) is read as
+the likeliest of those.
 
 Each translation is one run of the ``apertium`` pipeline (a shell script chaining
 lttoolbox and transfer tools, no Python), as an asyncio subprocess in its own process
@@ -146,6 +148,17 @@ def _name(code: str) -> str:
     return language_name(code)
 
 
+# Pivot languages, most preferred first: Apertium's pairs are built around Spanish, then
+# English; a pair through a pivot loses more than an installed one, so one step only.
+PIVOT_PREFERENCE = ("es", "en", "ca", "fr", "pt", "it", "gl")
+
+
+def _pivot_order(item: tuple[tuple[str, str], str]) -> tuple[int, str, str]:
+    (source, pivot), _mode = item
+    rank = PIVOT_PREFERENCE.index(pivot) if pivot in PIVOT_PREFERENCE else len(PIVOT_PREFERENCE)
+    return rank, pivot, source
+
+
 class ApertiumTranslator:
     """TranslationEngine (satsgate.engines.translation) over the installed Apertium pairs."""
 
@@ -153,6 +166,18 @@ class ApertiumTranslator:
         self, pairs: Mapping[tuple[str, str], str], *, timeout_s: float, parallel: int
     ) -> None:
         self._pairs = dict(pairs)
+        # Every pair served, with the modes run one after the other: an installed pair's
+        # own mode, else two through a pivot language (its first installed pair by
+        # PIVOT_PREFERENCE), e.g. en->fr as en->es then es->fr.
+        self._routes: dict[tuple[str, str], tuple[str, ...]] = {
+            pair: (mode,) for pair, mode in self._pairs.items()
+        }
+        self._pivots: dict[tuple[str, str], str] = {}
+        for (source, pivot), first in sorted(self._pairs.items(), key=_pivot_order):
+            for (middle, target), second in self._pairs.items():
+                if middle == pivot and target != source and (source, target) not in self._routes:
+                    self._routes[(source, target)] = (first, second)
+                    self._pivots[(source, target)] = pivot
         self._timeout_s = timeout_s
         self._parallel = max(1, parallel)
         self._slots: asyncio.Semaphore | None = None
@@ -160,14 +185,20 @@ class ApertiumTranslator:
     # -- what it serves ---------------------------------------------------------------------
 
     def language_pairs(self) -> tuple[tuple[str, str], ...]:
-        """(source, target) codes served here, sorted."""
-        return tuple(sorted(self._pairs))
+        """(source, target) codes served here, sorted: installed pairs and pivoted ones."""
+        return tuple(sorted(self._routes))
+
+    def pivot(self, source: str, target: str) -> str | None:
+        """The language a translation from ``source`` into ``target`` goes through, or None
+        where an installed pair translates it directly."""
+        return self._pivots.get((source, target))
 
     def sources_for(self, target: str) -> tuple[str, ...]:
-        return tuple(sorted(s for s, t in self._pairs if t == target))
+        return tuple(sorted(s for s, t in self._routes if t == target))
 
     def _pair_list(self) -> str:
-        return ", ".join(f"{s}->{t}" for s, t in self.language_pairs())
+        installed = ", ".join(f"{s}->{t}" for s, t in sorted(self._pairs))
+        return f"{installed}, and pairs through one of them (GET /api/languages lists every pair)"
 
     def _source(self, request: TranslationRequest) -> tuple[str | None, str | None]:
         """(the source language to translate from, or why the request cannot be served).
@@ -181,14 +212,14 @@ class ApertiumTranslator:
             targets = sorted({t for _, t in self._pairs})
             return None, (
                 f"this node translates locally into {', '.join(targets)} only, not into "
-                f"{_name(target)}; language pairs here: {self._pair_list()}"
+                f"{_name(target)}; language pairs installed here: {self._pair_list()}"
             )
         if source is not None:
             if source == target or source in sources:
                 return source, None
             return None, (
                 f"this node translates into {_name(target)} only from "
-                f"{', '.join(sources)}, not from {_name(source)}; language pairs here: "
+                f"{', '.join(sources)}, not from {_name(source)}; language pairs installed here: "
                 f"{self._pair_list()}"
             )
         text = request.text
@@ -232,10 +263,12 @@ class ApertiumTranslator:
             return TranslationResult(request.text, None)
         if source == request.target_language:
             return TranslationResult(request.text, source)
-        mode = self._pairs[(source, request.target_language)]
+        pair = (source, request.target_language)
         fmt = "html-noent" if request.format == "html" else "txt"
-        text = await self._run(mode, fmt, request.text)
-        return TranslationResult(text, source)
+        text = request.text
+        for mode in self._routes[pair]:
+            text = await self._run(mode, fmt, text)
+        return TranslationResult(text, source, pivot_language=self._pivots.get(pair))
 
     async def _run(self, mode: str, fmt: str, text: str) -> str:
         if self._slots is None:

@@ -38,7 +38,12 @@ class LocalSpeechTranslation(TranscribeThenTranslate):
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return tuple(sorted({t for s, t in self.translator.language_pairs() if s == SOURCE}))
+        # Installed pairs only: a pivoted pair would need its answer to say so, and the
+        # speech answer has no place for that yet.
+        pairs = self.translator.language_pairs()
+        return tuple(
+            sorted({t for s, t in pairs if s == SOURCE and self.translator.pivot(s, t) is None})
+        )
 
     def language_pairs(self) -> tuple[tuple[str, str], ...]:
         """(source, target) served (discovery's thisNode.speechTranslation.pairs)."""

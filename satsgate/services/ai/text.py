@@ -557,8 +557,22 @@ async def translate_text(ctx: ServiceContext, params: TranslateTextParams) -> Se
             "translatedText": result.text,
             "sourceLanguage": result.source_language or params.sourceLanguage,
             "targetLanguage": params.targetLanguage,
+            **pivot_note(result),
         }
     )
+
+
+def pivot_note(result: TranslationResult) -> dict[str, str]:
+    """An answer's word on a translation made in two steps: the pivot language, and that a
+    text translated twice reads less exactly than one translated directly."""
+    if result.pivot_language is None:
+        return {}
+    name = language_name(result.pivot_language)
+    return {
+        "pivotLanguage": result.pivot_language,
+        "note": f"This node has no direct translation for this pair: the text was "
+        f"translated through {name}, which can lose nuance.",
+    }
 
 
 def _per_1000(msat_per_char: int) -> str:
@@ -572,7 +586,9 @@ TRANSLATE_TEXT = ServiceSpec(
     category="text",
     title="Translate text",
     description="Translate into one of 119 languages: { translatedText, sourceLanguage, "
-    "targetLanguage }. "
+    "targetLanguage, and pivotLanguage with a note when this node translated through a "
+    "third language }. A provider's text model takes any pair; on a node with the local "
+    "engine only, GET /api/languages lists the pairs it has (thisNode.translation). "
     f"{_per_1000(TRANSLATE_MSAT_PER_CHAR)} per 1000 characters on the standard engine "
     f"(minimum {TRANSLATE_MIN_SATS}); routed targets cost "
     f"{_per_1000(TRANSLATE_ROUTED_MSAT_PER_CHAR)} per 1000.",
@@ -644,6 +660,7 @@ async def translate_rare(ctx: ServiceContext, p: TranslateRareParams) -> Service
             "translatedText": result.text,
             "targetLanguage": p.targetLanguage,
             "targetLanguageName": language_name(p.targetLanguage),
+            **pivot_note(result),
             # No chrF is measured here for any language (domain.languages): null.
             "quality": {"tier": tier, "chrf": None},
         }

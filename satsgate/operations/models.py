@@ -138,6 +138,12 @@ class PaymentDocument(Body):
     expiresAt: str = Field(json_schema_extra={"format": "date-time"})
     lightningInvoice: str | None = Field(None, description="While unpaid.")
     hostedCheckoutUrl: str | None = Field(None, description="While unpaid.")
+    preimage: str | None = Field(
+        None,
+        description="Paid and unused, asked over HTTP with the Authorization of the 402 "
+        "that created it (its macaroon, or its Payment challenge): the invoice's preimage, "
+        "so the agent can finish its call after someone else paid the hostedCheckoutUrl.",
+    )
 
 
 class RefundIssued(Body):

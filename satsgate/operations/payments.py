@@ -127,7 +127,22 @@ async def payment_status(
     rework = gate.spender.rework
     if rework is not None and ref == payment.payment_id:  # a free-retry window, its refund
         doc.update(await rework.status_fields(payment))
+    if isinstance(params, PaymentStatusParams) and await _handed_off(gate, payment, call):
+        doc["preimage"] = await gate.preimage_of(payment)
     return PaymentDocument.model_validate(doc)
+
+
+async def _handed_off(gate: Gate, payment: Payment, call: Call) -> bool:
+    """Someone paid an HTTP 402's invoice (its checkout page, another wallet) and the
+    agent that got the 402 asks with that 402's credential: the macaroon or the echoed
+    challenge, which only it received over HTTPS (the route learns the hash and the
+    preimage, never these). Only an unused payment's preimage is handed over."""
+    return (
+        payment.via == "http"
+        and payment.status is PaymentStatus.PAID
+        and bool(call.authorization)
+        and gate.verifier.issued_for(call.authorization, payment)
+    )
 
 
 async def _wait_paid(
@@ -165,7 +180,9 @@ CHECK_PAYMENT_STATUS: OperationSpec[PaymentStatusParams, PaymentDocument] = Oper
         headers={"Cache-Control": "no-store"},
         summary="A payment's status, by the token of its hostedCheckoutUrl (the answer "
         "then leaves out the paymentId) or by its paymentId; ?wait=N long-polls until it "
-        "settles (at most 25 s).",
+        "settles (at most 25 s). With the Authorization of the 402 that created it (its "
+        "macaroon alone, or its Payment challenge echoed), a paid, unused payment's answer "
+        "carries its preimage: someone else paid, the agent finishes its call.",
         llms="`GET {url}` (`?wait=25` long-polls until paid)",
     ),
     tool="check_payment_status",

@@ -173,6 +173,7 @@ class Gate:
         self.watch_settlements = settlements.watch
         self.wait_paid = settlements.wait_paid
         self.refresh_paid = settlements.refresh_paid
+        self.preimage_of = settlements.preimage_of
         # the paid call
         self.execute = spender.execute
         self.execute_credential = spender.execute_credential

@@ -133,11 +133,11 @@ def parse_credential(value: str) -> L402Credential:
     preimage = preimage.lower()
     if _HEX64.fullmatch(preimage) is None:
         raise MalformedCredential("the preimage must be 64 hex characters")
-    raw = _b64decode_strict(mac_part)
+    raw = decode_base64(mac_part)
     return L402Credential(raw, preimage)
 
 
-def _b64decode_strict(text: str) -> bytes:
+def decode_base64(text: str) -> bytes:
     # Standard alphabet, padded, as issued; url-safe or unpadded is accepted too
     # because some clients re-encode, but nothing else is.
     candidate = text.replace("-", "+").replace("_", "/")

@@ -151,6 +151,20 @@ class Settlements:
                 self._paid_waiters.pop(payment.payment_hash, None)
         return await self._payments.get(payment.payment_id) or payment
 
+    async def preimage_of(self, payment: Payment) -> str | None:
+        """The preimage of ``payment``'s settled invoice, as the node reports it; None
+        while it is unsettled, for a hold invoice (whose preimage is satsgate's own until
+        the call succeeds), or when the node cannot be asked."""
+        if payment.mode == "hold":
+            return None
+        try:
+            status = await self._node.lookup_invoice(payment.payment_hash)
+        except (BackendError, OSError):
+            return None
+        if status.state is not InvoiceState.SETTLED or status.preimage is None:
+            return None
+        return status.preimage.lower()
+
     async def refresh_paid(self, payment: Payment) -> Payment:
         """An unpaid row may lag the node by a moment: ask the node before refusing."""
         if payment.status is not PaymentStatus.UNPAID:

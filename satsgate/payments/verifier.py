@@ -125,16 +125,38 @@ class Verifier:
             return False
         return False
 
+    def issued_for(self, values: Sequence[str], payment: Payment) -> bool:
+        """The Authorization ``values`` carry what satsgate issued for ``payment``'s 402
+        over HTTPS, with or without a preimage: its macaroon (``L402 <macaroon>``,
+        ``L402 <macaroon>:``, or with any preimage), verified as :meth:`owns` verifies
+        it, or ``Payment <b64url JSON>`` echoing a challenge issued for its hash (any
+        payload). The hand-off of a payment someone else paid (its checkout page) rests
+        on this: the agent that got the 402 learns the preimage. Never raises."""
+        if len(values) != 1:
+            return False
+        scheme, _, rest = values[0].strip().partition(" ")
+        scheme_l = scheme.lower()
+        try:
+            if scheme_l in ("l402", "lsat"):
+                macaroon, _, _preimage = rest.strip().partition(":")
+                raw = l402.decode_base64(macaroon)
+                return self._macaroon_of(l402.decode_macaroon(raw), payment)
+            if scheme_l == "payment":
+                doc: Any = json_input.loads(mpp.b64url_decode(rest.strip()))
+                return isinstance(doc, dict) and self._challenge_names(doc, payment)
+        except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError):
+            return False
+        return False
+
     def _macaroon_of(self, decoded: l402.DecodedMacaroon, payment: Payment) -> bool:
         if decoded.payment_hash != payment.payment_hash or decoded.token_id != payment.token_id:
             return False
         derived = self._root_keys.for_token(decoded.identifier[34:])
         return l402.signature_matches(decoded, derived) or _signed_by_stored_key(decoded, payment)
 
-    def _echo_of(self, value: str, payment: Payment) -> bool:
-        doc: Any = json_input.loads(mpp.b64url_decode(value.strip()))
-        if not isinstance(doc, dict):
-            return False
+    def _challenge_names(self, doc: dict[str, Any], payment: Payment) -> bool:
+        """The echoed challenge in ``doc`` verifies under the server secret and names
+        ``payment``'s hash (a charge's, a session deposit's or top-up's)."""
         _, intent, request, _ = mpp.authenticated_challenge(
             doc, secret=self._server_secret, intents=(mpp.INTENT, SESSION_INTENT)
         )
@@ -143,8 +165,14 @@ class Verifier:
             named = named.lower() if isinstance(named, str) else None
         else:
             named = mpp.charge_payment_hash(request)
+        return named == payment.payment_hash
+
+    def _echo_of(self, value: str, payment: Payment) -> bool:
+        doc: Any = json_input.loads(mpp.b64url_decode(value.strip()))
+        if not isinstance(doc, dict) or not self._challenge_names(doc, payment):
+            return False
         payload = doc.get("payload")
-        if named != payment.payment_hash or not isinstance(payload, dict):
+        if not isinstance(payload, dict):
             return False
         return any(
             isinstance(payload.get(field), str) and _preimage_of(payment, payload[field])

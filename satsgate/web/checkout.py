@@ -113,7 +113,7 @@ def render_checkout(payment: Payment, token: str) -> tuple[str, str]:
         qr_svg=qr_svg,
         wallet_uri=esc(uri),
         bolt11=esc(payment.bolt11),
-        tool=esc(spec.tool_name if spec is not None else payment.service),
+        paid_note=paid_note(payment, spec.tool_name if spec is not None else payment.service),
         # A reference for support, not the paymentId: the invoice's hash, shortened.
         payment_id=esc(payment.payment_hash[:16]),
         paid_hidden="" if payment.status in (PaymentStatus.PAID, PaymentStatus.SPENT) else "hidden",
@@ -122,6 +122,23 @@ def render_checkout(payment: Payment, token: str) -> tuple[str, str]:
         data_json=_script_json(data),
     )
     return page, nonce
+
+
+def paid_note(payment: Payment, tool: str) -> str:
+    """What the agent does next once someone paid here (HTML), in the words of the way
+    the payment was made: an MCP agent calls the tool with its paymentId; an HTTP agent
+    that got a 402 fetches the proof with that 402's credential, then repeats its call."""
+    esc = html.escape
+    if payment.via == "mcp":
+        return (
+            f"Payment received. Your agent can now call <code>{esc(tool)}</code> with this payment."
+        )
+    return (
+        "Payment received. The agent that asked for it can now finish its request: it "
+        "reads <code>GET /api/payments/&lt;paymentId of its 402&gt;</code> with the "
+        "Authorization of that 402 (its macaroon, or its Payment challenge), which answers "
+        "the preimage, then repeats its request with the credential as usual."
+    )
 
 
 def _script_json(value: Any) -> str:

@@ -9,7 +9,7 @@ cashuB...`` (a NUT-00 V4 token) pays the call:
    price. Otherwise 400 (NUT-24), nothing swapped, nothing charged;
 2. the receipt, its proofs' Ys and the swap's blinded outputs are recorded in one
    transaction (:meth:`EcashRepository.claim`): a token presented again, at once or later,
-   finds its Ys taken and is refused with 400 ``CASHU_TOKEN_SPENT``;
+   finds its Ys taken and is never swapped by two requests at once;
 3. a swap at the mint (NUT-03) turns the payer's proofs into new ones of satsgate's: the
    price (kept) and the change. The mint's own double-spend answer is the second guard;
 4. the kept proofs and a payment row (``mode = 'cashu'``, paid) are written in one
@@ -18,12 +18,17 @@ cashuB...`` (a NUT-00 V4 token) pays the call:
    after the swap); a failure after the spend refunds in ecash: the refund object carries
    a fresh token (``cashu_token``) instead of an LNURL-withdraw link.
 
-A swap whose answer was lost is resolved by asking the mint (NUT-07 check state by Y):
-unspent, the token is freed (it may be presented again); spent, the saved outputs are
-restored (NUT-09) and the payment recorded, its call refunded in ecash to whoever presents
-the same token again. Held ecash is melted into the node's own Lightning balance on a
-schedule (NUT-05: an invoice of the node's, the mint's melt pays it; NUT-08 blank outputs
-take back the unused fee reserve).
+A lost swap never burns a token. Its answer lost, proofs pending at the mint, or another
+request swapping the same token: 503 ``CASHU_TOKEN_PENDING`` (retry with the same token),
+never "nothing was charged". A retry, a refusal of the swap and the schedule all settle
+it the same way (:meth:`Ecash.resolve`): the proofs' states at the mint (NUT-07); all
+unspent -> released, and the next presentation swaps the SAME saved outputs again; all
+spent -> the saved outputs restored (NUT-09): signed, the payment is recorded and serves
+the token's call once; not signed, spent elsewhere (only then ``CASHU_TOKEN_SPENT``).
+
+Held ecash is melted into the node's own Lightning balance on a schedule (NUT-05: an
+invoice of the node's, the mint's melt pays it; NUT-08 blank outputs take back the
+unused fee reserve).
 """
 
 from __future__ import annotations

@@ -191,8 +191,9 @@ class MintProxy:
     proofs (400, code 11002 "proofs are pending") without forwarding;
     ``lose = "hang"`` forwards it, sets ``forwarded`` once the mint answered, and never
     answers (the client waits until it gives up, or is killed).
-    ``delays``: seconds each next swap waits in the proxy before it is forwarded (a slow
-    network: a request can reach the mint after its client gave up)."""
+    ``lose_times``: how many swaps are lost before ``lose`` clears itself (0: until it is
+    cleared). ``delays``: seconds each next swap waits in the proxy before it is
+    forwarded (a slow network: a request can reach the mint after its client gave up)."""
 
     def __init__(self, target: str, port: int) -> None:
         from aiohttp import web
@@ -200,6 +201,7 @@ class MintProxy:
         self.url = f"http://127.0.0.1:{port}"
         self.lose = ""
         self.lose_path = "/v1/swap"  # the request whose request or answer is lost
+        self.lose_times = 0
         self.delays: list[float] = []
         self.forwarded = threading.Event()
         self._target = target
@@ -220,9 +222,14 @@ class MintProxy:
         from aiohttp import web
 
         swap = request.path == self.lose_path
-        if swap and self.lose == "request":
+        lose = self.lose if swap else ""
+        if lose and self.lose_times:
+            self.lose_times -= 1
+            if not self.lose_times:
+                self.lose = ""
+        if lose == "request":
             return web.json_response({"detail": "proxy lost the request"}, status=502)
-        if swap and self.lose == "pending":
+        if lose == "pending":
             return web.json_response({"detail": "proofs are pending", "code": 11002}, status=400)
         body = await request.read()
         if swap and self.delays:  # forwarded even when the client gave up meanwhile
@@ -234,9 +241,9 @@ class MintProxy:
                 content=body,
                 headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
             )
-        if swap and self.lose == "answer":
+        if lose == "answer":
             return web.json_response({"detail": "proxy lost the answer"}, status=502)
-        if swap and self.lose == "hang":
+        if lose == "hang":
             self.forwarded.set()
             await asyncio.sleep(3600)
         return web.Response(

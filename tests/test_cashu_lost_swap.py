@@ -120,6 +120,17 @@ def held_for(db: Path, token: str) -> tuple[str, str, int]:
     return str(status), str(payment_status), int(held)
 
 
+def served_for(db: Path, token: str) -> tuple[str, str, int]:
+    """:func:`held_for` once the served call's payment is recorded spent (that write joins
+    the group commit after the answer was sent)."""
+    deadline = time.monotonic() + 10
+    found = held_for(db, token)
+    while found[1] == "serving" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = held_for(db, token)
+    return found
+
+
 def never_burned(responses: list[httpx.Response]) -> None:
     """No answer calls the token spent while it is pending or the mint took our swap:
     the only refusals besides "retry" are the spend rule's (the one call was made)."""
@@ -183,7 +194,7 @@ async def test_lost_swaps_with_concurrent_retries_serve_each_token_once(
         never_burned(answers)
         assert wallet.receive(served[0].headers["X-Cashu-Change"]) == 1
         assert mint_states(mint, token) == {"SPENT"}
-        assert held_for(db, token) == ("redeemed", "spent", price)
+        assert served_for(db, token) == ("redeemed", "spent", price)
         again = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
         assert again.status_code in (400, 403), again.text
     votes = rows(db, "SELECT COUNT(*) FROM payments WHERE mode = 'cashu' AND status = 'spent'")
@@ -216,7 +227,7 @@ async def test_proofs_pending_at_the_mint_are_not_spent(
     assert mint_states(mint, token) == {"UNSPENT"}
     retry = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
     assert retry.status_code == 200, retry.text
-    assert held_for(db, token) == ("redeemed", "spent", price)
+    assert served_for(db, token) == ("redeemed", "spent", price)
     assert_ledger_balances(cashu_server)
 
 
@@ -245,7 +256,7 @@ async def test_a_swap_of_ours_that_reached_the_mint_late_is_restored_not_called_
     assert proxy.delays == []  # both swaps went through the proxy
     assert wallet.receive(retry.headers["X-Cashu-Change"]) == 2
     assert mint_states(mint, token) == {"SPENT"}
-    assert held_for(db, token) == ("redeemed", "spent", price)
+    assert served_for(db, token) == ("redeemed", "spent", price)
     assert_ledger_balances(cashu_server)
 
 
@@ -363,7 +374,7 @@ def test_a_crash_after_the_swap_was_sent_is_restored_at_restart(
     assert again.status_code == 200, again.text
     assert again.headers["X-Cashu-Change"] == change
     assert wallet.receive(change) == 1
-    assert held_for(db, token) == ("redeemed", "spent", price)
+    assert served_for(db, token) == ("redeemed", "spent", price)
 
 
 def send_then_kill(

@@ -189,6 +189,8 @@ class MintProxy:
     ``lose = "answer"`` forwards it and answers 502 (the mint swapped; its answer is lost);
     ``lose = "pending"`` answers as Nutshell does while another operation holds the
     proofs (400, code 11002 "proofs are pending") without forwarding;
+    ``lose = "garble"`` forwards it and answers its signatures with points that are not
+    on the curve (a broken mint's answer: satsgate cannot unblind it);
     ``lose = "hang"`` forwards it, sets ``forwarded`` once the mint answered, and never
     answers (the client waits until it gives up, or is killed).
     ``lose_times``: how many swaps are lost before ``lose`` clears itself (0: until it is
@@ -243,6 +245,11 @@ class MintProxy:
             )
         if lose == "answer":
             return web.json_response({"detail": "proxy lost the answer"}, status=502)
+        if lose == "garble":
+            signatures = resp.json().get("signatures", [])
+            for signature in signatures:
+                signature["C_"] = "02" + "ff" * 32
+            return web.json_response({"signatures": signatures})
         if lose == "hang":
             self.forwarded.set()
             await asyncio.sleep(3600)

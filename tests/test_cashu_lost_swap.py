@@ -260,6 +260,30 @@ async def test_a_swap_of_ours_that_reached_the_mint_late_is_restored_not_called_
     assert_ledger_balances(cashu_server)
 
 
+async def test_a_swap_answer_that_does_not_unblind_is_restored(
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    mint: NutshellMint,
+    clear_proxy: MintProxy,
+    wallet: PayerWallet,
+) -> None:
+    """The mint swapped but its answer carries signatures that are not points: no 500 and
+    no "nothing was charged"; the retry restores the outputs (NUT-09) and is served."""
+    proxy, db = clear_proxy, Path(cashu_server.settings.db_path)
+    price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
+    token = wallet.token(price)
+    proxy.lose, proxy.lose_times = "garble", 1
+    first = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert first.status_code == 503, first.text
+    assert first.json()["error_code"] == "CASHU_TOKEN_PENDING"
+    assert "Nothing was charged" not in first.json()["error"]
+    assert mint_states(mint, token) == {"SPENT"}
+    retry = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert retry.status_code == 200, retry.text
+    assert served_for(db, token) == ("redeemed", "spent", price)
+    assert_ledger_balances(cashu_server)
+
+
 # -- a crash after the swap was sent --------------------------------------------------------
 
 

@@ -341,7 +341,15 @@ class Ecash:
             raise _pending(
                 "The mint's answer to the swap was incomplete; retry with the same token."
             )
-        return await self._record(receipt, outputs, signatures, keys, mint.url)
+        try:
+            return await self._record(receipt, outputs, signatures, keys, mint.url)
+        except (KeyError, ValueError, TypeError) as exc:  # signatures that do not unblind
+            log.error("mint %s: a swap's signatures could not be read: %r", mint.url, exc)
+            await self._repo.settle_attempt(receipt, "unknown", repr(exc)[:300], int(time.time()))
+            raise _pending(
+                "The mint's answer to the swap could not be read; its outputs are kept for "
+                "recovery. Retry with the same token."
+            ) from None
 
     async def _after_refusal(self, receipt: Receipt, refusal: MintError) -> _Redeemed:
         """The mint refused the swap. Unspent proofs: nothing moved (the token is freed, it

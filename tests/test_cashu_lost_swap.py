@@ -10,6 +10,7 @@ restored into satsgate's wallet (NUT-09) and comes back; a payer is never told
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import signal
@@ -22,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import httpx
 import pytest
 
@@ -282,6 +284,49 @@ async def test_a_swap_answer_that_does_not_unblind_is_restored(
     assert retry.status_code == 200, retry.text
     assert served_for(db, token) == ("redeemed", "spent", price)
     assert_ledger_balances(cashu_server)
+
+
+G = "0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"  # secp256k1's
+
+
+def forged(token: str) -> str:
+    """The same proofs (secrets, amounts) with signatures the mint never made."""
+    data = cbor2.loads(base64.urlsafe_b64decode(token[6:] + "=" * (-len(token[6:]) % 4)))
+    for group in data["t"]:
+        for entry in group["p"]:
+            entry["c"] = bytes.fromhex(G)
+    return "cashuB" + base64.urlsafe_b64encode(cbor2.dumps(data)).decode().rstrip("=")
+
+
+async def test_a_token_the_mint_refuses_as_invalid_leaves_nothing_behind(
+    client: httpx.AsyncClient,
+    cashu_server: ThreadedServer,
+    mint: NutshellMint,
+    clear_proxy: MintProxy,
+    wallet: PayerWallet,
+) -> None:
+    """Forged signatures: the mint refuses the swap, the proofs are unspent. 400
+    CASHU_TOKEN_INVALID, and the receipt, its Ys and its outputs are gone (invalid tokens
+    fill no table); the genuine token with the same secrets then pays its call."""
+    db = Path(cashu_server.settings.db_path)
+    price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
+    token = wallet.token(price)
+    fake = forged(token)
+    resp = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": fake})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error_code"] == "CASHU_TOKEN_INVALID"
+    assert resp.json()["error"].endswith("Nothing was charged.")
+    receipt_id = receipt_id_of(token)
+    for table, column in (
+        ("ecash_receipts", "receipt_id"),
+        ("ecash_inputs", "receipt_id"),
+        ("ecash_outputs", "op_id"),
+    ):
+        assert rows(db, f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", receipt_id) == [(0,)]
+    assert mint_states(mint, token) == {"UNSPENT"}
+    paid = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
+    assert paid.status_code == 200, paid.text
+    assert served_for(db, token) == ("redeemed", "spent", price)
 
 
 # -- a crash after the swap was sent --------------------------------------------------------

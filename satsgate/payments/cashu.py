@@ -364,6 +364,9 @@ class Ecash:
                 "the same token."
             )
         if outcome == "released":
+            # Refused as invalid with its proofs unspent: no swap of these outputs can be
+            # signed, so nothing of the token needs keeping.
+            await self._repo.forget(receipt)
             raise _refused(
                 ErrorCode.CASHU_TOKEN_INVALID, f"The mint refused the token: {refusal.detail}."
             )

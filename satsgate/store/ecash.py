@@ -8,12 +8,14 @@ token presented again, at the same moment or later, finds its Ys taken and is ne
 swapped by two requests at once. The mint's own double-spend answer is the second guard
 (a token also spent elsewhere).
 
-A swap whose answer was lost leaves the receipt 'unknown'. The mint's proof states settle
-it: unspent -> 'released' (the next presentation claims it again, :meth:`reclaim`, and
-swaps the SAME saved outputs); spent -> NUT-09 restore of the saved outputs: signed, the
-value is satsgate's and the receipt is redeemed; not signed -> 'rejected' (spent
-elsewhere). Outputs are never deleted, and every settlement is conditional on the
-attempt's ``op_id``: a slow request never undoes a newer retry's claim.
+A swap whose answer was lost leaves the receipt 'unknown'. The mint's proof states
+settle it: unspent -> 'released' (the next presentation claims it again,
+:meth:`reclaim`, and swaps the SAME saved outputs); spent -> NUT-09 restore of the saved
+outputs: signed, the value is satsgate's and the receipt is redeemed; not signed ->
+'rejected' (spent elsewhere). Outputs are kept while a swap of them could be signed
+(only a token the mint refused as invalid, its proofs unspent, is forgotten:
+:meth:`forget`), and every settlement is conditional on the attempt's ``op_id``: a slow
+request never undoes a newer retry's claim.
 
 A redeemed receipt becomes a payment row (``mode = 'cashu'``, already paid) in the same
 transaction that stores its proofs, so the spend rule, refunds after the spend and the
@@ -281,6 +283,29 @@ class EcashRepository:
             ).rowcount
         )  # fmt: skip
         return bool(changed == 1)
+
+    async def forget(self, receipt: Receipt) -> bool:
+        """A token the mint refused as invalid, its proofs unspent (released by this
+        attempt): the receipt, its Ys and its outputs deleted, in one transaction, so
+        invalid tokens leave nothing behind. Only while the receipt is still released by
+        this attempt (False otherwise: another request claimed it again)."""
+
+        def go(conn: sqlite3.Connection) -> bool:
+            if (
+                conn.execute(
+                    "SELECT 1 FROM ecash_receipts WHERE receipt_id = ? AND op_id = ?"
+                    " AND status = 'released'",
+                    (receipt.receipt_id, receipt.op_id),
+                ).fetchone()
+                is None
+            ):
+                return False
+            conn.execute("DELETE FROM ecash_inputs WHERE receipt_id = ?", (receipt.receipt_id,))
+            conn.execute("DELETE FROM ecash_outputs WHERE op_id = ?", (receipt.receipt_id,))
+            conn.execute("DELETE FROM ecash_receipts WHERE receipt_id = ?", (receipt.receipt_id,))
+            return True
+
+        return await self._db.run_in_transaction(go)
 
     async def redeemed(
         self,

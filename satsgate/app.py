@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -448,10 +448,10 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     every(HOUR_S, app[RATES].refresh, app[HTTP], settings, id="rates-refresh", next_run_time=now)
     if gate.cashu is not None:
         # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
-        # the node; first a minute after start (a crash's leftovers), then on the interval.
-        first = now + timedelta(seconds=60)
+        # the node; first at start (a crash's leftovers: a swap the dead process sent is
+        # restored before its payer retries), then on the interval.
         every(gate.cashu.config.melt_interval_s, gate.cashu.maintain, id="ecash-maintain",
-              next_run_time=first)  # fmt: skip
+              next_run_time=now)  # fmt: skip
     # SMS and calls whose status webhooks never came: asked again, calls settled.
     sent = deliveries.DeliveryEnv(store.deliveries, store.payments.get, refunds)
     every(300, deliveries.sweep, sent, app[ENGINES], id="deliveries-sweep")

@@ -95,6 +95,7 @@ class ErrorCode(StrEnum):
     CASHU_AMOUNT_TOO_SMALL = "CASHU_AMOUNT_TOO_SMALL"
     CASHU_TOKEN_SPENT = "CASHU_TOKEN_SPENT"
     CASHU_MINT_UNAVAILABLE = "CASHU_MINT_UNAVAILABLE"
+    CASHU_TOKEN_PENDING = "CASHU_TOKEN_PENDING"
     SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
     NOT_FOUND = "NOT_FOUND"
     DELIVERY_NOT_FOUND = "DELIVERY_NOT_FOUND"
@@ -345,6 +346,16 @@ _CODES: tuple[CodeSpec, ...] = (
         "The X-Cashu token's mint did not answer; nothing was charged.",
         "Retry later with the same token.",
         retry_after_seconds=30,
+        spec=False,
+    ),
+    CodeSpec(
+        ErrorCode.CASHU_TOKEN_PENDING,
+        503,
+        "The X-Cashu token's swap at its mint is not settled yet: its answer was lost, the "
+        "mint holds the token's proofs pending, or another request is redeeming the same "
+        "token. The token is not lost: it pays for one call, or it is handed back.",
+        "Retry with the same token after retry_after_seconds.",
+        retry_after_seconds=5,
         spec=False,
     ),
     CodeSpec(

@@ -10,10 +10,12 @@ that pays real invoices of satsgate's dev node, for the melt.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -184,17 +186,26 @@ class MintProxy:
     """The mint as its clients reach it, through a forwarding proxy that can lose a swap
     (or the request at ``lose_path``):
     ``lose = "request"`` answers 502 without forwarding (the mint never sees the swap);
-    ``lose = "answer"`` forwards it and answers 502 (the mint swapped; its answer is lost)."""
+    ``lose = "answer"`` forwards it and answers 502 (the mint swapped; its answer is lost);
+    ``lose = "pending"`` answers as Nutshell does while another operation holds the
+    proofs (400, code 11002 "proofs are pending") without forwarding;
+    ``lose = "garble"`` forwards it and answers its signatures with points that are not
+    on the curve (a broken mint's answer: satsgate cannot unblind it);
+    ``lose = "hang"`` forwards it, sets ``forwarded`` once the mint answered, and never
+    answers (the client waits until it gives up, or is killed).
+    ``lose_times``: how many swaps are lost before ``lose`` clears itself (0: until it is
+    cleared). ``delays``: seconds each next swap waits in the proxy before it is
+    forwarded (a slow network: a request can reach the mint after its client gave up)."""
 
     def __init__(self, target: str, port: int) -> None:
-        import asyncio
-        import threading
-
         from aiohttp import web
 
         self.url = f"http://127.0.0.1:{port}"
         self.lose = ""
         self.lose_path = "/v1/swap"  # the request whose request or answer is lost
+        self.lose_times = 0
+        self.delays: list[float] = []
+        self.forwarded = threading.Event()
         self._target = target
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -213,17 +224,35 @@ class MintProxy:
         from aiohttp import web
 
         swap = request.path == self.lose_path
-        if swap and self.lose == "request":
+        lose = self.lose if swap else ""
+        if lose and self.lose_times:
+            self.lose_times -= 1
+            if not self.lose_times:
+                self.lose = ""
+        if lose == "request":
             return web.json_response({"detail": "proxy lost the request"}, status=502)
+        if lose == "pending":
+            return web.json_response({"detail": "proofs are pending", "code": 11002}, status=400)
+        body = await request.read()
+        if swap and self.delays:  # forwarded even when the client gave up meanwhile
+            await asyncio.sleep(self.delays.pop(0))
         async with httpx.AsyncClient(timeout=30) as client:
             resp = await client.request(
                 request.method,
                 self._target + request.path_qs,
-                content=await request.read(),
+                content=body,
                 headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
             )
-        if swap and self.lose == "answer":
+        if lose == "answer":
             return web.json_response({"detail": "proxy lost the answer"}, status=502)
+        if lose == "garble":
+            signatures = resp.json().get("signatures", [])
+            for signature in signatures:
+                signature["C_"] = "02" + "ff" * 32
+            return web.json_response({"signatures": signatures})
+        if lose == "hang":
+            self.forwarded.set()
+            await asyncio.sleep(3600)
         return web.Response(
             body=resp.content,
             status=resp.status_code,
@@ -231,8 +260,6 @@ class MintProxy:
         )
 
     def stop(self) -> None:
-        import asyncio
-
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)

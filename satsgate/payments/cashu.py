@@ -9,7 +9,7 @@ cashuB...`` (a NUT-00 V4 token) pays the call:
    price. Otherwise 400 (NUT-24), nothing swapped, nothing charged;
 2. the receipt, its proofs' Ys and the swap's blinded outputs are recorded in one
    transaction (:meth:`EcashRepository.claim`): a token presented again, at once or later,
-   finds its Ys taken and is refused with 400 ``CASHU_TOKEN_SPENT``;
+   finds its Ys taken and is never swapped by two requests at once;
 3. a swap at the mint (NUT-03) turns the payer's proofs into new ones of satsgate's: the
    price (kept) and the change. The mint's own double-spend answer is the second guard;
 4. the kept proofs and a payment row (``mode = 'cashu'``, paid) are written in one
@@ -18,12 +18,17 @@ cashuB...`` (a NUT-00 V4 token) pays the call:
    after the swap); a failure after the spend refunds in ecash: the refund object carries
    a fresh token (``cashu_token``) instead of an LNURL-withdraw link.
 
-A swap whose answer was lost is resolved by asking the mint (NUT-07 check state by Y):
-unspent, the token is freed (it may be presented again); spent, the saved outputs are
-restored (NUT-09) and the payment recorded, its call refunded in ecash to whoever presents
-the same token again. Held ecash is melted into the node's own Lightning balance on a
-schedule (NUT-05: an invoice of the node's, the mint's melt pays it; NUT-08 blank outputs
-take back the unused fee reserve).
+A lost swap never burns a token. Its answer lost, proofs pending at the mint, or another
+request swapping the same token: 503 ``CASHU_TOKEN_PENDING`` (retry with the same token),
+never "nothing was charged". A retry, a refusal of the swap and the schedule all settle
+it the same way (:meth:`Ecash.resolve`): the proofs' states at the mint (NUT-07); all
+unspent -> released, and the next presentation swaps the SAME saved outputs again; all
+spent -> the saved outputs restored (NUT-09): signed, the payment is recorded and serves
+the token's call once; not signed, spent elsewhere (only then ``CASHU_TOKEN_SPENT``).
+
+Held ecash is melted into the node's own Lightning balance on a schedule (NUT-05: an
+invoice of the node's, the mint's melt pays it; NUT-08 blank outputs take back the
+unused fee reserve).
 """
 
 from __future__ import annotations
@@ -107,6 +112,24 @@ def _refused(code: ErrorCode, message: str, **extra: Any) -> ApiError:
     return ApiError(code, f"{message} Nothing was charged.", extra=extra)
 
 
+PENDING_RETRY_S = 5  # CASHU_TOKEN_PENDING's retry_after_seconds (satsgate/errors.py)
+
+
+def _pending(message: str) -> ApiError:
+    """503: the token's swap is not settled yet. Never "nothing was charged": the mint
+    may hold our swap; a retry with the same token serves the call or frees the token."""
+    return ApiError(
+        ErrorCode.CASHU_TOKEN_PENDING,
+        message,
+        headers={"Retry-After": str(PENDING_RETRY_S)},
+    )
+
+
+def _attempt_id() -> str:
+    """A swap attempt's id (the receipt's op_id while it is the one swapping)."""
+    return f"swap_{secrets.token_hex(12)}"
+
+
 Execute = Callable[[Payment], Awaitable[ServiceResult]]
 
 
@@ -129,6 +152,7 @@ class Ecash:
         )
         self._mints = {url: Mint(url, self._http) for url in config.mints}
         self._requests: dict[int, str] = {}
+        self._started = int(time.time())  # swaps begun before this are a crash's leftovers
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -257,40 +281,25 @@ class Ecash:
             payment_id=None,
             change_token=None,
             error=None,
+            op_id=_attempt_id(),
         )
         if not await self._repo.claim(receipt, ys, outputs, now):
-            earlier = await self._presented_before(ys, spec)
-            if earlier is not None:
-                return earlier
-            if not await self._repo.claim(receipt, ys, outputs, now):  # freed: once more
+            taken = await self._presented_before(ys, receipt, spec)
+            if isinstance(taken, _Redeemed):
+                return taken
+            # Claimed again after the mint proved it unspent: the SAME saved outputs are
+            # swapped, so whichever attempt the mint signs, restore finds it.
+            receipt, outputs = taken, await self._repo.outputs(taken.receipt_id)
+            try:
+                keys = await mint.keys(outputs[0].keyset_id)
+            except (MintUnreachable, MintError) as exc:
+                log.warning("mint %s unreachable before a swap: %s", mint_url, exc)
+                await self._repo.settle_attempt(receipt, "released", str(exc), now)
                 raise _refused(
-                    ErrorCode.CASHU_TOKEN_SPENT,
-                    "This token was presented before: it pays for one call.",
-                )
-        try:
-            signatures = await mint.swap([p.wire() for p in token.proofs], outputs)
-        except MintError as exc:
-            if exc.spent:
-                await self._repo.set_receipt_status(receipt.receipt_id, "rejected", exc.detail, now)
-                raise _refused(
-                    ErrorCode.CASHU_TOKEN_SPENT, "The mint says this token was already spent."
+                    ErrorCode.CASHU_MINT_UNAVAILABLE,
+                    "The token's mint did not answer; retry later.",
                 ) from None
-            # The mint refused the token as invalid: nothing moved, its Ys are freed.
-            await self._repo.set_receipt_status(
-                receipt.receipt_id, "rejected", exc.detail, now, release=True
-            )
-            raise _refused(
-                ErrorCode.CASHU_TOKEN_INVALID, f"The mint refused the token: {exc.detail}."
-            ) from None
-        except MintUnreachable as exc:
-            log.warning("mint %s: the swap's answer was lost: %s", mint_url, exc)
-            await self._repo.set_receipt_status(receipt.receipt_id, "unknown", str(exc), now)
-            raise _refused(
-                ErrorCode.CASHU_MINT_UNAVAILABLE,
-                "The mint did not answer the swap. Retry with the same token: satsgate asks "
-                "the mint whether it took the token, and serves the call or frees the token.",
-            ) from None
-        return await self._record(receipt, outputs, signatures, keys, mint_url)
+        return await self._swap(mint, token, receipt, outputs, keys)
 
     def _outputs(self, keyset_id: str, parts: Sequence[tuple[int, str]]) -> list[Output]:
         outputs: list[Output] = []
@@ -298,6 +307,80 @@ class Ecash:
             for piece in split_amount(amount):
                 outputs.append(blind(piece, keyset_id, role, len(outputs)))
         return outputs
+
+    async def _swap(
+        self,
+        mint: Mint,
+        token: Token,
+        receipt: Receipt,
+        outputs: Sequence[Output],
+        keys: Mapping[int, str],
+    ) -> _Redeemed:
+        """Swap the token's proofs for the receipt's saved outputs (NUT-03) and record the
+        payment. A refusal is never taken at its word: the proofs' states decide
+        (:meth:`resolve`), so a spent answer to a swap of our own is restored, not lost."""
+        try:
+            signatures = await mint.swap([p.wire() for p in token.proofs], outputs)
+        except MintUnreachable as exc:
+            log.warning("mint %s: the swap's answer was lost: %s", mint.url, exc)
+            await self._repo.settle_attempt(receipt, "unknown", str(exc), int(time.time()))
+            raise _pending(
+                "The mint did not answer the swap. Retry with the same token: satsgate asks "
+                "the mint whether it took the token, and serves the call or swaps it again."
+            ) from None
+        except MintError as exc:
+            return await self._after_refusal(receipt, exc)
+        if len(signatures) != len(outputs):  # the outputs are saved: restore settles it
+            log.warning("mint %s answered a swap with %d signatures", mint.url, len(signatures))
+            await self._repo.settle_attempt(
+                receipt,
+                "unknown",
+                "a swap answer with the wrong number of signatures",
+                int(time.time()),
+            )
+            raise _pending(
+                "The mint's answer to the swap was incomplete; retry with the same token."
+            )
+        try:
+            return await self._record(receipt, outputs, signatures, keys, mint.url)
+        except (KeyError, ValueError, TypeError) as exc:  # signatures that do not unblind
+            log.error("mint %s: a swap's signatures could not be read: %r", mint.url, exc)
+            await self._repo.settle_attempt(receipt, "unknown", repr(exc)[:300], int(time.time()))
+            raise _pending(
+                "The mint's answer to the swap could not be read; its outputs are kept for "
+                "recovery. Retry with the same token."
+            ) from None
+
+    async def _after_refusal(self, receipt: Receipt, refusal: MintError) -> _Redeemed:
+        """The mint refused the swap. Unspent proofs: nothing moved (the token is freed, it
+        may be presented again). Spent: by this node's own earlier attempt when the saved
+        outputs are signed (restored: the call is served), else by someone else."""
+        outcome = await self.resolve(receipt, refusal.detail)
+        if outcome == "redeemed":
+            return await self._redeemed_of(receipt.receipt_id)
+        if outcome == "released" and refusal.pending:
+            raise _pending(
+                "The mint holds this token's proofs pending in another operation; retry with "
+                "the same token."
+            )
+        if outcome == "released":
+            # Refused as invalid with its proofs unspent: no swap of these outputs can be
+            # signed, so nothing of the token needs keeping.
+            await self._repo.forget(receipt)
+            raise _refused(
+                ErrorCode.CASHU_TOKEN_INVALID, f"The mint refused the token: {refusal.detail}."
+            )
+        if outcome == "rejected":
+            raise _refused(
+                ErrorCode.CASHU_TOKEN_SPENT,
+                "The mint says this token was already spent, and not by this node.",
+            )
+        if outcome in ("pending", "unreachable"):
+            await self._repo.settle_attempt(receipt, "unknown", refusal.detail, int(time.time()))
+        raise _pending(
+            f"The mint refused the swap ({refusal.detail[:200]}) and the token's proofs are "
+            "not settled at the mint yet."
+        )
 
     async def _record(
         self,
@@ -307,13 +390,8 @@ class Ecash:
         keys: Mapping[int, str],
         mint_url: str,
     ) -> _Redeemed:
-        """Unblind the swap's signatures and record the kept proofs, the change and the
-        call's payment (one transaction)."""
-        if len(signatures) != len(outputs):
-            raise ApiError(
-                ErrorCode.SERVICE_ERROR,
-                "The mint answered the swap with the wrong number of signatures.",
-            )
+        """Unblind the mint's signatures on the receipt's outputs and record the kept
+        proofs, the change and the call's payment (one transaction)."""
         proofs = await _off_loop(len(outputs), _unblind_all, outputs, signatures, keys, mint_url)
         kept = [p for o, p in zip(outputs, proofs, strict=True) if o.role == "keep"]
         change = [p for o, p in zip(outputs, proofs, strict=True) if o.role != "keep"]
@@ -341,43 +419,70 @@ class Ecash:
             receipt.receipt_id, kept, change, change_token, payment, now
         ):
             # Settled at the same moment by another request (or the schedule): its payment.
-            earlier = await self._repo.get_receipt(receipt.receipt_id)
-            found = None
-            if earlier is not None and earlier.payment_id is not None:
-                found = await self._repo.payment(earlier.payment_id)
-            if earlier is None or found is None:
-                raise _refused(
-                    ErrorCode.CASHU_TOKEN_SPENT,
-                    "This token was presented before: it pays for one call.",
-                )
-            return _Redeemed(found, earlier.change_token)
+            return await self._redeemed_of(receipt.receipt_id)
         return _Redeemed(payment, change_token)
 
-    async def _presented_before(self, ys: Sequence[str], spec: AnySpec) -> _Redeemed | None:
-        """A token whose proofs were presented before. Its earlier swap redeemed it and its
-        payment was never used (the swap's answer had been lost): that payment serves this
-        call. Its earlier swap's outcome is unknown: the mint is asked (None: it was freed,
-        claim it again). Otherwise it is spent: 400, with the refund of the call it paid
-        for, if it had one."""
-        earlier = await self._repo.receipt_of_inputs(ys)
-        if earlier is not None and earlier.status == "unknown":
-            outcome = await self.resolve(earlier)
-            if outcome == "released":
-                return None
-            if outcome in ("pending", "unreachable"):
-                raise _refused(
-                    ErrorCode.CASHU_MINT_UNAVAILABLE,
-                    "This token's first swap is not settled with its mint yet; retry later.",
-                )
-            earlier = await self._repo.get_receipt(earlier.receipt_id)
+    async def _redeemed_of(self, receipt_id: str) -> _Redeemed:
+        """The payment a redeemed receipt recorded, with its change."""
+        earlier = await self._repo.get_receipt(receipt_id)
+        found = None
         if earlier is not None and earlier.payment_id is not None:
+            found = await self._repo.payment(earlier.payment_id)
+        if earlier is None or found is None:  # not redeemed after all: ask again later
+            raise _pending("This token's swap is being recorded; retry with the same token.")
+        return _Redeemed(found, earlier.change_token)
+
+    async def _presented_before(
+        self, ys: Sequence[str], receipt: Receipt, spec: AnySpec
+    ) -> _Redeemed | Receipt:
+        """A token whose proofs were presented before. Its earlier swap's outcome unknown:
+        the mint is asked first. Redeemed and its payment never used (the swap's answer
+        had been lost): that payment serves this call. Released (the mint proved it
+        unspent): claimed again by this request (the receipt returned: swap it). Being
+        swapped by another request, or not settled at the mint: 503, retry. Otherwise it
+        is spent: 400, with the refund of the call it paid for, if it had one."""
+        earlier = await self._repo.receipt_of_inputs(ys)
+        if earlier is not None and self._unsettled(earlier):
+            outcome = await self.resolve(earlier)
+            if outcome in ("pending", "unreachable"):
+                raise _pending("This token's earlier swap is not settled with its mint yet.")
+            earlier = await self._repo.get_receipt(earlier.receipt_id)
+        if earlier is None or earlier.status == "swapping" or self._unsettled(earlier):
+            raise _pending("Another request is redeeming this token at this moment.")
+        if earlier.status == "released":
+            if earlier.receipt_id != receipt.receipt_id:
+                raise _refused(
+                    ErrorCode.CASHU_TOKEN_INVALID,
+                    "Some of this token's proofs were presented before in another token, "
+                    "which its mint never took: present that token as it was, or swap the "
+                    "proofs in your wallet first.",
+                )
+            again = await self._repo.reclaim(
+                receipt.receipt_id,
+                receipt.op_id,
+                receipt.service,
+                receipt.request_digest,
+                int(time.time()),
+            )
+            if again is None:
+                raise _pending("Another request is redeeming this token at this moment.")
+            return again
+        if earlier.status == "rejected":
+            raise _refused(
+                ErrorCode.CASHU_TOKEN_SPENT,
+                "The mint says this token was already spent, and not by this node.",
+            )
+        if earlier.payment_id is not None:
             payment = await self._repo.payment(earlier.payment_id)
-            if (
-                payment is not None
-                and payment.status is PaymentStatus.PAID
-                and payment.service == spec.slug
-            ):
-                return _Redeemed(payment, earlier.change_token)
+            if payment is not None and payment.status is PaymentStatus.PAID:
+                if payment.service == spec.slug:
+                    return _Redeemed(payment, earlier.change_token)
+                raise ApiError(
+                    ErrorCode.CASHU_TOKEN_SPENT,
+                    f"This token paid for a call of {payment.service} that has not run yet: "
+                    f"send it again with that {payment.service} request to use it. Nothing "
+                    "was charged for this request.",
+                )
             found = await self._repo.refund_of_payment(earlier.payment_id)
             if found is not None:
                 raise ApiError(
@@ -386,43 +491,74 @@ class Ecash:
                     "its refund is attached. Nothing was charged for this request.",
                     refund=refund_object(*found),
                 )
-        raise _refused(
-            ErrorCode.CASHU_TOKEN_SPENT, "This token was presented before: it pays for one call."
+        raise ApiError(
+            ErrorCode.CASHU_TOKEN_SPENT,
+            "This token was presented before: it paid for one call. Nothing was charged for "
+            "this request.",
         )
 
-    async def resolve(self, receipt: Receipt) -> str:
-        """Settle a receipt whose swap's answer was lost, by asking the mint (NUT-07): all
-        its inputs unspent -> 'released' (the token may be presented again); spent and the
-        saved outputs signed -> 'redeemed' (restored, NUT-09: the payment is recorded,
-        paid and unused); spent otherwise -> 'rejected'; 'pending' or 'unreachable'."""
+    def _unsettled(self, receipt: Receipt) -> bool:
+        """Whether a receipt's swap outcome is unknown and no request waits on it: its
+        answer was lost ('unknown'), or a crash or a timeout left it 'swapping'."""
+        if receipt.status == "unknown":
+            return True
+        return receipt.status == "swapping" and receipt.updated_at < self._in_flight_since()
+
+    def _in_flight_since(self) -> int:
+        """A swap begun before this is no longer in flight: it began before this process
+        started (a crash left it), or its request has given up long since."""
+        return max(self._started, int(time.time()) - 2 * int(self.config.mint_timeout_s) - 30)
+
+    async def resolve(self, receipt: Receipt, refusal: str | None = None) -> str:
+        """Settle a receipt's swap attempt by asking the mint (NUT-07 states of its
+        inputs): all unspent -> 'released' (nothing moved: the token may be presented
+        again, its saved outputs swapped again); all spent and the saved outputs signed
+        (NUT-09 restore) -> 'redeemed' (the payment recorded, paid and unused); spent
+        without our outputs signed -> 'rejected'; pending at the mint -> 'pending'; the
+        mint not answering -> 'unreachable'; the receipt taken over by another request
+        meanwhile -> 'moved' (read it again). ``refusal``: the mint's refusal of the
+        attempt, kept as the receipt's error."""
         mint = self._mints.get(receipt.mint)
         ys = await self._repo.inputs_of(receipt.receipt_id)
-        now = int(time.time())
         if mint is None or not ys:
-            return "rejected"
+            return "unreachable"  # its mint is no longer configured: left as it is
         try:
             states = await mint.check_state(ys)
-            if all(states.get(y) == "UNSPENT" for y in ys):
-                await self._repo.set_receipt_status(
-                    receipt.receipt_id, "released", None, now, release=True
+            found = {states.get(y) for y in ys}
+            now = int(time.time())
+            if found == {"UNSPENT"}:
+                released = await self._repo.settle_attempt(receipt, "released", refusal, now)
+                return "released" if released else "moved"
+            if not found <= {"UNSPENT", "SPENT"}:
+                return "pending"  # PENDING at the mint (a swap of its proofs under way)
+            if "UNSPENT" in found:  # partly spent: a swap of ours spends all of them
+                rejected = await self._repo.settle_attempt(
+                    receipt, "rejected", "partly spent elsewhere", now
                 )
-                return "released"
-            if any(states.get(y) != "SPENT" for y in ys):
-                return "pending"
+                return "rejected" if rejected else "moved"
             outputs = await self._repo.outputs(receipt.receipt_id)
-            restored = await mint.restore(outputs)
-            if not outputs or any(o.b_ not in restored for o in outputs):
-                await self._repo.set_receipt_status(
-                    receipt.receipt_id, "rejected", "spent, not by this node's swap", now
+            restored = await mint.restore(outputs) if outputs else {}
+            signed = [o for o in outputs if o.b_ in restored]
+            if not signed:
+                rejected = await self._repo.settle_attempt(
+                    receipt, "rejected", "spent, not by this node's swap", now
                 )
-                return "rejected"
+                return "rejected" if rejected else "moved"
+            if len(signed) != len(outputs):
+                log.error(
+                    "ecash receipt %s: the mint restored part of its outputs", receipt.receipt_id
+                )
+                return "pending"
             keys = await mint.keys(outputs[0].keyset_id)
         except MintUnreachable:
             return "unreachable"
         except MintError as exc:
             log.warning("resolving ecash receipt %s: %s", receipt.receipt_id, exc)
             return "unreachable"
-        await self._record(receipt, outputs, [restored[o.b_] for o in outputs], keys, mint.url)
+        current = await self._repo.get_receipt(receipt.receipt_id)
+        await self._record(
+            current or receipt, outputs, [restored[o.b_] for o in outputs], keys, mint.url
+        )
         log.info("ecash receipt %s restored after a lost swap answer", receipt.receipt_id)
         return "redeemed"
 
@@ -518,9 +654,9 @@ class Ecash:
 
     async def recover(self) -> None:
         now = int(time.time())
-        # A swap still 'swapping' this long after its last change is not in flight (its
-        # request would have given up): a crash left it.
-        for receipt in await self._repo.unresolved(now - 2 * int(self.config.mint_timeout_s) - 30):
+        # A swap still 'swapping' since before this process started, or this long after
+        # its last change, is not in flight: a crash (or a timeout) left it.
+        for receipt in await self._repo.unresolved(self._in_flight_since()):
             outcome = await self.resolve(receipt)
             log.info("ecash receipt %s: %s", receipt.receipt_id, outcome)
         for op_id, payment_id in await self._repo.stale_swaps(

@@ -29,10 +29,6 @@ import httpx
 
 from satsgate.store.ecash import HeldProof, Output
 
-# Nutshell's error code for inputs already spent (NUT-00 error codes: 11001), and for
-# inputs pending in another operation (11002).
-SPENT_CODES = frozenset({11001, 11002})
-
 
 class CashuFormatError(ValueError):
     """A token or payment request that does not decode."""
@@ -232,12 +228,19 @@ def blank_outputs_count(fee_reserve: int) -> int:
 # -- the mint -------------------------------------------------------------------------------------
 
 
+# Nutshell's codes for inputs or outputs held by an operation under way.
+PENDING_CODES = frozenset({11002, 11004})
+
+
 class MintUnreachable(Exception):
     """The mint did not answer (or answered 5xx): its state is unknown."""
 
 
 class MintError(Exception):
-    """The mint answered with a refusal (4xx): ``code`` is its NUT error code."""
+    """The mint answered with a refusal (4xx): ``code`` is its NUT error code. A code is
+    never read as what happened to a swap's inputs: 11002 is "proofs pending" to Nutshell
+    and "transaction not balanced" in older NUT tables, and a spent answer may be to our
+    own earlier swap. The proofs' states (NUT-07) and restore (NUT-09) decide that."""
 
     def __init__(self, status: int, code: int | None, detail: str) -> None:
         super().__init__(detail)
@@ -246,8 +249,11 @@ class MintError(Exception):
         self.detail = detail
 
     @property
-    def spent(self) -> bool:
-        return self.code in SPENT_CODES
+    def pending(self) -> bool:
+        """Whether the mint says the inputs (or outputs) are held by another operation
+        under way (Nutshell: 11002 "proofs are pending", 11004 "outputs are pending"): a
+        refusal that may pass on a retry, never a sign the token was spent."""
+        return self.code in PENDING_CODES or "pending" in self.detail.lower()
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,18 @@ change and refund tokens, and melts into the node's Lightning balance.
 The exactly-once rule: :meth:`EcashRepository.claim` inserts the receipt and one row per
 presented proof's ``Y`` (primary key) in one transaction, with the blinded outputs the
 swap will send (secret and blinding factor kept, NUT-09), BEFORE the mint is asked. A
-token presented again, at the same moment or later, finds its Ys taken: it is refused
-and never swapped twice. The mint's own double-spend answer is the second guard (a token
-also spent elsewhere).
+token presented again, at the same moment or later, finds its Ys taken and is never
+swapped by two requests at once. The mint's own double-spend answer is the second guard
+(a token also spent elsewhere).
+
+A swap whose answer was lost leaves the receipt 'unknown'. The mint's proof states
+settle it: unspent -> 'released' (the next presentation claims it again,
+:meth:`reclaim`, and swaps the SAME saved outputs); spent -> NUT-09 restore of the saved
+outputs: signed, the value is satsgate's and the receipt is redeemed; not signed ->
+'rejected' (spent elsewhere). Outputs are kept while a swap of them could be signed
+(only a token the mint refused as invalid, its proofs unspent, is forgotten:
+:meth:`forget`), and every settlement is conditional on the attempt's ``op_id``: a slow
+request never undoes a newer retry's claim.
 
 A redeemed receipt becomes a payment row (``mode = 'cashu'``, already paid) in the same
 transaction that stores its proofs, so the spend rule, refunds after the spend and the
@@ -68,6 +77,8 @@ class Receipt:
     payment_id: str | None
     change_token: str | None
     error: str | None
+    op_id: str  # the current swap attempt: only it may settle the receipt
+    updated_at: int = 0  # read from the row (unset when a receipt is first made)
 
 
 @dataclass(frozen=True)
@@ -88,8 +99,9 @@ class Melt:
 
 _RECEIPT_COLUMNS = (
     "receipt_id, service, request_digest, mint, unit, amount, fee, price, change, status,"
-    " payment_id, change_token, error"
+    " payment_id, change_token, error, op_id"
 )
+_RECEIPT_READ = f"{_RECEIPT_COLUMNS}, updated_at"
 _MELT_COLUMNS = (
     "melt_id, mint, quote, bolt11, payment_hash, amount, fee_reserve, inputs, input_fee,"
     " change, state, node_settled"
@@ -122,10 +134,13 @@ def _insert_proofs(
     state: str,
     op_id: str | None,
     now: int,
+    *,
+    ignore: bool = False,
 ) -> None:
+    """``ignore``: a proof already stored (by its Y) stays as it is."""
     conn.executemany(
-        "INSERT INTO ecash_proofs (y, mint, keyset_id, amount, secret, c, payment_id, state,"
-        " op_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT {'OR IGNORE ' if ignore else ''}INTO ecash_proofs (y, mint, keyset_id, amount,"
+        " secret, c, payment_id, state, op_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (p.y, p.mint, p.keyset_id, p.amount, p.secret, p.c, payment_id, state, op_id, now)
             for p in proofs
@@ -153,7 +168,7 @@ class EcashRepository:
             try:
                 conn.execute(
                     f"INSERT INTO ecash_receipts ({_RECEIPT_COLUMNS}, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (*_receipt_values(receipt), now, now),
                 )
                 conn.executemany(
@@ -176,7 +191,7 @@ class EcashRepository:
         return await self._db.run_sync(
             lambda conn: _receipt(
                 conn.execute(
-                    f"SELECT {_RECEIPT_COLUMNS} FROM ecash_receipts WHERE receipt_id ="
+                    f"SELECT {_RECEIPT_READ} FROM ecash_receipts WHERE receipt_id ="
                     f" (SELECT receipt_id FROM ecash_inputs WHERE y IN ({marks}) LIMIT 1)",
                     tuple(ys),
                 ).fetchone()
@@ -187,7 +202,7 @@ class EcashRepository:
         return await self._db.run_sync(
             lambda conn: _receipt(
                 conn.execute(
-                    f"SELECT {_RECEIPT_COLUMNS} FROM ecash_receipts WHERE receipt_id = ?",
+                    f"SELECT {_RECEIPT_READ} FROM ecash_receipts WHERE receipt_id = ?",
                     (receipt_id,),
                 ).fetchone()
             )
@@ -198,7 +213,7 @@ class EcashRepository:
         no request is still waiting on (not touched since ``updated_before``)."""
         rows = await self._db.run_sync(
             lambda conn: conn.execute(
-                f"SELECT {_RECEIPT_COLUMNS} FROM ecash_receipts"
+                f"SELECT {_RECEIPT_READ} FROM ecash_receipts"
                 " WHERE status IN ('swapping', 'unknown') AND updated_at < ?",
                 (updated_before,),
             ).fetchall()
@@ -223,6 +238,75 @@ class EcashRepository:
         )
         return [Output(*row) for row in rows]
 
+    async def reclaim(
+        self, receipt_id: str, op_id: str, service: str, request_digest: str, now: int
+    ) -> Receipt | None:
+        """A released token presented again: its receipt back to 'swapping' under a new
+        attempt ``op_id``, for this request's call (``service``, ``request_digest``), in one
+        conditional statement. The saved outputs are swapped again (never new ones: every
+        attempt's signatures are restorable from the same outputs). None when the receipt
+        is not released (another retry claimed it first, or it was settled)."""
+
+        def go(conn: sqlite3.Connection) -> Receipt | None:
+            changed = conn.execute(
+                "UPDATE ecash_receipts SET status = 'swapping', op_id = ?, service = ?,"
+                " request_digest = ?, error = NULL, updated_at = ?"
+                " WHERE receipt_id = ? AND status = 'released'",
+                (op_id, service, request_digest, now, receipt_id),
+            ).rowcount
+            if changed != 1:
+                return None
+            return _receipt(
+                conn.execute(
+                    f"SELECT {_RECEIPT_READ} FROM ecash_receipts WHERE receipt_id = ?",
+                    (receipt_id,),
+                ).fetchone()
+            )
+
+        return await self._db.run_in_transaction(go)
+
+    async def settle_attempt(
+        self, receipt: Receipt, status: str, error: str | None, now: int
+    ) -> bool:
+        """End the swap attempt ``receipt.op_id`` without a payment: 'unknown' (its answer
+        was lost, or the mint holds the proofs pending), 'released' (the mint proved every
+        proof unspent: the token may be presented again; Ys and outputs stay) or
+        'rejected' (spent, and none of the saved outputs signed: not by this node). One
+        conditional statement: False when another attempt took the receipt over or it was
+        settled meanwhile (then nothing changes)."""
+        changed = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE ecash_receipts SET status = ?, error = ?, updated_at = ?"
+                " WHERE receipt_id = ? AND op_id = ? AND status IN ('swapping', 'unknown')",
+                (status, None if error is None else error[:500], now, receipt.receipt_id,
+                 receipt.op_id),
+            ).rowcount
+        )  # fmt: skip
+        return bool(changed == 1)
+
+    async def forget(self, receipt: Receipt) -> bool:
+        """A token the mint refused as invalid, its proofs unspent (released by this
+        attempt): the receipt, its Ys and its outputs deleted, in one transaction, so
+        invalid tokens leave nothing behind. Only while the receipt is still released by
+        this attempt (False otherwise: another request claimed it again)."""
+
+        def go(conn: sqlite3.Connection) -> bool:
+            if (
+                conn.execute(
+                    "SELECT 1 FROM ecash_receipts WHERE receipt_id = ? AND op_id = ?"
+                    " AND status = 'released'",
+                    (receipt.receipt_id, receipt.op_id),
+                ).fetchone()
+                is None
+            ):
+                return False
+            conn.execute("DELETE FROM ecash_inputs WHERE receipt_id = ?", (receipt.receipt_id,))
+            conn.execute("DELETE FROM ecash_outputs WHERE op_id = ?", (receipt.receipt_id,))
+            conn.execute("DELETE FROM ecash_receipts WHERE receipt_id = ?", (receipt.receipt_id,))
+            return True
+
+        return await self._db.run_in_transaction(go)
+
     async def redeemed(
         self,
         receipt_id: str,
@@ -232,10 +316,14 @@ class EcashRepository:
         payment: Payment,
         now: int,
     ) -> bool:
-        """The swap succeeded: the receipt redeemed (from 'swapping' or 'unknown'), the kept
-        proofs (held), the change proofs (given to the payer) and the call's payment (paid,
-        mode 'cashu'), in one transaction. False (nothing written) when the receipt was
-        redeemed already (two settlements of one lost answer at once)."""
+        """The mint signed the receipt's outputs (a swap's answer, or NUT-09 restore): the
+        receipt redeemed, the kept proofs (held), the change proofs (given to the payer)
+        and the call's payment (paid, mode 'cashu'), in one transaction. The signatures
+        are the truth whatever state a lost answer left the receipt in ('swapping',
+        'unknown', 'released', 'rejected'): only 'redeemed' is final. False when it was
+        redeemed already (two settlements of one swap at once); then the proofs are still
+        kept, never dropped: the same outputs give the same proofs, stored once (any other
+        would be held under the receipt's payment)."""
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
         values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
 
@@ -243,39 +331,25 @@ class EcashRepository:
             if (
                 conn.execute(
                     "UPDATE ecash_receipts SET status = 'redeemed', payment_id = ?,"
-                    " change_token = ?, updated_at = ? WHERE receipt_id = ?"
-                    " AND status IN ('swapping', 'unknown')",
+                    " change_token = ?, error = NULL, updated_at = ? WHERE receipt_id = ?"
+                    " AND status != 'redeemed'",
                     (payment.payment_id, change_token, now, receipt_id),
                 ).rowcount
-                != 1
+                == 1
             ):
-                return False
-            conn.execute(_INSERT_PAYMENT, values)
-            _insert_proofs(conn, kept, payment.payment_id, "held", receipt_id, now)
-            _insert_proofs(conn, change, payment.payment_id, "change", receipt_id, now)
-            return True
+                conn.execute(_INSERT_PAYMENT, values)
+                _insert_proofs(conn, kept, payment.payment_id, "held", receipt_id, now)
+                _insert_proofs(conn, change, payment.payment_id, "change", receipt_id, now)
+                return True
+            row = conn.execute(
+                "SELECT payment_id FROM ecash_receipts WHERE receipt_id = ?", (receipt_id,)
+            ).fetchone()
+            owner = None if row is None else row[0]
+            _insert_proofs(conn, kept, owner, "held", receipt_id, now, ignore=True)
+            _insert_proofs(conn, change, owner, "change", receipt_id, now, ignore=True)
+            return False
 
         return await self._db.run_in_transaction(go)
-
-    async def set_receipt_status(
-        self, receipt_id: str, status: str, error: str | None, now: int, *, release: bool = False
-    ) -> None:
-        """A receipt's end without a payment ('rejected', 'unknown'); ``release`` also frees
-        its Ys and outputs (the mint proved the token unspent: it may be presented again)."""
-
-        def go(conn: sqlite3.Connection) -> None:
-            if release:
-                conn.execute("DELETE FROM ecash_inputs WHERE receipt_id = ?", (receipt_id,))
-                conn.execute("DELETE FROM ecash_outputs WHERE op_id = ?", (receipt_id,))
-                conn.execute("DELETE FROM ecash_receipts WHERE receipt_id = ?", (receipt_id,))
-                return
-            conn.execute(
-                "UPDATE ecash_receipts SET status = ?, error = ?, updated_at = ?"
-                " WHERE receipt_id = ?",
-                (status, error, now, receipt_id),
-            )
-
-        await self._db.run_in_transaction(go)
 
     # -- refunds ----------------------------------------------------------------------------
 
@@ -647,4 +721,5 @@ def _receipt_values(receipt: Receipt) -> tuple[Any, ...]:
         receipt.payment_id,
         receipt.change_token,
         receipt.error,
+        receipt.op_id,
     )

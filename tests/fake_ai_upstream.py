@@ -75,11 +75,20 @@ class Seen:
 
 
 def _openai_error(
-    status: int, message: str, etype: str, code: str | None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    etype: str,
+    code: str | None,
+    headers: dict[str, str] | None = None,
+    *,
+    marked: bool = True,
 ) -> web.Response:
+    """An error body; ``marked`` adds UPSTREAM_DETAIL to the message (text that must never
+    reach a caller). A content-policy refusal's message is the model's refusal, which the
+    caller is shown as model_said: it comes unmarked, as the API writes it."""
     body = {
         "error": {
-            "message": f"{message} ({UPSTREAM_DETAIL})",
+            "message": f"{message} ({UPSTREAM_DETAIL})" if marked else message,
             "type": etype,
             "param": None,
             "code": code,
@@ -270,6 +279,7 @@ class FakeAIUpstream:
                 "Your request was rejected as a result of our safety system",
                 "invalid_request_error",
                 "content_policy_violation",
+                marked=False,
             )
         elif mode == "html":
             return web.Response(
@@ -436,6 +446,7 @@ class FakeAIUpstream:
                 "contain text that is not allowed by our safety system.",
                 "invalid_request_error",
                 "content_policy_violation",
+                marked=False,
             )
         width, height = (int(x) for x in str((seen.json or {})["size"]).split("x"))
         image = png(width, height)

@@ -504,7 +504,18 @@ async def test_image_safety_block_is_content_filtered_and_not_retried(
     resp = await paid(ai, "generate-image", {"prompt": "forbidden", "modelId": 2})
     body = await assert_refusal_window_then_decline(ai, resp, fake)
     assert body["refusal_scope"] == "prompt"
+    # The 400 content_policy_violation's message is the refusal the payer is shown.
+    assert body["model_said"] == "Your request was rejected as a result of our safety system"
     assert len(fake.requests("/v1/images/generations")) == 1
+
+
+async def test_a_chat_content_policy_error_shows_its_message_as_model_said(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    fake.fail_next(CHAT, "policy")
+    resp = await paid(ai, "generate-text", TEXT_BODY)
+    body = await assert_refusal_window_then_decline(ai, resp, fake)
+    assert body["model_said"] == "Your request was rejected as a result of our safety system"
 
 
 async def test_timeout_is_refunded_with_a_retry_hint(

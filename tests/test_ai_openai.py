@@ -421,6 +421,7 @@ async def test_transcribe_audio_job_gives_segments_srt_and_vtt(
     )
     doc = await job_result(ai, resp)
     assert doc["status"] == "COMPLETED", doc
+    assert doc["untrusted_output"] is True  # the poll's answer itself says so
     result = doc["result"]
     assert result["text"] == "Hola desde el puerto. Nos vemos Zyxxa a mediodía."
     assert result["language"] == "es"

@@ -353,6 +353,7 @@ async def test_open_set_detection_finds_what_the_prompt_names(
     found = resp.json()
     labels = [o["label"] for o in found["objects"]]
     assert found["count"] == 3 and labels == ["cat", "red car", "cat"]  # most confident first
+    assert found["untrusted_output"] is True  # the labels are the model's words
     assert found["objects"][0]["box"] == {"x": 4, "y": 2, "width": 16, "height": 28}
     # 0.5..1.0 of a 48 px wide image, 0.25..0.75 of 32 px.
     assert found["objects"][1]["box"] == {"x": 24, "y": 8, "width": 24, "height": 16}

@@ -269,8 +269,8 @@ _SECRET_THEN_ASK = re.compile(
 _HAND_BACK = re.compile(
     r"\b(?:"
     # en
-    r"(?:fax|send|mail|post|text|email|e mail) (?:it |them |this(?: \w+)? |the \w+ |us )?"
-    r"(?:back|to us|to me|to this number|to the number)"
+    r"(?:fax|send|mail|post|text|email|e mail)(?: \w+){0,3}? "
+    r"(?:back|to us|to me|to our \w+|to this number|to the number|by fax|via fax)"
     r"|fax us|text us|email us|e mail us|message us"
     r"|return (?:it |them |this(?: \w+)? |the (?:\w+ )?form )?(?:to us|with|by fax|completed)"
     r"|(?:reply|respond|answer|write back|call us(?: back)?) (?:to this \w+ )?with"
@@ -278,7 +278,8 @@ _HAND_BACK = re.compile(
     r"|(?:tell|give|forward|provide) (?:it to )?(?:us|me)(?! a (?:call|ring|moment))"
     r"|ask (?:them|him|her|the \w+) (?:to|for)|get (?:them|him|her) to (?:tell|read|give)"
     r"|share (?:it |them |this \w+ )?with (?:us|me|our \w+)"
-    r"|(?:send|forward|submit|provide|include|enter|type|confirm|write down|fill in|state) "
+    r"|(?:send|forward|submit|provide|include|enter|type|confirm|write(?: down)?|fill in|"
+    r"state|sending|providing|entering|confirming|submitting|sharing|giving us) "
     r"(?:us |me )?(?:your|the (?:following|requested))"
     # de
     r"|(?:zuruck|ruck)(?:faxen|senden|schicken|mailen)"
@@ -289,10 +290,11 @@ _HAND_BACK = re.compile(
     r"|(?:mitteilen|durchgeben|angeben|eintragen|vorlesen|ubermitteln)"
     r"|antworten sie (?:uns )?mit"
     # fr
-    r"|(?:renvoy|retourn|faxe|envoy|communiqu|transmet|indiqu|donn|dict|lis|saisiss|confirm|"
+    r"|(?:renvoy|retourn|fax|envoy|communiqu|transmet|indiqu|donn|dict|lis|saisiss|confirm|"
     r"remplis|renseign)(?:ez|er)(?:[ -]?(?:nous|moi|le|la|les))?"
     r"|repondez (?:nous )?(?:avec|en indiquant)"
-    r"|(?:me|nous) (?:lire|donner|communiquer|dicter|transmettre|envoyer|indiquer|confirmer)"
+    r"|(?:me|nous) (?:lire|donner|communiquer|dicter|transmettre|envoyer|indiquer|confirmer|"
+    r"faxer|renvoyer|retourner)"
     r"|par fax"
     # es
     r"|(?:devuelv|reenvi|envi|mand|comuniqu|indiqu|facilit|proporcion|dict|introduzc|rellen|"
@@ -333,6 +335,10 @@ _GIVEN = re.compile(
     r"|^ (?:reset|change|changed|update|updated|expir\w*|zurucksetz\w*|anderung|geandert|"
     r"reinitialis\w*|modifi\w*|restablec\w*|cambi\w*|redefin\w*|alterad\w*|wijzig\w*|"
     r"gewijzigd|wurde geandert|was changed|has been changed|a ete modifie)"
+    # said not to be needed: "your password is not required", "remain unchanged"
+    r"|^ (?:\w+ ){0,2}?(?:is|are|will be|wird|n'est|ne sera|no es|non e|nao e|is|blijft|remains?) "
+    r"(?:not|never|nicht|nie|pas|jamais|no|non|nao|niet|nooit|unchanged|unverandert|gelijk)"
+    r"|^ (?:and \w+ )?remain unchanged"
     r"|^ (?:will be|wird|sera|sara|sera enviado|wordt|is being|has been|was) "
     r"(?:\w+ ){0,3}?(?:sent|mailed|posted|delivered|zugeschickt|zugesandt|gesendet|envoye|"
     r"enviado|inviato|verstuurd|toegestuurd|opgestuurd)"

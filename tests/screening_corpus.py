@@ -448,6 +448,37 @@ PHISHING: tuple[Sample, ...] = (
         "Enter your card number and CVV at secure-verify.example to avoid suspension.",
     ),
     Sample("en", "sms", "Please verify your account by providing your PIN."),
+    # -- a third round, longer letters, checked blind (1 missed: 'en indiquant') -----
+    Sample(
+        "en",
+        "fax",
+        "Dear valued customer,\nAs part of our annual security review, Harbour Bank must confirm the details we hold. We will never ask for your card to be posted to us.\nPlease complete the form below and send it back to us by fax today:\nCustomer number: ____\nTelephone banking passcode: ____\nMemorable word: ____\nFailure to respond may result in your account being suspended.\nHarbour Bank Security Team",
+    ),
+    Sample(
+        "de",
+        "fax",
+        "Sehr geehrte Kundin, sehr geehrter Kunde,\naufgrund einer Systemumstellung müssen alle Konten neu bestätigt werden. Ihre neue Karte erhalten Sie in den nächsten Tagen.\nBitte tragen Sie Ihre Online-Banking-PIN und eine gültige TAN in das beiliegende Formular ein und faxen Sie es an 0800 555 0101 zurück.\nMit freundlichen Grüßen, Ihre Sparkasse",
+    ),
+    Sample(
+        "fr",
+        "email",
+        "Madame, Monsieur,\nSuite à une tentative de connexion inhabituelle, votre accès a été limité. Votre conseiller habituel est absent.\nMerci de répondre à ce courriel en indiquant votre identifiant et votre mot de passe afin de rétablir l'accès.\nService Sécurité, Banque Populaire",
+    ),
+    Sample(
+        "en",
+        "call",
+        "Hello, this is a message for the account holder. Your card has been used abroad. To stop further payments, please use the keypad to enter your card number and PIN after the tone, or tell the agent the code we just sent you.",
+    ),
+    Sample(
+        "es",
+        "email",
+        "Estimado cliente:\nHemos detectado un cargo sospechoso. Para anularlo, responda a este correo con su usuario, su contraseña de banca online y el código que le enviaremos por SMS.\nAtentamente, Departamento de Seguridad",
+    ),
+    Sample(
+        "it",
+        "email",
+        "Gentile cliente,\nla sua carta è stata sospesa. Per riattivarla ci comunichi entro oggi il PIN della carta e il codice OTP che riceverà via SMS.\nCordiali saluti, Servizio Clienti",
+    ),
 )
 
 ORDINARY: tuple[Sample, ...] = (
@@ -807,5 +838,36 @@ ORDINARY: tuple[Sample, ...] = (
         "en",
         "email",
         "Your bank details were updated. If you did not make this change, contact us.",
+    ),
+    # -- a third round, longer letters, checked blind (5 held, then fixed) ------------
+    Sample(
+        "en",
+        "email",
+        "Dear Ms Green,\nThank you for opening an account with Harbour Bank. Your debit card will arrive within 5 working days and your PIN will follow in a separate letter.\nTo get started, download our app and sign in with the customer number printed on your welcome letter. You will be asked to choose a password.\nPlease send us a copy of your proof of address by reply to this email if you have not uploaded it yet.\nRemember: we will never ask you to tell us your full password or PIN.\nKind regards, Harbour Bank Customer Service",
+    ),
+    Sample(
+        "en",
+        "email",
+        "Hi team,\nPlease send back the signed NDA by Thursday. The Wi-Fi password for the visitor network is printed at reception.\nAlso, reply with your dietary requirements for the offsite.\nThanks, Priya",
+    ),
+    Sample(
+        "de",
+        "email",
+        "Sehr geehrte Kundin, sehr geehrter Kunde,\nIhre neue Kreditkarte ist unterwegs. Die PIN erhalten Sie mit separater Post.\nBitte senden Sie uns das beiliegende Formular unterschrieben zurück.\nWir werden Sie niemals nach Ihrem Passwort oder Ihrer TAN fragen.\nIhre Volksbank",
+    ),
+    Sample(
+        "fr",
+        "email",
+        "Bonjour,\nMerci de nous retourner le contrat signé. Pour accéder à votre espace client, utilisez votre mot de passe habituel.\nCordialement, votre conseiller",
+    ),
+    Sample(
+        "nl",
+        "email",
+        "Beste klant,\nStuur ons het ingevulde formulier terug. Log daarna in met uw eigen wachtwoord op onze website.\nMet vriendelijke groet, uw verzekeraar",
+    ),
+    Sample(
+        "en",
+        "email",
+        "Good morning, this is a reminder that your annual account review is due. Please return the enclosed questionnaire. For online access, reset your password using the link on our website.",
     ),
 )

@@ -292,7 +292,8 @@ _HAND_BACK = re.compile(
     # fr
     r"|(?:renvoy|retourn|fax|envoy|communiqu|transmet|indiqu|donn|dict|lis|saisiss|confirm|"
     r"remplis|renseign)(?:ez|er)(?:[ -]?(?:nous|moi|le|la|les))?"
-    r"|repondez (?:nous )?(?:avec|en indiquant)"
+    r"|(?:repondez|repondre)(?: nous)?(?: a (?:ce|cet|cette) \w+)? (?:avec|en indiquant|en precisant)"
+    r"|en (?:indiquant|precisant|communiquant|renvoyant|transmettant|envoyant|retournant)"
     r"|(?:me|nous) (?:lire|donner|communiquer|dicter|transmettre|envoyer|indiquer|confirmer|"
     r"faxer|renvoyer|retourner)"
     r"|par fax"
@@ -339,6 +340,10 @@ _GIVEN = re.compile(
     r"|^ (?:\w+ ){0,2}?(?:is|are|will be|wird|n'est|ne sera|no es|non e|nao e|is|blijft|remains?) "
     r"(?:not|never|nicht|nie|pas|jamais|no|non|nao|niet|nooit|unchanged|unverandert|gelijk)"
     r"|^ (?:and \w+ )?remain unchanged"
+    # delivered by the sender: "your PIN will follow by post", "die PIN erhalten Sie mit"
+    r"|^ (?:will follow|follows|will arrive|arrives|erhalten sie|bekommen sie|folgt|kommt|"
+    r"suivra|arrivera|vous parviendra|llegara|recibira|seguira|arrivera|ricevera|seguira|"
+    r"chegara|recebera|volgt|ontvangt u|komt)"
     r"|^ (?:will be|wird|sera|sara|sera enviado|wordt|is being|has been|was) "
     r"(?:\w+ ){0,3}?(?:sent|mailed|posted|delivered|zugeschickt|zugesandt|gesendet|envoye|"
     r"enviado|inviato|verstuurd|toegestuurd|opgestuurd)"
@@ -369,12 +374,49 @@ def _negated(plain: str, start: int, words: int) -> bool:
     return bool(_NEGATION.search(" ".join(before[-(words + 1) :])))
 
 
+# Words right before a secret that make it the reader's to choose, to keep using, or a
+# shared thing's: "choose a password", "log in with your own password", "the Wi-Fi
+# password".
+_NOT_HANDED = re.compile(
+    r"\b(?:choose|set|create|pick|set up|wahlen sie|vergeben sie|choisissez|creez|elija|cree|"
+    r"scegli|scelga|crei|escolha|crie|kies|maak)(?: \w+){0,3} $"
+    r"|\b(?:use|using|utilisez|utiliser|verwenden sie|nutzen sie|usa|usi|utilice|usando|"
+    r"gebruik|log (?:\w+ )?in with|sign in with|inloggen met|log (?:\w+ ){0,2}in met)(?: \w+){0,3} $"
+    r"|\b(?:own|usual|eigenen?|eigen|propre|habituel|propia|habitual|propria|solita)(?: \w+)? $"
+    r"|\b(?:wifi|wi fi|wlan|guest|door|gate|locker|alarm|network|router|meeting|conference)"
+    r"(?: \w+)? $"
+)
+# A warning's sentence: "we will never ask you to tell us your password or PIN", "Wir
+# werden Sie niemals nach Ihrem Passwort oder Ihrer TAN fragen", "never share your PIN".
+_WARNING = re.compile(
+    r"\b(?:never|nie|niemals|keinesfalls|jamais|nunca|jamas|mai|nooit|nao)(?: \w+){0,3} "
+    r"(?:ask|request|share|disclose|reveal|tell|give|send|bitten|auffordern|demand|communiqu|"
+    r"partag|divulg|pedir|pedire|pedimos|solicit|compart|revel|chied|condivid|comunic|vrag|"
+    r"vraag|delen|deel|geef|pedira)"
+    # German puts the verb last: "niemals nach Ihrem Passwort oder Ihrer TAN fragen"
+    r"|\b(?:nie|niemals|keinesfalls)(?: \w+){0,8} (?:fragen|weitergeben|nennen|mitteilen|"
+    r"preisgeben|herausgeben)\b"
+)
+
+
+def _in_a_warning(plain: str, match: re.Match[str]) -> bool:
+    """The secret's sentence warns never to hand it over (the ask before or after it)."""
+    start = plain.rfind(" . ", 0, match.start())
+    end = plain.find(" . ", match.end())
+    sentence = plain[start + 1 if start >= 0 else 0 : end if end >= 0 else len(plain)]
+    return bool(_WARNING.search(sentence))
+
+
 def _asked_secret(plain: str, match: re.Match[str]) -> bool:
-    """A secret mention the message does not give, negate or renew itself."""
+    """A secret mention the message does not give, negate, warn about, renew, leave to
+    the reader's own use, or that is a shared thing's."""
+    before = plain[max(0, match.start() - 40) : match.start()]
     return not (
         _GIVEN.search(plain[match.end() : match.end() + 40])
         or _negated(plain, match.start(), 3)
-        or _NEW_SECRET.search(plain[max(0, match.start() - 12) : match.start()])
+        or _NEW_SECRET.search(before[-12:])
+        or _NOT_HANDED.search(before)
+        or _in_a_warning(plain, match)
     )
 
 
@@ -393,7 +435,7 @@ def _asks(pattern: re.Pattern[str], plain: str) -> bool:
             continue
         if _GIVEN.search(plain[m.end() : m.end() + 40]) or _NEW_SECRET.search(m.group(0)):
             continue
-        if _TO_THE_READER.match(m.group(0)):
+        if _TO_THE_READER.match(m.group(0)) or _in_a_warning(plain, m):
             continue
         return True
     return False

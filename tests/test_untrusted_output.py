@@ -7,8 +7,7 @@ operation added to the registry without a line here fails, so the question is as
 time. The declarations are checked against the table; the answers themselves are checked
 live where they are served (test_ai_calls: the AI-call poll and confirmation;
 test_voice_bridge_calls: poll and end over HTTP; test_ai_openai: a job's poll;
-test_predictions: detect-objects) and on both faces here.
-"""
+test_callbacks: a job's callback; test_predictions: detect-objects)."""
 
 from __future__ import annotations
 

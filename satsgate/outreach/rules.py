@@ -331,7 +331,8 @@ _SECRET_MENTION = re.compile(rf"\b{_SECRET}\b{_SHARED_THING}")
 # ... which the sender gives (``code is 482913``, ``Code: 4711``) or will deliver (``your
 # new PIN will be sent by post``): not asked for.
 _GIVEN = re.compile(
-    r"^(?: \.)?(?: (?:is|ist|lautet|est|es|e|eh|luidt|=|:))? (?:\S+ )?\S*\d"
+    r"^(?: \.)?(?: (?:is|ist|lautet|est|es|e|eh|luidt|=|:))?"
+    r"(?: (?:now|jetzt|maintenant|ahora|agora|ora|nu))? \S*\d"
     # a notice about the secret: "password reset", "Ihr Passwort wurde geandert"
     r"|^ (?:reset|change|changed|update|updated|expir\w*|zurucksetz\w*|anderung|geandert|"
     r"reinitialis\w*|modifi\w*|restablec\w*|cambi\w*|redefin\w*|alterad\w*|wijzig\w*|"
@@ -442,7 +443,7 @@ def _asks(pattern: re.Pattern[str], plain: str) -> bool:
 
 
 # "we will send you a confirmation code": the sender gives, the reader is not asked.
-_TO_THE_READER = re.compile(r"\S+ (?:you|ihnen|dir|vous|te|lhe|u|je|ti|vi|voce|usted|a voce)\b")
+_TO_THE_READER = re.compile(r"\S+ (?:you|ihnen|dir|vous|te|lhe|u|ti|vi|voce|usted|a voce)\b")
 
 
 def _credential(plain: str) -> bool:

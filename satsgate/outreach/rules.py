@@ -119,6 +119,13 @@ _SECRET = _any(
         r"recebeu|recebido)",
         r"codice (?:che )?(?:\w+ ){0,4}?(?:ricevuto|arrivato|inviato|ricevera)",
         r"code(?: \w+)? die (?:\w+ ){0,6}?(?:ontvangen|ontvangt|gekregen|gestuurd|ontving|kreeg)",
+        # the code in the text message just received
+        r"code (?:aus|in) (?:der|ihrer|deiner) sms",
+        r"code (?:du|de l'|de votre|dans le) sms",
+        r"codigo (?:del|do|en el|no) sms",
+        r"codice (?:del|dell'|nell'|nel) sms",
+        r"code (?:uit|in) (?:de|uw|je) sms",
+        r"code (?:in|from) (?:the )?(?:sms|text message|text)",
         r"code a \d+ chiffres",
         r"(?:online|internet|mobile|web) ?banking (?:password|passwort|pin|login|code)",
         r"memorable (?:word|information)",
@@ -273,7 +280,8 @@ _HAND_BACK = re.compile(
     r"(?:back|to us|to me|to our \w+|to this number|to the number|by fax|via fax)"
     r"|fax us|text us|email us|e mail us|message us"
     r"|return (?:it |them |this(?: \w+)? |the (?:\w+ )?form )?(?:to us|with|by fax|completed)"
-    r"|(?:reply|respond|answer|write back|call us(?: back)?) (?:to this \w+ )?with"
+    r"|(?:reply|replying|respond|responding|answer|write back|call us(?: back)?) "
+    r"(?:to this \w+ )?with"
     r"|read (?:it |them |us |me )?(?:out|back|to us|to me|aloud)"
     r"|(?:tell|give|forward|provide) (?:it to )?(?:us|me)(?! a (?:call|ring|moment))"
     r"|ask (?:them|him|her|the \w+) (?:to|for)|get (?:them|him|her) to (?:tell|read|give)"
@@ -307,6 +315,7 @@ _HAND_BACK = re.compile(
     r"|(?:rispedisc|restituisc|rinvi|invi|mand|comunic|fornisc|indich|inserisc|conferm|compil|"
     r"trasmett)(?:a|i|ate|ete|ite)(?:ci|celo|mi)?\b"
     r"|(?:ci|mi) dica|diteci|leggete(?:ci)?|ce (?:lo |la )?legga|(?:mi|ci) legga"
+    r"|dimmi|dammi|mandami|inviami|leggimi|passami|dettami|dicci|mandaci|inviaci"
     r"|(?:fatti|fatevi|si faccia|farsi) (?:comunicare|dire|dare|dettare|leggere|inviare|mandare)"
     r"|chiedi(?:gli|le)? (?:di|il|la|i|le)"
     r"|rispond(?:a|ete) (?:a questo \w+ )?con"
@@ -324,6 +333,8 @@ _HAND_BACK = re.compile(
     r"|retourneer|doorgeven|geef (?:\w+ ){0,6}?door|lees (?:\w+ ){0,6}?voor|voorlezen"
     r"|vul (?:\w+ ){0,6}?in|voer (?:\w+ ){0,6}?in|invullen|bevestig|verstrek"
     r"|antwoord (?:op dit \w+ )?met"
+    r"|(?:kun|kunt|wil|wilt) (?:je|u) (?:me|mij|ons) (?:\w+ ){0,6}?"
+    r"(?:sturen|geven|doorgeven|vertellen|voorlezen|noemen|mailen|faxen)"
     r")"
 )
 # The reader's secret, with a shared thing's (the wifi's) left out.

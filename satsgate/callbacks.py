@@ -51,14 +51,16 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def callback_body(job: Job, answer: dict[str, Any]) -> str:
-    """The JSON text delivered for ``job``, whose poll answer is ``answer``."""
+    """The JSON text delivered for ``job``, whose poll answer is ``answer``; marked
+    ``untrusted_output: true`` at its top, as the poll is, when the result carries text
+    from outside (the gate marks such a result)."""
     assert job.callback is not None
     event = "job.completed" if job.status is JobStatus.COMPLETED else "job.failed"
-    return json.dumps(
-        {"event": event, "callback_id": job.callback.callback_id, **answer},
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+    doc = {"event": event, "callback_id": job.callback.callback_id, **answer}
+    result = answer.get("result")
+    if isinstance(result, dict) and result.get("untrusted_output") is True:
+        doc["untrusted_output"] = True
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
 class CallbackSender:

@@ -75,11 +75,20 @@ class Seen:
 
 
 def _openai_error(
-    status: int, message: str, etype: str, code: str | None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    etype: str,
+    code: str | None,
+    headers: dict[str, str] | None = None,
+    *,
+    marked: bool = True,
 ) -> web.Response:
+    """An error body; ``marked`` adds UPSTREAM_DETAIL to the message (text that must never
+    reach a caller). A content-policy refusal's message is the model's refusal, which the
+    caller is shown as model_said: it comes unmarked, as the API writes it."""
     body = {
         "error": {
-            "message": f"{message} ({UPSTREAM_DETAIL})",
+            "message": f"{message} ({UPSTREAM_DETAIL})" if marked else message,
             "type": etype,
             "param": None,
             "code": code,
@@ -270,6 +279,7 @@ class FakeAIUpstream:
                 "Your request was rejected as a result of our safety system",
                 "invalid_request_error",
                 "content_policy_violation",
+                marked=False,
             )
         elif mode == "html":
             return web.Response(
@@ -314,7 +324,8 @@ class FakeAIUpstream:
                 "annotations": [],
             }
         if body.get("stream"):
-            return await self._chat_stream(request, body, answer, mode)
+            refusal = message["refusal"]
+            return await self._chat_stream(request, body, answer, mode, refusal)
         resp = web.json_response(
             {
                 "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
@@ -334,13 +345,19 @@ class FakeAIUpstream:
         return resp
 
     async def _chat_stream(
-        self, request: web.Request, body: dict[str, Any], answer: str, mode: str | None
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        answer: str,
+        mode: str | None,
+        refusal: str | None = None,
     ) -> web.StreamResponse:
         """OpenAI's streamed completion: chat.completion.chunk events (a word each), a
         finish chunk, with stream_options.include_usage a last chunk of usage and no
         choices, then [DONE]. Stream modes: see :meth:`_stream_words`; "error_stream"
         ends after two words with a data chunk holding ``error`` (how the API fails
-        mid-stream: the SDK raises it)."""
+        mid-stream: the SDK raises it). A refused prompt streams ``refusal`` a word at a
+        time in ``delta.refusal`` (``content`` null), as the API does."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         base = {
@@ -366,10 +383,17 @@ class FakeAIUpstream:
                        "type": "server_error", "param": None, "code": None}  # fmt: skip
             await resp.write(f"data: {json.dumps({'error': failure})}\n\n".encode())
 
+        async def refused(text: str) -> None:
+            delta = {"content": None, "refusal": text}
+            await send({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
         async def whole() -> None:
             await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "finish_reason": None}]})  # fmt: skip
-            if not await self._stream_words(answer, mode, word, error):
+            if refusal is not None:
+                for piece in re.findall(r"\S+\s*", refusal):
+                    await refused(piece)
+            elif not await self._stream_words(answer, mode, word, error):
                 return
             await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             if include_usage:
@@ -436,6 +460,7 @@ class FakeAIUpstream:
                 "contain text that is not allowed by our safety system.",
                 "invalid_request_error",
                 "content_policy_violation",
+                marked=False,
             )
         width, height = (int(x) for x in str((seen.json or {})["size"]).split("x"))
         image = png(width, height)
@@ -657,14 +682,17 @@ class FakeAIUpstream:
             words = answer
             if mode == "refusal":
                 words = " ".join(answer.split()[:2])
+            if mode == "refusal_first":  # refused before writing anything, with a reason
+                words = ""
             if not await self._stream_words(words, mode, word, error):
                 return
             await event("content_block_stop", {"index": 0})
             stop: dict[str, Any] = {"stop_reason": "end_turn", "stop_sequence": None}
-            if mode == "refusal":
+            if mode in ("refusal", "refusal_first"):
+                explanation = self.refusal_text if mode == "refusal_first" else None
                 stop = {"stop_reason": "refusal", "stop_sequence": None,
                         "stop_details": {"type": "refusal", "category": None,
-                                         "explanation": None}}  # fmt: skip
+                                         "explanation": explanation}}  # fmt: skip
             await event("message_delta", {"delta": stop, "usage": {"output_tokens": 6}})
             await event("message_stop", {})
 

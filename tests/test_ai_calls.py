@@ -36,7 +36,7 @@ from tests.fake_voice_agents import (
     Leg,
 )
 from tests.ledger_check import assert_ledger_balances
-from tests.test_mcp import create_payment, mcp_url, structured
+from tests.test_mcp import create_payment, first_text, mcp_url, structured
 from tests.test_refunds import claim, external_invoice, withdraw
 from tests.test_sessions import Client as SessionClient
 from tests.test_sessions import unb64url
@@ -246,6 +246,9 @@ async def test_retell_call_bills_started_minutes_and_refunds_the_rest_to_the_add
     assert results["data"] == {"booked": True}
     assert [a["attempt"] for a in results["attempts"]] == [1]
     assert "a table for two at seven works" in doc["transcript"]
+    # The transcript is the far end's words: the poll marks the answer untrusted.
+    assert doc["untrusted_output"] is True
+    assert "untrusted_output" not in placed  # nothing from outside in it yet
     used = expected_used_sats(2, results["perMinuteSats"])
     assert results["usedSats"] == used
     assert results["refundableSats"] == results["depositSats"] - used > 0
@@ -375,7 +378,9 @@ async def test_pending_confirm_then_confirmed_once(
         "Under what name should it be booked?",
     ]
     assert pending["session_id"].startswith("acs_") and len(retell.calls) == calls_before
-    assert (await poll(retell_client, pending["call_id"]))["status"] == "pending_confirm"
+    assert pending["untrusted_output"] is True  # questions made from the caller's task
+    polled = await poll(retell_client, pending["call_id"])
+    assert polled["status"] == "pending_confirm" and polled["untrusted_output"] is True
 
     answers = {"For what date and time?": "Friday 8pm", "For how many people?": 4,
                "Under what name should it be booked?": "Bea"}  # fmt: skip
@@ -591,6 +596,9 @@ async def test_the_tool_form_over_mcp_with_its_confirmation(
         assert not result.is_error, result
         pending = structured(result)
         assert pending["status"] == "pending_confirm"
+        # Marked and fenced for a language model, as every answer with outside text.
+        assert pending["untrusted_output"] is True
+        assert "<untrusted-content>" in first_text(result)
         assert pending["questions"] == ["For what date and time?", "For how many people?"]
         confirmed = await mcp.call_tool(
             "confirm_ai_call",

@@ -421,6 +421,7 @@ async def test_transcribe_audio_job_gives_segments_srt_and_vtt(
     )
     doc = await job_result(ai, resp)
     assert doc["status"] == "COMPLETED", doc
+    assert doc["untrusted_output"] is True  # the poll's answer itself says so
     result = doc["result"]
     assert result["text"] == "Hola desde el puerto. Nos vemos Zyxxa a mediodía."
     assert result["language"] == "es"
@@ -504,7 +505,18 @@ async def test_image_safety_block_is_content_filtered_and_not_retried(
     resp = await paid(ai, "generate-image", {"prompt": "forbidden", "modelId": 2})
     body = await assert_refusal_window_then_decline(ai, resp, fake)
     assert body["refusal_scope"] == "prompt"
+    # The 400 content_policy_violation's message is the refusal the payer is shown.
+    assert body["model_said"] == "Your request was rejected as a result of our safety system"
     assert len(fake.requests("/v1/images/generations")) == 1
+
+
+async def test_a_chat_content_policy_error_shows_its_message_as_model_said(
+    ai: httpx.AsyncClient, fake: FakeAIUpstream
+) -> None:
+    fake.fail_next(CHAT, "policy")
+    resp = await paid(ai, "generate-text", TEXT_BODY)
+    body = await assert_refusal_window_then_decline(ai, resp, fake)
+    assert body["model_said"] == "Your request was rejected as a result of our safety system"
 
 
 async def test_timeout_is_refunded_with_a_retry_hint(

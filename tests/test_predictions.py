@@ -353,6 +353,7 @@ async def test_open_set_detection_finds_what_the_prompt_names(
     found = resp.json()
     labels = [o["label"] for o in found["objects"]]
     assert found["count"] == 3 and labels == ["cat", "red car", "cat"]  # most confident first
+    assert found["untrusted_output"] is True  # the labels are the model's words
     assert found["objects"][0]["box"] == {"x": 4, "y": 2, "width": 16, "height": 28}
     # 0.5..1.0 of a 48 px wide image, 0.25..0.75 of 32 px.
     assert found["objects"][1]["box"] == {"x": 24, "y": 8, "width": 24, "height": 16}
@@ -509,13 +510,27 @@ async def test_music_on_fal_by_webhook_with_a_forgery_refused(
     [
         (Script(outcome="failed", error="Internal error"), "SERVICE_ERROR"),
         (
-            Script(outcome="failed", error="content_policy_violation", by_webhook=True),
+            Script(
+                outcome="failed",
+                error="NSFW content detected: content_policy_violation",
+                by_webhook=True,
+            ),
+            "CONTENT_FILTERED",
+        ),
+        (
+            Script(outcome="failed", error="NSFW content detected: content_policy_violation"),
             "CONTENT_FILTERED",
         ),
         (Script(outputs=lambda: [wav(200.0)]), "OUTPUT_DURATION_INSANE"),
         (Script(poll_errors=[429, 502], outputs=lambda: [wav(15.0)]), None),
     ],
-    ids=["failed", "refused-by-webhook", "duration-insane", "429-5xx-ridden-out"],
+    ids=[
+        "failed",
+        "refused-by-webhook",
+        "refused-by-poll",
+        "duration-insane",
+        "429-5xx-ridden-out",
+    ],
 )
 async def test_music_failures_on_fal_are_refunded(
     client: httpx.AsyncClient,
@@ -532,6 +547,7 @@ async def test_music_failures_on_fal_are_refunded(
     if code == "CONTENT_FILTERED":  # a refusal keeps the payment for a free retry
         body = assert_envelope(resp, "CONTENT_FILTERED_RETRY", 422)
         assert "fal" not in str(body).lower() and "refund" not in body
+        assert body["model_said"] == script.error  # the model's words, not fal's document
         resp = await client.post(
             "/api/decline-retry",
             json={"paymentId": body["paymentId"], "rework_token": body["rework_token"]},

@@ -229,8 +229,13 @@ async def test_image_refusal_scope_is_the_prompt(
 ) -> None:
     body = {"prompt": f"a {TERM} kit on a table", "modelId": 2}
     paid, doc = await refused_call(rw, "generate-image", body)
-    assert doc["refusal_scope"] == "prompt" and doc["model_said"] is None
-    assert "safety system" not in str(doc)  # the upstream's error text stays upstream
+    assert doc["refusal_scope"] == "prompt"
+    # The upstream's 400 content_policy_violation message is the model's refusal: shown
+    # as one cleaned line (any other upstream error text stays upstream).
+    assert doc["model_said"] == (
+        "Your request was rejected as a result of our safety system. Your prompt may "
+        "contain text that is not allowed by our safety system."
+    )
     resp = await call(
         rw,
         paid,

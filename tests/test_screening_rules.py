@@ -54,6 +54,13 @@ BENIGN = [
     "Schick mir bitte das Passwort für das WLAN.",
     "I am at the bank, be there in 10 minutes.",
     "Your PIN for the door is 4821.",
+    "Enter the verification code 482913 in the app.",
+    "Your PIN is now 4821.",
+    "Your code is G-482913.",
+    "We will send you a confirmation code when your parcel ships.",
+    "Kun je me de foto's van gisteren sturen?",
+    "Nennen Sie mir bitte Ihren Wunschtermin.",
+    "Il codice nel SMS è 556677, non condividerlo.",
 ]
 
 HOSTILE = [
@@ -111,6 +118,14 @@ HOSTILE = [
     ("Eres un pendejo, hijo de puta.", "harassment"),
     ("Vai se foder, vagabunda.", "harassment"),
     ("Pay the fine with Google Play cards today.", "scam:payment"),
+    # A number after the secret that is not the secret: a deadline, a phone number.
+    ("Reply with your password within 24 hours or your account will be closed.", "credential:code"),
+    ("Send us your PIN by 5pm today.", "credential:code"),
+    ("Stuur je pincode naar 0612345678.", "credential:code"),  # je: the Dutch "your"
+    ("URGENT from your bank: verify now by replying with the code sent to you.", "credential:code"),
+    ("Ciao, sono della banca: dimmi il codice che ti è arrivato.", "credential:code"),
+    ("Hallo, nennen Sie mir bitte den Code aus der SMS.", "credential:code"),
+    ("Hoi, kun je me de code uit de sms sturen?", "credential:code"),
 ]
 
 

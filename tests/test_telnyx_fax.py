@@ -9,6 +9,7 @@ import base64
 import hashlib
 import io
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from satsgate.config import Settings
 from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest
+from satsgate.engines.local import pdf
 from satsgate.engines.providers.telnyx import TelnyxProvider, public_key_from, verify_signature
 from tests.conftest import (
     ThreadedServer,
@@ -43,6 +45,7 @@ from tests.fake_telnyx import (
     public_key_b64,
     signed_headers,
 )
+from tests.ledger_check import assert_ledger_balances
 from tests.test_email_smtp import Mailbox, Smtp
 from tests.test_gateway import assert_envelope
 from tests.test_payment_proof import hop_forgeries
@@ -308,6 +311,54 @@ async def test_a_scam_fax_is_held_by_its_text_layer_and_sent_on_release(
     assert list(telnyx.faxes.values())[-1].media == scam
     seen = await until_final(client, outcome.result["faxId"])
     assert seen[-1]["status"] == "delivered"
+
+
+def bank_letterhead_pdf() -> bytes:
+    """A one-page letter on a bank's letterhead (no "this is" anywhere) asking the reader
+    to fax back their online banking password and a 6-digit code: the screen reads it from
+    the PDF's text layer, as the fax provider's recipient would."""
+    html = (
+        "<html><body style='font-family: sans-serif'>"
+        "<header style='border-bottom: 2px solid #003366'><h1>NORTHBRIDGE BANK</h1>"
+        "<p>Fraud Prevention Department &middot; 1 Harbour Street, London</p></header>"
+        "<p>Dear customer,</p><p>We detected unusual activity on your account. To keep it "
+        "open, complete this form and fax it back to 0800 555 0199 within 24 hours.</p>"
+        "<table><tr><td>Full name</td><td>__________</td></tr>"
+        "<tr><td>Online banking password</td><td>__________</td></tr>"
+        "<tr><td>6-digit verification code sent to your phone</td><td>______</td></tr>"
+        "</table><p>Yours faithfully,<br>M. Carter, Head of Security</p></body></html>"
+    )
+    return pdf.html_to_pdf(html).data
+
+
+async def test_a_bank_letterhead_asking_to_fax_back_a_password_is_held_never_sent(
+    client: httpx.AsyncClient, telnyx: FakeTelnyx, server: ThreadedServer
+) -> None:
+    """Issue 35: the letterhead names the bank, the ask is "fax it back", the secrets sit
+    lines away from the ask. Held (451), nothing reaches the fax provider, and the payment
+    is neither spent nor refunded: it waits for the operator (or the 24-hour refund)."""
+    letter = bank_letterhead_pdf()
+    assert "fax it back" in " ".join(PdfReader(io.BytesIO(letter)).pages[0].extract_text().split())
+    creates, faxes = len(telnyx.creates), len(telnyx.faxes)
+    resp, _ = await paid(client, "send-fax", {"faxNumber": TO, "documentBase64": b64(letter)})
+    held = assert_envelope(resp, "CONTENT_POLICY_HELD", 451)
+    assert held["held"] is True and "refund" not in held and held["appeal_sats"] == 1
+    assert (len(telnyx.creates), len(telnyx.faxes)) == (creates, faxes)  # never sent
+    hold = server.call(lambda: server.app[HOLDS].get(held["hold_id"]))
+    assert hold.status == "held"
+    assert {"credential:code", "impersonation:authority"} <= set(hold.reasons)
+    db = sqlite3.connect(server.settings.db_path)
+    try:
+        (status,) = db.execute(
+            "SELECT status FROM payments WHERE payment_id = ?", (held["payment_id"],)
+        ).fetchone()
+        (refunds,) = db.execute(
+            "SELECT COUNT(*) FROM refunds WHERE payment_id = ?", (held["payment_id"],)
+        ).fetchone()
+    finally:
+        db.close()
+    assert (status, refunds) == ("serving", 0)  # held: neither answered nor refunded
+    assert_ledger_balances(server)
 
 
 async def test_stop_reply_refuses_later_faxes_and_sms_before_any_invoice(

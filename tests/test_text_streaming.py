@@ -329,6 +329,28 @@ async def test_a_failure_mid_stream_ends_it_with_an_error_event_and_one_refund(
     assert str(payment_row(srv, payment_hash).status) == "spent"
 
 
+async def test_a_streamed_refusal_before_any_text_keeps_the_payment_and_says_why(
+    http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream, up: Upstream
+) -> None:
+    """A refusal before any text went out is the free-retry answer, its model_said the
+    model's words: OpenAI streams them in ``delta.refusal`` pieces, Anthropic gives
+    ``stop_details.explanation`` in its message_delta."""
+    fake.refuse_terms = {"lockpick"}  # the OpenAI fake refuses the prompt
+    if up is UPSTREAMS["anthropic"]:
+        fake.fail_next(up.path, "refusal_first")
+    body = up.body("Explain how to lockpick a door")
+    auth, payment_hash, _ = await paid_auth(http, body)
+    resp = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
+    got = assert_envelope(resp, "CONTENT_FILTERED_RETRY", 422)
+    assert got["model_said"] == fake.refusal_text and "refund" not in got
+    assert refunds_of(srv, payment_hash) == []
+    declined = await http.post(
+        "/api/decline-retry",
+        json={"paymentId": got["paymentId"], "rework_token": got["rework_token"]},
+    )
+    assert declined.status_code == 200, declined.text
+
+
 async def test_a_refusal_after_text_went_out_ends_the_stream_refunded(
     http: httpx.AsyncClient, srv: ThreadedServer, fake: FakeAIUpstream
 ) -> None:

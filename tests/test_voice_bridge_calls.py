@@ -119,6 +119,7 @@ async def _events_until(
         resp = await node.get(POLL, params={"sessionId": session_id, "cursor": cursor})
         assert resp.status_code == 200, resp.text
         polled = resp.json()
+        assert polled["untrusted_output"] is True  # the events are the far end's words
         assert [e["seq"] for e in polled["events"]] == sorted(e["seq"] for e in polled["events"])
         assert all(e["seq"] > cursor for e in polled["events"])
         events += polled["events"]
@@ -233,6 +234,7 @@ async def test_a_call_transcribes_speaks_and_settles_once(
     assert settled["refund"]["amount_sats"] == settled["refundableSats"]
     assert settled["refund"]["lnurl_withdraw"].startswith("LNURL")
     assert "tomorrow" in settled["finalTranscript"].lower()
+    assert settled["untrusted_output"] is True
     refunds = _refunds(bridge_node, _payment_id(bridge_node, session))
     assert [r.amount_msat for r in refunds] == [settled["refundableSats"] * 1000]
     await twilio.wait_for(lambda: call.status == "completed")

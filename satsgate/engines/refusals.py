@@ -1,7 +1,8 @@
 """What a model said when it refused on content, as a caller may see it.
 
 The free-retry answer (CONTENT_FILTERED_RETRY) and the refusal's refund show the
-upstream model's own refusal text as ``model_said`` when the adapter has it: one line,
+upstream model's own refusal text as ``model_said`` when the adapter has it (a refusing
+answer's text, a 400 content-policy error's message, a refused prediction's error): one line,
 at most 300 characters, without addresses and without provider or model names (no
 provider name ever reaches a caller). A structured error body is not the model's words:
 nothing is shown for it.

@@ -59,10 +59,11 @@ def _image_item(body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def from_service_result(result: ServiceResult, *, untrusted: bool) -> dict[str, Any]:
-    """A paid call's ServiceResult (JSON, text or bytes) as a CallToolResult."""
+    """A paid call's ServiceResult (JSON, text or bytes) as a CallToolResult; a JSON body
+    that marks itself ``untrusted_output`` (an AI call's questions) is fenced too."""
     body = result.body
     if isinstance(body, dict):
-        return success(body, untrusted=untrusted)
+        return success(body, untrusted=untrusted or body.get("untrusted_output") is True)
     if isinstance(body, str):
         structured: dict[str, Any] = {"text": body}
         if untrusted:

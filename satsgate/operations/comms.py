@@ -74,6 +74,12 @@ def _heard(result: object) -> bool:
     return True
 
 
+def _call_words(result: AiCallRecord) -> bool:
+    """An AI call's record with text from outside (its transcript, results or generated
+    questions): the record marks itself so (ai_calls.AiCallRecord.body)."""
+    return result.untrusted_output is True
+
+
 # -- the voice bridge's shared calls (both faces) -------------------------------------------
 
 
@@ -366,6 +372,7 @@ CONFIRM_AI_CALL: OperationSpec[AiCallConfirmParams, AiCallRecord] = OperationSpe
     read_only=False,
     error_codes=_AI_CALL_CODES,
     family=AI_CALLS,
+    untrusted=_call_words,
 )
 
 POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
@@ -394,6 +401,7 @@ POLL_AI_CALL: OperationSpec[AiCallPollParams, AiCallRecord] = OperationSpec(
     ),
     error_codes=(*_AI_CALL_CODES, ErrorCode.INTERNAL_ERROR),
     family=AI_CALLS,
+    untrusted=_call_words,
 )
 
 

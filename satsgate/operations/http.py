@@ -87,10 +87,15 @@ def respond(op: AnyOperation, body: Mapping[str, Any]) -> web.Response:
 
 
 async def run(request: web.Request, op: AnyOperation, raw: Any) -> dict[str, Any]:
+    """The operation's answer body, marked ``untrusted_output: true`` when it carries text
+    from outside (``op.untrusted``), as the MCP face marks and fences the same answer."""
     params = validate(op, raw)
     call = HttpCall(request.headers.getall("Authorization", []))
     result = await op.handler(request.app[OPERATION_ENV], params, call)
-    return dump(result)
+    body = dump(result)
+    if op.untrusted is not None and op.untrusted(result):
+        body["untrusted_output"] = True
+    return body
 
 
 def body_limit(request: web.Request, op: AnyOperation) -> int:

@@ -1,6 +1,7 @@
 # ruff: noqa: E501  (phrase tables: one phrase family per line reads better unbroken)
 """The screen's rules: impersonation, threats, harassment and credential or code
-solicitation, in English, German, French, Spanish and Portuguese.
+solicitation, in English, German, French, Spanish and Portuguese; credential phishing also
+in Italian and Dutch.
 
 Text is normalised before matching (:func:`satsgate.domain.plain_text.normalise`):
 case-folded, accents removed, leetspeak inside words undone (``p4ssw0rd`` ->
@@ -13,6 +14,12 @@ booked for 7pm", "your code is 4711" from a sender giving one).
 
 :func:`check_text` returns labels such as ``credential:code``, ``impersonation:authority``,
 ``impersonation:relative``, ``threat``, ``harassment``, ``scam:payment``.
+
+Credential phishing is held in two shapes: an ask next to the secret ("send me your PIN",
+"Ihr Passwort bitte"), and a hand-back ask anywhere with the reader's secret anywhere in
+the same message (a letterhead's form: "fax it back ... Online banking password: ___").
+An institution named anywhere in such a message also gives ``impersonation:authority``.
+The corpus in tests/screening_corpus.py measures both (docs/communications.md).
 """
 
 from __future__ import annotations
@@ -84,6 +91,50 @@ _SECRET = _any(
         r"senha",
         r"numero do cartao",
         r"frase de recuperacao",
+        r"codigo (?:de \d+ digitos|recebido|enviado)",
+        # it
+        r"codice (?:pin|otp|segreto|di verifica|di sicurezza|di conferma|di accesso|"
+        r"di attivazione|monouso|usa e getta|dispositivo|ricevuto|sms|di \d+ cifre)",
+        r"(?:numero|codice) (?:della |di )?carta(?: di credito)?",
+        r"credenziali(?: di accesso)?",
+        r"frase di recupero",
+        r"parola d'ordine",
+        # nl
+        r"wachtwoord",
+        r"pin ?code",
+        r"(?:inlog|verificatie|beveiligings|bevestigings|toegangs|activerings|sms|eenmalige) ?code",
+        r"\d+ cijferige code",
+        r"kaartnummer",
+        r"inloggegevens",
+        r"herstelzin",
+        # any language: "the 6-digit code", "6-stelligen Code", "code a 6 chiffres"
+        r"(?:\d+|four|six|eight|vier|sechs|acht|quatre|huit|cuatro|seis|ocho|quattro|sei|otto|"
+        r"quatro|oito|zes) ?(?:digit|stellige[nr]?|chiffres?|digitos|cifre|cijferige) "
+        r"(?:code|pin|number|nummer|codigo|codice)",
+        # the code the sender just sent (the reader's, to be handed back)
+        r"code (?:that )?(?:\w+ ){0,4}?(?:received|receive|got|sent|texted|arrived)",
+        r"code(?:,)? (?:den|die) (?:\w+ ){0,5}?(?:geschickt|gesendet|erhalten|bekommen|zugeschickt)",
+        r"code (?:que|qui) (?:\w+ ){0,5}?(?:recevoir|recu|envoye|arrive)",
+        r"codigo (?:que )?(?:\w+ ){0,4}?(?:llegado|llego|recibido|recibira|enviado|enviamos|chegou|"
+        r"recebeu|recebido)",
+        r"codice (?:che )?(?:\w+ ){0,4}?(?:ricevuto|arrivato|inviato|ricevera)",
+        r"code(?: \w+)? die (?:\w+ ){0,6}?(?:ontvangen|ontvangt|gekregen|gestuurd|ontving|kreeg)",
+        # the code in the text message just received
+        r"code (?:aus|in) (?:der|ihrer|deiner) sms",
+        r"code (?:du|de l'|de votre|dans le) sms",
+        r"codigo (?:del|do|en el|no) sms",
+        r"codice (?:del|dell'|nell'|nel) sms",
+        r"code (?:uit|in) (?:de|uw|je) sms",
+        r"code (?:in|from) (?:the )?(?:sms|text message|text)",
+        r"code a \d+ chiffres",
+        r"(?:online|internet|mobile|web) ?banking (?:password|passwort|pin|login|code)",
+        r"memorable (?:word|information)",
+        r"passphrase",
+        r"(?:user ?name|benutzername) and password",
+        r"(?:m|push|sms|chip|photo)tan",
+        r"einmal ?passwort",
+        r"(?:kartenprufnummer|anmeldedaten)",
+        r"one time pass(?:word|code)",
     ]
 )
 
@@ -159,6 +210,22 @@ _ASK = _any(
         r"forneca",
         r"qual (?:e|eh) (?:a sua|o seu|sua|seu)",
         r"precisamos",
+        # it
+        r"(?:invi|mand|comunic|indic|fornisc|forni|conferm|inser|rispond|dic|legg|trasmett|condivid)"
+        r"(?:a|i|ate|ete|ite|ere|iamo)?(?:ci|mi)?",
+        r"ci (?:invii|mandi|comunichi|dica|fornisca|indichi)",
+        r"qual e (?:la sua|il suo|la tua|il tuo)",
+        r"abbiamo bisogno (?:del|della|di)",
+        # nl
+        r"stuur(?:t u)?(?: ons| mij| me)?",
+        r"geef(?:t u)?(?: ons| mij| me)?(?: door)?",
+        r"deel",
+        r"bevestig",
+        r"vul (?:uw|je)",
+        r"voer (?:uw|je)",
+        r"vertel(?: ons| mij| me)?",
+        r"wat is (?:uw|je)",
+        r"hebben (?:uw|je) \w+ nodig",
     ]
 )
 # A code or password of a shared thing (the wifi, a door, a locker) is not the reader's.
@@ -173,7 +240,7 @@ _NEGATED = re.compile(
 )
 # ask ... (the reader's) secret, a few words apart within one sentence.
 _CREDENTIAL = re.compile(
-    rf"\b{_ASK} (?:\w+ ){{0,3}}?(?:your |ihr |ihre |ihren |dein |deine |deinen |votre |vos |ton |ta |tu |su |sus |seu |sua |o seu |a sua |the |den |die |das |le |la |el |o |a |us |me |uns |mir |nous |moi |nos )?{_SECRET}\b{_SHARED_THING}"
+    rf"\b{_ASK} (?:\w+ ){{0,3}}?(?:your |ihr |ihre |ihren |dein |deine |deinen |votre |vos |ton |ta |tu |su |sus |seu |sua |o seu |a sua |the |den |die |das |le |la |el |o |a |us |me |uns |mir |nous |moi |nos |la sua |il suo |il |lo |i |le |uw |je |de |het |ons )?{_SECRET}\b{_SHARED_THING}"
 )
 # "send me the code", "read me that code": the code itself, right after the ask.
 _ASK_CODE = re.compile(
@@ -201,12 +268,193 @@ _SECRET_THEN_ASK = re.compile(
 )
 
 
-def _asks(pattern: re.Pattern[str], plain: str) -> bool:
-    """A match not negated just before it ("never share this code")."""
-    return any(
-        not _NEGATED.search(plain[max(0, m.start() - 30) : m.start()].rstrip())
-        for m in pattern.finditer(plain)
+# -- a secret handed back, anywhere in the message ------------------------------------------
+
+# Asking the reader to hand something back to the sender: return, send back, fax back,
+# reply with, read out, tell us, give us. The secret it asks for may be anywhere in the
+# same message (a letterhead's form: "fax back this page with: 1. ... 4. your password").
+_HAND_BACK = re.compile(
+    r"\b(?:"
+    # en
+    r"(?:fax|send|mail|post|text|email|e mail)(?: \w+){0,3}? "
+    r"(?:back|to us|to me|to our \w+|to this number|to the number|by fax|via fax)"
+    r"|fax us|text us|email us|e mail us|message us"
+    r"|return (?:it |them |this(?: \w+)? |the (?:\w+ )?form )?(?:to us|with|by fax|completed)"
+    r"|(?:reply|replying|respond|responding|answer|write back|call us(?: back)?) "
+    r"(?:to this \w+ )?with"
+    r"|read (?:it |them |us |me )?(?:out|back|to us|to me|aloud)"
+    r"|(?:tell|give|forward|provide) (?:it to )?(?:us|me)(?! a (?:call|ring|moment))"
+    r"|ask (?:them|him|her|the \w+) (?:to|for)|get (?:them|him|her) to (?:tell|read|give)"
+    r"|share (?:it |them |this \w+ )?with (?:us|me|our \w+)"
+    r"|(?:send|forward|submit|provide|include|enter|type|confirm|write(?: down)?|fill in|"
+    r"state|sending|providing|entering|confirming|submitting|sharing|giving us) "
+    r"(?:us |me )?(?:your|the (?:following|requested))"
+    # de
+    r"|(?:zuruck|ruck)(?:faxen|senden|schicken|mailen)"
+    r"|(?:faxen|senden|schicken|mailen|ubermitteln) sie"
+    r"|(?:geben|nennen|teilen|diktieren|sagen) sie (?:uns|mir)"
+    r"|(?:geben|teilen|lesen) sie (?:\w+ ){0,8}?(?:an|mit|vor|durch)\b"
+    r"|per fax (?:an uns |zuruck ?)?(?:senden|schicken|ubermitteln)"
+    r"|(?:mitteilen|durchgeben|angeben|eintragen|vorlesen|ubermitteln)"
+    r"|antworten sie (?:uns )?mit"
+    # fr
+    r"|(?:renvoy|retourn|fax|envoy|communiqu|transmet|indiqu|donn|dict|lis|saisiss|confirm|"
+    r"remplis|renseign)(?:ez|er)(?:[ -]?(?:nous|moi|le|la|les))?"
+    r"|(?:repondez|repondre)(?: nous)?(?: a (?:ce|cet|cette) \w+)? (?:avec|en indiquant|en precisant)"
+    r"|en (?:indiquant|precisant|communiquant|renvoyant|transmettant|envoyant|retournant)"
+    r"|(?:me|nous) (?:lire|donner|communiquer|dicter|transmettre|envoyer|indiquer|confirmer|"
+    r"faxer|renvoyer|retourner)"
+    r"|par fax"
+    # es
+    r"|(?:devuelv|reenvi|envi|mand|comuniqu|indiqu|facilit|proporcion|dict|introduzc|rellen|"
+    r"confirm)(?:e|a|en|enos|anos|emelo|enoslo)\b"
+    r"|(?:digame|diganos|lea(?:nos)?|dictenos)"
+    r"|responda (?:a este \w+ )?con"
+    r"|por fax"
+    # it
+    r"|(?:rispedisc|restituisc|rinvi|invi|mand|comunic|fornisc|indich|inserisc|conferm|compil|"
+    r"trasmett)(?:a|i|ate|ete|ite)(?:ci|celo|mi)?\b"
+    r"|(?:ci|mi) dica|diteci|leggete(?:ci)?|ce (?:lo |la )?legga|(?:mi|ci) legga"
+    r"|dimmi|dammi|mandami|inviami|leggimi|passami|dettami|dicci|mandaci|inviaci"
+    r"|(?:fatti|fatevi|si faccia|farsi) (?:comunicare|dire|dare|dettare|leggere|inviare|mandare)"
+    r"|chiedi(?:gli|le)? (?:di|il|la|i|le)"
+    r"|rispond(?:a|ete) (?:a questo \w+ )?con"
+    r"|via fax|per fax"
+    # pt
+    r"|(?:devolv|reenvi|envi|mand|forne[cç]|digit|insir|confirm|preench|encaminh)"
+    r"(?:e|a|em)(?: nos| me)?\b"
+    r"|(?<!vous )(?<!nous )(?<!te )(?<!le )(?<!la )informe\b"
+    r"|(?:diga|leia)(?: nos| me)?"
+    r"|responda (?:a esta \w+ )?com"
+    # nl
+    r"|(?:terug)?(?:stuur|zend|fax|mail)(?:t u|en)?(?: ons| mij)?(?: \w+){0,6}? terug"
+    r"|(?:stuur|zend|fax|mail|geef|deel|vertel)(?:t u)? (?:ons|mij)(?! een (?:belletje|seintje))"
+    r"|terug(?:sturen|faxen|zenden|mailen)"
+    r"|retourneer|doorgeven|geef (?:\w+ ){0,6}?door|lees (?:\w+ ){0,6}?voor|voorlezen"
+    r"|vul (?:\w+ ){0,6}?in|voer (?:\w+ ){0,6}?in|invullen|bevestig|verstrek"
+    r"|antwoord (?:op dit \w+ )?met"
+    r"|(?:kun|kunt|wil|wilt) (?:je|u) (?:me|mij|ons) (?:\w+ ){0,6}?"
+    r"(?:sturen|geven|doorgeven|vertellen|voorlezen|noemen|mailen|faxen)"
+    r")"
+)
+# The reader's secret, with a shared thing's (the wifi's) left out.
+_SECRET_MENTION = re.compile(rf"\b{_SECRET}\b{_SHARED_THING}")
+# ... which the sender gives (``code is 482913``, ``Code: 4711``) or will deliver (``your
+# new PIN will be sent by post``): not asked for.
+_GIVEN = re.compile(
+    r"^(?: \.)?(?: (?:is|ist|lautet|est|es|e|eh|luidt|=|:))?"
+    r"(?: (?:now|jetzt|maintenant|ahora|agora|ora|nu))? \S*\d"
+    # a notice about the secret: "password reset", "Ihr Passwort wurde geandert"
+    r"|^ (?:reset|change|changed|update|updated|expir\w*|zurucksetz\w*|anderung|geandert|"
+    r"reinitialis\w*|modifi\w*|restablec\w*|cambi\w*|redefin\w*|alterad\w*|wijzig\w*|"
+    r"gewijzigd|wurde geandert|was changed|has been changed|a ete modifie)"
+    # said not to be needed: "your password is not required", "remain unchanged"
+    r"|^ (?:\w+ ){0,2}?(?:is|are|will be|wird|n'est|ne sera|no es|non e|nao e|is|blijft|remains?) "
+    r"(?:not|never|nicht|nie|pas|jamais|no|non|nao|niet|nooit|unchanged|unverandert|gelijk)"
+    r"|^ (?:and \w+ )?remain unchanged"
+    # delivered by the sender: "your PIN will follow by post", "die PIN erhalten Sie mit"
+    r"|^ (?:will follow|follows|will arrive|arrives|erhalten sie|bekommen sie|folgt|kommt|"
+    r"suivra|arrivera|vous parviendra|llegara|recibira|seguira|arrivera|ricevera|seguira|"
+    r"chegara|recebera|volgt|ontvangt u|komt)"
+    r"|^ (?:will be|wird|sera|sara|sera enviado|wordt|is being|has been|was) "
+    r"(?:\w+ ){0,3}?(?:sent|mailed|posted|delivered|zugeschickt|zugesandt|gesendet|envoye|"
+    r"enviado|inviato|verstuurd|toegestuurd|opgestuurd)"
+)
+# Choosing a new secret is not handing one over ("enter a new password").
+_NEW_SECRET = re.compile(
+    r"\b(?:new|neue[snrm]?|nouve(?:au|l|lle)|nuev[oa]|nuov[oa]|nov[oa]|nieuwe?)\b"
+)
+_NEGATION = re.compile(
+    r"\b(?:never|not|don't|dont|do not|no one|nobody|niemals|nie|nicht|keinesfalls|kein|keine|"
+    r"jamais|ne|n'|pas|nunca|jamas|mai|non|nooit|niet|geen|nao)\b"
+    r"|\bno (?:\w+ )?(?:compart|envi|reenvi|revel|facilit|proporcion|d[ae]|dig|pid|ped|solicit|"
+    r"lo|la|le|te|se|nos)\w*"
+)
+
+
+_CLITIC = r"(?: (?:it|them|this|that|lo|la|le|les|li|gli|ihn|es|ce|het|o|a|lhe|me|te|nos|us))?$"
+
+
+def _negated(plain: str, start: int, words: int) -> bool:
+    """A negation before ``start`` in the same sentence: right before an ask, with at most
+    a pronoun between ("never share", "ne le communiquez", ``words`` 0); within ``words``
+    words before a secret ("we will never ask for your password": 3). A negation further
+    back governs something else ("if this was not you, reply with ...")."""
+    before = plain[max(0, start - 80) : start].rsplit(" . ", 1)[-1].split()
+    if words == 0:
+        return bool(re.search(rf"(?:{_NEGATION.pattern}){_CLITIC}", " ".join(before[-2:])))
+    return bool(_NEGATION.search(" ".join(before[-(words + 1) :])))
+
+
+# Words right before a secret that make it the reader's to choose, to keep using, or a
+# shared thing's: "choose a password", "log in with your own password", "the Wi-Fi
+# password".
+_NOT_HANDED = re.compile(
+    r"\b(?:choose|set|create|pick|set up|wahlen sie|vergeben sie|choisissez|creez|elija|cree|"
+    r"scegli|scelga|crei|escolha|crie|kies|maak)(?: \w+){0,3} $"
+    r"|\b(?:use|using|utilisez|utiliser|verwenden sie|nutzen sie|usa|usi|utilice|usando|"
+    r"gebruik|log (?:\w+ )?in with|sign in with|inloggen met|log (?:\w+ ){0,2}in met)(?: \w+){0,3} $"
+    r"|\b(?:own|usual|eigenen?|eigen|propre|habituel|propia|habitual|propria|solita)(?: \w+)? $"
+    r"|\b(?:wifi|wi fi|wlan|guest|door|gate|locker|alarm|network|router|meeting|conference)"
+    r"(?: \w+)? $"
+)
+# A warning's sentence: "we will never ask you to tell us your password or PIN", "Wir
+# werden Sie niemals nach Ihrem Passwort oder Ihrer TAN fragen", "never share your PIN".
+_WARNING = re.compile(
+    r"\b(?:never|nie|niemals|keinesfalls|jamais|nunca|jamas|mai|nooit|nao)(?: \w+){0,3} "
+    r"(?:ask|request|share|disclose|reveal|tell|give|send|bitten|auffordern|demand|communiqu|"
+    r"partag|divulg|pedir|pedire|pedimos|solicit|compart|revel|chied|condivid|comunic|vrag|"
+    r"vraag|delen|deel|geef|pedira)"
+    # German puts the verb last: "niemals nach Ihrem Passwort oder Ihrer TAN fragen"
+    r"|\b(?:nie|niemals|keinesfalls)(?: \w+){0,8} (?:fragen|weitergeben|nennen|mitteilen|"
+    r"preisgeben|herausgeben)\b"
+)
+
+
+def _in_a_warning(plain: str, match: re.Match[str]) -> bool:
+    """The secret's sentence warns never to hand it over (the ask before or after it)."""
+    start = plain.rfind(" . ", 0, match.start())
+    end = plain.find(" . ", match.end())
+    sentence = plain[start + 1 if start >= 0 else 0 : end if end >= 0 else len(plain)]
+    return bool(_WARNING.search(sentence))
+
+
+def _asked_secret(plain: str, match: re.Match[str]) -> bool:
+    """A secret mention the message does not give, negate, warn about, renew, leave to
+    the reader's own use, or that is a shared thing's."""
+    before = plain[max(0, match.start() - 40) : match.start()]
+    return not (
+        _GIVEN.search(plain[match.end() : match.end() + 40])
+        or _negated(plain, match.start(), 3)
+        or _NEW_SECRET.search(before[-12:])
+        or _NOT_HANDED.search(before)
+        or _in_a_warning(plain, match)
     )
+
+
+def _hands_over(plain: str) -> bool:
+    """Asked to hand something back, and a secret asked for, anywhere in the message."""
+    asks = any(not _negated(plain, m.start(), 0) for m in _HAND_BACK.finditer(plain))
+    return asks and any(_asked_secret(plain, m) for m in _SECRET_MENTION.finditer(plain))
+
+
+def _asks(pattern: re.Pattern[str], plain: str) -> bool:
+    """A match not negated just before it ("never share this code"), whose secret the
+    message does not give itself ("enter the verification code 482913") nor choose anew
+    ("enter a new password")."""
+    for m in pattern.finditer(plain):
+        if _NEGATED.search(plain[max(0, m.start() - 30) : m.start()].rstrip()):
+            continue
+        if _GIVEN.search(plain[m.end() : m.end() + 40]) or _NEW_SECRET.search(m.group(0)):
+            continue
+        if _TO_THE_READER.match(m.group(0)) or _in_a_warning(plain, m):
+            continue
+        return True
+    return False
+
+
+# "we will send you a confirmation code": the sender gives, the reader is not asked.
+_TO_THE_READER = re.compile(r"\S+ (?:you|ihnen|dir|vous|te|lhe|u|ti|vi|voce|usted|a voce)\b")
 
 
 def _credential(plain: str) -> bool:
@@ -216,6 +464,7 @@ def _credential(plain: str) -> bool:
         or bool(_ASKED_FOR.search(plain))
         or _asks(_CODE_SENT_TO_YOU, plain)
         or _asks(_SECRET_THEN_ASK, plain)
+        or _hands_over(plain)
     )
 
 
@@ -372,6 +621,28 @@ _AUTHORITY_NAME = re.compile(
 )
 
 
+# An institution named anywhere (a letterhead, a heading, a signature): with a secret asked
+# for, the message poses as it ("Northbridge Bank - Fraud Prevention ... fax back your PIN").
+# Named alone it is ordinary ("the bank holiday is on Monday").
+_INSTITUTION = re.compile(
+    r"\b(?:bank(?:ing)?|banque|banco|banca|sparkasse|volksbank|raiffeisen\w*|postbank|"
+    r"credit union|caisse d'epargne|credit agricole|societe generale|bnp paribas|la poste|"
+    r"deutsche bank|commerzbank|unicredit|intesa(?: sanpaolo)?|poste italiane|santander|bbva|"
+    r"caixa(?:bank)?|bradesco|itau|nubank|millennium bcp|ing|rabobank|abn amro|sns|bunq|"
+    r"revolut|n26|chase|barclays|hsbc|lloyds|natwest|wells fargo|citi(?:bank)?|"
+    r"bank of america|american express|amex|visa|mastercard|paypal|amazon|apple|microsoft|"
+    r"google|netflix|coinbase|binance|kraken|ledger|trezor|dhl|ups|fedex|"
+    r"police|polizei|policia|polizia|politie|gendarmerie|carabinieri|guardia (?:civil|di finanza)|"
+    r"irs|hmrc|finanzamt|tax (?:office|authority|department)|agenzia delle entrate|"
+    r"agencia tributaria|hacienda|receita federal|belastingdienst|impots|social security|"
+    r"fraud (?:department|prevention|team|unit)|security (?:department|team)|"
+    r"betrugs(?:abteilung|pravention)|sicherheitsabteilung|service (?:des fraudes|securite)|"
+    r"departamento de (?:fraude|seguridad)|ufficio antifrode|fraudeafdeling|"
+    r"customer (?:service|support)|kundendienst|kundenservice|service client|"
+    r"servicio al cliente|servizio clienti|klantenservice)\b"
+)
+
+
 # -- threats and harassment ---------------------------------------------------------------
 
 _THREAT = re.compile(
@@ -450,9 +721,10 @@ def check_text(text: str, sender_name: str | None = None) -> tuple[str, ...]:
     """Labels of what ``text`` (and the sender name shown) is flagged for; () to pass."""
     plain = normalise(text)
     reasons: list[str] = []
-    if _credential(plain):
+    credential = _credential(plain)
+    if credential:
         reasons.append("credential:code")
-    if _IMPERSONATE.search(plain):
+    if _IMPERSONATE.search(plain) or (credential and _INSTITUTION.search(plain)):
         reasons.append("impersonation:authority")
     if sender_name is not None and _AUTHORITY_NAME.search(normalise(sender_name)):
         reasons.append("impersonation:sender-name")

@@ -220,7 +220,8 @@ class _Chat:
                         yield ChatChunk(text=event.delta.text)
                 elif event.type == "message_delta":
                     if event.delta.stop_reason == "refusal":
-                        raise upstream.refused_error()
+                        details = getattr(event.delta, "stop_details", None)
+                        raise upstream.refused_error(said=getattr(details, "explanation", None))
                     if event.usage.output_tokens is not None:
                         output_tokens = event.usage.output_tokens
                     if getattr(event.usage, "input_tokens", None) is not None:

@@ -37,6 +37,7 @@ from satsgate.engines.providers.predictions import (
     PredictionProvider,
     Status,
     is_refusal,
+    refusal_error,
 )
 from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
@@ -149,7 +150,7 @@ class FalProvider(PredictionProvider):
         if status == "COMPLETED":
             error = doc.get("error")
             if error:
-                return Prediction(prediction.id, "failed", error=_text(error, doc))
+                return Prediction(prediction.id, "failed", error=_text(error, doc), said=str(error))
             return Prediction(prediction.id, "succeeded")
         return Prediction(prediction.id, _STATUS.get(status, "running"))
 
@@ -157,14 +158,12 @@ class FalProvider(PredictionProvider):
         resp = await self.get(prediction.handle["response_url"], headers=self.auth_headers())
         if 400 <= resp.status_code < 500 and resp.status_code != 429:
             detail = _text(resp.text, None)
+            said: object = resp.text
             with contextlib.suppress(ValueError):
-                detail = _text(resp.json().get("detail"), resp.json())
+                said = resp.json().get("detail")
+                detail = _text(said, resp.json())
             if is_refusal(detail):
-                raise EngineError(
-                    ErrorCode.CONTENT_FILTERED,
-                    "The model refused this request (content policy); rephrase it.",
-                    may_fall_back=False,
-                )
+                raise refusal_error(said)
             raise EngineError(
                 ErrorCode.SERVICE_ERROR,
                 "The model failed to produce an output.",
@@ -224,7 +223,16 @@ class FalProvider(PredictionProvider):
             return Prediction(request_id, "succeeded", doc["payload"])
         if doc.get("status") == "OK":  # payload too large to send: fetch the result
             return Prediction(request_id, "succeeded")
-        return Prediction(request_id, "failed", error=_text(doc.get("error"), doc.get("payload")))
+        payload = doc.get("payload")
+        detail = payload.get("detail") if isinstance(payload, dict) else None
+        return Prediction(
+            request_id,
+            "failed",
+            error=_text(doc.get("error"), payload),
+            # The model's words are the payload's detail; the webhook's error is fal's
+            # own line ("Invalid status code: 422").
+            said=detail if isinstance(detail, str) else str(doc.get("error") or ""),
+        )
 
 
 def _verifies(key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:

@@ -328,20 +328,28 @@ class _Chat:
         # Only opening the stream is repeated after a connection failure (nothing was
         # generated for the caller yet).
         stream = await self.provider.call(self.engine, call, idempotent=True)
+        # A refusal streams its text in ``delta.refusal`` pieces: gathered to its finish,
+        # it is the model_said of the refusal (nothing of it goes out as the answer).
+        refusal: list[str] = []
         try:
             async for chunk in upstream.events_within(stream, self.provider.config.timeout_s):
                 usage = getattr(chunk, "usage", None)
                 for choice in chunk.choices or ():
-                    if choice.finish_reason == "content_filter" or getattr(
-                        choice.delta, "refusal", None
+                    piece = getattr(choice.delta, "refusal", None)
+                    if piece:
+                        refusal.append(piece)
+                    if choice.finish_reason == "content_filter" or (
+                        refusal and choice.finish_reason is not None
                     ):
-                        raise upstream.refused_error()
-                    if choice.delta.content:
+                        raise upstream.refused_error(said="".join(refusal))
+                    if choice.delta.content and not refusal:
                         yield ChatChunk(text=choice.delta.content)
-                if usage is not None:
+                if usage is not None and not refusal:
                     yield ChatChunk(
                         input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens
                     )
+            if refusal:  # a stream that ended without its finish chunk
+                raise upstream.refused_error(said="".join(refusal))
         except EngineError:
             raise
         except openai.APIError as exc:

@@ -190,6 +190,9 @@ class Prediction:
     progress: float | None = None  # 0..100 when the platform says
     # Platform-specific handles (fal's status/result/cancel URLs).
     handle: dict[str, str] = field(default_factory=dict)
+    # The platform's own words for a failure when ``error`` holds more (fal's error
+    # documents): what a refusal shows as model_said. None: ``error`` is its words.
+    said: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -423,12 +426,8 @@ class PredictionProvider:
             self._watches.pop(prediction.id, None)
         if prediction.status == "failed":
             if is_refusal(prediction.error):
-                raise EngineError(
-                    ErrorCode.CONTENT_FILTERED,
-                    "The model refused this request (content policy); rephrase it.",
-                    may_fall_back=False,
-                    # The free-retry answer shows it as model_said (trimmed, unnamed).
-                    extra=_said(prediction.error),
+                raise refusal_error(
+                    prediction.error if prediction.said is None else prediction.said
                 )
             log.warning(
                 "%s prediction %s failed: %s", self.KIND, prediction.id, prediction.error[:300]
@@ -543,11 +542,7 @@ class PredictionProvider:
                 retry_after_s=retry_after_s(resp),
             )
         if resp.status_code in (400, 422) and is_refusal(detail):
-            raise EngineError(
-                ErrorCode.CONTENT_FILTERED,
-                "The model refused this request (content policy); rephrase it.",
-                may_fall_back=False,
-            )
+            raise refusal_error(detail)
         raise EngineError(ErrorCode.SERVICE_ERROR, "The model could not take the request.")
 
     def check_poll(self, resp: httpx.Response) -> None:
@@ -818,6 +813,7 @@ def _merge(old: Prediction, new: Prediction) -> Prediction:
         new.error or old.error,
         new.progress if new.progress is not None else old.progress,
         {**old.handle, **new.handle},
+        new.said if new.error else old.said,
     )
 
 
@@ -918,7 +914,13 @@ def _detail(resp: httpx.Response) -> str:
     return str(body)[:500]
 
 
-def _said(error: object) -> dict[str, object] | None:
-    """A refused prediction's error text as model_said, when it reads as words."""
-    shown = said_by_model(error)
-    return None if shown is None else {"model_said": shown}
+def refusal_error(said: object) -> EngineError:
+    """A content refusal of the model; ``said``, the upstream's refusal text, is shown
+    by the free-retry answer as model_said when it reads as words (trimmed, unnamed)."""
+    shown = said_by_model(said)
+    return EngineError(
+        ErrorCode.CONTENT_FILTERED,
+        "The model refused this request (content policy); rephrase it.",
+        may_fall_back=False,
+        extra=None if shown is None else {"model_said": shown},
+    )

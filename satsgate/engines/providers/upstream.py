@@ -2,8 +2,11 @@
 caller sees, the retry hint, one bounded retry for calls that are safe to repeat, and the
 rule that no upstream detail (provider name, URL, key, its own message) leaves satsgate.
 
-Callers see only the messages below. Operators see a log line naming the engine, the
-adapter kind and the upstream status, never the base URL or the key.
+Callers see only the messages below, and one exception: a content-policy refusal's message
+(the model's refusal) is shown as ``model_said``, cleaned by
+:func:`satsgate.engines.refusals.said_by_model` (one line, no names, no addresses).
+Operators see a log line naming the engine, the adapter kind and the upstream status,
+never the base URL or the key.
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ CONTENT_POLICY_CODES = frozenset(
 )
 DEFAULT_RETRY_AFTER_S = 10.0
 MAX_RETRY_AFTER_S = 3600.0
+
+
+def error_message(body: object) -> str | None:
+    """The ``message`` of an error body as OpenAI-style and Anthropic APIs write it
+    (``{"error": {"message": ...}}``; the SDKs hand over the inner object), else None."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    return None
 
 
 def retry_after_s(headers: Mapping[str, str] | None) -> float:
@@ -90,11 +103,16 @@ def refused_error(detail: str = "", said: object = None) -> EngineError:
 
 
 def status_error(
-    status: int, headers: Mapping[str, str] | None, upstream_code: str | None
+    status: int,
+    headers: Mapping[str, str] | None,
+    upstream_code: str | None,
+    upstream_message: object = None,
 ) -> EngineError:
-    """An upstream HTTP error status -> the caller's code (refunded by the gate)."""
+    """An upstream HTTP error status -> the caller's code (refunded by the gate). A content
+    policy refusal keeps the upstream's message as the model's words (``model_said``,
+    cleaned by :func:`satsgate.engines.refusals.said_by_model`); no other message leaves."""
     if upstream_code in CONTENT_POLICY_CODES:
-        return refused_error()
+        return refused_error(said=upstream_message)
     if status == 429 and upstream_code != "insufficient_quota":
         return EngineError(
             ErrorCode.RATE_LIMITED, RATE_LIMITED_MESSAGE, retry_after_s=retry_after_s(headers)
@@ -152,7 +170,10 @@ class SdkErrors:
             failed = cast(Any, exc)  # the SDK's status error: status_code, body, response
             code = self.code_of(failed.body)
             error = status_error(
-                failed.status_code, failed.response.headers, code if self.code_decides else None
+                failed.status_code,
+                failed.response.headers,
+                code if self.code_decides else None,
+                error_message(failed.body),
             )
             cause = f"HTTP {failed.status_code}" + (f" ({code})" if code else "")
         else:  # a body the SDK could not read, or one the adapter could not use

@@ -772,6 +772,7 @@ IMAGE_PROCESS: tuple[ServiceSpec[Any], ...] = (
                   "A node on its local engine finds faces, eyes and cat faces only.",
                   DetectObjectsParams, FlatPrice.of_sats(5, "detect-objects"),
                   handler=detect_objects,
+                  untrusted=True,  # labels: the model's words for what the prompt named
                   example={"prompt": "face"},
                   engine_request=lambda p: DetectionQuery(p.prompt),
                   engine_request_field="prompt"),

@@ -58,8 +58,22 @@ class AiCallRecord:
     # More of the call (session_id while pending_confirm, redial_at, ...), as they are.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def carries_words(self) -> bool:
+        """The record carries text from outside satsgate: the far end's words (transcript),
+        the platform's analysis of them (results' summary and data), or questions made
+        from the caller's task (by the text engine when one is configured). Outcomes,
+        minutes and sats are satsgate's own."""
+        analysis = self.results or {}
+        return (
+            bool(self.questions)
+            or bool(self.transcript)
+            or any(analysis.get(key) for key in ("summary", "data"))
+        )
+
     def body(self, base_url: str) -> dict[str, Any]:
-        """The spec's ``{ success, call_id, status, poll_url }`` plus what polling returns."""
+        """The spec's ``{ success, call_id, status, poll_url }`` plus what polling returns;
+        ``untrusted_output: true`` when it carries text from outside (:attr:`carries_words`)."""
         body: dict[str, Any] = {
             "success": True,
             "call_id": self.call_id,
@@ -75,6 +89,8 @@ class AiCallRecord:
         if self.refund_status is not None:
             body["refund_status"] = self.refund_status
         body.update({k: v for k, v in self.extra.items() if v is not None and k not in body})
+        if self.carries_words:
+            body["untrusted_output"] = True
         return body
 
 

@@ -89,13 +89,14 @@ async def test_challenge_has_both_schemes_and_an_exact_invoice(
     assert resp.status_code == 402
     assert resp.headers["Cache-Control"] == "no-store"
     lines = resp.headers.get_list("WWW-Authenticate")
-    # L402 (both names), then the Payment scheme's charge and session intents.
-    assert [line.split(" ", 1)[0] for line in lines] == ["LSAT", "L402", "Payment", "Payment"]
+    # L402 (both names, L402 first: clients that read one challenge read the first), then
+    # the Payment scheme's charge and session intents.
+    assert [line.split(" ", 1)[0] for line in lines] == ["L402", "LSAT", "Payment", "Payment"]
     assert 'intent="charge"' in lines[2] and 'intent="session"' in lines[3]
     body = resp.json()
     assert body["error_code"] == "PAYMENT_REQUIRED"
-    assert lines[1] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
-    assert lines[0] == f'LSAT macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
+    assert lines[0] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
+    assert lines[1] == f'LSAT macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
     base64.b64decode(body["macaroon"], validate=True)  # standard, padded base64
     invoice = decode_invoice(body["invoice"])
     assert body["invoice"].startswith("lnbcrt")

@@ -170,11 +170,13 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                 "Accept-Payment (e.g. 'lightning/charge') limits the Payment challenges.",
                 "headers": {
                     "WWW-Authenticate": {
-                        "description": 'Sent three times: \'LSAT macaroon="<base64>", '
-                        'invoice="<bolt11>"\', \'L402 macaroon="<base64>", '
-                        'invoice="<bolt11>"\' and \'Payment id="...", realm="...", '
+                        "description": 'One line per challenge: \'L402 macaroon="<base64>", '
+                        'invoice="<bolt11>"\', \'LSAT macaroon="<base64>", '
+                        'invoice="<bolt11>"\', \'Payment id="...", realm="...", '
                         'method="lightning", intent="charge", request="<base64url '
-                        'JSON>", expires="<RFC 3339>"\'.',
+                        'JSON>", expires="<RFC 3339>"\' and the session intent\'s Payment '
+                        "challenge. With Accept-Payment, the Payment challenges it accepts "
+                        "come first, in its order of preference.",
                         "schema": {"type": "string"},
                     },
                     "X-Error-Code": _ERROR_CODE_HEADER,

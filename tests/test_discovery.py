@@ -453,6 +453,9 @@ async def test_openapi_document_validates_and_covers_paid_and_free_endpoints(
         for code in spec.failure_codes:
             assert code in post["x-error-codes"]
         assert "L402_INVALID_PARAMS" in error["description"]
+        # A used credential is a 402 with a fresh challenge on a paid call, not a 403.
+        assert "PAYMENT_ALREADY_USED" not in error["description"]
+        assert "PAYMENT_ALREADY_USED" in post["responses"]["402"]["description"]
 
     for path in (
         "/api/health",

@@ -71,6 +71,9 @@ _GATE_CODES = (
     ErrorCode.L402_REFUND_ISSUED,
     ErrorCode.INTERNAL_ERROR,
 )
+# Codes whose catalog status is not 402 but which a paid call answers as a 402 with a
+# fresh challenge (payments/http.py): documented under the 402, not the 4XX.
+_REFUSED_WITH_A_CHALLENGE = frozenset({ErrorCode.PAYMENT_ALREADY_USED})
 _FREE_CODES = (ErrorCode.L402_INVALID_PARAMS, ErrorCode.NOT_FOUND, ErrorCode.INTERNAL_ERROR)
 
 
@@ -164,9 +167,10 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                 "come with a payable challenge too; PAYMENT_INSUFFICIENT carries the refund. "
                 "The body has the RFC 9457 members (type, title, status, detail; types under "
                 "https://paymentauth.org/problems/); it is application/problem+json when "
-                "the request carried a Payment credential or accepts that type. With a "
-                "Payment credential, a used, malformed or forged one is answered here too "
-                "(invalid-challenge, malformed-credential), with a fresh challenge. "
+                "the request carried a Payment credential or accepts that type. A used, "
+                "malformed or forged credential (L402, LSAT or Payment) is answered here "
+                "too (PAYMENT_ALREADY_USED, MALFORMED_CREDENTIAL, PAYMENT_INVALID; "
+                "invalid-challenge, malformed-credential), with a fresh challenge. "
                 "Accept-Payment (e.g. 'lightning/charge') limits the Payment challenges.",
                 "headers": {
                     "WWW-Authenticate": {
@@ -186,7 +190,7 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                     "application/problem+json": {"schema": _ref("PaymentChallenge")},
                 },
             },
-            **_error_responses(codes),
+            **_error_responses([c for c in codes if c not in _REFUSED_WITH_A_CHALLENGE]),
         },
         "x-error-codes": codes,
         "x-payment-info": payment_info,
@@ -488,7 +492,9 @@ def _add_post_forms(
         post["description"] += f"\n\n{op.title} (free): {op.http.summary}{mcp}"
         codes += op.error_codes
     post["x-error-codes"] = codes = list(dict.fromkeys(codes))
-    post["responses"].update(_error_responses(codes))
+    post["responses"].update(
+        _error_responses([c for c in codes if c not in _REFUSED_WITH_A_CHALLENGE])
+    )
 
 
 def _get_form(

@@ -87,6 +87,23 @@ async def test_a_challenge_burst_past_the_limit_gets_429_and_no_payment_rows(
     assert "nothing to pay here" in body["error"]
     assert payment_count(limited) - before == LIMIT
 
+    # A spent L402 credential and a malformed one are refused the same way (a 402, not
+    # the spec's 403 or a 400): past the limit, with no invoice and when to retry.
+    for auth, code in (
+        (f"L402 {first['macaroon']}:{preimage}", "PAYMENT_ALREADY_USED"),
+        ("L402 !!!:" + "00" * 32, "MALFORMED_CREDENTIAL"),
+    ):
+        refused = await lclient.post(
+            "/api/l402/render-card",
+            json={**CARD, "title": "another"},
+            headers={"Authorization": auth},
+        )
+        body = assert_envelope(refused, code, 402)
+        assert "WWW-Authenticate" not in refused.headers
+        assert "invoice" not in body and "macaroon" not in body
+        assert body["retry_after_seconds"] == int(refused.headers["Retry-After"])
+    assert payment_count(limited) - before == LIMIT
+
 
 async def test_mcp_create_payment_shares_the_challenge_limit(
     limited: ThreadedServer, lclient: httpx.AsyncClient

@@ -177,7 +177,7 @@ async def test_oversized_body_is_refused_early_with_413(
 
 async def test_service_description_lists_the_schema(client: httpx.AsyncClient) -> None:
     resp = await client.get("/api/l402/voice-bridge-open")
-    assert resp.status_code == 200
+    assert resp.status_code in (402, 503)  # the description, as a probe: no invoice
     doc = resp.json()
     assert doc["tool"] == "open_voice_bridge" and doc["mode"] == "sync"
     assert "phoneNumber" in doc["input_schema"]["properties"]

@@ -227,3 +227,25 @@ def test_settings_come_from_the_environment() -> None:
     assert load_settings(environ={}).challenge_rate_per_min == 100
     with pytest.raises(ValueError, match="trusted_proxies"):
         load_settings(environ={"SATSGATE_TRUSTED_PROXIES": "not-an-address"})
+
+
+async def test_a_bodiless_get_is_no_challenge_and_the_limit_still_holds(
+    limited: ThreadedServer, lclient: httpx.AsyncClient
+) -> None:
+    """A crawler's GET of a paid endpoint makes no invoice and takes nothing of the
+    address's challenge limit; the POSTs that make invoices are limited as before."""
+    before = payment_count(limited)
+    for _ in range(LIMIT * 3):
+        probe = await lclient.get("/api/l402/render-card")
+        assert probe.status_code == 402 and "WWW-Authenticate" not in probe.headers
+    assert payment_count(limited) == before
+    statuses = [
+        (await lclient.post("/api/l402/render-card", json=CARD)).status_code
+        for _ in range(LIMIT + 1)
+    ]
+    assert statuses == [402] * LIMIT + [429]  # the whole budget was still there
+    assert payment_count(limited) - before == LIMIT
+    # Past the limit the probe still answers, still without an invoice.
+    probe = await lclient.get("/api/l402/render-card")
+    assert probe.status_code == 402 and "invoice" not in probe.json()
+    assert payment_count(limited) - before == LIMIT

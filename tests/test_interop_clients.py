@@ -1,10 +1,12 @@
-"""Independent clients buy calls from a live satsgate: mppx (the MPP TypeScript SDK) and
-Lightning Labs' l402sdk, each through its own documented API, two calls in a row from
-one URL (issue 34: a client that keeps its credential per URL must get a 402 with a
-fresh challenge for the second call, and a client must find the challenge it pays).
+"""Independent clients buy calls from a live satsgate: mppx (the MPP TypeScript SDK),
+Alby's lightning-tools (fetchWithL402, fetchWithMpp) and Lightning Labs' l402sdk, each
+through its own documented API, two calls in a row from one URL (issue 34: a client that
+keeps its credential per URL must get a 402 with a fresh challenge for the second call,
+and a client that reads only the first challenge must find the one it pays there).
 
-mppx runs in node (tests/js, installed by scripts/setup.sh --test) with a small
-lightning charge method whose payer is the dev node's /api/dev/pay. l402sdk pays through
+mppx and Alby's tools run in node (tests/js, installed by scripts/setup.sh --test);
+mppx with a small lightning charge method, both with a payer that is the dev node's
+/api/dev/pay. l402sdk pays through
 an LND node's REST API: :class:`LndRestShim` speaks that wire (``POST /v2/router/send``
 streaming ``{"result": Payment}`` lines, the macaroon in ``Grpc-Metadata-macaroon``) and
 pays through the dev node.
@@ -35,7 +37,6 @@ from tests.conftest import ThreadedServer, free_port, skip_unless_ci
 from tests.test_gateway import CARD, payment_count
 
 JS_DIR = Path(__file__).parent / "js"
-MPPX_SCRIPT = JS_DIR / "mppx_buy.mjs"
 PRICE_SATS = 5  # render-card, flat
 
 
@@ -46,20 +47,23 @@ def card(title: str) -> dict[str, Any]:
 # -- mppx -----------------------------------------------------------------------------------
 
 
-def mppx_version() -> str:
-    package = JS_DIR / "node_modules" / "mppx" / "package.json"
-    node = shutil.which("node")
-    if node is None or not package.is_file():
-        skip_unless_ci("mppx is not installed (node and tests/js: scripts/setup.sh --test)")
+def node_package_version(name: str) -> str:
+    """The version of ``name`` installed in tests/js; skips (fails in CI) without node or it."""
+    package = JS_DIR / "node_modules" / name / "package.json"
+    if shutil.which("node") is None or not package.is_file():
+        skip_unless_ci(f"{name} is not installed (node and tests/js: scripts/setup.sh --test)")
     return str(json.loads(package.read_text())["version"])
 
 
-def buy_with_mppx(server: ThreadedServer, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    mppx_version()
+def run_node(
+    server: ThreadedServer, script: str, mode: str | None, bodies: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run a buyer in tests/js against render-card; one JSON answer per body."""
     proc = subprocess.run(
         [
             "node",
-            str(MPPX_SCRIPT),
+            str(JS_DIR / script),
+            *([mode] if mode is not None else []),
             f"{server.url}/api/l402/render-card",
             f"{server.url}/api/dev/pay",
             *(json.dumps(body) for body in bodies),
@@ -71,6 +75,11 @@ def buy_with_mppx(server: ThreadedServer, bodies: list[dict[str, Any]]) -> list[
     )
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def buy_with_mppx(server: ThreadedServer, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assert node_package_version("mppx") == "0.11.0"  # docs/payments.md names this version
+    return run_node(server, "mppx_buy.mjs", None, bodies)
 
 
 def test_mppx_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> None:
@@ -92,6 +101,33 @@ def test_mppx_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> No
         references.append(receipt["reference"])
     assert first["paid"] != second["paid"] and references[0] != references[1]
     # Each call made its own challenge and nothing more: a charge per call, no sessions.
+    assert payment_count(server) - before == 2
+
+
+# -- Alby's lightning-tools -------------------------------------------------------------------
+
+
+def buy_with_alby(
+    server: ThreadedServer, mode: str, bodies: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    assert node_package_version("@getalby/lightning-tools") == "9.0.1"  # as docs/payments.md
+    return run_node(server, "alby_buy.mjs", mode, bodies)
+
+
+@pytest.mark.parametrize("mode", ["l402", "mpp"])
+def test_alby_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer, mode: str) -> None:
+    """fetchWithL402 pays the first challenge it reads; fetchWithMpp pays only when the
+    (joined) WWW-Authenticate starts with Payment, even when the request declared
+    Accept-Payment: lightning/charge. Both buy a call each time."""
+    before = payment_count(server)
+    answers = buy_with_alby(server, mode, [card(f"alby {mode} one"), card(f"alby {mode} two")])
+    for answer in answers:
+        assert answer["status"] == 200, answer
+        assert answer["body"]["format"] == "png" and answer["body"]["image_base64"]
+        assert len(answer["paid"]) == 1
+        assert answer["authorization"] == ["L402" if mode == "l402" else "Payment"]
+        assert (answer["receipt"] is not None) is (mode == "mpp")
+    assert answers[0]["paid"] != answers[1]["paid"]
     assert payment_count(server) - before == 2
 
 
@@ -199,7 +235,7 @@ def buy_with_l402sdk(
     server: ThreadedServer, lnd: LndRestShim, bodies: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """l402sdk in a process of its own (tests/l402sdk_buyer.py: its calls hold the GIL)."""
-    l402sdk_version()
+    assert l402sdk_version() == "0.1.0"  # docs/payments.md names this version
     proc = subprocess.run(
         [
             sys.executable,

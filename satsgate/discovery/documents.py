@@ -65,7 +65,8 @@ HTTP_FLOW = (
     "Repeat the same request with 'Authorization: L402 <macaroon>:<preimage>' or "
     "'Authorization: Payment <base64url JSON {challenge, payload: {preimage}}>'.",
     "The answer is 200 with the result, or 202 with job_id and poll_url for async services "
-    "(poll GET /api/l402/job-status). One payment covers one call.",
+    "(poll GET /api/l402/job-status). One payment covers one call: a credential sent again "
+    "(another request, or after 30 s) gets 402 PAYMENT_ALREADY_USED with a fresh challenge.",
 )
 MCP_FLOW = (
     "tools/call create_payment {toolName, ...the tool's arguments} -> paymentId, "

@@ -4,12 +4,11 @@ through its own documented API, two calls in a row from one URL (issue 34: a cli
 keeps its credential per URL must get a 402 with a fresh challenge for the second call,
 and a client that reads only the first challenge must find the one it pays there).
 
-mppx and Alby's tools run in node (tests/js, installed by scripts/setup.sh --test);
+mppx and Alby's tools run in node (tests/js, installed by scripts/setup.sh --test):
 mppx with a small lightning charge method, both with a payer that is the dev node's
-/api/dev/pay. l402sdk pays through
-an LND node's REST API: :class:`LndRestShim` speaks that wire (``POST /v2/router/send``
-streaming ``{"result": Payment}`` lines, the macaroon in ``Grpc-Metadata-macaroon``) and
-pays through the dev node.
+/api/dev/pay. l402sdk pays through an LND node's REST API: :class:`LndRestShim` speaks
+that wire (``POST /v2/router/send`` streaming ``{"result": Payment}`` lines, the
+macaroon in ``Grpc-Metadata-macaroon``) and pays through the dev node.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ import httpx
 import pytest
 from aiohttp import web
 
+from satsgate.invoices import decode_invoice
 from satsgate.payments.mpp import b64url_decode
 from tests.conftest import ThreadedServer, free_port, skip_unless_ci
 from tests.test_gateway import CARD, payment_count
@@ -44,7 +44,7 @@ def card(title: str) -> dict[str, Any]:
     return {**CARD, "title": title}
 
 
-# -- mppx -----------------------------------------------------------------------------------
+# -- the node clients ------------------------------------------------------------------------
 
 
 def node_package_version(name: str) -> str:
@@ -77,6 +77,9 @@ def run_node(
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
+# -- mppx -----------------------------------------------------------------------------------
+
+
 def buy_with_mppx(server: ThreadedServer, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     assert node_package_version("mppx") == "0.11.0"  # docs/payments.md names this version
     return run_node(server, "mppx_buy.mjs", None, bodies)
@@ -98,6 +101,7 @@ def test_mppx_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> No
         assert 'intent="session"' not in answer["challenges"][0]  # not accepted: left out
         receipt = json.loads(b64url_decode(answer["receipt"]))
         assert (receipt["status"], receipt["method"]) == ("success", "lightning")
+        assert receipt["reference"] == decode_invoice(answer["paid"][0]).payment_hash
         references.append(receipt["reference"])
     assert first["paid"] != second["paid"] and references[0] != references[1]
     # Each call made its own challenge and nothing more: a charge per call, no sessions.

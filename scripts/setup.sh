@@ -12,6 +12,7 @@ APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apert
 APT_PACKAGES+=(espeak-ng ffmpeg)  # speech: text-to-speech, audio decoding, M4B audiobooks
 if [ "${1:-}" = "--test" ]; then
   APT_PACKAGES+=(chromium curl)  # curl: tests/test_readme.py runs the README's walk-through
+  APT_PACKAGES+=(nodejs npm)  # tests/test_interop_clients.py: mppx, the MPP TypeScript SDK
 fi
 
 missing=()
@@ -53,4 +54,7 @@ if [ "${1:-}" = "--test" ]; then
     "$PY" -m venv "$MINT_VENV"
     "$MINT_VENV/bin/python" -m pip install -q "cashu==0.20.2" "marshmallow<4" "limits<5"
   fi
+  # mppx (the MPP TypeScript SDK) for the interop tests, at the versions of the lockfile,
+  # into tests/js/node_modules.
+  (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
 from openapi_spec_validator import validate
@@ -58,13 +59,29 @@ async def get_json(client: httpx.AsyncClient, path: str) -> Any:
     return resp.json()
 
 
+# What GET /api/l402/<slug> adds to the description as a payment-required probe.
+PROBE_FIELDS = frozenset(
+    {"type", "title", "status", "detail", "error", "error_code", "suggestion", "payment"}
+)
+
+
+async def description(client: httpx.AsyncClient, slug: str) -> dict[str, Any]:
+    """GET /api/l402/<slug> without its probe members: 402 (503 when no engine serves the
+    service here), or 200 where a free form answers the bare GET (the vote listing)."""
+    resp = await client.get(f"/api/l402/{slug}")
+    doc = resp.json()
+    if resp.status_code != 200:
+        assert resp.status_code == (402 if doc["available"] else 503), (slug, resp.text)
+    return {key: value for key, value in doc.items() if key not in PROBE_FIELDS}
+
+
 async def described(client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
     """GET /api/l402/<slug> of every registry service: the reference the documents must match.
 
     GET /api/l402/vote also lists the planned services (the spec's vote listing); that
     list is not part of the service's description.
     """
-    docs = {spec.slug: await get_json(client, f"/api/l402/{spec.slug}") for spec in SERVICES}
+    docs = {spec.slug: await description(client, spec.slug) for spec in SERVICES}
     planned = docs["vote"].pop("services")
     assert isinstance(planned, list) and planned
     return docs
@@ -84,7 +101,7 @@ async def test_describe_is_built_from_the_registry(
     client: httpx.AsyncClient, server: ThreadedServer
 ) -> None:
     for spec in SERVICES:
-        doc = await get_json(client, f"/api/l402/{spec.slug}")
+        doc = await description(client, spec.slug)
         assert doc["id"] == spec.slug
         assert doc["name"] == spec.title
         assert doc["tool"] == spec.tool_name
@@ -196,6 +213,7 @@ async def test_every_service_is_in_every_document_with_one_price_and_endpoint(
     for skill in agent["skills"]:
         assert skill["endpoint"] == endpoint[skill["id"]]
         assert skill["pricing"] == ref[skill["id"]]["pricing"]
+        assert skill["method"] == "POST" and skill["protocols"] == ["L402", "MPP"]
         assert endpoint[skill["id"]] in skill["description"]
 
     found = await get_json(client, "/api/discover")
@@ -498,6 +516,9 @@ async def test_openapi_document_validates_and_covers_paid_and_free_endpoints(
         for code in spec.failure_codes:
             assert code in post["x-error-codes"]
         assert "L402_INVALID_PARAMS" in error["description"]
+        # A used credential is a 402 with a fresh challenge on a paid call, not a 403.
+        assert "PAYMENT_ALREADY_USED" not in error["description"]
+        assert "PAYMENT_ALREADY_USED" in post["responses"]["402"]["description"]
 
     for path in (
         "/api/health",
@@ -515,13 +536,21 @@ async def test_openapi_document_validates_and_covers_paid_and_free_endpoints(
     assert doc["paths"]["/llms.txt"]["get"]["responses"]["200"]["content"] == {
         "text/markdown": {"schema": {"type": "string"}}
     }
-    # Documented only because it exists: every free GET without required parameters answers.
+    # Documented only because it exists: every free GET without required parameters answers
+    # (a paid service's bare GET: its description as a 402, or 503 where nothing serves it).
+    described = 0
     for path, item in doc["paths"].items():
         get = item.get("get")
         if get is None or any(p["required"] for p in get.get("parameters", [])):
             continue
         resp = await client.get(path)
-        assert resp.status_code == 200, (path, resp.status_code)
+        if "402" in get["responses"]:
+            assert resp.status_code in (402, 503), (path, resp.status_code)
+            assert resp.json()["available"] is (resp.status_code == 402)
+            described += 1
+        else:
+            assert resp.status_code == 200, (path, resp.status_code)
+    assert described == len(SERVICES) - 1  # all but the vote, whose GET lists the votes
 
 
 async def test_l402_manifest_names_this_node_and_the_caveats_it_mints(
@@ -707,3 +736,129 @@ async def test_example_prices_follow_the_btc_rate_book(
 async def test_documents_are_stable_between_requests(client: httpx.AsyncClient, path: str) -> None:
     first, second = await client.get(path), await client.get(path)
     assert first.content == second.content
+
+
+# -- what 402 directories crawl (issue 34) ---------------------------------------------------
+
+# The discovery document's shape as the 402 directories' crawler reads it
+# (taskhawk-systems/402-crawler-spec: the crawler fetches /.well-known/mpp, merges each
+# resource's url, then GETs it and reads the 402). Written here from that repository's
+# description and the crawler author's own published /.well-known/mpp: its schema file
+# (schemas/mpp-discovery.schema.json) could not be read from this machine, so this is our
+# writing of the constraints a crawler needs, not a copy of it.
+CRAWLER_MPP_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["protocol", "version", "scheme", "methods", "resources"],
+    "properties": {
+        "protocol": {"const": "mpp"},
+        "scheme": {"const": "Payment"},
+        "spec": {"type": "string", "format": "uri"},
+        "provider": {
+            "type": "object",
+            "required": ["name", "url"],
+            "properties": {"name": {"type": "string"}, "url": {"type": "string"}},
+        },
+        "payment_methods": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "methods": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "required": ["intents"],
+                "properties": {"intents": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
+        "challenge_flow": {
+            "type": "object",
+            "required": ["auth_header", "auth_scheme"],
+            "properties": {
+                "auth_header": {"const": "Authorization"},
+                "auth_scheme": {"const": "Payment"},
+                "receipt_header": {"const": "Payment-Receipt"},
+                "challenge_ttl_seconds": {"type": "integer", "minimum": 1},
+            },
+        },
+        "resources": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["url", "method", "x-payment-info"],
+                "properties": {
+                    "url": {"type": "string", "pattern": "^https?://[^/]+/"},
+                    "method": {"enum": ["GET", "POST", "PUT", "PATCH", "DELETE"]},
+                    "description": {"type": "string"},
+                    "x-payment-info": {
+                        "type": "object",
+                        "required": ["intent", "method", "amount", "currency"],
+                        "properties": {
+                            "intent": {"type": "string"},
+                            "method": {"type": "string"},
+                            "amount": {"type": "string", "pattern": "^[0-9]+$"},
+                            "currency": {"type": "string", "minLength": 1},
+                            "description": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+async def test_mpp_document_has_the_crawlers_shape_and_every_paid_endpoint(
+    client: httpx.AsyncClient,
+) -> None:
+    mpp = await get_json(client, "/.well-known/mpp")
+    jsonschema.Draft202012Validator.check_schema(CRAWLER_MPP_SCHEMA)
+    jsonschema.Draft202012Validator(CRAWLER_MPP_SCHEMA).validate(mpp)
+    # Every paid endpoint, at the price every other document gives it, with its rails.
+    reference = await described(client)
+    assert [r["url"] for r in mpp["resources"]] == [d["endpoint"] for d in reference.values()]
+    for resource, doc in zip(mpp["resources"], reference.values(), strict=True):
+        info = resource["x-payment-info"]
+        assert (info["intent"], info["method"], info["currency"]) == ("charge", "lightning", "sat")
+        assert info["amount"] == str(doc["pricing"]["amountSats"])
+        assert resource["protocols"] == ["L402", "MPP"]
+        assert resource["method"] == doc["method"] == "POST"
+    # The crawler's shape is added: the Payment draft's members are all still there.
+    assert {"version", "realm", "methods", "endpoints"} <= set(mpp)
+    # satsgate takes no x402 payments: no x402 document for a crawler to misread.
+    assert (await client.get("/.well-known/x402")).status_code == 404
+
+
+async def test_a_bodiless_get_of_a_paid_endpoint_is_a_402_without_an_invoice(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    from tests.test_gateway import payment_count
+
+    before = payment_count(server)
+    for _ in range(10):  # a crawler's repeated hits
+        resp = await client.get("/api/l402/render-card")
+        assert resp.status_code == 402, resp.text
+        assert "WWW-Authenticate" not in resp.headers  # nothing here can be paid
+        assert resp.headers["X-Error-Code"] == "PAYMENT_REQUIRED"
+        assert resp.headers["X-L402-Price-Sats"] == "5"
+        assert resp.headers["X-L402-Price-Model"] == "flat"
+    assert payment_count(server) == before  # no invoice, no payment row
+
+    probe = resp.json()
+    assert probe["error_code"] == "PAYMENT_REQUIRED" and probe["status"] == 402
+    assert probe["type"] == "https://paymentauth.org/problems/payment-required"
+    assert "invoice" not in probe and "macaroon" not in probe and "paymentId" not in probe
+    assert probe["pricing"]["amountSats"] == 5 and "5 sats per call" in probe["error"]
+    assert probe["payment"]["protocols"] == ["L402", "MPP"]
+    ask = probe["payment"]["challengeRequest"]
+    assert (ask["method"], ask["url"]) == ("POST", f"{server.url}/api/l402/render-card")
+    # Doing what it says gets the challenge, with the invoice.
+    challenge = await client.post(ask["url"], json=ask["body"])
+    assert challenge.status_code == 402 and challenge.json()["amountSats"] == 5
+    assert challenge.headers.get_list("WWW-Authenticate")[0].startswith("L402 macaroon=")
+    assert payment_count(server) == before + 1
+
+    # A service no engine serves here: 503, as HEAD says, and no way to pay offered.
+    unavailable = next(s for s in SERVICES if not s.is_available(server.app[ENGINES]))
+    refused = await client.get(f"/api/l402/{unavailable.slug}")
+    assert refused.status_code == 503 and refused.headers["X-Error-Code"] == "SERVICE_UNAVAILABLE"
+    assert "payment" not in refused.json() and refused.json()["id"] == unavailable.slug

@@ -73,6 +73,21 @@ def assert_envelope(resp: httpx.Response, code: str, status: int) -> dict[str, A
     return dict(body)
 
 
+def assert_fresh_l402_challenge(resp: httpx.Response, code: str) -> dict[str, Any]:
+    """A refused L402 credential: 402 with ``code`` (body and X-Error-Code) and a fresh
+    challenge, L402 first, whose macaroon and invoice are the body's (bLIP-26 clients pay
+    again on a 402)."""
+    body = assert_envelope(resp, code, 402)
+    lines = resp.headers.get_list("WWW-Authenticate")
+    assert lines[:2] == [
+        f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"',
+        f'LSAT macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"',
+    ]
+    assert resp.headers["Content-Type"].startswith("application/json")
+    assert resp.headers["Cache-Control"] == "no-store"
+    return body
+
+
 async def test_health_names_backend_and_network(client: httpx.AsyncClient) -> None:
     resp = await client.get("/api/health")
     assert resp.status_code == 200
@@ -89,13 +104,14 @@ async def test_challenge_has_both_schemes_and_an_exact_invoice(
     assert resp.status_code == 402
     assert resp.headers["Cache-Control"] == "no-store"
     lines = resp.headers.get_list("WWW-Authenticate")
-    # L402 (both names), then the Payment scheme's charge and session intents.
-    assert [line.split(" ", 1)[0] for line in lines] == ["LSAT", "L402", "Payment", "Payment"]
+    # L402 (both names, L402 first: clients that read one challenge read the first), then
+    # the Payment scheme's charge and session intents.
+    assert [line.split(" ", 1)[0] for line in lines] == ["L402", "LSAT", "Payment", "Payment"]
     assert 'intent="charge"' in lines[2] and 'intent="session"' in lines[3]
     body = resp.json()
     assert body["error_code"] == "PAYMENT_REQUIRED"
-    assert lines[1] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
-    assert lines[0] == f'LSAT macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
+    assert lines[0] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
+    assert lines[1] == f'LSAT macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
     base64.b64decode(body["macaroon"], validate=True)  # standard, padded base64
     invoice = decode_invoice(body["invoice"])
     assert body["invoice"].startswith("lnbcrt")
@@ -153,8 +169,9 @@ async def test_paid_call_serves_once_then_refuses(client: httpx.AsyncClient) -> 
     # Same credential, another request: spent.
     other = {**CARD, "title": "another"}
     resp2 = await client.post("/api/l402/render-card", json=other, headers={"Authorization": auth})
-    body2 = assert_envelope(resp2, "PAYMENT_ALREADY_USED", 403)
+    body2 = assert_fresh_l402_challenge(resp2, "PAYMENT_ALREADY_USED")
     assert "Service already used" in body2["error"]
+    assert body2["suggestion"] == "Pay the fresh invoice offered in this response."
 
 
 async def test_lsat_scheme_and_case_are_accepted(client: httpx.AsyncClient) -> None:
@@ -177,7 +194,7 @@ async def test_repeat_within_window_is_replayed_not_respent(
     bypass = await client.post(
         "/api/l402/render-card", json=CARD, headers={"Authorization": auth, "X-No-Cache": "1"}
     )
-    assert_envelope(bypass, "PAYMENT_ALREADY_USED", 403)
+    assert_fresh_l402_challenge(bypass, "PAYMENT_ALREADY_USED")
     # Without the credential nobody sees the cached response.
     anon = await client.post("/api/l402/render-card", json=CARD)
     assert anon.status_code == 402
@@ -192,10 +209,10 @@ async def test_twenty_concurrent_uses_are_served_exactly_once(
         *(client.post("/api/l402/render-card", json=CARD, headers=headers) for _ in range(20))
     )
     statuses = sorted(r.status_code for r in responses)
-    assert statuses == [200] + [403] * 19
+    assert statuses == [200] + [402] * 19
     for r in responses:
-        if r.status_code == 403:
-            assert r.json()["error_code"] == "PAYMENT_ALREADY_USED"
+        if r.status_code == 402:
+            assert_fresh_l402_challenge(r, "PAYMENT_ALREADY_USED")
 
 
 async def test_concurrent_identical_requests_share_one_call(
@@ -255,10 +272,17 @@ async def test_bad_credentials_are_never_served(
     for malformed in (
         f"L402 {ch['macaroon']}",
         "L402 !!!:" + "00" * 32,
+        "LSAT !!!:" + "00" * 32,
         "Bearer abc",
         f"L402 {ch['macaroon']},{ch['macaroon']}:{preimage}",
     ):
-        assert_envelope(await post(malformed), "MALFORMED_CREDENTIAL", 400)
+        refused = assert_fresh_l402_challenge(await post(malformed), "MALFORMED_CREDENTIAL")
+        assert refused["invoice"] != ch["invoice"]
+    # Another service's macaroon, paid: refused with a fresh challenge for this one.
+    pdf = await challenge(client, "html-to-pdf", {"markdown": "# hi"})
+    pdf_auth = f"L402 {pdf['macaroon']}:{await dev_pay(client, pdf['invoice'])}"
+    elsewhere = assert_fresh_l402_challenge(await post(pdf_auth), "PAYMENT_INVALID")
+    assert "html-to-pdf" in elsewhere["error"] and elsewhere["service"] == "render-card"
     two = await client.post(
         "/api/l402/render-card",
         json=CARD,
@@ -668,7 +692,7 @@ async def test_macaroon_minted_with_a_stored_random_root_key_still_serves_once(
     )
     assert_envelope(await post(forged.macaroon_b64), "PAYMENT_INVALID", 402)
     assert (await post(legacy.macaroon_b64)).status_code == 200
-    assert_envelope(await post(legacy.macaroon_b64), "PAYMENT_ALREADY_USED", 403)
+    assert_fresh_l402_challenge(await post(legacy.macaroon_b64), "PAYMENT_ALREADY_USED")
 
 
 async def test_credential_whose_payment_row_is_gone_is_refused(

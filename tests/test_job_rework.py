@@ -224,7 +224,7 @@ async def test_a_refused_job_keeps_its_payment_and_a_retry_with_the_token_runs_a
     old = await ended(client, first_id, paid.auth)
     assert old["rework"]["state"] == "closed" and "rework_token" not in old
     again = await submit(client, paid, CHANGED, reworkToken=done["rework_token"])
-    assert again.status_code == 403 and again.json()["error_code"] == "PAYMENT_ALREADY_USED"
+    assert again.status_code == 402 and again.json()["error_code"] == "PAYMENT_ALREADY_USED"
     assert len(rep.records) == made + 2
 
 
@@ -274,13 +274,13 @@ async def test_two_retries_at_once_start_one_job(
         submit(client, paid, {**CHANGED, "prompt": "an empty road"}, reworkToken=token),
     )
     codes = sorted(r.status_code for r in answers)
-    assert codes == [202, 403], [r.text for r in answers]
-    lost = next(r for r in answers if r.status_code == 403)
+    assert codes == [202, 402], [r.text for r in answers]  # the loser: a fresh challenge
+    lost = next(r for r in answers if r.status_code == 402)
     assert lost.json()["error_code"] == "PAYMENT_ALREADY_USED"
     won = next(r for r in answers if r.status_code == 202).json()["requestId"]
     # While the retry's job runs, the token starts nothing more.
     running = await submit(client, paid, CHANGED, reworkToken=token)
-    assert running.status_code == 403, running.text
+    assert running.status_code == 402, running.text
     assert running.json()["error_code"] == "PAYMENT_ALREADY_USED"
     finished = await ended(client, won, paid.auth)
     assert finished["status"] == "COMPLETED", finished
@@ -319,7 +319,7 @@ async def test_decline_refunds_once_and_the_refused_job_shows_the_refund(
     # A retry now: used, its refund shown; nothing ran.
     made = len(rep.records)
     resp = await submit(client, paid, CHANGED, reworkToken=done["rework_token"])
-    assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
+    assert resp.status_code == 402 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
     assert len(rep.records) == made
     end = totals(server)
     assert end["refunded_msat"] - before["refunded_msat"] == PRICE_SATS * 1000
@@ -555,7 +555,7 @@ async def test_a_crash_between_the_window_and_the_jobs_end_refunds_once(
             if declined.status_code == 200:
                 assert declined.json()["refund"]["refund_secret"] == read["refund"]["refund_secret"]
             retried = await submit(client, paid, CHANGED, reworkToken=doc["rework_token"])
-            assert retried.status_code in (403, 410), retried.text
+            assert retried.status_code in (402, 410), retried.text
             with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
                 refunds = conn.execute(
                     "SELECT COUNT(*), SUM(amount_msat) FROM refunds WHERE payment_id = ?",
@@ -573,7 +573,7 @@ async def test_a_repeat_of_a_retry_whose_answer_was_lost_gets_the_same_job(
 ) -> None:
     """The retry's 202 is the only place its new job id is shown: a repeat of the same
     retry (same credential, body and reworkToken, its answer lost on the way) gets that
-    202 again from the dedup cache, as a first call's repeat does, not a 403 that leaves
+    202 again from the dedup cache, as a first call's repeat does, not a refusal that leaves
     the paid job unfindable. Nothing runs twice."""
     rep = rep_of(platforms)
     paid, _, done = await refused_job(client, rep)
@@ -594,7 +594,7 @@ async def test_a_repeat_of_a_retry_whose_answer_was_lost_gets_the_same_job(
     other = await client.post(
         f"/api/l402/{SLUG}", json={**BODY, "reworkToken": done["rework_token"]}, headers=headers
     )
-    assert other.status_code == 403, other.text
+    assert other.status_code == 402 and other.json()["error_code"] == "PAYMENT_ALREADY_USED"
     assert len(rep.records) == made + 1
     assert payment_status(server, paid.payment_id) == "spent"
 
@@ -625,5 +625,5 @@ async def test_a_window_whose_payment_the_operator_refunded_cannot_be_claimed(
     # Through the gate: used, its refund shown; nothing ran.
     made = len(rep.records)
     resp = await submit(client, paid, CHANGED, reworkToken=done["rework_token"])
-    assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
+    assert resp.status_code == 402 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
     assert len(rep.records) == made

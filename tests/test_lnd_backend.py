@@ -359,7 +359,7 @@ def test_paid_call_through_satsgate_serve_backend_lnd(lnd: FakeLnd, tmp_path: Pa
             timeout=60,
             headers={"Authorization": f"L402 {macaroon}:{preimage}"},
         )
-        assert again.status_code == 403, again.text  # one payment, one call
+        assert again.status_code == 402, again.text  # one payment, one call: pay again
         assert again.json()["error_code"] == "PAYMENT_ALREADY_USED"
     finally:
         proc.terminate()

@@ -21,9 +21,13 @@ from pydantic import BaseModel, ConfigDict
 from satsgate.appkeys import SETTINGS
 from satsgate.invoices import decode_invoice
 from satsgate.payments.mpp import b64url, b64url_decode
-from satsgate.payments.problems import parse_accept_payment, select_challenges
+from satsgate.payments.problems import (
+    challenge_method_intent,
+    parse_accept_payment,
+    select_challenges,
+)
 from tests.conftest import ThreadedServer, dev_pay
-from tests.test_gateway import CARD, assert_envelope, mpp_credential
+from tests.test_gateway import CARD, assert_envelope, assert_fresh_l402_challenge, mpp_credential
 
 PROBLEMS = "https://paymentauth.org/problems/"
 
@@ -203,7 +207,7 @@ async def test_reused_credential_gets_a_fresh_challenge_and_invalid_challenge(
         assert problem["invoice"] == fresh.request["methodDetails"]["invoice"]
 
 
-async def test_l402_reuse_keeps_the_spec_403(client: httpx.AsyncClient) -> None:
+async def test_l402_reuse_gets_a_fresh_challenge(client: httpx.AsyncClient) -> None:
     first = await client.post("/api/l402/render-card", json=CARD)
     body = first.json()
     auth = f"L402 {body['macaroon']}:{await dev_pay(client, body['invoice'])}"
@@ -212,8 +216,11 @@ async def test_l402_reuse_keeps_the_spec_403(client: httpx.AsyncClient) -> None:
     used = await client.post(
         "/api/l402/render-card", json=CARD, headers={"Authorization": auth, "X-No-Cache": "1"}
     )
-    assert_envelope(used, "PAYMENT_ALREADY_USED", 403)
-    assert used.headers["Content-Type"].startswith("application/json")
+    # Not the service spec's 403 (docs/spec-notes.md): bLIP-26 clients pay again on a 402.
+    fresh = assert_fresh_l402_challenge(used, "PAYMENT_ALREADY_USED")
+    assert fresh["invoice"] != body["invoice"] and fresh["macaroon"] != body["macaroon"]
+    assert fresh["type"] == PROBLEMS + "invalid-challenge"
+    assert payment_line(used)  # the Payment scheme's challenge for the same invoice too
 
 
 async def test_malformed_and_forged_credentials(client: httpx.AsyncClient) -> None:
@@ -282,21 +289,40 @@ async def test_first_402_is_a_problem_too(client: httpx.AsyncClient) -> None:
     assert body["error_code"] == "PAYMENT_REQUIRED" and body["invoice"]
 
 
-async def test_accept_payment_limits_the_challenges(client: httpx.AsyncClient) -> None:
-    async def schemes(accept: str | None) -> list[str]:
+async def test_accept_payment_limits_and_leads_the_challenges(client: httpx.AsyncClient) -> None:
+    async def offered(accept: str | None) -> list[str]:
+        """scheme, or scheme/intent for a Payment challenge, of each WWW-Authenticate line."""
         headers = {"Accept-Payment": accept} if accept is not None else {}
         resp = await client.post("/api/l402/render-card", json=CARD, headers=headers)
         assert resp.status_code == 402
-        return [v.split(" ", 1)[0] for v in resp.headers.get_list("WWW-Authenticate")]
+        names = []
+        for value in resp.headers.get_list("WWW-Authenticate"):
+            scheme = value.split(" ", 1)[0]
+            pair = challenge_method_intent(value)
+            names.append(scheme if pair is None else f"{scheme}/{pair[1]}")
+        return names
 
-    every = ["LSAT", "L402", "Payment", "Payment"]  # the charge and session intents
-    assert await schemes(None) == every
-    assert await schemes("lightning/charge") == ["LSAT", "L402", "Payment"]
-    assert await schemes("lightning/session") == ["LSAT", "L402", "Payment"]
-    assert await schemes("*/*;q=0.1, lightning/charge;q=0.9") == every
+    every = ["L402", "LSAT", "Payment/charge", "Payment/session"]
+    assert await offered(None) == every
+    # A client that declared what it pays with reads that first (Alby's fetchWithMpp pays
+    # only when the header starts with Payment).
+    assert await offered("lightning/charge") == ["Payment/charge", "L402", "LSAT"]
+    assert await offered("lightning/session") == ["Payment/session", "L402", "LSAT"]
+    assert await offered("lightning/charge;q=0.4, lightning/session") == [
+        "Payment/session",
+        "Payment/charge",
+        "L402",
+        "LSAT",
+    ]
+    assert await offered("*/*;q=0.1, lightning/charge;q=0.9") == [
+        "Payment/charge",
+        "Payment/session",
+        "L402",
+        "LSAT",
+    ]
     # Nothing on offer is accepted (or the header is malformed): the normal set.
-    assert await schemes("tempo/charge") == every
-    assert await schemes("lightning") == every
+    assert await offered("tempo/charge") == every
+    assert await offered("lightning") == every
 
 
 def test_accept_payment_filters_and_orders() -> None:
@@ -310,11 +336,11 @@ def test_accept_payment_filters_and_orders() -> None:
     def ids(accept: str) -> list[str]:
         return [line.split('"')[1] for line in select_challenges(lines, accept)]
 
-    assert ids("lightning/session") == ["m", "b"]
-    assert ids("lightning/*, lightning/session;q=0") == ["m", "a"]
-    assert ids("*/charge;q=0.3, lightning/session;q=0.7") == ["m", "b", "a", "c"]
-    assert ids("*/*, lightning/charge;q=0.2") == ["m", "b", "c", "a"]  # most specific wins
-    assert ids("lightning/charge, tempo/charge") == ["m", "a", "c"]  # server order on a tie
+    assert ids("lightning/session") == ["b", "m"]
+    assert ids("lightning/*, lightning/session;q=0") == ["a", "m"]
+    assert ids("*/charge;q=0.3, lightning/session;q=0.7") == ["b", "a", "c", "m"]
+    assert ids("*/*, lightning/charge;q=0.2") == ["b", "c", "a", "m"]  # most specific wins
+    assert ids("lightning/charge, tempo/charge") == ["a", "c", "m"]  # server order on a tie
     assert ids("stripe/charge") == ["m", "a", "b", "c"]  # no match: the normal set
     assert ids("lightning/charge;q=2") == ["m", "a", "b", "c"]  # malformed: ignored
     assert parse_accept_payment("tempo/charge , ,solana/*;q=0.6") == [

@@ -165,7 +165,7 @@ async def test_refusal_keeps_the_payment_and_a_retry_with_the_token_runs_the_cha
     assert "reworkToken" not in str(fake.requests(CHAT)[-1].json)
     # Spent once: the token does not buy a second call.
     resp = await call(rw, paid, {**CHANGED, "rework_token": doc["rework_token"]})
-    assert resp.status_code == 403 and resp.json()["error_code"] == "PAYMENT_ALREADY_USED"
+    assert resp.status_code == 402 and resp.json()["error_code"] == "PAYMENT_ALREADY_USED"
     await asyncio.sleep(0.05)  # the answer's serving -> spent joins the next group commit
     assert payment_status(rw_server, paid.payment_id) == "spent"
     end = totals(rw_server)
@@ -295,7 +295,7 @@ async def test_decline_refunds_in_full_exactly_once(
     assert page.status_code == 200 and 'id="payout"' in page.text, page.text
     # A retry now: used, its refund shown.
     resp = await call(rw, paid, {**CHANGED, "reworkToken": doc["rework_token"]})
-    assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
+    assert resp.status_code == 402 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
     end = totals(rw_server)
     assert end["refunded_msat"] - before["refunded_msat"] == PRICE_SATS * 1000
     assert end["earned_msat"] == before["earned_msat"]
@@ -311,7 +311,7 @@ async def test_concurrent_retries_run_one(
     ]
     answers = await asyncio.gather(*(call(rw, paid, body) for body in bodies))
     codes = sorted(r.status_code for r in answers)
-    assert codes == [200, 403, 403, 403], [r.text for r in answers]
+    assert codes == [200, 402, 402, 402], [r.text for r in answers]
     assert len(fake.requests(CHAT)) == 2  # the refusal and one retry
 
 
@@ -426,7 +426,7 @@ async def test_expired_window_is_refused_and_refunded_and_a_restart_keeps_an_ope
             status = (await client.get(f"/api/payments/{swept.payment_id}")).json()
             assert status["refund_available"] is True
             resp = await call(client, swept, CHANGED)
-            assert resp.status_code == 403 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
+            assert resp.status_code == 402 and resp.json()["refund"]["amount_sats"] == PRICE_SATS
             page = await client.post(
                 "/recover",
                 data={

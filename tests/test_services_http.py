@@ -177,7 +177,7 @@ async def test_oversized_body_is_refused_early_with_413(
 
 async def test_service_description_lists_the_schema(client: httpx.AsyncClient) -> None:
     resp = await client.get("/api/l402/voice-bridge-open")
-    assert resp.status_code == 200
+    assert resp.status_code in (402, 503)  # the description, as a probe: no invoice
     doc = resp.json()
     assert doc["tool"] == "open_voice_bridge" and doc["mode"] == "sync"
     assert "phoneNumber" in doc["input_schema"]["properties"]
@@ -196,7 +196,7 @@ async def test_vote_is_paid_once_and_counted(
         assert result["success"] is True and result["slug"] == "separate-stems"
         totals.append(result["votes"])
         again = await client.post("/api/l402/vote", json=body, headers={"Authorization": auth})
-        assert again.status_code in (200, 403)  # dedup replay or spent: never a second vote
+        assert again.status_code in (200, 402)  # dedup replay or spent: never a second vote
     assert totals[1] == totals[0] + 1
     counts = server.call(lambda: vote_counts(server.store.votes))
     assert counts["separate-stems"] == totals[1]

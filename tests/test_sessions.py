@@ -189,7 +189,7 @@ async def test_every_402_offers_a_session_challenge_beside_l402_and_charge(
     resp = await http.post(f"/api/l402/{TEXT[0]}", json=TEXT[1])
     assert resp.status_code == 402
     schemes = [v.split(" ", 1)[0] for v in resp.headers.get_list("www-authenticate")]
-    assert schemes == ["LSAT", "L402", "Payment", "Payment"]
+    assert schemes == ["L402", "LSAT", "Payment", "Payment"]
     ch = session_challenge(resp)
     assert (ch["method"], ch["intent"]) == ("lightning", "session")
     assert "=" not in ch["request"]

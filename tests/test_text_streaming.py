@@ -177,7 +177,7 @@ async def test_a_paid_call_streams_its_answer_then_usage_and_model(
     await wait_for(lambda: str(payment_row(srv, payment_hash).status) == "spent", "not spent")
     assert refunds_of(srv, payment_hash) == []
     again = await http.post("/api/l402/generate-text", json=body, headers={"Authorization": auth})
-    assert_envelope(again, "PAYMENT_ALREADY_USED", 403)
+    assert_envelope(again, "PAYMENT_ALREADY_USED", 402)  # with a fresh challenge
     assert len(fake.requests(up.path)) == 1
 
 

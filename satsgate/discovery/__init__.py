@@ -6,7 +6,8 @@ document with the same price and endpoint without any edit here.
 
 Routes (all GET, free)::
 
-    /api/l402/<slug>              one service (service_description; the route is
+    /api/l402/<slug>              one service, as a 402 naming its price and rails and
+                                  no invoice (service_description; the route is
                                   operations.http's, which also serves the free forms)
     /.well-known/l402-services    satsgate's service manifest
     /.well-known/l402[.json]      Lightning Labs L402 discovery manifest
@@ -33,18 +34,20 @@ from aiohttp import web
 
 from satsgate.config import Settings
 from satsgate.discovery import documents
-from satsgate.discovery.describe import describe
+from satsgate.discovery.describe import describe, price_text
 from satsgate.discovery.documents import Catalog
 from satsgate.discovery.languages import languages_document
 from satsgate.discovery.llms import llms_txt
 from satsgate.discovery.openapi import openapi_document
+from satsgate.discovery.price_probe import price_headers
 from satsgate.engines import Engines
-from satsgate.errors import ApiError, ErrorCode
+from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
+from satsgate.payments import problems
 from satsgate.services.catalog.rates import RateBook, Rates
-from satsgate.services.registry import SERVICES
+from satsgate.services.registry import BY_SLUG, SERVICES
 
 __all__ = ["DISCOVERY", "Discovery", "add_routes", "describe", "service_description"]
 
@@ -167,11 +170,58 @@ async def _languages(d: Discovery, c: Catalog, app: web.Application) -> Any:
 
 
 def service_description(app: web.Application, slug: str) -> web.Response:
-    """The answer of ``GET /api/l402/<slug>``: the service as :func:`describe` gives it."""
-    service = app[DISCOVERY].catalog.by_slug.get(slug)
-    if service is None:
+    """The answer of ``GET /api/l402/<slug>`` (no free form matched): the service as
+    :func:`describe` gives it, as a payment-required probe a crawler classifies.
+
+    402 (503 with SERVICE_UNAVAILABLE when no engine serves it here, as HEAD says), the
+    price headers of ``HEAD`` (price_probe), the error envelope and RFC 9457 members of
+    every 402, and ``payment``: the rails and the request that gets a challenge (POST the
+    JSON body). No WWW-Authenticate: a challenge needs an invoice, an invoice needs the
+    request (its price follows the body), and a crawler's hit must cost the node nothing;
+    so no invoice is made, nothing is written, and no token of the address's challenge
+    limit is taken (the POST that makes the invoice is limited as always)."""
+    discovery = app[DISCOVERY]
+    service = discovery.catalog.by_slug.get(slug)
+    spec = BY_SLUG.get(slug)
+    if service is None or spec is None:
         raise ApiError(ErrorCode.NOT_FOUND, f"No service {slug!r}.")
-    return _respond(dumps(service).encode())
+    base_url = discovery.settings.public_base_url
+    headers = {**_HEADERS, **price_headers(spec, discovery.rates.book)}
+    if not service["available"]:
+        code, status = ErrorCode.SERVICE_UNAVAILABLE, 503
+        message = "No engine serves this service on this node; nothing can be bought here."
+        payment: dict[str, Any] = {}
+    else:
+        code, status = ErrorCode.PAYMENT_REQUIRED, 402
+        message = (
+            f"This call needs payment ({price_text(service['pricing'])}). POST its JSON "
+            "request to this URL for the invoice and its challenges."
+        )
+        payment = {
+            "payment": {
+                "protocols": documents.payment_protocols(discovery.settings),
+                "challengeRequest": {
+                    "method": "POST",
+                    "url": service["endpoint"],
+                    "contentType": "application/json",
+                    "body": service["example"],
+                },
+            },
+            "suggestion": "POST a request like `payment.challengeRequest.body` (the schema is "
+            "`input_schema`) to `payment.challengeRequest.url` without Authorization: the 402 "
+            "to it carries the invoice and the L402, LSAT and Payment challenges.",
+        }
+    body = problems.problem_fields(code, status, message, base_url)
+    body |= envelope(code, message) | service | payment
+    headers["X-Error-Code"] = code
+    headers["X-Problem-Type"] = body["type"]
+    return web.Response(
+        body=dumps(body).encode(),
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+        headers=headers,
+    )
 
 
 async def discover(request: web.Request) -> web.Response:

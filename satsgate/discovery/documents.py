@@ -15,14 +15,18 @@ them, so satsgate's extra fields are additive):
   (it carries the exact price, macaroon and invoice and charges nothing).
 - ``/.well-known/mpp`` (and ``/.well-known/payment``): the Payment scheme's
   well-known document (``{version: 1, realm, methods: {lightning: {intents,
-  assets}}}``) plus the priced endpoints.
+  assets}}}``) plus the priced endpoints, twice: satsgate's ``endpoints`` and the
+  crawlers' ``resources`` (``{url, method, x-payment-info: {intent, method, amount,
+  currency}}``, with ``protocol: "mpp"``, ``provider``, ``payment_methods`` and
+  ``challenge_flow``, as the 402 directories read a paid API's document). No
+  ``/.well-known/x402``: satsgate takes no x402 (on-chain) payments.
 - ``/.well-known/mcp`` (and ``/.well-known/mcp.json``): an MCP server card
   (SEP-1649/2127 are drafts; the fields follow the ``initialize`` result and
   the registry's ``remotes``): endpoint ``/api/mcp``, streamable-http.
 - ``/.well-known/agent.json`` and ``agent-card.json``: an A2A agent card with
   one skill per service. satsgate speaks plain HTTP (L402/MPP) and MCP, not
   A2A messaging, so the card names no A2A transport; each skill carries its
-  ``endpoint`` and ``pricing``.
+  ``endpoint``, ``method``, ``pricing`` and ``protocols`` (the rails).
 - ``/api/mcp/discovery``: the tool manifest (version 1.0.0) and the payment flow.
 """
 
@@ -61,7 +65,8 @@ HTTP_FLOW = (
     "Repeat the same request with 'Authorization: L402 <macaroon>:<preimage>' or "
     "'Authorization: Payment <base64url JSON {challenge, payload: {preimage}}>'.",
     "The answer is 200 with the result, or 202 with job_id and poll_url for async services "
-    "(poll GET /api/l402/job-status). One payment covers one call.",
+    "(poll GET /api/l402/job-status). One payment covers one call: a credential sent again "
+    "(another request, or after 30 s) gets 402 PAYMENT_ALREADY_USED with a fresh challenge.",
 )
 MCP_FLOW = (
     "tools/call create_payment {toolName, ...the tool's arguments} -> paymentId, "
@@ -114,6 +119,23 @@ def links(catalog: Catalog) -> dict[str, str]:
         "estimate": catalog.url("/api/estimate-cost"),
         "errorCodes": catalog.url("/api/error-codes"),
     }
+
+
+def payment_protocols(settings: Settings) -> list[str]:
+    """The rails a paid endpoint takes: L402 (also as LSAT), MPP (the Payment scheme's
+    lightning charge and session intents), and Cashu ecash when ``[cashu] mints`` names
+    a mint."""
+    protocols = ["L402", "MPP"]
+    if settings.cashu.get("mints"):
+        protocols.append("Cashu")
+    return protocols
+
+
+CHALLENGE_FLOW = (
+    "POST the JSON request to the resource without Authorization: the answer is 402 with "
+    "WWW-Authenticate challenges (L402, LSAT, Payment) for exactly that request. A GET of "
+    "the resource (no body) answers 402 with the price and how to pay, and no invoice."
+)
 
 
 def error_catalog_ref(catalog: Catalog) -> dict[str, Any]:
@@ -218,9 +240,29 @@ def l402_manifest(catalog: Catalog, node_pubkey: str) -> dict[str, Any]:
 
 
 def mpp_document(catalog: Catalog) -> dict[str, Any]:
-    """/.well-known/mpp: the Payment scheme's well-known document, plus the priced endpoints."""
+    """/.well-known/mpp: the Payment scheme's well-known document, plus the priced endpoints
+    (as ``endpoints``, and as the crawlers' ``resources``)."""
     endpoints = []
+    resources = []
+    protocols = payment_protocols(catalog.settings)
     for service in catalog.services:
+        terms = payment_terms(service)
+        resources.append(
+            {
+                "url": service["endpoint"],
+                "method": "POST",
+                "description": service["description"],
+                "x-payment-info": {
+                    "intent": "charge",
+                    "method": "lightning",
+                    "amount": terms["amount"],
+                    "currency": "sat",
+                    "description": f"{service['name']}: {price_text(service['pricing'])}",
+                },
+                "protocols": protocols,
+                "available": service["available"],
+            }
+        )
         endpoints.append(
             {
                 "id": service["id"],
@@ -235,7 +277,11 @@ def mpp_document(catalog: Catalog) -> dict[str, Any]:
             }
         )
     return {
+        "protocol": "mpp",
         "version": MPP_DISCOVERY_VERSION,
+        "spec": "https://paymentauth.org",
+        "provider": {"name": NAME, "url": catalog.base_url},
+        "payment_methods": ["lightning"],
         "realm": catalog.realm,
         "methods": {
             "lightning": {
@@ -248,7 +294,15 @@ def mpp_document(catalog: Catalog) -> dict[str, Any]:
         "scheme": "Payment",
         "problemTypes": "https://paymentauth.org/problems/",
         "openapi": catalog.url("/api/openapi.json"),
+        "challenge_flow": {
+            "description": CHALLENGE_FLOW,
+            "auth_header": "Authorization",
+            "auth_scheme": "Payment",
+            "receipt_header": "Payment-Receipt",
+            "challenge_ttl_seconds": catalog.settings.invoice_expiry_s,
+        },
         "endpoints": endpoints,
+        "resources": resources,
     }
 
 
@@ -323,6 +377,7 @@ def mcp_server_card(catalog: Catalog, definitions: Sequence[dict[str, Any]]) -> 
 
 def agent_card(catalog: Catalog) -> dict[str, Any]:
     """/.well-known/agent.json and agent-card.json: an A2A agent card, one skill per service."""
+    protocols = payment_protocols(catalog.settings)
     skills = []
     for service in catalog.services:
         examples = [dumps(service["example"])] if service["example"] else []
@@ -341,6 +396,7 @@ def agent_card(catalog: Catalog) -> dict[str, Any]:
                 "endpoint": service["endpoint"],
                 "method": "POST",
                 "pricing": service["pricing"],
+                "protocols": protocols,
                 "available": service["available"],
             }
         )

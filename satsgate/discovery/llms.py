@@ -42,7 +42,8 @@ def llms_txt(catalog: Catalog) -> str:
         "## Services",
         "",
         "Each line: name, price, `POST` endpoint, MCP tool, what it does. "
-        f"`GET {url('/api/l402/<id>')}` gives the JSON input schema and an example.",
+        f"`GET {url('/api/l402/<id>')}` gives the JSON input schema and an example (as a "
+        "402 naming the price, with no invoice: POST the request for that).",
         "",
     ]
     for service in catalog.services:

@@ -42,6 +42,7 @@ from satsgate.discovery.documents import (
     Catalog,
     l402_pricing,
     links,
+    payment_protocols,
     payment_terms,
     security_schemes,
 )
@@ -71,6 +72,9 @@ _GATE_CODES = (
     ErrorCode.L402_REFUND_ISSUED,
     ErrorCode.INTERNAL_ERROR,
 )
+# Codes whose catalog status is not 402 but which a paid call answers as a 402 with a
+# fresh challenge (payments/http.py): documented under the 402, not the 4XX.
+_REFUSED_WITH_A_CHALLENGE = frozenset({ErrorCode.PAYMENT_ALREADY_USED})
 _FREE_CODES = (ErrorCode.L402_INVALID_PARAMS, ErrorCode.NOT_FOUND, ErrorCode.INTERNAL_ERROR)
 
 
@@ -137,7 +141,7 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
         "method": "lightning",
         "currency": "sat",
         **payment_terms(service),
-        "protocols": ["L402", "MPP"],
+        "protocols": payment_protocols(catalog.settings),
     }
     body: dict[str, Any] = {"schema": body_schema}
     if spec.example:
@@ -145,7 +149,6 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
     unavailable = "" if service["available"] else "\n\nNot configured on this node (503)."
     cashu = bool(catalog.settings.cashu.get("mints"))
     if cashu:
-        payment_info["protocols"] = [*payment_info["protocols"], "Cashu"]
         codes = list(dict.fromkeys([*codes, *_CASHU_CODES]))
     operation = {
         "operationId": spec.tool_name,
@@ -164,17 +167,20 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                 "come with a payable challenge too; PAYMENT_INSUFFICIENT carries the refund. "
                 "The body has the RFC 9457 members (type, title, status, detail; types under "
                 "https://paymentauth.org/problems/); it is application/problem+json when "
-                "the request carried a Payment credential or accepts that type. With a "
-                "Payment credential, a used, malformed or forged one is answered here too "
-                "(invalid-challenge, malformed-credential), with a fresh challenge. "
+                "the request carried a Payment credential or accepts that type. A used, "
+                "malformed or forged credential (L402, LSAT or Payment) is answered here "
+                "too (PAYMENT_ALREADY_USED, MALFORMED_CREDENTIAL, PAYMENT_INVALID; "
+                "invalid-challenge, malformed-credential), with a fresh challenge. "
                 "Accept-Payment (e.g. 'lightning/charge') limits the Payment challenges.",
                 "headers": {
                     "WWW-Authenticate": {
-                        "description": 'Sent three times: \'LSAT macaroon="<base64>", '
-                        'invoice="<bolt11>"\', \'L402 macaroon="<base64>", '
-                        'invoice="<bolt11>"\' and \'Payment id="...", realm="...", '
+                        "description": 'One line per challenge: \'L402 macaroon="<base64>", '
+                        'invoice="<bolt11>"\', \'LSAT macaroon="<base64>", '
+                        'invoice="<bolt11>"\', \'Payment id="...", realm="...", '
                         'method="lightning", intent="charge", request="<base64url '
-                        'JSON>", expires="<RFC 3339>"\'.',
+                        'JSON>", expires="<RFC 3339>"\' and the session intent\'s Payment '
+                        "challenge. With Accept-Payment, the Payment challenges it accepts "
+                        "come first, in its order of preference.",
                         "schema": {"type": "string"},
                     },
                     "X-Error-Code": _ERROR_CODE_HEADER,
@@ -184,7 +190,7 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                     "application/problem+json": {"schema": _ref("PaymentChallenge")},
                 },
             },
-            **_error_responses(codes),
+            **_error_responses([c for c in codes if c not in _REFUSED_WITH_A_CHALLENGE]),
         },
         "x-error-codes": codes,
         "x-payment-info": payment_info,
@@ -240,19 +246,35 @@ def _with_cashu(operation: dict[str, Any]) -> dict[str, Any]:
     return operation
 
 
+# GET /api/l402/<slug> without a body: the description as a payment-required probe
+# (discovery.service_description).
+_DESCRIBED_AS_402 = {
+    "402": {
+        "description": "The service (price, input schema, failure codes, example) as a "
+        "payment-required probe: the error envelope (PAYMENT_REQUIRED) and RFC 9457 members, "
+        "payment.protocols (the rails) and payment.challengeRequest (POST the JSON request "
+        "there for the invoice and its challenges), and HEAD's X-L402-Price-* headers. No "
+        "invoice is made and no WWW-Authenticate is sent: the POST's 402 carries them.",
+        "headers": {"X-Error-Code": _ERROR_CODE_HEADER},
+        "content": _json_content(_ref("ServiceDescription")),
+    },
+    "503": {
+        "description": "The description with SERVICE_UNAVAILABLE: no engine serves the "
+        "service on this node.",
+        "headers": {"X-Error-Code": _ERROR_CODE_HEADER},
+        "content": _json_content(_ref("ServiceDescription")),
+    },
+}
+
+
 def _describe_operation(catalog: Catalog, index: int) -> dict[str, Any]:
     spec = catalog.specs[index]
     return {
         "operationId": f"describe_{spec.tool_name}",
-        "summary": f"Describe {spec.title} (free)",
+        "summary": f"Describe {spec.title} (free, no invoice)",
         "tags": [spec.category],
         "security": [],
-        "responses": {
-            "200": {
-                "description": "The service: price, input schema, failure codes, example.",
-                "content": _json_content(_ref("ServiceDescription")),
-            }
-        },
+        "responses": dict(_DESCRIBED_AS_402),
     }
 
 
@@ -487,7 +509,9 @@ def _add_post_forms(
         post["description"] += f"\n\n{op.title} (free): {op.http.summary}{mcp}"
         codes += op.error_codes
     post["x-error-codes"] = codes = list(dict.fromkeys(codes))
-    post["responses"].update(_error_responses(codes))
+    post["responses"].update(
+        _error_responses([c for c in codes if c not in _REFUSED_WITH_A_CHALLENGE])
+    )
 
 
 def _get_form(
@@ -498,21 +522,20 @@ def _get_form(
     result = refs[(op.result, "validation")]
     available = _available(op, catalog)
     doc: dict[str, Any] = {**describe, "summary": op.http.summary or f"{op.title} (free)"}
+    described: dict[str, Any] = {}
     if op.http.with_description:
         answer: dict[str, Any] = {"allOf": [_ref("ServiceDescription"), result]}
+        answered = "The service description and the answer."
         doc["description"] = op.description
-    else:
-        answer = {"oneOf": [_ref("ServiceDescription"), result]}
+    else:  # without the form's parameters: the description, as a 402 (no invoice)
+        answer, answered = result, f"The answer of {op.name}."
+        described = dict(_DESCRIBED_AS_402)
         unavailable = "" if available else " Not configured on this node: answers 503."
         doc["description"] = op.description + unavailable
         doc["parameters"] = _parameters(op, optional=True)
     doc["responses"] = {
-        "200": {
-            "description": "The service description"
-            + ("" if op.http.with_description else f", or the answer of {op.name}")
-            + ".",
-            "content": _json_content(answer),
-        },
+        "200": {"description": answered, "content": _json_content(answer)},
+        **described,
         **_error_responses(_codes(op)),
     }
     doc["x-available"] = available

@@ -325,7 +325,9 @@ class Estimate(Body):
 
 
 class ServiceDescription(Body):
-    """GET /api/l402/<slug>: the service, its price, input schema, failure codes."""
+    """GET /api/l402/<slug>: the service, its price, input schema, failure codes; answered
+    as a 402 with ``payment`` (the rails, and the request that gets a challenge) and the
+    error envelope, or a 503 when no engine serves the service here."""
 
     model_config = ConfigDict(title="ServiceDescription")
 
@@ -341,6 +343,7 @@ class ServiceDescription(Body):
     input_schema: dict[str, Any]
     failure_codes: list[str] | None = None
     available: bool | None = None
+    payment: dict[str, Any] | None = None
 
 
 # The components every document carries, beyond the operations' own models.

@@ -85,8 +85,8 @@ async def _fresh_challenge(
     problem_json: bool,
     exc: ApiError | None = None,
 ) -> web.Response:
-    """A 402 with a new invoice after a credential was refused; ``exc``'s envelope
-    (refund, headers) is kept when given. With no invoice made (this address past its
+    """A 402 with a new invoice after a credential (of any scheme) was refused; ``exc``'s
+    envelope (refund, headers) is kept when given. With no invoice made (this address past its
     challenge limit, or the node's unpaid invoices at their cap), the same 402 without a
     challenge, saying when to retry (problems.without_challenge): never a 429 hiding why
     the credential was refused or ``exc``'s refund."""
@@ -102,6 +102,8 @@ async def _fresh_challenge(
         retry = problems.without_challenge(body, refused)
     else:
         body |= challenge.body_fields(base_url)
+        if code == ErrorCode.PAYMENT_ALREADY_USED:  # the catalog's "create a new payment"
+            body["suggestion"] = "Pay the fresh invoice offered in this response."
         sessions = await _session_lines(request, gate, spec, params)
     cashu = None if challenge is None else _cashu_request(gate, challenge)
     resp = _with_challenge(body, challenge, request, code, problem_json, sessions, cashu)
@@ -151,9 +153,11 @@ async def handle_paid_call(
 ) -> web.StreamResponse:
     """The whole HTTP flow for one paid call; ``transform`` adjusts the parsed body first.
 
-    A request carrying a Payment credential is answered as the core draft says: every
-    refusal of the credential is a 402 with a fresh challenge and the draft's problem
-    type, and every error is application/problem+json."""
+    Every refusal of a credential (L402, LSAT or Payment: malformed, forged, unpaid,
+    expired, used, another service's) is a 402 with a fresh challenge, its error_code in
+    the body and ``X-Error-Code``; only more than one credential at once is a 400. A
+    request carrying a Payment credential is answered as the core draft says: the
+    draft's problem type, and every error as application/problem+json."""
     auth = request.headers.getall("Authorization", [])
     if not _is_payment_scheme(auth):
         return await _paid_call(request, gate, spec, transform, auth, payment_scheme=False)
@@ -216,10 +220,10 @@ async def _paid_call(
         verified = await gate.verify_authorization(auth, spec)
     except l402.MalformedCredential as exc:
         message = f"Malformed credential: {exc}"
-        if not payment_scheme or len(auth) > 1:  # more than one credential: 400 (the draft)
+        if len(auth) > 1:  # more than one credential: 400 (the draft), for either scheme
             raise ApiError(exc.code, message) from None
         return await _fresh_challenge(
-            request, gate, spec, params, exc.code, message, exc.problem, problem_json=True
+            request, gate, spec, params, exc.code, message, exc.problem, problem_json=payment_scheme
         )
     except l402.CredentialError as exc:
         return await _fresh_challenge(
@@ -254,12 +258,11 @@ async def _paid_call(
     except ApiError as exc:
         if exc.code in (ErrorCode.PAYMENT_PENDING, ErrorCode.PAYMENT_EXPIRED):
             return await _unpaid_response(request, gate, spec, params, exc, payment_scheme)
-        if payment_scheme and exc.code in (
-            ErrorCode.PAYMENT_ALREADY_USED,
-            ErrorCode.PAYMENT_INSUFFICIENT,
-        ):
-            # The draft: a used challenge is invalid-challenge, and every 402 carries a
-            # fresh challenge. L402 keeps the spec's 403 for a reused payment.
+        if exc.code in (ErrorCode.PAYMENT_ALREADY_USED, ErrorCode.PAYMENT_INSUFFICIENT):
+            # A used credential, of either scheme, is answered with a fresh challenge: the
+            # Payment draft (invalid-challenge) and bLIP-26's L402 clients, which keep a
+            # token per URL and pay again only on a 402 (docs/spec-notes.md: not the
+            # service spec's 403).
             return await _fresh_challenge(
                 request,
                 gate,
@@ -268,7 +271,7 @@ async def _paid_call(
                 exc.code,
                 exc.message,
                 problems.PROBLEM_OF_CODE[exc.code],
-                problem_json=True,
+                problem_json=payment_scheme,
                 exc=exc,
             )
         raise

@@ -115,10 +115,12 @@ def mint(
 
 
 def challenge_headers(macaroon_b64: str, bolt11: str) -> list[str]:
-    """Two WWW-Authenticate values, LSAT first for old clients, in the exact common form."""
+    """Two WWW-Authenticate values in the exact common form: L402 first, since clients that
+    read only the first challenge pay it (Alby's fetchWithL402, pyl402), then LSAT for
+    clients that know only the old name."""
     return [
-        f'LSAT macaroon="{macaroon_b64}", invoice="{bolt11}"',
         f'L402 macaroon="{macaroon_b64}", invoice="{bolt11}"',
+        f'LSAT macaroon="{macaroon_b64}", invoice="{bolt11}"',
     ]
 
 

@@ -10,8 +10,9 @@ satsgate's error catalog (``<public URL>/api/error-codes#<CODE>``).
 
 ``Accept-Payment`` (core draft, "Client Payment Preferences") names the method/intent
 pairs a client takes, with weights: the Payment challenges of a 402 are filtered to
-those it accepts with q > 0 and ordered by its q (server order among equals). A
-malformed header, or one that accepts none of the challenges on offer, is ignored.
+those it accepts with q > 0, ordered by its q (server order among equals) and sent
+before the L402 and LSAT challenges. A malformed header, or one that accepts none of the
+challenges on offer, is ignored.
 """
 
 from __future__ import annotations
@@ -175,8 +176,14 @@ _PARAM = re.compile(r'([A-Za-z0-9_-]+)="([^"]*)"')
 
 
 def select_challenges(lines: Sequence[str], accept_payment: str | None) -> list[str]:
-    """The WWW-Authenticate values to send: other schemes' (L402, LSAT) as they are, then
-    the Payment challenges ``accept_payment`` accepts, by its preference."""
+    """The WWW-Authenticate values to send, in the order a client should read them.
+
+    Without ``accept_payment`` (or with one that is malformed or accepts nothing on
+    offer): ``lines`` as they are (the challenger's order: L402, LSAT, then the Payment
+    challenges). With one: the Payment challenges it accepts first, by its preference
+    (server order among equals), then the other schemes' (L402, LSAT); the Payment
+    challenges it leaves out are dropped. A client that declared what it pays with is
+    answered with that first, since some clients pay only the first challenge they read."""
     if not accept_payment:
         return list(lines)
     try:
@@ -196,4 +203,4 @@ def select_challenges(lines: Sequence[str], accept_payment: str | None) -> list[
     if not payment:
         return list(lines)  # none accepted: the draft lets the server send its normal set
     payment.sort()
-    return others + [line for _, _, line in payment]
+    return [line for _, _, line in payment] + others

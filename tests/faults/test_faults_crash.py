@@ -245,7 +245,7 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
         again = client.post(
             "/api/l402/render-card", json=retry["body"], headers={"Authorization": retry["auth"]}
         )
-        assert again.status_code == 403, again.text
+        assert again.status_code == 402, again.text  # used: its refund, and a fresh challenge
         refund = again.json()["refund"]
         k1 = _rows(db, "SELECT k1 FROM refunds WHERE payment_id = ?", retry["payment_id"])
         assert refund["refund_secret"] == k1[0][0]

@@ -87,6 +87,23 @@ async def test_a_challenge_burst_past_the_limit_gets_429_and_no_payment_rows(
     assert "nothing to pay here" in body["error"]
     assert payment_count(limited) - before == LIMIT
 
+    # A spent L402 credential and a malformed one are refused the same way (a 402, not
+    # the spec's 403 or a 400): past the limit, with no invoice and when to retry.
+    for auth, code in (
+        (f"L402 {first['macaroon']}:{preimage}", "PAYMENT_ALREADY_USED"),
+        ("L402 !!!:" + "00" * 32, "MALFORMED_CREDENTIAL"),
+    ):
+        refused = await lclient.post(
+            "/api/l402/render-card",
+            json={**CARD, "title": "another"},
+            headers={"Authorization": auth},
+        )
+        body = assert_envelope(refused, code, 402)
+        assert "WWW-Authenticate" not in refused.headers
+        assert "invoice" not in body and "macaroon" not in body
+        assert body["retry_after_seconds"] == int(refused.headers["Retry-After"])
+    assert payment_count(limited) - before == LIMIT
+
 
 async def test_mcp_create_payment_shares_the_challenge_limit(
     limited: ThreadedServer, lclient: httpx.AsyncClient
@@ -210,3 +227,25 @@ def test_settings_come_from_the_environment() -> None:
     assert load_settings(environ={}).challenge_rate_per_min == 100
     with pytest.raises(ValueError, match="trusted_proxies"):
         load_settings(environ={"SATSGATE_TRUSTED_PROXIES": "not-an-address"})
+
+
+async def test_a_bodiless_get_is_no_challenge_and_the_limit_still_holds(
+    limited: ThreadedServer, lclient: httpx.AsyncClient
+) -> None:
+    """A crawler's GET of a paid endpoint makes no invoice and takes nothing of the
+    address's challenge limit; the POSTs that make invoices are limited as before."""
+    before = payment_count(limited)
+    for _ in range(LIMIT * 3):
+        probe = await lclient.get("/api/l402/render-card")
+        assert probe.status_code == 402 and "WWW-Authenticate" not in probe.headers
+    assert payment_count(limited) == before
+    statuses = [
+        (await lclient.post("/api/l402/render-card", json=CARD)).status_code
+        for _ in range(LIMIT + 1)
+    ]
+    assert statuses == [402] * LIMIT + [429]  # the whole budget was still there
+    assert payment_count(limited) - before == LIMIT
+    # Past the limit the probe still answers, still without an invoice.
+    probe = await lclient.get("/api/l402/render-card")
+    assert probe.status_code == 402 and "invoice" not in probe.json()
+    assert payment_count(limited) - before == LIMIT

@@ -1,0 +1,281 @@
+"""Independent clients buy calls from a live satsgate: mppx (the MPP TypeScript SDK),
+Alby's lightning-tools (fetchWithL402, fetchWithMpp) and Lightning Labs' l402sdk, each
+through its own documented API, two calls in a row from one URL (issue 34: a client that
+keeps its credential per URL must get a 402 with a fresh challenge for the second call,
+and a client that reads only the first challenge must find the one it pays there).
+
+mppx and Alby's tools run in node (tests/js, installed by scripts/setup.sh --test):
+mppx with a small lightning charge method, both with a payer that is the dev node's
+/api/dev/pay. l402sdk pays through an LND node's REST API: :class:`LndRestShim` speaks
+that wire (``POST /v2/router/send`` streaming ``{"result": Payment}`` lines, the
+macaroon in ``Grpc-Metadata-macaroon``) and pays through the dev node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import importlib.metadata
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from satsgate.invoices import decode_invoice
+from satsgate.payments.mpp import b64url_decode
+from tests.conftest import ThreadedServer, free_port, skip_unless_ci
+from tests.test_gateway import CARD, payment_count
+
+JS_DIR = Path(__file__).parent / "js"
+PRICE_SATS = 5  # render-card, flat
+
+
+def card(title: str) -> dict[str, Any]:
+    return {**CARD, "title": title}
+
+
+# -- the node clients ------------------------------------------------------------------------
+
+
+def node_package_version(name: str) -> str:
+    """The version of ``name`` installed in tests/js; skips (fails in CI) without node or it."""
+    package = JS_DIR / "node_modules" / name / "package.json"
+    if shutil.which("node") is None or not package.is_file():
+        skip_unless_ci(f"{name} is not installed (node and tests/js: scripts/setup.sh --test)")
+    return str(json.loads(package.read_text())["version"])
+
+
+def run_node(
+    server: ThreadedServer, script: str, mode: str | None, bodies: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run a buyer in tests/js against render-card; one JSON answer per body."""
+    proc = subprocess.run(
+        [
+            "node",
+            str(JS_DIR / script),
+            *([mode] if mode is not None else []),
+            f"{server.url}/api/l402/render-card",
+            f"{server.url}/api/dev/pay",
+            *(json.dumps(body) for body in bodies),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=JS_DIR,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+# -- mppx -----------------------------------------------------------------------------------
+
+
+def buy_with_mppx(server: ThreadedServer, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assert node_package_version("mppx") == "0.11.0"  # docs/payments.md names this version
+    return run_node(server, "mppx_buy.mjs", None, bodies)
+
+
+def test_mppx_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> None:
+    before = payment_count(server)
+    first, second = buy_with_mppx(server, [card("mppx one"), card("mppx two")])
+    references = []
+    for answer in (first, second):
+        assert answer["status"] == 200, answer
+        assert answer["body"]["format"] == "png" and answer["body"]["image_base64"]
+        assert len(answer["paid"]) == 1  # paid its own invoice, once
+        # mppx declares what it pays with; the 402 then leads with that challenge (the
+        # joined header starts with Payment: what Alby's fetchWithMpp checks).
+        assert answer["acceptPayment"][0] == "lightning/charge"
+        assert len(answer["challenges"]) == 1
+        assert answer["challenges"][0].startswith('Payment id="')
+        assert 'intent="session"' not in answer["challenges"][0]  # not accepted: left out
+        receipt = json.loads(b64url_decode(answer["receipt"]))
+        assert (receipt["status"], receipt["method"]) == ("success", "lightning")
+        assert receipt["reference"] == decode_invoice(answer["paid"][0]).payment_hash
+        references.append(receipt["reference"])
+    assert first["paid"] != second["paid"] and references[0] != references[1]
+    # Each call made its own challenge and nothing more: a charge per call, no sessions.
+    assert payment_count(server) - before == 2
+
+
+# -- Alby's lightning-tools -------------------------------------------------------------------
+
+
+def buy_with_alby(
+    server: ThreadedServer, mode: str, bodies: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    assert node_package_version("@getalby/lightning-tools") == "9.0.1"  # as docs/payments.md
+    return run_node(server, "alby_buy.mjs", mode, bodies)
+
+
+@pytest.mark.parametrize("mode", ["l402", "mpp"])
+def test_alby_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer, mode: str) -> None:
+    """fetchWithL402 pays the first challenge it reads; fetchWithMpp pays only when the
+    (joined) WWW-Authenticate starts with Payment, even when the request declared
+    Accept-Payment: lightning/charge. Both buy a call each time."""
+    before = payment_count(server)
+    answers = buy_with_alby(server, mode, [card(f"alby {mode} one"), card(f"alby {mode} two")])
+    for answer in answers:
+        assert answer["status"] == 200, answer
+        assert answer["body"]["format"] == "png" and answer["body"]["image_base64"]
+        assert len(answer["paid"]) == 1
+        assert answer["authorization"] == ["L402" if mode == "l402" else "Payment"]
+        assert (answer["receipt"] is not None) is (mode == "mpp")
+    assert answers[0]["paid"] != answers[1]["paid"]
+    assert payment_count(server) - before == 2
+
+
+# -- l402sdk --------------------------------------------------------------------------------
+
+
+class LndRestShim:
+    """LND's REST API as far as l402sdk's LndRestBackend uses it, paying through the dev
+    node: ``POST /v2/router/send`` (a stream of ``{"result": Payment}`` lines, int64
+    fields as strings, the preimage and hash as hex, as LND answers) and ``GET
+    /v1/getinfo``. The hex macaroon must come in ``Grpc-Metadata-macaroon``; LND refuses
+    a request without it."""
+
+    def __init__(self, dev_node_url: str) -> None:
+        self.macaroon = secrets.token_hex(32)
+        self.dev_node_url = dev_node_url
+        self.payments: list[dict[str, Any]] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Grpc-Metadata-macaroon") == self.macaroon
+
+    async def _getinfo(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"code": 2, "message": "verification failed"}, status=500)
+        return web.json_response(
+            {"identity_pubkey": "02" + "11" * 32, "alias": "shim", "num_active_channels": 1}
+        )
+
+    async def _send(self, request: web.Request) -> web.StreamResponse:
+        if not self._authorized(request):
+            return web.json_response({"code": 2, "message": "verification failed"}, status=500)
+        send = await request.json()
+        async with httpx.AsyncClient(timeout=30) as client:
+            paid = await client.post(
+                f"{self.dev_node_url}/api/dev/pay", json={"invoice": send["payment_request"]}
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        if paid.status_code != 200:
+            failed = {"status": "FAILED", "failure_reason": "FAILURE_REASON_ERROR"}
+            await resp.write(json.dumps({"result": failed}).encode() + b"\n")
+            await resp.write_eof()
+            return resp
+        preimage = str(paid.json()["preimage"])
+        payment_hash = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
+        self.payments.append({"request": send, "payment_hash": payment_hash})
+        for status, extra in (("IN_FLIGHT", {}), ("SUCCEEDED", {"payment_preimage": preimage})):
+            update = {
+                "payment_hash": payment_hash,
+                "payment_request": send["payment_request"],
+                "status": status,
+                "value_sat": str(PRICE_SATS),
+                "value_msat": str(PRICE_SATS * 1000),
+                "fee_sat": "0",
+                "fee_msat": "0",
+                "payment_preimage": "",
+                **extra,
+            }
+            await resp.write(json.dumps({"result": update}).encode() + b"\n")
+        await resp.write_eof()
+        return resp
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/v1/getinfo", self._getinfo)
+        app.router.add_post("/v2/router/send", self._send)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+@pytest.fixture
+def lnd_rest(server: ThreadedServer) -> Iterator[LndRestShim]:
+    shim = LndRestShim(server.url)
+    shim.start()
+    yield shim
+    shim.stop()
+
+
+def l402sdk_version() -> str:
+    try:
+        return importlib.metadata.version("l402sdk")
+    except importlib.metadata.PackageNotFoundError:
+        skip_unless_ci("l402sdk is not installed (the [test] extra)")
+        raise
+
+
+def buy_with_l402sdk(
+    server: ThreadedServer, lnd: LndRestShim, bodies: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """l402sdk in a process of its own (tests/l402sdk_buyer.py: its calls hold the GIL)."""
+    assert l402sdk_version() == "0.1.0"  # docs/payments.md names this version
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "l402sdk_buyer.py"),
+            lnd.url,
+            lnd.macaroon,
+            str(PRICE_SATS),
+            f"{server.url}/api/l402/render-card",
+            *(json.dumps(body) for body in bodies),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_l402sdk_buys_two_calls_in_a_row_from_one_url(
+    server: ThreadedServer, lnd_rest: LndRestShim
+) -> None:
+    before = payment_count(server)
+    # Same URL, another request: l402sdk first sends the token it keeps for this URL,
+    # which is spent; the 402 with a fresh challenge makes it pay again (a 403 ended it).
+    *answers, spent = buy_with_l402sdk(server, lnd_rest, [card("l402sdk one"), card("l402sdk two")])
+    assert len(answers) == 2, answers
+    for answer in answers:
+        assert answer["status"] == 200, answer
+        assert answer["paid"] is True and answer["cached_token"] is False
+        receipt = answer["receipt"]
+        assert receipt["amount_sats"] == PRICE_SATS and receipt["response_status"] == 200
+        body = json.loads(answer["body"])
+        assert body["format"] == "png" and base64.b64decode(body["image_base64"])
+    hashes = [answer["receipt"]["payment_hash"] for answer in answers]
+    assert hashes[0] != hashes[1]
+    assert [p["payment_hash"] for p in lnd_rest.payments] == hashes  # paid through LND REST
+    assert spent == {"total_spent": 2 * PRICE_SATS}
+    # One challenge per purchase, plus the one the spent token was answered with.
+    assert payment_count(server) - before == 3

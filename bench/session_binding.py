@@ -1,0 +1,164 @@
+"""What binding sessions to a token costs a bearer call: the tree before the binding (A)
+against this one (B), both servers side by side, interleaved round by round.
+
+    python bench/session_binding.py /path/to/tree-before [--rounds 6] [--duration 5]
+
+Each tree's ``satsgate`` is put first on its server's ``PYTHONPATH`` (the shared venv's
+editable install is shadowed); the bench scripts come from this tree (``sessions.py
+--serve``: the real app plus ``POST /bench/noop``, 1 sat, a deposit that never runs dry).
+One session is opened on each server (on B the open's answer hands over the token; the
+bearer credentials carry it), then per round, in the order A B, B A, A B, ...:
+
+- ``bearer_same``: every request repeats one bearer credential (``static.lua``); the
+  server verifies it once and knows it after that (the binding's check included), so
+  each call is the debit, the no-op and the receipt;
+- ``bearer_fresh``: every request carries a credential never seen before (``paid.lua``
+  over a file of bearer credentials that differ by an ignored payload member ``n``):
+  each call decodes the credential, checks the challenge's HMAC and sha256(preimage),
+  and on B also reads the session's token hash and compares it (the binding's whole
+  cost), then debits.
+
+Reported per scenario: the median over rounds of B/A for req/s and for server CPU per
+request (CPU is the steadier one on a shared machine), with min and max, and each
+side's medians. Every response must be 200 (a refused bearer would be a broken run).
+Writes ``bench/results/session_binding.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from run import RESULTS, Server, WrkResult, environment, free_port, log, run_wrk, start_server
+from sessions import OpenedSession, open_session
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+
+def start(name: str, tree: Path, tmp: Path) -> Server:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    args = [str(BENCH / "sessions.py"), "--serve", "--port", str(free_port())]
+    args += ["--data-dir", str(tmp / f"data-{name}")]
+    return start_server(name, args, tmp / f"{name}.log", env=env)
+
+
+def fresh_credentials(session: OpenedSession, path: Path, start: int, count: int) -> None:
+    path.write_text("".join(session.bearer(start + i) + "\n" for i in range(count)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("before", type=Path, help="the source tree before the binding (A)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--credentials", type=int, default=60_000, help="per fresh run")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="satsgate-bench-binding-"))
+    trees = {"A": args.before.resolve(), "B": ROOT}
+    servers: dict[str, Server] = {}
+    results: list[tuple[str, int, WrkResult]] = []
+    try:
+        for side, tree in trees.items():
+            servers[side] = start(side, tree, tmp)
+        sessions = {side: open_session(server.url) for side, server in servers.items()}
+        if sessions["A"].token is not None or sessions["B"].token is None:
+            raise RuntimeError("A must be a tree before the binding and B one with it")
+        used = 0
+        for rnd in range(args.rounds):
+            log(f"round {rnd + 1}/{args.rounds}")
+            for side in ("A", "B") if rnd % 2 == 0 else ("B", "A"):
+                server, session = servers[side], sessions[side]
+                url = server.url + "/bench/noop"
+                same = run_wrk(
+                    "bearer_same",
+                    server,
+                    url,
+                    "static.lua",
+                    ["POST", "{}", "1", session.bearer()],
+                    duration=args.duration,
+                    connections=args.connections,
+                    threads=1,
+                )
+                creds = tmp / f"fresh-{side}-{rnd}.creds"
+                fresh_credentials(session, creds, used, args.credentials)
+                used += args.credentials
+                fresh = run_wrk(
+                    "bearer_fresh",
+                    server,
+                    url,
+                    "paid.lua",
+                    [str(creds), "/bench/noop", "{}", "1"],
+                    duration=args.duration,
+                    connections=args.connections,
+                    threads=1,
+                )
+                creds.unlink()
+                for res in (same, fresh):
+                    if set(res.statuses) != {"200"}:
+                        raise RuntimeError(f"{side} {res.scenario}: {res.statuses}")
+                    results.append((side, rnd, res))
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    summary: dict[str, Any] = {}
+    for scenario in ("bearer_same", "bearer_fresh"):
+        runs = {(side, rnd): res for side, rnd, res in results if res.scenario == scenario}
+        rps_ratio = [runs["B", r].rps / runs["A", r].rps for r in range(args.rounds)]
+        cpu_ratio = [
+            runs["B", r].cpu_us_per_request / runs["A", r].cpu_us_per_request
+            for r in range(args.rounds)
+        ]
+        summary[scenario] = {
+            "rps_B_over_A_median": round(statistics.median(rps_ratio), 3),
+            "rps_B_over_A_range": [round(min(rps_ratio), 3), round(max(rps_ratio), 3)],
+            "cpu_B_over_A_median": round(statistics.median(cpu_ratio), 3),
+            "cpu_B_over_A_range": [round(min(cpu_ratio), 3), round(max(cpu_ratio), 3)],
+            **{
+                f"{side}_{what}_median": round(
+                    statistics.median(getattr(runs[side, r], what) for r in range(args.rounds)),
+                    1,
+                )
+                for side in ("A", "B")
+                for what in ("rps", "cpu_us_per_request")
+            },
+            "p50_ms_median": {
+                side: statistics.median(runs[side, r].latency_ms["p50"] for r in range(args.rounds))
+                for side in ("A", "B")
+            },
+        }
+    doc = {
+        "config": {k: str(v) for k, v in vars(args).items()},
+        "environment": environment(),
+        "load_after": os.getloadavg(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "summary": summary,
+        "runs": [{"side": side, "round": rnd, **res.__dict__} for side, rnd, res in results],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "session_binding.json").write_text(json.dumps(doc, indent=2, default=str))
+    print("| scenario | A req/s | B req/s | B/A req/s (min-max) | A CPU µs | B CPU µs | B/A CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, s in summary.items():
+        print(
+            f"| {name} | {s['A_rps_median']:.0f} | {s['B_rps_median']:.0f} | "
+            f"{s['rps_B_over_A_median']:.3f} ({s['rps_B_over_A_range'][0]:.3f}-"
+            f"{s['rps_B_over_A_range'][1]:.3f}) | {s['A_cpu_us_per_request_median']:.0f} | "
+            f"{s['B_cpu_us_per_request_median']:.0f} | {s['cpu_B_over_A_median']:.3f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(BENCH))
+    sys.exit(main())

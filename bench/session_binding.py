@@ -51,7 +51,10 @@ def start(name: str, tree: Path, tmp: Path) -> Server:
 
 
 def fresh_credentials(session: OpenedSession, path: Path, start: int, count: int) -> None:
-    path.write_text("".join(session.bearer(start + i) + "\n" for i in range(count)))
+    """``count`` distinct bearer credentials, one a line, without the scheme word (paid.lua
+    puts "Payment " before each)."""
+    lines = (session.bearer(start + i).removeprefix("Payment ") for i in range(count))
+    path.write_text("".join(line + "\n" for line in lines))
 
 
 def main() -> int:
@@ -97,7 +100,7 @@ def main() -> int:
                     server,
                     url,
                     "paid.lua",
-                    [str(creds), "/bench/noop", "{}", "1"],
+                    [str(creds), "/bench/noop", "{}", "1", "Payment"],
                     duration=args.duration,
                     connections=args.connections,
                     threads=1,

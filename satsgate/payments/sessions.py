@@ -436,6 +436,9 @@ class Sessions:
         # Bearer credentials (the Authorization value) verified already: session id and
         # challenge id. Proof of the preimage, like the value itself: kept in memory only.
         self._bearers: dict[str, tuple[str, str]] = {}
+        # Sessions' stored token hashes, as read (a session's never changes): a fresh
+        # credential of a known session is checked without a read. Bounded like the above.
+        self._token_hashes: dict[str, str] = {}
 
     # -- the challenge ---------------------------------------------------------------------
 
@@ -921,18 +924,26 @@ class Sessions:
                 "the sessionToken its open answered (Payment-Session-Token); the preimage "
                 "alone is not accepted",
             )
-        session = await self._sessions.get(session_id)
-        if session is None:
-            raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
-        if session.token_sha256 is None:
-            raise _binding_problem(
-                session_id,
-                "this session was opened before sessions were bound to a token, so no "
-                "credential spends or closes it: after "
-                f"{self._config.idle_timeout_s} s without use it is closed and its balance "
-                "is paid to its return invoice",
-            )
-        if not hmac.compare_digest(token_sha256(token), session.token_sha256):
+        stored = self._token_hashes.get(session_id)
+        if stored is None:
+            session = await self._sessions.get(session_id)
+            if session is None:
+                raise SessionProblem(
+                    "session-not-found", ErrorCode.PAYMENT_INVALID, "no such session"
+                )
+            if session.token_sha256 is None:
+                raise _binding_problem(
+                    session_id,
+                    "this session was opened before sessions were bound to a token, so no "
+                    "credential spends or closes it: after "
+                    f"{self._config.idle_timeout_s} s without use it is closed and its "
+                    "balance is paid to its return invoice",
+                )
+            stored = session.token_sha256
+            if len(self._token_hashes) >= _MAX_KNOWN_BEARERS:
+                self._token_hashes.clear()
+            self._token_hashes[session_id] = stored
+        if not hmac.compare_digest(token_sha256(token), stored):
             raise _binding_problem(
                 session_id,
                 f"{carrier} is not this session's token: send the sessionToken the "

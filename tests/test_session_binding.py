@@ -380,3 +380,23 @@ async def test_a_failed_session_call_says_it_was_credited_to_the_session_on_ever
 
     assert session_row(srv, client.session_id).balance_msat == balance
     await client.close()
+
+
+async def test_an_open_refused_its_call_after_the_session_was_made_hands_over_the_token(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    """The open's call costs more than the deposit: the session is open (the deposit is in
+    it), the call is refused with insufficient-balance, and that 402 carries the token."""
+    client = Client(http)
+    challenge, preimage = await client.offer(*RARE)
+    deposit = int(unb64url(challenge["request"])["depositAmount"]) * 1000
+    dear = ("generate-text", {"prompt": "word " * 4000, "tier": "best"})
+    assert await price_msat(http, *dear) > deposit
+    refused = await client.open_with(challenge, preimage, *dear)
+    assert refused.status_code == 402, refused.text
+    assert refused.json()["type"].endswith("insufficient-balance")
+    assert refused.headers["payment-session-token"] == refused.json()["sessionToken"]
+    assert session_row(srv, client.session_id).balance_msat == deposit
+    served = await client.bearer(*RARE)  # the token the refusal handed over spends it
+    assert served.status_code == 200, served.text
+    assert (await client.close()).json()["refundStatus"] == "succeeded"

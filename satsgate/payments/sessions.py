@@ -433,8 +433,9 @@ class Sessions:
         # An open's call, replayed to a retry of the same credential (the draft's
         # idempotency by challenge id) for five minutes.
         self._opened = DedupCache(300.0, max_entries=2_000)
-        # Bearer credentials (the Authorization value) verified already: session id and
-        # challenge id. Proof of the preimage, like the value itself: kept in memory only.
+        # Bearer credentials (the Authorization value) verified already, the session token
+        # included: session id and challenge id. A secret like the value itself (it holds
+        # the token): kept in memory only.
         self._bearers: dict[str, tuple[str, str]] = {}
         # Sessions' stored token hashes, as read (a session's never changes): a fresh
         # credential of a known session is checked without a read. Bounded like the above.
@@ -587,7 +588,8 @@ class Sessions:
                     return await self._stream(request, session_id, spec, params, cred.challenge_id)
                 served = await self._debit_and_run(session_id, spec, params)
                 # Verified: its repeats (the same header value) skip the decode, the
-                # challenge's HMAC and the hash. Bounded; cleared when full.
+                # challenge's HMAC, the preimage's hash and the token's check (the value
+                # holds the token). Bounded; cleared when full.
                 if len(self._bearers) >= _MAX_KNOWN_BEARERS:
                     self._bearers.clear()
                 self._bearers[auth[0]] = (session_id, cred.challenge_id)

@@ -54,7 +54,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -1051,9 +1051,13 @@ class Sessions:
     ) -> ServiceResult:
         """The stream up to its first piece; a failure before it is credited back."""
         assert spec.stream_handler is not None
-        async with self._credited_on_failure(session_id, price_msat, spec.slug):
+        try:
             return await spec.stream_handler(ctx, params)
-        raise AssertionError("unreachable: the block returns or raises")
+        except BaseException as exc:
+            answer = await self._call_failed(session_id, price_msat, spec.slug, exc)
+            if answer is exc:
+                raise
+            raise answer from exc
 
     async def _true_up(
         self, session_id: str, price_msat: int, metered: int | None, balance: int
@@ -1106,8 +1110,13 @@ class Sessions:
         ctx = self._contexts.for_call(
             f"ses_{session_id[:16]}_{secrets.token_hex(6)}", service=spec.slug
         )
-        async with self._credited_on_failure(session_id, price_msat, spec.slug):
+        try:
             result = await spec.handler(ctx, params)
+        except BaseException as exc:
+            answer = await self._call_failed(session_id, price_msat, spec.slug, exc)
+            if answer is exc:
+                raise
+            raise answer from exc
         if spec.untrusted_output and isinstance(result.body, dict):
             result = replace(result, body={**result.body, "untrusted_output": True})
         earned = price_msat
@@ -1128,31 +1137,29 @@ class Sessions:
             self._sessions.answered(session_id, price_msat)
         return Served(result, session_id, earned, balance)
 
-    @contextlib.asynccontextmanager
-    async def _credited_on_failure(
-        self, session_id: str, price_msat: int, slug: str
-    ) -> AsyncIterator[None]:
-        """Around a service's handler after the session's debit: a failure gives the price
-        back at once and is answered as what happened (:func:`_credit_said`: the
-        session's credit and balance, no refund, since none was made); a cancellation
-        is credited and goes on."""
-        try:
-            yield
-        except ApiError as exc:
+    async def _call_failed(
+        self, session_id: str, price_msat: int, slug: str, exc: BaseException
+    ) -> BaseException:
+        """A service's handler failed after the session's debit: the price goes back at
+        once, and the answer to raise (``exc`` itself, or the ApiError it becomes) says
+        what happened (:func:`_credit_said`: the session's credit and balance, no refund,
+        since none was made). A cancellation is credited and goes on."""
+        if isinstance(exc, asyncio.CancelledError):
+            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
+            return exc
+        if isinstance(exc, ApiError):
             await self._answer_credited(session_id, price_msat, exc, exc.message)
-            raise
-        except EngineError as exc:
+            return exc
+        if isinstance(exc, EngineError):
             error = exc.api_error()
             await self._answer_credited(session_id, price_msat, error, exc.message)
-            raise error from exc
-        except asyncio.CancelledError:
-            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
-            raise
-        except Exception as exc:
-            log.exception("service %s failed after a session debit", slug)
-            error = ApiError(ErrorCode.L402_UPSTREAM_FAILED, "The service failed.")
-            await self._answer_credited(session_id, price_msat, error, repr(exc))
-            raise error from exc
+            return error
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not a failure
+            return exc
+        log.error("service %s failed after a session debit", slug, exc_info=exc)
+        error = ApiError(ErrorCode.L402_UPSTREAM_FAILED, "The service failed.")
+        await self._answer_credited(session_id, price_msat, error, repr(exc))
+        return error
 
     async def _answer_credited(
         self, session_id: str, price_msat: int, error: ApiError, reason: str

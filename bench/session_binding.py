@@ -132,6 +132,13 @@ def binding_us() -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("before", type=Path, help="the source tree before the binding (A)")
+    parser.add_argument(
+        "--after",
+        type=Path,
+        default=ROOT,
+        help="the tree with it (B; default this one). Given the before tree too, the run is "
+        "the harness's control: the same code on both sides",
+    )
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
@@ -139,14 +146,15 @@ def main() -> int:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="satsgate-bench-binding-"))
-    trees = {"A": args.before.resolve(), "B": ROOT}
+    trees = {"A": args.before.resolve(), "B": args.after.resolve()}
+    control = trees["A"] == trees["B"]
     servers: dict[str, Server] = {}
     results: list[tuple[str, int, WrkResult]] = []
     try:
         for side, tree in trees.items():
             servers[side] = start(side, tree, tmp)
         sessions = {side: open_session(server.url) for side, server in servers.items()}
-        if sessions["A"].token is not None or sessions["B"].token is None:
+        if not control and (sessions["A"].token is not None or sessions["B"].token is None):
             raise RuntimeError("A must be a tree before the binding and B one with it")
         used = 0
         for rnd in range(args.rounds):
@@ -227,7 +235,8 @@ def main() -> int:
         "runs": [{"side": side, "round": rnd, **res.__dict__} for side, rnd, res in results],
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "session_binding.json").write_text(json.dumps(doc, indent=2, default=str))
+    name = "session_binding_control.json" if control else "session_binding.json"
+    (RESULTS / name).write_text(json.dumps(doc, indent=2, default=str))
     print("| scenario | A req/s | B req/s | B/A req/s (min-max) | A CPU µs | B CPU µs | B/A CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, s in summary.items():

@@ -110,7 +110,14 @@ class Server:
             os.killpg(self.proc.pid, sig)
 
 
-def start_server(name: str, args: list[str], log: Path, timeout: float = 60.0) -> Server:
+def start_server(
+    name: str,
+    args: list[str],
+    log: Path,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> Server:
+    """Start a bench server (``env``: its whole environment, else this process's)."""
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, *args],
@@ -119,6 +126,7 @@ def start_server(name: str, args: list[str], log: Path, timeout: float = 60.0) -
             stderr=err,
             cwd=BENCH.parent,
             start_new_session=True,
+            env=env,
         )
     line: list[bytes] = []
     reader = threading.Thread(

@@ -42,6 +42,8 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +99,39 @@ def unb64url(text: str) -> Any:
     return json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
-def open_session(url: str) -> tuple[str, str]:
-    """Open a session on the no-op service through the dev node; (session id, bearer
-    Authorization value)."""
+@dataclass(frozen=True)
+class OpenedSession:
+    """An open session on a bench server: what its bearer credentials are built from."""
+
+    session_id: str
+    echoed: dict[str, str]  # the session challenge, echoed
+    preimage: str
+    token: str | None  # the session token the open answered (None before the binding)
+
+    def bearer(self, nonce: int | None = None) -> str:
+        """A bearer credential's Authorization value; ``nonce`` makes it a distinct one
+        (an extra payload member the server ignores), as a client that builds a fresh
+        credential per call sends."""
+        payload: dict[str, Any] = {
+            "action": "bearer",
+            "sessionId": self.session_id,
+            "preimage": self.preimage,
+        }
+        if self.token is not None:
+            payload["token"] = self.token
+        if nonce is not None:
+            payload["n"] = nonce
+        return credential(self.echoed, payload)
+
+
+def credential(echoed: dict[str, str], payload: dict[str, Any]) -> str:
+    doc = {"challenge": echoed, "payload": payload}
+    return "Payment " + b64url(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def open_session(url: str) -> OpenedSession:
+    """Open a session on the no-op service through the dev node, and make one bearer
+    call with it."""
     status, _, www = http("POST", url + "/bench/noop", "{}")
     assert status == 402, status
     header = next(v for v in www if 'intent="session"' in v)
@@ -120,19 +152,22 @@ def open_session(url: str) -> tuple[str, str]:
         private_key_hex=secrets.token_hex(32),
     )
     echoed = {k: challenge[k] for k in ("id", "realm", "method", "intent", "request", "expires")}
-
-    def auth(payload: dict[str, str]) -> str:
-        doc = {"challenge": echoed, "payload": payload}
-        return "Payment " + b64url(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-
-    opened = auth({"action": "open", "preimage": paid["preimage"], "returnInvoice": refund_to})
-    status, body, _ = http("POST", url + "/bench/noop", "{}", {"Authorization": opened})
-    assert status == 200, body
-    session_id = request["paymentHash"]
-    bearer = auth({"action": "bearer", "sessionId": session_id, "preimage": paid["preimage"]})
-    status, body, _ = http("POST", url + "/bench/noop", "{}", {"Authorization": bearer})
+    opened = credential(
+        echoed, {"action": "open", "preimage": paid["preimage"], "returnInvoice": refund_to}
+    )
+    req = urllib.request.Request(
+        url + "/bench/noop",
+        data=b"{}",
+        method="POST",
+        headers={"Authorization": opened, "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200, resp.status
+        token = resp.headers.get("Payment-Session-Token")
+    session = OpenedSession(request["paymentHash"], echoed, paid["preimage"], token)
+    status, body, _ = http("POST", url + "/bench/noop", "{}", {"Authorization": session.bearer()})
     assert status == 200 and body == {"ok": True}, body
-    return session_id, bearer
+    return session
 
 
 def session_spent_msat(db: Path, session_id: str) -> tuple[int, int]:
@@ -192,7 +227,8 @@ def main() -> int:
         )
         servers.append(plain)
         url = main_server.url
-        session_id, bearer = open_session(url)
+        session = open_session(url)
+        session_id, bearer = session.session_id, session.bearer()
         spent0, deposit = session_spent_msat(Settings(data_dir=data).db_path, session_id)
         settings = ensure_server_secret(Settings(data_dir=data))
         noop_spec = spec_for(NOOP_SLUG, NOOP_SPEC.title, NOOP_PRICE_MSAT, NoopParams())

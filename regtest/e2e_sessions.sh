@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A payment session from the payer node (the Payment scheme's session intent):
 # pay the deposit invoice of a 402's session challenge, open with an AMOUNTLESS
-# return invoice of the payer node, make a bearer call, close; the payer's
+# return invoice of the payer node (the answer hands over the session token),
+# make a bearer call with the token (one with the preimage alone, all a routing
+# node of the deposit knows, is refused and moves nothing), close; the payer's
 # return invoice is paid once, deposit minus what was charged; a second close
 # pays nothing more. Another session naming the same return invoice is refused
 # at open (a node pays an invoice once) and opens with a fresh one. A third
@@ -58,6 +60,18 @@ for line in sys.stdin.read().replace("\r", "").splitlines():
 sys.exit("no Payment-Receipt header")'
 }
 
+# session_token < headers: the open's Payment-Session-Token header.
+session_token() {
+  python3 -c '
+import sys
+for line in sys.stdin.read().replace("\r", "").splitlines():
+    name, _, value = line.partition(":")
+    if name.lower() == "payment-session-token":
+        print(value.strip())
+        sys.exit(0)
+sys.exit("no Payment-Session-Token header")'
+}
+
 # post AUTH: POST the call with that Authorization (none if empty); prints the status.
 post() {
   local auth=()
@@ -89,9 +103,17 @@ code="$(post "$(credential "$challenge" "$payload")")"
 opened="$(receipt < "$work/headers")"
 [ "$(json_get reference <<<"$opened")" = "$session_id" ] || die "open: receipt for another session: $opened"
 charged_open="$(json_get chargedMsat <<<"$opened")"
+token="$(session_token < "$work/headers")"
+[ "$(json_get sessionToken <<<"$opened")" = "$token" ] || die "open: the receipt's token is not the header's"
 
-say "bearer call on the balance"
-bearer="$(credential "$challenge" "{\"action\":\"bearer\",\"sessionId\":\"$session_id\",\"preimage\":\"$preimage\"}")"
+say "bearer with the preimage alone (what a hop on the deposit's route knows) is refused"
+code="$(post "$(credential "$challenge" "{\"action\":\"bearer\",\"sessionId\":\"$session_id\",\"preimage\":\"$preimage\"}")")"
+[ "$code" = 402 ] || die "preimage-only bearer: expected 402, got $code: $(cat "$work/body")"
+[ "$(json_get error_code < "$work/body")" = SESSION_BINDING_REQUIRED ] \
+  || die "preimage-only bearer: $(cat "$work/body")"
+
+say "bearer call on the balance, with the session token"
+bearer="$(credential "$challenge" "{\"action\":\"bearer\",\"sessionId\":\"$session_id\",\"preimage\":\"$preimage\",\"token\":\"$token\"}")"
 code="$(post "$bearer")"
 [ "$code" = 200 ] || die "bearer: expected 200, got $code: $(cat "$work/body")"
 served="$(receipt < "$work/headers")"
@@ -102,7 +124,7 @@ charged_msat=$(( charged_open + charged_bearer ))
   || die "balance $balance_msat after charges of $charged_msat on $deposit_msat"
 
 say "close: the balance ($balance_msat msat) goes to the return invoice"
-close="$(credential "$challenge" "{\"action\":\"close\",\"sessionId\":\"$session_id\",\"preimage\":\"$preimage\"}")"
+close="$(credential "$challenge" "{\"action\":\"close\",\"sessionId\":\"$session_id\",\"preimage\":\"$preimage\",\"token\":\"$token\"}")"
 started="$(date +%s.%N)"
 code="$(post "$close")"
 [ "$code" = 200 ] || die "close: expected 200, got $code: $(cat "$work/body")"
@@ -155,7 +177,8 @@ return2="$(payer_ln invoice any "$label2" "satsgate session refund 2" | json_get
 code="$(post "$(open2 "$return2")")"
 [ "$code" = 200 ] || die "the same deposit with a fresh return invoice: got $code: $(cat "$work/body")"
 balance2="$(receipt < "$work/headers" | json_get balanceMsat)"
-code="$(post "$(credential "$challenge2" "{\"action\":\"close\",\"sessionId\":\"$session2\",\"preimage\":\"$preimage2\"}")")"
+token2="$(session_token < "$work/headers")"
+code="$(post "$(credential "$challenge2" "{\"action\":\"close\",\"sessionId\":\"$session2\",\"preimage\":\"$preimage2\",\"token\":\"$token2\"}")")"
 [ "$code" = 200 ] || die "second session close: got $code: $(cat "$work/body")"
 json_true "d['refundStatus'] == 'succeeded'" < "$work/body" || die "second close: $(cat "$work/body")"
 second_paid() { payer_ln listinvoices "$label2" | json_true "d['invoices'][0]['status'] == 'paid'"; }
@@ -175,8 +198,9 @@ label3="$label-3"
 return3="$(payer_ln invoice any "$label3" "satsgate session refund 3" | json_get bolt11)"
 code="$(post "$(credential "$challenge3" "$(python3 -c 'import json, sys; print(json.dumps({"action": "open", "preimage": sys.argv[1], "returnInvoice": sys.argv[2]}))' "$preimage3" "$return3")")")"
 [ "$code" = 200 ] || die "third session open: got $code: $(cat "$work/body")"
+token3="$(session_token < "$work/headers")"
 satsgate_ln -k xpay invstring="$return3" amount_msat=1000 >/dev/null
-code="$(post "$(credential "$challenge3" "{\"action\":\"close\",\"sessionId\":\"$session3\",\"preimage\":\"$preimage3\"}")")"
+code="$(post "$(credential "$challenge3" "{\"action\":\"close\",\"sessionId\":\"$session3\",\"preimage\":\"$preimage3\",\"token\":\"$token3\"}")")"
 [ "$code" = 200 ] || die "third session close: got $code: $(cat "$work/body")"
 third_status="$(json_get refundStatus < "$work/body")"
 [ "$third_status" = failed ] || die "third close: $(cat "$work/body")"

@@ -89,6 +89,7 @@ class ErrorCode(StrEnum):
     PAYMENT_EXPIRED = "PAYMENT_EXPIRED"
     PAYMENT_INSUFFICIENT = "PAYMENT_INSUFFICIENT"
     MALFORMED_CREDENTIAL = "MALFORMED_CREDENTIAL"
+    SESSION_BINDING_REQUIRED = "SESSION_BINDING_REQUIRED"
     CASHU_TOKEN_INVALID = "CASHU_TOKEN_INVALID"
     CASHU_MINT_NOT_ACCEPTED = "CASHU_MINT_NOT_ACCEPTED"
     CASHU_UNIT_NOT_ACCEPTED = "CASHU_UNIT_NOT_ACCEPTED"
@@ -300,6 +301,16 @@ _CODES: tuple[CodeSpec, ...] = (
         400,
         "The Authorization header cannot be parsed.",
         "Send exactly one credential: 'L402 <macaroon>:<preimage>' or 'Payment <b64url>'.",
+        spec=False,
+    ),
+    CodeSpec(
+        ErrorCode.SESSION_BINDING_REQUIRED,
+        402,
+        "A payment session is spent, topped up and closed only with the session token its "
+        "open answered; this credential lacks it or carries another. Nothing was charged.",
+        "Send payload.token: the sessionToken of the open's Payment-Receipt (also its "
+        "Payment-Session-Token header). Over MCP the paymentId is "
+        "sess_<sessionId>.<sessionToken>.",
         spec=False,
     ),
     CodeSpec(

@@ -117,7 +117,7 @@ def output_too_large(service: str, size: int, cap: int) -> ApiError:
         ErrorCode.INVALID_INPUT,
         f"The output of {service} would be {size:,} bytes, more than the {cap:,} bytes "
         "this node stores for one call; send a smaller input (or a smaller scale or "
-        "format). The payment is refunded.",
+        "format).",
         extra={"output_bytes": size, "max_output_bytes": cap},
     )
 

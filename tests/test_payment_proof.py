@@ -160,15 +160,7 @@ async def test_a_hop_cannot_refund_a_session_deposit_to_itself(
     await hop_tries_refund(server, client, deposit_id, payment_hash, preimage)
 
     # The payer's open still works: its deposit was not taken.
-    payer.challenge, payer.preimage, payer.session_id = challenge, preimage, payment_hash
-    opened = await payer.post(
-        "render-card",
-        CARD,
-        credential(
-            challenge,
-            {"action": "open", "preimage": preimage, "returnInvoice": payer.return_invoice},
-        ),
-    )
+    opened = await payer.open_with(challenge, preimage, "render-card", CARD)
     assert opened.status_code == 200, opened.text
     assert (await payer.close()).status_code == 200
 
@@ -184,7 +176,12 @@ async def test_a_hop_cannot_refund_a_top_up_to_itself(
     payment_hash = request["paymentHash"]
     await wait_paid(server, f"dep_{payment_hash}")
     await hop_tries_refund(server, client, f"dep_{payment_hash}", payment_hash, preimage)
-    payload = {"action": "topUp", "sessionId": payer.session_id, "topUpPreimage": preimage}
+    payload = {
+        "action": "topUp",
+        "sessionId": payer.session_id,
+        "topUpPreimage": preimage,
+        "token": payer.token,
+    }
     topped = await payer.post("render-card", CARD, credential(challenge, payload))
     assert topped.status_code == 200, topped.text
     assert (await payer.close()).status_code == 200

@@ -91,6 +91,7 @@ class Client:
         self.http = http
         self.session_id = ""
         self.preimage = ""
+        self.token = ""  # the session token the open answered
         self.challenge: dict[str, str] = {}
         self.return_invoice = return_invoice()
 
@@ -105,13 +106,26 @@ class Client:
 
     async def open(self, slug: str, body: dict[str, Any]) -> httpx.Response:
         challenge, preimage = await self.offer(slug, body)
+        return await self.open_with(challenge, preimage, slug, body)
+
+    async def open_with(
+        self, challenge: dict[str, str], preimage: str, slug: str, body: dict[str, Any]
+    ) -> httpx.Response:
+        """Open with this paid deposit; keep the session token the answer hands over."""
         self.challenge, self.preimage = challenge, preimage
         self.session_id = unb64url(challenge["request"])["paymentHash"]
         payload = {"action": "open", "preimage": preimage, "returnInvoice": self.return_invoice}
-        return await self.post(slug, body, credential(challenge, payload))
+        opened = await self.post(slug, body, credential(challenge, payload))
+        self.token = opened.headers.get("payment-session-token", "")
+        return opened
 
     def bearer_auth(self) -> str:
-        payload = {"action": "bearer", "sessionId": self.session_id, "preimage": self.preimage}
+        payload = {
+            "action": "bearer",
+            "sessionId": self.session_id,
+            "preimage": self.preimage,
+            "token": self.token,
+        }
         return credential(self.challenge, payload)
 
     async def bearer(self, slug: str, body: dict[str, Any]) -> httpx.Response:
@@ -121,13 +135,23 @@ class Client:
         self, slug: str, body: dict[str, Any], action: str = "topUp"
     ) -> httpx.Response:
         challenge, preimage = await self.offer(slug, body)
-        payload = {"action": action, "sessionId": self.session_id, "topUpPreimage": preimage}
+        payload = {
+            "action": action,
+            "sessionId": self.session_id,
+            "topUpPreimage": preimage,
+            "token": self.token,
+        }
         return await self.post(slug, body, credential(challenge, payload))
 
     async def close(
         self, slug: str = RARE[0], body: dict[str, Any] | None = None
     ) -> httpx.Response:
-        payload = {"action": "close", "sessionId": self.session_id, "preimage": self.preimage}
+        payload = {
+            "action": "close",
+            "sessionId": self.session_id,
+            "preimage": self.preimage,
+            "token": self.token,
+        }
         return await self.post(slug, body or RARE[1], credential(self.challenge, payload))
 
     async def post(self, slug: str, body: dict[str, Any], auth: str) -> httpx.Response:
@@ -224,7 +248,11 @@ async def test_open_then_bearer_calls_across_services_draw_on_one_balance(
     assert first["reference"] == client.session_id and first["status"] == "success"
     assert first["method"] == "lightning" and first["balanceMsat"] == deposit - rare_price
     assert first["chargedMsat"] == rare_price
-    assert opened.headers["cache-control"] == "private"
+    # The open's answer alone hands over the session token (header and receipt), and no
+    # cache keeps it.
+    assert opened.headers["cache-control"] == "private, no-store"
+    assert re.fullmatch("[0-9a-f]{64}", client.token)
+    assert first["sessionToken"] == client.token
 
     # Metered text: the quote is reserved, the tokens the provider reported are debited.
     asked = await client.bearer(*ASK)
@@ -263,6 +291,8 @@ async def test_open_then_bearer_calls_across_services_draw_on_one_balance(
         ),
     )
     assert again.status_code == 200 and again.json()["translatedText"] == "[Tok] Welcome"
+    # The same open again is answered the same token, never a second one.
+    assert again.headers["payment-session-token"] == client.token
     assert len(fake.requests(CHAT)) == 3
     assert session_row(srv, client.session_id).balance_msat == balance
     assert (await client.close()).json()["refundStatus"] == "succeeded"
@@ -321,7 +351,12 @@ async def test_top_up_credential_replayed_credits_once(
     price = await price_msat(http, *RARE)
     assert (await client.open(*RARE)).status_code == 200
     challenge, preimage = await client.offer(*RARE)
-    payload = {"action": "topUp", "sessionId": client.session_id, "topUpPreimage": preimage}
+    payload = {
+        "action": "topUp",
+        "sessionId": client.session_id,
+        "topUpPreimage": preimage,
+        "token": client.token,
+    }
     auth = credential(challenge, payload)
     first = await client.post(*RARE, auth)
     second = await client.post(*RARE, auth)
@@ -335,7 +370,12 @@ async def test_top_up_credential_replayed_credits_once(
         *RARE,
         credential(
             challenge,
-            {"action": "topUp", "sessionId": other.session_id, "topUpPreimage": preimage},
+            {
+                "action": "topUp",
+                "sessionId": other.session_id,
+                "topUpPreimage": preimage,
+                "token": other.token,
+            },
         ),
     )
     assert stolen.status_code == 402
@@ -495,16 +535,15 @@ async def test_refused_credentials_get_402_a_fresh_challenge_and_the_problem_typ
     assert found["type"] == PROBLEMS + "unknown-challenge"
     pre = secrets.token_hex(32)
     unknown = hashlib.sha256(bytes.fromhex(pre)).hexdigest()
-    found = await problem({"action": "bearer", "sessionId": unknown, "preimage": pre})
+    found = await problem(
+        {"action": "bearer", "sessionId": unknown, "preimage": pre, "token": "0" * 64}
+    )
     assert found["type"] == PROBLEMS + "session-not-found"
     found = await problem({"action": "dance"})
     assert found["type"] == PROBLEMS + "malformed-credential"
     # Nothing was opened by any of these, and the deposit still opens a session.
     assert session_row(srv, unb64url(challenge["request"])["paymentHash"]) is None
-    payload = {"action": "open", "preimage": preimage, "returnInvoice": client.return_invoice}
-    assert (await client.post(*RARE, credential(challenge, payload))).status_code == 200
-    client.challenge, client.preimage = challenge, preimage
-    client.session_id = unb64url(challenge["request"])["paymentHash"]
+    assert (await client.open_with(challenge, preimage, *RARE)).status_code == 200
     await client.close()
 
 
@@ -620,12 +659,7 @@ async def test_a_return_invoice_serves_one_session_only(
     assert "another session" in refused.json()["detail"]
     assert session_row(srv, second.session_id) is None
     second.return_invoice = return_invoice()
-    payload = {
-        "action": "open",
-        "preimage": second.preimage,
-        "returnInvoice": second.return_invoice,
-    }
-    opened = await second.post(*RARE, credential(second.challenge, payload))
+    opened = await second.open_with(second.challenge, second.preimage, *RARE)
     assert opened.status_code == 200, opened.text  # the same deposit, a fresh invoice
     for client in (first, second):
         assert (await client.close()).json()["refundStatus"] == "succeeded"
@@ -644,10 +678,7 @@ async def test_two_concurrent_opens_with_one_return_invoice_open_one_session(
     opens = []
     for client in (first, second):
         challenge, preimage = await client.offer(*RARE)
-        client.challenge, client.preimage = challenge, preimage
-        client.session_id = unb64url(challenge["request"])["paymentHash"]
-        payload = {"action": "open", "preimage": preimage, "returnInvoice": client.return_invoice}
-        opens.append(client.post(*RARE, credential(challenge, payload)))
+        opens.append(client.open_with(challenge, preimage, *RARE))
     answers = await asyncio.gather(*opens)
     assert sorted(a.status_code for a in answers) == [200, 402], [a.text for a in answers]
     refused = next(a for a in answers if a.status_code == 402)
@@ -725,7 +756,7 @@ async def test_an_mcp_tool_call_is_paid_from_the_session(
         assert resp.status_code == 200, resp.text
         return dict(resp.json()["result"])
 
-    result = await call(f"sess_{client.preimage}")
+    result = await call(f"sess_{client.session_id}.{client.token}")
     assert result["isError"] is False
     assert result["structuredContent"]["translatedText"] == "[Tok] Welcome"
     assert result["structuredContent"]["session"] == {
@@ -734,9 +765,9 @@ async def test_an_mcp_tool_call_is_paid_from_the_session(
         "balanceMsat": 9 * price,
         "balanceSats": 9 * price // 1000,
     }
-    refused = await call(f"sess_{secrets.token_hex(32)}")
+    refused = await call(f"sess_{secrets.token_hex(32)}.{client.token}")
     assert refused["isError"] is True
-    assert refused["structuredContent"]["error_code"] == "PAYMENT_INVALID"
+    assert refused["structuredContent"]["error_code"] == "PAYMENT_INVALID"  # no such session
     assert session_row(srv, client.session_id).balance_msat == 9 * price
     await client.close()
 
@@ -822,8 +853,17 @@ async def test_close_pays_an_amountless_return_invoice_through_core_lightning(
                     },
                 )
                 assert opened.json()["session"]["balanceMsat"] == deposit  # credited back
+                # The open's call failed: its answer hands over the session token all the same.
+                token = opened.headers["payment-session-token"]
+                assert opened.json()["sessionToken"] == token
                 close = credential(
-                    challenge, {"action": "close", "sessionId": session_id, "preimage": preimage}
+                    challenge,
+                    {
+                        "action": "close",
+                        "sessionId": session_id,
+                        "preimage": preimage,
+                        "token": token,
+                    },
                 )
                 first = await http.post(
                     f"/api/l402/{RARE[0]}", json=RARE[1], headers={"Authorization": close}
@@ -901,11 +941,13 @@ async def test_pympp_reads_the_session_challenge_and_drives_a_session(
     opened = await send({"action": "open", "preimage": preimage, "returnInvoice": refund_to})
     assert opened.status_code == 200, opened.text
     session_id = challenge.request["paymentHash"]
-    bearer = await send({"action": "bearer", "sessionId": session_id, "preimage": preimage})
+    token = opened.headers["payment-session-token"]
+    proof = {"sessionId": session_id, "preimage": preimage, "token": token}
+    bearer = await send({"action": "bearer", **proof})
     assert bearer.status_code == 200 and bearer.json()["translatedText"] == "[Tok] Welcome"
     got = mpp.Receipt.from_payment_receipt(bearer.headers["payment-receipt"])
     assert (got.status, got.method, got.reference) == ("success", "lightning", session_id)
-    closed = await send({"action": "close", "sessionId": session_id, "preimage": preimage})
+    closed = await send({"action": "close", **proof})
     assert closed.json()["refundStatus"] == "succeeded"
     assert mpp.Receipt.from_payment_receipt(closed.headers["payment-receipt"]).status == "success"
 

@@ -18,6 +18,7 @@ from satsgate.store.migrations import available, migrate
 from satsgate.store.sessions import ReturnInvoiceTaken
 
 RETURN_INVOICE = "lnbcrt1pexamplereturninvoice"
+TOKEN_SHA256 = "ab" * 32  # what the store keeps of a session token
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ async def test_two_concurrent_opens_with_one_return_invoice_open_one_session(
     now = int(time.time())
     outcomes = await asyncio.gather(
         *(
-            store.sessions.open(d, f"ch_{i}", RETURN_INVOICE, return_hash, now)
+            store.sessions.open(d, f"ch_{i}", RETURN_INVOICE, return_hash, TOKEN_SHA256, now)
             for i, d in enumerate(deposits)
         ),
         return_exceptions=True,
@@ -79,7 +80,7 @@ async def test_two_concurrent_opens_with_one_return_invoice_open_one_session(
     assert await store.sessions.return_invoice_taken("other", return_hash.upper(), loser)
     # The same deposit with a fresh return invoice opens.
     fresh = await store.sessions.open(
-        loser, "ch_again", "lnbcrt1pfresh", secrets.token_hex(32), now
+        loser, "ch_again", "lnbcrt1pfresh", secrets.token_hex(32), TOKEN_SHA256, now
     )
     assert fresh is not None and fresh.session_id == loser
 
@@ -115,12 +116,17 @@ async def test_the_return_hash_migration_keeps_old_duplicates_and_guards_new_ope
         deposit = await paid_deposit(store)
         fresh_hash = secrets.token_hex(32)
         opened = await store.sessions.open(
-            deposit, "ch", "lnbcrt1pnew", fresh_hash, int(time.time())
+            deposit, "ch", "lnbcrt1pnew", fresh_hash, TOKEN_SHA256, int(time.time())
         )
         assert opened is not None
         with pytest.raises(ReturnInvoiceTaken):
             await store.sessions.open(
-                await paid_deposit(store), "ch2", "lnbcrt1pnew2", fresh_hash, int(time.time())
+                await paid_deposit(store),
+                "ch2",
+                "lnbcrt1pnew2",
+                fresh_hash,
+                TOKEN_SHA256,
+                int(time.time()),
             )
     finally:
         await store.close()

@@ -1,5 +1,7 @@
 -- Paid calls: every request carries its own credential, never one twice.
--- Arguments after "--": credentials file, path, JSON body, thread count.
+-- Arguments after "--": credentials file, path, JSON body, thread count, and the
+-- Authorization scheme the lines are sent under (default L402; Payment for session
+-- bearer credentials).
 -- Thread i (1-based) takes lines i, i+T, i+2T, ...; its connections share that
 -- list through one counter, so no two requests anywhere use the same line.
 -- When a thread runs out it stops: the run is bounded by the credentials.
@@ -17,6 +19,7 @@ end
 function init(args)
    local file, path, body = args[1], args[2], args[3]
    local nthreads = tonumber(args[4] or "1")
+   scheme = (args[5] or "L402") .. " "
    creds = {}
    local n = 0
    for line in io.lines(file) do
@@ -43,10 +46,10 @@ function request()
       -- last one again (never counted: the loop ends before its response).
       exhausted = 1
       wrk.thread:stop()
-      return head .. "L402 " .. creds[#creds] .. tail
+      return head .. scheme .. creds[#creds] .. tail
    end
    used = used + 1
-   return head .. "L402 " .. creds[used] .. tail
+   return head .. scheme .. creds[used] .. tail
 end
 
 function response(status, headers, body)

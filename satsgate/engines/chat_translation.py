@@ -151,9 +151,7 @@ class ChatTranslator:
             )
         )
         if answer.finish == "length":
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The translation was cut short; the payment was refunded."
-            )
+            raise EngineError(ErrorCode.SERVICE_ERROR, "The translation was cut short.")
         text, source = answer.text, None
         if detect:
             first, _, rest = text.partition("\n")
@@ -162,7 +160,7 @@ class ChatTranslator:
                 text, source = rest, match.group(1).lower()
         if not text.strip():
             raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The AI engine returned an empty translation; refunded."
+                ErrorCode.SERVICE_ERROR, "The AI engine returned an empty translation."
             )
         # Keep the chunk's own leading and trailing whitespace (paragraph breaks).
         lead = chunk[: len(chunk) - len(chunk.lstrip())]

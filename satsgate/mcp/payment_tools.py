@@ -37,8 +37,9 @@ MAX_CHARACTER_COUNT = 10_000_000
 PAYMENT_ID_DOC = (
     "The paymentId from create_payment, after its lightningInvoice is paid. "
     "One payment covers one call. Or a payment session (opened over HTTP with the "
-    "Payment scheme's session intent): sess_<the session's preimage, 64 hex>, which "
-    "debits this call's price from the session's balance."
+    "Payment scheme's session intent): sess_<sessionId>.<sessionToken>, the session "
+    "token being the one the open answered (Payment-Session-Token; the preimage is not "
+    "accepted), which debits this call's price from the session's balance."
 )
 
 
@@ -284,7 +285,7 @@ async def _call_on_session(
     env: ToolEnv, spec: AnySpec, params: Any, payment_id: str
 ) -> dict[str, Any]:
     """A tool call paid from a payment session (payments/sessions.py): ``paymentId`` is
-    ``sess_<the session's preimage>``; the call's price is debited from its balance, a
+    ``sess_<sessionId>.<sessionToken>``; the call's price is debited from its balance, a
     failure credits it back, and the result carries the balance left."""
     assert env.gate.sessions is not None
     try:

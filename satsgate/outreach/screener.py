@@ -128,7 +128,7 @@ class NodeScreener:
             raise ApiError(
                 ErrorCode.RECIPIENT_OPTED_OUT,
                 f"{len(opted)} recipient(s) asked not to be contacted: {', '.join(opted)}. "
-                "Nothing was sent; the payment is refunded.",
+                "Nothing was sent.",
                 extra={"recipients": list(opted)},
             )
         if self._released:

@@ -11,16 +11,29 @@ the one call), its ``paymentHash`` and ``idleTimeout``. The deposit is a row of
 Credentials (``Authorization: Payment <b64url JCS JSON>``), ``payload.action``:
 
 - ``open`` (``preimage``, amountless ``returnInvoice``): consumes the paid deposit
-  into a new session (id: the deposit's payment hash) and serves the request as a
-  bearer call;
-- ``bearer`` (``sessionId``, ``preimage``): serves the request, debiting its quoted
-  price from the balance in one conditional UPDATE (store/sessions.py); too little left
-  is a fresh 402 (insufficient-balance) whose session challenge is the top-up's;
-- ``topUp`` (also ``topup``; ``sessionId``, ``topUpPreimage``): consumes a paid deposit
-  into the session's balance; answers ``{"status": "ok"}`` and serves nothing;
-- ``close`` (``sessionId``, ``preimage``): closes the session and pays the balance left
-  to the return invoice (the node's own payment, under the refunds' fee cap); a second
-  close answers the same result.
+  into a new session (id: the deposit's payment hash), binds it to a session token and
+  serves the request as a bearer call; the token is in this answer only
+  (``Payment-Session-Token`` and the receipt's ``sessionToken``);
+- ``bearer`` (``sessionId``, ``preimage``, ``token``): serves the request, debiting its
+  quoted price from the balance in one conditional UPDATE (store/sessions.py); too
+  little left is a fresh 402 (insufficient-balance) whose session challenge is the
+  top-up's;
+- ``topUp`` (also ``topup``; ``sessionId``, ``topUpPreimage``, ``token``): consumes a
+  paid deposit into the session's balance; answers ``{"status": "ok"}`` and serves
+  nothing;
+- ``close`` (``sessionId``, ``preimage``, ``token``): closes the session and pays the
+  balance left to the return invoice (the node's own payment, under the refunds' fee
+  cap); a second close answers the same result.
+
+The binding (a departure from the draft, whose bearer proof is the deposit preimage
+alone: every node on the deposit's route learns that preimage). The token is
+HMAC-SHA256, under a key derived from the server secret, of the session id and the id
+of the challenge the session was opened with: only the payer holds that challenge (it
+came in a 402 over HTTPS), so only the payer's open is answered with it, and a replay
+of that same open credential gets the same token back, never a second one. The store
+keeps its sha256; each action compares in constant time. A credential without it, or
+with another, is refused (``SESSION_BINDING_REQUIRED``) before anything is debited,
+credited, consumed or closed.
 
 One balance serves every paid service. A call that fails after its debit is credited
 back at once; a metered call (``ServiceResult.metered_msat``: text billed by tokens)
@@ -56,7 +69,7 @@ from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
 from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
-from satsgate.payments.hmac_sha256 import HmacKey
+from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
@@ -69,7 +82,8 @@ AnySpec = ServiceSpec[Any]
 INTENT = "session"
 PROBLEMS = "https://paymentauth.org/problems/lightning/"
 SESSION_SERVICE = "session"  # the service name of a deposit's payments row
-MCP_PREFIX = "sess_"  # an MCP paymentId that names a session: sess_<preimage hex>
+MCP_PREFIX = "sess_"  # an MCP paymentId that names a session: sess_<sessionId>.<token>
+TOKEN_HEADER = "Payment-Session-Token"  # the open's answer: the session token
 # A payout whose return invoice has expired is not tried again (the operator sees it).
 _NEVER = 2**62
 _PROBLEM_TITLES = {
@@ -82,6 +96,8 @@ _PROBLEM_TITLES = {
     "challenge-expired": "Challenge expired",
     "invalid-return-invoice": "Invalid return invoice",
 }
+# satsgate's own problem (the draft has no binding): typed by its error-catalog entry.
+BINDING_PROBLEM = "session-binding-required"
 _HEX = frozenset("0123456789abcdef")
 _MAX_KNOWN_BEARERS = 10_000
 # What Accept-Payment is asked about: would it take the session intent (beside charge)?
@@ -107,6 +123,9 @@ class SessionProblem(Exception):
         self.code = code
         self.detail = detail
         self.extra = extra or {}
+        # The session token, when this answers the open that made the session (its call
+        # was refused after the open): the payer gets it with the refusal.
+        self.token: str | None = None
 
     def api_error(self) -> ApiError:
         """The envelope of this refusal where no 402 problem body is answered (MCP)."""
@@ -155,6 +174,12 @@ class SessionCredential:
                 f"payload.{name} is required for action {self.action}",
             )
         return value
+
+    def token(self) -> str | None:
+        """``payload.token``, the session token the open answered; None when absent."""
+        if "token" not in self.payload:
+            return None
+        return self.text("token")
 
     def hex32(self, name: str) -> str:
         value = self.text(name)
@@ -246,6 +271,16 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
                 "challenge.expires is not RFC 3339",
             ) from None
     return SessionCredential(action, fields["id"], request, expires_at, payload)
+
+
+def session_token(key: HmacKey, session_id: str, challenge_id: str) -> str:
+    """The token binding a session to its payer (64 hex): see the module docstring."""
+    return key.digest(f"{session_id}|{challenge_id}".encode()).hex()
+
+
+def token_sha256(token: str) -> str:
+    """What the store keeps of a session token."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def receipt_header(reference: str, unix_s: int, **fields: Any) -> str:
@@ -343,7 +378,8 @@ class _SessionStream:
         if self._ended:
             return {}
         self._ended = True
-        return await self._desk._credit(self._session_id, self._price_msat, message)
+        credit = await self._desk._credit(self._session_id, self._price_msat, message)
+        return _credit_said(message, credit)
 
     async def finished(self, last: StreamPiece) -> dict[str, Any]:
         self._ended = True
@@ -384,6 +420,8 @@ class Sessions:
         # invoice takes a slot like the call's challenge it is offered with.
         self._budget = budget
         self._key = HmacKey(config.secret.encode())
+        # Its own key, so that no token is ever a valid challenge id or the reverse.
+        self._token_key = HmacKey(hmac_sha256(config.secret.encode(), b"session token"))
         self._node = node
         self._payments = payments
         self._sessions = sessions
@@ -395,9 +433,13 @@ class Sessions:
         # An open's call, replayed to a retry of the same credential (the draft's
         # idempotency by challenge id) for five minutes.
         self._opened = DedupCache(300.0, max_entries=2_000)
-        # Bearer credentials (the Authorization value) verified already: session id and
-        # challenge id. Proof of the preimage, like the value itself: kept in memory only.
+        # Bearer credentials (the Authorization value) verified already, the session token
+        # included: session id and challenge id. A secret like the value itself (it holds
+        # the token): kept in memory only.
         self._bearers: dict[str, tuple[str, str]] = {}
+        # Sessions' stored token hashes, as read (a session's never changes): a fresh
+        # credential of a known session is checked without a read. Bounded like the above.
+        self._token_hashes: dict[str, str] = {}
 
     # -- the challenge ---------------------------------------------------------------------
 
@@ -524,22 +566,30 @@ class Sessions:
             if cred.action in ("open", "bearer"):
                 params = await self._params(request, gate, spec, transform)
             if cred.action == "open" and params is not None and spec.streams(params):
-                deposit_hash, _, return_invoice = self._open_checks(cred)
+                deposit_hash, return_invoice = self._open_checks(cred)
                 opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
-                return await self._stream(
-                    request, opened.session_id, spec, params, cred.challenge_id
-                )
+                token = self._token(opened.session_id, cred.challenge_id)
+                try:
+                    return await self._stream(
+                        request, opened.session_id, spec, params, cred.challenge_id, token
+                    )
+                except (ApiError, SessionProblem) as exc:
+                    _hand_over(exc, token)
+                    raise
             if cred.action == "open":
                 served = await self._open(cred, spec, params)
-                return self._served_response(served, cred.challenge_id)
+                token = self._token(served.session_id, cred.challenge_id)
+                return self._served_response(served, cred.challenge_id, token)
             if cred.action == "bearer" and params is not None:
                 session_id = cred.text("sessionId").lower()
                 _check_owner(session_id, cred.hex32("preimage"))
+                await self._bound(session_id, cred.token())
                 if spec.streams(params):
                     return await self._stream(request, session_id, spec, params, cred.challenge_id)
                 served = await self._debit_and_run(session_id, spec, params)
                 # Verified: its repeats (the same header value) skip the decode, the
-                # challenge's HMAC and the hash. Bounded; cleared when full.
+                # challenge's HMAC, the preimage's hash and the token's check (the value
+                # holds the token). Bounded; cleared when full.
                 if len(self._bearers) >= _MAX_KNOWN_BEARERS:
                     self._bearers.clear()
                 self._bearers[auth[0]] = (session_id, cred.challenge_id)
@@ -552,8 +602,9 @@ class Sessions:
                     cred,
                     balanceSats=_sats(session.balance_msat),
                 )
-            session_id, preimage = cred.text("sessionId"), cred.hex32("preimage")
-            _check_owner(session_id, preimage)
+            session_id = cred.text("sessionId").lower()
+            _check_owner(session_id, cred.hex32("preimage"))
+            await self._bound(session_id, cred.token())
             closed = await self.close(session_id)
             refund_status = _refund_status(closed)
             refund_sats = _sats(closed.refund_msat or 0)
@@ -601,7 +652,11 @@ class Sessions:
         except ApiError:
             return None
 
-    def _served_response(self, served: Served, challenge_id: str) -> web.StreamResponse:
+    def _served_response(
+        self, served: Served, challenge_id: str, token: str | None = None
+    ) -> web.StreamResponse:
+        """A served call's answer with its receipt; an open's (``token``) carries the
+        session token too, and is stored by no cache."""
         resp = result_response(served.result)
         if resp.status < 300:
             resp.headers["Payment-Receipt"] = receipt_header(
@@ -611,8 +666,12 @@ class Sessions:
                 balanceSats=_sats(served.balance_msat),
                 balanceMsat=served.balance_msat,
                 chargedMsat=served.charged_msat,
+                **_token_members(token),
             )
             resp.headers["Cache-Control"] = "private"
+            if token is not None:
+                resp.headers[TOKEN_HEADER] = token
+                resp.headers["Cache-Control"] = "private, no-store"
         return resp
 
     def _action_response(
@@ -632,12 +691,15 @@ class Sessions:
         RFC 9457 body with satsgate's envelope fields as extension members. With no
         challenge made (the node's unpaid invoices at their cap), the 402 says so and
         when to retry (problems.without_challenge)."""
-        body: dict[str, Any] = {
-            "type": PROBLEMS + problem.problem,
-            "title": _PROBLEM_TITLES[problem.problem],
-            "status": 402,
-            "detail": problem.detail,
-        }
+        if problem.problem in _PROBLEM_TITLES:
+            body: dict[str, Any] = {
+                "type": PROBLEMS + problem.problem,
+                "title": _PROBLEM_TITLES[problem.problem],
+                "status": 402,
+                "detail": problem.detail,
+            }
+        else:  # satsgate's own (the binding): its error-catalog entry
+            body = problems.problem_fields(problem.code, 402, problem.detail, gate.public_base_url)
         body |= envelope(problem.code, problem.detail) | problem.extra
         headers: list[str] = []
         retry: dict[str, str] = {}
@@ -665,6 +727,9 @@ class Sessions:
             resp.headers.add("WWW-Authenticate", value)
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["X-Error-Code"] = problem.code
+        token = problem.token or problem.extra.get("sessionToken")
+        if token:
+            resp.headers[TOKEN_HEADER] = token
         return resp
 
     # -- the actions ----------------------------------------------------------------------
@@ -726,8 +791,9 @@ class Sessions:
             )
         return ReturnInvoice(bolt11.strip(), invoice.payment_hash)
 
-    def _open_checks(self, cred: SessionCredential) -> tuple[str, str, ReturnInvoice]:
-        """An open credential's deposit hash, preimage and return invoice, checked."""
+    def _open_checks(self, cred: SessionCredential) -> tuple[str, ReturnInvoice]:
+        """An open credential's deposit hash and return invoice, checked (the preimage
+        with the deposit hash the challenge names)."""
         deposit_hash = self._fresh(cred)
         preimage = cred.hex32("preimage")
         if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != deposit_hash:
@@ -736,7 +802,7 @@ class Sessions:
                 ErrorCode.PAYMENT_INVALID,
                 "sha256(preimage) is not the paymentHash",
             )
-        return deposit_hash, preimage, self._return_invoice(cred.text("returnInvoice"))
+        return deposit_hash, self._return_invoice(cred.text("returnInvoice"))
 
     async def _open_session(
         self, deposit_hash: str, challenge_id: str, return_invoice: ReturnInvoice
@@ -756,6 +822,7 @@ class Sessions:
                 challenge_id,
                 return_invoice.bolt11,
                 return_invoice.payment_hash,
+                token_sha256(self._token(deposit.payment_hash, challenge_id)),
                 int(time.time()),
             )
         except ReturnInvoiceTaken:
@@ -765,7 +832,7 @@ class Sessions:
                 "unknown-challenge",
                 ErrorCode.PAYMENT_ALREADY_USED,
                 "this deposit was used already",
-                await self._used_deposit(deposit_hash),
+                await self._used_deposit(deposit_hash, challenge_id),
             )
         log.info("session %s opened with %d msat", session.session_id[:16], session.deposit_msat)
         return session
@@ -774,7 +841,7 @@ class Sessions:
         self, cred: SessionCredential, spec: AnySpec, params: BaseModel | None
     ) -> Served:
         assert params is not None
-        deposit_hash, preimage, return_invoice = self._open_checks(cred)
+        deposit_hash, return_invoice = self._open_checks(cred)
         key = (cred.challenge_id, "open")
         earlier = self._opened.lookup(key)
         if earlier is not None:  # a retry of this open: its first answer, nothing again
@@ -785,18 +852,25 @@ class Sessions:
         session = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
         self._opened.begin(key)
         try:
-            served = await self.bearer(session.session_id, preimage, spec, params)
-        except BaseException:
+            served = await self._debit_and_run(session.session_id, spec, params)
+        except BaseException as exc:
             self._opened.forget(key)
+            _hand_over(exc, self._token(session.session_id, cred.challenge_id))
             raise
         self._opened.finish(key, served.result)
         return served
 
-    async def _used_deposit(self, payment_hash: str) -> dict[str, Any]:
+    async def _used_deposit(self, payment_hash: str, challenge_id: str) -> dict[str, Any]:
+        """Who used a deposit; to the open credential that opened the session with it
+        (its challenge echo, which only the payer holds), that session's token again."""
         use = await self._sessions.deposit_use(payment_hash)
         if use is None:
             return {}
-        return {"sessionId": use[0]}
+        session_id, kind, opened_with = use
+        if kind == "open" and hmac.compare_digest(opened_with, challenge_id):
+            token = self._token(session_id, challenge_id)
+            return {"sessionId": session_id, "sessionToken": token}
+        return {"sessionId": session_id}
 
     async def _top_up(self, cred: SessionCredential) -> Session:
         deposit_hash = self._fresh(cred)
@@ -808,6 +882,7 @@ class Sessions:
                 ErrorCode.PAYMENT_INVALID,
                 "sha256(topUpPreimage) is not the paymentHash",
             )
+        await self._bound(session_id, cred.token())
         use = await self._sessions.deposit_use(deposit_hash)
         if use is not None:
             used_for, kind, challenge = use
@@ -835,17 +910,51 @@ class Sessions:
         log.info("session %s topped up", session_id[:16])
         return session_or_none
 
-    async def bearer(
-        self, session_id: str, preimage: str, spec: AnySpec, params: BaseModel
-    ) -> Served:
-        """Serve one call on the session's balance (bearer, open, MCP). Raises
-        SessionProblem before the debit, ApiError (with the credit) after it."""
-        session_id = session_id.lower()
-        _check_owner(session_id, preimage)
-        return await self._debit_and_run(session_id, spec, params)
+    def _token(self, session_id: str, challenge_id: str) -> str:
+        return session_token(self._token_key, session_id, challenge_id)
+
+    async def _bound(
+        self, session_id: str, token: str | None, carrier: str = "payload.token"
+    ) -> None:
+        """Whether ``token`` is the session's (its sha256 compared in constant time with
+        the stored one): SessionProblem if not, before anything of the session changes.
+        ``carrier`` names where the credential carries it."""
+        if token is None:
+            raise _binding_problem(
+                session_id,
+                f"{carrier} is required: a session is spent, topped up and closed with "
+                "the sessionToken its open answered (Payment-Session-Token); the preimage "
+                "alone is not accepted",
+            )
+        stored = self._token_hashes.get(session_id)
+        if stored is None:
+            session = await self._sessions.get(session_id)
+            if session is None:
+                raise SessionProblem(
+                    "session-not-found", ErrorCode.PAYMENT_INVALID, "no such session"
+                )
+            if session.token_sha256 is None:
+                raise _binding_problem(
+                    session_id,
+                    "this session was opened before sessions were bound to a token, so no "
+                    "credential spends or closes it: after "
+                    f"{self._config.idle_timeout_s} s without use it is closed and its "
+                    "balance is paid to its return invoice",
+                )
+            stored = session.token_sha256
+            if len(self._token_hashes) >= _MAX_KNOWN_BEARERS:
+                self._token_hashes.clear()
+            self._token_hashes[session_id] = stored
+        if not hmac.compare_digest(token_sha256(token), stored):
+            raise _binding_problem(
+                session_id,
+                f"{carrier} is not this session's token: send the sessionToken the "
+                "session's open answered (Payment-Session-Token)",
+            )
 
     async def _debit_and_run(self, session_id: str, spec: AnySpec, params: BaseModel) -> Served:
-        """The debit, the call, the credit of what it did not earn (ownership proven)."""
+        """The debit, the call, the credit of what it did not earn (the credential proven:
+        the preimage and the token, or the open that made the session)."""
         if spec.mode == "job":
             raise SessionProblem(
                 "insufficient-balance",
@@ -880,6 +989,7 @@ class Sessions:
         spec: AnySpec,
         params: BaseModel,
         challenge_id: str,
+        token: str | None = None,
     ) -> web.StreamResponse:
         """A streamed call (server-sent events, satsgate.payments.streaming) paid from the
         session: the quote is reserved (debited) first; at the stream's end the cost by
@@ -914,8 +1024,11 @@ class Sessions:
                     balanceSats=_sats(balance),
                     balanceMsat=balance,
                     reservedMsat=price_msat,
+                    **_token_members(token),
                 ),
             }
+            if token is not None:  # an open's answer (relay: Cache-Control no-store)
+                headers[TOKEN_HEADER] = token
             assert opened.stream is not None
             if spec.untrusted_output:
                 opened.stream.receipt["untrusted_output"] = True
@@ -940,23 +1053,11 @@ class Sessions:
         assert spec.stream_handler is not None
         try:
             return await spec.stream_handler(ctx, params)
-        except ApiError as exc:
-            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
-            raise
-        except EngineError as exc:
-            credit = await self._credit(session_id, price_msat, exc.message)
-            raise exc.api_error(extra=credit) from exc
-        except asyncio.CancelledError:
-            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
-            raise
-        except Exception as exc:
-            log.exception("a streamed session call failed before its first piece")
-            credit = await self._credit(session_id, price_msat, repr(exc))
-            raise ApiError(
-                ErrorCode.L402_UPSTREAM_FAILED,
-                "The service failed; its price was credited back to the session.",
-                extra=credit,
-            ) from exc
+        except BaseException as exc:
+            answer = await self._call_failed(session_id, price_msat, spec.slug, exc)
+            if answer is exc:
+                raise
+            raise answer from exc
 
     async def _true_up(
         self, session_id: str, price_msat: int, metered: int | None, balance: int
@@ -1011,23 +1112,11 @@ class Sessions:
         )
         try:
             result = await spec.handler(ctx, params)
-        except ApiError as exc:
-            exc.extra = {**exc.extra, **await self._credit(session_id, price_msat, exc.message)}
-            raise
-        except EngineError as exc:
-            credit = await self._credit(session_id, price_msat, exc.message)
-            raise exc.api_error(extra=credit) from exc
-        except asyncio.CancelledError:
-            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
-            raise
-        except Exception as exc:
-            log.exception("service %s failed after a session debit", spec.slug)
-            credit = await self._credit(session_id, price_msat, repr(exc))
-            raise ApiError(
-                ErrorCode.L402_UPSTREAM_FAILED,
-                "The service failed; its price was credited back to the session.",
-                extra=credit,
-            ) from exc
+        except BaseException as exc:
+            answer = await self._call_failed(session_id, price_msat, spec.slug, exc)
+            if answer is exc:
+                raise
+            raise answer from exc
         if spec.untrusted_output and isinstance(result.body, dict):
             result = replace(result, body={**result.body, "untrusted_output": True})
         earned = price_msat
@@ -1048,6 +1137,39 @@ class Sessions:
             self._sessions.answered(session_id, price_msat)
         return Served(result, session_id, earned, balance)
 
+    async def _call_failed(
+        self, session_id: str, price_msat: int, slug: str, exc: BaseException
+    ) -> BaseException:
+        """A service's handler failed after the session's debit: the price goes back at
+        once, and the answer to raise (``exc`` itself, or the ApiError it becomes) says
+        what happened (:func:`_credit_said`: the session's credit and balance, no refund,
+        since none was made). A cancellation is credited and goes on."""
+        if isinstance(exc, asyncio.CancelledError):
+            await asyncio.shield(self._credit(session_id, price_msat, "call cancelled"))
+            return exc
+        if isinstance(exc, ApiError):
+            await self._answer_credited(session_id, price_msat, exc, exc.message)
+            return exc
+        if isinstance(exc, EngineError):
+            error = exc.api_error()
+            await self._answer_credited(session_id, price_msat, error, exc.message)
+            return error
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not a failure
+            return exc
+        log.error("service %s failed after a session debit", slug, exc_info=exc)
+        error = ApiError(ErrorCode.L402_UPSTREAM_FAILED, "The service failed.")
+        await self._answer_credited(session_id, price_msat, error, repr(exc))
+        return error
+
+    async def _answer_credited(
+        self, session_id: str, price_msat: int, error: ApiError, reason: str
+    ) -> None:
+        credit = await self._credit(session_id, price_msat, reason)
+        said = _credit_said(error.message, credit)
+        error.message, error.suggestion = said["error"], said["suggestion"]
+        error.refund = None
+        error.extra = {**error.extra, "session": credit}
+
     async def _credit(self, session_id: str, amount_msat: int, reason: str) -> dict[str, Any]:
         """Give a failed call's debit back at once; the envelope's ``session`` member."""
         balance = await self._sessions.credit(
@@ -1060,31 +1182,33 @@ class Sessions:
                 amount_msat,
                 reason[:200],
             )
-            return {"session": {"sessionId": session_id, "creditedMsat": 0}}
+            return {"sessionId": session_id, "creditedMsat": 0}
         return {
-            "session": {
-                "sessionId": session_id,
-                "creditedMsat": amount_msat,
-                "creditedSats": _sats(amount_msat),
-                "balanceMsat": balance,
-                "balanceSats": _sats(balance),
-            }
+            "sessionId": session_id,
+            "creditedMsat": amount_msat,
+            "creditedSats": _sats(amount_msat),
+            "balanceMsat": balance,
+            "balanceSats": _sats(balance),
         }
 
     # -- MCP ------------------------------------------------------------------------------
 
     async def mcp_call(self, payment_id: str, spec: AnySpec, params: BaseModel) -> Served:
-        """A tool call paid from a session: ``paymentId = "sess_<preimage hex>"`` (the
-        session id is its sha256). Raises ApiError."""
-        preimage = payment_id[len(MCP_PREFIX) :].lower()
-        if len(preimage) != 64 or not set(preimage) <= _HEX:
+        """A tool call paid from a session: ``paymentId = "sess_<sessionId>.<token>"``
+        (the session token its open answered; the preimage is not accepted). Raises
+        ApiError."""
+        session_id, dot, token = payment_id[len(MCP_PREFIX) :].partition(".")
+        session_id = session_id.lower()
+        if not dot or not token or len(session_id) != 64 or not set(session_id) <= _HEX:
             raise ApiError(
-                ErrorCode.PAYMENT_INVALID,
-                "A session paymentId is sess_ followed by the session's preimage (64 hex).",
+                ErrorCode.SESSION_BINDING_REQUIRED,
+                "A session paymentId is sess_<sessionId>.<sessionToken>: the sessionToken "
+                "the session's open answered (Payment-Session-Token); the session's "
+                "preimage is not accepted.",
             )
-        session_id = hashlib.sha256(bytes.fromhex(preimage)).hexdigest()
         try:
-            return await self.bearer(session_id, preimage, spec, params)
+            await self._bound(session_id, token, "the paymentId's sessionToken")
+            return await self._debit_and_run(session_id, spec, params)
         except SessionProblem as problem:
             raise problem.api_error() from None
 
@@ -1247,6 +1371,52 @@ def _check_owner(session_id: str, preimage: str) -> None:
         raise SessionProblem(
             "invalid-preimage", ErrorCode.PAYMENT_INVALID, "sha256(preimage) is not the sessionId"
         )
+
+
+def _credit_said(cause: str, credit: dict[str, Any]) -> dict[str, Any]:
+    """The error members of a session call that failed after its debit: ``session`` (the
+    credit and the balance after it), and an ``error`` and a ``suggestion`` that say
+    that; a session call's failure makes no refund, so they name none."""
+    if credit["creditedMsat"]:
+        error = (
+            f"{cause} Nothing was charged for this call: its price, "
+            f"{credit['creditedMsat']} msat, was credited back to the session, whose "
+            f"balance is {credit['balanceMsat']} msat."
+        )
+        suggestion = (
+            "Nothing to claim: the price is back in the session's balance (session."
+            "balanceMsat). Retry with a bearer credential, or close the session to be "
+            "paid the balance."
+        )
+    else:
+        error = (
+            f"{cause} Its price could not be credited back to the session "
+            "(session.creditedMsat is 0)."
+        )
+        suggestion = "Give the operator the sessionId: the node's log records the failed credit."
+    return {"error": error, "suggestion": suggestion, "session": credit}
+
+
+def _binding_problem(session_id: str, detail: str) -> SessionProblem:
+    return SessionProblem(
+        BINDING_PROBLEM, ErrorCode.SESSION_BINDING_REQUIRED, detail, {"sessionId": session_id}
+    )
+
+
+def _hand_over(exc: BaseException, token: str) -> None:
+    """The answer to an open whose session was made but whose call failed or was
+    refused carries the session's token all the same (the balance is the payer's)."""
+    if isinstance(exc, ApiError):
+        exc.headers = {**exc.headers, TOKEN_HEADER: token}
+        exc.extra = {**exc.extra, "sessionToken": token}
+    elif isinstance(exc, SessionProblem):
+        exc.token = token
+        exc.extra = {**exc.extra, "sessionToken": token}
+
+
+def _token_members(token: str | None) -> dict[str, str]:
+    """The receipt's ``sessionToken``: on an open's answer only."""
+    return {} if token is None else {"sessionToken": token}
 
 
 def _refund_status(session: Session) -> str:

@@ -51,6 +51,9 @@ class Session:
     payout_fee_msat: int | None
     payout_error: str | None
     payout_attempts: int
+    # sha256 (hex) of the session token issued at open; None for a session opened before
+    # sessions were bound (migration 0021): no credential spends or closes it.
+    token_sha256: str | None
 
     @property
     def balance_msat(self) -> int:
@@ -72,6 +75,7 @@ _COLUMNS = (
     "payout_fee_msat",
     "payout_error",
     "payout_attempts",
+    "token_sha256",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM sessions WHERE "
 _RETURNING = f" RETURNING {', '.join(_COLUMNS)}"
@@ -158,10 +162,12 @@ class SessionRepository:
         challenge_id: str,
         return_invoice: str,
         return_hash: str,
+        token_sha256: str,
         now: int,
     ) -> Session | None:
-        """Consume the paid deposit and open its session, in one transaction; None when
-        the deposit is not paid and unused (nothing changed). ReturnInvoiceTaken when
+        """Consume the paid deposit and open its session bound to ``token_sha256`` (the
+        hash of the token the payer alone is given), in one transaction; None when the
+        deposit is not paid and unused (nothing changed). ReturnInvoiceTaken when
         another session has this return invoice (nothing changed: the deposit stays
         paid and unused)."""
 
@@ -173,9 +179,18 @@ class SessionRepository:
                 try:
                     conn.execute(
                         "INSERT INTO sessions (session_id, deposit_msat, spent_msat,"
-                        " return_invoice, return_hash, status, created_at, last_used_at,"
-                        " updated_at) VALUES (?, ?, 0, ?, ?, 'open', ?, ?, ?)",
-                        (deposit_hash, amount, return_invoice, return_hash.lower(), now, now, now),
+                        " return_invoice, return_hash, token_sha256, status, created_at,"
+                        " last_used_at, updated_at) VALUES (?, ?, 0, ?, ?, ?, 'open', ?, ?, ?)",
+                        (
+                            deposit_hash,
+                            amount,
+                            return_invoice,
+                            return_hash.lower(),
+                            token_sha256,
+                            now,
+                            now,
+                            now,
+                        ),
                     )
                 except sqlite3.IntegrityError as exc:
                     # The one UNIQUE index of sessions besides its primary key (a

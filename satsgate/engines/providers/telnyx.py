@@ -868,15 +868,13 @@ class TelnyxVoice:
 
 _RANK: Mapping[FaxStatus, int] = {"queued": 0, "sending": 1, "delivered": 2, "failed": 2}
 
-INVALID_NUMBER_MESSAGE = "The destination number was refused; the payment was refunded."
-OPTED_OUT_MESSAGE = "The recipient opted out of messages from this node; the payment was refunded."
+INVALID_NUMBER_MESSAGE = "The destination number was refused."
+OPTED_OUT_MESSAGE = "The recipient opted out of messages from this node."
 _MESSAGES: Mapping[ErrorCode, str] = {
-    ErrorCode.RATE_LIMITED: (
-        "The telephony engine is rate-limited right now; the payment was refunded."
-    ),
-    ErrorCode.TIMEOUT: "The telephony engine did not answer in time; the payment was refunded.",
-    ErrorCode.L402_UPSTREAM_FAILED: "The telephony engine failed; the payment was refunded.",
-    ErrorCode.SERVICE_ERROR: "The telephony engine rejected the request; the payment was refunded.",
+    ErrorCode.RATE_LIMITED: ("The telephony engine is rate-limited right now."),
+    ErrorCode.TIMEOUT: "The telephony engine did not answer in time.",
+    ErrorCode.L402_UPSTREAM_FAILED: "The telephony engine failed.",
+    ErrorCode.SERVICE_ERROR: "The telephony engine rejected the request.",
 }
 
 

@@ -157,11 +157,11 @@ _CALL_STATUS: Mapping[str, CallStatus] = {
     "canceled": "canceled",
 }
 
-SMS_FAILED = "The SMS could not be sent; the payment was refunded."
-CALL_FAILED = "The call could not be placed; the payment was refunded."
+SMS_FAILED = "The SMS could not be sent."
+CALL_FAILED = "The call could not be placed."
 NOT_REACHABLE = "The number cannot be reached as given (not a valid or reachable number)."
 OPTED_OUT = "The recipient asked not to receive messages from this node."
-BUSY = "The phone network service is busy right now; the payment was refunded."
+BUSY = "The phone network service is busy right now."
 TIMED_OUT = "The phone network service did not answer in time."
 
 

@@ -35,12 +35,12 @@ T = TypeVar("T")
 RETRY_PAUSE_S = 0.25
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 
-TIMEOUT_MESSAGE = "The AI engine did not answer in time; the payment was refunded."
-RATE_LIMITED_MESSAGE = "The AI engine is rate-limited right now; the payment was refunded."
-UNAVAILABLE_MESSAGE = "The AI engine failed; the payment was refunded."
-MALFORMED_MESSAGE = "The AI engine returned an unusable answer; the payment was refunded."
+TIMEOUT_MESSAGE = "The AI engine did not answer in time."
+RATE_LIMITED_MESSAGE = "The AI engine is rate-limited right now."
+UNAVAILABLE_MESSAGE = "The AI engine failed."
+MALFORMED_MESSAGE = "The AI engine returned an unusable answer."
 REFUSED_MESSAGE = "The AI engine refused this request under its content policy."
-REJECTED_MESSAGE = "The AI engine rejected the request; the payment was refunded."
+REJECTED_MESSAGE = "The AI engine rejected the request."
 
 # Upstream error codes that mean "refused by a safety system" (OpenAI-compatible APIs).
 CONTENT_POLICY_CODES = frozenset(

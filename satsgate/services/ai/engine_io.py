@@ -48,7 +48,7 @@ async def stored_image(
     except MediaError:
         raise EngineError(
             ErrorCode.SERVICE_ERROR,
-            "The AI engine returned no readable image; the payment was refunded.",
+            "The AI engine returned no readable image.",
         ) from None
     fmt = _EXTENSIONS.get(info.format)
     if (want is not None and fmt != want) or fmt is None:

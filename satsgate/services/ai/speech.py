@@ -213,7 +213,7 @@ async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceR
     if fmt != p.format:
         raise EngineError(
             ErrorCode.SERVICE_ERROR,
-            "The speech engine returned no usable audio; the payment was refunded.",
+            "The speech engine returned no usable audio.",
         )
     stored = await ctx.files.save(result.audio, p.format)
     body = {

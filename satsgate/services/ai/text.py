@@ -434,9 +434,7 @@ async def multilingual_ask(ctx: ServiceContext, p: MultilingualAskParams) -> Ser
     match = _QUESTION_LANGUAGE.match(first)
     answer = rest.strip() if match else result.text.strip()
     if not answer:
-        raise EngineError(
-            ErrorCode.SERVICE_ERROR, "The AI engine returned an empty answer; refunded."
-        )
+        raise EngineError(ErrorCode.SERVICE_ERROR, "The AI engine returned an empty answer.")
     asked_in = match.group(1).lower() if match else None
     return ServiceResult(
         {

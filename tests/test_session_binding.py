@@ -216,7 +216,7 @@ async def test_the_token_goes_only_to_the_open_credential_and_is_the_same_on_a_r
 async def test_a_session_opened_before_the_binding_is_spent_by_no_credential(
     http: httpx.AsyncClient, srv: ThreadedServer
 ) -> None:
-    """A session from before migration 0021 has no token: nothing spends or closes it by
+    """A session from before migration 0022 has no token: nothing spends or closes it by
     credential (its preimage is known to its route); the idle sweep pays it back."""
     client = Client(http)
     assert (await client.open(*RARE)).status_code == 200

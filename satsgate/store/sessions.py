@@ -52,7 +52,7 @@ class Session:
     payout_error: str | None
     payout_attempts: int
     # sha256 (hex) of the session token issued at open; None for a session opened before
-    # sessions were bound (migration 0021): no credential spends or closes it.
+    # sessions were bound (migration 0022): no credential spends or closes it.
     token_sha256: str | None
 
     @property

@@ -709,8 +709,12 @@ async def test_example_prices_follow_the_btc_rate_book(
     estimate = "/api/estimate-cost?service=sms&to=%2B14155550123"
     sms_before = (await get_json(client, estimate))["amountSats"]
     telco_before = await _telco_listings(client)
+    models_tag = (await client.get("/api/l402/models")).headers["ETag"]
     app_rates.install(doubled)
     try:
+        # A new rate book is a new catalog body: the old tag no longer matches it.
+        refreshed = await client.get("/api/l402/models", headers={"If-None-Match": models_tag})
+        assert refreshed.status_code == 200 and refreshed.headers["ETag"] != models_tag
         after = await described(client)
         manifest_after = await get_json(client, "/.well-known/l402-services")
         # The estimate, the model catalog and the MCP tool list read the same book.
@@ -736,6 +740,32 @@ async def test_example_prices_follow_the_btc_rate_book(
 async def test_documents_are_stable_between_requests(client: httpx.AsyncClient, path: str) -> None:
     first, second = await client.get(path), await client.get(path)
     assert first.content == second.content
+
+
+PREPARED = (
+    *(p for p in JSON_DOCUMENTS if p != "/api/discover"),
+    "/llms.txt",
+    "/api/l402/models",
+    "/api/l402/models?category=image",
+)
+
+
+@pytest.mark.parametrize("path", PREPARED)
+async def test_prepared_documents_carry_an_etag_and_answer_304(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    """A document served from its prepared body names it by a strong ETag; a client that
+    sends it back (exactly, weakly, or ``*``) gets 304 and no body; another tag, the body."""
+    first = await client.get(path)
+    assert first.status_code == 200
+    etag = first.headers["ETag"]
+    assert etag.startswith('"') and len(etag) == 34
+    for sent in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+        again = await client.get(path, headers={"If-None-Match": sent})
+        assert again.status_code == 304, sent
+        assert again.content == b"" and again.headers["ETag"] == etag
+    other = await client.get(path, headers={"If-None-Match": '"0123456789abcdef"'})
+    assert other.status_code == 200 and other.content == first.content
 
 
 # -- what 402 directories crawl (issue 34) ---------------------------------------------------

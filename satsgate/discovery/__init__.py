@@ -27,10 +27,13 @@ BTC-pegged rate book (example prices) is checked on every request.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.helpers import ETAG_ANY
 
 from satsgate.config import Settings
 from satsgate.discovery import documents
@@ -46,6 +49,7 @@ from satsgate.http_edge import dumps
 from satsgate.lightning import LightningBackend
 from satsgate.mcp import MCP
 from satsgate.payments import problems
+from satsgate.services.catalog.models import CATEGORIES, list_models_document
 from satsgate.services.catalog.rates import RateBook, Rates
 from satsgate.services.registry import BY_SLUG, SERVICES
 
@@ -69,7 +73,7 @@ class Discovery:
         self._pubkey: str | None = None
         self._catalog: Catalog | None = None
         self._rate_book: RateBook | None = None
-        self._bodies: dict[str, bytes] = {}
+        self._bodies: dict[str, Prepared] = {}
 
     @property
     def catalog(self) -> Catalog:
@@ -91,14 +95,28 @@ class Discovery:
             self._pubkey = (await self._backend.info()).pubkey
         return self._pubkey
 
-    async def body(self, name: str, build: Callable[[Catalog], Awaitable[Any]]) -> bytes:
+    async def body(self, name: str, build: Callable[[Catalog], Awaitable[Any]]) -> Prepared:
+        """Document ``name``, serialized once per rate book with its entity tag."""
         catalog = self.catalog  # first: a new rate book empties the kept bodies
-        body = self._bodies.get(name)
-        if body is None:
+        prepared = self._bodies.get(name)
+        if prepared is None:
             doc = await build(catalog)
-            body = (doc if isinstance(doc, str) else dumps(doc)).encode()
-            self._bodies[name] = body
-        return body
+            prepared = Prepared.of((doc if isinstance(doc, str) else dumps(doc)).encode())
+            self._bodies[name] = prepared
+        return prepared
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A document's bytes and their strong entity tag (a digest of exactly those bytes:
+    equal tags, equal bodies)."""
+
+    body: bytes
+    etag: str
+
+    @classmethod
+    def of(cls, body: bytes) -> Prepared:
+        return cls(body, hashlib.sha256(body).hexdigest()[:32])
 
 
 DISCOVERY = web.AppKey("discovery", Discovery)
@@ -110,11 +128,26 @@ def _respond(body: bytes, content_type: str = "application/json") -> web.Respons
     return web.Response(body=body, content_type=content_type, charset="utf-8", headers=_HEADERS)
 
 
+def respond_prepared(
+    request: web.Request, prepared: Prepared, content_type: str = "application/json"
+) -> web.Response:
+    """``prepared`` with its ETag, or 304 with no body when the request's If-None-Match
+    names it (RFC 9110 13.1.2: weak comparison, ``*`` matches)."""
+    asked = request.if_none_match
+    if asked is not None and any(tag.value in (prepared.etag, ETAG_ANY) for tag in asked):
+        return web.Response(status=304, headers={**_HEADERS, "ETag": f'"{prepared.etag}"'})
+    resp = _respond(prepared.body, content_type)
+    resp.etag = prepared.etag
+    return resp
+
+
 def _document(name: str, build: Builder, content_type: str = "application/json") -> Any:
     async def handler(request: web.Request) -> web.Response:
         discovery = request.app[DISCOVERY]
-        body = await discovery.body(name, lambda catalog: build(discovery, catalog, request.app))
-        return _respond(body, content_type)
+        prepared = await discovery.body(
+            name, lambda catalog: build(discovery, catalog, request.app)
+        )
+        return respond_prepared(request, prepared, content_type)
 
     return handler
 
@@ -224,6 +257,26 @@ def service_description(app: web.Application, slug: str) -> web.Response:
     )
 
 
+async def models(request: web.Request) -> web.Response:
+    """GET /api/l402/models (``?category=``): the model catalog, prepared once per rate
+    book and category like the other documents (which models run here is fixed for the
+    process: its engines are)."""
+    category = request.query.get("category")
+    if category is not None and category not in CATEGORIES:
+        raise ApiError(
+            ErrorCode.L402_INVALID_PARAMS,
+            f"Unknown category {category!r}.",
+            extra={"categories": list(CATEGORIES)},
+        )
+    discovery = request.app[DISCOVERY]
+
+    async def build(catalog: Catalog) -> Any:
+        return list_models_document(SERVICES, discovery.rates.book, discovery.engines, category)
+
+    prepared = await discovery.body(f"models?category={category or ''}", build)
+    return respond_prepared(request, prepared)
+
+
 async def discover(request: web.Request) -> web.Response:
     doc = documents.search_document(
         request.app[DISCOVERY].catalog,
@@ -245,6 +298,7 @@ def add_routes(
     app[DISCOVERY] = Discovery(settings, backend, engines, rates)
     r = app.router
     r.add_get("/api/discover", discover)
+    r.add_get("/api/l402/models", models)
     json_documents: dict[str, Builder] = {
         "/.well-known/l402-services": _l402_services,
         "/.well-known/l402": _l402,

@@ -11,19 +11,16 @@ from typing import Any
 from aiohttp import web
 
 from satsgate import __version__
-from satsgate.appkeys import BACKEND, ENGINES, FILES, RATES, REFUNDS, STARTED_AT
+from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
 from satsgate.errors import ApiError, ErrorCode, catalog_document
 from satsgate.http_edge import dumps
 from satsgate.lightning import BackendError, SimulatedPayments
-from satsgate.services.catalog.models import CATEGORIES, list_models_document
-from satsgate.services.registry import SERVICES
 
 
 def add_routes(app: web.Application, backend: object) -> None:
     r = app.router
     r.add_get("/api/health", health)
     r.add_get("/api/error-codes", error_codes)
-    r.add_get("/api/l402/models", models)
     r.add_get("/api/files/{name}", serve_file)
     r.add_get("/api/lnurlw/{k1}", lnurl_withdraw)
     r.add_get("/api/lnurlw/{k1}/callback", lnurl_withdraw_callback)
@@ -57,21 +54,6 @@ async def health(request: web.Request) -> web.Response:
 
 async def error_codes(request: web.Request) -> web.Response:
     return _json(catalog_document())
-
-
-async def models(request: web.Request) -> web.Response:
-    category = request.query.get("category")
-    if category is not None and category not in CATEGORIES:
-        raise ApiError(
-            ErrorCode.L402_INVALID_PARAMS,
-            f"Unknown category {category!r}.",
-            extra={"categories": list(CATEGORIES)},
-        )
-    document = list_models_document(
-        SERVICES, request.app[RATES].book, request.app[ENGINES], category
-    )
-    body = dumps(document).encode()
-    return web.Response(body=body, content_type="application/json")
 
 
 async def serve_file(request: web.Request) -> web.StreamResponse:

@@ -110,20 +110,7 @@ class Verifier:
 
         Expiry is not checked: an expired credential was still issued to the payer.
         Never raises on a malformed value (it proves nothing)."""
-        if len(values) != 1:
-            return False
-        scheme, _, rest = values[0].strip().partition(" ")
-        scheme_l = scheme.lower()
-        try:
-            if scheme_l in ("l402", "lsat"):
-                cred = l402.parse_credential(rest)
-                decoded = l402.decode_macaroon(cred.macaroon)
-                return _preimage_of(payment, cred.preimage) and self._macaroon_of(decoded, payment)
-            if scheme_l == "payment":
-                return self._echo_of(rest, payment)
-        except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError):
-            return False
-        return False
+        return self._names(values, payment, with_preimage=True)
 
     def issued_for(self, values: Sequence[str], payment: Payment) -> bool:
         """The Authorization ``values`` carry what satsgate issued for ``payment``'s 402
@@ -132,18 +119,29 @@ class Verifier:
         it, or ``Payment <b64url JSON>`` echoing a challenge issued for its hash (any
         payload). The hand-off of a payment someone else paid (its checkout page) rests
         on this: the agent that got the 402 learns the preimage. Never raises."""
+        return self._names(values, payment, with_preimage=False)
+
+    def _names(self, values: Sequence[str], payment: Payment, *, with_preimage: bool) -> bool:
+        """:meth:`owns` (``with_preimage``) or :meth:`issued_for`."""
         if len(values) != 1:
             return False
         scheme, _, rest = values[0].strip().partition(" ")
         scheme_l = scheme.lower()
         try:
             if scheme_l in ("l402", "lsat"):
-                macaroon, _, _preimage = rest.strip().partition(":")
-                raw = l402.decode_base64(macaroon)
+                if with_preimage:
+                    cred = l402.parse_credential(rest)
+                    if not _preimage_of(payment, cred.preimage):
+                        return False
+                    raw = cred.macaroon
+                else:
+                    raw = l402.decode_base64(rest.strip().partition(":")[0])
                 return self._macaroon_of(l402.decode_macaroon(raw), payment)
             if scheme_l == "payment":
                 doc: Any = json_input.loads(mpp.b64url_decode(rest.strip()))
-                return isinstance(doc, dict) and self._challenge_names(doc, payment)
+                if not isinstance(doc, dict) or not self._challenge_names(doc, payment):
+                    return False
+                return not with_preimage or _payload_preimage(doc, payment)
         except (l402.MalformedCredential, l402.CredentialError, json_input.JsonInputError):
             return False
         return False
@@ -167,17 +165,17 @@ class Verifier:
             named = mpp.charge_payment_hash(request)
         return named == payment.payment_hash
 
-    def _echo_of(self, value: str, payment: Payment) -> bool:
-        doc: Any = json_input.loads(mpp.b64url_decode(value.strip()))
-        if not isinstance(doc, dict) or not self._challenge_names(doc, payment):
-            return False
-        payload = doc.get("payload")
-        if not isinstance(payload, dict):
-            return False
-        return any(
-            isinstance(payload.get(field), str) and _preimage_of(payment, payload[field])
-            for field in ("preimage", "topUpPreimage")
-        )
+
+def _payload_preimage(doc: dict[str, Any], payment: Payment) -> bool:
+    """A Payment credential's payload carries ``payment``'s preimage (``preimage``, or a
+    top-up's ``topUpPreimage``)."""
+    payload = doc.get("payload")
+    if not isinstance(payload, dict):
+        return False
+    return any(
+        isinstance(payload.get(field), str) and _preimage_of(payment, payload[field])
+        for field in ("preimage", "topUpPreimage")
+    )
 
 
 def _preimage_of(payment: Payment, preimage: str) -> bool:

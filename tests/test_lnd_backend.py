@@ -139,6 +139,71 @@ async def test_wrong_macaroon_is_refused(lnd: FakeLnd, tmp_path: Path) -> None:
     await node.close()
 
 
+def readme_permissions() -> list[str]:
+    """The permissions of the README's ``lncli bakemacaroon`` command, as written."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    found = re.search(r"lncli bakemacaroon ((?:[a-z]+:[a-z]+\s+(?:\\\s+)?)+)--save_to", readme)
+    assert found, "README.md lost its bakemacaroon command"
+    return found.group(1).replace("\\", " ").split()
+
+
+def narrowest_permissions() -> list[str]:
+    """The uri: permissions of docs/operations.md's narrowest macaroon."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    block = doc.split("The narrowest\nmacaroon, by method:", 1)[1].split("```", 2)[1]
+    return re.findall(r"uri:\S+", block)
+
+
+def baked(lnd: FakeLnd, path: Path, *permissions: str) -> LndBackend:
+    path.write_bytes(lnd.bake(*permissions))
+    return LndBackend(lnd.target, lnd.tls_cert, path, "regtest")
+
+
+async def test_the_documented_macaroons_are_enough(lnd: FakeLnd, tmp_path: Path) -> None:
+    assert readme_permissions() == [
+        "info:read", "invoices:read", "invoices:write", "offchain:read", "offchain:write"
+    ]  # fmt: skip
+    assert len(narrowest_permissions()) == 10
+    for name, permissions in (("readme", readme_permissions()), ("uri", narrowest_permissions())):
+        node = baked(lnd, tmp_path / f"{name}.macaroon", *permissions)
+        await node.start()  # every RPC tried: none refused
+        try:
+            assert await node.missing_permissions() == {}
+            created = await node.create_invoice(1_000, "works", 60)
+            assert (await node.lookup_invoice(created.payment_hash)).state is InvoiceState.OPEN
+        finally:
+            await node.close()
+
+
+async def test_a_macaroon_missing_permissions_is_refused_naming_them(
+    lnd: FakeLnd, tmp_path: Path
+) -> None:
+    """lnd checks a macaroon per RPC: one without invoices:write and offchain:write would
+    start, show 402s... and fail at the first invoice. satsgate refuses it at start."""
+    lacking = [p for p in readme_permissions() if p not in ("invoices:write", "offchain:write")]
+    node = baked(lnd, tmp_path / "lacking.macaroon", *lacking)
+    with pytest.raises(BackendError) as refused:
+        await node.start()
+    message = str(refused.value)
+    assert "lacks permissions satsgate needs" in message
+    assert (
+        "invoices:write (for AddInvoice, AddHoldInvoice, SettleInvoice, CancelInvoice)" in message
+    )
+    assert "offchain:write (for SendPaymentV2)" in message
+    assert "info:read (" not in message and "offchain:read (" not in message
+    assert "lncli bakemacaroon " + " ".join(readme_permissions()) in message
+    # The tries created nothing and paid nothing.
+    assert lnd.node.invoices == {} and lnd.node.payments == {}
+    # One RPC missing from a uri: macaroon is named too.
+    uris = [u for u in narrowest_permissions() if not u.endswith("/TrackPaymentV2")]
+    with pytest.raises(BackendError, match=r"offchain:read \(for TrackPaymentV2\)\."):
+        await baked(lnd, tmp_path / "uris.macaroon", *uris).start()
+    # and satsgate itself refuses to start with it
+    settings = make_settings(tmp_path / "data", backend="lnd")
+    with pytest.raises(BackendError, match="lacks permissions"):
+        ThreadedServer(settings, backend=baked(lnd, tmp_path / "l.macaroon", *lacking))
+
+
 async def test_untrusted_certificate_is_refused(lnd: FakeLnd, tmp_path: Path) -> None:
     other_dir = tmp_path / "other"
     other_dir.mkdir()

@@ -30,6 +30,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import struct
@@ -148,7 +149,7 @@ class Chain:
         return (self.state / "satsgate.log").read_text()
 
     def lncli(self, node: str, *args: str) -> dict[str, Any]:
-        return dict(json.loads(self.lncli_text(node, *args)))
+        return last_json(self.lncli_text(node, *args))
 
     def lncli_text(self, node: str, *args: str) -> str:
         port = self.env[f"REGTEST_LND_{node.upper()}_RPC_PORT"]
@@ -242,6 +243,19 @@ class Chain:
         return str(row[0]), int(row[1])
 
 
+def last_json(text: str) -> dict[str, Any]:
+    """The last of the JSON objects lncli printed (payinvoice prints one per update)."""
+    decoder, position, last = json.JSONDecoder(), 0, None
+    text = text.strip()
+    while position < len(text):
+        last, end = decoder.raw_decode(text, position)
+        position = end
+        while position < len(text) and text[position].isspace():
+            position += 1
+    assert isinstance(last, dict), text
+    return last
+
+
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -250,9 +264,12 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60) -> Non
 
 
 def finished(proc: subprocess.Popen[str], timeout_s: float = 120) -> dict[str, Any]:
+    """The payment lncli payinvoice printed (it exits non-zero unless SUCCEEDED)."""
     out, err = proc.communicate(timeout=timeout_s)
-    assert proc.returncode == 0, err
-    return dict(json.loads(out))
+    assert out.strip(), err
+    payment = last_json(out)
+    assert (proc.returncode == 0) == (payment["status"] == "SUCCEEDED"), (payment, err)
+    return payment
 
 
 @pytest.fixture(scope="module")
@@ -550,3 +567,82 @@ def test_paid_while_satsgate_was_stopped_is_applied_once_at_start(chain: Chain) 
     t = chain.ledger()["totals"]
     assert t["received_msat"] - before["received_msat"] == int(paid["value_msat"])  # once
     assert t["payments"] - before["payments"] == 1
+
+
+def session_challenge(resp: httpx.Response) -> dict[str, Any]:
+    """The 402's session challenge: its auth-params and, under "decoded", its request."""
+    line = next(
+        v
+        for v in resp.headers.get_list("WWW-Authenticate")
+        if v.startswith("Payment ") and 'intent="session"' in v
+    )
+    params: dict[str, Any] = dict(re.findall(r'(\w+)="([^"]*)"', line))
+    raw = params["request"]
+    params["decoded"] = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    return params
+
+
+def session_credential(challenge: dict[str, Any], payload: dict[str, Any]) -> str:
+    echoed = {k: challenge[k] for k in ("id", "realm", "method", "intent", "request", "expires")}
+    doc = {"challenge": echoed, "payload": payload}
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return "Payment " + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def receipt_of(resp: httpx.Response) -> dict[str, Any]:
+    value = resp.headers["Payment-Receipt"]
+    return dict(json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))))
+
+
+def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
+    """Main's session wire at the time of writing: bearer and close carry the session id
+    and the deposit's preimage (a session token returned at open is not on main yet)."""
+    before = chain.ledger()["totals"]
+    body = {"template": "headline", "title": "session"}
+    url = f"{chain.url}/api/l402/render-card"
+    first = httpx.post(url, json=body, timeout=60)
+    assert first.status_code == 402, first.text
+    challenge = session_challenge(first)
+    request = challenge["decoded"]
+    deposit_msat = int(request["depositAmount"]) * 1000
+    session_id = request["paymentHash"]
+    preimage = chain.pay(request["depositInvoice"])["payment_preimage"]
+    # The payer's amountless return invoice: satsgate's lnd pays it with amt_msat.
+    return_invoice = chain.lncli("payer", "addinvoice", "--memo", "satsgate session refund")
+
+    def post(payload: dict[str, Any]) -> httpx.Response:
+        auth = session_credential(challenge, payload)
+        return httpx.post(url, json=body, headers={"Authorization": auth}, timeout=120)
+
+    opened = post(
+        {"action": "open", "preimage": preimage, "returnInvoice": return_invoice["payment_request"]}
+    )
+    assert opened.status_code == 200, opened.text
+    assert receipt_of(opened)["reference"] == session_id
+    served = post({"action": "bearer", "sessionId": session_id, "preimage": preimage})
+    assert served.status_code == 200, served.text
+    charged = receipt_of(opened)["chargedMsat"] + receipt_of(served)["chargedMsat"]
+    balance = receipt_of(served)["balanceMsat"]
+    assert balance == deposit_msat - charged
+    close = {"action": "close", "sessionId": session_id, "preimage": preimage}
+    closed = post(close)
+    assert closed.status_code == 200, closed.text
+    assert (closed.json()["status"], closed.json()["refundStatus"]) == ("closed", "succeeded")
+    returned = chain.lncli("payer", "lookupinvoice", return_invoice["r_hash"])
+    assert (returned["state"], int(returned["amt_paid_msat"])) == ("SETTLED", balance)
+    # Closed again: the same answer, nothing more paid.
+    again = post(close)
+    assert again.status_code == 200 and again.json() == closed.json(), again.text
+    time.sleep(2)
+    returned = chain.lncli("payer", "lookupinvoice", return_invoice["r_hash"])
+    assert int(returned["amt_paid_msat"]) == balance
+    payments = chain.lncli("satsgate", "listpayments")["payments"]
+    to_return = [p for p in payments if p["payment_hash"] == return_invoice["r_hash"]]
+    assert [(p["status"], int(p["value_msat"])) for p in to_return] == [("SUCCEEDED", balance)]
+    t = chain.ledger()["totals"]
+    assert t["received_msat"] - before["received_msat"] == deposit_msat
+    assert t["earned_msat"] - before["earned_msat"] == charged
+    assert t["session_refunds_paid_msat"] - before["session_refunds_paid_msat"] == balance
+    assert t["session_payout_fees_msat"] - before["session_payout_fees_msat"] == int(
+        to_return[0]["fee_msat"]
+    )

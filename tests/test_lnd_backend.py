@@ -120,6 +120,29 @@ async def test_open_invoices_are_looked_up_on_every_connect(
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+async def test_accepted_and_canceled_updates_are_not_settlements(
+    lnd: FakeLnd, backend: LndBackend
+) -> None:
+    """lnd streams every invoice state change to SubscribeInvoices, a hold invoice's
+    ACCEPTED and CANCELED too: only settlements come out of the stream."""
+    stream = backend.settlements(0)
+    first = asyncio.create_task(take(stream, 1))
+    for _ in range(500):  # the stream is open and live before anything happens
+        if lnd.subscribers:
+            break
+        await asyncio.sleep(0.01)
+    hold = await backend.create_hold_invoice(3_000, "held", 300, "ab" * 32)
+    await pay(lnd, hold.bolt11)  # ACCEPTED
+    await backend.cancel_hold(hold.payment_hash)  # CANCELED
+    plain = await backend.create_invoice(2_000, "plain", 300)
+    await pay(lnd, plain.bolt11)
+    (only,) = await first
+    assert only.payment_hash == plain.payment_hash
+    with pytest.raises(TimeoutError):
+        await take(stream, 1, wait_s=0.5)
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
 async def test_wrong_network_is_refused_at_start(tmp_path: Path) -> None:
     with running_lnd(tmp_path, FakeLndNode(network="mainnet")) as lnd:
         node = backend_for(lnd, "regtest")

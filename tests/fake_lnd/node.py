@@ -177,6 +177,7 @@ class FakeLndNode:
             )
             if open_expired or near_cltv:
                 inv.state = "CANCELED"
+                self.events.append(_Event("update", inv.r_hash))
 
     def add_invoice(
         self,

@@ -279,9 +279,11 @@ class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
         try:
             async for _ in self._changes():
                 events, position = node.events_from(position)
+                # lnd sends every state change to SubscribeInvoices clients (its
+                # InvoiceRegistry.dispatchToClients): adds, settles, and a hold
+                # invoice's ACCEPTED and any CANCELED too.
                 for event in events:
-                    if event.kind in ("add", "settle"):
-                        yield _invoice_msg(node.invoices[event.r_hash])
+                    yield _invoice_msg(node.invoices[event.r_hash])
         finally:
             self.lnd.subscribers -= 1
 

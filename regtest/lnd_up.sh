@@ -50,6 +50,8 @@ btc sendtoaddress "$(payer_lncli newaddress p2wkh | json_get address)" 1 >/dev/n
 mine 6
 confirmed() { payer_lncli walletbalance | json_true "int(d['confirmed_balance']) > 0"; }
 wait_until "the payer's confirmed funds" 120 confirmed
+# lnd refuses to open a channel until its wallet has seen the chain tip.
+wait_until "the payer lnd to sync" 120 synced payer
 
 satsgate_id="$(sg_lncli getinfo | json_get identity_pubkey)"
 say "channel payer -> satsgate (2M sat, 500k pushed)"

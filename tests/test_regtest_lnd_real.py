@@ -17,7 +17,10 @@ invoices on, through the environment). Then, on that one chain, in order:
 - a refund link after a failure, claimed with the payer's invoice: paid once over
   SendPaymentV2, a second claim refused;
 - an invoice paid while satsgate was stopped: applied at start, before any request,
-  and counted once across another restart.
+  and counted once across another restart;
+- a session opened with the payer lnd's amountless return invoice, a bearer call with
+  the session token (the deposit's preimage alone refused), closed twice: the balance
+  paid back once.
 
 The ledger balances to the msat (tests/ledger_check.py) after each. Binaries are found
 on PATH or in ``LND_REGTEST_BIN``; skipped, with the reason, when absent.
@@ -600,8 +603,9 @@ def receipt_of(resp: httpx.Response) -> dict[str, Any]:
 
 
 def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
-    """Main's session wire at the time of writing: bearer and close carry the session id
-    and the deposit's preimage (a session token returned at open is not on main yet)."""
+    """Open with the payer lnd's amountless return invoice (the answer hands over the
+    session token), a bearer call with the deposit's preimage alone (all a routing node
+    knows) refused, one with the token served, close: the balance paid back once."""
     before = chain.ledger()["totals"]
     body = {"template": "headline", "title": "session"}
     url = f"{chain.url}/api/l402/render-card"
@@ -624,12 +628,18 @@ def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
     )
     assert opened.status_code == 200, opened.text
     assert receipt_of(opened)["reference"] == session_id
-    served = post({"action": "bearer", "sessionId": session_id, "preimage": preimage})
+    token = opened.headers["Payment-Session-Token"]
+    assert receipt_of(opened)["sessionToken"] == token
+    route_knows = post({"action": "bearer", "sessionId": session_id, "preimage": preimage})
+    assert route_knows.status_code == 402, route_knows.text
+    assert route_knows.json()["error_code"] == "SESSION_BINDING_REQUIRED"
+    bound = {"sessionId": session_id, "preimage": preimage, "token": token}
+    served = post({"action": "bearer", **bound})
     assert served.status_code == 200, served.text
     charged = receipt_of(opened)["chargedMsat"] + receipt_of(served)["chargedMsat"]
     balance = receipt_of(served)["balanceMsat"]
     assert balance == deposit_msat - charged
-    close = {"action": "close", "sessionId": session_id, "preimage": preimage}
+    close = {"action": "close", **bound}
     closed = post(close)
     assert closed.status_code == 200, closed.text
     assert (closed.json()["status"], closed.json()["refundStatus"]) == ("closed", "succeeded")

@@ -54,6 +54,8 @@ from mpp.client import Mpp  # type: ignore[attr-defined]
 from mpp.methods import Method
 from mpp.runtime import ClientMethod, CredentialParams
 
+from satsgate.backends.lnd.backend import LndBackend
+from satsgate.lightning import PaymentState, UnknownInvoice
 from tests.conftest import free_port
 from tests.ledger_check import assert_ledger_balances_at
 from tests.test_mpp_conformance import LightningPayload, LightningRequest
@@ -575,6 +577,45 @@ def test_paid_while_satsgate_was_stopped_is_applied_once_at_start(chain: Chain) 
     t = chain.ledger()["totals"]
     assert t["received_msat"] - before["received_msat"] == int(paid["value_msat"])  # once
     assert t["payments"] - before["payments"] == 1
+
+
+def test_the_backend_reads_real_lnd_refusals_as_final(chain: Chain) -> None:
+    """lnd refuses an expired, amountless or own invoice with a plain error (UNKNOWN)
+    before any payment record: the backend says FAILED, with lnd's reason, not pending."""
+    backend = LndBackend(
+        f"127.0.0.1:{chain.env['REGTEST_LND_SATSGATE_RPC_PORT']}",
+        chain.state / "lnd-satsgate" / "tls.cert",
+        chain.state / "satsgate.macaroon",  # the README's macaroon
+        "regtest",
+    )
+    expired = chain.lncli("payer", "addinvoice", "--amt_msat", "5000", "--expiry", "1")
+    amountless = chain.lncli("payer", "addinvoice")
+    time.sleep(1.5)
+
+    async def run() -> None:
+        await backend.start()
+        try:
+            own = await backend.create_invoice(5_000, "own", 600)
+            cases = {
+                "invoice expired": (expired["payment_request"], None),
+                "amount must be specified": (amountless["payment_request"], None),
+                "self-payments not allowed": (own.bolt11, None),
+            }
+            for reason, (bolt11, amount) in cases.items():
+                result = await backend.pay_invoice(bolt11, 1_000, 10, amount)
+                assert result.state is PaymentState.FAILED, (reason, result)
+                assert reason in (result.failure_reason or ""), result
+            with pytest.raises(UnknownInvoice):
+                await backend.lookup_invoice("00" * 32)
+            never = await backend.lookup_payment("00" * 32)
+            assert never.state is PaymentState.FAILED
+        finally:
+            await backend.close()
+
+    asyncio.run(run())
+    payments = chain.lncli("satsgate", "listpayments")["payments"]
+    refused = {expired["r_hash"], amountless["r_hash"]}
+    assert not [p for p in payments if p["payment_hash"] in refused]  # nothing was sent
 
 
 def session_challenge(resp: httpx.Response) -> dict[str, Any]:

@@ -12,7 +12,9 @@ stream however many of these paths report it.
 
 Refunds are paid with routerrpc ``SendPaymentV2`` and a fee limit. ``ALREADY_EXISTS``
 (already paid, or in flight) is followed by ``TrackPaymentV2``; IN_FLIGHT is PENDING,
-never FAILED.
+never FAILED. lnd refuses an expired, amountless or own invoice with a plain error
+(status UNKNOWN, before any payment record): that is FAILED when lnd then has no record
+of the hash (or a failed one), with lnd's message as the reason.
 
 At start every RPC the backend calls is tried once with a request lnd refuses after
 its macaroon check (a malformed hash, both ``value`` and ``value_msat``): an answer of
@@ -558,6 +560,11 @@ class LndBackend:
                     state=PaymentState.FAILED,
                     failure_reason=exc.details() or exc.code().name,
                 )
+            if exc.code() is grpc.StatusCode.UNKNOWN:
+                # lnd's own refusal, a plain error (an expired, amountless or own invoice,
+                # an amount beside the invoice's): its handler answered, so whatever its
+                # payment record says now is final; none at all means nothing was sent.
+                return await self._refused(payment_hash, exc.details() or exc.code().name)
             _log.warning(
                 "payment %s: %s; outcome unknown, asking the node", payment_hash, _describe(exc)
             )
@@ -567,6 +574,20 @@ class LndBackend:
             return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
         finally:
             call.cancel()
+
+    async def _refused(self, payment_hash: str, reason: str) -> PaymentResult:
+        """After lnd's handler refused a SendPaymentV2: FAILED with lnd's reason when it
+        has no payment for the hash or its record failed; else what the record says."""
+        try:
+            record = await self.lookup_payment(payment_hash)
+        except BackendError as exc:
+            _log.warning("payment %s: refused (%s), record unknown: %s", payment_hash, reason, exc)
+            return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
+        if record.state is PaymentState.FAILED:
+            return PaymentResult(
+                payment_hash=payment_hash, state=PaymentState.FAILED, failure_reason=reason
+            )
+        return record
 
     async def _final(self, call: Any, payment_hash: str, wait_s: float) -> PaymentResult:
         """The last state a payment stream reports within ``wait_s``; PENDING if none final."""

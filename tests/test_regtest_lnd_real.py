@@ -58,6 +58,7 @@ from satsgate.backends.lnd.backend import LndBackend
 from satsgate.lightning import PaymentState, UnknownInvoice
 from tests.conftest import free_port
 from tests.ledger_check import assert_ledger_balances_at
+from tests.test_lnd_backend import narrowest_permissions
 from tests.test_mpp_conformance import LightningPayload, LightningRequest
 
 REGTEST = Path(__file__).resolve().parent.parent / "regtest"
@@ -616,6 +617,37 @@ def test_the_backend_reads_real_lnd_refusals_as_final(chain: Chain) -> None:
     payments = chain.lncli("satsgate", "listpayments")["payments"]
     refused = {expired["r_hash"], amountless["r_hash"]}
     assert not [p for p in payments if p["payment_hash"] in refused]  # nothing was sent
+
+
+def test_the_narrowest_macaroon_of_the_docs_is_enough(chain: Chain) -> None:
+    """docs/operations.md's uri: macaroon, baked by real lnd: no RPC refused."""
+    uris = narrowest_permissions()
+    narrow = chain.state / "uri.macaroon"
+    chain.lncli_text("satsgate", "bakemacaroon", f"--save_to={narrow}", *uris)
+    backend = LndBackend(
+        f"127.0.0.1:{chain.env['REGTEST_LND_SATSGATE_RPC_PORT']}",
+        chain.state / "lnd-satsgate" / "tls.cert",
+        narrow,
+        "regtest",
+    )
+
+    async def run() -> dict[str, list[str]]:
+        await backend.start()
+        try:
+            return await backend.missing_permissions()
+        finally:
+            await backend.close()
+
+    assert len(uris) == 10 and asyncio.run(run()) == {}
+    # One RPC left out: refused at start, naming it.
+    short = chain.state / "short.macaroon"
+    chain.lncli_text(
+        "satsgate", "bakemacaroon", f"--save_to={short}", *[u for u in uris if "Cancel" not in u]
+    )
+    chain.script("lnd_satsgate.sh", "stop")
+    log = chain.satsgate_fails_to_start(SATSGATE_MACAROON_OVERRIDE=str(short))
+    assert "lacks permissions satsgate needs: invoices:write (for CancelInvoice)." in log
+    chain.script("lnd_satsgate.sh", "start")
 
 
 def session_challenge(resp: httpx.Response) -> dict[str, Any]:

@@ -325,9 +325,7 @@ class FakeLndNode:
         # refuses a second one. lnd v0.21.2 refuses these, a bad, expired or own invoice,
         # with plain errors (status UNKNOWN) before any payment record exists.
         if decoded.amount_msat is None and amt_msat <= 0:
-            raise LndError(
-                "UNKNOWN", "amount must be specified when paying a zero amount invoice"
-            )
+            raise LndError("UNKNOWN", "amount must be specified when paying a zero amount invoice")
         if decoded.amount_msat is not None and amt_msat:
             raise LndError(
                 "UNKNOWN",

@@ -16,7 +16,7 @@ from typing import Any
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.config import Settings, load_settings
 from satsgate.engines import CpuRunner, EngineConfigError
-from satsgate.lightning import LightningBackend
+from satsgate.lightning import BackendError, LightningBackend
 from satsgate.log_levels import quiet_library_logs
 from satsgate.procguard import private_umask
 
@@ -351,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_serve(settings))
     except EngineConfigError as exc:  # before listening: say what to fix, no traceback
         parser.error(str(exc))
+    except BackendError as exc:  # the node refused (network, macaroon, permissions, TLS)
+        raise SystemExit(f"satsgate serve: cannot start: {exc}") from None
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,19 @@ def assert_ledger_balances(server: Any) -> dict[str, Any]:
 
     A payout of an earlier test may still be moving: the report is compared with the rows
     read just before and just after it, once those two reads agree."""
-    db = Path(server.settings.db_path)
+    return assert_ledger_balances_at(
+        Path(server.settings.db_path), lambda: server.call(server.store.ledger.report)
+    )
+
+
+def assert_ledger_balances_at(
+    db: Path, read_report: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """:func:`assert_ledger_balances` for a satsgate in another process: its database and
+    a way to read its report (``satsgate ledger --json``)."""
     for _ in range(100):
         before = _rows(db)
-        report: dict[str, Any] = server.call(server.store.ledger.report)
+        report: dict[str, Any] = read_report()
         if _rows(db) == before:
             break
         time.sleep(0.02)

@@ -120,6 +120,29 @@ async def test_open_invoices_are_looked_up_on_every_connect(
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+async def test_accepted_and_canceled_updates_are_not_settlements(
+    lnd: FakeLnd, backend: LndBackend
+) -> None:
+    """lnd streams every invoice state change to SubscribeInvoices, a hold invoice's
+    ACCEPTED and CANCELED too: only settlements come out of the stream."""
+    stream = backend.settlements(0)
+    first = asyncio.create_task(take(stream, 1))
+    for _ in range(500):  # the stream is open and live before anything happens
+        if lnd.subscribers:
+            break
+        await asyncio.sleep(0.01)
+    hold = await backend.create_hold_invoice(3_000, "held", 300, "ab" * 32)
+    await pay(lnd, hold.bolt11)  # ACCEPTED
+    await backend.cancel_hold(hold.payment_hash)  # CANCELED
+    plain = await backend.create_invoice(2_000, "plain", 300)
+    await pay(lnd, plain.bolt11)
+    (only,) = await first
+    assert only.payment_hash == plain.payment_hash
+    with pytest.raises(TimeoutError):
+        await take(stream, 1, wait_s=0.5)
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
 async def test_wrong_network_is_refused_at_start(tmp_path: Path) -> None:
     with running_lnd(tmp_path, FakeLndNode(network="mainnet")) as lnd:
         node = backend_for(lnd, "regtest")
@@ -137,6 +160,71 @@ async def test_wrong_macaroon_is_refused(lnd: FakeLnd, tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="refused the macaroon"):
         await node.start()
     await node.close()
+
+
+def readme_permissions() -> list[str]:
+    """The permissions of the README's ``lncli bakemacaroon`` command, as written."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    found = re.search(r"lncli bakemacaroon ((?:[a-z]+:[a-z]+\s+(?:\\\s+)?)+)--save_to", readme)
+    assert found, "README.md lost its bakemacaroon command"
+    return found.group(1).replace("\\", " ").split()
+
+
+def narrowest_permissions() -> list[str]:
+    """The uri: permissions of docs/operations.md's narrowest macaroon."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    block = doc.split("The narrowest\nmacaroon, by method:", 1)[1].split("```", 2)[1]
+    return re.findall(r"uri:\S+", block)
+
+
+def baked(lnd: FakeLnd, path: Path, *permissions: str) -> LndBackend:
+    path.write_bytes(lnd.bake(*permissions))
+    return LndBackend(lnd.target, lnd.tls_cert, path, "regtest")
+
+
+async def test_the_documented_macaroons_are_enough(lnd: FakeLnd, tmp_path: Path) -> None:
+    assert readme_permissions() == [
+        "info:read", "invoices:read", "invoices:write", "offchain:read", "offchain:write"
+    ]  # fmt: skip
+    assert len(narrowest_permissions()) == 10
+    for name, permissions in (("readme", readme_permissions()), ("uri", narrowest_permissions())):
+        node = baked(lnd, tmp_path / f"{name}.macaroon", *permissions)
+        await node.start()  # every RPC tried: none refused
+        try:
+            assert await node.missing_permissions() == {}
+            created = await node.create_invoice(1_000, "works", 60)
+            assert (await node.lookup_invoice(created.payment_hash)).state is InvoiceState.OPEN
+        finally:
+            await node.close()
+
+
+async def test_a_macaroon_missing_permissions_is_refused_naming_them(
+    lnd: FakeLnd, tmp_path: Path
+) -> None:
+    """lnd checks a macaroon per RPC: one without invoices:write and offchain:write would
+    start, show 402s... and fail at the first invoice. satsgate refuses it at start."""
+    lacking = [p for p in readme_permissions() if p not in ("invoices:write", "offchain:write")]
+    node = baked(lnd, tmp_path / "lacking.macaroon", *lacking)
+    with pytest.raises(BackendError) as refused:
+        await node.start()
+    message = str(refused.value)
+    assert "lacks permissions satsgate needs" in message
+    assert (
+        "invoices:write (for AddInvoice, AddHoldInvoice, SettleInvoice, CancelInvoice)" in message
+    )
+    assert "offchain:write (for SendPaymentV2)" in message
+    assert "info:read (" not in message and "offchain:read (" not in message
+    assert "lncli bakemacaroon " + " ".join(readme_permissions()) in message
+    # The tries created nothing and paid nothing.
+    assert lnd.node.invoices == {} and lnd.node.payments == {}
+    # One RPC missing from a uri: macaroon is named too.
+    uris = [u for u in narrowest_permissions() if not u.endswith("/TrackPaymentV2")]
+    with pytest.raises(BackendError, match=r"offchain:read \(for TrackPaymentV2\)\."):
+        await baked(lnd, tmp_path / "uris.macaroon", *uris).start()
+    # and satsgate itself refuses to start with it
+    settings = make_settings(tmp_path / "data", backend="lnd")
+    with pytest.raises(BackendError, match="lacks permissions"):
+        ThreadedServer(settings, backend=baked(lnd, tmp_path / "l.macaroon", *lacking))
 
 
 async def test_untrusted_certificate_is_refused(lnd: FakeLnd, tmp_path: Path) -> None:

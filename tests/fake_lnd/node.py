@@ -177,6 +177,7 @@ class FakeLndNode:
             )
             if open_expired or near_cltv:
                 inv.state = "CANCELED"
+                self.events.append(_Event("update", inv.r_hash))
 
     def add_invoice(
         self,
@@ -210,7 +211,8 @@ class FakeLndNode:
         )
         with self._lock:
             if r_hash in self.invoices:
-                raise LndError("ALREADY_EXISTS", "invoice with payment hash already exists")
+                # lnd v0.21.2 answers a duplicate hash with a plain error (UNKNOWN).
+                raise LndError("UNKNOWN", "invoice with payment hash already exists")
             self._add_index += 1
             inv = FakeInvoice(
                 r_hash=r_hash,
@@ -318,22 +320,24 @@ class FakeLndNode:
         try:
             decoded = decode_invoice(bolt11)
         except InvalidInvoice as exc:
-            raise LndError("INVALID_ARGUMENT", f"invalid payment request: {exc}") from None
+            raise LndError("UNKNOWN", f"invalid payment request: {exc}") from None
         # lnd's rules: an amountless invoice needs amt/amt_msat; one with an amount
-        # refuses a second one.
+        # refuses a second one. lnd v0.21.2 refuses these, a bad, expired or own invoice,
+        # with plain errors (status UNKNOWN) before any payment record exists.
         if decoded.amount_msat is None and amt_msat <= 0:
-            raise LndError(
-                "INVALID_ARGUMENT", "amount must be specified when paying a zero amount invoice"
-            )
+            raise LndError("UNKNOWN", "amount must be specified when paying a zero amount invoice")
         if decoded.amount_msat is not None and amt_msat:
             raise LndError(
-                "INVALID_ARGUMENT",
+                "UNKNOWN",
                 "amount must not be specified when paying a non-zero amount invoice",
             )
         if decoded.expired():
-            raise LndError("INVALID_ARGUMENT", "invoice expired")
+            valid_until = time.strftime(
+                "%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(decoded.expires_at)
+            )
+            raise LndError("UNKNOWN", f"invoice expired. Valid until {valid_until}")
         if decoded.payee == self.pubkey:
-            raise LndError("INVALID_ARGUMENT", "no self-payments allowed")
+            raise LndError("UNKNOWN", "self-payments not allowed")
         with self._lock:
             known = self.payments.get(decoded.payment_hash)
             if known is not None and known.status == "SUCCEEDED":

@@ -2,7 +2,11 @@
 lnd's macaroon check, on its own thread and event loop (as a separate lnd would be).
 
 A wrong or missing macaroon is answered as lnd does: status UNKNOWN with lnd's message
-(lnd's macaroon interceptor returns a plain error, not UNAUTHENTICATED).
+(lnd's macaroon interceptor returns a plain error, not UNAUTHENTICATED). Every RPC
+needs its permission from lnd's tables (:data:`LND_PERMISSIONS`), as real lnd checks
+it before the RPC runs: :meth:`FakeLnd.bake` makes a macaroon with only some
+permissions (``entity:action`` or ``uri:<method>``), as ``lncli bakemacaroon`` does;
+a call it does not allow is answered ``permission denied``.
 :meth:`FakeLnd.restart` stops the server (every stream ends with UNAVAILABLE) and
 starts it again on the same port with the same node state, as an lnd restart would.
 """
@@ -40,6 +44,36 @@ from .node import FakeInvoice, FakeLndNode, FakePayment, LndError
 T = TypeVar("T")
 _INV = lightning_pb2.Invoice
 _PAY = lightning_pb2.Payment
+
+# lnd's permission for each RPC served here (rpcserver.go MainRPCServerPermissions,
+# lnrpc/invoicesrpc and lnrpc/routerrpc's macPermissions), copied from lnd v0.21.2.
+LND_PERMISSIONS: dict[str, str] = {
+    "/lnrpc.Lightning/GetInfo": "info:read",
+    "/lnrpc.Lightning/AddInvoice": "invoices:write",
+    "/lnrpc.Lightning/LookupInvoice": "invoices:read",
+    "/lnrpc.Lightning/ListInvoices": "invoices:read",
+    "/lnrpc.Lightning/SubscribeInvoices": "invoices:read",
+    "/invoicesrpc.Invoices/AddHoldInvoice": "invoices:write",
+    "/invoicesrpc.Invoices/SettleInvoice": "invoices:write",
+    "/invoicesrpc.Invoices/CancelInvoice": "invoices:write",
+    "/invoicesrpc.Invoices/SubscribeSingleInvoice": "invoices:read",
+    "/routerrpc.Router/SendPaymentV2": "offchain:write",
+    "/routerrpc.Router/TrackPaymentV2": "offchain:read",
+}
+_SAT_MSAT_EXCLUSIVE = "sat and msat arguments are mutually exclusive"  # lnrpc.UnmarshallAmt
+
+
+def _length_error(data: bytes, what: str) -> str | None:
+    """lntypes.MakeHash / MakePreimage: exactly 32 bytes, else lnd's message."""
+    return None if len(data) == 32 else f"invalid {what} length of {len(data)}, want 32"
+
+
+# admin.macaroon: every entity lnd has, read and write (these are the ones used here).
+ADMIN_PERMISSIONS = frozenset(LND_PERMISSIONS.values()) | {
+    f"{e}:{a}"
+    for e in ("address", "message", "onchain", "peers", "signer", "macaroon")
+    for a in ("read", "write")
+}
 
 
 def make_tls_cert(directory: Path) -> tuple[Path, Path]:
@@ -133,16 +167,21 @@ class _Servicer:
         self.lnd = lnd
         self.node = lnd.node
 
-    async def _auth(self, context: Any) -> None:
+    async def _auth(self, context: Any, method: str) -> None:
+        """lnd's macaroon interceptor: a macaroon it baked, allowing ``method``."""
         self.lnd.calls += 1
         sent = [v for k, v in context.invocation_metadata() if k == "macaroon"]
         if len(sent) != 1:
             await context.abort(grpc.StatusCode.UNKNOWN, f"expected 1 macaroon, got {len(sent)}")
-        if sent[0] != self.lnd.macaroon.hex():
+        granted = self.lnd.macaroons.get(sent[0])
+        if granted is None:
             await context.abort(
                 grpc.StatusCode.UNKNOWN,
                 "verification failed: signature mismatch after caveat verification",
             )
+            return
+        if LND_PERMISSIONS[method] not in granted and f"uri:{method}" not in granted:
+            await context.abort(grpc.StatusCode.UNKNOWN, "permission denied")
 
     async def _abort(self, context: Any, exc: LndError) -> None:
         await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
@@ -161,7 +200,7 @@ class _Servicer:
 
 class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
     async def GetInfo(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/lnrpc.Lightning/GetInfo")
         node = self.node
         return lightning_pb2.GetInfoResponse(
             identity_pubkey=node.pubkey,
@@ -173,11 +212,9 @@ class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
         )
 
     async def AddInvoice(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/lnrpc.Lightning/AddInvoice")
         if request.value and request.value_msat:
-            await context.abort(
-                grpc.StatusCode.UNKNOWN, "value and value_msat are mutually exclusive"
-            )
+            await context.abort(grpc.StatusCode.UNKNOWN, _SAT_MSAT_EXCLUSIVE)
         try:
             inv = self.node.add_invoice(
                 request.memo,
@@ -196,13 +233,14 @@ class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
         )
 
     async def LookupInvoice(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/lnrpc.Lightning/LookupInvoice")
         r_hash = bytes(request.r_hash) or bytes.fromhex(request.r_hash_str or "")
-        if len(r_hash) != 32:
+        if len(r_hash) not in (0, 32):
             await context.abort(
                 grpc.StatusCode.UNKNOWN,
                 f"payment hash must be exactly 32 bytes, is instead {len(r_hash)}",
             )
+        r_hash = r_hash or bytes(32)  # lnd looks up the zero hash
         try:
             return _invoice_msg(self.node.lookup(r_hash))
         except LndError as exc:
@@ -210,7 +248,7 @@ class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
             raise
 
     async def ListInvoices(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/lnrpc.Lightning/ListInvoices")
         limit = request.num_max_invoices or 100
         rows = self.node.added_after(0)
         if request.pending_only:
@@ -227,7 +265,7 @@ class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
         )
 
     async def SubscribeInvoices(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        await self._auth(context)
+        await self._auth(context, "/lnrpc.Lightning/SubscribeInvoices")
         node = self.node
         _, position = node.events_from(0)  # live events start here
         # lnd: replay adds after add_index, then settles after settle_index (0 = none).
@@ -241,16 +279,23 @@ class LightningServicer(_Servicer, lightning_pb2_grpc.LightningServicer):
         try:
             async for _ in self._changes():
                 events, position = node.events_from(position)
+                # lnd sends every state change to SubscribeInvoices clients (its
+                # InvoiceRegistry.dispatchToClients): adds, settles, and a hold
+                # invoice's ACCEPTED and any CANCELED too.
                 for event in events:
-                    if event.kind in ("add", "settle"):
-                        yield _invoice_msg(node.invoices[event.r_hash])
+                    yield _invoice_msg(node.invoices[event.r_hash])
         finally:
             self.lnd.subscribers -= 1
 
 
 class InvoicesServicer(_Servicer, invoices_pb2_grpc.InvoicesServicer):
     async def AddHoldInvoice(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/invoicesrpc.Invoices/AddHoldInvoice")
+        refused = _length_error(bytes(request.hash), "hash")
+        if refused is None and request.value and request.value_msat:
+            refused = _SAT_MSAT_EXCLUSIVE
+        if refused:
+            await context.abort(grpc.StatusCode.UNKNOWN, refused)
         try:
             inv = self.node.add_invoice(
                 request.memo,
@@ -270,7 +315,10 @@ class InvoicesServicer(_Servicer, invoices_pb2_grpc.InvoicesServicer):
         )
 
     async def SettleInvoice(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/invoicesrpc.Invoices/SettleInvoice")
+        refused = _length_error(bytes(request.preimage), "preimage")
+        if refused:
+            await context.abort(grpc.StatusCode.UNKNOWN, refused)
         try:
             self.node.settle_hold(bytes(request.preimage))
         except LndError as exc:
@@ -278,7 +326,10 @@ class InvoicesServicer(_Servicer, invoices_pb2_grpc.InvoicesServicer):
         return invoices_pb2.SettleInvoiceResp()
 
     async def CancelInvoice(self, request: Any, context: Any) -> Any:
-        await self._auth(context)
+        await self._auth(context, "/invoicesrpc.Invoices/CancelInvoice")
+        refused = _length_error(bytes(request.payment_hash), "hash")
+        if refused:
+            await context.abort(grpc.StatusCode.UNKNOWN, refused)
         try:
             self.node.cancel(bytes(request.payment_hash))
         except LndError as exc:
@@ -286,7 +337,7 @@ class InvoicesServicer(_Servicer, invoices_pb2_grpc.InvoicesServicer):
         return invoices_pb2.CancelInvoiceResp()
 
     async def SubscribeSingleInvoice(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        await self._auth(context)
+        await self._auth(context, "/invoicesrpc.Invoices/SubscribeSingleInvoice")
         last = None
         async for _ in self._changes():
             try:
@@ -301,7 +352,7 @@ class InvoicesServicer(_Servicer, invoices_pb2_grpc.InvoicesServicer):
 
 class RouterServicer(_Servicer, router_pb2_grpc.RouterServicer):
     async def SendPaymentV2(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        await self._auth(context)
+        await self._auth(context, "/routerrpc.Router/SendPaymentV2")
         try:
             pay = self.node.send_payment(
                 request.payment_request, request.fee_limit_msat, request.amt_msat
@@ -313,7 +364,10 @@ class RouterServicer(_Servicer, router_pb2_grpc.RouterServicer):
             yield message
 
     async def TrackPaymentV2(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        await self._auth(context)
+        await self._auth(context, "/routerrpc.Router/TrackPaymentV2")
+        refused = _length_error(bytes(request.payment_hash), "hash")
+        if refused:
+            await context.abort(grpc.StatusCode.UNKNOWN, refused)
         try:
             pay = self.node.payment(bytes(request.payment_hash).hex())
         except LndError as exc:
@@ -340,7 +394,9 @@ class FakeLnd:
         self.node = node or FakeLndNode()
         self.directory = directory
         self.tls_cert, self._tls_key = make_tls_cert(directory)
-        self.macaroon = secrets.token_bytes(64)
+        # hex of each macaroon this node baked -> what it allows
+        self.macaroons: dict[str, frozenset[str]] = {}
+        self.macaroon = self.bake(*ADMIN_PERMISSIONS)
         self.macaroon_path = directory / "admin.macaroon"
         self.macaroon_path.write_bytes(self.macaroon)
         self.port = 0
@@ -351,6 +407,13 @@ class FakeLnd:
         self._thread.start()
         self._server: grpc.aio.Server | None = None
         self.start()
+
+    def bake(self, *permissions: str) -> bytes:
+        """A macaroon allowing exactly ``permissions`` (``entity:action`` or
+        ``uri:<method>``), as ``lncli bakemacaroon`` makes one."""
+        macaroon = secrets.token_bytes(64)
+        self.macaroons[macaroon.hex()] = frozenset(permissions)
+        return macaroon
 
     @property
     def target(self) -> str:

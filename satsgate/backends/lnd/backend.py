@@ -12,7 +12,16 @@ stream however many of these paths report it.
 
 Refunds are paid with routerrpc ``SendPaymentV2`` and a fee limit. ``ALREADY_EXISTS``
 (already paid, or in flight) is followed by ``TrackPaymentV2``; IN_FLIGHT is PENDING,
-never FAILED.
+never FAILED. lnd refuses an expired, amountless or own invoice with a plain error
+(status UNKNOWN, before any payment record): that is FAILED when lnd then has no record
+of the hash (or a failed one), with lnd's message as the reason.
+
+At start every RPC the backend calls is tried once with a request lnd refuses after
+its macaroon check (a malformed hash, both ``value`` and ``value_msat``): an answer of
+``permission denied`` means the macaroon lacks that RPC's permission, and start fails
+naming every permission missing. Nothing is created or paid by these tries.
+``SubscribeInvoices`` is a stream that answers nothing until an invoice changes, so it
+is not tried; it needs ``invoices:read``, as ``ListInvoices`` (which is tried) does.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +70,24 @@ _RECENT = 4096
 _OPEN_LIMIT = 10_000
 # ListInvoices page size while reading the backlog for cursor 0.
 _PAGE = 500
+
+# The permission each RPC this backend calls needs, from lnd's permission tables
+# (rpcserver.go, lnrpc/invoicesrpc, lnrpc/routerrpc). A macaroon allows a call that it
+# grants either this permission or ``uri:<method>``.
+REQUIRED_PERMISSIONS: dict[str, str] = {
+    "/lnrpc.Lightning/GetInfo": "info:read",
+    "/lnrpc.Lightning/AddInvoice": "invoices:write",
+    "/lnrpc.Lightning/LookupInvoice": "invoices:read",
+    "/lnrpc.Lightning/ListInvoices": "invoices:read",
+    "/lnrpc.Lightning/SubscribeInvoices": "invoices:read",
+    "/invoicesrpc.Invoices/AddHoldInvoice": "invoices:write",
+    "/invoicesrpc.Invoices/SettleInvoice": "invoices:write",
+    "/invoicesrpc.Invoices/CancelInvoice": "invoices:write",
+    "/routerrpc.Router/SendPaymentV2": "offchain:write",
+    "/routerrpc.Router/TrackPaymentV2": "offchain:read",
+}
+# What lnd answers (gRPC status UNKNOWN) when a valid macaroon lacks the permission.
+_PERMISSION_DENIED = "permission denied"
 
 
 def normalize_network(name: str) -> str:
@@ -135,6 +162,14 @@ class LndBackend:
         self._ln = LightningStub(self._channel)  # type: ignore[no-untyped-call]
         self._invoices = InvoicesStub(self._channel)  # type: ignore[no-untyped-call]
         self._router = RouterStub(self._channel)  # type: ignore[no-untyped-call]
+        try:
+            missing = await self.missing_permissions()
+        except BackendError:
+            await self.close()
+            raise
+        if missing:
+            await self.close()
+            raise BackendError(_missing_message(self.target, missing))
         info = await self.info()
         if self.network_expected is not None:
             expected = normalize_network(self.network_expected)
@@ -152,6 +187,70 @@ class LndBackend:
         if self._channel is not None:
             channel, self._channel = self._channel, None
             await channel.close()
+
+    async def missing_permissions(self) -> dict[str, list[str]]:
+        """The permissions the macaroon lacks, each with the RPCs it refused (empty when
+        every RPC is allowed). BackendError when lnd refuses the macaroon itself or
+        cannot be reached."""
+        missing: dict[str, list[str]] = {}
+        for method, attempt in self._permission_tries().items():
+            try:
+                await attempt()
+            except grpc.aio.AioRpcError as exc:
+                if _PERMISSION_DENIED in (exc.details() or ""):
+                    missing.setdefault(REQUIRED_PERMISSIONS[method], []).append(method)
+                elif exc.code() is grpc.StatusCode.UNAVAILABLE or _macaroon_refused(exc):
+                    raise _backend_error(exc, self.target) from None
+                # Any other answer came from the RPC itself, past the macaroon check.
+        return missing
+
+    def _permission_tries(self) -> dict[str, Callable[[], Awaitable[Any]]]:
+        """One call per RPC that lnd refuses after its macaroon check and before doing
+        anything: a one-byte hash or preimage, both ``value`` and ``value_msat``, an
+        invoice that does not decode. GetInfo and ListInvoices (one invoice) only read."""
+        ln, invoices, router, md = self._ln, self._invoices, self._router, self._metadata
+        one_byte = b"\x00"
+
+        def unary(method: Any, request: Any) -> Callable[[], Awaitable[Any]]:
+            return lambda: method(request, metadata=md, timeout=30)
+
+        def first(method: Any, request: Any) -> Callable[[], Awaitable[Any]]:
+            async def read() -> None:
+                call = method(request, metadata=md, timeout=30)
+                try:
+                    await call.read()
+                finally:
+                    call.cancel()
+
+            return read
+
+        return {
+            "/lnrpc.Lightning/GetInfo": unary(ln.GetInfo, lightning_pb2.GetInfoRequest()),
+            "/lnrpc.Lightning/ListInvoices": unary(
+                ln.ListInvoices, lightning_pb2.ListInvoiceRequest(num_max_invoices=1)
+            ),
+            "/lnrpc.Lightning/LookupInvoice": unary(
+                ln.LookupInvoice, lightning_pb2.PaymentHash(r_hash=one_byte)
+            ),
+            "/lnrpc.Lightning/AddInvoice": unary(
+                ln.AddInvoice, lightning_pb2.Invoice(value=1, value_msat=1_000)
+            ),
+            "/invoicesrpc.Invoices/AddHoldInvoice": unary(
+                invoices.AddHoldInvoice, invoices_pb2.AddHoldInvoiceRequest(hash=one_byte)
+            ),
+            "/invoicesrpc.Invoices/SettleInvoice": unary(
+                invoices.SettleInvoice, invoices_pb2.SettleInvoiceMsg(preimage=one_byte)
+            ),
+            "/invoicesrpc.Invoices/CancelInvoice": unary(
+                invoices.CancelInvoice, invoices_pb2.CancelInvoiceMsg(payment_hash=one_byte)
+            ),
+            "/routerrpc.Router/SendPaymentV2": first(
+                router.SendPaymentV2, router_pb2.SendPaymentRequest(payment_request="lnbcrt1")
+            ),
+            "/routerrpc.Router/TrackPaymentV2": first(
+                router.TrackPaymentV2, router_pb2.TrackPaymentRequest(payment_hash=one_byte)
+            ),
+        }
 
     async def _unary(self, method: Any, request: Any, timeout_s: float = 30.0) -> Any:
         if self._ln is None:
@@ -307,7 +406,16 @@ class LndBackend:
                     cursor = max(cursor, s.cursor)
                 # lnd ended the stream (shutting down): connect again.
             except grpc.aio.AioRpcError as exc:
-                if not self._closed:
+                if self._closed:
+                    pass
+                elif _PERMISSION_DENIED in (exc.details() or ""):
+                    _log.error(
+                        "SubscribeInvoices refused: the macaroon lacks invoices:read (or "
+                        "uri:/lnrpc.Lightning/SubscribeInvoices): payments are seen only by "
+                        "the lookups of each retry; retrying in %.1fs",
+                        backoff,
+                    )
+                else:
                     _log.warning(
                         "SubscribeInvoices: %s; reconnecting in %.1fs", _describe(exc), backoff
                     )
@@ -452,6 +560,11 @@ class LndBackend:
                     state=PaymentState.FAILED,
                     failure_reason=exc.details() or exc.code().name,
                 )
+            if exc.code() is grpc.StatusCode.UNKNOWN:
+                # lnd's own refusal, a plain error (an expired, amountless or own invoice,
+                # an amount beside the invoice's): its handler answered, so whatever its
+                # payment record says now is final; none at all means nothing was sent.
+                return await self._refused(payment_hash, exc.details() or exc.code().name)
             _log.warning(
                 "payment %s: %s; outcome unknown, asking the node", payment_hash, _describe(exc)
             )
@@ -461,6 +574,20 @@ class LndBackend:
             return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
         finally:
             call.cancel()
+
+    async def _refused(self, payment_hash: str, reason: str) -> PaymentResult:
+        """After lnd's handler refused a SendPaymentV2: FAILED with lnd's reason when it
+        has no payment for the hash or its record failed; else what the record says."""
+        try:
+            record = await self.lookup_payment(payment_hash)
+        except BackendError as exc:
+            _log.warning("payment %s: refused (%s), record unknown: %s", payment_hash, reason, exc)
+            return PaymentResult(payment_hash=payment_hash, state=PaymentState.PENDING)
+        if record.state is PaymentState.FAILED:
+            return PaymentResult(
+                payment_hash=payment_hash, state=PaymentState.FAILED, failure_reason=reason
+            )
+        return record
 
     async def _final(self, call: Any, payment_hash: str, wait_s: float) -> PaymentResult:
         """The last state a payment stream reports within ``wait_s``; PENDING if none final."""
@@ -551,14 +678,34 @@ async def _stream(call: Any, closing: asyncio.Event | None) -> AsyncIterator[Any
             return
 
 
-def _backend_error(exc: grpc.aio.AioRpcError, target: str) -> BackendError:
+def _macaroon_refused(exc: grpc.aio.AioRpcError) -> bool:
     details = exc.details() or ""
-    if (
+    return (
         exc.code() is grpc.StatusCode.UNAUTHENTICATED
         or "verification failed" in details
         or "macaroon" in details.lower()
-    ):
+    )
+
+
+def _missing_message(target: str, missing: dict[str, list[str]]) -> str:
+    needed = sorted(set(REQUIRED_PERMISSIONS.values()))
+    lacking = "; ".join(
+        f"{permission} (for {', '.join(m.rsplit('/', 1)[1] for m in methods)})"
+        for permission, methods in sorted(missing.items())
+    )
+    return (
+        f"the macaroon given for LND at {target} lacks permissions satsgate needs: "
+        f"{lacking}. Bake one with: lncli bakemacaroon {' '.join(needed)} "
+        "--save_to <file>, and pass it with --lnd-macaroon"
+    )
+
+
+def _backend_error(exc: grpc.aio.AioRpcError, target: str) -> BackendError:
+    details = exc.details() or ""
+    if _macaroon_refused(exc):
         return BackendError(f"LND at {target} refused the macaroon: {details}")
+    if _PERMISSION_DENIED in details:
+        return BackendError(f"LND at {target}: the macaroon lacks a permission: {details}")
     if exc.code() is grpc.StatusCode.UNAVAILABLE:
         return BackendError(f"LND at {target} is unreachable: {details}")
     return BackendError(f"LND: {_describe(exc)}")

@@ -892,3 +892,22 @@ async def test_a_bodiless_get_of_a_paid_endpoint_is_a_402_without_an_invoice(
     refused = await client.get(f"/api/l402/{unavailable.slug}")
     assert refused.status_code == 503 and refused.headers["X-Error-Code"] == "SERVICE_UNAVAILABLE"
     assert "payment" not in refused.json() and refused.json()["id"] == unavailable.slug
+
+
+def test_a_default_that_cannot_run_hands_the_default_to_the_model_requests_move_to() -> None:
+    """Whatever default cannot run, the catalog marks instead the model a request naming
+    none is moved to (the service's own fit_model, on a request without a model), of the
+    same category, never one that cannot run either."""
+    from satsgate.services.catalog.models import MODELS, MODELS_BY_ID, defaults_here
+
+    moved = {}
+    for default in (m for m in MODELS if m.is_default):
+        unavailable = {default.id: "not here"}
+        defaults = defaults_here(SERVICES, unavailable)
+        assert default.id not in defaults
+        same = [d for d in defaults if MODELS_BY_ID[d].category == default.category]
+        assert len(same) <= 1, (default.id, same)
+        if same:
+            moved[default.id] = same[0]
+    # The tiers step down the service's own order: best -> better, premium -> mini.
+    assert moved[16] == 8 and moved[33] == 34 and moved[6] == 1, moved

@@ -113,12 +113,14 @@ class Server:
 def start_server(
     name: str,
     args: list[str],
-    log: Path,
+    log_path: Path,
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
 ) -> Server:
-    """Start a bench server (``env``: its whole environment, else this process's)."""
-    with log.open("wb") as err:
+    """Start a bench server (``env``: its whole environment, else this process's); what it
+    says of its own set-up (lines ``bench server: ...``, e.g. the limits it turned off) is
+    said in this run's output too."""
+    with log_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, *args],
             stdin=subprocess.PIPE,
@@ -135,10 +137,13 @@ def start_server(
     reader.start()
     reader.join(timeout)
     text = line[0].decode().strip() if line else ""
-    server = Server(name, proc, text.removeprefix("READY ").strip(), log)
+    server = Server(name, proc, text.removeprefix("READY ").strip(), log_path)
     if not text.startswith("READY "):
         server.stop(5)
-        raise RuntimeError(f"{name} did not start: {log.read_text()[-2000:]}")
+        raise RuntimeError(f"{name} did not start: {log_path.read_text()[-2000:]}")
+    for said in log_path.read_text(errors="replace").splitlines():
+        if said.startswith("bench server: "):
+            log(f"{name}: {said.removeprefix('bench server: ')}")
     return server
 
 

@@ -56,6 +56,13 @@ if [ "${1:-}" = "--test" ]; then
     "$PY" -m venv "$MINT_VENV"
     "$MINT_VENV/bin/python" -m pip install -q "cashu==0.20.2" "marshmallow<4" "limits<5"
   fi
+  # pyl402 for the interop tests, in an environment of its own: it pins httpx<0.28
+  # (tests/test_interop_clients.py; SATSGATE_PYL402_VENV overrides the place).
+  PYL402_VENV="${SATSGATE_PYL402_VENV:-.venv-pyl402}"
+  if ! "$PYL402_VENV/bin/python" -c "import pyl402" 2>/dev/null; then
+    "$PY" -m venv "$PYL402_VENV"
+    "$PYL402_VENV/bin/python" -m pip install -q "pyl402==0.1.2"
+  fi
   # mppx (the MPP TypeScript SDK) for the interop tests, at the versions of the lockfile,
   # into tests/js/node_modules.
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)

@@ -1,5 +1,5 @@
 """Independent clients buy calls from a live satsgate: mppx (the MPP TypeScript SDK),
-Alby's lightning-tools (fetchWithL402, fetchWithMpp) and Lightning Labs' l402sdk, each
+Alby's lightning-tools (fetchWithL402, fetchWithMpp), Lightning Labs' l402sdk and pyl402, each
 through its own documented API, two calls in a row from one URL (issue 34: a client that
 keeps its credential per URL must get a 402 with a fresh challenge for the second call,
 and a client that reads only the first challenge must find the one it pays there).
@@ -8,7 +8,9 @@ mppx and Alby's tools run in node (tests/js, installed by scripts/setup.sh --tes
 mppx with a small lightning charge method, both with a payer that is the dev node's
 /api/dev/pay. l402sdk pays through an LND node's REST API: :class:`LndRestShim` speaks
 that wire (``POST /v2/router/send`` streaming ``{"result": Payment}`` lines, the
-macaroon in ``Grpc-Metadata-macaroon``) and pays through the dev node.
+macaroon in ``Grpc-Metadata-macaroon``) and pays through the dev node. pyl402 (which pins
+httpx<0.28) runs in an environment of its own (tests/pyl402_buyer.py) with a wallet that
+pays through the dev node.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import base64
 import hashlib
 import importlib.metadata
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -279,3 +282,54 @@ def test_l402sdk_buys_two_calls_in_a_row_from_one_url(
     assert spent == {"total_spent": 2 * PRICE_SATS}
     # One challenge per purchase, plus the one the spent token was answered with.
     assert payment_count(server) - before == 3
+
+
+# -- pyl402 ----------------------------------------------------------------------------------
+
+PYL402 = "pyl402==0.1.2"  # docs/payments.md names this version
+
+
+def pyl402_venv() -> Path:
+    """pyl402's environment (scripts/setup.sh --test makes it; here, on first use, when
+    missing; ``SATSGATE_PYL402_VENV`` overrides the place)."""
+    root = Path(__file__).resolve().parent.parent
+    venv = Path(os.environ.get("SATSGATE_PYL402_VENV", root / ".venv-pyl402"))
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import pyl402"], check=False)
+    if probe.returncode != 0:
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", PYL402], check=True
+        )
+    return venv
+
+
+def test_pyl402_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> None:
+    """pyl402 keeps its token per URL and reads the joined WWW-Authenticate from its start:
+    L402 must come first (it took LSAT before), and its spent token must get a 402 with a
+    fresh challenge, which it pays (a 403 ended it)."""
+    venv = pyl402_venv()
+    before = payment_count(server)
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            str(Path(__file__).parent / "pyl402_buyer.py"),
+            server.url,
+            "/api/l402/render-card",
+            json.dumps(card("pyl402 one")),
+            json.dumps(card("pyl402 two")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    *answers, total = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [a["status"] for a in answers] == [200, 200], answers
+    assert all(len(a["paid"]) == 1 and a["bytes"] > 1000 for a in answers), answers
+    assert total == {"paid": 2}
+    paid = [decode_invoice(a["paid"][0]).amount_msat for a in answers]
+    assert paid == [PRICE_SATS * 1000] * 2
+    # Two challenges: the first call's, and the fresh one the spent token was answered
+    # with, which pyl402 paid for the second call.
+    assert payment_count(server) - before == 2

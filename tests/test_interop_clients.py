@@ -333,3 +333,41 @@ def test_pyl402_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> 
     # Two challenges: the first call's, and the fresh one the spent token was answered
     # with, which pyl402 paid for the second call.
     assert payment_count(server) - before == 2
+
+
+# -- bolthub ---------------------------------------------------------------------------------
+
+
+class DevNodeWallet:
+    """bolthub's WalletAdapter (``pay_invoice(bolt11) -> preimage hex``) over the dev
+    node's pay endpoint."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.paid: list[str] = []
+
+    def pay_invoice(self, bolt11: str) -> str:
+        resp = httpx.post(f"{self.base_url}/api/dev/pay", json={"invoice": bolt11}, timeout=30)
+        resp.raise_for_status()
+        self.paid.append(bolt11)
+        return str(resp.json()["preimage"])
+
+
+def test_bolthub_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> None:
+    """bolthub 0.7.0's L402Client (its documented buyer API) with a wallet adapter of its
+    protocol: it reads the macaroon and invoice out of the joined WWW-Authenticate and
+    pays each call's challenge."""
+    assert importlib.metadata.version("bolthub") == "0.7.0"  # docs/payments.md names it
+    from bolthub import L402Client
+
+    wallet = DevNodeWallet(server.url)
+    paid: list[dict[str, Any]] = []
+    url = f"{server.url}/api/l402/render-card"
+    with L402Client(wallet, budget_sats=4 * PRICE_SATS, on_paid=paid.append) as client:
+        answers = [client.post(url, json=card(title)) for title in ("bolthub one", "bolthub two")]
+        spent = client.total_spent
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert all(base64.b64decode(a.json()["image_base64"]) for a in answers)
+    assert len(wallet.paid) == 2 and spent == 2 * PRICE_SATS
+    hashes = [p["payment_hash"] for p in paid]
+    assert hashes == [decode_invoice(bolt11).payment_hash for bolt11 in wallet.paid]

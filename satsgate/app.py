@@ -76,6 +76,7 @@ from satsgate.outreach.holds import HoldDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.payments.rework import ReworkDesk
+from satsgate.payout_fees import PayoutFees
 from satsgate.procguard import die_with_parent
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -251,7 +252,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     settings, pool = app[SETTINGS], app[POOL]
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
-    refunds = RefundService(settings, store.refunds, app[BACKEND])
+    fees = PayoutFees(settings, store.payout_fees)
+    refunds = RefundService(settings, store.refunds, app[BACKEND], fees)
     deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
     app[DEPOSITS] = deposits
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by

@@ -70,6 +70,7 @@ from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, Paym
 from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
+from satsgate.payout_fees import PayoutFees
 from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
@@ -344,7 +345,7 @@ class SessionConfig:
     max_deposit_sat: int
     idle_timeout_s: int
     pay_timeout_s: int
-    fee_cap: Callable[[int], int]  # the refunds' routing fee cap for a payout amount
+    fees: PayoutFees  # the routing fees a payout may spend (shared with refunds)
 
 
 @dataclass
@@ -1283,12 +1284,14 @@ class Sessions:
             return
         self._paying.add(session_id)
         try:
+            grant = await self._config.fees.grant(amount)
             result = await self._node.pay_invoice(
                 session.return_invoice,
-                self._config.fee_cap(amount),
+                grant.limit_msat,
                 self._config.pay_timeout_s,
                 amount_msat=amount,
             )
+            await self._config.fees.settle(grant, result)
         except (BackendError, OSError, TimeoutError) as exc:
             log.warning("session %s payout: outcome unknown (%s)", session_id[:16], exc)
             await self._sessions.note_payout_error(session_id, f"outcome unknown: {exc}"[:500])

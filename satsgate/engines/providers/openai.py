@@ -41,6 +41,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
+import aiohttp
 import httpx
 import httpx2
 import openai
@@ -116,9 +117,11 @@ def _upstream_code(body: object) -> str | None:
 
 ERRORS = upstream.SdkErrors(
     KIND,
-    (openai.APITimeoutError, httpx2.TimeoutException),
-    (openai.APIConnectionError, httpx2.TransportError),
-    openai.APIStatusError,
+    # aiohttp's (the chat completion's own session): ServerTimeoutError is a TimeoutError
+    # and a ClientError, and timeouts are tested first.
+    (openai.APITimeoutError, httpx2.TimeoutException, TimeoutError),
+    (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError),
+    (openai.APIStatusError, upstream.StatusError),
     _upstream_code,
 )
 
@@ -169,10 +172,33 @@ class OpenAIProvider:
                 "max_completion_tokens"
             )
         self._http = httpx.AsyncClient(timeout=config.timeout_s, follow_redirects=True)
-        # The chat URL as the SDK merges it with base_url, once: an absolute URL is sent
-        # as given, so the per-call merge (two URL parses and a copy) is skipped.
+        # The chat URL as the SDK merges it with base_url.
         base = self.client.base_url
         self.chat_url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
+        # A chat completion (the paid hot path; not streamed) goes out on a client session
+        # of its own, not through the SDK: the SDK builds an options model, merges URL and
+        # headers and wraps the transport for every request, several times the CPU of the
+        # HTTP exchange itself (bench/README.md, issue 36). The same URL, body and key; the
+        # same timeout (per connect and per read, as httpx applies it); its error answers
+        # read as the SDK's are (upstream.StatusError), so callers see the same codes.
+        self._chat_headers = {
+            "Authorization": f"Bearer {config.api_key or 'unused'}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": "satsgate",
+        }
+        self._chat_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=config.timeout_s, sock_read=config.timeout_s
+        )
+        self._chat_session: aiohttp.ClientSession | None = None
+
+    def chat_session(self) -> aiohttp.ClientSession:
+        """The chat completions' client session, made on first use (inside the loop)."""
+        if self._chat_session is None:
+            self._chat_session = aiohttp.ClientSession(
+                headers=self._chat_headers, timeout=self._chat_timeout
+            )
+        return self._chat_session
 
     def engine(self, name: str) -> object | None:
         if name == "text":
@@ -202,6 +228,8 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         await self.client.close()
         await self._http.aclose()
+        if self._chat_session is not None:
+            await self._chat_session.close()
 
     async def call(self, engine: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         """Run one SDK request with the retry rule; any failure -> EngineError."""
@@ -230,6 +258,15 @@ class OpenAIProvider:
 # The SDK's own JSON for a request body (openapi_dumps: compact, UTF-8, no NaN), made
 # once: a body encoded here is sent as it is, byte for byte what the SDK would send.
 _BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _error_body(raw: bytes) -> object:
+    """An error answer's body as the SDK hands it over: its JSON, else its text."""
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _json(raw: Any) -> Any:
@@ -282,16 +319,16 @@ class _Chat:
         if request.temperature is not None:
             extra["temperature"] = request.temperature
         payload = {"model": model, "messages": _chat_messages(request), **extra}
-        post = self.provider.client.post
+        session = self.provider.chat_session()
         url = self.provider.chat_url
 
         async def call() -> Any:
-            # The SDK's generic request (its auth, headers and error mapping): the body is
-            # built and encoded here already, so the typed method's per-call param
-            # transform and the SDK's own encoder are skipped.
             content = _BODY_ENCODER.encode(payload).encode()
-            response = await post(url, cast_to=httpx2.Response, content=content)
-            return json.loads(response.content)
+            async with session.post(url, data=content) as response:
+                raw = await response.read()
+                if response.status >= 400:
+                    raise upstream.StatusError(response.status, response, _error_body(raw))
+                return json.loads(raw)
 
         body = await self.provider.call(self.engine, call, idempotent=True)
         try:

@@ -44,6 +44,7 @@ from typing import Any, Literal, TypeVar, cast
 import aiohttp
 import httpx
 import httpx2
+import httpx_sse
 import openai
 from openai import AsyncOpenAI
 
@@ -119,8 +120,8 @@ ERRORS = upstream.SdkErrors(
     KIND,
     # aiohttp's (the chat completion's own session): ServerTimeoutError is a TimeoutError
     # and a ClientError, and timeouts are tested first.
-    (openai.APITimeoutError, httpx2.TimeoutException, TimeoutError),
-    (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError),
+    (openai.APITimeoutError, httpx2.TimeoutException, TimeoutError, httpx.TimeoutException),
+    (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError, httpx.TransportError),
     (openai.APIStatusError, upstream.StatusError),
     _upstream_code,
 )
@@ -191,6 +192,22 @@ class OpenAIProvider:
             total=None, sock_connect=config.timeout_s, sock_read=config.timeout_s
         )
         self._chat_session: aiohttp.ClientSession | None = None
+        self._stream_headers = {**self._chat_headers, "Accept": "text/event-stream"}
+
+    async def open_stream(self, content: bytes) -> httpx.Response:
+        """A streamed chat completion's response, its status read and its events not yet:
+        an error answer is read whole and raised as upstream.StatusError."""
+        request = self._http.build_request(
+            "POST", self.chat_url, content=content, headers=self._stream_headers
+        )
+        response = await self._http.send(request, stream=True, follow_redirects=False)
+        if response.status_code >= 400:
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
+            raise upstream.StatusError(response.status_code, response, _error_body(raw))
+        return response
 
     def chat_session(self) -> aiohttp.ClientSession:
         """The chat completions' client session, made on first use (inside the loop)."""
@@ -343,65 +360,70 @@ class _Chat:
         """``stream: true`` with ``stream_options.include_usage``: the text deltas, then
         the usage from the last chunk (``choices`` empty, ``usage`` set). At most the
         provider's ``timeout_s`` between two chunks (TIMEOUT past it); a chunk with an
-        ``error`` (the SDK raises it) fails the stream; closing the iterator closes the
-        upstream response."""
+        ``error`` fails the stream; closing the iterator closes the upstream response.
+        Read with httpx-sse on the provider's httpx client, not the SDK's stream, whose
+        typed chunk objects cost several times the rest of a chunk's way (issue 36)."""
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
             extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
-        completions = cast(Any, self.provider.client.chat.completions)
-
-        async def call() -> Any:
-            return await completions.create(
-                model=model,
-                messages=_chat_messages(request),
-                stream=True,
-                stream_options={"include_usage": True},
-                **extra,
-            )
-
+        payload = {
+            "model": model,
+            "messages": _chat_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **extra,
+        }
+        content = _BODY_ENCODER.encode(payload).encode()
         # Only opening the stream is repeated after a connection failure (nothing was
         # generated for the caller yet).
-        stream = await self.provider.call(self.engine, call, idempotent=True)
+        response = await self.provider.call(
+            self.engine, lambda: self.provider.open_stream(content), idempotent=True
+        )
         # A refusal streams its text in ``delta.refusal`` pieces: gathered to its finish,
         # it is the model_said of the refusal (nothing of it goes out as the answer).
         refusal: list[str] = []
+        events = httpx_sse.EventSource(response).aiter_sse()
         try:
-            async for chunk in upstream.events_within(stream, self.provider.config.timeout_s):
-                usage = getattr(chunk, "usage", None)
-                for choice in chunk.choices or ():
-                    piece = getattr(choice.delta, "refusal", None)
+            async for event in upstream.events_within(events, self.provider.config.timeout_s):
+                if event.data == "[DONE]":
+                    break
+                chunk = json.loads(event.data)
+                if event.event == "error" or (isinstance(chunk, dict) and chunk.get("error")):
+                    # The upstream failed while answering.
+                    error = EngineError(
+                        ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE
+                    )
+                    upstream.log_failure(self.engine, KIND, error, "error event mid-stream")
+                    raise error
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("refusal")
                     if piece:
                         refusal.append(piece)
-                    if choice.finish_reason == "content_filter" or (
-                        refusal and choice.finish_reason is not None
-                    ):
+                    finish = choice.get("finish_reason")
+                    if finish == "content_filter" or (refusal and finish is not None):
                         raise upstream.refused_error(said="".join(refusal))
-                    if choice.delta.content and not refusal:
-                        yield ChatChunk(text=choice.delta.content)
+                    text = delta.get("content")
+                    if text and not refusal:
+                        yield ChatChunk(text=text)
+                usage = chunk.get("usage")
                 if usage is not None and not refusal:
                     yield ChatChunk(
-                        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens
+                        input_tokens=usage.get("prompt_tokens"),
+                        output_tokens=usage.get("completion_tokens"),
                     )
             if refusal:  # a stream that ended without its finish chunk
                 raise upstream.refused_error(said="".join(refusal))
         except EngineError:
             raise
-        except openai.APIError as exc:
-            if type(exc) is not openai.APIError:
-                raise ERRORS.mapped(exc, self.engine) from None
-            # A chunk holding ``error`` (the SDK raises the base class): the upstream
-            # failed while answering.
-            error = EngineError(ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE)
-            upstream.log_failure(self.engine, KIND, error, "error event mid-stream")
-            raise error from None
         except Exception as exc:
             raise ERRORS.mapped(exc, self.engine) from None
         finally:
             with contextlib.suppress(Exception):
-                await stream.close()
+                await response.aclose()
 
 
 def _chat_result(body: Any) -> ChatResult:

@@ -1,4 +1,6 @@
-"""``kind = "openai"``: any OpenAI-compatible API, through the official ``openai`` SDK.
+"""``kind = "openai"``: any OpenAI-compatible API, through the official ``openai`` SDK,
+except chat completions (``text``, ``vision``, the translations), sent directly
+(json_api.py): the paid hot path.
 
 OpenAI itself, OpenRouter, Groq, Together, Mistral, and local servers that speak the same
 API (llama.cpp ``llama-server``, Ollama, vLLM): ``base_url`` picks which. Engines served:
@@ -41,10 +43,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
-import aiohttp
 import httpx
 import httpx2
-import httpx_sse
 import openai
 from openai import AsyncOpenAI
 
@@ -58,7 +58,7 @@ from satsgate.engines.image_generation import (
     ImageGenerationRequest,
 )
 from satsgate.engines.local.narration import tts_narrator
-from satsgate.engines.providers import upstream
+from satsgate.engines.providers import json_api, upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
@@ -118,18 +118,16 @@ def _upstream_code(body: object) -> str | None:
 
 ERRORS = upstream.SdkErrors(
     KIND,
-    # aiohttp's (the chat completion's own session): ServerTimeoutError is a TimeoutError
-    # and a ClientError, and timeouts are tested first.
-    (openai.APITimeoutError, httpx2.TimeoutException, TimeoutError, httpx.TimeoutException),
-    (openai.APIConnectionError, httpx2.TransportError, aiohttp.ClientError, httpx.TransportError),
+    (openai.APITimeoutError, httpx2.TimeoutException, *json_api.TIMEOUTS),
+    (openai.APIConnectionError, httpx2.TransportError, *json_api.FAILURES),
     (openai.APIStatusError, upstream.StatusError),
     _upstream_code,
 )
 
 
 class OpenAIProvider:
-    """One ``[providers.NAME]`` table of kind ``openai``: one SDK client, shared by the
-    engines it serves."""
+    """One ``[providers.NAME]`` table of kind ``openai``: one SDK client and one direct
+    chat API, shared by the engines it serves."""
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
@@ -176,46 +174,12 @@ class OpenAIProvider:
         # The chat URL as the SDK merges it with base_url.
         base = self.client.base_url
         self.chat_url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
-        # A chat completion (the paid hot path; not streamed) goes out on a client session
-        # of its own, not through the SDK: the SDK builds an options model, merges URL and
-        # headers and wraps the transport for every request, several times the CPU of the
-        # HTTP exchange itself (bench/README.md, issue 36). The same URL, body and key; the
-        # same timeout (per connect and per read, as httpx applies it); its error answers
-        # read as the SDK's are (upstream.StatusError), so callers see the same codes.
-        self._chat_headers = {
-            "Authorization": f"Bearer {config.api_key or 'unused'}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "User-Agent": "satsgate",
-        }
-        self._chat_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=config.timeout_s, sock_read=config.timeout_s
+        # Chat completions, streamed or not (the paid hot path), go out directly, not
+        # through the SDK (json_api.py): the same URL, body, key and timeouts.
+        self.api = json_api.JsonApi(
+            {"Authorization": f"Bearer {config.api_key or 'unused'}", "User-Agent": "satsgate"},
+            config.timeout_s,
         )
-        self._chat_session: aiohttp.ClientSession | None = None
-        self._stream_headers = {**self._chat_headers, "Accept": "text/event-stream"}
-
-    async def open_stream(self, content: bytes) -> httpx.Response:
-        """A streamed chat completion's response, its status read and its events not yet:
-        an error answer is read whole and raised as upstream.StatusError."""
-        request = self._http.build_request(
-            "POST", self.chat_url, content=content, headers=self._stream_headers
-        )
-        response = await self._http.send(request, stream=True, follow_redirects=False)
-        if response.status_code >= 400:
-            try:
-                raw = await response.aread()
-            finally:
-                await response.aclose()
-            raise upstream.StatusError(response.status_code, response, _error_body(raw))
-        return response
-
-    def chat_session(self) -> aiohttp.ClientSession:
-        """The chat completions' client session, made on first use (inside the loop)."""
-        if self._chat_session is None:
-            self._chat_session = aiohttp.ClientSession(
-                headers=self._chat_headers, timeout=self._chat_timeout
-            )
-        return self._chat_session
 
     def engine(self, name: str) -> object | None:
         if name == "text":
@@ -245,8 +209,7 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         await self.client.close()
         await self._http.aclose()
-        if self._chat_session is not None:
-            await self._chat_session.close()
+        await self.api.aclose()
 
     async def call(self, engine: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         """Run one SDK request with the retry rule; any failure -> EngineError."""
@@ -275,15 +238,6 @@ class OpenAIProvider:
 # The SDK's own JSON for a request body (openapi_dumps: compact, UTF-8, no NaN), made
 # once: a body encoded here is sent as it is, byte for byte what the SDK would send.
 _BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _error_body(raw: bytes) -> object:
-    """An error answer's body as the SDK hands it over: its JSON, else its text."""
-    text = raw.decode("utf-8", "replace").strip()
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _json(raw: Any) -> Any:
@@ -336,16 +290,10 @@ class _Chat:
         if request.temperature is not None:
             extra["temperature"] = request.temperature
         payload = {"model": model, "messages": _chat_messages(request), **extra}
-        session = self.provider.chat_session()
-        url = self.provider.chat_url
+        api, url = self.provider.api, self.provider.chat_url
 
         async def call() -> Any:
-            content = _BODY_ENCODER.encode(payload).encode()
-            async with session.post(url, data=content) as response:
-                raw = await response.read()
-                if response.status >= 400:
-                    raise upstream.StatusError(response.status, response, _error_body(raw))
-                return json.loads(raw)
+            return await api.post(url, _BODY_ENCODER.encode(payload).encode())
 
         body = await self.provider.call(self.engine, call, idempotent=True)
         try:
@@ -360,9 +308,7 @@ class _Chat:
         """``stream: true`` with ``stream_options.include_usage``: the text deltas, then
         the usage from the last chunk (``choices`` empty, ``usage`` set). At most the
         provider's ``timeout_s`` between two chunks (TIMEOUT past it); a chunk with an
-        ``error`` fails the stream; closing the iterator closes the upstream response.
-        Read with httpx-sse on the provider's httpx client, not the SDK's stream, whose
-        typed chunk objects cost several times the rest of a chunk's way (issue 36)."""
+        ``error`` fails the stream; closing the iterator closes the upstream response."""
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
@@ -379,13 +325,14 @@ class _Chat:
         content = _BODY_ENCODER.encode(payload).encode()
         # Only opening the stream is repeated after a connection failure (nothing was
         # generated for the caller yet).
+        api, url = self.provider.api, self.provider.chat_url
         response = await self.provider.call(
-            self.engine, lambda: self.provider.open_stream(content), idempotent=True
+            self.engine, lambda: api.open_events(url, content), idempotent=True
         )
         # A refusal streams its text in ``delta.refusal`` pieces: gathered to its finish,
         # it is the model_said of the refusal (nothing of it goes out as the answer).
         refusal: list[str] = []
-        events = httpx_sse.EventSource(response).aiter_sse()
+        events = json_api.events(response)
         try:
             async for event in upstream.events_within(events, self.provider.config.timeout_s):
                 if event.data == "[DONE]":

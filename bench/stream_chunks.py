@@ -93,20 +93,22 @@ async def measure(upstream: str, streams: int) -> dict[str, float]:
     from satsgate.engines.registry import EngineDeps
 
     deps = EngineDeps(Settings(), cast(Any, None))
-    providers = {
-        "openai": OpenAIProvider(
-            ProviderConfig(name="o", kind="openai", base_url=f"{upstream}/v1", api_key="k",
-                           models={"31": "m"}), deps),  # fmt: skip
-        "anthropic": AnthropicProvider(
-            ProviderConfig(name="a", kind="anthropic", base_url=upstream, api_key="k",
-                           models={"31": "m"}), deps),  # fmt: skip
+
+    def config(name: str, kind: str, base_url: str) -> ProviderConfig:
+        return ProviderConfig(
+            name=name, kind=kind, base_url=base_url, api_key="k", models={"31": "m"}
+        )
+
+    providers: dict[str, Any] = {
+        "openai": OpenAIProvider(config("o", "openai", f"{upstream}/v1"), deps),
+        "anthropic": AnthropicProvider(config("a", "anthropic", upstream), deps),
     }
     request = ChatRequest(messages=(ChatMessage("user", "hello"),), model_name="m")
     results: dict[str, float] = {}
     for kind, provider in providers.items():
         engine = cast(Any, provider.engine("text"))
 
-        async def one() -> int:
+        async def one(engine: Any = engine) -> int:
             return sum([1 async for chunk in engine.stream(request) if chunk.text])
 
         for _ in range(3):  # warm up: connections, imports
@@ -130,9 +132,9 @@ def main() -> int:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return 0
-    from run import free_port, start_server
-
     import tempfile
+
+    from run import free_port, start_server
 
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(

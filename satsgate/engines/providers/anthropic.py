@@ -23,14 +23,14 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from satsgate.engines.chat import ChatChunk, ChatMessage, ChatRequest, ChatResult
+from satsgate.engines.chat import ChatChunk, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers import json_api, upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
-from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.engines.vision import ChatVision
 from satsgate.errors import ErrorCode
 
 KIND = "anthropic"
@@ -84,7 +84,7 @@ class AnthropicProvider:
         if name == "text":
             return _Chat(self)
         if name == "vision":
-            return _Vision(self)
+            return ChatVision(_Chat(self, "vision"))
         if name in ("translation", "rare_translation"):
             default = default_text_model(self.config)
             return None if default is None else ChatTranslator(_Chat(self), default)
@@ -252,22 +252,6 @@ class _Chat:
         finally:
             with contextlib.suppress(Exception):
                 await response.aclose()
-
-
-class _Vision:
-    def __init__(self, provider: AnthropicProvider) -> None:
-        self.chat = _Chat(provider, "vision")
-
-    async def analyze(self, request: VisionRequest) -> VisionResult:
-        result = await self.chat.chat(
-            ChatRequest(
-                messages=(ChatMessage("user", request.prompt),),
-                images=(request.image,),
-                max_tokens=request.max_tokens,
-                model_name=request.model_name,
-            )
-        )
-        return VisionResult(result.text)
 
 
 def create(config: ProviderConfig, deps: EngineDeps) -> AnthropicProvider:

@@ -69,7 +69,7 @@ from satsgate.engines.transcription import (
     TranscriptionResult,
     Word,
 )
-from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.engines.vision import ChatVision
 from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class OpenAIProvider:
         if name == "text":
             return _Chat(self)
         if name == "vision":
-            return _Vision(self)
+            return ChatVision(_Chat(self, "vision"))
         if name == "image":
             return _ImageGeneration(self)
         if name == "image_edit":
@@ -389,24 +389,6 @@ def _chat_result(body: Any) -> ChatResult:
         input_tokens=usage.get("prompt_tokens"),
         output_tokens=usage.get("completion_tokens"),
     )
-
-
-class _Vision:
-    def __init__(self, provider: OpenAIProvider) -> None:
-        self.chat = _Chat(provider, "vision")
-
-    async def analyze(self, request: VisionRequest) -> VisionResult:
-        from satsgate.engines.chat import ChatMessage
-
-        result = await self.chat.chat(
-            ChatRequest(
-                messages=(ChatMessage("user", request.prompt),),
-                images=(request.image,),
-                max_tokens=request.max_tokens,
-                model_name=request.model_name,
-            )
-        )
-        return VisionResult(result.text)
 
 
 # -- images --------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ from satsgate.services.inputs.params import (
     MiB,
     ModelChoice,
     ServiceParams,
+    TranslationTarget,
     alias,
     b64_chars,
     body_limit,
@@ -558,23 +559,13 @@ TRANSCRIBE_AUDIO = ServiceSpec(
 )
 
 
-class TranscribeTranslateParams(_AudioInput):
-    targetLanguage: str = Field(
-        max_length=64,
-        validation_alias=alias("targetLanguage", "target_language"),
-        description="English name or ISO 639 code; one of 119.",
-    )
+class TranscribeTranslateParams(_AudioInput, TranslationTarget):
     sourceLanguage: str | None = Field(
         None,
         max_length=32,
         validation_alias=alias("sourceLanguage", "source_language"),
         description="One of the 13 transcription codes; omit to detect.",
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_translation_language(value)
 
     @field_validator("sourceLanguage")
     @classmethod

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from satsgate.domain.languages import (
     RARE_LANGUAGES,
@@ -77,6 +77,7 @@ from satsgate.services.inputs.params import (
     MiB,
     ModelChoice,
     ServiceParams,
+    TranslationTarget,
     alias,
     b64_chars,
     body_limit,
@@ -480,26 +481,16 @@ MULTILINGUAL_ASK = ServiceSpec(
 TRANSLATE_MAX_CHARS = 200_000
 
 
-class TranslationLanguages(BaseModel):
+class TranslationLanguages(TranslationTarget):
     """The target and source languages of a translation: one of the 119, by code, name
     or locale tag; the source may be omitted (or 'auto') to be detected."""
 
-    targetLanguage: str = Field(
-        max_length=64,
-        validation_alias=alias("targetLanguage", "target_language"),
-        description="ISO 639 code, English name or locale tag; one of 119.",
-    )
     sourceLanguage: str | None = Field(
         None,
         max_length=64,
         validation_alias=alias("sourceLanguage", "source_language"),
         description="Omit (or 'auto') to detect.",
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_translation_language(value)
 
     @field_validator("sourceLanguage")
     @classmethod

@@ -19,9 +19,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self, cast
 
-from pydantic import AliasChoices, Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 
 from satsgate import public_urls
+from satsgate.domain.languages import resolve_translation_language
 from satsgate.domain.media import ImageInfo, MediaError, image_info
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
@@ -122,6 +123,21 @@ class CallbackFields(Params):
 
     def callback_target(self) -> tuple[str, str | None] | None:
         return (self.callback_url, self.callback_id) if self.callback_url else None
+
+
+class TranslationTarget(Params):
+    """The language a translation goes into: one of the 119, by code, name or locale tag."""
+
+    targetLanguage: str = Field(
+        max_length=64,
+        validation_alias=alias("targetLanguage", "target_language"),
+        description="ISO 639 code, English name or locale tag; one of 119.",
+    )
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return resolve_translation_language(value)
 
 
 ModelId = str | int | None

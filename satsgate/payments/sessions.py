@@ -54,7 +54,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -964,18 +964,24 @@ class Sessions:
                 "not from a session",
             )
         price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
-        # Counted in flight before the debit: a close that comes meanwhile waits for this
-        # call (and its credit, if any) before it decides the refund.
+        with self._under_way(session_id):
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
+            return await self._run(session_id, spec, params, price_msat, balance)
+
+    @contextlib.contextmanager
+    def _under_way(self, session_id: str) -> Iterator[None]:
+        """A call of the session under way, counted from before its debit: a close that
+        comes meanwhile waits for it (and its credit, if any) before it decides the
+        refund."""
         flight = self._in_flight.get(session_id)
         if flight is None:
             flight = self._in_flight[session_id] = _InFlight()
         flight.count += 1
         flight.idle.clear()
         try:
-            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
-            if balance is None:
-                raise await self._why_not(session_id, price_msat)
-            return await self._run(session_id, spec, params, price_msat, balance)
+            yield
         finally:
             flight.count -= 1
             if flight.count == 0:
@@ -1001,12 +1007,7 @@ class Sessions:
         for it is paid)."""
         assert spec.stream_handler is not None
         price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
-        flight = self._in_flight.get(session_id)
-        if flight is None:
-            flight = self._in_flight[session_id] = _InFlight()
-        flight.count += 1
-        flight.idle.clear()
-        try:
+        with self._under_way(session_id):
             balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
             if balance is None:
                 raise await self._why_not(session_id, price_msat)
@@ -1035,12 +1036,6 @@ class Sessions:
                 opened.stream.receipt["untrusted_output"] = True
             settle = _SessionStream(self, session_id, price_msat, balance)
             return await streaming.relay(request, opened.stream, settle, headers)
-        finally:
-            flight.count -= 1
-            if flight.count == 0:
-                flight.idle.set()
-                if self._in_flight.get(session_id) is flight:
-                    del self._in_flight[session_id]
 
     async def _open_stream(
         self,

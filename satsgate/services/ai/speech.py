@@ -82,7 +82,6 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
-    prevalidate,
 )
 
 SPEED_MIN, SPEED_MAX = 0.5, 2.0
@@ -255,7 +254,6 @@ TEXT_TO_SPEECH = ServiceSpec(
     model_ids=TTS_MODELS,
     failure_codes=(ErrorCode.INVALID_INPUT,),
     max_body_bytes=64 * 1024,
-    prevalidate=prevalidate,
     example={"text": "Hello from satsgate.", "voice": "English_Aria"},
     engine="tts",
     # A language or voice description the engine cannot speak (the local voice: no Hmong,
@@ -396,7 +394,6 @@ CLONE_VOICE = ServiceSpec(
     model_ids=(CLONE_MODEL_ID,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(CLONE_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"voiceFileUrl": "https://files.example.org/sample.mp3"},
     engine="voice_clone",
 )
@@ -544,7 +541,6 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     model_ids=(10,),
     failure_codes=(ErrorCode.INVALID_INPUT,),
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
     engine="transcription",
     # A language the engine does not transcribe (the local one: English only) is refused
@@ -630,7 +626,6 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     model_ids=(10,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
     engine="speech_translation",
     # A local engine names the source and target languages it serves (English speech,
@@ -895,7 +890,6 @@ EPUB_AUDIOBOOK = ServiceSpec(
         ErrorCode.OUTPUT_DURATION_INSANE,
     ),
     max_body_bytes=body_limit(BOOK_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
     engine="audiobook",
     # A narration language or voice the engine cannot speak is refused before any invoice.
@@ -932,7 +926,6 @@ GENERATE_MUSIC = ServiceSpec(
     model_ids=(23,),
     failure_codes=(ErrorCode.TIMEOUT,),
     max_body_bytes=64 * 1024,
-    prevalidate=prevalidate,
     example={"prompt": "lo-fi hip hop, 80 BPM, mellow piano", "duration": 30},
     engine="music",
 )

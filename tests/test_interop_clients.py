@@ -494,8 +494,8 @@ def test_ln_church_agent_refuses_a_402_with_more_than_one_challenge(server: Thre
     Payment402Client reads the (joined) WWW-Authenticate as one challenge. An auth scheme
     it does not know (LSAT) makes the whole header "malformed", and without LSAT it reads
     the L402 challenge's parameters on into the next challenge and finds no valid invoice.
-    RFC 9110 (11.6.1) lets a 402 carry several challenges, and satsgate offers four (L402,
-    LSAT, Payment charge and session), as aperture offers L402 and LSAT. It stops before
+    RFC 9110 (11.6.1) lets a 402 carry several challenges, and satsgate offers three (L402,
+    LSAT, Payment charge), as aperture offers L402 and LSAT. It stops before
     paying anything."""
     before = payment_count(server)
     answers = buy_with_ln_church(server.url, server.url, ["church one", "church two"])

@@ -222,6 +222,25 @@ def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
     )
 
 
+def _log_collections(path: str) -> None:
+    """Append each garbage collection's generation, pause (ms) and what it collected to
+    ``path`` as it happens: the pauses the event loop stood still for."""
+    import gc
+
+    started: list[float] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+            return
+        pause_ms = (time.perf_counter() - started.pop()) * 1000 if started else 0.0
+        survivors = len(gc.get_objects(2)) if info["generation"] == 2 else 0
+        with open(path, "a") as out:
+            out.write(f"{info['generation']} {pause_ms:.3f} {info['collected']} {survivors}\n")
+
+    gc.callbacks.append(note)
+
+
 def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
     from satsgate.app import create_app
     from satsgate.backends.dev import DevBackend
@@ -234,9 +253,20 @@ def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
         freeze_startup_heap()
 
     app.on_startup.append(freeze)
+    gc_log = os.environ.get("PROXY_BENCH_GCLOG")
+    if gc_log:
+        _log_collections(gc_log)
+    slow_log = os.environ.get("PROXY_BENCH_SLOWLOG")
+    if slow_log:  # asyncio's debug mode names each callback that held the loop >= 2 ms
+        logging.getLogger("asyncio").addHandler(logging.FileHandler(slow_log))
+
+        async def watch_slow_callbacks(app: web.Application) -> None:
+            asyncio.get_running_loop().slow_callback_duration = 0.002
+
+        app.on_startup.append(watch_slow_callbacks)
     profile = os.environ.get("PROXY_BENCH_CPROFILE")
     if not profile:
-        asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+        asyncio.run(serve_until_stopped(app, "127.0.0.1", port), debug=bool(slow_log))
         return
     import cProfile
 

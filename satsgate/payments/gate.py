@@ -231,7 +231,7 @@ def build_gate(
             max_deposit_sat=settings.session_max_deposit_sat,
             idle_timeout_s=settings.session_idle_timeout_s,
             pay_timeout_s=settings.refund_pay_timeout_s,
-            fee_cap=refunds.max_fee_msat,
+            fees=refunds.fees,
         ),
         node=backend,
         payments=store.payments,

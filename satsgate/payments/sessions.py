@@ -55,7 +55,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -71,6 +71,7 @@ from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, Paym
 from satsgate.payments import mpp, problems, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
+from satsgate.payout_fees import PayoutFees
 from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
@@ -342,7 +343,7 @@ class SessionConfig:
     max_deposit_sat: int
     idle_timeout_s: int
     pay_timeout_s: int
-    fee_cap: Callable[[int], int]  # the refunds' routing fee cap for a payout amount
+    fees: PayoutFees  # the routing fees a payout may spend (shared with refunds)
 
 
 @dataclass
@@ -962,18 +963,24 @@ class Sessions:
                 "not from a session",
             )
         price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
-        # Counted in flight before the debit: a close that comes meanwhile waits for this
-        # call (and its credit, if any) before it decides the refund.
+        with self._under_way(session_id):
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
+            return await self._run(session_id, spec, params, price_msat, balance)
+
+    @contextlib.contextmanager
+    def _under_way(self, session_id: str) -> Iterator[None]:
+        """A call of the session under way, counted from before its debit: a close that
+        comes meanwhile waits for it (and its credit, if any) before it decides the
+        refund."""
         flight = self._in_flight.get(session_id)
         if flight is None:
             flight = self._in_flight[session_id] = _InFlight()
         flight.count += 1
         flight.idle.clear()
         try:
-            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
-            if balance is None:
-                raise await self._why_not(session_id, price_msat)
-            return await self._run(session_id, spec, params, price_msat, balance)
+            yield
         finally:
             flight.count -= 1
             if flight.count == 0:
@@ -999,12 +1006,7 @@ class Sessions:
         for it is paid)."""
         assert spec.stream_handler is not None
         price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
-        flight = self._in_flight.get(session_id)
-        if flight is None:
-            flight = self._in_flight[session_id] = _InFlight()
-        flight.count += 1
-        flight.idle.clear()
-        try:
+        with self._under_way(session_id):
             balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
             if balance is None:
                 raise await self._why_not(session_id, price_msat)
@@ -1033,12 +1035,6 @@ class Sessions:
                 opened.stream.receipt["untrusted_output"] = True
             settle = _SessionStream(self, session_id, price_msat, balance)
             return await streaming.relay(request, opened.stream, settle, headers)
-        finally:
-            flight.count -= 1
-            if flight.count == 0:
-                flight.idle.set()
-                if self._in_flight.get(session_id) is flight:
-                    del self._in_flight[session_id]
 
     async def _open_stream(
         self,
@@ -1282,12 +1278,14 @@ class Sessions:
             return
         self._paying.add(session_id)
         try:
+            grant = await self._config.fees.grant(amount)
             result = await self._node.pay_invoice(
                 session.return_invoice,
-                self._config.fee_cap(amount),
+                grant.limit_msat,
                 self._config.pay_timeout_s,
                 amount_msat=amount,
             )
+            await self._config.fees.settle(grant, result)
         except (BackendError, OSError, TimeoutError) as exc:
             log.warning("session %s payout: outcome unknown (%s)", session_id[:16], exc)
             await self._sessions.note_payout_error(session_id, f"outcome unknown: {exc}"[:500])

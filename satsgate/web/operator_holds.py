@@ -26,10 +26,10 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.domain.addresses import normalise_address
-from satsgate.outreach.holds import HoldDesk, HoldError
+from satsgate.outreach.holds import HoldDesk, HoldError, Outcome
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest
-from satsgate.web.operator_sessions import OPERATOR
+from satsgate.web.operator_sessions import OPERATOR, unauthorized
 from satsgate.web.pages import esc, page, table
 
 
@@ -57,6 +57,16 @@ def hold_document(hold: HeldRequest, appeal_url: str | None = None) -> dict[str,
     return doc
 
 
+async def _decide(desk: HoldDesk, hold_id: str, action: str) -> Outcome | None:
+    """The operator's release or refund of a hold (None: no such action). Shielded: a
+    dropped connection must not stop it half-way. HoldError when it cannot be done."""
+    if action == "release":
+        return await asyncio.shield(desk.release(hold_id, by="operator"))
+    if action == "refund":
+        return await asyncio.shield(desk.refund(hold_id, by="operator"))
+    return None
+
+
 def install(
     app: web.Application,
     *,
@@ -68,17 +78,6 @@ def install(
 
     def cookie(request: web.Request) -> bool:
         return request.app[OPERATOR].session(request) is not None
-
-    def unauthorized() -> web.Response:
-        return web.json_response(
-            {
-                "error_code": "OPERATOR_UNAUTHORIZED",
-                "message": "Send the operator token (satsgate operator-token) as"
-                " Authorization: Bearer <token>.",
-            },
-            status=401,
-            headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
-        )
 
     async def form_checked(request: web.Request) -> dict[str, str] | None:
         """The posted form, when the cookie and its CSRF token are a live session's."""
@@ -92,7 +91,7 @@ def install(
     # -- JSON API ------------------------------------------------------------------------
 
     async def api_list(request: web.Request) -> web.Response:
-        if not bearer(request) and not cookie(request):
+        if not request.app[OPERATOR].authorized(request):
             return unauthorized()
         desk = request.app[holds_key]
         holds = await desk.listing(open_only=request.query.get("open") == "1")
@@ -107,22 +106,17 @@ def install(
         return await _act(request, request.match_info["action"])
 
     async def _act(request: web.Request, action: str) -> web.Response:
-        desk = request.app[holds_key]
         hold_id = request.match_info["hold_id"]
         try:
-            if action == "release":
-                # Shielded: a dropped connection must not stop a release half-way.
-                outcome = await asyncio.shield(desk.release(hold_id, by="operator"))
-            elif action == "refund":
-                outcome = await asyncio.shield(desk.refund(hold_id, by="operator"))
-            else:
+            outcome = await _decide(request.app[holds_key], hold_id, action)
+            if outcome is None:
                 return web.json_response({"error": f"unknown action {action}"}, status=404)
         except HoldError as exc:
             return web.json_response({"error": str(exc), "hold_id": hold_id}, status=409)
         return web.json_response(outcome.as_dict(), headers={"Cache-Control": "no-store"})
 
     async def api_dnc_list(request: web.Request) -> web.Response:
-        if not bearer(request) and not cookie(request):
+        if not request.app[OPERATOR].authorized(request):
             return unauthorized()
         entries = await request.app[store_key].do_not_contact.listing()
         return web.json_response({"entries": entries}, headers={"Cache-Control": "no-store"})
@@ -169,14 +163,9 @@ def install(
             return page("Forbidden", "<p>Sign in at /operator first.</p>", status=403)
         action = request.match_info["action"]
         hold_id = request.match_info["hold_id"]
-        desk = request.app[holds_key]
         try:
-            if action == "release":
-                # Shielded: a dropped connection must not stop a release half-way.
-                outcome = await asyncio.shield(desk.release(hold_id, by="operator"))
-            elif action == "refund":
-                outcome = await asyncio.shield(desk.refund(hold_id, by="operator"))
-            else:
+            outcome = await _decide(request.app[holds_key], hold_id, action)
+            if outcome is None:
                 raise web.HTTPNotFound()
             done = f"{hold_id} {outcome.status}"
         except HoldError as exc:

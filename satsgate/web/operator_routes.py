@@ -29,7 +29,7 @@ from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import operator_report
 from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
-from satsgate.web.operator_sessions import COOKIE, OPERATOR
+from satsgate.web.operator_sessions import COOKIE, OPERATOR, unauthorized
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
 
 RECOVER_PATH = "/recover"
@@ -53,16 +53,7 @@ def install(app: web.Application, keys: Keys) -> None:
 
     async def ledger_api(request: web.Request) -> web.Response:
         if not request.app[OPERATOR].authorized(request):
-            # The operator's API, not the payers': outside the spec's error catalog.
-            return web.json_response(
-                {
-                    "error_code": "OPERATOR_UNAUTHORIZED",
-                    "message": "Send the operator token (satsgate operator-token) as"
-                    " Authorization: Bearer <token>.",
-                },
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
-            )
+            return unauthorized()
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
         resp = web.json_response(report)

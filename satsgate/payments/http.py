@@ -135,8 +135,8 @@ def problem_response(exc: ApiError, base_url: str) -> web.Response:
 async def _session_lines(
     request: web.Request, gate: Gate, spec: ServiceSpec[Any], params: BaseModel
 ) -> list[str]:
-    """The session intent's challenge for this 402 (a fresh deposit invoice), unless
-    ``Accept-Payment`` leaves sessions out (payments/sessions.py)."""
+    """The session intent's challenge for this 402 (a fresh deposit invoice), when
+    ``Accept-Payment`` asks for it (payments/sessions.py)."""
     if gate.sessions is None:
         return []
     return await gate.sessions.offer_lines(spec, params, request.headers.get("Accept-Payment"))

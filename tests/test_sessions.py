@@ -21,7 +21,7 @@ import pytest
 
 from satsgate.backends.cln import ClnBackend
 from satsgate.invoices import decode_invoice, sign_invoice
-from satsgate.payments.sessions import PROBLEMS
+from satsgate.payments.session_wire import PROBLEMS
 from satsgate.services.catalog.pricing import text_tokens_msat
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS

@@ -20,7 +20,7 @@ import pytest
 from satsgate.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
 from satsgate.config import load_settings
 from satsgate.errors import ApiError
-from satsgate.payments.sessions import PROBLEMS as SESSION_PROBLEMS
+from satsgate.payments.session_wire import PROBLEMS as SESSION_PROBLEMS
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus, Store

@@ -180,7 +180,7 @@ async def _paid_call(
     if payment_scheme and gate.sessions is not None:
         # A session credential (payments/sessions.py) is always of the Payment scheme:
         # an L402 call or an unpaid request never needs the session intent's look-up.
-        answered = await gate.sessions.http_call(request, gate, spec, transform)
+        answered = await gate.sessions.http_call(request, spec, transform)
         if answered is not None:
             return answered
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))

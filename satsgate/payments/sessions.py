@@ -68,6 +68,7 @@ from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
 from satsgate.payments import mpp, problems, streaming
+from satsgate.payments.challenger import Challenge
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 from satsgate.payments.session_wire import (
@@ -141,6 +142,18 @@ class PaidRefresher(Protocol):
     async def refresh_paid(self, payment: Payment) -> Payment: ...
 
 
+class CallChallenges(Protocol):
+    """What the session intent needs of the calls' own 402 (payments/challenger.py): a
+    request's params checked before any invoice, and a fresh charge and L402 challenge
+    for a refusal's 402."""
+
+    def validate_params(self, spec: AnySpec, body: Any) -> BaseModel: ...
+
+    async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None: ...
+
+    async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge: ...
+
+
 class Contexts(Protocol):
     """Makes a call's context; ``rates`` is the app's BTC rate book (quotes read it)."""
 
@@ -161,6 +174,8 @@ class SessionConfig:
     idle_timeout_s: int
     pay_timeout_s: int
     fees: PayoutFees  # the routing fees a payout may spend (shared with refunds)
+    public_base_url: str
+    max_body_bytes: int
 
 
 @dataclass
@@ -229,9 +244,11 @@ class Sessions:
         sessions: SessionRepository,
         settlements: PaidRefresher,
         contexts: Contexts,
+        challenges: CallChallenges,
         budget: ChallengeBudget | None = None,
     ) -> None:
         self._config = config
+        self._challenges = challenges
         # The node's bound on unpaid invoices, shared with the challenger: a deposit
         # invoice takes a slot like the call's challenge it is offered with.
         self._budget = budget
@@ -351,7 +368,6 @@ class Sessions:
     async def http_call(
         self,
         request: web.Request,
-        gate: Any,
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> web.StreamResponse | None:
@@ -363,13 +379,13 @@ class Sessions:
         known = self._bearers.get(auth[0])
         if known is not None:  # this very bearer credential verified before
             session_id, challenge = known
-            checked = await self._params(request, gate, spec, transform)
+            checked = await self._params(request, spec, transform)
             try:
                 if spec.streams(checked):
                     return await self._stream(request, session_id, spec, checked, challenge)
                 served = await self._debit_and_run(session_id, spec, checked)
             except SessionProblem as problem:
-                return await self._problem_response(gate, spec, checked, problem)
+                return await self._problem_response(spec, checked, problem)
             return self._served_response(served, challenge)
         scheme, _, rest = auth[0].strip().partition(" ")
         if scheme.lower() != "payment":
@@ -381,7 +397,7 @@ class Sessions:
         try:
             cred = parse_credential(doc, self._key)
             if cred.action in ("open", "bearer"):
-                params = await self._params(request, gate, spec, transform)
+                params = await self._params(request, spec, transform)
             if cred.action == "open" and params is not None and spec.streams(params):
                 deposit_hash, return_invoice = self._open_checks(cred)
                 opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
@@ -440,32 +456,31 @@ class Sessions:
             )
         except SessionProblem as problem:
             if params is None:
-                params = await self._params_or_none(request, gate, spec, transform)
-            return await self._problem_response(gate, spec, params, problem)
+                params = await self._params_or_none(request, spec, transform)
+            return await self._problem_response(spec, params, problem)
 
     async def _params(
         self,
         request: web.Request,
-        gate: Any,
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> BaseModel:
-        body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
+        limit = min(spec.max_body_bytes, self._config.max_body_bytes)
+        body = await read_json(request, limit)
         if transform is not None:
             body = transform(body)
-        params: BaseModel = gate.validate_params(spec, body)
-        await gate.prevalidate(spec, params)
+        params = self._challenges.validate_params(spec, body)
+        await self._challenges.prevalidate(spec, params)
         return params
 
     async def _params_or_none(
         self,
         request: web.Request,
-        gate: Any,
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> BaseModel | None:
         try:
-            return await self._params(request, gate, spec, transform)
+            return await self._params(request, spec, transform)
         except ApiError:
             return None
 
@@ -502,7 +517,7 @@ class Sessions:
         return resp
 
     async def _problem_response(
-        self, gate: Any, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
+        self, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
     ) -> web.StreamResponse:
         """402, fresh challenges (L402, charge and a session deposit: the top-up's), and an
         RFC 9457 body with satsgate's envelope fields as extension members. With no
@@ -516,18 +531,19 @@ class Sessions:
                 "detail": problem.detail,
             }
         else:  # satsgate's own (the binding): its error-catalog entry
-            body = problems.problem_fields(problem.code, 402, problem.detail, gate.public_base_url)
+            base_url = self._config.public_base_url
+            body = problems.problem_fields(problem.code, 402, problem.detail, base_url)
         body |= envelope(problem.code, problem.detail) | problem.extra
         headers: list[str] = []
         retry: dict[str, str] = {}
         if params is not None:
             refused: ApiError | None = None
             try:
-                charge = await gate.challenge_for(spec, params, via="http")
+                charge = await self._challenges.challenge_for(spec, params, via="http")
             except ApiError as exc:  # the node's unpaid invoices at their cap, or no invoice
                 refused = exc
             else:
-                body |= charge.body_fields(gate.public_base_url)
+                body |= charge.body_fields(self._config.public_base_url)
                 headers += charge.www_authenticate()
             session = await self.offered(
                 spec.quote_sats(params, self._contexts.rates.book), spec.title

@@ -1,0 +1,217 @@
+"""A payment session's end: the close (once), the refund decided once the calls under way
+have finished, the balance paid to the return invoice (the node's own payment, under the
+payouts' fee limit), retried with back-off, and payouts whose outcome was unknown
+resolved by asking the node. Each payout is claimed first in the store (one conditional
+UPDATE), so there are never two at once, nor a second after one whose outcome is
+unknown; a node pays an invoice once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from satsgate.errors import ErrorCode
+from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning import BackendError, PaymentResult, PaymentState
+from satsgate.payments.session_wire import SessionProblem
+from satsgate.payout_fees import PayoutFees
+from satsgate.store.sessions import Session, SessionRepository
+
+log = logging.getLogger("satsgate.sessions")
+
+# A payout whose return invoice has expired is not tried again (the operator sees it).
+_NEVER = 2**62
+
+
+@dataclass
+class CallsUnderWay:
+    """The calls of one session between their debit and their answer (and credit)."""
+
+    count: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PayoutNode(Protocol):
+    async def pay_invoice(
+        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
+    ) -> PaymentResult: ...
+
+    async def lookup_payment(self, payment_hash: str) -> PaymentResult: ...
+
+
+class SessionPayouts:
+    """Closes and payouts of the sessions; ``under_way`` is the session desk's own map of
+    calls under way (a close waits for them; the sweep leaves their sessions open)."""
+
+    def __init__(
+        self,
+        *,
+        node: PayoutNode,
+        sessions: SessionRepository,
+        fees: PayoutFees,
+        pay_timeout_s: int,
+        idle_timeout_s: int,
+        under_way: Mapping[str, CallsUnderWay],
+    ) -> None:
+        self._node = node
+        self._sessions = sessions
+        self._fees = fees
+        self._pay_timeout_s = pay_timeout_s
+        self._idle_timeout_s = idle_timeout_s
+        self._in_flight = under_way
+        self._closing: dict[str, asyncio.Task[None]] = {}
+        self._paying: set[str] = set()
+
+    async def close(self, session_id: str, reason: str = "client") -> Session:
+        """Close (once) and pay the balance to the return invoice; every close of the same
+        session answers the outcome of that one. Raises SessionProblem for none."""
+        session_id = session_id.lower()
+        if await self._sessions.close(session_id, reason, int(time.time())):
+            log.info("session %s closed (%s)", session_id[:16], reason)
+            started = asyncio.ensure_future(self._finish_close(session_id))
+            self._closing[session_id] = started
+            started.add_done_callback(lambda _: self._closing.pop(session_id, None))
+        running = self._closing.get(session_id)
+        if running is not None:
+            await asyncio.shield(running)
+        session = await self._sessions.get(session_id)
+        if session is None:
+            raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
+        return session
+
+    async def _finish_close(self, session_id: str) -> None:
+        """After open -> closed: let calls under way finish (their credits count), decide
+        the refund once, pay it."""
+        flight = self._in_flight.get(session_id)
+        if flight is not None:
+            await flight.idle.wait()
+        session = await self._sessions.decide_refund(session_id, int(time.time()))
+        if session is not None and session.payout_status == "pending":
+            await self._pay(session_id)
+
+    async def _pay(self, session_id: str) -> None:
+        """One payout attempt, claimed first (never two at once, never a second after an
+        attempt whose outcome is unknown)."""
+        session = await self._sessions.get(session_id)
+        if session is None or session.refund_msat is None:
+            return
+        now = int(time.time())
+        try:
+            invoice = decode_invoice(session.return_invoice)
+        except InvalidInvoice as exc:  # checked at open; kept for the operator if not
+            await self._sessions.note_payout_error(session_id, str(exc)[:500])
+            return
+        claimed = await self._sessions.claim_payout(session_id, invoice.payment_hash, now)
+        if claimed is None:
+            return
+        amount = session.refund_msat
+        if invoice.expired():
+            await self._sessions.payout_outcome(
+                session_id,
+                "failed",
+                now,
+                error="the return invoice expired before the payout: the operator pays the "
+                "payer by other means",
+                retry_at=_NEVER,
+            )
+            log.warning("session %s: return invoice expired, %d msat owed", session_id, amount)
+            return
+        if claimed.payout_attempts == 1 and await self._paid_before(invoice.payment_hash):
+            # Not by an attempt of this session's (this is its first): a node pays an
+            # invoice once, and would answer "already paid" for this one.
+            await self._sessions.payout_outcome(
+                session_id,
+                "failed",
+                now,
+                error="the return invoice was paid already, not by this session: the "
+                "operator pays the payer by other means",
+                retry_at=_NEVER,
+            )
+            log.warning("session %s: return invoice paid already, %d msat owed", session_id, amount)
+            return
+        self._paying.add(session_id)
+        try:
+            grant = await self._fees.grant(amount)
+            result = await self._node.pay_invoice(
+                session.return_invoice,
+                grant.limit_msat,
+                self._pay_timeout_s,
+                amount_msat=amount,
+            )
+            await self._fees.settle(grant, result)
+        except (BackendError, OSError, TimeoutError) as exc:
+            log.warning("session %s payout: outcome unknown (%s)", session_id[:16], exc)
+            await self._sessions.note_payout_error(session_id, f"outcome unknown: {exc}"[:500])
+            return
+        finally:
+            self._paying.discard(session_id)
+        await self._apply(session_id, claimed.payout_attempts, result)
+
+    async def _paid_before(self, payment_hash: str) -> bool:
+        """Whether the node has paid (or is paying) this hash already. Unknown (the node
+        does not answer): False, the payout goes ahead as it would have."""
+        try:
+            known = await self._node.lookup_payment(payment_hash)
+        except (BackendError, OSError, TimeoutError):
+            return False
+        return known.state is not PaymentState.FAILED
+
+    async def _apply(self, session_id: str, attempts: int, result: PaymentResult) -> None:
+        now = int(time.time())
+        if result.state is PaymentState.SUCCEEDED:
+            await self._sessions.payout_outcome(
+                session_id, "succeeded", now, fee_msat=result.fee_msat
+            )
+            log.info("session %s: balance paid out, fee %d msat", session_id[:16], result.fee_msat)
+        elif result.state is PaymentState.FAILED:
+            delay = min(3600, 60 * 2 ** max(0, attempts - 1))
+            reason = result.failure_reason or "the node gave no reason"
+            await self._sessions.payout_outcome(
+                session_id, "failed", now, error=reason[:500], retry_at=now + delay
+            )
+            log.warning("session %s payout failed (%s); retried in %d s", session_id, reason, delay)
+        # PENDING: stays paying until the node says (reconcile)
+
+    async def sweep(self) -> dict[str, int]:
+        """Close idle sessions, finish closes a restart cut short, retry due payouts and
+        resolve payouts whose outcome was unknown. Returns what it did."""
+        now = int(time.time())
+        done = {"closed": 0, "decided": 0, "paid": 0, "resolved": 0}
+        for session_id in await self._sessions.idle(now - self._idle_timeout_s):
+            if session_id in self._in_flight:
+                continue
+            with contextlib.suppress(SessionProblem):
+                await self.close(session_id, "idle")
+                done["closed"] += 1
+        for session_id in await self._sessions.undecided():
+            if session_id in self._closing:
+                continue
+            await self._finish_close(session_id)
+            done["decided"] += 1
+        for session_id in await self._sessions.payouts_due(now):
+            if session_id in self._closing or session_id in self._paying:
+                continue
+            await self._pay(session_id)
+            done["paid"] += 1
+        settled_before = now - self._pay_timeout_s - 60
+        for session_id, payout_hash, updated_at in await self._sessions.payouts_paying():
+            if session_id in self._paying or updated_at > settled_before or not payout_hash:
+                continue
+            session = await self._sessions.get(session_id)
+            with contextlib.suppress(BackendError, OSError, TimeoutError):
+                result = await self._node.lookup_payment(payout_hash)
+                if result.state is not PaymentState.PENDING and session is not None:
+                    await self._apply(session_id, session.payout_attempts, result)
+                    done["resolved"] += 1
+        return done
+
+    async def wait_closing(self) -> None:
+        """Let closes under way finish (shutdown, tests)."""
+        if self._closing:
+            await asyncio.gather(*list(self._closing.values()), return_exceptions=True)

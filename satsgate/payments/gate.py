@@ -37,6 +37,7 @@ from satsgate.payments.cashu import Ecash, check_installed
 from satsgate.payments.cashu_config import parse_config
 from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.session_http import SessionHttp
 from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
@@ -143,10 +144,12 @@ class Gate:
         max_body_bytes: int,
         holds: Holds | None = None,
         sessions: Sessions | None = None,
+        session_http: SessionHttp | None = None,
         cashu: Ecash | None = None,
     ) -> None:
         self.challenger = challenger
         self.sessions = sessions  # the session intent (payments/sessions.py)
+        self.session_http = session_http  # its HTTP face (payments/session_http.py)
         self.cashu = cashu  # Cashu ecash payments (NUT-24), when [cashu] names mints
         self.holds = holds  # charge only on success (hold invoices), when configured
         self.verifier = verifier
@@ -248,19 +251,22 @@ def build_gate(
             idle_timeout_s=settings.session_idle_timeout_s,
             pay_timeout_s=settings.refund_pay_timeout_s,
             fees=refunds.fees,
-            public_base_url=settings.public_base_url,
-            max_body_bytes=settings.max_body_bytes,
         ),
         node=backend,
         payments=store.payments,
         sessions=store.sessions,
         settlements=settlements,
         contexts=handlers,
-        challenges=challenger,
         budget=budget,
     )
     return Gate(
         sessions=sessions,
+        session_http=SessionHttp(
+            sessions,
+            challenger,
+            public_base_url=settings.public_base_url,
+            max_body_bytes=settings.max_body_bytes,
+        ),
         challenger=challenger,
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret

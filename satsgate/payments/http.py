@@ -177,10 +177,10 @@ async def _paid_call(
     payment_scheme: bool,
 ) -> web.StreamResponse:
     gate.ensure_available(spec)
-    if payment_scheme and gate.sessions is not None:
+    if payment_scheme and gate.session_http is not None:
         # A session credential (payments/sessions.py) is always of the Payment scheme:
         # an L402 call or an unpaid request never needs the session intent's look-up.
-        answered = await gate.sessions.http_call(request, spec, transform)
+        answered = await gate.session_http.http_call(request, spec, transform)
         if answered is not None:
             return answered
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))

@@ -55,7 +55,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -63,27 +63,22 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from satsgate.engines import EngineError
-from satsgate.errors import ApiError, ErrorCode, envelope
-from satsgate.http_edge import dumps, read_json, result_response
+from satsgate.errors import ApiError, ErrorCode
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult
 from satsgate.payments import mpp, problems, streaming
-from satsgate.payments.challenger import Challenge
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
 from satsgate.payments.session_payouts import CallsUnderWay, SessionPayouts
 from satsgate.payments.session_wire import (
     BINDING_PROBLEM,
     HEX_DIGITS,
-    PROBLEM_TITLES,
-    PROBLEMS,
     SessionChallenge,
     SessionCredential,
     SessionProblem,
     challenge_id,
     parse_credential,
     receipt_header,
-    session_payload,
     session_token,
     token_sha256,
 )
@@ -95,12 +90,13 @@ from satsgate.store import Payment, PaymentStatus
 from satsgate.store.sessions import ReturnInvoiceTaken, Session, SessionRepository
 
 log = logging.getLogger("satsgate.sessions")
+# Sessions' token hashes remembered as read (see Sessions.__init__); cleared when full.
+_MAX_KNOWN_TOKENS = 10_000
 
 AnySpec = ServiceSpec[Any]
 SESSION_SERVICE = "session"  # the service name of a deposit's payments row
 MCP_PREFIX = "sess_"  # an MCP paymentId that names a session: sess_<sessionId>.<token>
 TOKEN_HEADER = "Payment-Session-Token"  # the open's answer: the session token
-_MAX_KNOWN_BEARERS = 10_000
 
 
 class ReturnInvoice(NamedTuple):
@@ -110,7 +106,7 @@ class ReturnInvoice(NamedTuple):
     payment_hash: str
 
 
-def _sats(msat: int) -> int:
+def sats(msat: int) -> int:
     return msat // 1000
 
 
@@ -141,18 +137,6 @@ class PaidRefresher(Protocol):
     async def refresh_paid(self, payment: Payment) -> Payment: ...
 
 
-class CallChallenges(Protocol):
-    """What the session intent needs of the calls' own 402 (payments/challenger.py): a
-    request's params checked before any invoice, and a fresh charge and L402 challenge
-    for a refusal's 402."""
-
-    def validate_params(self, spec: AnySpec, body: Any) -> BaseModel: ...
-
-    async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None: ...
-
-    async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge: ...
-
-
 class Contexts(Protocol):
     """Makes a call's context; ``rates`` is the app's BTC rate book (quotes read it)."""
 
@@ -173,8 +157,6 @@ class SessionConfig:
     idle_timeout_s: int
     pay_timeout_s: int
     fees: PayoutFees  # the routing fees a payout may spend (shared with refunds)
-    public_base_url: str
-    max_body_bytes: int
 
 
 @dataclass
@@ -216,7 +198,7 @@ class _SessionStream:
             "spent": earned / 1000,
             "spentMsat": earned,
             "balanceMsat": balance,
-            "balanceSats": _sats(balance),
+            "balanceSats": sats(balance),
         }
 
     def abandoned(self) -> None:
@@ -237,11 +219,9 @@ class Sessions:
         sessions: SessionRepository,
         settlements: PaidRefresher,
         contexts: Contexts,
-        challenges: CallChallenges,
         budget: ChallengeBudget | None = None,
     ) -> None:
         self._config = config
-        self._challenges = challenges
         # The node's bound on unpaid invoices, shared with the challenger: a deposit
         # invoice takes a slot like the call's challenge it is offered with.
         self._budget = budget
@@ -269,15 +249,20 @@ class Sessions:
         # An open's call, replayed to a retry of the same credential (the draft's
         # idempotency by challenge id) for five minutes.
         self._opened = DedupCache(300.0, max_entries=2_000)
-        # Bearer credentials (the Authorization value) verified already, the session token
-        # included: session id and challenge id. A secret like the value itself (it holds
-        # the token): kept in memory only.
-        self._bearers: dict[str, tuple[str, str]] = {}
         # Sessions' stored token hashes, as read (a session's never changes): a fresh
         # credential of a known session is checked without a read. Bounded like the above.
         self._token_hashes: dict[str, str] = {}
 
     # -- the challenge ---------------------------------------------------------------------
+
+    def parse(self, doc: dict[str, Any]) -> SessionCredential:
+        """A decoded session credential checked against this server's challenges."""
+        return parse_credential(doc, self._key)
+
+    async def offered_for(self, spec: AnySpec, params: BaseModel) -> SessionChallenge | None:
+        """The session challenge (a top-up's deposit) for a 402 of this call, if one can
+        be made (:meth:`offered`)."""
+        return await self.offered(spec.quote_sats(params, self._contexts.rates.book), spec.title)
 
     def deposit_sats(self, price_sats: int) -> int:
         c = self._config
@@ -361,212 +346,8 @@ class Sessions:
         session."""
         if not problems.accepts(accept_payment, "lightning", "session"):
             return []
-        challenge = await self.offered(
-            spec.quote_sats(params, self._contexts.rates.book), spec.title
-        )
+        challenge = await self.offered_for(spec, params)
         return [] if challenge is None else [challenge.header()]
-
-    # -- HTTP -----------------------------------------------------------------------------
-
-    async def http_call(
-        self,
-        request: web.Request,
-        spec: AnySpec,
-        transform: Callable[[Any], Any] | None,
-    ) -> web.StreamResponse | None:
-        """Answer a request whose Authorization is a session credential; None for any
-        other request (the charge intent and L402 answer those)."""
-        auth = request.headers.getall("Authorization", [])
-        if len(auth) != 1:
-            return None
-        known = self._bearers.get(auth[0])
-        if known is not None:  # this very bearer credential verified before
-            session_id, challenge = known
-            checked = await self._params(request, spec, transform)
-            try:
-                if spec.streams(checked):
-                    return await self._stream(request, session_id, spec, checked, challenge)
-                served = await self._debit_and_run(session_id, spec, checked)
-            except SessionProblem as problem:
-                return await self._problem_response(spec, checked, problem)
-            return self._served_response(served, challenge)
-        scheme, _, rest = auth[0].strip().partition(" ")
-        if scheme.lower() != "payment":
-            return None
-        doc = session_payload(rest)
-        if doc is None:
-            return None
-        params: BaseModel | None = None
-        try:
-            cred = parse_credential(doc, self._key)
-            if cred.action in ("open", "bearer"):
-                params = await self._params(request, spec, transform)
-            if cred.action == "open" and params is not None and spec.streams(params):
-                deposit_hash, return_invoice = self._open_checks(cred)
-                opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
-                token = self._token(opened.session_id, cred.challenge_id)
-                try:
-                    return await self._stream(
-                        request, opened.session_id, spec, params, cred.challenge_id, token
-                    )
-                except (ApiError, SessionProblem) as exc:
-                    _hand_over(exc, token)
-                    raise
-            if cred.action == "open":
-                served = await self._open(cred, spec, params)
-                token = self._token(served.session_id, cred.challenge_id)
-                return self._served_response(served, cred.challenge_id, token)
-            if cred.action == "bearer" and params is not None:
-                session_id = cred.text("sessionId").lower()
-                _check_owner(session_id, cred.hex32("preimage"))
-                await self._bound(session_id, cred.token())
-                if spec.streams(params):
-                    return await self._stream(request, session_id, spec, params, cred.challenge_id)
-                served = await self._debit_and_run(session_id, spec, params)
-                # Verified: its repeats (the same header value) skip the decode, the
-                # challenge's HMAC, the preimage's hash and the token's check (the value
-                # holds the token). Bounded; cleared when full.
-                if len(self._bearers) >= _MAX_KNOWN_BEARERS:
-                    self._bearers.clear()
-                self._bearers[auth[0]] = (session_id, cred.challenge_id)
-                return self._served_response(served, cred.challenge_id)
-            if cred.action == "topUp":
-                session = await self._top_up(cred)
-                return self._action_response(
-                    {"status": "ok", "sessionId": session.session_id, **_balance(session)},
-                    session.session_id,
-                    cred,
-                    balanceSats=_sats(session.balance_msat),
-                )
-            session_id = cred.text("sessionId").lower()
-            _check_owner(session_id, cred.hex32("preimage"))
-            await self._bound(session_id, cred.token())
-            closed = await self.close(session_id)
-            refund_status = _refund_status(closed)
-            refund_sats = _sats(closed.refund_msat or 0)
-            return self._action_response(
-                {
-                    "status": "closed",
-                    "sessionId": session_id,
-                    "refundSats": refund_sats,
-                    "refundStatus": refund_status,
-                    "closeReason": closed.close_reason,
-                },
-                session_id,
-                cred,
-                refundSats=refund_sats,
-                refundStatus=refund_status,
-            )
-        except SessionProblem as problem:
-            if params is None:
-                params = await self._params_or_none(request, spec, transform)
-            return await self._problem_response(spec, params, problem)
-
-    async def _params(
-        self,
-        request: web.Request,
-        spec: AnySpec,
-        transform: Callable[[Any], Any] | None,
-    ) -> BaseModel:
-        limit = min(spec.max_body_bytes, self._config.max_body_bytes)
-        body = await read_json(request, limit)
-        if transform is not None:
-            body = transform(body)
-        params = self._challenges.validate_params(spec, body)
-        await self._challenges.prevalidate(spec, params)
-        return params
-
-    async def _params_or_none(
-        self,
-        request: web.Request,
-        spec: AnySpec,
-        transform: Callable[[Any], Any] | None,
-    ) -> BaseModel | None:
-        try:
-            return await self._params(request, spec, transform)
-        except ApiError:
-            return None
-
-    def _served_response(
-        self, served: Served, challenge_id: str, token: str | None = None
-    ) -> web.StreamResponse:
-        """A served call's answer with its receipt; an open's (``token``) carries the
-        session token too, and is stored by no cache."""
-        resp = result_response(served.result)
-        if resp.status < 300:
-            resp.headers["Payment-Receipt"] = receipt_header(
-                served.session_id,
-                int(time.time()),
-                challengeId=challenge_id,
-                balanceSats=_sats(served.balance_msat),
-                balanceMsat=served.balance_msat,
-                chargedMsat=served.charged_msat,
-                **_token_members(token),
-            )
-            resp.headers["Cache-Control"] = "private"
-            if token is not None:
-                resp.headers[TOKEN_HEADER] = token
-                resp.headers["Cache-Control"] = "private, no-store"
-        return resp
-
-    def _action_response(
-        self, body: dict[str, Any], session_id: str, cred: SessionCredential, **receipt: Any
-    ) -> web.StreamResponse:
-        resp = web.json_response(body, dumps=dumps)
-        resp.headers["Payment-Receipt"] = receipt_header(
-            session_id, int(time.time()), challengeId=cred.challenge_id, **receipt
-        )
-        resp.headers["Cache-Control"] = "private"
-        return resp
-
-    async def _problem_response(
-        self, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
-    ) -> web.StreamResponse:
-        """402, fresh challenges (L402, charge and a session deposit: the top-up's), and an
-        RFC 9457 body with satsgate's envelope fields as extension members. With no
-        challenge made (the node's unpaid invoices at their cap), the 402 says so and
-        when to retry (problems.without_challenge)."""
-        if problem.problem in PROBLEM_TITLES:
-            body: dict[str, Any] = {
-                "type": PROBLEMS + problem.problem,
-                "title": PROBLEM_TITLES[problem.problem],
-                "status": 402,
-                "detail": problem.detail,
-            }
-        else:  # satsgate's own (the binding): its error-catalog entry
-            base_url = self._config.public_base_url
-            body = problems.problem_fields(problem.code, 402, problem.detail, base_url)
-        body |= envelope(problem.code, problem.detail) | problem.extra
-        headers: list[str] = []
-        retry: dict[str, str] = {}
-        if params is not None:
-            refused: ApiError | None = None
-            try:
-                charge = await self._challenges.challenge_for(spec, params, via="http")
-            except ApiError as exc:  # the node's unpaid invoices at their cap, or no invoice
-                refused = exc
-            else:
-                body |= charge.body_fields(self._config.public_base_url)
-                headers += charge.www_authenticate()
-            session = await self.offered(
-                spec.quote_sats(params, self._contexts.rates.book), spec.title
-            )
-            if session is not None:
-                headers.append(session.header())
-                body["session"] = session.fields
-            if refused is not None and not headers:
-                retry = problems.without_challenge(body, refused)
-        resp = web.json_response(body, status=402, dumps=dumps)
-        resp.headers.update(retry)
-        resp.content_type = "application/problem+json"
-        for value in headers:
-            resp.headers.add("WWW-Authenticate", value)
-        resp.headers["Cache-Control"] = "no-store"
-        resp.headers["X-Error-Code"] = problem.code
-        token = problem.token or problem.extra.get("sessionToken")
-        if token:
-            resp.headers[TOKEN_HEADER] = token
-        return resp
 
     # -- the actions ----------------------------------------------------------------------
 
@@ -627,7 +408,7 @@ class Sessions:
             )
         return ReturnInvoice(bolt11.strip(), invoice.payment_hash)
 
-    def _open_checks(self, cred: SessionCredential) -> tuple[str, ReturnInvoice]:
+    def open_checks(self, cred: SessionCredential) -> tuple[str, ReturnInvoice]:
         """An open credential's deposit hash and return invoice, checked (the preimage
         with the deposit hash the challenge names)."""
         deposit_hash = self._fresh(cred)
@@ -640,7 +421,7 @@ class Sessions:
             )
         return deposit_hash, self._return_invoice(cred.text("returnInvoice"))
 
-    async def _open_session(
+    async def open_session(
         self, deposit_hash: str, challenge_id: str, return_invoice: ReturnInvoice
     ) -> Session:
         deposit = await self._deposit(deposit_hash)
@@ -658,7 +439,7 @@ class Sessions:
                 challenge_id,
                 return_invoice.bolt11,
                 return_invoice.payment_hash,
-                token_sha256(self._token(deposit.payment_hash, challenge_id)),
+                token_sha256(self.token_for(deposit.payment_hash, challenge_id)),
                 int(time.time()),
             )
         except ReturnInvoiceTaken:
@@ -673,11 +454,11 @@ class Sessions:
         log.info("session %s opened with %d msat", session.session_id[:16], session.deposit_msat)
         return session
 
-    async def _open(
+    async def open(
         self, cred: SessionCredential, spec: AnySpec, params: BaseModel | None
     ) -> Served:
         assert params is not None
-        deposit_hash, return_invoice = self._open_checks(cred)
+        deposit_hash, return_invoice = self.open_checks(cred)
         key = (cred.challenge_id, "open")
         earlier = self._opened.lookup(key)
         if earlier is not None:  # a retry of this open: its first answer, nothing again
@@ -685,13 +466,13 @@ class Sessions:
             session = await self._sessions.get(deposit_hash)
             balance = session.balance_msat if session is not None else 0
             return Served(result, deposit_hash, 0, balance)
-        session = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
+        session = await self.open_session(deposit_hash, cred.challenge_id, return_invoice)
         self._opened.begin(key)
         try:
-            served = await self._debit_and_run(session.session_id, spec, params)
+            served = await self.debit_and_run(session.session_id, spec, params)
         except BaseException as exc:
             self._opened.forget(key)
-            _hand_over(exc, self._token(session.session_id, cred.challenge_id))
+            hand_over(exc, self.token_for(session.session_id, cred.challenge_id))
             raise
         self._opened.finish(key, served.result)
         return served
@@ -704,11 +485,11 @@ class Sessions:
             return {}
         session_id, kind, opened_with = use
         if kind == "open" and hmac.compare_digest(opened_with, challenge_id):
-            token = self._token(session_id, challenge_id)
+            token = self.token_for(session_id, challenge_id)
             return {"sessionId": session_id, "sessionToken": token}
         return {"sessionId": session_id}
 
-    async def _top_up(self, cred: SessionCredential) -> Session:
+    async def top_up(self, cred: SessionCredential) -> Session:
         deposit_hash = self._fresh(cred)
         session_id = cred.text("sessionId").lower()
         preimage = cred.hex32("topUpPreimage")
@@ -718,7 +499,7 @@ class Sessions:
                 ErrorCode.PAYMENT_INVALID,
                 "sha256(topUpPreimage) is not the paymentHash",
             )
-        await self._bound(session_id, cred.token())
+        await self.check_bound(session_id, cred.token())
         use = await self._sessions.deposit_use(deposit_hash)
         if use is not None:
             used_for, kind, challenge = use
@@ -746,10 +527,10 @@ class Sessions:
         log.info("session %s topped up", session_id[:16])
         return session_or_none
 
-    def _token(self, session_id: str, challenge_id: str) -> str:
+    def token_for(self, session_id: str, challenge_id: str) -> str:
         return session_token(self._token_key, session_id, challenge_id)
 
-    async def _bound(
+    async def check_bound(
         self, session_id: str, token: str | None, carrier: str = "payload.token"
     ) -> None:
         """Whether ``token`` is the session's (its sha256 compared in constant time with
@@ -778,7 +559,7 @@ class Sessions:
                     "balance is paid to its return invoice",
                 )
             stored = session.token_sha256
-            if len(self._token_hashes) >= _MAX_KNOWN_BEARERS:
+            if len(self._token_hashes) >= _MAX_KNOWN_TOKENS:
                 self._token_hashes.clear()
             self._token_hashes[session_id] = stored
         if not hmac.compare_digest(token_sha256(token), stored):
@@ -788,7 +569,7 @@ class Sessions:
                 "session's open answered (Payment-Session-Token)",
             )
 
-    async def _debit_and_run(self, session_id: str, spec: AnySpec, params: BaseModel) -> Served:
+    async def debit_and_run(self, session_id: str, spec: AnySpec, params: BaseModel) -> Served:
         """The debit, the call, the credit of what it did not earn (the credential proven:
         the preimage and the token, or the open that made the session)."""
         if spec.mode == "job":
@@ -824,7 +605,7 @@ class Sessions:
                 if self._in_flight.get(session_id) is flight:
                     del self._in_flight[session_id]
 
-    async def _stream(
+    async def stream(
         self,
         request: web.Request,
         session_id: str,
@@ -858,10 +639,10 @@ class Sessions:
                     session_id,
                     int(time.time()),
                     challengeId=challenge_id,
-                    balanceSats=_sats(balance),
+                    balanceSats=sats(balance),
                     balanceMsat=balance,
                     reservedMsat=price_msat,
-                    **_token_members(token),
+                    **token_members(token),
                 ),
             }
             if token is not None:  # an open's answer (relay: Cache-Control no-store)
@@ -924,7 +705,7 @@ class Sessions:
             f"{session.balance_msat} msat: top it up with the deposit of this 402",
             {
                 "sessionId": session_id,
-                "balanceSats": _sats(session.balance_msat),
+                "balanceSats": sats(session.balance_msat),
                 "balanceMsat": session.balance_msat,
                 "amountSats": price_msat // 1000,
             },
@@ -1017,9 +798,9 @@ class Sessions:
         return {
             "sessionId": session_id,
             "creditedMsat": amount_msat,
-            "creditedSats": _sats(amount_msat),
+            "creditedSats": sats(amount_msat),
             "balanceMsat": balance,
-            "balanceSats": _sats(balance),
+            "balanceSats": sats(balance),
         }
 
     # -- MCP ------------------------------------------------------------------------------
@@ -1038,8 +819,8 @@ class Sessions:
                 "preimage is not accepted.",
             )
         try:
-            await self._bound(session_id, token, "the paymentId's sessionToken")
-            return await self._debit_and_run(session_id, spec, params)
+            await self.check_bound(session_id, token, "the paymentId's sessionToken")
+            return await self.debit_and_run(session_id, spec, params)
         except SessionProblem as problem:
             raise problem.api_error() from None
 
@@ -1049,7 +830,7 @@ class Sessions:
         return await self._sessions.give_back_held(int(time.time()))
 
 
-def _check_owner(session_id: str, preimage: str) -> None:
+def check_owner(session_id: str, preimage: str) -> None:
     if hashlib.sha256(bytes.fromhex(preimage)).hexdigest() != session_id.lower():
         raise SessionProblem(
             "invalid-preimage", ErrorCode.PAYMENT_INVALID, "sha256(preimage) is not the sessionId"
@@ -1086,7 +867,7 @@ def _binding_problem(session_id: str, detail: str) -> SessionProblem:
     )
 
 
-def _hand_over(exc: BaseException, token: str) -> None:
+def hand_over(exc: BaseException, token: str) -> None:
     """The answer to an open whose session was made but whose call failed or was
     refused carries the session's token all the same (the balance is the payer's)."""
     if isinstance(exc, ApiError):
@@ -1097,12 +878,12 @@ def _hand_over(exc: BaseException, token: str) -> None:
         exc.extra = {**exc.extra, "sessionToken": token}
 
 
-def _token_members(token: str | None) -> dict[str, str]:
+def token_members(token: str | None) -> dict[str, str]:
     """The receipt's ``sessionToken``: on an open's answer only."""
     return {} if token is None else {"sessionToken": token}
 
 
-def _refund_status(session: Session) -> str:
+def refund_status_of(session: Session) -> str:
     """The draft's refundStatus; 'pending' while the node has not said (satsgate's own)."""
     status = session.payout_status
     if status in ("skipped", "succeeded", "failed"):
@@ -1110,8 +891,8 @@ def _refund_status(session: Session) -> str:
     return "pending"
 
 
-def _balance(session: Session) -> dict[str, int]:
-    return {"balanceSats": _sats(session.balance_msat), "balanceMsat": session.balance_msat}
+def balance_fields(session: Session) -> dict[str, int]:
+    return {"balanceSats": sats(session.balance_msat), "balanceMsat": session.balance_msat}
 
 
 def _return_invoice_taken() -> SessionProblem:

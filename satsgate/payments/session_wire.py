@@ -2,6 +2,33 @@
 challenge, the credential a client sends back and its checks, the session token that
 binds a session to its payer, the receipt, and the refusal every step raises. Pure: no
 store, no node (the desk that moves the money is satsgate.payments.sessions).
+
+Credentials (``Authorization: Payment <b64url JCS JSON>``), ``payload.action``:
+
+- ``open`` (``preimage``, amountless ``returnInvoice``): consumes the paid deposit
+  into a new session (id: the deposit's payment hash), binds it to a session token and
+  serves the request as a bearer call; the token is in this answer only
+  (``Payment-Session-Token`` and the receipt's ``sessionToken``);
+- ``bearer`` (``sessionId``, ``preimage``, ``token``): serves the request, debiting its
+  quoted price from the balance in one conditional UPDATE (store/sessions.py); too
+  little left is a fresh 402 (insufficient-balance) whose session challenge is the
+  top-up's;
+- ``topUp`` (also ``topup``; ``sessionId``, ``topUpPreimage``, ``token``): consumes a
+  paid deposit into the session's balance; answers ``{"status": "ok"}`` and serves
+  nothing;
+- ``close`` (``sessionId``, ``preimage``, ``token``): closes the session and pays the
+  balance left to the return invoice (the node's own payment, under the payouts' fee
+  limit); a second close answers the same result.
+
+The binding (a departure from the draft, whose bearer proof is the deposit preimage
+alone: every node on the deposit's route learns that preimage). The token is
+HMAC-SHA256, under a key derived from the server secret, of the session id and the id
+of the challenge the session was opened with: only the payer holds that challenge (it
+came in a 402 over HTTPS), so only the payer's open is answered with it, and a replay
+of that same open credential gets the same token back, never a second one. The store
+keeps its sha256; each action compares in constant time. A credential without it, or
+with another, is refused (``SESSION_BINDING_REQUIRED``) before anything is debited,
+credited, consumed or closed.
 """
 
 from __future__ import annotations

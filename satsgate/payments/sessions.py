@@ -9,32 +9,9 @@ times ``session_deposit_multiplier``, at most ``session_max_deposit_sat``, never
 the one call), its ``paymentHash`` and ``idleTimeout``. The deposit is a row of
 ``payments`` (mode 'deposit'), settled like any invoice.
 
-Credentials (``Authorization: Payment <b64url JCS JSON>``), ``payload.action``:
-
-- ``open`` (``preimage``, amountless ``returnInvoice``): consumes the paid deposit
-  into a new session (id: the deposit's payment hash), binds it to a session token and
-  serves the request as a bearer call; the token is in this answer only
-  (``Payment-Session-Token`` and the receipt's ``sessionToken``);
-- ``bearer`` (``sessionId``, ``preimage``, ``token``): serves the request, debiting its
-  quoted price from the balance in one conditional UPDATE (store/sessions.py); too
-  little left is a fresh 402 (insufficient-balance) whose session challenge is the
-  top-up's;
-- ``topUp`` (also ``topup``; ``sessionId``, ``topUpPreimage``, ``token``): consumes a
-  paid deposit into the session's balance; answers ``{"status": "ok"}`` and serves
-  nothing;
-- ``close`` (``sessionId``, ``preimage``, ``token``): closes the session and pays the
-  balance left to the return invoice (the node's own payment, under the refunds' fee
-  cap); a second close answers the same result.
-
-The binding (a departure from the draft, whose bearer proof is the deposit preimage
-alone: every node on the deposit's route learns that preimage). The token is
-HMAC-SHA256, under a key derived from the server secret, of the session id and the id
-of the challenge the session was opened with: only the payer holds that challenge (it
-came in a 402 over HTTPS), so only the payer's open is answered with it, and a replay
-of that same open credential gets the same token back, never a second one. The store
-keeps its sha256; each action compares in constant time. A credential without it, or
-with another, is refused (``SESSION_BINDING_REQUIRED``) before anything is debited,
-credited, consumed or closed.
+The credentials and the session token that binds a session to its payer are described
+with their wire (satsgate.payments.session_wire); the HTTP face is session_http.py, the
+offer session_offers.py, the close and payout session_payouts.py.
 
 One balance serves every paid service. A call that fails after its debit is credited
 back at once; a metered call (``ServiceResult.metered_msat``: text billed by tokens)
@@ -65,25 +42,27 @@ from pydantic import BaseModel
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.invoices import InvalidInvoice, decode_invoice
-from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult
-from satsgate.payments import mpp, problems, streaming
+from satsgate.payments import mpp, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
-from satsgate.payments.session_payouts import CallsUnderWay, SessionPayouts
+from satsgate.payments.session_offers import (
+    DepositNode,
+    DepositRows,
+    SessionOffers,
+)
+from satsgate.payments.session_payouts import CallsUnderWay, PayoutNode, SessionPayouts
 from satsgate.payments.session_wire import (
     BINDING_PROBLEM,
     HEX_DIGITS,
-    SessionChallenge,
     SessionCredential,
     SessionProblem,
-    challenge_id,
     parse_credential,
     receipt_header,
     session_token,
     token_sha256,
 )
 from satsgate.payout_fees import PayoutFees
-from satsgate.ratelimit import ChallengeBudget, admit_challenge
+from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus
@@ -94,7 +73,6 @@ log = logging.getLogger("satsgate.sessions")
 _MAX_KNOWN_TOKENS = 10_000
 
 AnySpec = ServiceSpec[Any]
-SESSION_SERVICE = "session"  # the service name of a deposit's payments row
 MCP_PREFIX = "sess_"  # an MCP paymentId that names a session: sess_<sessionId>.<token>
 TOKEN_HEADER = "Payment-Session-Token"  # the open's answer: the session token
 
@@ -113,23 +91,11 @@ def sats(msat: int) -> int:
 # -- the collaborators it uses -------------------------------------------------------------
 
 
-class InvoiceNode(Protocol):
+class InvoiceNode(DepositNode, PayoutNode, Protocol):
     """The node: deposit invoices, and the payouts on close."""
 
-    async def create_invoice(
-        self, amount_msat: int, description: str, expiry_s: int
-    ) -> CreatedInvoice: ...
 
-    async def pay_invoice(
-        self, bolt11: str, max_fee_msat: int, timeout_s: int, amount_msat: int | None = None
-    ) -> PaymentResult: ...
-
-    async def lookup_payment(self, payment_hash: str) -> PaymentResult: ...
-
-
-class DepositPayments(Protocol):
-    async def insert(self, payment: Payment) -> None: ...
-
+class DepositPayments(DepositRows, Protocol):
     async def get_by_hash(self, payment_hash: str) -> Payment | None: ...
 
 
@@ -222,9 +188,6 @@ class Sessions:
         budget: ChallengeBudget | None = None,
     ) -> None:
         self._config = config
-        # The node's bound on unpaid invoices, shared with the challenger: a deposit
-        # invoice takes a slot like the call's challenge it is offered with.
-        self._budget = budget
         self._key = HmacKey(config.secret.encode())
         # Its own key, so that no token is ever a valid challenge id or the reverse.
         self._token_key = HmacKey(hmac_sha256(config.secret.encode(), b"session token"))
@@ -233,6 +196,18 @@ class Sessions:
         self._sessions = sessions
         self._settlements = settlements
         self._contexts = contexts
+        self._offers = SessionOffers(
+            config=config,
+            key=self._key,
+            node=node,
+            payments=payments,
+            rates=contexts.rates,
+            budget=budget,
+        )
+        # The offer (session_offers.py): a deposit invoice and its challenge.
+        self.offered = self._offers.offered
+        self.offered_for = self._offers.offered_for
+        self.offer_lines = self._offers.offer_lines
         self._in_flight: dict[str, CallsUnderWay] = {}
         self._payouts = SessionPayouts(
             node=node,
@@ -258,96 +233,6 @@ class Sessions:
     def parse(self, doc: dict[str, Any]) -> SessionCredential:
         """A decoded session credential checked against this server's challenges."""
         return parse_credential(doc, self._key)
-
-    async def offered_for(self, spec: AnySpec, params: BaseModel) -> SessionChallenge | None:
-        """The session challenge (a top-up's deposit) for a 402 of this call, if one can
-        be made (:meth:`offered`)."""
-        return await self.offered(spec.quote_sats(params, self._contexts.rates.book), spec.title)
-
-    def deposit_sats(self, price_sats: int) -> int:
-        c = self._config
-        return max(price_sats, min(price_sats * c.deposit_multiplier, c.max_deposit_sat))
-
-    async def offered(self, price_sats: int, description: str) -> SessionChallenge | None:
-        """A fresh deposit invoice and its session challenge (priced at one call), as a
-        402 offers it beside the call's own challenge; None when none can be made: the
-        node failed to make the invoice, the client is past its challenge limit (an
-        answer spends one request of it however many invoices it offers), or the node's
-        unpaid invoices are at their cap (``max_unpaid_challenges``: the deposit takes a
-        slot like the call's challenge; with none left it is not made, and the call's
-        challenge stands)."""
-        try:
-            admit_challenge()  # the client's challenge limit, as for the call's challenge
-            if self._budget is None:
-                return await self._challenge(price_sats, description)
-            async with self._budget.issuing():
-                return await self._challenge(price_sats, description)
-        except (BackendError, OSError) as exc:
-            log.warning("no session challenge: the deposit invoice failed: %s", exc)
-        except ApiError as exc:
-            if exc.code != ErrorCode.RATE_LIMITED:
-                raise
-            log.info("no session challenge: %s", exc.message)
-        return None
-
-    async def _challenge(self, price_sats: int, description: str) -> SessionChallenge:
-        c = self._config
-        deposit = self.deposit_sats(max(1, price_sats))
-        text = f"satsgate session deposit ({deposit} sat)"
-        invoice = await self._node.create_invoice(deposit * 1000, text, c.invoice_expiry_s)
-        now = int(time.time())
-        await self._payments.insert(
-            Payment(
-                # Named by its hash (public in the challenge): a deposit paid and never
-                # opened is refunded like any unused payment (POST /api/l402/refund with
-                # paymentId "dep_<paymentHash>" and the preimage).
-                payment_id=f"dep_{invoice.payment_hash}",
-                payment_hash=invoice.payment_hash,
-                bolt11=invoice.bolt11,
-                service=SESSION_SERVICE,
-                amount_msat=deposit * 1000,
-                status=PaymentStatus.UNPAID,
-                created_at=now,
-                expires_at=invoice.expires_at,
-                paid_at=None,
-                spent_at=None,
-                root_key="",
-                token_id="",
-                request_digest="",
-                description=text,
-                via="http",
-                mode="deposit",
-            )
-        )
-        request = {
-            "amount": str(max(1, price_sats)),
-            "currency": "sat",
-            "description": description,
-            "unitType": "request",
-            "depositInvoice": invoice.bolt11,
-            "paymentHash": invoice.payment_hash,
-            "depositAmount": str(deposit),
-            "idleTimeout": str(c.idle_timeout_s),
-        }
-        request_b64 = mpp.b64url(mpp.canonical_json(request).encode())
-        expires = mpp.rfc3339(invoice.expires_at)
-        cid = challenge_id(self._key, c.realm, request_b64, expires)
-        return SessionChallenge(cid, c.realm, request_b64, expires, request)
-
-    async def offer_lines(
-        self, spec: AnySpec, params: BaseModel, accept_payment: str | None = None
-    ) -> list[str]:
-        """The session challenge for a 402 that offers this call, as WWW-Authenticate
-        lines: only when ``Accept-Payment`` asks for the session intent
-        (``lightning/session``, or a wildcard covering it), and one can be made
-        (:meth:`offered`; the other challenges stand). Its deposit is a second invoice
-        (an RPC and a row in the node's database, ~270 us of satsgate's CPU on the dev
-        node: bench/README.md), so a 402 makes it only for a client that wants a
-        session."""
-        if not problems.accepts(accept_payment, "lightning", "session"):
-            return []
-        challenge = await self.offered_for(spec, params)
-        return [] if challenge is None else [challenge.header()]
 
     # -- the actions ----------------------------------------------------------------------
 

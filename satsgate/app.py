@@ -75,7 +75,6 @@ from satsgate.outreach import retention
 from satsgate.outreach.holds import HoldDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
-from satsgate.payments.rework import ReworkDesk
 from satsgate.payout_fees import PayoutFees
 from satsgate.procguard import die_with_parent
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
@@ -322,14 +321,6 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
         public_base_url=settings.public_base_url,
     )
     gate.spender.held = desk  # the spender holds what the screen flags
-    # A content refusal keeps the payment for a free retry (CONTENT_FILTERED_RETRY).
-    gate.spender.rework = ReworkDesk(
-        windows=store.rework,
-        payments=store.payments,
-        refunds=refunds,
-        window_s=settings.rework_window_s,
-        retries_max=settings.rework_retries_max,
-    )
     desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,

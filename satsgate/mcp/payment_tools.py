@@ -253,7 +253,7 @@ async def call_paid(
             "pay the invoice, then call this tool with the paymentId.",
             extra={"fields": [{"field": "paymentId", "message": "Field required"}]},
         )
-    body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
+    body, rework_token = rework.take_token(body)  # a free retry's token: not a param
     size = len(json.dumps(body, separators=(",", ":")).encode())
     if size > spec.max_body_bytes:
         raise ApiError(
@@ -268,7 +268,9 @@ async def call_paid(
     payment = await find_payment(env, payment_id)
     try:
         # The same dedup window as HTTP: a retried identical call gets its first outcome.
-        result, _replayed = await env.gate.execute_deduplicated(payment, spec, params)
+        result, _replayed = await env.gate.execute_deduplicated(
+            payment, spec, params, rework_token=rework_token
+        )
     except ApiError as exc:
         if exc.code == ErrorCode.PAYMENT_PENDING:
             exc.extra = {

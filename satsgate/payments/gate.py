@@ -37,6 +37,7 @@ from satsgate.payments.cashu import Ecash, check_installed
 from satsgate.payments.cashu_config import parse_config
 from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
+from satsgate.payments.rework import ReworkDesk
 from satsgate.payments.session_http import SessionHttp
 from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
@@ -281,6 +282,14 @@ def build_gate(
             dedup_window_s=settings.dedup_window_s,
             holds=holds,
             ecash=cashu,
+            # A content refusal keeps the payment for a free retry (CONTENT_FILTERED_RETRY).
+            rework=ReworkDesk(
+                windows=store.rework,
+                payments=store.payments,
+                refunds=refunds,
+                window_s=settings.rework_window_s,
+                retries_max=settings.rework_retries_max,
+            ),
         ),
         payments=store.payments,
         public_base_url=settings.public_base_url,

@@ -186,7 +186,7 @@ async def _paid_call(
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
     if transform is not None:
         body = transform(body)
-    body = rework.take_token(body)  # a free retry's reworkToken: not a priced param
+    body, rework_token = rework.take_token(body)  # a free retry's token: not a param
     params = gate.validate_params(spec, body)
     await gate.prevalidate(spec, params)
     # A streamed answer runs the stream handler under the same spend rule; it is never
@@ -243,6 +243,7 @@ async def _paid_call(
             run_spec,
             params,
             use_cache=not streamed and "X-No-Cache" not in request.headers,
+            rework_token=rework_token,
         )
     except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
         return await _fresh_challenge(

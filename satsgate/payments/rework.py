@@ -18,8 +18,8 @@ refund). Each refusal issues a new token and a deadline ``window_s`` (600 s) aft
 the previous token stops working.
 
 The token travels outside the priced params: the faces take it out of the body before
-validation (:func:`take_token`) and hand it over in a context variable of the request's
-task, so the dedup key, the price and the handler never see it.
+validation (:func:`take_token`) and pass it beside the params (``rework_token``) to the
+spend, so the price and the handler never see it; the dedup key gets its hash.
 
 Exactly once: a retry claims the window with one conditional UPDATE (open -> running,
 the current token, before the deadline); a decline and the expiry end it with one
@@ -43,7 +43,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -71,9 +70,6 @@ Dispatch = Callable[[Payment, AnySpec, BaseModel, int], Awaitable[ServiceResult]
 TOKEN_FIELDS = ("reworkToken", "rework_token")
 MAX_TOKEN_CHARS = 200
 
-# The request's rework token, set by the face for the task serving it (see take_token).
-_TOKEN: ContextVar[str | None] = ContextVar("rework_token", default=None)
-
 # What a refusal covers, by the engine of the service: what the caller should change.
 _SCOPE_OF_ENGINE = {"image": "prompt", "image_edit": "image-or-prompt", "vision": "image-or-prompt"}
 _FIX = {
@@ -90,10 +86,9 @@ CAUSE = (
 )
 
 
-def take_token(body: Any) -> Any:
+def take_token(body: Any) -> tuple[Any, str | None]:
     """Take ``reworkToken`` / ``rework_token`` out of a JSON body (not part of the priced
-    params) and keep it for this request's task; returns the body without it. Always
-    sets the variable (None without a token), so nothing carries over between calls."""
+    params): the body without it, and the token (None without one)."""
     token: str | None = None
     if isinstance(body, dict) and (TOKEN_FIELDS[0] in body or TOKEN_FIELDS[1] in body):
         body = dict(body)
@@ -101,12 +96,7 @@ def take_token(body: Any) -> Any:
             value = body.pop(name, None)
             if isinstance(value, str) and value and token is None:
                 token = value[:MAX_TOKEN_CHARS]
-    _TOKEN.set(token)
-    return body
-
-
-def current_token() -> str | None:
-    return _TOKEN.get()
+    return body, token
 
 
 def refusal_scope(spec: AnySpec) -> str:
@@ -230,8 +220,11 @@ class ReworkDesk:
         price_msat: int,
         dispatch: Dispatch,
         job: Job | None = None,
+        *,
+        token: str | None = None,
     ) -> ServiceResult | None:
-        """A call on a serving payment, quoted at ``price_msat``: when the payment has a
+        """A call on a serving payment, quoted at ``price_msat`` and carrying the rework
+        ``token`` it was sent with (if any): when the payment has a
         window, run it as the free retry (or refuse it: REWORK_TOKEN_INVALID,
         REWORK_EXPIRED, a price above what was paid); None when it has none (the caller
         answers as for any used payment).
@@ -242,7 +235,6 @@ class ReworkDesk:
         window = await self._windows.get(payment.payment_id)
         if window is None or window.state not in (OPEN, RUNNING):
             return None
-        token = current_token()
         if window.state == RUNNING:
             raise ApiError(
                 ErrorCode.PAYMENT_ALREADY_USED,

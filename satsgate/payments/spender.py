@@ -41,7 +41,7 @@ from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
-from satsgate.payments.rework import ReworkDesk, current_token
+from satsgate.payments.rework import ReworkDesk
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
     JobState,
@@ -226,6 +226,7 @@ class Spender:
         holds: HoldDecisions | None = None,
         ecash: EcashRefunds | None = None,
         held: HeldRequests | None = None,
+        rework: ReworkDesk | None = None,
     ) -> None:
         self._holds = holds
         self._ecash = ecash
@@ -233,7 +234,7 @@ class Spender:
         self.held = held
         # The free-retry window after a content refusal (satsgate.payments.rework); None:
         # a refusal is refunded at once.
-        self.rework: ReworkDesk | None = None
+        self.rework = rework
         self._payments = payments
         self._refunds = refunds
         self._settlements = settlements
@@ -242,7 +243,13 @@ class Spender:
         self._dedup = DedupCache(dedup_window_s)
 
     async def execute_deduplicated(
-        self, payment: Payment, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        params: BaseModel,
+        *,
+        use_cache: bool = True,
+        rework_token: str | None = None,
     ) -> tuple[ServiceResult, bool]:
         """The paymentId flow (MCP): :meth:`execute` behind the 30 s dedup cache; returns
         (result, replayed). Only a payment created through MCP ``create_payment`` is spent
@@ -259,12 +266,19 @@ class Spender:
             payment.payment_hash,
             spec,
             params,
-            lambda: self.execute(payment, spec, params),
+            lambda: self.execute(payment, spec, params, rework_token=rework_token),
             use_cache,
+            rework_token,
         )
 
     async def execute_credential(
-        self, verified: Verified, spec: AnySpec, params: BaseModel, *, use_cache: bool = True
+        self,
+        verified: Verified,
+        spec: AnySpec,
+        params: BaseModel,
+        *,
+        use_cache: bool = True,
+        rework_token: str | None = None,
     ) -> tuple[ServiceResult, bool]:
         """The call a verified credential pays for, behind the dedup cache.
 
@@ -277,12 +291,12 @@ class Spender:
 
         async def run() -> ServiceResult:
             if verified.payment is not None:
-                return await self.execute(verified.payment, spec, params)
+                return await self.execute(verified.payment, spec, params, rework_token=rework_token)
             if spec.mode == "job":  # its spend writes the job's row too: see execute
                 payment = await self._payments.get_by_hash(verified.payment_hash)
                 if payment is None or payment.token_id != verified.token_id:
                     raise l402.CredentialError("unknown or revoked macaroon")
-                return await self.execute(payment, spec, params)
+                return await self.execute(payment, spec, params, rework_token=rework_token)
             price_msat = self._quote_msat(spec, params)
             spent = await self._payments.spend_token(
                 verified.payment_hash, verified.token_id, spec.slug, price_msat, int(time.time())
@@ -292,9 +306,11 @@ class Spender:
             payment = await self._payments.get_by_hash(verified.payment_hash)
             if payment is None or payment.token_id != verified.token_id:
                 raise l402.CredentialError("unknown or revoked macaroon")
-            return await self.execute(payment, spec, params)
+            return await self.execute(payment, spec, params, rework_token=rework_token)
 
-        return await self._deduplicated(verified.payment_hash, spec, params, run, use_cache)
+        return await self._deduplicated(
+            verified.payment_hash, spec, params, run, use_cache, rework_token
+        )
 
     async def _deduplicated(
         self,
@@ -303,6 +319,7 @@ class Spender:
         params: BaseModel,
         run: Callable[[], Awaitable[ServiceResult]],
         use_cache: bool,
+        rework_token: str | None = None,
     ) -> tuple[ServiceResult, bool]:
         """``run()`` behind the 30 s dedup cache; returns (result, replayed).
 
@@ -312,7 +329,7 @@ class Spender:
         payment hash, so only the payer can ever see a cached outcome.
         """
         key = (payment_hash, request_digest(spec.slug, params))
-        token = current_token()
+        token = rework_token
         if token is not None:
             # A free retry is never a repeat of the refused call (the params leave the
             # token out): its own key, with the token's hash. A repeat of the retry itself
@@ -351,8 +368,16 @@ class Spender:
             self._dedup.finish(key, result)
         return result, False
 
-    async def execute(self, payment: Payment, spec: AnySpec, params: BaseModel) -> ServiceResult:
-        """Spend ``payment`` on one call of ``spec`` and run it. Raises ApiError.
+    async def execute(
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        params: BaseModel,
+        *,
+        rework_token: str | None = None,
+    ) -> ServiceResult:
+        """Spend ``payment`` on one call of ``spec`` and run it (``rework_token``: the
+        free-retry token the call was sent with). Raises ApiError.
 
         After the spend, every failure carries a refund of the whole payment; a
         call that prices below what was paid is refunded the difference.
@@ -373,7 +398,7 @@ class Spender:
             )
         if payment.status is PaymentStatus.SERVING:
             if self.rework is not None:  # a free retry in its window, or refused as such
-                reworked = await self._rework(payment, spec, params)
+                reworked = await self._rework(payment, spec, params, rework_token)
                 if reworked is not None:
                     return reworked
             if self.held is not None:
@@ -442,7 +467,7 @@ class Spender:
         raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
 
     async def _rework(
-        self, payment: Payment, spec: AnySpec, params: BaseModel
+        self, payment: Payment, spec: AnySpec, params: BaseModel, token: str | None
     ) -> ServiceResult | None:
         """A call on a serving payment, as a free retry (see ReworkDesk.retry): a
         synchronous one is dispatched; a job-mode one gets a new job, its row written
@@ -451,7 +476,9 @@ class Spender:
         assert self.rework is not None
         price_msat = self._quote_msat(spec, params)
         if spec.mode != "job":
-            return await self.rework.retry(payment, spec, params, price_msat, self._dispatch)
+            return await self.rework.retry(
+                payment, spec, params, price_msat, self._dispatch, token=token
+            )
         job = self._prepare_job(payment, spec, params)
 
         async def start(
@@ -459,7 +486,7 @@ class Spender:
         ) -> ServiceResult:
             return self._start_job(job, payment, spec, params, price_msat)
 
-        return await self.rework.retry(payment, spec, params, price_msat, start, job)
+        return await self.rework.retry(payment, spec, params, price_msat, start, job, token=token)
 
     def _quote_msat(self, spec: AnySpec, params: BaseModel) -> int:
         """What the request costs now (whole sats, in msat) at the app's rate book."""

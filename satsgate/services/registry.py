@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from satsgate.services.ai import images, speech, text, video
+from satsgate.services.ai import images, speech, text, translation, video
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
 from satsgate.services.catalog.pricing import Estimator, estimators
@@ -21,6 +21,7 @@ SERVICES: tuple[ServiceSpec[Any], ...] = (
     *wallet_passes.SERVICES,
     *images.SERVICES,
     *text.SERVICES,
+    *translation.SERVICES,
     *speech.SERVICES,
     *video.SERVICES,
     *comms.SERVICES,

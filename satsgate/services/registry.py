@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from satsgate.services.ai import images, speech, text, translation, video
+from satsgate.services.ai import (
+    audiobook,
+    image_process,
+    images,
+    speech,
+    text,
+    translation,
+    video,
+)
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
 from satsgate.services.catalog.pricing import Estimator, estimators
@@ -20,9 +28,11 @@ SERVICES: tuple[ServiceSpec[Any], ...] = (
     *e_signature.SERVICES,
     *wallet_passes.SERVICES,
     *images.SERVICES,
+    *image_process.IMAGE_PROCESS,
     *text.SERVICES,
     *translation.SERVICES,
     *speech.SERVICES,
+    *audiobook.SERVICES,
     *video.SERVICES,
     *comms.SERVICES,
     *planned.SERVICES,

@@ -8,20 +8,19 @@ deliver the same row at once; a row ends delivered or given up, once.
 
 from __future__ import annotations
 
-import sqlite3
-
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import CallbackDelivery
+from satsgate.store.sql import Connection
 
 
 class CallbackRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def claim_due(self, now: int, lease_s: int, limit: int = 50) -> list[CallbackDelivery]:
         """Due rows, leased to the caller until ``now + lease_s``."""
 
-        def go(conn: sqlite3.Connection) -> list[CallbackDelivery]:
+        def go(conn: Connection) -> list[CallbackDelivery]:
             rows = conn.execute(
                 "UPDATE callback_deliveries SET next_at = ? WHERE job_id IN ("
                 " SELECT job_id FROM callback_deliveries WHERE delivered_at IS NULL"
@@ -58,7 +57,7 @@ class CallbackRepository:
     async def get(self, job_id: str) -> dict[str, object] | None:
         """A delivery's state (for the operator and tests)."""
 
-        def go(conn: sqlite3.Connection) -> dict[str, object] | None:
+        def go(conn: Connection) -> dict[str, object] | None:
             row = conn.execute(
                 "SELECT attempts, next_at, delivered_at, given_up_at, last_error, body, url"
                 " FROM callback_deliveries WHERE job_id = ?",

@@ -27,6 +27,7 @@ from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.runner import ServiceHandle, start_service
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
+from tests.pg_cluster import PgCluster, postgres_bindir, running_cluster
 
 T = TypeVar("T")
 
@@ -131,6 +132,37 @@ class ThreadedServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+# The store's engines: a test (or fixture) parametrized with STORES runs on SQLite (the
+# default) and on PostgreSQL (a throwaway cluster of this worker, a new database each).
+STORES = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A PostgreSQL cluster for this test worker, started on first use."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        skip_unless_ci("PostgreSQL's programs (initdb, pg_ctl) are not installed")
+    assert bindir is not None
+    with running_cluster(bindir, free_port()) as cluster:
+        yield cluster
+
+
+def store_url_for(request: pytest.FixtureRequest) -> str:
+    """For a fixture parametrized with STORES: "" (the SQLite file) or the URL of a new
+    PostgreSQL database."""
+    if request.param == "sqlite":
+        return ""
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    return cluster.new_database()
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each test that asks for it runs twice: on SQLite ("") and on PostgreSQL."""
+    return store_url_for(request)
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:

@@ -48,7 +48,7 @@ class CallbackRepository:
         await self._db.run_sync(
             lambda conn: conn.execute(
                 "UPDATE callback_deliveries SET attempts = ?, last_error = ?,"
-                " next_at = COALESCE(?, next_at), given_up_at = CASE WHEN ? IS NULL"
+                " next_at = COALESCE(?, next_at), given_up_at = CASE WHEN CAST(? AS BIGINT) IS NULL"
                 " THEN ? END WHERE job_id = ? AND delivered_at IS NULL AND given_up_at IS NULL",
                 (attempts, error[:300], retry_at, retry_at, now, job_id),
             )

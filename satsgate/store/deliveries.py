@@ -169,7 +169,7 @@ class DeliveryRepository:
             )
             conn.execute(
                 "UPDATE deliveries SET status = ?, status_rank = ?, final = ?,"
-                " final_at = CASE WHEN ? THEN ? ELSE final_at END"
+                " final_at = CASE WHEN ? = 1 THEN ? ELSE final_at END"
                 " WHERE delivery_id = ? AND final = 0 AND status_rank < ?",
                 (status, rank, int(final), int(final), stamp, current.delivery_id, rank),
             )

@@ -25,6 +25,12 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await opened.close()
 
 
+def sqlite_db(store: Store) -> Database:
+    """The SQLite engine of ``store`` (this module's engine tests are of it)."""
+    assert isinstance(store.db, Database)
+    return store.db
+
+
 @pytest.fixture
 async def any_store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
     """An open store on each engine (tests/conftest.py STORES), closed after the test."""
@@ -156,7 +162,7 @@ async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None
     """A checkpoint never sends the loop's writes to the store thread: they wait for its
     short RESTART step on the loop instead, so none pays a thread hop or meets its lock."""
     on_store_thread: list[str] = []  # every statement the store thread's connection runs
-    await store.db.run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
+    await sqlite_db(store).run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
     payments = [_paid_payment() for _ in range(1200)]
     for p in payments:
         await store.payments.insert(p)
@@ -165,7 +171,7 @@ async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None
     for p in payments * 2:  # 2400 spends, the repeats refused
         served += await store.payments.spend(p.payment_id, 1)
         await asyncio.sleep(0)
-    await store.db.run_sync(lambda conn: conn.set_trace_callback(None))
+    await sqlite_db(store).run_sync(lambda conn: conn.set_trace_callback(None))
     assert served == len(payments)
     assert any("wal_checkpoint(RESTART)" in sql for sql in on_store_thread)
     writes = [s for s in on_store_thread if s.lstrip().upper().startswith(("INSERT", "UPDATE"))]
@@ -203,7 +209,7 @@ async def test_the_writes_of_one_loop_iteration_share_one_commit(
     for p in payments:
         await store.payments.insert(p)
     statements: list[str] = []
-    inline = store.db._inline
+    inline = sqlite_db(store)._inline
     assert inline is not None
     inline.set_trace_callback(statements.append)
     returned: list[int] = []
@@ -306,7 +312,7 @@ async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began
     await store.payments.insert(unpaid)
     for _ in range(1000):  # the 1000th inline write starts a checkpoint's PASSIVE step
         await store.payments.insert(_paid_payment())
-    assert store.db._passive_checkpoint is not None
+    assert sqlite_db(store)._passive_checkpoint is not None
     await store.db.run_sync(lambda c: None)  # the PASSIVE step has run
     assert await store.payments.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
     paid = await store.payments.get(unpaid.payment_id)

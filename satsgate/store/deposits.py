@@ -97,7 +97,7 @@ class DepositRepository:
                     " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
                     " AND r.status != 'expired'"
                     " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent')"
-                    " GROUP BY p.payment_id",
+                    " GROUP BY p.payment_id, p.service, p.amount_msat",
                     (payment_id,),
                 ).fetchone()
                 if row is None:

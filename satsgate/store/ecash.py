@@ -462,7 +462,8 @@ class EcashRepository:
             row = conn.execute(
                 "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
                 " LEFT JOIN refunds r ON r.payment_id = p.payment_id AND r.status != 'expired'"
-                " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')",
+                " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')"
+                " GROUP BY p.payment_id, p.amount_msat",
                 (refund.payment_id,),
             ).fetchone()
             marks = ", ".join("?" * len(given))

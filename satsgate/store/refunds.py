@@ -96,7 +96,8 @@ class RefundRepository:
                     "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
                     " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
                     " AND r.status != 'expired'"
-                    " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')",
+                    " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')"
+                    " GROUP BY p.payment_id, p.amount_msat",
                     (refund.payment_id,),
                 ).fetchone()
                 if row is None or row[0] is None or row[0] < refund.amount_msat:

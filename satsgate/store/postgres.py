@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,8 +50,10 @@ log = logging.getLogger(__name__)
 # hundreds of calls a second; the jobs that wait longer (a transaction meeting a lock)
 # take one each.
 POOL_SIZE = 8
-# A unit of work that lost a serialization race is run again this many times at most.
-_RETRIES = 8
+# A unit of work that lost a serialization race is run again, after a random pause
+# growing to at most _RETRY_PAUSE_MAX_S (so contenders spread out), this many times at most.
+_RETRIES = 40
+_RETRY_PAUSE_MAX_S = 0.05
 _RETRY_ERRORS = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 
 
@@ -191,7 +194,7 @@ class PostgresDatabase:
             except _RETRY_ERRORS:
                 if attempt == _RETRIES - 1:
                     raise
-                time.sleep(0.001 * 2**attempt)
+                time.sleep(random.uniform(0, min(_RETRY_PAUSE_MAX_S, 0.001 * 2**attempt)))
         raise AssertionError("unreachable")
 
     async def read(self, run: Callable[[Any], T]) -> T:

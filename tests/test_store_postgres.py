@@ -60,7 +60,7 @@ async def test_two_instances_opening_one_new_database_at_once_migrate_it_once(
         now = int(time.time())
         payment = Payment(
             "pay_pg", "ab" * 32, "lnbcrt1x", "render-card", 5000, PaymentStatus.UNPAID, now,
-            now + 600, None, None, "00", "11", "d", None, "http", "invoice",
+            now + 600, None, None, "00", "11", "d", "", "http", "invoice",
         )  # fmt: skip
         await stores[0].payments.insert(payment)
         assert await stores[1].payments.mark_paid(payment.payment_hash, 5000, now)

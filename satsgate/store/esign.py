@@ -198,8 +198,9 @@ class ESignRepository:
         await self._db.write(
             lambda conn: conn.execute(
                 "UPDATE esign_requests SET"
-                " status = CASE WHEN CAST(? AS BIGINT) IS NULL THEN 'undeliverable' ELSE 'signed' END,"
-                " customer_email = CASE WHEN CAST(? AS BIGINT) IS NULL THEN NULL ELSE customer_email END,"
+                " status = CASE WHEN CAST(? AS BIGINT) IS NULL THEN 'undeliverable'"
+                " ELSE 'signed' END, customer_email = CASE WHEN CAST(? AS BIGINT) IS NULL"
+                " THEN NULL ELSE customer_email END,"
                 " next_check_at = COALESCE(?, next_check_at), last_error = ?, updated_at = ?"
                 " WHERE request_id = ? AND status = 'delivering'",
                 (retry_at, retry_at, retry_at, error[:300], now, request_id),

@@ -18,15 +18,21 @@ class CallbackRepository:
         self._db = db
 
     async def claim_due(self, now: int, lease_s: int, limit: int = 50) -> list[CallbackDelivery]:
-        """Due rows, leased to the caller until ``now + lease_s``."""
+        """Due rows, leased to the caller until ``now + lease_s``.
+
+        The due condition stands in the UPDATE's own WHERE as well as in the subquery
+        that picks the rows: PostgreSQL re-checks only the former on a row another
+        claim changed while this one waited for its lock, so without it two sweeps at
+        once would both lease (and send) one delivery."""
 
         def go(conn: Connection) -> list[CallbackDelivery]:
             rows = conn.execute(
                 "UPDATE callback_deliveries SET next_at = ? WHERE job_id IN ("
                 " SELECT job_id FROM callback_deliveries WHERE delivered_at IS NULL"
                 " AND given_up_at IS NULL AND next_at <= ? ORDER BY next_at LIMIT ?)"
+                " AND delivered_at IS NULL AND given_up_at IS NULL AND next_at <= ?"
                 " RETURNING job_id, url, secret, body, attempts",
-                (now + lease_s, now, limit),
+                (now + lease_s, now, limit, now),
             ).fetchall()
             return [CallbackDelivery(*row) for row in rows]
 

@@ -18,6 +18,7 @@ import psycopg
 from satsgate.store import Payment, PaymentStatus, Store
 from satsgate.store.dialect import postgres_args, postgres_ddl, postgres_placeholders
 from satsgate.store.migrations import available
+from satsgate.store.postgres import POOL_SIZE
 from satsgate.store.sql import Connection, transaction
 from tests.conftest import free_port
 from tests.pg_cluster import PgCluster
@@ -95,6 +96,35 @@ async def test_a_read_then_write_transaction_that_lost_a_race_runs_again(
 
         await asyncio.gather(*(store.db.run_sync(increment) for _ in range(20)))
         assert await store.cursors.get("n") == 20
+    finally:
+        await store.close()
+
+
+async def test_connections_postgresql_dropped_are_replaced(
+    pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    """PostgreSQL ends every connection of the store (a restart, an operator's
+    pg_terminate_backend): a unit of work on a dropped connection fails, at most once per
+    engine thread, and the ones after run on new connections."""
+    url = pg_cluster.new_database()
+    store = Store(tmp_path / "unused.sqlite3", url)
+    await store.open()
+    try:
+        await asyncio.gather(*(store.cursors.get("n") for _ in range(4 * POOL_SIZE)))
+        with psycopg.connect(url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert ended is not None and ended[0] >= 1
+        failures = 0
+        for _ in range(3 * POOL_SIZE):
+            try:
+                await store.cursors.advance("n", 7)
+            except psycopg.OperationalError:
+                failures += 1
+        assert failures <= POOL_SIZE
+        assert await store.cursors.get("n") == 7
     finally:
         await store.close()
 

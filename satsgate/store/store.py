@@ -72,7 +72,7 @@ class Store:
         self.rework = ReworkRepository(self.db)
 
     async def open(self) -> None:
-        """Open both connections and bring the schema up to date."""
+        """Open the engine's connections and bring the schema up to date."""
         await self.db.open()
 
     async def close(self) -> None:

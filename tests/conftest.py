@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import os
 import random
@@ -165,8 +166,32 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return store_url_for(request)
 
 
+# SATSGATE_TEST_STORE=postgres: every server the tests make keeps its store in a new
+# PostgreSQL database (one cluster for the run), a developer's way to try the whole suite
+# on PostgreSQL. Tests that open the SQLite file themselves fail in that mode; CI runs
+# the default (the STORES-parametrized tests cover PostgreSQL there).
+_suite_cluster: PgCluster | None = None
+
+
+def _default_store_url() -> str:
+    global _suite_cluster
+    if os.environ.get("SATSGATE_TEST_STORE") != "postgres":
+        return ""
+    if _suite_cluster is None:
+        bindir = postgres_bindir()
+        if bindir is None:
+            raise RuntimeError("SATSGATE_TEST_STORE=postgres needs initdb and pg_ctl")
+        cluster = PgCluster(bindir, free_port())
+        cluster.start()
+        atexit.register(cluster.stop)
+        _suite_cluster = cluster
+    return _suite_cluster.new_database()
+
+
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     port = free_port()
+    if "store_url" not in overrides:
+        overrides["store_url"] = _default_store_url()
     # The suite is one client making thousands of calls: per-client rate limits are off
     # unless a test turns them on (tests/faults/test_faults_rate_limits.py).
     base = Settings(

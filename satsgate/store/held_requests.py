@@ -142,7 +142,7 @@ class HeldRequestRepository:
     async def listing(self, *, open_only: bool = False, limit: int = 200) -> list[HeldRequest]:
         """Review requested first, then held, then the resolved ones; oldest first
         within each (the one waiting longest is seen first)."""
-        where = f"status IN {OPEN_STATES!r}" if open_only else "1"
+        where = f"status IN {OPEN_STATES!r}" if open_only else "1 = 1"
 
         def go(conn: Connection) -> list[HeldRequest]:
             rows = conn.execute(

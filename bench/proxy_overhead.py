@@ -222,6 +222,82 @@ def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
     )
 
 
+def _log_collections(path: str) -> None:
+    """Append each garbage collection's generation, pause (ms) and what it collected to
+    ``path`` as it happens: the pauses the event loop stood still for."""
+    import gc
+
+    started: list[float] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+            return
+        pause_ms = (time.perf_counter() - started.pop()) * 1000 if started else 0.0
+        survivors = len(gc.get_objects(2)) if info["generation"] == 2 else 0
+        with open(path, "a") as out:
+            out.write(f"{info['generation']} {pause_ms:.3f} {info['collected']} {survivors}\n")
+
+    gc.callbacks.append(note)
+
+
+def _log_timings(app: web.Application, path: str) -> None:
+    """Append, per paid call, the time satsgate's handler took (request read to response
+    ready, ms) and the upstream call's within it (ms): what satsgate adds inside the
+    process, apart from what the kernel and the scheduler add outside it; and each WAL
+    checkpoint step of the store (``checkpoint MODE ms``)."""
+    import contextvars
+
+    from satsgate.engines.providers import json_api
+
+    upstream_ms: contextvars.ContextVar[list[float]] = contextvars.ContextVar("upstream_ms")
+    plain_post = json_api.JsonApi.post
+
+    async def timed_post(self: json_api.JsonApi, url: str, content: bytes) -> Any:
+        started = time.perf_counter()
+        try:
+            return await plain_post(self, url, content)
+        finally:
+            spent = upstream_ms.get(None)
+            if spent is not None:
+                spent.append((time.perf_counter() - started) * 1000)
+
+    json_api.JsonApi.post = timed_post  # type: ignore[method-assign]
+    lines: list[str] = []
+
+    from satsgate.store.engine import Database
+
+    plain_checkpoint = Database._checkpoint
+
+    def timed_checkpoint(self: Database, mode: str) -> list[Any]:
+        started = time.perf_counter()
+        try:
+            return plain_checkpoint(self, mode)
+        finally:
+            lines.append(f"checkpoint {mode} {(time.perf_counter() - started) * 1000:.3f}\n")
+
+    Database._checkpoint = timed_checkpoint  # type: ignore[method-assign]
+
+    @web.middleware
+    async def timed(request: web.Request, handler: Any) -> web.StreamResponse:
+        spent: list[float] = []
+        upstream_ms.set(spent)
+        started = time.perf_counter()
+        response: web.StreamResponse = await handler(request)
+        lines.append(f"{(time.perf_counter() - started) * 1000:.3f} {sum(spent):.3f}\n")
+        return response
+
+    def append() -> None:
+        with open(path, "a") as out:
+            out.writelines(lines)
+
+    async def flush(app: web.Application) -> None:
+        await asyncio.to_thread(append)
+
+    app.middlewares.insert(0, timed)
+    app.on_cleanup.append(flush)
+
+
 def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
     from satsgate.app import create_app
     from satsgate.backends.dev import DevBackend
@@ -234,9 +310,23 @@ def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
         freeze_startup_heap()
 
     app.on_startup.append(freeze)
+    gc_log = os.environ.get("PROXY_BENCH_GCLOG")
+    if gc_log:
+        _log_collections(gc_log)
+    slow_log = os.environ.get("PROXY_BENCH_SLOWLOG")
+    if slow_log:  # asyncio's debug mode names each callback that held the loop >= 2 ms
+        logging.getLogger("asyncio").addHandler(logging.FileHandler(slow_log))
+
+        async def watch_slow_callbacks(app: web.Application) -> None:
+            asyncio.get_running_loop().slow_callback_duration = 0.002
+
+        app.on_startup.append(watch_slow_callbacks)
+    timing_log = os.environ.get("PROXY_BENCH_TIMING")
+    if timing_log:
+        _log_timings(app, timing_log)
     profile = os.environ.get("PROXY_BENCH_CPROFILE")
     if not profile:
-        asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+        asyncio.run(serve_until_stopped(app, "127.0.0.1", port), debug=bool(slow_log))
         return
     import cProfile
 

@@ -83,12 +83,12 @@ def best_us(fn: Callable[[], object], n: int = 20_000, batches: int = 7) -> floa
 def binding_us() -> dict[str, float]:
     """What the binding adds to a bearer call with a fresh credential, in this process."""
     from satsgate.payments.hmac_sha256 import HmacKey
-    from satsgate.payments.sessions import parse_credential, session_payload, token_sha256
+    from satsgate.payments.session_wire import parse_credential, session_payload, token_sha256
 
     key = HmacKey(b"bench server secret")
     request = sessions_bench.b64url(b'{"amount":"1","currency":"sat"}')
     expires = "2030-01-01T00:00:00Z"
-    from satsgate.payments.sessions import challenge_id
+    from satsgate.payments.session_wire import challenge_id
 
     echoed = {
         "id": challenge_id(key, "bench", request, expires),

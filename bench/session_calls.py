@@ -61,7 +61,8 @@ async def one(calls: int) -> dict[str, float]:
     url = str(server.make_url("/bench/noop"))
     try:
         async with aiohttp.ClientSession() as http:
-            async with http.post(url, json={}) as resp:
+            wants_session = {"Accept-Payment": "lightning/charge, lightning/session"}
+            async with http.post(url, json={}, headers=wants_session) as resp:
                 assert resp.status == 402, resp.status
                 header = next(
                     v for v in resp.headers.getall("WWW-Authenticate") if 'intent="session"' in v

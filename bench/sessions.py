@@ -132,7 +132,8 @@ def credential(echoed: dict[str, str], payload: dict[str, Any]) -> str:
 def open_session(url: str) -> OpenedSession:
     """Open a session on the no-op service through the dev node, and make one bearer
     call with it."""
-    status, _, www = http("POST", url + "/bench/noop", "{}")
+    wants_session = {"Accept-Payment": "lightning/charge, lightning/session"}
+    status, _, www = http("POST", url + "/bench/noop", "{}", wants_session)
     assert status == 402, status
     header = next(v for v in www if 'intent="session"' in v)
     challenge = dict(re.findall(r'(\w+)="([^"]*)"', header))

@@ -73,11 +73,13 @@ sys.exit("no Payment-Session-Token header")'
 }
 
 # post AUTH: POST the call with that Authorization (none if empty); prints the status.
+# Accept-Payment asks for the session intent: a 402 offers it only when asked.
 post() {
   local auth=()
   [ -n "$1" ] && auth=(-H "Authorization: $1")
   curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' -X POST \
-    -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$SATSGATE_URL/api/l402/$slug"
+    -H 'Content-Type: application/json' -H 'Accept-Payment: lightning/charge, lightning/session' \
+    "${auth[@]}" -d "$body" "$SATSGATE_URL/api/l402/$slug"
 }
 
 say "POST $slug without credential: the 402 offers a session"

@@ -65,7 +65,7 @@ from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore, OutputCaps
 from satsgate.http_edge import error_middleware
 from satsgate.jobs import JobRunner, resume_jobs
-from satsgate.lightning import BackendError, LightningBackend
+from satsgate.lightning import BackendError, LightningBackend, require_network
 from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
 from satsgate.nostr.config import NostrConfig
@@ -76,6 +76,7 @@ from satsgate.outreach.holds import HoldDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.payments.rework import ReworkDesk
+from satsgate.payout_fees import PayoutFees
 from satsgate.procguard import die_with_parent
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
@@ -230,15 +231,11 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
     await backend.start()
     try:
         info = await backend.info()
-        if info.network != settings.network:
-            message = (
-                f"the node is on {info.network} but satsgate is configured for "
-                f"{settings.network}; refusing to start. Fix: set network = "
-                f'"{info.network}" (--network, SATSGATE_NETWORK or the config file), or point '
-                "satsgate at the node of the network you meant"
-            )
-            log.error("network mismatch: %s", message)
-            raise BackendError(message)
+        try:
+            require_network("the node", info.network, settings.network)
+        except BackendError as exc:
+            log.error("%s", exc)
+            raise
         log.info("lightning backend %s on %s, node %s", backend.name, info.network, info.pubkey)
     except BaseException:
         await backend.close()
@@ -251,7 +248,8 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     settings, pool = app[SETTINGS], app[POOL]
     http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
     store = app[STORE]
-    refunds = RefundService(settings, store.refunds, app[BACKEND])
+    fees = PayoutFees(settings, store.payout_fees)
+    refunds = RefundService(settings, store.refunds, app[BACKEND], fees)
     deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
     app[DEPOSITS] = deposits
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by

@@ -70,6 +70,11 @@ class Settings:
     refund_fee_min_msat: int = 5_000
     refund_fee_max_pct: int = 50
     refund_fee_max_msat: int = 50_000
+    # ... and all payouts of one UTC day together at most this much (satsgate/payout_fees.py):
+    # a payer cycling its own money through refunds or sessions collects at most this a
+    # day however many payouts it starts; once spent, payouts take zero-fee routes only
+    # (a direct channel) until the next day, the others are retried.
+    payout_fee_budget_msat: int = 5_000_000
     refund_pay_timeout_s: int = 60
     # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
     # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
@@ -256,8 +261,9 @@ def load_settings(
     for name in ("refund_fee_ppm", "refund_fee_min_msat", "refund_fee_max_pct"):
         if getattr(settings, name) < 0:
             raise ValueError(f"{name} must not be negative")
-    if settings.refund_fee_max_msat < 0:
-        raise ValueError("refund_fee_max_msat must not be negative")
+    for name in ("refund_fee_max_msat", "payout_fee_budget_msat"):
+        if getattr(settings, name) < 0:
+            raise ValueError(f"{name} must not be negative")
     for proxy in settings.trusted_proxies:
         try:
             ipaddress.ip_network(proxy, strict=False)

@@ -25,7 +25,7 @@ into an ApiError in one place::
     payments.l402.MalformedCredential    MALFORMED_CREDENTIAL
                                      (these three: ``code`` and the draft's ``problem``,
                                      answered by payments/http.py with a fresh challenge)
-    payments.sessions.SessionProblem a refused session credential: ``code`` and
+    payments.session_wire.SessionProblem a refused session credential: ``code`` and
                                      ``problem``; ``api_error()`` for MCP
 
 Exceptions that name no code, because the code depends on where they are raised, are

@@ -89,6 +89,30 @@ class BackendError(Exception):
     """The node refused or could not be reached; message is operator-readable."""
 
 
+# What nodes call a network, in satsgate's words (bitcoin, testnet, signet, regtest):
+# testnet3 and testnet4 share the ``tb`` invoice prefix.
+_NETWORK_ALIASES = {"mainnet": "bitcoin", "testnet4": "testnet", "testnet3": "testnet"}
+
+
+def normalize_network(name: str) -> str:
+    """A node's (or an operator's) name for a network in satsgate's words."""
+    lowered = name.strip().lower()
+    return _NETWORK_ALIASES.get(lowered, lowered)
+
+
+def require_network(node: str, actual: str, configured: str) -> None:
+    """Refuse to work with ``node`` (how to name it to the operator) when it is on another
+    network than satsgate is configured for: BackendError saying how to fix it."""
+    expected = normalize_network(configured)
+    if normalize_network(actual) != expected:
+        raise BackendError(
+            f"network mismatch: {node} is on {actual} but satsgate is configured for "
+            f'{expected}; refusing to start. Fix: set network = "{actual}" (--network, '
+            "SATSGATE_NETWORK or the config file), or point satsgate at the node of the "
+            "network you meant"
+        )
+
+
 class UnknownInvoice(BackendError):
     """The node has no invoice with this payment hash (never created there, or deleted)."""
 

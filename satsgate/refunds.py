@@ -26,6 +26,7 @@ from lnurl.helpers import url_encode
 from satsgate.config import Settings
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, LightningBackend, PaymentResult, PaymentState
+from satsgate.payout_fees import PayoutFees
 from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, RefundStatus
 
 log = logging.getLogger("satsgate.refunds")
@@ -54,11 +55,16 @@ def refund_object(refund: Refund, base_url: str) -> dict[str, Any]:
 
 class RefundService:
     def __init__(
-        self, settings: Settings, refunds: RefundRepository, backend: LightningBackend
+        self,
+        settings: Settings,
+        refunds: RefundRepository,
+        backend: LightningBackend,
+        fees: PayoutFees,
     ) -> None:
         self._settings = settings
         self._refunds = refunds
         self._backend = backend
+        self.fees = fees  # the routing fees payouts may spend (shared with sessions)
         self._payouts: set[asyncio.Task[None]] = set()
         self._in_flight: set[str] = set()  # k1 of payouts this process is still making
         self._node_pubkey: str | None = None
@@ -231,24 +237,14 @@ class RefundService:
             self._node_pubkey = (await self._backend.info()).pubkey
         return self._node_pubkey
 
-    def max_fee_msat(self, amount_msat: int) -> int:
-        """The routing fee cap of a payout (refund links, deposits' Lightning-address
-        refunds, session balances: every payout the node makes): the floor or the ppm
-        share, whichever is larger, but never more than ``refund_fee_max_pct`` of the
-        amount nor than ``refund_fee_max_msat``. The payer names the payout invoice and
-        may own its last hop: this is the most it can collect per payout, and the node
-        refuses any route that costs more (the backends pass it as CLN ``maxfee``, LND
-        ``fee_limit_msat``)."""
-        s = self._settings
-        budget = max(s.refund_fee_min_msat, amount_msat * s.refund_fee_ppm // 1_000_000)
-        return min(budget, amount_msat * s.refund_fee_max_pct // 100, s.refund_fee_max_msat)
-
     async def _pay(self, k1: str, bolt11: str, amount_msat: int) -> None:
         self._in_flight.add(k1)
         try:
+            grant = await self.fees.grant(amount_msat)
             result = await self._backend.pay_invoice(
-                bolt11, self.max_fee_msat(amount_msat), self._settings.refund_pay_timeout_s
+                bolt11, grant.limit_msat, self._settings.refund_pay_timeout_s
             )
+            await self.fees.settle(grant, result)
             await self._apply_outcome(k1, result)
         except (BackendError, OSError, TimeoutError) as exc:
             # Outcome unknown: stays claiming, reconcile() asks the node later.

@@ -66,6 +66,19 @@ if [ "${1:-}" = "--test" ]; then
     "$PY" -m venv "$PYL402_VENV"
     "$PYL402_VENV/bin/python" -m pip install -q "pyl402==0.1.2"
   fi
+  # routeweiler (it pins cryptography<45) and ln-church-agent (bolt11<2.1.1, whose bolt11
+  # needs bitstring<5) likewise, each in its own (SATSGATE_ROUTEWEILER_VENV,
+  # SATSGATE_LN_CHURCH_VENV override the places).
+  ROUTEWEILER_VENV="${SATSGATE_ROUTEWEILER_VENV:-.venv-routeweiler}"
+  if ! "$ROUTEWEILER_VENV/bin/python" -c "import routeweiler" 2>/dev/null; then
+    "$PY" -m venv "$ROUTEWEILER_VENV"
+    "$ROUTEWEILER_VENV/bin/python" -m pip install -q "routeweiler==0.1.2"
+  fi
+  LN_CHURCH_VENV="${SATSGATE_LN_CHURCH_VENV:-.venv-ln-church}"
+  if ! "$LN_CHURCH_VENV/bin/python" -c "import ln_church_agent" 2>/dev/null; then
+    "$PY" -m venv "$LN_CHURCH_VENV"
+    "$LN_CHURCH_VENV/bin/python" -m pip install -q "ln-church-agent==1.18.17" "bitstring<5"
+  fi
   # mppx (the MPP TypeScript SDK) for the interop tests, at the versions of the lockfile,
   # into tests/js/node_modules.
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)

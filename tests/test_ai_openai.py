@@ -183,7 +183,7 @@ async def test_chat_body_is_the_sdks_own_encoding_and_headers(
 ) -> None:
     """The chat body is encoded once by the provider, as the SDK's own encoder would
     (compact, UTF-8 as is, no NaN), to the URL the SDK merges with base_url, with the
-    SDK's headers."""
+    key; it goes out on the provider's own client session, not the SDK's."""
     resp = await paid(ai, "generate-text", {"prompt": "Ünïcode – ok?", "maxTokens": 9})
     assert resp.status_code == 200, resp.text
     (seen,) = fake.requests("/v1/chat/completions")
@@ -191,8 +191,8 @@ async def test_chat_body_is_the_sdks_own_encoding_and_headers(
     assert seen.raw == openapi_dumps(seen.json)  # byte for byte what the SDK sends
     assert "Ünïcode – ok?".encode() in seen.raw
     assert seen.headers["content-type"] == "application/json"
-    assert seen.headers["user-agent"].startswith("AsyncOpenAI/Python")
-    assert seen.headers["x-stainless-retry-count"] == "0"
+    assert seen.headers["authorization"] == f"Bearer {OPENAI_KEY}"
+    assert seen.headers["user-agent"] == "satsgate"
 
 
 async def test_generate_text_auto_routes_and_names_the_model(

@@ -573,7 +573,7 @@ async def test_l402_manifest_names_this_node_and_the_caveats_it_mints(
 async def test_mpp_document_realm_is_the_challenge_realm(client: httpx.AsyncClient) -> None:
     mpp = await get_json(client, "/.well-known/mpp")
     assert mpp["version"] == 1
-    assert mpp["methods"]["lightning"]["intents"] == ["charge"]
+    assert mpp["methods"]["lightning"]["intents"] == ["charge", "session"]
     assert mpp == await get_json(client, "/.well-known/payment")
     resp = await first_challenge(client)
     payment = next(v for v in resp.headers.get_list("WWW-Authenticate") if v.startswith("Payment "))

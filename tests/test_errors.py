@@ -10,7 +10,7 @@ import pytest
 from satsgate.engines import EngineError
 from satsgate.errors import CODES, ApiError, CodeSpec, ErrorCode, catalog_document, envelope
 from satsgate.payments import l402, mpp
-from satsgate.payments.sessions import SessionProblem
+from satsgate.payments.session_wire import SessionProblem
 
 
 def test_every_code_has_one_catalog_entry_and_its_name_is_its_wire_value() -> None:

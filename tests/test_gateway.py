@@ -60,8 +60,8 @@ SPEC_CODES = [
 
 
 def payment_count(server: ThreadedServer) -> int:
-    """The calls' payments: one per 402 (each 402 also offers a payment session's deposit,
-    a row of its own with mode 'deposit', made only with a call's payment)."""
+    """The calls' payments: one per 402 (a 402 that offers a payment session, asked for
+    with Accept-Payment, also makes its deposit: a row of its own with mode 'deposit')."""
     return int(
         server.call(
             lambda: server.store.db.run_sync(
@@ -115,9 +115,10 @@ async def test_challenge_has_both_schemes_and_an_exact_invoice(
     assert resp.headers["Cache-Control"] == "no-store"
     lines = resp.headers.get_list("WWW-Authenticate")
     # L402 (both names, L402 first: clients that read one challenge read the first), then
-    # the Payment scheme's charge and session intents.
-    assert [line.split(" ", 1)[0] for line in lines] == ["L402", "LSAT", "Payment", "Payment"]
-    assert 'intent="charge"' in lines[2] and 'intent="session"' in lines[3]
+    # the Payment scheme's charge intent; the session intent only when Accept-Payment
+    # asks for it (tests/test_sessions.py).
+    assert [line.split(" ", 1)[0] for line in lines] == ["L402", "LSAT", "Payment"]
+    assert 'intent="charge"' in lines[2]
     body = resp.json()
     assert body["error_code"] == "PAYMENT_REQUIRED"
     assert lines[0] == f'L402 macaroon="{body["macaroon"]}", invoice="{body["invoice"]}"'
@@ -274,7 +275,7 @@ async def test_bad_credentials_are_never_served(
     wrong = await post(f"L402 {ch['macaroon']}:{'00' * 32}")
     body = assert_envelope(wrong, "PAYMENT_INVALID", 402)
     assert body["invoice"] != ch["invoice"]  # a fresh challenge
-    assert len(wrong.headers.get_list("WWW-Authenticate")) == 4  # L402 x2, charge, session
+    assert len(wrong.headers.get_list("WWW-Authenticate")) == 3  # L402 x2, charge
 
     raw = bytearray(base64.b64decode(ch["macaroon"]))
     raw[-1] ^= 1  # flip a signature bit

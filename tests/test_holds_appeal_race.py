@@ -179,9 +179,9 @@ async def test_a_new_appeal_invoice_draws_on_the_nodes_bound_on_unpaid_invoices(
     """An appeal invoice is made for a request not paid yet: it takes a place of
     ``max_unpaid_challenges`` like a call's challenge. With none left, the page answers
     429 with Retry-After and makes no invoice; the invoice it showed stays payable."""
-    for capped in serving(tmp_path / "data", max_unpaid_challenges=2):
+    for capped in serving(tmp_path / "data", max_unpaid_challenges=1):
         async for client in http_client(capped.server):
-            held = await held_call(client, "bounded@example.org")  # its 402: call, deposit
+            held = await held_call(client, "bounded@example.org")  # its 402: the call's invoice
             await asyncio.sleep(1.1)  # the paid call's place is seen free at a recount
             shown = await appeal_invoice(client, held)  # the last place
             token = str(held["appeal_url"]).split("t=", 1)[1]
@@ -191,7 +191,7 @@ async def test_a_new_appeal_invoice_draws_on_the_nodes_bound_on_unpaid_invoices(
             assert "too many unpaid payment requests" in full.text
             assert 'id="appeal-error"' in full.text and shown in full.text
             unpaid = "SELECT COUNT(*) FROM payments WHERE status = 'unpaid'"
-            assert capped.count(unpaid) == 2
+            assert capped.count(unpaid) == 1  # the appeal's invoice alone
             await dev_pay(client, shown)  # the invoice shown still asks for the review
             page = await open_appeal(client, held["appeal_url"])
             assert 'data-status="review_requested"' in page.text

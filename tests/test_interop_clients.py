@@ -1,16 +1,19 @@
 """Independent clients buy calls from a live satsgate: mppx (the MPP TypeScript SDK),
-Alby's lightning-tools (fetchWithL402, fetchWithMpp), Lightning Labs' l402sdk and pyl402, each
-through its own documented API, two calls in a row from one URL (issue 34: a client that
-keeps its credential per URL must get a 402 with a fresh challenge for the second call,
-and a client that reads only the first challenge must find the one it pays there).
+Alby's lightning-tools (fetchWithL402, fetchWithMpp), Lightning Labs' l402sdk, pyl402,
+bolthub, routeweiler and ln-church-agent, each through its own documented API, two calls in
+a row from one URL (issue 34: a client that keeps its credential per URL must get a 402
+with a fresh challenge for the second call, and a client that reads only the first
+challenge must find the one it pays there). ln-church-agent cannot read a 402 with more
+than one challenge, a bug of its own: its tests show that, and how far it gets.
 
 mppx and Alby's tools run in node (tests/js, installed by scripts/setup.sh --test):
 mppx with a small lightning charge method, both with a payer that is the dev node's
 /api/dev/pay. l402sdk pays through an LND node's REST API: :class:`LndRestShim` speaks
 that wire (``POST /v2/router/send`` streaming ``{"result": Payment}`` lines, the
 macaroon in ``Grpc-Metadata-macaroon``) and pays through the dev node. pyl402 (which pins
-httpx<0.28) runs in an environment of its own (tests/pyl402_buyer.py) with a wallet that
-pays through the dev node.
+httpx<0.28), routeweiler (cryptography<45) and ln-church-agent (bolt11<2.1.1) each run in an
+environment of their own (tests/pyl402_buyer.py, tests/routeweiler_buyer.py,
+tests/ln_church_buyer.py) with a wallet that pays through the dev node.
 """
 
 from __future__ import annotations
@@ -141,7 +144,40 @@ def test_alby_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer, mode:
 # -- l402sdk --------------------------------------------------------------------------------
 
 
-class LndRestShim:
+class LoopbackApp:
+    """An aiohttp application on 127.0.0.1 in a thread and event loop of its own, as a
+    separate server would be; subclasses add their routes in :meth:`routes`."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        app = web.Application()
+        self.routes(app)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+class LndRestShim(LoopbackApp):
     """LND's REST API as far as l402sdk's LndRestBackend uses it, paying through the dev
     node: ``POST /v2/router/send`` (a stream of ``{"result": Payment}`` lines, int64
     fields as strings, the preimage and hash as hex, as LND answers) and ``GET
@@ -149,14 +185,10 @@ class LndRestShim:
     a request without it."""
 
     def __init__(self, dev_node_url: str) -> None:
+        super().__init__()
         self.macaroon = secrets.token_hex(32)
         self.dev_node_url = dev_node_url
         self.payments: list[dict[str, Any]] = []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Grpc-Metadata-macaroon") == self.macaroon
@@ -202,24 +234,9 @@ class LndRestShim:
         await resp.write_eof()
         return resp
 
-    async def _start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/getinfo", self._getinfo)
         app.router.add_post("/v2/router/send", self._send)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    def start(self) -> None:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
 
 
 @pytest.fixture
@@ -286,22 +303,44 @@ def test_l402sdk_buys_two_calls_in_a_row_from_one_url(
 
 # -- pyl402 ----------------------------------------------------------------------------------
 
-PYL402 = "pyl402==0.1.2"  # docs/payments.md names this version
+
+def own_venv(env_var: str, default_dir: str, distribution: str, requirements: list[str]) -> Path:
+    """The environment of its own of a client whose pins satsgate's cannot share:
+    scripts/setup.sh --test makes it (the same ``requirements``); here, on first use, when
+    it is missing or holds another version; ``env_var`` overrides the place.
+    ``requirements[0]`` is ``distribution==version``."""
+    root = Path(__file__).resolve().parent.parent
+    venv = Path(os.environ.get(env_var, root / default_dir))
+    python = str(venv / "bin" / "python")
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    version = requirements[0].partition("==")[2]
+    check = f"import importlib.metadata as m; assert m.version({distribution!r}) == {version!r}"
+    if subprocess.run([python, "-c", check], check=False, capture_output=True).returncode:
+        subprocess.run([python, "-m", "pip", "install", "-q", *requirements], check=True)
+    return venv
+
+
+def run_buyer(venv: Path, script: str, *args: str) -> list[dict[str, Any]]:
+    """Run tests/<script> with the Python of ``venv``; one JSON object per line it prints."""
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(Path(__file__).parent / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+# docs/payments.md names these versions; scripts/setup.sh --test installs the same.
+PYL402 = ["pyl402==0.1.2"]
+ROUTEWEILER = ["routeweiler==0.1.2"]
+LN_CHURCH = ["ln-church-agent==1.18.17", "bitstring<5"]  # its bolt11 2.1 breaks on bitstring 5
 
 
 def pyl402_venv() -> Path:
-    """pyl402's environment (scripts/setup.sh --test makes it; here, on first use, when
-    missing; ``SATSGATE_PYL402_VENV`` overrides the place)."""
-    root = Path(__file__).resolve().parent.parent
-    venv = Path(os.environ.get("SATSGATE_PYL402_VENV", root / ".venv-pyl402"))
-    if not (venv / "bin" / "python").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import pyl402"], check=False)
-    if probe.returncode != 0:
-        subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", PYL402], check=True
-        )
-    return venv
+    return own_venv("SATSGATE_PYL402_VENV", ".venv-pyl402", "pyl402", PYL402)
 
 
 def test_pyl402_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> None:
@@ -310,21 +349,14 @@ def test_pyl402_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) -> 
     fresh challenge, which it pays (a 403 ended it)."""
     venv = pyl402_venv()
     before = payment_count(server)
-    proc = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            str(Path(__file__).parent / "pyl402_buyer.py"),
-            server.url,
-            "/api/l402/render-card",
-            json.dumps(card("pyl402 one")),
-            json.dumps(card("pyl402 two")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    *answers, total = run_buyer(
+        venv,
+        "pyl402_buyer.py",
+        server.url,
+        "/api/l402/render-card",
+        json.dumps(card("pyl402 one")),
+        json.dumps(card("pyl402 two")),
     )
-    assert proc.returncode == 0, proc.stderr
-    *answers, total = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [a["status"] for a in answers] == [200, 200], answers
     assert all(len(a["paid"]) == 1 and a["bytes"] > 1000 for a in answers), answers
     assert total == {"paid": 2}
@@ -371,3 +403,128 @@ def test_bolthub_buys_two_calls_in_a_row_from_one_url(server: ThreadedServer) ->
     assert len(wallet.paid) == 2 and spent == 2 * PRICE_SATS
     hashes = [p["payment_hash"] for p in paid]
     assert hashes == [decode_invoice(bolt11).payment_hash for bolt11 in wallet.paid]
+
+
+# -- routeweiler -----------------------------------------------------------------------------
+
+
+def routeweiler_venv() -> Path:
+    return own_venv("SATSGATE_ROUTEWEILER_VENV", ".venv-routeweiler", "routeweiler", ROUTEWEILER)
+
+
+def test_routeweiler_buys_two_calls_in_a_row_from_one_url(
+    server: ThreadedServer, tmp_path: Path
+) -> None:
+    """routeweiler 0.1.2's Routeweiler client (its documented async API) with a
+    LightningFundingSource: it reads the first challenge of the joined WWW-Authenticate
+    (L402, with its macaroon and invoice), pays it, and records each call in its SQLite
+    trace sink. It keeps no token per URL: each call pays its own challenge."""
+    before = payment_count(server)
+    *answers, first_trace, second_trace = run_buyer(
+        routeweiler_venv(),
+        "routeweiler_buyer.py",
+        server.url,
+        "/api/l402/render-card",
+        str(tmp_path),
+        json.dumps(card("routeweiler one")),
+        json.dumps(card("routeweiler two")),
+    )
+    assert [a["status"] for a in answers] == [200, 200], answers
+    assert all(len(a["paid"]) == 1 and a["bytes"] > 1000 for a in answers), answers
+    invoices = [decode_invoice(a["paid"][0]) for a in answers]
+    assert [i.amount_msat for i in invoices] == [PRICE_SATS * 1000] * 2
+    assert invoices[0].payment_hash != invoices[1].payment_hash
+    # Its own record of each call: the L402 rail, the price in sats, and the preimage it
+    # proved the payment with (the paid invoice's).
+    for trace, invoice in zip((first_trace, second_trace), invoices, strict=True):
+        assert (trace["trace"], trace["status"], trace["amount"]) == ("l402", 200, str(PRICE_SATS))
+        preimage = bytes.fromhex(trace["preimage"])
+        assert hashlib.sha256(preimage).hexdigest() == invoice.payment_hash
+    assert payment_count(server) - before == 2
+
+
+# -- ln-church-agent --------------------------------------------------------------------------
+
+
+def ln_church_venv() -> Path:
+    return own_venv("SATSGATE_LN_CHURCH_VENV", ".venv-ln-church", "ln-church-agent", LN_CHURCH)
+
+
+class FirstChallengeProxy(LoopbackApp):
+    """A reverse proxy in front of satsgate that passes on only the first
+    ``WWW-Authenticate`` line of an answer (L402, as satsgate orders them), and everything
+    else as it is: what ln-church-agent can read."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__()
+        self.upstream = upstream
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_route("*", "/{path:.*}", self._forward)
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        skip = {"host", "content-length"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in skip}
+        async with httpx.AsyncClient(timeout=30) as client:
+            upstream = await client.request(
+                request.method,
+                f"{self.upstream}{request.path_qs}",
+                headers=headers,
+                content=await request.read(),
+            )
+        answer = web.Response(status=upstream.status_code, body=upstream.content)
+        hop = {"content-length", "content-encoding", "transfer-encoding", "date", "server"}
+        for name, value in upstream.headers.multi_items():
+            if name.lower() not in hop and name.lower() != "www-authenticate":
+                answer.headers.add(name, value)
+        challenges = upstream.headers.get_list("WWW-Authenticate")
+        if challenges:
+            answer.headers.add("WWW-Authenticate", challenges[0])
+        return answer
+
+
+def buy_with_ln_church(base_url: str, dev_node_url: str, titles: list[str]) -> list[dict[str, Any]]:
+    bodies = [json.dumps(card(title)) for title in titles]
+    path = "/api/l402/render-card"
+    return run_buyer(ln_church_venv(), "ln_church_buyer.py", base_url, path, dev_node_url, *bodies)
+
+
+def test_ln_church_agent_refuses_a_402_with_more_than_one_challenge(server: ThreadedServer) -> None:
+    """ln-church-agent 1.18.17 cannot pay satsgate's 402, for a bug of its own: its
+    Payment402Client reads the (joined) WWW-Authenticate as one challenge. An auth scheme
+    it does not know (LSAT) makes the whole header "malformed", and without LSAT it reads
+    the L402 challenge's parameters on into the next challenge and finds no valid invoice.
+    RFC 9110 (11.6.1) lets a 402 carry several challenges, and satsgate offers three (L402,
+    LSAT, Payment charge), as aperture offers L402 and LSAT. It stops before
+    paying anything."""
+    before = payment_count(server)
+    answers = buy_with_ln_church(server.url, server.url, ["church one", "church two"])
+    refused = {"error": "PaymentChallengeError", "message": "Malformed payment challenge."}
+    assert answers == [{**refused, "paid": []}] * 2
+    assert payment_count(server) - before == 2  # each 402 made its challenge; none paid
+
+
+@pytest.fixture
+def first_challenge_proxy(server: ThreadedServer) -> Iterator[FirstChallengeProxy]:
+    proxy = FirstChallengeProxy(server.url)
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+def test_ln_church_agent_buys_two_calls_in_a_row_given_one_challenge(
+    server: ThreadedServer, first_challenge_proxy: FirstChallengeProxy
+) -> None:
+    """How far ln-church-agent gets: shown satsgate's 402 with its first challenge alone
+    (L402), its execute_detailed pays it and gets the call, twice from one URL, paying
+    each call's invoice through its ln_adapter. The refusal above is its header parsing
+    alone."""
+    before = payment_count(server)
+    answers = buy_with_ln_church(first_challenge_proxy.url, server.url, ["church 1", "church 2"])
+    assert [a.get("scheme") for a in answers] == ["L402", "L402"], answers
+    for answer in answers:
+        assert len(answer["paid"]) == 1
+        assert {"format", "image_base64"} <= set(answer["keys"])
+        assert decode_invoice(answer["paid"][0]).amount_msat == PRICE_SATS * 1000
+    assert answers[0]["paid"] != answers[1]["paid"]
+    assert payment_count(server) - before == 2

@@ -99,7 +99,7 @@ class LightningCharge:
 
 
 def payment_line(resp: httpx.Response) -> str:
-    """The charge intent's challenge (a 402 also offers the session intent's)."""
+    """The charge intent's challenge (a 402 may also offer the session intent's)."""
     lines = [
         v
         for v in resp.headers.get_list("WWW-Authenticate")
@@ -302,7 +302,8 @@ async def test_accept_payment_limits_and_leads_the_challenges(client: httpx.Asyn
             names.append(scheme if pair is None else f"{scheme}/{pair[1]}")
         return names
 
-    every = ["L402", "LSAT", "Payment/charge", "Payment/session"]
+    # The session intent (a second invoice: its deposit) only when Accept-Payment asks.
+    every = ["L402", "LSAT", "Payment/charge"]
     assert await offered(None) == every
     # A client that declared what it pays with reads that first (Alby's fetchWithMpp pays
     # only when the header starts with Payment).
@@ -320,7 +321,8 @@ async def test_accept_payment_limits_and_leads_the_challenges(client: httpx.Asyn
         "L402",
         "LSAT",
     ]
-    # Nothing on offer is accepted (or the header is malformed): the normal set.
+    # Nothing on offer is accepted (or the header is malformed): the normal set, which
+    # has no session offer.
     assert await offered("tempo/charge") == every
     assert await offered("lightning") == every
 

@@ -682,7 +682,8 @@ def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
     before = chain.ledger()["totals"]
     body = {"template": "headline", "title": "session"}
     url = f"{chain.url}/api/l402/render-card"
-    first = httpx.post(url, json=body, timeout=60)
+    wants_session = {"Accept-Payment": "lightning/charge, lightning/session"}
+    first = httpx.post(url, json=body, headers=wants_session, timeout=60)
     assert first.status_code == 402, first.text
     challenge = session_challenge(first)
     request = challenge["decoded"]

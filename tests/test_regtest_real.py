@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from satsgate.config import Settings
+from satsgate.payout_fees import fee_cap_msat
 from tests.conftest import free_port
 
 REGTEST = Path(__file__).resolve().parent.parent / "regtest"
@@ -57,10 +58,8 @@ def figures(out: str, tag: str) -> dict[str, Any]:
 
 
 def fee_cap(amount_msat: int) -> int:
-    """The refunds' routing fee cap under the default settings (refunds.max_fee_msat)."""
-    s = Settings()
-    budget = max(s.refund_fee_min_msat, amount_msat * s.refund_fee_ppm // 1_000_000)
-    return min(budget, amount_msat * s.refund_fee_max_pct // 100)
+    """A payout's routing fee cap under the default settings."""
+    return fee_cap_msat(Settings(), amount_msat)
 
 
 def ledger(state: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from tests.test_sessions import (
     CHAT,
     RARE,
     STREAM,
+    WANTS_SESSION,
     Client,
     credential,
     price_msat,
@@ -84,7 +85,7 @@ class Hop:
         self.preimage = victim.preimage
 
     async def own_challenge(self) -> dict[str, str]:
-        resp = await self.http.post(f"/api/l402/{RARE[0]}", json=RARE[1])
+        resp = await self.http.post(f"/api/l402/{RARE[0]}", json=RARE[1], headers=WANTS_SESSION)
         assert resp.status_code == 402
         return session_challenge(resp)
 

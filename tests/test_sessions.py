@@ -21,7 +21,7 @@ import pytest
 
 from satsgate.backends.cln import ClnBackend
 from satsgate.invoices import decode_invoice, sign_invoice
-from satsgate.payments.sessions import PROBLEMS
+from satsgate.payments.session_wire import PROBLEMS
 from satsgate.services.catalog.pricing import text_tokens_msat
 from tests.conftest import (
     STORES,
@@ -57,6 +57,11 @@ def unb64url(text: str) -> Any:
 
 def jcs(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# What a client that wants a session sends with its first request: a 402 offers the
+# session intent (and makes its deposit invoice) only when asked.
+WANTS_SESSION = {"Accept-Payment": "lightning/charge, lightning/session"}
 
 
 def session_challenge(resp: httpx.Response) -> dict[str, str]:
@@ -104,7 +109,7 @@ class Client:
 
     async def offer(self, slug: str, body: dict[str, Any]) -> tuple[dict[str, str], str]:
         """A 402's session challenge and the deposit's preimage, paid through the dev node."""
-        resp = await self.http.post(f"/api/l402/{slug}", json=body)
+        resp = await self.http.post(f"/api/l402/{slug}", json=body, headers=WANTS_SESSION)
         assert resp.status_code == 402, resp.text
         challenge = session_challenge(resp)
         request = unb64url(challenge["request"])
@@ -217,16 +222,47 @@ def session_row(srv: ThreadedServer, session_id: str) -> Any:
     return srv.call(lambda: srv.store.sessions.get(session_id))
 
 
+def deposit_rows(srv: ThreadedServer) -> int:
+    """The payment rows of session deposits (each one an invoice of the node)."""
+    return int(
+        srv.call(
+            lambda: srv.store.db.run_sync(
+                lambda c: c.execute(
+                    "SELECT COUNT(*) FROM payments WHERE mode = 'deposit'"
+                ).fetchone()[0]
+            )
+        )
+    )
+
+
 # -- the challenge -------------------------------------------------------------------------
 
 
-async def test_every_402_offers_a_session_challenge_beside_l402_and_charge(
-    http: httpx.AsyncClient,
+async def test_a_402_offers_a_session_challenge_to_a_client_that_asks_for_one(
+    http: httpx.AsyncClient, srv: ThreadedServer
 ) -> None:
-    resp = await http.post(f"/api/l402/{TEXT[0]}", json=TEXT[1])
+    """Accept-Payment naming the session intent (or a wildcard over it) gets the session
+    challenge beside L402 and charge; without it (or with one that leaves sessions out)
+    the 402 has no session challenge and no deposit invoice is made."""
+    before = deposit_rows(srv)
+    for accept in (None, "lightning/charge", "cashu/session", "lightning/session;q=0"):
+        headers = {} if accept is None else {"Accept-Payment": accept}
+        plain = await http.post(f"/api/l402/{TEXT[0]}", json=TEXT[1], headers=headers)
+        assert plain.status_code == 402
+        lines = plain.headers.get_list("www-authenticate")
+        assert not any('intent="session"' in v for v in lines), accept
+        assert "session" not in plain.json()
+    assert deposit_rows(srv) == before  # none made
+    for accept in ("lightning/session", "lightning/*", "*/*"):
+        asked = await http.post(
+            f"/api/l402/{TEXT[0]}", json=TEXT[1], headers={"Accept-Payment": accept}
+        )
+        assert session_challenge(asked)["intent"] == "session", accept
+    assert deposit_rows(srv) == before + 3
+    resp = await http.post(f"/api/l402/{TEXT[0]}", json=TEXT[1], headers=WANTS_SESSION)
     assert resp.status_code == 402
     schemes = [v.split(" ", 1)[0] for v in resp.headers.get_list("www-authenticate")]
-    assert schemes == ["L402", "LSAT", "Payment", "Payment"]
+    assert schemes == ["Payment", "Payment", "L402", "LSAT"]
     ch = session_challenge(resp)
     assert (ch["method"], ch["intent"]) == ("lightning", "session")
     assert "=" not in ch["request"]
@@ -847,7 +883,7 @@ async def test_close_pays_an_amountless_return_invoice_through_core_lightning(
         server = ThreadedServer(settings, {**PROVIDER_KINDS, **DOWN_KINDS}, backend=backend)
         try:
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-                resp = await http.post(f"/api/l402/{RARE[0]}", json=RARE[1])
+                resp = await http.post(f"/api/l402/{RARE[0]}", json=RARE[1], headers=WANTS_SESSION)
                 challenge = session_challenge(resp)
                 request = unb64url(challenge["request"])
                 preimage = await asyncio.to_thread(ln.pay_from_outside, request["depositInvoice"])
@@ -937,7 +973,7 @@ async def test_pympp_reads_the_session_challenge_and_drives_a_session(
     from satsgate.payments.challenger import realm_of
 
     settings = srv.app[SETTINGS]
-    resp = await http.post(f"/api/l402/{RARE[0]}", json=RARE[1])
+    resp = await http.post(f"/api/l402/{RARE[0]}", json=RARE[1], headers=WANTS_SESSION)
     line = next(v for v in resp.headers.get_list("www-authenticate") if 'intent="session"' in v)
     challenge = mpp.Challenge.from_www_authenticate(line)
     assert (challenge.method, challenge.intent) == ("lightning", "session")

@@ -1,6 +1,7 @@
 -- One fixed request (wrk pre-builds it once): baseline, free endpoint, 402 challenge.
 -- Arguments after "--": method, body ("" for none), count_statuses ("1" to count codes),
--- and optionally an Authorization header value.
+-- optionally an Authorization header value, and optionally one more header as
+-- "Name: value" (e.g. "Accept-Payment: lightning/charge").
 -- Prints one "BENCH_JSON {...}" line from done().
 
 local threads = {}
@@ -18,6 +19,10 @@ function init(args)
    end
    if args[4] and args[4] ~= "" then
       wrk.headers["Authorization"] = args[4]
+   end
+   if args[5] and args[5] ~= "" then
+      local name, value = string.match(args[5], "^([^:]+):%s*(.*)$")
+      wrk.headers[name] = value
    end
    statuses = {}
    if args[3] == "1" then

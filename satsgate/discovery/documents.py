@@ -133,8 +133,10 @@ def payment_protocols(settings: Settings) -> list[str]:
 
 CHALLENGE_FLOW = (
     "POST the JSON request to the resource without Authorization: the answer is 402 with "
-    "WWW-Authenticate challenges (L402, LSAT, Payment) for exactly that request. A GET of "
-    "the resource (no body) answers 402 with the price and how to pay, and no invoice."
+    "WWW-Authenticate challenges (L402, LSAT, Payment) for exactly that request; the "
+    "Payment session intent's (a deposit for many calls) only with Accept-Payment: "
+    "lightning/session. A GET of the resource (no body) answers 402 with the price and how "
+    "to pay, and no invoice."
 )
 
 
@@ -285,7 +287,9 @@ def mpp_document(catalog: Catalog) -> dict[str, Any]:
         "realm": catalog.realm,
         "methods": {
             "lightning": {
-                "intents": ["charge"],
+                # session: its challenge comes with a 402 whose request asked for it
+                # (Accept-Payment: lightning/session), see CHALLENGE_FLOW
+                "intents": ["charge", "session"],
                 "assets": ["BTC"],
                 "currencies": ["sat"],
                 "network": catalog.settings.network,

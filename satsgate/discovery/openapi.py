@@ -179,9 +179,10 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
                         'invoice="<bolt11>"\', \'LSAT macaroon="<base64>", '
                         'invoice="<bolt11>"\', \'Payment id="...", realm="...", '
                         'method="lightning", intent="charge", request="<base64url '
-                        'JSON>", expires="<RFC 3339>"\' and the session intent\'s Payment '
-                        "challenge. With Accept-Payment, the Payment challenges it accepts "
-                        "come first, in its order of preference.",
+                        'JSON>", expires="<RFC 3339>"\', and the session intent\'s Payment '
+                        "challenge when Accept-Payment asks for it (lightning/session). With "
+                        "Accept-Payment, the Payment challenges it accepts come first, in its "
+                        "order of preference.",
                         "schema": {"type": "string"},
                     },
                     "X-Error-Code": _ERROR_CODE_HEADER,

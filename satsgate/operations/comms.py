@@ -53,7 +53,7 @@ from satsgate.services.comms.voice_bridge import (
     VoiceBridgePollParams,
     VoiceBridgeSayParams,
 )
-from satsgate.services.inputs.params import alias, prevalidate
+from satsgate.services.inputs.params import alias
 
 # -- voice bridge ---------------------------------------------------------------------------
 # The arguments are the HTTP params models themselves: one schema, both spellings.
@@ -103,7 +103,7 @@ async def bridge_say(
     params: VoiceBridgeSayParams,
 ) -> dict[str, Any]:
     """``{ success, bytesSent }``: the utterance is played into the open session."""
-    await prevalidate(params)  # decodes the audio off the loop: 400 before anything else
+    await params.prechecks()  # decodes the audio off the loop: 400 before anything else
     _bridge_available(engines)
     utterance: Utterance = params.checked()
     sent = await sessions.say(params.sessionId, utterance)

@@ -139,6 +139,17 @@ class _Redeemed:
     change_token: str | None
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """A token as the mint knows it, before the swap."""
+
+    token: Token  # its proofs with full keyset ids
+    fee: int  # the mint's input fee for them, sat
+    ys: list[str]  # the proofs' Y points (hex): their ids at the mint and in the store
+    keyset_id: str  # the active keyset the outputs are blinded for
+    keys: Mapping[int, str]  # its public keys by amount
+
+
 class Ecash:
     """Takes ecash for calls, refunds in ecash, and melts what it holds into the node."""
 
@@ -202,6 +213,36 @@ class Ecash:
     async def _redeem(
         self, token: Token, spec: AnySpec, params: BaseModel, price: int
     ) -> _Redeemed:
+        """Check the token against this node and its mint, claim its proofs together with
+        the outputs of the swap to come, and swap them; a token claimed before is taken
+        up where that claim left it (:meth:`_claimed_before`)."""
+        mint_url, mint = self._mint_of(token)
+        checked = await self._checked(mint_url, mint, token, price)
+        change = checked.token.amount - checked.fee - price
+        parts = [(price, "keep"), (change, "change")]
+        outputs = await _off_loop(_pieces(parts), self._outputs, checked.keyset_id, parts)
+        receipt = Receipt(
+            receipt_id=hashlib.sha256("".join(sorted(checked.ys)).encode()).hexdigest(),
+            service=spec.slug,
+            request_digest=request_digest(spec.slug, params),
+            mint=mint_url,
+            unit=self.config.unit,
+            amount=checked.token.amount,
+            fee=checked.fee,
+            price=price,
+            change=change,
+            status="swapping",
+            payment_id=None,
+            change_token=None,
+            error=None,
+            op_id=_attempt_id(),
+        )
+        if not await self._repo.claim(receipt, checked.ys, outputs, int(time.time())):
+            return await self._claimed_before(mint, checked, receipt, spec)
+        return await self._swap(mint, checked.token, receipt, outputs, checked.keys)
+
+    def _mint_of(self, token: Token) -> tuple[str, Mint]:
+        """The token's mint, if this node accepts it and the token's unit."""
         mint_url = normalize_mint_url(token.mint)
         mint = self._mints.get(mint_url)
         if mint is None:
@@ -217,6 +258,13 @@ class Ecash:
                 f"The token is in {token.unit[:20]!r}; this node takes {unit!r}.",
                 unit=unit,
             )
+        return mint_url, mint
+
+    async def _checked(self, mint_url: str, mint: Mint, token: Token, price: int) -> _Checked:
+        """What the mint says of the token before any swap: its keysets (ids made full,
+        in this node's unit), its input fee (the rest must cover ``price``), no proof
+        twice, and the keys of the keyset the outputs are blinded for."""
+        unit = self.config.unit
         full_ids: dict[str, str] = {}
         try:
             for keyset_id in {p.keyset_id for p in token.proofs}:
@@ -263,43 +311,28 @@ class Ecash:
             raise _refused(
                 ErrorCode.CASHU_TOKEN_INVALID, f"The mint refused: {exc.detail}."
             ) from None
-        change = token.amount - fee - price
-        parts = [(price, "keep"), (change, "change")]
-        outputs = await _off_loop(_pieces(parts), self._outputs, active.keyset_id, parts)
-        now = int(time.time())
-        receipt = Receipt(
-            receipt_id=hashlib.sha256("".join(sorted(ys)).encode()).hexdigest(),
-            service=spec.slug,
-            request_digest=request_digest(spec.slug, params),
-            mint=mint_url,
-            unit=unit,
-            amount=token.amount,
-            fee=fee,
-            price=price,
-            change=change,
-            status="swapping",
-            payment_id=None,
-            change_token=None,
-            error=None,
-            op_id=_attempt_id(),
-        )
-        if not await self._repo.claim(receipt, ys, outputs, now):
-            taken = await self._presented_before(ys, receipt, spec)
-            if isinstance(taken, _Redeemed):
-                return taken
-            # Claimed again after the mint proved it unspent: the SAME saved outputs are
-            # swapped, so whichever attempt the mint signs, restore finds it.
-            receipt, outputs = taken, await self._repo.outputs(taken.receipt_id)
-            try:
-                keys = await mint.keys(outputs[0].keyset_id)
-            except (MintUnreachable, MintError) as exc:
-                log.warning("mint %s unreachable before a swap: %s", mint_url, exc)
-                await self._repo.settle_attempt(receipt, "released", str(exc), now)
-                raise _refused(
-                    ErrorCode.CASHU_MINT_UNAVAILABLE,
-                    "The token's mint did not answer; retry later.",
-                ) from None
-        return await self._swap(mint, token, receipt, outputs, keys)
+        return _Checked(token, fee, ys, active.keyset_id, keys)
+
+    async def _claimed_before(
+        self, mint: Mint, checked: _Checked, receipt: Receipt, spec: AnySpec
+    ) -> _Redeemed:
+        """A token whose proofs were claimed before: that claim's outcome, or, when the
+        mint proved them unspent, the same claim swapped again with its SAME saved
+        outputs, so whichever attempt the mint signs, restore finds it."""
+        taken = await self._presented_before(checked.ys, receipt, spec)
+        if isinstance(taken, _Redeemed):
+            return taken
+        outputs = await self._repo.outputs(taken.receipt_id)
+        try:
+            keys = await mint.keys(outputs[0].keyset_id)
+        except (MintUnreachable, MintError) as exc:
+            log.warning("mint %s unreachable before a swap: %s", mint.url, exc)
+            await self._repo.settle_attempt(taken, "released", str(exc), int(time.time()))
+            raise _refused(
+                ErrorCode.CASHU_MINT_UNAVAILABLE,
+                "The token's mint did not answer; retry later.",
+            ) from None
+        return await self._swap(mint, checked.token, taken, outputs, keys)
 
     def _outputs(self, keyset_id: str, parts: Sequence[tuple[int, str]]) -> list[Output]:
         outputs: list[Output] = []

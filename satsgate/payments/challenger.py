@@ -190,18 +190,17 @@ class Challenger:
         budget: a request whose files take longer to check is refused (the check itself,
         bounded by the service's size caps, ends on its own in its thread)."""
         self.ensure_available(spec, params)
-        if spec.prevalidate is not None:
-            try:
-                # In this task (no task of its own, as wait_for would make per call).
-                async with asyncio.timeout(PREVALIDATE_BUDGET_S):
-                    await spec.prevalidate(params, self._prechecks)
-            except TimeoutError:
-                raise ApiError(
-                    ErrorCode.L402_INVALID_PARAMS,
-                    f"Invalid parameters: (body): the files took longer than "
-                    f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
-                    "Nothing was charged.",
-                ) from None
+        try:
+            # In this task (no task of its own, as wait_for would make per call).
+            async with asyncio.timeout(PREVALIDATE_BUDGET_S):
+                await spec.prevalidate(params, self._prechecks)
+        except TimeoutError:
+            raise ApiError(
+                ErrorCode.L402_INVALID_PARAMS,
+                f"Invalid parameters: (body): the files took longer than "
+                f"{PREVALIDATE_BUDGET_S:g} s to check before payment; send smaller ones. "
+                "Nothing was charged.",
+            ) from None
         if spec.recipients is not None and self._opt_outs is not None:
             opted = await self._opt_outs.opted_out(spec.recipients(params))
             if opted:

@@ -221,6 +221,22 @@ def build_gate(
     # The node's bound on unpaid invoices: the calls' challenges and the session
     # deposits offered with them draw on the one budget.
     budget = ChallengeBudget(settings.max_unpaid_challenges, store.payments.outstanding_unpaid)
+    challenger = Challenger(
+        node=backend,
+        payments=store.payments,
+        engines=handlers.engines,
+        rates=handlers.rates,
+        prechecks=prechecks,
+        root_keys=root_keys,
+        server_secret=settings.server_secret,
+        network=settings.network,
+        public_base_url=settings.public_base_url,
+        invoice_expiry_s=settings.invoice_expiry_s,
+        credential_ttl_s=settings.credential_ttl_s,
+        holds=holds if settings.hold_invoices else None,
+        opt_outs=opt_outs,
+        budget=budget,
+    )
     sessions = Sessions(
         config=SessionConfig(
             secret=settings.server_secret,
@@ -231,33 +247,21 @@ def build_gate(
             max_deposit_sat=settings.session_max_deposit_sat,
             idle_timeout_s=settings.session_idle_timeout_s,
             pay_timeout_s=settings.refund_pay_timeout_s,
-            fee_cap=refunds.max_fee_msat,
+            fees=refunds.fees,
+            public_base_url=settings.public_base_url,
+            max_body_bytes=settings.max_body_bytes,
         ),
         node=backend,
         payments=store.payments,
         sessions=store.sessions,
         settlements=settlements,
         contexts=handlers,
+        challenges=challenger,
         budget=budget,
     )
     return Gate(
         sessions=sessions,
-        challenger=Challenger(
-            node=backend,
-            payments=store.payments,
-            engines=handlers.engines,
-            rates=handlers.rates,
-            prechecks=prechecks,
-            root_keys=root_keys,
-            server_secret=settings.server_secret,
-            network=settings.network,
-            public_base_url=settings.public_base_url,
-            invoice_expiry_s=settings.invoice_expiry_s,
-            credential_ttl_s=settings.credential_ttl_s,
-            holds=holds if settings.hold_invoices else None,
-            opt_outs=opt_outs,
-            budget=budget,
-        ),
+        challenger=challenger,
         verifier=Verifier(
             payments=store.payments, root_keys=root_keys, server_secret=settings.server_secret
         ),

@@ -135,8 +135,8 @@ def problem_response(exc: ApiError, base_url: str) -> web.Response:
 async def _session_lines(
     request: web.Request, gate: Gate, spec: ServiceSpec[Any], params: BaseModel
 ) -> list[str]:
-    """The session intent's challenge for this 402 (a fresh deposit invoice), unless
-    ``Accept-Payment`` leaves sessions out (payments/sessions.py)."""
+    """The session intent's challenge for this 402 (a fresh deposit invoice), when
+    ``Accept-Payment`` asks for it (payments/sessions.py)."""
     if gate.sessions is None:
         return []
     return await gate.sessions.offer_lines(spec, params, request.headers.get("Accept-Payment"))
@@ -180,7 +180,7 @@ async def _paid_call(
     if payment_scheme and gate.sessions is not None:
         # A session credential (payments/sessions.py) is always of the Payment scheme:
         # an L402 call or an unpaid request never needs the session intent's look-up.
-        answered = await gate.sessions.http_call(request, gate, spec, transform)
+        answered = await gate.sessions.http_call(request, spec, transform)
         if answered is not None:
             return answered
     body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))

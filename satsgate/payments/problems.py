@@ -163,6 +163,19 @@ def _preference(ranges: Sequence[PaymentRange], method: str, intent: str) -> flo
     return None if best is None else best[1]
 
 
+def accepts(accept_payment: str | None, method: str, intent: str) -> bool:
+    """Whether ``Accept-Payment`` names ``method``/``intent`` (itself or by a wildcard) with
+    q > 0; False without the header or with a malformed one."""
+    if not accept_payment:
+        return False
+    try:
+        ranges = parse_accept_payment(accept_payment)
+    except MalformedAcceptPayment:
+        return False
+    q = _preference(ranges, method, intent)
+    return q is not None and q > 0
+
+
 def challenge_method_intent(line: str) -> tuple[str, str] | None:
     """method and intent of a ``WWW-Authenticate: Payment ...`` value, else None."""
     scheme, _, rest = line.partition(" ")

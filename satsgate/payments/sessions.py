@@ -1,8 +1,9 @@
 """Payment sessions: the "session" intent of the Payment scheme, lightning method
 (draft-lightning-session-00).
 
-Every 402 of a paid endpoint offers, beside L402 and the charge intent, a session
-challenge: ``amount`` (the price of this call, in sats), ``currency`` "sat",
+A 402 of a paid endpoint whose request asks for the session intent (``Accept-Payment:
+lightning/session``, or a wildcard over it) offers, beside L402 and the charge intent, a
+session challenge: ``amount`` (the price of this call, in sats), ``currency`` "sat",
 ``unitType`` "request", a fresh ``depositInvoice`` for ``depositAmount`` (the price
 times ``session_deposit_multiplier``, at most ``session_max_deposit_sat``, never below
 the one call), its ``paymentHash`` and ``idleTimeout``. The deposit is a row of
@@ -54,22 +55,38 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel
 
-from satsgate import json_input
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.invoices import InvalidInvoice, decode_invoice
 from satsgate.lightning import BackendError, CreatedInvoice, PaymentResult, PaymentState
 from satsgate.payments import mpp, problems, streaming
+from satsgate.payments.challenger import Challenge
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
+from satsgate.payments.session_wire import (
+    BINDING_PROBLEM,
+    HEX_DIGITS,
+    PROBLEM_TITLES,
+    PROBLEMS,
+    SessionChallenge,
+    SessionCredential,
+    SessionProblem,
+    challenge_id,
+    parse_credential,
+    receipt_header,
+    session_payload,
+    session_token,
+    token_sha256,
+)
+from satsgate.payout_fees import PayoutFees
 from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
@@ -79,30 +96,12 @@ from satsgate.store.sessions import ReturnInvoiceTaken, Session, SessionReposito
 log = logging.getLogger("satsgate.sessions")
 
 AnySpec = ServiceSpec[Any]
-INTENT = "session"
-PROBLEMS = "https://paymentauth.org/problems/lightning/"
 SESSION_SERVICE = "session"  # the service name of a deposit's payments row
 MCP_PREFIX = "sess_"  # an MCP paymentId that names a session: sess_<sessionId>.<token>
 TOKEN_HEADER = "Payment-Session-Token"  # the open's answer: the session token
 # A payout whose return invoice has expired is not tried again (the operator sees it).
 _NEVER = 2**62
-_PROBLEM_TITLES = {
-    "malformed-credential": "Malformed credential",
-    "unknown-challenge": "Unknown challenge",
-    "invalid-preimage": "Invalid preimage",
-    "session-not-found": "Session not found",
-    "session-closed": "Session closed",
-    "insufficient-balance": "Insufficient balance",
-    "challenge-expired": "Challenge expired",
-    "invalid-return-invoice": "Invalid return invoice",
-}
-# satsgate's own problem (the draft has no binding): typed by its error-catalog entry.
-BINDING_PROBLEM = "session-binding-required"
-_HEX = frozenset("0123456789abcdef")
 _MAX_KNOWN_BEARERS = 10_000
-# What Accept-Payment is asked about: would it take the session intent (beside charge)?
-_CHARGE_PROBE = 'Payment id="", method="lightning", intent="charge"'
-_SESSION_PROBE = 'Payment id="", method="lightning", intent="session"'
 
 
 class ReturnInvoice(NamedTuple):
@@ -110,188 +109,6 @@ class ReturnInvoice(NamedTuple):
 
     bolt11: str
     payment_hash: str
-
-
-class SessionProblem(Exception):
-    """A refused session credential: the draft's problem type, satsgate's error code."""
-
-    def __init__(
-        self, problem: str, code: ErrorCode, detail: str, extra: dict[str, Any] | None = None
-    ) -> None:
-        super().__init__(detail)
-        self.problem = problem
-        self.code = code
-        self.detail = detail
-        self.extra = extra or {}
-        # The session token, when this answers the open that made the session (its call
-        # was refused after the open): the payer gets it with the refusal.
-        self.token: str | None = None
-
-    def api_error(self) -> ApiError:
-        """The envelope of this refusal where no 402 problem body is answered (MCP)."""
-        return ApiError(self.code, self.detail, extra=self.extra)
-
-
-# -- the wire: challenge, credential, receipt ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class SessionChallenge:
-    id: str
-    realm: str
-    request: str  # b64url of the JCS request object
-    expires: str
-    fields: dict[str, str]  # the request object, for the 402 body
-
-    def header(self) -> str:
-        return (
-            f'Payment id="{self.id}", realm="{self.realm}", method="{mpp.METHOD}", '
-            f'intent="{INTENT}", request="{self.request}", expires="{self.expires}"'
-        )
-
-
-def challenge_id(key: HmacKey, realm: str, request: str, expires: str, extra: str = "||") -> str:
-    """The stateless id: HMAC-SHA256 under the server secret over the same slots as the
-    charge intent's (realm|method|intent|request|expires|digest|opaque)."""
-    message = "|".join((realm, mpp.METHOD, INTENT, request, expires)) + extra
-    return mpp.b64url(key.digest(message.encode()))
-
-
-@dataclass(frozen=True)
-class SessionCredential:
-    action: str  # open | bearer | topUp | close
-    challenge_id: str
-    request: dict[str, Any]  # the echoed challenge's request object
-    expires_at: int | None
-    payload: dict[str, Any]
-
-    def text(self, name: str) -> str:
-        value = self.payload.get(name)
-        if not isinstance(value, str) or not value:
-            raise SessionProblem(
-                "malformed-credential",
-                ErrorCode.MALFORMED_CREDENTIAL,
-                f"payload.{name} is required for action {self.action}",
-            )
-        return value
-
-    def token(self) -> str | None:
-        """``payload.token``, the session token the open answered; None when absent."""
-        if "token" not in self.payload:
-            return None
-        return self.text("token")
-
-    def hex32(self, name: str) -> str:
-        value = self.text(name)
-        if len(value) != 64 or not set(value) <= _HEX:
-            raise SessionProblem(
-                "malformed-credential",
-                ErrorCode.MALFORMED_CREDENTIAL,
-                f"payload.{name} must be 64 lowercase hex characters",
-            )
-        return value
-
-
-def session_payload(value: str) -> dict[str, Any] | None:
-    """The decoded credential when ``value`` (after ``Payment ``) is one of the session
-    intent; None for anything else (the charge intent's own parser answers those)."""
-    try:
-        doc = json_input.loads(mpp.b64url_decode(value.strip()))
-    except (json_input.JsonInputError, Exception):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    challenge = doc.get("challenge")
-    if not isinstance(challenge, dict) or challenge.get("intent") != INTENT:
-        return None
-    return doc
-
-
-def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
-    """Check a decoded session credential: its challenge was issued here (the HMAC id),
-    the action is known. Raises SessionProblem."""
-    ch = doc["challenge"]
-    fields: dict[str, str] = {}
-    for name in ("id", "realm", "method", "intent", "request", "expires", "digest", "opaque"):
-        item = ch.get(name, "")
-        if not isinstance(item, str):
-            raise SessionProblem(
-                "malformed-credential",
-                ErrorCode.MALFORMED_CREDENTIAL,
-                f"challenge.{name} must be a string",
-            )
-        fields[name] = item
-    if fields["method"] != mpp.METHOD:
-        raise SessionProblem(
-            "malformed-credential",
-            ErrorCode.MALFORMED_CREDENTIAL,
-            "only method=lightning is accepted",
-        )
-    expected = challenge_id(
-        key,
-        fields["realm"],
-        fields["request"],
-        fields["expires"],
-        f"|{fields['digest']}|{fields['opaque']}",
-    )
-    if not hmac.compare_digest(expected, fields["id"]):
-        raise SessionProblem(
-            "unknown-challenge",
-            ErrorCode.PAYMENT_INVALID,
-            "the challenge was not issued by this server",
-        )
-    try:
-        request = json_input.loads(mpp.b64url_decode(fields["request"]))
-    except (json_input.JsonInputError, Exception):
-        request = None
-    if not isinstance(request, dict):
-        raise SessionProblem(
-            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, "challenge.request is not JSON"
-        )
-    payload = doc.get("payload")
-    if not isinstance(payload, dict) or not isinstance(payload.get("action"), str):
-        raise SessionProblem(
-            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, "payload.action is required"
-        )
-    action = payload["action"]
-    if action == "topup":  # some clients spell it so
-        action = "topUp"
-    if action not in ("open", "bearer", "topUp", "close"):
-        raise SessionProblem(
-            "malformed-credential", ErrorCode.MALFORMED_CREDENTIAL, f"unknown action {action!r}"
-        )
-    expires_at = None
-    if fields["expires"]:
-        try:
-            expires_at = mpp.parse_rfc3339(fields["expires"])
-        except Exception:
-            raise SessionProblem(
-                "malformed-credential",
-                ErrorCode.MALFORMED_CREDENTIAL,
-                "challenge.expires is not RFC 3339",
-            ) from None
-    return SessionCredential(action, fields["id"], request, expires_at, payload)
-
-
-def session_token(key: HmacKey, session_id: str, challenge_id: str) -> str:
-    """The token binding a session to its payer (64 hex): see the module docstring."""
-    return key.digest(f"{session_id}|{challenge_id}".encode()).hex()
-
-
-def token_sha256(token: str) -> str:
-    """What the store keeps of a session token."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def receipt_header(reference: str, unix_s: int, **fields: Any) -> str:
-    receipt = {
-        "method": mpp.METHOD,
-        "reference": reference,
-        "status": "success",
-        "timestamp": mpp.rfc3339(unix_s),
-        **fields,
-    }
-    return mpp.b64url(mpp.canonical_json(receipt).encode())
 
 
 def _sats(msat: int) -> int:
@@ -325,6 +142,18 @@ class PaidRefresher(Protocol):
     async def refresh_paid(self, payment: Payment) -> Payment: ...
 
 
+class CallChallenges(Protocol):
+    """What the session intent needs of the calls' own 402 (payments/challenger.py): a
+    request's params checked before any invoice, and a fresh charge and L402 challenge
+    for a refusal's 402."""
+
+    def validate_params(self, spec: AnySpec, body: Any) -> BaseModel: ...
+
+    async def prevalidate(self, spec: AnySpec, params: BaseModel) -> None: ...
+
+    async def challenge_for(self, spec: AnySpec, params: BaseModel, via: str) -> Challenge: ...
+
+
 class Contexts(Protocol):
     """Makes a call's context; ``rates`` is the app's BTC rate book (quotes read it)."""
 
@@ -344,7 +173,9 @@ class SessionConfig:
     max_deposit_sat: int
     idle_timeout_s: int
     pay_timeout_s: int
-    fee_cap: Callable[[int], int]  # the refunds' routing fee cap for a payout amount
+    fees: PayoutFees  # the routing fees a payout may spend (shared with refunds)
+    public_base_url: str
+    max_body_bytes: int
 
 
 @dataclass
@@ -413,9 +244,11 @@ class Sessions:
         sessions: SessionRepository,
         settlements: PaidRefresher,
         contexts: Contexts,
+        challenges: CallChallenges,
         budget: ChallengeBudget | None = None,
     ) -> None:
         self._config = config
+        self._challenges = challenges
         # The node's bound on unpaid invoices, shared with the challenger: a deposit
         # invoice takes a slot like the call's challenge it is offered with.
         self._budget = budget
@@ -517,12 +350,13 @@ class Sessions:
         self, spec: AnySpec, params: BaseModel, accept_payment: str | None = None
     ) -> list[str]:
         """The session challenge for a 402 that offers this call, as WWW-Authenticate
-        lines: none when ``Accept-Payment`` leaves the session intent out (then no
-        deposit invoice is made), or when none can be made (:meth:`offered`; the other
-        challenges stand)."""
-        if accept_payment and _SESSION_PROBE not in problems.select_challenges(
-            (_CHARGE_PROBE, _SESSION_PROBE), accept_payment
-        ):
+        lines: only when ``Accept-Payment`` asks for the session intent
+        (``lightning/session``, or a wildcard covering it), and one can be made
+        (:meth:`offered`; the other challenges stand). Its deposit is a second invoice
+        (an RPC and a row in the node's database, ~270 us of satsgate's CPU on the dev
+        node: bench/README.md), so a 402 makes it only for a client that wants a
+        session."""
+        if not problems.accepts(accept_payment, "lightning", "session"):
             return []
         challenge = await self.offered(
             spec.quote_sats(params, self._contexts.rates.book), spec.title
@@ -534,7 +368,6 @@ class Sessions:
     async def http_call(
         self,
         request: web.Request,
-        gate: Any,
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> web.StreamResponse | None:
@@ -546,13 +379,13 @@ class Sessions:
         known = self._bearers.get(auth[0])
         if known is not None:  # this very bearer credential verified before
             session_id, challenge = known
-            checked = await self._params(request, gate, spec, transform)
+            checked = await self._params(request, spec, transform)
             try:
                 if spec.streams(checked):
                     return await self._stream(request, session_id, spec, checked, challenge)
                 served = await self._debit_and_run(session_id, spec, checked)
             except SessionProblem as problem:
-                return await self._problem_response(gate, spec, checked, problem)
+                return await self._problem_response(spec, checked, problem)
             return self._served_response(served, challenge)
         scheme, _, rest = auth[0].strip().partition(" ")
         if scheme.lower() != "payment":
@@ -564,7 +397,7 @@ class Sessions:
         try:
             cred = parse_credential(doc, self._key)
             if cred.action in ("open", "bearer"):
-                params = await self._params(request, gate, spec, transform)
+                params = await self._params(request, spec, transform)
             if cred.action == "open" and params is not None and spec.streams(params):
                 deposit_hash, return_invoice = self._open_checks(cred)
                 opened = await self._open_session(deposit_hash, cred.challenge_id, return_invoice)
@@ -623,32 +456,31 @@ class Sessions:
             )
         except SessionProblem as problem:
             if params is None:
-                params = await self._params_or_none(request, gate, spec, transform)
-            return await self._problem_response(gate, spec, params, problem)
+                params = await self._params_or_none(request, spec, transform)
+            return await self._problem_response(spec, params, problem)
 
     async def _params(
         self,
         request: web.Request,
-        gate: Any,
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> BaseModel:
-        body = await read_json(request, min(spec.max_body_bytes, gate.max_body_bytes))
+        limit = min(spec.max_body_bytes, self._config.max_body_bytes)
+        body = await read_json(request, limit)
         if transform is not None:
             body = transform(body)
-        params: BaseModel = gate.validate_params(spec, body)
-        await gate.prevalidate(spec, params)
+        params = self._challenges.validate_params(spec, body)
+        await self._challenges.prevalidate(spec, params)
         return params
 
     async def _params_or_none(
         self,
         request: web.Request,
-        gate: Any,
         spec: AnySpec,
         transform: Callable[[Any], Any] | None,
     ) -> BaseModel | None:
         try:
-            return await self._params(request, gate, spec, transform)
+            return await self._params(request, spec, transform)
         except ApiError:
             return None
 
@@ -685,32 +517,33 @@ class Sessions:
         return resp
 
     async def _problem_response(
-        self, gate: Any, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
+        self, spec: AnySpec, params: BaseModel | None, problem: SessionProblem
     ) -> web.StreamResponse:
         """402, fresh challenges (L402, charge and a session deposit: the top-up's), and an
         RFC 9457 body with satsgate's envelope fields as extension members. With no
         challenge made (the node's unpaid invoices at their cap), the 402 says so and
         when to retry (problems.without_challenge)."""
-        if problem.problem in _PROBLEM_TITLES:
+        if problem.problem in PROBLEM_TITLES:
             body: dict[str, Any] = {
                 "type": PROBLEMS + problem.problem,
-                "title": _PROBLEM_TITLES[problem.problem],
+                "title": PROBLEM_TITLES[problem.problem],
                 "status": 402,
                 "detail": problem.detail,
             }
         else:  # satsgate's own (the binding): its error-catalog entry
-            body = problems.problem_fields(problem.code, 402, problem.detail, gate.public_base_url)
+            base_url = self._config.public_base_url
+            body = problems.problem_fields(problem.code, 402, problem.detail, base_url)
         body |= envelope(problem.code, problem.detail) | problem.extra
         headers: list[str] = []
         retry: dict[str, str] = {}
         if params is not None:
             refused: ApiError | None = None
             try:
-                charge = await gate.challenge_for(spec, params, via="http")
+                charge = await self._challenges.challenge_for(spec, params, via="http")
             except ApiError as exc:  # the node's unpaid invoices at their cap, or no invoice
                 refused = exc
             else:
-                body |= charge.body_fields(gate.public_base_url)
+                body |= charge.body_fields(self._config.public_base_url)
                 headers += charge.www_authenticate()
             session = await self.offered(
                 spec.quote_sats(params, self._contexts.rates.book), spec.title
@@ -963,18 +796,24 @@ class Sessions:
                 "not from a session",
             )
         price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
-        # Counted in flight before the debit: a close that comes meanwhile waits for this
-        # call (and its credit, if any) before it decides the refund.
+        with self._under_way(session_id):
+            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
+            if balance is None:
+                raise await self._why_not(session_id, price_msat)
+            return await self._run(session_id, spec, params, price_msat, balance)
+
+    @contextlib.contextmanager
+    def _under_way(self, session_id: str) -> Iterator[None]:
+        """A call of the session under way, counted from before its debit: a close that
+        comes meanwhile waits for it (and its credit, if any) before it decides the
+        refund."""
         flight = self._in_flight.get(session_id)
         if flight is None:
             flight = self._in_flight[session_id] = _InFlight()
         flight.count += 1
         flight.idle.clear()
         try:
-            balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
-            if balance is None:
-                raise await self._why_not(session_id, price_msat)
-            return await self._run(session_id, spec, params, price_msat, balance)
+            yield
         finally:
             flight.count -= 1
             if flight.count == 0:
@@ -1000,12 +839,7 @@ class Sessions:
         for it is paid)."""
         assert spec.stream_handler is not None
         price_msat = spec.quote_sats(params, self._contexts.rates.book) * 1000
-        flight = self._in_flight.get(session_id)
-        if flight is None:
-            flight = self._in_flight[session_id] = _InFlight()
-        flight.count += 1
-        flight.idle.clear()
-        try:
+        with self._under_way(session_id):
             balance = await self._sessions.debit(session_id, price_msat, int(time.time()))
             if balance is None:
                 raise await self._why_not(session_id, price_msat)
@@ -1034,12 +868,6 @@ class Sessions:
                 opened.stream.receipt["untrusted_output"] = True
             settle = _SessionStream(self, session_id, price_msat, balance)
             return await streaming.relay(request, opened.stream, settle, headers)
-        finally:
-            flight.count -= 1
-            if flight.count == 0:
-                flight.idle.set()
-                if self._in_flight.get(session_id) is flight:
-                    del self._in_flight[session_id]
 
     async def _open_stream(
         self,
@@ -1199,7 +1027,7 @@ class Sessions:
         ApiError."""
         session_id, dot, token = payment_id[len(MCP_PREFIX) :].partition(".")
         session_id = session_id.lower()
-        if not dot or not token or len(session_id) != 64 or not set(session_id) <= _HEX:
+        if not dot or not token or len(session_id) != 64 or not set(session_id) <= HEX_DIGITS:
             raise ApiError(
                 ErrorCode.SESSION_BINDING_REQUIRED,
                 "A session paymentId is sess_<sessionId>.<sessionToken>: the sessionToken "
@@ -1283,12 +1111,14 @@ class Sessions:
             return
         self._paying.add(session_id)
         try:
+            grant = await self._config.fees.grant(amount)
             result = await self._node.pay_invoice(
                 session.return_invoice,
-                self._config.fee_cap(amount),
+                grant.limit_msat,
                 self._config.pay_timeout_s,
                 amount_msat=amount,
             )
+            await self._config.fees.settle(grant, result)
         except (BackendError, OSError, TimeoutError) as exc:
             log.warning("session %s payout: outcome unknown (%s)", session_id[:16], exc)
             await self._sessions.note_payout_error(session_id, f"outcome unknown: {exc}"[:500])

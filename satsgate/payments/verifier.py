@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from satsgate import json_input
 from satsgate.payments import l402, mpp
-from satsgate.payments.sessions import INTENT as SESSION_INTENT
+from satsgate.payments.session_wire import INTENT as SESSION_INTENT
 from satsgate.services.base import ServiceSpec
 from satsgate.store import Payment
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from satsgate.backends.cln import normalize_network
 from satsgate.config import Settings, load_settings
+from satsgate.lightning import normalize_network
 
 # Not "satsgate": lightningd runs plugins in the lightning-dir, and a directory
 # named like the package there shadows an editable install for `python -m`.

@@ -78,6 +78,10 @@ class Params(BaseModel):
         """The caller's (callback_url, callback_id) for a signed callback, if it asked."""
         return None
 
+    async def prechecks(self) -> None:
+        """The checks beyond the schema every request of these params gets before any
+        invoice (ApiError): each kind of params adds its own and calls ``super()``'s."""
+
 
 @dataclass(frozen=True)
 class ServiceResult:
@@ -314,6 +318,16 @@ class OpenStream:
 StreamHandler = Callable[[ServiceContext, P], Awaitable[ServiceResult]]
 Validator = Callable[[P, PrecheckMemo], Coroutine[Any, Any, None]]
 
+
+async def prechecked(params: Params, _memo: PrecheckMemo | None = None) -> None:
+    """Every spec's check before any invoice unless it names its own: the params' own
+    :meth:`Params.prechecks` (a callback URL, then the caller's files)."""
+    await params.prechecks()
+
+
+_PRECHECKED: Validator[Any] = prechecked  # any spec's params are Params
+
+
 # What the price of one call is counted in. ``per_tier``: one price per model (and output
 # size); ``per_destination``: one price per message by the destination country;
 # ``dynamic``: no unit describes it (the shape's note says why).
@@ -426,7 +440,8 @@ class ServiceSpec(Generic[P]):
     # Extra checks before any invoice that need more than the schema (e.g. a PDF
     # that must parse); raise ApiError("L402_INVALID_PARAMS", ...). They get the app's
     # PrecheckMemo for an outcome worth keeping between the 402 and the paid call.
-    prevalidate: Validator[P] | None = None
+    # A spec's own check calls ``params.prechecks()`` itself.
+    prevalidate: Validator[P] = _PRECHECKED
     example: Mapping[str, Any] = field(default_factory=dict)
     # The engine name that runs it (``text``, ``ocr`` ...), resolved by the engine
     # registry; None: satsgate runs it itself. A service whose engine does not resolve

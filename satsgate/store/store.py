@@ -19,6 +19,7 @@ from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
+from satsgate.store.payout_fees import PayoutFeeRepository
 from satsgate.store.refunds import RefundRepository
 from satsgate.store.retention import RetentionRepository
 from satsgate.store.rework import ReworkRepository
@@ -49,6 +50,7 @@ class Store:
         self.db: Engine = open_engine(path, url)
         self.payments = PaymentRepository(self.db)
         self.refunds = RefundRepository(self.db)
+        self.payout_fees = PayoutFeeRepository(self.db)
         self.jobs = JobRepository(self.db)
         self.cursors = CursorRepository(self.db)
         self.votes = VoteRepository(self.db)

@@ -26,10 +26,10 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.domain.addresses import normalise_address
-from satsgate.outreach.holds import HoldDesk, HoldError
+from satsgate.outreach.holds import HoldDesk, HoldError, Outcome
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest
-from satsgate.web.operator_sessions import OPERATOR
+from satsgate.web.operator_sessions import OPERATOR, unauthorized
 from satsgate.web.pages import esc, page, table
 
 
@@ -57,32 +57,33 @@ def hold_document(hold: HeldRequest, appeal_url: str | None = None) -> dict[str,
     return doc
 
 
-def install(
-    app: web.Application,
-    *,
-    holds_key: web.AppKey[HoldDesk],
-    store_key: web.AppKey[Store],
-) -> None:
-    def bearer(request: web.Request) -> bool:
+async def _decide(desk: HoldDesk, hold_id: str, action: str) -> Outcome | None:
+    """The operator's release or refund of a hold (None: no such action). Shielded: a
+    dropped connection must not stop it half-way. HoldError when it cannot be done."""
+    if action == "release":
+        return await asyncio.shield(desk.release(hold_id, by="operator"))
+    if action == "refund":
+        return await asyncio.shield(desk.refund(hold_id, by="operator"))
+    return None
+
+
+class _HoldRoutes:
+    """The operator's held communications and do-not-contact list: a JSON API (the
+    operator token as a bearer; listing also with a dashboard session) and pages (a
+    dashboard session, forms with its CSRF token)."""
+
+    def __init__(self, holds_key: web.AppKey[HoldDesk], store_key: web.AppKey[Store]) -> None:
+        self.holds_key, self.store_key = holds_key, store_key
+
+    def bearer(self, request: web.Request) -> bool:
         return request.app[OPERATOR].bearer(request)
 
-    def cookie(request: web.Request) -> bool:
+    def cookie(self, request: web.Request) -> bool:
         return request.app[OPERATOR].session(request) is not None
 
-    def unauthorized() -> web.Response:
-        return web.json_response(
-            {
-                "error_code": "OPERATOR_UNAUTHORIZED",
-                "message": "Send the operator token (satsgate operator-token) as"
-                " Authorization: Bearer <token>.",
-            },
-            status=401,
-            headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
-        )
-
-    async def form_checked(request: web.Request) -> dict[str, str] | None:
+    async def form_checked(self, request: web.Request) -> dict[str, str] | None:
         """The posted form, when the cookie and its CSRF token are a live session's."""
-        if not cookie(request):
+        if not self.cookie(request):
             return None
         form = {k: str(v) for k, v in (await request.post()).items()}
         if not request.app[OPERATOR].form_allowed(request, form.get("csrf", "")):
@@ -91,103 +92,93 @@ def install(
 
     # -- JSON API ------------------------------------------------------------------------
 
-    async def api_list(request: web.Request) -> web.Response:
-        if not bearer(request) and not cookie(request):
+    async def api_list(self, request: web.Request) -> web.Response:
+        if not request.app[OPERATOR].authorized(request):
             return unauthorized()
-        desk = request.app[holds_key]
+        desk = request.app[self.holds_key]
         holds = await desk.listing(open_only=request.query.get("open") == "1")
         return web.json_response(
             {"holds": [hold_document(h, desk.appeal_url(h.hold_id)) for h in holds]},
             headers={"Cache-Control": "no-store"},
         )
 
-    async def api_act(request: web.Request) -> web.Response:
-        if not bearer(request):
+    async def api_act(self, request: web.Request) -> web.Response:
+        if not self.bearer(request):
             return unauthorized()
-        return await _act(request, request.match_info["action"])
+        return await self._act(request, request.match_info["action"])
 
-    async def _act(request: web.Request, action: str) -> web.Response:
-        desk = request.app[holds_key]
+    async def _act(self, request: web.Request, action: str) -> web.Response:
         hold_id = request.match_info["hold_id"]
         try:
-            if action == "release":
-                # Shielded: a dropped connection must not stop a release half-way.
-                outcome = await asyncio.shield(desk.release(hold_id, by="operator"))
-            elif action == "refund":
-                outcome = await asyncio.shield(desk.refund(hold_id, by="operator"))
-            else:
+            outcome = await _decide(request.app[self.holds_key], hold_id, action)
+            if outcome is None:
                 return web.json_response({"error": f"unknown action {action}"}, status=404)
         except HoldError as exc:
             return web.json_response({"error": str(exc), "hold_id": hold_id}, status=409)
         return web.json_response(outcome.as_dict(), headers={"Cache-Control": "no-store"})
 
-    async def api_dnc_list(request: web.Request) -> web.Response:
-        if not bearer(request) and not cookie(request):
+    async def api_dnc_list(self, request: web.Request) -> web.Response:
+        if not request.app[OPERATOR].authorized(request):
             return unauthorized()
-        entries = await request.app[store_key].do_not_contact.listing()
+        entries = await request.app[self.store_key].do_not_contact.listing()
         return web.json_response({"entries": entries}, headers={"Cache-Control": "no-store"})
 
-    async def api_dnc_add(request: web.Request) -> web.Response:
-        if not bearer(request):
+    async def api_dnc_add(self, request: web.Request) -> web.Response:
+        if not self.bearer(request):
             return unauthorized()
         try:
             body = await request.json()
             address = normalise_address(str(body["address"]))
         except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
             return web.json_response({"error": f"send {{'address': ...}}: {exc}"}, status=400)
-        added = await request.app[store_key].do_not_contact.add(address, "operator")
+        added = await request.app[self.store_key].do_not_contact.add(address, "operator")
         return web.json_response({"address": address, "added": added})
 
-    async def api_dnc_remove(request: web.Request) -> web.Response:
-        if not bearer(request):
+    async def api_dnc_remove(self, request: web.Request) -> web.Response:
+        if not self.bearer(request):
             return unauthorized()
         try:
             address = normalise_address(request.match_info["address"])
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
-        removed = await request.app[store_key].do_not_contact.remove(address)
+        removed = await request.app[self.store_key].do_not_contact.remove(address)
         return web.json_response({"address": address, "removed": removed})
 
     # -- pages ---------------------------------------------------------------------------
 
-    async def holds_page(request: web.Request) -> web.Response:
+    async def holds_page(self, request: web.Request) -> web.Response:
         session_id = request.app[OPERATOR].session(request)
         if session_id is None:
             raise web.HTTPSeeOther("/operator")
-        desk = request.app[holds_key]
+        desk = request.app[self.holds_key]
         holds = await desk.listing()
-        entries = await request.app[store_key].do_not_contact.listing()
+        entries = await request.app[self.store_key].do_not_contact.listing()
         notice = request.query.get("done", "")
         return page(
             "Held communications",
             _holds_body(holds, entries, request.app[OPERATOR].csrf_token(session_id), notice),
         )
 
-    async def page_act(request: web.Request) -> web.Response:
-        form = await form_checked(request)
+    async def page_act(self, request: web.Request) -> web.Response:
+        form = await self.form_checked(request)
         if form is None:
             return page("Forbidden", "<p>Sign in at /operator first.</p>", status=403)
         action = request.match_info["action"]
         hold_id = request.match_info["hold_id"]
-        desk = request.app[holds_key]
         try:
-            if action == "release":
-                # Shielded: a dropped connection must not stop a release half-way.
-                outcome = await asyncio.shield(desk.release(hold_id, by="operator"))
-            elif action == "refund":
-                outcome = await asyncio.shield(desk.refund(hold_id, by="operator"))
-            else:
+            outcome = await _decide(request.app[self.holds_key], hold_id, action)
+            if outcome is None:
                 raise web.HTTPNotFound()
             done = f"{hold_id} {outcome.status}"
         except HoldError as exc:
             done = str(exc)
         raise web.HTTPSeeOther(f"/operator/holds?{_query(done)}")
 
-    async def page_dnc(request: web.Request) -> web.Response:
-        form = await form_checked(request)
+    async def page_dnc(self, request: web.Request) -> web.Response:
+        form = await self.form_checked(request)
         if form is None:
             return page("Forbidden", "<p>Sign in at /operator first.</p>", status=403)
-        repo = request.app[store_key].do_not_contact
+        repo = request.app[self.store_key].do_not_contact
         remove = request.path.endswith("/remove")
         try:
             address = normalise_address(form.get("address", ""))
@@ -201,16 +192,24 @@ def install(
             done = f"{address} is on the do-not-contact list"
         raise web.HTTPSeeOther(f"/operator/holds?{_query(done)}")
 
+
+def install(
+    app: web.Application,
+    *,
+    holds_key: web.AppKey[HoldDesk],
+    store_key: web.AppKey[Store],
+) -> None:
+    routes = _HoldRoutes(holds_key, store_key)
     r = app.router
-    r.add_get("/api/operator/holds", api_list)
-    r.add_post("/api/operator/holds/{hold_id}/{action}", api_act)
-    r.add_get("/api/operator/do-not-contact", api_dnc_list)
-    r.add_post("/api/operator/do-not-contact", api_dnc_add)
-    r.add_delete("/api/operator/do-not-contact/{address}", api_dnc_remove)
-    r.add_get("/operator/holds", holds_page)
-    r.add_post("/operator/holds/{hold_id}/{action}", page_act)
-    r.add_post("/operator/do-not-contact", page_dnc)
-    r.add_post("/operator/do-not-contact/remove", page_dnc)
+    r.add_get("/api/operator/holds", routes.api_list)
+    r.add_post("/api/operator/holds/{hold_id}/{action}", routes.api_act)
+    r.add_get("/api/operator/do-not-contact", routes.api_dnc_list)
+    r.add_post("/api/operator/do-not-contact", routes.api_dnc_add)
+    r.add_delete("/api/operator/do-not-contact/{address}", routes.api_dnc_remove)
+    r.add_get("/operator/holds", routes.holds_page)
+    r.add_post("/operator/holds/{hold_id}/{action}", routes.page_act)
+    r.add_post("/operator/do-not-contact", routes.page_dnc)
+    r.add_post("/operator/do-not-contact/remove", routes.page_dnc)
 
 
 def _query(done: str) -> str:

@@ -29,7 +29,7 @@ from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import operator_report
 from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
-from satsgate.web.operator_sessions import COOKIE, OPERATOR
+from satsgate.web.operator_sessions import COOKIE, OPERATOR, unauthorized
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
 
 RECOVER_PATH = "/recover"
@@ -53,16 +53,7 @@ def install(app: web.Application, keys: Keys) -> None:
 
     async def ledger_api(request: web.Request) -> web.Response:
         if not request.app[OPERATOR].authorized(request):
-            # The operator's API, not the payers': outside the spec's error catalog.
-            return web.json_response(
-                {
-                    "error_code": "OPERATOR_UNAUTHORIZED",
-                    "message": "Send the operator token (satsgate operator-token) as"
-                    " Authorization: Bearer <token>.",
-                },
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
-            )
+            return unauthorized()
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
         resp = web.json_response(report)
@@ -250,8 +241,49 @@ def _nostr_section(status: dict[str, Any] | None) -> str:
 
 
 def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
+    """The operator's page: the ledger's figures, then a card per table."""
     t = report["totals"]
-    figures = "".join(
+    held = report.get("held_communications", {})
+    return (
+        '<h1>Operator</h1><p class="muted">received = earned + refunded + held + open, '
+        "to the msat</p>"
+        f'<div class="figures">{_figures(t)}</div>'
+        f'<p class="muted" id="canceled-holds">Hold invoices canceled (never charged, '
+        f"outside the equation): {t['canceled_holds']} ({t['canceled_holds_msat']} msat)</p>"
+        f'<p><a href="/operator/holds" id="holds-link">Held communications '
+        f"({held.get('held', 0)} open, {held.get('review_requested', 0)} asking for "
+        "review) and the do-not-contact list</a></p>"
+        + _card("Earnings over time", earnings_chart(report["per_day"]))
+        + _card("Per day", _per_day_table(report))
+        + _card("Refunds by state", _refund_states_table(t))
+        + _card(
+            "Refund payouts to look at",
+            '<p class="muted">Claims under way, and links whose last payout failed (the link '
+            "stays open; the payer can try again).</p>" + _refund_payouts_table(report),
+        )
+        + _card(
+            "Session payouts to look at",
+            '<p class="muted">Payment sessions whose balance could not be paid to the return '
+            "invoice yet (retried with backoff), or whose payout's outcome is unknown. Open "
+            f"balances: {t['session_balances_msat']} msat in {t['sessions_open']} session(s)."
+            "</p>" + _session_payouts_table(report),
+        )
+        + _card("Calls per service", _services_table(report))
+        + _card("Failures and refunds by cause", _causes_table(report))
+        + _card("Engines", _engines_table(report))
+        + _nostr_section(report.get("nostr"))
+        + '<form method="post" action="/operator/logout">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+        '<button type="submit" id="logout">Sign out</button></form>'
+    )
+
+
+def _card(title: str, body: str) -> str:
+    return f'<section class="card"><h2>{title}</h2>{body}</section>'
+
+
+def _figures(t: dict[str, Any]) -> str:
+    return "".join(
         (
             _figure("received", "Received", t["received_msat"], f"{t['payments']} payments"),
             _figure("earned", "Earned", t["earned_msat"]),
@@ -261,23 +293,20 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
             _figure("refund-fees", "Routing fees on refunds", t["refund_fees_msat"]),
         )
     )
-    per_day = table(
+
+
+def _per_day_table(report: dict[str, Any]) -> str:
+    columns = ("received_msat", "earned_msat", "refunded_msat", "held_msat", "open_msat")
+    return table(
         ("day", "received", "earned", "refunded", "held", "open"),
-        (
-            (
-                d["day"],
-                d["received_msat"],
-                d["earned_msat"],
-                d["refunded_msat"],
-                d["held_msat"],
-                d["open_msat"],
-            )
-            for d in reversed(report["per_day"])
-        ),
+        ((d["day"], *(d[c] for c in columns)) for d in reversed(report["per_day"])),
         numeric={1, 2, 3, 4, 5},
         table_id="per-day",
     )
-    states = table(
+
+
+def _refund_states_table(t: dict[str, Any]) -> str:
+    return table(
         ("state", "refunds", "msat"),
         (
             (s, t[f"refunds_{s}"], t[f"refunds_{s}_msat"])
@@ -286,7 +315,10 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
         numeric={1, 2},
         table_id="refund-states",
     )
-    services = table(
+
+
+def _services_table(report: dict[str, Any]) -> str:
+    return table(
         ("service", "calls", "paid msat", "refunds"),
         (
             (s["service"], s["calls"], s["paid_msat"], s["refunds"])
@@ -295,13 +327,22 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
         numeric={1, 2, 3},
         table_id="calls-per-service",
     )
-    causes = table(
+
+
+def _causes_table(report: dict[str, Any]) -> str:
+    return table(
         ("cause", "refunds", "msat"),
         ((c["cause"], c["refunds"], c["amount_msat"]) for c in report["refunds_by_cause"]),
         numeric={1, 2},
         table_id="refund-causes",
     )
-    payouts = table(
+
+
+_UNDER_WAY = "payout under way or unknown"
+
+
+def _refund_payouts_table(report: dict[str, Any]) -> str:
+    return table(
         ("refund", "payment", "msat", "state", "node's reason"),
         (
             (
@@ -309,14 +350,17 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
                 p["payment_id"],
                 p["amount_msat"],
                 p["status"],
-                p["payout_error"] or "payout under way or unknown",
+                p["payout_error"] or _UNDER_WAY,
             )
             for p in report["refund_payouts"]
         ),
         numeric={2},
         table_id="refund-payouts",
     )
-    session_payouts = table(
+
+
+def _session_payouts_table(report: dict[str, Any]) -> str:
+    return table(
         ("session", "msat", "state", "attempts", "node's reason"),
         (
             (
@@ -324,14 +368,17 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
                 p["refund_msat"],
                 p["payout_status"],
                 p["payout_attempts"],
-                p["payout_error"] or "payout under way or unknown",
+                p["payout_error"] or _UNDER_WAY,
             )
             for p in report.get("session_payouts", [])
         ),
         numeric={1, 3},
         table_id="session-payouts",
     )
-    engines = table(
+
+
+def _engines_table(report: dict[str, Any]) -> str:
+    return table(
         ("engine", "state", "source", "detail"),
         (
             (
@@ -343,39 +390,6 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
             for e in report.get("engines", [])
         ),
         table_id="engines",
-    )
-    canceled = (
-        f'<p class="muted" id="canceled-holds">Hold invoices canceled (never charged, '
-        f"outside the equation): {t['canceled_holds']} ({t['canceled_holds_msat']} msat)</p>"
-    )
-    return (
-        '<h1>Operator</h1><p class="muted">received = earned + refunded + held + open, '
-        "to the msat</p>"
-        f'<div class="figures">{figures}</div>{canceled}'
-        f'<p><a href="/operator/holds" id="holds-link">Held communications '
-        f"({report.get('held_communications', {}).get('held', 0)} open, "
-        f"{report.get('held_communications', {}).get('review_requested', 0)} asking for "
-        "review) and the do-not-contact list</a></p>"
-        f'<section class="card"><h2>Earnings over time</h2>{earnings_chart(report["per_day"])}'
-        f"</section>"
-        f'<section class="card"><h2>Per day</h2>{per_day}</section>'
-        f'<section class="card"><h2>Refunds by state</h2>{states}</section>'
-        f'<section class="card"><h2>Refund payouts to look at</h2>'
-        '<p class="muted">Claims under way, and links whose last payout failed (the link '
-        "stays open; the payer can try again).</p>"
-        f"{payouts}</section>"
-        f'<section class="card"><h2>Session payouts to look at</h2>'
-        '<p class="muted">Payment sessions whose balance could not be paid to the return '
-        "invoice yet (retried with backoff), or whose payout's outcome is unknown. Open "
-        f"balances: {t['session_balances_msat']} msat in {t['sessions_open']} session(s)."
-        f"</p>{session_payouts}</section>"
-        f'<section class="card"><h2>Calls per service</h2>{services}</section>'
-        f'<section class="card"><h2>Failures and refunds by cause</h2>{causes}</section>'
-        f'<section class="card"><h2>Engines</h2>{engines}</section>'
-        f"{_nostr_section(report.get('nostr'))}"
-        '<form method="post" action="/operator/logout">'
-        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
-        '<button type="submit" id="logout">Sign out</button></form>'
     )
 
 

@@ -152,4 +152,18 @@ class OperatorAccess:
         )
 
 
+def unauthorized() -> web.Response:
+    """The operator API's 401 (the operator's API, not the payers': outside the spec's
+    error catalog)."""
+    return web.json_response(
+        {
+            "error_code": "OPERATOR_UNAUTHORIZED",
+            "message": "Send the operator token (satsgate operator-token) as"
+            " Authorization: Bearer <token>.",
+        },
+        status=401,
+        headers={"WWW-Authenticate": 'Bearer realm="satsgate operator"'},
+    )
+
+
 OPERATOR = web.AppKey("operator_access", OperatorAccess)

@@ -20,13 +20,14 @@ import pytest
 from satsgate.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
 from satsgate.config import load_settings
 from satsgate.errors import ApiError
-from satsgate.payments.sessions import PROBLEMS as SESSION_PROBLEMS
+from satsgate.payments.session_wire import PROBLEMS as SESSION_PROBLEMS
 from satsgate.ratelimit import ChallengeBudget
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.faults.test_faults_prune import stored_payment
 from tests.test_gateway import CARD, assert_envelope, mpp_credential, payment_count
+from tests.test_sessions import WANTS_SESSION
 from tests.test_sessions import Client as SessionClient
 
 CAP = 10
@@ -71,7 +72,9 @@ def invoices(server: ThreadedServer) -> int:
 
 
 async def _post(client: httpx.AsyncClient, xff: str) -> httpx.Response:
-    return await client.post("/api/l402/render-card", json=CARD, headers={"X-Forwarded-For": xff})
+    """A 402 for a client that asks for the session offer too (a deposit invoice each)."""
+    headers = {"X-Forwarded-For": xff, **WANTS_SESSION}
+    return await client.post("/api/l402/render-card", json=CARD, headers=headers)
 
 
 async def test_a_flood_from_many_addresses_cannot_pass_the_nodes_cap(

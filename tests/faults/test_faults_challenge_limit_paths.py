@@ -21,8 +21,8 @@ import pytest
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.faults.test_faults_challenge_cap import invoices, offers_session
 from tests.test_gateway import CARD, assert_envelope, mpp_credential
+from tests.test_sessions import WANTS_SESSION, credential, session_challenge, unb64url
 from tests.test_sessions import Client as SessionClient
-from tests.test_sessions import credential, session_challenge, unb64url
 
 LIMIT = 3
 CAP = 40  # the node's unpaid invoices: what one address filled before
@@ -48,6 +48,7 @@ def limited(tmp_path: Path) -> Iterator[ThreadedServer]:
 async def attacker(limited: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
     async for client in http_client(limited):
         client.headers["X-Forwarded-For"] = ATTACKER
+        client.headers.update(WANTS_SESSION)  # each 402 makes a session deposit too
         yield client
 
 
@@ -128,7 +129,7 @@ async def test_refused_credentials_past_the_limit_make_no_invoice(
     # Anyone else is still offered a challenge and a session: the cap was not filled.
     async for other in http_client(limited):
         victim = await other.post(
-            "/api/l402/render-card", json=CARD, headers={"X-Forwarded-For": VICTIM}
+            "/api/l402/render-card", json=CARD, headers={"X-Forwarded-For": VICTIM, **WANTS_SESSION}
         )
         assert victim.status_code == 402, victim.text
         assert "invoice" in victim.json() and offers_session(victim)

@@ -67,5 +67,5 @@ def test_refund_fee_cap_follows_the_refund(
 ) -> None:
     refunds = server.app[REFUNDS]
     amount = refund_sat * 1000
-    assert refunds.max_fee_msat(amount) == cap_msat
-    assert refunds.max_fee_msat(amount) <= amount // 2
+    assert refunds.fees.cap_msat(amount) == cap_msat
+    assert refunds.fees.cap_msat(amount) <= amount // 2

@@ -1,9 +1,13 @@
 """The payout fee budget cannot be farmed: the payer names the payout invoice and may
 route it through a last hop of its own (a private route hint whose fee it collects).
 Every payout the node makes (a refund link claimed, a session's balance on close) is
-capped at ``max_fee_msat`` of its amount, absolute ceiling included, and the node
+capped at ``PayoutFees.cap_msat`` of its amount, absolute ceiling included, and the node
 refuses a route that costs more rather than paying it at the cap; what a payout did
-cost is in the ledger as the operator's cost."""
+cost is in the ledger as the operator's cost. And all payouts of a day together spend at
+most the day's budget (``payout_fee_budget_msat``): a payer cycling its own money through
+sessions or refund links, from as many addresses and invoices as it likes, collects at
+most that a day; once it is spent, a payout that needs a fee fails and is retried, one
+that needs none is paid."""
 
 from __future__ import annotations
 
@@ -75,7 +79,7 @@ async def test_a_refund_routed_through_the_payers_costly_hop_is_not_paid(
     async for client in http_client(node):
         info = await refund_link_of_failed_call(node, client)  # a 10-sat refund
         amount = 10_000
-        cap = node.app[REFUNDS].max_fee_msat(amount)
+        cap = node.app[REFUNDS].fees.cap_msat(amount)
         # The payer asks for the whole budget and then some through its own hop.
         greedy = hinted_invoice(amount, base_fee_msat=cap + 1)
         assert (await claim(client, info, greedy))["status"] == "OK"
@@ -123,8 +127,97 @@ async def test_a_session_payout_through_a_costly_hop_is_not_paid(
         assert node.call(node.store.ledger.totals)["payout_fees_msat"] == 0
 
 
+@pytest.fixture
+def budgeted(tmp_path: Path) -> Iterator[ThreadedServer]:
+    """A node whose payouts may spend 10 sat a day in routing fees between them."""
+    srv = ThreadedServer(make_settings(tmp_path / "data", payout_fee_budget_msat=10_000))
+    yield srv
+    srv.stop()
+
+
+async def test_cycling_sessions_through_the_payers_hop_collects_at_most_the_days_budget(
+    budgeted: ThreadedServer,
+) -> None:
+    """The farm: open a session, close it to a return invoice behind the payer's own hop
+    charging 4 sat (within any one payout's cap), again and again. The first two payouts
+    are paid (8 sat to the payer's hop, and the dev node's own 1 ppt); the third would
+    need more than the day has left and is not paid (its grant comes back: it is retried
+    later); a payout whose route costs less than what is left still is."""
+    hop_fee = 4_000
+    async for http in http_client(budgeted):
+        fees = budgeted.app[REFUNDS].fees
+        outcomes, paid_fees = [], 0
+        for _ in range(3):
+            session = SessionClient(http)
+            session.return_invoice = hinted_invoice(None, base_fee_msat=hop_fee)
+            opened = await session.open("render-card", CARD)
+            assert opened.status_code == 200, opened.text
+            balance = budgeted.call(partial(budgeted.store.sessions.get, session.session_id))
+            assert fees.cap_msat(balance.balance_msat) > hop_fee  # each alone is within its cap
+            closed = await session.close()
+            assert closed.status_code == 200, closed.text
+            outcomes.append(closed.json()["refundStatus"])
+            [attempt] = await outgoing(http, session.return_invoice)
+            if outcomes[-1] == "failed":
+                assert attempt["state"] == "failed" and attempt["fee_msat"] == 0
+                row = budgeted.call(partial(budgeted.store.sessions.get, session.session_id))
+                left = 10_000 - paid_fees
+                assert f"the cap is {left}" in (row.payout_error or ""), row.payout_error
+            else:
+                assert hop_fee < attempt["fee_msat"] < hop_fee + 200  # the hop was paid
+                paid_fees += attempt["fee_msat"]
+        assert outcomes == ["succeeded", "succeeded", "failed"]
+        assert budgeted.call(fees.committed_today) == paid_fees  # the failed grant came back
+
+        direct = SessionClient(http)  # its return invoice has no private hop to pay
+        assert (await direct.open("render-card", CARD)).status_code == 200
+        closed = await direct.close()
+        assert closed.json()["refundStatus"] == "succeeded", closed.text
+        [attempt] = await outgoing(http, direct.return_invoice)
+        paid_fees += attempt["fee_msat"]
+
+        totals = assert_ledger_balances(budgeted)["totals"]
+        assert totals["payout_fees_msat"] == paid_fees <= budgeted.settings.payout_fee_budget_msat
+        assert budgeted.call(fees.committed_today) == paid_fees
+
+
+async def test_a_refund_link_waits_out_a_spent_budget_and_is_paid_on_a_new_day(
+    budgeted: ThreadedServer,
+) -> None:
+    """A refund link whose payout needs more than the day has left opens again (nothing
+    moved); the next day's budget pays it."""
+    async for client in http_client(budgeted):
+        fees = budgeted.app[REFUNDS].fees
+        repository = budgeted.store.payout_fees
+        today = int(time.time()) // 86_400
+        # Other payouts have spent all but 1 sat of today's budget.
+        assert budgeted.call(partial(repository.grant, today, 9_000, 10_000)) == 9_000
+        info = await refund_link_of_failed_call(budgeted, client)  # 10 sat, cap 5 sat
+        invoice = hinted_invoice(10_000, base_fee_msat=2_000)
+        assert (await claim(client, info, invoice))["status"] == "OK"
+        await wait_refund_status(budgeted, info["k1"], "open")
+        error = budgeted.call(partial(budgeted.app[REFUNDS].last_payout_error, info["k1"]))
+        assert error is not None and "the cap is 1000" in error
+        assert budgeted.call(fees.committed_today) == 9_000
+
+        # A new day: the same link, a fresh invoice through the same hop, is paid.
+        budgeted.call(partial(repository.release, today, 9_000))  # as a new day's row would be
+        again = hinted_invoice(10_000, base_fee_msat=2_000)
+        assert (await claim(client, info, again))["status"] == "OK"
+        await wait_refund_status(budgeted, info["k1"], "paid")
+        [paid] = await outgoing(client, again)
+        assert 2_000 < paid["fee_msat"] <= fees.cap_msat(10_000)
+        assert budgeted.call(fees.committed_today) == paid["fee_msat"]
+        totals = assert_ledger_balances(budgeted)["totals"]
+        assert totals["payout_fees_msat"] == paid["fee_msat"]
+
+
 def test_the_fee_settings_come_from_the_environment() -> None:
     settings = load_settings(environ={"SATSGATE_REFUND_FEE_MAX_MSAT": "7000"})
     assert settings.refund_fee_max_msat == 7_000
     with pytest.raises(ValueError, match="refund_fee_max_msat"):
         load_settings(environ={"SATSGATE_REFUND_FEE_MAX_MSAT": "-1"})
+    settings = load_settings(environ={"SATSGATE_PAYOUT_FEE_BUDGET_MSAT": "250000"})
+    assert settings.payout_fee_budget_msat == 250_000
+    with pytest.raises(ValueError, match="payout_fee_budget_msat"):
+        load_settings(environ={"SATSGATE_PAYOUT_FEE_BUDGET_MSAT": "-1"})

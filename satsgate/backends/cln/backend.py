@@ -31,6 +31,8 @@ from satsgate.lightning import (
     PaymentState,
     Settlement,
     UnknownInvoice,
+    normalize_network,
+    require_network,
 )
 
 from .rpc import (
@@ -56,18 +58,7 @@ _FAILURE_CODES = frozenset(
     {METHOD_NOT_FOUND, INVALID_PARAMS, 201, 203, 205, 206, 207, 209, 210, 212, 215, 216, 217, 220}
 )
 
-_NETWORK_ALIASES = {"mainnet": "bitcoin", "testnet4": "testnet"}
-
 _log = logging.getLogger("satsgate.cln_backend")
-
-
-def normalize_network(name: str) -> str:
-    """CLN's network name in satsgate's words: bitcoin, testnet, signet or regtest.
-
-    testnet4 maps to testnet: both use the ``tb`` invoice prefix.
-    """
-    lowered = name.strip().lower()
-    return _NETWORK_ALIASES.get(lowered, lowered)
 
 
 class ClnBackend:
@@ -105,12 +96,7 @@ class ClnBackend:
         self._closing = asyncio.Event()
         info = await self.info()
         if self.network_expected is not None:
-            expected = normalize_network(self.network_expected)
-            if info.network != expected:
-                raise BackendError(
-                    f"network mismatch: the node at {self.rpc_path} is on {info.network}, "
-                    f"satsgate is configured for {expected}"
-                )
+            require_network(f"the node at {self.rpc_path}", info.network, self.network_expected)
 
     async def close(self) -> None:
         self._closed = True

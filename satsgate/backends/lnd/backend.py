@@ -50,6 +50,8 @@ from satsgate.lightning import (
     PaymentState,
     Settlement,
     UnknownInvoice,
+    normalize_network,
+    require_network,
 )
 
 from .proto import invoices_pb2, lightning_pb2, router_pb2
@@ -58,8 +60,6 @@ from .proto.lightning_pb2_grpc import LightningStub
 from .proto.router_pb2_grpc import RouterStub
 
 _log = logging.getLogger("satsgate.lnd_backend")
-
-_NETWORK_ALIASES = {"mainnet": "bitcoin", "testnet4": "testnet", "testnet3": "testnet"}
 
 _INV = lightning_pb2.Invoice
 _PAY = lightning_pb2.Payment
@@ -88,12 +88,6 @@ REQUIRED_PERMISSIONS: dict[str, str] = {
 }
 # What lnd answers (gRPC status UNKNOWN) when a valid macaroon lacks the permission.
 _PERMISSION_DENIED = "permission denied"
-
-
-def normalize_network(name: str) -> str:
-    """LND's network name (GetInfo ``chains[0].network``) in satsgate's words."""
-    lowered = name.strip().lower()
-    return _NETWORK_ALIASES.get(lowered, lowered)
 
 
 def _describe(exc: grpc.aio.AioRpcError) -> str:
@@ -172,13 +166,13 @@ class LndBackend:
             raise BackendError(_missing_message(self.target, missing))
         info = await self.info()
         if self.network_expected is not None:
-            expected = normalize_network(self.network_expected)
-            if info.network != expected:
-                await self.close()
-                raise BackendError(
-                    f"network mismatch: the LND node at {self.target} is on {info.network}, "
-                    f"satsgate is configured for {expected}"
+            try:
+                require_network(
+                    f"the LND node at {self.target}", info.network, self.network_expected
                 )
+            except BackendError:
+                await self.close()
+                raise
 
     async def close(self) -> None:
         self._closed = True

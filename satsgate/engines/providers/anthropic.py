@@ -1,10 +1,12 @@
-"""``kind = "anthropic"``: the Anthropic Messages API, through the official ``anthropic``
-SDK. Engines served: ``text`` (ChatEngine), ``vision`` (VisionEngine: the image as a
+"""``kind = "anthropic"``: the Anthropic Messages API (``POST /v1/messages`` with
+``x-api-key`` and ``anthropic-version``), called directly (json_api.py: the official SDK's
+request building and typed stream events cost several times the exchange itself on this,
+the paid hot path). Engines served: ``text`` (ChatEngine), ``vision`` (VisionEngine: the image as a
 base64 block of the user message) and ``translation`` / ``rare_translation`` (the chat
 model, prompted to translate).
 
 ``base_url`` defaults to ``https://api.anthropic.com`` (a trailing ``/v1`` is dropped:
-the SDK adds it). Kind-specific keys: ``max_tokens`` (the answer's limit when the caller
+the path adds it). Kind-specific keys: ``max_tokens`` (the answer's limit when the caller
 sets none, and the most ever asked: the API requires one, and refuses more than the
 model's own limit; default 4096), ``max_retries`` (as for ``openai``).
 
@@ -19,25 +21,22 @@ import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-import anthropic
-import httpx2
-from anthropic import AsyncAnthropic
-
-from satsgate.engines.chat import ChatChunk, ChatMessage, ChatRequest, ChatResult
+from satsgate.engines.chat import ChatChunk, ChatRequest, ChatResult
 from satsgate.engines.chat_translation import ChatTranslator
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
-from satsgate.engines.providers import upstream
+from satsgate.engines.providers import json_api, upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
-from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.engines.vision import ChatVision
 from satsgate.errors import ErrorCode
 
 KIND = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
+API_VERSION = "2023-06-01"  # the anthropic-version header
 T = TypeVar("T")
 
 
@@ -52,9 +51,9 @@ def _upstream_type(body: object) -> str | None:
 # The error type only names the failure in the log: no Anthropic type is a policy code.
 ERRORS = upstream.SdkErrors(
     KIND,
-    (anthropic.APITimeoutError, httpx2.TimeoutException),
-    (anthropic.APIConnectionError, httpx2.TransportError),
-    anthropic.APIStatusError,
+    json_api.TIMEOUTS,
+    json_api.FAILURES,
+    upstream.StatusError,
     _upstream_type,
     code_decides=False,
 )
@@ -66,13 +65,14 @@ class AnthropicProvider:
         base_url = config.base_url or DEFAULT_BASE_URL
         if base_url.endswith("/v1"):
             base_url = base_url[: -len("/v1")]
-        self.client = AsyncAnthropic(
-            api_key=config.api_key or "unused",
-            base_url=base_url,
-            timeout=config.timeout_s,
-            max_retries=0,  # retries are this adapter's (upstream.with_retry): bounded
-            # The SDK's own aiohttp transport: a fraction of httpx's CPU per request.
-            http_client=anthropic.DefaultAioHttpClient(timeout=config.timeout_s),
+        self.messages_url = f"{base_url.rstrip('/')}/v1/messages"
+        self.api = json_api.JsonApi(
+            {
+                "x-api-key": config.api_key or "unused",
+                "anthropic-version": API_VERSION,
+                "User-Agent": "satsgate",
+            },
+            config.timeout_s,
         )
         self.retries = retries_option(config)
         max_tokens = config.options.get("max_tokens", DEFAULT_MAX_TOKENS)
@@ -84,14 +84,14 @@ class AnthropicProvider:
         if name == "text":
             return _Chat(self)
         if name == "vision":
-            return _Vision(self)
+            return ChatVision(_Chat(self, "vision"))
         if name in ("translation", "rare_translation"):
             default = default_text_model(self.config)
             return None if default is None else ChatTranslator(_Chat(self), default)
         return None
 
     async def aclose(self) -> None:
-        await self.client.close()
+        await self.api.aclose()
 
     async def call(self, engine: str, fn: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -175,13 +175,10 @@ class _Chat:
 
     async def chat(self, request: ChatRequest) -> ChatResult:
         payload = self._payload(request)
-        post = self.provider.client.post
+        api, url = self.provider.api, self.provider.messages_url
 
         async def call() -> Any:
-            # The SDK's generic request (its auth, version header and error mapping) with
-            # the body built here: the typed method's per-call param transform is skipped.
-            response = await post("/v1/messages", cast_to=httpx2.Response, body=payload)
-            return json.loads(response.content)
+            return await api.post(url, json.dumps(payload, separators=(",", ":")).encode())
 
         body = await self.provider.call(self.engine, call)
         try:
@@ -199,59 +196,62 @@ class _Chat:
         CONTENT_FILTERED; an ``error`` event fails the stream (the SDK raises it); at most
         the provider's ``timeout_s`` between two events (TIMEOUT past it). Closing the
         iterator closes the upstream response."""
-        payload = self._payload(request)
-        messages = cast(Any, self.provider.client.messages)
-
-        async def call() -> Any:
-            return await messages.create(**payload, stream=True)
-
+        content = json.dumps({**self._payload(request), "stream": True}, separators=(",", ":"))
+        api, url = self.provider.api, self.provider.messages_url
         # Only opening the stream is repeated after a connection failure (nothing was
         # generated for the caller yet).
-        stream = await self.provider.call(self.engine, call)
+        response = await self.provider.call(
+            self.engine, lambda: api.open_events(url, content.encode())
+        )
         input_tokens: int | None = None
         output_tokens: int | None = None
+        timeout_s = self.provider.config.timeout_s
         try:
-            async for event in upstream.events_within(stream, self.provider.config.timeout_s):
-                if event.type == "message_start":
-                    input_tokens = event.message.usage.input_tokens
-                    output_tokens = event.message.usage.output_tokens
-                elif event.type == "content_block_delta":
-                    if event.delta.type == "text_delta" and event.delta.text:
-                        yield ChatChunk(text=event.delta.text)
-                elif event.type == "message_delta":
-                    if event.delta.stop_reason == "refusal":
-                        details = getattr(event.delta, "stop_details", None)
-                        raise upstream.refused_error(said=getattr(details, "explanation", None))
-                    if event.usage.output_tokens is not None:
-                        output_tokens = event.usage.output_tokens
-                    if getattr(event.usage, "input_tokens", None) is not None:
-                        input_tokens = event.usage.input_tokens
+            async for event in upstream.events_within(json_api.events(response), timeout_s):
+                if event.event == "ping":
+                    continue
+                data = json.loads(event.data)
+                kind = data.get("type", event.event)
+                if kind == "error" or event.event == "error":
+                    # The upstream failed while answering (overloaded, ...).
+                    error = EngineError(
+                        ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE
+                    )
+                    cause = f"error event mid-stream ({_upstream_type(data) or 'untyped'})"
+                    upstream.log_failure(self.engine, KIND, error, cause)
+                    raise error
+                if kind == "message_start":
+                    usage = data["message"].get("usage") or {}
+                    input_tokens = usage.get("input_tokens")
+                    output_tokens = usage.get("output_tokens")
+                elif kind == "content_block_delta":
+                    delta = data["delta"]
+                    if delta.get("type") == "text_delta" and delta.get("text"):
+                        yield ChatChunk(text=delta["text"])
+                elif kind == "message_delta":
+                    delta = data.get("delta") or {}
+                    if delta.get("stop_reason") == "refusal":
+                        details = delta.get("stop_details") or {}
+                        said = details.get("explanation") if isinstance(details, dict) else None
+                        error = upstream.refused_error(said=said)
+                        upstream.log_failure(self.engine, KIND, error, "refusal")
+                        raise error
+                    usage = data.get("usage") or {}
+                    if usage.get("output_tokens") is not None:
+                        output_tokens = usage["output_tokens"]
+                    if usage.get("input_tokens") is not None:
+                        input_tokens = usage["input_tokens"]
+                elif kind == "message_stop":
+                    break
             if input_tokens is not None or output_tokens is not None:
                 yield ChatChunk(input_tokens=input_tokens, output_tokens=output_tokens)
-        except EngineError as exc:
-            upstream.log_failure(self.engine, KIND, exc, "refusal")
+        except EngineError:
             raise
         except Exception as exc:
             raise ERRORS.mapped(exc, self.engine) from None
         finally:
             with contextlib.suppress(Exception):
-                await stream.close()
-
-
-class _Vision:
-    def __init__(self, provider: AnthropicProvider) -> None:
-        self.chat = _Chat(provider, "vision")
-
-    async def analyze(self, request: VisionRequest) -> VisionResult:
-        result = await self.chat.chat(
-            ChatRequest(
-                messages=(ChatMessage("user", request.prompt),),
-                images=(request.image,),
-                max_tokens=request.max_tokens,
-                model_name=request.model_name,
-            )
-        )
-        return VisionResult(result.text)
+                await response.aclose()
 
 
 def create(config: ProviderConfig, deps: EngineDeps) -> AnthropicProvider:

@@ -1,4 +1,6 @@
-"""``kind = "openai"``: any OpenAI-compatible API, through the official ``openai`` SDK.
+"""``kind = "openai"``: any OpenAI-compatible API, through the official ``openai`` SDK,
+except chat completions (``text``, ``vision``, the translations), sent directly
+(json_api.py): the paid hot path.
 
 OpenAI itself, OpenRouter, Groq, Together, Mistral, and local servers that speak the same
 API (llama.cpp ``llama-server``, Ollama, vLLM): ``base_url`` picks which. Engines served:
@@ -56,7 +58,7 @@ from satsgate.engines.image_generation import (
     ImageGenerationRequest,
 )
 from satsgate.engines.local.narration import tts_narrator
-from satsgate.engines.providers import upstream
+from satsgate.engines.providers import json_api, upstream
 from satsgate.engines.providers.upstream import default_text_model, retries_option
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.speech_translation import TranscribeThenTranslate
@@ -67,7 +69,7 @@ from satsgate.engines.transcription import (
     TranscriptionResult,
     Word,
 )
-from satsgate.engines.vision import VisionRequest, VisionResult
+from satsgate.engines.vision import ChatVision
 from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -116,16 +118,16 @@ def _upstream_code(body: object) -> str | None:
 
 ERRORS = upstream.SdkErrors(
     KIND,
-    (openai.APITimeoutError, httpx2.TimeoutException),
-    (openai.APIConnectionError, httpx2.TransportError),
-    openai.APIStatusError,
+    (openai.APITimeoutError, httpx2.TimeoutException, *json_api.TIMEOUTS),
+    (openai.APIConnectionError, httpx2.TransportError, *json_api.FAILURES),
+    (openai.APIStatusError, upstream.StatusError),
     _upstream_code,
 )
 
 
 class OpenAIProvider:
-    """One ``[providers.NAME]`` table of kind ``openai``: one SDK client, shared by the
-    engines it serves."""
+    """One ``[providers.NAME]`` table of kind ``openai``: one SDK client and one direct
+    chat API, shared by the engines it serves."""
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
         self.config = config
@@ -169,16 +171,21 @@ class OpenAIProvider:
                 "max_completion_tokens"
             )
         self._http = httpx.AsyncClient(timeout=config.timeout_s, follow_redirects=True)
-        # The chat URL as the SDK merges it with base_url, once: an absolute URL is sent
-        # as given, so the per-call merge (two URL parses and a copy) is skipped.
+        # The chat URL as the SDK merges it with base_url.
         base = self.client.base_url
         self.chat_url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
+        # Chat completions, streamed or not (the paid hot path), go out directly, not
+        # through the SDK (json_api.py): the same URL, body, key and timeouts.
+        self.api = json_api.JsonApi(
+            {"Authorization": f"Bearer {config.api_key or 'unused'}", "User-Agent": "satsgate"},
+            config.timeout_s,
+        )
 
     def engine(self, name: str) -> object | None:
         if name == "text":
             return _Chat(self)
         if name == "vision":
-            return _Vision(self)
+            return ChatVision(_Chat(self, "vision"))
         if name == "image":
             return _ImageGeneration(self)
         if name == "image_edit":
@@ -202,6 +209,7 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         await self.client.close()
         await self._http.aclose()
+        await self.api.aclose()
 
     async def call(self, engine: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         """Run one SDK request with the retry rule; any failure -> EngineError."""
@@ -282,16 +290,10 @@ class _Chat:
         if request.temperature is not None:
             extra["temperature"] = request.temperature
         payload = {"model": model, "messages": _chat_messages(request), **extra}
-        post = self.provider.client.post
-        url = self.provider.chat_url
+        api, url = self.provider.api, self.provider.chat_url
 
         async def call() -> Any:
-            # The SDK's generic request (its auth, headers and error mapping): the body is
-            # built and encoded here already, so the typed method's per-call param
-            # transform and the SDK's own encoder are skipped.
-            content = _BODY_ENCODER.encode(payload).encode()
-            response = await post(url, cast_to=httpx2.Response, content=content)
-            return json.loads(response.content)
+            return await api.post(url, _BODY_ENCODER.encode(payload).encode())
 
         body = await self.provider.call(self.engine, call, idempotent=True)
         try:
@@ -306,65 +308,69 @@ class _Chat:
         """``stream: true`` with ``stream_options.include_usage``: the text deltas, then
         the usage from the last chunk (``choices`` empty, ``usage`` set). At most the
         provider's ``timeout_s`` between two chunks (TIMEOUT past it); a chunk with an
-        ``error`` (the SDK raises it) fails the stream; closing the iterator closes the
-        upstream response."""
+        ``error`` fails the stream; closing the iterator closes the upstream response."""
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
             extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
-        completions = cast(Any, self.provider.client.chat.completions)
-
-        async def call() -> Any:
-            return await completions.create(
-                model=model,
-                messages=_chat_messages(request),
-                stream=True,
-                stream_options={"include_usage": True},
-                **extra,
-            )
-
+        payload = {
+            "model": model,
+            "messages": _chat_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **extra,
+        }
+        content = _BODY_ENCODER.encode(payload).encode()
         # Only opening the stream is repeated after a connection failure (nothing was
         # generated for the caller yet).
-        stream = await self.provider.call(self.engine, call, idempotent=True)
+        api, url = self.provider.api, self.provider.chat_url
+        response = await self.provider.call(
+            self.engine, lambda: api.open_events(url, content), idempotent=True
+        )
         # A refusal streams its text in ``delta.refusal`` pieces: gathered to its finish,
         # it is the model_said of the refusal (nothing of it goes out as the answer).
         refusal: list[str] = []
+        events = json_api.events(response)
         try:
-            async for chunk in upstream.events_within(stream, self.provider.config.timeout_s):
-                usage = getattr(chunk, "usage", None)
-                for choice in chunk.choices or ():
-                    piece = getattr(choice.delta, "refusal", None)
+            async for event in upstream.events_within(events, self.provider.config.timeout_s):
+                if event.data == "[DONE]":
+                    break
+                chunk = json.loads(event.data)
+                if event.event == "error" or (isinstance(chunk, dict) and chunk.get("error")):
+                    # The upstream failed while answering.
+                    error = EngineError(
+                        ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE
+                    )
+                    upstream.log_failure(self.engine, KIND, error, "error event mid-stream")
+                    raise error
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("refusal")
                     if piece:
                         refusal.append(piece)
-                    if choice.finish_reason == "content_filter" or (
-                        refusal and choice.finish_reason is not None
-                    ):
+                    finish = choice.get("finish_reason")
+                    if finish == "content_filter" or (refusal and finish is not None):
                         raise upstream.refused_error(said="".join(refusal))
-                    if choice.delta.content and not refusal:
-                        yield ChatChunk(text=choice.delta.content)
+                    text = delta.get("content")
+                    if text and not refusal:
+                        yield ChatChunk(text=text)
+                usage = chunk.get("usage")
                 if usage is not None and not refusal:
                     yield ChatChunk(
-                        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens
+                        input_tokens=usage.get("prompt_tokens"),
+                        output_tokens=usage.get("completion_tokens"),
                     )
             if refusal:  # a stream that ended without its finish chunk
                 raise upstream.refused_error(said="".join(refusal))
         except EngineError:
             raise
-        except openai.APIError as exc:
-            if type(exc) is not openai.APIError:
-                raise ERRORS.mapped(exc, self.engine) from None
-            # A chunk holding ``error`` (the SDK raises the base class): the upstream
-            # failed while answering.
-            error = EngineError(ErrorCode.L402_UPSTREAM_FAILED, upstream.UNAVAILABLE_MESSAGE)
-            upstream.log_failure(self.engine, KIND, error, "error event mid-stream")
-            raise error from None
         except Exception as exc:
             raise ERRORS.mapped(exc, self.engine) from None
         finally:
             with contextlib.suppress(Exception):
-                await stream.close()
+                await response.aclose()
 
 
 def _chat_result(body: Any) -> ChatResult:
@@ -383,24 +389,6 @@ def _chat_result(body: Any) -> ChatResult:
         input_tokens=usage.get("prompt_tokens"),
         output_tokens=usage.get("completion_tokens"),
     )
-
-
-class _Vision:
-    def __init__(self, provider: OpenAIProvider) -> None:
-        self.chat = _Chat(provider, "vision")
-
-    async def analyze(self, request: VisionRequest) -> VisionResult:
-        from satsgate.engines.chat import ChatMessage
-
-        result = await self.chat.chat(
-            ChatRequest(
-                messages=(ChatMessage("user", request.prompt),),
-                images=(request.image,),
-                max_tokens=request.max_tokens,
-                model_name=request.model_name,
-            )
-        )
-        return VisionResult(result.text)
 
 
 # -- images --------------------------------------------------------------------------------

@@ -133,6 +133,18 @@ def status_error(
     return EngineError(ErrorCode.SERVICE_ERROR, REJECTED_MESSAGE)
 
 
+class StatusError(Exception):
+    """An error answer (HTTP status >= 400) to an adapter's own request, with what an
+    SDK's status error carries: ``status_code``, ``body`` (its JSON, else its text) and
+    ``response.headers``. The text names no URL (it reaches logs)."""
+
+    def __init__(self, status_code: int, response: Any, body: object) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+        self.response = response  # anything with ``headers``: Retry-After, rate limits
+        self.body = body
+
+
 @dataclass(frozen=True)
 class SdkErrors:
     """How an official SDK (openai, anthropic: the same generated layout) fails, and what
@@ -143,7 +155,9 @@ class SdkErrors:
     # transport's own exception too: reading a stream's body, the SDKs let it through.
     timeout: type[BaseException] | tuple[type[BaseException], ...]
     connection: type[BaseException] | tuple[type[BaseException], ...]
-    status: type[BaseException]  # carries status_code, body and response
+    # Carries status_code, body and response (the SDK's, and StatusError for a request an
+    # adapter makes itself).
+    status: type[BaseException] | tuple[type[BaseException], ...]
     # The upstream's own error code or type in an error body, for the log line; with
     # ``code_decides`` it also picks the caller's code (content policy, quota).
     code_of: Callable[[object], str | None]

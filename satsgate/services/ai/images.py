@@ -84,7 +84,6 @@ from satsgate.services.inputs.params import (
     decode_file,
     image_field,
     no_engine,
-    prevalidate,
 )
 
 PROMPT_MAX_CHARS = 4000
@@ -256,7 +255,6 @@ GENERATE_IMAGE = ServiceSpec(
     model_ids=(16, 8, 2),
     failure_codes=(ErrorCode.CONTENT_FILTERED, ErrorCode.TIMEOUT),
     max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * MAX_REFERENCES),
-    prevalidate=prevalidate,
     example={"input": {"prompt": "a lighthouse at dusk", "width": 1024, "height": 1024}},
     engine="image",
 )
@@ -329,7 +327,6 @@ EDIT_IMAGE = ServiceSpec(
     model_ids=(18,),
     failure_codes=(ErrorCode.CONTENT_FILTERED, ErrorCode.TIMEOUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"prompt": "make the sky stormy", "imageBase64": "<base64 PNG>"},
     engine="image_edit",
 )
@@ -379,7 +376,6 @@ ANALYZE_IMAGE = ServiceSpec(
     model_ids=(5,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"imageBase64": "<base64 JPEG>", "prompt": "What is on the table?"},
     engine="vision",
 )
@@ -734,7 +730,6 @@ def _process_spec(
         model_ids=params.MODELS,
         failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
         max_body_bytes=body_limit(*[IMAGE_MAX_BYTES] * (1 + extra_files)),
-        prevalidate=prevalidate,
         example={"imageBase64": "<base64 PNG>", **(example or {})},
         engine=slug.replace("-", "_"),  # each one its own: engines differ per operation
         engine_request=engine_request,
@@ -882,7 +877,6 @@ GENERATE_3D = ServiceSpec(
     model_ids=(17,),
     failure_codes=(ErrorCode.TIMEOUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"prompt": "a low-poly wooden chair"},
     engine="3d",
 )

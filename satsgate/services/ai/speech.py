@@ -77,11 +77,11 @@ from satsgate.services.inputs.params import (
     MiB,
     ModelChoice,
     ServiceParams,
+    TranslationTarget,
     alias,
     b64_chars,
     body_limit,
     decode_file,
-    prevalidate,
 )
 
 SPEED_MIN, SPEED_MAX = 0.5, 2.0
@@ -254,7 +254,6 @@ TEXT_TO_SPEECH = ServiceSpec(
     model_ids=TTS_MODELS,
     failure_codes=(ErrorCode.INVALID_INPUT,),
     max_body_bytes=64 * 1024,
-    prevalidate=prevalidate,
     example={"text": "Hello from satsgate.", "voice": "English_Aria"},
     engine="tts",
     # A language or voice description the engine cannot speak (the local voice: no Hmong,
@@ -395,7 +394,6 @@ CLONE_VOICE = ServiceSpec(
     model_ids=(CLONE_MODEL_ID,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(CLONE_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"voiceFileUrl": "https://files.example.org/sample.mp3"},
     engine="voice_clone",
 )
@@ -543,7 +541,6 @@ TRANSCRIBE_AUDIO = ServiceSpec(
     model_ids=(10,),
     failure_codes=(ErrorCode.INVALID_INPUT,),
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "type": "transcription", "language": "en"},
     engine="transcription",
     # A language the engine does not transcribe (the local one: English only) is refused
@@ -558,23 +555,13 @@ TRANSCRIBE_AUDIO = ServiceSpec(
 )
 
 
-class TranscribeTranslateParams(_AudioInput):
-    targetLanguage: str = Field(
-        max_length=64,
-        validation_alias=alias("targetLanguage", "target_language"),
-        description="English name or ISO 639 code; one of 119.",
-    )
+class TranscribeTranslateParams(_AudioInput, TranslationTarget):
     sourceLanguage: str | None = Field(
         None,
         max_length=32,
         validation_alias=alias("sourceLanguage", "source_language"),
         description="One of the 13 transcription codes; omit to detect.",
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_translation_language(value)
 
     @field_validator("sourceLanguage")
     @classmethod
@@ -639,7 +626,6 @@ TRANSCRIBE_TRANSLATE = ServiceSpec(
     model_ids=(10,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(AUDIO_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"file": "<base64 MP3>", "targetLanguage": "Spanish"},
     engine="speech_translation",
     # A local engine names the source and target languages it serves (English speech,
@@ -904,7 +890,6 @@ EPUB_AUDIOBOOK = ServiceSpec(
         ErrorCode.OUTPUT_DURATION_INSANE,
     ),
     max_body_bytes=body_limit(BOOK_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "fileName": "book.epub"},
     engine="audiobook",
     # A narration language or voice the engine cannot speak is refused before any invoice.
@@ -941,7 +926,6 @@ GENERATE_MUSIC = ServiceSpec(
     model_ids=(23,),
     failure_codes=(ErrorCode.TIMEOUT,),
     max_body_bytes=64 * 1024,
-    prevalidate=prevalidate,
     example={"prompt": "lo-fi hip hop, 80 BPM, mellow piano", "duration": 30},
     engine="music",
 )

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from satsgate.domain.languages import (
     RARE_LANGUAGES,
@@ -77,12 +77,12 @@ from satsgate.services.inputs.params import (
     MiB,
     ModelChoice,
     ServiceParams,
+    TranslationTarget,
     alias,
     b64_chars,
     body_limit,
     check_image,
     decode_file,
-    prevalidate,
 )
 
 # Input limits by model: about 3.5 characters per token of the context window.
@@ -201,7 +201,7 @@ async def _prevalidate_text(p: GenerateTextParams, memo: PrecheckMemo) -> None:
     """Only an image needs decoding (in a worker thread); plain text is checked inline,
     sparing the common call a thread hand-off."""
     if p.imageData is not None:
-        await prevalidate(p, memo)
+        await p.prechecks()
     else:
         p.checked()
 
@@ -470,7 +470,6 @@ MULTILINGUAL_ASK = ServiceSpec(
     model_ids=(31, 1, 6),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=256 * 1024,
-    prevalidate=prevalidate,
     example={"question": "Wie spät ist es in Tokio?", "language": "de"},
     engine="text",
 )
@@ -480,26 +479,16 @@ MULTILINGUAL_ASK = ServiceSpec(
 TRANSLATE_MAX_CHARS = 200_000
 
 
-class TranslationLanguages(BaseModel):
+class TranslationLanguages(TranslationTarget):
     """The target and source languages of a translation: one of the 119, by code, name
     or locale tag; the source may be omitted (or 'auto') to be detected."""
 
-    targetLanguage: str = Field(
-        max_length=64,
-        validation_alias=alias("targetLanguage", "target_language"),
-        description="ISO 639 code, English name or locale tag; one of 119.",
-    )
     sourceLanguage: str | None = Field(
         None,
         max_length=64,
         validation_alias=alias("sourceLanguage", "source_language"),
         description="Omit (or 'auto') to detect.",
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_translation_language(value)
 
     @field_validator("sourceLanguage")
     @classmethod
@@ -609,7 +598,6 @@ TRANSLATE_TEXT = ServiceSpec(
     model_ids=(31, 1, 6),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=4 * TRANSLATE_MAX_CHARS + 64 * 1024,
-    prevalidate=prevalidate,
     example={"text": "Good morning", "targetLanguage": "es"},
     engine="translation",
     engine_request=TranslateTextParams.to_request,
@@ -691,7 +679,6 @@ TRANSLATE_RARE = ServiceSpec(
     untrusted_output=True,
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=4 * RARE_MAX_CHARS + 64 * 1024,
-    prevalidate=prevalidate,
     example={"text": "Welcome", "targetLanguage": "tpi"},
     engine="rare_translation",
     engine_request=TranslateRareParams.to_request,
@@ -854,7 +841,6 @@ TRANSLATE_EPUB = ServiceSpec(
         ErrorCode.BOOK_QUALITY_CHECK_FAILED,
     ),
     max_body_bytes=body_limit(EPUB_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"epubBase64": "<base64 EPUB>", "targetLanguage": "French"},
     engine="translation",
     engine_request=TranslateEpubParams.to_request,
@@ -918,7 +904,6 @@ SEARCH = ServiceSpec(
     # Model 15 is the one search model: a provider serves it with no model table to map.
     failure_codes=(ErrorCode.RATE_LIMITED, ErrorCode.SERVICE_ERROR),
     max_body_bytes=64 * 1024,
-    prevalidate=prevalidate,
     example={"query": "lightning network capacity"},
     engine="search",
 )

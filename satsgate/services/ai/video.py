@@ -35,7 +35,6 @@ from satsgate.services.inputs.params import (
     check_image,
     decode_file,
     image_field,
-    prevalidate,
 )
 
 # Duration bounds: the request schema says 3 to 15 s, the tool catalog 5 to 15 s. The
@@ -217,7 +216,6 @@ GENERATE_VIDEO = ServiceSpec(
     model_ids=(25,),
     failure_codes=(ErrorCode.TIMEOUT, ErrorCode.CONTENT_FILTERED, ErrorCode.OUTPUT_DURATION_INSANE),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES, REFERENCE_AUDIO_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"prompt": "waves at sunset, slow pan", "duration": 5},
     engine="video",
 )
@@ -238,7 +236,6 @@ ANIMATE_IMAGE = ServiceSpec(
     model_ids=(24,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.TIMEOUT, ErrorCode.OUTPUT_DURATION_INSANE),
     max_body_bytes=body_limit(IMAGE_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"prompt": "the cat turns its head", "image": "<base64 JPEG>", "duration": 5},
     engine="video",
 )

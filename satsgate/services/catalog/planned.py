@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from satsgate.errors import ErrorCode
 from satsgate.services.base import FlatPrice, ServiceContext, ServiceResult, ServiceSpec, Votes
-from satsgate.services.inputs.params import ServiceParams, prevalidate
+from satsgate.services.inputs.params import ServiceParams
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,6 @@ VOTE = ServiceSpec(
     handler=vote,
     failure_codes=(ErrorCode.L402_INVALID_PARAMS,),
     max_body_bytes=4 * 1024,
-    prevalidate=prevalidate,
     example={"slug": "generate-podcast"},
 )
 

@@ -37,7 +37,6 @@ from satsgate.services.inputs.params import (
     body_limit,
     decode_file,
     invalid_field,
-    prevalidate,
 )
 
 # -- convert-file (local) ------------------------------------------------------------------
@@ -137,7 +136,7 @@ async def _prevalidate_convert(params: ConvertFileParams, memo: PrecheckMemo) ->
     """The file's checks, then an image converted to BMP or TIFF against the output cap
     this node holds the paid call to (``memo.caps``: the configured one), so a conversion
     that would be refused after payment is refused before the invoice instead."""
-    await prevalidate(params)
+    await params.prechecks()
     job: _Conversion = params.checked()
     target = params.targetFormat
     cap = memo.caps.cap_for(CONVERT_SLUG, target)

@@ -35,7 +35,6 @@ from satsgate.services.inputs.params import (
     body_limit,
     check_email_address,
     decode_file,
-    prevalidate,
 )
 
 # -- e-signature ---------------------------------------------------------------------------
@@ -172,7 +171,6 @@ E_SIGNATURE = ServiceSpec(
         ErrorCode.RECIPIENT_OPTED_OUT,
     ),
     max_body_bytes=body_limit(ESIGN_MAX_BYTES),
-    prevalidate=prevalidate,
     example={
         "documentBase64": "<base64 PDF>",
         "signers": [{"name": "Alice", "email": "alice@example.org"}],

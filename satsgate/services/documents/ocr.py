@@ -37,7 +37,6 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
-    prevalidate,
 )
 
 # -- extract-document / extract-receipt ----------------------------------------------------
@@ -207,7 +206,6 @@ EXTRACT_DOCUMENT = ServiceSpec(
     model_ids=(27,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.TIMEOUT),
     max_body_bytes=body_limit(OCR_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},
     engine="ocr",
 )
@@ -233,7 +231,6 @@ EXTRACT_RECEIPT = ServiceSpec(
     model_ids=(30,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.TIMEOUT),
     max_body_bytes=body_limit(OCR_MAX_BYTES),
-    prevalidate=prevalidate,
     example={"documentBase64": "<base64 JPEG>"},
     engine="ocr",
 )

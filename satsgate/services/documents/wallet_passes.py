@@ -36,7 +36,6 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
-    prevalidate,
 )
 
 # -- boardingpass-wallet -------------------------------------------------------------------
@@ -208,7 +207,6 @@ BOARDINGPASS_WALLET = ServiceSpec(
     model_ids=(47,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR),
     max_body_bytes=body_limit(*[PASS_DOC_MAX_BYTES] * MAX_PASS_DOCUMENTS),
-    prevalidate=prevalidate,
     example={"documentBase64": "<base64 PDF>"},
     engine="wallet_pass",
 )

@@ -5,7 +5,7 @@ Checks before payment come in two layers, both before any invoice:
 
 1. the schema (pydantic): types, lengths, ranges, enums, aliases -> L402_INVALID_PARAMS
    listing every bad field;
-2. :meth:`ServiceParams.check`, run by :func:`prevalidate` in a worker thread:
+2. :meth:`ServiceParams.check`, run by :meth:`ServiceParams.prechecks` in a worker thread:
    base64 decoding, content sniffing and measuring (pages, seconds, characters)
    that the price needs; the result is kept on the params object, so the quote
    never decodes a file twice.
@@ -19,13 +19,14 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self, cast
 
-from pydantic import AliasChoices, Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 
 from satsgate import public_urls
+from satsgate.domain.languages import resolve_translation_language
 from satsgate.domain.media import ImageInfo, MediaError, image_info
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.services.base import Params, PrecheckMemo, ServiceContext, ServiceResult
+from satsgate.services.base import Params, ServiceContext, ServiceResult
 from satsgate.services.catalog.routing import select_model
 from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
 
@@ -72,6 +73,12 @@ class ServiceParams(Params):
     def check(self) -> Any:
         """Decode and measure caller files; raise InvalidField or ValueError. Runs once."""
         return True
+
+    async def prechecks(self) -> None:
+        """The caller's files decoded and measured (:meth:`checked`) in a worker thread,
+        after the checks of the params' other kinds (a callback URL)."""
+        await super().prechecks()
+        await asyncio.to_thread(self.checked)
 
     def checked(self) -> Any:
         """The result of :meth:`check`, computed on first use."""
@@ -122,6 +129,26 @@ class CallbackFields(Params):
 
     def callback_target(self) -> tuple[str, str | None] | None:
         return (self.callback_url, self.callback_id) if self.callback_url else None
+
+    async def prechecks(self) -> None:
+        """The callback URL (L402_CALLBACK_INVALID) before anything else is checked."""
+        public_urls.check_callback(self.callback_url)
+        await super().prechecks()
+
+
+class TranslationTarget(Params):
+    """The language a translation goes into: one of the 119, by code, name or locale tag."""
+
+    targetLanguage: str = Field(
+        max_length=64,
+        validation_alias=alias("targetLanguage", "target_language"),
+        description="ISO 639 code, English name or locale tag; one of 119.",
+    )
+
+    @field_validator("targetLanguage")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return resolve_translation_language(value)
 
 
 ModelId = str | int | None
@@ -224,15 +251,6 @@ class ModelChoice(Params):
             if self.accepts_model(candidate):
                 _private(self)["_model"] = candidate
                 return
-
-
-async def prevalidate(params: Params, _memo: PrecheckMemo | None = None) -> None:
-    """The spec's checks beyond the schema, before any invoice: callback URL first
-    (L402_CALLBACK_INVALID), then file decoding and measuring in a worker thread."""
-    if isinstance(params, CallbackFields):
-        public_urls.check_callback(params.callback_url)
-    if isinstance(params, ServiceParams):
-        await asyncio.to_thread(params.checked)
 
 
 async def no_engine(ctx: ServiceContext, params: Params) -> ServiceResult:

@@ -16,7 +16,6 @@ import asyncio
 import dataclasses
 import hashlib
 import secrets
-import sqlite3
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -29,6 +28,7 @@ from satsgate.config import Settings, ensure_server_secret
 from satsgate.payments import l402
 from satsgate.services.base import request_digest
 from satsgate.store import Payment, PaymentStatus, Store
+from satsgate.store.sql import Connection
 
 _COLUMNS = Payment._fields
 
@@ -101,7 +101,7 @@ async def insert_rows(store: Store, rows: Sequence[tuple[Any, ...]]) -> None:
         f" VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})"
     )
 
-    def go(conn: sqlite3.Connection) -> None:
+    def go(conn: Connection) -> None:
         conn.executemany(sql, (row[:-1] for row in rows))
 
     await store.db.run_in_transaction(go)

@@ -173,7 +173,7 @@ def create_app(
     )
     # One runner for handlers and engines alike: its lanes count the pool's workers.
     cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, settings.store_url)
     # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
     engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact, destinations)
     app = web.Application(

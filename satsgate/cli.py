@@ -76,9 +76,9 @@ async def _ledger(settings: Settings, as_json: bool) -> str:
     from satsgate.operator import ledger_text
     from satsgate.store import Store
 
-    if not settings.db_path.exists():
+    if not settings.store_url and not settings.db_path.exists():
         raise SystemExit(f"no satsgate database at {settings.db_path} (check --data-dir)")
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, settings.store_url)
     await store.open()
     try:
         report = await store.ledger.report()
@@ -206,9 +206,17 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--data-dir", help="where the database, keys and files live (default ./satsgate-data)"
     )
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "--store-url",
+        help="a postgresql:// URL to keep the store in PostgreSQL (default: the SQLite "
+        "file in the data dir; docs/scale.md)",
+    )
     parser = argparse.ArgumentParser(prog="satsgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", parents=[config, data], help="run the HTTP and MCP service")
+    serve = sub.add_parser(
+        "serve", parents=[config, data, store], help="run the HTTP and MCP service"
+    )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8402)")
     serve.add_argument("--base-url", help="public address used in links")
@@ -230,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ledger = sub.add_parser(
         "ledger",
-        parents=[config, data],
+        parents=[config, data, store],
         help="received = earned + refunded + held + open, per day and in total (msat)",
     )
     ledger.add_argument("--json", action="store_true", help="the full report as JSON")
@@ -299,7 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command in ("ledger", "operator-token"):
         try:
-            settings = load_settings(args.config, {"data_dir": args.data_dir})
+            overrides = {"data_dir": args.data_dir}
+            if args.command == "ledger":
+                overrides["store_url"] = args.store_url
+            settings = load_settings(args.config, overrides)
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         if args.command == "ledger":
@@ -335,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "host": args.host,
                 "port": args.port,
                 "data_dir": args.data_dir,
+                "store_url": args.store_url,
                 "base_url": args.base_url,
                 "backend": args.backend,
                 "network": args.network,

@@ -28,6 +28,10 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8402
     data_dir: Path = Path("./satsgate-data")
+    # The store in PostgreSQL (``postgresql://user@host/db``; in the config file
+    # ``[store] url = ...``): several instances may share it (docs/scale.md). Empty: the
+    # SQLite file in data_dir.
+    store_url: str = ""
     # Public address used in poll URLs, checkout links and LNURL callbacks.
     # Empty: derived from host and port.
     base_url: str = ""
@@ -218,6 +222,12 @@ def load_settings(
     if config_file:
         with open(config_file, "rb") as fh:
             data = tomllib.load(fh)
+        store = data.pop("store", None)
+        if store is not None:
+            if not isinstance(store, dict) or set(store) - {"url"}:
+                raise ValueError(f"[store] in {config_file} takes only url")
+            if "url" in store:
+                data["store_url"] = store["url"]
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
@@ -239,6 +249,8 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    if settings.store_url and not settings.store_url.startswith(("postgresql://", "postgres://")):
+        raise ValueError("store url must be a postgresql:// URL")
     check_output_caps(settings)
     check_telephony(settings.telephony)
     from satsgate.nostr.config import NostrConfig

@@ -12,6 +12,9 @@ APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apert
 APT_PACKAGES+=(espeak-ng ffmpeg)  # speech: text-to-speech, audio decoding, M4B audiobooks
 if [ "${1:-}" = "--test" ]; then
   APT_PACKAGES+=(chromium curl)  # curl: tests/test_readme.py runs the README's walk-through
+  # The store's tests on PostgreSQL start a throwaway cluster of their own (tests/pg_cluster.py)
+  # with this package's initdb and pg_ctl; no server of the package is used.
+  APT_PACKAGES+=(postgresql)
   # tests/test_interop_clients.py: mppx, the MPP TypeScript SDK. A Node.js that already
   # brings npm (NodeSource's nodejs package does, and conflicts with Debian's npm) is used.
   command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import os
 import random
@@ -27,6 +28,7 @@ from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.runner import ServiceHandle, start_service
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
+from tests.pg_cluster import PgCluster, postgres_bindir, running_cluster
 
 T = TypeVar("T")
 
@@ -133,8 +135,63 @@ class ThreadedServer:
         self.loop.close()
 
 
+# The store's engines: a test (or fixture) parametrized with STORES runs on SQLite (the
+# default) and on PostgreSQL (a throwaway cluster of this worker, a new database each).
+STORES = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A PostgreSQL cluster for this test worker, started on first use."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        skip_unless_ci("PostgreSQL's programs (initdb, pg_ctl) are not installed")
+    assert bindir is not None
+    with running_cluster(bindir, free_port()) as cluster:
+        yield cluster
+
+
+def store_url_for(request: pytest.FixtureRequest) -> str:
+    """For a fixture parametrized with STORES: "" (the SQLite file) or the URL of a new
+    PostgreSQL database."""
+    if request.param == "sqlite":
+        return ""
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    return cluster.new_database()
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each test that asks for it runs twice: on SQLite ("") and on PostgreSQL."""
+    return store_url_for(request)
+
+
+# SATSGATE_TEST_STORE=postgres: every server the tests make keeps its store in a new
+# PostgreSQL database (one cluster for the run), a developer's way to try the whole suite
+# on PostgreSQL. Tests that open the SQLite file themselves fail in that mode; CI runs
+# the default (the STORES-parametrized tests cover PostgreSQL there).
+_suite_cluster: PgCluster | None = None
+
+
+def _default_store_url() -> str:
+    global _suite_cluster
+    if os.environ.get("SATSGATE_TEST_STORE") != "postgres":
+        return ""
+    if _suite_cluster is None:
+        bindir = postgres_bindir()
+        if bindir is None:
+            raise RuntimeError("SATSGATE_TEST_STORE=postgres needs initdb and pg_ctl")
+        cluster = PgCluster(bindir, free_port())
+        cluster.start()
+        atexit.register(cluster.stop)
+        _suite_cluster = cluster
+    return _suite_cluster.new_database()
+
+
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     port = free_port()
+    if "store_url" not in overrides:
+        overrides["store_url"] = _default_store_url()
     # The suite is one client making thousands of calls: per-client rate limits are off
     # unless a test turns them on (tests/faults/test_faults_rate_limits.py).
     base = Settings(

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from satsgate.store.sql import Connection, snapshot
+
 FIELDS = ("received_msat", "earned_msat", "refunded_msat", "held_msat", "open_msat")
 
 
@@ -17,9 +19,17 @@ def assert_ledger_balances(server: Any) -> dict[str, Any]:
 
     A payout of an earlier test may still be moving: the report is compared with the rows
     read just before and just after it, once those two reads agree."""
-    return assert_ledger_balances_at(
-        Path(server.settings.db_path), lambda: server.call(server.store.ledger.report)
-    )
+    if server.settings.store_url:  # PostgreSQL: the rows through the server's own store
+
+        def read_rows() -> Rows:
+            return server.call(lambda: server.store.db.run_sync(_rows_of))  # type: ignore[no-any-return]
+
+    else:
+
+        def read_rows() -> Rows:
+            return _rows(Path(server.settings.db_path))
+
+    return _balances(read_rows, lambda: server.call(server.store.ledger.report))
 
 
 def assert_ledger_balances_at(
@@ -27,10 +37,16 @@ def assert_ledger_balances_at(
 ) -> dict[str, Any]:
     """:func:`assert_ledger_balances` for a satsgate in another process: its database and
     a way to read its report (``satsgate ledger --json``)."""
+    return _balances(lambda: _rows(db), read_report)
+
+
+def _balances(
+    read_rows: Callable[[], Rows], read_report: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
     for _ in range(100):
-        before = _rows(db)
+        before = read_rows()
         report: dict[str, Any] = read_report()
-        if _rows(db) == before:
+        if read_rows() == before:
             break
         time.sleep(0.02)
     else:
@@ -58,7 +74,13 @@ Rows = tuple[list[Any], list[Any], list[Any]]
 def _rows(db: Path) -> Rows:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        conn.execute("BEGIN")
+        return _rows_of(conn)
+    finally:
+        conn.close()
+
+
+def _rows_of(conn: Connection) -> Rows:
+    with snapshot(conn):
         payments = conn.execute(
             "SELECT p.payment_id, p.amount_msat, p.status, p.mode, h.decision FROM payments p"
             " LEFT JOIN holds h ON h.payment_hash = p.payment_hash"
@@ -72,9 +94,7 @@ def _rows(db: Path) -> Rows:
             "SELECT session_id, deposit_msat, spent_msat, refund_msat, payout_status, held_msat,"
             " payout_fee_msat FROM sessions ORDER BY session_id"
         ).fetchall()
-    finally:
-        conn.close()
-    return payments, refunds, sessions
+    return [tuple(r) for r in payments], [tuple(r) for r in refunds], [tuple(r) for r in sessions]
 
 
 def _against_rows(rows: Rows, t: dict[str, Any]) -> None:

@@ -185,8 +185,9 @@ async def test_a_failed_job_calls_back_with_its_refund_and_detail(
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "satsgate.db")
+async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
+    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
+    s = Store(tmp_path / "satsgate.db", store_url)
     await s.open()
     yield s
     await s.close()

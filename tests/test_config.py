@@ -57,3 +57,21 @@ def test_a_base_url_that_links_cannot_carry_is_refused(value: str) -> None:
 def test_good_base_urls_load() -> None:
     for value in ("https://pay.example.com", "http://127.0.0.1:8402", "https://x.org/sats/"):
         assert load_settings(None, {"base_url": value}, environ={}).base_url == value
+
+
+def test_the_store_url_comes_from_the_store_table_the_environment_or_an_argument(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "satsgate.toml"
+    cfg.write_text('[store]\nurl = "postgresql://file@127.0.0.1/satsgate"\n')
+    assert load_settings(cfg, environ={}).store_url == "postgresql://file@127.0.0.1/satsgate"
+    env = {"SATSGATE_STORE_URL": "postgresql://env@127.0.0.1/satsgate"}
+    assert load_settings(cfg, environ=env).store_url == env["SATSGATE_STORE_URL"]
+    given = load_settings(cfg, {"store_url": "postgres://arg@db/s"}, environ=env)
+    assert given.store_url == "postgres://arg@db/s"
+    assert load_settings(environ={}).store_url == ""  # the SQLite file, as before
+    with pytest.raises(ValueError, match="postgresql://"):
+        load_settings(environ={"SATSGATE_STORE_URL": "mysql://db/satsgate"})
+    cfg.write_text('[store]\npath = "x"\n')
+    with pytest.raises(ValueError, match=r"\[store\]"):
+        load_settings(cfg, environ={})

@@ -15,7 +15,14 @@ import pytest
 
 from satsgate.app import DEPOSITS
 from satsgate.deposits import Settlement
-from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.conftest import (
+    STORES,
+    ThreadedServer,
+    dev_pay,
+    http_client,
+    make_settings,
+    store_url_for,
+)
 from tests.fake_lnurlp import FakeLightningAddress
 from tests.ledger_check import assert_ledger_balances
 from tests.test_refunds import NoParams, _fine, claim, external_invoice, make_spec, withdraw
@@ -28,12 +35,17 @@ def wallet() -> Iterator[FakeLightningAddress]:
     w.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=STORES)
 def node(
-    tmp_path_factory: pytest.TempPathFactory, wallet: FakeLightningAddress
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    wallet: FakeLightningAddress,
 ) -> Iterator[ThreadedServer]:
+    """The module's server, once on each engine of the store."""
     settings = make_settings(
-        tmp_path_factory.mktemp("deposits"), lightning_address_hosts=wallet.hosts
+        tmp_path_factory.mktemp("deposits"),
+        lightning_address_hosts=wallet.hosts,
+        store_url=store_url_for(request),
     )
     srv = ThreadedServer(settings)
     yield srv

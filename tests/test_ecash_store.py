@@ -17,8 +17,9 @@ from satsgate.store.ecash import HeldProof, Output, Receipt
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = Store(tmp_path / "satsgate.db")
+async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
+    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
+    opened = Store(tmp_path / "satsgate.db", store_url)
     await opened.open()
     yield opened
     await opened.close()

@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,7 +19,16 @@ from satsgate.appkeys import PRECHECKS
 from satsgate.errors import CODES
 from satsgate.invoices import decode_invoice
 from satsgate.payments.mpp import b64url, b64url_decode
-from tests.conftest import ThreadedServer, challenge, dev_pay, paid_l402_auth
+from tests.conftest import (
+    STORES,
+    ThreadedServer,
+    challenge,
+    dev_pay,
+    make_settings,
+    paid_l402_auth,
+    store_url_for,
+)
+from tests.ledger_check import assert_ledger_balances
 
 CARD = {"template": "headline", "title": "Paid by Lightning", "subtitle": "one call"}
 
@@ -201,19 +211,34 @@ async def test_repeat_within_window_is_replayed_not_respent(
     assert anon.status_code == 402
 
 
-async def test_twenty_concurrent_uses_are_served_exactly_once(
-    client: httpx.AsyncClient, server: ThreadedServer
-) -> None:
-    auth = await paid_l402_auth(client, "render-card", CARD)
-    headers = {"Authorization": auth, "X-No-Cache": "1"}
-    responses = await asyncio.gather(
-        *(client.post("/api/l402/render-card", json=CARD, headers=headers) for _ in range(20))
+@pytest.fixture(scope="module", params=STORES)
+def race_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ThreadedServer]:
+    """A server on each engine of the store, for the races."""
+    srv = ThreadedServer(
+        make_settings(tmp_path_factory.mktemp("race"), store_url=store_url_for(request))
     )
+    yield srv
+    srv.stop()
+
+
+async def test_fifty_concurrent_uses_of_one_credential_are_served_exactly_once(
+    race_server: ThreadedServer,
+) -> None:
+    async with httpx.AsyncClient(base_url=race_server.url, timeout=60) as client:
+        auth = await paid_l402_auth(client, "render-card", CARD)
+        headers = {"Authorization": auth, "X-No-Cache": "1"}
+        responses = await asyncio.gather(
+            *(client.post("/api/l402/render-card", json=CARD, headers=headers) for _ in range(50))
+        )
     statuses = sorted(r.status_code for r in responses)
-    assert statuses == [200] + [402] * 19
+    assert statuses == [200] + [402] * 49
     for r in responses:
         if r.status_code == 402:
             assert_fresh_l402_challenge(r, "PAYMENT_ALREADY_USED")
+    report = assert_ledger_balances(race_server)
+    assert report["totals"]["earned_msat"] == 5000  # one call, earned once
 
 
 async def test_concurrent_identical_requests_share_one_call(

@@ -66,15 +66,15 @@ class Node:
     mailbox: Mailbox
     token: str
 
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(f"file:{self.server.settings.db_path}?mode=ro", uri=True)
+    def one(self, sql: str, *args: Any) -> Any:
+        """The first row of ``sql``, read through the server's own store (either engine)."""
+        store = self.server.store
+        return self.server.call(
+            lambda: store.db.run_sync(lambda c: c.execute(sql, args).fetchone())
+        )
 
     def count(self, sql: str, *args: Any) -> int:
-        conn = self.db()
-        try:
-            return int(conn.execute(sql, args).fetchone()[0])
-        finally:
-            conn.close()
+        return int(self.one(sql, *args)[0])
 
 
 def serving_node(data: Path, **overrides: Any) -> Iterator[Node]:
@@ -179,14 +179,10 @@ async def test_flagged_email_is_held_not_sent_not_refunded(
     report = (await client.get("/api/operator/ledger", headers=operator(node))).json()
     assert report["totals"]["held_msat"] >= report["held_communications"]["held_msat"] >= 200_000
     # The screening record holds no address and no text.
-    conn = node.db()
-    try:
-        row = conn.execute(
-            "SELECT verdict, reasons, recipient_hashes, amount_msat FROM screenings"
-            " ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-    finally:
-        conn.close()
+    row = node.one(
+        "SELECT verdict, reasons, recipient_hashes, amount_msat FROM screenings"
+        " ORDER BY id DESC LIMIT 1"
+    )
     assert row[0] == "held" and "credential:code" in row[1] and row[3] == 200_000
     assert "held@example.org" not in row[2] and re.fullmatch(r'\["[0-9a-f]{64}"\]', row[2])
 

@@ -6,6 +6,8 @@ import asyncio
 import hashlib
 import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import coincurve
@@ -18,10 +20,30 @@ from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.invoices import sign_invoice
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
-from tests.conftest import ThreadedServer, dev_pay
+from tests.conftest import STORES, ThreadedServer, dev_pay, make_settings, store_url_for
 from tests.ledger_check import assert_ledger_balances
 
 OTHER_NODE = coincurve.PrivateKey()
+
+
+# The money tests run on each engine of the store: the module's server (and each fresh
+# one) once on SQLite and once on PostgreSQL.
+@pytest.fixture(scope="module", params=STORES)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(
+        make_settings(tmp_path_factory.mktemp("refunds"), store_url=store_url_for(request))
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=STORES)
+def fresh_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(make_settings(tmp_path / "data", store_url=store_url_for(request)))
+    yield srv
+    srv.stop()
 
 
 def external_invoice(

@@ -19,7 +19,15 @@ from mcp import Client
 
 from satsgate.config import Settings
 from satsgate.engines.refusals import said_by_model
-from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
+from tests.conftest import (
+    STORES,
+    ThreadedServer,
+    challenge,
+    dev_pay,
+    http_client,
+    make_settings,
+    store_url_for,
+)
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import mpp_credential
@@ -57,11 +65,15 @@ def fake() -> Iterator[FakeAIUpstream]:
     upstream.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=STORES)
 def rw_server(
-    tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream
 ) -> Iterator[ThreadedServer]:
-    srv = ThreadedServer(settings_for(tmp_path_factory.mktemp("rework"), fake))
+    """The module's server, once on each engine of the store (the window claims' races
+    run on both)."""
+    srv = ThreadedServer(
+        settings_for(tmp_path_factory.mktemp("rework"), fake, store_url=store_url_for(request))
+    )
     yield srv
     srv.stop()
 

@@ -23,7 +23,14 @@ from satsgate.backends.cln import ClnBackend
 from satsgate.invoices import decode_invoice, sign_invoice
 from satsgate.payments.session_wire import PROBLEMS
 from satsgate.services.catalog.pricing import text_tokens_msat
-from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.conftest import (
+    STORES,
+    ThreadedServer,
+    dev_pay,
+    http_client,
+    make_settings,
+    store_url_for,
+)
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
@@ -170,10 +177,16 @@ def fake() -> Iterator[FakeAIUpstream]:
     upstream.stop()
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory, fake: FakeAIUpstream) -> Iterator[ThreadedServer]:
+@pytest.fixture(scope="module", params=STORES)
+def srv(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake: FakeAIUpstream,
+) -> Iterator[ThreadedServer]:
+    """The module's server, once on each engine of the store (its tests run on both)."""
     settings = make_settings(
         tmp_path_factory.mktemp("sessions"),
+        store_url=store_url_for(request),
         providers={
             "cloud": {
                 "kind": "openai",

@@ -22,8 +22,9 @@ TOKEN_SHA256 = "ab" * 32  # what the store keeps of a session token
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = Store(tmp_path / "satsgate.db")
+async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
+    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
+    opened = Store(tmp_path / "satsgate.db", store_url)
     await opened.open()
     yield opened
     await opened.close()

@@ -15,8 +15,9 @@ DAY = 20_000  # UTC days since the epoch
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "satsgate.db")
+async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
+    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
+    s = Store(tmp_path / "satsgate.db", store_url)
     await s.open()
     yield s
     await s.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from satsgate.store import Payment, PaymentStatus, Store
+from satsgate.store import Database, Payment, PaymentStatus, Store
 from satsgate.store.payments import _PRUNE_UNPAID
 
 
@@ -20,6 +20,21 @@ from satsgate.store.payments import _PRUNE_UNPAID
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     """An open store at tmp_path/satsgate.db, closed after the test."""
     opened = Store(tmp_path / "satsgate.db")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+def sqlite_db(store: Store) -> Database:
+    """The SQLite engine of ``store`` (this module's engine tests are of it)."""
+    assert isinstance(store.db, Database)
+    return store.db
+
+
+@pytest.fixture
+async def any_store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
+    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
+    opened = Store(tmp_path / "satsgate.db", store_url)
     await opened.open()
     yield opened
     await opened.close()
@@ -92,7 +107,8 @@ async def test_spend_while_another_connection_holds_the_write_lock(
     assert spent is not None and spent.status is PaymentStatus.SERVING
 
 
-async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
+async def test_concurrent_inline_spends_serve_once(any_store: Store) -> None:
+    store = any_store
     payments = [_paid_payment() for _ in range(50)]
     for p in payments:
         await store.payments.insert(p)
@@ -106,7 +122,8 @@ async def test_concurrent_inline_spends_serve_once(store: Store) -> None:
     assert ledger["earned_msat"] == 0 and ledger["open_msat"] == 0
 
 
-async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> None:
+async def test_prune_unpaid_keeps_everything_paid_and_recent(any_store: Store) -> None:
+    store = any_store
     now = int(time.time())
     old_unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, expires_at=now - 100)
     new_unpaid = _paid_payment()._replace(status=PaymentStatus.UNPAID, expires_at=now + 600)
@@ -117,7 +134,9 @@ async def test_prune_unpaid_keeps_everything_paid_and_recent(store: Store) -> No
     assert await store.payments.get(old_unpaid.payment_id) is None
     assert await store.payments.get(new_unpaid.payment_id) == new_unpaid
     assert await store.payments.get(old_paid.payment_id) == old_paid
-    # The query uses the partial index rather than scanning the table.
+    if not isinstance(store.db, Database):
+        return
+    # The query uses the partial index rather than scanning the table (SQLite's plan).
     plan = await store.db.run_sync(
         lambda c: c.execute("EXPLAIN QUERY PLAN " + _PRUNE_UNPAID, (1, 1000)).fetchall()
     )
@@ -143,7 +162,7 @@ async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None
     """A checkpoint never sends the loop's writes to the store thread: they wait for its
     short RESTART step on the loop instead, so none pays a thread hop or meets its lock."""
     on_store_thread: list[str] = []  # every statement the store thread's connection runs
-    await store.db.run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
+    await sqlite_db(store).run_sync(lambda conn: conn.set_trace_callback(on_store_thread.append))
     payments = [_paid_payment() for _ in range(1200)]
     for p in payments:
         await store.payments.insert(p)
@@ -152,7 +171,7 @@ async def test_writes_stay_on_the_loop_through_checkpoints(store: Store) -> None
     for p in payments * 2:  # 2400 spends, the repeats refused
         served += await store.payments.spend(p.payment_id, 1)
         await asyncio.sleep(0)
-    await store.db.run_sync(lambda conn: conn.set_trace_callback(None))
+    await sqlite_db(store).run_sync(lambda conn: conn.set_trace_callback(None))
     assert served == len(payments)
     assert any("wal_checkpoint(RESTART)" in sql for sql in on_store_thread)
     writes = [s for s in on_store_thread if s.lstrip().upper().startswith(("INSERT", "UPDATE"))]
@@ -190,7 +209,7 @@ async def test_the_writes_of_one_loop_iteration_share_one_commit(
     for p in payments:
         await store.payments.insert(p)
     statements: list[str] = []
-    inline = store.db._inline
+    inline = sqlite_db(store)._inline
     assert inline is not None
     inline.set_trace_callback(statements.append)
     returned: list[int] = []
@@ -293,7 +312,7 @@ async def test_a_store_thread_transaction_commits_right_after_a_checkpoint_began
     await store.payments.insert(unpaid)
     for _ in range(1000):  # the 1000th inline write starts a checkpoint's PASSIVE step
         await store.payments.insert(_paid_payment())
-    assert store.db._passive_checkpoint is not None
+    assert sqlite_db(store)._passive_checkpoint is not None
     await store.db.run_sync(lambda c: None)  # the PASSIVE step has run
     assert await store.payments.mark_paid(unpaid.payment_hash, 5000, int(time.time()))
     paid = await store.payments.get(unpaid.payment_id)

@@ -1,7 +1,10 @@
-"""Persistent state in SQLite (WAL).
+"""Persistent state in SQLite (WAL), or in PostgreSQL when ``[store] url`` names one.
 
 - :mod:`~satsgate.store.engine`: the connection-and-commit engine (the event loop's
-  connection with its group commit, the store thread, the WAL checkpoints);
+  connection with its group commit, the store thread, the WAL checkpoints), and
+  :class:`~satsgate.store.engine.Engine`, what the repositories ask of an engine;
+- :mod:`~satsgate.store.postgres`: the PostgreSQL engine, and
+  :mod:`~satsgate.store.dialect`: every difference of SQL between the two;
 - one repository per aggregate, each the only place its SQL is written:
   :mod:`~satsgate.store.payments` (the spend rule), :mod:`~satsgate.store.refunds`
   (the refund race guard), :mod:`~satsgate.store.jobs`, :mod:`~satsgate.store.cursors`

@@ -6,12 +6,12 @@ checked by its rowcount: the confirmation (``pending_confirm -> placing``) happe
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection
 
 _COLUMNS = (
     "call_id",
@@ -93,20 +93,20 @@ def _attr(column: str) -> str:
     return _JSON.get(column, column)
 
 
-def _where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) -> list[AiCallRow]:
+def _where(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[AiCallRow]:
     return [_row(r) for r in conn.execute(_SELECT + clause, args).fetchall()]
 
 
 class AiCallRepository:
     """Every method runs on the store thread: AI calls are off the hot paths."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def create(self, row: AiCallRow) -> tuple[AiCallRow, bool]:
         """Insert the call; (the row, True), or (the payment's earlier row, False)."""
 
-        def go(conn: sqlite3.Connection) -> tuple[AiCallRow, bool]:
+        def go(conn: Connection) -> tuple[AiCallRow, bool]:
             values = tuple(_encode(c, getattr(row, _attr(c))) for c in _COLUMNS)
             cur = conn.execute(
                 f"INSERT INTO ai_calls ({', '.join(_COLUMNS)})"
@@ -152,7 +152,7 @@ class AiCallRepository:
         """pending_confirm -> ``to`` with the answers, once and before the deadline; the
         row after, or None (no such session, already confirmed, or expired)."""
 
-        def go(conn: sqlite3.Connection) -> AiCallRow | None:
+        def go(conn: Connection) -> AiCallRow | None:
             cur = conn.execute(
                 "UPDATE ai_calls SET status = ?, answers_json = ?, updated_at = ?"
                 " WHERE session_id = ? AND status = 'pending_confirm' AND next_at > ?"

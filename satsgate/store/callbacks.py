@@ -8,26 +8,31 @@ deliver the same row at once; a row ends delivered or given up, once.
 
 from __future__ import annotations
 
-import sqlite3
-
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import CallbackDelivery
+from satsgate.store.sql import Connection
 
 
 class CallbackRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def claim_due(self, now: int, lease_s: int, limit: int = 50) -> list[CallbackDelivery]:
-        """Due rows, leased to the caller until ``now + lease_s``."""
+        """Due rows, leased to the caller until ``now + lease_s``.
 
-        def go(conn: sqlite3.Connection) -> list[CallbackDelivery]:
+        The due condition stands in the UPDATE's own WHERE as well as in the subquery
+        that picks the rows: PostgreSQL re-checks only the former on a row another
+        claim changed while this one waited for its lock, so without it two sweeps at
+        once would both lease (and send) one delivery."""
+
+        def go(conn: Connection) -> list[CallbackDelivery]:
             rows = conn.execute(
                 "UPDATE callback_deliveries SET next_at = ? WHERE job_id IN ("
                 " SELECT job_id FROM callback_deliveries WHERE delivered_at IS NULL"
                 " AND given_up_at IS NULL AND next_at <= ? ORDER BY next_at LIMIT ?)"
+                " AND delivered_at IS NULL AND given_up_at IS NULL AND next_at <= ?"
                 " RETURNING job_id, url, secret, body, attempts",
-                (now + lease_s, now, limit),
+                (now + lease_s, now, limit, now),
             ).fetchall()
             return [CallbackDelivery(*row) for row in rows]
 
@@ -49,7 +54,7 @@ class CallbackRepository:
         await self._db.run_sync(
             lambda conn: conn.execute(
                 "UPDATE callback_deliveries SET attempts = ?, last_error = ?,"
-                " next_at = COALESCE(?, next_at), given_up_at = CASE WHEN ? IS NULL"
+                " next_at = COALESCE(?, next_at), given_up_at = CASE WHEN CAST(? AS BIGINT) IS NULL"
                 " THEN ? END WHERE job_id = ? AND delivered_at IS NULL AND given_up_at IS NULL",
                 (attempts, error[:300], retry_at, retry_at, now, job_id),
             )
@@ -58,7 +63,7 @@ class CallbackRepository:
     async def get(self, job_id: str) -> dict[str, object] | None:
         """A delivery's state (for the operator and tests)."""
 
-        def go(conn: sqlite3.Connection) -> dict[str, object] | None:
+        def go(conn: Connection) -> dict[str, object] | None:
             row = conn.execute(
                 "SELECT attempts, next_at, delivered_at, given_up_at, last_error, body, url"
                 " FROM callback_deliveries WHERE job_id = ?",

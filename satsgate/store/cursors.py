@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 
 # A cursor never moves back: a late or repeated write of an older position is a no-op.
 UPSERT_CURSOR = (
     "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name)"
-    " DO UPDATE SET value = MAX(value, excluded.value)"
+    " DO UPDATE SET value = CASE WHEN excluded.value > cursors.value"
+    " THEN excluded.value ELSE cursors.value END"
 )
 
 
 class CursorRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def get(self, name: str) -> int | None:

@@ -13,12 +13,12 @@ durations and amounts only (the spec's retention rules).
 from __future__ import annotations
 
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection
 
 _COLUMNS = (
     "delivery_id",
@@ -81,7 +81,7 @@ def _row(row: tuple[Any, ...]) -> Delivery:
 
 
 class DeliveryRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def create(
@@ -147,7 +147,7 @@ class DeliveryRepository:
         now; None when no record of ``provider`` matches."""
         stamp = int(time.time()) if now is None else now
 
-        def go(conn: sqlite3.Connection) -> Delivery | None:
+        def go(conn: Connection) -> Delivery | None:
             if delivery_id is not None:
                 where, args = "delivery_id = ? AND provider = ?", (delivery_id, provider)
             elif provider_ref is not None:
@@ -169,7 +169,7 @@ class DeliveryRepository:
             )
             conn.execute(
                 "UPDATE deliveries SET status = ?, status_rank = ?, final = ?,"
-                " final_at = CASE WHEN ? THEN ? ELSE final_at END"
+                " final_at = CASE WHEN ? = 1 THEN ? ELSE final_at END"
                 " WHERE delivery_id = ? AND final = 0 AND status_rank < ?",
                 (status, rank, int(final), int(final), stamp, current.delivery_id, rank),
             )

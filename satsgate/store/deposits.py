@@ -11,14 +11,13 @@ unused part (never more than the payment's refunds leave) and the payment's move
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import Refund
 from satsgate.store.refunds import _insert_refund
-from satsgate.store.sql import transaction
+from satsgate.store.sql import Connection, transaction
 
 # payout_state values
 NONE = "none"  # nothing was left to refund
@@ -61,14 +60,14 @@ class DepositRow:
     updated_at: int
 
 
-def _rows(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) -> list[DepositRow]:
+def _rows(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[DepositRow]:
     return [DepositRow(*row) for row in conn.execute(_SELECT + clause, args).fetchall()]
 
 
 class DepositRepository:
     """Every method runs on the store thread: settlements are off the hot paths."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def settle(
@@ -87,7 +86,7 @@ class DepositRepository:
         ``used_msat`` is capped to it; ``refund`` is the link for the rest (its amount
         set here); no refund row is written when nothing is left."""
 
-        def go(conn: sqlite3.Connection) -> tuple[DepositRow | None, bool]:
+        def go(conn: Connection) -> tuple[DepositRow | None, bool]:
             with transaction(conn):
                 earlier = _rows(conn, "payment_id = ?", (payment_id,))
                 if earlier:
@@ -98,7 +97,7 @@ class DepositRepository:
                     " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
                     " AND r.status != 'expired'"
                     " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent')"
-                    " GROUP BY p.payment_id",
+                    " GROUP BY p.payment_id, p.service, p.amount_msat",
                     (payment_id,),
                 ).fetchone()
                 if row is None:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Sequence
 
 from satsgate.domain.addresses import normalise_address
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection
 
 
 class DoNotContactRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def add(self, address: str, source: str, now: int | None = None) -> bool:
@@ -20,8 +20,8 @@ class DoNotContactRepository:
         key = normalise_address(address)
         cur = await self._db.run_sync(
             lambda conn: conn.execute(
-                "INSERT OR IGNORE INTO do_not_contact (address, source, created_at)"
-                " VALUES (?, ?, ?)",
+                "INSERT INTO do_not_contact (address, source, created_at)"
+                " VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (key, source, when),
             )
         )
@@ -45,7 +45,7 @@ class DoNotContactRepository:
         if not keys:
             return []
 
-        def go(conn: sqlite3.Connection) -> list[str]:
+        def go(conn: Connection) -> list[str]:
             marks = ", ".join("?" * len(keys))
             rows = conn.execute(
                 f"SELECT address FROM do_not_contact WHERE address IN ({marks})", list(keys)

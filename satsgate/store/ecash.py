@@ -26,15 +26,15 @@ with the proofs it gives away and the move from serving to spent.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import Payment, Refund
 from satsgate.store.payments import _INSERT_PAYMENT, _PAYMENT_COLUMNS, _payment_of
 from satsgate.store.refunds import _insert_refund, _refunds_where
+from satsgate.store.sql import Connection, is_integrity_error, snapshot
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def _melt(row: Sequence[Any]) -> Melt:
     return Melt(*values)
 
 
-def _insert_outputs(conn: sqlite3.Connection, op_id: str, outputs: Sequence[Output]) -> None:
+def _insert_outputs(conn: Connection, op_id: str, outputs: Sequence[Output]) -> None:
     conn.executemany(
         "INSERT INTO ecash_outputs (b_, op_id, keyset_id, amount, secret, r, role, position)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -128,7 +128,7 @@ def _insert_outputs(conn: sqlite3.Connection, op_id: str, outputs: Sequence[Outp
 
 
 def _insert_proofs(
-    conn: sqlite3.Connection,
+    conn: Connection,
     proofs: Sequence[HeldProof],
     payment_id: str | None,
     state: str,
@@ -139,8 +139,9 @@ def _insert_proofs(
 ) -> None:
     """``ignore``: a proof already stored (by its Y) stays as it is."""
     conn.executemany(
-        f"INSERT {'OR IGNORE ' if ignore else ''}INTO ecash_proofs (y, mint, keyset_id, amount,"
-        " secret, c, payment_id, state, op_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO ecash_proofs (y, mint, keyset_id, amount, secret, c, payment_id, state,"
+        " op_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        + (" ON CONFLICT DO NOTHING" if ignore else ""),
         [
             (p.y, p.mint, p.keyset_id, p.amount, p.secret, p.c, payment_id, state, op_id, now)
             for p in proofs
@@ -152,7 +153,7 @@ class EcashRepository:
     """Every statement runs on the store thread: an ecash payment waits on its mint
     anyway, so none of this is a hot path of the loop's connection."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     # -- receipts ---------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class EcashRepository:
         the swap's outputs, in one transaction. False (nothing written) when one of the Ys
         was presented before: the token is spent (or being spent) already."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             try:
                 conn.execute(
                     f"INSERT INTO ecash_receipts ({_RECEIPT_COLUMNS}, created_at, updated_at)"
@@ -175,8 +176,10 @@ class EcashRepository:
                     "INSERT INTO ecash_inputs (y, receipt_id) VALUES (?, ?)",
                     [(y, receipt.receipt_id) for y in ys],
                 )
-            except sqlite3.IntegrityError:
-                raise _Taken from None
+            except Exception as exc:
+                if is_integrity_error(exc):
+                    raise _Taken from None
+                raise
             _insert_outputs(conn, receipt.receipt_id, outputs)
             return True
 
@@ -247,7 +250,7 @@ class EcashRepository:
         attempt's signatures are restorable from the same outputs). None when the receipt
         is not released (another retry claimed it first, or it was settled)."""
 
-        def go(conn: sqlite3.Connection) -> Receipt | None:
+        def go(conn: Connection) -> Receipt | None:
             changed = conn.execute(
                 "UPDATE ecash_receipts SET status = 'swapping', op_id = ?, service = ?,"
                 " request_digest = ?, error = NULL, updated_at = ?"
@@ -290,7 +293,7 @@ class EcashRepository:
         invalid tokens leave nothing behind. Only while the receipt is still released by
         this attempt (False otherwise: another request claimed it again)."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             if (
                 conn.execute(
                     "SELECT 1 FROM ecash_receipts WHERE receipt_id = ? AND op_id = ?"
@@ -327,7 +330,7 @@ class EcashRepository:
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
         values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             if (
                 conn.execute(
                     "UPDATE ecash_receipts SET status = 'redeemed', payment_id = ?,"
@@ -369,7 +372,7 @@ class EcashRepository:
         """Before a refund's swap: its inputs held -> swapped (by this op) and its outputs
         saved, in one transaction; False when one input is no longer held."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             marks = ", ".join("?" * len(inputs))
             changed = conn.execute(
                 f"UPDATE ecash_proofs SET state = 'swapped', op_id = ? WHERE state = 'held'"
@@ -406,7 +409,7 @@ class EcashRepository:
     ) -> None:
         """An interrupted refund swap's outputs, restored from the mint, held again."""
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: Connection) -> None:
             if not conn.execute(
                 "UPDATE ecash_proofs SET state = 'swap_restored' WHERE state = 'swapped'"
                 " AND op_id = ?",
@@ -428,7 +431,7 @@ class EcashRepository:
     async def unswap(self, op_id: str) -> None:
         """A refund's swap the mint refused: its inputs are held again."""
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: Connection) -> None:
             conn.execute(
                 "UPDATE ecash_proofs SET state = 'held', op_id = NULL"
                 " WHERE state = 'swapped' AND op_id = ?",
@@ -455,11 +458,12 @@ class EcashRepository:
         given held proof is no longer the node's: then nothing is refunded, and proofs new
         from a swap are kept as held (never lost)."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             row = conn.execute(
                 "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
                 " LEFT JOIN refunds r ON r.payment_id = p.payment_id AND r.status != 'expired'"
-                " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')",
+                " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')"
+                " GROUP BY p.payment_id, p.amount_msat",
                 (refund.payment_id,),
             ).fetchone()
             marks = ", ".join("?" * len(given))
@@ -501,11 +505,11 @@ class EcashRepository:
     async def refund_of_payment(self, payment_id: str) -> tuple[Refund, str, str] | None:
         """The latest ecash refund of a payment: (refund, token, mint)."""
 
-        def go(conn: sqlite3.Connection) -> tuple[Refund, str, str] | None:
+        def go(conn: Connection) -> tuple[Refund, str, str] | None:
             row = conn.execute(
                 "SELECT e.refund_id, e.token, e.mint FROM ecash_refunds e"
                 " JOIN refunds r ON r.refund_id = e.refund_id"
-                " WHERE e.payment_id = ? ORDER BY r.created_at DESC, e.rowid DESC LIMIT 1",
+                " WHERE e.payment_id = ? ORDER BY r.created_at DESC, e.refund_id DESC LIMIT 1",
                 (payment_id,),
             ).fetchone()
             if row is None:
@@ -547,7 +551,7 @@ class EcashRepository:
         """The melt's row (pending), its inputs held -> melting and its blank outputs, in one
         transaction; False when an input is no longer held."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             marks = ", ".join("?" * len(inputs))
             changed = conn.execute(
                 f"UPDATE ecash_proofs SET state = 'melting', op_id = ? WHERE state = 'held'"
@@ -589,7 +593,7 @@ class EcashRepository:
     ) -> None:
         """The mint paid the node's invoice: inputs melted, the returned fee reserve held."""
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: Connection) -> None:
             if not conn.execute(
                 "UPDATE ecash_melts SET state = 'paid', change = ?, updated_at = ?"
                 " WHERE melt_id = ? AND state IN ('pending', 'unknown')",
@@ -607,7 +611,7 @@ class EcashRepository:
     async def melt_failed(self, melt_id: str, error: str, now: int) -> None:
         """The mint did not pay: the inputs are held again."""
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: Connection) -> None:
             if not conn.execute(
                 "UPDATE ecash_melts SET state = 'failed', error = ?, updated_at = ?"
                 " WHERE melt_id = ? AND state IN ('pending', 'unknown')",
@@ -628,8 +632,9 @@ class EcashRepository:
         await self._db.run_sync(
             lambda conn: conn.execute(
                 "UPDATE ecash_melts SET state = COALESCE(?, state),"
-                " node_settled = MAX(node_settled, ?), updated_at = ? WHERE melt_id = ?",
-                (state, int(node_settled), now, melt_id),
+                " node_settled = CASE WHEN node_settled > ? THEN node_settled ELSE ? END,"
+                " updated_at = ? WHERE melt_id = ?",
+                (state, int(node_settled), int(node_settled), now, melt_id),
             )
         )
 
@@ -649,17 +654,14 @@ class EcashRepository:
     async def figures(self) -> dict[str, int]:
         """The ecash ledger (see :func:`ecash_figures`), read in one snapshot."""
 
-        def go(conn: sqlite3.Connection) -> dict[str, int]:
-            conn.execute("BEGIN")
-            try:
+        def go(conn: Connection) -> dict[str, int]:
+            with snapshot(conn):
                 return ecash_figures(conn)
-            finally:
-                conn.execute("COMMIT" if conn.in_transaction else "SELECT 1")
 
         return await self._db.run_sync(go)
 
 
-def ecash_figures(conn: sqlite3.Connection) -> dict[str, int]:
+def ecash_figures(conn: Connection) -> dict[str, int]:
     """The ecash ledger, in sat. For the tokens taken: received = swap fees + change +
     kept. For what was kept: kept + melt change = refunded + refund fees + melt inputs +
     held + melting, where a paid melt's inputs = melted (paid to the node's invoice) + melt

@@ -21,12 +21,37 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from satsgate.store.migrations import migrate
-from satsgate.store.sql import is_lock_error, transaction
+from satsgate.store.sql import Connection, is_lock_error, transaction
 
 T = TypeVar("T")
+
+
+class Engine(Protocol):
+    """What the repositories ask of an engine: :class:`Database` (SQLite, the default)
+    and :class:`satsgate.store.postgres.PostgresDatabase` both offer it. ``read``,
+    ``write``, ``write_one`` and ``write_soon`` run one statement (the hot paths'),
+    ``run_sync`` a unit of work that opens its own transactions (or none), and
+    ``run_in_transaction`` a unit of work inside one transaction."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def read(self, run: Callable[[Connection], T]) -> T: ...
+
+    async def write(self, run: Callable[[Connection], T]) -> T: ...
+
+    async def write_one(self, sql: str, args: Sequence[Any]) -> int: ...
+
+    def write_soon(self, sql: str, args: Sequence[Any]) -> None: ...
+
+    async def run_sync(self, fn: Callable[[Connection], T]) -> T: ...
+
+    async def run_in_transaction(self, fn: Callable[[Connection], T]) -> T: ...
+
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ address is cleared in the same UPDATE that ends a request.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection
 
 FINAL = ("done", "rejected", "cancelled", "expired", "undeliverable")
 
@@ -55,7 +55,7 @@ def _record(row: tuple[object, ...] | None) -> ESignRecord | None:
 
 
 class ESignRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def create(
@@ -112,7 +112,7 @@ class ESignRepository:
         """Requests to look at: pending ones whose check is due, signed ones whose
         delivery is due, and deliveries whose claim ran out."""
 
-        def go(conn: sqlite3.Connection) -> list[ESignRecord]:
+        def go(conn: Connection) -> list[ESignRecord]:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM esign_requests WHERE status IN"
                 " ('pending', 'signed', 'delivering') AND next_check_at <= ?"
@@ -139,9 +139,10 @@ class ESignRepository:
             lambda conn: (
                 conn.execute(
                     "UPDATE esign_requests SET status = 'signed', completed_at = ?,"
-                    " signers_signed = MAX(signers_signed, ?), next_check_at = ?, updated_at = ?"
+                    " signers_signed = CASE WHEN signers_signed > ? THEN signers_signed"
+                    " ELSE ? END, next_check_at = ?, updated_at = ?"
                     " WHERE request_id = ? AND status = 'pending'",
-                    (now, signed, now, now, request_id),
+                    (now, signed, signed, now, now, request_id),
                 ).rowcount
             )
         )
@@ -197,8 +198,9 @@ class ESignRepository:
         await self._db.write(
             lambda conn: conn.execute(
                 "UPDATE esign_requests SET"
-                " status = CASE WHEN ? IS NULL THEN 'undeliverable' ELSE 'signed' END,"
-                " customer_email = CASE WHEN ? IS NULL THEN NULL ELSE customer_email END,"
+                " status = CASE WHEN CAST(? AS BIGINT) IS NULL THEN 'undeliverable'"
+                " ELSE 'signed' END, customer_email = CASE WHEN CAST(? AS BIGINT) IS NULL"
+                " THEN NULL ELSE customer_email END,"
                 " next_check_at = COALESCE(?, next_check_at), last_error = ?, updated_at = ?"
                 " WHERE request_id = ? AND status = 'delivering'",
                 (retry_at, retry_at, retry_at, error[:300], now, request_id),

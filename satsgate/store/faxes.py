@@ -12,11 +12,11 @@ fax is keyed by the upstream's fax id: a webhook delivered twice stores it once.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def _fax(row: Sequence[object]) -> ReceivedFax:
 
 
 class FaxRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     # -- sent faxes ------------------------------------------------------------------------
@@ -125,7 +125,7 @@ class FaxRepository:
         """Record a fax about to be sent; the payment's existing one if it has one (a
         handler run again, e.g. a released hold): a payment sends one fax."""
 
-        def go(conn: sqlite3.Connection) -> SentFax:
+        def go(conn: Connection) -> SentFax:
             row = conn.execute(
                 f"SELECT {_SEND} FROM fax_sends WHERE payment_id = ?", (fax.payment_id,)
             ).fetchone()
@@ -142,7 +142,7 @@ class FaxRepository:
         return await self._db.run_in_transaction(go)
 
     async def send_for_payment(self, payment_id: str) -> SentFax | None:
-        def go(conn: sqlite3.Connection) -> SentFax | None:
+        def go(conn: Connection) -> SentFax | None:
             row = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE payment_id = ?", (payment_id,))
             found = row.fetchone()
             return None if found is None else _send(found)
@@ -150,7 +150,7 @@ class FaxRepository:
         return await self._db.run_sync(go)
 
     async def get_send(self, fax_id: str) -> SentFax | None:
-        def go(conn: sqlite3.Connection) -> SentFax | None:
+        def go(conn: Connection) -> SentFax | None:
             row = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE fax_id = ?", (fax_id,))
             found = row.fetchone()
             return None if found is None else _send(found)
@@ -171,7 +171,7 @@ class FaxRepository:
         """Move a fax's status forward (never back, never away from a final one); the
         provider that took it, with its id, once it did."""
 
-        def go(conn: sqlite3.Connection) -> SentFax | None:
+        def go(conn: Connection) -> SentFax | None:
             row = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE fax_id = ?", (fax_id,))
             found = row.fetchone()
             if found is None:
@@ -204,7 +204,7 @@ class FaxRepository:
         return int(changed) == 1
 
     async def unsettled_sends(self) -> list[SentFax]:
-        def go(conn: sqlite3.Connection) -> list[SentFax]:
+        def go(conn: Connection) -> list[SentFax]:
             rows = conn.execute(f"SELECT {_SEND} FROM fax_sends WHERE settled_at IS NULL")
             return [_send(r) for r in rows.fetchall()]
 
@@ -227,7 +227,7 @@ class FaxRepository:
         ``reuse_gap_s``; the payment's existing lease when it has one (a handler run
         again); None when every candidate is taken."""
 
-        def go(conn: sqlite3.Connection) -> FaxLease | None:
+        def go(conn: Connection) -> FaxLease | None:
             row = conn.execute(
                 f"SELECT {_LEASE} FROM fax_leases WHERE payment_id = ?", (payment_id,)
             ).fetchone()
@@ -252,7 +252,7 @@ class FaxRepository:
         return await self._db.run_in_transaction(go)
 
     async def get_lease(self, inbox_id: str) -> FaxLease | None:
-        def go(conn: sqlite3.Connection) -> FaxLease | None:
+        def go(conn: Connection) -> FaxLease | None:
             row = conn.execute(
                 f"SELECT {_LEASE} FROM fax_leases WHERE inbox_id = ?", (inbox_id,)
             ).fetchone()
@@ -263,7 +263,7 @@ class FaxRepository:
     async def lease_at(self, number: str, at: int) -> FaxLease | None:
         """The lease that held ``number`` at time ``at``."""
 
-        def go(conn: sqlite3.Connection) -> FaxLease | None:
+        def go(conn: Connection) -> FaxLease | None:
             row = conn.execute(
                 f"SELECT {_LEASE} FROM fax_leases WHERE number = ? AND created_at <= ? "
                 "AND expires_at > ? ORDER BY created_at DESC LIMIT 1",
@@ -276,10 +276,10 @@ class FaxRepository:
     async def add_received(self, fax: ReceivedFax, upstream_id: str) -> bool:
         """Record a received fax; False when this upstream fax is already recorded."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             cur = conn.execute(
-                f"INSERT OR IGNORE INTO fax_received ({_FAX}, upstream_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO fax_received ({_FAX}, upstream_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (
                     fax.fax_id,
                     fax.inbox_id,
@@ -296,7 +296,7 @@ class FaxRepository:
         return await self._db.run_in_transaction(go)
 
     async def knows(self, upstream_id: str) -> bool:
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             row = conn.execute(
                 "SELECT 1 FROM fax_received WHERE upstream_id = ?", (upstream_id,)
             ).fetchone()
@@ -305,7 +305,7 @@ class FaxRepository:
         return await self._db.run_sync(go)
 
     async def received(self, inbox_id: str) -> list[ReceivedFax]:
-        def go(conn: sqlite3.Connection) -> list[ReceivedFax]:
+        def go(conn: Connection) -> list[ReceivedFax]:
             rows = conn.execute(
                 f"SELECT {_FAX} FROM fax_received WHERE inbox_id = ? ORDER BY received_at, fax_id",
                 (inbox_id,),
@@ -318,7 +318,7 @@ class FaxRepository:
         """Forget the documents and senders of faxes received before ``received_before``
         (and the forwarding address of leases ended by then); the file names to delete."""
 
-        def go(conn: sqlite3.Connection) -> list[str]:
+        def go(conn: Connection) -> list[str]:
             rows = conn.execute(
                 "SELECT file_name FROM fax_received WHERE received_at < ? "
                 "AND (file_name IS NOT NULL OR sender IS NOT NULL)",
@@ -339,7 +339,7 @@ class FaxRepository:
     async def prune(self, ended_before: int) -> int:
         """Delete leases that ended before ``ended_before``, with their faxes' rows."""
 
-        def go(conn: sqlite3.Connection) -> int:
+        def go(conn: Connection) -> int:
             conn.execute(
                 "DELETE FROM fax_received WHERE inbox_id IN "
                 "(SELECT inbox_id FROM fax_leases WHERE expires_at < ?)",

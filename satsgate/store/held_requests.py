@@ -15,13 +15,14 @@ is recorded.
 from __future__ import annotations
 
 import json
-import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
 from satsgate.store.models import Job
+from satsgate.store.sql import Connection
 
 OPEN_STATES = ("held", "review_requested")
 
@@ -64,7 +65,7 @@ class HeldRequest:
         return self.status in OPEN_STATES
 
 
-def _hold_of(row: sqlite3.Row | tuple[Any, ...]) -> HeldRequest:
+def _hold_of(row: Sequence[Any]) -> HeldRequest:
     return HeldRequest(
         row[0],
         row[1],
@@ -89,13 +90,13 @@ def _hold_of(row: sqlite3.Row | tuple[Any, ...]) -> HeldRequest:
 
 
 class HeldRequestRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def insert(self, hold: HeldRequest, job: Job) -> None:
         """The hold and its job row (IN_PROGRESS, type 'held'), in one transaction."""
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: Connection) -> None:
             insert_job(conn, job)
             conn.execute(
                 f"INSERT INTO held_requests ({_COLUMNS}) VALUES ({', '.join('?' * 19)})",
@@ -141,9 +142,9 @@ class HeldRequestRepository:
     async def listing(self, *, open_only: bool = False, limit: int = 200) -> list[HeldRequest]:
         """Review requested first, then held, then the resolved ones; oldest first
         within each (the one waiting longest is seen first)."""
-        where = f"status IN {OPEN_STATES!r}" if open_only else "1"
+        where = f"status IN {OPEN_STATES!r}" if open_only else "1 = 1"
 
-        def go(conn: sqlite3.Connection) -> list[HeldRequest]:
+        def go(conn: Connection) -> list[HeldRequest]:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM held_requests WHERE {where} ORDER BY"
                 " CASE status WHEN 'review_requested' THEN 0 WHEN 'held' THEN 1 ELSE 2 END,"
@@ -175,7 +176,7 @@ class HeldRequestRepository:
         (spent or refunded meanwhile): of a review and a refund of one appeal payment,
         and of two paid appeals of one hold, exactly one is taken."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             cur = conn.execute(
                 "UPDATE held_requests SET status = 'review_requested', appeal_payment_id = ?,"
                 " appeal_paid_at = ?, updated_at = ? WHERE hold_id = ? AND status = 'held'",
@@ -202,7 +203,7 @@ class HeldRequestRepository:
         rows = await self._db.run_sync(
             lambda conn: conn.execute(
                 "SELECT payment_id FROM payments WHERE service = 'appeal'"
-                " AND request_digest = ? ORDER BY created_at, rowid",
+                " AND request_digest = ? ORDER BY created_at, payment_id",
                 (hold_id,),
             ).fetchall()
         )
@@ -239,7 +240,7 @@ class HeldRequestRepository:
     async def due(self, now: int) -> list[HeldRequest]:
         """Open holds whose 24 hours are up."""
 
-        def go(conn: sqlite3.Connection) -> list[HeldRequest]:
+        def go(conn: Connection) -> list[HeldRequest]:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM held_requests WHERE status IN"
                 " ('held', 'review_requested') AND eligible_at <= ?",
@@ -254,7 +255,7 @@ class HeldRequestRepository:
         each is to count for its hold (still held) or be refunded (the hold was decided,
         or took another appeal). Through the partial index of appeal payments."""
 
-        def go(conn: sqlite3.Connection) -> list[tuple[HeldRequest, str]]:
+        def go(conn: Connection) -> list[tuple[HeldRequest, str]]:
             columns = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
             rows = conn.execute(
                 f"SELECT {columns}, p.payment_id FROM payments p JOIN held_requests h"
@@ -268,7 +269,7 @@ class HeldRequestRepository:
     async def interrupted(self) -> list[HeldRequest]:
         """Holds a restart caught between their claim and their outcome."""
 
-        def go(conn: sqlite3.Connection) -> list[HeldRequest]:
+        def go(conn: Connection) -> list[HeldRequest]:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM held_requests WHERE status IN ('releasing', 'refunding')"
             ).fetchall()
@@ -289,7 +290,7 @@ class HeldRequestRepository:
         """Open held communications (part of the ledger's held: their payments serve),
         and how many wait for review."""
 
-        def go(conn: sqlite3.Connection) -> dict[str, int]:
+        def go(conn: Connection) -> dict[str, int]:
             row = conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(amount_msat), 0),"
                 " COUNT(CASE WHEN status = 'review_requested' THEN 1 END)"

@@ -9,17 +9,16 @@ transaction: the ledger never counts a canceled hold as received.
 
 from __future__ import annotations
 
-import sqlite3
-
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import Payment
 from satsgate.store.payments import _PAYMENT_COLUMNS, _payment_of
+from satsgate.store.sql import Connection
 
 _OPEN = "h.decision IS NULL OR h.decision IN ('settling', 'canceling')"
 
 
 class HoldRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def insert(self, payment: Payment, preimage: str) -> None:
@@ -27,7 +26,7 @@ class HoldRepository:
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
         values[_PAYMENT_COLUMNS.index("status")] = str(payment.status)
 
-        def go(conn: sqlite3.Connection) -> None:
+        def go(conn: Connection) -> None:
             conn.execute(
                 "INSERT INTO holds (payment_hash, preimage) VALUES (?, ?)",
                 (payment.payment_hash, preimage),
@@ -60,7 +59,7 @@ class HoldRepository:
         """undecided -> settling (only a spent payment, or one whose call is being
         answered: its call succeeded)."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             cur = conn.execute(
                 "UPDATE holds SET decision = 'settling', decided_at = ?"
                 " WHERE payment_hash = ? AND decision IS NULL AND EXISTS (SELECT 1 FROM"
@@ -77,7 +76,7 @@ class HoldRepository:
         transaction. ``expired`` (never paid) leaves the unpaid payment as it is: it
         expires and is pruned like any other."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             cur = conn.execute(
                 "UPDATE holds SET decision = ?, decided_at = ?"
                 " WHERE payment_hash = ? AND decision IS NULL",
@@ -108,7 +107,7 @@ class HoldRepository:
     async def open(self) -> list[tuple[Payment, str | None]]:
         """Every hold payment whose decision is not finished, with that decision."""
 
-        def go(conn: sqlite3.Connection) -> list[tuple[Payment, str | None]]:
+        def go(conn: Connection) -> list[tuple[Payment, str | None]]:
             columns = ", ".join(f"p.{c}" for c in _PAYMENT_COLUMNS)
             rows = conn.execute(
                 f"SELECT {columns}, h.decision FROM holds h JOIN payments p"

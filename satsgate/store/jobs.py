@@ -10,12 +10,11 @@ nor a finished job whose payment still looks unanswered.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import Job, JobCallback, JobStatus
-from satsgate.store.sql import json_or_none, transaction
+from satsgate.store.sql import Connection, json_or_none, transaction
 
 _SELECT_JOB = (
     "SELECT job_id, payment_id, service, job_type, status, result_json, error_json,"
@@ -23,7 +22,7 @@ _SELECT_JOB = (
 )
 
 
-def _jobs_where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) -> list[Job]:
+def _jobs_where(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[Job]:
     rows = conn.execute(_SELECT_JOB + clause, args).fetchall()
     return [
         Job(
@@ -49,7 +48,7 @@ _INSERT_JOB = (
 )
 
 
-def insert_job(conn: sqlite3.Connection, job: Job) -> None:
+def insert_job(conn: Connection, job: Job) -> None:
     """The job's INSERT, inside the caller's transaction."""
     conn.execute(
         _INSERT_JOB,
@@ -73,7 +72,7 @@ def insert_job(conn: sqlite3.Connection, job: Job) -> None:
 class JobRepository:
     """Every method runs on the store thread."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def insert(self, job: Job) -> None:
@@ -94,7 +93,7 @@ class JobRepository:
         start-up sweep to refund. ``callback_body``, for a job with a callback, enters the
         outbox in the same transaction: a job that ended is a callback owed."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             with transaction(conn):
                 cur = conn.execute(
                     "UPDATE jobs SET status = ?, result_json = ?, error_json = ?,"
@@ -158,7 +157,7 @@ class JobRepository:
     async def resumable(self) -> list[tuple[Job, dict[str, Any]]]:
         """IN_PROGRESS jobs with a resume state, and that state."""
 
-        def read(conn: sqlite3.Connection) -> list[tuple[Job, dict[str, Any]]]:
+        def read(conn: Connection) -> list[tuple[Job, dict[str, Any]]]:
             states = dict(
                 conn.execute(
                     "SELECT job_id, resume_json FROM jobs WHERE status = 'IN_PROGRESS'"

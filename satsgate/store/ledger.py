@@ -32,13 +32,13 @@ it when the payout succeeded.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from satsgate.store.ecash import ecash_figures
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection, snapshot
 
 # Held: paid, no longer the payer's to use, not yet the node's: a call in flight
 # (serving: spent, neither answered nor refunded yet), or an LND hold invoice whose call
@@ -53,7 +53,7 @@ _REFUND_STATES = ("open", "claiming", "paid", "expired")
 _DAY = 86400
 
 
-def _payment_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
+def _payment_figures(c: Connection, group: str) -> dict[Any, dict[str, int]]:
     rows = c.execute(
         f"SELECT {group},"
         " COALESCE(SUM(CASE WHEN p.status IN ('paid', 'serving', 'spent', 'refunded')"
@@ -87,7 +87,7 @@ _PAYMENT_DAY = (
 )
 
 
-def _session_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
+def _session_figures(c: Connection, group: str) -> dict[Any, dict[str, int]]:
     rows = c.execute(
         f"SELECT {group},"
         " COALESCE(SUM(CASE WHEN s.refund_msat IS NULL"
@@ -121,7 +121,7 @@ _NO_SESSIONS = {
 }
 
 
-def _refund_figures(c: sqlite3.Connection, group: str) -> dict[Any, dict[str, int]]:
+def _refund_figures(c: Connection, group: str) -> dict[Any, dict[str, int]]:
     states = "".join(
         f", COALESCE(SUM(CASE WHEN r.status = '{s}' THEN r.amount_msat END), 0),"
         f" COUNT(CASE WHEN r.status = '{s}' THEN 1 END)"
@@ -176,13 +176,13 @@ def _combine(
     }
 
 
-def _totals(c: sqlite3.Connection) -> dict[str, int]:
+def _totals(c: Connection) -> dict[str, int]:
     payments = _payment_figures(c, "1").get(1, {})
     refunds = _refund_figures(c, "1").get(1, {})
     return _combine(payments, refunds, _session_figures(c, "1").get(1))
 
 
-def _per_day(c: sqlite3.Connection) -> list[dict[str, Any]]:
+def _per_day(c: Connection) -> list[dict[str, Any]]:
     day = f"({_PAYMENT_DAY} / {_DAY}) * {_DAY}"
     payments = _payment_figures(c, day)
     refunds = _refund_figures(c, day)
@@ -197,7 +197,7 @@ def _per_day(c: sqlite3.Connection) -> list[dict[str, Any]]:
     ]
 
 
-def _calls_per_service(c: sqlite3.Connection) -> list[dict[str, Any]]:
+def _calls_per_service(c: Connection) -> list[dict[str, Any]]:
     rows = c.execute(
         "SELECT p.service, COUNT(*), COALESCE(SUM(p.amount_msat), 0),"
         " (SELECT COUNT(*) FROM refunds r JOIN payments q ON q.payment_id = r.payment_id"
@@ -211,7 +211,7 @@ def _calls_per_service(c: sqlite3.Connection) -> list[dict[str, Any]]:
     ]
 
 
-def _refunds_by_cause(c: sqlite3.Connection) -> list[dict[str, Any]]:
+def _refunds_by_cause(c: Connection) -> list[dict[str, Any]]:
     rows = c.execute(
         "SELECT COALESCE(NULLIF(substr(reason, 1, 120), ''), '(no reason)') AS cause,"
         " COUNT(*), COALESCE(SUM(amount_msat), 0) FROM refunds"
@@ -220,7 +220,7 @@ def _refunds_by_cause(c: sqlite3.Connection) -> list[dict[str, Any]]:
     return [{"cause": str(r[0]), "refunds": int(r[1]), "amount_msat": int(r[2])} for r in rows]
 
 
-def _deposits(c: sqlite3.Connection) -> list[dict[str, Any]]:
+def _deposits(c: Connection) -> list[dict[str, Any]]:
     """Deposit settlements (satsgate/deposits.py) by service and payout state: the
     deposits, what was billed and what was refunded (the refunds are counted above)."""
     rows = c.execute(
@@ -241,22 +241,19 @@ def _deposits(c: sqlite3.Connection) -> list[dict[str, Any]]:
     ]
 
 
-def _snapshot(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+def _snapshot(fn: Callable[[Connection], T]) -> Callable[[Connection], T]:
     """Run ``fn`` in one read transaction: its several SELECTs see one state of the
     database (WAL), so the figures balance even while payments move."""
 
-    def go(c: sqlite3.Connection) -> T:
-        c.execute("BEGIN")
-        try:
+    def go(c: Connection) -> T:
+        with snapshot(c):
             return fn(c)
-        finally:
-            c.execute("COMMIT" if c.in_transaction else "SELECT 1")
 
     return go
 
 
 class LedgerRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def totals(self) -> dict[str, int]:
@@ -266,7 +263,7 @@ class LedgerRepository:
     async def report(self) -> dict[str, Any]:
         """The operator's ledger: totals, per day, calls per service, refunds by cause."""
 
-        def go(c: sqlite3.Connection) -> dict[str, Any]:
+        def go(c: Connection) -> dict[str, Any]:
             return {
                 "totals": _totals(c),
                 "per_day": _per_day(c),
@@ -283,7 +280,7 @@ class LedgerRepository:
         t = time.time() if now is None else now
         day_start = int(t - t % 86400)
 
-        def go(c: sqlite3.Connection) -> dict[str, int]:
+        def go(c: Connection) -> dict[str, int]:
             paid_today = c.execute(
                 "SELECT COUNT(*) FROM payments WHERE paid_at >= ?", (day_start,)
             ).fetchone()[0]

@@ -17,15 +17,14 @@ was never answered: the next start refunds it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from satsgate.store.cursors import UPSERT_CURSOR
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
 from satsgate.store.models import Job, Payment, PaymentStatus
-from satsgate.store.sql import transaction
+from satsgate.store.sql import Connection, transaction
 
 # The payments table's columns are Payment's fields, in order: rows map positionally.
 _PAYMENT_COLUMNS = Payment._fields
@@ -53,7 +52,7 @@ _MARK_PAID = (
 # partial index of unpaid rows by expiry.
 PRUNE_BATCH = 1000
 _PRUNE_UNPAID = (
-    "DELETE FROM payments WHERE rowid IN (SELECT rowid FROM payments"
+    "DELETE FROM payments WHERE payment_id IN (SELECT payment_id FROM payments"
     " WHERE status = 'unpaid' AND expires_at < ? LIMIT ?)"
 )
 
@@ -71,7 +70,7 @@ def _payment_of(row: Sequence[Any]) -> Payment:
     return Payment._make(values)
 
 
-def _payment_where(conn: sqlite3.Connection, clause: str, arg: str) -> Payment | None:
+def _payment_where(conn: Connection, clause: str, arg: str) -> Payment | None:
     row = conn.execute(_SELECT_PAYMENT + clause, (arg,)).fetchone()
     return None if row is None else _payment_of(row)
 
@@ -81,7 +80,7 @@ class PaymentRepository:
     (see :class:`satsgate.store.engine.Database`); settlement and pruning on the store
     thread."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def insert(self, payment: Payment) -> None:
@@ -111,7 +110,7 @@ class PaymentRepository:
         accepted as payment.
         """
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             with transaction(conn):
                 cur = conn.execute(
                     _MARK_PAID, (paid_at, received_msat, payment_hash, received_msat)
@@ -131,7 +130,7 @@ class PaymentRepository:
         False (and no row) when the payment is not paid. On the store thread: a job
         submission is rare and slow, never a hot path."""
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             with transaction(conn):
                 if conn.execute(_SPEND, (now, job.payment_id)).rowcount != 1:
                     return False
@@ -167,7 +166,7 @@ class PaymentRepository:
         The same one conditional UPDATE as :meth:`spend`, reading the row as it writes.
         """
 
-        def run(conn: sqlite3.Connection) -> Payment | None:
+        def run(conn: Connection) -> Payment | None:
             # fetchall: the statement runs to its end (RETURNING rows are all read), so
             # the transaction it is part of can commit.
             rows = conn.execute(_SPEND_TOKEN, (now, payment_hash, token_id, service, price_msat))
@@ -181,7 +180,7 @@ class PaymentRepository:
         first of them expires (None: none). On the store thread, through the partial
         index of unpaid rows by expiry."""
 
-        def run(conn: sqlite3.Connection) -> tuple[int, int | None]:
+        def run(conn: Connection) -> tuple[int, int | None]:
             count, first = conn.execute(_OUTSTANDING_UNPAID, (now,)).fetchone()
             return int(count), None if first is None else int(first)
 

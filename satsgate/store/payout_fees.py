@@ -10,7 +10,7 @@ keeps its grant committed: the budget errs on the operator's side.
 
 from __future__ import annotations
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 
 _T = "payout_fee_days"
 # What a day that has committed `c` grants a payout asking `limit` out of `budget`; every
@@ -35,7 +35,7 @@ _COMMITTED = f"SELECT committed_msat FROM {_T} WHERE day = ?"
 class PayoutFeeRepository:
     """Off the hot paths (a payout is rare): every statement runs on the store thread."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def grant(self, day: int, limit_msat: int, budget_msat: int) -> int:

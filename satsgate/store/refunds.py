@@ -7,12 +7,11 @@ expires. What a payment's refunds add up to never exceeds what was paid for it.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.models import Refund, RefundStatus
-from satsgate.store.sql import transaction
+from satsgate.store.sql import Connection, transaction
 
 _REFUND_COLUMNS = (
     "refund_id",
@@ -34,13 +33,13 @@ _INSERT_REFUND = (
 )
 
 
-def _insert_refund(conn: sqlite3.Connection, refund: Refund) -> None:
+def _insert_refund(conn: Connection, refund: Refund) -> None:
     values = [getattr(refund, c) for c in _REFUND_COLUMNS]
     values[_STATUS_INDEX] = str(refund.status)
     conn.execute(_INSERT_REFUND, values)
 
 
-def _refunds_where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...]) -> list[Refund]:
+def _refunds_where(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[Refund]:
     rows = conn.execute(
         f"SELECT {', '.join(_REFUND_COLUMNS)} FROM refunds WHERE {clause}", args
     ).fetchall()
@@ -55,7 +54,7 @@ def _refunds_where(conn: sqlite3.Connection, clause: str, args: tuple[Any, ...])
 class RefundRepository:
     """Every method runs on the store thread: refunds are off the hot paths."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def refund_unspent(self, payment_id: str, refund: Refund) -> bool:
@@ -67,7 +66,7 @@ class RefundRepository:
         the loser sees rowcount 0 and neither serves nor refunds.
         """
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             with transaction(conn):
                 cur = conn.execute(
                     "UPDATE payments SET status = 'refunded'"
@@ -91,13 +90,14 @@ class RefundRepository:
         lock), so two refunds of one payment at once cannot both fit under its amount.
         """
 
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             with transaction(conn):
                 row = conn.execute(
                     "SELECT p.amount_msat - COALESCE(SUM(r.amount_msat), 0) FROM payments p"
                     " LEFT JOIN refunds r ON r.payment_id = p.payment_id"
                     " AND r.status != 'expired'"
-                    " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')",
+                    " WHERE p.payment_id = ? AND p.status IN ('serving', 'spent', 'refunded')"
+                    " GROUP BY p.payment_id, p.amount_msat",
                     (refund.payment_id,),
                 ).fetchone()
                 if row is None or row[0] is None or row[0] < refund.amount_msat:
@@ -178,7 +178,7 @@ class RefundRepository:
         """Refunds the operator should look at: claims still under way or unknown, and
         links whose last payout failed (with the node's reason), newest first."""
 
-        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def go(conn: Connection) -> list[dict[str, Any]]:
             rows = conn.execute(
                 "SELECT refund_id, payment_id, amount_msat, status, reason, payout_error,"
                 " created_at, expires_at, updated_at FROM refunds"

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import dataclass
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection, table_columns
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -32,12 +32,8 @@ class DeleteRows:
     match: tuple[tuple[str, str], ...] = ()
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")').fetchall()}
-
-
 class RetentionRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def apply(self, rule: ClearColumns | DeleteRows, now: int) -> int:
@@ -51,8 +47,8 @@ class RetentionRepository:
         match = "".join(f' AND "{c}" = ?' for c, _ in rule.match)
         args = (cutoff, *(v for _, v in rule.match))
 
-        def go(conn: sqlite3.Connection) -> int:
-            present = _columns(conn, rule.table)
+        def go(conn: Connection) -> int:
+            present = table_columns(conn, rule.table)
             if not present or not set(names[1:]) <= present:
                 return 0
             if isinstance(rule, DeleteRows):

@@ -18,12 +18,12 @@ refund that ends it moves it to ``spent`` in the refund's own transaction.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
 from satsgate.store.models import Job
+from satsgate.store.sql import Connection
 
 OPEN, RUNNING, CLOSED, DECLINED, EXPIRED = "open", "running", "closed", "declined", "expired"
 _COLUMNS = "payment_id, service, token_hash, state, attempts, rework_until, created_at, updated_at"
@@ -60,7 +60,7 @@ def _window(row: tuple[object, ...] | None) -> ReworkWindow | None:
 class ReworkRepository:
     """Off the hot paths (a refusal is rare): every statement runs on the store thread."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def get(self, payment_id: str) -> ReworkWindow | None:
@@ -78,7 +78,7 @@ class ReworkRepository:
         """The first refusal of a payment's call: its window, attempt 1. False when the
         payment already has one (it was opened before: never twice)."""
 
-        def go(c: sqlite3.Connection) -> bool:
+        def go(c: Connection) -> bool:
             cur = c.execute(
                 f"INSERT INTO rework_windows ({_COLUMNS}) VALUES (?, ?, ?, 'open', 1, ?, ?, ?)"
                 " ON CONFLICT (payment_id) DO NOTHING",
@@ -106,7 +106,7 @@ class ReworkRepository:
         written in the same transaction: a claimed retry always has its job, and no job
         exists without its claim."""
 
-        def go(c: sqlite3.Connection) -> bool:
+        def go(c: Connection) -> bool:
             cur = c.execute(
                 "UPDATE rework_windows SET state = 'running', attempts = attempts + 1,"
                 " updated_at = ? WHERE payment_id = ? AND state = 'open' AND token_hash = ?"
@@ -131,7 +131,7 @@ class ReworkRepository:
         the current token. True for exactly one caller."""
         assert to in (DECLINED, EXPIRED)
 
-        def go(c: sqlite3.Connection) -> bool:
+        def go(c: Connection) -> bool:
             sql = (
                 "UPDATE rework_windows SET state = ?, updated_at = ?"
                 " WHERE payment_id = ? AND state = 'open'"
@@ -171,7 +171,7 @@ class ReworkRepository:
     async def _move(
         self, assignments: str, args: tuple[object, ...], payment_id: str, from_state: str
     ) -> bool:
-        def go(c: sqlite3.Connection) -> bool:
+        def go(c: Connection) -> bool:
             cur = c.execute(
                 f"UPDATE rework_windows SET {assignments} WHERE payment_id = ? AND state = ?",
                 (*args, payment_id, from_state),

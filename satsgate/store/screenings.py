@@ -4,14 +4,14 @@ keyed hash of each recipient, the amount and the time. No text, no address."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
-from satsgate.store.engine import Database
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection
 
 
 class ScreeningRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def record(
@@ -44,7 +44,7 @@ class ScreeningRepository:
         )
 
     async def recent(self, limit: int = 100) -> list[dict[str, Any]]:
-        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def go(conn: Connection) -> list[dict[str, Any]]:
             rows = conn.execute(
                 "SELECT created_at, service, channel, verdict, reasons, recipient_hashes,"
                 " amount_msat, llm FROM screenings ORDER BY id DESC LIMIT ?",

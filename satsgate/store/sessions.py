@@ -22,13 +22,12 @@ is checked:
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate.store.engine import Database
-from satsgate.store.sql import transaction
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection, is_unique_violation, transaction
 
 
 class ReturnInvoiceTaken(Exception):
@@ -104,12 +103,12 @@ def _session_of(row: Sequence[Any]) -> Session:
     return Session(*row)
 
 
-def _get(conn: sqlite3.Connection, session_id: str) -> Session | None:
+def _get(conn: Connection, session_id: str) -> Session | None:
     row = conn.execute(_SELECT + "session_id = ?", (session_id,)).fetchone()
     return None if row is None else _session_of(row)
 
 
-def _consume(conn: sqlite3.Connection, payment_hash: str, now: int) -> int | None:
+def _consume(conn: Connection, payment_hash: str, now: int) -> int | None:
     rows = conn.execute(_CONSUME_DEPOSIT, (now, payment_hash)).fetchall()
     return int(rows[0][0]) if rows else None
 
@@ -119,7 +118,7 @@ class SessionRepository:
     statement each, in the group commit); opening, top-ups, closing and payouts on the
     store thread."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def get(self, session_id: str) -> Session | None:
@@ -146,7 +145,7 @@ class SessionRepository:
     async def deposit_use(self, payment_hash: str) -> tuple[str, str, str] | None:
         """(session id, kind 'open' or 'topup', challenge id) of a consumed deposit."""
 
-        def run(conn: sqlite3.Connection) -> tuple[str, str, str] | None:
+        def run(conn: Connection) -> tuple[str, str, str] | None:
             row = conn.execute(
                 "SELECT session_id, kind, challenge_id FROM session_deposits"
                 " WHERE payment_hash = ?",
@@ -171,7 +170,7 @@ class SessionRepository:
         another session has this return invoice (nothing changed: the deposit stays
         paid and unused)."""
 
-        def go(conn: sqlite3.Connection) -> Session | None:
+        def go(conn: Connection) -> Session | None:
             with transaction(conn):
                 amount = _consume(conn, deposit_hash, now)
                 if amount is None:
@@ -192,10 +191,10 @@ class SessionRepository:
                             now,
                         ),
                     )
-                except sqlite3.IntegrityError as exc:
+                except Exception as exc:
                     # The one UNIQUE index of sessions besides its primary key (a
                     # consumed deposit never opens twice): the return invoice's hash.
-                    if exc.sqlite_errorcode == sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+                    if is_unique_violation(exc):
                         raise ReturnInvoiceTaken(return_hash) from None
                     raise
                 conn.execute(
@@ -214,7 +213,7 @@ class SessionRepository:
         ("ok", session); ("closed" | "unknown", None) with nothing consumed; ("unpaid",
         session) when the deposit is not paid and unused."""
 
-        def go(conn: sqlite3.Connection) -> tuple[str, Session | None]:
+        def go(conn: Connection) -> tuple[str, Session | None]:
             with transaction(conn):
                 session = _get(conn, session_id)
                 if session is None:
@@ -242,7 +241,7 @@ class SessionRepository:
         """Take ``amount_msat`` from an open session that covers it; the balance left, or
         None (nothing taken: unknown, closed, or too little left)."""
 
-        def run(conn: sqlite3.Connection) -> int | None:
+        def run(conn: Connection) -> int | None:
             rows = conn.execute(_DEBIT, (amount_msat, now, session_id)).fetchall()
             return int(rows[0][0]) if rows else None
 
@@ -255,7 +254,7 @@ class SessionRepository:
         decided), and release ``held_msat`` of a call that ended; the balance after, or
         None when nothing changed."""
 
-        def run(conn: sqlite3.Connection) -> int | None:
+        def run(conn: Connection) -> int | None:
             rows = conn.execute(_CREDIT, (amount_msat, now, session_id, held_msat)).fetchall()
             return int(rows[0][0]) if rows else None
 
@@ -292,7 +291,7 @@ class SessionRepository:
         """Once per closed session: the refund is the balance left (pending a payout, or
         skipped when nothing is left). The session, or None when it was decided already."""
 
-        def go(conn: sqlite3.Connection) -> Session | None:
+        def go(conn: Connection) -> Session | None:
             rows = conn.execute(
                 "UPDATE sessions SET refund_msat = deposit_msat - spent_msat,"
                 " payout_status = CASE WHEN deposit_msat > spent_msat THEN 'pending'"
@@ -308,7 +307,7 @@ class SessionRepository:
         """pending/failed -> paying before the node is asked to pay: one claimer per
         attempt, and never while an earlier attempt's outcome is unknown."""
 
-        def go(conn: sqlite3.Connection) -> Session | None:
+        def go(conn: Connection) -> Session | None:
             rows = conn.execute(
                 "UPDATE sessions SET payout_status = 'paying', payout_hash = ?,"
                 " payout_attempts = payout_attempts + 1, updated_at = ?"
@@ -401,7 +400,7 @@ class SessionRepository:
     async def payout_problems(self) -> list[dict[str, Any]]:
         """Session payouts the operator should look at: failed (retried) or unknown."""
 
-        def go(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def go(conn: Connection) -> list[dict[str, Any]]:
             keys = (
                 "session_id",
                 "refund_msat",

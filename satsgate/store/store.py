@@ -11,7 +11,7 @@ from satsgate.store.deliveries import DeliveryRepository
 from satsgate.store.deposits import DepositRepository
 from satsgate.store.do_not_contact import DoNotContactRepository
 from satsgate.store.ecash import EcashRepository
-from satsgate.store.engine import Database
+from satsgate.store.engine import Database, Engine
 from satsgate.store.esign import ESignRepository
 from satsgate.store.faxes import FaxRepository
 from satsgate.store.held_requests import HeldRequestRepository
@@ -29,12 +29,25 @@ from satsgate.store.voice_bridge import VoiceBridgeRepository
 from satsgate.store.votes import VoteRepository
 
 
-class Store:
-    """satsgate's SQLite database: ``db`` runs the statements (connections, group
-    commit, store thread, checkpoints); each repository owns its aggregate's SQL."""
+def open_engine(path: Path, url: str = "") -> Engine:
+    """The engine of the store: PostgreSQL when ``url`` names a database
+    (``postgresql://...``), else the SQLite file at ``path``."""
+    if not url:
+        return Database(path)
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ValueError(f"store url must be a postgresql:// URL, not {url.split(':')[0]!r}")
+    from satsgate.store.postgres import PostgresDatabase  # psycopg: only when asked for
 
-    def __init__(self, path: Path) -> None:
-        self.db = Database(path)
+    return PostgresDatabase(url)
+
+
+class Store:
+    """satsgate's database: ``db`` runs the statements (SQLite: connections, group
+    commit, store thread, checkpoints; or PostgreSQL: a pool, see
+    satsgate/store/postgres.py); each repository owns its aggregate's SQL."""
+
+    def __init__(self, path: Path, url: str = "") -> None:
+        self.db: Engine = open_engine(path, url)
         self.payments = PaymentRepository(self.db)
         self.refunds = RefundRepository(self.db)
         self.payout_fees = PayoutFeeRepository(self.db)
@@ -61,7 +74,7 @@ class Store:
         self.rework = ReworkRepository(self.db)
 
     async def open(self) -> None:
-        """Open both connections and bring the schema up to date."""
+        """Open the engine's connections and bring the schema up to date."""
         await self.db.open()
 
     async def close(self) -> None:

@@ -9,11 +9,10 @@ ones arrive.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
-from satsgate.store.engine import Database
-from satsgate.store.sql import transaction
+from satsgate.store.engine import Engine
+from satsgate.store.sql import Connection, transaction
 
 LIVE_STATES = ("dialing", "ringing", "open")
 _LIVE = "state IN ('dialing', 'ringing', 'open')"
@@ -89,7 +88,7 @@ def _row(values: tuple[object, ...]) -> BridgeSessionRow:
 class VoiceBridgeRepository:
     """Every method runs on the store thread: a session writes a few rows a second."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
 
     async def insert(self, row: BridgeSessionRow) -> None:
@@ -172,7 +171,7 @@ class VoiceBridgeRepository:
     async def add_event(self, session_id: str, type_: str, text: str, ts_ms: int, keep: int) -> int:
         """Append an event; its seq. Events older than the last ``keep`` are deleted."""
 
-        def go(conn: sqlite3.Connection) -> int:
+        def go(conn: Connection) -> int:
             with transaction(conn):
                 (last,) = conn.execute(
                     "SELECT COALESCE(MAX(seq), 0) FROM voice_bridge_events WHERE session_id = ?",
@@ -214,7 +213,7 @@ class VoiceBridgeRepository:
         return [str(r[0]) for r in rows]
 
     async def _update(self, sql: str, args: tuple[object, ...]) -> bool:
-        def go(conn: sqlite3.Connection) -> bool:
+        def go(conn: Connection) -> bool:
             with transaction(conn):
                 return conn.execute(sql, args).rowcount == 1
 

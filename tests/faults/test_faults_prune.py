@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import sqlite3
 import time
 from pathlib import Path
 
 from satsgate.store import Payment, PaymentStatus, Store
 from satsgate.store.payments import PRUNE_BATCH
+from satsgate.store.sql import Connection
 
 EXPIRED = 20_000
 
@@ -47,7 +47,7 @@ async def test_prune_deletes_in_small_transactions_and_lets_a_spend_through(
         now = int(time.time())
         flood = [stored_payment(PaymentStatus.UNPAID, now - 100) for _ in range(EXPIRED)]
 
-        def bulk(conn: sqlite3.Connection) -> None:
+        def bulk(conn: Connection) -> None:
             conn.execute("BEGIN")
             conn.executemany(
                 f"INSERT INTO payments ({', '.join(Payment._fields)})"

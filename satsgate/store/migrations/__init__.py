@@ -10,6 +10,10 @@ database they made has no ``schema_migrations`` table; on its first open here th
 versions up to its ``user_version`` are recorded as applied, and the rest run.
 ``user_version`` keeps following the latest applied number, so such a release can
 still open a database migrated here (it sees its own migrations as done).
+
+PostgreSQL runs the same files (:func:`migrate_postgres`), each statement as
+:func:`satsgate.store.dialect.postgres_ddl` spells it there, under an advisory lock:
+two instances starting at once migrate once (the second waits, then finds them done).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
+from satsgate.store.dialect import postgres_ddl
 from satsgate.store.sql import transaction
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -121,3 +127,35 @@ def _adopt_legacy_versions(conn: sqlite3.Connection, migrations: tuple[Migration
         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, 0)",
         [(m.version, m.name) for m in migrations if m.version <= legacy],
     )
+
+
+# The advisory lock key the migrations of every satsgate instance take (any 64-bit
+# number no other lock of the database uses: "satsgate" in ASCII).
+MIGRATION_LOCK = 0x7361747367617465
+
+
+def migrate_postgres(conn: Any, migrations: tuple[Migration, ...] | None = None) -> None:
+    """Bring the PostgreSQL database on ``conn`` (a psycopg connection in autocommit
+    mode) up to the latest migration, each in one transaction with its row in
+    ``schema_migrations``, under a session advisory lock held until all are done."""
+    todo = available() if migrations is None else migrations
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        conn.execute(_CREATE_TABLE.replace("INTEGER", "BIGINT"))
+        for migration in todo:
+            with conn.transaction():
+                row = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = %s", (migration.version,)
+                ).fetchone()
+                if row is not None:
+                    continue
+                for statement in migration.statements():
+                    ddl = postgres_ddl(statement)
+                    if ddl is not None:
+                        conn.execute(ddl)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, int(time.time())),
+                )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))

@@ -98,6 +98,7 @@ class ErrorCode(StrEnum):
     CASHU_MINT_UNAVAILABLE = "CASHU_MINT_UNAVAILABLE"
     CASHU_TOKEN_PENDING = "CASHU_TOKEN_PENDING"
     SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     NOT_FOUND = "NOT_FOUND"
     DELIVERY_NOT_FOUND = "DELIVERY_NOT_FOUND"
     AI_CALL_NOT_FOUND = "AI_CALL_NOT_FOUND"
@@ -374,6 +375,16 @@ _CODES: tuple[CodeSpec, ...] = (
         503,
         "This service has no engine configured on this node.",
         "Use another service, or ask the operator to configure it.",
+        spec=False,
+    ),
+    CodeSpec(
+        ErrorCode.STORE_UNAVAILABLE,
+        503,
+        "The node's database did not answer (restarting, or unreachable): this request did "
+        "not run. A payment it carried is not lost: its call was not served, and it pays "
+        "for a retry.",
+        "Retry with the same request and credential after retry_after_seconds.",
+        retry_after_seconds=5,
         spec=False,
     ),
     CodeSpec(

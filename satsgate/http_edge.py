@@ -13,6 +13,7 @@ from aiohttp import web
 from satsgate import json_input
 from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.services.base import ServiceResult
+from satsgate.store.sql import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ def _http_error(code: ErrorCode, status_exc: web.HTTPException, message: str) ->
     return resp
 
 
+# Retry-After of a STORE_UNAVAILABLE answer (its catalog entry's retry_after_seconds).
+_STORE_RETRY_S = 5
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error leaves as the spec's envelope with X-Error-Code; nothing else escapes."""
@@ -71,6 +76,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = ErrorCode.INVALID_INPUT if exc.status < 500 else ErrorCode.INTERNAL_ERROR
         return _http_error(code, exc, exc.text or exc.reason)
+    except StoreUnavailable as exc:
+        # PostgreSQL restarting or away: the request did not run; the client retries.
+        log.warning("%s %s: the store is unavailable: %s", request.method, request.path, exc)
+        return error_response(
+            ApiError(
+                ErrorCode.STORE_UNAVAILABLE,
+                "The node's database did not answer; this request did not run. Retry in a "
+                "few seconds with the same request (a payment it carried still pays for it).",
+                headers={"Retry-After": str(_STORE_RETRY_S)},
+            )
+        )
     except (ConnectionError, web.RequestPayloadError) as exc:
         # The client went away mid-request (an upload cut short), or sent a body that
         # cannot be decoded: its doing, so one debug line, never a traceback.

@@ -58,6 +58,11 @@ class PgCluster:
             os.chown(self.dir, self._user.pw_uid, self._user.pw_gid)
         data = self.dir / "data"
         self._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server on the cluster's data (after :meth:`start` made it, or after
+        :meth:`pause`)."""
         # A test database: durability traded for speed (the tests check logic, not
         # crash safety of PostgreSQL itself); the socket in the cluster's directory.
         options = (
@@ -65,9 +70,14 @@ class PgCluster:
             " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             " -c max_connections=200"
         )
+        data = self.dir / "data"
         self._run(
             "pg_ctl", "-D", str(data), "-l", str(self.dir / "log"), "-o", options, "-w", "start"
         )
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data (as an operator's restart does)."""
+        self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

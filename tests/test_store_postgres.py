@@ -19,9 +19,9 @@ from satsgate.store import Payment, PaymentStatus, Store
 from satsgate.store.dialect import postgres_args, postgres_ddl, postgres_placeholders
 from satsgate.store.migrations import available
 from satsgate.store.postgres import POOL_SIZE
-from satsgate.store.sql import Connection, transaction
-from tests.conftest import free_port
-from tests.pg_cluster import PgCluster
+from satsgate.store.sql import Connection, StoreUnavailable, transaction
+from tests.conftest import ThreadedServer, free_port, http_client, make_settings, skip_unless_ci
+from tests.pg_cluster import PgCluster, postgres_bindir, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 SATSGATE = [sys.executable, "-m", "satsgate.cli"]
@@ -121,7 +121,7 @@ async def test_connections_postgresql_dropped_are_replaced(
         for _ in range(3 * POOL_SIZE):
             try:
                 await store.cursors.advance("n", 7)
-            except psycopg.OperationalError:
+            except StoreUnavailable:
                 failures += 1
         assert failures <= POOL_SIZE
         assert await store.cursors.get("n") == 7
@@ -190,3 +190,47 @@ def test_serve_with_a_store_url_sells_a_paid_call_end_to_end(
     )
     totals = json.loads(ledger.stdout)["totals"]
     assert totals["received_msat"] == totals["earned_msat"] == 5000
+
+
+async def test_postgresql_away_answers_503_and_the_node_serves_again_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL stopped under a running node (its own cluster here): a paid call and a
+    new 402 are answered 503 STORE_UNAVAILABLE with a retry hint (never a 500, no invoice
+    made, nothing spent); started again, the same credential buys the call."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        skip_unless_ci("PostgreSQL's programs (initdb, pg_ctl) are not installed")
+    assert bindir is not None
+    with running_cluster(bindir, free_port()) as cluster:
+        srv = ThreadedServer(make_settings(tmp_path / "data", store_url=cluster.new_database()))
+        try:
+            async for http in http_client(srv):
+                offer = (await http.post("/api/l402/render-card", json=CARD)).json()
+                paid = await http.post("/api/dev/pay", json={"invoice": offer["invoice"]})
+                assert paid.status_code == 200, paid.text
+                auth = {"Authorization": f"L402 {offer['macaroon']}:{paid.json()['preimage']}"}
+
+                cluster.pause()
+                for headers in (auth, {}):
+                    away = await http.post("/api/l402/render-card", json=CARD, headers=headers)
+                    assert away.status_code == 503, away.text
+                    assert away.json()["error_code"] == "STORE_UNAVAILABLE"
+                    assert int(away.headers["Retry-After"]) > 0
+                    assert "invoice" not in away.json()
+
+                cluster.resume()
+                # Each engine thread may meet its dropped connection once: 503 again,
+                # then a new connection.
+                for _ in range(POOL_SIZE + 2):
+                    served = await http.post("/api/l402/render-card", json=CARD, headers=auth)
+                    if served.status_code != 503:
+                        break
+                    assert served.json()["error_code"] == "STORE_UNAVAILABLE"
+                assert served.status_code == 200, served.text
+                again = await http.post(
+                    "/api/l402/render-card", json=CARD, headers={**auth, "X-No-Cache": "1"}
+                )
+                assert again.status_code == 402  # served once: the payment is spent now
+        finally:
+            srv.stop()

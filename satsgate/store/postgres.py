@@ -37,10 +37,11 @@ import psycopg
 import psycopg.errors
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from satsgate.store.dialect import postgres_args, postgres_placeholders
 from satsgate.store.migrations import migrate_postgres
+from satsgate.store.sql import StoreUnavailable
 
 T = TypeVar("T")
 
@@ -55,6 +56,7 @@ POOL_SIZE = 8
 # growing to at most _RETRY_PAUSE_MAX_S (so contenders spread out), this many times at most.
 _RETRIES = 40
 _RETRY_PAUSE_MAX_S = 0.05
+_CONNECT_WAIT_S = 5.0
 _RETRY_ERRORS = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 
 
@@ -165,6 +167,9 @@ class PostgresDatabase:
             check=ConnectionPool.check_connection,
             open=False,
             name="satsgate-store",
+            # How long a request waits for a connection while PostgreSQL is away before
+            # it is answered 503 (STORE_UNAVAILABLE).
+            timeout=_CONNECT_WAIT_S,
         )
         pool = self._pool
         try:
@@ -205,6 +210,8 @@ class PostgresDatabase:
                 if attempt == _RETRIES - 1:
                     raise
                 time.sleep(random.uniform(0, min(_RETRY_PAUSE_MAX_S, 0.001 * 2**attempt)))
+            except psycopg.OperationalError as exc:  # the server went away or refused
+                raise StoreUnavailable(f"{type(exc).__name__}: {exc}"[:300]) from exc
             finally:
                 self._after_unit(conn)
         raise AssertionError("unreachable")
@@ -219,7 +226,12 @@ class PostgresDatabase:
         pool = self._pool
         if pool is None:
             raise RuntimeError("store is not open")
-        conn = pool.getconn()
+        try:
+            conn = pool.getconn()
+        except PoolTimeout as exc:
+            raise StoreUnavailable(
+                f"no connection to PostgreSQL within {_CONNECT_WAIT_S:g} s"
+            ) from exc
         with self._taken_lock:
             self._taken.append(conn)
         self._thread.conn = conn

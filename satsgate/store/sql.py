@@ -21,6 +21,12 @@ from typing import Any, Protocol
 _LOCK_ERRORS = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
+class StoreUnavailable(Exception):
+    """The database server did not answer a unit of work (PostgreSQL restarting,
+    unreachable, or its connection dropped): the unit did not run, or its transaction
+    was rolled back with the connection. Callers answer 503 (STORE_UNAVAILABLE)."""
+
+
 class Cursor(Protocol):
     """What a repository reads of an executed statement (``sqlite3.Cursor`` has it)."""
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from PIL import ImageFont, features
 
@@ -19,47 +18,6 @@ from satsgate.engines.local.fonts import (
     is_invisible,
     split_runs,
 )
-
-Template = Literal["headline", "versus", "list", "stat", "quote"]
-ImageFormat = Literal["png", "jpeg"]
-
-MIN_SIZE = 200
-MAX_SIZE = 4096
-DEFAULT_WIDTH = 1200
-DEFAULT_HEIGHT = 630
-JPEG_QUALITY = 90
-
-FIELD_MAX_LENGTHS: Mapping[str, int] = {
-    "title": 200,
-    "subtitle": 300,
-    "left": 120,
-    "right": 120,
-    "value": 40,
-    "label": 200,
-    "text": 1000,
-    "author": 120,
-}
-MAX_LIST_ITEMS = 12
-MAX_ITEM_LENGTH = 160
-
-# template -> (required fields, optional fields)
-TEMPLATE_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "headline": (("title",), ("subtitle",)),
-    "versus": (("left", "right"), ("title",)),
-    "list": (("title", "items"), ()),
-    "stat": (("value", "label"), ()),
-    "quote": (("text",), ("author",)),
-}
-CONTENT_TYPES: Mapping[str, str] = {"png": "image/png", "jpeg": "image/jpeg"}
-
-RGB = tuple[int, int, int]
-_BG_TOP: RGB = (17, 24, 39)
-_BG_BOTTOM: RGB = (3, 7, 18)
-_PANEL: RGB = (30, 41, 59)
-_ACCENT: RGB = (247, 147, 26)
-_ACCENT_2: RGB = (56, 189, 248)
-_TEXT: RGB = (248, 250, 252)
-_SOFT: RGB = (203, 213, 225)
 
 RAQM = features.check("raqm")  # Pillow with libraqm: bidirectional text shaped
 _LAYOUT = ImageFont.Layout.RAQM if RAQM else ImageFont.Layout.BASIC

@@ -15,7 +15,6 @@ from satsgate.domain.languages import (
 from satsgate.domain.media import MediaError, audio_duration_s, measure_book
 from satsgate.domain.voices import (
     TTS_FAMILY,
-    TTS_VOICES,
     check_tts_voice,
     check_voice_description,
 )
@@ -24,13 +23,18 @@ from satsgate.engines.audiobook import AudiobookEngine, Chapter, NarrationReques
 from satsgate.engines.local import book as books
 from satsgate.engines.translation import TranslationEngine, TranslationRequest
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.services.ai.speech import speech_rates_text
+from satsgate.services.ai.speech import (
+    SPEED_MAX,
+    SPEED_MIN,
+    TTS_MODELS,
+    TTS_TIER_ALIASES,
+    speech_rates_text,
+)
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import (
     AUDIOBOOK_CHARS_PER_SAT,
     AUDIOBOOK_MIN_SATS,
     MSAT,
-    TTS_TIER_NAMES,
     audiobook_msat,
     translation_msat,
 )
@@ -46,23 +50,6 @@ from satsgate.services.inputs.params import (
     body_limit,
     decode_file,
 )
-
-SPEED_MIN, SPEED_MAX = 0.5, 2.0
-# Tier names a TTS modelId or tier may use besides best / better / standard.
-TTS_TIER_ALIASES = TTS_TIER_NAMES
-TTS_MODELS = (33, 34, 43, 3)
-# An ISO 639 code with optional subtags: the global tier's language (602+ languages), also
-# the language of a voice bridge's spoken text (services.comms.voice_bridge).
-LANGUAGE_CODE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
-
-
-def _voice_owner(voice: str) -> int | None:
-    """The TTS model whose voice set holds ``voice`` (the first of its family)."""
-    for model_id, family in TTS_FAMILY.items():
-        if voice in TTS_VOICES[family]:
-            return model_id
-    return None
-
 
 # -- epub-audiobook ------------------------------------------------------------------------
 

@@ -56,13 +56,6 @@ from satsgate.services.inputs.params import (
     no_engine,
 )
 
-PROMPT_MAX_CHARS = 4000
-MAX_REFERENCES = 10
-# Reference images each tier takes: 1 for standard, up to 10 for better. The spec does
-# not give the best tier's capacity; it takes one (image-to-image).
-REFERENCE_CAPACITY = {16: 1, 8: MAX_REFERENCES, 2: 1}
-SIDE_MIN, SIDE_MAX = 256, 2048
-
 # -- image_process family ------------------------------------------------------------------
 
 # Pixels an operation works on (input for the same-size operations, output for upscaling),

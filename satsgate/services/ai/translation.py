@@ -36,7 +36,6 @@ from satsgate.services.catalog.pricing import (
     MSAT,
     RARE_TRANSLATE_BASE_SATS,
     RARE_TRANSLATE_MSAT_PER_CHAR,
-    TEXT_MAX_INPUT_CHARS_BY_MODEL,
     TRANSLATE_EPUB_MIN_SATS,
     TRANSLATE_MIN_SATS,
     TRANSLATE_MSAT_PER_CHAR,
@@ -56,10 +55,6 @@ from satsgate.services.inputs.params import (
     body_limit,
     decode_file,
 )
-
-# Input limits by model: about 3.5 characters per token of the context window.
-TEXT_MAX_INPUT_CHARS = TEXT_MAX_INPUT_CHARS_BY_MODEL
-MAX_MESSAGES = 500
 
 # -- translate-text ------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.engines.local.convert import ALL_TARGETS, external_reference, html_to_text
+from satsgate.engines.local.convert import ALL_TARGETS, html_to_text
+from satsgate.engines.local.libreoffice import external_reference
 from satsgate.services.documents.convert import Target
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.documents_inputs import text_layer_pdf

@@ -19,6 +19,7 @@ from satsgate.domain.media import (
 )
 from satsgate.engines import EngineError
 from satsgate.engines.local import convert as conv
+from satsgate.engines.local import libreoffice
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
     FlatPrice,
@@ -127,7 +128,7 @@ class ConvertFileParams(ServiceParams, ModelChoice):
         tool = conv.tool_for(source.kind, self.targetFormat)
         if (missing := conv.missing_tool(tool)) is not None:
             raise _unavailable(f"{source.kind} to {self.targetFormat}", missing)
-        if tool == "libreoffice" and (why := conv.external_reference(data, source.kind)):
+        if tool == "libreoffice" and (why := libreoffice.external_reference(data, source.kind)):
             raise InvalidField("file", why)
         return _Conversion(data, source, tool, raw, size)
 
@@ -168,7 +169,7 @@ async def _converted(ctx: ServiceContext, job: _Conversion, target: str, title: 
         if job.tool == "ffmpeg":
             return await conv.ffmpeg_convert(data, job.source, target, limit)
         if job.tool == "libreoffice":
-            return await conv.libreoffice_convert(data, kind, target, limit)
+            return await libreoffice.libreoffice_convert(data, kind, target, limit)
         if job.tool == "pandoc":
             out = await conv.pandoc_convert(data, kind, target, title, limit)
             return await ctx.run_cpu(conv.html_document_to_pdf, out) if target == "pdf" else out

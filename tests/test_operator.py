@@ -253,11 +253,18 @@ async def test_the_operator_api_takes_only_the_operator_token(
         assert (
             await client.get("/api/operator/ledger", headers={"Authorization": payer})
         ).status_code == 401
-        resp = await client.get(
-            "/api/operator/ledger", headers={"Authorization": f"Bearer {token}"}
-        )
-        assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
-        body = resp.json()
+        # The dev node has settled the payment; the settlement watcher applies it to the
+        # store a moment later.
+        deadline = time.monotonic() + 10
+        while True:
+            resp = await client.get(
+                "/api/operator/ledger", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
+            body = resp.json()
+            if body["totals"]["received_msat"] == 75_000 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
     t = body["totals"]
     assert t["received_msat"] == 75_000  # the render-card payment is paid, not yet used
     assert t["open_msat"] == 35_000 and t["earned_msat"] == 10_000

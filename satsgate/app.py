@@ -48,6 +48,7 @@ from satsgate.appkeys import (
     PRECHECKS,
     RATES,
     REFUNDS,
+    SCREENER,
     SETTINGS,
     STARTED_AT,
     STORE,
@@ -244,138 +245,169 @@ async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
-    settings, pool = app[SETTINGS], app[POOL]
-    http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False)
-    store = app[STORE]
+    """The node's parts: built in order, each given what it needs; what a restart left
+    unfinished taken up; at the stop, each closed."""
+    _build_payouts(app)
+    _build_desks(app)
+    _build_gate(app)
+    await _take_up_after_restart(app)
+    yield
+    await _close_parts(app)
+
+
+def _build_payouts(app: web.Application) -> None:
+    """The shared HTTP client and what pays payers back: refunds, deposit settlement."""
+    settings, store = app[SETTINGS], app[STORE]
+    app[HTTP] = http = httpx.AsyncClient(
+        timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False
+    )
     fees = PayoutFees(settings, store.payout_fees)
-    refunds = RefundService(settings, store.refunds, app[BACKEND], fees)
-    deposits = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
-    app[DEPOSITS] = deposits
+    app[REFUNDS] = refunds = RefundService(settings, store.refunds, app[BACKEND], fees)
+    app[DEPOSITS] = DepositSettler(settings, store, refunds, http, app[OUTBOUND])
+
+
+def _build_desks(app: web.Application) -> None:
+    """The desks the services run through (voice bridge, callbacks and jobs, AI calls,
+    e-signatures, faxes, the content screen) and the handlers' resources over them."""
+    settings, store = app[SETTINGS], app[STORE]
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
     # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
     # A callee who asks not to be called again goes on the do-not-contact list.
-    app[VOICE_BRIDGE] = voice_bridge = BridgeSessions(
-        settings, store, app[ENGINES], deposits, store.do_not_contact
+    app[VOICE_BRIDGE] = BridgeSessions(
+        settings, store, app[ENGINES], app[DEPOSITS], store.do_not_contact
     )
-    callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
-    jobs = JobRunner(store.jobs, settings.public_base_url, callbacks)
-    app[CALLBACKS] = callbacks
-    ai_calls = AiCallRunner(settings, store, app[ENGINES], deposits)
-    app[AI_CALLS] = ai_calls
-    app[REFUNDS] = refunds
-    app[JOBS] = jobs
-    app[HTTP] = http
+    app[CALLBACKS] = callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
+    app[JOBS] = JobRunner(store.jobs, settings.public_base_url, callbacks)
+    app[AI_CALLS] = AiCallRunner(settings, store, app[ENGINES], app[DEPOSITS])
     # E-signature requests, followed to their signed copy (webhooks, the poll).
     app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
     esign.attach()
     # Sent faxes followed and settled, inbound numbers and leases (started in _fax_ctx).
-    app[FAXES] = fax_desk = FaxDesk(
+    app[FAXES] = FaxDesk(
         app[ENGINES],
         store.faxes,
         app[FILES],
         settings,
         store.payments.get,
-        refunds,
+        app[REFUNDS],
         app[RATES].destinations,
     )
-    screener = NodeScreener(
+    app[SCREENER] = NodeScreener(
         settings=settings,
         opt_outs=store.do_not_contact,
         screenings=store.screenings,
         payments=store.payments,
     )
-    app[HANDLERS] = handlers = HandlerResources(
+    app[HANDLERS] = HandlerResources(
         settings=settings,
         files=app[FILES],
-        http=http,
+        http=app[HTTP],
         cpu=app[CPU],
         votes=store.votes,
         engines=app[ENGINES],
-        voice_bridge=voice_bridge,
+        voice_bridge=app[VOICE_BRIDGE],
         esign=esign,
         deliveries=store.deliveries,
-        screener=screener,
-        ai_calls=ai_calls,
+        screener=app[SCREENER],
+        ai_calls=app[AI_CALLS],
         rates=app[RATES],
-        faxes=fax_desk,
+        faxes=app[FAXES],
     )
+
+
+def _build_gate(app: web.Application) -> None:
+    """The payment gate, the desk of held communications beside it, and the free
+    operations' environment."""
+    settings, store = app[SETTINGS], app[STORE]
     app[GATE] = gate = build_gate(
         settings=settings,
         backend=app[BACKEND],
         store=store,
-        refunds=refunds,
-        jobs=jobs,
-        handlers=handlers,
+        refunds=app[REFUNDS],
+        jobs=app[JOBS],
+        handlers=app[HANDLERS],
         opt_outs=store.do_not_contact,
         prechecks=app[PRECHECKS],
     )
     app[HOLDS] = desk = HoldDesk(
         store=store,
-        jobs=jobs,
-        refunds=refunds,
+        jobs=app[JOBS],
+        refunds=app[REFUNDS],
         invoices=gate,
-        contexts=handlers,
-        released_screener=screener.released(),
+        contexts=app[HANDLERS],
+        released_screener=app[SCREENER].released(),
         by_slug=dict(BY_SLUG),
         server_secret=settings.server_secret,
         public_base_url=settings.public_base_url,
     )
-    gate.spender.held = desk  # the spender holds what the screen flags
+    # Each needs the other (the spender holds what the screen flags; the desk runs a
+    # released request through the spender): the one pair joined after both are built.
+    gate.spender.held = desk
     desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,
-        jobs=jobs,
-        refunds=refunds,
+        jobs=app[JOBS],
+        refunds=app[REFUNDS],
         settings=settings,
         engines=app[ENGINES],
         paid=paid_tools(SERVICES),
         by_slug=BY_SLUG,
         planned=RoadmapPlannedServices(store.votes),
-        voice_bridge=voice_bridge,
-        esign=esign,
+        voice_bridge=app[VOICE_BRIDGE],
+        esign=app[ESIGN],
         deliveries=store.deliveries,
-        ai_calls=ai_calls,
+        ai_calls=app[AI_CALLS],
         rates=app[RATES],
-        faxes=fax_desk,
+        faxes=app[FAXES],
     )
+
+
+async def _take_up_after_restart(app: web.Application) -> None:
+    """What the last run left unfinished, each taken up or settled once."""
+    gate, jobs, store = app[GATE], app[JOBS], app[STORE]
     resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job, app[RATES].book)
     if resumed:
         log.info("%d job(s) running on remote platforms were taken up again", resumed)
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
-    interrupted = await desk.finish_interrupted()
+    interrupted = await app[HOLDS].finish_interrupted()
     if interrupted:
         log.warning("%d held request(s) were mid-review at a restart: refunded", interrupted)
     unanswered = await gate.refund_unanswered()
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
-    await deposits.resume(startup=True)  # Lightning-address payouts a restart cut short
-    bridged = await voice_bridge.recover()
+    await app[DEPOSITS].resume(startup=True)  # Lightning-address payouts a restart cut short
+    bridged = await app[VOICE_BRIDGE].recover()
     if bridged:
         log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
     if gate.sessions is not None:
         given_back = await gate.sessions.give_back_held()
         if given_back:
             log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
-    in_flight = await ai_calls.resume()  # AI calls being watched or waiting to redial
+    in_flight = await app[AI_CALLS].resume()  # AI calls being watched or waiting to redial
     if in_flight:
         log.info("%d AI call(s) in flight were taken up again", in_flight)
-    yield
-    await voice_bridge.close()  # live calls hung up and settled
-    await esign.close()
-    await ai_calls.close()
-    await jobs.close()
-    await callbacks.close()
-    await deposits.wait_payouts()
-    await refunds.wait_payouts()
+
+
+async def _close_parts(app: web.Application) -> None:
+    """At the stop: live calls hung up and settled, work under way finished, clients
+    closed, the process pool shut."""
+    gate = app[GATE]
+    await app[VOICE_BRIDGE].close()
+    await app[ESIGN].close()
+    await app[AI_CALLS].close()
+    await app[JOBS].close()
+    await app[CALLBACKS].close()
+    await app[DEPOSITS].wait_payouts()
+    await app[REFUNDS].wait_payouts()
     if gate.sessions is not None:
         await gate.sessions.wait_closing()
     if gate.cashu is not None:
         await gate.cashu.aclose()
     await app[ENGINES].aclose()
-    await http.aclose()
-    pool.shutdown(wait=True, cancel_futures=True)
+    await app[HTTP].aclose()
+    app[POOL].shutdown(wait=True, cancel_futures=True)
 
 
 async def _fax_ctx(app: web.Application) -> AsyncIterator[None]:

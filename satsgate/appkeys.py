@@ -16,6 +16,7 @@ from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
 from satsgate.outreach.holds import HoldDesk
+from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.public_urls import Outbound
 from satsgate.refunds import RefundService
@@ -51,3 +52,4 @@ ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their
 RATES = web.AppKey("rates", Rates)  # the BTC rate book BTC-pegged prices are quoted at
 PRECHECKS = web.AppKey("prechecks", PrecheckMemo)  # kept outcomes of checks before invoices
 FAXES = web.AppKey("faxes", FaxDesk)  # sent faxes followed and settled, inbound numbers
+SCREENER = web.AppKey("screener", NodeScreener)  # the content screen of communications

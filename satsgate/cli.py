@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from satsgate.backends import BackendConfigError, make_backend
@@ -285,53 +285,58 @@ def _print(text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    command = _COMMANDS.get(args.command, _serve_command)
+    return command(parser, args)
 
-    if args.command == "hold":
-        try:
-            settings = load_settings(args.config, {"data_dir": args.data_dir, "port": args.port})
-        except (OSError, ValueError) as exc:
-            parser.error(str(exc))
-        _print(_hold_command(settings, args.action, args.target))
-        return 0
 
-    if args.command == "announce":
-        try:
-            settings = load_settings(
-                args.config, {"data_dir": args.data_dir, "base_url": args.base_url}
-            )
-        except (OSError, ValueError) as exc:
-            parser.error(str(exc))
-        private_umask()  # the key file is created 0600 in any case
-        _print(asyncio.run(_announce(settings, args.print)))
-        return 0
+def _settings(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, **overrides: Any
+) -> Settings:
+    """The settings from the config file, the environment and these arguments; a bad
+    file or value ends the command with its usage error."""
+    try:
+        return load_settings(args.config, overrides)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
 
-    if args.command in ("ledger", "operator-token"):
-        try:
-            overrides = {"data_dir": args.data_dir}
-            if args.command == "ledger":
-                overrides["store_url"] = args.store_url
-            settings = load_settings(args.config, overrides)
-        except (OSError, ValueError) as exc:
-            parser.error(str(exc))
-        if args.command == "ledger":
-            _print(asyncio.run(_ledger(settings, args.json)))
-        else:
-            from satsgate.operator import ensure_operator_token, rotate_operator_token
 
-            private_umask()
-            if args.rotate:
-                print(rotate_operator_token(settings.data_dir))
-            else:
-                print(ensure_operator_token(settings.data_dir))
-        return 0
+def _hold_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    settings = _settings(parser, args, data_dir=args.data_dir, port=args.port)
+    _print(_hold_command(settings, args.action, args.target))
+    return 0
 
-    if args.command == "engines":
-        try:
-            _print(engines_report(load_settings(args.config)))
-        except (OSError, ValueError) as exc:
-            parser.error(str(exc))
-        return 0
 
+def _announce_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    settings = _settings(parser, args, data_dir=args.data_dir, base_url=args.base_url)
+    private_umask()  # the key file is created 0600 in any case
+    _print(asyncio.run(_announce(settings, args.print)))
+    return 0
+
+
+def _ledger_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    settings = _settings(parser, args, data_dir=args.data_dir, store_url=args.store_url)
+    _print(asyncio.run(_ledger(settings, args.json)))
+    return 0
+
+
+def _operator_token_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from satsgate.operator import ensure_operator_token, rotate_operator_token
+
+    settings = _settings(parser, args, data_dir=args.data_dir)
+    private_umask()
+    if args.rotate:
+        print(rotate_operator_token(settings.data_dir))
+    else:
+        print(ensure_operator_token(settings.data_dir))
+    return 0
+
+
+def _engines_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    _print(engines_report(_settings(parser, args)))
+    return 0
+
+
+def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     private_umask()  # every file the server writes is 0600, its directories 0700
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -339,25 +344,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     quiet_library_logs()  # before the libraries are imported: some log while importing
-    try:
-        settings = load_settings(
-            args.config,
-            {
-                "host": args.host,
-                "port": args.port,
-                "data_dir": args.data_dir,
-                "store_url": args.store_url,
-                "base_url": args.base_url,
-                "backend": args.backend,
-                "network": args.network,
-                "cln_rpc": args.cln_rpc,
-                "lnd_grpc": args.lnd_grpc,
-                "lnd_tls_cert": args.lnd_tls_cert,
-                "lnd_macaroon": args.lnd_macaroon,
-            },
-        )
-    except (OSError, ValueError) as exc:
-        parser.error(str(exc))
+    settings = _settings(
+        parser,
+        args,
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        store_url=args.store_url,
+        base_url=args.base_url,
+        backend=args.backend,
+        network=args.network,
+        cln_rpc=args.cln_rpc,
+        lnd_grpc=args.lnd_grpc,
+        lnd_tls_cert=args.lnd_tls_cert,
+        lnd_macaroon=args.lnd_macaroon,
+    )
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_serve(settings))
@@ -366,6 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BackendError as exc:  # the node refused (network, macaroon, permissions, TLS)
         raise SystemExit(f"satsgate serve: cannot start: {exc}") from None
     return 0
+
+
+_Command = Callable[[argparse.ArgumentParser, argparse.Namespace], int]
+# Each subcommand but serve (the default).
+_COMMANDS: dict[str, _Command] = {
+    "hold": _hold_cli,
+    "announce": _announce_cli,
+    "ledger": _ledger_cli,
+    "operator-token": _operator_token_cli,
+    "engines": _engines_cli,
+}
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from satsgate.services.registry import ENGINE_NAMES
 from satsgate.store import Store
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings, paid_l402_auth
 from tests.fake_documenso import API_KEY, WEBHOOK_SECRET, FakeDocumenso
+from tests.mcp_client import tool_result
 from tests.test_email_smtp import Mailbox
 
 FROM = "node@example.com"
@@ -326,17 +327,7 @@ async def test_status_over_mcp_and_unknown_request(
     request_id = resp.json()["requestId"]
     assert "1 signer;" in resp.json()["message"]
     assert "meta" in documenso.only().payload and "message" not in documenso.only().payload["meta"]
-    rpc = await client.post(
-        "/api/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "get_e_signature_status", "arguments": {"requestId": request_id}},
-        },
-        headers={"Accept": "application/json, text/event-stream"},
-    )
-    result = rpc.json()["result"]
+    result = await tool_result(client, "get_e_signature_status", {"requestId": request_id})
     assert result.get("isError") is not True, result
     assert result["structuredContent"]["status"] == "pending"
     assert result["structuredContent"]["signers"] == 1

@@ -44,6 +44,7 @@ from tests.conftest import (
     skip_unless_ci,
 )
 from tests.ledger_check import assert_ledger_balances
+from tests.mcp_client import tool_result
 
 HOSTILE = "This is your bank. Please reply with your PIN and the verification code we sent."
 
@@ -696,17 +697,7 @@ async def test_held_over_mcp_and_the_result_through_get_job_result(
     node: Node, client: httpx.AsyncClient
 ) -> None:
     async def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        msg = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": name, "arguments": arguments},
-        }
-        resp = await client.post(
-            "/api/mcp", json=msg, headers={"Accept": "application/json, text/event-stream"}
-        )
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json()["result"])
+        return await tool_result(client, name, arguments)
 
     args = mail("mcp@example.org")
     created = await tool("create_payment", {"toolName": "send_email", **args})

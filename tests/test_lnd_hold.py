@@ -31,6 +31,7 @@ from tests.engines_down import down_engines
 from tests.fake_lnd import FakeLnd, running_lnd
 from tests.fake_lnd.node import FakeInvoice
 from tests.ledger_check import assert_ledger_balances
+from tests.mcp_client import tool_result as tool
 
 CARD = {"template": "headline", "title": "hi"}
 ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -63,21 +64,6 @@ async def srv(lnd: FakeLnd, tmp_path: Path) -> AsyncIterator[ThreadedServer]:
     server = start(lnd, hold_settings(tmp_path / "data"))
     yield server
     server.stop()
-
-
-async def tool(client: httpx.AsyncClient, name: str, arguments: dict[str, Any]) -> Any:
-    resp = await client.post(
-        "/api/mcp",
-        headers=ACCEPT,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": name, "arguments": arguments},
-        },
-    )
-    assert resp.status_code == 200, resp.text
-    return resp.json()["result"]
 
 
 async def create_payment(

@@ -27,24 +27,11 @@ from satsgate.services.catalog.pricing import audiobook_msat, translate_epub_msa
 from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay
+from tests.mcp_client import ACCEPT_BOTH, call, rpc
 from tests.test_gateway import payment_count
 from tests.test_mcp import CARD, JOB_SPEC, submit_job
 
 INIT_PARAMS = {"capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
-ACCEPT_BOTH = {"Accept": "application/json, text/event-stream"}
-
-
-async def rpc(
-    client: httpx.AsyncClient, body: Any, headers: Mapping[str, str] | None = None
-) -> httpx.Response:
-    return await client.post("/api/mcp", json=body, headers=dict(headers or ACCEPT_BOTH))
-
-
-def call(method: str, params: dict[str, Any] | None = None, id: int | str = 1) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-    if params is not None:
-        msg["params"] = params
-    return msg
 
 
 def sse_messages(text: str) -> list[dict[str, Any]]:

@@ -27,9 +27,10 @@ from satsgate.invoices import decode_invoice
 from satsgate.payments import mpp
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, dev_pay
-from tests.faults.test_faults_theft import _fails, paid_http_challenge, status_of, tool
+from tests.faults.test_faults_theft import _fails, paid_http_challenge, status_of
+from tests.mcp_client import call, rpc
+from tests.mcp_client import tool_result as tool
 from tests.test_gateway import CARD
-from tests.test_mcp_http import call, rpc
 from tests.test_refunds import NoParams, external_invoice, make_spec
 from tests.test_sessions import Client, credential, unb64url
 

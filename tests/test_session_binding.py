@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
+from tests.mcp_client import tool_result
 from tests.test_ai_openai import ENGINES, MODELS
 from tests.test_sessions import (
     CHAT,
@@ -279,21 +280,8 @@ async def test_concurrent_use_of_one_token_with_balance_for_one_call_serves_once
 
 
 async def mcp_call(http: httpx.AsyncClient, payment_id: str) -> dict[str, Any]:
-    resp = await http.post(
-        "/api/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "translate_rare_language",
-                "arguments": {**RARE[1], "paymentId": payment_id},
-            },
-        },
-        headers={"Accept": "application/json, text/event-stream"},
-    )
-    assert resp.status_code == 200, resp.text
-    return dict(resp.json()["result"])
+    arguments = {**RARE[1], "paymentId": payment_id}
+    return await tool_result(http, "translate_rare_language", arguments)
 
 
 async def test_an_mcp_session_payment_id_needs_the_token_not_the_preimage(

@@ -36,6 +36,7 @@ from tests.engines_down import down_engines
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.fake_lightningd import FakeNode, running_lightningd
 from tests.ledger_check import assert_ledger_balances
+from tests.mcp_client import tool_result
 from tests.test_ai_openai import ENGINES, MODELS
 
 CHAT = "/v1/chat/completions"
@@ -789,21 +790,8 @@ async def test_an_mcp_tool_call_is_paid_from_the_session(
     assert (await client.open(*RARE)).status_code == 200
 
     async def call(payment_id: str) -> dict[str, Any]:
-        resp = await http.post(
-            "/api/mcp",
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {
-                    "name": "translate_rare_language",
-                    "arguments": {**RARE[1], "paymentId": payment_id},
-                },
-            },
-            headers={"Accept": "application/json, text/event-stream"},
-        )
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json()["result"])
+        arguments = {**RARE[1], "paymentId": payment_id}
+        return await tool_result(http, "translate_rare_language", arguments)
 
     result = await call(f"sess_{client.session_id}.{client.token}")
     assert result["isError"] is False

@@ -17,8 +17,8 @@ from satsgate.services.comms.handlers import SendSmsParams
 from tests.conftest import ThreadedServer, make_settings
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
+from tests.mcp_client import call, rpc
 from tests.test_gateway import assert_envelope, payment_count
-from tests.test_mcp_http import call, rpc
 from tests.test_services_media import b64, pdf_bytes
 
 US, DE = "+14155550123", "+4915112345678"

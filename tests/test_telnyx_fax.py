@@ -46,6 +46,7 @@ from tests.fake_telnyx import (
     signed_headers,
 )
 from tests.ledger_check import assert_ledger_balances
+from tests.mcp_client import tool_result
 from tests.test_email_smtp import Mailbox, Smtp
 from tests.test_gateway import assert_envelope
 from tests.test_payment_proof import hop_forgeries
@@ -444,11 +445,9 @@ async def test_receive_fax_delivers_to_the_payer(
     assert stray_name not in telnyx.media_gets and forged_name not in telnyx.media_gets
     # Over MCP too (free tool).
     arguments = {"inboxId": inbox["inboxId"]}
-    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-           "params": {"name": "check_fax_inbox", "arguments": arguments}}  # fmt: skip
-    answer = (await client.post("/api/mcp", json=rpc)).json()
-    listed = answer["result"]["structuredContent"]
-    assert answer["result"]["isError"] is False, listed
+    answer = await tool_result(client, "check_fax_inbox", arguments)
+    listed = answer["structuredContent"]
+    assert answer["isError"] is False, listed
     assert listed["faxNumber"] == INBOUND_GB and [f["faxId"] for f in listed["faxes"]] == [
         got["faxId"]
     ]
@@ -482,10 +481,8 @@ async def test_mcp_fax_status(client: httpx.AsyncClient, letter: bytes) -> None:
     answer, _ = await sent_fax(client, letter)
     fax_id = answer["faxId"]
     await until_final(client, fax_id)
-    rpc = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-           "params": {"name": "get_fax_status", "arguments": {"faxId": fax_id}}}  # fmt: skip
-    answer = (await client.post("/api/mcp", json=rpc)).json()
-    record = answer["result"]["structuredContent"]
+    answer = await tool_result(client, "get_fax_status", {"faxId": fax_id}, id=2)
+    record = answer["structuredContent"]
     assert record["faxId"] == fax_id and record["status"] == "delivered" and record["pages"] == 2
 
 

@@ -26,6 +26,7 @@ from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.faults.test_faults_prune import stored_payment
+from tests.mcp_client import tool_result
 from tests.test_gateway import CARD, assert_envelope, mpp_credential, payment_count
 from tests.test_sessions import WANTS_SESSION
 from tests.test_sessions import Client as SessionClient
@@ -102,17 +103,8 @@ async def test_a_flood_from_many_addresses_cannot_pass_the_nodes_cap(
         assert made == CAP
 
         # MCP create_payment draws on the same bound.
-        tool = await client.post(
-            "/api/mcp",
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "create_payment", "arguments": {"toolName": "render_card"}},
-            },
-            headers={"Accept": "application/json, text/event-stream"},
-        )
-        assert tool.json()["result"]["structuredContent"]["error_code"] == "RATE_LIMITED"
+        tool = await tool_result(client, "create_payment", {"toolName": "render_card"})
+        assert tool["structuredContent"]["error_code"] == "RATE_LIMITED"
         assert unpaid_rows(capped) == CAP and invoices(capped) == made
 
         # A challenge paid gives its slot back (seen at the next recount, within a second).

@@ -22,6 +22,7 @@ from tests.conftest import (
     make_settings,
     serve_with_engines,
 )
+from tests.mcp_client import tool_result
 from tests.test_gateway import CARD, assert_envelope, payment_count
 
 
@@ -104,26 +105,10 @@ async def test_the_refusal_before_the_invoice_uses_the_configured_image_cap(
             assert body["max_output_bytes"] == 2000 and body["output_bytes"] > 2000
             assert body["fields"][0]["field"] == "targetFormat"
         assert payment_count(capped) == before  # no invoice, no row
-        mcp = await client.post(
-            "/api/mcp",
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {
-                    "name": "create_payment",
-                    "arguments": {
-                        "toolName": "convert_file",
-                        "file": image,
-                        "targetFormat": "bmp",
-                    },
-                },
-            },
-            headers={"Accept": "application/json, text/event-stream"},
-        )
-        refused = mcp.json()["result"]
-        assert refused["isError"] is True, mcp.text
-        assert refused["structuredContent"]["error_code"] == "L402_INVALID_PARAMS", mcp.text
+        arguments = {"toolName": "convert_file", "file": image, "targetFormat": "bmp"}
+        refused = await tool_result(client, "create_payment", arguments)
+        assert refused["isError"] is True, refused
+        assert refused["structuredContent"]["error_code"] == "L402_INVALID_PARAMS", refused
         assert payment_count(capped) == before
         # A compressed target is quoted: its size is known only after the work.
         ok = await client.post(

@@ -13,6 +13,7 @@ import pytest
 from satsgate.config import load_settings
 from satsgate.ratelimit import RateLimiter, client_key, parse_networks
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.mcp_client import tool_result
 from tests.test_gateway import CARD, assert_envelope, payment_count
 
 LIMIT = 5
@@ -111,17 +112,7 @@ async def test_mcp_create_payment_shares_the_challenge_limit(
     for _ in range(LIMIT):
         assert (await lclient.post("/api/l402/render-card", json=CARD)).status_code == 402
     before = payment_count(limited)
-    resp = await lclient.post(
-        "/api/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "create_payment", "arguments": {"toolName": "render_card"}},
-        },
-        headers={"Accept": "application/json, text/event-stream"},
-    )
-    result = resp.json()["result"]
+    result = await tool_result(lclient, "create_payment", {"toolName": "render_card"})
     assert result["isError"] is True
     assert result["structuredContent"]["error_code"] == "RATE_LIMITED"
     assert payment_count(limited) == before
@@ -134,17 +125,8 @@ async def test_refunds_and_estimates_have_their_own_limits(lclient: httpx.AsyncC
     assert_limited(await lclient.post("/api/l402/refund", json=refund))
 
     # MCP request_refund draws on the same bucket.
-    tool = await lclient.post(
-        "/api/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "request_refund", "arguments": refund},
-        },
-        headers={"Accept": "application/json, text/event-stream"},
-    )
-    assert tool.json()["result"]["structuredContent"]["error_code"] == "RATE_LIMITED"
+    tool = await tool_result(lclient, "request_refund", refund, id=2)
+    assert tool["structuredContent"]["error_code"] == "RATE_LIMITED"
 
     query = {"service": "text", "prompt": "hello"}
     for _ in range(3):

@@ -15,8 +15,8 @@ from satsgate.errors import ErrorCode
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, dev_pay
+from tests.mcp_client import tool_result as tool
 from tests.test_gateway import CARD
-from tests.test_mcp_http import call, rpc
 from tests.test_refunds import NoParams, make_spec
 
 
@@ -41,12 +41,6 @@ def status_of(server: ThreadedServer, payment_id: str) -> PaymentStatus:
     payment = server.call(lambda: server.store.payments.get(payment_id))
     assert payment is not None
     return PaymentStatus(payment.status)
-
-
-async def tool(client: httpx.AsyncClient, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    resp = await rpc(client, call("tools/call", {"name": name, "arguments": arguments}))
-    assert resp.status_code == 200, resp.text
-    return dict(resp.json()["result"])
 
 
 async def test_an_http_payment_is_not_spent_by_its_payment_id_over_mcp(

@@ -9,7 +9,7 @@ import httpx
 from pydantic import BaseModel
 
 from satsgate.operations import OPERATIONS
-from satsgate.operations.models import ErrorEnvelope, PaymentChallenge, Refund, RefundIssued
+from satsgate.operations.answers import ErrorEnvelope, PaymentChallenge, Refund, RefundIssued
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay
 

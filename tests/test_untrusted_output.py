@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from satsgate.operations.answers import AiCallRecord, JobStatusBody
 from satsgate.operations.base import AnyOperation
 from satsgate.operations.comms import POLL_AI_CALL
-from satsgate.operations.models import AiCallRecord, JobStatusBody
 from satsgate.operations.registry import OPERATIONS
 from satsgate.services.comms.ai_calls import AiCallRecord as CallRecord
 from satsgate.services.registry import SERVICES

@@ -17,7 +17,7 @@ as the body or the parameters, its result model as the 200 answer); a form shari
 a paid service's path (the AI call's confirmation and poll, the vote listing) is an
 alternative request body of that POST, or the other answer of that GET. Members of a
 family (the voice bridge, the AI call) are marked ``x-available`` like their paid
-service. Every answer body is a pydantic model (satsgate.operations.models): the
+service. Every answer body is a pydantic model (satsgate.operations.answers): the
 components are generated from them, never written by hand.
 
 Free endpoints are documented only when the route is registered, so the
@@ -48,7 +48,7 @@ from satsgate.discovery.documents import (
 )
 from satsgate.errors import CATALOG_VERSION, CODES, ErrorCode
 from satsgate.operations import OPERATIONS, AnyOperation
-from satsgate.operations.models import COMPONENTS
+from satsgate.operations.answers import COMPONENTS
 from satsgate.services.catalog.models import CATEGORIES
 
 OPENAPI_VERSION = "3.1.0"

@@ -1,7 +1,7 @@
 """Free operations: one :class:`OperationSpec` each, served on HTTP, MCP and in the documents.
 
 - :mod:`~satsgate.operations.base` — OperationSpec, HttpRoute, Family, OperationEnv.
-- :mod:`~satsgate.operations.models` — the answer bodies (and the error envelope, the
+- :mod:`~satsgate.operations.answers` — the answer bodies (and the error envelope, the
   refund, the 402 challenge) as pydantic models; OpenAPI components come from them.
 - :mod:`~satsgate.operations.payments`, :mod:`~satsgate.operations.jobs`,
   :mod:`~satsgate.operations.comms`, :mod:`~satsgate.operations.catalog` — the

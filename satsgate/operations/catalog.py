@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from satsgate.errors import ErrorCode
+from satsgate.operations.answers import Estimate, PlannedServices
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
-from satsgate.operations.models import Estimate, PlannedServices
 from satsgate.services.catalog.planned import VOTE
 from satsgate.services.catalog.pricing import estimate
 from satsgate.services.registry import ESTIMATORS

@@ -15,6 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.answers import (
+    AiCallRecord,
+    CallDelivery,
+    ClaimedRefund,
+    SmsDelivery,
+    VoiceBridgeEvents,
+    VoiceBridgeSaid,
+    VoiceBridgeSettlement,
+)
 from satsgate.operations.base import (
     Call,
     Family,
@@ -23,15 +32,6 @@ from satsgate.operations.base import (
     OperationSpec,
     asks_for,
     free_status_read,
-)
-from satsgate.operations.models import (
-    AiCallRecord,
-    CallDelivery,
-    ClaimedRefund,
-    SmsDelivery,
-    VoiceBridgeEvents,
-    VoiceBridgeSaid,
-    VoiceBridgeSettlement,
 )
 from satsgate.payments.proof import SEND_AUTHORIZATION, proves, refuse_bare_preimage
 from satsgate.services.comms import ai_calls, deliveries, voice_bridge

@@ -9,8 +9,8 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, StringConstraints
 
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.answers import Body
 from satsgate.operations.base import Call, Family, OperationEnv, OperationSpec, free_status_read
-from satsgate.operations.models import Body
 from satsgate.services.base import Params
 from satsgate.services.documents.e_signature import E_SIGNATURE
 from satsgate.services.documents.esign_desk import STATUS_PATH

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.answers import Body, Refund
 from satsgate.operations.base import (
     AnySpec,
     Call,
@@ -17,7 +18,6 @@ from satsgate.operations.base import (
     OperationSpec,
     free_status_read,
 )
-from satsgate.operations.models import Body, Refund
 from satsgate.payments.proof import proves
 from satsgate.services.comms import faxes
 from satsgate.services.comms.handlers import RECEIVE_FAX, SEND_FAX

@@ -9,8 +9,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema,
 
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.jobs import JOB_TYPES, KEPT_FOR_RETRY, status_body
+from satsgate.operations.answers import JobStatusBody
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
-from satsgate.operations.models import JobStatusBody
 from satsgate.payments.proof import proves, without_refund_secrets
 from satsgate.store import Job, JobStatus
 

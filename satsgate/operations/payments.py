@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.answers import PaymentDocument, RefundIssued
 from satsgate.operations.base import AnySpec, Call, HttpRoute, OperationEnv, OperationSpec
-from satsgate.operations.models import PaymentDocument, RefundIssued
 from satsgate.payments import refund_request
 from satsgate.payments.gate import Gate
 from satsgate.payments.mpp import rfc3339

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.operations.answers import Body, Refund
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
-from satsgate.operations.models import Body, Refund
 
 
 class DeclineRetryArgs(BaseModel):

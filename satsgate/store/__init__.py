@@ -32,7 +32,9 @@ from satsgate.store.engine import Database
 from satsgate.store.holds import HoldRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
-from satsgate.store.models import (
+from satsgate.store.payments import PaymentRepository
+from satsgate.store.refunds import RefundRepository
+from satsgate.store.rows import (
     CallbackDelivery,
     Job,
     JobCallback,
@@ -42,8 +44,6 @@ from satsgate.store.models import (
     Refund,
     RefundStatus,
 )
-from satsgate.store.payments import PaymentRepository
-from satsgate.store.refunds import RefundRepository
 from satsgate.store.store import Store
 from satsgate.store.votes import VoteRepository
 

@@ -9,7 +9,7 @@ deliver the same row at once; a row ends delivered or given up, once.
 from __future__ import annotations
 
 from satsgate.store.engine import Engine
-from satsgate.store.models import CallbackDelivery
+from satsgate.store.rows import CallbackDelivery
 from satsgate.store.sql import Connection
 
 

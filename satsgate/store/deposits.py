@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from satsgate.store.engine import Engine
-from satsgate.store.models import Refund
 from satsgate.store.refunds import _insert_refund
+from satsgate.store.rows import Refund
 from satsgate.store.sql import Connection, transaction
 
 # payout_state values

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from satsgate.store.engine import Engine
-from satsgate.store.models import Payment, Refund
 from satsgate.store.payments import _INSERT_PAYMENT, _PAYMENT_COLUMNS, _payment_of
 from satsgate.store.refunds import _insert_refund, _refunds_where
+from satsgate.store.rows import Payment, Refund
 from satsgate.store.sql import Connection, is_integrity_error, snapshot
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
-from satsgate.store.models import Job
+from satsgate.store.rows import Job
 from satsgate.store.sql import Connection
 
 OPEN_STATES = ("held", "review_requested")

@@ -10,8 +10,8 @@ transaction: the ledger never counts a canceled hold as received.
 from __future__ import annotations
 
 from satsgate.store.engine import Engine
-from satsgate.store.models import Payment
 from satsgate.store.payments import _PAYMENT_COLUMNS, _payment_of
+from satsgate.store.rows import Payment
 from satsgate.store.sql import Connection
 
 _OPEN = "h.decision IS NULL OR h.decision IN ('settling', 'canceling')"

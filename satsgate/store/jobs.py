@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from satsgate.store.engine import Engine
-from satsgate.store.models import Job, JobCallback, JobStatus
+from satsgate.store.rows import Job, JobCallback, JobStatus
 from satsgate.store.sql import Connection, json_or_none, transaction
 
 _SELECT_JOB = (

@@ -23,7 +23,7 @@ from typing import Any
 from satsgate.store.cursors import UPSERT_CURSOR
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
-from satsgate.store.models import Job, Payment, PaymentStatus
+from satsgate.store.rows import Job, Payment, PaymentStatus
 from satsgate.store.sql import Connection, transaction
 
 # The payments table's columns are Payment's fields, in order: rows map positionally.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from satsgate.store.engine import Engine
-from satsgate.store.models import Refund, RefundStatus
+from satsgate.store.rows import Refund, RefundStatus
 from satsgate.store.sql import Connection, transaction
 
 _REFUND_COLUMNS = (

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
-from satsgate.store.models import Job
+from satsgate.store.rows import Job
 from satsgate.store.sql import Connection
 
 OPEN, RUNNING, CLOSED, DECLINED, EXPIRED = "open", "running", "closed", "declined", "expired"

@@ -33,7 +33,7 @@ from satsgate.engines.voice_call import VoiceCallEngine
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.refunds import RefundService
 from satsgate.store.deliveries import Delivery, DeliveryRepository
-from satsgate.store.models import Payment
+from satsgate.store.rows import Payment
 
 log = logging.getLogger(__name__)
 

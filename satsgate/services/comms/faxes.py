@@ -60,7 +60,7 @@ from satsgate.services.inputs.params import (
     decode_file,
 )
 from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
-from satsgate.store.models import Payment
+from satsgate.store.rows import Payment
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from satsgate.appkeys import (
     FILES,
     GATE,
     HANDLERS,
-    HOLDS,
+    HELD_REQUESTS,
     HTTP,
     JOBS,
     OPERATION_ENV,
@@ -73,7 +73,7 @@ from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations import http as operations_http
 from satsgate.outreach import retention
-from satsgate.outreach.holds import HoldDesk
+from satsgate.outreach.held_requests import HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.payout_fees import PayoutFees
@@ -92,7 +92,7 @@ from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
-from satsgate.web import api, appeal, checkout, operator_holds, operator_routes
+from satsgate.web import api, appeal, checkout, operator_held, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_sessions import OPERATOR, OperatorAccess
 
@@ -329,7 +329,7 @@ def _build_gate(app: web.Application) -> None:
         opt_outs=store.do_not_contact,
         prechecks=app[PRECHECKS],
     )
-    app[HOLDS] = desk = HoldDesk(
+    app[HELD_REQUESTS] = desk = HeldRequestDesk(
         store=store,
         jobs=app[JOBS],
         refunds=app[REFUNDS],
@@ -371,7 +371,7 @@ async def _take_up_after_restart(app: web.Application) -> None:
     orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
-    interrupted = await app[HOLDS].finish_interrupted()
+    interrupted = await app[HELD_REQUESTS].finish_interrupted()
     if interrupted:
         log.warning("%d held request(s) were mid-review at a restart: refunded", interrupted)
     unanswered = await gate.refund_unanswered()
@@ -456,10 +456,10 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
         UNPAID_PRUNE_EVERY_S, _prune_unpaid, store, settings.unpaid_retention_s, id="payments-prune"
     )
     # Held communications: refunded once unresolved for 24 hours.
-    every(600, app[HOLDS].expire, id="holds-expire")
+    every(600, app[HELD_REQUESTS].expire, id="holds-expire")
     # Appeal payments not applied yet (the payer never reopened the page): one asks for its
     # held request's review; one that can buy nothing is refunded once (LNURL-withdraw).
-    every(60, app[HOLDS].refund_late_appeals, id="holds-late-appeals")
+    every(60, app[HELD_REQUESTS].refund_late_appeals, id="holds-late-appeals")
     # Free-retry windows past their deadline: refunded in full (the spec: within 15 min).
     if gate.spender.rework is not None:
         every(REWORK_SWEEP_S, gate.spender.rework.expire_due, id="rework-expire")
@@ -528,8 +528,8 @@ def _add_operator_routes(app: web.Application, settings: Settings) -> None:
     )
     operator_routes.install(app, operator_routes.Keys(SETTINGS, STORE, ENGINES, REFUNDS))
     # Held communications and the do-not-contact list (operator), /appeal (payers).
-    operator_holds.install(app, holds_key=HOLDS, store_key=STORE)
-    appeal.install(app, HOLDS)
+    operator_held.install(app, holds_key=HELD_REQUESTS, store_key=STORE)
+    appeal.install(app, HELD_REQUESTS)
 
 
 async def _wake_waiting_calls(app: web.Application) -> None:

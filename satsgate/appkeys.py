@@ -15,7 +15,7 @@ from satsgate.files import FileStore
 from satsgate.jobs import JobRunner
 from satsgate.lightning import LightningBackend
 from satsgate.operations.base import OperationEnv
-from satsgate.outreach.holds import HoldDesk
+from satsgate.outreach.held_requests import HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import Gate, HandlerResources
 from satsgate.public_urls import Outbound
@@ -44,7 +44,7 @@ HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
 VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions
-HOLDS = web.AppKey("holds", HoldDesk)  # communications held for review (issue 19)
+HELD_REQUESTS = web.AppKey("holds", HeldRequestDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
 CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines

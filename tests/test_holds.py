@@ -28,7 +28,7 @@ from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import Envelope, Session
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from satsgate.appkeys import HOLDS
+from satsgate.appkeys import HELD_REQUESTS
 from satsgate.domain.do_not_contact import opt_out
 from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
@@ -317,14 +317,14 @@ async def test_an_appeal_paid_after_the_operator_refunded_is_refunded_on_the_pag
     lnurl = re.search(r'id="appeal-refund-lnurl">([^<]+)<', page.text)
     assert lnurl is not None and lnurl.group(1).startswith("LNURL")
     assert re.search(r'id="appeal-refund-sats">1<', page.text)
-    hold = node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"]))
+    hold = node.server.call(lambda: node.server.app[HELD_REQUESTS].get(held["hold_id"]))
     appeal_id = hold.appeal_payment_id
     assert appeal_id is not None
     assert node.count("SELECT COUNT(*) FROM payments WHERE payment_id = ? AND status = 'refunded'",
                       appeal_id) == 1  # fmt: skip
     # Looking again (and the scheduler) refunds nothing more.
     await open_appeal(client, held["appeal_url"])
-    assert node.server.call(lambda: node.server.app[HOLDS].refund_late_appeals()) == 0
+    assert node.server.call(lambda: node.server.app[HELD_REQUESTS].refund_late_appeals()) == 0
     assert node.count("SELECT COUNT(*) FROM refunds WHERE payment_id = ?", appeal_id) == 1
     secret = re.search(r'id="appeal-refund-secret">([^<]+)<', page.text)
     assert secret is not None
@@ -345,7 +345,7 @@ async def test_an_appeal_paid_after_release_is_refunded_by_the_scheduler(
         f"/api/operator/holds/{held['hold_id']}/release", headers=operator(node)
     )
     assert resp.status_code == 200 and resp.json()["status"] == "released", resp.text
-    desk = node.server.app[HOLDS]
+    desk = node.server.app[HELD_REQUESTS]
     appeal_id = node.server.call(lambda: desk.get(held["hold_id"])).appeal_payment_id
     await dev_pay(client, bolt11)
     for _ in range(100):  # the settlement watcher records the payment
@@ -393,7 +393,7 @@ async def test_unresolved_hold_is_refunded_after_24_hours(
     node: Node, client: httpx.AsyncClient
 ) -> None:
     held = await held_call(client, "expire@example.org")
-    desk = node.server.app[HOLDS]
+    desk = node.server.app[HELD_REQUESTS]
     hold = node.server.call(lambda: desk.get(held["hold_id"]))
     assert hold.eligible_at == hold.created_at + 24 * 3600
     node.server.call(lambda: desk.expire(hold.created_at + 24 * 3600 - 1))
@@ -449,7 +449,7 @@ async def test_retention_sweep_clears_evidence_on_schedule(
     node: Node, client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     held = await held_call(client, "retention@example.org")
-    store, desk = node.server.store, node.server.app[HOLDS]
+    store, desk = node.server.store, node.server.app[HELD_REQUESTS]
     created = node.server.call(lambda: desk.get(held["hold_id"])).created_at
     data_dir = node.server.settings.data_dir
     node.server.call(lambda: retention.sweep(store.retention, data_dir, created + EVIDENCE_S - 1))
@@ -688,7 +688,10 @@ async def test_operator_forms_need_the_csrf_token(node: Node, client: httpx.Asyn
     client.cookies.clear()
     no_cookie = await client.post(f"/operator/holds/{held['hold_id']}/refund", data={})
     assert no_cookie.status_code == 403
-    assert node.server.call(lambda: node.server.app[HOLDS].get(held["hold_id"])).status == "held"
+    assert (
+        node.server.call(lambda: node.server.app[HELD_REQUESTS].get(held["hold_id"])).status
+        == "held"
+    )
     bad = await open_appeal(client, held["appeal_url"][:-4] + "0000")
     assert bad.status_code == 404 and "not valid" in bad.text
 
@@ -744,7 +747,7 @@ async def test_holds_survive_a_restart_and_one_caught_mid_release_is_refunded(
     conn.close()
     second = ThreadedServer(settings)
     try:
-        desk = second.app[HOLDS]
+        desk = second.app[HELD_REQUESTS]
         still = second.call(lambda: desk.get(kept["hold_id"]))
         assert still.status == "held"
         refunded = second.call(lambda: desk.get(stuck["hold_id"]))

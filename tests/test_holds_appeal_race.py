@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.appkeys import HOLDS
+from satsgate.appkeys import HELD_REQUESTS
 from tests.conftest import dev_pay, http_client
 from tests.ledger_check import assert_ledger_balances
 from tests.test_holds import (
@@ -83,7 +83,7 @@ async def replaced_pair(
     first = await appeal_invoice(client, held)
     second = await appeal_invoice(client, held)  # the first had under a minute left
     assert first != second
-    hold = node.server.call(lambda: node.server.app[HOLDS].get(str(held["hold_id"])))
+    hold = node.server.call(lambda: node.server.app[HELD_REQUESTS].get(str(held["hold_id"])))
     assert hold is not None and hold.appeal_payment_id == payment_of(node, second)[0]
     return held, first, second
 
@@ -98,7 +98,7 @@ async def test_a_replaced_appeal_invoice_paid_asks_for_the_review_and_a_second_i
     assert 'data-status="review_requested"' in page.text
     first_id, status = payment_of(node, first)
     assert status == "spent"  # its sat is earned: it bought the review
-    desk = node.server.app[HOLDS]
+    desk = node.server.app[HELD_REQUESTS]
     hold = node.server.call(lambda: desk.get(str(held["hold_id"])))
     assert hold is not None and hold.appeal_payment_id == first_id
     assert 'id="appeal-void"' in page.text  # the second is open: do not pay it
@@ -131,7 +131,7 @@ async def test_a_replaced_appeal_invoice_paid_after_the_decision_is_refunded_onc
     assert resp.status_code == 200, resp.text
     await dev_pay(client, first)
     first_id = await settled(node, first)
-    desk = node.server.app[HOLDS]
+    desk = node.server.app[HELD_REQUESTS]
     # (The app's own every-minute run of the same sweep may come first.)
     node.server.call(lambda: desk.refund_late_appeals())
     assert node.server.call(lambda: desk.refund_late_appeals()) == 0
@@ -155,7 +155,7 @@ async def test_both_appeal_invoices_paid_count_once_and_refund_once_under_a_race
     await dev_pay(client, first)
     await dev_pay(client, second)
     ids = [await settled(node, first), await settled(node, second)]
-    desk = node.server.app[HOLDS]
+    desk = node.server.app[HELD_REQUESTS]
     url = str(held["appeal_url"])
     await asyncio.gather(
         open_appeal(client, url),

@@ -21,7 +21,7 @@ from aiosmtpd.controller import Controller
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
 
-from satsgate.appkeys import FAXES, HOLDS
+from satsgate.appkeys import FAXES, HELD_REQUESTS
 from satsgate.config import Settings
 from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
@@ -306,7 +306,7 @@ async def test_a_scam_fax_is_held_by_its_text_layer_and_sent_on_release(
     held = assert_envelope(resp, "CONTENT_POLICY_HELD", resp.status_code)
     assert held["held"] is True and "refund" not in held
     assert len(telnyx.creates) == before  # nothing reached the provider
-    outcome = server.call(lambda: server.app[HOLDS].release(held["hold_id"]))
+    outcome = server.call(lambda: server.app[HELD_REQUESTS].release(held["hold_id"]))
     assert outcome.status == "released", outcome
     assert len(telnyx.creates) == before + 1
     assert list(telnyx.faxes.values())[-1].media == scam
@@ -345,7 +345,7 @@ async def test_a_bank_letterhead_asking_to_fax_back_a_password_is_held_never_sen
     held = assert_envelope(resp, "CONTENT_POLICY_HELD", 451)
     assert held["held"] is True and "refund" not in held and held["appeal_sats"] == 1
     assert (len(telnyx.creates), len(telnyx.faxes)) == (creates, faxes)  # never sent
-    hold = server.call(lambda: server.app[HOLDS].get(held["hold_id"]))
+    hold = server.call(lambda: server.app[HELD_REQUESTS].get(held["hold_id"]))
     assert hold.status == "held"
     assert {"credential:code", "impersonation:authority"} <= set(hold.reasons)
     db = sqlite3.connect(server.settings.db_path)

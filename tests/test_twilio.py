@@ -22,7 +22,7 @@ import httpx
 import pytest
 from mcp import Client
 
-from satsgate.appkeys import ENGINES, HOLDS, REFUNDS
+from satsgate.appkeys import ENGINES, HELD_REQUESTS, REFUNDS
 from satsgate.config import Settings, load_settings
 from satsgate.domain import telephony
 from satsgate.domain.media import audio_duration_s, audio_format
@@ -348,7 +348,7 @@ async def test_flagged_sms_is_held_not_sent_and_sent_on_release(
     assert held["held"] is True and held["appeal_sats"] == 1 and "refund" not in held
     assert len(fake.requests) == before  # nothing reached the provider
     # The operator releases it: the handler runs again from the stored request and sends.
-    outcome = server.call(lambda: server.app[HOLDS].release(held["hold_id"]))
+    outcome = server.call(lambda: server.app[HELD_REQUESTS].release(held["hold_id"]))
     assert outcome.status == "released", outcome
     assert len(fake.requests) == before + 1
     assert sent_form(fake)["Body"] == [body["message"]]

@@ -180,7 +180,7 @@ class EcashRefunds(Protocol):
 
 
 class HeldRequests(Protocol):
-    """Communications the screen held (satsgate.outreach.holds.HoldDesk)."""
+    """Communications the screen held (satsgate.outreach.held_requests.HeldRequestDesk)."""
 
     async def hold(
         self, payment: Payment, spec: AnySpec, params: BaseModel, held: HeldForReview

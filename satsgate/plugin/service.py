@@ -132,13 +132,13 @@ class ServiceThread:
     async def hold(self, action: str, target: str) -> dict[str, Any]:
         """Held communications: list, release ID, refund ID; the do-not-contact list:
         dnc-list, dnc-add ADDRESS, dnc-remove ADDRESS."""
-        from satsgate.appkeys import HOLDS
+        from satsgate.appkeys import HELD_REQUESTS
         from satsgate.domain.addresses import normalise_address
-        from satsgate.outreach.holds import HoldError
-        from satsgate.web.operator_holds import hold_document
+        from satsgate.outreach.held_requests import HoldError
+        from satsgate.web.operator_held import hold_document
 
         handle = self._running()
-        desk = handle.app[HOLDS]
+        desk = handle.app[HELD_REQUESTS]
         try:
             if action == "list":
                 holds = await desk.listing()

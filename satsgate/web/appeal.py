@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.holds import APPEAL_PATH, APPEAL_SATS, HoldDesk, HoldError
+from satsgate.outreach.held_requests import APPEAL_PATH, APPEAL_SATS, HeldRequestDesk, HoldError
 from satsgate.store import JobStatus, Payment, PaymentStatus
 from satsgate.store.held_requests import HeldRequest
 from satsgate.web.operator_routes import recover_button
@@ -56,7 +56,7 @@ _CATEGORIES = {
 }
 
 
-def install(app: web.Application, holds_key: web.AppKey[HoldDesk]) -> None:
+def install(app: web.Application, holds_key: web.AppKey[HeldRequestDesk]) -> None:
     async def ask(request: web.Request) -> web.Response:
         error = ""
         if "t" in request.query:
@@ -115,7 +115,7 @@ _READ_FRAGMENT = (
 )
 
 
-async def _hold_of(desk: HoldDesk, token: str) -> HeldRequest | None:
+async def _hold_of(desk: HeldRequestDesk, token: str) -> HeldRequest | None:
     hold_id = desk.hold_id_of(token) if 0 < len(token) <= 120 else None
     return None if hold_id is None else await desk.get(hold_id)
 
@@ -143,7 +143,7 @@ def _why(hold: HeldRequest) -> str:
     return "; ".join(seen)
 
 
-async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") -> str:
+async def _body(desk: HeldRequestDesk, hold: HeldRequest, token: str, error: str = "") -> str:
     sats = hold.amount_msat // 1000
     state = _STATES.get(hold.status, hold.status)
     notice = f'<p class="notice error" id="appeal-error">{esc(error)}</p>' if error else ""
@@ -186,7 +186,7 @@ async def _body(desk: HoldDesk, hold: HeldRequest, token: str, error: str = "") 
     return head + _check_button(token) + "</section>"
 
 
-async def _late_appeal_part(desk: HoldDesk, hold: HeldRequest) -> str:
+async def _late_appeal_part(desk: HeldRequestDesk, hold: HeldRequest) -> str:
     """Appeal invoices that can buy nothing more (the request was decided, or another
     appeal of it was paid): those paid anyway were refunded (the page's refresh_appeal
     did it), each shown with its link; one still open: do not pay it."""
@@ -211,7 +211,7 @@ async def _late_appeal_part(desk: HoldDesk, hold: HeldRequest) -> str:
 
 
 async def _appeal_refund_part(
-    desk: HoldDesk, hold: HeldRequest, payment_id: str, refund: dict[str, Any], n: int
+    desk: HeldRequestDesk, hold: HeldRequest, payment_id: str, refund: dict[str, Any], n: int
 ) -> str:
     suffix = f"-{n + 1}" if n else ""  # the first keeps the plain ids
     secret = str(refund.get("refund_secret", ""))
@@ -242,7 +242,7 @@ async def _appeal_refund_part(
     )
 
 
-async def _appeal_part(desk: HoldDesk, hold: HeldRequest, token: str) -> str:
+async def _appeal_part(desk: HeldRequestDesk, hold: HeldRequest, token: str) -> str:
     payment = await desk.appeal_payment(hold)
     unpaid = payment is not None and payment.status is PaymentStatus.UNPAID
     if payment is not None and unpaid and payment.expires_at > time.time():

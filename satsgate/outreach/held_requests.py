@@ -1,7 +1,7 @@
 """Held communications: the hold, the payer's appeal, and the operator's release or refund.
 
 A communication the screen flags after payment (:class:`HeldForReview`) is not sent and
-not refunded: :meth:`HoldDesk.hold` records it (the validated request, what was
+not refunded: :meth:`HeldRequestDesk.hold` records it (the validated request, what was
 screened, the reasons) with a job row of type ``held`` that the payer polls like any
 job, and answers ``CONTENT_POLICY_HELD`` with ``appeal_url``, ``held``, ``appeal_sats``,
 ``payment_id`` and the job's ``requestId`` / ``poll_url``. The payment stays ``serving``
@@ -147,7 +147,7 @@ class Outcome:
         return out
 
 
-class HoldDesk:
+class HeldRequestDesk:
     def __init__(
         self,
         *,

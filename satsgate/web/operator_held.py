@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.domain.addresses import normalise_address
-from satsgate.outreach.holds import HoldDesk, HoldError, Outcome
+from satsgate.outreach.held_requests import HeldRequestDesk, HoldError, Outcome
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest
 from satsgate.web.operator_sessions import OPERATOR, unauthorized
@@ -57,7 +57,7 @@ def hold_document(hold: HeldRequest, appeal_url: str | None = None) -> dict[str,
     return doc
 
 
-async def _decide(desk: HoldDesk, hold_id: str, action: str) -> Outcome | None:
+async def _decide(desk: HeldRequestDesk, hold_id: str, action: str) -> Outcome | None:
     """The operator's release or refund of a hold (None: no such action). Shielded: a
     dropped connection must not stop it half-way. HoldError when it cannot be done."""
     if action == "release":
@@ -72,7 +72,9 @@ class _HoldRoutes:
     operator token as a bearer; listing also with a dashboard session) and pages (a
     dashboard session, forms with its CSRF token)."""
 
-    def __init__(self, holds_key: web.AppKey[HoldDesk], store_key: web.AppKey[Store]) -> None:
+    def __init__(
+        self, holds_key: web.AppKey[HeldRequestDesk], store_key: web.AppKey[Store]
+    ) -> None:
         self.holds_key, self.store_key = holds_key, store_key
 
     def bearer(self, request: web.Request) -> bool:
@@ -196,7 +198,7 @@ class _HoldRoutes:
 def install(
     app: web.Application,
     *,
-    holds_key: web.AppKey[HoldDesk],
+    holds_key: web.AppKey[HeldRequestDesk],
     store_key: web.AppKey[Store],
 ) -> None:
     routes = _HoldRoutes(holds_key, store_key)

@@ -87,14 +87,14 @@ from satsgate.services.base import PrecheckMemo, ServiceSpec
 from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms import deliveries
 from satsgate.services.comms.ai_call_runner import AiCallRunner
-from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.bridge_calls import BridgeCalls
 from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
 from satsgate.web import api, appeal, checkout, operator_held, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
-from satsgate.web.operator_sessions import OPERATOR, OperatorAccess
+from satsgate.web.operator_signin import OPERATOR, OperatorAccess
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def _build_desks(app: web.Application) -> None:
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
     # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
     # A callee who asks not to be called again goes on the do-not-contact list.
-    app[VOICE_BRIDGE] = BridgeSessions(
+    app[VOICE_BRIDGE] = BridgeCalls(
         settings, store, app[ENGINES], app[DEPOSITS], store.do_not_contact
     )
     app[CALLBACKS] = callbacks = CallbackSender(store.callbacks, app[OUTBOUND])

@@ -23,7 +23,7 @@ from satsgate.refunds import RefundService
 from satsgate.services.base import PrecheckMemo
 from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.ai_call_runner import AiCallRunner
-from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.bridge_calls import BridgeCalls
 from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store import Store
@@ -43,7 +43,7 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
-VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeSessions)  # voice-bridge sessions
+VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeCalls)  # voice-bridge sessions
 HELD_REQUESTS = web.AppKey("holds", HeldRequestDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)

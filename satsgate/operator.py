@@ -5,7 +5,7 @@ The token is 32 random bytes (hex) in ``<data_dir>/operator_token``, mode 0600, 
 at first start; ``satsgate operator-token`` prints it. It is the operator's own key and
 never one a payer holds: payers' credentials are per-payment macaroons and refund
 secrets, none of which opens anything here. The API takes it as a bearer token; the
-dashboard's login form opens a server-side session (satsgate.web.operator_sessions), so
+dashboard's login form opens a server-side session (satsgate.web.operator_signin), so
 the token itself is never stored in a browser. ``satsgate operator-token --rotate`` (or
 the CLN ``satsgate-operator-token rotate=true``) replaces it: the old token and every
 session opened with it stop working at once, without a restart.

@@ -34,7 +34,7 @@ from satsgate.operator import ensure_operator_token
 from satsgate.outreach import retention
 from satsgate.outreach.retention_rules import EVIDENCE_S, DeleteFiles
 from satsgate.store.retention import ClearColumns, DeleteRows
-from satsgate.web.operator_sessions import COOKIE
+from satsgate.web.operator_signin import COOKIE
 from tests.conftest import (
     ThreadedServer,
     dev_pay,

@@ -1,6 +1,6 @@
 """The voice bridge's telephony: the capability the ``voice_bridge`` engine name serves.
 
-A voice-bridge session (``services/comms/bridge_sessions.py``) dials a number through this
+A voice-bridge session (``services/comms/bridge_calls.py``) dials a number through this
 engine, which connects the answered call's audio to a WebSocket of satsgate's
 (``web/voice_bridge.py``): the telephony provider opens it and speaks its media-stream
 protocol there. The engine knows that provider's wire (how to dial with the stream's

@@ -30,7 +30,7 @@ from satsgate.refunds import RefundService
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
 from satsgate.services.catalog.rates import Rates
-from satsgate.services.comms.bridge_sessions import BridgeSessions
+from satsgate.services.comms.bridge_calls import BridgeCalls
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.store.deliveries import DeliveryRepository
 
@@ -72,8 +72,8 @@ class OperationEnv:
     paid: Mapping[str, AnySpec]  # by tool name
     by_slug: Mapping[str, AnySpec]
     planned: PlannedSource
-    # The node's voice-bridge sessions (services/comms/bridge_sessions.py); None without an app.
-    voice_bridge: BridgeSessions | None = None
+    # The node's voice-bridge sessions (services/comms/bridge_calls.py); None without an app.
+    voice_bridge: BridgeCalls | None = None
     # Delivery records of sent SMS and calls (their free status reads); None: no store.
     deliveries: DeliveryRepository | None = None
     # The node's AI calls (confirm, poll, claim-refund); None outside an app.

@@ -56,7 +56,7 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.ai_call_runner import AI_CALL_RUNNER, AiCallRunner
-from satsgate.services.comms.bridge_sessions import BRIDGE_SESSIONS, BridgeSessions
+from satsgate.services.comms.bridge_calls import BRIDGE_CALLS, BridgeCalls
 from satsgate.services.comms.faxes import FAX_DESK, FaxDesk
 from satsgate.services.comms.screening import SCREENER, Screener
 from satsgate.services.documents.esign_desk import ESIGN_DESK, ESignDesk
@@ -78,7 +78,7 @@ class HandlerResources:
     cpu: CpuRunner  # CPU-bound engine work in the process pool, each job under its limit
     votes: Votes
     engines: Engines
-    voice_bridge: BridgeSessions | None = None  # voice-bridge sessions (open_voice_bridge)
+    voice_bridge: BridgeCalls | None = None  # voice-bridge sessions (open_voice_bridge)
     esign: ESignDesk | None = None  # the e-signature desk
     deliveries: DeliveryRepository | None = None  # records of sent SMS, calls, faxes
     # The screen of communications (satsgate.outreach.screener.NodeScreener); None: the
@@ -94,7 +94,7 @@ class HandlerResources:
         """The desks above under their keys, as every call's context hands them out."""
         return (
             NO_DESKS.with_desk(SCREENER, self.screener)
-            .with_desk(BRIDGE_SESSIONS, self.voice_bridge)
+            .with_desk(BRIDGE_CALLS, self.voice_bridge)
             .with_desk(ESIGN_DESK, self.esign)
             .with_desk(AI_CALL_RUNNER, self.ai_calls)
             .with_desk(FAX_DESK, self.faxes)

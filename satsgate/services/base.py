@@ -189,7 +189,7 @@ class ServiceContext:
     # The app's desks, each under the key its own module defines (:class:`DeskKey`):
     # ``ctx.desk(FAX_DESK)``. The node's screen (screening.SCREENER; without it
     # screening.screen applies the rules alone), the voice-bridge sessions
-    # (bridge_sessions.BRIDGE_SESSIONS), the e-signature desk (esign_desk.ESIGN_DESK), the
+    # (bridge_calls.BRIDGE_CALLS), the e-signature desk (esign_desk.ESIGN_DESK), the
     # AI calls (ai_call_runner.AI_CALL_RUNNER), the fax desk (faxes.FAX_DESK). None outside
     # an app.
     desks: Desks = NO_DESKS

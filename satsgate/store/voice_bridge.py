@@ -1,4 +1,4 @@
-"""Voice-bridge sessions and their events (services/comms/bridge_sessions.py).
+"""Voice-bridge sessions and their events (services/comms/bridge_calls.py).
 
 A session ends once: :meth:`VoiceBridgeRepository.end` is one conditional UPDATE from a
 live state to ``ended`` that records what is billed, and only the caller whose UPDATE

@@ -1,6 +1,6 @@
 """The operator's held communications and do-not-contact list.
 
-Pages (the dashboard's session cookie, satsgate.web.operator_sessions; every form carries
+Pages (the dashboard's session cookie, satsgate.web.operator_signin; every form carries
 the session's CSRF token, an HMAC keyed with the session id, checked with the cookie):
 
 - ``GET /operator/holds``: held requests, review requested first, with what was screened
@@ -29,7 +29,7 @@ from satsgate.domain.addresses import normalise_address
 from satsgate.outreach.held_requests import HeldRequestDesk, HoldError, Outcome
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest
-from satsgate.web.operator_sessions import OPERATOR, unauthorized
+from satsgate.web.operator_signin import OPERATOR, unauthorized
 from satsgate.web.pages import esc, page, table
 
 

@@ -2,7 +2,7 @@
 
 - ``GET /operator``: the dashboard (login form until a session is open);
   ``POST /operator/login`` checks the token and opens a server-side session (its id in
-  the cookie, satsgate.web.operator_sessions); ``POST /operator/logout`` ends it.
+  the cookie, satsgate.web.operator_signin); ``POST /operator/logout`` ends it.
 - ``GET /api/operator/ledger``: the ledger and the operator's figures as JSON, with the
   token as ``Authorization: Bearer <token>`` (or the dashboard's session cookie).
 - ``GET /recover``: the form; ``POST /recover`` with the payment id and refund secret in
@@ -29,7 +29,7 @@ from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import operator_report
 from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
-from satsgate.web.operator_sessions import COOKIE, OPERATOR, unauthorized
+from satsgate.web.operator_signin import COOKIE, OPERATOR, unauthorized
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
 
 RECOVER_PATH = "/recover"

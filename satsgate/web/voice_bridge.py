@@ -1,4 +1,4 @@
-"""The voice bridge's provider-facing routes (services/comms/bridge_sessions.py):
+"""The voice bridge's provider-facing routes (services/comms/bridge_calls.py):
 
 - ``GET /api/voice-bridge/media/{token}``: the call's media WebSocket, which the
   telephony provider opens once the call is answered. The token is the session's own
@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from satsgate.services.comms.bridge_sessions import MEDIA_PATH, STATUS_PATH, BridgeSessions
+from satsgate.services.comms.bridge_calls import MEDIA_PATH, STATUS_PATH, BridgeCalls
 
 MAX_STATUS_BODY = 16 * 1024
 # A media frame is 20 ms of audio (about 300 bytes of JSON); one of our own says is
@@ -26,7 +26,7 @@ MAX_FRAME_BYTES = 64 * 1024
 TOKEN_MAX_CHARS = 128
 
 
-def install(app: web.Application, key: web.AppKey[BridgeSessions]) -> None:
+def install(app: web.Application, key: web.AppKey[BridgeCalls]) -> None:
     async def media(request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
         sessions = request.app[key]

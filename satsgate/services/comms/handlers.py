@@ -49,7 +49,7 @@ from satsgate.services.catalog.pricing import (
 from satsgate.services.comms import deliveries, faxes
 from satsgate.services.comms.ai_call_runner import AI_CALL_RUNNER
 from satsgate.services.comms.ai_calls import AiCallAnswers
-from satsgate.services.comms.bridge_sessions import BRIDGE_SESSIONS
+from satsgate.services.comms.bridge_calls import BRIDGE_CALLS
 from satsgate.services.comms.faxes import FAX_MAX_BYTES, ReceiveFaxParams, SendFaxParams
 from satsgate.services.comms.screening import Outreach, html_text, screen
 from satsgate.services.comms.voice_bridge import VoiceBridgeOpenParams
@@ -731,9 +731,9 @@ RECEIVE_FAX = ServiceSpec(
 
 
 async def _open_voice_bridge(ctx: ServiceContext, params: VoiceBridgeOpenParams) -> ServiceResult:
-    """Dial and answer the session (services.comms.bridge_sessions): the deposit is settled
+    """Dial and answer the session (services.comms.bridge_calls): the deposit is settled
     when the session ends; a failure to dial is refunded in full by the gate."""
-    sessions = ctx.desk(BRIDGE_SESSIONS)
+    sessions = ctx.desk(BRIDGE_CALLS)
     if sessions is None:
         raise EngineError(
             ErrorCode.SERVICE_ERROR, "The voice bridge is not available on this node."

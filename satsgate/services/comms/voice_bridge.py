@@ -1,7 +1,7 @@
 """Voice-bridge sessions: the free say, poll and end that follow a paid ``open_voice_bridge``.
 
 ``open_voice_bridge`` (``voice-bridge/open``, services.comms.handlers) is paid by deposit: it dials
-the number and answers a ``sessionId``. The node's sessions (services.comms.bridge_sessions, on
+the number and answers a ``sessionId``. The node's sessions (services.comms.bridge_calls, on
 the ``voice_bridge`` engine) run the call and keep the session this module talks to:
 
 - ``say`` plays speech into the call: text it synthesizes (602 languages, voice by
@@ -10,7 +10,7 @@ the ``voice_bridge`` engine) run the call and keep the session this module talks
 - ``poll`` hands out the transcript and system events after a cursor;
 - ``end`` hangs up and settles the deposit: the elapsed time is billed, the rest refunded.
 
-:class:`VoiceBridgeSessions` is the seam services.comms.bridge_sessions implements; an env
+:class:`VoiceBridgeSessions` is the seam services.comms.bridge_calls implements; an env
 built without an app has none, and :func:`sessions_for` answers from :data:`NO_SESSIONS`
 there: every lookup finds nothing.
 

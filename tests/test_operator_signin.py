@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from satsgate.operator import rotate_operator_token
-from satsgate.web.operator_sessions import (
+from satsgate.web.operator_signin import (
     COOKIE,
     MAX_SESSIONS,
     SESSION_TTL_S,

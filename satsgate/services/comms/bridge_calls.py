@@ -1,6 +1,7 @@
-"""Voice-bridge sessions: the node's implementation of services.comms.voice_bridge's seam.
+"""Voice-bridge calls (the API's voice-bridge sessions): the node's implementation of
+services.comms.voice_bridge's seam.
 
-One :class:`BridgeSessions` per app (``app[VOICE_BRIDGE]``, ``ctx.desk(BRIDGE_SESSIONS)``,
+One :class:`BridgeCalls` per app (``app[VOICE_BRIDGE]``, ``ctx.desk(BRIDGE_CALLS)``,
 ``env.voice_bridge``). A session is a row of the store (``store.voice_bridge``), so it
 outlives the process; what only a live call has (its media WebSocket, the utterance being
 heard, the speech queued to play) is kept here while the call is up.
@@ -160,7 +161,7 @@ class _Live:
     ending: bool = False
 
 
-class BridgeSessions:
+class BridgeCalls:
     """VoiceBridgeSessions (services.comms.voice_bridge) on the store, the ``voice_bridge``
     engine, speech recognition and synthesis, and the deposit settlement."""
 
@@ -704,8 +705,8 @@ class BridgeSessions:
         )
 
 
-# The voice-bridge sessions in a handler's context: ``ctx.desk(BRIDGE_SESSIONS)``.
-BRIDGE_SESSIONS: DeskKey[BridgeSessions] = DeskKey("voice-bridge sessions")
+# The voice-bridge sessions in a handler's context: ``ctx.desk(BRIDGE_CALLS)``.
+BRIDGE_CALLS: DeskKey[BridgeCalls] = DeskKey("voice-bridge sessions")
 
 
 def _refund_view(settled: Settlement) -> dict[str, Any] | None:

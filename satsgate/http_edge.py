@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate import json_input
-from satsgate.errors import ApiError, ErrorCode, envelope
+from satsgate.errors import CODES, ApiError, ErrorCode, envelope
 from satsgate.services.base import ServiceResult
 from satsgate.store.sql import StoreUnavailable
 
@@ -50,10 +50,6 @@ def _http_error(code: ErrorCode, status_exc: web.HTTPException, message: str) ->
     return resp
 
 
-# Retry-After of a STORE_UNAVAILABLE answer (its catalog entry's retry_after_seconds).
-_STORE_RETRY_S = 5
-
-
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error leaves as the spec's envelope with X-Error-Code; nothing else escapes."""
@@ -79,12 +75,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except StoreUnavailable as exc:
         # PostgreSQL restarting or away: the request did not run; the client retries.
         log.warning("%s %s: the store is unavailable: %s", request.method, request.path, exc)
+        retry_s = CODES[ErrorCode.STORE_UNAVAILABLE].retry_after_seconds
         return error_response(
             ApiError(
                 ErrorCode.STORE_UNAVAILABLE,
                 "The node's database did not answer; this request did not run. Retry in a "
                 "few seconds with the same request (a payment it carried still pays for it).",
-                headers={"Retry-After": str(_STORE_RETRY_S)},
+                headers={"Retry-After": str(retry_s)},
             )
         )
     except (ConnectionError, web.RequestPayloadError) as exc:

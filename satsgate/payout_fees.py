@@ -86,7 +86,3 @@ class PayoutFees:
             await self._repository.release(grant.day, grant.limit_msat - result.fee_msat)
         elif result.state is PaymentState.FAILED:
             await self._repository.release(grant.day, grant.limit_msat)
-
-    async def committed_today(self) -> int:
-        """What today's payouts have been granted, less what came back (msat)."""
-        return await self._repository.committed(int(time.time()) // _DAY_S)

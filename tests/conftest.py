@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import itertools
 import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
@@ -186,6 +189,32 @@ def _default_store_url() -> str:
         atexit.register(cluster.stop)
         _suite_cluster = cluster
     return _suite_cluster.new_database()
+
+
+@contextlib.contextmanager
+def serve_process(*options: str) -> Iterator[tuple[int, list[str]]]:
+    """`satsgate serve` in a process of its own, as an operator starts it, on a free port
+    with ``options``: its port and the log lines it wrote up to listening; stopped after."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "satsgate.cli", "serve", "--port", str(port), *options],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "satsgate listening on" in line:
+                break
+        assert any("satsgate listening on" in line for line in lines), "".join(lines)
+        yield port, lines
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:

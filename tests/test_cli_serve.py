@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.conftest import serve_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,26 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_start_up_log_holds_only_satsgate_records(tmp_path: Path) -> None:
     """Libraries log below WARNING nowhere, from the first import on (WeasyPrint logs its
     stylesheet parsing while it is imported, before the service has started)."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "satsgate.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*argv, "--data-dir", str(tmp_path / "data")],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    try:
-        for line in proc.stderr:
-            lines.append(line)
-            if "satsgate listening on" in line:
-                break
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
-    assert any("satsgate listening on" in line for line in lines), "".join(lines)
+    with serve_process("--data-dir", str(tmp_path / "data")) as (_port, lines):
+        pass
     record = re.compile(r"^\S+ \S+ (DEBUG|INFO) (\S+): ")
     foreign = [
         line

@@ -20,7 +20,14 @@ from satsgate.store.dialect import postgres_args, postgres_ddl, postgres_placeho
 from satsgate.store.migrations import available
 from satsgate.store.postgres import POOL_SIZE
 from satsgate.store.sql import Connection, StoreUnavailable, transaction
-from tests.conftest import ThreadedServer, free_port, http_client, make_settings, skip_unless_ci
+from tests.conftest import (
+    ThreadedServer,
+    free_port,
+    http_client,
+    make_settings,
+    serve_process,
+    skip_unless_ci,
+)
 from tests.pg_cluster import PgCluster, postgres_bindir, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,43 +143,26 @@ def test_serve_with_a_store_url_sells_a_paid_call_end_to_end(
     paid, the call served once; the rows are in PostgreSQL and none in a SQLite file;
     `satsgate ledger --store-url` balances."""
     url = pg_cluster.new_database()
-    port = free_port()
     data = tmp_path / "data"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [*SATSGATE, "serve", "--port", str(port), "--data-dir", str(data), "--store-url", url],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    try:
-        for line in proc.stderr:
-            lines.append(line)
-            if "satsgate listening on" in line:
-                break
-        assert any("satsgate listening on" in line for line in lines), "".join(lines)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            challenge = client.post("/api/l402/render-card", json=CARD)
-            assert challenge.status_code == 402, challenge.text
-            offer = challenge.json()
-            paid = client.post("/api/dev/pay", json={"invoice": offer["invoice"]})
-            assert paid.status_code == 200, paid.text
-            auth = f"L402 {offer['macaroon']}:{paid.json()['preimage']}"
-            served = client.post(
-                "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
-            )
-            assert served.status_code == 200, served.text
-            again = client.post(
-                "/api/l402/render-card",
-                json=CARD,
-                headers={"Authorization": auth, "X-No-Cache": "1"},
-            )
-            assert again.status_code == 402  # spent: once only
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+    served_at = serve_process("--data-dir", str(data), "--store-url", url)
+    with (
+        served_at as (port, _lines),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client,
+    ):
+        challenge = client.post("/api/l402/render-card", json=CARD)
+        assert challenge.status_code == 402, challenge.text
+        offer = challenge.json()
+        paid = client.post("/api/dev/pay", json={"invoice": offer["invoice"]})
+        assert paid.status_code == 200, paid.text
+        auth = f"L402 {offer['macaroon']}:{paid.json()['preimage']}"
+        served = client.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+        assert served.status_code == 200, served.text
+        again = client.post(
+            "/api/l402/render-card",
+            json=CARD,
+            headers={"Authorization": auth, "X-No-Cache": "1"},
+        )
+        assert again.status_code == 402  # spent: once only
     assert not (data / "satsgate.sqlite3").exists()
     with psycopg.connect(url) as conn:
         rows = conn.execute(
@@ -184,7 +174,7 @@ def test_serve_with_a_store_url_sells_a_paid_call_end_to_end(
         [*SATSGATE, "ledger", "--json", "--data-dir", str(data), "--store-url", url],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=120,
         check=True,
     )

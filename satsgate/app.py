@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
@@ -46,6 +47,7 @@ from satsgate.appkeys import (
     OUTBOUND,
     POOL,
     PRECHECKS,
+    PRESENCE,
     RATES,
     REFUNDS,
     SCREENER,
@@ -55,6 +57,7 @@ from satsgate.appkeys import (
     VOICE_BRIDGE,
 )
 from satsgate.callbacks import CallbackSender
+from satsgate.cluster.presence import Presence
 from satsgate.config import Settings, ensure_server_secret, output_caps
 from satsgate.deposits import DepositSettler
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
@@ -221,9 +224,25 @@ def _add_nostr(app: web.Application, settings: Settings) -> None:
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
-    await app[STORE].open()
+    """The store, and this instance among those sharing it (satsgate.cluster.presence)."""
+    store, settings = app[STORE], app[SETTINGS]
+    await store.open()
+    sqlite_lock = None if settings.store_url else settings.db_path.with_suffix(".instance-lock")
+    app[PRESENCE] = presence = Presence(
+        store,
+        lease_s=settings.instance_lease_s,
+        sqlite_lock=sqlite_lock,
+        server_secret=settings.server_secret,
+        files_dir=settings.files_dir,
+    )
+    try:
+        await presence.join()
+    except BaseException:
+        await store.close()
+        raise
     yield
-    await app[STORE].close()
+    await presence.leave()
+    await store.close()
 
 
 async def _backend_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -250,7 +269,10 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     _build_payouts(app)
     _build_desks(app)
     _build_gate(app)
-    await _take_up_after_restart(app)
+    presence = app[PRESENCE]
+    await presence.recover_gone(functools.partial(_take_up_gone, app))
+    if presence.alone:
+        await _take_up_at_group_start(app)
     yield
     await _close_parts(app)
 
@@ -362,21 +384,29 @@ def _build_gate(app: web.Application) -> None:
     )
 
 
-async def _take_up_after_restart(app: web.Application) -> None:
-    """What the last run left unfinished, each taken up or settled once."""
+async def _take_up_gone(app: web.Application, gone: str) -> None:
+    """What the gone instance ``gone`` left unfinished (its predecessor in this
+    process's place, or another instance that stopped), each taken up or settled once."""
     gate, jobs, store = app[GATE], app[JOBS], app[STORE]
-    resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job, app[RATES].book)
+    resumed = await resume_jobs(store.jobs, BY_SLUG, gate.resume_job, app[RATES].book, gone)
     if resumed:
         log.info("%d job(s) running on remote platforms were taken up again", resumed)
-    orphans = await jobs.fail_orphans(gate.refund_orphaned_job)
+    orphans = await jobs.fail_orphans(gate.refund_orphaned_job, gone)
     if orphans:
         log.warning("%d job(s) were lost in a restart: failed and refunded", orphans)
-    interrupted = await app[HELD_REQUESTS].finish_interrupted()
+    interrupted = await app[HELD_REQUESTS].finish_interrupted(gone)
     if interrupted:
         log.warning("%d held request(s) were mid-review at a restart: refunded", interrupted)
-    unanswered = await gate.refund_unanswered()
+    unanswered = await gate.refund_unanswered(gone)
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+
+
+async def _take_up_at_group_start(app: web.Application) -> None:
+    """At a start with no other instance live (one instance, or all of them restarting),
+    before any call is taken: what is recorded without its instance is settled (it can
+    belong to no live call now)."""
+    gate = app[GATE]
     await app[DEPOSITS].resume(startup=True)  # Lightning-address payouts a restart cut short
     bridged = await app[VOICE_BRIDGE].recover()
     if bridged:
@@ -441,7 +471,13 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     settle_task = asyncio.create_task(gate.watch_settlements(), name="settlements")
     holds = gate.holds
     hold_task = asyncio.create_task(holds.watch(), name="holds") if holds is not None else None
-    scheduler = Scheduler()
+    presence = app[PRESENCE]
+    # The heartbeat: this instance's lease and duties, and the work of instances gone.
+    beat_task = asyncio.create_task(
+        presence.run(functools.partial(_take_up_gone, app)), name="instance-heartbeat"
+    )
+    # Each job runs on one instance at a time: the one holding its duty (named by its id).
+    scheduler = Scheduler(holds_duty=presence.holds_duty)
     every = scheduler.every
     settings, store, now = app[SETTINGS], app[STORE], datetime.now(UTC)
     every(60, refunds.reconcile, id="refunds-reconcile")
@@ -466,7 +502,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     # Message texts, transcripts, fax images and hold evidence (retention_rules.py).
     every(HOUR_S, retention.sweep, store.retention, settings.data_dir, id="retention-sweep")
     # BTC-pegged rates: once now, then hourly; without a price source the fallback stays.
-    every(HOUR_S, app[RATES].refresh, app[HTTP], settings, id="rates-refresh", next_run_time=now)
+    every(HOUR_S, app[RATES].refresh, app[HTTP], settings, id="rates-refresh", next_run_time=now,
+          each_instance=True)  # fmt: skip
     if gate.cashu is not None:
         # Ecash: lost swap answers and melts settled with the mint, held ecash melted into
         # the node; first at start (a crash's leftovers: a swap the dead process sent is
@@ -486,7 +523,7 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     app[STARTED_AT] = time.time()
     yield
     await scheduler.stop()  # the runs going end before what they use is closed
-    for task in (settle_task, hold_task):
+    for task in (settle_task, hold_task, beat_task):
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from satsgate.backends import BackendConfigError, make_backend
+from satsgate.cluster.presence import MisconfiguredInstance, StoreInUse
 from satsgate.config import Settings, load_settings
 from satsgate.engines import CpuRunner, EngineConfigError
 from satsgate.lightning import BackendError, LightningBackend
@@ -30,6 +31,7 @@ def build_backend(settings: Settings) -> LightningBackend:
 
 
 async def _serve(settings: Settings) -> None:
+    from satsgate.appkeys import PRESENCE
     from satsgate.runner import freeze_startup_heap, start_service
 
     handle = await start_service(settings, build_backend(settings))
@@ -45,10 +47,18 @@ async def _serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # Declared gone by another instance (it could not reach the store for a lease): its
+    # work is taken up there, so this process stops; its supervisor starts a new one.
+    fenced = handle.app[PRESENCE].fenced
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(fenced.wait())]
     try:
-        await stop.wait()
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in waits:
+            task.cancel()
         await handle.stop()
+    if fenced.is_set():
+        raise SystemExit(1)
 
 
 def engines_report(settings: Settings) -> str:
@@ -364,7 +374,9 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             asyncio.run(_serve(settings))
     except EngineConfigError as exc:  # before listening: say what to fix, no traceback
         parser.error(str(exc))
-    except BackendError as exc:  # the node refused (network, macaroon, permissions, TLS)
+    except (BackendError, StoreInUse, MisconfiguredInstance) as exc:
+        # the node refused (network, macaroon, permissions, TLS), or this instance cannot
+        # serve beside the others on its store
         raise SystemExit(f"satsgate serve: cannot start: {exc}") from None
     return 0
 

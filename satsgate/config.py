@@ -32,6 +32,13 @@ class Settings:
     # ``[store] url = ...``): several instances may share it (docs/scale.md). Empty: the
     # SQLite file in data_dir.
     store_url: str = ""
+    # Several instances on one PostgreSQL store (docs/scale.md): an instance whose
+    # heartbeat is older than this is gone, and its work is taken up by another.
+    instance_lease_s: float = 30.0
+    # Where paid results are kept (signed file URLs). Empty: <data_dir>/files. Several
+    # instances must name one directory they all reach (a shared mount), so a URL one
+    # instance issued downloads from any other (in the config file ``[files] dir``).
+    files_dir_shared: str = ""
     # Public address used in poll URLs, checkout links and LNURL callbacks.
     # Empty: derived from host and port.
     base_url: str = ""
@@ -183,6 +190,8 @@ class Settings:
 
     @property
     def files_dir(self) -> Path:
+        if self.files_dir_shared:
+            return Path(self.files_dir_shared).expanduser()
         return self.data_dir / "files"
 
 
@@ -228,6 +237,12 @@ def load_settings(
                 raise ValueError(f"[store] in {config_file} takes only url")
             if "url" in store:
                 data["store_url"] = store["url"]
+        files = data.pop("files", None)
+        if files is not None:
+            if not isinstance(files, dict) or set(files) - {"dir"}:
+                raise ValueError(f"[files] in {config_file} takes only dir")
+            if "dir" in files:
+                data["files_dir_shared"] = files["dir"]
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")

@@ -263,11 +263,11 @@ class JobRunner:
         event.clear()
 
     async def fail_orphans(
-        self, refund_for: Callable[[Job], Awaitable[dict[str, Any] | None]]
+        self, refund_for: Callable[[Job], Awaitable[dict[str, Any] | None]], served_by: str
     ) -> int:
-        """At start-up: jobs left IN_PROGRESS by a previous process are failed and refunded."""
+        """Jobs a gone instance (``served_by``) left IN_PROGRESS are failed and refunded."""
         count = 0
-        for job in await self._jobs.in_progress():
+        for job in await self._jobs.in_progress(served_by):
             if job.job_id in self._tasks:
                 continue
             exc = ApiError(
@@ -284,7 +284,7 @@ class JobRunner:
         which stay IN_PROGRESS for the next start to take up."""
         running = {job_id for job_id, task in self._tasks.items() if not task.done()}
         if running:
-            for job, _state in await self._jobs.resumable():
+            for job, _state in await self._jobs.resumable(self._jobs.instance_id):
                 if job.job_id in running:
                     self._suspended.add(job.payment_id)
         tasks = list(self._tasks.values())
@@ -311,19 +311,24 @@ class ResumableSpec(Protocol):
     def parse(self, body: Any, book: RateBook) -> BaseModel: ...
 
 
-# (job, its service, the params rebuilt from the resume state) -> whether it was taken up
-Resume = Callable[[Job, Any, BaseModel], Awaitable[bool]]
+# (job, its service, the params rebuilt from the resume state, the gone instance that ran
+# it) -> whether it was taken up here
+Resume = Callable[[Job, Any, BaseModel, str], Awaitable[bool]]
 
 
 async def resume_jobs(
-    jobs: JobRepository, specs: Mapping[str, ResumableSpec], resume: Resume, book: RateBook
+    jobs: JobRepository,
+    specs: Mapping[str, ResumableSpec],
+    resume: Resume,
+    book: RateBook,
+    served_by: str,
 ) -> int:
-    """At start-up, before the orphans are failed: take up every IN_PROGRESS job whose
-    resume state names a remote prediction; its saved params validate against the app's
-    rate ``book`` (its destinations), as when it was paid. The rest are left to
-    ``fail_orphans``."""
+    """Before the orphans are failed: take up every IN_PROGRESS job of the gone instance
+    ``served_by`` whose resume state names a remote prediction; its saved params
+    validate against the app's rate ``book`` (its destinations), as when it was paid.
+    The rest are left to ``fail_orphans``."""
     count = 0
-    for job, state in await jobs.resumable():
+    for job, state in await jobs.resumable(served_by):
         spec = specs.get(job.service)
         if spec is None or not state.get("prediction_id") or "params" not in state:
             continue
@@ -332,7 +337,7 @@ async def resume_jobs(
         except ValidationError:
             log.warning("job %s: its saved params no longer validate; not resumed", job.job_id)
             continue
-        if await resume(job, spec, params):
+        if await resume(job, spec, params, served_by):
             count += 1
     return count
 

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from satsgate.app import BACKEND, GATE, STORE
+from satsgate.appkeys import PRESENCE
 from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
@@ -136,6 +137,13 @@ class ThreadedServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+    def crash(self) -> None:
+        """The process dies: no shutdown runs (its loop just stops), and what the
+        operating system lets go of at a death (the SQLite store's lock) is let go."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.app[PRESENCE].release_lock()
 
 
 # The store's engines: a test (or fixture) parametrized with STORES runs on SQLite (the

@@ -741,7 +741,8 @@ async def test_holds_survive_a_restart_and_one_caught_mid_release_is_refunded(
         first.stop()
     conn = sqlite3.connect(settings.db_path)  # a crash between a release's claim and its end
     conn.execute(
-        "UPDATE held_requests SET status = 'releasing' WHERE hold_id = ?", (stuck["hold_id"],)
+        "UPDATE held_requests SET status = 'releasing', claimed_by = ? WHERE hold_id = ?",
+        (first.store.instance_id, stuck["hold_id"]),
     )
     conn.commit()
     conn.close()

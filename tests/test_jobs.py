@@ -120,7 +120,12 @@ async def test_jobs_lost_in_a_restart_are_failed_and_refunded(
     )
     server.call(lambda: server.store.jobs.insert(orphan))  # as a crashed process left it
     jobs = server.app[JOBS]
-    assert server.call(lambda: jobs.fail_orphans(server.gate.refund_orphaned_job)) >= 1
+    assert (
+        server.call(
+            lambda: jobs.fail_orphans(server.gate.refund_orphaned_job, server.store.instance_id)
+        )
+        >= 1
+    )
     body = (
         await client.get("/api/l402/job-status", params={"requestId": "job_orphan_test"})
     ).json()

@@ -179,7 +179,7 @@ async def test_a_database_made_before_migration_files_opens_and_keeps_working(
         assert old is not None and old.status is PaymentStatus.PAID
         assert old.mode == "invoice"  # a payment from before hold invoices
         assert await store.cursors.get("settle:dev") == 7
-        assert await store.payments.serving() == []
+        assert await store.payments.serving("before-instances") == []
         assert await store.payments.spend("pay_old", int(time.time())) is True
         assert await store.payments.spend("pay_old", int(time.time())) is False
         assert await store.votes.record("send-letter", "pay_old") == 1

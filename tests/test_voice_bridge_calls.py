@@ -358,9 +358,7 @@ async def test_a_restart_ends_and_settles_a_live_session(tmp_path: Any, twilio: 
     async with httpx.AsyncClient(base_url=first.url, timeout=60) as client:
         opened = await _open(client, sttEnabled=False)
         await _events_until(client, opened["sessionId"], lambda ev: "answered" in _types(ev))
-    # The process dies: no shutdown runs (its loop just stops).
-    first.loop.call_soon_threadsafe(first.loop.stop)
-    await asyncio.sleep(0.3)
+    first.crash()
     second = ThreadedServer(replace(settings, port=free_port()), PROVIDER_KINDS)
     try:
         async with httpx.AsyncClient(base_url=second.url, timeout=60) as client:

@@ -443,12 +443,12 @@ class HeldRequestDesk:
                 count += 1
         return count
 
-    async def finish_interrupted(self) -> int:
-        """At start-up: holds a restart caught mid-release or mid-refund are refunded
-        (a release's message may or may not have gone out; its payment is refunded as
-        any call a restart interrupted)."""
+    async def finish_interrupted(self, claimed_by: str) -> int:
+        """Holds the gone instance ``claimed_by`` left mid-release or mid-refund are
+        refunded (a release's message may or may not have gone out; its payment is
+        refunded as any call a restart interrupted)."""
         count = 0
-        for hold in await self._repo.interrupted():
+        for hold in await self._repo.interrupted(claimed_by):
             await self._refund_claimed(hold, "the review was interrupted by a restart", "restart")
             count += 1
         return count

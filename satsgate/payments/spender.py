@@ -83,8 +83,13 @@ class SpendablePayments(Protocol):
         """serving -> spent once the answer went out (not waited for)."""
         ...
 
-    async def serving(self) -> list[Payment]:
-        """Payments spent on calls whose answer or refund is not recorded."""
+    async def serving(self, served_by: str) -> list[Payment]:
+        """Payments instance ``served_by`` spent on calls whose answer or refund is not
+        recorded."""
+        ...
+
+    async def adopt(self, payment_id: str, gone: str) -> bool:
+        """A call the gone instance was serving is served on here; True for one taker."""
         ...
 
     async def get(self, payment_id: str) -> Payment | None: ...
@@ -626,16 +631,18 @@ class Spender:
             self._jobs.accepted_body(job), status=202, headers=self._jobs.accepted_headers(job)
         )
 
-    async def resume_job(self, job: Job, spec: AnySpec, params: BaseModel) -> bool:
-        """Take up, after a restart, a job whose resume state names a remote prediction:
-        its handler runs again with the saved params and finds the prediction (it is
-        waited for, not made again). False when the payment is not serving, or is a hold
-        payment (whose held HTLC a restart cannot vouch for): the orphan path answers it."""
+    async def resume_job(self, job: Job, spec: AnySpec, params: BaseModel, gone: str) -> bool:
+        """Take up a job the gone instance ``gone`` was running whose resume state names a
+        remote prediction: its handler runs again here with the saved params and finds
+        the prediction (it is waited for, not made again). False when the payment is not
+        serving, is a hold payment (whose held HTLC a restart cannot vouch for: the orphan
+        path answers it), or another instance took it up."""
         payment = await self._payments.get(job.payment_id)
         if (
             payment is None
             or payment.status is not PaymentStatus.SERVING
             or (payment.mode == "hold")
+            or not await self._payments.adopt(payment.payment_id, gone)
         ):
             return False
         work, refund = self._job_work(payment, spec, params, self._quote_msat(spec, params))
@@ -680,16 +687,16 @@ class Spender:
         refund = await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")
         return refund or await self._refunds.latest_refund(payment.payment_id)
 
-    async def refund_unanswered(self) -> int:
-        """At start-up, before any call is taken (and after the orphaned jobs): refund in
-        full every call a crash left serving, spent but neither answered nor refunded.
-        A synchronous call's result is never stored, so there is nothing to keep for
-        the payer; a retry with its credential is shown the refund. Returns how many."""
+    async def refund_unanswered(self, served_by: str) -> int:
+        """Once the instance ``served_by`` is gone (after its orphaned jobs): refund in
+        full every call it left serving, spent but neither answered nor refunded. A
+        synchronous call's result is never stored, so there is nothing to keep for the
+        payer; a retry with its credential is shown the refund. Returns how many."""
         count = 0
         held = await self.held.open_payment_ids() if self.held is not None else set()
         if self.rework is not None:  # free-retry windows survive a restart
             held |= await self.rework.open_payment_ids()
-        for payment in await self._payments.serving():
+        for payment in await self._payments.serving(served_by):
             if self._jobs.resumed(payment.payment_id):
                 continue  # its job was taken up again (resume_job): it is being served
             if payment.payment_id in held:

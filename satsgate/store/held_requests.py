@@ -90,8 +90,9 @@ def _hold_of(row: Sequence[Any]) -> HeldRequest:
 
 
 class HeldRequestRepository:
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self._instance_id = instance_id  # stamped on a claim: its crash is what refunds it
 
     async def insert(self, hold: HeldRequest, job: Job) -> None:
         """The hold and its job row (IN_PROGRESS, type 'held'), in one transaction."""
@@ -214,12 +215,13 @@ class HeldRequestRepository:
     ) -> bool:
         """open -> ``to`` ('releasing' or 'refunding'): True for exactly one caller.
         ``due_before``: only a hold created before then (the 24-hour expiry)."""
-        extra, args = "", [to, now, hold_id]
+        extra, args = "", [to, now, self._instance_id, hold_id]
         if due_before is not None:
             extra, args = " AND eligible_at <= ?", [*args, due_before]
         cur = await self._db.run_sync(
             lambda conn: conn.execute(
-                "UPDATE held_requests SET status = ?, updated_at = ? WHERE hold_id = ?"
+                "UPDATE held_requests SET status = ?, updated_at = ?, claimed_by = ?"
+                " WHERE hold_id = ?"
                 f" AND status IN ('held', 'review_requested'){extra}",
                 args,
             )
@@ -266,12 +268,15 @@ class HeldRequestRepository:
 
         return await self._db.run_sync(go)
 
-    async def interrupted(self) -> list[HeldRequest]:
-        """Holds a restart caught between their claim and their outcome."""
+    async def interrupted(self, claimed_by: str) -> list[HeldRequest]:
+        """Holds the gone instance ``claimed_by`` left between their claim and their
+        outcome."""
 
         def go(conn: Connection) -> list[HeldRequest]:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM held_requests WHERE status IN ('releasing', 'refunding')"
+                " AND claimed_by = ?",
+                (claimed_by,),
             ).fetchall()
             return [_hold_of(r) for r in rows]
 

@@ -22,6 +22,10 @@ _SELECT_JOB = (
 )
 
 
+# A job runs on the instance that spent its payment (or took it up: PaymentRepository.adopt).
+_SERVED_BY = "payment_id IN (SELECT payment_id FROM payments WHERE served_by = ?)"
+
+
 def _jobs_where(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[Job]:
     rows = conn.execute(_SELECT_JOB + clause, args).fetchall()
     return [
@@ -72,8 +76,9 @@ def insert_job(conn: Connection, job: Job) -> None:
 class JobRepository:
     """Every method runs on the store thread."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self.instance_id = instance_id  # this process's jobs are those its payments serve
 
     async def insert(self, job: Job) -> None:
         await self._db.run_sync(lambda conn: insert_job(conn, job))
@@ -125,11 +130,15 @@ class JobRepository:
         jobs = await self._db.run_sync(lambda conn: _jobs_where(conn, "job_id = ?", (job_id,)))
         return jobs[0] if jobs else None
 
-    async def in_progress(self) -> list[Job]:
-        """IN_PROGRESS jobs that run (a held communication's job waits for the operator,
-        not for a runner: satsgate.store.held_requests)."""
+    async def in_progress(self, served_by: str) -> list[Job]:
+        """IN_PROGRESS jobs that run on instance ``served_by`` (a held communication's job
+        waits for the operator, not for a runner: satsgate.store.held_requests)."""
         return await self._db.run_sync(
-            lambda conn: _jobs_where(conn, "status = 'IN_PROGRESS' AND job_type != 'held'", ())
+            lambda conn: _jobs_where(
+                conn,
+                "status = 'IN_PROGRESS' AND job_type != 'held' AND " + _SERVED_BY,
+                (served_by,),
+            )
         )
 
     async def save_resume(self, payment_id: str, state: dict[str, Any], now: int) -> bool:
@@ -154,17 +163,17 @@ class JobRepository:
         )
         return dict(json.loads(rows[0][0])) if rows else None
 
-    async def resumable(self) -> list[tuple[Job, dict[str, Any]]]:
-        """IN_PROGRESS jobs with a resume state, and that state."""
+    async def resumable(self, served_by: str) -> list[tuple[Job, dict[str, Any]]]:
+        """IN_PROGRESS jobs of instance ``served_by`` with a resume state, and that state."""
 
         def read(conn: Connection) -> list[tuple[Job, dict[str, Any]]]:
+            clause = "status = 'IN_PROGRESS' AND resume_json IS NOT NULL AND " + _SERVED_BY
             states = dict(
                 conn.execute(
-                    "SELECT job_id, resume_json FROM jobs WHERE status = 'IN_PROGRESS'"
-                    " AND resume_json IS NOT NULL"
+                    "SELECT job_id, resume_json FROM jobs WHERE " + clause, (served_by,)
                 ).fetchall()
             )
-            jobs = _jobs_where(conn, "status = 'IN_PROGRESS' AND resume_json IS NOT NULL", ())
+            jobs = _jobs_where(conn, clause, (served_by,))
             return [(job, dict(json.loads(states[job.job_id]))) for job in jobs]
 
         return await self._db.run_sync(read)

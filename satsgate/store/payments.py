@@ -35,11 +35,12 @@ _INSERT_PAYMENT = (
 )
 _SELECT_PAYMENT = f"SELECT {', '.join(_PAYMENT_COLUMNS)} FROM payments WHERE "
 _SPEND = (
-    "UPDATE payments SET status = 'serving', spent_at = ? WHERE payment_id = ? AND status = 'paid'"
+    "UPDATE payments SET status = 'serving', spent_at = ?, served_by = ?"
+    " WHERE payment_id = ? AND status = 'paid'"
 )
 _ANSWERED = "UPDATE payments SET status = 'spent' WHERE payment_id = ? AND status = 'serving'"
 _SPEND_TOKEN = (
-    "UPDATE payments SET status = 'serving', spent_at = ?"
+    "UPDATE payments SET status = 'serving', spent_at = ?, served_by = ?"
     " WHERE payment_hash = ? AND token_id = ? AND service = ? AND status = 'paid'"
     f" AND amount_msat >= ? RETURNING {', '.join(_PAYMENT_COLUMNS)}"
 )
@@ -80,8 +81,11 @@ class PaymentRepository:
     (see :class:`satsgate.store.engine.Database`); settlement and pruning on the store
     thread."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        # The instance that spends a payment serves its call (``served_by``): its crash
+        # is what refunds the call, never another instance's restart.
+        self._instance_id = instance_id
 
     async def insert(self, payment: Payment) -> None:
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
@@ -123,7 +127,7 @@ class PaymentRepository:
 
     async def spend(self, payment_id: str, now: int) -> bool:
         """paid -> serving. The one rule of pay-per-call: exactly one caller gets True."""
-        return await self._db.write_one(_SPEND, (now, payment_id)) == 1
+        return await self._db.write_one(_SPEND, (now, self._instance_id, payment_id)) == 1
 
     async def spend_for_job(self, job: Job, now: int) -> bool:
         """paid -> serving for the job's payment, and the job's row, in one transaction;
@@ -132,7 +136,8 @@ class PaymentRepository:
 
         def go(conn: Connection) -> bool:
             with transaction(conn):
-                if conn.execute(_SPEND, (now, job.payment_id)).rowcount != 1:
+                spend = (now, self._instance_id, job.payment_id)
+                if conn.execute(_SPEND, spend).rowcount != 1:
                     return False
                 insert_job(conn, job)
                 return True
@@ -146,16 +151,29 @@ class PaymentRepository:
         was answered, the payer's side of the doubt."""
         self._db.write_soon(_ANSWERED, (payment_id,))
 
-    async def serving(self) -> list[Payment]:
-        """Every payment spent on a call whose answer or refund is not recorded. A scan
-        of the table, run once at start-up: an index of serving rows would cost every
-        paid call two index writes (measured: about as much as the answer's UPDATE)."""
+    async def serving(self, served_by: str) -> list[Payment]:
+        """Every payment spent on a call by instance ``served_by`` whose answer or refund
+        is not recorded. A scan of the table, run only when an instance is gone: an index
+        of serving rows would cost every paid call two index writes (measured: about as
+        much as the answer's UPDATE)."""
         return await self._db.run_sync(
             lambda conn: [
                 _payment_of(row)
-                for row in conn.execute(_SELECT_PAYMENT + "status = 'serving'").fetchall()
+                for row in conn.execute(
+                    _SELECT_PAYMENT + "status = 'serving' AND served_by = ?", (served_by,)
+                ).fetchall()
             ]
         )
+
+    async def adopt(self, payment_id: str, gone: str) -> bool:
+        """A call a gone instance was serving is served on here (a remote job taken up):
+        True for the one instance that takes it."""
+        count = await self._db.write_one(
+            "UPDATE payments SET served_by = ? WHERE payment_id = ? AND status = 'serving'"
+            " AND served_by = ?",
+            (self._instance_id, payment_id, gone),
+        )
+        return count == 1
 
     async def spend_token(
         self, payment_hash: str, token_id: str, service: str, price_msat: int, now: int
@@ -169,7 +187,8 @@ class PaymentRepository:
         def run(conn: Connection) -> Payment | None:
             # fetchall: the statement runs to its end (RETURNING rows are all read), so
             # the transaction it is part of can commit.
-            rows = conn.execute(_SPEND_TOKEN, (now, payment_hash, token_id, service, price_msat))
+            args = (now, self._instance_id, payment_hash, token_id, service, price_msat)
+            rows = conn.execute(_SPEND_TOKEN, args)
             found = rows.fetchall()
             return _payment_of(found[0]) if found else None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+import socket
 from pathlib import Path
 
 from satsgate.store.ai_calls import AiCallRepository
@@ -16,6 +18,7 @@ from satsgate.store.esign import ESignRepository
 from satsgate.store.faxes import FaxRepository
 from satsgate.store.held_requests import HeldRequestRepository
 from satsgate.store.holds import HoldRepository
+from satsgate.store.instances import DutyLeaseRepository, InstanceRepository
 from satsgate.store.jobs import JobRepository
 from satsgate.store.ledger import LedgerRepository
 from satsgate.store.payments import PaymentRepository
@@ -41,17 +44,27 @@ def open_engine(path: Path, url: str = "") -> Engine:
     return PostgresDatabase(url)
 
 
+def new_instance_id() -> str:
+    """A new instance's id: the host's name (for the operator) and a random part."""
+    host = socket.gethostname().split(".")[0][:24] or "host"
+    return f"{host}-{secrets.token_hex(4)}"
+
+
 class Store:
     """satsgate's database: ``db`` runs the statements (SQLite: connections, group
     commit, store thread, checkpoints; or PostgreSQL: a pool, see
     satsgate/store/postgres.py); each repository owns its aggregate's SQL."""
 
-    def __init__(self, path: Path, url: str = "") -> None:
+    def __init__(self, path: Path, url: str = "", instance_id: str | None = None) -> None:
         self.db: Engine = open_engine(path, url)
-        self.payments = PaymentRepository(self.db)
+        # This process among the instances sharing the store (see store/instances.py).
+        self.instance_id = instance_id or new_instance_id()
+        self.instances = InstanceRepository(self.db)
+        self.duty_leases = DutyLeaseRepository(self.db)
+        self.payments = PaymentRepository(self.db, self.instance_id)
         self.refunds = RefundRepository(self.db)
         self.payout_fees = PayoutFeeRepository(self.db)
-        self.jobs = JobRepository(self.db)
+        self.jobs = JobRepository(self.db, self.instance_id)
         self.cursors = CursorRepository(self.db)
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
@@ -61,7 +74,7 @@ class Store:
         self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)
         # Communications (issue 19): held requests, do-not-contact, screenings, retention.
-        self.held_requests = HeldRequestRepository(self.db)
+        self.held_requests = HeldRequestRepository(self.db, self.instance_id)
         self.do_not_contact = DoNotContactRepository(self.db)
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)

@@ -53,7 +53,7 @@ async def test_a_call_left_serving_is_held_then_refunded_at_start_up(
     held = balanced(server)
     assert held["held_msat"] == before["held_msat"] + 10_000
     assert held["earned_msat"] == before["earned_msat"]  # not earned until answered
-    assert server.call(lambda: server.gate.refund_unanswered()) == 1
+    assert server.call(lambda: server.gate.refund_unanswered(server.store.instance_id)) == 1
     row = server.call(lambda: server.store.payments.get(payment.payment_id))
     assert row is not None and row.status is PaymentStatus.SPENT
     refunds = server.call(lambda: server.store.refunds.for_payment(payment.payment_id))
@@ -61,7 +61,7 @@ async def test_a_call_left_serving_is_held_then_refunded_at_start_up(
     after = balanced(server)
     assert after["held_msat"] == before["held_msat"]
     assert after["refunded_msat"] == before["refunded_msat"] + 10_000
-    assert server.call(lambda: server.gate.refund_unanswered()) == 0  # once
+    assert server.call(lambda: server.gate.refund_unanswered(server.store.instance_id)) == 0  # once
 
 
 async def test_a_job_is_spent_with_its_row_or_not_at_all(

@@ -1,0 +1,41 @@
+-- Several gateway instances on one store (issue 29: past one process). Each running
+-- `satsgate serve` has a row here, renewed by its heartbeat; an instance whose heartbeat
+-- is older than the lease is gone, and what it was serving is taken up once, by one
+-- instance (recovering_by until recovering_until, then recovered_at). Times are unix s.
+CREATE TABLE "instances" (
+    "instance_id" TEXT PRIMARY KEY,
+    "host" TEXT NOT NULL,
+    "pid" INTEGER NOT NULL,
+    -- A digest of the instance's server secret: instances that share a store must share
+    -- it (a credential one issued is verified by another).
+    "secret_tag" TEXT NOT NULL DEFAULT '',
+    "started_at" INTEGER NOT NULL,
+    "heartbeat_at" INTEGER NOT NULL,
+    "gone_at" INTEGER,
+    "recovering_by" TEXT,
+    "recovering_until" INTEGER,
+    "recovered_at" INTEGER
+);
+
+-- Duties that must run on one instance at a time (the sweeps, payout retries, callback
+-- deliveries, ...): held by one instance until expires_at (unix ms), renewed by its holder
+-- at each run, taken by another once expired.
+CREATE TABLE "duty_leases" (
+    "duty" TEXT PRIMARY KEY,
+    "holder" TEXT NOT NULL,
+    "expires_at" INTEGER NOT NULL
+);
+
+-- Which instance is serving a spent call ('serving'): the one whose crash refunds it.
+ALTER TABLE "payments" ADD COLUMN "served_by" TEXT;
+
+-- Which instance is releasing or refunding a held request ('releasing', 'refunding').
+ALTER TABLE "held_requests" ADD COLUMN "claimed_by" TEXT;
+
+-- Work left in flight by a release before instances were recorded belongs to a
+-- placeholder instance that is gone from the start: the first start takes it up.
+INSERT INTO "instances" ("instance_id", "host", "pid", "started_at", "heartbeat_at", "gone_at")
+VALUES ('before-instances', '', 0, 0, 0, 0);
+UPDATE "payments" SET "served_by" = 'before-instances' WHERE "status" = 'serving';
+UPDATE "held_requests" SET "claimed_by" = 'before-instances'
+WHERE "status" IN ('releasing', 'refunding');

@@ -32,6 +32,7 @@ from satsgate.appkeys import (
     AI_CALLS,
     BACKEND,
     CALLBACKS,
+    CLUSTER_EVENTS,
     CPU,
     DEPOSITS,
     ENGINES,
@@ -57,6 +58,7 @@ from satsgate.appkeys import (
     VOICE_BRIDGE,
 )
 from satsgate.callbacks import CallbackSender
+from satsgate.cluster.events import open_events
 from satsgate.cluster.presence import Presence
 from satsgate.config import Settings, ensure_server_secret, output_caps
 from satsgate.deposits import DepositSettler
@@ -299,7 +301,11 @@ def _build_desks(app: web.Application) -> None:
         settings, store, app[ENGINES], app[DEPOSITS], store.do_not_contact
     )
     app[CALLBACKS] = callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
-    app[JOBS] = JobRunner(store.jobs, settings.public_base_url, callbacks)
+    # Several instances on PostgreSQL: a job's progress and end reach every instance.
+    events = open_events(settings.store_url, store.db)
+    if events is not None:
+        app[CLUSTER_EVENTS] = events
+    app[JOBS] = JobRunner(store.jobs, settings.public_base_url, callbacks, events)
     app[AI_CALLS] = AiCallRunner(settings, store, app[ENGINES], app[DEPOSITS])
     # E-signature requests, followed to their signed copy (webhooks, the poll).
     app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
@@ -473,6 +479,9 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     hold_task = asyncio.create_task(holds.watch(), name="holds") if holds is not None else None
     presence = app[PRESENCE]
     # The heartbeat: this instance's lease and duties, and the work of instances gone.
+    events = app.get(CLUSTER_EVENTS)
+    if events is not None:
+        events.start()
     beat_task = asyncio.create_task(
         presence.run(functools.partial(_take_up_gone, app)), name="instance-heartbeat"
     )
@@ -528,6 +537,8 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+    if events is not None:
+        await events.close()
 
 
 # -- routes ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import httpx
 from aiohttp import web
 
 from satsgate.callbacks import CallbackSender
+from satsgate.cluster.events import ClusterEvents
 from satsgate.cluster.presence import Presence
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler
@@ -53,5 +54,7 @@ ESIGN = web.AppKey("esign", ESignDesk)  # e-signature requests followed to their
 RATES = web.AppKey("rates", Rates)  # the BTC rate book BTC-pegged prices are quoted at
 PRECHECKS = web.AppKey("prechecks", PrecheckMemo)  # kept outcomes of checks before invoices
 FAXES = web.AppKey("faxes", FaxDesk)  # sent faxes followed and settled, inbound numbers
+# Events every instance on a PostgreSQL store hears (absent on SQLite).
+CLUSTER_EVENTS = web.AppKey("cluster_events", ClusterEvents)
 PRESENCE = web.AppKey("presence", Presence)  # this instance among those sharing the store
 SCREENER = web.AppKey("screener", NodeScreener)  # the content screen of communications

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.callbacks import CallbackSender, callback_body
+from satsgate.cluster.events import ClusterEvents
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.store import Job, JobCallback, JobRepository, JobStatus
 
@@ -71,13 +73,36 @@ JobWork = Callable[[Callable[[float, str], None]], Awaitable[dict[str, Any]]]
 FailureRefund = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
+# The channel a job's progress and end go out on to the other instances (PostgreSQL).
+JOB_EVENTS = "satsgate_jobs"
+# A job's progress goes out at most this often (its end always goes out).
+_PROGRESS_EVERY_S = 0.5
+# A waiter for a job running elsewhere reads its row again at least this often, in case
+# an event was lost (the listener reconnecting); without events, once a second.
+_REMOTE_POLL_S = 5.0
+
+
 class JobRunner:
     def __init__(
-        self, jobs: JobRepository, base_url: str, callbacks: CallbackSender | None = None
+        self,
+        jobs: JobRepository,
+        base_url: str,
+        callbacks: CallbackSender | None = None,
+        events: ClusterEvents | None = None,
     ) -> None:
         self._jobs = jobs
         self._base_url = base_url
         self._callbacks = callbacks
+        # Several instances: a job's progress and end are published, and those of jobs
+        # running on other instances heard (a waiter here wakes when they change).
+        self._events = events
+        self._published_at: dict[str, float] = {}
+        # Jobs running on other instances that someone here waits for: their latest
+        # progress, and the event that wakes the waiters.
+        self._remote_progress: dict[str, Progress] = {}
+        self._remote_changed: dict[str, asyncio.Event] = {}
+        if events is not None:
+            events.on(JOB_EVENTS, self._heard)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._progress: dict[str, Progress] = {}
         self._changed: dict[str, asyncio.Event] = {}
@@ -182,6 +207,7 @@ class JobRunner:
             if state is not None:
                 state.progress, state.message = progress, message
                 self._signal(job.job_id)
+                self._publish(job.job_id, state, ended=False)
 
         try:
             result = await work(report)
@@ -217,6 +243,7 @@ class JobRunner:
         finally:
             self._tasks.pop(job.job_id, None)
             self._signal(job.job_id)
+            self._publish(job.job_id, None, ended=True)
 
     async def _fail(
         self, job: Job, exc: ApiError, refund_on_failure: FailureRefund, reason: str | None = None
@@ -241,6 +268,38 @@ class JobRunner:
             self._callbacks.kick()
         return done
 
+    def _publish(self, job_id: str, progress: Progress | None, *, ended: bool) -> None:
+        if self._events is None:
+            return
+        now = time.monotonic()
+        if ended:
+            self._published_at.pop(job_id, None)
+        elif now - self._published_at.get(job_id, 0.0) < _PROGRESS_EVERY_S:
+            return
+        else:
+            self._published_at[job_id] = now
+        event: dict[str, Any] = {"job": job_id, "ended": ended}
+        if progress is not None:
+            event.update(progress=progress.progress, total=progress.total,
+                         message=progress.message[:500])  # fmt: skip
+        self._events.publish(JOB_EVENTS, json.dumps(event))
+
+    def _heard(self, payload: str) -> None:
+        """A job's event from any instance: for a job running elsewhere, its progress
+        kept here and its waiters woken."""
+        event = json.loads(payload)
+        job_id = str(event["job"])
+        waiters = self._remote_changed.get(job_id)
+        if waiters is None or job_id in self._tasks:
+            return  # nobody here waits for it, or it is ours (already signalled)
+        if event.get("ended"):
+            self._remote_progress.pop(job_id, None)
+        else:
+            self._remote_progress[job_id] = Progress(
+                float(event["progress"]), float(event["total"]), str(event["message"])
+            )
+        waiters.set()
+
     def _signal(self, job_id: str) -> None:
         event = self._changed.get(job_id)
         if event is not None:
@@ -250,17 +309,30 @@ class JobRunner:
         return await self._jobs.get(job_id)
 
     def progress(self, job_id: str) -> Progress | None:
-        return self._progress.get(job_id)
+        return self._progress.get(job_id) or self._remote_progress.get(job_id)
 
     async def wait_change(self, job_id: str, timeout_s: float) -> None:
-        """Wait until the job reports progress or ends, or the timeout passes."""
+        """Wait until the job reports progress or ends, or the timeout passes. A job
+        running on another instance: until its event comes (a read of its row at least
+        every few seconds), or every second without events."""
         event = self._changed.get(job_id)
-        if event is None:
+        if event is not None:  # a job of this instance
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout_s)
+            event.clear()
+            return
+        if self._events is None:
             await asyncio.sleep(min(timeout_s, 1.0))
             return
+        remote = self._remote_changed.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
-        event.clear()
+            await asyncio.wait_for(remote.wait(), min(timeout_s, _REMOTE_POLL_S))
+        remote.clear()
+
+    def stop_waiting(self, job_id: str) -> None:
+        """The waiters here for a job running elsewhere are done with it."""
+        self._remote_changed.pop(job_id, None)
+        self._remote_progress.pop(job_id, None)
 
     async def fail_orphans(
         self, refund_for: Callable[[Job], Awaitable[dict[str, Any] | None]], served_by: str

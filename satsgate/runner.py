@@ -47,7 +47,13 @@ async def start_service(
     secure_data_dir(settings.data_dir)
     app = create_app(settings, backend, provider_kinds=provider_kinds, outbound=outbound)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except BaseException:
+        # A part that failed to start: those already started (the store and this
+        # instance's lease among them) are stopped again.
+        await runner.cleanup()
+        raise
     try:
         config = GuardConfig.from_settings(settings)
         config = dataclasses.replace(

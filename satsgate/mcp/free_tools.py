@@ -115,36 +115,39 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
     deadline = loop.time() + AWAIT_TIMEOUT_S
     last_sent = -1.0
     last_write = loop.time()
-    while True:
-        fresh = await jobs.get(job.job_id)
-        if fresh is None:  # pragma: no cover - jobs are never deleted while polled
-            raise ApiError(ErrorCode.NOT_FOUND, f"No {args.jobType} job {args.requestId!r}.")
-        job = fresh
-        progress = jobs.progress(job.job_id)
-        total = progress.total if progress is not None else None
-        if job.status is not JobStatus.IN_PROGRESS:
-            if total is not None and last_sent < total:
-                await ctx.progress(
-                    total, total, "done" if job.status is JobStatus.COMPLETED else "failed"
+    try:
+        while True:
+            fresh = await jobs.get(job.job_id)
+            if fresh is None:  # pragma: no cover - jobs are never deleted while polled
+                raise ApiError(ErrorCode.NOT_FOUND, f"No {args.jobType} job {args.requestId!r}.")
+            job = fresh
+            progress = jobs.progress(job.job_id)
+            total = progress.total if progress is not None else None
+            if job.status is not JobStatus.IN_PROGRESS:
+                if total is not None and last_sent < total:
+                    await ctx.progress(
+                        total, total, "done" if job.status is JobStatus.COMPLETED else "failed"
+                    )
+                return await _outcome(env, job, args.paymentId)
+            value = progress.progress if progress is not None else 0.0
+            # Progress must increase with every notification: send only when it moved.
+            if value > last_sent:
+                await ctx.progress(value, total, progress.message if progress is not None else "")
+                last_sent, last_write = value, loop.time()
+            now = loop.time()
+            if now >= deadline or env.closing.is_set():
+                return await _outcome(
+                    env,
+                    job,
+                    args.paymentId,
+                    {
+                        "timedOut": True,
+                        "message": "Still running; call await_result again.",
+                    },
                 )
-            return await _outcome(env, job, args.paymentId)
-        value = progress.progress if progress is not None else 0.0
-        # Progress must increase with every notification: send only when it moved.
-        if value > last_sent:
-            await ctx.progress(value, total, progress.message if progress is not None else "")
-            last_sent, last_write = value, loop.time()
-        now = loop.time()
-        if now >= deadline or env.closing.is_set():
-            return await _outcome(
-                env,
-                job,
-                args.paymentId,
-                {
-                    "timedOut": True,
-                    "message": "Still running; call await_result again.",
-                },
-            )
-        if now - last_write >= _KEEPALIVE_S and ctx.keepalive is not None:
-            await ctx.keepalive()
-            last_write = now
-        await jobs.wait_change(job.job_id, min(_POLL_S, deadline - now))
+            if now - last_write >= _KEEPALIVE_S and ctx.keepalive is not None:
+                await ctx.keepalive()
+                last_write = now
+            await jobs.wait_change(job.job_id, min(_POLL_S, deadline - now))
+    finally:
+        jobs.stop_waiting(job.job_id)  # a job running elsewhere: no longer waited for here

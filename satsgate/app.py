@@ -406,24 +406,24 @@ async def _take_up_gone(app: web.Application, gone: str) -> None:
     unanswered = await gate.refund_unanswered(gone)
     if unanswered:
         log.warning("%d call(s) were interrupted by a restart: refunded", unanswered)
+    if gate.sessions is not None:
+        given_back = await gate.sessions.give_back_held(gone)
+        if given_back:
+            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
+    bridged = await app[VOICE_BRIDGE].recover(gone)
+    if bridged:
+        log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
+    in_flight = await app[AI_CALLS].resume(gone)  # AI calls being watched or waiting to redial
+    if in_flight:
+        log.info("%d AI call(s) in flight were taken up again", in_flight)
 
 
 async def _take_up_at_group_start(app: web.Application) -> None:
     """At a start with no other instance live (one instance, or all of them restarting),
     before any call is taken: what is recorded without its instance is settled (it can
     belong to no live call now)."""
-    gate = app[GATE]
     await app[DEPOSITS].resume(startup=True)  # Lightning-address payouts a restart cut short
-    bridged = await app[VOICE_BRIDGE].recover()
-    if bridged:
-        log.warning("%d voice-bridge session(s) were cut by a restart: ended and settled", bridged)
-    if gate.sessions is not None:
-        given_back = await gate.sessions.give_back_held()
-        if given_back:
-            log.warning("%d session(s) had calls a restart interrupted: credited", given_back)
-    in_flight = await app[AI_CALLS].resume()  # AI calls being watched or waiting to redial
-    if in_flight:
-        log.info("%d AI call(s) in flight were taken up again", in_flight)
+    await app[AI_CALLS].sweep()  # confirmations past their deadline, settlements missing
 
 
 async def _close_parts(app: web.Application) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from satsgate.store import Payment, PaymentStatus, Store
 from satsgate.store.migrations import available, migrate
-from satsgate.store.sessions import ReturnInvoiceTaken
+from satsgate.store.sessions import ReturnInvoiceTaken, SessionRepository
+from satsgate.store.sql import Connection
 
 RETURN_INVOICE = "lnbcrt1pexamplereturninvoice"
 TOKEN_SHA256 = "ab" * 32  # what the store keeps of a session token
@@ -131,3 +132,45 @@ async def test_the_return_hash_migration_keeps_old_duplicates_and_guards_new_ope
             )
     finally:
         await store.close()
+
+
+async def test_a_gone_instance_gives_back_only_what_its_own_calls_held(store: Store) -> None:
+    """Two instances debit one session; one answers a call, credits part of another and
+    is gone with one call in flight: its unanswered debits go back to the balance, the
+    live instance's call stays held, to the msat, on each engine."""
+    session_id = await paid_deposit(store, 100_000)
+    now = int(time.time())
+    assert await store.sessions.open(session_id, "ch", RETURN_INVOICE, "cd" * 32,
+                                     TOKEN_SHA256, now)  # fmt: skip
+    gone = store.sessions  # this store's instance
+    live = SessionRepository(store.db, "live-instance")
+    assert await gone.debit(session_id, 10_000, now) == 90_000
+    assert await gone.debit(session_id, 7_000, now) == 83_000  # answered below
+    assert await gone.debit(session_id, 5_000, now) == 78_000  # used 2,000 of it
+    assert await live.debit(session_id, 4_000, now) == 74_000  # in flight elsewhere
+    gone.answered(session_id, 7_000)
+    assert await gone.credit(session_id, 3_000, now, held_msat=5_000) == 77_000
+
+    async def held() -> tuple[int, dict[str, int]]:
+        def read(conn: Connection) -> tuple[int, dict[str, int]]:
+            total = conn.execute(
+                "SELECT held_msat FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            rows = conn.execute(
+                "SELECT instance_id, held_msat FROM session_holds WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+            return int(total), {str(i): int(h) for i, h in rows}
+
+        return await store.db.run_sync(read)
+
+    for _ in range(100):  # the answered mark is written without waiting for it
+        if (await held())[0] == 14_000:
+            break
+        await asyncio.sleep(0.02)
+    assert await held() == (14_000, {store.instance_id: 10_000, "live-instance": 4_000})
+    assert await store.sessions.give_back_held(store.instance_id, now) == 1
+    assert await store.sessions.give_back_held(store.instance_id, now) == 0  # once
+    row = await store.sessions.get(session_id)
+    assert row is not None and row.balance_msat == 87_000  # 100,000 - 7,000 - 2,000 - 4,000
+    assert await held() == (4_000, {"live-instance": 4_000})

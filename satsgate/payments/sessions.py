@@ -709,10 +709,10 @@ class Sessions:
         except SessionProblem as problem:
             raise problem.api_error() from None
 
-    async def give_back_held(self) -> int:
-        """At start-up, before any call: what calls a crash left unanswered had debited
-        goes back to their sessions (see SessionRepository.give_back_held)."""
-        return await self._sessions.give_back_held(int(time.time()))
+    async def give_back_held(self, gone: str) -> int:
+        """What calls the gone instance ``gone`` left unanswered had debited goes back
+        to their sessions (see SessionRepository.give_back_held)."""
+        return await self._sessions.give_back_held(gone, int(time.time()))
 
 
 def check_owner(session_id: str, preimage: str) -> None:

@@ -127,11 +127,17 @@ class AiCallRepository:
         rows = await self._db.run_sync(lambda c: _where(c, "payment_id = ?", (payment_id,)))
         return rows[0] if rows else None
 
-    async def in_status(self, statuses: tuple[str, ...]) -> list[AiCallRow]:
+    async def in_status(
+        self, statuses: tuple[str, ...], served_by: str | None = None
+    ) -> list[AiCallRow]:
+        """Calls in one of ``statuses``; with ``served_by``, only those of that instance
+        (the one that spent their payment, or took them up since)."""
         marks = ", ".join("?" * len(statuses))
-        return await self._db.run_sync(
-            lambda c: _where(c, f"status IN ({marks}) ORDER BY created_at", statuses)
-        )
+        clause, args = f"status IN ({marks})", statuses
+        if served_by is not None:
+            clause += " AND payment_id IN (SELECT payment_id FROM payments WHERE served_by = ?)"
+            args = (*statuses, served_by)
+        return await self._db.run_sync(lambda c: _where(c, clause + " ORDER BY created_at", args))
 
     async def unsettled(self) -> list[AiCallRow]:
         """Ended calls whose deposit has no settlement (a crash came between the end and

@@ -34,7 +34,11 @@ class Engine(Protocol):
     and :class:`satsgate.store.postgres.PostgresDatabase` both offer it. ``read``,
     ``write``, ``write_one`` and ``write_soon`` run one statement (the hot paths'),
     ``run_sync`` a unit of work that opens its own transactions (or none), and
-    ``run_in_transaction`` a unit of work inside one transaction."""
+    ``run_in_transaction`` a unit of work inside one transaction. ``postgres``: what a
+    repository that must be one statement on PostgreSQL (where ``write`` is autocommit)
+    but may be two on SQLite (where the group commit holds both) asks."""
+
+    postgres: bool
 
     async def open(self) -> None: ...
 
@@ -46,7 +50,9 @@ class Engine(Protocol):
 
     async def write_one(self, sql: str, args: Sequence[Any]) -> int: ...
 
-    def write_soon(self, sql: str, args: Sequence[Any]) -> None: ...
+    def write_soon(
+        self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]
+    ) -> None: ...
 
     async def run_sync(self, fn: Callable[[Connection], T]) -> T: ...
 
@@ -103,6 +109,8 @@ class _WriteBatch:
 
 class Database:
     """The connection-and-commit engine of the store (see the module docstring)."""
+
+    postgres = False
 
     def __init__(self, path: Path) -> None:
         self._path = Path(path)
@@ -351,14 +359,15 @@ class Database:
         """One write statement (see :meth:`write`); returns its rowcount."""
         return await self.write(lambda conn: int(conn.execute(sql, args).rowcount))
 
-    def write_soon(self, sql: str, args: Sequence[Any]) -> None:
-        """One write statement that nobody waits for: it joins the loop iteration's open
-        group commit (opening one if the lock is free) and returns at once, so it costs
-        the statement, never a commit or a wait of its own. When it cannot join one now
-        (a checkpoint step, the store thread at work, a lock held elsewhere) it is
-        written by a task, like :meth:`write_one`. A crash before the commit loses it:
-        only for writes whose loss the next start repairs (see
-        ``PaymentRepository.answered``)."""
+    def write_soon(self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]) -> None:
+        """One write statement (and ``more``, in the same transaction) that nobody waits
+        for: it joins the loop iteration's open group commit (opening one if the lock is
+        free) and returns at once, so it costs the statement, never a commit or a wait of
+        its own. When it cannot join one now (a checkpoint step, the store thread at
+        work, a lock held elsewhere) it is written by a task, like :meth:`write`. A crash
+        before the commit loses it: only for writes whose loss the next start repairs
+        (see ``PaymentRepository.answered``)."""
+        statements = ((sql, args), *more)
         inline = self._inline
         if inline is not None and not self._thread_jobs and not self._checkpoint_pending():
             batch = self._batch
@@ -366,7 +375,8 @@ class Database:
                 batch = self._begin_batch(inline)
             if batch is not None:
                 try:
-                    inline.execute(sql, args)
+                    for text, values in statements:
+                        inline.execute(text, values)
                 except sqlite3.Error as exc:
                     if not inline.in_transaction:  # SQLite rolled the transaction back
                         self._end_batch(batch, exc)
@@ -374,7 +384,11 @@ class Database:
                     return
                 self._count_write()
                 return
-        task = asyncio.ensure_future(self.write_one(sql, args))
+
+        def run(conn: sqlite3.Connection) -> int:
+            return sum(int(conn.execute(text, values).rowcount) for text, values in statements)
+
+        task = asyncio.ensure_future(self.write(run))
         self._later.add(task)
         task.add_done_callback(self._later_done)
 

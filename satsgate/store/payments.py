@@ -166,11 +166,10 @@ class PaymentRepository:
         )
 
     async def adopt(self, payment_id: str, gone: str) -> bool:
-        """A call a gone instance was serving is served on here (a remote job taken up):
-        True for the one instance that takes it."""
+        """What a gone instance was serving for this payment is served on here (a remote
+        job, an AI call's watch): True for the one instance that takes it."""
         count = await self._db.write_one(
-            "UPDATE payments SET served_by = ? WHERE payment_id = ? AND status = 'serving'"
-            " AND served_by = ?",
+            "UPDATE payments SET served_by = ? WHERE payment_id = ? AND served_by = ?",
             (self._instance_id, payment_id, gone),
         )
         return count == 1

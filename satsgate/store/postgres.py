@@ -141,6 +141,8 @@ def _migrate(conn: PgConnection) -> None:
 class PostgresDatabase:
     """The PostgreSQL engine of the store (see the module docstring)."""
 
+    postgres = True
+
     def __init__(self, url: str, pool_size: int = POOL_SIZE) -> None:
         self._url = url
         self._pool_size = pool_size
@@ -262,9 +264,16 @@ class PostgresDatabase:
     async def write_one(self, sql: str, args: Sequence[Any]) -> int:
         return await self.write(lambda conn: int(conn.execute(sql, args).rowcount))
 
-    def write_soon(self, sql: str, args: Sequence[Any]) -> None:
-        """One write nobody waits for (see ``Database.write_soon``): a task of its own."""
-        task = asyncio.ensure_future(self.write_one(sql, args))
+    def write_soon(self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]) -> None:
+        """One write (and ``more``, in one transaction with it) nobody waits for (see
+        ``Database.write_soon``): a task of its own."""
+        statements = ((sql, args), *more)
+
+        def run(conn: Any) -> int:
+            return sum(int(conn.execute(text, values).rowcount) for text, values in statements)
+
+        unit = self.run_in_transaction(run) if more else self.write_one(sql, args)
+        task = asyncio.ensure_future(unit)
         self._later.add(task)
         task.add_done_callback(self._later_done)
 

@@ -98,6 +98,47 @@ _ANSWERED = (
     "UPDATE sessions SET held_msat = held_msat - ?1 WHERE session_id = ?2 AND held_msat >= ?1"
 )
 
+# What a call in flight holds is also counted per instance (session_holds), so that a gone
+# instance's part alone goes back (give_back_held). SQLite runs the debit and the hold's
+# statement in one group commit; PostgreSQL, where each write is its own transaction,
+# runs them as one statement (a data-modifying WITH).
+_HOLD = (
+    "INSERT INTO session_holds (session_id, instance_id, held_msat) VALUES (?, ?, ?)"
+    " ON CONFLICT (session_id, instance_id)"
+    " DO UPDATE SET held_msat = session_holds.held_msat + excluded.held_msat"
+)
+# A release never takes a hold below zero (a call held before holds were per instance).
+_RELEASE = (
+    "UPDATE session_holds SET held_msat = CASE WHEN held_msat >= ?1 THEN held_msat - ?1"
+    " ELSE 0 END WHERE session_id = ?2 AND instance_id = ?3"
+)
+_DEBIT_AND_HOLD = (
+    "WITH debit AS (UPDATE sessions SET spent_msat = spent_msat + ?1,"
+    " held_msat = held_msat + ?1, last_used_at = ?2, updated_at = ?2"
+    " WHERE session_id = ?3 AND status = 'open' AND deposit_msat - spent_msat >= ?1"
+    " RETURNING session_id, deposit_msat - spent_msat AS left_msat),"
+    " hold AS (INSERT INTO session_holds (session_id, instance_id, held_msat)"
+    " SELECT session_id, ?4, ?1 FROM debit ON CONFLICT (session_id, instance_id)"
+    " DO UPDATE SET held_msat = session_holds.held_msat + excluded.held_msat)"
+    " SELECT left_msat FROM debit"
+)
+_CREDIT_AND_RELEASE = (
+    "WITH credit AS (UPDATE sessions SET spent_msat = spent_msat - ?1,"
+    " held_msat = held_msat - ?4, updated_at = ?2 WHERE session_id = ?3"
+    " AND refund_msat IS NULL AND spent_msat >= ?1 AND held_msat >= ?4"
+    " RETURNING session_id, deposit_msat - spent_msat AS left_msat),"
+    " released AS (UPDATE session_holds SET held_msat = CASE WHEN held_msat >= ?4"
+    " THEN held_msat - ?4 ELSE 0 END WHERE instance_id = ?5"
+    " AND session_id IN (SELECT session_id FROM credit))"
+    " SELECT left_msat FROM credit"
+)
+_ANSWERED_AND_RELEASE = (
+    "WITH answered AS (UPDATE sessions SET held_msat = held_msat - ?1"
+    " WHERE session_id = ?2 AND held_msat >= ?1 RETURNING session_id)"
+    " UPDATE session_holds SET held_msat = CASE WHEN held_msat >= ?1 THEN held_msat - ?1"
+    " ELSE 0 END WHERE instance_id = ?3 AND session_id IN (SELECT session_id FROM answered)"
+)
+
 
 def _session_of(row: Sequence[Any]) -> Session:
     return Session(*row)
@@ -118,8 +159,9 @@ class SessionRepository:
     statement each, in the group commit); opening, top-ups, closing and payouts on the
     store thread."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self._instance_id = instance_id  # whose holds this process's calls add to
 
     async def get(self, session_id: str) -> Session | None:
         return await self._db.read(lambda conn: _get(conn, session_id))
@@ -241,9 +283,18 @@ class SessionRepository:
         """Take ``amount_msat`` from an open session that covers it; the balance left, or
         None (nothing taken: unknown, closed, or too little left)."""
 
+        instance = self._instance_id
+
         def run(conn: Connection) -> int | None:
+            if self._db.postgres:
+                args = (amount_msat, now, session_id, instance)
+                rows = conn.execute(_DEBIT_AND_HOLD, args).fetchall()
+                return int(rows[0][0]) if rows else None
             rows = conn.execute(_DEBIT, (amount_msat, now, session_id)).fetchall()
-            return int(rows[0][0]) if rows else None
+            if not rows:
+                return None
+            conn.execute(_HOLD, (session_id, instance, amount_msat))
+            return int(rows[0][0])
 
         return await self._db.write(run)
 
@@ -254,29 +305,59 @@ class SessionRepository:
         decided), and release ``held_msat`` of a call that ended; the balance after, or
         None when nothing changed."""
 
+        instance = self._instance_id
+
         def run(conn: Connection) -> int | None:
+            if self._db.postgres:
+                args = (amount_msat, now, session_id, held_msat, instance)
+                rows = conn.execute(_CREDIT_AND_RELEASE, args).fetchall()
+                return int(rows[0][0]) if rows else None
             rows = conn.execute(_CREDIT, (amount_msat, now, session_id, held_msat)).fetchall()
-            return int(rows[0][0]) if rows else None
+            if not rows:
+                return None
+            if held_msat:
+                conn.execute(_RELEASE, (held_msat, session_id, instance))
+            return int(rows[0][0])
 
         return await self._db.write(run)
 
     def answered(self, session_id: str, held_msat: int) -> None:
         """A call that earned its whole debit ended: its debit is no longer held. Joins
-        the group commit unwaited (``Database.write_soon``): a crash before that commit
-        leaves it held, and the next start gives it back (the payer's side of the doubt)."""
-        self._db.write_soon(_ANSWERED, (held_msat, session_id))
+        the group commit unwaited (``Database.write_soon``; SQLite's two statements in
+        one transaction): a crash before that commit leaves it held, and the
+        instance's recovery gives it back (the payer's side of the doubt)."""
+        instance = self._instance_id
+        if self._db.postgres:
+            self._db.write_soon(_ANSWERED_AND_RELEASE, (held_msat, session_id, instance))
+            return
+        release = (_RELEASE, (held_msat, session_id, instance))
+        self._db.write_soon(_ANSWERED, (held_msat, session_id), release)
 
-    async def give_back_held(self, now: int) -> int:
-        """At start-up: the debits of calls a crash left unanswered go back to their
-        balance (a call's result is never stored); how many sessions."""
-        cur = await self._db.run_sync(
-            lambda conn: conn.execute(
-                "UPDATE sessions SET spent_msat = spent_msat - held_msat, held_msat = 0,"
-                " updated_at = ? WHERE held_msat > 0 AND refund_msat IS NULL",
-                (now,),
-            )
-        )
-        return int(cur.rowcount)
+    async def give_back_held(self, instance_id: str, now: int) -> int:
+        """Once the instance ``instance_id`` is gone: what its calls in flight had
+        debited goes back to their sessions' balances (a call's result is never stored),
+        in one transaction; how many sessions. A session whose refund is decided keeps
+        it (its payout was computed without it)."""
+
+        def go(conn: Connection) -> int:
+            with transaction(conn):
+                holds = conn.execute(
+                    "SELECT session_id, held_msat FROM session_holds"
+                    " WHERE instance_id = ? AND held_msat > 0",
+                    (instance_id,),
+                ).fetchall()
+                count = 0
+                for session_id, held in holds:
+                    count += conn.execute(
+                        "UPDATE sessions SET spent_msat = spent_msat - ?1,"
+                        " held_msat = held_msat - ?1, updated_at = ?2 WHERE session_id = ?3"
+                        " AND refund_msat IS NULL AND held_msat >= ?1 AND spent_msat >= ?1",
+                        (int(held), now, session_id),
+                    ).rowcount
+                conn.execute("DELETE FROM session_holds WHERE instance_id = ?", (instance_id,))
+                return count
+
+        return await self._db.run_sync(go)
 
     async def close(self, session_id: str, reason: str, now: int) -> bool:
         """open -> closed: no debit or top-up is taken after it. True for one caller."""

@@ -79,7 +79,7 @@ class Store:
         self.screenings = ScreeningRepository(self.db)
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
-        self.sessions = SessionRepository(self.db)
+        self.sessions = SessionRepository(self.db, self.instance_id)
         self.ai_calls = AiCallRepository(self.db)
         self.callbacks = CallbackRepository(self.db)
         self.esign = ESignRepository(self.db)

@@ -159,11 +159,14 @@ class VoiceBridgeRepository:
             "UPDATE voice_bridge_sessions SET settled = 1 WHERE session_id = ?", (session_id,)
         )
 
-    async def unfinished(self) -> list[BridgeSessionRow]:
-        """Sessions still live, or ended without their settlement recorded (a restart)."""
+    async def unfinished(self, served_by: str) -> list[BridgeSessionRow]:
+        """Sessions of the instance ``served_by`` (the one that opened them) still live,
+        or ended without their settlement recorded (a restart)."""
         rows = await self._db.run_sync(
             lambda conn: conn.execute(
-                f"{_SELECT} WHERE state != 'ended' OR settled = 0 ORDER BY created_at_ms"
+                f"{_SELECT} WHERE (state != 'ended' OR settled = 0) AND payment_id IN"
+                " (SELECT payment_id FROM payments WHERE served_by = ?) ORDER BY created_at_ms",
+                (served_by,),
             ).fetchall()
         )
         return [_row(r) for r in rows]

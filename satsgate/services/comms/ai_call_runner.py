@@ -566,13 +566,15 @@ class AiCallRunner:
 
     # -- maintenance --------------------------------------------------------------------
 
-    async def resume(self) -> int:
-        """At start-up: take up the watch of every call in flight (and sweep)."""
-        rows = await self._store.ai_calls.in_status(ACTIVE)
-        for row in rows:
-            self._spawn(row.call_id)
-        await self.sweep()
-        return len(rows)
+    async def resume(self, gone: str) -> int:
+        """Take up the watch of every call in flight of the gone instance ``gone`` (each
+        taken by one instance); how many were taken up here."""
+        count = 0
+        for row in await self._store.ai_calls.in_status(ACTIVE, served_by=gone):
+            if await self._store.payments.adopt(row.payment_id, gone):
+                self._spawn(row.call_id)
+                count += 1
+        return count
 
     async def sweep(self) -> int:
         """Expire confirmations past their deadline (the deposit refunded in full) and
@@ -583,7 +585,8 @@ class AiCallRunner:
             if row.next_at is not None and row.next_at <= now:
                 await self._finish(row, expired=True)
                 expired += 1
-        for row in await self._store.ai_calls.in_status(ACTIVE):
+        # The watches of this instance's calls (another instance watches its own).
+        for row in await self._store.ai_calls.in_status(ACTIVE, self._store.instance_id):
             self._spawn(row.call_id)
         for row in await self._store.ai_calls.unsettled():
             if row.status == "failed" and not row.attempts and row.results is None:

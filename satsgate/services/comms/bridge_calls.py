@@ -423,11 +423,11 @@ class BridgeCalls:
 
     # -- start-up and shutdown ------------------------------------------------------------
 
-    async def recover(self) -> int:
-        """At start-up: every session a previous run left live is ended (billed up to the
+    async def recover(self, gone: str) -> int:
+        """Every session the gone instance ``gone`` left live is ended (billed up to the
         last time it was seen up) and settled; one ended but not settled is settled."""
         count = 0
-        for row in await self._repo.unfinished():
+        for row in await self._repo.unfinished(gone):
             until = row.alive_at_ms or row.answered_at_ms or row.created_at_ms
             await self._end(row.session_id, "service restarted", until_ms=until)
             count += 1

@@ -32,10 +32,25 @@ ALTER TABLE "payments" ADD COLUMN "served_by" TEXT;
 -- Which instance is releasing or refunding a held request ('releasing', 'refunding').
 ALTER TABLE "held_requests" ADD COLUMN "claimed_by" TEXT;
 
+-- What each instance's calls in flight hold of a session's balance (sessions.held_msat is
+-- their sum): a gone instance's part goes back to the balance, the others' stay held.
+CREATE TABLE "session_holds" (
+    "session_id" TEXT NOT NULL,
+    "instance_id" TEXT NOT NULL,
+    "held_msat" INTEGER NOT NULL CHECK ("held_msat" >= 0),
+    PRIMARY KEY ("session_id", "instance_id")
+);
+
 -- Work left in flight by a release before instances were recorded belongs to a
 -- placeholder instance that is gone from the start: the first start takes it up.
 INSERT INTO "instances" ("instance_id", "host", "pid", "started_at", "heartbeat_at", "gone_at")
 VALUES ('before-instances', '', 0, 0, 0, 0);
-UPDATE "payments" SET "served_by" = 'before-instances' WHERE "status" = 'serving';
+UPDATE "payments" SET "served_by" = 'before-instances' WHERE "status" = 'serving'
+OR "payment_id" IN (SELECT "payment_id" FROM "voice_bridge_sessions"
+    WHERE "state" != 'ended' OR "settled" = 0)
+OR "payment_id" IN (SELECT "payment_id" FROM "ai_calls"
+    WHERE "status" IN ('placing', 'calling', 'redial_scheduled'));
 UPDATE "held_requests" SET "claimed_by" = 'before-instances'
 WHERE "status" IN ('releasing', 'refunding');
+INSERT INTO "session_holds" ("session_id", "instance_id", "held_msat")
+SELECT "session_id", 'before-instances', "held_msat" FROM "sessions" WHERE "held_msat" > 0;

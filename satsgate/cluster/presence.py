@@ -102,14 +102,14 @@ class Presence:
         instance gone; on PostgreSQL, declare gone those whose lease ran out."""
         now = int(time.time())
         instances = self._store.instances
-        host, tag = socket.gethostname(), self._secret_tag
-        await instances.register(self.instance_id, host, os.getpid(), tag, now)
-        await asyncio.to_thread(self._mark_files_dir)
         if self._lock_path is not None:
             self._take_lock(self._lock_path)
             stale_before = now + 1  # the lock proves every other instance is gone
         else:
             stale_before = now - int(self.lease_s)
+        host, tag = socket.gethostname(), self._secret_tag
+        await instances.register(self.instance_id, host, os.getpid(), tag, now)
+        await asyncio.to_thread(self._mark_files_dir)
         gone = await instances.expire(stale_before, now, but=self.instance_id)
         if gone:
             log.info("instance(s) gone since their last heartbeat: %s", ", ".join(gone))

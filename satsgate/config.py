@@ -93,6 +93,13 @@ class Settings:
     # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold
     # at most cpu_workers - 1 of them, so short ones always find one.
     cpu_workers: int = 2
+    # Where CPU jobs run: "pool", this process's own pool (the default), or "queue",
+    # ``satsgate worker`` processes through the store's queue (needs the store in
+    # PostgreSQL; config file ``[workers] mode``, docs/scale.md "Workers"). A queued job
+    # waits for a worker at most workers_queue_wait_s (0: the CPU time limit), then fails
+    # and is refunded.
+    workers_mode: str = "pool"
+    workers_queue_wait_s: float = 0.0
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
     # The most bytes one paid call may store as output files (satsgate/files.py), by the
@@ -228,6 +235,11 @@ def load_settings(
                 raise ValueError(f"[store] in {config_file} takes only url")
             if "url" in store:
                 data["store_url"] = store["url"]
+        workers = data.pop("workers", None)
+        if workers is not None:
+            if not isinstance(workers, dict) or set(workers) - {"mode", "queue_wait_s"}:
+                raise ValueError(f"[workers] in {config_file} takes only mode and queue_wait_s")
+            data.update({f"workers_{key}": value for key, value in workers.items()})
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
@@ -251,6 +263,12 @@ def load_settings(
     check_base_url(settings.base_url)
     if settings.store_url and not settings.store_url.startswith(("postgresql://", "postgres://")):
         raise ValueError("store url must be a postgresql:// URL")
+    if settings.workers_mode not in ("pool", "queue"):
+        raise ValueError(f'workers mode must be "pool" or "queue", not {settings.workers_mode!r}')
+    if settings.workers_mode == "queue" and not settings.store_url:
+        raise ValueError('workers mode "queue" needs the store in PostgreSQL ([store] url)')
+    if settings.workers_queue_wait_s < 0:
+        raise ValueError("workers queue_wait_s must not be negative")
     check_output_caps(settings)
     check_telephony(settings.telephony)
     from satsgate.nostr.config import NostrConfig

@@ -97,6 +97,7 @@ from satsgate.web import api, appeal, checkout, operator_held, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_signin import OPERATOR, OperatorAccess
 from satsgate.workers.gateway import QueueCpuRunner
+from satsgate.workers.status import WORKERS_STATE
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,7 @@ def create_app(
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
     if isinstance(cpu, QueueCpuRunner):  # listening for outcomes before the gate resumes jobs
         app.cleanup_ctx.insert(1, cpu.cleanup_ctx)
+        app[WORKERS_STATE] = cpu.queue.state
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     _add_nostr(app, settings)

@@ -28,6 +28,7 @@ from PIL import Image
 from satsgate.app import CPU
 from satsgate.engines.cpu_jobs import PAYER
 from satsgate.engines.image_codec import to_png
+from satsgate.operator import ensure_operator_token
 from satsgate.store.cpu_queue import QueueState
 from satsgate.workers.gateway import QueueCpuRunner
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
@@ -305,7 +306,9 @@ async def test_a_job_past_its_time_is_refunded_once_and_a_late_result_changes_no
     assert resp.status_code == 200, resp.text
 
 
-async def test_status_shows_the_workers_the_depth_and_the_oldest_job(fleet: Fleet) -> None:
+async def test_status_shows_the_workers_the_depth_and_the_oldest_job(
+    fleet: Fleet, queue_client: httpx.AsyncClient
+) -> None:
     out = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "satsgate.cli", "status", "--store-url", fleet.url],
@@ -318,3 +321,12 @@ async def test_status_shows_the_workers_the_depth_and_the_oldest_job(fleet: Flee
     live = [w for w in fleet.state().workers if w.heartbeat_age_s < 3]
     assert live and all(w.name in out.stdout for w in live)
     assert "0 waiting" in out.stdout and "last heartbeat" in out.stdout
+    # /operator: the same, with the operator's token.
+    token = ensure_operator_token(fleet.server.settings.data_dir)
+    auth = {"Authorization": f"Bearer {token}"}
+    report = (await queue_client.get("/api/operator/ledger", headers=auth)).json()
+    assert {w.name for w in live} <= {w["name"] for w in report["workers"]["workers"]}
+    assert report["workers"]["queued"] == 0
+    page = await queue_client.get("/operator", headers=auth)
+    assert page.status_code == 200 and 'id="workers-table"' in page.text
+    assert all(w.name in page.text for w in live)

@@ -91,7 +91,7 @@ class QueueCpuRunner(CpuRunner):
         limit = min(self.limit_s, limit_s) if limit_s is not None else self.limit_s
         ref = codec.function_ref(fn)
         codec.check_portable(args)
-        payload = codec.dumps(args)
+        payload = await asyncio.to_thread(codec.dumps, args)  # a big input: off the loop
         job = await self.queue.enqueue(
             engine=codec.engine_of(ref),
             payer=PAYER.get(),
@@ -125,7 +125,8 @@ class QueueCpuRunner(CpuRunner):
             raise
         finally:
             self._pending.pop(job.id, None)
-        return self._outcome(end, limit)  # type: ignore[no-any-return]
+        result: R = await asyncio.to_thread(self._outcome, end, limit)
+        return result
 
     def _outcome(self, end: JobEnd, limit: float) -> Any:
         if end.status in ("done", "error") and end.outcome is not None:

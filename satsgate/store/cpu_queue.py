@@ -149,7 +149,8 @@ SELECT pg_notify('{DONE_CHANNEL}', CAST(id AS TEXT)) FROM ended
 _COLLECT = """
 WITH ended AS (
     SELECT id, status, outcome, error FROM cpu_jobs
-    WHERE id = ANY(?) AND status IN ('done', 'error', 'failed', 'cancelled')
+    WHERE id = ANY(?) AND (status IN ('failed', 'cancelled')
+        OR (status IN ('done', 'error') AND outcome IS NOT NULL))
 ), cleared AS (
     UPDATE cpu_jobs AS c SET outcome = NULL FROM ended WHERE c.id = ended.id RETURNING c.id
 )
@@ -284,8 +285,10 @@ class CpuQueueRepository:
         return bool(await self._db.write(lambda conn: conn.execute(_FINISH, args).fetchall()))
 
     async def collect(self, ids: Sequence[int]) -> list[JobEnd]:
-        """Those of ``ids`` that ended, with their outcome (handed over once: the stored
-        outcome is cleared as it is read)."""
+        """Those of ``ids`` that ended, with their outcome, each outcome handed over once:
+        it is cleared as it is read, and a job whose outcome was read already is not
+        returned again (two reads of one job racing, a notification's and the poll's,
+        give it to one of them)."""
 
         def go(conn: Connection) -> list[JobEnd]:
             rows = conn.execute(_COLLECT, (list(ids),)).fetchall()

@@ -97,9 +97,12 @@ from satsgate.services.comms.faxes import FaxDesk
 from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
+from satsgate.store.cpu_queue import CpuQueueRepository
 from satsgate.web import api, appeal, checkout, operator_held, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_signin import OPERATOR, OperatorAccess
+from satsgate.workers.gateway import QueueCpuRunner
+from satsgate.workers.status import WORKERS_STATE
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +180,10 @@ def create_app(
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    # One runner for handlers and engines alike: its lanes count the pool's workers.
-    cpu = CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
     store = Store(settings.db_path, settings.store_url)
+    # One runner for handlers and engines alike: its lanes count the pool's workers; or,
+    # with [workers] mode = "queue", the queue that `satsgate worker` processes take from.
+    cpu = _cpu_runner(settings, pool, store)
     # Inbound webhooks (a STOP reply) reach the do-not-contact list through EngineDeps.
     engines = node_engines(settings, cpu, provider_kinds, store.do_not_contact, destinations)
     app = web.Application(
@@ -207,10 +211,25 @@ def create_app(
         caps,
     )
     app.cleanup_ctx.extend([_store_ctx, _backend_ctx, _gate_ctx, _fax_ctx, _background_ctx])
+    if isinstance(cpu, QueueCpuRunner):  # listening for outcomes before the gate resumes jobs
+        app.cleanup_ctx.insert(1, cpu.cleanup_ctx)
+        app[WORKERS_STATE] = cpu.queue.state
     _add_routes(app, settings, backend)
     _add_operator_routes(app, settings)
     _add_nostr(app, settings)
     return app
+
+
+def _cpu_runner(settings: Settings, pool: ProcessPoolExecutor, store: Store) -> CpuRunner:
+    if settings.workers_mode != "queue":
+        return CpuRunner(pool, settings.cpu_job_time_limit_s, settings.cpu_workers)
+    return QueueCpuRunner(
+        pool,
+        settings.cpu_job_time_limit_s,
+        CpuQueueRepository(store.db),
+        settings.store_url,
+        settings.workers_queue_wait_s or None,
+    )
 
 
 def _add_nostr(app: web.Application, settings: Settings) -> None:

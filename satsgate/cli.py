@@ -208,6 +208,32 @@ async def _announce(settings: Settings, print_only: bool) -> str:
     return "\n".join(lines)
 
 
+def _worker_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from satsgate.workers.worker import run_worker, worker_config
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = _settings(parser, args, store_url=args.store_url)
+    try:
+        config = worker_config(settings, args.concurrency, args.engines)
+    except ValueError as exc:
+        parser.error(str(exc))
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_worker(config))
+    return 0
+
+
+def _status_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from satsgate.workers.status import status_report
+
+    settings = _settings(parser, args, data_dir=args.data_dir, store_url=args.store_url)
+    _print(asyncio.run(status_report(settings, args.json)))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line: one sub-command each, the options they share defined once."""
     config = argparse.ArgumentParser(add_help=False)
@@ -280,6 +306,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     announce.add_argument("--base-url", help="public address used in links")
     announce.add_argument("--print", action="store_true", help="print the event, send nothing")
+    worker = sub.add_parser(
+        "worker",
+        parents=[config, store],
+        help="take CPU engine jobs from the store's queue in PostgreSQL (docs/scale.md)",
+    )
+    worker.add_argument("--concurrency", type=int, help="jobs at once (default: cpu_workers, 2)")
+    worker.add_argument(
+        "--engines", help="only these engines' jobs, e.g. ocr,tts,pdf (default: every one)"
+    )
+    worker.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
+    status = sub.add_parser(
+        "status",
+        parents=[config, data, store],
+        help="the CPU workers (last heartbeat), the queue's depth and its oldest job",
+    )
+    status.add_argument("--json", action="store_true", help="as JSON")
     return parser
 
 
@@ -389,6 +431,8 @@ _COMMANDS: dict[str, _Command] = {
     "ledger": _ledger_cli,
     "operator-token": _operator_token_cli,
     "engines": _engines_cli,
+    "worker": _worker_cli,
+    "status": _status_cli,
 }
 
 

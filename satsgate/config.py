@@ -100,6 +100,13 @@ class Settings:
     # Worker processes for CPU-bound engines (rendering, PDF, OCR, speech); long jobs hold
     # at most cpu_workers - 1 of them, so short ones always find one.
     cpu_workers: int = 2
+    # Where CPU jobs run: "pool", this process's own pool (the default), or "queue",
+    # ``satsgate worker`` processes through the store's queue (needs the store in
+    # PostgreSQL; config file ``[workers] mode``, docs/scale.md "Workers"). A queued job
+    # waits for a worker at most workers_queue_wait_s (0: the CPU time limit), then fails
+    # and is refunded.
+    workers_mode: str = "pool"
+    workers_queue_wait_s: float = 0.0
     # Signed output-file URLs stay valid this long.
     file_url_ttl_s: int = 6 * 3600
     # The most bytes one paid call may store as output files (satsgate/files.py), by the
@@ -195,6 +202,13 @@ class Settings:
         return self.data_dir / "files"
 
 
+# Config-file tables whose keys are settings of their own: [table] key -> the setting.
+_CONFIG_TABLES = {
+    "store": {"url": "store_url"},
+    "files": {"dir": "files_dir_shared"},
+    "workers": {"mode": "workers_mode", "queue_wait_s": "workers_queue_wait_s"},
+}
+
 _INT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("int", int)}
 _FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("float", float)}
 _BOOL_FIELDS = {f.name for f in dataclasses.fields(Settings) if f.type in ("bool", bool)}
@@ -231,18 +245,13 @@ def load_settings(
     if config_file:
         with open(config_file, "rb") as fh:
             data = tomllib.load(fh)
-        store = data.pop("store", None)
-        if store is not None:
-            if not isinstance(store, dict) or set(store) - {"url"}:
-                raise ValueError(f"[store] in {config_file} takes only url")
-            if "url" in store:
-                data["store_url"] = store["url"]
-        files = data.pop("files", None)
-        if files is not None:
-            if not isinstance(files, dict) or set(files) - {"dir"}:
-                raise ValueError(f"[files] in {config_file} takes only dir")
-            if "dir" in files:
-                data["files_dir_shared"] = files["dir"]
+        for table, keys in _CONFIG_TABLES.items():
+            section = data.pop(table, None)
+            if section is None:
+                continue
+            if not isinstance(section, dict) or set(section) - set(keys):
+                raise ValueError(f"[{table}] in {config_file} takes only {' and '.join(keys)}")
+            data.update({keys[key]: value for key, value in section.items()})
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
@@ -266,6 +275,12 @@ def load_settings(
     check_base_url(settings.base_url)
     if settings.store_url and not settings.store_url.startswith(("postgresql://", "postgres://")):
         raise ValueError("store url must be a postgresql:// URL")
+    if settings.workers_mode not in ("pool", "queue"):
+        raise ValueError(f'workers mode must be "pool" or "queue", not {settings.workers_mode!r}')
+    if settings.workers_mode == "queue" and not settings.store_url:
+        raise ValueError('workers mode "queue" needs the store in PostgreSQL ([store] url)')
+    if settings.workers_queue_wait_s < 0:
+        raise ValueError("workers queue_wait_s must not be negative")
     check_output_caps(settings)
     check_telephony(settings.telephony)
     from satsgate.nostr.config import NostrConfig

@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 
 # PostgreSQL refuses a NOTIFY payload of 8000 bytes or more.
 MAX_PAYLOAD = 7000
-_RECONNECT_MAX_S = 10.0
 
 Handler = Callable[[str], None]
 
@@ -34,7 +33,6 @@ class ClusterEvents:
         self._handlers: dict[str, list[Handler]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
-        self.listening = asyncio.Event()  # set while the LISTEN connection is up
 
     def on(self, channel: str, handler: Handler) -> None:
         """Call ``handler(payload)`` for each notification on ``channel`` (before start)."""
@@ -63,32 +61,16 @@ class ClusterEvents:
             self._listener = asyncio.create_task(self._listen(), name="cluster-events")
 
     async def _listen(self) -> None:
-        import psycopg
+        from satsgate.store.pg_listen import RECONNECTED, notifications
 
-        backoff = 0.5
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True
-                ) as conn:
-                    for channel in self._handlers:
-                        await conn.execute(f'LISTEN "{channel}"')
-                    self.listening.set()
-                    backoff = 0.5
-                    async for note in conn.notifies():
-                        for handler in self._handlers.get(note.channel, ()):
-                            try:
-                                handler(note.payload)
-                            except Exception:
-                                log.exception("event handler on %s failed", note.channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # PostgreSQL away: listen again once it is back
-                log.warning("event listener lost its connection (%s); again in %.1f s",
-                            exc, backoff)  # fmt: skip
-            self.listening.clear()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _RECONNECT_MAX_S)
+        async for channel, payload in notifications(self._url, list(self._handlers)):
+            if (channel, payload) == RECONNECTED:
+                continue  # a waiter reads the store at its fallback poll: nothing to redo
+            for handler in self._handlers.get(channel, ()):
+                try:
+                    handler(payload)
+                except Exception:
+                    log.exception("event handler on %s failed", channel)
 
     async def close(self) -> None:
         if self._listener is not None:

@@ -8,10 +8,10 @@ passes every statement through here:
   with the arguments reordered for the numbered ones; a literal ``%`` is doubled;
 - the migrations' DDL: ``INTEGER`` is 64-bit in SQLite and so ``BIGINT`` here (msat
   amounts and millisecond times pass 2^31); ``REAL`` is ``DOUBLE PRECISION`` (a
-  4-byte ``REAL`` would round unix seconds to minutes); ``INTEGER PRIMARY KEY
-  AUTOINCREMENT`` is an identity column; ``WITHOUT ROWID`` has no meaning; the
-  ``strftime('%s', 'now')`` default is ``EXTRACT(EPOCH FROM now())``; ``PRAGMA`` has
-  no counterpart and is skipped.
+  4-byte ``REAL`` would round unix seconds to minutes); ``BLOB`` is ``BYTEA``;
+  ``INTEGER PRIMARY KEY AUTOINCREMENT`` is an identity column; ``WITHOUT ROWID`` has
+  no meaning; the ``strftime('%s', 'now')`` default is ``EXTRACT(EPOCH FROM now())``;
+  ``PRAGMA`` has no counterpart and is skipped.
 
 What is written portably in the repositories instead (both engines accept it):
 ``INSERT ... ON CONFLICT DO NOTHING`` for ``INSERT OR IGNORE``, ``CASE`` for the
@@ -84,6 +84,7 @@ _DDL_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     (re.compile(r"\bINTEGER\b"), "BIGINT"),
     (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
+    (re.compile(r"\bBLOB\b"), "BYTEA"),
     (re.compile(r"\)\s*WITHOUT\s+ROWID\s*;?\s*$", re.IGNORECASE), ")"),
 )
 

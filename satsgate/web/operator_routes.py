@@ -31,6 +31,7 @@ from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.web.operator_signin import COOKIE, OPERATOR, unauthorized
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
+from satsgate.workers.status import operator_workers, workers_section
 
 RECOVER_PATH = "/recover"
 
@@ -56,6 +57,7 @@ def install(app: web.Application, keys: Keys) -> None:
             return unauthorized()
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
+        report["workers"] = await operator_workers(request.app)
         resp = web.json_response(report)
         resp.headers["Cache-Control"] = "no-store"
         return resp
@@ -67,6 +69,7 @@ def install(app: web.Application, keys: Keys) -> None:
             return _login_page()
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
+        report["workers"] = await operator_workers(request.app)
         csrf = access.csrf_token(session_id) if session_id is not None else ""
         return page("Operator", _dashboard_body(report, csrf))
 
@@ -271,6 +274,7 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
         + _card("Calls per service", _services_table(report))
         + _card("Failures and refunds by cause", _causes_table(report))
         + _card("Engines", _engines_table(report))
+        + workers_section(report.get("workers"))
         + _nostr_section(report.get("nostr"))
         + '<form method="post" action="/operator/logout">'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">'

@@ -14,7 +14,9 @@ epub-audiobook.
 - WAV (22.05 kHz mono PCM, as espeak-ng writes it) or MP3 (ffmpeg with LAME, 64 kbit/s).
 
 espeak-ng and ffmpeg run as asyncio subprocesses (text on stdin, files in a private
-temporary directory), within the CPU time limit, a few at a time.
+temporary directory), within the CPU time limit, a few at a time. With ``[workers] mode
+= "queue"`` a call's synthesis is one CPU job instead (:func:`speak_audio`, the same
+commands run by a ``satsgate worker``), so speech runs on the workers' machines.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from typing import Literal
 
 from satsgate.domain.languages import UnknownLanguage, resolve_translation_language
 from satsgate.domain.voices import DESCRIPTION_GROUPS
+from satsgate.engines.cpu_jobs import CpuRunner
 from satsgate.engines.errors import EngineError
-from satsgate.engines.local.tools import ToolRunner, wav_duration_s
+from satsgate.engines.local.tools import _NICE, ToolRunner, wav_duration_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.errors import ErrorCode
@@ -172,11 +175,60 @@ def resolve_voice(voices: dict[str, str], language: str) -> str:
     raise Unsupported(f"this node's voice does not speak {language!r}")
 
 
-class EspeakEngine:
-    """SynthesisEngine for the global tier (43): espeak-ng, WAV or MP3."""
+def _espeak_args(plan: VoicePlan, wav: Path) -> list[str]:
+    return [
+        ESPEAK, "-v", plan.voice, "-s", str(plan.wpm), "-p", str(plan.pitch),
+        "-b", "1", "-w", str(wav),
+    ]  # fmt: skip
 
-    def __init__(self, tools: ToolRunner, voices: dict[str, str]) -> None:
+
+def _encode_args(wav: Path, out: Path, fmt: Literal["mp3", "aac"]) -> list[str]:
+    codec = (
+        ["-codec:a", "libmp3lame", "-b:a", MP3_BITRATE]
+        if fmt == "mp3"
+        else ["-codec:a", "aac", "-b:a", "48k"]
+    )
+    return ["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav), *codec, str(out)]
+
+
+def _tool(args: list[str], stdin: bytes | None, what: str) -> None:
+    """One tool run to its end (the CPU job's time limit interrupts it: then it is killed)."""
+    done = subprocess.run(
+        [*_NICE, *args],
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        log.warning("%s exited %s: %s", args[0], done.returncode, done.stderr[-800:])
+        raise EngineError(ErrorCode.SERVICE_ERROR, f"{what.capitalize()} failed on this input.")
+
+
+def speak_audio(text: str, plan: VoicePlan, fmt: Literal["wav", "mp3"]) -> SynthesisResult:
+    """In a CPU job (a pool or a worker process): the speech of ``text`` as
+    :meth:`EspeakEngine.synthesize` makes it, by the same commands."""
+    with tempfile.TemporaryDirectory(prefix="satsgate-tts-") as tmp:
+        wav = Path(tmp) / "speech.wav"
+        _tool(_espeak_args(plan, wav), text.encode("utf-8"), "speech synthesis")
+        duration = wav_duration_s(wav.read_bytes())
+        if fmt == "wav":
+            return SynthesisResult(wav.read_bytes(), "wav", round(duration, 3))
+        mp3 = Path(tmp) / "speech.mp3"
+        _tool(_encode_args(wav, mp3, "mp3"), None, "audio encoding")
+        return SynthesisResult(mp3.read_bytes(), "mp3", round(duration, 3))
+
+
+class EspeakEngine:
+    """SynthesisEngine for the global tier (43): espeak-ng, WAV or MP3. ``offload``: a
+    CpuRunner that runs each synthesis as one job (the worker queue) instead of the
+    tools here."""
+
+    def __init__(
+        self, tools: ToolRunner, voices: dict[str, str], offload: CpuRunner | None = None
+    ) -> None:
         self.tools = tools
+        self.offload = offload
         self.voices = voices
         # Language codes and tags it speaks (lower case), for discovery.
         self.languages = frozenset(voices)
@@ -202,30 +254,22 @@ class EspeakEngine:
     async def speak_to_file(self, text: str, plan: VoicePlan, path: Path) -> float:
         """Speak ``text`` into a WAV file at ``path``; its duration in seconds."""
         await self.tools.run(
-            [
-                ESPEAK, "-v", plan.voice, "-s", str(plan.wpm), "-p", str(plan.pitch),
-                "-b", "1", "-w", str(path),
-            ],
-            stdin=text.encode("utf-8"),
-            what="speech synthesis",
-        )  # fmt: skip
+            _espeak_args(plan, path), stdin=text.encode("utf-8"), what="speech synthesis"
+        )
         return wav_duration_s(await asyncio.to_thread(path.read_bytes))
 
     async def encode(self, wav: Path, out: Path, fmt: Literal["mp3", "aac"]) -> None:
-        codec = (
-            ["-codec:a", "libmp3lame", "-b:a", MP3_BITRATE]
-            if fmt == "mp3"
-            else ["-codec:a", "aac", "-b:a", "48k"]
-        )
-        await self.tools.run(
-            ["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", str(wav), *codec, str(out)],
-            what="audio encoding",
-        )
+        await self.tools.run(_encode_args(wav, out, fmt), what="audio encoding")
 
     async def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
         plan = self.plan(request)
         if not _SPEAKABLE.search(request.text):
             raise EngineError(ErrorCode.INVALID_INPUT, "The text has nothing to speak.")
+        if self.offload is not None:
+            result: SynthesisResult = await self.offload(
+                speak_audio, request.text, plan, request.format
+            )
+            return result
         with tempfile.TemporaryDirectory(prefix="satsgate-tts-") as tmp:
             wav = Path(tmp) / "speech.wav"
             duration = await self.speak_to_file(request.text, plan, wav)
@@ -239,4 +283,5 @@ class EspeakEngine:
 
 
 def build(deps: EngineDeps) -> EspeakEngine:
-    return EspeakEngine(ToolRunner(deps.settings.cpu_job_time_limit_s), espeak_languages())
+    offload = deps.run_cpu if deps.settings.workers_mode == "queue" else None
+    return EspeakEngine(ToolRunner(deps.settings.cpu_job_time_limit_s), espeak_languages(), offload)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import io
 import os
 import shutil
 import tempfile
@@ -77,10 +78,10 @@ def _model() -> Any:
     )
 
 
-def _samples(path: str) -> Any:
+def _samples(data: bytes) -> Any:
     import numpy as np
 
-    with wave.open(path, "rb") as wav:
+    with wave.open(io.BytesIO(data), "rb") as wav:
         if wav.getframerate() != SAMPLE_RATE or wav.getnchannels() != 1:
             raise ValueError("expected 16 kHz mono")
         frames = wav.readframes(wav.getnframes())
@@ -88,10 +89,11 @@ def _samples(path: str) -> Any:
 
 
 def transcribe_piece(
-    path: str, offset_s: float, prompt: str | None, word_timestamps: bool
+    wav: bytes, offset_s: float, prompt: str | None, word_timestamps: bool
 ) -> list[Segment]:
-    """Segments of one 16 kHz mono WAV piece, on the timeline of the whole file."""
-    audio = _samples(path)
+    """Segments of one 16 kHz mono WAV piece (its bytes: the job may run on a worker's
+    machine), on the timeline of the whole file."""
+    audio = _samples(wav)
     if audio.size == 0:
         return []
     pieces, _info = _model().transcribe(
@@ -167,8 +169,9 @@ class WhisperEngine:
             offset = 0.0
             pieces = await asyncio.to_thread(lambda: sorted(Path(tmp).glob("piece*.wav")))
             for piece in pieces:
+                wav = await asyncio.to_thread(piece.read_bytes)
                 segments += await self.run_cpu(
-                    transcribe_piece, str(piece), offset, prompt, request.word_timestamps
+                    transcribe_piece, wav, offset, prompt, request.word_timestamps
                 )
                 offset += _wav_seconds(piece)
                 piece.unlink()

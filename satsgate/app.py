@@ -509,6 +509,9 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     every = scheduler.every
     settings, store, now = app[SETTINGS], app[STORE], datetime.now(UTC)
     every(60, refunds.reconcile, id="refunds-reconcile")
+    # Spends whose commit the store's connection cut, found committed: refunded. This
+    # instance's own (it alone knows which answers were cut).
+    every(15, gate.spender.refund_unserved_in_doubt, id="spends-in-doubt", each_instance=True)
     if gate.sessions is not None:
         # Payment sessions: idle ones closed and paid back, failed payouts retried.
         idle_s = settings.session_idle_timeout_s

@@ -92,6 +92,12 @@ class SpendablePayments(Protocol):
         """A call the gone instance was serving is served on here; True for one taker."""
         ...
 
+    async def unserved_in_doubt(self) -> list[Payment]:
+        """Spends the store's connection cut that did commit: spent, never served."""
+        ...
+
+    def resolved(self, payment: Payment) -> None: ...
+
     async def get(self, payment_id: str) -> Payment | None: ...
 
     async def get_by_hash(self, payment_hash: str) -> Payment | None: ...
@@ -708,6 +714,20 @@ class Spender:
                 count += 1
             else:
                 log.error("payment %s is left serving: its refund failed", payment.payment_id)
+        return count
+
+    async def refund_unserved_in_doubt(self) -> int:
+        """Spends whose answer the store's connection cut (the caller was answered 503)
+        and that did commit: the call was never served, so it is refunded in full, once;
+        how many."""
+        count = 0
+        for payment in await self._payments.unserved_in_doubt():
+            refund = await self._refund_after_spend(
+                payment, payment.amount_msat, "the store's answer to the spend was cut"
+            )
+            self._payments.resolved(payment)
+            if refund is not None:
+                count += 1
         return count
 
     async def _refund_after_spend(

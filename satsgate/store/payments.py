@@ -17,6 +17,7 @@ was never answered: the next start refunds it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from satsgate.store.cursors import UPSERT_CURSOR
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
 from satsgate.store.rows import Job, Payment, PaymentStatus
-from satsgate.store.sql import Connection, transaction
+from satsgate.store.sql import Connection, StoreUnavailable, transaction
 
 # The payments table's columns are Payment's fields, in order: rows map positionally.
 _PAYMENT_COLUMNS = Payment._fields
@@ -72,7 +73,11 @@ def _payment_of(row: Sequence[Any]) -> Payment:
 
 
 def _payment_where(conn: Connection, clause: str, arg: str) -> Payment | None:
-    row = conn.execute(_SELECT_PAYMENT + clause, (arg,)).fetchone()
+    return _payment_where_args(conn, clause=clause, args=(arg,))
+
+
+def _payment_where_args(conn: Connection, *, clause: str, args: Sequence[Any]) -> Payment | None:
+    row = conn.execute(_SELECT_PAYMENT + clause, args).fetchone()
     return None if row is None else _payment_of(row)
 
 
@@ -86,6 +91,10 @@ class PaymentRepository:
         # The instance that spends a payment serves its call (``served_by``): its crash
         # is what refunds the call, never another instance's restart.
         self._instance_id = instance_id
+        # Spends whose outcome the store did not tell (the connection cut at the commit:
+        # StoreUnavailable), as (column, value): one that did commit is a call spent and
+        # never served (see :meth:`unserved_in_doubt`).
+        self._in_doubt: set[tuple[str, str]] = set()
 
     async def insert(self, payment: Payment) -> None:
         values = [getattr(payment, c) for c in _PAYMENT_COLUMNS]
@@ -127,7 +136,11 @@ class PaymentRepository:
 
     async def spend(self, payment_id: str, now: int) -> bool:
         """paid -> serving. The one rule of pay-per-call: exactly one caller gets True."""
-        return await self._db.write_one(_SPEND, (now, self._instance_id, payment_id)) == 1
+        try:
+            return await self._db.write_one(_SPEND, (now, self._instance_id, payment_id)) == 1
+        except StoreUnavailable:
+            self._in_doubt.add(("payment_id", payment_id))
+            raise
 
     async def spend_for_job(self, job: Job, now: int) -> bool:
         """paid -> serving for the job's payment, and the job's row, in one transaction;
@@ -191,7 +204,33 @@ class PaymentRepository:
             found = rows.fetchall()
             return _payment_of(found[0]) if found else None
 
-        return await self._db.write(run)
+        try:
+            return await self._db.write(run)
+        except StoreUnavailable:
+            self._in_doubt.add(("payment_hash", payment_hash))
+            raise
+
+    async def unserved_in_doubt(self) -> list[Payment]:
+        """Of the spends in doubt, those that did commit: serving on this instance, with
+        no call running for them (the caller was answered 503, and a retry of the
+        credential finds it spent). A spend found not to have happened is forgotten; the
+        others stay in doubt until :meth:`resolved` (their refund issued)."""
+        found: list[Payment] = []
+        for column, value in list(self._in_doubt):
+            clause = f"{column} = ? AND status = 'serving' AND served_by = ?"
+            args = (value, self._instance_id)
+            row = await self._db.read(functools.partial(_payment_where_args, clause=clause,
+                                                        args=args))  # fmt: skip
+            if row is None:
+                self._in_doubt.discard((column, value))
+            else:
+                found.append(row)
+        return found
+
+    def resolved(self, payment: Payment) -> None:
+        """A spend in doubt is settled (its refund issued): no longer in doubt."""
+        self._in_doubt.discard(("payment_id", payment.payment_id))
+        self._in_doubt.discard(("payment_hash", payment.payment_hash))
 
     async def outstanding_unpaid(self, now: int) -> tuple[int, int | None]:
         """How many invoices are unpaid and still payable at ``now``, and when the

@@ -484,6 +484,15 @@ CALLBACK_SWEEP_S = 15  # how often owed callbacks are looked for (besides the ki
 UNPAID_PRUNE_EVERY_S = 300
 
 
+# Gone instances whose work was taken up are forgotten after this long (their rows are
+# what `satsgate status` shows of them).
+GONE_INSTANCES_KEPT_S = 7 * 24 * HOUR_S
+
+
+async def _prune_instances(store: Store) -> None:
+    await store.instances.prune(int(time.time()) - GONE_INSTANCES_KEPT_S)
+
+
 async def _prune_unpaid(store: Store, retention_s: int) -> None:
     pruned = await store.payments.prune_unpaid(int(time.time()) - retention_s)
     if pruned:
@@ -522,6 +531,7 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     every(
         UNPAID_PRUNE_EVERY_S, _prune_unpaid, store, settings.unpaid_retention_s, id="payments-prune"
     )
+    every(HOUR_S, _prune_instances, store, id="instances-prune")
     # Held communications: refunded once unresolved for 24 hours.
     every(600, app[HELD_REQUESTS].expire, id="holds-expire")
     # Appeal payments not applied yet (the payer never reopened the page): one asks for its

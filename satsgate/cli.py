@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.cluster.presence import MisconfiguredInstance, StoreInUse
@@ -20,6 +20,9 @@ from satsgate.engines import CpuRunner, EngineConfigError
 from satsgate.lightning import BackendError, LightningBackend
 from satsgate.log_levels import quiet_library_logs
 from satsgate.procguard import private_umask
+
+if TYPE_CHECKING:
+    from satsgate.store import Store
 
 
 def build_backend(settings: Settings) -> LightningBackend:
@@ -80,16 +83,23 @@ def engines_report(settings: Settings) -> str:
     return "\n".join(lines)
 
 
-async def _ledger(settings: Settings, as_json: bool) -> str:
-    import json
-
-    from satsgate.operator import ledger_text
+async def _open_store(settings: Settings) -> Store:
+    """The store the settings name, opened; the command ends when there is none."""
     from satsgate.store import Store
 
     if not settings.store_url and not settings.db_path.exists():
         raise SystemExit(f"no satsgate database at {settings.db_path} (check --data-dir)")
     store = Store(settings.db_path, settings.store_url)
     await store.open()
+    return store
+
+
+async def _ledger(settings: Settings, as_json: bool) -> str:
+    import json
+
+    from satsgate.operator import ledger_text
+
+    store = await _open_store(settings)
     try:
         report = await store.ledger.report()
         report["refund_payouts"] = await store.refunds.payout_problems()
@@ -227,11 +237,27 @@ def _worker_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
 
 def _status_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    settings = _settings(parser, args, data_dir=args.data_dir, store_url=args.store_url)
+    _print(asyncio.run(_status(settings, args.json)))
+    return 0
+
+
+async def _status(settings: Settings, as_json: bool) -> str:
+    """The instances sharing the store and their duties, then the CPU jobs' queue."""
+    import json
+
+    from satsgate.cluster.status import instances_state, instances_text
     from satsgate.workers.status import status_report
 
-    settings = _settings(parser, args, data_dir=args.data_dir, store_url=args.store_url)
-    _print(asyncio.run(status_report(settings, args.json)))
-    return 0
+    store = await _open_store(settings)
+    try:
+        instances = await instances_state(store)
+    finally:
+        await store.close()
+    queue = await status_report(settings, as_json)
+    if as_json:
+        return json.dumps({**instances, "cpu": json.loads(queue)}, indent=2)
+    return instances_text(instances) + "\n" + queue
 
 
 def _parser() -> argparse.ArgumentParser:

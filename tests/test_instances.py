@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from satsgate.operator import ensure_operator_token
 from satsgate.store import PaymentStatus, Store
 from tests.conftest import free_port
 from tests.epub_maker import chapter, make_epub, nav_doc, prose
@@ -58,6 +60,11 @@ class Instance:
         }
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def start(self) -> None:
         offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
@@ -88,7 +95,7 @@ class Group:
     def __init__(self, lnd: FakeLnd, store_url: str, tmp: Path) -> None:
         self.lnd = lnd
         self.store_url = store_url
-        data = tmp / "data"  # one data dir (server secret, files) for both: shared
+        self.data_dir = data = tmp / "data"  # one data dir (secret, files) for both: shared
         self.a = Instance("a", lnd, store_url, data)
         self.b = Instance("b", lnd, store_url, data)
 
@@ -194,6 +201,26 @@ async def test_a_credential_raced_across_two_instances_is_served_once(
     total = await assert_ledger_balances(group)
     assert total["earned_msat"] == total["received_msat"] > 0  # one call, paid once
     assert total["refunded_msat"] == 0
+
+    # The operator sees both instances and which one holds each duty.
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "satsgate.cli", "status", "--json", "--store-url", group.store_url],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    live = [i for i in report["instances"] if i["state"] == "live"]
+    assert len(live) == 2 and {i["pid"] for i in live} == {group.a.pid, group.b.pid}
+    held = [duty for i in live for duty in i["duties"]]
+    assert "callbacks-deliver" in held and len(held) == len(set(held))  # each on one
+    token = ensure_operator_token(group.data_dir)
+    page = await b.get("/operator", headers={"Authorization": f"Bearer {token}"})
+    assert page.status_code == 200 and 'id="instances-table"' in page.text
+    assert all(i["instance"] in page.text for i in live)
 
 
 async def test_a_sigkill_mid_burst_loses_no_paid_call_and_the_duties_fail_over(

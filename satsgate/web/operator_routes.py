@@ -23,12 +23,14 @@ from typing import Any
 from aiohttp import web
 from lnurl.helpers import url_encode
 
+from satsgate.cluster.status import instances_state
 from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import operator_report
 from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
+from satsgate.web.operator_instances import instances_section
 from satsgate.web.operator_signin import COOKIE, OPERATOR, unauthorized
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
 from satsgate.workers.status import operator_workers, workers_section
@@ -58,6 +60,7 @@ def install(app: web.Application, keys: Keys) -> None:
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
         report["workers"] = await operator_workers(request.app)
+        report["instances"] = await instances_state(request.app[keys.store])
         resp = web.json_response(report)
         resp.headers["Cache-Control"] = "no-store"
         return resp
@@ -70,6 +73,7 @@ def install(app: web.Application, keys: Keys) -> None:
         report = await operator_report(request.app[keys.store], request.app[keys.engines])
         report["nostr"] = _nostr_status(request.app)
         report["workers"] = await operator_workers(request.app)
+        report["instances"] = await instances_state(request.app[keys.store])
         csrf = access.csrf_token(session_id) if session_id is not None else ""
         return page("Operator", _dashboard_body(report, csrf))
 
@@ -274,6 +278,7 @@ def _dashboard_body(report: dict[str, Any], csrf: str) -> str:
         + _card("Calls per service", _services_table(report))
         + _card("Failures and refunds by cause", _causes_table(report))
         + _card("Engines", _engines_table(report))
+        + instances_section(report.get("instances"))
         + workers_section(report.get("workers"))
         + _nostr_section(report.get("nostr"))
         + '<form method="post" action="/operator/logout">'

@@ -111,6 +111,7 @@ class Presence:
         await instances.register(self.instance_id, host, os.getpid(), tag, now)
         await asyncio.to_thread(self._mark_files_dir)
         gone = await instances.expire(stale_before, now, but=self.instance_id)
+        await self._free_duties(gone)
         if gone:
             log.info("instance(s) gone since their last heartbeat: %s", ", ".join(gone))
         others = []
@@ -121,6 +122,7 @@ class Presence:
                 # A predecessor on this host that died (kill -9, a crash): gone now,
                 # not after its lease.
                 await instances.declare_gone(row.instance_id, now)
+                await self._free_duties([row.instance_id])
                 log.info("instance %s (pid %d on this host) is not running", row.instance_id,
                          row.pid)  # fmt: skip
                 continue
@@ -210,9 +212,16 @@ class Presence:
         if self._duties:
             await self._store.duty_leases.renew(self.instance_id, self._lease_end_ms(now))
         gone = await instances.expire(int(now - self.lease_s), int(now), but=self.instance_id)
+        await self._free_duties(gone)
         if gone:
             log.warning("instance(s) stopped heartbeating: %s", ", ".join(gone))
         await self.recover_gone(take_up)
+
+    async def _free_duties(self, gone: list[str]) -> None:
+        """The duties of instances just declared gone are free at once (not after their
+        leases): the next instance to run one takes it."""
+        for instance_id in gone:
+            await self._store.duty_leases.release(instance_id)
 
     async def holds_duty(self, duty: str) -> bool:
         """Claim ``duty`` for this instance (or keep it): whether this instance runs it."""

@@ -42,6 +42,10 @@ class Settings:
     # Public address used in poll URLs, checkout links and LNURL callbacks.
     # Empty: derived from host and port.
     base_url: str = ""
+    # Several instances (docs/scale.md): this instance's own public address, where a
+    # telephony provider reaches the voice-bridge calls this instance dialed (their media
+    # WebSocket and status callbacks live in its memory). Empty: base_url.
+    instance_base_url: str = ""
     backend: str = "dev"
     network: str = "regtest"
     cln_rpc: str = ""
@@ -273,6 +277,7 @@ def load_settings(
     if settings.hold_invoices and settings.backend != "lnd":
         raise ValueError("hold_invoices needs the LND backend (--backend lnd)")
     check_base_url(settings.base_url)
+    check_base_url(settings.instance_base_url)
     if settings.store_url and not settings.store_url.startswith(("postgresql://", "postgres://")):
         raise ValueError("store url must be a postgresql:// URL")
     if settings.workers_mode not in ("pool", "queue"):

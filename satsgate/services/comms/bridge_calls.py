@@ -187,14 +187,16 @@ class BridgeCalls:
         if engines.available(ENGINE) and not self._base().startswith("https://"):
             log.warning(
                 "voice bridge: base_url %s is not https; telephony providers reach the media "
-                "WebSocket only at a public wss:// address (set base_url)",
+                "WebSocket only at a public wss:// address (set base_url, or with several "
+                "instances instance_base_url)",
                 self._base(),
             )
 
     # -- addresses ------------------------------------------------------------------------
 
     def _base(self) -> str:
-        return self._settings.public_base_url
+        """Where the provider reaches this very instance: its live calls are here."""
+        return self._settings.instance_base_url.rstrip("/") or self._settings.public_base_url
 
     def media_url(self, token: str) -> str:
         base = self._base()

@@ -27,6 +27,7 @@ from tests.conftest import free_port
 from tests.epub_maker import chapter, make_epub, nav_doc, prose
 from tests.fake_lnd import FakeLnd, running_lnd
 from tests.ledger_check import _balances, _rows_of
+from tests.mcp_client import tool_result
 from tests.pg_cluster import PgCluster
 from tests.test_sessions import WANTS_SESSION, Client, receipt, session_challenge, unb64url
 
@@ -369,4 +370,29 @@ async def test_a_sessions_bearer_calls_alternate_instances_and_its_balance_is_ex
     client.http = b
     closed = await client.close("render-card", CARD)  # closed on B
     assert closed.status_code == 200, closed.text
+    await assert_ledger_balances(group)
+
+
+async def test_an_mcp_payment_made_on_one_instance_is_waited_for_and_spent_on_the_other(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    a, b = clients
+    created = await tool_result(a, "create_payment", {"toolName": "render_card"})
+    pay = created["structuredContent"]
+    # B long-polls the payment A made; B's own watch of the node wakes it when it settles.
+    waiting = asyncio.create_task(b.get(f"/api/payments/{pay['paymentId']}", params={"wait": "20"}))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    started = time.monotonic()
+    await group.pay(pay["lightningInvoice"])
+    polled = await waiting
+    assert polled.status_code == 200, polled.text
+    assert polled.json()["status"] == "paid"
+    assert time.monotonic() - started < 5  # woken by the settlement, not the timeout
+    served = await tool_result(b, "render_card", {"paymentId": pay["paymentId"], **CARD})
+    assert served["isError"] is False, served
+    again = await tool_result(a, "render_card", {"paymentId": pay["paymentId"], **CARD,
+                                                 "title": "another"})  # fmt: skip
+    assert again["isError"] is True
+    assert again["structuredContent"]["error_code"] == "PAYMENT_ALREADY_USED"
     await assert_ledger_balances(group)

@@ -85,8 +85,17 @@ class FakePayments:
         if row.status is PaymentStatus.SERVING:
             self.rows[payment_id] = row._replace(status=PaymentStatus.SPENT)
 
-    async def serving(self) -> list[Payment]:
+    async def serving(self, served_by: str) -> list[Payment]:
         return [p for p in self.rows.values() if p.status is PaymentStatus.SERVING]
+
+    async def adopt(self, payment_id: str, gone: str) -> bool:
+        return payment_id in self.rows
+
+    async def unserved_in_doubt(self) -> list[Payment]:
+        return []  # these fakes never lose a commit
+
+    def resolved(self, payment: Payment) -> None:
+        pass
 
     async def spend_token(
         self, payment_hash: str, token_id: str, service: str, price_msat: int, now: int

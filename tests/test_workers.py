@@ -25,7 +25,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from satsgate.app import CPU
+from satsgate.appkeys import CPU
 from satsgate.engines.cpu_jobs import PAYER
 from satsgate.engines.image_codec import to_png
 from satsgate.operator import ensure_operator_token
@@ -82,7 +82,7 @@ class Fleet:
         return self.server.call(runner.queue.state)
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        return self.server.call(  # type: ignore[no-any-return]
+        return self.server.call(
             lambda: self.server.store.db.run_sync(lambda c: c.execute(sql, args).fetchall())
         )
 

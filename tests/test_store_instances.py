@@ -24,8 +24,8 @@ async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
 
 async def test_a_stale_instance_is_declared_gone_and_taken_up_once(store: Store) -> None:
     instances = store.instances
-    await instances.register("old", "host", 1, "tag", 100)
-    await instances.register("fresh", "host", 2, "tag", 1_000)
+    await instances.register("old", "host", (1, "ns"), "tag", 100)
+    await instances.register("fresh", "host", (2, "ns"), "tag", 1_000)
     declared = await asyncio.gather(
         *(instances.expire(500, 1_000, but=f"taker-{i}") for i in range(10))
     )

@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 TakeUp = Callable[[str], Awaitable[None]]
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (two containers may share a host name, never one);
+    empty where it cannot be read: no pid is then looked up."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -108,7 +117,8 @@ class Presence:
         else:
             stale_before = now - int(self.lease_s)
         host, tag = socket.gethostname(), self._secret_tag
-        await instances.register(self.instance_id, host, os.getpid(), tag, now)
+        pid_ns = _pid_namespace()
+        await instances.register(self.instance_id, host, (os.getpid(), pid_ns), tag, now)
         await asyncio.to_thread(self._mark_files_dir)
         gone = await instances.expire(stale_before, now, but=self.instance_id)
         await self._free_duties(gone)
@@ -118,9 +128,9 @@ class Presence:
         for row in await instances.all():
             if row.gone_at is not None or row.instance_id == self.instance_id:
                 continue
-            if row.host == host and not _process_alive(row.pid):
-                # A predecessor on this host that died (kill -9, a crash): gone now,
-                # not after its lease.
+            if row.host == host and pid_ns and row.pid_ns == pid_ns and not _process_alive(row.pid):
+                # A predecessor on this host (and pid namespace) that died (kill -9, a
+                # crash): gone now, not after its lease.
                 await instances.declare_gone(row.instance_id, now)
                 await self._free_duties([row.instance_id])
                 log.info("instance %s (pid %d on this host) is not running", row.instance_id,

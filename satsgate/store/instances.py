@@ -21,7 +21,7 @@ from satsgate.store.engine import Engine
 from satsgate.store.sql import Connection
 
 _INSTANCE_COLUMNS = (
-    "instance_id, host, pid, secret_tag, started_at, heartbeat_at, gone_at, recovering_by,"
+    "instance_id, host, pid, pid_ns, secret_tag, started_at, heartbeat_at, gone_at, recovering_by,"
     " recovering_until, recovered_at"
 )
 
@@ -30,6 +30,7 @@ class InstanceRow(NamedTuple):
     instance_id: str
     host: str
     pid: int
+    pid_ns: str
     secret_tag: str
     started_at: int
     heartbeat_at: int
@@ -44,13 +45,14 @@ class InstanceRepository:
         self._db = db
 
     async def register(
-        self, instance_id: str, host: str, pid: int, secret_tag: str, now: int
+        self, instance_id: str, host: str, pid: tuple[int, str], secret_tag: str, now: int
     ) -> None:
+        """Record a starting instance; ``pid``: its process id and pid namespace."""
         await self._db.run_sync(
             lambda conn: conn.execute(
-                "INSERT INTO instances (instance_id, host, pid, secret_tag, started_at,"
-                " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (instance_id, host, pid, secret_tag, now, now),
+                "INSERT INTO instances (instance_id, host, pid, pid_ns, secret_tag, started_at,"
+                " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (instance_id, host, pid[0], pid[1], secret_tag, now, now),
             )
         )
 

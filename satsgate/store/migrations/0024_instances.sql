@@ -6,6 +6,9 @@ CREATE TABLE "instances" (
     "instance_id" TEXT PRIMARY KEY,
     "host" TEXT NOT NULL,
     "pid" INTEGER NOT NULL,
+    -- The process-id namespace the pid is in (its inode): a pid is looked up only from
+    -- the same host and namespace.
+    "pid_ns" TEXT NOT NULL DEFAULT '',
     -- A digest of the instance's server secret: instances that share a store must share
     -- it (a credential one issued is verified by another).
     "secret_tag" TEXT NOT NULL DEFAULT '',

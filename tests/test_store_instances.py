@@ -12,6 +12,8 @@ import pytest
 
 from satsgate.cluster.presence import MisconfiguredInstance, Presence, StoreInUse
 from satsgate.store import Store
+from tests.conftest import free_port, skip_unless_ci
+from tests.pg_cluster import postgres_bindir, running_cluster
 
 
 @pytest.fixture
@@ -119,3 +121,51 @@ async def test_an_instance_beside_another_with_a_different_secret_or_files_is_re
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_after_an_outage_of_the_store_no_instance_declares_the_others_gone(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL stops for several leases under two live instances and comes back: the
+    heartbeats the outage kept out are no reason to declare anyone gone, so neither
+    instance is fenced and nothing is taken up."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        skip_unless_ci("PostgreSQL's programs (initdb, pg_ctl) are not installed")
+    assert bindir is not None
+    with running_cluster(bindir, free_port()) as cluster:
+        url = cluster.new_database()
+        stores = [Store(tmp_path / "unused", url) for _ in range(2)]
+        taken: list[str] = []
+
+        async def take_up(gone: str) -> None:
+            taken.append(gone)
+
+        presences = [
+            Presence(
+                s, lease_s=1.5, sqlite_lock=None, server_secret="s", files_dir=tmp_path / "files"
+            )
+            for s in stores
+        ]
+        for store in stores:
+            await store.open()
+        try:
+            for presence in presences:
+                await presence.join()
+            beats = [asyncio.create_task(p.run(take_up)) for p in presences]
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(cluster.pause)
+            await asyncio.sleep(4.0)  # more than two leases without a heartbeat
+            await asyncio.to_thread(cluster.resume)
+            await asyncio.sleep(4.0)  # and two leases of heartbeats again
+            for task in beats:
+                task.cancel()
+            await asyncio.gather(*beats, return_exceptions=True)
+            assert not any(p.fenced.is_set() for p in presences)
+            rows = await stores[0].instances.all()
+            live = {r.instance_id for r in rows if r.gone_at is None}
+            assert live == {s.instance_id for s in stores}
+            assert [t for t in taken if t != "before-instances"] == []
+        finally:
+            for store in stores:
+                await store.close()

@@ -97,6 +97,12 @@ class Presence:
         self._lock_path = sqlite_lock
         self._lock_file: IO[str] | None = None
         self._duties: set[str] = set()
+        # When this instance's heartbeats last got through, and since when they have got
+        # through without a gap: an instance judges the others only after a whole lease
+        # of its own access to the store (after an outage that cut off every instance,
+        # no instance declares the others gone for the heartbeats the outage kept out).
+        self._last_beat = time.time()
+        self._reachable_since = time.time()
         self._secret_tag = secret_tag(server_secret)
         # Each instance leaves a mark in the files directory: a live instance whose mark
         # is missing here writes its files elsewhere (the directory is not shared).
@@ -108,26 +114,30 @@ class Presence:
 
     async def join(self) -> None:
         """Record this instance; on SQLite, take the store's lock and declare every other
-        instance gone; on PostgreSQL, declare gone those whose lease ran out."""
+        instance gone; on PostgreSQL, declare gone a predecessor on this host whose
+        process is not running (the others whose lease ran out are declared by the
+        heartbeat, once this instance has had a lease of access to the store)."""
         now = int(time.time())
         instances = self._store.instances
         if self._lock_path is not None:
             self._take_lock(self._lock_path)
-            stale_before = now + 1  # the lock proves every other instance is gone
-        else:
-            stale_before = now - int(self.lease_s)
+        self._last_beat = self._reachable_since = time.time()
         host, tag = socket.gethostname(), self._secret_tag
         pid_ns = _pid_namespace()
         await instances.register(self.instance_id, host, (os.getpid(), pid_ns), tag, now)
         await asyncio.to_thread(self._mark_files_dir)
-        gone = await instances.expire(stale_before, now, but=self.instance_id)
-        await self._free_duties(gone)
-        if gone:
-            log.info("instance(s) gone since their last heartbeat: %s", ", ".join(gone))
+        if self._lock_path is not None:  # the lock proves every other instance gone
+            gone = await instances.expire(now + 1, now, but=self.instance_id)
+            await self._free_duties(gone)
+            if gone:
+                log.info("instance(s) gone since their last heartbeat: %s", ", ".join(gone))
         others = []
         for row in await instances.all():
             if row.gone_at is not None or row.instance_id == self.instance_id:
                 continue
+            if row.heartbeat_at < now - self.lease_s:
+                continue  # silent for a lease: declared gone by a heartbeat (run) soon
+
             if row.host == host and pid_ns and row.pid_ns == pid_ns and not _process_alive(row.pid):
                 # A predecessor on this host (and pid namespace) that died (kill -9, a
                 # crash): gone now, not after its lease.
@@ -219,8 +229,16 @@ class Presence:
             )
             self.fenced.set()
             return
+        beat_at = time.time()
+        if beat_at - self._last_beat > self.lease_s / 2:
+            # This instance was cut off from the store (an outage, a stall): the others
+            # may have been too, so none is judged until they have had a lease to beat.
+            self._reachable_since = beat_at
+        self._last_beat = beat_at
         if self._duties:
             await self._store.duty_leases.renew(self.instance_id, self._lease_end_ms(now))
+        if beat_at - self._reachable_since < self.lease_s:
+            return
         gone = await instances.expire(int(now - self.lease_s), int(now), but=self.instance_id)
         await self._free_duties(gone)
         if gone:

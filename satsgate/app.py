@@ -435,13 +435,16 @@ async def _take_up_gone(app: web.Application, gone: str) -> None:
     in_flight = await app[AI_CALLS].resume(gone)  # AI calls being watched or waiting to redial
     if in_flight:
         log.info("%d AI call(s) in flight were taken up again", in_flight)
+    payouts = await app[DEPOSITS].take_up(gone)  # Lightning-address payouts cut short
+    if payouts:
+        log.info("%d deposit payout(s) under way were taken up", payouts)
 
 
 async def _take_up_at_group_start(app: web.Application) -> None:
     """At a start with no other instance live (one instance, or all of them restarting),
     before any call is taken: what is recorded without its instance is settled (it can
     belong to no live call now)."""
-    await app[DEPOSITS].resume(startup=True)  # Lightning-address payouts a restart cut short
+    await app[DEPOSITS].resume()  # Lightning-address payouts settled but not started
     await app[AI_CALLS].sweep()  # confirmations past their deadline, settlements missing
 
 

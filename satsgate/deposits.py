@@ -374,13 +374,14 @@ class DepositSettler:
                 return refund
         return None
 
-    async def resume(self, *, startup: bool = False) -> int:
-        """Finish payouts whose outcome was unknown, once the refund's claim is resolved
-        (scheduler; ``RefundService.reconcile`` asks the node), and at start-up
-        (``startup``) take up the payouts a restart interrupted. How many rows moved."""
+    async def resume(self) -> int:
+        """Finish the payouts whose outcome was unknown, once the refund's claim is
+        resolved (scheduler; ``RefundService.reconcile`` asks the node): the pending ones,
+        and those this instance is paying (another instance follows its own). How many
+        rows moved."""
         moved = 0
         deposits = self._store.deposits
-        for row in await deposits.in_states((rows.PENDING, rows.PAYING)):
+        for row in await deposits.to_follow():
             if row.payment_id in self._in_flight:
                 continue
             refund = await self._refund_of(row)
@@ -397,11 +398,6 @@ class DepositSettler:
             elif refund.status is RefundStatus.OPEN and row.payout_state == rows.PENDING:
                 self._spawn(row)
                 moved += 1
-            elif refund.status is RefundStatus.OPEN and startup:
-                # A restart cut the attempt short before its claim: try once more.
-                if await deposits.move(row.payment_id, (rows.PAYING,), rows.PENDING, None, _now()):
-                    self._spawn(row)
-                    moved += 1
             elif refund.status is RefundStatus.OPEN:
                 # The claim's outcome became known as failed: the link is the payer's.
                 error = await self._refunds.last_payout_error(refund.k1)
@@ -409,6 +405,23 @@ class DepositSettler:
                     row.payment_id, (rows.PAYING,), rows.FALLBACK, error or "failed", _now()
                 )
         return moved
+
+    async def take_up(self, gone: str) -> int:
+        """The payouts the gone instance ``gone`` had under way: one whose refund is still
+        unclaimed is tried once more from here; one whose claim was made is followed here
+        (``resume``). How many were taken."""
+        taken = 0
+        deposits = self._store.deposits
+        for row in await deposits.paying_of(gone):
+            refund = await self._refund_of(row)
+            if refund is not None and refund.status is RefundStatus.OPEN:
+                # A crash cut the attempt short before its claim: try once more.
+                if await deposits.retake(row.payment_id, gone, _now()):
+                    self._spawn(row)
+                    taken += 1
+            elif await deposits.move(row.payment_id, (rows.PAYING,), rows.PAYING, None, _now()):
+                taken += 1  # its claim's outcome is followed by this instance now
+        return taken
 
     async def wait_payouts(self) -> None:
         """Let payouts under way finish (shutdown, tests)."""

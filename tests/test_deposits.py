@@ -230,10 +230,12 @@ async def test_used_is_capped_and_unknown_payments_are_not_settled(
     assert node.call(lambda: node.app[DEPOSITS].settle("pay_unknown", 0)) is None
 
 
+@pytest.mark.parametrize("left", ["pending", "paying"])
 def test_a_restart_takes_up_an_interrupted_payout(
-    tmp_path: Path, wallet: FakeLightningAddress
+    tmp_path: Path, wallet: FakeLightningAddress, left: str
 ) -> None:
-    """A settlement written but not paid out (the process died before the payout) is paid
+    """A settlement written but not paid out (the process died before the payout, or
+    after its payout was claimed for this process and before the refund's claim) is paid
     to the Lightning address when the node starts again."""
     settings = make_settings(tmp_path / "data", lightning_address_hosts=wallet.hosts)
     first = ThreadedServer(settings)
@@ -259,6 +261,11 @@ def test_a_restart_takes_up_an_interrupted_payout(
 
         first.call(settle_without_payout)
         first.call(lambda: first.store.deposits.move(payment_id, ("paying",), "pending", None, 0))
+        if left == "paying":  # claimed for the first process, which died then
+            moved = first.call(
+                lambda: first.store.deposits.move(payment_id, ("pending",), "paying", None, 0)
+            )
+            assert moved
     finally:
         first.stop()
     before = len(wallet.issued)

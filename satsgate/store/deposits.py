@@ -67,8 +67,9 @@ def _rows(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[DepositR
 class DepositRepository:
     """Every method runs on the store thread: settlements are off the hot paths."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self._instance_id = instance_id  # stamped on a payout it starts (``paying_by``)
 
     async def settle(
         self,
@@ -148,13 +149,29 @@ class DepositRepository:
     async def move(
         self, payment_id: str, from_states: tuple[str, ...], to: str, error: str | None, now: int
     ) -> bool:
-        """payout_state from one of ``from_states`` to ``to``, once (conditional UPDATE)."""
+        """payout_state from one of ``from_states`` to ``to``, once (conditional UPDATE);
+        a move to paying records this instance as the one paying."""
         marks = ", ".join("?" * len(from_states))
+        paying_by = self._instance_id if to == PAYING else None
         cur = await self._db.run_sync(
             lambda conn: conn.execute(
                 "UPDATE deposit_settlements SET payout_state = ?, payout_error = ?,"
-                f" updated_at = ? WHERE payment_id = ? AND payout_state IN ({marks})",
-                (to, None if error is None else error[:500], now, payment_id, *from_states),
+                " updated_at = ?, paying_by = COALESCE(?, paying_by)"
+                f" WHERE payment_id = ? AND payout_state IN ({marks})",
+                (to, None if error is None else error[:500], now, paying_by, payment_id,
+                 *from_states),
+            )
+        )  # fmt: skip
+        return cur.rowcount == 1
+
+    async def retake(self, payment_id: str, gone: str, now: int) -> bool:
+        """paying -> pending for a payout the gone instance ``gone`` had under way and
+        whose refund is still unclaimed: True for the one instance that takes it."""
+        cur = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE deposit_settlements SET payout_state = ?, updated_at = ?"
+                " WHERE payment_id = ? AND payout_state = ? AND paying_by = ?",
+                (PENDING, now, payment_id, PAYING, gone),
             )
         )
         return cur.rowcount == 1
@@ -163,4 +180,20 @@ class DepositRepository:
         marks = ", ".join("?" * len(states))
         return await self._db.run_sync(
             lambda conn: _rows(conn, f"payout_state IN ({marks})", states)
+        )
+
+    async def to_follow(self) -> list[DepositRow]:
+        """Payouts to follow up here: pending ones, and those this instance is paying."""
+        return await self._db.run_sync(
+            lambda conn: _rows(
+                conn,
+                "payout_state = ? OR (payout_state = ? AND paying_by = ?)",
+                (PENDING, PAYING, self._instance_id),
+            )
+        )
+
+    async def paying_of(self, instance_id: str) -> list[DepositRow]:
+        """Payouts the instance ``instance_id`` had under way."""
+        return await self._db.run_sync(
+            lambda conn: _rows(conn, "payout_state = ? AND paying_by = ?", (PAYING, instance_id))
         )

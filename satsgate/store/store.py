@@ -70,7 +70,7 @@ class Store:
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
         self.ecash = EcashRepository(self.db)
-        self.deposits = DepositRepository(self.db)
+        self.deposits = DepositRepository(self.db, self.instance_id)
         self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)
         # Communications (issue 19): held requests, do-not-contact, screenings, retention.

@@ -35,6 +35,9 @@ ALTER TABLE "payments" ADD COLUMN "served_by" TEXT;
 -- Which instance is releasing or refunding a held request ('releasing', 'refunding').
 ALTER TABLE "held_requests" ADD COLUMN "claimed_by" TEXT;
 
+-- Which instance is paying a deposit's refund to its Lightning address ('paying').
+ALTER TABLE "deposit_settlements" ADD COLUMN "paying_by" TEXT;
+
 -- What each instance's calls in flight hold of a session's balance (sessions.held_msat is
 -- their sum): a gone instance's part goes back to the balance, the others' stay held.
 CREATE TABLE "session_holds" (
@@ -55,5 +58,7 @@ OR "payment_id" IN (SELECT "payment_id" FROM "ai_calls"
     WHERE "status" IN ('placing', 'calling', 'redial_scheduled'));
 UPDATE "held_requests" SET "claimed_by" = 'before-instances'
 WHERE "status" IN ('releasing', 'refunding');
+UPDATE "deposit_settlements" SET "paying_by" = 'before-instances'
+WHERE "payout_state" = 'paying';
 INSERT INTO "session_holds" ("session_id", "instance_id", "held_msat")
 SELECT "session_id", 'before-instances', "held_msat" FROM "sessions" WHERE "held_msat" > 0;

@@ -313,17 +313,19 @@ def _build_desks(app: web.Application) -> None:
     """The desks the services run through (voice bridge, callbacks and jobs, AI calls,
     e-signatures, faxes, the content screen) and the handlers' resources over them."""
     settings, store = app[SETTINGS], app[STORE]
+    # Several instances on PostgreSQL: what one instance holds in memory and another's
+    # caller needs (a job's progress and end, a say for a call another instance dialed)
+    # is announced to every instance.
+    events = open_events(settings.store_url, store.db)
+    if events is not None:
+        app[CLUSTER_EVENTS] = events
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
     # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
     # A callee who asks not to be called again goes on the do-not-contact list.
     app[VOICE_BRIDGE] = BridgeCalls(
-        settings, store, app[ENGINES], app[DEPOSITS], store.do_not_contact
+        settings, store, app[ENGINES], app[DEPOSITS], store.do_not_contact, events
     )
     app[CALLBACKS] = callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
-    # Several instances on PostgreSQL: a job's progress and end reach every instance.
-    events = open_events(settings.store_url, store.db)
-    if events is not None:
-        app[CLUSTER_EVENTS] = events
     app[JOBS] = JobRunner(store.jobs, settings.public_base_url, callbacks, events)
     app[AI_CALLS] = AiCallRunner(settings, store, app[ENGINES], app[DEPOSITS])
     # E-signature requests, followed to their signed copy (webhooks, the poll).
@@ -524,6 +526,9 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     # Spends whose commit the store's connection cut, found committed: refunded. This
     # instance's own (it alone knows which answers were cut).
     every(15, gate.spender.refund_unserved_in_doubt, id="spends-in-doubt", each_instance=True)
+    if app.get(CLUSTER_EVENTS) is not None:
+        # Says handed over for this instance's calls whose announcement was lost.
+        every(2, app[VOICE_BRIDGE].take_handed_over, id="bridge-says", each_instance=True)
     if gate.sessions is not None:
         # Payment sessions: idle ones closed and paid back, failed payouts retried.
         idle_s = settings.session_idle_timeout_s

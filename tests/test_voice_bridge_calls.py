@@ -32,6 +32,7 @@ from tests.conftest import (
 from tests.fake_lnurlp import FakeLightningAddress
 from tests.fake_twilio_media import AUTH_TOKEN, FakeTwilio, twilio_signature
 from tests.ledger_check import assert_ledger_balances
+from tests.pg_cluster import PgCluster
 from tests.test_gateway import assert_envelope
 from tests.test_mcp import first_text, mcp_url, structured
 from tests.test_sessions import Client as SessionClient
@@ -473,3 +474,51 @@ async def test_a_payment_session_cannot_pay_the_deposit(
     assert error["error_code"] == "INVALID_INPUT" and "session" in error["error"]
     assert error["session"]["creditedMsat"] == price * 1000
     assert len(twilio.calls) == calls_before
+
+
+async def test_a_say_sent_to_another_instance_is_played_by_the_one_that_dialed(
+    tmp_path: Any, twilio: FakeTwilio, pg_cluster: PgCluster
+) -> None:
+    """Two instances on one PostgreSQL store: the call is dialed by A (its audio is in A's
+    memory); a say sent to B is handed over through the store and played by A, a poll and
+    the end work at B, and the deposit is settled once."""
+    url = pg_cluster.new_database()
+    shared = tmp_path / "data"  # one server secret and files directory for both
+    common = {
+        "providers": {"twilio": twilio.provider_table()},
+        "engines": {"voice_bridge": "twilio"},
+        "store_url": url,
+    }
+    a = ThreadedServer(make_settings(shared, **common), PROVIDER_KINDS)
+    b = ThreadedServer(make_settings(shared, **common), PROVIDER_KINDS)
+    try:
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=60) as at_a,
+            httpx.AsyncClient(base_url=b.url, timeout=60) as at_b,
+        ):
+            opened = await _open(at_a, sttEnabled=False)
+            session = opened["sessionId"]
+            call = twilio.calls[opened["callId"]]
+            assert call.stream_url.startswith(a.url.replace("http://", "ws://"))
+            await _events_until(at_b, session, lambda ev: "answered" in _types(ev))
+            said = "Handed over from the other instance."
+            resp = await at_b.post(SAY, json={"sessionId": session, "text": said})
+            assert resp.status_code == 200, resp.text
+            sent = resp.json()["bytesSent"]
+            assert abs(sent - len(_mulaw_speech(said))) <= 800
+            await twilio.wait_for(lambda: "say-1" in call.marks)
+            assert len(call.received) == sent  # played into the call by A
+            events, _ = await _events_until(
+                at_b, session, lambda ev: any(e["type"] == "speaking" for e in ev)
+            )
+            assert next(e["text"] for e in events if e["type"] == "speaking") == said
+            settled = (await at_b.post(END, json={"sessionId": session})).json()
+            assert settled["usedSats"] == math.ceil(opened["perMinuteSats"])
+            again = (await at_a.post(END, json={"sessionId": session})).json()
+            assert again["usedSats"] == settled["usedSats"]  # settled once
+            refunds = _refunds(a, _payment_id(a, session))
+            assert [r.amount_msat for r in refunds] == [settled["refundableSats"] * 1000]
+        assert_ledger_balances(a)
+    finally:
+        b.stop()
+        a.stop()

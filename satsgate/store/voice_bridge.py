@@ -9,6 +9,7 @@ ones arrive.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from satsgate.store.engine import Engine
@@ -170,6 +171,41 @@ class VoiceBridgeRepository:
             ).fetchall()
         )
         return [_row(r) for r in rows]
+
+    async def hand_over(self, session_id: str, audio: bytes, label: str, now: int) -> None:
+        """A say for a call whose audio is on another instance: kept for that instance."""
+        await self._db.run_sync(
+            lambda conn: conn.execute(
+                "INSERT INTO voice_bridge_says (session_id, audio, label, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (session_id, audio, label, now),
+            )
+        )
+
+    async def says_waiting(self, session_id: str) -> int:
+        row = await self._db.run_sync(
+            lambda conn: conn.execute(
+                "SELECT COUNT(*) FROM voice_bridge_says WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        )
+        return int(row[0])
+
+    async def take_says(self, session_ids: Sequence[str]) -> list[tuple[str, bytes, str]]:
+        """The says handed over for these sessions, taken (each by one taker: a DELETE
+        ... RETURNING), in the order they were said: (session id, audio, label)."""
+        if not session_ids:
+            return []
+        marks = ", ".join("?" * len(session_ids))
+
+        def run(conn: Connection) -> list[tuple[str, bytes, str]]:
+            rows = conn.execute(
+                f"DELETE FROM voice_bridge_says WHERE session_id IN ({marks})"
+                " RETURNING say_id, session_id, audio, label",
+                tuple(session_ids),
+            ).fetchall()
+            return [(str(r[1]), bytes(r[2]), str(r[3])) for r in sorted(rows, key=lambda r: r[0])]
+
+        return await self._db.run_sync(run)
 
     async def add_event(self, session_id: str, type_: str, text: str, ts_ms: int, keep: int) -> int:
         """Append an event; its seq. Events older than the last ``keep`` are deleted."""

@@ -54,6 +54,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from satsgate.cluster.events import ClusterEvents
 from satsgate.config import Settings
 from satsgate.deposits import DepositSettler, Settlement
 from satsgate.domain.do_not_contact import (
@@ -98,6 +99,8 @@ from satsgate.store.voice_bridge import BridgeSessionRow
 log = logging.getLogger(__name__)
 
 MEDIA_PATH = "/api/voice-bridge/media/{token}"
+# The channel a say handed over to the dialing instance is announced on (its session id).
+SAYS_HANDED_OVER = "satsgate_bridge_says"
 STATUS_PATH = "/api/voice-bridge/status/{token}"
 ENGINE = "voice_bridge"
 CODEC = "mulaw_8000"  # what a telephone call carries; the bridge's activeCodec
@@ -172,6 +175,7 @@ class BridgeCalls:
         engines: Engines,
         deposits: DepositSettler,
         opt_outs: OptOuts = NO_OPT_OUTS,
+        events: ClusterEvents | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -184,6 +188,11 @@ class BridgeCalls:
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing = False
         self._free: set[asyncio.Task[Any]] = set()  # background writes and ends
+        # Several instances: a say that reaches another instance than the one holding the
+        # call's audio is handed over through the store, and this event tells the holder.
+        self._events = events
+        if events is not None:
+            events.on(SAYS_HANDED_OVER, self._heard_say)
         if engines.available(ENGINE) and not self._base().startswith("https://"):
             log.warning(
                 "voice bridge: base_url %s is not https; telephony providers reach the media "
@@ -294,9 +303,14 @@ class BridgeCalls:
     # -- say, poll, end (free) ------------------------------------------------------------
 
     async def say(self, session_id: str, utterance: Utterance) -> int | None:
+        """Play ``utterance`` into the call; the bytes of audio queued, or None when the
+        session is not live (here: a call dialed by another instance is reached through
+        the store when instances share one)."""
         row = await self._repo.get(session_id)
         live = self._live.get(session_id)
-        if row is None or not row.live or live is None or live.ending:
+        if row is None or not row.live or (live is None and self._events is None):
+            return None
+        if live is not None and live.ending:
             return None
         if utterance.text is not None:
             if not row.tts_enabled:
@@ -319,16 +333,43 @@ class BridgeCalls:
             label = ""
         if not mulaw:
             raise ApiError(ErrorCode.INVALID_INPUT, "There is no audio to play.")
-        if live.ending:
-            return None
-        if live.to_play.qsize() >= MAX_QUEUED_SAYS:
+        waiting = (
+            live.to_play.qsize() if live is not None else await self._repo.says_waiting(session_id)
+        )
+        if waiting >= MAX_QUEUED_SAYS:
             raise ApiError(
                 ErrorCode.RATE_LIMITED,
                 f"{MAX_QUEUED_SAYS} utterances are waiting to be played; say again once "
                 "poll shows them spoken.",
             )
+        if live is None:
+            assert self._events is not None
+            await self._repo.hand_over(session_id, mulaw, label, int(time.time()))
+            self._events.publish(SAYS_HANDED_OVER, session_id)
+            return len(mulaw)
+        if live.ending:
+            return None
         live.to_play.put_nowait((mulaw, label))
         return len(mulaw)
+
+    def _heard_say(self, session_id: str) -> None:
+        """A say was handed over for a call: taken here if its audio is here."""
+        if session_id in self._live:
+            self._spawn_free(self.take_handed_over([session_id]))
+
+    async def take_handed_over(self, session_ids: Sequence[str] | None = None) -> int:
+        """Queue the says handed over for this instance's live calls (all of them, or
+        ``session_ids``): when notified, and on the scheduler's look for a notification
+        lost; how many."""
+        ids = [i for i in (session_ids or list(self._live)) if i in self._live]
+        taken = 0
+        for session_id, audio, label in await self._repo.take_says(ids):
+            live = self._live.get(session_id)
+            if live is None or live.ending:
+                continue
+            live.to_play.put_nowait((audio, label))
+            taken += 1
+        return taken
 
     async def poll(self, session_id: str, cursor: int) -> BridgePoll | None:
         row = await self._repo.get(session_id)
@@ -635,6 +676,7 @@ class BridgeCalls:
                     await self._event(session_id, "ended", reason)
                     if live is not None:
                         await self._stop_live(live)
+                    await self._repo.take_says([session_id])  # handed over, never played
                 row = await self._repo.get(session_id)
                 assert row is not None
             # The caller's own end waits for a payout to its refundAddress; an end the

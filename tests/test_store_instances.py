@@ -5,6 +5,7 @@ runs out and passes on; a SQLite store takes one instance, and a second refuses 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -123,6 +124,17 @@ async def test_an_instance_beside_another_with_a_different_secret_or_files_is_re
             await s.close()
 
 
+LEASE_S = 4.0
+
+
+async def _beats_fresh(store: Store, within_s: float) -> list[bool]:
+    """Whether each live instance's heartbeat is younger than ``within_s``."""
+    now = time.time()
+    return [now - r.heartbeat_at <= within_s + 1 for r in await store.instances.all()
+            if r.gone_at is None]  # fmt: skip
+
+
+@pytest.mark.slow
 async def test_after_an_outage_of_the_store_no_instance_declares_the_others_gone(
     tmp_path: Path,
 ) -> None:
@@ -143,7 +155,11 @@ async def test_after_an_outage_of_the_store_no_instance_declares_the_others_gone
 
         presences = [
             Presence(
-                s, lease_s=1.5, sqlite_lock=None, server_secret="s", files_dir=tmp_path / "files"
+                s,
+                lease_s=LEASE_S,
+                sqlite_lock=None,
+                server_secret="s",
+                files_dir=tmp_path / "files",
             )
             for s in stores
         ]
@@ -155,9 +171,15 @@ async def test_after_an_outage_of_the_store_no_instance_declares_the_others_gone
             beats = [asyncio.create_task(p.run(take_up)) for p in presences]
             await asyncio.sleep(1.0)
             await asyncio.to_thread(cluster.pause)
-            await asyncio.sleep(4.0)  # more than two leases without a heartbeat
+            await asyncio.sleep(2.5 * LEASE_S)  # heartbeats kept out for over two leases
             await asyncio.to_thread(cluster.resume)
-            await asyncio.sleep(4.0)  # and two leases of heartbeats again
+            # Both beat again (each as soon as its pool has a connection), then a lease
+            # passes in which either could judge the other.
+            deadline = time.monotonic() + 30
+            while not all(await _beats_fresh(stores[0], 1.0)):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(LEASE_S * 1.5)
             for task in beats:
                 task.cancel()
             await asyncio.gather(*beats, return_exceptions=True)

@@ -57,6 +57,7 @@ POOL_SIZE = 8
 _RETRIES = 40
 _RETRY_PAUSE_MAX_S = 0.05
 _CONNECT_WAIT_S = 5.0
+_RECONNECT_BOUND_S = 10.0
 _RETRY_ERRORS = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 
 
@@ -172,6 +173,12 @@ class PostgresDatabase:
             # How long a request waits for a connection while PostgreSQL is away before
             # it is answered 503 (STORE_UNAVAILABLE).
             timeout=_CONNECT_WAIT_S,
+            # The pool's reconnection attempts back off exponentially; bounded, a long
+            # outage is followed by a new connection within seconds of PostgreSQL's
+            # return (the next request starts a fresh attempt), not up to half the
+            # outage later, so no instance stays cut off for a lease after the others
+            # are back (satsgate/cluster/presence.py).
+            reconnect_timeout=_RECONNECT_BOUND_S,
         )
         pool = self._pool
         try:

@@ -1,7 +1,7 @@
 """Paid no-op calls on SQLite, on PostgreSQL with one instance, and with two (issue 29).
 
-    python bench/scale.py            # ~4 min: 3 interleaved rounds of 5 s per set-up
-    python bench/scale.py --quick    # ~1.5 min: 1 round of 3 s
+    python bench/scale.py            # ~2 min: 3 interleaved rounds of 5 s per set-up
+    python bench/scale.py --quick    # ~1 min: 1 round of 3 s
 
 One run, side by side, on a throwaway PostgreSQL cluster on this machine
 (tests/pg_cluster.py: the tests' settings, fsync off):

@@ -1,6 +1,7 @@
 """satsgate as the bench serves it: the real app (dev node) plus one trivial paid route.
 
     python bench/satsgate_server.py --data-dir /tmp/x --port 8402 [--cprofile out.prof]
+        [--store-url postgresql://...]
 
 The app is built with ``create_app`` exactly as the service builds it; the bench
 adds ``POST /bench/noop``, a paid call whose handler does no work, so that
@@ -141,6 +142,9 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument(
+        "--store-url", default="", help="the store on PostgreSQL (default: the SQLite file)"
+    )
     parser.add_argument("--cprofile", type=Path, help="profile the whole run, write pstats here")
     parser.add_argument(
         "--experiment",
@@ -158,11 +162,13 @@ def main() -> None:
     # some of these settings.
     limits: dict[str, Any] = {"challenge_rate_per_min": 0, "max_unpaid_challenges": 0}
     known = {f.name for f in dataclasses.fields(Settings)}
+    store: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
     settings = Settings(
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,
         **{k: v for k, v in limits.items() if k in known},
+        **store,
     )
     print(
         "bench server: limits off for the bench's one address: "

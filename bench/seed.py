@@ -107,15 +107,19 @@ async def insert_rows(store: Store, rows: Sequence[tuple[Any, ...]]) -> None:
     await store.db.run_in_transaction(go)
 
 
-async def _insert(db_path: Path, rows: Sequence[tuple[Any, ...]]) -> None:
-    store = Store(db_path)  # the store's own migrations; WAL, so the server may be running
+async def _insert(db_path: Path, rows: Sequence[tuple[Any, ...]], store_url: str = "") -> None:
+    # The store's own migrations; on SQLite WAL, so the server may be running.
+    store = Store(db_path, store_url)
     await store.open()
     try:
         await insert_rows(store, rows)
-        # Copy the WAL into the database now and empty it: left for the server, the
-        # tens of thousands of pages written here made its first checkpoint in the
-        # timed run copy them all (a PASSIVE step of seconds on its store thread).
-        await store.db.run_sync(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        if not store_url:
+            # Copy the WAL into the database now and empty it: left for the server, the
+            # tens of thousands of pages written here made its first checkpoint in the
+            # timed run copy them all (a PASSIVE step of seconds on its store thread).
+            await store.db.run_sync(
+                lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            )
     finally:
         await store.close()
 
@@ -127,7 +131,8 @@ def seed(
     out: Path,
     pool: ProcessPoolExecutor | None = None,
 ) -> float:
-    """Insert ``count`` paid payments for ``spec``; write their credentials to ``out``.
+    """Insert ``count`` paid payments for ``spec`` into the store of ``settings`` (its
+    SQLite file, or ``settings.store_url``); write their credentials to ``out``.
 
     Returns the seconds it took. Minting (~70 us each) is spread over ``pool``.
     """
@@ -141,6 +146,6 @@ def seed(
         futures = [pool.submit(_make_rows, spec, n, *keys) for n in sizes]
         batches = [f.result() for f in futures]
     rows = [row for batch in batches for row in batch]
-    asyncio.run(_insert(settings.db_path, rows))
+    asyncio.run(_insert(settings.db_path, rows, getattr(settings, "store_url", "")))
     out.write_text("".join(row[-1] + "\n" for row in rows))
     return time.perf_counter() - started

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,6 +121,47 @@ async def test_concurrent_inline_spends_serve_once(any_store: Store) -> None:
     # Spent, not yet answered: held, neither earned nor open.
     assert ledger["held_msat"] == 50 * 5000
     assert ledger["earned_msat"] == 0 and ledger["open_msat"] == 0
+
+
+async def test_deferred_answered_marks_all_land_and_a_failing_write_loses_no_other(
+    any_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    batches: list[int] = []
+    if store.db.postgres:  # count the transactions the deferred writes went out in
+        from satsgate.store import postgres
+
+        real = postgres._write_batch
+
+        def counted(conn: Any, batch: Any) -> None:
+            batches.append(len(batch))
+            real(conn, batch)
+
+        monkeypatch.setattr(postgres, "_write_batch", counted)
+    payments = [_paid_payment() for _ in range(30)]
+    for p in payments:
+        await store.payments.insert(p)
+    assert all(await asyncio.gather(*(store.payments.spend(p.payment_id, 1) for p in payments)))
+    for p in payments[:20]:  # one loop iteration's answers, a bad write among them
+        store.payments.answered(p.payment_id)
+        if p is payments[10]:
+            store.db.write_soon("UPDATE no_such_table SET x = 1", ())
+    await asyncio.sleep(0)
+    for p in payments[20:]:  # and more while those are being written
+        store.payments.answered(p.payment_id)
+    ledger: dict[str, Any] = {}
+    for _ in range(200):  # committed: the ledger's snapshot sees them all answered
+        ledger = dict(await store.ledger.totals())
+        if ledger["held_msat"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert ledger["held_msat"] == 0 and ledger["earned_msat"] > 0, ledger
+    rows = [await store.payments.get(p.payment_id) for p in payments]
+    assert [r.status for r in rows if r is not None] == [PaymentStatus.SPENT] * 30
+    if store.db.postgres:
+        # The first batch (21 writes) failed whole and its writes were tried one by one.
+        assert batches[0] == 21 and batches[1:22] == [1] * 21
+        assert sum(batches[22:]) == 10 and len(batches) < 22 + 10
 
 
 async def test_prune_unpaid_keeps_everything_paid_and_recent(any_store: Store) -> None:

@@ -6,10 +6,11 @@ The same interface as the SQLite :class:`satsgate.store.engine.Database` (see
 - psycopg 3's synchronous connections from a psycopg_pool pool, each unit of work on a
   thread of this engine's own (as many threads as connections): the event loop only
   awaits, it never waits on the network or a lock (docs/scale.md says why this driver);
-- one statement (``read``, ``write``, ``write_one``, ``write_soon``) is its own
-  transaction (autocommit): a conditional ``UPDATE ... WHERE status = 'paid'`` is
-  exactly-once across connections and instances, since PostgreSQL re-checks the
-  condition on the row it locked;
+- one statement (``read``, ``write``, ``write_one``) is its own transaction
+  (autocommit): a conditional ``UPDATE ... WHERE status = 'paid'`` is exactly-once
+  across connections and instances, since PostgreSQL re-checks the condition on the
+  row it locked; ``write_soon``'s unwaited writes are gathered into one READ COMMITTED
+  transaction per batch (each still a conditional write of its own rows);
 - a multi-statement transaction (``run_in_transaction``, and ``transaction(conn)``
   inside ``run_sync``) is SERIALIZABLE: a read-then-write that raced another
   transaction fails with a serialization failure instead of acting on a stale read,
@@ -135,6 +136,21 @@ class PgConnection:
             raise
 
 
+def _write_batch(conn: PgConnection, batch: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    """``batch``'s statements in one READ COMMITTED transaction (each a conditional
+    write of its own rows, as it would be alone in autocommit), pipelined: BEGIN, the
+    statements in one exchange, COMMIT. Any error rolls the whole transaction back."""
+    raw = conn.raw
+    with raw.transaction():
+        if not psycopg.Pipeline.is_supported():
+            for text, values in batch:
+                conn.execute(text, values)
+            return
+        with raw.pipeline():
+            for text, values in batch:
+                conn.execute(text, values)
+
+
 def _migrate(conn: PgConnection) -> None:
     migrate_postgres(conn.raw)
 
@@ -149,7 +165,10 @@ class PostgresDatabase:
         self._pool_size = pool_size
         self._executor: ThreadPoolExecutor | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
-        self._later: set[asyncio.Task[int]] = set()  # write_soon's writes
+        self._later: set[asyncio.Task[Any]] = set()  # write_soon's writes
+        # write_soon's writes not yet sent, and the task sending them (see write_soon).
+        self._soon: list[tuple[str, Sequence[Any]]] = []
+        self._sending: asyncio.Task[None] | None = None
         # Each of the engine's threads keeps one connection of the pool (see _connection).
         self._thread = threading.local()
         self._taken: list[psycopg.Connection[Any]] = []
@@ -273,18 +292,50 @@ class PostgresDatabase:
 
     def write_soon(self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]) -> None:
         """One write (and ``more``, in one transaction with it) nobody waits for (see
-        ``Database.write_soon``): a task of its own."""
-        statements = ((sql, args), *more)
+        ``Database.write_soon``). The writes of one loop iteration, and those made while
+        the previous ones were being written, go out together: one hop to a thread and
+        one transaction, the statements pipelined (a group commit, as SQLite's). A
+        batch that fails is rolled back whole and its writes are tried again one by one,
+        so one write's error loses no other. Several statements (``more``) keep a
+        SERIALIZABLE transaction of their own, as ``run_in_transaction``."""
+        if more:
+            statements = ((sql, args), *more)
 
-        def run(conn: Any) -> int:
-            return sum(int(conn.execute(text, values).rowcount) for text, values in statements)
+            def run(conn: Any) -> int:
+                return sum(int(conn.execute(t, values).rowcount) for t, values in statements)
 
-        unit = self.run_in_transaction(run) if more else self.write_one(sql, args)
-        task = asyncio.ensure_future(unit)
-        self._later.add(task)
-        task.add_done_callback(self._later_done)
+            later = asyncio.ensure_future(self.run_in_transaction(run))
+            self._later.add(later)
+            later.add_done_callback(self._later_done)
+            return
+        self._soon.append((sql, args))
+        if self._sending is None:
+            self._sending = task = asyncio.ensure_future(self._send_soon())
+            self._later.add(task)
+            task.add_done_callback(self._later_done)
 
-    def _later_done(self, task: asyncio.Task[int]) -> None:
+    async def _send_soon(self) -> None:
+        try:
+            while self._soon:
+                batch, self._soon = self._soon, []
+                try:
+                    await self._write_batch(batch)
+                except Exception as exc:
+                    if len(batch) == 1 or isinstance(exc, StoreUnavailable):
+                        log.error("a deferred write failed: %s", exc)
+                        continue
+                    for one_write in batch:
+                        try:
+                            await self._write_batch([one_write])
+                        except Exception as one:
+                            log.error("a deferred write failed: %s", one)
+        finally:
+            self._sending = None
+
+    async def _write_batch(self, batch: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        await self._in_thread(lambda: self._unit(lambda conn: _write_batch(conn, batch)))
+
+    def _later_done(self, task: asyncio.Task[Any]) -> None:
         self._later.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a deferred write failed: %s", task.exception())

@@ -30,6 +30,7 @@ from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning import LightningBackend
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
 from satsgate.runner import ServiceHandle, start_service
+from satsgate.store import Store
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
 from tests.pg_cluster import PgCluster, postgres_bindir, running_cluster
@@ -175,6 +176,15 @@ def store_url_for(request: pytest.FixtureRequest) -> str:
 def store_url(request: pytest.FixtureRequest) -> str:
     """Each test that asks for it runs twice: on SQLite ("") and on PostgreSQL."""
     return store_url_for(request)
+
+
+@pytest.fixture
+async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
+    """An open store on each engine (STORES), closed after the test."""
+    opened = Store(tmp_path / "satsgate.db", store_url)
+    await opened.open()
+    yield opened
+    await opened.close()
 
 
 # SATSGATE_TEST_STORE=postgres: every server the tests make keeps its store in a new

@@ -184,15 +184,6 @@ async def test_a_failed_job_calls_back_with_its_refund_and_detail(
 # -- the sender on its own: retries, giving up, hostile addresses ----------------------------
 
 
-@pytest.fixture
-async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
-    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
-    s = Store(tmp_path / "satsgate.db", store_url)
-    await s.open()
-    yield s
-    await s.close()
-
-
 @pytest.mark.parametrize(("marked", "expected"), [(True, True), (False, None)])
 def test_a_callback_of_an_untrusted_result_says_so_at_its_top(
     marked: bool, expected: bool | None

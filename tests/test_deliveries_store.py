@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from satsgate.outreach import retention
 from satsgate.outreach.retention_rules import DAY
 from satsgate.store import Store
 from satsgate.store.deliveries import new_delivery_id
-
-
-@pytest.fixture
-async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
-    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
-    opened = Store(tmp_path / "satsgate.db", store_url)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def test_status_moves_forward_only_and_settles_once(store: Store) -> None:

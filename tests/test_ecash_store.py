@@ -7,22 +7,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from satsgate.store import Payment, PaymentStatus, Store
 from satsgate.store.ecash import HeldProof, Output, Receipt
-
-
-@pytest.fixture
-async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
-    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
-    opened = Store(tmp_path / "satsgate.db", store_url)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 def a_receipt(op_id: str) -> Receipt:

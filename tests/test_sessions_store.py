@@ -8,7 +8,6 @@ import asyncio
 import secrets
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from satsgate.store.sql import Connection
 
 RETURN_INVOICE = "lnbcrt1pexamplereturninvoice"
 TOKEN_SHA256 = "ab" * 32  # what the store keeps of a session token
-
-
-@pytest.fixture
-async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
-    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
-    opened = Store(tmp_path / "satsgate.db", store_url)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def paid_deposit(store: Store, amount_msat: int = 50_000) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,6 @@ from satsgate.cluster.presence import MisconfiguredInstance, Presence, StoreInUs
 from satsgate.store import Store
 from tests.conftest import free_port, skip_unless_ci
 from tests.pg_cluster import postgres_bindir, running_cluster
-
-
-@pytest.fixture
-async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
-    opened = Store(tmp_path / "satsgate.db", store_url)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def test_a_stale_instance_is_declared_gone_and_taken_up_once(store: Store) -> None:

@@ -4,23 +4,10 @@ concurrent payouts are never granted more than the day's budget between them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from satsgate.store import Store
 
 DAY = 20_000  # UTC days since the epoch
-
-
-@pytest.fixture
-async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
-    """An open store on each engine (tests/conftest.py STORES), closed after the test."""
-    s = Store(tmp_path / "satsgate.db", store_url)
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def test_fifty_payouts_at_once_share_the_budget_to_the_msat(store: Store) -> None:

@@ -351,6 +351,21 @@ class JobRunner:
                 count += 1
         return count
 
+    async def fail_unstarted(self, payment_id: str, refund: dict[str, Any] | None) -> bool:
+        """The job of ``payment_id`` whose row was written with its spend but never
+        started here (the store's answer to the spend was cut): failed with its refund,
+        once. False when it has no such job."""
+        for job in await self._jobs.in_progress(self._jobs.instance_id):
+            if job.payment_id != payment_id or job.job_id in self._tasks:
+                continue
+            exc = ApiError(
+                ErrorCode.L402_UPSTREAM_FAILED,
+                "The job could not be started; the payment was refunded.",
+            )
+            exc.refund = refund
+            return await self._finish(job, JobStatus.FAILED, None, exc.envelope())
+        return False
+
     async def close(self) -> None:
         """Cancel the running jobs: failed and refunded, except those with a resume state,
         which stay IN_PROGRESS for the next start to take up."""

@@ -171,6 +171,9 @@ class NoJobs:
     def suspended(self, payment_id: str) -> bool:
         return False
 
+    async def fail_unstarted(self, payment_id: str, refund: dict[str, Any] | None) -> bool:
+        return False  # no job-mode service here
+
     async def adopt(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
         raise AssertionError
 

@@ -159,6 +159,10 @@ class JobQueue(Protocol):
         """Whether shutdown is putting this payment's job aside for the next start."""
         ...
 
+    async def fail_unstarted(self, payment_id: str, refund: dict[str, Any] | None) -> bool:
+        """Fail, with its refund, the job of a spend whose answer was cut (never run)."""
+        ...
+
     async def adopt(self, job: Job, work: JobWork, refund_on_failure: FailureRefund) -> None:
         """Run the work of an existing job row (taken up after a restart)."""
         ...
@@ -725,6 +729,7 @@ class Spender:
             refund = await self._refund_after_spend(
                 payment, payment.amount_msat, "the store's answer to the spend was cut"
             )
+            await self._jobs.fail_unstarted(payment.payment_id, refund)  # a job's spend
             self._payments.resolved(payment)
             if refund is not None:
                 count += 1

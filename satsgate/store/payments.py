@@ -155,7 +155,11 @@ class PaymentRepository:
                 insert_job(conn, job)
                 return True
 
-        return await self._db.run_sync(go)
+        try:
+            return await self._db.run_sync(go)
+        except StoreUnavailable:
+            self._in_doubt.add(("payment_id", job.payment_id))
+            raise
 
     def answered(self, payment_id: str) -> None:
         """serving -> spent: the call's answer went out. Joins the loop iteration's group

@@ -7,6 +7,7 @@ full once, and a retry of the credential is shown that refund."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import threading
 from collections.abc import Iterator
@@ -18,37 +19,49 @@ import pytest
 
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, dev_pay, free_port, make_settings
+from tests.epub_maker import chapter, make_epub, nav_doc, prose
 from tests.ledger_check import assert_ledger_balances
 from tests.pg_cluster import PgCluster
 
 CARD = {"template": "headline", "title": "Cut", "subtitle": "at the commit"}
+SPEND = b"SET status = 'serving'"  # the spend's statement, as the client sends it
 
 
 class CuttingRelay:
-    """A TCP relay to PostgreSQL on its own thread and loop. Armed, it drops the first
-    connection whose server answers ``UPDATE 1`` (the answer is never passed on)."""
+    """A TCP relay to PostgreSQL on its own thread and loop. Armed with a statement's text
+    and an answer, it drops the connection that sent that statement at the server's
+    answer (``UPDATE 1`` of an autocommitted spend, ``COMMIT`` of a transaction), which
+    is never passed on."""
 
     def __init__(self, target_port: int) -> None:
         self.port = free_port()
         self._target = target_port
-        self.armed = threading.Event()
+        self.armed: tuple[bytes, bytes] | None = None
         self.cut = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._serve(), self.loop).result(10)
 
+    def arm(self, statement: bytes, answer: bytes) -> None:
+        self.armed = (statement, answer)
+
     async def _serve(self) -> None:
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
 
     async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection("127.0.0.1", self._target)
+        marked = False  # this connection sent the armed statement
 
         async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, answers: bool) -> None:
+            nonlocal marked
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await r.read(65536):
-                    if answers and self.armed.is_set() and b"UPDATE 1\x00" in data:
-                        self.armed.clear()
+                    armed = self.armed
+                    if armed is not None and not answers and armed[0] in data:
+                        marked = True
+                    if answers and marked and armed is not None and armed[1] in data:
+                        self.armed = None
                         self.cut.set()
                         break  # the answer is lost with the connection
                     w.write(data)
@@ -98,7 +111,7 @@ async def test_a_spend_committed_but_never_acknowledged_is_refunded_once(
                 if row is not None and row.status is PaymentStatus.PAID:
                     break
                 await asyncio.sleep(0.05)
-            relay.armed.set()
+            relay.arm(SPEND, b"UPDATE 1\x00")
             cut = await client.post(
                 "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
             )
@@ -118,6 +131,51 @@ async def test_a_spend_committed_but_never_acknowledged_is_refunded_once(
             )
             assert again.status_code != 200
             assert again.json()["refund"]["amount_sats"] == first.json()["amountSats"]
+        assert_ledger_balances(server)
+    finally:
+        server.stop()
+
+
+async def test_a_jobs_spend_committed_but_never_acknowledged_fails_the_job_with_its_refund(
+    relay_url: tuple[CuttingRelay, str], tmp_path: Path
+) -> None:
+    """The same for a job-mode call, whose spend and job row are one transaction cut at
+    its COMMIT's answer: the job is never started, and is failed with the refund."""
+    relay, url = relay_url
+    server = ThreadedServer(make_settings(tmp_path / "data", store_url=url))
+    titles = ["One"]
+    book = make_epub("A book", [nav_doc(titles), chapter(1, "One", prose(60, seed=1))])
+    body = {"epubBase64": base64.b64encode(book).decode(), "targetLanguage": "es"}
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            first = await client.post("/api/l402/translate-epub", json=body)
+            assert first.status_code == 402, first.text
+            payment_id = first.json()["paymentId"]
+            preimage = await dev_pay(client, first.json()["invoice"])
+            auth = f"L402 {first.json()['macaroon']}:{preimage}"
+            relay.arm(SPEND, b"COMMIT\x00")
+            cut = await client.post(
+                "/api/l402/translate-epub", json=body, headers={"Authorization": auth}
+            )
+            assert relay.cut.is_set()
+            assert cut.status_code == 503, cut.text
+            row = server.call(lambda: server.store.payments.get(payment_id))
+            assert row is not None and row.status is PaymentStatus.SERVING  # committed
+            gate = server.gate
+            assert server.call(gate.spender.refund_unserved_in_doubt) == 1
+            jobs = server.call(lambda: server.store.jobs.in_progress(server.store.instance_id))
+            assert [j for j in jobs if j.payment_id == payment_id] == []
+            job = server.call(
+                lambda: server.store.db.run_sync(
+                    lambda c: c.execute(
+                        "SELECT job_id, status FROM jobs WHERE payment_id = ?", (payment_id,)
+                    ).fetchone()
+                )
+            )
+            assert job is not None and job[1] == "FAILED"
+            polled = await client.get("/api/l402/job-status", params={"requestId": job[0]})
+            assert polled.json()["status"] == "FAILED"
+            assert polled.json()["refund"]["amount_sats"] == first.json()["amountSats"]
         assert_ledger_balances(server)
     finally:
         server.stop()

@@ -8,18 +8,24 @@ close, the balance paid back once; a second session may not reuse that return in
 a third's return invoice paid by hand is not reported paid),
 e2e_refund.sh (a call failing after payment, refunded through LNURL-withdraw to the
 payer node, once; a claim with an invoice paid already is refused), and reads
-satsgate's ledger;
-then down.sh. Skipped, with the reason, where the binaries are absent.
+satsgate's ledger; then, with the day's payout fee budget spent (satsgate restarted
+with payout_fee_budget_msat = 0), e2e_sessions.sh and e2e_refund.sh again: every payout
+granted 0 msat of routing fees (xpay's maxfee 0) still reaches the payer over the
+direct channel, at no fee; then down.sh. Skipped, with the reason, where the binaries
+are absent.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +68,56 @@ def fee_cap(amount_msat: int) -> int:
     return fee_cap_msat(Settings(), amount_msat)
 
 
-def ledger(state: str) -> dict[str, Any]:
-    data_dir = Path(state) / "satsgate" / "regtest" / "satsgate-data"
+def satsgate_ln(state: str, *args: str) -> Any:
+    """lightning-cli of the node satsgate runs in."""
+    cli = ["lightning-cli", "-N", "none", "--network=regtest", f"--lightning-dir={state}/satsgate"]
     done = subprocess.run(
-        [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir", str(data_dir), "--json"],
+        [*cli, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"lightning-cli {args}: {done.stdout}{done.stderr}"
+    return json.loads(done.stdout)
+
+
+def restart_plugin(state: str, port: str, *options: str) -> None:
+    """Stop satsgate's plugin and start it again with these plugin options (its settings
+    file, ...); returns once its HTTP service answers."""
+    satsgate_ln(state, "plugin", "stop", "satsgate-plugin")
+    satsgate_ln(
+        state,
+        "-k",
+        "plugin",
+        "subcommand=start",
+        f"plugin={state}/satsgate-plugin",
+        f"satsgate-port={port}",
+        *options,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, "satsgate did not come back after its restart"
+            time.sleep(0.5)
+
+
+def ledger(state: str, store_url: str) -> dict[str, Any]:
+    data_dir = Path(state) / "satsgate" / "regtest" / "satsgate-data"
+    store = ["--store-url", store_url] if store_url else []
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "satsgate.cli",
+            "ledger",
+            "--data-dir",
+            str(data_dir),
+            "--json",
+            *store,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -74,11 +126,13 @@ def ledger(state: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-@pytest.mark.timeout(600)
-def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
+@pytest.mark.timeout(900)
+def test_paid_calls_sessions_and_refunds_on_regtest(store_url: str) -> None:
+    """On each store: the SQLite file, and a PostgreSQL database (SATSGATE_STORE_URL in
+    lightningd's environment, which its plugins inherit)."""
     state = tempfile.mkdtemp(prefix="sg-regtest-")  # short: lightning-rpc socket paths
     env = dict(
-        os.environ,
+        {k: v for k, v in os.environ.items() if k != "SATSGATE_STORE_URL"},
         SATSGATE_REGTEST_MODE="native",
         SATSGATE_REGTEST_DIR=state,
         SATSGATE_PYTHON=sys.executable,
@@ -88,6 +142,8 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         REGTEST_SATSGATE_LN_PORT=str(free_port()),
         REGTEST_PAYER_LN_PORT=str(free_port()),
     )
+    if store_url:
+        env["SATSGATE_STORE_URL"] = store_url
     try:
         run("up.sh", env, 300)
         run("fund.sh", env, 300)
@@ -130,7 +186,7 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         }
 
         # The ledger after them: received = earned + refunded + held + open, to the msat.
-        report = ledger(state)
+        report = ledger(state, store_url)
         t = report["totals"]
         sessions_paid = s["received_msat"] + s["second_received_msat"]
         third_owed = s["deposit_msat"] - price  # its open served one call
@@ -150,6 +206,43 @@ def test_paid_calls_sessions_and_refunds_on_regtest() -> None:
         owed = report["session_payouts"]
         assert [(p["refund_msat"], p["payout_status"]) for p in owed] == [(third_owed, "failed")]
         assert "paid already" in owed[0]["payout_error"]
+
+        # The day's payout fee budget spent (0 here): every payout is granted 0 msat of
+        # routing fees, xpay's maxfee 0. A payout over the direct channel still goes, at
+        # no fee, and the budget is not touched.
+        zero = Path(state) / "zero-fee-budget.toml"
+        zero.write_text("payout_fee_budget_msat = 0\n")
+        log_start = (Path(state) / "satsgate" / "log").stat().st_size
+        restart_plugin(state, env["SATSGATE_PORT"], f"satsgate-config={zero}")
+        z = figures(run("e2e_sessions.sh", env, 180), "SESSION")
+        assert (z["fee_msat"], z["sent_msat"]) == (0, z["received_msat"])
+        assert z["received_msat"] == z["balance_msat"] == z["deposit_msat"] - z["charged_msat"]
+        assert z["second_received_msat"] == z["second_balance_msat"]
+        zr = figures(run("e2e_refund.sh", env, 180), "REFUND")
+        assert zr["received_msat"] == zr["sent_msat"] == zr["amount_msat"] == 10_000
+        with (Path(state) / "satsgate" / "log").open("rb") as node_log:
+            node_log.seek(log_start)
+            logged = node_log.read().decode(errors="replace")
+        grants = {
+            (int(amount), int(fee))
+            for amount, fee in re.findall(r"a payout of (\d+) msat may spend (\d+) msat", logged)
+        }
+        # Each payout's grant, logged as the budget's warning: 0 msat, what xpay was given.
+        assert {
+            (z["balance_msat"], 0),
+            (z["second_balance_msat"], 0),
+            (zr["amount_msat"], 0),
+        } <= grants, logged
+        assert {fee for _, fee in grants} == {0}, grants
+        after = ledger(state, store_url)["totals"]
+        assert after["session_payout_fees_msat"] == t["session_payout_fees_msat"]
+        assert after["refund_fees_msat"] == t["refund_fees_msat"]
+        assert after["session_refunds_paid_msat"] == sessions_paid + (
+            z["received_msat"] + z["second_received_msat"]
+        )
+        assert after["received_msat"] == (
+            after["earned_msat"] + after["refunded_msat"] + after["held_msat"] + after["open_msat"]
+        )
     finally:
         subprocess.run(
             ["bash", str(REGTEST / "down.sh"), "--clean"], env=env, capture_output=True, timeout=120

@@ -21,6 +21,9 @@ invoices on, through the environment). Then, on that one chain, in order:
 - a session opened with the payer lnd's amountless return invoice, a bearer call with
   the session token (the deposit's preimage alone refused), closed twice: the balance
   paid back once.
+- with the day's payout fee budget spent (set to 0), a refund link and a session
+  balance granted 0 msat of routing fees (fee_limit_msat 0): paid over the direct
+  channel at no fee.
 
 The ledger balances to the msat (tests/ledger_check.py) after each. Binaries are found
 on PATH or in ``LND_REGTEST_BIN``; skipped, with the reason, when absent.
@@ -503,6 +506,12 @@ def test_undecided_holds_are_decided_after_a_restart(chain: Chain) -> None:
 
 
 def test_refund_link_paid_once_over_sendpaymentv2(chain: Chain) -> None:
+    refund_link_paid_once(chain)
+
+
+def refund_link_paid_once(chain: Chain) -> dict[str, Any]:
+    """A failed call's refund link claimed with the payer's invoice: paid once over
+    SendPaymentV2, a second claim refused; satsgate's lnd's payment record of it."""
     before = chain.ledger()["totals"]
     body = {"imageBase64": blank_page()}
     with httpx.Client(base_url=chain.url, timeout=120) as client:
@@ -551,6 +560,7 @@ def test_refund_link_paid_once_over_sendpaymentv2(chain: Chain) -> None:
     assert t["refunded_msat"] - before["refunded_msat"] == amount_msat
     assert t["refunds_paid"] - before["refunds_paid"] == 1
     assert t["refund_fees_msat"] - before["refund_fees_msat"] == int(to_claim[0]["fee_msat"])
+    return dict(to_claim[0])
 
 
 def test_paid_while_satsgate_was_stopped_is_applied_once_at_start(chain: Chain) -> None:
@@ -679,6 +689,12 @@ def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
     """Open with the payer lnd's amountless return invoice (the answer hands over the
     session token), a bearer call with the deposit's preimage alone (all a routing node
     knows) refused, one with the token served, close: the balance paid back once."""
+    session_paid_back_once(chain)
+
+
+def session_paid_back_once(chain: Chain) -> dict[str, Any]:
+    """A session opened, used and closed twice; satsgate's lnd's payment record of the
+    balance it paid back (once)."""
     before = chain.ledger()["totals"]
     body = {"template": "headline", "title": "session"}
     url = f"{chain.url}/api/l402/render-card"
@@ -735,3 +751,39 @@ def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
     assert t["session_payout_fees_msat"] - before["session_payout_fees_msat"] == int(
         to_return[0]["fee_msat"]
     )
+    return dict(to_return[0])
+
+
+def payout_fees_committed(chain: Chain) -> list[tuple[int, int]]:
+    """The payout fee budget's day rows in satsgate's database: (day, committed_msat)."""
+    conn = sqlite3.connect(f"file:{chain.data_dir / 'satsgate.sqlite3'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT day, committed_msat FROM payout_fee_days ORDER BY day")
+        return [(int(day), int(committed)) for day, committed in rows]
+    finally:
+        conn.close()
+
+
+def test_payouts_granted_no_fee_still_take_the_direct_channel(chain: Chain) -> None:
+    """With the day's payout fee budget spent (payout_fee_budget_msat = 0 here) every
+    payout is granted 0 msat of routing fees, SendPaymentV2's fee_limit_msat = 0, which
+    lnd documents as zero-fee routes only: a refund link and a session balance still
+    reach the payer over the direct channel, at no fee, and the budget is not touched."""
+    committed = payout_fees_committed(chain)
+    chain.script("lnd_satsgate.sh", "stop")
+    chain.script("lnd_satsgate.sh", "start", SATSGATE_PAYOUT_FEE_BUDGET_MSAT="0")
+    try:
+        refund = refund_link_paid_once(chain)
+        session = session_paid_back_once(chain)
+        log = (chain.state / "satsgate.log").read_text()
+    finally:
+        chain.script("lnd_satsgate.sh", "stop")
+        chain.script("lnd_satsgate.sh", "start")
+    assert (int(refund["fee_msat"]), int(session["fee_msat"])) == (0, 0)
+    # Each payout was granted 0 msat (what satsgate handed lnd as fee_limit_msat).
+    granted = re.findall(r"a payout of (\d+) msat may spend (\d+) msat", log)
+    assert [(int(a), int(f)) for a, f in granted] == [
+        (int(refund["value_msat"]), 0),
+        (int(session["value_msat"]), 0),
+    ], log
+    assert payout_fees_committed(chain) == committed

@@ -21,6 +21,10 @@ invoices on, through the environment). Then, on that one chain, in order:
 - a session opened with the payer lnd's amountless return invoice, a bearer call with
   the session token (the deposit's preimage alone refused), closed twice: the balance
   paid back once.
+- with the day's payout fee budget spent (set to 0), a refund link and a session
+  balance granted 0 msat of routing fees (fee_limit_msat 0): paid over the direct
+  channel at no fee; a refund to a third lnd behind the payer, which needs a fee, finds
+  no route and its link opens again, paid (with its fee) once the budget is back.
 
 The ledger balances to the msat (tests/ledger_check.py) after each. Binaries are found
 on PATH or in ``LND_REGTEST_BIN``; skipped, with the reason, when absent.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -55,7 +60,9 @@ from mpp.methods import Method
 from mpp.runtime import ClientMethod, CredentialParams
 
 from satsgate.backends.lnd.backend import LndBackend
+from satsgate.config import Settings
 from satsgate.lightning import PaymentState, UnknownInvoice
+from satsgate.payout_fees import fee_cap_msat
 from tests.conftest import free_port
 from tests.ledger_check import assert_ledger_balances_at
 from tests.test_lnd_backend import narrowest_permissions
@@ -141,6 +148,27 @@ class Chain:
         )
         assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
+
+    def mine(self, blocks: int) -> None:
+        btc = [
+            "bitcoin-cli",
+            "-regtest",
+            f"-datadir={self.state / 'bitcoind'}",
+            f"-rpcport={self.env['REGTEST_BTC_RPC_PORT']}",
+            "-rpcuser=satsgate",
+            "-rpcpassword=satsgate",
+            "-rpcwallet=miner",
+        ]
+        address = subprocess.run(
+            [*btc, "getnewaddress"], env=self.env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        subprocess.run(
+            [*btc, "generatetoaddress", str(blocks), address],
+            env=self.env,
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
 
     def satsgate_fails_to_start(self, **env: str) -> str:
         """Start satsgate expecting a refusal; its log."""
@@ -503,7 +531,12 @@ def test_undecided_holds_are_decided_after_a_restart(chain: Chain) -> None:
 
 
 def test_refund_link_paid_once_over_sendpaymentv2(chain: Chain) -> None:
-    before = chain.ledger()["totals"]
+    refund_link_paid_once(chain)
+
+
+def failed_paid_call(chain: Chain) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """extract-document on a blank page, paid from the payer lnd with L402, fails after
+    payment: the LNURL-withdraw request of its refund link, the payment, the error."""
     body = {"imageBase64": blank_page()}
     with httpx.Client(base_url=chain.url, timeout=120) as client:
         first = client.post("/api/l402/extract-document", json=body)
@@ -520,6 +553,14 @@ def test_refund_link_paid_once_over_sendpaymentv2(chain: Chain) -> None:
         assert error["error_code"] == "INVALID_INPUT" and error["refund"]["status"] == "open"
         withdraw = client.get(lnurl_decode(error["refund"]["lnurl_withdraw"])).json()
     assert withdraw["tag"] == "withdrawRequest"
+    return dict(withdraw), paid, dict(error)
+
+
+def refund_link_paid_once(chain: Chain) -> dict[str, Any]:
+    """A failed call's refund link claimed with the payer's invoice: paid once over
+    SendPaymentV2, a second claim refused; satsgate's lnd's payment record of it."""
+    before = chain.ledger()["totals"]
+    withdraw, paid, error = failed_paid_call(chain)
     amount_msat = int(withdraw["maxWithdrawable"])
     assert amount_msat == int(paid["value_msat"]) == error["refund"]["amount_sats"] * 1000
     claim = chain.lncli("payer", "addinvoice", "--amt_msat", str(amount_msat), "--memo", "refund")
@@ -551,6 +592,7 @@ def test_refund_link_paid_once_over_sendpaymentv2(chain: Chain) -> None:
     assert t["refunded_msat"] - before["refunded_msat"] == amount_msat
     assert t["refunds_paid"] - before["refunds_paid"] == 1
     assert t["refund_fees_msat"] - before["refund_fees_msat"] == int(to_claim[0]["fee_msat"])
+    return dict(to_claim[0])
 
 
 def test_paid_while_satsgate_was_stopped_is_applied_once_at_start(chain: Chain) -> None:
@@ -679,6 +721,12 @@ def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
     """Open with the payer lnd's amountless return invoice (the answer hands over the
     session token), a bearer call with the deposit's preimage alone (all a routing node
     knows) refused, one with the token served, close: the balance paid back once."""
+    session_paid_back_once(chain)
+
+
+def session_paid_back_once(chain: Chain) -> dict[str, Any]:
+    """A session opened, used and closed twice; satsgate's lnd's payment record of the
+    balance it paid back (once)."""
     before = chain.ledger()["totals"]
     body = {"template": "headline", "title": "session"}
     url = f"{chain.url}/api/l402/render-card"
@@ -735,3 +783,170 @@ def test_session_opened_used_closed_and_paid_back_once(chain: Chain) -> None:
     assert t["session_payout_fees_msat"] - before["session_payout_fees_msat"] == int(
         to_return[0]["fee_msat"]
     )
+    return dict(to_return[0])
+
+
+def payout_fees_committed(chain: Chain) -> list[tuple[int, int]]:
+    """The payout fee budget's day rows in satsgate's database: (day, committed_msat)."""
+    conn = sqlite3.connect(f"file:{chain.data_dir / 'satsgate.sqlite3'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT day, committed_msat FROM payout_fee_days ORDER BY day")
+        return [(int(day), int(committed)) for day, committed in rows]
+    finally:
+        conn.close()
+
+
+def start_carol(chain: Chain) -> subprocess.Popen[bytes]:
+    """A third lnd behind the payer: a private channel payer -> carol, so carol's
+    invoices carry a route hint through the payer, who charges its forwarding fee (lnd's
+    default: 1 sat + 1 ppm). A payout to carol needs a routing fee."""
+    rpc, p2p = free_port(), free_port()
+    chain.env["REGTEST_LND_CAROL_RPC_PORT"] = str(rpc)  # chain.lncli("carol", ...)
+    lnddir = chain.state / "lnd-carol"
+    lnddir.mkdir()
+    with (lnddir / "stdout.log").open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                "lnd",
+                f"--lnddir={lnddir}",
+                "--noseedbackup",
+                "--alias=carol",
+                "--norest",
+                f"--rpclisten=127.0.0.1:{rpc}",
+                f"--listen=127.0.0.1:{p2p}",
+                "--bitcoin.regtest",
+                "--bitcoin.node=bitcoind",
+                f"--bitcoind.rpchost=127.0.0.1:{chain.env['REGTEST_BTC_RPC_PORT']}",
+                "--bitcoind.rpcuser=satsgate",
+                "--bitcoind.rpcpass=satsgate",
+                "--bitcoind.rpcpolling",
+                "--bitcoind.blockpollinginterval=1s",
+                "--bitcoind.txpollinginterval=1s",
+            ],
+            env=chain.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def synced(node: str) -> bool:
+        try:
+            return bool(chain.lncli(node, "getinfo")["synced_to_chain"])
+        except AssertionError:  # not answering yet
+            return False
+
+    wait_for("carol's lnd", lambda: synced("carol"), 180)
+    wait_for("the payer's lnd at the chain tip", lambda: synced("payer"), 120)
+    carol_id = chain.lncli("carol", "getinfo")["identity_pubkey"]
+    chain.lncli("payer", "connect", f"{carol_id}@127.0.0.1:{p2p}")
+    chain.lncli(
+        "payer", "openchannel", "--node_key", carol_id, "--local_amt", "500000", "--private"
+    )
+    chain.mine(6)
+
+    def hinted() -> bool:
+        if len(chain.lncli("carol", "listchannels", "--active_only")["channels"]) != 1:
+            return False
+        probe = chain.lncli("carol", "addinvoice", "--amt_msat", "1000", "--private")
+        return bool(chain.lncli("carol", "decodepayreq", probe["payment_request"])["route_hints"])
+
+    wait_for("carol's channel and its route hint", hinted, 120)
+    return proc
+
+
+def stop_carol(chain: Chain, proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(AssertionError):
+        chain.lncli_text("carol", "stop")
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def claim(withdraw: dict[str, Any], bolt11: str) -> dict[str, Any]:
+    params = {"k1": withdraw["k1"], "pr": bolt11}
+    return dict(httpx.get(withdraw["callback"], params=params, timeout=60).json())
+
+
+def test_payouts_granted_no_fee_take_zero_fee_routes_only(chain: Chain) -> None:
+    """With the day's payout fee budget spent (payout_fee_budget_msat = 0 here) every
+    payout is granted 0 msat of routing fees, SendPaymentV2's fee_limit_msat = 0, which
+    lnd documents as zero-fee routes only: a refund link and a session balance still
+    reach the payer over the direct channel, at no fee, and the budget is not touched;
+    a refund to a node behind the payer, which needs a fee, finds no route, reads as
+    failed and its link opens again, paid (fee and all) once the budget is back."""
+    committed = payout_fees_committed(chain)
+    carol = start_carol(chain)
+    try:
+        chain.script("lnd_satsgate.sh", "stop")
+        chain.script("lnd_satsgate.sh", "start", SATSGATE_PAYOUT_FEE_BUDGET_MSAT="0")
+        try:
+            refund = refund_link_paid_once(chain)
+            session = session_paid_back_once(chain)
+            withdraw, _, _ = failed_paid_call(chain)
+            amount_msat = int(withdraw["maxWithdrawable"])
+            refused = chain.lncli(
+                "carol", "addinvoice", "--amt_msat", str(amount_msat), "--private"
+            )
+            assert claim(withdraw, refused["payment_request"]) == {"status": "OK"}
+
+            def failed_and_open() -> list[dict[str, Any]]:
+                return [
+                    p
+                    for p in chain.ledger()["refund_payouts"]
+                    if p["status"] == "open" and p["payout_error"]
+                ]
+
+            wait_for("the payout to carol to fail", lambda: bool(failed_and_open()), 90)
+            log = (chain.state / "satsgate.log").read_text()
+        finally:
+            chain.script("lnd_satsgate.sh", "stop")
+            chain.script("lnd_satsgate.sh", "start")
+        assert (int(refund["fee_msat"]), int(session["fee_msat"])) == (0, 0)
+        # Each payout was granted 0 msat (what satsgate handed lnd as fee_limit_msat).
+        granted = re.findall(r"a payout of (\d+) msat may spend (\d+) msat", log)
+        assert [(int(a), int(f)) for a, f in granted] == [
+            (int(refund["value_msat"]), 0),
+            (int(session["value_msat"]), 0),
+            (amount_msat, 0),
+        ], log
+        # (a day row may be new, at 0: no payout had run this day before, when run alone)
+        assert sum(c for _, c in payout_fees_committed(chain)) == sum(c for _, c in committed)
+        # The payout to carol: lnd found no route within the limit, nothing reached her.
+        [problem] = failed_and_open()
+        assert problem["amount_msat"] == amount_msat, problem
+        assert "FAILURE_REASON_NO_ROUTE" in problem["payout_error"], problem
+        assert chain.lncli("carol", "lookupinvoice", refused["r_hash"])["state"] == "OPEN"
+        tried = [
+            p
+            for p in chain.lncli("satsgate", "listpayments", "--include_incomplete")["payments"]
+            if p["payment_hash"] == refused["r_hash"]
+        ]
+        assert [p["status"] for p in tried] == ["FAILED"], tried
+
+        # The default budget again: the payer's next claim is paid, its fee within the cap.
+        fees_before = chain.ledger()["totals"]["refund_fees_msat"]
+        again = chain.lncli("carol", "addinvoice", "--amt_msat", str(amount_msat), "--private")
+        assert claim(withdraw, again["payment_request"]) == {"status": "OK"}
+        wait_for(
+            "the refund at carol",
+            lambda: chain.lncli("carol", "lookupinvoice", again["r_hash"])["state"] == "SETTLED",
+            90,
+        )
+        [paid] = [
+            p
+            for p in chain.lncli("satsgate", "listpayments")["payments"]
+            if p["payment_hash"] == again["r_hash"]
+        ]
+        assert paid["status"] == "SUCCEEDED", paid
+        assert 0 < int(paid["fee_msat"]) <= fee_cap_msat(Settings(), amount_msat), paid
+        wait_for(
+            "the refund's fee in the ledger",
+            lambda: (
+                chain.ledger()["totals"]["refund_fees_msat"] == fees_before + int(paid["fee_msat"])
+            ),
+            30,
+        )
+    finally:
+        stop_carol(chain, carol)

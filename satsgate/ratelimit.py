@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import ipaddress
 import math
 import time
@@ -436,7 +435,13 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
     path = route.canonical if route is not None else ""
     rule = _rule_for(request, path)
     pays = request.method == "POST" and path in PAYER_ROUTES
-    client = functools.cache(functools.partial(limits.client, request))  # found once, if asked
+    known: list[str] = []
+
+    def client() -> str:  # found once, if asked
+        if not known:
+            known.append(limits.client(request))
+        return known[0]
+
     admission = ChallengeAdmission(limits.limiter, client)
     if rule == "challenge":  # an unpaid call: its answer is a 402 with a new invoice
         try:

@@ -131,13 +131,13 @@ async def test_deferred_answered_marks_all_land_and_a_failing_write_loses_no_oth
     if store.db.postgres:  # count the transactions the deferred writes went out in
         from satsgate.store import postgres
 
-        real = postgres._write_batch
+        real = postgres._write_batch_async
 
-        def counted(conn: Any, batch: Any) -> None:
+        async def counted(conn: Any, batch: Any) -> None:
             batches.append(len(batch))
-            real(conn, batch)
+            await real(conn, batch)
 
-        monkeypatch.setattr(postgres, "_write_batch", counted)
+        monkeypatch.setattr(postgres, "_write_batch_async", counted)
     payments = [_paid_payment() for _ in range(30)]
     for p in payments:
         await store.payments.insert(p)

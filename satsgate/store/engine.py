@@ -32,7 +32,8 @@ T = TypeVar("T")
 class Engine(Protocol):
     """What the repositories ask of an engine: :class:`Database` (SQLite, the default)
     and :class:`satsgate.store.postgres.PostgresDatabase` both offer it. ``read``,
-    ``write``, ``write_one`` and ``write_soon`` run one statement (the hot paths'),
+    ``write``, ``write_one``, ``write_rows``, ``read_rows`` and ``write_soon`` run one
+    statement (the hot paths'; given as text, PostgreSQL runs it on the event loop),
     ``run_sync`` a unit of work that opens its own transactions (or none), and
     ``run_in_transaction`` a unit of work inside one transaction. ``postgres``: what a
     repository that must be one statement on PostgreSQL (where ``write`` is autocommit)
@@ -49,6 +50,10 @@ class Engine(Protocol):
     async def write(self, run: Callable[[Connection], T]) -> T: ...
 
     async def write_one(self, sql: str, args: Sequence[Any]) -> int: ...
+
+    async def write_rows(self, sql: str, args: Sequence[Any]) -> list[Any]: ...
+
+    async def read_rows(self, sql: str, args: Sequence[Any]) -> list[Any]: ...
 
     def write_soon(
         self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]
@@ -358,6 +363,14 @@ class Database:
     async def write_one(self, sql: str, args: Sequence[Any]) -> int:
         """One write statement (see :meth:`write`); returns its rowcount."""
         return await self.write(lambda conn: int(conn.execute(sql, args).rowcount))
+
+    async def write_rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        """One write statement (see :meth:`write`); the rows it returns (``RETURNING``)."""
+        return await self.write(lambda conn: conn.execute(sql, args).fetchall())
+
+    async def read_rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        """One read statement (see :meth:`read`); its rows."""
+        return await self.read(lambda conn: conn.execute(sql, args).fetchall())
 
     def write_soon(self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]) -> None:
         """One write statement (and ``more``, in the same transaction) that nobody waits

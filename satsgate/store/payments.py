@@ -72,10 +72,6 @@ def _payment_of(row: Sequence[Any]) -> Payment:
     return Payment._make(values)
 
 
-def _payment_where(conn: Connection, clause: str, arg: str) -> Payment | None:
-    return _payment_where_args(conn, clause=clause, args=(arg,))
-
-
 def _payment_where_args(conn: Connection, *, clause: str, args: Sequence[Any]) -> Payment | None:
     row = conn.execute(_SELECT_PAYMENT + clause, args).fetchone()
     return None if row is None else _payment_of(row)
@@ -102,12 +98,12 @@ class PaymentRepository:
         await self._db.write_one(_INSERT_PAYMENT, values)
 
     async def get(self, payment_id: str) -> Payment | None:
-        return await self._db.read(lambda conn: _payment_where(conn, "payment_id = ?", payment_id))
+        rows = await self._db.read_rows(_SELECT_PAYMENT + "payment_id = ?", (payment_id,))
+        return _payment_of(rows[0]) if rows else None
 
     async def get_by_hash(self, payment_hash: str) -> Payment | None:
-        return await self._db.read(
-            lambda conn: _payment_where(conn, "payment_hash = ?", payment_hash)
-        )
+        rows = await self._db.read_rows(_SELECT_PAYMENT + "payment_hash = ?", (payment_hash,))
+        return _payment_of(rows[0]) if rows else None
 
     async def mark_paid(
         self,
@@ -199,20 +195,13 @@ class PaymentRepository:
 
         The same one conditional UPDATE as :meth:`spend`, reading the row as it writes.
         """
-
-        def run(conn: Connection) -> Payment | None:
-            # fetchall: the statement runs to its end (RETURNING rows are all read), so
-            # the transaction it is part of can commit.
-            args = (now, self._instance_id, payment_hash, token_id, service, price_msat)
-            rows = conn.execute(_SPEND_TOKEN, args)
-            found = rows.fetchall()
-            return _payment_of(found[0]) if found else None
-
+        args = (now, self._instance_id, payment_hash, token_id, service, price_msat)
         try:
-            return await self._db.write(run)
+            found = await self._db.write_rows(_SPEND_TOKEN, args)
         except StoreUnavailable:
             self._in_doubt.add(("payment_hash", payment_hash))
             raise
+        return _payment_of(found[0]) if found else None
 
     async def unserved_in_doubt(self) -> list[Payment]:
         """Of the spends in doubt, those that did commit: serving on this instance, with

@@ -3,12 +3,18 @@
 The same interface as the SQLite :class:`satsgate.store.engine.Database` (see
 :class:`satsgate.store.engine.Engine`), so every repository runs unchanged on it:
 
-- psycopg 3's synchronous connections from a psycopg_pool pool, each unit of work on a
-  thread of this engine's own (as many threads as connections): the event loop only
-  awaits, it never waits on the network or a lock (docs/scale.md says why this driver);
-- one statement (``read``, ``write``, ``write_one``) is its own transaction
-  (autocommit): a conditional ``UPDATE ... WHERE status = 'paid'`` is exactly-once
-  across connections and instances, since PostgreSQL re-checks the condition on the
+- the hot paths' single statements given as text (``write_one``, ``write_rows``,
+  ``read_rows``) and ``write_soon``'s batches run on psycopg 3's async connections,
+  driven by the event loop itself (:class:`_LoopLanes`): no hop to a thread, whose
+  wake-ups and handover of the interpreter lock cost more than the statement;
+- a unit of work given as a function (``read``, ``write``, ``run_sync``,
+  ``run_in_transaction``, whose Python code is synchronous) runs on psycopg's
+  synchronous connections, each on a thread of this engine's own (as many threads as
+  connections): the event loop only awaits, it never waits on the network or a lock
+  (docs/scale.md says why this driver);
+- one statement (``read``, ``write``, ``write_one``, ``write_rows``, ``read_rows``) is
+  its own transaction (autocommit): a conditional ``UPDATE ... WHERE status = 'paid'``
+  is exactly-once across connections and instances, since PostgreSQL re-checks the condition on the
   row it locked; ``write_soon``'s unwaited writes are gathered into one READ COMMITTED
   transaction per batch (each still a conditional write of its own rows);
 - a multi-statement transaction (``run_in_transaction``, and ``transaction(conn)``
@@ -27,9 +33,10 @@ import asyncio
 import contextlib
 import logging
 import random
+import select
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -38,7 +45,7 @@ import psycopg
 import psycopg.errors
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from satsgate.store.dialect import postgres_args, postgres_placeholders
 from satsgate.store.migrations import migrate_postgres
@@ -53,12 +60,16 @@ log = logging.getLogger(__name__)
 # hundreds of calls a second; the jobs that wait longer (a transaction meeting a lock)
 # take one each.
 POOL_SIZE = 8
+# Connections the event loop drives itself (see _LoopLanes): a statement there holds its
+# connection for one round trip, so a few serve thousands of statements a second.
+LOOP_LANES = 4
 # A unit of work that lost a serialization race is run again, after a random pause
 # growing to at most _RETRY_PAUSE_MAX_S (so contenders spread out), this many times at most.
 _RETRIES = 40
 _RETRY_PAUSE_MAX_S = 0.05
 _CONNECT_WAIT_S = 5.0
 _RECONNECT_BOUND_S = 10.0
+_NO_CONNECTION = f"no connection to PostgreSQL within {_CONNECT_WAIT_S:g} s"
 _RETRY_ERRORS = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 
 
@@ -82,6 +93,14 @@ class _NumericAsNumber(Loader):
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
+    _adapt(conn)
+
+
+async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    _adapt(conn)
+
+
+def _adapt(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     conn.adapters.register_dumper(bool, _BoolAsInteger)
     conn.adapters.register_loader("numeric", _NumericAsNumber)
 
@@ -136,19 +155,154 @@ class PgConnection:
             raise
 
 
-def _write_batch(conn: PgConnection, batch: Sequence[tuple[str, Sequence[Any]]]) -> None:
+class _LoopLanes:
+    """A few of psycopg's async connections, each kept by a lane from an async pool until
+    it breaks (as the threads keep theirs, see ``PostgresDatabase._connection``): a
+    statement takes a free lane, runs, and gives the lane back. The pool connects,
+    configures and reconnects; the lanes spare each statement the pool's checkout.
+
+    A unit of work runs as a task of its own, shielded from its caller's cancellation:
+    a caller that gives up (a client gone, a timeout) never cuts a statement mid-way,
+    so the lane's connection is never left in an unknown state, as a thread's unit
+    would run on (a spend that commits after its caller left is one in doubt either
+    way, see ``PaymentRepository``)."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self._size = size
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            url,
+            min_size=size,
+            max_size=size,
+            kwargs={"autocommit": True},
+            configure=_configure_async,
+            open=False,
+            name="satsgate-store-loop",
+            timeout=_CONNECT_WAIT_S,
+            reconnect_timeout=_RECONNECT_BOUND_S,
+        )
+        # A free lane is its connection, or None until its first unit takes one.
+        self._free: asyncio.Queue[psycopg.AsyncConnection[Any] | None] | None = None
+        self._taken: set[psycopg.AsyncConnection[Any]] = set()
+
+    async def open(self) -> None:
+        await self._pool.open(wait=True, timeout=30)
+        self._free = asyncio.Queue()
+        for _ in range(self._size):
+            self._free.put_nowait(None)
+
+    async def close(self) -> None:
+        self._free = None
+        for conn in list(self._taken):
+            await self._pool.putconn(conn)
+        self._taken.clear()
+        await self._pool.close()
+
+    async def run(self, unit: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        return await asyncio.shield(asyncio.ensure_future(self._run(unit)))
+
+    async def _run(self, unit: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        free = self._free
+        if free is None:
+            raise RuntimeError("store is not open")
+        conn = await free.get()
+        try:
+            for attempt in range(_RETRIES):
+                if conn is not None and _closed_by_server(conn):
+                    await conn.close()
+                    conn = await self._after_unit(conn)  # back to the pool, which replaces it
+                if conn is None:
+                    conn = await self._take()
+                try:
+                    return await unit(conn)
+                except _RETRY_ERRORS:
+                    if attempt == _RETRIES - 1:
+                        raise
+                    pause = random.uniform(0, min(_RETRY_PAUSE_MAX_S, 0.001 * 2**attempt))
+                    await asyncio.sleep(pause)
+                except psycopg.OperationalError as exc:  # the server went away or refused
+                    raise StoreUnavailable(f"{type(exc).__name__}: {exc}"[:300]) from exc
+                finally:
+                    conn = await self._after_unit(conn)
+            raise AssertionError("unreachable")
+        finally:
+            free.put_nowait(conn)
+
+    async def _take(self) -> psycopg.AsyncConnection[Any]:
+        """A connection from the pool, past those its server closed (see
+        :func:`_closed_by_server`; the pool replaces each)."""
+        try:
+            for _ in range(self._size + 1):
+                conn = await self._pool.getconn()
+                if not _closed_by_server(conn):
+                    self._taken.add(conn)
+                    return conn
+                await conn.close()
+                await self._pool.putconn(conn)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(_NO_CONNECTION) from exc
+        raise StoreUnavailable(_NO_CONNECTION)
+
+    async def _after_unit(
+        self, conn: psycopg.AsyncConnection[Any]
+    ) -> psycopg.AsyncConnection[Any] | None:
+        """The lane's connection for its next unit: None when it broke (it goes back to
+        the pool, which replaces it); one left in a transaction is rolled back."""
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            return conn
+        if not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                await conn.rollback()
+            if conn.info.transaction_status == TransactionStatus.IDLE:
+                return conn
+        self._taken.discard(conn)
+        await self._pool.putconn(conn)
+        return None
+
+
+def _closed_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection kept between units was closed by its server meanwhile
+    (PostgreSQL restarted or ended it). An idle connection that listens to nothing has
+    nothing to read unless its server wrote its last words (or its end) to it, so a
+    poll of its socket tells at no round trip's cost, and the kept connection is
+    replaced before its next unit instead of failing it."""
+    if conn.closed:
+        return True
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+async def _execute_async(
+    conn: psycopg.AsyncConnection[Any], sql: str, args: Sequence[Any]
+) -> psycopg.AsyncCursor[Any]:
+    query, order = postgres_placeholders(sql)
+    return await conn.execute(query, postgres_args(order, args))
+
+
+async def _rows_async(
+    conn: psycopg.AsyncConnection[Any], sql: str, args: Sequence[Any]
+) -> list[Any]:
+    return await (await _execute_async(conn, sql, args)).fetchall()
+
+
+async def _rowcount_async(conn: psycopg.AsyncConnection[Any], sql: str, args: Sequence[Any]) -> int:
+    return int((await _execute_async(conn, sql, args)).rowcount)
+
+
+async def _write_batch_async(
+    conn: psycopg.AsyncConnection[Any], batch: Sequence[tuple[str, Sequence[Any]]]
+) -> None:
     """``batch``'s statements in one READ COMMITTED transaction (each a conditional
     write of its own rows, as it would be alone in autocommit), pipelined: BEGIN, the
     statements in one exchange, COMMIT. Any error rolls the whole transaction back."""
-    raw = conn.raw
-    with raw.transaction():
-        if not psycopg.Pipeline.is_supported():
+    async with conn.transaction():
+        if not psycopg.AsyncPipeline.is_supported():
             for text, values in batch:
-                conn.execute(text, values)
+                await _execute_async(conn, text, values)
             return
-        with raw.pipeline():
+        async with conn.pipeline():
             for text, values in batch:
-                conn.execute(text, values)
+                await _execute_async(conn, text, values)
 
 
 def _migrate(conn: PgConnection) -> None:
@@ -173,6 +327,7 @@ class PostgresDatabase:
         self._thread = threading.local()
         self._taken: list[psycopg.Connection[Any]] = []
         self._taken_lock = threading.Lock()
+        self._lanes = _LoopLanes(url, LOOP_LANES)
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(
@@ -184,9 +339,6 @@ class PostgresDatabase:
             max_size=self._pool_size,
             kwargs={"autocommit": True},
             configure=_configure,
-            # A connection handed to a thread is checked first (one taken from the pool
-            # after PostgreSQL restarted would fail its first statement).
-            check=ConnectionPool.check_connection,
             open=False,
             name="satsgate-store",
             # How long a request waits for a connection while PostgreSQL is away before
@@ -203,6 +355,7 @@ class PostgresDatabase:
         try:
             await self._in_thread(lambda: pool.open(wait=True, timeout=30))
             await self.run_sync(_migrate)
+            await self._lanes.open()
         except BaseException:
             await self.close()
             raise
@@ -212,6 +365,7 @@ class PostgresDatabase:
             await asyncio.gather(*self._later, return_exceptions=True)
         executor, self._executor = self._executor, None
         pool, self._pool = self._pool, None
+        await self._lanes.close()
         loop = asyncio.get_running_loop()
         if executor is not None:  # the units of work under way end first
             await loop.run_in_executor(None, lambda: executor.shutdown(wait=True))
@@ -249,21 +403,27 @@ class PostgresDatabase:
         work: a hop to the pool's lock and its checks for every statement cost about
         as much as the statement itself (measured: 75 us against 28 us)."""
         conn: psycopg.Connection[Any] | None = getattr(self._thread, "conn", None)
-        if conn is not None:
-            return conn
         pool = self._pool
         if pool is None:
             raise RuntimeError("store is not open")
+        if conn is not None:
+            if not _closed_by_server(conn):
+                return conn
+            conn.close()
+            self._after_unit(conn)  # back to the pool, which replaces it
         try:
-            conn = pool.getconn()
+            for _ in range(self._pool_size + 1):  # past those closed by their server
+                conn = pool.getconn()
+                if not _closed_by_server(conn):
+                    with self._taken_lock:
+                        self._taken.append(conn)
+                    self._thread.conn = conn
+                    return conn
+                conn.close()
+                pool.putconn(conn)
         except PoolTimeout as exc:
-            raise StoreUnavailable(
-                f"no connection to PostgreSQL within {_CONNECT_WAIT_S:g} s"
-            ) from exc
-        with self._taken_lock:
-            self._taken.append(conn)
-        self._thread.conn = conn
-        return conn
+            raise StoreUnavailable(_NO_CONNECTION) from exc
+        raise StoreUnavailable(_NO_CONNECTION)
 
     def _after_unit(self, conn: psycopg.Connection[Any]) -> None:
         """A connection that broke goes back to the pool (which replaces it); one left
@@ -288,7 +448,13 @@ class PostgresDatabase:
         return await self._in_thread(lambda: self._unit(run))
 
     async def write_one(self, sql: str, args: Sequence[Any]) -> int:
-        return await self.write(lambda conn: int(conn.execute(sql, args).rowcount))
+        return await self._lanes.run(lambda conn: _rowcount_async(conn, sql, args))
+
+    async def write_rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        return await self._lanes.run(lambda conn: _rows_async(conn, sql, args))
+
+    async def read_rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        return await self._lanes.run(lambda conn: _rows_async(conn, sql, args))
 
     def write_soon(self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]) -> None:
         """One write (and ``more``, in one transaction with it) nobody waits for (see
@@ -333,7 +499,7 @@ class PostgresDatabase:
             self._sending = None
 
     async def _write_batch(self, batch: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        await self._in_thread(lambda: self._unit(lambda conn: _write_batch(conn, batch)))
+        await self._lanes.run(lambda conn: _write_batch_async(conn, batch))
 
     def _later_done(self, task: asyncio.Task[Any]) -> None:
         self._later.discard(task)

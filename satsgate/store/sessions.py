@@ -284,12 +284,12 @@ class SessionRepository:
         None (nothing taken: unknown, closed, or too little left)."""
 
         instance = self._instance_id
+        if self._db.postgres:
+            args = (amount_msat, now, session_id, instance)
+            found = await self._db.write_rows(_DEBIT_AND_HOLD, args)
+            return int(found[0][0]) if found else None
 
         def run(conn: Connection) -> int | None:
-            if self._db.postgres:
-                args = (amount_msat, now, session_id, instance)
-                rows = conn.execute(_DEBIT_AND_HOLD, args).fetchall()
-                return int(rows[0][0]) if rows else None
             rows = conn.execute(_DEBIT, (amount_msat, now, session_id)).fetchall()
             if not rows:
                 return None
@@ -306,12 +306,12 @@ class SessionRepository:
         None when nothing changed."""
 
         instance = self._instance_id
+        if self._db.postgres:
+            args = (amount_msat, now, session_id, held_msat, instance)
+            found = await self._db.write_rows(_CREDIT_AND_RELEASE, args)
+            return int(found[0][0]) if found else None
 
         def run(conn: Connection) -> int | None:
-            if self._db.postgres:
-                args = (amount_msat, now, session_id, held_msat, instance)
-                rows = conn.execute(_CREDIT_AND_RELEASE, args).fetchall()
-                return int(rows[0][0]) if rows else None
             rows = conn.execute(_CREDIT, (amount_msat, now, session_id, held_msat)).fetchall()
             if not rows:
                 return None

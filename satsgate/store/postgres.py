@@ -30,6 +30,7 @@ Every SQL text goes through :mod:`satsgate.store.dialect` (placeholders).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -180,18 +181,23 @@ class _LoopLanes:
             timeout=_CONNECT_WAIT_S,
             reconnect_timeout=_RECONNECT_BOUND_S,
         )
-        # A free lane is its connection, or None until its first unit takes one.
-        self._free: asyncio.Queue[psycopg.AsyncConnection[Any] | None] | None = None
+        # A free lane is its connection, or None until its first unit takes one. A lane
+        # given back goes to the unit that has waited longest (see _release): with
+        # asyncio.Queue a unit arriving just then would take it first, and a unit that
+        # lost that race waits again at the back, some for hundreds of statements.
+        self._free: list[psycopg.AsyncConnection[Any] | None] = []
+        self._waiting: collections.deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]]
+        self._waiting = collections.deque()
+        self._open = False
         self._taken: set[psycopg.AsyncConnection[Any]] = set()
 
     async def open(self) -> None:
         await self._pool.open(wait=True, timeout=30)
-        self._free = asyncio.Queue()
-        for _ in range(self._size):
-            self._free.put_nowait(None)
+        self._free = [None] * self._size
+        self._open = True
 
     async def close(self) -> None:
-        self._free = None
+        self._open = False
         for conn in list(self._taken):
             await self._pool.putconn(conn)
         self._taken.clear()
@@ -201,10 +207,7 @@ class _LoopLanes:
         return await asyncio.shield(asyncio.ensure_future(self._run(unit)))
 
     async def _run(self, unit: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        free = self._free
-        if free is None:
-            raise RuntimeError("store is not open")
-        conn = await free.get()
+        conn = await self._acquire()
         try:
             for attempt in range(_RETRIES):
                 if conn is not None and _closed_by_server(conn):
@@ -225,7 +228,30 @@ class _LoopLanes:
                     conn = await self._after_unit(conn)
             raise AssertionError("unreachable")
         finally:
-            free.put_nowait(conn)
+            self._release(conn)
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any] | None:
+        if not self._open:
+            raise RuntimeError("store is not open")
+        if self._free and not self._waiting:
+            return self._free.pop()
+        waiter: asyncio.Future[psycopg.AsyncConnection[Any] | None]
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # handed a lane as it was cancelled
+                self._release(waiter.result())
+            raise
+
+    def _release(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        self._free.append(conn)
 
     async def _take(self) -> psycopg.AsyncConnection[Any]:
         """A connection from the pool, past those its server closed (see

@@ -1,4 +1,8 @@
-"""Run an aiohttp app until SIGTERM/SIGINT or stdin EOF; announce ``READY <url>`` on stdout."""
+"""Run an aiohttp app until SIGTERM/SIGINT or stdin EOF; announce ``READY <url>`` on stdout.
+
+:func:`serve` runs it on the event loop satsgate serves on (satsgate/eventloop.py), the
+bare baselines too: every server a bench compares runs on the same kind of loop.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import sys
 import threading
 
 from aiohttp import web
+
+from satsgate import eventloop
 
 
 def _stdin_closed(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -35,3 +41,8 @@ async def serve_until_stopped(app: web.Application, host: str, port: int) -> Non
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def serve(app: web.Application, host: str, port: int, *, debug: bool = False) -> None:
+    """Serve ``app`` until stopped (see :func:`serve_until_stopped`) on satsgate's loop."""
+    eventloop.run(serve_until_stopped(app, host, port), debug=debug)

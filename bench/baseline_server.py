@@ -9,9 +9,8 @@ stdin closes (so it never outlives the bench runner that started it).
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-from _serve import serve_until_stopped
+from _serve import serve
 from aiohttp import web
 
 
@@ -33,7 +32,7 @@ def main() -> None:
     app = web.Application()
     app.router.add_get("/", hello)
     app.router.add_post("/", hello_post)
-    asyncio.run(serve_until_stopped(app, args.host, args.port))
+    serve(app, args.host, args.port)
 
 
 if __name__ == "__main__":

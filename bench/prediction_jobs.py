@@ -53,7 +53,7 @@ def _settings(data_dir: Path, port: int, fake_url: str, mode: str) -> Any:
 
 def serve(data_dir: Path, port: int, fake_url: str, mode: str) -> None:
     """The child: satsgate's app plus GET /bench/lag (the loop's lag since the last call)."""
-    from _serve import serve_until_stopped
+    from _serve import serve as serve_app
     from aiohttp import web
     from experiments import dev_backend
 
@@ -86,7 +86,7 @@ def serve(data_dir: Path, port: int, fake_url: str, mode: str) -> None:
 
     app.cleanup_ctx.append(probe)
     app.router.add_get("/bench/lag", lag)
-    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+    serve_app(app, "127.0.0.1", port)
 
 
 def _rss_kib(pid: int) -> dict[str, int]:

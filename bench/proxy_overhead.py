@@ -51,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from _serve import serve_until_stopped  # bench/ is on sys.path: run as a script
+from _serve import serve  # bench/ is on sys.path: run as a script
 from aiohttp import web
 
 BENCH = Path(__file__).resolve().parent
@@ -146,7 +146,7 @@ async def _chat(request: web.Request) -> web.Response:
 def serve_upstream(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", _chat)
-    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+    serve(app, "127.0.0.1", port)
 
 
 def serve_floor(port: int, upstream: str, kind: str) -> None:
@@ -202,7 +202,7 @@ def serve_floor(port: int, upstream: str, kind: str) -> None:
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     app.router.add_post("/chat", forward if kind == "aiohttp" else engine_call)
-    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+    serve(app, "127.0.0.1", port)
 
 
 def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
@@ -326,14 +326,14 @@ def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
         _log_timings(app, timing_log)
     profile = os.environ.get("PROXY_BENCH_CPROFILE")
     if not profile:
-        asyncio.run(serve_until_stopped(app, "127.0.0.1", port), debug=bool(slow_log))
+        serve(app, "127.0.0.1", port, debug=bool(slow_log))
         return
     import cProfile
 
     profiler = cProfile.Profile()
     profiler.enable()
     try:
-        asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+        serve(app, "127.0.0.1", port)
     finally:
         profiler.disable()
         profiler.dump_stats(profile)

@@ -15,7 +15,6 @@ start-up, see ``TimedPool``) since the last call. Prints
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import dataclasses
 import logging
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import experiments
-from _serve import serve_until_stopped  # bench/ is on sys.path: run as a script
+from _serve import serve  # bench/ is on sys.path: run as a script
 from aiohttp import web
 from experiments import dev_backend, pool_attribute, pool_holder
 
@@ -182,7 +181,7 @@ def main() -> None:
     if profiler is not None:
         profiler.enable()
     try:
-        asyncio.run(serve_until_stopped(app, args.host, args.port))
+        serve(app, args.host, args.port)
     finally:
         if profiler is not None:
             profiler.disable()

@@ -31,7 +31,6 @@ satsgate_server.py) with a deposit large enough for the whole run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import logging
@@ -68,7 +67,7 @@ DEPOSIT_SAT = 5_000_000  # 5 M calls of the 1-sat no-op: never runs dry in a ben
 
 
 def serve(port: int, data_dir: Path, offer_sessions: bool) -> None:
-    from _serve import serve_until_stopped
+    from _serve import serve as serve_app
 
     from satsgate.app import GATE
 
@@ -88,7 +87,7 @@ def serve(port: int, data_dir: Path, offer_sessions: bool) -> None:
             app[GATE].sessions = None
 
         app.on_startup.append(no_sessions)
-    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+    serve_app(app, "127.0.0.1", port)
 
 
 def b64url(data: bytes) -> str:

@@ -60,7 +60,7 @@ def _anthropic_events() -> bytes:
 
 def serve_upstream(port: int) -> None:
     """Both APIs' streamed answers, each chunk its own write."""
-    from _serve import serve_until_stopped
+    from _serve import serve
 
     openai_chunks = _openai_events().split(b"\n\n")
     anthropic_chunks = _anthropic_events().split(b"\n\n")
@@ -81,7 +81,7 @@ def serve_upstream(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", streamer(openai_chunks))
     app.router.add_post("/v1/messages", streamer(anthropic_chunks))
-    asyncio.run(serve_until_stopped(app, "127.0.0.1", port))
+    serve(app, "127.0.0.1", port)
 
 
 async def measure(upstream: str, streams: int) -> dict[str, float]:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from satsgate import eventloop
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.cluster.presence import MisconfiguredInstance, StoreInUse
 from satsgate.config import Settings, load_settings
@@ -232,13 +233,13 @@ def _worker_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     except ValueError as exc:
         parser.error(str(exc))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_worker(config))
+        eventloop.run(run_worker(config))
     return 0
 
 
 def _status_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     settings = _settings(parser, args, data_dir=args.data_dir, store_url=args.store_url)
-    _print(asyncio.run(_status(settings, args.json)))
+    _print(eventloop.run(_status(settings, args.json)))
     return 0
 
 
@@ -387,13 +388,13 @@ def _hold_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _announce_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     settings = _settings(parser, args, data_dir=args.data_dir, base_url=args.base_url)
     private_umask()  # the key file is created 0600 in any case
-    _print(asyncio.run(_announce(settings, args.print)))
+    _print(eventloop.run(_announce(settings, args.print)))
     return 0
 
 
 def _ledger_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     settings = _settings(parser, args, data_dir=args.data_dir, store_url=args.store_url)
-    _print(asyncio.run(_ledger(settings, args.json)))
+    _print(eventloop.run(_ledger(settings, args.json)))
     return 0
 
 
@@ -439,7 +440,7 @@ def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     )
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_serve(settings))
+            eventloop.run(_serve(settings))
     except EngineConfigError as exc:  # before listening: say what to fix, no traceback
         parser.error(str(exc))
     except (BackendError, StoreInUse, MisconfiguredInstance) as exc:

@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+import uvloop
 
+from satsgate import eventloop
 from satsgate.app import BACKEND, GATE, STORE
 from satsgate.appkeys import PRESENCE
 from satsgate.backends.dev import DevBackend
@@ -89,7 +91,7 @@ class ThreadedServer:
         outbound: Outbound = SYSTEM_OUTBOUND,
     ) -> None:
         self.settings = settings
-        self.loop = asyncio.new_event_loop()
+        self.loop = eventloop.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         node = backend if backend is not None else DevBackend(settings.data_dir)
@@ -150,6 +152,14 @@ class ThreadedServer:
 # The store's engines: a test (or fixture) parametrized with STORES runs on SQLite (the
 # default) and on PostgreSQL (a throwaway cluster of this worker, a new database each).
 STORES = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
+    """The async tests run on the loop satsgate serves on (satsgate/eventloop.py); the
+    fakes of external systems keep asyncio's own."""
+    policy: asyncio.AbstractEventLoopPolicy = uvloop.EventLoopPolicy()
+    return policy
 
 
 @pytest.fixture(scope="session")

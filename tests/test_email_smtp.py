@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -345,8 +345,9 @@ class DropsAtData(Mailbox):
 
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
         await super().handle_DATA(server, session, envelope)
-        assert isinstance(server.transport, asyncio.Transport)
-        server.transport.abort()
+        transport = server.transport  # asyncio's or uvloop's, whose classes are its own
+        assert transport is not None
+        cast(asyncio.WriteTransport, transport).abort()
         return "250 OK"
 
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from satsgate import eventloop
 from satsgate.app import REFUNDS, SETTINGS
 from satsgate.backends import make_backend
 from satsgate.config import Settings
@@ -34,7 +35,7 @@ class ServiceThread:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings  # backend "cln", cln_rpc lightningd's socket
         self.handle: ServiceHandle | None = None
-        self._loop = asyncio.new_event_loop()
+        self._loop = eventloop.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="satsgate-service", daemon=True
         )

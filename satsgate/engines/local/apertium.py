@@ -42,6 +42,7 @@ from satsgate.domain.languages import (
 )
 from satsgate.engines.errors import EngineError
 from satsgate.engines.local import language_id
+from satsgate.engines.local.tools import start_tool
 from satsgate.engines.registry import EngineDeps, LocalEngine
 from satsgate.engines.translation import TranslationRequest, TranslationResult
 from satsgate.errors import ErrorCode
@@ -275,15 +276,9 @@ class ApertiumTranslator:
             self._slots = asyncio.Semaphore(self._parallel)
         async with self._slots:
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    "apertium",
-                    "-u",
-                    "-f",
-                    fmt,
-                    mode,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
+                proc = await start_tool(
+                    ["apertium", "-u", "-f", fmt, mode],
+                    text.encode("utf-8"),
                     start_new_session=True,  # its own process group: the pipeline dies whole
                 )
             except OSError as exc:
@@ -292,9 +287,7 @@ class ApertiumTranslator:
                     ErrorCode.SERVICE_ERROR, "The translation engine could not start."
                 ) from None
             try:
-                out, err = await asyncio.wait_for(
-                    proc.communicate(text.encode("utf-8")), self._timeout_s
-                )
+                out, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
             except TimeoutError:
                 raise EngineError(
                     ErrorCode.TIMEOUT,

@@ -3,7 +3,10 @@ loop as an asyncio subprocess, bounded in time (killed past it), bounded in numb
 semaphore per engine), its failure an EngineError the gate refunds.
 
 The tools get their input through files or stdin, never through the shell: nothing a
-caller sends is ever parsed as a command line option (text goes on stdin).
+caller sends is ever parsed as a command line option (text goes on stdin). A tool's
+stdin is an OS pipe (:func:`start_tool`), whatever the event loop: uvloop gives a child
+a socket for asyncio's ``PIPE``, and a program that opens ``/dev/stdin`` by its path
+(apertium's scripts do) cannot open a socket.
 """
 
 from __future__ import annotations
@@ -48,15 +51,9 @@ class ToolRunner:
         the tool fails (its stderr goes to the log, never to the caller)."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         async with self._slots:
-            proc = await asyncio.create_subprocess_exec(
-                *_NICE,
-                *args,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
+            proc = await start_tool([*_NICE, *args], stdin)
             try:
-                out, err = await asyncio.wait_for(proc.communicate(stdin), limit)
+                out, err = await asyncio.wait_for(proc.communicate(), limit)
             except TimeoutError:
                 await _kill(proc)
                 raise EngineError(
@@ -71,6 +68,46 @@ class ToolRunner:
             )
             raise EngineError(ErrorCode.SERVICE_ERROR, f"{what.capitalize()} failed on this input.")
         return out
+
+
+async def start_tool(
+    args: Sequence[str], stdin: bytes | None, *, start_new_session: bool = False
+) -> asyncio.subprocess.Process:
+    """``args`` started with stdout and stderr piped to this process, and ``stdin`` (None:
+    nothing, /dev/null) on an OS pipe, written from a thread: the pipe holds 64 KiB, the
+    rest goes as the tool reads, and the writing ends at the last byte or when the tool
+    is gone (it holds the pipe's only read end)."""
+    if stdin is None:
+        return await asyncio.create_subprocess_exec(
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=start_new_session,
+        )
+    read_end, write_end = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            stdin=read_end,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=start_new_session,
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    asyncio.get_running_loop().run_in_executor(None, _write_all, write_end, stdin)
+    return proc
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with open(fd, "wb", buffering=0) as pipe, contextlib.suppress(OSError):  # EPIPE: gone
+        view = memoryview(data)
+        while view:
+            view = view[pipe.write(view) or 0 :]
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:

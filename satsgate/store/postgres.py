@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import random
 import select
@@ -320,15 +321,16 @@ async def _write_batch_async(
 ) -> None:
     """``batch``'s statements in one READ COMMITTED transaction (each a conditional
     write of its own rows, as it would be alone in autocommit), pipelined: BEGIN, the
-    statements in one exchange, COMMIT. Any error rolls the whole transaction back."""
+    statements in one exchange, COMMIT. Any error rolls the whole transaction back.
+
+    A run of the same statement (a loop iteration's answered marks) goes as one
+    ``executemany``: its text is converted once and its executions pipelined by psycopg,
+    each still a statement of its own."""
     async with conn.transaction():
-        if not psycopg.AsyncPipeline.is_supported():
-            for text, values in batch:
-                await _execute_async(conn, text, values)
-            return
-        async with conn.pipeline():
-            for text, values in batch:
-                await _execute_async(conn, text, values)
+        cursor = conn.cursor()
+        for text, rows in itertools.groupby(batch, key=lambda item: item[0]):
+            query, order = postgres_placeholders(text)
+            await cursor.executemany(query, [postgres_args(order, values) for _, values in rows])
 
 
 def _migrate(conn: PgConnection) -> None:

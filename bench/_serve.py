@@ -1,6 +1,6 @@
 """Run an aiohttp app until SIGTERM/SIGINT or stdin EOF; announce ``READY <url>`` on stdout.
 
-:func:`serve` runs it on the event loop satsgate serves on (satsgate/eventloop.py), the
+:func:`serve` runs it on the event loop satsgate serves on (satsgate/server/eventloop.py), the
 bare baselines too: every server a bench compares runs on the same kind of loop.
 """
 
@@ -14,7 +14,7 @@ import threading
 
 from aiohttp import web
 
-from satsgate import eventloop
+from satsgate.server import eventloop
 
 
 def _stdin_closed(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -49,7 +49,7 @@ from satsgate.engines.local import book as books  # noqa: E402
 from satsgate.engines.local import espeak, narration, whisper  # noqa: E402
 from satsgate.engines.synthesis import SynthesisRequest  # noqa: E402
 from satsgate.engines.transcription import TranscriptionRequest  # noqa: E402
-from satsgate.runner import start_service  # noqa: E402
+from satsgate.server.runner import start_service  # noqa: E402
 from tests.epub_maker import chapter, make_epub, nav_doc, prose  # noqa: E402
 
 MB = 1024  # ru_maxrss is in KiB on Linux

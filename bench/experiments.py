@@ -9,7 +9,7 @@ replacing one function or instance attribute here, never by editing satsgate.
 results/compare-<names>.*, never latest.*.
 
 Adopted into satsgate and so gone from here: the integer BOLT11 encoder
-(``satsgate.invoices.sign_invoice``), the dev node's ``synchronous=NORMAL``, the
+(``satsgate.lightning.invoices.sign_invoice``), the dev node's ``synchronous=NORMAL``, the
 render-card pre-check cache, one-shot HMACs, one read for a known-length body,
 V2 macaroons read and written directly (``satsgate.payments.macaroon_v2``) and the
 store's point reads and one-statement writes on the event loop.
@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from satsgate.app import BACKEND, GATE
-from satsgate.lightning import LightningBackend
+from satsgate.lightning.backend import LightningBackend
+from satsgate.server.app import BACKEND, GATE
 
 T = TypeVar("T")
 
@@ -57,9 +57,9 @@ def dev_backend(data_dir: Path) -> LightningBackend:
 def pool_holder(app: web.Application) -> Any:
     """What holds the handlers' CPU pool: the handler resources' CPU runner, or in older
     trees the gate's runner (``_cpu``) or the gate itself (``_cpu_pool``)."""
-    import satsgate.app
+    import satsgate.server.app
 
-    handlers = getattr(satsgate.app, "HANDLERS", None)
+    handlers = getattr(satsgate.server.app, "HANDLERS", None)
     if handlers is not None:
         return app[handlers].cpu
     gate = app[GATE]

@@ -19,10 +19,10 @@ import json
 import timeit
 from typing import Any
 
+from satsgate.edge.ratelimit import client_key
 from satsgate.engines.config import parse_providers
 from satsgate.engines.registry import Binding, Engines
 from satsgate.payments.challenger import validate_params
-from satsgate.ratelimit import client_key
 from satsgate.services.ai.text import GENERATE_TEXT
 from satsgate.services.catalog.rates import FALLBACK
 

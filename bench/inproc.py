@@ -35,12 +35,12 @@ from aiohttp import web
 from satsgate_server import NOOP_PRICE_MSAT, NOOP_SPEC, NoopParams
 from seed import insert_rows, make_rows, spec_for
 
-from satsgate.app import BACKEND, GATE, SETTINGS, STORE, create_app
 from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
+from satsgate.edge.http import result_response
 from satsgate.engines.local import cards
-from satsgate.http_edge import result_response
 from satsgate.payments.http import challenge_response
+from satsgate.server.app import BACKEND, GATE, SETTINGS, STORE, create_app
 from satsgate.services.documents.rendering import RENDER_CARD
 
 RENDER_BODY: dict[str, Any] = {

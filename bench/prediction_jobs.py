@@ -57,7 +57,7 @@ def serve(data_dir: Path, port: int, fake_url: str, mode: str) -> None:
     from aiohttp import web
     from experiments import dev_backend
 
-    from satsgate.app import create_app
+    from satsgate.server.app import create_app
 
     settings = _settings(data_dir, port, fake_url, mode)
     app = create_app(settings, dev_backend(data_dir))

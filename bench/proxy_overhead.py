@@ -299,9 +299,9 @@ def _log_timings(app: web.Application, path: str) -> None:
 
 
 def serve_satsgate(port: int, data_dir: Path, upstream: str) -> None:
-    from satsgate.app import create_app
     from satsgate.backends.dev import DevBackend
-    from satsgate.runner import freeze_startup_heap
+    from satsgate.server.app import create_app
+    from satsgate.server.runner import freeze_startup_heap
 
     settings = bench_settings(data_dir, port, upstream)
     app = create_app(settings, DevBackend(settings.data_dir))

@@ -45,7 +45,7 @@ async def one(calls: int) -> dict[str, float]:
     from sessions import DEPOSIT_SAT, OpenedSession, credential, unb64url
 
     from satsgate.config import Settings
-    from satsgate.invoices import sign_invoice
+    from satsgate.lightning.invoices import sign_invoice
 
     tmp = Path(tempfile.mkdtemp(prefix="satsgate-bench-calls-"))
     settings = Settings(

@@ -60,7 +60,7 @@ from satsgate_server import NOOP_PRICE_MSAT, NOOP_SLUG, NOOP_SPEC, NoopParams, b
 from seed import seed, spec_for
 
 from satsgate.config import Settings, ensure_server_secret
-from satsgate.invoices import sign_invoice
+from satsgate.lightning.invoices import sign_invoice
 
 BENCH = Path(__file__).resolve().parent
 DEPOSIT_SAT = 5_000_000  # 5 M calls of the 1-sat no-op: never runs dry in a bench
@@ -69,7 +69,7 @@ DEPOSIT_SAT = 5_000_000  # 5 M calls of the 1-sat no-op: never runs dry in a ben
 def serve(port: int, data_dir: Path, offer_sessions: bool) -> None:
     from _serve import serve as serve_app
 
-    from satsgate.app import GATE
+    from satsgate.server.app import GATE
 
     logging.basicConfig(level=logging.WARNING)
     settings = Settings(

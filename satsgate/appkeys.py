@@ -7,21 +7,21 @@ from concurrent.futures import ProcessPoolExecutor
 import httpx
 from aiohttp import web
 
-from satsgate.callbacks import CallbackSender
 from satsgate.cluster.events import ClusterEvents
 from satsgate.cluster.presence import Presence
 from satsgate.config import Settings
-from satsgate.deposits import DepositSettler
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
-from satsgate.jobs import JobRunner
-from satsgate.lightning import LightningBackend
+from satsgate.jobs.callbacks import CallbackSender
+from satsgate.jobs.lifecycle import JobRunner
+from satsgate.lightning.backend import LightningBackend
 from satsgate.operations.base import OperationEnv
 from satsgate.outreach.held_requests import HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import Gate, HandlerResources
+from satsgate.payouts.deposits import DepositSettler
+from satsgate.payouts.refunds import RefundService
 from satsgate.public_urls import Outbound
-from satsgate.refunds import RefundService
 from satsgate.services.base import PrecheckMemo
 from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms.ai_call_runner import AiCallRunner

@@ -13,14 +13,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from satsgate import eventloop
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.cluster.presence import MisconfiguredInstance, StoreInUse
 from satsgate.config import Settings, load_settings
 from satsgate.engines import CpuRunner, EngineConfigError
-from satsgate.lightning import BackendError, LightningBackend
-from satsgate.log_levels import quiet_library_logs
+from satsgate.lightning.backend import BackendError, LightningBackend
 from satsgate.procguard import private_umask
+from satsgate.server import eventloop
+from satsgate.server.log_levels import quiet_library_logs
 
 if TYPE_CHECKING:
     from satsgate.store import Store
@@ -36,7 +36,7 @@ def build_backend(settings: Settings) -> LightningBackend:
 
 async def _serve(settings: Settings) -> None:
     from satsgate.appkeys import PRESENCE
-    from satsgate.runner import freeze_startup_heap, start_service
+    from satsgate.server.runner import freeze_startup_heap, start_service
 
     handle = await start_service(settings, build_backend(settings))
     freeze_startup_heap()
@@ -70,7 +70,7 @@ def engines_report(settings: Settings) -> str:
     ``satsgate engines`` prints. Operator-facing, so provider names are shown."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from satsgate.app import node_engines
+    from satsgate.server.app import node_engines
     from satsgate.services.registry import SERVICES
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # nothing runs: statuses only
@@ -175,12 +175,12 @@ async def _announce(settings: Settings, print_only: bool) -> str:
 
     import httpx
 
-    from satsgate.app import node_engines, telephony_destinations
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog
     from satsgate.nostr.config import NostrConfig
     from satsgate.nostr.keys import ensure_keys
     from satsgate.nostr.publisher import Announcer
+    from satsgate.server.app import node_engines, telephony_destinations
     from satsgate.services.catalog.rates import Rates
     from satsgate.services.registry import SERVICES
 

@@ -81,13 +81,13 @@ class Settings:
     refund_fee_min_msat: int = 5_000
     refund_fee_max_pct: int = 50
     refund_fee_max_msat: int = 50_000
-    # ... and all payouts of one UTC day together at most this much (satsgate/payout_fees.py):
+    # ... and all payouts of one UTC day together at most this much (satsgate/payouts/fees.py):
     # a payer cycling its own money through refunds or sessions collects at most this a
     # day however many payouts it starts; once spent, payouts take zero-fee routes only
     # (a direct channel) until the next day, the others are retried.
     payout_fee_budget_msat: int = 5_000_000
     refund_pay_timeout_s: int = 60
-    # Lightning-address payouts (satsgate/deposits.py) resolve name@domain at
+    # Lightning-address payouts (satsgate/payouts/deposits.py) resolve name@domain at
     # https://domain/.well-known/lnurlp/name. Off the main network only, a domain may be
     # sent to another base URL here instead ({"wallet.test": "http://127.0.0.1:9000"}),
     # for a regtest wallet or a test's LNURL server.
@@ -129,7 +129,7 @@ class Settings:
     server_secret: str = ""
     # Extra browser origins allowed to call POST /api/mcp (its own and loopback always are).
     mcp_allowed_origins: tuple[str, ...] = ()
-    # Slow clients and connection floods (satsgate/server_guard.py). A request's head
+    # Slow clients and connection floods (satsgate/edge/connection_guard.py). A request's head
     # must arrive within header_timeout_s of the connection opening or of its first byte;
     # its body within body_timeout_s of the head; an idle keep-alive connection is
     # closed after keepalive_timeout_s. 0 turns a timeout off (keep-alive: aiohttp's 3630 s).
@@ -140,7 +140,7 @@ class Settings:
     # trusted proxies are exempt from the per-client cap). 0: no cap.
     max_connections: int = 1024
     max_connections_per_client: int = 64
-    # Requests per minute per client address (satsgate/ratelimit.py); 0 turns one off.
+    # Requests per minute per client address (satsgate/edge/ratelimit.py); 0 turns one off.
     # Unpaid challenges (a 402 with a new invoice, HTTP or MCP create_payment); paid calls
     # carrying a credential are never limited.
     challenge_rate_per_min: int = 100

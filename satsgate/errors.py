@@ -14,7 +14,7 @@ the domain exceptions that stand for a code carry it as ``code: ErrorCode`` and 
 into an ApiError in one place::
 
     ApiError                         a code, a message, extra fields, a refund: the
-                                     envelope; the HTTP edge (http_edge.error_middleware)
+                                     envelope; the HTTP edge (edge.http.error_middleware)
                                      and the MCP face render it
     engines.EngineError              an engine failed after payment: ``code``,
                                      ``may_fall_back``, a retry hint; ``api_error()`` is

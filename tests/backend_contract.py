@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from satsgate.invoices import decode_invoice
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     InvoiceState,
     LightningBackend,
     PaymentState,
     UnknownInvoice,
 )
+from satsgate.lightning.invoices import decode_invoice
 
 Settle = Callable[[str], Awaitable[str]]
 ExternalInvoice = Callable[[int], Awaitable[str]]

@@ -22,16 +22,16 @@ import httpx
 import pytest
 import uvloop
 
-from satsgate import eventloop
-from satsgate.app import BACKEND, GATE, STORE
 from satsgate.appkeys import PRESENCE
 from satsgate.backends.dev import DevBackend
 from satsgate.config import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.lightning import LightningBackend
+from satsgate.lightning.backend import LightningBackend
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
-from satsgate.runner import ServiceHandle, start_service
+from satsgate.server import eventloop
+from satsgate.server.app import BACKEND, GATE, STORE
+from satsgate.server.runner import ServiceHandle, start_service
 from satsgate.store import Store
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
@@ -156,7 +156,7 @@ STORES = ["sqlite", "postgres"]
 
 @pytest.fixture(scope="session")
 def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    """The async tests run on the loop satsgate serves on (satsgate/eventloop.py); the
+    """The async tests run on the loop satsgate serves on (satsgate/server/eventloop.py); the
     fakes of external systems keep asyncio's own."""
     policy: asyncio.AbstractEventLoopPolicy = uvloop.EventLoopPolicy()
     return policy

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from satsgate.app import node_engines
 from satsgate.config import Settings
 from satsgate.engines import (
     CpuRunner,
@@ -21,6 +20,7 @@ from satsgate.engines import (
 )
 from satsgate.engines.providers import PROVIDER_KINDS as BUILT_IN_KINDS
 from satsgate.errors import ErrorCode
+from satsgate.server.app import node_engines
 from satsgate.services.registry import SERVICES
 
 KIND = "down"

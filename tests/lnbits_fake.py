@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from satsgate.invoices import decode_invoice, sign_invoice
+from satsgate.lightning.invoices import decode_invoice, sign_invoice
 
 
 class LnbitsFake:

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from mcp import Client
 
-from satsgate.app import AI_CALLS
 from satsgate.engines.providers.retell import sign as retell_sign
 from satsgate.engines.providers.retell import verify_signature
+from satsgate.server.app import AI_CALLS
 from tests.conftest import ThreadedServer, challenge, dev_pay, http_client, make_settings
 from tests.fake_lnurlp import FakeLightningAddress
 from tests.fake_voice_agents import (

@@ -13,7 +13,7 @@ from satsgate.backends.dev import DevBackend
 from satsgate.backends.lnd.backend import LndBackend
 from satsgate.cli import build_backend
 from satsgate.config import Settings
-from satsgate.lightning import InitialCursor, LightningBackend, SimulatedPayments
+from satsgate.lightning.backend import InitialCursor, LightningBackend, SimulatedPayments
 
 
 def test_make_backend_builds_the_configured_node(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from satsgate.callbacks import SIGNATURE_HEADER, CallbackSender, callback_body
-from satsgate.jobs import status_body
+from satsgate.jobs.callbacks import SIGNATURE_HEADER, CallbackSender, callback_body
+from satsgate.jobs.lifecycle import status_body
 from satsgate.public_urls import IPAddress, Outbound
 from satsgate.store import Job, JobCallback, JobStatus, Payment, PaymentStatus, Store
 from tests.certs import Issued, common_name, issue

@@ -17,14 +17,14 @@ import pytest
 
 from satsgate.backends.cln import LABEL_PREFIX, ClnBackend
 from satsgate.backends.cln.rpc import parse_msat
-from satsgate.invoices import decode_invoice
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     BackendError,
     InvoiceState,
     PaymentState,
     Settlement,
     UnknownInvoice,
 )
+from satsgate.lightning.invoices import decode_invoice
 from tests.fake_lightningd import FakeLightningd, FakeNode, running_lightningd
 
 

@@ -1,4 +1,4 @@
-"""Deposit settlement (satsgate/deposits.py) on a real server: the used part billed, the
+"""Deposit settlement (satsgate/payouts/deposits.py) on a real server: the used part billed, the
 rest refunded exactly once, to a Lightning address (a loopback LNURL-pay wallet whose
 invoices the dev node pays) or as an LNURL-withdraw link; a failed payout falls back to
 the link; settling twice, or twice at once, pays once; a restart takes up a payout."""
@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.app import DEPOSITS
-from satsgate.deposits import Settlement
+from satsgate.payouts.deposits import Settlement
+from satsgate.server.app import DEPOSITS
 from tests.conftest import (
     STORES,
     ThreadedServer,

@@ -11,7 +11,7 @@ import coincurve
 import pytest
 
 from satsgate.backends.dev import DevBackend
-from satsgate.invoices import sign_invoice
+from satsgate.lightning.invoices import sign_invoice
 from tests.backend_contract import BackendContract, ExternalInvoice, Settle
 
 

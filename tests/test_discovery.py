@@ -16,11 +16,11 @@ from mcp import Client
 from openapi_spec_validator import validate
 from pydantic import BaseModel, ValidationError
 
-from satsgate.app import ENGINES
 from satsgate.appkeys import RATES
 from satsgate.discovery.describe import price_text, search
 from satsgate.errors import CATALOG_VERSION, ApiError
 from satsgate.payments.l402 import decode_macaroon
+from satsgate.server.app import ENGINES
 from satsgate.services.base import (
     Params,
     ServiceContext,
@@ -405,7 +405,6 @@ def test_a_changed_price_changes_every_published_document() -> None:
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
-    from satsgate.app import node_engines
     from satsgate.config import Settings
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog, l402_manifest, l402_services
@@ -414,6 +413,7 @@ def test_a_changed_price_changes_every_published_document() -> None:
     from satsgate.engines import CpuRunner
     from satsgate.mcp import tools
     from satsgate.nostr.announcement import listing
+    from satsgate.server.app import node_engines
     from satsgate.services.base import FlatPrice
     from satsgate.services.catalog.models import list_models_document
     from satsgate.services.catalog.pricing import estimate, estimators

@@ -17,7 +17,7 @@ from PIL import Image
 
 from satsgate.appkeys import PRECHECKS
 from satsgate.errors import CODES
-from satsgate.invoices import decode_invoice
+from satsgate.lightning.invoices import decode_invoice
 from satsgate.payments.mpp import b64url, b64url_decode
 from tests.conftest import (
     STORES,

@@ -25,10 +25,10 @@ import pytest
 from numpy.typing import NDArray
 from PIL import Image, ImageDraw
 
-from satsgate.app import ENGINES
 from satsgate.engines.local import images as local_images
 from satsgate.engines.local.image_ops import NSFW_THRESHOLD, sharpness
 from satsgate.engines.local.image_ops import encode as encode_output
+from satsgate.server.app import ENGINES
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.test_gateway import assert_envelope, payment_count
 

@@ -37,7 +37,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from satsgate.invoices import decode_invoice
+from satsgate.lightning.invoices import decode_invoice
 from satsgate.payments.mpp import b64url_decode
 from tests.conftest import ThreadedServer, free_port, skip_unless_ci
 from tests.test_gateway import CARD, payment_count

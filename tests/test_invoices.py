@@ -12,7 +12,7 @@ from bolt11.models.features import Feature, Features, FeatureState
 from bolt11.models.tags import Tag, TagChar, Tags
 from pyln.proto.invoice import Invoice as PylnInvoice
 
-from satsgate.invoices import decode_invoice, sign_invoice
+from satsgate.lightning.invoices import decode_invoice, sign_invoice
 
 
 def library_sign(**kw: object) -> str:

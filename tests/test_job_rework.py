@@ -22,7 +22,7 @@ import httpx
 import pytest
 from mcp import Client
 
-from satsgate.app import REFUNDS
+from satsgate.server.app import REFUNDS
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay, http_client
 from tests.fake_platforms import FakeFal, FakeReplicate, Script, mp4

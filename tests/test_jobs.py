@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from satsgate.app import JOBS
 from satsgate.engines import EngineError
 from satsgate.errors import ErrorCode
+from satsgate.server.app import JOBS
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus
 from tests.conftest import ThreadedServer, dev_pay

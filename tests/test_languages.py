@@ -21,7 +21,7 @@ from satsgate.domain.languages import (
     resolve_rare_language,
     resolve_translation_language,
 )
-from satsgate.invoices import decode_invoice
+from satsgate.lightning.invoices import decode_invoice
 from tests.conftest import ThreadedServer, http_client, serve_with_engines
 from tests.test_gateway import assert_envelope, payment_count
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from satsgate.backends.lnd.backend import LndBackend
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     BackendError,
     InvoiceState,
     PaymentState,

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from pydantic import Field
 
-from satsgate.app import mcp_server
 from satsgate.mcp import McpServer
 from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import Request
+from satsgate.server.app import mcp_server
 from satsgate.services.base import (
     Params,
     ServiceContext,

@@ -19,7 +19,7 @@ from mpp.server.verify import verify_or_challenge
 from pydantic import BaseModel, ConfigDict
 
 from satsgate.appkeys import SETTINGS
-from satsgate.invoices import decode_invoice
+from satsgate.lightning.invoices import decode_invoice
 from satsgate.payments.mpp import b64url, b64url_decode
 from satsgate.payments.problems import (
     challenge_method_intent,

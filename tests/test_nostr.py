@@ -441,11 +441,11 @@ def test_announce_print_sends_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_content_too_large_for_relays_links_the_openapi_schemas() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from satsgate.app import node_engines
     from satsgate.config import Settings
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog
     from satsgate.nostr.announcement import content
+    from satsgate.server.app import node_engines
     from satsgate.services.registry import SERVICES
 
     settings = Settings(base_url="https://pay.example.com")

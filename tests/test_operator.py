@@ -23,10 +23,10 @@ import pytest
 from lnurl.helpers import url_decode
 from playwright.async_api import Browser, async_playwright
 
-from satsgate.app import ENGINES, REFUNDS
 from satsgate.backends.dev import DEV_NO_ROUTE
 from satsgate.errors import ApiError
 from satsgate.operator import token_path
+from satsgate.server.app import ENGINES, REFUNDS
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.ledger_check import assert_ledger_balances
 from tests.test_refunds import (
@@ -99,7 +99,7 @@ async def money_scenarios(server: ThreadedServer, client: httpx.AsyncClient) -> 
 async def scenario(
     fresh_server: ThreadedServer, caplog: pytest.LogCaptureFixture
 ) -> AsyncIterator[dict[str, Any]]:
-    caplog.set_level(logging.INFO, logger="satsgate.refunds")
+    caplog.set_level(logging.INFO, logger="satsgate.payouts.refunds")
     async with httpx.AsyncClient(base_url=fresh_server.url, timeout=30) as client:
         yield await money_scenarios(fresh_server, client)
 
@@ -129,7 +129,9 @@ async def test_the_ledger_to_the_msat(
     fresh_server: ThreadedServer, scenario: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     # The failed payout was logged with the node's reason, the paid one with its fee.
-    logged = [r.getMessage() for r in caplog.get_records("setup") if r.name == "satsgate.refunds"]
+    logged = [
+        r.getMessage() for r in caplog.get_records("setup") if r.name == "satsgate.payouts.refunds"
+    ]
     assert any("refund payout failed" in m and DEV_NO_ROUTE in m for m in logged), logged
     assert any("refund paid out: 10000 msat" in m and "routing fee 10 msat" in m for m in logged), (
         logged

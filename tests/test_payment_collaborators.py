@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.jobs import FailureRefund, JobWork
-from satsgate.lightning import InvoiceState, InvoiceStatus, Settlement
+from satsgate.jobs.lifecycle import FailureRefund, JobWork
+from satsgate.lightning.backend import InvoiceState, InvoiceStatus, Settlement
 from satsgate.payments import challenger
 from satsgate.payments.challenger import Challenger
 from satsgate.payments.l402 import RootKeys

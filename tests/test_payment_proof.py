@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from satsgate.invoices import decode_invoice
+from satsgate.lightning.invoices import decode_invoice
 from satsgate.payments import mpp
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, dev_pay

@@ -15,10 +15,10 @@ import httpx
 import pytest
 from lnurl.helpers import url_decode
 
-from satsgate.app import REFUNDS
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.invoices import sign_invoice
+from satsgate.lightning.invoices import sign_invoice
+from satsgate.server.app import REFUNDS
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
 from tests.conftest import STORES, ThreadedServer, dev_pay, make_settings, store_url_for
 from tests.ledger_check import assert_ledger_balances

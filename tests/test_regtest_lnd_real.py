@@ -61,8 +61,8 @@ from mpp.runtime import ClientMethod, CredentialParams
 
 from satsgate.backends.lnd.backend import LndBackend
 from satsgate.config import Settings
-from satsgate.lightning import PaymentState, UnknownInvoice
-from satsgate.payout_fees import fee_cap_msat
+from satsgate.lightning.backend import PaymentState, UnknownInvoice
+from satsgate.payouts.fees import fee_cap_msat
 from tests.conftest import free_port
 from tests.ledger_check import assert_ledger_balances_at
 from tests.test_lnd_backend import narrowest_permissions

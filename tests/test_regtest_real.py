@@ -35,7 +35,7 @@ import httpx
 import pytest
 
 from satsgate.config import Settings
-from satsgate.payout_fees import fee_cap_msat
+from satsgate.payouts.fees import fee_cap_msat
 from tests.conftest import free_port
 from tests.test_regtest_lnd_real import blank_page, l402_challenge, lnurl_decode
 

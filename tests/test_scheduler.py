@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from satsgate.scheduler import Scheduler
+from satsgate.server.scheduler import Scheduler
 
 
 async def test_a_failing_run_is_an_error_and_a_run_the_stop_cancels_is_not(

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from satsgate.invoices import decode_invoice
+from satsgate.lightning.invoices import decode_invoice
 from satsgate.services.catalog.planned import vote_counts
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES
 from tests.conftest import ThreadedServer, http_client, paid_l402_auth, serve_with_engines

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from satsgate.config import Settings
 from satsgate.domain import languages, telephony, voices
-from satsgate.jobs import JOB_TYPES
+from satsgate.jobs.lifecycle import JOB_TYPES
 from satsgate.services.base import (
     UNDESCRIBED_PRICE,
     FlatPrice,

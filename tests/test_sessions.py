@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from satsgate.backends.cln import ClnBackend
-from satsgate.invoices import decode_invoice, sign_invoice
+from satsgate.lightning.invoices import decode_invoice, sign_invoice
 from satsgate.payments.session_wire import PROBLEMS
 from satsgate.services.catalog.pricing import text_tokens_msat
 from tests.conftest import (
@@ -923,7 +923,7 @@ def test_backends_pay_an_amountless_invoice_with_the_amount_given() -> None:
     """The dev node's rule matches the real nodes': amountless needs an amount, an invoice
     with an amount refuses another one."""
     from satsgate.backends.dev import DevBackend
-    from satsgate.lightning import PaymentState
+    from satsgate.lightning.backend import PaymentState
 
     async def go(tmp: str) -> None:
         from pathlib import Path
@@ -957,8 +957,8 @@ async def test_pympp_reads_the_session_challenge_and_drives_a_session(
     the receipts."""
     import mpp
 
-    from satsgate.app import SETTINGS
     from satsgate.payments.challenger import realm_of
+    from satsgate.server.app import SETTINGS
 
     settings = srv.app[SETTINGS]
     resp = await http.post(f"/api/l402/{RARE[0]}", json=RARE[1], headers=WANTS_SESSION)

@@ -1,5 +1,5 @@
 """The Lightning node backends, one package or module each, behind
-:class:`satsgate.lightning.LightningBackend`:
+:class:`satsgate.lightning.backend.LightningBackend`:
 
 - :mod:`~satsgate.backends.dev`: the built-in dev node (real signed regtest invoices);
 - :mod:`~satsgate.backends.cln`: Core Lightning over its JSON-RPC socket;
@@ -7,13 +7,13 @@
 
 :func:`make_backend` is the one place a backend is chosen from the settings (the
 ``satsgate`` command and the Core Lightning plugin both use it). Optional abilities
-are runtime-checkable protocols in :mod:`satsgate.lightning`, never class checks.
+are runtime-checkable protocols in :mod:`satsgate.lightning.backend`, never class checks.
 """
 
 from __future__ import annotations
 
 from satsgate.config import Settings
-from satsgate.lightning import LightningBackend
+from satsgate.lightning.backend import LightningBackend
 
 
 class BackendConfigError(ValueError):

@@ -27,8 +27,7 @@ from typing import Any, TypeVar
 
 import coincurve
 
-from satsgate.invoices import InvalidInvoice, decode_invoice, sign_invoice
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     BackendError,
     CreatedInvoice,
     InvoiceState,
@@ -40,6 +39,7 @@ from satsgate.lightning import (
     Settlement,
     UnknownInvoice,
 )
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice, sign_invoice
 
 T = TypeVar("T")
 _SCHEMA = """

@@ -43,10 +43,10 @@ from satsgate.discovery.languages import languages_document
 from satsgate.discovery.llms import llms_txt
 from satsgate.discovery.openapi import openapi_document
 from satsgate.discovery.price_probe import price_headers
+from satsgate.edge.http import dumps
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode, envelope
-from satsgate.http_edge import dumps
-from satsgate.lightning import LightningBackend
+from satsgate.lightning.backend import LightningBackend
 from satsgate.mcp import MCP
 from satsgate.payments import problems
 from satsgate.services.catalog.models import CATEGORIES, list_models_document

@@ -40,8 +40,8 @@ from typing import Any
 from satsgate import __version__
 from satsgate.config import Settings
 from satsgate.discovery.describe import AnySpec, price_text, search
+from satsgate.edge.http import dumps
 from satsgate.errors import CATALOG_VERSION
-from satsgate.http_edge import dumps
 from satsgate.mcp import MCP_PATH, SUPPORTED_VERSIONS
 from satsgate.payments.l402 import LOCATION
 

@@ -21,7 +21,7 @@ least recently (a payer not served since it began waiting goes first; ties in or
 arrival). One payer's twenty queued renders therefore hold up another payer's single
 job by at most one of theirs, per worker. The payer is :data:`PAYER` in the job's
 context: the client address (an IPv6 client's /64) the rate limiter keys on, which the
-HTTP edge sets for the paid routes (satsgate/ratelimit.py); a job started elsewhere
+HTTP edge sets for the paid routes (satsgate/edge/ratelimit.py); a job started elsewhere
 (a job resumed after a restart) is the anonymous payer "".
 """
 

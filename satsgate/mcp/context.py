@@ -45,7 +45,7 @@ class CallContext:
     authorization: tuple[str, ...] = ()
 
     def limit(self, rule: str) -> None:
-        """Spend one request of this call's client under ``rule`` (satsgate/ratelimit.py)."""
+        """Spend one request of this call's client under ``rule`` (satsgate/edge/ratelimit.py)."""
         if self.rate_check is not None:
             self.rate_check(rule)
 

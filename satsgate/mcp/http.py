@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from satsgate import json_input
-from satsgate.http_edge import dumps, sse_event
+from satsgate.edge import json_input
+from satsgate.edge.http import dumps, sse_event
+from satsgate.edge.ratelimit import LIMITS, separate_admission
 from satsgate.mcp.context import CallContext
 from satsgate.mcp.jsonrpc import (
     INVALID_REQUEST,
@@ -35,7 +36,6 @@ from satsgate.mcp.jsonrpc import (
     parse_message,
 )
 from satsgate.mcp.server import SUPPORTED_VERSIONS, ClientGone, McpServer
-from satsgate.ratelimit import LIMITS, separate_admission
 
 MCP_PATH = "/api/mcp"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from satsgate.edge.ratelimit import admit_challenge
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.mcp import results
 from satsgate.mcp.context import AnySpec, CallContext, ToolEnv
@@ -24,7 +25,6 @@ from satsgate.operations import payments
 from satsgate.payments import rework
 from satsgate.payments.challenger import Challenge
 from satsgate.payments.sessions import MCP_PREFIX as SESSION_PREFIX
-from satsgate.ratelimit import admit_challenge
 from satsgate.services.catalog.pricing import estimate
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.registry import ESTIMATORS

@@ -24,9 +24,9 @@ from pydantic import BaseModel
 from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ErrorCode
-from satsgate.jobs import JobRunner
+from satsgate.jobs.lifecycle import JobRunner
 from satsgate.payments.gate import Gate
-from satsgate.refunds import RefundService
+from satsgate.payouts.refunds import RefundService
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog import planned
 from satsgate.services.catalog.rates import Rates
@@ -89,7 +89,7 @@ class OperationEnv:
 
 class Call(Protocol):
     """What a face offers one call: ``limit(rule)`` spends one request of the caller
-    under a rate-limit rule (satsgate/ratelimit.py), raising RATE_LIMITED;
+    under a rate-limit rule (satsgate/edge/ratelimit.py), raising RATE_LIMITED;
     ``authorization`` is the credential the request carried (HTTP), which proves a
     payment (satsgate.payments.proof)."""
 

@@ -20,8 +20,8 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 from satsgate.appkeys import ENGINES, GATE, OPERATION_ENV, RATES, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
 from satsgate.discovery.price_probe import price_probe
+from satsgate.edge.http import dumps, read_json
 from satsgate.errors import ApiError, ErrorCode, invalid_params
-from satsgate.http_edge import dumps, read_json
 from satsgate.operations.base import AnyOperation, HttpCall, dump
 from satsgate.payments.http import handle_paid_call
 from satsgate.services.base import ServiceSpec

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.jobs import JOB_TYPES, KEPT_FOR_RETRY, status_body
+from satsgate.jobs.lifecycle import JOB_TYPES, KEPT_FOR_RETRY, status_body
 from satsgate.operations.answers import JobStatusBody
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
 from satsgate.payments.proof import proves, without_refund_secrets

@@ -48,7 +48,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from satsgate.errors import ApiError, ErrorCode, envelope
-from satsgate.jobs import JobRunner
+from satsgate.jobs.lifecycle import JobRunner
 from satsgate.services.base import (
     FlatPrice,
     Params,

@@ -46,7 +46,7 @@ import httpx
 from pydantic import BaseModel
 
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.lightning import LightningBackend
+from satsgate.lightning.backend import LightningBackend
 from satsgate.payments.cashu_config import CashuConfig, normalize_mint_url
 from satsgate.payments.cashu_melt import EcashMelter
 from satsgate.payments.cashu_wire import (

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from satsgate.lightning import BackendError, InvoiceState, LightningBackend
+from satsgate.lightning.backend import BackendError, InvoiceState, LightningBackend
 from satsgate.payments.cashu_config import CashuConfig
 from satsgate.payments.cashu_wire import (
     Mint,

@@ -25,11 +25,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from satsgate.domain.do_not_contact import OptOuts
+from satsgate.edge.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode, invalid_params
-from satsgate.lightning import BackendError, CreatedInvoice
+from satsgate.lightning.backend import BackendError, CreatedInvoice
 from satsgate.payments import l402, mpp
-from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import PrecheckMemo, ServiceSpec, request_digest
 from satsgate.services.catalog.rates import RateBook, Rates
 from satsgate.store import Payment, PaymentStatus

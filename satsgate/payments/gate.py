@@ -28,10 +28,11 @@ import httpx
 
 from satsgate.config import Settings
 from satsgate.domain.do_not_contact import OptOuts
+from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
-from satsgate.jobs import JobRunner
-from satsgate.lightning import HoldInvoices, LightningBackend
+from satsgate.jobs.lifecycle import JobRunner
+from satsgate.lightning.backend import HoldInvoices, LightningBackend
 from satsgate.payments import l402
 from satsgate.payments.cashu import Ecash, check_installed
 from satsgate.payments.cashu_config import parse_config
@@ -43,8 +44,7 @@ from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
 from satsgate.payments.spender import Progress, Spender
 from satsgate.payments.verifier import Verifier
-from satsgate.ratelimit import ChallengeBudget
-from satsgate.refunds import RefundService
+from satsgate.payouts.refunds import RefundService
 from satsgate.services.base import (
     NO_DESKS,
     NO_JOB_STATE,

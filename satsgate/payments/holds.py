@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from satsgate.lightning import BackendError, CreatedInvoice, HoldInvoices, HoldInvoiceStatus
+from satsgate.lightning.backend import BackendError, CreatedInvoice, HoldInvoices, HoldInvoiceStatus
 from satsgate.store import HoldRepository, Payment, PaymentRepository, PaymentStatus
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel
 
+from satsgate.edge.http import dumps, read_json, result_response
 from satsgate.errors import ApiError, ErrorCode, envelope
-from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import l402, mpp, problems, rework, streaming
 from satsgate.payments.cashu import CASHU_HEADER
 from satsgate.payments.challenger import Challenge

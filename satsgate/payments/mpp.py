@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from satsgate import json_input
+from satsgate.edge import json_input
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.payments.l402 import CredentialError, CredentialExpired, MalformedCredential
 

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 from satsgate.payments.gate import Gate
 from satsgate.payments.proof import proves
-from satsgate.refunds import RefundService
+from satsgate.payouts.refunds import RefundService
 from satsgate.store import Payment, PaymentStatus
 
 

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 from aiohttp import web
 from pydantic import BaseModel
 
+from satsgate.edge.http import dumps, read_json, result_response
 from satsgate.errors import ApiError, envelope
-from satsgate.http_edge import dumps, read_json, result_response
 from satsgate.payments import problems
 from satsgate.payments.challenger import Challenge
 from satsgate.payments.session_wire import (

@@ -11,12 +11,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from satsgate.edge.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.lightning import BackendError, CreatedInvoice
+from satsgate.lightning.backend import BackendError, CreatedInvoice
 from satsgate.payments import mpp, problems
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.payments.session_wire import SessionChallenge, challenge_id
-from satsgate.ratelimit import ChallengeBudget, admit_challenge
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus

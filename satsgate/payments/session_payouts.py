@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from satsgate.errors import ErrorCode
-from satsgate.invoices import InvalidInvoice, decode_invoice
-from satsgate.lightning import BackendError, PaymentResult, PaymentState
+from satsgate.lightning.backend import BackendError, PaymentResult, PaymentState
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 from satsgate.payments.session_wire import SessionProblem
-from satsgate.payout_fees import PayoutFees
+from satsgate.payouts.fees import PayoutFees
 from satsgate.store.sessions import Session, SessionRepository
 
 log = logging.getLogger("satsgate.sessions")

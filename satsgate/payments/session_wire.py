@@ -38,7 +38,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
-from satsgate import json_input
+from satsgate.edge import json_input
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.payments import mpp
 from satsgate.payments.hmac_sha256 import HmacKey

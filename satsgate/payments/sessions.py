@@ -39,9 +39,10 @@ from typing import Any, NamedTuple, Protocol
 from aiohttp import web
 from pydantic import BaseModel
 
+from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 from satsgate.payments import mpp, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
@@ -61,8 +62,7 @@ from satsgate.payments.session_wire import (
     session_token,
     token_sha256,
 )
-from satsgate.payout_fees import PayoutFees
-from satsgate.ratelimit import ChallengeBudget
+from satsgate.payouts.fees import PayoutFees
 from satsgate.services.base import ServiceContext, ServiceResult, ServiceSpec, StreamPiece
 from satsgate.services.catalog.rates import Rates
 from satsgate.store import Payment, PaymentStatus

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     BackendError,
     InitialCursor,
     InvoiceState,

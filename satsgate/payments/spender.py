@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.jobs import FailureRefund, JobWork
+from satsgate.jobs.lifecycle import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.rework import ReworkDesk

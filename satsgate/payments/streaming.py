@@ -1,4 +1,4 @@
-"""A streamed paid answer as server-sent events (encoded by ``http_edge.sse_event``): the
+"""A streamed paid answer as server-sent events (encoded by ``edge.http.sse_event``): the
 one relay, for calls paid one by one (L402, the Payment scheme's charge, Cashu) and calls
 paid from a payment session alike.
 
@@ -27,9 +27,9 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate.edge.http import sse_event
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode, envelope
-from satsgate.http_edge import sse_event
 from satsgate.payments import mpp
 from satsgate.services.base import OpenStream, StreamPiece, StreamSettle
 

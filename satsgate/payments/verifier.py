@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from satsgate import json_input
+from satsgate.edge import json_input
 from satsgate.payments import l402, mpp
 from satsgate.payments.session_wire import INTENT as SESSION_INTENT
 from satsgate.services.base import ServiceSpec

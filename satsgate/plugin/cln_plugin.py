@@ -105,7 +105,7 @@ class SatsgatePlugin:
                 cfg = settings_from_init(options, configuration)
             except PluginConfigError as exc:
                 return self._disable(str(exc))
-            from satsgate.runner import freeze_startup_heap
+            from satsgate.server.runner import freeze_startup_heap
 
             from .service import ServiceThread
 

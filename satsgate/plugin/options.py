@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from satsgate.config import Settings, load_settings
-from satsgate.lightning import normalize_network
+from satsgate.lightning.backend import normalize_network
 
 # Not "satsgate": lightningd runs plugins in the lightning-dir, and a directory
 # named like the package there shadows an editable install for `python -m`.

@@ -15,11 +15,11 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from satsgate import eventloop
-from satsgate.app import REFUNDS, SETTINGS
 from satsgate.backends import make_backend
 from satsgate.config import Settings
-from satsgate.runner import ServiceHandle, start_service
+from satsgate.server import eventloop
+from satsgate.server.app import REFUNDS, SETTINGS
+from satsgate.server.runner import ServiceHandle, start_service
 from satsgate.store import PaymentStatus
 
 T = TypeVar("T")

@@ -221,7 +221,7 @@ def _refunds_by_cause(c: Connection) -> list[dict[str, Any]]:
 
 
 def _deposits(c: Connection) -> list[dict[str, Any]]:
-    """Deposit settlements (satsgate/deposits.py) by service and payout state: the
+    """Deposit settlements (satsgate/payouts/deposits.py) by service and payout state: the
     deposits, what was billed and what was refunded (the refunds are counted above)."""
     rows = c.execute(
         "SELECT service, payout_state, COUNT(*), COALESCE(SUM(deposit_msat), 0),"

@@ -12,9 +12,9 @@ from aiohttp import web
 
 from satsgate import __version__
 from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
+from satsgate.edge.http import dumps
 from satsgate.errors import ApiError, ErrorCode, catalog_document
-from satsgate.http_edge import dumps
-from satsgate.lightning import BackendError, SimulatedPayments
+from satsgate.lightning.backend import BackendError, SimulatedPayments
 
 
 def add_routes(app: web.Application, backend: object) -> None:

@@ -28,7 +28,7 @@ from satsgate.config import Settings
 from satsgate.engines import Engines
 from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import operator_report
-from satsgate.refunds import NO_LIQUIDITY_HINT, RefundService
+from satsgate.payouts.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.web.operator_instances import instances_section
 from satsgate.web.operator_signin import COOKIE, OPERATOR, unauthorized
@@ -39,7 +39,7 @@ RECOVER_PATH = "/recover"
 
 
 class Keys:
-    """The app's keys this module reads (defined in satsgate.app)."""
+    """The app's keys this module reads (defined in satsgate.server.app)."""
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ from typing import Any
 
 import coincurve
 
-from satsgate.invoices import InvalidInvoice, decode_invoice, sign_invoice
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice, sign_invoice
 
 # common/jsonrpc_errors.h
 METHOD_NOT_FOUND = -32601

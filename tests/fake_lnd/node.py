@@ -23,7 +23,7 @@ from typing import Literal
 
 import coincurve
 
-from satsgate.invoices import InvalidInvoice, decode_invoice, sign_invoice
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice, sign_invoice
 
 # lnd's names for networks (GetInfo chains[].network) -> BOLT11 network names.
 _BOLT11_NETWORK = {

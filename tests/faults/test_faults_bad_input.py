@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.json_input import MAX_DEPTH, JsonInputError, loads
+from satsgate.edge.json_input import MAX_DEPTH, JsonInputError, loads
 from tests.conftest import ThreadedServer
 
 DEEP = b"[" * 2500 + b"]" * 2500  # RecursionError in json.loads

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
 from satsgate.config import load_settings
+from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.errors import ApiError
 from satsgate.payments.session_wire import PROBLEMS as SESSION_PROBLEMS
-from satsgate.ratelimit import ChallengeBudget
+from satsgate.server.app import UNPAID_PRUNE_EVERY_S, _prune_unpaid
 from satsgate.services.registry import BY_SLUG
 from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings

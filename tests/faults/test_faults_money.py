@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from satsgate.app import REFUNDS
 from satsgate.payments.mpp import PROBLEM_BASE, parse_rfc3339
+from satsgate.server.app import REFUNDS
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.test_gateway import CARD, assert_envelope, mpp_credential
 

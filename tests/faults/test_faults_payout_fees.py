@@ -24,9 +24,9 @@ import coincurve
 import httpx
 import pytest
 
-from satsgate.app import REFUNDS
 from satsgate.config import load_settings
 from satsgate.operator import ledger_text
+from satsgate.server.app import REFUNDS
 from tests.conftest import ThreadedServer, http_client, make_settings
 from tests.ledger_check import assert_ledger_balances
 from tests.test_gateway import CARD

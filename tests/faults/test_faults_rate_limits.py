@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from satsgate.config import load_settings
-from satsgate.ratelimit import RateLimiter, client_key, parse_networks
+from satsgate.edge.ratelimit import RateLimiter, client_key, parse_networks
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.mcp_client import tool_result
 from tests.test_gateway import CARD, assert_envelope, payment_count

@@ -242,7 +242,7 @@ def test_a_connection_cap_the_file_limit_cannot_hold_is_lowered() -> None:
     code = (
         "import logging, resource\n"
         "logging.basicConfig(level=logging.WARNING)\n"
-        "from satsgate.server_guard import ensure_fd_limit\n"
+        "from satsgate.edge.connection_guard import ensure_fd_limit\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (500, 600))\n"
         "print(ensure_fd_limit(1024), ensure_fd_limit(200),"
         " resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"

@@ -20,8 +20,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from satsgate.invoices import InvalidInvoice, decode_invoice
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     BackendError,
     CreatedInvoice,
     InvoiceState,
@@ -34,6 +33,7 @@ from satsgate.lightning import (
     normalize_network,
     require_network,
 )
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 
 from .rpc import (
     INVALID_PARAMS,

@@ -9,7 +9,7 @@ the pool and never delays interpreter exit.
 Errors are translated once, here: :class:`ClnRpcError` when lightningd
 answered with a JSON-RPC error (``code`` is CLN's error code),
 :class:`ClnConnectionError` when the socket could not be used. Both are
-:class:`~satsgate.lightning.BackendError`.
+:class:`~satsgate.lightning.backend.BackendError`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from pyln.client import LightningRpc, RpcError
 
-from satsgate.lightning import BackendError
+from satsgate.lightning.backend import BackendError
 
 # JSON-RPC and CLN error codes this package branches on (common/jsonrpc_errors.h).
 METHOD_NOT_FOUND = -32601

@@ -38,8 +38,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from satsgate.invoices import InvalidInvoice, decode_invoice
-from satsgate.lightning import (
+from satsgate.lightning.backend import (
     BackendError,
     CreatedInvoice,
     HoldInvoiceStatus,
@@ -53,6 +52,7 @@ from satsgate.lightning import (
     normalize_network,
     require_network,
 )
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 
 from .proto import invoices_pb2, lightning_pb2, router_pb2
 from .proto.invoices_pb2_grpc import InvoicesStub

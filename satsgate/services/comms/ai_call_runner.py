@@ -24,7 +24,7 @@ conditional UPDATE):
    voicemail message was left; none when no minute is left.
 5. At the end: ``ended`` (or ``failed`` when nothing ever connected and the platform
    failed) with transcript and results; the deposit is settled once
-   (satsgate/deposits.py): billed ``max(minimum, minutes x rate)`` when something
+   (satsgate/payouts/deposits.py): billed ``max(minimum, minutes x rate)`` when something
    connected, nothing otherwise; the rest to ``refund_address`` or claimable
    (``POST /api/claim-refund``).
 
@@ -44,12 +44,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from satsgate.config import Settings
-from satsgate.deposits import DepositSettler, Settlement
 from satsgate.domain.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.rules import check_text
+from satsgate.payouts.deposits import DepositSettler, Settlement
 from satsgate.services.base import DeskKey, ServiceContext, ServiceResult
 from satsgate.services.catalog.pricing import (
     AI_CALL_MIN_SATS,

@@ -28,7 +28,7 @@ The life of a session:
    ``RING_TIMEOUT_S``, a shutdown, or a restart finding it live) ends the session once:
    one conditional UPDATE (live -> ended) records the billed time, the call is hung up,
    and the deposit is settled through the node's deposit settlement
-   (``satsgate.deposits``): the used part billed, the rest refunded once, to the
+   (``satsgate.payouts.deposits``): the used part billed, the rest refunded once, to the
    refundAddress or as an LNURL-withdraw.
 
 Billing: nothing before the answer (an unanswered call refunds the whole deposit); from
@@ -56,7 +56,6 @@ from aiohttp import WSMsgType, web
 
 from satsgate.cluster.events import ClusterEvents
 from satsgate.config import Settings
-from satsgate.deposits import DepositSettler, Settlement
 from satsgate.domain.do_not_contact import (
     NO_OPT_OUTS,
     OptOuts,
@@ -81,7 +80,8 @@ from satsgate.engines.voice_bridge import (
 )
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.rules import check_text
-from satsgate.refunds import refund_object
+from satsgate.payouts.deposits import DepositSettler, Settlement
+from satsgate.payouts.refunds import refund_object
 from satsgate.services.base import DeskKey, ServiceContext
 from satsgate.services.comms.bridge_audio import FRAME_BYTES, FRAME_S, RATE, Segmenter, to_mulaw
 from satsgate.services.comms.bridge_audio import wav_of_mulaw as _wav_of_mulaw

@@ -31,7 +31,7 @@ from satsgate.engines.delivery import StatusUpdate, WebhookEvents
 from satsgate.engines.messaging import SmsEngine
 from satsgate.engines.voice_call import VoiceCallEngine
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.refunds import RefundService
+from satsgate.payouts.refunds import RefundService
 from satsgate.store.deliveries import Delivery, DeliveryRepository
 from satsgate.store.rows import Payment
 

@@ -47,7 +47,7 @@ from satsgate.engines.mail import EmailEngine, OutgoingEmail
 from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 from satsgate.payments.proof import without_refund_secrets
-from satsgate.refunds import RefundService
+from satsgate.payouts.refunds import RefundService
 from satsgate.services.base import DeskKey, FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening
 from satsgate.services.inputs.params import (

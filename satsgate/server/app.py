@@ -57,21 +57,22 @@ from satsgate.appkeys import (
     STORE,
     VOICE_BRIDGE,
 )
-from satsgate.callbacks import CallbackSender
 from satsgate.cluster.events import open_events
 from satsgate.cluster.presence import Presence
 from satsgate.config import Settings, ensure_server_secret, output_caps
-from satsgate.deposits import DepositSettler
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.domain.telephony import BUILTIN, Destinations, load_rates_file
+from satsgate.edge.connection_guard import guard_middleware
+from satsgate.edge.http import error_middleware
+from satsgate.edge.ratelimit import LIMITS, Limits, rate_limit_middleware
 from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, build_engines
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.files import FileStore, OutputCaps
-from satsgate.http_edge import error_middleware
-from satsgate.jobs import JobRunner, resume_jobs
-from satsgate.lightning import BackendError, LightningBackend, require_network
+from satsgate.jobs.callbacks import CallbackSender
+from satsgate.jobs.lifecycle import JobRunner, resume_jobs
+from satsgate.lightning.backend import BackendError, LightningBackend, require_network
 from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
 from satsgate.nostr.config import NostrConfig
@@ -81,13 +82,12 @@ from satsgate.outreach import retention
 from satsgate.outreach.held_requests import HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
-from satsgate.payout_fees import PayoutFees
+from satsgate.payouts.deposits import DepositSettler
+from satsgate.payouts.fees import PayoutFees
+from satsgate.payouts.refunds import RefundService
 from satsgate.procguard import die_with_parent
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
-from satsgate.ratelimit import LIMITS, Limits, rate_limit_middleware
-from satsgate.refunds import RefundService
-from satsgate.scheduler import Scheduler
-from satsgate.server_guard import guard_middleware
+from satsgate.server.scheduler import Scheduler
 from satsgate.services.base import PrecheckMemo, ServiceSpec
 from satsgate.services.catalog.rates import Rates
 from satsgate.services.comms import deliveries

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from satsgate.callbacks import CallbackSender, callback_body
 from satsgate.cluster.events import ClusterEvents
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.jobs.callbacks import CallbackSender, callback_body
 from satsgate.store import Job, JobCallback, JobRepository, JobStatus
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class JobRunner:
             "poll_url": self.poll_url(job),
             "poll_interval_ms": POLL_INTERVAL_MS,
             "max_wait_ms": MAX_WAIT_MS,
-            # The HMAC key of this job's signed callbacks (satsgate.callbacks): only here.
+            # The HMAC key of this job's signed callbacks (satsgate.jobs.callbacks): only here.
             **({"callback_secret": job.callback.secret} if job.callback else {}),
         }
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from satsgate import json_input
+from satsgate.edge import json_input
 from satsgate.errors import CODES, ApiError, ErrorCode, envelope
 from satsgate.services.base import ServiceResult
 from satsgate.store.sql import StoreUnavailable

@@ -24,12 +24,12 @@ from typing import Any
 from lnurl.helpers import url_encode
 
 from satsgate.config import Settings
-from satsgate.invoices import InvalidInvoice, decode_invoice
-from satsgate.lightning import BackendError, LightningBackend, PaymentResult, PaymentState
-from satsgate.payout_fees import PayoutFees
+from satsgate.lightning.backend import BackendError, LightningBackend, PaymentResult, PaymentState
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
+from satsgate.payouts.fees import PayoutFees
 from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, RefundStatus
 
-log = logging.getLogger("satsgate.refunds")
+log = logging.getLogger("satsgate.payouts.refunds")
 
 NO_LIQUIDITY_HINT = (
     "the node could not route the payout: refunds need outbound liquidity above the channel reserve"

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from satsgate.config import Settings
-from satsgate.lightning import PaymentResult, PaymentState
+from satsgate.lightning.backend import PaymentResult, PaymentState
 from satsgate.store.payout_fees import PayoutFeeRepository
 
 log = logging.getLogger(__name__)

@@ -35,14 +35,14 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 from satsgate.config import Settings
-from satsgate.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
+from satsgate.payouts.refunds import RefundService, refund_object
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound, UnsafeUrl, pinned
-from satsgate.refunds import RefundService, refund_object
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.store import deposits as rows
 from satsgate.store.deposits import DepositRow
 
-log = logging.getLogger("satsgate.deposits")
+log = logging.getLogger("satsgate.payouts.deposits")
 
 LNURL_MAX_BYTES = 64 * 1024
 LNURL_TIMEOUT_S = 15.0

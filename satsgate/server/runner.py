@@ -9,15 +9,20 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from satsgate.app import STORE, create_app
 from satsgate.config import Settings
+from satsgate.edge.connection_guard import (
+    ConnectionGuard,
+    GuardConfig,
+    GuardedSite,
+    ensure_fd_limit,
+)
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.lightning import LightningBackend
-from satsgate.log_levels import quiet_library_logs
+from satsgate.lightning.backend import LightningBackend
 from satsgate.procguard import secure_data_dir
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
-from satsgate.server_guard import ConnectionGuard, GuardConfig, GuardedSite, ensure_fd_limit
+from satsgate.server.app import STORE, create_app
+from satsgate.server.log_levels import quiet_library_logs
 from satsgate.store import Store
 
 

@@ -42,9 +42,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from satsgate.config import Settings
+from satsgate.edge.http import Handler, dumps
+from satsgate.edge.ratelimit import IpNetwork, address_key, parse_networks
 from satsgate.errors import ApiError, ErrorCode, envelope
-from satsgate.http_edge import Handler, dumps
-from satsgate.ratelimit import IpNetwork, address_key, parse_networks
 
 log = logging.getLogger(__name__)
 

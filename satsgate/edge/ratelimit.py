@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from satsgate.config import Settings
+from satsgate.edge.http import Handler, error_response
 from satsgate.engines.cpu_jobs import PAYER
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.http_edge import Handler, error_response
 
 MAX_BUCKETS = 100_000
 

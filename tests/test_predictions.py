@@ -29,7 +29,7 @@ from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, EngineErr
 from satsgate.engines.generation import MusicRequest, SavedPrediction, VideoRequest
 from satsgate.engines.image_generation import ImageEditRequest, ImageGenerationRequest
 from satsgate.engines.providers import PROVIDER_KINDS, fal, replicate
-from satsgate.engines.providers.predictions import data_uri
+from satsgate.engines.providers.prediction_parsing import data_uri
 from satsgate.engines.providers.replicate import sign, verify_signature
 from tests.conftest import (
     ThreadedServer,

@@ -27,7 +27,8 @@ from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import pdf
-from satsgate.engines.providers.telnyx import TelnyxProvider, public_key_from, verify_signature
+from satsgate.engines.providers.telnyx import TelnyxProvider
+from satsgate.engines.providers.telnyx_parsing import public_key_from, verify_signature
 from tests.conftest import (
     ThreadedServer,
     free_port,

@@ -1,4 +1,5 @@
-"""Capability: fax (send-fax, receive-fax). Adapters: satsgate/engines/providers/telnyx.py.
+"""Capability: fax (send-fax, receive-fax). Adapters: satsgate/engines/providers/telnyx.py
+(its fax engine: telnyx_fax.py).
 
 Sending: the service hosts the PDF at a signed, expiring URL on the node's public URL
 (``ctx.files``), the engine hands that URL to the provider (which fetches it) and reports

@@ -16,6 +16,7 @@ from satsgate.engines.providers import (
     search,
     smtp,
     telnyx,
+    telnyx_client,
     twilio,
     vapi,
 )
@@ -46,7 +47,7 @@ PROVIDER_KINDS: Mapping[str, ProviderFactory] = {
     search.BraveProvider.KIND: search.BraveProvider,  # the Brave Search API
     documenso.KIND: documenso.DocumensoProvider,
     twilio.KIND: twilio.TwilioProvider,  # SMS, automated calls, the voice bridge's calls
-    telnyx.KIND: telnyx.TelnyxProvider,
+    telnyx_client.KIND: telnyx.TelnyxProvider,
     retell.KIND: retell.RetellProvider,  # AI phone calls (ai_call)
     vapi.KIND: vapi.VapiProvider,  # AI phone calls (ai_call)
 }

@@ -12,6 +12,7 @@
   ``X-Fal-Webhook-Timestamp``.
 
 The shared run (webhook or polling, timeouts, refusals, downloads) is
+satsgate.engines.providers.prediction_runs; the engines on it,
 satsgate.engines.providers.predictions.
 """
 
@@ -32,13 +33,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from satsgate.engines.config import ProviderConfig
 from satsgate.engines.errors import EngineError
-from satsgate.engines.providers.predictions import (
-    Prediction,
-    PredictionProvider,
-    Status,
-    is_refusal,
-    refusal_error,
-)
+from satsgate.engines.providers.prediction_parsing import is_refusal, refusal_error
+from satsgate.engines.providers.prediction_runs import Prediction, Status
+from satsgate.engines.providers.predictions import PredictionProvider
 from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode

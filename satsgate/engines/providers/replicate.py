@@ -13,6 +13,7 @@
 - cancellation: ``POST /v1/predictions/{id}/cancel``.
 
 The shared run (webhook or polling, timeouts, refusals, downloads) is
+satsgate.engines.providers.prediction_runs; the engines on it,
 satsgate.engines.providers.predictions.
 """
 
@@ -30,7 +31,8 @@ from typing import Any
 
 from satsgate.engines.config import ProviderConfig
 from satsgate.engines.errors import EngineError
-from satsgate.engines.providers.predictions import Prediction, PredictionProvider, Status
+from satsgate.engines.providers.prediction_runs import Prediction, Status
+from satsgate.engines.providers.predictions import PredictionProvider
 from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode

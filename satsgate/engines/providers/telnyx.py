@@ -34,31 +34,19 @@ key; the operator's log line names the engine, the kind, the upstream status and
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import binascii
 import contextlib
 import json
 import logging
 import math
-import re
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit
 
-import httpx
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from satsgate.domain.telephony import check_e164
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.delivery import (
-    REFERENCE_PARAM,
     InboundMessage,
     StatusUpdate,
     WebhookEvents,
@@ -66,201 +54,32 @@ from satsgate.engines.delivery import (
     reference_of,
 )
 from satsgate.engines.errors import EngineError
-from satsgate.engines.fax import (
-    FaxRequest,
-    FaxState,
-    FaxStatus,
-    InboundFax,
-    InboundHandler,
-    InboundRequest,
-)
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
-from satsgate.engines.providers.carriers import (
-    opt_out_by_reply,
-    opted_out_recipient,
-    ring_timeout_option,
-    voices_option,
-)
-from satsgate.engines.providers.upstream import (
-    cause_of,
-    check_options,
-    log_failure,
-    retries_option,
-    retry_after_s,
-    status_error,
-    timeout_option,
-)
+from satsgate.engines.providers.carriers import opt_out_by_reply, opted_out_recipient
+from satsgate.engines.providers.telnyx_client import KIND
+from satsgate.engines.providers.telnyx_fax import TelnyxFax
+from satsgate.engines.providers.telnyx_parsing import _e164, _int, _timestamp, verify_signature
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-KIND = "telnyx"
-DEFAULT_BASE_URL = "https://api.telnyx.com/v2"
-WEBHOOK_TOLERANCE_S = 300
-DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_STATUS_POLL_S = 30.0
-# Hosts (and their subdomains) an inbound fax's document may be fetched from, besides
-# the API's own host; the operator's ``media_hosts`` replaces this list.
-DEFAULT_MEDIA_HOSTS = ("telnyx.com",)
-MAX_REDIRECTS = 3
-# Telnyx's messaging error for a recipient who replied STOP (obs.: Telnyx's error list,
-# not providers.md): the number goes on the do-not-contact list.
-OPTED_OUT_CODE = "40300"
-# Fax statuses (providers.md) -> the four the payer sees.
-_FAX_STATUS: Mapping[str, FaxStatus] = {
-    "queued": "queued",
-    "media.processed": "queued",
-    "media.processing": "queued",
-    "initiated": "sending",
-    "originated": "sending",
-    "sending": "sending",
-    "sending.started": "sending",
-    "delivered": "delivered",
-    "failed": "failed",
-}
-_FAX_EVENT_STATUS: Mapping[str, FaxStatus] = {
-    "fax.queued": "queued",
-    "fax.media.processed": "queued",
-    "fax.sending.started": "sending",
-    "fax.delivered": "delivered",
-    "fax.failed": "failed",
-}
-_REASON_RE = re.compile(r"^[a-z0-9_.\- ]{1,64}$")
-_KNOWN_OPTIONS = frozenset(
-    {
-        "public_key", "from_number", "fax_connection_id", "fax_from_number",
-        "inbound_fax_numbers", "media_hosts", "status_poll_s", "max_retries",
-        "messaging_profile_id", "call_connection_id", "ring_timeout_s", "voices",
-        "default_voice",
-    }
-)  # fmt: skip
 _SEEN_EVENTS = 2048  # webhook ids remembered, to drop Telnyx's duplicate deliveries
 
 
-def public_key_from(value: object, where: str) -> Ed25519PublicKey:
-    """The webhook public key (base64 of the 32 raw bytes, as the portal shows it)."""
-    if not isinstance(value, str) or not value:
-        raise EngineConfigError(
-            f"{where} needs public_key: the account's webhook public key (base64) from "
-            "the portal, to verify webhooks"
-        )
-    try:
-        raw = base64.b64decode(value, validate=True)
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except (binascii.Error, ValueError):
-        raise EngineConfigError(f"{where} public_key is not a base64 Ed25519 key") from None
-
-
-def verify_signature(
-    key: Ed25519PublicKey, headers: Mapping[str, str], body: bytes, now: float | None = None
-) -> bool:
-    """Telnyx's webhook signature: Ed25519 over ``f"{timestamp}|{raw body}"``, the
-    timestamp within 300 s of now. ``headers`` are lower-cased."""
-    stamp = headers.get("telnyx-timestamp", "")
-    signature = headers.get("telnyx-signature-ed25519", "")
-    if not stamp.isdigit() or not signature:
-        return False
-    if abs((time.time() if now is None else now) - int(stamp)) > WEBHOOK_TOLERANCE_S:
-        return False
-    try:
-        raw = base64.b64decode(signature, validate=True)
-        key.verify(raw, stamp.encode() + b"|" + body)
-    except (binascii.Error, ValueError, InvalidSignature):
-        return False
-    return True
-
-
-def _str_list(value: object, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise EngineConfigError(f"{where} must be a list of strings")
-    return tuple(value)
-
-
-def _positive(value: object, where: str, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise EngineConfigError(f"{where} must be a positive number")
-    return float(value)
-
-
-@dataclass
-class _FaxWatch:
-    state: FaxState
-    version: int = 0
-    returned: int = -1  # the version wait() last returned
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    touched: float = field(default_factory=time.monotonic)
-
-
-class TelnyxProvider:
-    """One ``[providers.NAME]`` table of kind ``telnyx``."""
+class TelnyxProvider(TelnyxFax):
+    """One ``[providers.NAME]`` table of kind ``telnyx``: the fax engine itself (TelnyxFax),
+    the sms and voice engines, and the webhook endpoint of all three."""
 
     webhook_kind = KIND
 
     def __init__(self, config: ProviderConfig, deps: EngineDeps) -> None:
-        where = f"[providers.{config.name}]"
-        options = config.options
-        check_options(config, _KNOWN_OPTIONS)
-        if not config.api_key:
-            raise EngineConfigError(
-                f'{where} needs the API key: api_key_env = "ENV_VAR" or api_key = "..."'
-            )
-        self.config = config
-        self.settings = deps.settings
-        self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._public_key = public_key_from(options.get("public_key"), where)
-        self.retries = retries_option(config)
-        self.timeout_s = timeout_option(config, DEFAULT_TIMEOUT_S)
-        self.status_poll_s = _positive(
-            options.get("status_poll_s"), f"{where} status_poll_s", DEFAULT_STATUS_POLL_S
-        )
-        self.fax_connection_id = str(options.get("fax_connection_id", "") or "")
-        from_number = options.get("from_number", "")
-        self.from_number = self._number(from_number, f"{where} from_number") if from_number else ""
-        fax_from = options.get("fax_from_number")
-        self.fax_from = (
-            self._number(fax_from, f"{where} fax_from_number") if fax_from else self.from_number
-        )
-        self._inbound = tuple(
-            self._number(n, f"{where} inbound_fax_numbers")
-            for n in _str_list(options.get("inbound_fax_numbers"), f"{where} inbound_fax_numbers")
-        )
-        self.messaging_profile_id = str(options.get("messaging_profile_id", "") or "")
-        self.call_connection_id = str(options.get("call_connection_id", "") or "")
-        self.ring_timeout_s = ring_timeout_option(options, where, 120)
-        self.voices = voices_option(options, where, "speak voices")
-        default_voice = options.get("default_voice", "female")
-        if not isinstance(default_voice, str) or not default_voice:
-            raise EngineConfigError(f"{where} default_voice must be a voice name")
-        self.default_voice = default_voice
-        self.deps = deps
-        hosts = _str_list(options.get("media_hosts"), f"{where} media_hosts")
-        api_host = urlsplit(self.base_url).hostname or ""
-        self.media_hosts = (api_host, *(hosts or DEFAULT_MEDIA_HOSTS))
-        self.http = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout_s, connect=10.0), follow_redirects=False
-        )
-        self._faxes: dict[str, _FaxWatch] = {}
+        super().__init__(config, deps)
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._inbound_handler: InboundHandler | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._calls: OrderedDict[str, _Call] = OrderedDict()
         self._sms = TelnyxSms(self)
         self._voice = TelnyxVoice(self)
-
-    @staticmethod
-    def _number(value: object, where: str) -> str:
-        if not isinstance(value, str):
-            raise EngineConfigError(f"{where} must be an E.164 number")
-        try:
-            return check_e164(value)
-        except ValueError as exc:
-            raise EngineConfigError(f"{where}: {exc}") from None
 
     # -- the Provider protocol ----------------------------------------------------------
 
@@ -287,249 +106,6 @@ class TelnyxProvider:
                 )
             return self._voice
         return None
-
-    async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await self.http.aclose()
-
-    # -- HTTP ---------------------------------------------------------------------------
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.config.api_key}", "Accept": "application/json"}
-
-    def webhook_url(self, reference: str | None = None) -> str:
-        url = f"{self.settings.public_base_url}/api/webhooks/{KIND}/{self.config.name}"
-        return f"{url}?{urlencode({REFERENCE_PARAM: reference})}" if reference else url
-
-    def spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    async def request(
-        self, method: str, path: str, engine: str, body: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """``data`` of a v2 call. A GET is repeated on 429, 5xx, timeouts and connection
-        failures; a POST (not safe to repeat: a fax or message could go twice) only on
-        429 and 503 and on a failed connect, where the upstream did nothing."""
-        url = f"{self.base_url}{path}"
-        safe = method == "GET"
-        for attempt in range(self.retries + 1):
-            last = attempt >= self.retries
-            try:
-                resp = await self.http.request(method, url, json=body, headers=self._headers())
-            except httpx.ConnectError as exc:
-                if not last:
-                    await asyncio.sleep(0.25 * (attempt + 1))
-                    continue
-                raise self._failed(
-                    engine, ErrorCode.L402_UPSTREAM_FAILED, "connection failure", True
-                ) from exc
-            except httpx.TimeoutException as exc:
-                if safe and not last:
-                    continue
-                raise self._failed(engine, ErrorCode.TIMEOUT, "timeout", safe) from exc
-            except httpx.HTTPError as exc:
-                if safe and not last:
-                    continue
-                raise self._failed(
-                    engine, ErrorCode.L402_UPSTREAM_FAILED, type(exc).__name__, safe
-                ) from exc
-            status = resp.status_code
-            if status < 400:
-                try:
-                    data = resp.json()["data"]
-                    if not isinstance(data, dict):
-                        raise TypeError("data is not an object")
-                    return data
-                except (ValueError, KeyError, TypeError) as exc:
-                    cause = f"unusable answer ({type(exc).__name__})"
-                    raise self._failed(engine, ErrorCode.SERVICE_ERROR, cause, safe) from exc
-            retryable = status == 429 or (status >= 500 if safe else status == 503)
-            if retryable and not last:
-                await asyncio.sleep(min(retry_after_s(resp.headers), 2.0) * (attempt + 1) / 2)
-                continue
-            code, pointer = _error_of(resp)
-            cause = f"HTTP {status}" + (f" ({code})" if code else "")
-            if code == OPTED_OUT_CODE:
-                error = EngineError(
-                    ErrorCode.RECIPIENT_OPTED_OUT, OPTED_OUT_MESSAGE, may_fall_back=False
-                )
-                log_failure(engine, KIND, error, cause)
-                raise error
-            if status in (400, 422) and pointer == "/to":
-                # The destination itself was refused: the caller's input, on any provider.
-                error = EngineError(
-                    ErrorCode.INVALID_INPUT, INVALID_NUMBER_MESSAGE, may_fall_back=False
-                )
-                log_failure(engine, KIND, error, cause)
-                raise error
-            mapped = status_error(status, resp.headers, None)
-            # Past a 429 or 503 nothing was done; past another 5xx a POST may have acted.
-            nothing_done = safe or status in (429, 503) or status < 500
-            raise self._failed(
-                engine, mapped.code, cause, nothing_done, retry_after=mapped.retry_after_s
-            )
-        raise AssertionError("unreachable")
-
-    def _failed(
-        self,
-        engine: str,
-        code: ErrorCode,
-        cause: str,
-        nothing_done: bool,
-        *,
-        retry_after: float | None = None,
-    ) -> EngineError:
-        """The caller's error (no provider, URL or key in it) and the operator's log line.
-        ``nothing_done``: the upstream surely did not act, so another provider may."""
-        if code == ErrorCode.TIMEOUT:
-            retry_after = 20
-        error = EngineError(
-            code,
-            _MESSAGES.get(code, _MESSAGES[ErrorCode.SERVICE_ERROR]),
-            retry_after_s=retry_after,
-            may_fall_back=None if nothing_done else False,
-        )
-        log_failure(engine, KIND, error, cause)
-        return error
-
-    # -- fax: sending --------------------------------------------------------------------
-
-    async def send(self, request: FaxRequest) -> FaxState:
-        body = {
-            "connection_id": self.fax_connection_id,
-            "media_url": request.media_url,
-            "to": request.to,
-            "from": self.fax_from,
-            "webhook_url": self.webhook_url(request.reference),
-            "client_state": base64.b64encode(request.reference.encode()).decode(),
-            "store_media": False,
-        }
-        data = await self.request("POST", "/faxes", "fax", body)
-        fax_id = str(data.get("id") or "")
-        if not fax_id:
-            raise self._failed("fax", ErrorCode.SERVICE_ERROR, "answer without an id", False)
-        state = _fax_state(fax_id, data)
-        watch = self._faxes.get(fax_id)
-        if watch is None:  # a webhook may have come before this answer
-            self._faxes[fax_id] = _FaxWatch(state)
-        return self._faxes[fax_id].state
-
-    async def wait(self, fax_id: str, timeout_s: float) -> FaxState:
-        watch = self._faxes.get(fax_id)
-        if watch is None:  # after a restart: what the provider says now
-            watch = self._faxes[fax_id] = _FaxWatch(await self._fetch_fax(fax_id))
-        deadline = time.monotonic() + timeout_s
-        while watch.version == watch.returned and not watch.state.final:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            watch.changed.clear()
-            try:
-                await asyncio.wait_for(watch.changed.wait(), min(left, self.status_poll_s))
-            except TimeoutError:
-                if watch.version == watch.returned:
-                    # No webhook for a while: ask (the fallback when webhooks are lost).
-                    try:
-                        self._update(fax_id, await self._fetch_fax(fax_id))
-                    except EngineError as exc:
-                        log.info(
-                            "telnyx %s: fax status poll failed: %s", self.config.name, exc.code
-                        )
-        watch.returned = watch.version
-        watch.touched = time.monotonic()
-        state = watch.state
-        if state.final:
-            self._faxes.pop(fax_id, None)
-        self._prune()
-        return state
-
-    async def _fetch_fax(self, fax_id: str) -> FaxState:
-        return _fax_state(fax_id, await self.request("GET", f"/faxes/{fax_id}", "fax"))
-
-    def _update(self, fax_id: str, state: FaxState) -> None:
-        watch = self._faxes.get(fax_id)
-        if watch is None:
-            self._faxes[fax_id] = _FaxWatch(state, version=1)
-            self._prune()
-            return
-        if watch.state.final or state == watch.state:
-            return  # a final status stays; duplicates change nothing
-        if _RANK[state.status] < _RANK[watch.state.status]:
-            return  # out of order: Telnyx does not order its webhooks
-        watch.state = state
-        watch.version += 1
-        watch.changed.set()
-
-    def _prune(self) -> None:
-        cutoff = time.monotonic() - 3600
-        for fax_id in [k for k, w in self._faxes.items() if w.touched < cutoff]:
-            del self._faxes[fax_id]
-
-    # -- fax: receiving -------------------------------------------------------------------
-
-    def inbound_numbers(self) -> tuple[str, ...]:
-        return self._inbound
-
-    def unsupported(self, request: object) -> str | None:
-        """Before any invoice: receive-fax in a country none of the inbound numbers is in."""
-        if isinstance(request, InboundRequest):
-            countries = set()
-            for number in self._inbound:
-                try:
-                    countries.add(self.deps.destinations.destination(number).country)
-                except ValueError:
-                    continue
-            if request.country not in countries:
-                return f"no inbound fax number in {request.country} on this node"
-        return None
-
-    def on_inbound(self, handler: InboundHandler) -> None:
-        self._inbound_handler = handler
-
-    def _media_allowed(self, url: str) -> bool:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        api = urlsplit(self.base_url)
-        if parts.scheme != "https" and not (parts.scheme == "http" and api.scheme == "http"):
-            return False
-        return any(host == h or host.endswith("." + h) for h in self.media_hosts if h)
-
-    async def download(self, fax: InboundFax, max_bytes: int) -> bytes:
-        url = fax.media_url
-        for _ in range(MAX_REDIRECTS + 1):
-            if not self._media_allowed(url):
-                log.warning("telnyx %s: inbound fax media on a host not allowed", self.config.name)
-                raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax could not be fetched.")
-            # The key goes only to the API's own host (a presigned storage URL needs none).
-            same_host = urlsplit(url).netloc == urlsplit(self.base_url).netloc
-            headers = self._headers() if same_host else {}
-            try:
-                async with self.http.stream("GET", url, headers=headers) as resp:
-                    if resp.status_code in (301, 302, 303, 307, 308):
-                        url = urljoin(url, resp.headers.get("location", ""))
-                        continue
-                    if resp.status_code != 200:
-                        break
-                    declared = resp.headers.get("content-length", "")
-                    if declared.isdigit() and int(declared) > max_bytes:
-                        raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax is too large.")
-                    chunks: list[bytes] = []
-                    size = 0
-                    async for chunk in resp.aiter_bytes():
-                        size += len(chunk)
-                        if size > max_bytes:
-                            raise EngineError(
-                                ErrorCode.SERVICE_ERROR, "The received fax is too large."
-                            )
-                        chunks.append(chunk)
-                    return b"".join(chunks)
-            except httpx.HTTPError as exc:
-                log.warning("telnyx %s: inbound fax download (%s)", self.config.name, cause_of(exc))
-                break
-        raise EngineError(ErrorCode.SERVICE_ERROR, "The received fax could not be fetched.")
 
     # -- webhooks -------------------------------------------------------------------------
 
@@ -576,54 +152,6 @@ class TelnyxProvider:
         if event_type.startswith("call."):
             return self._on_call_event(event_type, payload, data, reference)
         return WebhookEvents(200)
-
-    def _on_fax_event(
-        self, event_type: str, payload: dict[str, Any], data: Mapping[str, Any]
-    ) -> None:
-        fax_id = str(payload.get("fax_id") or "")
-        if not fax_id:
-            return
-        direction = payload.get("direction")
-        if event_type == "fax.received" or (
-            direction == "inbound" and payload.get("status") == "received"
-        ):
-            self._on_inbound_fax(fax_id, payload, data)
-            return
-        if direction == "inbound":
-            return  # an inbound fax's progress events: only the received one matters
-        status = _FAX_EVENT_STATUS.get(event_type) or _FAX_STATUS.get(str(payload.get("status")))
-        if status is None:
-            return
-        self._update(fax_id, _fax_state(fax_id, {**payload, "status": status}))
-
-    def _on_inbound_fax(
-        self, fax_id: str, payload: Mapping[str, Any], data: Mapping[str, Any]
-    ) -> None:
-        media_url = str(payload.get("media_url") or "")
-        to = _e164(payload.get("to"))
-        if not media_url or not to:
-            log.warning("telnyx %s: inbound fax event without media or number", self.config.name)
-            return
-        handler = self._inbound_handler
-        if handler is None:
-            log.warning("telnyx %s: inbound fax with no inbox to take it", self.config.name)
-            return
-        fax = InboundFax(
-            fax_id=fax_id,
-            to=to,
-            sender=_e164(payload.get("from")) or "",
-            pages=_int(payload.get("page_count")),
-            media_url=media_url,
-            received_at=_timestamp(data.get("occurred_at")),
-        )
-        # Answered at once (Telnyx retries a slow webhook); the inbox fetches the document.
-        self.spawn(handler(fax))
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("telnyx %s: webhook follow-up failed", self.config.name,
-                      exc_info=task.exception())  # fmt: skip
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -864,74 +392,3 @@ class TelnyxVoice:
             return StatusUpdate("call", call_id, "completed", reference=reference,
                                 duration_s=duration)  # fmt: skip
         return StatusUpdate("call", call_id, "no-answer", reference=reference)
-
-
-_RANK: Mapping[FaxStatus, int] = {"queued": 0, "sending": 1, "delivered": 2, "failed": 2}
-
-INVALID_NUMBER_MESSAGE = "The destination number was refused."
-OPTED_OUT_MESSAGE = "The recipient opted out of messages from this node."
-_MESSAGES: Mapping[ErrorCode, str] = {
-    ErrorCode.RATE_LIMITED: ("The telephony engine is rate-limited right now."),
-    ErrorCode.TIMEOUT: "The telephony engine did not answer in time.",
-    ErrorCode.L402_UPSTREAM_FAILED: "The telephony engine failed.",
-    ErrorCode.SERVICE_ERROR: "The telephony engine rejected the request.",
-}
-
-
-def _error_of(resp: httpx.Response) -> tuple[str | None, str | None]:
-    """The first error's ``code`` and ``source.pointer`` of Telnyx's error body."""
-    try:
-        errors = resp.json().get("errors")
-        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
-            first = errors[0]
-            code = first.get("code")
-            source = first.get("source")
-            pointer = source.get("pointer") if isinstance(source, dict) else None
-            return (
-                str(code) if code is not None else None,
-                str(pointer) if pointer is not None else None,
-            )
-    except (ValueError, AttributeError):
-        pass
-    return None, None
-
-
-def _fax_state(fax_id: str, data: Mapping[str, Any]) -> FaxState:
-    status = _FAX_STATUS.get(str(data.get("status")), "queued")
-    reason = ""
-    if status == "failed":
-        raw = str(data.get("failure_reason") or "").lower()
-        reason = raw.replace("_", " ") if _REASON_RE.match(raw) else "not delivered"
-    return FaxState(fax_id, status, _int(data.get("page_count")), reason)
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and value >= 0:
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
-def _e164(value: object) -> str:
-    """A number as Telnyx reports it (sometimes without its ``+``), in E.164; "" if not one."""
-    if not isinstance(value, str):
-        return ""
-    digits = value.strip()
-    if digits and not digits.startswith("+"):
-        digits = "+" + digits
-    try:
-        return check_e164(digits)
-    except ValueError:
-        return ""
-
-
-def _timestamp(value: object) -> float:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            pass
-    return time.time()

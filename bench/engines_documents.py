@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import CpuRunner, EngineDeps
 from satsgate.engines.local.ocr import LocalOcr
 from satsgate.engines.ocr import OcrRequest

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from satsgate.backends.dev import DevBackend  # noqa: E402
-from satsgate.config import Settings  # noqa: E402
+from satsgate.config.settings import Settings  # noqa: E402
 from satsgate.engines import CpuRunner, EngineDeps  # noqa: E402
 from satsgate.engines.audiobook import Chapter, NarrationRequest  # noqa: E402
 from satsgate.engines.local import book as books  # noqa: E402

@@ -36,7 +36,7 @@ from satsgate_server import NOOP_PRICE_MSAT, NOOP_SPEC, NoopParams
 from seed import insert_rows, make_rows, spec_for
 
 from satsgate.backends.dev import DevBackend
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.edge.http import result_response
 from satsgate.engines.local import cards
 from satsgate.payments.http import challenge_response

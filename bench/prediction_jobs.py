@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _settings(data_dir: Path, port: int, fake_url: str, mode: str) -> Any:
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
 
     options = (
         {"poll_interval_s": 0.25, "webhooks": False}

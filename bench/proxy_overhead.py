@@ -161,7 +161,7 @@ def serve_floor(port: int, upstream: str, kind: str) -> None:
     """
     import aiohttp
 
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
     from satsgate.engines.chat import ChatMessage, ChatRequest
     from satsgate.engines.config import ProviderConfig
     from satsgate.engines.providers.openai import OpenAIProvider
@@ -206,7 +206,7 @@ def serve_floor(port: int, upstream: str, kind: str) -> None:
 
 
 def bench_settings(data_dir: Path, port: int, upstream: str) -> Any:
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
 
     return replace(
         Settings(host="127.0.0.1", port=port, data_dir=data_dir),

@@ -42,7 +42,7 @@ from inproc import time_render
 from satsgate_server import NOOP_PRICE_MSAT, NOOP_SLUG, NOOP_SPEC, NoopParams
 from seed import SeedSpec, seed, spec_for
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.payments import l402
 from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.documents.rendering import RENDER_CARD

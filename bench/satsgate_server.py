@@ -29,7 +29,7 @@ from _serve import serve  # bench/ is on sys.path: run as a script
 from aiohttp import web
 from experiments import dev_backend, pool_attribute, pool_holder
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.payments.http import handle_paid_call
 from satsgate.server.app import GATE, create_app
 from satsgate.server.runner import freeze_startup_heap

@@ -64,7 +64,7 @@ from run import (  # noqa: E402
 from satsgate_server import NOOP_PRICE_MSAT, NOOP_SLUG, NOOP_SPEC, NoopParams  # noqa: E402
 from seed import seed, spec_for  # noqa: E402
 
-from satsgate.config import Settings  # noqa: E402
+from satsgate.config.settings import Settings  # noqa: E402
 from tests.pg_cluster import PgCluster, postgres_bindir  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from satsgate.config import Settings, ensure_server_secret
+from satsgate.config.settings import Settings, ensure_server_secret
 from satsgate.payments import l402
 from satsgate.services.base import request_digest
 from satsgate.store import Payment, PaymentStatus, Store

@@ -44,7 +44,7 @@ async def one(calls: int) -> dict[str, float]:
     from satsgate_server import build_app
     from sessions import DEPOSIT_SAT, OpenedSession, credential, unb64url
 
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
     from satsgate.lightning.invoices import sign_invoice
 
     tmp = Path(tempfile.mkdtemp(prefix="satsgate-bench-calls-"))

@@ -59,7 +59,7 @@ from run import (
 from satsgate_server import NOOP_PRICE_MSAT, NOOP_SLUG, NOOP_SPEC, NoopParams, build_app
 from seed import seed, spec_for
 
-from satsgate.config import Settings, ensure_server_secret
+from satsgate.config.settings import Settings, ensure_server_secret
 from satsgate.lightning.invoices import sign_invoice
 
 BENCH = Path(__file__).resolve().parent

@@ -85,7 +85,7 @@ def serve_upstream(port: int) -> None:
 
 
 async def measure(upstream: str, streams: int) -> dict[str, float]:
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
     from satsgate.engines.chat import ChatMessage, ChatRequest
     from satsgate.engines.config import ProviderConfig
     from satsgate.engines.providers.anthropic import AnthropicProvider

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import httpx
 from aiohttp import web
 
 from satsgate.cluster.events import ClusterEvents
 from satsgate.cluster.presence import Presence
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import CpuRunner, Engines
 from satsgate.files import FileStore
 from satsgate.jobs.callbacks import CallbackSender
 from satsgate.jobs.lifecycle import JobRunner
 from satsgate.lightning.backend import LightningBackend
-from satsgate.operations.base import OperationEnv
 from satsgate.outreach.held_requests import HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import Gate, HandlerResources
@@ -44,7 +45,6 @@ ENGINES = web.AppKey("engines", Engines)
 POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
-OPERATION_ENV = web.AppKey("operation_env", OperationEnv)  # what free operations reach
 VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeCalls)  # voice-bridge sessions
 HELD_REQUESTS = web.AppKey("holds", HeldRequestDesk)  # communications held for review (issue 19)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
@@ -58,3 +58,5 @@ FAXES = web.AppKey("faxes", FaxDesk)  # sent faxes followed and settled, inbound
 CLUSTER_EVENTS = web.AppKey("cluster_events", ClusterEvents)
 PRESENCE = web.AppKey("presence", Presence)  # this instance among those sharing the store
 SCREENER = web.AppKey("screener", NodeScreener)  # the content screen of communications
+# The Nostr announcer's state for the operator (npub, last event, each relay), when announcing.
+NOSTR_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("nostr_status")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from satsgate.backends import BackendConfigError, make_backend
 from satsgate.cluster.presence import MisconfiguredInstance, StoreInUse
-from satsgate.config import Settings, load_settings
+from satsgate.config.settings import Settings, load_settings
 from satsgate.engines import CpuRunner, EngineConfigError
 from satsgate.lightning.backend import BackendError, LightningBackend
 from satsgate.procguard import private_umask
@@ -175,9 +175,9 @@ async def _announce(settings: Settings, print_only: bool) -> str:
 
     import httpx
 
+    from satsgate.config.nostr import NostrConfig
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog
-    from satsgate.nostr.config import NostrConfig
     from satsgate.nostr.keys import ensure_keys
     from satsgate.nostr.publisher import Announcer
     from satsgate.server.app import node_engines, telephony_destinations

@@ -24,7 +24,7 @@ import uvloop
 
 from satsgate.appkeys import PRESENCE
 from satsgate.backends.dev import DevBackend
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import ProviderFactory
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning.backend import LightningBackend

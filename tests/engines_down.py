@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import (
     CpuRunner,
     EngineDeps,

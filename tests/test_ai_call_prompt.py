@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatRequest, ChatResult
 from satsgate.engines.registry import Binding, Engines, EngineStatus

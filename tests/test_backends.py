@@ -12,7 +12,7 @@ from satsgate.backends.cln import ClnBackend
 from satsgate.backends.dev import DevBackend
 from satsgate.backends.lnd.backend import LndBackend
 from satsgate.cli import build_backend
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.lightning.backend import InitialCursor, LightningBackend, SimulatedPayments
 
 

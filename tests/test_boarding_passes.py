@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 from PIL import Image, ImageDraw, ImageFilter
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import EngineConfigError
 from satsgate.engines.local import bcbp
 from satsgate.engines.local.pkpass import UNSIGNED_WARNING, load_signing, read_barcodes

@@ -22,10 +22,10 @@ import pytest
 from openapi_spec_validator import validate
 from PIL import Image
 
-from satsgate.config import load_settings
+from satsgate.config.cashu import parse_config
+from satsgate.config.settings import load_settings
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.operator import ledger_text
-from satsgate.payments.cashu_config import parse_config
 from satsgate.payments.cashu_wire import decode_payment_request, decode_token, y_of
 from tests.cashu_mint import MintProxy, NutshellMint, PayerWallet, mint_venv
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 
 
 def test_layers_and_coercion(tmp_path: Path) -> None:

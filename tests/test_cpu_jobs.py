@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from satsgate.engines.cpu_jobs import CpuTimeLimitExceeded, run_cpu_job
 from tests.conftest import ThreadedServer, http_client, make_settings, paid_l402_auth
 

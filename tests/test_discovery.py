@@ -405,7 +405,7 @@ def test_a_changed_price_changes_every_published_document() -> None:
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog, l402_manifest, l402_services
     from satsgate.discovery.llms import llms_txt

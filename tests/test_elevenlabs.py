@@ -13,7 +13,7 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.media import audio_duration_s, audio_format
 from satsgate.engines import CpuRunner, EngineDeps, EngineError, ProviderConfig
 from satsgate.engines.providers.elevenlabs import (

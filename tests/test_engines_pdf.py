@@ -15,15 +15,13 @@ import weasyprint
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
+from satsgate.domain.pdf_pages import InvalidPdf, count_pdf_pages, validate_pdf
 from satsgate.engines.local.pdf import (
-    InvalidPdf,
     RenderedPdf,
-    count_pdf_pages,
     html_to_pdf,
     markdown_to_html,
     markdown_to_pdf,
     merge_pdfs,
-    validate_pdf,
 )
 
 _PNG = io.BytesIO()

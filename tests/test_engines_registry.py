@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from satsgate.cli import engines_report
-from satsgate.config import Settings, load_settings
+from satsgate.config.settings import Settings, load_settings
 from satsgate.engines import (
     CpuRunner,
     EngineConfigError,

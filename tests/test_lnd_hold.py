@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from satsgate.backends.lnd.backend import LndBackend
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.store import Payment, PaymentStatus
 from tests.conftest import ThreadedServer, make_settings
@@ -273,7 +273,7 @@ async def test_l402_keeps_ordinary_invoices(lnd: FakeLnd, srv: ThreadedServer) -
 
 
 def test_hold_invoices_need_lnd(tmp_path: Path) -> None:
-    from satsgate.config import load_settings
+    from satsgate.config.settings import load_settings
 
     with pytest.raises(ValueError, match="LND"):
         load_settings(overrides={"backend": "cln", "hold_invoices": True})

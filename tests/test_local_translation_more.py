@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines.local import apertium, speech_translation
 from satsgate.services.registry import SERVICES
 from tests.conftest import (

@@ -28,10 +28,10 @@ from nostr_sdk import LocalRelayBuilder
 
 from satsgate.appkeys import RATES
 from satsgate.cli import main as cli_main
+from satsgate.config.nostr import NostrConfig
 from satsgate.engines import CpuRunner
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.nostr.announcement import Listing
-from satsgate.nostr.config import NostrConfig
 from satsgate.nostr.keys import KEY_FILE
 from satsgate.operator import ensure_operator_token
 from satsgate.services.catalog import rates
@@ -441,7 +441,7 @@ def test_announce_print_sends_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_content_too_large_for_relays_links_the_openapi_schemas() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
     from satsgate.discovery.describe import describe
     from satsgate.discovery.documents import Catalog
     from satsgate.nostr.announcement import content

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.media import audio_duration_s
 from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, EngineError, ProviderConfig
 from satsgate.engines.generation import MusicRequest, SavedPrediction, VideoRequest

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from satsgate.cli import engines_report
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from tests.conftest import ThreadedServer, make_settings, paid_l402_auth
 from tests.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 

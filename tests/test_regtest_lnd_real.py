@@ -60,7 +60,7 @@ from mpp.methods import Method
 from mpp.runtime import ClientMethod, CredentialParams
 
 from satsgate.backends.lnd.backend import LndBackend
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.lightning.backend import PaymentState, UnknownInvoice
 from satsgate.payouts.fees import fee_cap_msat
 from tests.conftest import free_port

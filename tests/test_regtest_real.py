@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.payouts.fees import fee_cap_msat
 from tests.conftest import free_port
 from tests.test_regtest_lnd_real import blank_page, l402_challenge, lnurl_decode

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from mcp import Client
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines.refusals import said_by_model
 from tests.conftest import (
     STORES,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from satsgate.domain.plain_text import normalise
-from satsgate.outreach.rules import check_text
+from satsgate.domain.screening_rules import check_text
 from tests.screening_corpus import ORDINARY, PHISHING, Sample
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "communications.md"

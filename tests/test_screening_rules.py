@@ -10,7 +10,7 @@ import pytest
 from satsgate.domain.addresses import normalise_address
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, asks_not_to_be_contacted, opt_out
 from satsgate.domain.plain_text import normalise
-from satsgate.outreach.rules import check_text
+from satsgate.domain.screening_rules import check_text
 from satsgate.services.comms.screening import HeldForReview, Outreach, html_text, screen
 
 BENIGN = [

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain import languages, telephony, voices
 from satsgate.jobs.lifecycle import JOB_TYPES
 from satsgate.services.base import (

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
 
 from satsgate.appkeys import FAXES, HELD_REQUESTS
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import EngineConfigError, EngineDeps
 from satsgate.engines.config import parse_providers
 from satsgate.engines.delivery import WebhookRequest

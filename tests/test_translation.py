@@ -525,7 +525,7 @@ def test_what_is_no_epub_is_refused(data: bytes) -> None:
 def test_this_node_translation_with_a_provider_or_without_any_engine() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from satsgate.config import Settings
+    from satsgate.config.settings import Settings
     from satsgate.discovery.languages import _here, _this_node
     from satsgate.engines import CpuRunner, EngineDeps, build_engines
     from satsgate.services.registry import ENGINE_NAMES

@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 
 from satsgate.appkeys import ENGINES, HELD_REQUESTS, REFUNDS
-from satsgate.config import Settings, load_settings
+from satsgate.config.settings import Settings, load_settings
 from satsgate.domain import telephony
 from satsgate.domain.media import audio_duration_s, audio_format
 from satsgate.engines import CpuRunner, EngineConfigError, EngineDeps, ProviderConfig

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.providers import retell, vapi
 from satsgate.engines.registry import EngineDeps

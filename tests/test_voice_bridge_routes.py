@@ -23,7 +23,7 @@ from mcp import Client
 from openapi_spec_validator import validate
 from pydantic import BaseModel
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.errors import ApiError
 from satsgate.operations.comms import bridge_end, bridge_poll, bridge_say
 from satsgate.services.comms import voice_bridge

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from satsgate.engines.errors import EngineError
 from satsgate.engines.image_codec import to_png
 from satsgate.engines.local import ocr_worker

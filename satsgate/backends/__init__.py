@@ -12,7 +12,7 @@ are runtime-checkable protocols in :mod:`satsgate.lightning.backend`, never clas
 
 from __future__ import annotations
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.lightning.backend import LightningBackend
 
 

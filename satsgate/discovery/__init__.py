@@ -8,7 +8,7 @@ Routes (all GET, free)::
 
     /api/l402/<slug>              one service, as a 402 naming its price and rails and
                                   no invoice (service_description; the route is
-                                  operations.http's, which also serves the free forms)
+                                  web.operation_routes', which also serves the free forms)
     /.well-known/l402-services    satsgate's service manifest
     /.well-known/l402[.json]      Lightning Labs L402 discovery manifest
     /.well-known/mpp, /payment    MPP (Payment scheme) discovery
@@ -35,7 +35,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.helpers import ETAG_ANY
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.discovery import documents
 from satsgate.discovery.describe import describe, price_text
 from satsgate.discovery.documents import Catalog
@@ -294,7 +294,7 @@ def add_routes(
     rates: Rates,
 ) -> None:
     """Register every discovery route (GET, free) on ``app``; ``GET /api/l402/{slug}`` is
-    operations.http's (it answers service_description unless a free form matches)."""
+    web.operation_routes' (it answers service_description unless a free form matches)."""
     app[DISCOVERY] = Discovery(settings, backend, engines, rates)
     r = app.router
     r.add_get("/api/discover", discover)

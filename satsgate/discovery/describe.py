@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError
 from satsgate.services.base import ServiceSpec, sats_for_msat

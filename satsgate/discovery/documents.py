@@ -38,7 +38,7 @@ from functools import cached_property
 from typing import Any
 
 from satsgate import __version__
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.discovery.describe import AnySpec, price_text, search
 from satsgate.edge.http import dumps
 from satsgate.errors import CATALOG_VERSION

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from PIL import Image
 from pypdf import PdfReader
 
-from satsgate.engines.local.pdf import InvalidPdf, TooManyPages, validate_pdf
+from satsgate.domain.pdf_pages import InvalidPdf, TooManyPages, validate_pdf
 
 
 class MediaError(ValueError):

@@ -3,7 +3,7 @@
 Case-folded, accents removed, leetspeak inside words undone (``p4ssw0rd`` ->
 ``password``), letters spaced out to dodge a filter joined again (``p a s s w o r d``),
 punctuation turned into spaces (sentence ends kept as `` . ``), one space between words.
-Used by the screen's rules (:mod:`satsgate.outreach.rules`) and by the opt-out check of
+Used by the screen's rules (:mod:`satsgate.domain.screening_rules`) and by the opt-out check of
 replies and transcripts (:func:`satsgate.domain.do_not_contact.asks_not_to_be_contacted`).
 """
 

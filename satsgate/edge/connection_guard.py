@@ -41,7 +41,7 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.edge.http import Handler, dumps
 from satsgate.edge.ratelimit import IpNetwork, address_key, parse_networks
 from satsgate.errors import ApiError, ErrorCode, envelope

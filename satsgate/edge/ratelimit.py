@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.edge.http import Handler, error_response
 from satsgate.engines.cpu_jobs import PAYER
 from satsgate.errors import ApiError, ErrorCode

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, cast
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.domain.telephony import BUILTIN, Destinations
 from satsgate.engines.config import (

@@ -1,6 +1,6 @@
 """Being found without a URL: Nostr kind 31402 announcements of this node's services.
 
-- :mod:`~satsgate.nostr.config`: ``[discovery.nostr]`` (relays, intervals, what counts as
+- :mod:`~satsgate.config.nostr`: ``[discovery.nostr]`` (relays, intervals, what counts as
   a price change);
 - :mod:`~satsgate.nostr.keys`: the node's Nostr key, created once in the data directory;
 - :mod:`~satsgate.nostr.announcement`: the event (tags and content) from the catalog and
@@ -8,15 +8,6 @@
 - :mod:`~satsgate.nostr.publisher`: the background task that sends it to the relays
   (per relay: timeouts, backoff), at start, every 24 h and on a price change.
 
-Importing this package loads nothing heavy: the config is read by ``load_settings``.
+Importing this package loads nothing heavy: the config is read by ``load_settings``. The
+announcer's state for the operator's page is ``satsgate.appkeys.NOSTR_STATUS``.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
-
-from aiohttp import web
-
-# The announcer's state for the operator (npub, last event, each relay), when announcing.
-NOSTR_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("nostr_status")

@@ -36,10 +36,10 @@ from typing import Any
 from nostr_sdk import EventBuilder, Keys, Kind, Tag, Timestamp
 
 from satsgate import __version__
-from satsgate.config import Settings
+from satsgate.config.nostr import MAX_URLS, NostrConfig
+from satsgate.config.settings import Settings
 from satsgate.discovery.documents import Catalog
 from satsgate.discovery.openapi import openapi_document
-from satsgate.nostr.config import MAX_URLS, NostrConfig
 
 KIND = 31402
 BASE_TOPICS = ("l402", "mpp", "lightning", "mcp")
@@ -56,7 +56,7 @@ class Listing:
 
     def changed_from(self, published: Listing, pct: float) -> bool:
         """A service added or gone, a price that is not pegged changed at all, or a
-        pegged price moved by ``pct`` percent or more (see satsgate.nostr.config)."""
+        pegged price moved by ``pct`` percent or more (see satsgate.config.nostr)."""
         old, new = dict(published.prices), dict(self.prices)
         if old.keys() != new.keys():
             return True

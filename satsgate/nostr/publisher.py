@@ -26,11 +26,12 @@ import aiohttp
 from aiohttp import web
 from nostr_sdk import Keys
 
-from satsgate.config import Settings
+from satsgate.appkeys import NOSTR_STATUS
+from satsgate.config.nostr import NostrConfig
+from satsgate.config.settings import Settings
 from satsgate.discovery.documents import Catalog
-from satsgate.nostr import NOSTR_STATUS, announcement
+from satsgate.nostr import announcement
 from satsgate.nostr.announcement import Listing
-from satsgate.nostr.config import NostrConfig
 from satsgate.nostr.keys import ensure_keys, npub
 
 log = logging.getLogger(__name__)

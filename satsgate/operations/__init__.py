@@ -7,8 +7,9 @@
   :mod:`~satsgate.operations.comms`, :mod:`~satsgate.operations.catalog` — the
   operations, by what they act on.
 - :mod:`~satsgate.operations.registry` — OPERATIONS, in document order.
-- :mod:`~satsgate.operations.http` — the HTTP routes, including the explicit dispatch of
-  ``/api/l402/{slug}`` between a paid call and the free forms sharing its path.
+- Their HTTP routes are :mod:`~satsgate.web.operation_routes`' (with the explicit
+  dispatch of ``/api/l402/{slug}`` between a paid call and the free forms sharing its
+  path), above the discovery documents they answer with.
 """
 
 from satsgate.operations.base import (

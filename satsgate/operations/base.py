@@ -3,7 +3,7 @@
 A paid call is a :class:`~satsgate.services.base.ServiceSpec`; a free one (refund, job
 status, payment status, a voice-bridge session's follow-ups, the AI-call confirmation
 and poll, the vote listing, the price estimate) is an :class:`OperationSpec`. From it
-come the HTTP route (``operations/http.py``), the MCP tool (``mcp/tools.py``), the
+come the HTTP route (``web/operation_routes.py``), the MCP tool (``mcp/tools.py``), the
 OpenAPI operation (``discovery/openapi.py``) and the llms.txt line
 (``discovery/llms.py``).
 
@@ -19,9 +19,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
+from aiohttp import web
 from pydantic import BaseModel
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ErrorCode
 from satsgate.jobs.lifecycle import JobRunner
@@ -85,6 +86,10 @@ class OperationEnv:
     # The app's BTC rate book (estimates and quotes of BTC-pegged prices); the fallback
     # rates for an env built without an app.
     rates: Rates = field(default_factory=Rates)
+
+
+# What the free operations reach, on the application (set by satsgate.server.app).
+OPERATION_ENV = web.AppKey("operation_env", OperationEnv)
 
 
 class Call(Protocol):

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import Engines
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.answers import (

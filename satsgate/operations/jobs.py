@@ -7,11 +7,11 @@ from typing import Annotated
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from satsgate.errors import ApiError, ErrorCode
+from satsgate.errors import ApiError, ErrorCode, without_refund_secrets
 from satsgate.jobs.lifecycle import JOB_TYPES, KEPT_FOR_RETRY, status_body
 from satsgate.operations.answers import JobStatusBody
 from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
-from satsgate.payments.proof import proves, without_refund_secrets
+from satsgate.payments.proof import proves
 from satsgate.store import Job, JobStatus
 
 REWORK_HINT = (

@@ -27,13 +27,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.addresses import normalise_address
 from satsgate.domain.do_not_contact import OptOuts
+from satsgate.domain.screening_rules import check_text
 from satsgate.engines import EngineError
 from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.rules import check_text
 from satsgate.services.base import ServiceContext
 from satsgate.services.comms.screening import HeldForReview, Outreach
 

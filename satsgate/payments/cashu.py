@@ -45,9 +45,9 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from satsgate.config.cashu import CashuConfig, normalize_mint_url
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.lightning.backend import LightningBackend
-from satsgate.payments.cashu_config import CashuConfig, normalize_mint_url
 from satsgate.payments.cashu_melt import EcashMelter
 from satsgate.payments.cashu_wire import (
     CashuFormatError,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from satsgate.config.cashu import CashuConfig
 from satsgate.lightning.backend import BackendError, InvoiceState, LightningBackend
-from satsgate.payments.cashu_config import CashuConfig
 from satsgate.payments.cashu_wire import (
     Mint,
     MintError,

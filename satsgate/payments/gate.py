@@ -26,7 +26,8 @@ from functools import cached_property
 
 import httpx
 
-from satsgate.config import Settings
+from satsgate.config.cashu import parse_config
+from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import OptOuts
 from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.engines import CpuRunner, Engines
@@ -35,7 +36,6 @@ from satsgate.jobs.lifecycle import JobRunner
 from satsgate.lightning.backend import HoldInvoices, LightningBackend
 from satsgate.payments import l402
 from satsgate.payments.cashu import Ecash, check_installed
-from satsgate.payments.cashu_config import parse_config
 from satsgate.payments.challenger import Challenger, realm_of
 from satsgate.payments.holds import Holds
 from satsgate.payments.rework import ReworkDesk

@@ -67,20 +67,3 @@ def refuse_bare_preimage(data: Any, send: str) -> Any:
     if isinstance(data, dict) and "preimage" in data:
         raise ValueError(f"preimage is not accepted: {send}")
     return data
-
-
-# The refund object's fields that claim it: shown only to whoever proves the payment.
-_REFUND_SECRETS = ("lnurl_withdraw", "refund_secret", "recover_url")
-PROOF_HINT = (
-    "The refund link is shown to the payer only: poll with the Authorization header the "
-    "call was paid with (or, for a payment made with create_payment, its paymentId)."
-)
-
-
-def without_refund_secrets(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with its refund object (if any) stripped of what claims it."""
-    refund = body.get("refund")
-    if not isinstance(refund, dict):
-        return body
-    public = {k: v for k, v in refund.items() if k not in _REFUND_SECRETS}
-    return {**body, "refund": {**public, "claim": PROOF_HINT}}

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 from satsgate.payouts.refunds import RefundService, refund_object
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound, UnsafeUrl, pinned

@@ -24,7 +24,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.lightning.backend import PaymentResult, PaymentState
 from satsgate.store.payout_fees import PayoutFeeRepository
 

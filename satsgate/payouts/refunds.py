@@ -23,7 +23,7 @@ from typing import Any
 
 from lnurl.helpers import url_encode
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.lightning.backend import BackendError, LightningBackend, PaymentResult, PaymentState
 from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
 from satsgate.payouts.fees import PayoutFees

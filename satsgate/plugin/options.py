@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from satsgate.config import Settings, load_settings
+from satsgate.config.settings import Settings, load_settings
 from satsgate.lightning.backend import normalize_network
 
 # Not "satsgate": lightningd runs plugins in the lightning-dir, and a directory

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from satsgate.backends import make_backend
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.server import eventloop
 from satsgate.server.app import REFUNDS, SETTINGS
 from satsgate.server.runner import ServiceHandle, start_service

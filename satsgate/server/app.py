@@ -4,7 +4,7 @@ Resources are cleanup contexts, set up in order and torn down in reverse:
 store -> backend -> shared clients and pools -> gate -> background tasks.
 Application state lives under typed AppKeys (satsgate/appkeys.py), never in module
 globals. Routes live with their faces; this module only composes them:
-web/api.py (health, catalogs, files, LNURL-withdraw, dev), operations/http.py (the free
+web/api.py (health, catalogs, files, LNURL-withdraw, dev), web/operation_routes.py (the free
 operations and /api/l402/{slug}), discovery/, mcp/, web/checkout.py.
 """
 
@@ -44,7 +44,6 @@ from satsgate.appkeys import (
     HELD_REQUESTS,
     HTTP,
     JOBS,
-    OPERATION_ENV,
     OUTBOUND,
     POOL,
     PRECHECKS,
@@ -59,7 +58,8 @@ from satsgate.appkeys import (
 )
 from satsgate.cluster.events import open_events
 from satsgate.cluster.presence import Presence
-from satsgate.config import Settings, ensure_server_secret, output_caps
+from satsgate.config.nostr import NostrConfig
+from satsgate.config.settings import Settings, ensure_server_secret, output_caps
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
 from satsgate.domain.telephony import BUILTIN, Destinations, load_rates_file
 from satsgate.edge.connection_guard import guard_middleware
@@ -75,9 +75,8 @@ from satsgate.jobs.lifecycle import JobRunner, resume_jobs
 from satsgate.lightning.backend import BackendError, LightningBackend, require_network
 from satsgate.mcp import McpServer, PlannedSource
 from satsgate.mcp.tools import paid_tools
-from satsgate.nostr.config import NostrConfig
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
-from satsgate.operations import http as operations_http
+from satsgate.operations.base import OPERATION_ENV
 from satsgate.outreach import retention
 from satsgate.outreach.held_requests import HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
@@ -98,7 +97,7 @@ from satsgate.services.documents.esign_desk import ESignDesk
 from satsgate.services.registry import BY_SLUG, ENGINE_NAMES, SERVICES
 from satsgate.store import Store
 from satsgate.store.cpu_queue import CpuQueueRepository
-from satsgate.web import api, appeal, checkout, operator_held, operator_routes
+from satsgate.web import api, appeal, checkout, operation_routes, operator_held, operator_routes
 from satsgate.web import voice_bridge as voice_bridge_routes
 from satsgate.web.operator_signin import OPERATOR, OperatorAccess
 from satsgate.workers.gateway import QueueCpuRunner
@@ -589,7 +588,7 @@ def _add_routes(app: web.Application, settings: Settings, backend: LightningBack
     api.add_routes(app, backend)  # health, catalogs, files, LNURL-withdraw, dev
     # The free operations on their own paths, and /api/l402/{slug} (paid call, description,
     # and the free forms sharing a service's path), /api/m/{service}/{model}.
-    operations_http.add_routes(app, SERVICES, OPERATIONS)
+    operation_routes.add_routes(app, SERVICES, OPERATIONS)
     # Well-known documents, OpenAPI, llms.txt: priced at the app's rate book.
     discovery.add_routes(app, settings, backend, app[ENGINES], app[RATES])
     # Providers' webhooks (prediction platforms, Documenso), each verified by its provider.

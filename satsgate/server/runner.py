@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.edge.connection_guard import (
     ConnectionGuard,
     GuardConfig,

@@ -25,7 +25,7 @@ from typing import (
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.telephony import validation_context
 from satsgate.engines import CpuRunner, Engines
 from satsgate.errors import ApiError, ErrorCode

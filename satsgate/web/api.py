@@ -1,6 +1,6 @@
 """The node's own free routes: health, the error catalog, the model catalog, output
 files, LNURL-withdraw refunds, and (with a node that simulates payments) the dev routes.
-The free operations' routes are satsgate.operations.http's; discovery's are
+The free operations' routes are satsgate.web.operation_routes's; discovery's are
 satsgate.discovery's; app.py composes them all."""
 
 from __future__ import annotations

@@ -23,17 +23,18 @@ from typing import Any
 from aiohttp import web
 from lnurl.helpers import url_encode
 
+from satsgate.appkeys import NOSTR_STATUS
 from satsgate.cluster.status import instances_state
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import Engines
-from satsgate.nostr import NOSTR_STATUS
 from satsgate.operator import operator_report
 from satsgate.payouts.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.web.operator_instances import instances_section
 from satsgate.web.operator_signin import COOKIE, OPERATOR, unauthorized
+from satsgate.web.operator_workers import workers_section
 from satsgate.web.pages import earnings_chart, esc, page, qr_svg, table
-from satsgate.workers.status import operator_workers, workers_section
+from satsgate.workers.status import operator_workers
 
 RECOVER_PATH = "/recover"
 

@@ -34,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from satsgate.config import Settings, output_caps
+from satsgate.config.settings import Settings, output_caps
 from satsgate.engines.cpu_jobs import _GRACE_S, CpuTimeLimitExceeded, run_with_time_limit
 from satsgate.engines.errors import EngineError
 from satsgate.errors import ErrorCode

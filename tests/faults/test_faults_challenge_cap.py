@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.errors import ApiError
 from satsgate.payments.session_wire import PROBLEMS as SESSION_PROBLEMS

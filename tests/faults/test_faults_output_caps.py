@@ -13,7 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from satsgate.files import DEFAULT_OUTPUT_CAPS, OutputCaps
 from tests.conftest import (
     ThreadedServer,

@@ -24,7 +24,7 @@ import coincurve
 import httpx
 import pytest
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from satsgate.operator import ledger_text
 from satsgate.server.app import REFUNDS
 from tests.conftest import ThreadedServer, http_client, make_settings

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from satsgate.config import load_settings
+from satsgate.config.settings import load_settings
 from satsgate.edge.ratelimit import RateLimiter, client_key, parse_networks
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.mcp_client import tool_result

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from tests.conftest import ThreadedServer, make_settings
 
 HEAD = b"GET /api/health HTTP/1.1\r\nHost: satsgate\r\n"

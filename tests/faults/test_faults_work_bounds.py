@@ -19,8 +19,8 @@ import pytest
 from pypdf import PdfWriter
 from pypdf.generic import DictionaryObject, NameObject, NumberObject
 
+from satsgate.domain import pdf_pages
 from satsgate.engines import CpuRunner
-from satsgate.engines.local import pdf
 from satsgate.errors import ApiError
 from satsgate.services.documents.rendering import MAX_MERGE_PAGES, MergePdfParams
 from tests.conftest import ThreadedServer, http_client
@@ -83,17 +83,17 @@ def test_the_declared_page_count_refuses_before_the_walk() -> None:
     # The root says 20,000 and the tree holds 2: a refusal that names 20,000 was decided
     # by the declared count, before any walk (a walk would have counted 2).
     overstated = pdf_declaring(20_000, holding=2)
-    with pytest.raises(pdf.TooManyPages, match="20000 pages; at most 500"):
-        pdf.validate_pdf(overstated, 500)
+    with pytest.raises(pdf_pages.TooManyPages, match="20000 pages; at most 500"):
+        pdf_pages.validate_pdf(overstated, 500)
     # A root that understates its tree is caught by the walk.
     understated = pdf_declaring(2, holding=600)
-    with pytest.raises(pdf.TooManyPages, match="600 pages; at most 500"):
-        pdf.validate_pdf(understated, 500)
+    with pytest.raises(pdf_pages.TooManyPages, match="600 pages; at most 500"):
+        pdf_pages.validate_pdf(understated, 500)
     # A true 20,000-page file: refused by its count, accepted uncapped.
     data = blank_pdf(20_000)
-    with pytest.raises(pdf.TooManyPages, match="20000 pages; at most 500"):
-        pdf.validate_pdf(data, 500)
-    assert pdf.validate_pdf(data) == 20_000  # no cap: the whole tree is walked
+    with pytest.raises(pdf_pages.TooManyPages, match="20000 pages; at most 500"):
+        pdf_pages.validate_pdf(data, 500)
+    assert pdf_pages.validate_pdf(data) == 20_000  # no cap: the whole tree is walked
 
 
 def test_a_merge_is_capped_in_bytes_in_all() -> None:

@@ -1,4 +1,5 @@
-"""HTML or Markdown to PDF (WeasyPrint) and PDF merging and validation (pypdf).
+"""HTML or Markdown to PDF (WeasyPrint) and PDF merging (pypdf); reading and checking a
+PDF is satsgate.domain.pdf_pages'.
 
 Every function is synchronous, CPU-bound and takes and returns picklable values, so it can
 run in a process pool. Caller HTML never makes the server fetch anything: the URL fetcher
@@ -18,9 +19,11 @@ from urllib.parse import urlsplit
 
 from markdown_it import MarkdownIt
 from PIL import ImageFile
-from pypdf import PdfReader, PdfWriter
+from pypdf import PdfWriter
 from weasyprint import HTML
 from weasyprint.urls import URLFetcher
+
+from satsgate.domain.pdf_pages import InvalidPdf, open_pdf
 
 # Importing WeasyPrint turns on Pillow's LOAD_TRUNCATED_IMAGES for the whole process; a
 # pool worker that once rendered a PDF would then decode every truncated image a caller
@@ -85,22 +88,6 @@ class RenderedPdf:
     pages: int
 
 
-class InvalidPdf(ValueError):
-    """Input document ``index`` (0-based) is not a readable, unencrypted PDF with pages."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(index, reason)
-        self.index = index
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return f"document {self.index} is not a usable PDF: {self.reason}"
-
-
-class TooManyPages(InvalidPdf):
-    """Input document ``index`` has more pages than the caller allows."""
-
-
 class _DataUrlsOnly(URLFetcher):  # type: ignore[misc]  # weasyprint ships no type hints
     """A WeasyPrint fetcher that serves ``data:`` URIs and refuses everything else."""
 
@@ -141,62 +128,11 @@ def markdown_to_pdf(markdown: str) -> RenderedPdf:
     return html_to_pdf(markdown_to_html(markdown))
 
 
-def _open(data: bytes, index: int, max_pages: int | None = None) -> PdfReader:
-    """A reader for a readable, unencrypted PDF with at least one page (and at most
-    ``max_pages``), or InvalidPdf. The page count the document declares is read first
-    (the page tree's root, without walking it), so that a file of 100,000 pages is
-    refused before the walk that would cost seconds."""
-    if not isinstance(data, bytes | bytearray):
-        raise InvalidPdf(index, "not bytes")
-    if not data:
-        raise InvalidPdf(index, "empty file")
-    try:
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted:
-            raise InvalidPdf(index, "encrypted PDFs are not accepted")
-        if max_pages is not None:
-            declared = _declared_pages(reader)
-            if declared is not None and declared > max_pages:
-                raise TooManyPages(index, f"{declared} pages; at most {max_pages}")
-        pages = reader.pages
-        if max_pages is not None and len(pages) > max_pages:  # a root that understated it
-            raise TooManyPages(index, f"{len(pages)} pages; at most {max_pages}")
-        if len(pages) == 0:
-            raise InvalidPdf(index, "no pages")
-        for page in pages:
-            page.mediabox  # noqa: B018  # resolves each page object: a broken tree fails here
-    except InvalidPdf:
-        raise
-    except Exception as error:  # pypdf raises many types on malformed input
-        raise InvalidPdf(index, f"{type(error).__name__}: {error}"[:300]) from None
-    return reader
-
-
-def _declared_pages(reader: PdfReader) -> int | None:
-    """The /Count of the page tree's root: what the file says, not yet checked."""
-    try:
-        root: Any = reader.trailer["/Root"]  # pypdf types the objects loosely
-        return int(root["/Pages"]["/Count"])
-    except Exception:  # a missing or odd root: the walk decides
-        return None
-
-
-def validate_pdf(data: bytes, max_pages: int | None = None, index: int = 0) -> int:
-    """Page count of a readable, unencrypted PDF of at most ``max_pages`` pages; raises
-    InvalidPdf (with ``index``) otherwise."""
-    return len(_open(data, index, max_pages).pages)
-
-
-def count_pdf_pages(data: bytes) -> int:
-    """Page count of a PDF; raises InvalidPdf (index 0) when it cannot be read."""
-    return validate_pdf(data)
-
-
 def merge_pdfs(documents: Sequence[bytes]) -> RenderedPdf:
     """All pages of ``documents``, in order, as one PDF; every input is checked first."""
     if not documents:
         raise ValueError("merge needs at least one document")
-    readers = [_open(data, index) for index, data in enumerate(documents)]
+    readers = [open_pdf(data, index) for index, data in enumerate(documents)]
     writer = PdfWriter()
     for index, reader in enumerate(readers):
         try:
@@ -210,13 +146,9 @@ def merge_pdfs(documents: Sequence[bytes]) -> RenderedPdf:
 
 
 __all__ = [
-    "InvalidPdf",
     "RenderedPdf",
-    "TooManyPages",
-    "count_pdf_pages",
     "html_to_pdf",
     "markdown_to_html",
     "markdown_to_pdf",
     "merge_pdfs",
-    "validate_pdf",
 ]

@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import pkcs7, pkcs12
 from cryptography.x509.oid import NameOID
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines.config import EngineConfigError
 from satsgate.engines.local import bcbp
 from satsgate.engines.registry import EngineDeps, LocalEngine

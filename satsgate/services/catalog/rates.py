@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import httpx
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.telephony import BUILTIN, Destinations
 
 log = logging.getLogger(__name__)

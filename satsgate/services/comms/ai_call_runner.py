@@ -43,12 +43,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import asks_not_to_be_contacted, opt_out
+from satsgate.domain.screening_rules import check_text
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.rules import check_text
 from satsgate.payouts.deposits import DepositSettler, Settlement
 from satsgate.services.base import DeskKey, ServiceContext, ServiceResult
 from satsgate.services.catalog.pricing import (

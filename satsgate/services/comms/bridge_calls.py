@@ -55,13 +55,14 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from satsgate.cluster.events import ClusterEvents
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import (
     NO_OPT_OUTS,
     OptOuts,
     asks_not_to_be_contacted,
     opt_out,
 )
+from satsgate.domain.screening_rules import check_text
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.local.tools import ToolRunner
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
@@ -79,7 +80,6 @@ from satsgate.engines.voice_bridge import (
     VoiceBridgeEngine,
 )
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.outreach.rules import check_text
 from satsgate.payouts.deposits import DepositSettler, Settlement
 from satsgate.payouts.refunds import refund_object
 from satsgate.services.base import DeskKey, ServiceContext

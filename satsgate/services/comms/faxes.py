@@ -38,15 +38,14 @@ from typing import Any, cast
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.domain.media import MediaError, pdf_pages
 from satsgate.domain.telephony import Destinations, from_context, served_number
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.fax import FaxEngine, FaxRequest, FaxState, InboundFax
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
-from satsgate.errors import ErrorCode
+from satsgate.errors import ErrorCode, without_refund_secrets
 from satsgate.files import FileStore
-from satsgate.payments.proof import without_refund_secrets
 from satsgate.payouts.refunds import RefundService
 from satsgate.services.base import DeskKey, FlatPrice, ServiceContext, ServiceResult
 from satsgate.services.comms import screening

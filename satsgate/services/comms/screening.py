@@ -7,7 +7,7 @@ and calls ``await screen(ctx, Outreach(...))`` right before it contacts the prov
 - a recipient on the do-not-contact list (one who opted out since the quote was
   given) is refused: ``ApiError("RECIPIENT_OPTED_OUT")``, which the gate refunds;
 - a text the screen flags (impersonation, threats, harassment, credential or code
-  solicitation: :mod:`satsgate.outreach.rules`, plus the optional LLM check of
+  solicitation: :mod:`satsgate.domain.screening_rules`, plus the optional LLM check of
   ``[screening] llm = true``) raises :class:`HeldForReview`. The handler lets it
   propagate; the gate then holds the paid request (``CONTENT_POLICY_HELD``: nothing is
   sent, the payment is neither spent with an answer nor refunded) until the operator
@@ -85,7 +85,7 @@ async def screen(ctx: ServiceContext, outreach: Outreach) -> None:
     if screener is not None:
         await screener.screen(ctx, outreach)
         return
-    from satsgate.outreach.rules import check_text
+    from satsgate.domain.screening_rules import check_text
 
     reasons = check_text(outreach.text, outreach.sender_name)
     if reasons:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from satsgate.config import Settings
+from satsgate.config.settings import Settings
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.esign import EnvelopeEvent, EnvelopeState, ESignEngine, SigningSent
 from satsgate.engines.mail import Attachment, EmailEngine, OutgoingEmail

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from satsgate.domain import pdf_pages
 from satsgate.engines.local import cards, pdf
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
@@ -233,11 +234,11 @@ def _validate_all(documents: list[bytes]) -> None:
     pages = 0
     for index, data in enumerate(documents):
         try:
-            pages += pdf.validate_pdf(data, MAX_MERGE_PAGES - pages, index)
-        except pdf.TooManyPages:
+            pages += pdf_pages.validate_pdf(data, MAX_MERGE_PAGES - pages, index)
+        except pdf_pages.TooManyPages:
             message = f"documents: more than {MAX_MERGE_PAGES} pages in all"
             raise ApiError(ErrorCode.L402_INVALID_PARAMS, message) from None
-        except pdf.InvalidPdf as exc:
+        except pdf_pages.InvalidPdf as exc:
             raise ApiError(
                 ErrorCode.L402_INVALID_PARAMS, f"documents[{index}]: {exc.reason}"
             ) from None

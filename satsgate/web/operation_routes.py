@@ -17,12 +17,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import AliasChoices, BaseModel, ValidationError
 
-from satsgate.appkeys import ENGINES, GATE, OPERATION_ENV, RATES, SETTINGS
+from satsgate.appkeys import ENGINES, GATE, RATES, SETTINGS
 from satsgate.discovery import DISCOVERY, service_description
 from satsgate.discovery.price_probe import price_probe
 from satsgate.edge.http import dumps, read_json
 from satsgate.errors import ApiError, ErrorCode, invalid_params
-from satsgate.operations.base import AnyOperation, HttpCall, dump
+from satsgate.operations.base import OPERATION_ENV, AnyOperation, HttpCall, dump
 from satsgate.payments.http import handle_paid_call
 from satsgate.services.base import ServiceSpec
 from satsgate.services.catalog.routing import apply_path_model

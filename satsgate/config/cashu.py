@@ -1,6 +1,6 @@
 """The ``[cashu]`` table (Cashu ecash payments, satsgate/payments/cashu.py): its keys, types
 and checks. Kept apart from the payment code so that the settings' check at start
-(satsgate/config.py) reads it without importing the services it pays for."""
+(satsgate/config/settings.py) reads it without importing the services it pays for."""
 
 from __future__ import annotations
 

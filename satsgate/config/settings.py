@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from satsgate.payments.cashu_config import parse_config
+from satsgate.config.cashu import parse_config
 
 BACKENDS = ("dev", "cln", "lnd")
 
@@ -180,10 +180,10 @@ class Settings:
     # [screening] of communications (satsgate/outreach/screener.py): llm (bool),
     # llm_on_error ("pass" or "hold"), llm_model (a text model id).
     screening: Mapping[str, Any] = field(default_factory=dict)
-    # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/nostr/config.py).
+    # [discovery.nostr]: Nostr kind 31402 announcements (satsgate/config/nostr.py).
     discovery: Mapping[str, Any] = field(default_factory=dict)
     # [cashu]: Cashu ecash payments (NUT-24): mints, melt schedule. See
-    # satsgate/payments/cashu_config.py (CashuConfig); empty or no mints: off.
+    # satsgate/config/cashu.py (CashuConfig); empty or no mints: off.
     cashu: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -288,7 +288,7 @@ def load_settings(
         raise ValueError("workers queue_wait_s must not be negative")
     check_output_caps(settings)
     check_telephony(settings.telephony)
-    from satsgate.nostr.config import NostrConfig
+    from satsgate.config.nostr import NostrConfig
 
     NostrConfig.from_discovery(settings.discovery)  # a bad [discovery.nostr] stops here
     if settings.cashu:

@@ -26,6 +26,7 @@ from satsgate.appkeys import PRESENCE
 from satsgate.backends.dev import DevBackend
 from satsgate.config.settings import Settings
 from satsgate.engines import ProviderFactory
+from satsgate.engines.local import language_id
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.lightning.backend import LightningBackend
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound
@@ -38,6 +39,15 @@ from tests.engines_down import down_engines
 from tests.pg_cluster import PgCluster, postgres_bindir, running_cluster
 
 T = TypeVar("T")
+
+# The language-id model is loaded once per test process, before any test. A server loads it
+# in a background thread as it starts (language_id.warm_up), where numpy reads the model's
+# array headers with ast.literal_eval; CPython 3.11 keeps the ast module's recursion count
+# in state shared between threads, and a test thread parsing at the same moment (pytest's
+# assertion rewriting, hypothesis) once failed with "SystemError: AST constructor recursion
+# depth mismatch" (python/cpython#106905). Loaded here, warm_up has nothing left to do.
+if language_id.installed():
+    language_id.load()
 
 
 def skip_unless_ci(reason: str) -> None:

@@ -31,7 +31,8 @@ def installed() -> bool:
     return importlib.util.find_spec("py3langid") is not None
 
 
-def _load() -> Any:
+def load() -> Any:
+    """The model, loaded now if it is not yet (blocking: about 0.7 s the first time)."""
     global _identifier
     with _lock:
         if _identifier is None:
@@ -47,7 +48,7 @@ def _load() -> Any:
 def warm_up() -> None:
     """Load the model in the background (no-op once loaded or when not installed)."""
     if _identifier is None and installed():
-        threading.Thread(target=_load, name="language-id-load", daemon=True).start()
+        threading.Thread(target=load, name="language-id-load", daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def detect(
         return None
     if not installed():
         raise RuntimeError("language identification (py3langid) is not installed")
-    ranked = [(_code(code), float(p)) for code, p in _load().rank(sample)]
+    ranked = [(_code(code), float(p)) for code, p in load().rank(sample)]
     top, probability = ranked[0]
     if probability >= SURE or not candidates:
         return Detected(top, probability)

@@ -165,9 +165,9 @@ class _LoopLanes:
 
     A unit of work runs as a task of its own, shielded from its caller's cancellation:
     a caller that gives up (a client gone, a timeout) never cuts a statement mid-way,
-    so the lane's connection is never left in an unknown state, as a thread's unit
-    would run on (a spend that commits after its caller left is one in doubt either
-    way, see ``PaymentRepository``)."""
+    so the lane's connection is never left in an unknown state; a unit on a thread
+    likewise runs to its end (a spend that commits after its caller left is one in
+    doubt either way, see ``PaymentRepository``)."""
 
     def __init__(self, url: str, size: int) -> None:
         self._size = size

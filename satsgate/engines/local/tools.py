@@ -104,7 +104,9 @@ async def start_tool(
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    with open(fd, "wb", buffering=0) as pipe, contextlib.suppress(OSError):  # EPIPE: gone
+    """``data`` into the pipe ``fd``, then its end (closed); a tool gone before the last
+    byte (EPIPE) ends the writing, quietly: its exit status tells what happened."""
+    with contextlib.suppress(OSError), open(fd, "wb", buffering=0) as pipe:
         view = memoryview(data)
         while view:
             view = view[pipe.write(view) or 0 :]

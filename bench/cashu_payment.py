@@ -2,7 +2,7 @@
 
     python bench/cashu_payment.py [--calls 100]
 
-Starts a real Nutshell mint on loopback (as the tests do: tests/cashu_mint.py, its own
+Starts a real Nutshell mint on loopback (as the tests do: tests/fakes/cashu_mint.py, its own
 virtual environment) and satsgate (dev node) in this process, mints the tokens first with
 a Nutshell wallet, then times one paid call of ``vote`` (1 sat, a trivial handler) three
 ways, one call at a time:
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from satsgate.payments import cashu_wire  # noqa: E402
-from tests.cashu_mint import NutshellMint, PayerWallet, mint_venv  # noqa: E402
 from tests.conftest import ThreadedServer, free_port, make_settings  # noqa: E402
-from tests.lnbits_fake import LnbitsFake  # noqa: E402
+from tests.fakes.cashu_mint import NutshellMint, PayerWallet, mint_venv  # noqa: E402
+from tests.fakes.lnbits_fake import LnbitsFake  # noqa: E402
 
 VOTE = {"slug": "voice-changer"}
 MINT_TIME: list[float] = []

@@ -6,7 +6,7 @@ loop's lag, and the p50/p99 of a free endpoint (GET /api/health) while they run.
 
 satsgate runs in a child process (this script with ``--serve``: the real app, dev node,
 a ``replicate`` provider pointed at the fake, and a lag probe at GET /bench/lag), the
-fake (tests/fake_platforms.py) in another (``--fake``); the load runs here.
+fake (tests/fakes/fake_platforms.py) in another (``--fake``); the load runs here.
 ``webhook``: each prediction ends by a signed webhook 1 s after it was made (polls
 every 15 s as a safety net); ``poll``: satsgate polls every 0.25 s and the prediction
 ends on its 4th poll.
@@ -175,7 +175,7 @@ async def load(url: str, jobs: int, child: int, data_dir: Path) -> dict[str, Any
 def fake(mode: str) -> None:
     """The fake platform's process: prints its URL, serves until stdin closes, then prints
     what it saw as JSON."""
-    from tests.fake_platforms import FakeReplicate, Script, mp4
+    from tests.fakes.fake_platforms import FakeReplicate, Script, mp4
 
     platform = FakeReplicate()
     clip = mp4(6.0)

@@ -64,7 +64,7 @@ def text_round(mode: str, chars: int) -> tuple[float, int]:
 
 
 def book(pages: int) -> bytes:
-    from tests.test_translation import _CHAPTER, _CONTAINER, _OPF
+    from tests.engines.test_translation import _CHAPTER, _CONTAINER, _OPF
 
     paragraph = "<p>" + SENTENCES["spa-eng"] * 20 + "</p>"  # ~2 000 characters
     chapters = max(1, pages // 10)

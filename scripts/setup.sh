@@ -11,11 +11,11 @@ APT_PACKAGES+=(openssl)  # boarding passes: the signed-pass test verifies the PK
 APT_PACKAGES+=(apertium apertium-eng-spa apertium-eng-cat apertium-spa-cat apertium-es-pt apertium-fr-es apertium-spa-ita apertium-es-gl apertium-en-gl apertium-es-ro apertium-eu-en apertium-isl-eng apertium-mkd-eng apertium-eo-en apertium-hbs-eng apertium-oc-ca apertium-oc-es apertium-oci-fra apertium-cat-srd apertium-srd-ita apertium-spa-ast)  # translation: Apertium pairs (the last six: into Occitan, Sardinian, Asturian for translate-rare-language)
 APT_PACKAGES+=(espeak-ng ffmpeg)  # speech: text-to-speech, audio decoding, M4B audiobooks
 if [ "${1:-}" = "--test" ]; then
-  APT_PACKAGES+=(chromium curl)  # curl: tests/test_readme.py runs the README's walk-through
+  APT_PACKAGES+=(chromium curl)  # curl: tests/system/test_readme.py runs the README's walk-through
   # The store's tests on PostgreSQL start a throwaway cluster of their own (tests/pg_cluster.py)
   # with this package's initdb and pg_ctl; no server of the package is used.
   APT_PACKAGES+=(postgresql)
-  # tests/test_interop_clients.py: mppx, the MPP TypeScript SDK. A Node.js that already
+  # tests/system/test_interop_clients.py: mppx, the MPP TypeScript SDK. A Node.js that already
   # brings npm (NodeSource's nodejs package does, and conflicts with Debian's npm) is used.
   command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 fi
@@ -53,14 +53,14 @@ fi
 .venv/bin/python -m pip install -q --no-deps "cashu==0.20.2"
 if [ "${1:-}" = "--test" ]; then
   # The tests' real Nutshell mint (FakeWallet backend) and payer wallet, in an environment
-  # of their own (tests/cashu_mint.py; SATSGATE_CASHU_MINT_VENV overrides the place).
+  # of their own (tests/fakes/cashu_mint.py; SATSGATE_CASHU_MINT_VENV overrides the place).
   MINT_VENV="${SATSGATE_CASHU_MINT_VENV:-.venv-cashu-mint}"
   if [ ! -x "$MINT_VENV/bin/mint" ]; then
     "$PY" -m venv "$MINT_VENV"
     "$MINT_VENV/bin/python" -m pip install -q "cashu==0.20.2" "marshmallow<4" "limits<5"
   fi
   # pyl402 for the interop tests, in an environment of its own: it pins httpx<0.28
-  # (tests/test_interop_clients.py; SATSGATE_PYL402_VENV overrides the place).
+  # (tests/system/test_interop_clients.py; SATSGATE_PYL402_VENV overrides the place).
   PYL402_VENV="${SATSGATE_PYL402_VENV:-.venv-pyl402}"
   if ! "$PYL402_VENV/bin/python" -c "import pyl402" 2>/dev/null; then
     "$PY" -m venv "$PYL402_VENV"

@@ -1,4 +1,4 @@
-"""Lightning Labs' l402sdk buying calls, run by tests/test_interop_clients.py in a process of
+"""Lightning Labs' l402sdk buying calls, run by tests/system/test_interop_clients.py in a process of
 its own: the SDK's calls block in Rust without releasing the GIL, which would stop a
 satsgate served from the same process.
 

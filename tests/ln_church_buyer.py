@@ -1,4 +1,4 @@
-"""ln-church-agent buying calls, run by tests/test_interop_clients.py with the Python of an
+"""ln-church-agent buying calls, run by tests/system/test_interop_clients.py with the Python of an
 environment of its own (ln-church-agent 1.18 pins bolt11<2.1.1, which cannot share
 satsgate's bolt11 2.2; that bolt11 needs bitstring<5).
 

@@ -1,5 +1,5 @@
 """JSON-RPC to /api/mcp by hand, for the tests whose point is one tool call or one raw
-message (tests/test_mcp.py drives the official ``mcp`` client where a session is the
+message (tests/mcp/test_mcp.py drives the official ``mcp`` client where a session is the
 point)."""
 
 from __future__ import annotations

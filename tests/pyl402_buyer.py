@@ -1,4 +1,4 @@
-"""pyl402 buying calls, run by tests/test_interop_clients.py with the Python of an
+"""pyl402 buying calls, run by tests/system/test_interop_clients.py with the Python of an
 environment of its own (pyl402 0.1.2 pins httpx<0.28, which cannot share satsgate's).
 
     <pyl402 venv>/bin/python tests/pyl402_buyer.py <satsgate url> <path> <json body> ...

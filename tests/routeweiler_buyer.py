@@ -1,4 +1,4 @@
-"""routeweiler buying calls, run by tests/test_interop_clients.py with the Python of an
+"""routeweiler buying calls, run by tests/system/test_interop_clients.py with the Python of an
 environment of its own (routeweiler 0.1.2 pins cryptography<45, which cannot share
 satsgate's).
 

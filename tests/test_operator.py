@@ -29,7 +29,7 @@ from satsgate.operator import token_path
 from satsgate.server.app import ENGINES, REFUNDS
 from tests.conftest import ThreadedServer, paid_l402_auth, skip_unless_ci
 from tests.ledger_check import assert_ledger_balances
-from tests.test_refunds import (
+from tests.payouts.test_refunds import (
     _broken,
     _fine,
     claim,

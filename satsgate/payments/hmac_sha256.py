@@ -7,7 +7,7 @@ key generator, the identifier, two caveats) and every 402 runs them again to
 mint. Here a key's padded inner and outer states are hashed once
 (:class:`HmacKey`, for the long-lived keys) or the pads are built with one
 ``bytes.translate`` each (:func:`hmac_sha256`, for the per-token chain keys).
-``tests/test_gate_primitives.py`` holds both to the standard library's ``hmac``.
+``tests/payments/test_gate_primitives.py`` holds both to the standard library's ``hmac``.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ _SIGNATURE_HEAD = b"\x00\x00\x06\x20"  # end of caveat, end of caveats, 32-byte 
 def _decode_minted(raw: bytes) -> DecodedMacaroon | None:
     """The macaroons satsgate mints (two first-party caveats, each id under 128
     bytes), read by position; None for any other layout, which the general parser
-    then reads. Either way the same DecodedMacaroon (tests/test_macaroon_v2.py)."""
+    then reads. Either way the same DecodedMacaroon (tests/payments/test_macaroon_v2.py)."""
     head_end = _MINTED_HEAD_END
     size = len(raw)
     if (

@@ -408,7 +408,7 @@ class FlatPrice:
 
 
 # The shape of a ServiceSpec that declares none: every registered service declares one
-# (tests/test_services_registry.py), so this shows up only for ad-hoc specs.
+# (tests/services/test_services_registry.py), so this shows up only for ad-hoc specs.
 UNDESCRIBED_PRICE = PriceShape(
     "dynamic", "per request", 1000, note="the service declares no price shape"
 )

@@ -27,9 +27,9 @@ from satsgate.store import Payment, PaymentStatus, Store
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.faults.test_faults_prune import stored_payment
 from tests.mcp_client import tool_result
-from tests.test_gateway import CARD, assert_envelope, mpp_credential, payment_count
-from tests.test_sessions import WANTS_SESSION
-from tests.test_sessions import Client as SessionClient
+from tests.payments.test_gateway import CARD, assert_envelope, mpp_credential, payment_count
+from tests.payments.test_sessions import WANTS_SESSION
+from tests.payments.test_sessions import Client as SessionClient
 
 CAP = 10
 

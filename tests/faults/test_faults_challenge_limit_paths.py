@@ -20,9 +20,9 @@ import pytest
 
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.faults.test_faults_challenge_cap import invoices, offers_session
-from tests.test_gateway import CARD, assert_envelope, mpp_credential
-from tests.test_sessions import WANTS_SESSION, credential, session_challenge, unb64url
-from tests.test_sessions import Client as SessionClient
+from tests.payments.test_gateway import CARD, assert_envelope, mpp_credential
+from tests.payments.test_sessions import WANTS_SESSION, credential, session_challenge, unb64url
+from tests.payments.test_sessions import Client as SessionClient
 
 LIMIT = 3
 CAP = 40  # the node's unpaid invoices: what one address filled before

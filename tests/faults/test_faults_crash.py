@@ -24,7 +24,7 @@ import pytest
 
 from satsgate.store import Store
 from tests.conftest import free_port, skip_unless_ci
-from tests.test_gateway import CARD
+from tests.payments.test_gateway import CARD
 
 SYNC_CALLS = 40
 JOB_CALLS = 4
@@ -104,7 +104,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
 def _epub() -> bytes:
     if shutil.which("apertium") is None:
         skip_unless_ci("apertium is not installed")
-    from tests.test_translation import _epub as make_epub
+    from tests.engines.test_translation import _epub as make_epub
 
     return make_epub(40)
 

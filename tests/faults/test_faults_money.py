@@ -11,7 +11,7 @@ import pytest
 from satsgate.payments.mpp import PROBLEM_BASE, parse_rfc3339
 from satsgate.server.app import REFUNDS
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
-from tests.test_gateway import CARD, assert_envelope, mpp_credential
+from tests.payments.test_gateway import CARD, assert_envelope, mpp_credential
 
 
 async def test_an_expired_mpp_challenge_is_refused(tmp_path: Path) -> None:

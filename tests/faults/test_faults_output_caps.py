@@ -23,7 +23,7 @@ from tests.conftest import (
     serve_with_engines,
 )
 from tests.mcp_client import tool_result
-from tests.test_gateway import CARD, assert_envelope, payment_count
+from tests.payments.test_gateway import CARD, assert_envelope, payment_count
 
 
 @pytest.fixture

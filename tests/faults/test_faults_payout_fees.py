@@ -29,9 +29,9 @@ from satsgate.operator import ledger_text
 from satsgate.server.app import REFUNDS
 from tests.conftest import ThreadedServer, http_client, make_settings
 from tests.ledger_check import assert_ledger_balances
-from tests.test_gateway import CARD
-from tests.test_refunds import claim, refund_link_of_failed_call, wait_refund_status
-from tests.test_sessions import Client as SessionClient
+from tests.payments.test_gateway import CARD
+from tests.payments.test_sessions import Client as SessionClient
+from tests.payouts.test_refunds import claim, refund_link_of_failed_call, wait_refund_status
 
 PAYER_WALLET = coincurve.PrivateKey()
 PAYER_HOP = coincurve.PrivateKey()  # the payer's own routing node: the hint's last hop

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.test_gateway import CARD
+from tests.payments.test_gateway import CARD
 
 
 def children_of(pid: int) -> set[int]:

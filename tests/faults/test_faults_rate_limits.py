@@ -14,7 +14,7 @@ from satsgate.config.settings import load_settings
 from satsgate.edge.ratelimit import RateLimiter, client_key, parse_networks
 from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
 from tests.mcp_client import tool_result
-from tests.test_gateway import CARD, assert_envelope, payment_count
+from tests.payments.test_gateway import CARD, assert_envelope, payment_count
 
 LIMIT = 5
 

@@ -12,7 +12,7 @@ import httpx
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus, PaymentStatus
 from tests.conftest import ThreadedServer
-from tests.test_refunds import NoParams, make_spec, paid_payment
+from tests.payouts.test_refunds import NoParams, make_spec, paid_payment
 
 
 async def _ok(ctx: ServiceContext, params: NoParams) -> ServiceResult:

@@ -16,8 +16,8 @@ from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import PaymentStatus
 from tests.conftest import ThreadedServer, dev_pay
 from tests.mcp_client import tool_result as tool
-from tests.test_gateway import CARD
-from tests.test_refunds import NoParams, make_spec
+from tests.payments.test_gateway import CARD
+from tests.payouts.test_refunds import NoParams, make_spec
 
 
 async def paid_http_challenge(

@@ -1,0 +1,398 @@
+"""Two `satsgate serve` instances on one PostgreSQL store behind one node (the fake LND,
+speaking its gRPC): any instance serves any request, a credential raced across both
+serves once, an instance killed with SIGKILL loses no paid call, its duties fail over,
+and a job started on one is followed to its end on the other. The ledger balances after
+each."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from satsgate.operator import ensure_operator_token
+from satsgate.store import PaymentStatus, Store
+from tests.conftest import free_port
+from tests.epub_maker import chapter, make_epub, nav_doc, prose
+from tests.fakes.fake_lnd import FakeLnd, running_lnd
+from tests.ledger_check import _balances, _rows_of
+from tests.mcp_client import tool_result
+from tests.payments.test_sessions import WANTS_SESSION, Client, receipt, session_challenge, unb64url
+from tests.pg_cluster import PgCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CARD = {"template": "headline", "title": "Two instances", "subtitle": "one store"}
+LEASE_S = 3  # an instance silent this long is gone (the default is 30 s)
+
+
+class Instance:
+    """One `satsgate serve` process of the group."""
+
+    def __init__(self, name: str, lnd: FakeLnd, store_url: str, data_dir: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = data_dir.parent / f"{name}.log"
+        self._args = [
+            sys.executable, "-m", "satsgate.cli", "serve", "--port", str(self.port),
+            "--data-dir", str(data_dir), "--store-url", store_url, "--backend", "lnd",
+            "--network", "regtest", "--lnd-grpc", lnd.target, "--lnd-tls-cert",
+            str(lnd.tls_cert), "--lnd-macaroon", str(lnd.macaroon_path),
+        ]  # fmt: skip
+        self._env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SATSGATE_INSTANCE_LEASE_S": str(LEASE_S),
+            "SATSGATE_CHALLENGE_RATE_PER_MIN": "0",
+            "SATSGATE_REFUND_RATE_PER_MIN": "0",
+            "SATSGATE_ESTIMATE_RATE_PER_MIN": "0",
+            "SATSGATE_SESSION_IDLE_TIMEOUT_S": "8",  # the sessions sweep every 2 s
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self._args, stderr=log, env=self._env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            if "satsgate listening on" in self.log.read_text()[offset:]:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name} did not start:\n{self.log.read_text()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class Group:
+    def __init__(self, lnd: FakeLnd, store_url: str, tmp: Path) -> None:
+        self.lnd = lnd
+        self.store_url = store_url
+        self.data_dir = data = tmp / "data"  # one data dir (secret, files) for both: shared
+        self.a = Instance("a", lnd, store_url, data)
+        self.b = Instance("b", lnd, store_url, data)
+
+    async def pay(self, bolt11: str) -> str:
+        return await asyncio.to_thread(self.lnd.node.pay_from_outside, bolt11)
+
+    async def store(self) -> Store:
+        store = Store(Path("unused"), self.store_url)
+        await store.open()
+        return store
+
+
+@pytest.fixture
+def group(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Group]:
+    (tmp_path / "lnd").mkdir()
+    with running_lnd(tmp_path / "lnd") as lnd:
+        group = Group(lnd, pg_cluster.new_database(), tmp_path)
+        group.a.start()
+        group.b.start()
+        try:
+            yield group
+        finally:
+            group.a.stop()
+            group.b.stop()
+
+
+@pytest.fixture
+async def clients(group: Group) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    async with (
+        httpx.AsyncClient(base_url=group.a.url, timeout=60) as a,
+        httpx.AsyncClient(base_url=group.b.url, timeout=60) as b,
+    ):
+        yield a, b
+
+
+async def paid_card(group: Group, issuer: httpx.AsyncClient) -> tuple[str, str]:
+    """A render-card credential from ``issuer``'s 402, paid at the node: (auth, id)."""
+    resp = await issuer.post("/api/l402/render-card", json=CARD)
+    assert resp.status_code == 402, resp.text
+    body = resp.json()
+    preimage = await group.pay(body["invoice"])
+    return f"L402 {body['macaroon']}:{preimage}", str(body["paymentId"])
+
+
+async def assert_ledger_balances(group: Group) -> dict[str, Any]:
+    """received = earned + refunded + held + open, in total and per day, as the shared
+    store's rows say (tests/ledger_check.py); the totals."""
+
+    def check() -> dict[str, Any]:
+        loop = asyncio.new_event_loop()
+        store = Store(Path("unused"), group.store_url)
+        loop.run_until_complete(store.open())
+        try:
+            return _balances(
+                lambda: loop.run_until_complete(store.db.run_sync(_rows_of)),
+                lambda: loop.run_until_complete(store.ledger.report()),
+            )
+        finally:
+            loop.run_until_complete(store.close())
+            loop.close()
+
+    report = await asyncio.to_thread(check)
+    return dict(report["totals"])
+
+
+async def statuses(group: Group, payment_ids: list[str]) -> dict[str, PaymentStatus]:
+    store = await group.store()
+    try:
+        found = {}
+        for pid in payment_ids:
+            row = await store.payments.get(pid)
+            assert row is not None
+            found[pid] = row.status
+        return found
+    finally:
+        await store.close()
+
+
+async def test_a_credential_raced_across_two_instances_is_served_once(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    a, b = clients
+    auth, payment_id = await paid_card(group, a)  # issued by A, paid at the node
+
+    async def call(client: httpx.AsyncClient) -> tuple[str, int, bytes]:
+        resp = await client.post(
+            "/api/l402/render-card", json=CARD, headers={"Authorization": auth}
+        )
+        return str(client.base_url), resp.status_code, resp.content
+
+    answers = await asyncio.gather(*(call(a if i % 2 else b) for i in range(50)))
+    served = [(where, body) for where, code, body in answers if code == 200]
+    # One instance ran the call; a repeat that reached it within the dedup window got
+    # the same answer again (its cache is its own: docs/scale.md), one that reached the
+    # other instance found the credential spent.
+    assert served and len({where for where, _ in served}) == 1, answers
+    assert len({body for _, body in served}) == 1
+    refused = [body for _, code, body in answers if code != 200]
+    assert len(served) + len(refused) == 50
+    for body in refused:
+        assert b"already" in body or b"spent" in body or b"used" in body, body
+    assert (await statuses(group, [payment_id]))[payment_id] is PaymentStatus.SPENT
+    total = await assert_ledger_balances(group)
+    assert total["earned_msat"] == total["received_msat"] > 0  # one call, paid once
+    assert total["refunded_msat"] == 0
+
+    # The operator sees both instances and which one holds each duty.
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "satsgate.cli", "status", "--json", "--store-url", group.store_url],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    live = [i for i in report["instances"] if i["state"] == "live"]
+    assert len(live) == 2 and {i["pid"] for i in live} == {group.a.pid, group.b.pid}
+    held = [duty for i in live for duty in i["duties"]]
+    assert "callbacks-deliver" in held and len(held) == len(set(held))  # each on one
+    token = ensure_operator_token(group.data_dir)
+    page = await b.get("/operator", headers={"Authorization": f"Bearer {token}"})
+    assert page.status_code == 200 and 'id="instances-table"' in page.text
+    assert all(i["instance"] in page.text for i in live)
+
+
+async def test_a_sigkill_mid_burst_loses_no_paid_call_and_the_duties_fail_over(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    a, b = clients
+    credentials = [await paid_card(group, b) for _ in range(12)]  # issued by B, spent at A
+
+    async def call(auth: str) -> int:
+        try:
+            resp = await a.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+        except httpx.HTTPError:
+            return 0  # cut by the kill
+        return resp.status_code
+
+    burst = [asyncio.create_task(call(auth)) for auth, _ in credentials]
+    await asyncio.sleep(0.15)
+    group.a.kill()
+    codes = await asyncio.gather(*burst)
+    ids = [pid for _, pid in credentials]
+
+    # Within a lease and a beat, B declares A gone and settles what it left serving.
+    deadline = time.monotonic() + LEASE_S * 4 + 5
+    while time.monotonic() < deadline:
+        found = await statuses(group, ids)
+        if PaymentStatus.SERVING not in found.values():
+            break
+        await asyncio.sleep(0.5)
+    found = await statuses(group, ids)
+    for (auth, pid), code in zip(credentials, codes, strict=True):
+        # served (answered before the kill), refunded by B, or never spent (a credential
+        # the kill kept from A is still good: B serves it now)
+        assert found[pid] in (PaymentStatus.SPENT, PaymentStatus.PAID), (pid, code, found)
+        if found[pid] is PaymentStatus.PAID:
+            resp = await b.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+            assert resp.status_code == 200, resp.text
+    store = await group.store()
+    try:
+        refunded = {pid for pid in ids if await store.refunds.for_payment(pid)}
+        cut = [pid for pid, code in zip(ids, codes, strict=True) if code != 200]
+        # a call cut mid-answer was refunded, never both answered and refunded
+        answered = {pid for pid, code in zip(ids, codes, strict=True) if code == 200}
+        assert not (answered & refunded), (answered, refunded)
+        assert set(cut) >= refunded
+        # The duties A held are B's now (the sessions sweep runs every 2 s).
+        deadline = time.monotonic() + LEASE_S + 10
+        while True:
+            instances = {row.instance_id: row for row in await store.instances.all()}
+            live = [i for i, row in instances.items() if row.gone_at is None]
+            holders = await store.duty_leases.holders()
+            if live and {h for h, _ in holders.values()} == set(live[:1]):
+                break
+            assert time.monotonic() < deadline, (live, holders)
+            await asyncio.sleep(0.5)
+        assert len(live) == 1 and "sessions-sweep" in holders, (live, holders)
+        gone = [row for row in instances.values() if row.gone_at is not None]
+        assert gone and all(row.recovered_at is not None for row in gone)
+    finally:
+        await store.close()
+    await assert_ledger_balances(group)
+
+    # A comes back as a new instance; the settlement watcher of each applies payments.
+    group.a.start()
+    auth, pid = await paid_card(group, a)
+    resp = await b.post("/api/l402/render-card", json=CARD, headers={"Authorization": auth})
+    assert resp.status_code == 200, resp.text
+    await assert_ledger_balances(group)
+
+
+async def test_a_job_started_on_one_instance_is_followed_to_its_end_on_the_other(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    a, b = clients
+    titles = [f"Chapter {i}" for i in range(1, 4)]
+    docs = [nav_doc(titles)] + [
+        chapter(i, t, prose(400, seed=i)) for i, t in enumerate(titles, start=1)
+    ]
+    body = {
+        "epubBase64": base64.b64encode(make_epub("A book", docs)).decode(),
+        "sourceLanguage": "en",
+        "targetLanguage": "es",
+    }
+    resp = await a.post("/api/l402/translate-epub", json=body)
+    assert resp.status_code == 402, resp.text
+    preimage = await group.pay(resp.json()["invoice"])
+    auth = f"L402 {resp.json()['macaroon']}:{preimage}"
+    started = await a.post("/api/l402/translate-epub", json=body, headers={"Authorization": auth})
+    assert started.status_code == 202, started.text
+    job_id = started.json()["job_id"]
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        polled = await b.get("/api/l402/job-status", params={"requestId": job_id})
+        assert polled.status_code == 200, polled.text
+        seen.append(polled.json()["status"])
+        if seen[-1] != "IN_PROGRESS":
+            break
+        await asyncio.sleep(0.2)
+    assert seen[0] == "IN_PROGRESS" and seen[-1] == "COMPLETED", seen
+    result = polled.json()["result"]
+    file_url = next(v for k, v in result.items() if isinstance(v, str) and "/files/" in v)
+    got = await b.get(file_url)  # a file A wrote, downloaded from B: one shared directory
+    assert got.status_code == 200 and got.content[:2] == b"PK"
+    await assert_ledger_balances(group)
+
+
+class LndSessionClient(Client):
+    """A session client whose deposits are paid at the fake LND, and whose requests go
+    to whichever instance ``http`` names at the time."""
+
+    def __init__(self, group: Group, http: httpx.AsyncClient) -> None:
+        super().__init__(http)
+        self.group = group
+
+    async def offer(self, slug: str, body: dict[str, Any]) -> tuple[dict[str, str], str]:
+        resp = await self.http.post(f"/api/l402/{slug}", json=body, headers=WANTS_SESSION)
+        assert resp.status_code == 402, resp.text
+        challenge = session_challenge(resp)
+        preimage = await self.group.pay(unb64url(challenge["request"])["depositInvoice"])
+        return challenge, preimage
+
+
+async def test_a_sessions_bearer_calls_alternate_instances_and_its_balance_is_exact(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    a, b = clients
+    price = (await a.post("/api/l402/render-card", json=CARD)).json()["amountSats"] * 1000
+    client = LndSessionClient(group, a)
+    opened = await client.open("render-card", CARD)  # opened on A
+    assert opened.status_code == 200, opened.text
+    balance = receipt(opened)["balanceMsat"]
+    for i in range(10):
+        client.http = b if i % 2 == 0 else a
+        answered = await client.bearer("render-card", CARD)
+        assert answered.status_code == 200, answered.text
+        assert receipt(answered)["chargedMsat"] == price
+        assert receipt(answered)["balanceMsat"] == balance - price
+        balance -= price
+    store = await group.store()
+    try:
+        row = await store.sessions.get(client.session_id)
+        assert row is not None and row.balance_msat == balance
+        assert row.deposit_msat - row.spent_msat == balance
+    finally:
+        await store.close()
+    client.http = b
+    closed = await client.close("render-card", CARD)  # closed on B
+    assert closed.status_code == 200, closed.text
+    await assert_ledger_balances(group)
+
+
+async def test_an_mcp_payment_made_on_one_instance_is_waited_for_and_spent_on_the_other(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    a, b = clients
+    created = await tool_result(a, "create_payment", {"toolName": "render_card"})
+    pay = created["structuredContent"]
+    # B long-polls the payment A made; B's own watch of the node wakes it when it settles.
+    waiting = asyncio.create_task(b.get(f"/api/payments/{pay['paymentId']}", params={"wait": "20"}))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    started = time.monotonic()
+    await group.pay(pay["lightningInvoice"])
+    polled = await waiting
+    assert polled.status_code == 200, polled.text
+    assert polled.json()["status"] == "paid"
+    assert time.monotonic() - started < 5  # woken by the settlement, not the timeout
+    served = await tool_result(b, "render_card", {"paymentId": pay["paymentId"], **CARD})
+    assert served["isError"] is False, served
+    again = await tool_result(a, "render_card", {"paymentId": pay["paymentId"], **CARD,
+                                                 "title": "another"})  # fmt: skip
+    assert again["isError"] is True
+    assert again["structuredContent"]["error_code"] == "PAYMENT_ALREADY_USED"
+    await assert_ledger_balances(group)

@@ -77,29 +77,24 @@ async def start_tool(
     nothing, /dev/null) on an OS pipe, written from a thread: the pipe holds 64 KiB, the
     rest goes as the tool reads, and the writing ends at the last byte or when the tool
     is gone (it holds the pipe's only read end)."""
-    if stdin is None:
-        return await asyncio.create_subprocess_exec(
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=start_new_session,
-        )
-    read_end, write_end = os.pipe()
+    read_end, write_end = os.pipe() if stdin is not None else (None, None)
     try:
         proc = await asyncio.create_subprocess_exec(
             *args,
-            stdin=read_end,
+            stdin=asyncio.subprocess.DEVNULL if read_end is None else read_end,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=start_new_session,
         )
     except BaseException:
-        os.close(write_end)
+        if write_end is not None:
+            os.close(write_end)
         raise
     finally:
-        os.close(read_end)
-    asyncio.get_running_loop().run_in_executor(None, _write_all, write_end, stdin)
+        if read_end is not None:  # the tool holds its own copy now
+            os.close(read_end)
+    if stdin is not None and write_end is not None:
+        asyncio.get_running_loop().run_in_executor(None, _write_all, write_end, stdin)
     return proc
 
 

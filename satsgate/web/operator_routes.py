@@ -53,32 +53,49 @@ class Keys:
 
 
 def install(app: web.Application, keys: Keys) -> None:
+    pages = _OperatorPages(keys)
     r = app.router
+    r.add_get("/operator", pages.dashboard)
+    r.add_post("/operator/login", pages.login)
+    r.add_post("/operator/logout", pages.logout)
+    r.add_get("/api/operator/ledger", pages.ledger_api)
+    r.add_get(RECOVER_PATH, pages.recover_form)
+    r.add_post(RECOVER_PATH, pages.recover)
+    r.add_post("/recover/payout", pages.recover_payout)
 
-    async def ledger_api(request: web.Request) -> web.Response:
+
+class _OperatorPages:
+    """The operator's dashboard and sign-in, its ledger API, and the payer's /recover."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+
+    async def _report(self, app: web.Application) -> dict[str, Any]:
+        """The ledger report with the Nostr, workers' and instances' states."""
+        report = await operator_report(app[self.keys.store], app[self.keys.engines])
+        report["nostr"] = _nostr_status(app)
+        report["workers"] = await operator_workers(app)
+        report["instances"] = await instances_state(app[self.keys.store])
+        return report
+
+    async def ledger_api(self, request: web.Request) -> web.Response:
         if not request.app[OPERATOR].authorized(request):
             return unauthorized()
-        report = await operator_report(request.app[keys.store], request.app[keys.engines])
-        report["nostr"] = _nostr_status(request.app)
-        report["workers"] = await operator_workers(request.app)
-        report["instances"] = await instances_state(request.app[keys.store])
+        report = await self._report(request.app)
         resp = web.json_response(report)
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
-    async def dashboard(request: web.Request) -> web.Response:
+    async def dashboard(self, request: web.Request) -> web.Response:
         access = request.app[OPERATOR]
         session_id = access.session(request)
         if session_id is None and not access.bearer(request):
             return _login_page()
-        report = await operator_report(request.app[keys.store], request.app[keys.engines])
-        report["nostr"] = _nostr_status(request.app)
-        report["workers"] = await operator_workers(request.app)
-        report["instances"] = await instances_state(request.app[keys.store])
+        report = await self._report(request.app)
         csrf = access.csrf_token(session_id) if session_id is not None else ""
         return page("Operator", _dashboard_body(report, csrf))
 
-    async def login(request: web.Request) -> web.Response:
+    async def login(self, request: web.Request) -> web.Response:
         form = await request.post()
         offered = str(form.get("token", ""))
         access = request.app[OPERATOR]
@@ -90,7 +107,7 @@ def install(app: web.Application, keys: Keys) -> None:
         access.set_cookie(request, resp, access.open_session())
         raise resp
 
-    async def logout(request: web.Request) -> web.Response:
+    async def logout(self, request: web.Request) -> web.Response:
         access = request.app[OPERATOR]
         form = await request.post()
         live = access.session(request) is not None
@@ -101,7 +118,7 @@ def install(app: web.Application, keys: Keys) -> None:
         resp.del_cookie(COOKIE, path="/")
         raise resp
 
-    async def recover_form(request: web.Request) -> web.Response:
+    async def recover_form(self, request: web.Request) -> web.Response:
         payment_id = request.query.get("payment_id", "").strip()[:128]
         notice = ""
         if "refund_secret" in request.query:
@@ -113,41 +130,29 @@ def install(app: web.Application, keys: Keys) -> None:
             )
         return page("Recover a refund", _recover_form(payment_id, "", notice))
 
-    async def recover(request: web.Request) -> web.Response:
+    async def recover(self, request: web.Request) -> web.Response:
         form = await request.post()
         secret = str(form.get("refund_secret", "")).strip()
         payment_id = str(form.get("payment_id", "")).strip()
         if not secret:
             return page("Recover a refund", _recover_form(payment_id, ""))
-        refund = await _find_refund(request.app[keys.store], payment_id, secret)
+        refund = await _find_refund(request.app[self.keys.store], payment_id, secret)
         if refund is None:
-            return page(
-                "Recover a refund",
-                _recover_form(
-                    payment_id, secret, "No refund matches this payment id and refund secret."
-                ),
-                status=404,
-            )
-        body = await _refund_body(request, keys, refund, payment_id)
+            return _no_refund_page(payment_id, secret)
+        body = await _refund_body(request, self.keys, refund, payment_id)
         return page("Your refund", body)
 
-    async def recover_payout(request: web.Request) -> web.Response:
+    async def recover_payout(self, request: web.Request) -> web.Response:
         form = await request.post()
         secret = str(form.get("refund_secret", "")).strip()
         payment_id = str(form.get("payment_id", "")).strip()
         invoice = str(form.get("invoice", "")).strip()
         if invoice.lower().startswith("lightning:"):
             invoice = invoice[10:]
-        refund = await _find_refund(request.app[keys.store], payment_id, secret)
+        refund = await _find_refund(request.app[self.keys.store], payment_id, secret)
         if refund is None:
-            return page(
-                "Recover a refund",
-                _recover_form(
-                    payment_id, secret, "No refund matches this payment id and refund secret."
-                ),
-                status=404,
-            )
-        refunds = request.app[keys.refunds]
+            return _no_refund_page(payment_id, secret)
+        refunds = request.app[self.keys.refunds]
         answer = await refunds.withdraw_callback(refund.k1, invoice)
         message = None
         if answer.get("status") != "OK":
@@ -157,20 +162,20 @@ def install(app: web.Application, keys: Keys) -> None:
             deadline = time.monotonic() + 8
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                current = await request.app[keys.store].refunds.get_by_k1(refund.k1)
+                current = await request.app[self.keys.store].refunds.get_by_k1(refund.k1)
                 if current is not None and current.status is not RefundStatus.CLAIMING:
                     break
-        current = await request.app[keys.store].refunds.get_by_k1(refund.k1) or refund
-        body = await _refund_body(request, keys, current, payment_id, message)
+        current = await request.app[self.keys.store].refunds.get_by_k1(refund.k1) or refund
+        body = await _refund_body(request, self.keys, current, payment_id, message)
         return page("Your refund", body)
 
-    r.add_get("/operator", dashboard)
-    r.add_post("/operator/login", login)
-    r.add_post("/operator/logout", logout)
-    r.add_get("/api/operator/ledger", ledger_api)
-    r.add_get(RECOVER_PATH, recover_form)
-    r.add_post(RECOVER_PATH, recover)
-    r.add_post("/recover/payout", recover_payout)
+
+def _no_refund_page(payment_id: str, secret: str) -> web.Response:
+    return page(
+        "Recover a refund",
+        _recover_form(payment_id, secret, "No refund matches this payment id and refund secret."),
+        status=404,
+    )
 
 
 def recover_button(payment_id: str, secret: str, ident: str, label: str) -> str:

@@ -46,7 +46,8 @@ POOL = web.AppKey("cpu_pool", ProcessPoolExecutor)
 HTTP = web.AppKey("http", httpx.AsyncClient)
 STARTED_AT = web.AppKey("started_at", float)
 VOICE_BRIDGE = web.AppKey("voice_bridge", BridgeCalls)  # voice-bridge sessions
-HELD_REQUESTS = web.AppKey("held_requests", HeldRequestDesk)  # communications held for review (issue 19)
+# Communications held for review (issue 19).
+HELD_REQUESTS = web.AppKey("held_requests", HeldRequestDesk)
 OUTBOUND = web.AppKey("outbound", Outbound)  # callers' URLs: DNS, public addresses, CAs
 CALLBACKS = web.AppKey("callbacks", CallbackSender)
 CPU = web.AppKey("cpu", CpuRunner)  # the process pool's runner, shared by handlers and engines

@@ -4,8 +4,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PATH="$PWD/.venv/bin:$PATH"
-echo "== ruff" && ruff check . && ruff format --check .
-echo "== mypy" && mypy
+# One command a line: under `set -e` a failure inside an `a && b` list (but the last
+# command's) does not stop the script, and a lint error must fail the run.
+echo "== ruff"
+ruff check .
+ruff format --check .
+echo "== mypy"
+mypy
 # The coverage floor of satsgate/ (line coverage of the test run, both workers combined;
 # processes the tests spawn are not counted). Two workers (pytest-xdist): much of the
 # suite waits on subprocesses, real-time audio and loopback servers, so the second core

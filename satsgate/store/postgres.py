@@ -342,7 +342,7 @@ class PostgresDatabase:
 
     postgres = True
 
-    def __init__(self, url: str, pool_size: int = POOL_SIZE) -> None:
+    def __init__(self, url: str, pool_size: int = POOL_SIZE, loop_lanes: int = LOOP_LANES) -> None:
         self._url = url
         self._pool_size = pool_size
         self._executor: ThreadPoolExecutor | None = None
@@ -355,7 +355,7 @@ class PostgresDatabase:
         self._thread = threading.local()
         self._taken: list[psycopg.Connection[Any]] = []
         self._taken_lock = threading.Lock()
-        self._lanes = _LoopLanes(url, LOOP_LANES)
+        self._lanes = _LoopLanes(url, loop_lanes)
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(

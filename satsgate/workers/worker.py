@@ -139,7 +139,11 @@ class Worker:
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.concurrency = max(1, config.concurrency)
         self._long_max = max(1, self.concurrency - 1)
-        self.db = PostgresDatabase(config.store_url, pool_size=min(8, self.concurrency + 3))
+        # Its queue's work runs on the threads; one lane serves its few single statements
+        # (the heartbeat, the worker's row), so it holds no connections it does not use.
+        self.db = PostgresDatabase(
+            config.store_url, pool_size=min(8, self.concurrency + 3), loop_lanes=1
+        )
         self.queue = CpuQueueRepository(self.db)
         self.pool = self._new_pool()
         self._running = 0

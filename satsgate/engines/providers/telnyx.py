@@ -58,7 +58,12 @@ from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
 from satsgate.engines.providers.carriers import opt_out_by_reply, opted_out_recipient
 from satsgate.engines.providers.telnyx_client import KIND
 from satsgate.engines.providers.telnyx_fax import TelnyxFax
-from satsgate.engines.providers.telnyx_parsing import _e164, _int, _timestamp, verify_signature
+from satsgate.engines.providers.telnyx_parsing import (
+    count_or_none,
+    reported_e164,
+    reported_time,
+    verify_signature,
+)
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.voice_call import CallPlaced, CallRequest, CallStatus
 from satsgate.errors import ErrorCode
@@ -161,10 +166,12 @@ class TelnyxProvider(TelnyxFax):
         if event_type == "message.received" or payload.get("direction") == "inbound":
             sender = payload.get("from")
             recipients = payload.get("to")
-            number = _e164(sender.get("phone_number") if isinstance(sender, dict) else sender)
+            number = reported_e164(
+                sender.get("phone_number") if isinstance(sender, dict) else sender
+            )
             to = ""
             if isinstance(recipients, list) and recipients and isinstance(recipients[0], dict):
-                to = _e164(recipients[0].get("phone_number"))
+                to = reported_e164(recipients[0].get("phone_number"))
             if not number:
                 return WebhookEvents(200)
             message = InboundMessage(number, to, str(payload.get("text") or ""),
@@ -189,7 +196,7 @@ class TelnyxProvider(TelnyxFax):
         if not call_id:
             return WebhookEvents(200)
         call = self._calls.get(call_id)
-        moment = _timestamp(data.get("occurred_at"))
+        moment = reported_time(data.get("occurred_at"))
         at = int(moment)
         ref = reference or (call.request.reference if call is not None else None)
 
@@ -314,7 +321,7 @@ def message_update(doc: Mapping[str, Any], reference: str | None = None) -> Stat
         provider_ref=str(doc.get("id") or ""),
         status=_MESSAGE_STATUS.get(raw, "queued"),
         reference=reference,
-        at=int(_timestamp(doc.get("completed_at") or doc.get("sent_at"))),
+        at=int(reported_time(doc.get("completed_at") or doc.get("sent_at"))),
         error=error,
     )
 
@@ -348,7 +355,7 @@ class TelnyxSms:
         if not update.provider_ref:
             raise p._failed("sms", ErrorCode.SERVICE_ERROR, "answer without an id", False)
         status: MessageStatus = update.status  # type: ignore[assignment]
-        return SmsSent(update.provider_ref, status, _int(data.get("parts")))
+        return SmsSent(update.provider_ref, status, count_or_none(data.get("parts")))
 
     async def sms_status(self, message_id: str) -> StatusUpdate:
         return message_update(await self.p.request("GET", f"/messages/{message_id}", "sms"))
@@ -387,7 +394,7 @@ class TelnyxVoice:
         if data.get("is_alive"):
             status: CallStatus = "in-progress" if call is None or call.answered_at else "queued"
             return StatusUpdate("call", call_id, status, reference=reference)
-        duration = _int(data.get("call_duration")) or 0
+        duration = count_or_none(data.get("call_duration")) or 0
         if duration > 0:
             return StatusUpdate("call", call_id, "completed", reference=reference,
                                 duration_s=duration)  # fmt: skip

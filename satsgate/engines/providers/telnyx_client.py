@@ -17,7 +17,7 @@ from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.delivery import REFERENCE_PARAM
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers.carriers import ring_timeout_option, voices_option
-from satsgate.engines.providers.telnyx_parsing import _positive, _str_list, public_key_from
+from satsgate.engines.providers.telnyx_parsing import positive_number, public_key_from, string_list
 from satsgate.engines.providers.upstream import (
     check_options,
     log_failure,
@@ -78,7 +78,7 @@ class TelnyxClient:
         self._public_key = public_key_from(options.get("public_key"), where)
         self.retries = retries_option(config)
         self.timeout_s = timeout_option(config, DEFAULT_TIMEOUT_S)
-        self.status_poll_s = _positive(
+        self.status_poll_s = positive_number(
             options.get("status_poll_s"), f"{where} status_poll_s", DEFAULT_STATUS_POLL_S
         )
         self.fax_connection_id = str(options.get("fax_connection_id", "") or "")
@@ -90,7 +90,7 @@ class TelnyxClient:
         )
         self._inbound = tuple(
             self._number(n, f"{where} inbound_fax_numbers")
-            for n in _str_list(options.get("inbound_fax_numbers"), f"{where} inbound_fax_numbers")
+            for n in string_list(options.get("inbound_fax_numbers"), f"{where} inbound_fax_numbers")
         )
         self.messaging_profile_id = str(options.get("messaging_profile_id", "") or "")
         self.call_connection_id = str(options.get("call_connection_id", "") or "")
@@ -101,7 +101,7 @@ class TelnyxClient:
             raise EngineConfigError(f"{where} default_voice must be a voice name")
         self.default_voice = default_voice
         self.deps = deps
-        hosts = _str_list(options.get("media_hosts"), f"{where} media_hosts")
+        hosts = string_list(options.get("media_hosts"), f"{where} media_hosts")
         api_host = urlsplit(self.base_url).hostname or ""
         self.media_hosts = (api_host, *(hosts or DEFAULT_MEDIA_HOSTS))
         self.http = httpx.AsyncClient(

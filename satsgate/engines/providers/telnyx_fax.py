@@ -27,7 +27,7 @@ from satsgate.engines.fax import (
     InboundRequest,
 )
 from satsgate.engines.providers.telnyx_client import TelnyxClient
-from satsgate.engines.providers.telnyx_parsing import _e164, _int, _timestamp
+from satsgate.engines.providers.telnyx_parsing import count_or_none, reported_e164, reported_time
 from satsgate.engines.providers.upstream import cause_of
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
@@ -237,7 +237,7 @@ class TelnyxFax(TelnyxClient):
         self, fax_id: str, payload: Mapping[str, Any], data: Mapping[str, Any]
     ) -> None:
         media_url = str(payload.get("media_url") or "")
-        to = _e164(payload.get("to"))
+        to = reported_e164(payload.get("to"))
         if not media_url or not to:
             log.warning("telnyx %s: inbound fax event without media or number", self.config.name)
             return
@@ -248,10 +248,10 @@ class TelnyxFax(TelnyxClient):
         fax = InboundFax(
             fax_id=fax_id,
             to=to,
-            sender=_e164(payload.get("from")) or "",
-            pages=_int(payload.get("page_count")),
+            sender=reported_e164(payload.get("from")) or "",
+            pages=count_or_none(payload.get("page_count")),
             media_url=media_url,
-            received_at=_timestamp(data.get("occurred_at")),
+            received_at=reported_time(data.get("occurred_at")),
         )
         # Answered at once (Telnyx retries a slow webhook); the inbox fetches the document.
         self.spawn(handler(fax))
@@ -263,4 +263,4 @@ def _fax_state(fax_id: str, data: Mapping[str, Any]) -> FaxState:
     if status == "failed":
         raw = str(data.get("failure_reason") or "").lower()
         reason = raw.replace("_", " ") if _REASON_RE.match(raw) else "not delivered"
-    return FaxState(fax_id, status, _int(data.get("page_count")), reason)
+    return FaxState(fax_id, status, count_or_none(data.get("page_count")), reason)

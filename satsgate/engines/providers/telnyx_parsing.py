@@ -52,7 +52,8 @@ def verify_signature(
     return True
 
 
-def _str_list(value: object, where: str) -> tuple[str, ...]:
+def string_list(value: object, where: str) -> tuple[str, ...]:
+    """An optional config value that must be a list of strings; () when absent."""
     if value is None:
         return ()
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
@@ -60,7 +61,8 @@ def _str_list(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _positive(value: object, where: str, default: float) -> float:
+def positive_number(value: object, where: str, default: float) -> float:
+    """An optional config value that must be a positive number; ``default`` when absent."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -68,7 +70,8 @@ def _positive(value: object, where: str, default: float) -> float:
     return float(value)
 
 
-def _int(value: object) -> int | None:
+def count_or_none(value: object) -> int | None:
+    """A non-negative whole number as Telnyx reports it (an int or a digit string); else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int) and value >= 0:
@@ -78,7 +81,7 @@ def _int(value: object) -> int | None:
     return None
 
 
-def _e164(value: object) -> str:
+def reported_e164(value: object) -> str:
     """A number as Telnyx reports it (sometimes without its ``+``), in E.164; "" if not one."""
     if not isinstance(value, str):
         return ""
@@ -91,7 +94,8 @@ def _e164(value: object) -> str:
         return ""
 
 
-def _timestamp(value: object) -> float:
+def reported_time(value: object) -> float:
+    """An ISO 8601 time Telnyx reports, as unix seconds; now when it is missing or unreadable."""
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

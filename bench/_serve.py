@@ -1,7 +1,8 @@
 """Run an aiohttp app until SIGTERM/SIGINT or stdin EOF; announce ``READY <url>`` on stdout.
 
-:func:`serve` runs it on the event loop satsgate serves on (satsgate/server/eventloop.py), the
-bare baselines too: every server a bench compares runs on the same kind of loop.
+:func:`serve` runs it on the event loop satsgate serves on (satsgate/server/eventloop.py),
+the bare baselines too: every server a bench compares runs on the same kind of loop
+(asyncio's only where no satsgate.server.eventloop can be imported at all).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import threading
 
 from aiohttp import web
 
-from satsgate.server import eventloop
+try:
+    from satsgate.server.eventloop import run as run_loop
+except ImportError:  # an install of satsgate from before it
+    run_loop = asyncio.run
 
 
 def _stdin_closed(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -45,4 +49,4 @@ async def serve_until_stopped(app: web.Application, host: str, port: int) -> Non
 
 def serve(app: web.Application, host: str, port: int, *, debug: bool = False) -> None:
     """Serve ``app`` until stopped (see :func:`serve_until_stopped`) on satsgate's loop."""
-    eventloop.run(serve_until_stopped(app, host, port), debug=debug)
+    run_loop(serve_until_stopped(app, host, port), debug=debug)

@@ -32,8 +32,17 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from satsgate.lightning.backend import LightningBackend
-from satsgate.server.app import BACKEND, GATE
+# satsgate.lightning.backend first: in a tree from before the root was grouped into
+# packages (bench/ab.py runs older trees) satsgate.lightning is a module, so the import
+# fails there at once, before satsgate.server could be looked up elsewhere.
+try:
+    from satsgate.lightning.backend import LightningBackend
+    from satsgate.server import app as app_module
+except ImportError:
+    from satsgate import app as app_module  # type: ignore[no-redef]
+    from satsgate.lightning import LightningBackend  # type: ignore[attr-defined,no-redef]
+
+BACKEND, GATE = app_module.BACKEND, app_module.GATE
 
 T = TypeVar("T")
 
@@ -57,9 +66,7 @@ def dev_backend(data_dir: Path) -> LightningBackend:
 def pool_holder(app: web.Application) -> Any:
     """What holds the handlers' CPU pool: the handler resources' CPU runner, or in older
     trees the gate's runner (``_cpu``) or the gate itself (``_cpu_pool``)."""
-    import satsgate.server.app
-
-    handlers = getattr(satsgate.server.app, "HANDLERS", None)
+    handlers = getattr(app_module, "HANDLERS", None)
     if handlers is not None:
         return app[handlers].cpu
     gate = app[GATE]

@@ -29,11 +29,18 @@ from _serve import serve  # bench/ is on sys.path: run as a script
 from aiohttp import web
 from experiments import dev_backend, pool_attribute, pool_holder
 
-from satsgate.config.settings import Settings
 from satsgate.payments.http import handle_paid_call
-from satsgate.server.app import GATE, create_app
-from satsgate.server.runner import freeze_startup_heap
 from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+
+try:  # satsgate.config.settings first: see experiments.py
+    from satsgate.config.settings import Settings
+    from satsgate.server.app import GATE, create_app
+    from satsgate.server.runner import freeze_startup_heap
+except ImportError:  # a tree before the root was grouped into packages (ab.py, older trees)
+    from satsgate.app import GATE, create_app  # type: ignore[import-not-found,no-redef]
+    from satsgate.runner import freeze_startup_heap  # type: ignore[import-not-found,no-redef]
+
+    from satsgate.config import Settings  # type: ignore[attr-defined,no-redef]
 
 try:
     from satsgate.engines.cpu_jobs import run_with_time_limit

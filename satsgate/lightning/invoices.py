@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import bolt11
 import coincurve
@@ -23,6 +24,20 @@ NETWORK_BY_CURRENCY = {v: k for k, v in CURRENCY_BY_NETWORK.items()}
 
 class InvalidInvoice(ValueError):
     """The string is not a valid, signed BOLT11 invoice."""
+
+
+# decoding, amount, network and expiry are checked here; payee (the node's own invoice,
+# one it paid already) by the refund service, which asks the node.
+PayoutCheck = Literal["decoding", "amount", "network", "expiry", "payee"]
+
+
+class RefusedPayoutInvoice(ValueError):
+    """An invoice a payout may not pay. ``str()`` ends a sentence that starts with the
+    invoice's name ("is not for regtest"); ``check`` names the rule it broke."""
+
+    def __init__(self, check: PayoutCheck, reason: str) -> None:
+        super().__init__(reason)
+        self.check = check
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,32 @@ def sign_invoice(
     signature = _key(private_key_hex).sign_recoverable(hrp.encode() + signing_data)
     bits.add(int.from_bytes(signature, "big"), 8 * len(signature))
     return _bech32(hrp, _u5(bits.value, bits.length))
+
+
+def payout_invoice(
+    bolt11_str: str, *, amount_msat: int | None, network: str, valid_for_s: int = 0
+) -> DecodedInvoice:
+    """The invoice a payout of exactly ``amount_msat`` on ``network`` may pay, decoded,
+    if it stays payable for ``valid_for_s`` more seconds; ``amount_msat`` None asks for
+    an amountless invoice (the amount is decided when it is paid). Every payout (a refund
+    link's claim, a refund request, a deposit's Lightning address, a session's return
+    invoice) checks its invoice here before any money changes state; raises
+    :class:`RefusedPayoutInvoice`."""
+    try:
+        invoice = decode_invoice(bolt11_str)
+    except InvalidInvoice:
+        raise RefusedPayoutInvoice("decoding", "is not a valid BOLT11 invoice") from None
+    if amount_msat is None and invoice.amount_msat is not None:
+        raise RefusedPayoutInvoice("amount", "must carry no amount")
+    if amount_msat is not None and invoice.amount_msat != amount_msat:
+        sats = f" ({amount_msat // 1000} sat)" if amount_msat % 1000 == 0 else ""
+        raise RefusedPayoutInvoice("amount", f"must be for exactly {amount_msat} msat{sats}")
+    if invoice.network != network:
+        raise RefusedPayoutInvoice("network", f"is not for {network}")
+    if invoice.expired(time.time() + valid_for_s):
+        reason = f"expires within {valid_for_s} s" if valid_for_s else "has expired"
+        raise RefusedPayoutInvoice("expiry", reason)
+    return invoice
 
 
 def decode_invoice(bolt11_str: str) -> DecodedInvoice:

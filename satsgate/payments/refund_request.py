@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import RefusedPayoutInvoice, payout_invoice
 from satsgate.payments.gate import Gate
 from satsgate.payments.proof import proves
 from satsgate.payouts.refunds import RefundService
@@ -128,20 +128,9 @@ def _same_invoice(a: str, b: str) -> bool:
 def _check_payout_invoice(bolt11: str, amount_msat: int, network: str) -> None:
     """Refuse an unusable payout invoice before the payment changes state."""
     try:
-        invoice = decode_invoice(bolt11)
-    except InvalidInvoice as exc:
-        raise ApiError(
-            ErrorCode.INVALID_INPUT, f"invoice is not a valid BOLT11 invoice: {exc}"
-        ) from None
-    if invoice.amount_msat != amount_msat:
-        raise ApiError(
-            ErrorCode.INVALID_INPUT,
-            f"The invoice must be for exactly {amount_msat // 1000} sat ({amount_msat} msat).",
-        )
-    if invoice.network != network:
-        raise ApiError(ErrorCode.INVALID_INPUT, f"The invoice is not for {network}.")
-    if invoice.expired():
-        raise ApiError(ErrorCode.INVALID_INPUT, "The invoice has expired.")
+        payout_invoice(bolt11, amount_msat=amount_msat, network=network)
+    except RefusedPayoutInvoice as refused:
+        raise ApiError(ErrorCode.INVALID_INPUT, f"The invoice {refused}.") from None
 
 
 def _not_refundable(payment: Payment) -> str:

@@ -42,7 +42,7 @@ from pydantic import BaseModel
 from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import RefusedPayoutInvoice, payout_invoice
 from satsgate.payments import mpp, streaming
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.hmac_sha256 import HmacKey, hmac_sha256
@@ -266,31 +266,21 @@ class Sessions:
         return payment
 
     def _return_invoice(self, bolt11: str) -> ReturnInvoice:
+        """An amountless invoice on our network that outlives the idle timeout (the refund
+        is decided at close, which may come that late)."""
+        idle_s = self._config.idle_timeout_s
         try:
-            invoice = decode_invoice(bolt11)
-        except InvalidInvoice as exc:
+            invoice = payout_invoice(
+                bolt11, amount_msat=None, network=self._config.network, valid_for_s=idle_s
+            )
+        except RefusedPayoutInvoice as refused:
+            why = {
+                "amount": ": the refund is decided at close",
+                "expiry": " (the idle timeout); the draft recommends twice that or more",
+            }.get(refused.check, "")
             raise SessionProblem(
-                "invalid-return-invoice", ErrorCode.PAYMENT_INVALID, f"returnInvoice: {exc}"
+                "invalid-return-invoice", ErrorCode.PAYMENT_INVALID, f"returnInvoice {refused}{why}"
             ) from None
-        if invoice.amount_msat:
-            raise SessionProblem(
-                "invalid-return-invoice",
-                ErrorCode.PAYMENT_INVALID,
-                "returnInvoice must carry no amount: the refund is decided at close",
-            )
-        if invoice.network != self._config.network:
-            raise SessionProblem(
-                "invalid-return-invoice",
-                ErrorCode.PAYMENT_INVALID,
-                f"returnInvoice is not for {self._config.network}",
-            )
-        if invoice.expires_at <= time.time() + self._config.idle_timeout_s:
-            raise SessionProblem(
-                "invalid-return-invoice",
-                ErrorCode.PAYMENT_INVALID,
-                "returnInvoice expires before the idle timeout "
-                f"({self._config.idle_timeout_s} s); the draft recommends twice that or more",
-            )
         return ReturnInvoice(bolt11.strip(), invoice.payment_hash)
 
     def open_checks(self, cred: SessionCredential) -> tuple[str, ReturnInvoice]:

@@ -35,7 +35,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 from satsgate.config.settings import Settings
-from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import RefusedPayoutInvoice, payout_invoice
 from satsgate.payouts.refunds import RefundService, refund_object
 from satsgate.public_urls import SYSTEM_OUTBOUND, Outbound, UnsafeUrl, pinned
 from satsgate.store import Refund, RefundStatus, Store
@@ -183,17 +183,11 @@ async def lnurlp_invoice(
     if not isinstance(bolt11, str):
         raise PayoutError("the Lightning address gave no invoice")
     try:
-        invoice = decode_invoice(bolt11)
-    except InvalidInvoice:
-        raise PayoutError("the Lightning address gave an invalid invoice") from None
-    if invoice.amount_msat != amount_msat:
-        raise PayoutError("the Lightning address's invoice is not for the refund's amount")
+        invoice = payout_invoice(bolt11, amount_msat=amount_msat, network=network)
+    except RefusedPayoutInvoice as refused:
+        raise PayoutError(f"the Lightning address's invoice {refused}") from None
     if invoice.description_hash != hashlib.sha256(metadata.encode()).hexdigest():
         raise PayoutError("the Lightning address's invoice does not commit to its metadata")
-    if invoice.network != network:
-        raise PayoutError(f"the Lightning address's invoice is not for {network}")
-    if invoice.expired():
-        raise PayoutError("the Lightning address's invoice has expired")
     return bolt11
 
 

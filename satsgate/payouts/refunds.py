@@ -25,7 +25,7 @@ from lnurl.helpers import url_encode
 
 from satsgate.config.settings import Settings
 from satsgate.lightning.backend import BackendError, LightningBackend, PaymentResult, PaymentState
-from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
+from satsgate.lightning.invoices import DecodedInvoice, RefusedPayoutInvoice, payout_invoice
 from satsgate.payouts.fees import PayoutFees
 from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, RefundStatus
 
@@ -151,32 +151,9 @@ class RefundService:
         if refund.status is not RefundStatus.OPEN:
             return {"status": "ERROR", "reason": f"This refund link is {refund.status}."}
         try:
-            invoice = decode_invoice(bolt11)
-        except InvalidInvoice:
-            return {"status": "ERROR", "reason": "The invoice is not a valid BOLT11 invoice."}
-        if invoice.amount_msat is None:
-            return {"status": "ERROR", "reason": "The invoice must carry an amount."}
-        if invoice.amount_msat != refund.amount_msat:
-            return {
-                "status": "ERROR",
-                "reason": f"The invoice must be for exactly {refund.amount_msat} msat.",
-            }
-        if invoice.expired():
-            return {"status": "ERROR", "reason": "The invoice has expired."}
-        if invoice.network != self._settings.network:
-            return {
-                "status": "ERROR",
-                "reason": f"The invoice is not for {self._settings.network}.",
-            }
-        if invoice.payee == await self._our_pubkey():
-            return {"status": "ERROR", "reason": "The invoice is this node's own invoice."}
-        if await self._paid_before(invoice.payment_hash):
-            # A node pays an invoice once: it would answer "already paid" and the refund
-            # would read as paid with nothing moved.
-            return {
-                "status": "ERROR",
-                "reason": "This invoice was paid already: send a fresh one.",
-            }
+            invoice = await self._payable(bolt11, refund.amount_msat)
+        except RefusedPayoutInvoice as refused:
+            return {"status": "ERROR", "reason": f"The invoice {refused}."}
         now = int(time.time())
         # The claim: exactly one callback wins, and it binds the invoice before any payout.
         if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, now):
@@ -185,6 +162,18 @@ class RefundService:
         self._payouts.add(task)
         task.add_done_callback(self._payouts.discard)
         return {"status": "OK"}
+
+    async def _payable(self, bolt11: str, amount_msat: int) -> DecodedInvoice:
+        """The invoice a refund of ``amount_msat`` may be paid to; raises
+        RefusedPayoutInvoice."""
+        invoice = payout_invoice(bolt11, amount_msat=amount_msat, network=self._settings.network)
+        if invoice.payee == await self._our_pubkey():
+            raise RefusedPayoutInvoice("payee", "is this node's own invoice")
+        if await self._paid_before(invoice.payment_hash):
+            # A node pays an invoice once: it would answer "already paid" and the refund
+            # would read as paid with nothing moved.
+            raise RefusedPayoutInvoice("payee", "was paid already: send a fresh one")
+        return invoice
 
     async def _paid_before(self, payment_hash: str) -> bool:
         """Whether the node has paid (or is paying) this hash already; unknown: False."""
@@ -205,22 +194,9 @@ class RefundService:
             status = RefundStatus.EXPIRED if refund is None else refund.status
             return status, "the refund is not open"
         try:
-            invoice = decode_invoice(bolt11)
-        except InvalidInvoice:
-            return RefundStatus.OPEN, "the payout invoice is not a valid BOLT11 invoice"
-        problem = None
-        if invoice.amount_msat != refund.amount_msat:
-            problem = "the payout invoice is not for the refund's amount"
-        elif invoice.expired():
-            problem = "the payout invoice has expired"
-        elif invoice.network != self._settings.network:
-            problem = f"the payout invoice is not for {self._settings.network}"
-        elif invoice.payee == await self._our_pubkey():
-            problem = "the payout invoice is this node's own"
-        elif await self._paid_before(invoice.payment_hash):  # a node pays an invoice once
-            problem = "the payout invoice was paid already"
-        if problem is not None:
-            return RefundStatus.OPEN, problem
+            invoice = await self._payable(bolt11, refund.amount_msat)
+        except RefusedPayoutInvoice as refused:
+            return RefundStatus.OPEN, f"the payout invoice {refused}"
         if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, int(time.time())):
             return (await self._status(k1)), "the refund was claimed meanwhile"
         await self._pay(k1, bolt11, refund.amount_msat)

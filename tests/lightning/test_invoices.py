@@ -12,7 +12,12 @@ from bolt11.models.features import Feature, Features, FeatureState
 from bolt11.models.tags import Tag, TagChar, Tags
 from pyln.proto.invoice import Invoice as PylnInvoice
 
-from satsgate.lightning.invoices import decode_invoice, sign_invoice
+from satsgate.lightning.invoices import (
+    RefusedPayoutInvoice,
+    decode_invoice,
+    payout_invoice,
+    sign_invoice,
+)
 
 
 def library_sign(**kw: object) -> str:
@@ -79,3 +84,44 @@ def test_decodes_with_two_independent_decoders() -> None:
     other = PylnInvoice.decode(text)
     assert other.paymenthash == hashlib.sha256(preimage).digest()
     assert other.pubkey.format() == key.public_key.format()
+
+
+def _invoice(network: str = "regtest", amount_msat: int = 21_000, expiry_s: int = 600) -> str:
+    return sign_invoice(
+        network=network,
+        amount_msat=amount_msat,
+        payment_hash=secrets.token_hex(32),
+        payment_secret=secrets.token_hex(32),
+        description="payout",
+        expiry_s=expiry_s,
+        private_key_hex=secrets.token_hex(32),
+    )
+
+
+def test_payout_invoice_names_the_rule_each_refusal_broke() -> None:
+    good = _invoice()
+    decoded = payout_invoice(good, amount_msat=21_000, network="regtest")
+    assert decoded.amount_msat == 21_000
+    refusals = [
+        ("lnbcrt1garbage", 21_000, "regtest", 0, "decoding", "is not a valid BOLT11 invoice"),
+        (good, 20_000, "regtest", 0, "amount", "must be for exactly 20000 msat (20 sat)"),
+        (good, 20_001, "regtest", 0, "amount", "must be for exactly 20001 msat"),
+        (good, None, "regtest", 0, "amount", "must carry no amount"),
+        (_invoice(amount_msat=0), 21_000, "regtest", 0, "amount", "must be for exactly"),
+        (good, 21_000, "bitcoin", 0, "network", "is not for bitcoin"),
+        (_invoice(expiry_s=1), 21_000, "regtest", 0, "expiry", None),
+        (good, 21_000, "regtest", 900, "expiry", "expires within 900 s"),
+    ]
+    time.sleep(1.1)  # the one-second invoice is past its expiry
+    for bolt11_text, amount, network, valid_for_s, check, reason in refusals:
+        try:
+            payout_invoice(
+                bolt11_text, amount_msat=amount, network=network, valid_for_s=valid_for_s
+            )
+        except RefusedPayoutInvoice as refused:
+            assert refused.check == check
+            assert str(refused).startswith(reason or "has expired")
+        else:
+            raise AssertionError(f"{check} refusal not raised for {reason}")
+    amountless = _invoice(amount_msat=0)
+    assert payout_invoice(amountless, amount_msat=None, network="regtest").amount_msat is None

@@ -258,7 +258,7 @@ async def test_an_invoice_the_node_paid_already_is_refused(
     answer = await claim(client, second, invoice)
     assert answer == {
         "status": "ERROR",
-        "reason": "This invoice was paid already: send a fresh one.",
+        "reason": "The invoice was paid already: send a fresh one.",
     }
     refund = server.call(lambda: server.store.refunds.get_by_k1(second["k1"]))
     assert str(refund.status) == "open"  # the link is not consumed

@@ -280,7 +280,7 @@ def test_paid_calls_sessions_and_refunds_on_regtest(store_url: str) -> None:
         assert r["second_claim"]["status"] == "ERROR"
         assert r["paid_invoice_claim"] == {
             "status": "ERROR",
-            "reason": "This invoice was paid already: send a fresh one.",
+            "reason": "The invoice was paid already: send a fresh one.",
         }
 
         # The ledger after them: received = earned + refunded + held + open, to the msat.

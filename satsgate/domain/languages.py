@@ -45,7 +45,9 @@ from __future__ import annotations
 
 import unicodedata
 from importlib import resources
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
+
+from pydantic import AfterValidator, StringConstraints
 
 Engine = Literal["standard", "routed"]
 
@@ -157,6 +159,29 @@ def resolve_transcription_language(value: str) -> str:
     return code
 
 
+def _translation_source(value: str) -> str | None:
+    """A translation's source language; None (detect it) for ``auto``."""
+    return None if _normalize(value) == "auto" else resolve_translation_language(value)
+
+
+def _transcription_source(value: str) -> str | None:
+    """A transcription's source language; None (detect it) for ``auto``."""
+    code = resolve_transcription_language(value)
+    return None if code == "auto" else code
+
+
+# Params field types: the language as the caller wrote it (at most 64 characters, 32 for
+# the transcription codes), resolved to its canonical code; an unknown one fails
+# validation with UnknownLanguage's message, before any invoice.
+_NAME = StringConstraints(max_length=64)
+_CODE = StringConstraints(max_length=32)
+TranslationLanguage = Annotated[str, _NAME, AfterValidator(resolve_translation_language)]
+TranscriptionLanguage = Annotated[str, _CODE, AfterValidator(resolve_transcription_language)]
+# None after validation when the caller asked to detect the language (``auto``).
+TranslationSource = Annotated[str, _NAME, AfterValidator(_translation_source)]
+TranscriptionSource = Annotated[str, _CODE, AfterValidator(_transcription_source)]
+
+
 # -- rare languages (translate-rare-language) ---------------------------------------------
 
 QualityTier = Literal["good", "fair", "unverified", "experimental"]
@@ -229,6 +254,9 @@ def resolve_rare_language(value: str) -> str:
         if candidate in table:
             return table[candidate]
     raise UnknownLanguage(f"unsupported language {value.strip()!r}: see GET /api/languages")
+
+
+RareLanguage = Annotated[str, _NAME, AfterValidator(resolve_rare_language)]
 
 
 def language_name(code: str) -> str:

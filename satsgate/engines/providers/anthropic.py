@@ -181,13 +181,7 @@ class _Chat:
             return await api.post(url, json.dumps(payload, separators=(",", ":")).encode())
 
         body = await self.provider.call(self.engine, call)
-        try:
-            return chat_result(body)
-        except EngineError as exc:
-            upstream.log_failure(self.engine, KIND, exc, "refusal")
-            raise
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise ERRORS.mapped(exc, self.engine) from None
+        return ERRORS.read(self.engine, chat_result, body, "refusal")
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """``stream: true``: the text deltas (``content_block_delta`` with a

@@ -296,13 +296,7 @@ class _Chat:
             return await api.post(url, _BODY_ENCODER.encode(payload).encode())
 
         body = await self.provider.call(self.engine, call, idempotent=True)
-        try:
-            return _chat_result(body)
-        except EngineError as exc:
-            upstream.log_failure(self.engine, KIND, exc, "refusal or unusable answer")
-            raise
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise ERRORS.mapped(exc, self.engine) from None
+        return ERRORS.read(self.engine, _chat_result, body, "refusal or unusable answer")
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """``stream: true`` with ``stream_options.include_usage``: the text deltas, then

@@ -171,6 +171,18 @@ class SdkErrors:
             return True
         return isinstance(exc, self.status) and cast(Any, exc).status_code in RETRY_STATUSES
 
+    def read(self, engine: str, read: Callable[[Any], T], body: Any, refusal: str) -> T:
+        """``read(body)``, the adapter's reading of an answer: an EngineError it raises
+        (the upstream refused, or answered nothing usable) is logged as ``refusal``; any
+        other error reading the body is mapped (an unusable answer)."""
+        try:
+            return read(body)
+        except EngineError as exc:
+            log_failure(engine, self.kind, exc, refusal)
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self.mapped(exc, engine) from None
+
     def mapped(self, exc: BaseException, engine: str) -> EngineError:
         """An SDK exception -> the caller's EngineError (and one operator log line)."""
         if isinstance(exc, EngineError):

@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import replace
 from typing import Any, ClassVar, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from satsgate.domain.languages import (
-    resolve_translation_language,
+    TranslationLanguage,
 )
 from satsgate.domain.media import MediaError, audio_duration_s, measure_book
 from satsgate.domain.voices import (
@@ -79,7 +79,7 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
         description="A voice of the resolved tier (omit unless modelId is pinned); on the global "
         "tier a voice design from the voice_description word groups.",
     )
-    language: str = Field("English", max_length=64, description="Narration language.")
+    language: TranslationLanguage = Field("English", description="Narration language.")
     speed: float = Field(1.0, ge=SPEED_MIN, le=SPEED_MAX, description="0.5 to 2.0, default 1.0.")
     selectedChapterIndices: list[int] | None = Field(
         None,
@@ -87,23 +87,12 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
         validation_alias=alias("selectedChapterIndices", "selected_chapter_indices"),
         description="Zero-based chapter indices; omit to narrate every chapter.",
     )
-    translateToLanguage: str | None = Field(
+    translateToLanguage: TranslationLanguage | None = Field(
         None,
-        max_length=64,
         validation_alias=alias("translateToLanguage", "translate_to_language"),
         description="Translate first (English name, ISO 639 code or locale tag); the "
         "translation cost is added.",
     )
-
-    @field_validator("language")
-    @classmethod
-    def _language(cls, value: str) -> str:
-        return resolve_translation_language(value)
-
-    @field_validator("translateToLanguage")
-    @classmethod
-    def _translate(cls, value: str | None) -> str | None:
-        return None if value is None else resolve_translation_language(value)
 
     @model_validator(mode="after")
     def _voice(self) -> Self:

@@ -14,7 +14,8 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from satsgate.domain.languages import (
-    resolve_transcription_language,
+    TranscriptionLanguage,
+    TranscriptionSource,
 )
 from satsgate.domain.media import MediaError, audio_duration_s, audio_format
 from satsgate.domain.voices import (
@@ -174,18 +175,21 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
             return True
         return family == "global" and self.voice is None and self.emotion is None
 
+    def to_request(self) -> SynthesisRequest:
+        return SynthesisRequest(
+            text=self.text,
+            model_id=self.chosen_model,
+            voice=self.voice,
+            speed=self.speed,
+            language=self.language,
+            voice_description=self.voice_description,
+            emotion=self.emotion,
+            format=self.format,
+        )
+
 
 async def text_to_speech(ctx: ServiceContext, p: TextToSpeechParams) -> ServiceResult:
-    request = SynthesisRequest(
-        text=p.text,
-        model_id=p.chosen_model,
-        voice=p.voice,
-        speed=p.speed,
-        language=p.language,
-        voice_description=p.voice_description,
-        emotion=p.emotion,
-        format=p.format,
-    )
+    request = p.to_request()
     result = await ctx.engines.run(
         "tts",
         SynthesisEngine,
@@ -249,16 +253,7 @@ TEXT_TO_SPEECH = ServiceSpec(
     engine="tts",
     # A language or voice description the engine cannot speak (the local voice: no Hmong,
     # no Indian accent) is refused before any invoice.
-    engine_request=lambda p: SynthesisRequest(
-        text=p.text,
-        model_id=p.chosen_model,
-        voice=p.voice,
-        speed=p.speed,
-        language=p.language,
-        voice_description=p.voice_description,
-        emotion=p.emotion,
-        format=p.format,
-    ),
+    engine_request=TextToSpeechParams.to_request,
 )
 
 # -- clone-voice ---------------------------------------------------------------------------
@@ -426,7 +421,7 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
     type: Literal["transcription", "translation"] = Field(
         "transcription", description="transcription, or translation (into English)."
     )
-    language: str = Field("auto", max_length=32, description="auto or one of the 13 codes.")
+    language: TranscriptionLanguage = Field("auto", description="auto or one of the 13 codes.")
     names: list[str] | None = Field(
         None,
         max_length=100,
@@ -436,11 +431,6 @@ class TranscribeAudioParams(_AudioInput, ModelChoice):
     timestamps: Literal["segment", "word"] = Field(
         "segment", description="'word' for word-level timestamps."
     )
-
-    @field_validator("language")
-    @classmethod
-    def _lang(cls, value: str) -> str:
-        return resolve_transcription_language(value)
 
     @field_validator("names")
     @classmethod
@@ -547,20 +537,11 @@ TRANSCRIBE_AUDIO = ServiceSpec(
 
 
 class TranscribeTranslateParams(_AudioInput, TranslationTarget):
-    sourceLanguage: str | None = Field(
+    sourceLanguage: TranscriptionSource | None = Field(
         None,
-        max_length=32,
         validation_alias=alias("sourceLanguage", "source_language"),
         description="One of the 13 transcription codes; omit to detect.",
     )
-
-    @field_validator("sourceLanguage")
-    @classmethod
-    def _source(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        code = resolve_transcription_language(value)
-        return None if code == "auto" else code
 
 
 async def transcribe_translate(ctx: ServiceContext, p: TranscribeTranslateParams) -> ServiceResult:

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from satsgate.domain.languages import (
-    resolve_translation_language,
+    TranslationLanguage,
 )
 from satsgate.engines import EngineError
 from satsgate.engines.chat import (
@@ -361,8 +361,8 @@ GENERATE_TEXT = ServiceSpec(
 
 class MultilingualAskParams(ServiceParams):
     question: str = Field(min_length=1, max_length=20_000)
-    language: str = Field(
-        max_length=64, description="Answer language: one of the 119 (ISO 639 code or name)."
+    language: TranslationLanguage = Field(
+        description="Answer language: one of the 119 (ISO 639 code or name)."
     )
     model: Literal["standard", "better", "best", "Standard", "Better", "Best"] = Field(
         "standard",
@@ -371,11 +371,6 @@ class MultilingualAskParams(ServiceParams):
     )
 
     _MODEL_OF: ClassVar[dict[str, int]] = {"standard": 31, "better": 1, "best": 6}
-
-    @field_validator("language")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        return resolve_translation_language(value)
 
     @property
     def chosen_model(self) -> int:
@@ -465,14 +460,9 @@ class SearchParams(ServiceParams, ModelChoice):
         validation_alias=alias("count", "num_results", "numResults"),
         description="Results to return, 1 to 20.",
     )
-    language: str | None = Field(
-        None, max_length=64, description="Preferred result language (one of the 119)."
+    language: TranslationLanguage | None = Field(
+        None, description="Preferred result language (one of the 119)."
     )
-
-    @field_validator("language")
-    @classmethod
-    def _lang(cls, value: str | None) -> str | None:
-        return None if value is None else resolve_translation_language(value)
 
 
 async def search(ctx: ServiceContext, params: SearchParams) -> ServiceResult:

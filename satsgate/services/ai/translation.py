@@ -8,13 +8,13 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from satsgate.domain.languages import (
     RARE_LANGUAGES,
+    RareLanguage,
+    TranslationSource,
     language_name,
-    resolve_rare_language,
-    resolve_translation_language,
     translation_engine,
 )
 from satsgate.domain.media import MediaError, measure_book
@@ -65,19 +65,11 @@ class TranslationLanguages(TranslationTarget):
     """The target and source languages of a translation: one of the 119, by code, name
     or locale tag; the source may be omitted (or 'auto') to be detected."""
 
-    sourceLanguage: str | None = Field(
+    sourceLanguage: TranslationSource | None = Field(
         None,
-        max_length=64,
         validation_alias=alias("sourceLanguage", "source_language"),
         description="Omit (or 'auto') to detect.",
     )
-
-    @field_validator("sourceLanguage")
-    @classmethod
-    def _source(cls, value: str | None) -> str | None:
-        if value is None or value.strip().lower() == "auto":
-            return None
-        return resolve_translation_language(value)
 
 
 class TranslateTextParams(ServiceParams, ModelChoice, TranslationLanguages):
@@ -192,16 +184,10 @@ RARE_MAX_CHARS = 20_000
 
 class TranslateRareParams(ServiceParams):
     text: str = Field(min_length=1, max_length=RARE_MAX_CHARS)
-    targetLanguage: str = Field(
-        max_length=64,
+    targetLanguage: RareLanguage = Field(
         validation_alias=alias("targetLanguage", "target_language"),
         description="ISO 639-3 code or English name (GET /api/languages).",
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_rare_language(value)
 
     def to_request(self) -> TranslationRequest:
         # No source language in the spec's parameters: the engine identifies it (a local

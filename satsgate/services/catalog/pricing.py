@@ -17,7 +17,7 @@ from satsgate.domain.languages import (
     RARE_LANGUAGES,
     TRANSCRIPTION_LANGUAGES,
     TRANSLATION_LANGUAGES,
-    resolve_translation_language,
+    TranslationLanguage,
     translation_engine,
 )
 from satsgate.domain.telephony import Destination, served_number, validation_context
@@ -312,22 +312,12 @@ class _Tts(_Estimate):
 
 class _Translate(_Estimate):
     chars: int = Field(ge=1)
-    targetLanguage: str | None = None
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _known(cls, value: str | None) -> str | None:
-        return None if value is None else resolve_translation_language(value)
+    targetLanguage: TranslationLanguage | None = None
 
 
 class _TranslateEpub(_Estimate):
     chars: int = Field(ge=1, le=3_000_000)
-    targetLanguage: str
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        return resolve_translation_language(value)
+    targetLanguage: TranslationLanguage
 
 
 class _Destination(_Estimate):

@@ -19,10 +19,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self, cast
 
-from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
 from satsgate import public_urls
-from satsgate.domain.languages import resolve_translation_language
+from satsgate.domain.languages import TranslationLanguage
 from satsgate.domain.media import ImageInfo, MediaError, image_info
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
@@ -139,16 +139,10 @@ class CallbackFields(Params):
 class TranslationTarget(Params):
     """The language a translation goes into: one of the 119, by code, name or locale tag."""
 
-    targetLanguage: str = Field(
-        max_length=64,
+    targetLanguage: TranslationLanguage = Field(
         validation_alias=alias("targetLanguage", "target_language"),
         description="ISO 639 code, English name or locale tag; one of 119.",
     )
-
-    @field_validator("targetLanguage")
-    @classmethod
-    def _target(cls, value: str) -> str:
-        return resolve_translation_language(value)
 
 
 ModelId = str | int | None

@@ -19,6 +19,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from satsgate.config.secret_file import read_or_create_secret
 from satsgate.engines import Engines
 from satsgate.store import Store
 
@@ -31,16 +32,8 @@ def token_path(data_dir: Path) -> Path:
 
 def ensure_operator_token(data_dir: Path) -> str:
     """The operator token, created (0600) the first time."""
-    data_dir.mkdir(parents=True, exist_ok=True)
     path = token_path(data_dir)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32) + "\n")
-    token = path.read_text().strip()
+    token = read_or_create_secret(path, lambda: secrets.token_hex(32))
     if len(token) < 32:
         raise ValueError(f"{path} does not hold an operator token; delete it to make a new one")
     return token

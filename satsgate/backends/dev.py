@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import secrets
 import sqlite3
 import threading
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 
 import coincurve
 
+from satsgate.config.secret_file import read_or_create_secret
 from satsgate.lightning.backend import (
     BackendError,
     CreatedInvoice,
@@ -115,12 +115,8 @@ class DevBackend:
 
     def _open(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
-        key_path = self._dir / "dev_node_key"
-        if not key_path.exists():
-            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_hex(32))
-        self._key = coincurve.PrivateKey(bytes.fromhex(key_path.read_text().strip()))
+        key = read_or_create_secret(self._dir / "dev_node_key", lambda: secrets.token_hex(32))
+        self._key = coincurve.PrivateKey(bytes.fromhex(key))
         self._conn = sqlite3.connect(self._db_path, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         # As in the store: durable at checkpoints; WAL keeps it consistent. The default

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from satsgate.config.cashu import parse_config
+from satsgate.config.secret_file import read_or_create_secret
 
 BACKENDS = ("dev", "cln", "lnd")
 
@@ -374,10 +375,7 @@ def ensure_server_secret(settings: Settings) -> Settings:
     """Return settings with a server secret, creating ``<data_dir>/server_secret`` once."""
     if settings.server_secret:
         return settings
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    path = settings.data_dir / "server_secret"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-    return dataclasses.replace(settings, server_secret=path.read_text().strip())
+    secret = read_or_create_secret(
+        settings.data_dir / "server_secret", lambda: secrets.token_hex(32)
+    )
+    return dataclasses.replace(settings, server_secret=secret)

@@ -49,6 +49,7 @@ from satsgate.discovery.documents import (
 from satsgate.errors import CATALOG_VERSION, CODES, ErrorCode
 from satsgate.operations import OPERATIONS, AnyOperation
 from satsgate.operations.answers import COMPONENTS
+from satsgate.operations.base import query_schema
 from satsgate.services.catalog.models import CATEGORIES
 
 OPENAPI_VERSION = "3.1.0"
@@ -395,19 +396,6 @@ def _free_endpoints() -> dict[str, dict[str, Any]]:
 # -- the free operations (satsgate.operations) ----------------------------------------------
 
 
-def _query_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic field schema as a query parameter schema: no title, no null option."""
-    schema = {k: v for k, v in schema.items() if k != "title"}
-    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
-    if len(options) == 1:
-        schema.update(options[0])
-    elif options:
-        schema["anyOf"] = options
-    if schema.get("default", 0) is None:
-        del schema["default"]
-    return schema
-
-
 def _parameters(op: AnyOperation, optional: bool = False) -> list[dict[str, Any]]:
     """A GET operation's parameters from its params model: path parameters (named in its
     path), then query parameters; ``optional`` for a form picked by its parameters."""
@@ -424,7 +412,7 @@ def _parameters(op: AnyOperation, optional: bool = False) -> list[dict[str, Any]
                 "in": where,
                 "required": where == "path" or (name in required and not optional),
                 "description": field.get("description", name),
-                "schema": _query_schema(field),
+                "schema": query_schema(field),
             }
         )
     if op.http.extra_parameters is not None:

@@ -245,3 +245,16 @@ def dump(result: BaseModel) -> dict[str, Any]:
     """A result model as its JSON body: the fields it was given (None included when
     given), extras kept."""
     return result.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+
+def query_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic field schema as a query parameter schema: no title, no null option."""
+    schema = {k: v for k, v in schema.items() if k != "title"}
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema.update(options[0])
+    elif options:
+        schema["anyOf"] = options
+    if schema.get("default", 0) is None:
+        del schema["default"]
+    return schema

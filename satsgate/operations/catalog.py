@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from satsgate.errors import ErrorCode
 from satsgate.operations.answers import Estimate, PlannedServices
-from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec
+from satsgate.operations.base import Call, HttpRoute, OperationEnv, OperationSpec, query_schema
 from satsgate.services.catalog.planned import VOTE
 from satsgate.services.catalog.pricing import estimate
 from satsgate.services.registry import ESTIMATORS
@@ -57,19 +57,6 @@ class EstimateQuery(BaseModel):
     )
 
 
-def _query_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic field schema as a query parameter schema: no title, no null option."""
-    schema = {k: v for k, v in schema.items() if k != "title"}
-    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
-    if len(options) == 1:
-        schema.update(options[0])
-    elif options:
-        schema["anyOf"] = options
-    if schema.get("default", 0) is None:
-        del schema["default"]
-    return schema
-
-
 def estimator_parameters() -> list[dict[str, Any]]:
     """The query parameters of every estimator (pricing.ESTIMATORS), merged by name."""
     schemas: dict[str, list[dict[str, Any]]] = {}
@@ -78,7 +65,7 @@ def estimator_parameters() -> list[dict[str, Any]]:
         fields = estimator.params.model_json_schema().get("properties", {})
         for name, schema in fields.items():
             options = schemas.setdefault(name, [])
-            cleaned = _query_schema(schema)
+            cleaned = query_schema(schema)
             if cleaned not in options:
                 options.append(cleaned)
             users.setdefault(name, []).append(service)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from satsgate.engines.chat import ChatEngine, ChatMessage, ChatRequest
@@ -42,22 +43,19 @@ def language_label(code: str) -> str:
 _TEXT_CUTS = (r"(?<=\n\n)", r"(?<=\n)", r"(?<=[.!?。！？])(?=\s)", r"(?<=\s)")
 
 
-def split_text(text: str, limit: int = CHUNK_CHARS, level: int = 0) -> list[str]:
-    """``text`` in pieces of at most ``limit`` characters, cut after paragraph breaks,
-    else line breaks, else sentence ends, else spaces (a longer word is cut where it
-    must); joined again they give ``text`` back exactly."""
-    if len(text) <= limit:
-        return [text]
-    if level >= len(_TEXT_CUTS):
-        return [text[i : i + limit] for i in range(0, len(text), limit)]
+def _pack(
+    parts: list[str], limit: int, split_long: Callable[[str], list[str]] | None = None
+) -> list[str]:
+    """Consecutive ``parts`` joined into pieces of at most ``limit`` characters; a part
+    longer than that is cut by ``split_long``, else it is a piece of its own."""
     chunks: list[str] = []
     current = ""
-    for part in re.split(_TEXT_CUTS[level], text):
-        if len(part) > limit:
+    for part in parts:
+        if split_long is not None and len(part) > limit:
             if current:
                 chunks.append(current)
                 current = ""
-            chunks.extend(split_text(part, limit, level + 1))
+            chunks.extend(split_long(part))
             continue
         if current and len(current) + len(part) > limit:
             chunks.append(current)
@@ -66,6 +64,18 @@ def split_text(text: str, limit: int = CHUNK_CHARS, level: int = 0) -> list[str]
     if current:
         chunks.append(current)
     return chunks
+
+
+def split_text(text: str, limit: int = CHUNK_CHARS, level: int = 0) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters, cut after paragraph breaks,
+    else line breaks, else sentence ends, else spaces (a longer word is cut where it
+    must); joined again they give ``text`` back exactly."""
+    if len(text) <= limit:
+        return [text]
+    if level >= len(_TEXT_CUTS):
+        return [text[i : i + limit] for i in range(0, len(text), limit)]
+    parts = re.split(_TEXT_CUTS[level], text)
+    return _pack(parts, limit, lambda part: split_text(part, limit, level + 1))
 
 
 def split_html(text: str, limit: int = CHUNK_CHARS) -> list[str]:
@@ -77,16 +87,7 @@ def split_html(text: str, limit: int = CHUNK_CHARS) -> list[str]:
     parts = [
         pieces[i] + (pieces[i + 1] if i + 1 < len(pieces) else "") for i in range(0, len(pieces), 2)
     ]
-    chunks: list[str] = []
-    current = ""
-    for part in parts:
-        if current and len(current) + len(part) > limit:
-            chunks.append(current)
-            current = ""
-        current += part
-    if current:
-        chunks.append(current)
-    return chunks
+    return _pack(parts, limit)
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,17 @@ async def handle_paid_call(
         return problem_response(exc, gate.public_base_url)
 
 
+class _Refused(Exception):
+    """A credential answered with a fresh challenge (of the scheme it came in): its
+    code, the message, the problem type and, when kept, the error's envelope."""
+
+    def __init__(
+        self, code: ErrorCode, message: str, problem: str, exc: ApiError | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.message, self.problem, self.exc = code, message, problem, exc
+
+
 async def _paid_call(
     request: web.Request,
     gate: Gate,
@@ -176,6 +187,9 @@ async def _paid_call(
     *,
     payment_scheme: bool,
 ) -> web.StreamResponse:
+    """One paid call's steps: a session's bearer call, else the params checked before
+    any invoice; then, with no credential, the ecash payment or the 402; with one, the
+    credential verified and spent on the call, or refused with a fresh 402."""
     gate.ensure_available(spec)
     if payment_scheme and gate.session_http is not None:
         # A session credential (payments/sessions.py) is always of the Payment scheme:
@@ -193,92 +207,122 @@ async def _paid_call(
     # kept for the dedup window (a stream cannot be sent twice).
     streamed = spec.streams(params)
     run_spec = spec.streamed() if streamed else spec
-
-    if not auth and gate.cashu is not None and CASHU_HEADER in request.headers:
-        # Paid in ecash (NUT-24): redeemed at the mint, then the spend rule as for any payment.
-        result = await gate.cashu.pay(
-            request.headers.getall(CASHU_HEADER),
-            spec,
-            params,
-            gate.quote_sats(spec, params),
-            lambda payment: gate.execute(payment, run_spec, params),
-        )
-        if result.stream is not None:
-            return await _relay(request, result, None)
-        return result_response(result)
     if not auth:
-        challenge = await gate.challenge_for(spec, params, via="http")
-        return challenge_response(
-            challenge,
-            gate.public_base_url,
-            request=request,
-            extra_challenges=await _session_lines(request, gate, spec, params),
-            cashu_request=_cashu_request(gate, challenge),
-        )
-
+        if gate.cashu is not None and CASHU_HEADER in request.headers:
+            return await _paid_in_ecash(request, gate, spec, run_spec, params)
+        return await _challenge(request, gate, spec, params)
     try:
-        verified = await gate.verify_authorization(auth, spec)
-    except l402.MalformedCredential as exc:
-        message = f"Malformed credential: {exc}"
-        if len(auth) > 1:  # more than one credential: 400 (the draft), for either scheme
-            raise ApiError(exc.code, message) from None
-        return await _fresh_challenge(
-            request, gate, spec, params, exc.code, message, exc.problem, problem_json=payment_scheme
-        )
-    except l402.CredentialError as exc:
-        return await _fresh_challenge(
-            request,
+        verified = await _verified(gate, auth, spec)
+        result, replayed = await _spent(
             gate,
-            spec,
-            params,
-            exc.code,
-            f"The credential was not accepted: {exc}.",
-            exc.problem,
-            problem_json=payment_scheme,
-        )
-
-    try:
-        result, replayed = await gate.execute_credential(
             verified,
             run_spec,
             params,
             use_cache=not streamed and "X-No-Cache" not in request.headers,
             rework_token=rework_token,
+            payment_scheme=payment_scheme,
         )
-    except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
+    except _Refused as refused:
         return await _fresh_challenge(
             request,
             gate,
             spec,
             params,
-            ErrorCode.PAYMENT_INVALID,
-            f"The credential was not accepted: {exc}.",
-            "invalid-challenge" if payment_scheme else "verification-failed",
+            refused.code,
+            refused.message,
+            refused.problem,
             problem_json=payment_scheme,
+            exc=refused.exc,
         )
     except ApiError as exc:
         if exc.code in (ErrorCode.PAYMENT_PENDING, ErrorCode.PAYMENT_EXPIRED):
             return await _unpaid_response(request, gate, spec, params, exc, payment_scheme)
+        raise
+    if result.stream is not None:
+        return await _relay(request, result, verified)
+    return _served(result, verified, dedup_hit=replayed)
+
+
+async def _paid_in_ecash(
+    request: web.Request,
+    gate: Gate,
+    spec: ServiceSpec[Any],
+    run_spec: ServiceSpec[Any],
+    params: BaseModel,
+) -> web.StreamResponse:
+    """Paid in ecash (NUT-24): redeemed at the mint, then the spend rule as for any
+    payment."""
+    assert gate.cashu is not None
+    result = await gate.cashu.pay(
+        request.headers.getall(CASHU_HEADER),
+        spec,
+        params,
+        gate.quote_sats(spec, params),
+        lambda payment: gate.execute(payment, run_spec, params),
+    )
+    if result.stream is not None:
+        return await _relay(request, result, None)
+    return result_response(result)
+
+
+async def _challenge(
+    request: web.Request, gate: Gate, spec: ServiceSpec[Any], params: BaseModel
+) -> web.Response:
+    """The 402 of a call that came with no credential."""
+    challenge = await gate.challenge_for(spec, params, via="http")
+    return challenge_response(
+        challenge,
+        gate.public_base_url,
+        request=request,
+        extra_challenges=await _session_lines(request, gate, spec, params),
+        cashu_request=_cashu_request(gate, challenge),
+    )
+
+
+async def _verified(gate: Gate, auth: list[str], spec: ServiceSpec[Any]) -> Verified:
+    """The credential checked against its challenge; raises _Refused (or, for a
+    malformed one among several credentials, a 400 ApiError: the draft's rule)."""
+    try:
+        return await gate.verify_authorization(auth, spec)
+    except l402.MalformedCredential as exc:
+        message = f"Malformed credential: {exc}"
+        if len(auth) > 1:
+            raise ApiError(exc.code, message) from None
+        raise _Refused(exc.code, message, exc.problem) from None
+    except l402.CredentialError as exc:
+        raise _Refused(exc.code, f"The credential was not accepted: {exc}.", exc.problem) from None
+
+
+async def _spent(
+    gate: Gate,
+    verified: Verified,
+    run_spec: ServiceSpec[Any],
+    params: BaseModel,
+    *,
+    use_cache: bool,
+    rework_token: str | None,
+    payment_scheme: bool,
+) -> tuple[ServiceResult, bool]:
+    """The call run on the verified credential under the spend rule: (result, whether
+    it is the dedup window's replay). A credential that cannot pay for it raises
+    _Refused; an unpaid one the ApiError the caller answers with its invoice."""
+    try:
+        return await gate.execute_credential(
+            verified, run_spec, params, use_cache=use_cache, rework_token=rework_token
+        )
+    except l402.CredentialError as exc:  # its row is gone (revoked or pruned)
+        problem = "invalid-challenge" if payment_scheme else "verification-failed"
+        raise _Refused(
+            ErrorCode.PAYMENT_INVALID, f"The credential was not accepted: {exc}.", problem
+        ) from None
+    except ApiError as exc:
         if exc.code in (ErrorCode.PAYMENT_ALREADY_USED, ErrorCode.PAYMENT_INSUFFICIENT):
             # A used credential, of either scheme, is answered with a fresh challenge: the
             # Payment draft (invalid-challenge) and bLIP-26's L402 clients, which keep a
             # token per URL and pay again only on a 402 (docs/spec-notes.md: not the
             # service spec's 403).
-            return await _fresh_challenge(
-                request,
-                gate,
-                spec,
-                params,
-                exc.code,
-                exc.message,
-                problems.PROBLEM_OF_CODE[exc.code],
-                problem_json=payment_scheme,
-                exc=exc,
-            )
+            raise _Refused(exc.code, exc.message, problems.PROBLEM_OF_CODE[exc.code], exc) from None
         raise
-    if result.stream is not None:
-        return await _relay(request, result, verified)
-    return _served(result, verified, dedup_hit=replayed)
 
 
 async def _unpaid_response(

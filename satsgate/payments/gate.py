@@ -188,6 +188,50 @@ class Gate:
         self.run_released = spender.run_released
 
 
+def _holds(
+    settings: Settings, backend: LightningBackend, store: Store, settlements: Settlements
+) -> Holds | None:
+    """The hold-invoice desk, wherever the node has hold invoices: deciding holds runs
+    whenever it has them (holds issued before hold_invoices was turned off are still
+    decided); issuing them needs the setting."""
+    if settings.hold_invoices and not isinstance(backend, HoldInvoices):
+        raise ValueError(f"hold_invoices: the {backend.name} backend has no hold invoices")
+    if not isinstance(backend, HoldInvoices):
+        return None
+    holds = Holds(
+        node=backend,
+        payments=store.payments,
+        holds=store.holds,
+        on_paid=settlements.notify_paid,
+        max_unused_s=settings.hold_max_unused_s,
+    )
+    settlements.holds = holds
+    return holds
+
+
+def _ecash(settings: Settings, backend: LightningBackend, store: Store) -> Ecash | None:
+    """The Cashu rail when [cashu] is configured (its wallet library checked installed)."""
+    config = parse_config(settings.cashu)
+    if config is None:
+        return None
+    check_installed()
+    return Ecash(config, store.ecash, backend)
+
+
+def _session_config(settings: Settings, refunds: RefundService) -> SessionConfig:
+    return SessionConfig(
+        secret=settings.server_secret,
+        realm=realm_of(settings.public_base_url),
+        network=settings.network,
+        invoice_expiry_s=settings.invoice_expiry_s,
+        deposit_multiplier=settings.session_deposit_multiplier,
+        max_deposit_sat=settings.session_max_deposit_sat,
+        idle_timeout_s=settings.session_idle_timeout_s,
+        pay_timeout_s=settings.refund_pay_timeout_s,
+        fees=refunds.fees,
+    )
+
+
 def build_gate(
     *,
     settings: Settings,
@@ -203,25 +247,8 @@ def build_gate(
     service and the job runner."""
     root_keys = l402.RootKeys(settings.server_secret)
     settlements = Settlements(node=backend, payments=store.payments, cursors=store.cursors)
-    holds = None
-    if settings.hold_invoices and not isinstance(backend, HoldInvoices):
-        raise ValueError(f"hold_invoices: the {backend.name} backend has no hold invoices")
-    if isinstance(backend, HoldInvoices):
-        # Deciding holds runs whenever the node has them (holds issued before
-        # hold_invoices was turned off are still decided); issuing needs the setting.
-        holds = Holds(
-            node=backend,
-            payments=store.payments,
-            holds=store.holds,
-            on_paid=settlements.notify_paid,
-            max_unused_s=settings.hold_max_unused_s,
-        )
-        settlements.holds = holds
-    cashu = None
-    cashu_config = parse_config(settings.cashu)
-    if cashu_config is not None:
-        check_installed()
-        cashu = Ecash(cashu_config, store.ecash, backend)
+    holds = _holds(settings, backend, store, settlements)
+    cashu = _ecash(settings, backend, store)
     # The node's bound on unpaid invoices: the calls' challenges and the session
     # deposits offered with them draw on the one budget.
     budget = ChallengeBudget(settings.max_unpaid_challenges, store.payments.outstanding_unpaid)
@@ -242,17 +269,7 @@ def build_gate(
         budget=budget,
     )
     sessions = Sessions(
-        config=SessionConfig(
-            secret=settings.server_secret,
-            realm=realm_of(settings.public_base_url),
-            network=settings.network,
-            invoice_expiry_s=settings.invoice_expiry_s,
-            deposit_multiplier=settings.session_deposit_multiplier,
-            max_deposit_sat=settings.session_max_deposit_sat,
-            idle_timeout_s=settings.session_idle_timeout_s,
-            pay_timeout_s=settings.refund_pay_timeout_s,
-            fees=refunds.fees,
-        ),
+        config=_session_config(settings, refunds),
         node=backend,
         payments=store.payments,
         sessions=store.sessions,

@@ -397,6 +397,33 @@ class Spender:
         After the spend, every failure carries a refund of the whole payment; a
         call that prices below what was paid is refunded the difference.
         """
+        checked = await self._paid_and_unused(payment, spec, params, rework_token)
+        if isinstance(checked, ServiceResult):
+            return checked  # a free retry, served in its window
+        payment = checked
+        price_msat = self._quote_msat(spec, params)
+        hold = self._holds if payment.mode == "hold" else None
+        await self._check_covered(payment, price_msat, hold)
+        # The spend: whoever changes the row from paid is served; everyone else (a
+        # replay, a concurrent refund that won) is told it was used.
+        if hold is not None:
+            hold.running(payment)  # before the spend: the hold watcher must not decide it
+        if spec.mode == "job":  # the spend and the job's row in one transaction
+            accepted = await self._submit_job(payment, spec, params, price_msat)
+            if accepted is not None:
+                return accepted
+        elif await self._payments.spend(payment.payment_id, int(time.time())):
+            return await self._dispatch(payment, spec, params, price_msat)
+        if hold is not None:
+            hold.stopped(payment)
+        raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
+
+    async def _paid_and_unused(
+        self, payment: Payment, spec: AnySpec, params: BaseModel, rework_token: str | None
+    ) -> Payment | ServiceResult:
+        """The payment, refreshed, if it is paid for ``spec`` and unused; a free retry's
+        result when it is one; else the ApiError its state answers (pending, expired,
+        used, refunded, canceled)."""
         if payment.service != spec.slug:
             raise ApiError(
                 ErrorCode.PAYMENT_INVALID,
@@ -438,8 +465,13 @@ class Spender:
                 "nothing was charged. Create a new payment.",
             )
 
-        price_msat = self._quote_msat(spec, params)
-        hold = self._holds if payment.mode == "hold" else None
+        return payment
+
+    async def _check_covered(
+        self, payment: Payment, price_msat: int, hold: HoldDecisions | None
+    ) -> None:
+        """Raise PAYMENT_INSUFFICIENT, with the whole payment back (a held one canceled, a
+        settled one refunded), when the request prices above what was paid."""
         if price_msat > payment.amount_msat and hold is not None:
             canceled = await hold.cancel(payment, "the request prices above what was paid")
             if canceled is None:
@@ -466,20 +498,6 @@ class Spender:
                 refund=refund,
                 extra={"amountSats": price_msat // 1000},
             )
-
-        # The spend: whoever changes the row from paid is served; everyone else (a
-        # replay, a concurrent refund that won) is told it was used.
-        if hold is not None:
-            hold.running(payment)  # before the spend: the hold watcher must not decide it
-        if spec.mode == "job":  # the spend and the job's row in one transaction
-            accepted = await self._submit_job(payment, spec, params, price_msat)
-            if accepted is not None:
-                return accepted
-        elif await self._payments.spend(payment.payment_id, int(time.time())):
-            return await self._dispatch(payment, spec, params, price_msat)
-        if hold is not None:
-            hold.stopped(payment)
-        raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
 
     async def _rework(
         self, payment: Payment, spec: AnySpec, params: BaseModel, token: str | None

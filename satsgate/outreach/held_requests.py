@@ -147,31 +147,19 @@ class Outcome:
         return out
 
 
-class HeldRequestDesk:
+class HeldIntake:
+    """The held requests' door from the spender: a flagged call recorded with its job,
+    its CONTENT_POLICY_HELD answer (and again for a repeat), the open holds' payments,
+    and the appeal page's capability token. Built before the payment gate, which hands
+    it every call the screen flags; :class:`HeldRequestDesk` does the rest."""
+
     def __init__(
-        self,
-        *,
-        store: Store,
-        jobs: JobRunner,
-        refunds: Refunds,
-        invoices: AppealInvoices,
-        contexts: Contexts,
-        released_screener: Screener,
-        by_slug: dict[str, ServiceSpec[Any]],
-        server_secret: str,
-        public_base_url: str,
+        self, *, store: Store, jobs: JobRunner, server_secret: str, public_base_url: str
     ) -> None:
-        self._store = store
         self._repo = store.held_requests
         self._jobs = jobs
-        self._refunds = refunds
-        self._invoices = invoices
-        self._contexts = contexts
-        self._released_screener = released_screener
-        self._by_slug = by_slug
         self._secret = server_secret
         self._base = public_base_url
-        self.runner: ReleaseRunner | None = None  # the spender, set once it exists
 
     # -- the capability token of the appeal page ---------------------------------------------
 
@@ -263,6 +251,41 @@ class HeldRequestDesk:
         return await self._repo.open_payment_ids()
 
     # -- the appeal --------------------------------------------------------------------------
+
+
+class HeldRequestDesk:
+    """Held requests after the hold: the operator's release or refund, the payer's paid
+    appeal, the 24-hour expiry, and what a restart left claimed. Built after the gate:
+    it takes appeal invoices from the gate and runs a released request through the
+    spender."""
+
+    def __init__(
+        self,
+        *,
+        intake: HeldIntake,
+        store: Store,
+        refunds: Refunds,
+        invoices: AppealInvoices,
+        runner: ReleaseRunner,
+        contexts: Contexts,
+        released_screener: Screener,
+        by_slug: dict[str, ServiceSpec[Any]],
+    ) -> None:
+        self._intake = intake
+        self._store = store
+        self._repo = store.held_requests
+        self._refunds = refunds
+        self._invoices = invoices
+        self._runner = runner
+        self._contexts = contexts
+        self._released_screener = released_screener
+        self._by_slug = by_slug
+
+    def appeal_url(self, hold_id: str) -> str:
+        return self._intake.appeal_url(hold_id)
+
+    def hold_id_of(self, token: str) -> str | None:
+        return self._intake.hold_id_of(token)
 
     async def get(self, hold_id: str) -> HeldRequest | None:
         return await self._repo.get(hold_id)
@@ -395,7 +418,7 @@ class HeldRequestDesk:
         if payment is not None and payment.status is not PaymentStatus.SERVING:
             # Refunded by other means meanwhile (satsgate-refund): nothing is sent.
             return await self._refund_claimed(hold, "the payment was already refunded", by)
-        if payment is None or spec is None or hold.params is None or self.runner is None:
+        if payment is None or spec is None or hold.params is None:
             # Nothing left to run it with (the service is gone, or the evidence expired).
             return await self._refund_claimed(hold, "the held request can no longer be run", by)
         ctx = self._contexts.for_call(
@@ -406,7 +429,7 @@ class HeldRequestDesk:
         except ValueError:
             return await self._refund_claimed(hold, "the held request no longer validates", by)
         try:
-            result = await self.runner.run_released(payment, spec, params, ctx)
+            result = await self._runner.run_released(payment, spec, params, ctx)
         except ApiError as exc:  # refunded by the spender, like any failure after payment
             error = exc.envelope()
             await self._store.jobs.finish(hold.job_id, JobStatus.FAILED, None, error, now)

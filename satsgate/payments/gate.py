@@ -42,7 +42,7 @@ from satsgate.payments.rework import ReworkDesk
 from satsgate.payments.session_http import SessionHttp
 from satsgate.payments.sessions import SessionConfig, Sessions
 from satsgate.payments.settlements import Settlements
-from satsgate.payments.spender import Progress, Spender
+from satsgate.payments.spender import HeldRequests, Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.payouts.refunds import RefundService
 from satsgate.services.base import (
@@ -242,6 +242,7 @@ def build_gate(
     handlers: HandlerResources,
     opt_outs: OptOuts | None = None,
     prechecks: PrecheckMemo | None = None,
+    held: HeldRequests | None = None,
 ) -> Gate:
     """Wire the four collaborators to the node, the store's repositories, the refund
     service and the job runner."""
@@ -299,6 +300,7 @@ def build_gate(
             dedup_window_s=settings.dedup_window_s,
             holds=holds,
             ecash=cashu,
+            held=held,
             # A content refusal keeps the payment for a free retry (CONTENT_FILTERED_RETRY).
             rework=ReworkDesk(
                 windows=store.rework,

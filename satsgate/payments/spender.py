@@ -246,7 +246,7 @@ class Spender:
         self._holds = holds
         self._ecash = ecash
         # Held communications (CONTENT_POLICY_HELD); None: a flagged call is refunded.
-        self.held = held
+        self._held = held
         # The free-retry window after a content refusal (satsgate.payments.rework); None:
         # a refusal is refunded at once.
         self.rework = rework
@@ -443,8 +443,8 @@ class Spender:
                 reworked = await self._rework(payment, spec, params, rework_token)
                 if reworked is not None:
                     return reworked
-            if self.held is not None:
-                again = await self.held.held_again(payment.payment_id)
+            if self._held is not None:
+                again = await self._held.held_again(payment.payment_id)
                 if again is not None:
                     raise again
             raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
@@ -611,7 +611,7 @@ class Spender:
     ) -> ApiError:
         """The screen held this communication: neither answered nor refunded, the payment
         stays serving (the ledger's held) until the operator's release or refund."""
-        if self.held is None or spec.mode == "job":
+        if self._held is None or spec.mode == "job":
             # No hold desk on this gate, or a job (which has its own row and answer): the
             # call is refunded instead of held.
             refund = await self._refund_after_spend(payment, payment.amount_msat, str(held))
@@ -622,7 +622,7 @@ class Spender:
             )
         if self._holds is not None and payment.mode == "hold":
             await self._holds.settle(payment)  # a held HTLC cannot wait 24 hours
-        return await self.held.hold(payment, spec, params, held)
+        return await self._held.hold(payment, spec, params, held)
 
     async def run_released(
         self, payment: Payment, spec: AnySpec, params: BaseModel, ctx: ServiceContext
@@ -721,7 +721,7 @@ class Spender:
         synchronous call's result is never stored, so there is nothing to keep for the
         payer; a retry with its credential is shown the refund. Returns how many."""
         count = 0
-        held = await self.held.open_payment_ids() if self.held is not None else set()
+        held = await self._held.open_payment_ids() if self._held is not None else set()
         if self.rework is not None:  # free-retry windows survive a restart
             held |= await self.rework.open_payment_ids()
         for payment in await self._payments.serving(served_by):

@@ -78,7 +78,7 @@ from satsgate.mcp.tools import paid_tools
 from satsgate.operations import OPERATIONS, OperationEnv, RoadmapPlannedServices
 from satsgate.operations.base import OPERATION_ENV
 from satsgate.outreach import retention
-from satsgate.outreach.held_requests import HeldRequestDesk
+from satsgate.outreach.held_requests import HeldIntake, HeldRequestDesk
 from satsgate.outreach.screener import NodeScreener
 from satsgate.payments.gate import HandlerResources, build_gate
 from satsgate.payouts.deposits import DepositSettler
@@ -367,6 +367,14 @@ def _build_gate(app: web.Application) -> None:
     """The payment gate, the desk of held communications beside it, and the free
     operations' environment."""
     settings, store = app[SETTINGS], app[STORE]
+    # The screen's holds: the spender hands a flagged call to the intake; the desk after
+    # the gate takes appeal invoices from it and runs a released request through it.
+    intake = HeldIntake(
+        store=store,
+        jobs=app[JOBS],
+        server_secret=settings.server_secret,
+        public_base_url=settings.public_base_url,
+    )
     app[GATE] = gate = build_gate(
         settings=settings,
         backend=app[BACKEND],
@@ -376,22 +384,18 @@ def _build_gate(app: web.Application) -> None:
         handlers=app[HANDLERS],
         opt_outs=store.do_not_contact,
         prechecks=app[PRECHECKS],
+        held=intake,
     )
-    app[HELD_REQUESTS] = desk = HeldRequestDesk(
+    app[HELD_REQUESTS] = HeldRequestDesk(
+        intake=intake,
         store=store,
-        jobs=app[JOBS],
         refunds=app[REFUNDS],
         invoices=gate,
+        runner=gate.spender,
         contexts=app[HANDLERS],
         released_screener=app[SCREENER].released(),
         by_slug=dict(BY_SLUG),
-        server_secret=settings.server_secret,
-        public_base_url=settings.public_base_url,
     )
-    # Each needs the other (the spender holds what the screen flags; the desk runs a
-    # released request through the spender): the one pair joined after both are built.
-    gate.spender.held = desk
-    desk.runner = gate.spender
     app[OPERATION_ENV] = OperationEnv(
         gate=gate,
         jobs=app[JOBS],

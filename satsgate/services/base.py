@@ -407,6 +407,31 @@ class FlatPrice:
         return PriceShape("flat", "per call", self.msat, estimate=self.estimate)
 
 
+class Paged(Protocol):
+    @property
+    def pages(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class PerPagePrice:
+    """The price of a service charged by the page: the request's pages times one rate.
+    Like FlatPrice, it is the spec's ``price_msat`` and gives the spec its shape, and
+    the estimator of the same id prices with it: one rate, stated once."""
+
+    msat_per_page: int
+    estimate: str  # the /api/estimate-cost id that quotes it
+    note: str = ""
+
+    def __call__(self, params: Paged, _book: RateBook) -> int:
+        return params.pages * self.msat_per_page
+
+    @property
+    def shape(self) -> PriceShape:
+        return PriceShape(
+            "per_page", "per page", self.msat_per_page, estimate=self.estimate, note=self.note
+        )
+
+
 # The shape of a ServiceSpec that declares none: every registered service declares one
 # (tests/services/test_services_registry.py), so this shows up only for ad-hoc specs.
 UNDESCRIBED_PRICE = PriceShape(
@@ -468,7 +493,7 @@ class ServiceSpec(Generic[P]):
     stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.price_msat, FlatPrice):  # one amount, stated once
+        if isinstance(self.price_msat, (FlatPrice, PerPagePrice)):  # one rate, stated once
             object.__setattr__(self, "price_shape", self.price_msat.shape)
 
     def streams(self, params: BaseModel) -> bool:

@@ -22,7 +22,7 @@ from satsgate.domain.languages import (
 )
 from satsgate.domain.telephony import Destination, served_number, validation_context
 from satsgate.errors import ApiError, ErrorCode, invalid_params
-from satsgate.services.base import FlatPrice, ServiceSpec
+from satsgate.services.base import FlatPrice, PerPagePrice, ServiceSpec
 from satsgate.services.catalog.models import MODELS_BY_ID
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.catalog.routing import select_model
@@ -75,6 +75,9 @@ IMAGE_2K_SATS = {8: 300}
 
 
 PER_PAGE_SATS = {"ocr": 10, "receipt-ocr": 25}
+_PAGES_NOTE = "A PDF is counted by its pages, an image is one page."
+OCR_PRICE = PerPagePrice(PER_PAGE_SATS["ocr"] * MSAT, "ocr", _PAGES_NOTE)
+RECEIPT_OCR_PRICE = PerPagePrice(PER_PAGE_SATS["receipt-ocr"] * MSAT, "receipt-ocr", _PAGES_NOTE)
 
 
 def per_chars_msat(chars: int, chars_per_sat: int, minimum_sats: int = 1) -> int:
@@ -401,10 +404,8 @@ UNIT_ESTIMATORS: dict[str, Estimator] = {
         lambda p, _b: math.ceil(p.minutes) * TRANSCRIPTION_SATS_PER_MINUTE * MSAT,
         "per started minute",
     ),
-    "ocr": Estimator(_Pages, lambda p, _b: p.pages * PER_PAGE_SATS["ocr"] * MSAT, "per page"),
-    "receipt-ocr": Estimator(
-        _Pages, lambda p, _b: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT, "per page"
-    ),
+    "ocr": Estimator(_Pages, OCR_PRICE, "per page"),
+    "receipt-ocr": Estimator(_Pages, RECEIPT_OCR_PRICE, "per page"),
 }
 
 

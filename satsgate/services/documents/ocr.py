@@ -22,12 +22,11 @@ from satsgate.engines.local.receipt import parse_receipt
 from satsgate.engines.ocr import OcrEngine, OcrRequest, OcrResult
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
-    PriceShape,
     ServiceContext,
     ServiceResult,
     ServiceSpec,
 )
-from satsgate.services.catalog.pricing import MSAT, PER_PAGE_SATS
+from satsgate.services.catalog.pricing import OCR_PRICE, PER_PAGE_SATS, RECEIPT_OCR_PRICE
 from satsgate.services.inputs.params import (
     InvalidField,
     MiB,
@@ -193,15 +192,8 @@ EXTRACT_DOCUMENT = ServiceSpec(
     "is read as it is, scans and images by OCR (Latin-script languages, Chinese, "
     f"Japanese). {PER_PAGE_SATS['ocr']} sats per page.",
     params=ExtractDocumentParams,
-    price_msat=lambda p, _book: p.pages * PER_PAGE_SATS["ocr"] * MSAT,
+    price_msat=OCR_PRICE,
     handler=extract_document,
-    price_shape=PriceShape(
-        "per_page",
-        "per page",
-        PER_PAGE_SATS["ocr"] * MSAT,
-        estimate="ocr",
-        note="A PDF is counted by its pages, an image is one page.",
-    ),
     untrusted_output=True,
     model_ids=(27,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.TIMEOUT),
@@ -218,15 +210,8 @@ EXTRACT_RECEIPT = ServiceSpec(
     description="Receipt (PDF or image) to structured data: { structured: { merchant, date, "
     f"currency, total, tax, items }}, rawText }}. {PER_PAGE_SATS['receipt-ocr']} sats per page.",
     params=ExtractReceiptParams,
-    price_msat=lambda p, _book: p.pages * PER_PAGE_SATS["receipt-ocr"] * MSAT,
+    price_msat=RECEIPT_OCR_PRICE,
     handler=extract_receipt,
-    price_shape=PriceShape(
-        "per_page",
-        "per page",
-        PER_PAGE_SATS["receipt-ocr"] * MSAT,
-        estimate="receipt-ocr",
-        note="A PDF is counted by its pages, an image is one page.",
-    ),
     untrusted_output=True,
     model_ids=(30,),
     failure_codes=(ErrorCode.INVALID_INPUT, ErrorCode.SERVICE_ERROR, ErrorCode.TIMEOUT),

@@ -24,7 +24,14 @@ Reported: the p50 latency overhead at one connection (proxied - direct, per roun
 the median; target < 2 ms), the throughput ratio at 16 connections (proxied / direct;
 target >= 0.5), and satsgate's CPU per proxied call. For context, the same pair at 16
 connections against a second upstream that answers in 50 ms (``*_c16_slow``, its own
-satsgate): a model's answer time rather than a bare handler's 30 us; and against a third
+satsgate): a model's answer time rather than a bare handler's 30 us; the same against a
+fourth upstream whose answers take 50 ms give or take up to 10 ms (``*_c16_varied``), as a
+model's do; with both, a bare aiohttp pass-through to that upstream (``floor_*_slow``,
+``floor_*_varied``). Against those two, the added latency of a paid call (proxied - direct,
+p50 and p99, per round, then the median; the issue's targets: p50 <= 2 ms, p99 <= 10 ms).
+With every answer taking exactly 50 ms, wrk's 16 connections fall into step: their requests
+go out together, their answers come back together, and every 50 ms the gateway serves 16
+calls at once, one after another (bench/README.md, 2026-12-03). And against a fifth
 upstream that does what an OpenAI-compatible fake server does with a chat request
 (``*_c16_realistic``: parses and checks the JSON, builds the completion with a fresh id,
 the time and the token usage, encodes it), its own satsgate, the same body in and the
@@ -42,7 +49,9 @@ import asyncio
 import json
 import logging
 import os
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,7 +88,13 @@ TARGET_RATIO = 0.5
 
 
 DELAY_S = 0.0  # the upstream's answer time (--delay-ms of --serve-upstream)
+# Spread of that time (--jitter-ms): each answer takes DELAY_S +- up to JITTER_S, uniformly,
+# as a model's answers do; with none, 16 callers fall into step (see bench/README.md).
+JITTER_S = 0.0
 SLOW_UPSTREAM_MS = 50  # context: an upstream that takes as long as a fast model's answer
+VARIED_JITTER_MS = 10  # the varied upstream: SLOW_UPSTREAM_MS +- up to this, uniformly
+TARGET_ADDED_P50_MS = 2.0  # a paid AI call against the 50 ms upstreams, 16 connections
+TARGET_ADDED_P99_MS = 10.0
 
 
 REALISTIC = False  # --realistic of --serve-upstream: parse the request, build the answer
@@ -120,7 +135,7 @@ def _completion(doc: Any) -> bytes:
 
 async def _chat(request: web.Request) -> web.Response:
     if DELAY_S:
-        await asyncio.sleep(DELAY_S)
+        await asyncio.sleep(DELAY_S + random.uniform(-JITTER_S, JITTER_S))
     if request.headers.get("Authorization") != f"Bearer {KEY}":
         return web.json_response(
             {
@@ -347,8 +362,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--duration", type=float)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="wrk and the upstreams on core 0, the gateways on core 1 (needs 2 cores)",
+    )
     parser.add_argument("--serve-upstream", type=int, metavar="PORT")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="upstream answer time")
+    parser.add_argument("--jitter-ms", type=float, default=0.0, help="its spread, +- uniform")
     parser.add_argument(
         "--realistic", action="store_true", help="upstream parses the request, builds the answer"
     )
@@ -357,8 +378,9 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.serve_upstream:
-        global DELAY_S, REALISTIC
+        global DELAY_S, JITTER_S, REALISTIC
         DELAY_S = args.delay_ms / 1000
+        JITTER_S = args.jitter_ms / 1000
         REALISTIC = args.realistic
         serve_upstream(args.serve_upstream)
         return 0
@@ -372,16 +394,31 @@ def main() -> int:
         return 0
     rounds = args.rounds or (1 if args.quick else 3)
     duration = args.duration or (3.0 if args.quick else 5.0)
-    return run(rounds, duration)
+    return run(rounds, duration, pin=args.pin)
 
 
-def run(rounds: int, duration: float) -> int:
+def _pin(pin: bool, gateways: list[Any]) -> None:
+    """With ``--pin``: wrk, the upstreams and this driver on core 0 (set before they start,
+    inherited), every gateway (satsgate, the floors) with all its threads on core 1."""
+    if not pin:
+        return
+    for gateway in gateways:
+        subprocess.run(
+            ["taskset", "-a", "-p", "-c", "1", str(gateway.proc.pid)],
+            check=True,
+            capture_output=True,
+        )
+
+
+def run(rounds: int, duration: float, *, pin: bool = False) -> int:
     from run import free_port, http, run_wrk, start_server
     from seed import seed, spec_for
 
     from satsgate.services.ai.text import GENERATE_TEXT
     from satsgate.services.catalog.rates import FALLBACK
 
+    if pin:  # inherited by wrk and the upstreams; _pin moves the gateways to core 1
+        os.sched_setaffinity(0, {0})
     params = GENERATE_TEXT.params.model_validate(BODY)
     price_msat = GENERATE_TEXT.quote_sats(params, FALLBACK) * 1000
     seed_spec = spec_for(GENERATE_TEXT.slug, GENERATE_TEXT.title, price_msat, params)
@@ -412,6 +449,35 @@ def run(rounds: int, duration: float) -> int:
             tmp / "satsgate-slow.log",
         )
         settings_slow = bench_settings(data_dir_slow, 0, slow.url)
+        varied = start_server(
+            "upstream-varied",
+            [
+                me,
+                "--serve-upstream",
+                str(free_port()),
+                "--delay-ms",
+                str(SLOW_UPSTREAM_MS),
+                "--jitter-ms",
+                str(VARIED_JITTER_MS),
+            ],
+            tmp / "upstream-varied.log",
+        )
+        data_dir_varied = tmp / "data-varied"
+        satsgate_varied = start_server(
+            "satsgate-varied",
+            [me, "--serve-satsgate", str(free_port()), str(data_dir_varied), varied.url],
+            tmp / "satsgate-varied.log",
+        )
+        settings_varied = bench_settings(data_dir_varied, 0, varied.url)
+        # What a bare aiohttp pass-through adds against the same two upstreams.
+        slow_floors = {
+            name: start_server(
+                f"floor-aiohttp-{name}",
+                [me, "--serve-floor", str(free_port()), target.url, "aiohttp"],
+                tmp / f"floor-aiohttp-{name}.log",
+            )
+            for name, target in (("slow", slow), ("varied", varied))
+        }
         real = start_server(
             "upstream-realistic",
             [me, "--serve-upstream", str(free_port()), "--realistic"],
@@ -432,6 +498,17 @@ def run(rounds: int, duration: float) -> int:
             )
             for kind in FLOORS
         }
+        _pin(
+            pin,
+            [
+                satsgate,
+                satsgate_slow,
+                satsgate_varied,
+                satsgate_real,
+                *floors.values(),
+                *slow_floors.values(),
+            ],
+        )
         try:
             sanity = check_once(satsgate.url, http)
             check_once(satsgate_real.url, http)
@@ -482,33 +559,15 @@ def run(rounds: int, duration: float) -> int:
                                 threads=1,
                             )
                         )
-                    if connections == 16:  # context: the same against a 50 ms upstream
-                        pairs.append(
-                            run_wrk(
-                                "direct_c16_slow",
-                                slow,
-                                f"{slow.url}/v1/chat/completions",
-                                "static.lua",
-                                ["POST", direct_body, "1", f"Bearer {KEY}"],
-                                duration=duration,
-                                connections=16,
-                                threads=1,
-                            )
-                        )
-                        creds = tmp / f"creds-{index}-slow"
-                        seed(settings_slow, seed_spec, int(16 / 0.05 * duration * 2) + 500, creds)
-                        pairs.append(
-                            run_wrk(
-                                "proxied_c16_slow",
-                                satsgate_slow,
-                                f"{satsgate_slow.url}/api/l402/generate-text",
-                                "paid.lua",
-                                [str(creds), "/api/l402/generate-text", body, "1"],
-                                duration=duration,
-                                connections=16,
-                                threads=1,
-                            )
-                        )
+                    if connections == 16:  # the 50 ms upstreams: fixed, and varied
+                        for name, target, gateway, config in (
+                            ("slow", slow, satsgate_slow, settings_slow),
+                            ("varied", varied, satsgate_varied, settings_varied),
+                        ):
+                            pairs += _fifty_ms_round(
+                                name, target, gateway, config, slow_floors[name], tmp, index,
+                                duration, direct_body, body, seed_spec,
+                            )  # fmt: skip
                     if connections == 16:  # context: an upstream that parses and builds
                         pairs.append(
                             run_wrk(
@@ -548,12 +607,13 @@ def run(rounds: int, duration: float) -> int:
         finally:
             for server in (satsgate, upstream, satsgate_slow, slow, satsgate_real, real):
                 server.stop()
-            for server in floors.values():
+            for server in (satsgate_varied, varied, *floors.values(), *slow_floors.values()):
                 server.stop()
     summary = summarise(results)
     doc = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "wall_s": round(time.time() - started, 1),
+        "pinned": pin,
         "loadavg_before": load_before,
         "loadavg_after": list(Path("/proc/loadavg").read_text().split()[:3]),
         "rounds": results,
@@ -566,6 +626,61 @@ def run(rounds: int, duration: float) -> int:
     (RESULTS / "proxy_overhead.md").write_text(markdown(doc))
     print(markdown(doc))
     return 0
+
+
+def _fifty_ms_round(
+    name: str,
+    upstream: Any,
+    satsgate: Any,
+    settings: Any,
+    floor: Any,
+    tmp: Path,
+    index: int,
+    duration: float,
+    direct_body: str,
+    body: str,
+    seed_spec: Any,
+) -> list[Any]:
+    """One round against a 50 ms upstream (``name``: slow or varied): direct, through the
+    bare aiohttp floor, and a paid call through satsgate; 16 connections each."""
+    from run import run_wrk
+    from seed import seed
+
+    direct = run_wrk(
+        f"direct_c16_{name}",
+        upstream,
+        f"{upstream.url}/v1/chat/completions",
+        "static.lua",
+        ["POST", direct_body, "1", f"Bearer {KEY}"],
+        duration=duration,
+        connections=16,
+        threads=1,
+    )
+    through_floor = run_wrk(
+        f"floor_aiohttp_c16_{name}",
+        floor,
+        f"{floor.url}/chat",
+        "static.lua",
+        ["POST", body, "1"],
+        duration=duration,
+        connections=16,
+        threads=1,
+    )
+    creds = tmp / f"creds-{index}-{name}"
+    seed(settings, seed_spec, int(16 / 0.04 * duration * 1.5) + 500, creds)
+    proxied = run_wrk(
+        f"proxied_c16_{name}",
+        satsgate,
+        f"{satsgate.url}/api/l402/generate-text",
+        "paid.lua",
+        [str(creds), "/api/l402/generate-text", body, "1"],
+        duration=duration,
+        connections=16,
+        threads=1,
+    )
+    if proxied.exhausted_threads:
+        raise RuntimeError("credentials ran out: rerun (the rate was higher)")
+    return [direct, through_floor, proxied]
 
 
 def check_once(url: str, http: Any) -> dict[str, Any]:
@@ -613,6 +728,26 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
         for d, p in zip(by("direct_c16_realistic"), by("proxied_c16_realistic"), strict=True)
     ]
     med = statistics.median
+
+    def added(gateway: str, upstream: str, q: str) -> float:
+        differences = [
+            float(g["latency_ms"][q] - d["latency_ms"][q])
+            for d, g in zip(by(f"direct_c16_{upstream}"), by(gateway), strict=True)
+        ]
+        return round(med(differences), 3)
+
+    fifty_ms = {
+        name: {
+            "added_p50_ms": added(f"proxied_c16_{name}", name, "p50"),
+            "added_p99_ms": added(f"proxied_c16_{name}", name, "p99"),
+            "floor_added_p50_ms": added(f"floor_aiohttp_c16_{name}", name, "p50"),
+            "floor_added_p99_ms": added(f"floor_aiohttp_c16_{name}", name, "p99"),
+            "satsgate_cpu_us_per_call": med(
+                r["cpu_us_per_request"] for r in by(f"proxied_c16_{name}")
+            ),
+        }
+        for name in ("slow", "varied")
+    }
     floors: dict[str, Any] = {}
     for kind in FLOORS:
         c1, c16 = by(f"floor_{kind}_c1"), by(f"floor_{kind}_c16")
@@ -626,6 +761,10 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
             "cpu_us_per_call_c16": med(r["cpu_us_per_request"] for r in c16),
         }  # fmt: skip
     return {
+        "fifty_ms_upstreams": fifty_ms,
+        "varied_jitter_ms": VARIED_JITTER_MS,
+        "target_added_p50_ms": TARGET_ADDED_P50_MS,
+        "target_added_p99_ms": TARGET_ADDED_P99_MS,
         "floors": floors,
         "throughput_ratio_c16_realistic_upstream": round(med(ratio_real), 3),
         "rps_direct_c16_realistic": med(r["rps"] for r in by("direct_c16_realistic")),
@@ -655,13 +794,40 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def _fifty_ms_lines(s: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, what in (
+        ("slow", f"exactly {s['slow_upstream_ms']} ms"),
+        ("varied", f"{s['slow_upstream_ms']} +- {s['varied_jitter_ms']} ms"),
+    ):
+        f = s["fifty_ms_upstreams"][name]
+        met = (
+            f["added_p50_ms"] <= s["target_added_p50_ms"]
+            and f["added_p99_ms"] <= s["target_added_p99_ms"]
+        )
+        lines.append(
+            f"- added by a paid call against an upstream answering in {what}, 16 "
+            f"connections: p50 **{f['added_p50_ms']} ms**, p99 **{f['added_p99_ms']} ms** "
+            f"(targets <= {s['target_added_p50_ms']} / {s['target_added_p99_ms']} ms: "
+            f"{'met' if met else 'NOT met'}); a bare aiohttp pass-through adds "
+            f"{f['floor_added_p50_ms']} / {f['floor_added_p99_ms']} ms; satsgate's CPU "
+            f"{f['satsgate_cpu_us_per_call']} us a call"
+        )
+    return lines
+
+
 def markdown(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     lines = [
         "# Proxy overhead: paid generate-text through satsgate vs the upstream directly",
         "",
         f"{doc['started_at']}, {len(doc['rounds'])} round(s) of {doc['duration_s']} s per "
-        f"scenario, load average before {' '.join(doc['loadavg_before'])}.",
+        f"scenario, load average before {' '.join(doc['loadavg_before'])}"
+        + (
+            "; wrk and the upstreams on core 0, the gateways on core 1 (--pin)."
+            if doc.get("pinned")
+            else "; no process pinned to a core."
+        ),
         "",
         "| scenario | conns | req/s | p50 ms | p90 ms | p99 ms | server CPU us/req |",
         "|---|---|---|---|---|---|---|",
@@ -689,6 +855,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{s['rps_proxied_c16_realistic']} req/s vs direct {s['rps_direct_c16_realistic']} "
         f"req/s = **{s['throughput_ratio_c16_realistic_upstream']:.0%}** at 16 connections "
         f"(satsgate {s['satsgate_cpu_us_per_call_c16_realistic']} us a call)",
+        *_fifty_ms_lines(s),
         f"- CPU per call at 16 connections: satsgate {s['satsgate_cpu_us_per_call_c16']} us "
         f"(gate + provider call), the upstream alone {s['upstream_cpu_us_per_call_c16']} us",
     ]

@@ -410,6 +410,20 @@ def _pin(pin: bool, gateways: list[Any]) -> None:
         )
 
 
+def _start_satsgate(name: str, upstream_url: str, data_dir: Path) -> tuple[Any, Any]:
+    """A satsgate bench server calling ``upstream_url`` (its own process and data
+    directory), and the settings the credentials for it are seeded with."""
+    from run import free_port, start_server
+
+    server = start_server(
+        name,
+        [str(Path(__file__).resolve()), "--serve-satsgate", str(free_port()), str(data_dir),
+         upstream_url],
+        data_dir.with_name(f"{name}.log"),
+    )  # fmt: skip
+    return server, bench_settings(data_dir, 0, upstream_url)
+
+
 def run(rounds: int, duration: float, *, pin: bool = False) -> int:
     from run import free_port, http, run_wrk, start_server
     from seed import seed, spec_for
@@ -430,25 +444,13 @@ def run(rounds: int, duration: float, *, pin: bool = False) -> int:
         upstream = start_server(
             "upstream", [me, "--serve-upstream", str(free_port())], tmp / "upstream.log"
         )
-        data_dir = tmp / "data"
-        satsgate = start_server(
-            "satsgate",
-            [me, "--serve-satsgate", str(free_port()), str(data_dir), upstream.url],
-            tmp / "satsgate.log",
-        )
-        settings = bench_settings(data_dir, 0, upstream.url)
+        satsgate, settings = _start_satsgate("satsgate", upstream.url, tmp / "data")
         slow = start_server(
             "upstream-slow",
             [me, "--serve-upstream", str(free_port()), "--delay-ms", str(SLOW_UPSTREAM_MS)],
             tmp / "upstream-slow.log",
         )
-        data_dir_slow = tmp / "data-slow"
-        satsgate_slow = start_server(
-            "satsgate-slow",
-            [me, "--serve-satsgate", str(free_port()), str(data_dir_slow), slow.url],
-            tmp / "satsgate-slow.log",
-        )
-        settings_slow = bench_settings(data_dir_slow, 0, slow.url)
+        satsgate_slow, settings_slow = _start_satsgate("satsgate-slow", slow.url, tmp / "data-slow")
         varied = start_server(
             "upstream-varied",
             [
@@ -462,13 +464,9 @@ def run(rounds: int, duration: float, *, pin: bool = False) -> int:
             ],
             tmp / "upstream-varied.log",
         )
-        data_dir_varied = tmp / "data-varied"
-        satsgate_varied = start_server(
-            "satsgate-varied",
-            [me, "--serve-satsgate", str(free_port()), str(data_dir_varied), varied.url],
-            tmp / "satsgate-varied.log",
+        satsgate_varied, settings_varied = _start_satsgate(
+            "satsgate-varied", varied.url, tmp / "data-varied"
         )
-        settings_varied = bench_settings(data_dir_varied, 0, varied.url)
         # What a bare aiohttp pass-through adds against the same two upstreams.
         slow_floors = {
             name: start_server(
@@ -483,13 +481,9 @@ def run(rounds: int, duration: float, *, pin: bool = False) -> int:
             [me, "--serve-upstream", str(free_port()), "--realistic"],
             tmp / "upstream-realistic.log",
         )
-        data_dir_real = tmp / "data-realistic"
-        satsgate_real = start_server(
-            "satsgate-realistic",
-            [me, "--serve-satsgate", str(free_port()), str(data_dir_real), real.url],
-            tmp / "satsgate-realistic.log",
+        satsgate_real, settings_real = _start_satsgate(
+            "satsgate-realistic", real.url, tmp / "data-realistic"
         )
-        settings_real = bench_settings(data_dir_real, 0, real.url)
         floors = {
             kind: start_server(
                 f"floor-{kind}",

@@ -432,6 +432,15 @@ class PerPagePrice:
         )
 
 
+@runtime_checkable
+class ShapedPrice(Protocol):
+    """A price that states its own shape (FlatPrice, PerPagePrice): a spec whose
+    ``price_msat`` is one takes its ``price_shape`` from it."""
+
+    @property
+    def shape(self) -> PriceShape: ...
+
+
 # The shape of a ServiceSpec that declares none: every registered service declares one
 # (tests/services/test_services_registry.py), so this shows up only for ad-hoc specs.
 UNDESCRIBED_PRICE = PriceShape(
@@ -493,7 +502,7 @@ class ServiceSpec(Generic[P]):
     stream_handler: StreamHandler[P] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.price_msat, (FlatPrice, PerPagePrice)):  # one rate, stated once
+        if isinstance(self.price_msat, ShapedPrice):  # one rate, stated once
             object.__setattr__(self, "price_shape", self.price_msat.shape)
 
     def streams(self, params: BaseModel) -> bool:

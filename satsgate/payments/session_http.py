@@ -83,96 +83,130 @@ class SessionHttp:
         transform: Callable[[Any], Any] | None,
     ) -> web.StreamResponse | None:
         """Answer a request whose Authorization is a session credential; None for any
-        other request (the charge intent and L402 answer those)."""
+        other request (the charge intent and L402 answer those). A refused credential
+        is answered with a 402 that carries fresh challenges for the same call."""
         auth = request.headers.getall("Authorization", [])
         if len(auth) != 1:
             return None
         known = self._bearers.get(auth[0])
         if known is not None:  # this very bearer credential verified before
-            session_id, challenge = known
-            checked = await self._params(request, spec, transform)
-            try:
-                if spec.streams(checked):
-                    return await self._desk.stream(request, session_id, spec, checked, challenge)
-                served = await self._desk.debit_and_run(session_id, spec, checked)
-            except SessionProblem as problem:
-                return await self._problem_response(spec, checked, problem)
-            return self._served_response(served, challenge)
+            return await self._repeat_bearer(request, spec, transform, *known)
         scheme, _, rest = auth[0].strip().partition(" ")
-        if scheme.lower() != "payment":
-            return None
-        doc = session_payload(rest)
+        doc = session_payload(rest) if scheme.lower() == "payment" else None
         if doc is None:
             return None
         params: BaseModel | None = None
         try:
             cred = self._desk.parse(doc)
-            if cred.action in ("open", "bearer"):
-                params = await self._params(request, spec, transform)
-            if cred.action == "open" and params is not None and spec.streams(params):
-                deposit_hash, return_invoice = self._desk.open_checks(cred)
-                opened = await self._desk.open_session(
-                    deposit_hash, cred.challenge_id, return_invoice
-                )
-                token = self._desk.token_for(opened.session_id, cred.challenge_id)
-                try:
-                    return await self._desk.stream(
-                        request, opened.session_id, spec, params, cred.challenge_id, token
-                    )
-                except (ApiError, SessionProblem) as exc:
-                    hand_over(exc, token)
-                    raise
-            if cred.action == "open":
-                served = await self._desk.open(cred, spec, params)
-                token = self._desk.token_for(served.session_id, cred.challenge_id)
-                return self._served_response(served, cred.challenge_id, token)
-            if cred.action == "bearer" and params is not None:
-                session_id = cred.text("sessionId").lower()
-                check_owner(session_id, cred.hex32("preimage"))
-                await self._desk.check_bound(session_id, cred.token())
-                if spec.streams(params):
-                    return await self._desk.stream(
-                        request, session_id, spec, params, cred.challenge_id
-                    )
-                served = await self._desk.debit_and_run(session_id, spec, params)
-                # Verified: its repeats (the same header value) skip the decode, the
-                # challenge's HMAC, the preimage's hash and the token's check (the value
-                # holds the token). Bounded; cleared when full.
-                if len(self._bearers) >= _MAX_KNOWN_BEARERS:
-                    self._bearers.clear()
-                self._bearers[auth[0]] = (session_id, cred.challenge_id)
-                return self._served_response(served, cred.challenge_id)
             if cred.action == "topUp":
-                session = await self._desk.top_up(cred)
-                return self._action_response(
-                    {"status": "ok", "sessionId": session.session_id, **balance_fields(session)},
-                    session.session_id,
-                    cred,
-                    balanceSats=sats(session.balance_msat),
-                )
-            session_id = cred.text("sessionId").lower()
-            check_owner(session_id, cred.hex32("preimage"))
-            await self._desk.check_bound(session_id, cred.token())
-            closed = await self._desk.close(session_id)
-            refund_status = refund_status_of(closed)
-            refund_sats = sats(closed.refund_msat or 0)
-            return self._action_response(
-                {
-                    "status": "closed",
-                    "sessionId": session_id,
-                    "refundSats": refund_sats,
-                    "refundStatus": refund_status,
-                    "closeReason": closed.close_reason,
-                },
-                session_id,
-                cred,
-                refundSats=refund_sats,
-                refundStatus=refund_status,
-            )
+                return await self._top_up(cred)
+            if cred.action == "close":
+                return await self._close(cred)
+            params = await self._params(request, spec, transform)
+            if cred.action == "open":
+                return await self._open(request, spec, params, cred)
+            return await self._bearer(request, spec, params, cred, auth[0])
         except SessionProblem as problem:
             if params is None:
                 params = await self._params_or_none(request, spec, transform)
             return await self._problem_response(spec, params, problem)
+
+    async def _repeat_bearer(
+        self,
+        request: web.Request,
+        spec: AnySpec,
+        transform: Callable[[Any], Any] | None,
+        session_id: str,
+        challenge_id: str,
+    ) -> web.StreamResponse:
+        """A bearer credential verified before: the session's debit and the call."""
+        params = await self._params(request, spec, transform)
+        try:
+            if spec.streams(params):
+                return await self._desk.stream(request, session_id, spec, params, challenge_id)
+            served = await self._desk.debit_and_run(session_id, spec, params)
+        except SessionProblem as problem:
+            return await self._problem_response(spec, params, problem)
+        return self._served_response(served, challenge_id)
+
+    async def _open(
+        self, request: web.Request, spec: AnySpec, params: BaseModel, cred: SessionCredential
+    ) -> web.StreamResponse:
+        """Open the session on its paid deposit and serve this first call from it; the
+        answer hands over the session token (on a streamed call's failure too)."""
+        if not spec.streams(params):
+            served = await self._desk.open(cred, spec, params)
+            token = self._desk.token_for(served.session_id, cred.challenge_id)
+            return self._served_response(served, cred.challenge_id, token)
+        deposit_hash, return_invoice = self._desk.open_checks(cred)
+        opened = await self._desk.open_session(deposit_hash, cred.challenge_id, return_invoice)
+        token = self._desk.token_for(opened.session_id, cred.challenge_id)
+        try:
+            return await self._desk.stream(
+                request, opened.session_id, spec, params, cred.challenge_id, token
+            )
+        except (ApiError, SessionProblem) as exc:
+            hand_over(exc, token)
+            raise
+
+    async def _bearer(
+        self,
+        request: web.Request,
+        spec: AnySpec,
+        params: BaseModel,
+        cred: SessionCredential,
+        authorization: str,
+    ) -> web.StreamResponse:
+        """A call on an open session, its payer proven by preimage and session token."""
+        session_id = await self._owned_session(cred)
+        if spec.streams(params):
+            return await self._desk.stream(request, session_id, spec, params, cred.challenge_id)
+        served = await self._desk.debit_and_run(session_id, spec, params)
+        # Verified: its repeats (the same header value) skip the decode, the challenge's
+        # HMAC, the preimage's hash and the token's check (the value holds the token).
+        # Bounded; cleared when full.
+        if len(self._bearers) >= _MAX_KNOWN_BEARERS:
+            self._bearers.clear()
+        self._bearers[authorization] = (session_id, cred.challenge_id)
+        return self._served_response(served, cred.challenge_id)
+
+    async def _top_up(self, cred: SessionCredential) -> web.StreamResponse:
+        session = await self._desk.top_up(cred)
+        return self._action_response(
+            {"status": "ok", "sessionId": session.session_id, **balance_fields(session)},
+            session.session_id,
+            cred,
+            balanceSats=sats(session.balance_msat),
+        )
+
+    async def _close(self, cred: SessionCredential) -> web.StreamResponse:
+        """Close the session; its unused balance goes back to the return invoice."""
+        session_id = await self._owned_session(cred)
+        closed = await self._desk.close(session_id)
+        refund_status = refund_status_of(closed)
+        refund_sats = sats(closed.refund_msat or 0)
+        return self._action_response(
+            {
+                "status": "closed",
+                "sessionId": session_id,
+                "refundSats": refund_sats,
+                "refundStatus": refund_status,
+                "closeReason": closed.close_reason,
+            },
+            session_id,
+            cred,
+            refundSats=refund_sats,
+            refundStatus=refund_status,
+        )
+
+    async def _owned_session(self, cred: SessionCredential) -> str:
+        """The credential's session id, once its preimage and session token prove the
+        payer (the preimage alone is known to every routing node). Raises
+        SessionProblem."""
+        session_id = cred.text("sessionId").lower()
+        check_owner(session_id, cred.hex32("preimage"))
+        await self._desk.check_bound(session_id, cred.token())
+        return session_id
 
     async def _params(
         self,

@@ -51,7 +51,6 @@ from satsgate.services.inputs.params import (
     alias,
     body_limit,
     check_image,
-    decode_file,
     image_field,
     no_engine,
 )
@@ -195,12 +194,6 @@ class EstimateDepthParams(_SameSizeParams):
     DEFAULT: ClassVar[int] = 48
 
 
-# (engine, params) -> why that engine cannot serve this request, or None.
-async def _decoded(value: str, field: str) -> bytes:
-    """A caller's image (checked before payment), decoded off the event loop."""
-    return await asyncio.to_thread(decode_file, value, field, IMAGE_MAX_BYTES)
-
-
 def _detection(found: Detection) -> dict[str, Any]:
     box = found.box
     return {
@@ -227,7 +220,7 @@ async def _image_result(ctx: ServiceContext, out: ImageOutput, model: int) -> Se
 
 
 async def detect_nsfw(ctx: ServiceContext, params: DetectNsfwParams) -> ServiceResult:
-    image = await _decoded(params.imageBase64, "imageBase64")
+    image = await decoded(params.imageBase64, "imageBase64")
     result = await ctx.engines.run(
         "detect_nsfw",
         NsfwEngine,
@@ -247,7 +240,7 @@ async def detect_nsfw(ctx: ServiceContext, params: DetectNsfwParams) -> ServiceR
 
 
 async def detect_objects(ctx: ServiceContext, params: DetectObjectsParams) -> ServiceResult:
-    image = await _decoded(params.imageBase64, "imageBase64")
+    image = await decoded(params.imageBase64, "imageBase64")
     result = await ctx.engines.run(
         "detect_objects",
         ObjectDetectionEngine,
@@ -268,7 +261,7 @@ async def detect_objects(ctx: ServiceContext, params: DetectObjectsParams) -> Se
 
 
 async def upscale_image(ctx: ServiceContext, params: UpscaleImageParams) -> ServiceResult:
-    image = await _decoded(params.imageBase64, "imageBase64")
+    image = await decoded(params.imageBase64, "imageBase64")
     out = await ctx.engines.run(
         "upscale_image",
         UpscaleEngine,
@@ -279,7 +272,7 @@ async def upscale_image(ctx: ServiceContext, params: UpscaleImageParams) -> Serv
 
 
 async def deblur_image(ctx: ServiceContext, params: DeblurImageParams) -> ServiceResult:
-    image = await _decoded(params.imageBase64, "imageBase64")
+    image = await decoded(params.imageBase64, "imageBase64")
     mode: DeblurMode = params.mode
     out = await ctx.engines.run(
         "deblur_image",
@@ -291,8 +284,8 @@ async def deblur_image(ctx: ServiceContext, params: DeblurImageParams) -> Servic
 
 
 async def remove_object(ctx: ServiceContext, params: RemoveObjectParams) -> ServiceResult:
-    image = await _decoded(params.imageBase64, "imageBase64")
-    mask = await _decoded(params.maskBase64, "maskBase64")
+    image = await decoded(params.imageBase64, "imageBase64")
+    mask = await decoded(params.maskBase64, "maskBase64")
     method: InpaintMethod = params.method
     out = await ctx.engines.run(
         "remove_object",

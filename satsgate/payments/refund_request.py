@@ -21,6 +21,7 @@ from typing import Any
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.lightning.invoices import RefusedPayoutInvoice, payout_invoice
 from satsgate.payments.gate import Gate
+from satsgate.payments.holds import Holds
 from satsgate.payments.proof import proves
 from satsgate.payouts.refunds import RefundService
 from satsgate.store import Payment, PaymentStatus
@@ -51,6 +52,40 @@ async def request_refund(
     (which must be for ``network``). ``authorization``: the credential the payment was
     paid with, required for a payment created by an HTTP challenge; ``send_credential``
     says where this face takes it (the refusal's message)."""
+    payment = await _payers_paid_payment(gate, payment_id, authorization, send_credential)
+    if payment.mode == "hold" and gate.holds is not None:
+        return await _cancel_hold(gate.holds, payment)
+    payout_invoice = None if _same_invoice(invoice, payment.bolt11) else invoice
+    if payout_invoice is not None:
+        _check_payout_invoice(payout_invoice, payment.amount_msat, network)
+    reason = "refund requested before use"
+    if feedback:
+        reason += f": {feedback[:300]}"
+    refund = await refunds.refund_unspent(payment, reason)
+    if refund is None:  # lost a race with a use (or another refund) of the same payment
+        raise ApiError(
+            ErrorCode.REFUND_NOT_AVAILABLE,
+            "The payment was used or refunded a moment ago.",
+            extra={"paymentId": payment.payment_id},
+        )
+    payout, message = "link", "Refund issued: claim it with the LNURL-withdraw link in refund."
+    if payout_invoice is not None:
+        payout, message = await _pay_out(refunds, refund["refund_secret"], payout_invoice)
+    return {
+        "success": True,
+        "message": message,
+        "chargeId": refund["charge_id"],
+        "amountSats": refund["amount_sats"],
+        "payout": payout,
+        "refund": refund,
+    }
+
+
+async def _payers_paid_payment(
+    gate: Gate, payment_id: str, authorization: Sequence[str], send_credential: str
+) -> Payment:
+    """The payment, once its payer is proven (the credential of an HTTP-challenge
+    payment; an MCP payment's id) and it is paid and unused."""
     found = await gate.get_payment(payment_id)
     if found is None:
         raise ApiError(ErrorCode.PAYMENT_NOT_FOUND, f"No payment {payment_id!r}.")
@@ -68,55 +103,37 @@ async def request_refund(
             _not_refundable(payment),
             extra={"paymentId": payment.payment_id, "status": public_status(payment)},
         )
-    if payment.mode == "hold" and gate.holds is not None:
-        # Held, never settled: canceling gives it back, no payout needed.
-        canceled = await gate.holds.cancel(payment, "refund requested before use")
-        if canceled is None:
-            raise ApiError(
-                ErrorCode.REFUND_NOT_AVAILABLE,
-                "The payment was used a moment ago.",
-                extra={"paymentId": payment.payment_id},
-            )
-        return {
-            "success": True,
-            "message": "The held payment was canceled: it returns to your wallet by itself.",
-            "amountSats": canceled["amount_sats"],
-            "payout": "canceled",
-            "refund": canceled,
-        }
-    payout_invoice = None if _same_invoice(invoice, payment.bolt11) else invoice
-    if payout_invoice is not None:
-        _check_payout_invoice(payout_invoice, payment.amount_msat, network)
-    reason = "refund requested before use"
-    if feedback:
-        reason += f": {feedback[:300]}"
-    refund = await refunds.refund_unspent(payment, reason)
-    if refund is None:  # lost a race with a use (or another refund) of the same payment
+    return payment
+
+
+async def _cancel_hold(holds: Holds, payment: Payment) -> dict[str, Any]:
+    """A held payment, never settled: canceling gives it back, no payout needed."""
+    canceled = await holds.cancel(payment, "refund requested before use")
+    if canceled is None:
         raise ApiError(
             ErrorCode.REFUND_NOT_AVAILABLE,
-            "The payment was used or refunded a moment ago.",
+            "The payment was used a moment ago.",
             extra={"paymentId": payment.payment_id},
         )
-    message = "Refund issued: claim it with the LNURL-withdraw link in refund."
-    payout = "link"
-    if payout_invoice is not None:
-        claim = await refunds.withdraw_callback(refund["refund_secret"], payout_invoice)
-        if claim.get("status") == "OK":
-            payout, message = "paying", "Refund issued: your invoice is being paid."
-        else:
-            payout = "link"
-            message = (
-                f"Refund issued, but your invoice was not paid ({claim.get('reason')}); "
-                "claim it with the LNURL-withdraw link in refund."
-            )
     return {
         "success": True,
-        "message": message,
-        "chargeId": refund["charge_id"],
-        "amountSats": refund["amount_sats"],
-        "payout": payout,
-        "refund": refund,
+        "message": "The held payment was canceled: it returns to your wallet by itself.",
+        "amountSats": canceled["amount_sats"],
+        "payout": "canceled",
+        "refund": canceled,
     }
+
+
+async def _pay_out(refunds: RefundService, refund_secret: str, invoice: str) -> tuple[str, str]:
+    """Claim the refund link for the payer's invoice: ("paying", ...) when the node took
+    it; ("link", why not) when the link stays open to claim."""
+    claim = await refunds.withdraw_callback(refund_secret, invoice)
+    if claim.get("status") == "OK":
+        return "paying", "Refund issued: your invoice is being paid."
+    return "link", (
+        f"Refund issued, but your invoice was not paid ({claim.get('reason')}); "
+        "claim it with the LNURL-withdraw link in refund."
+    )
 
 
 def _same_invoice(a: str, b: str) -> bool:

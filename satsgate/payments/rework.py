@@ -235,14 +235,38 @@ class ReworkDesk:
         window = await self._windows.get(payment.payment_id)
         if window is None or window.state not in (OPEN, RUNNING):
             return None
+        now = time.time()
+        await self._check_retry(payment, window, token, price_msat, now)
+        await self._claim_retry(payment, window, now, job)
+        if job is not None:  # the 202 now; the job's end closes or reopens the window
+            try:
+                return await dispatch(payment, spec, params, price_msat)
+            except BaseException:
+                await self.retry_ended(payment.payment_id)
+                raise
+        try:
+            return await dispatch(payment, spec, params, price_msat)
+        finally:
+            await self.retry_ended(payment.payment_id)
+
+    async def _check_retry(
+        self,
+        payment: Payment,
+        window: ReworkWindow,
+        token: str | None,
+        price_msat: int,
+        now: float,
+    ) -> None:
+        """Raise the ApiError that refuses this retry, if any: a retry running already,
+        the window ended (its refund, at once: the caller proved the payment), the
+        token not the latest one, or a price above what was paid (the window stays)."""
         if window.state == RUNNING:
             raise ApiError(
                 ErrorCode.PAYMENT_ALREADY_USED,
                 "A free retry of this payment is running; wait for its answer.",
             )
         until = rfc3339(int(window.rework_until))
-        now = time.time()
-        if now > window.rework_until:  # the caller proved the payment: its refund, at once
+        if now > window.rework_until:
             refund = await self.end(payment.payment_id, EXPIRED, None)
             raise ApiError(
                 ErrorCode.REWORK_EXPIRED,
@@ -273,28 +297,23 @@ class ReworkDesk:
                     "rework_until": until,
                 },
             )
-        if not await self._windows.claim(payment.payment_id, window.token_hash, now, job):
-            again = await self._windows.get(payment.payment_id)
-            if again is not None and again.state == RUNNING:
-                raise ApiError(
-                    ErrorCode.PAYMENT_ALREADY_USED,
-                    "A free retry of this payment is running; wait for its answer.",
-                )
-            if again is not None and again.state == OPEN and time.time() > again.rework_until:
-                raise ApiError(
-                    ErrorCode.REWORK_EXPIRED, "The free-retry window ended; nothing ran."
-                )
-            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
-        if job is not None:  # the 202 now; the job's end closes or reopens the window
-            try:
-                return await dispatch(payment, spec, params, price_msat)
-            except BaseException:
-                await self.retry_ended(payment.payment_id)
-                raise
-        try:
-            return await dispatch(payment, spec, params, price_msat)
-        finally:
-            await self.retry_ended(payment.payment_id)
+
+    async def _claim_retry(
+        self, payment: Payment, window: ReworkWindow, now: float, job: Job | None
+    ) -> None:
+        """Claim the open window for this retry (one statement: of concurrent retries
+        with the token, one runs); raise what the loser is told."""
+        if await self._windows.claim(payment.payment_id, window.token_hash, now, job):
+            return
+        again = await self._windows.get(payment.payment_id)
+        if again is not None and again.state == RUNNING:
+            raise ApiError(
+                ErrorCode.PAYMENT_ALREADY_USED,
+                "A free retry of this payment is running; wait for its answer.",
+            )
+        if again is not None and again.state == OPEN and time.time() > again.rework_until:
+            raise ApiError(ErrorCode.REWORK_EXPIRED, "The free-retry window ended; nothing ran.")
+        raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
 
     async def retry_ended(self, payment_id: str) -> None:
         """A retry's call (or job) ended: answered or failed (refunded), the window is

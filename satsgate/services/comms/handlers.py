@@ -11,8 +11,9 @@ The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
@@ -21,9 +22,9 @@ from satsgate.domain.voices import check_ai_call_locale, check_ai_call_voice
 from satsgate.engines import EngineError
 from satsgate.engines.fax import InboundRequest
 from satsgate.engines.mail import EmailEngine, OutgoingEmail
-from satsgate.engines.messaging import SmsEngine, SmsRequest, SmsSent
+from satsgate.engines.messaging import SmsEngine, SmsRequest
 from satsgate.engines.synthesis import SynthesisEngine, SynthesisRequest
-from satsgate.engines.voice_call import CallPlaced, CallRequest, VoiceCallEngine
+from satsgate.engines.voice_call import CallRequest, VoiceCallEngine
 from satsgate.errors import ErrorCode
 from satsgate.services.base import (
     FlatPrice,
@@ -67,6 +68,8 @@ log = logging.getLogger(__name__)
 MAX_EMAIL_RECIPIENTS = 10
 # The text-to-speech tier a call speaks with when its provider plays the node's audio.
 GLOBAL_TTS_MODEL = 43
+
+_E = TypeVar("_E")
 
 
 def _single_line(value: str | None) -> str | None:
@@ -293,6 +296,45 @@ async def _mark_failed(
         await records.settle(delivery_id, 0)  # refunded in full by the gate
 
 
+async def _send_recorded(
+    ctx: ServiceContext,
+    channel: str,
+    engine_name: str,
+    protocol: type[_E],
+    send: Callable[[_E, str], Awaitable[tuple[str, str]]],
+    *,
+    phone_number: str,
+    paid_msat: int,
+    rate_msat: int | None = None,
+) -> tuple[str, str]:
+    """``send(engine, delivery_id)`` (the provider's id and first status) on the engine
+    named ``engine_name``, every attempt recorded under one delivery id: that id, and the
+    status to show the payer. A failure is recorded ``failed`` and raised (the gate
+    refunds it)."""
+    records = _records(ctx)
+    delivery_id = new_delivery_id(channel)
+    country = ctx.rate_book.destinations.destination(phone_number).country
+    created: list[str] = []
+
+    async def attempt(engine: _E, _model: str | None) -> tuple[str, str, str]:
+        provider = _provider_of(ctx, engine_name, engine)
+        await _attempt_record(
+            ctx, records, created, delivery_id=delivery_id, channel=channel, provider=provider,
+            country=country, paid_msat=paid_msat, rate_msat=rate_msat,
+        )  # fmt: skip
+        provider_ref, status = await send(engine, delivery_id)
+        return provider, provider_ref, status
+
+    try:
+        provider, provider_ref, status = await ctx.engines.run(engine_name, protocol, attempt)
+    except EngineError as exc:
+        await _mark_failed(records, created, delivery_id, exc, channel)
+        raise
+    return delivery_id, await _record_sent(
+        records, channel, provider, delivery_id, provider_ref, status
+    )
+
+
 # How a send through a telephony carrier (SMS, call, fax) can fail after payment, refunded.
 _CARRIER_FAILURES = (
     ErrorCode.INVALID_INPUT,
@@ -320,26 +362,20 @@ async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
     """Screen, send, record; plain-text answer with the message_id and its free status
     read. A failure is refunded by the gate and the record shows ``failed``."""
     await screen(ctx, Outreach("sms", (params.phone_number,), params.message))
-    records = _records(ctx)
-    delivery_id = new_delivery_id("sms")
-    country = ctx.rate_book.destinations.destination(params.phone_number).country
-    created: list[str] = []
 
-    async def attempt(engine: SmsEngine, _model: str | None) -> tuple[str, SmsSent]:
-        provider = _provider_of(ctx, "sms", engine)
-        await _attempt_record(
-            ctx, records, created, delivery_id=delivery_id, channel="sms", provider=provider,
-            country=country, paid_msat=sms_msat(ctx.rate_book, params.phone_number),
-        )  # fmt: skip
-        request = SmsRequest(params.phone_number, params.message, delivery_id)
-        return provider, await engine.send_sms(request)
+    async def send(engine: SmsEngine, delivery_id: str) -> tuple[str, str]:
+        sent = await engine.send_sms(SmsRequest(params.phone_number, params.message, delivery_id))
+        return sent.message_id, sent.status
 
-    try:
-        provider, sent = await ctx.engines.run("sms", SmsEngine, attempt)
-    except EngineError as exc:
-        await _mark_failed(records, created, delivery_id, exc, "sms")
-        raise
-    status = await _record_sent(records, "sms", provider, delivery_id, sent.message_id, sent.status)
+    delivery_id, status = await _send_recorded(
+        ctx,
+        "sms",
+        "sms",
+        SmsEngine,
+        send,
+        phone_number=params.phone_number,
+        paid_msat=sms_msat(ctx.rate_book, params.phone_number),
+    )
     url = deliveries.status_url(ctx.settings.public_base_url, delivery_id)
     text = (
         f"SMS accepted for {params.phone_number}.\n"
@@ -440,18 +476,9 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
     The call is billed later by its connected minutes (at least one when answered;
     nothing when nobody answered) and the rest refunded (services.comms.deliveries)."""
     await screen(ctx, Outreach("call", (params.phone_number,), params.message))
-    records = _records(ctx)
-    delivery_id = new_delivery_id("call")
-    country = ctx.rate_book.destinations.destination(params.phone_number).country
     rate = call_msat(ctx.rate_book, params.phone_number, 1)
-    created: list[str] = []
 
-    async def attempt(engine: VoiceCallEngine, _model: str | None) -> tuple[str, CallPlaced]:
-        provider = _provider_of(ctx, "voice", engine)
-        await _attempt_record(
-            ctx, records, created, delivery_id=delivery_id, channel="call", provider=provider,
-            country=country, paid_msat=rate * params.duration_minutes, rate_msat=rate,
-        )  # fmt: skip
+    async def send(engine: VoiceCallEngine, delivery_id: str) -> tuple[str, str]:
         audio_url = None
         if getattr(engine, "wants_audio", False):
             audio_url = await _node_speech(ctx, params)
@@ -464,15 +491,18 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
             reference=delivery_id,
             audio_url=audio_url,
         )
-        return provider, await engine.place_call(request)
+        placed = await engine.place_call(request)
+        return placed.call_id, placed.status
 
-    try:
-        provider, placed = await ctx.engines.run("voice", VoiceCallEngine, attempt)
-    except EngineError as exc:
-        await _mark_failed(records, created, delivery_id, exc, "call")
-        raise
-    status = await _record_sent(
-        records, "call", provider, delivery_id, placed.call_id, placed.status
+    delivery_id, status = await _send_recorded(
+        ctx,
+        "call",
+        "voice",
+        VoiceCallEngine,
+        send,
+        phone_number=params.phone_number,
+        paid_msat=rate * params.duration_minutes,
+        rate_msat=rate,
     )
     return ServiceResult(
         {

@@ -282,14 +282,23 @@ class _Chat:
         self.provider = provider
         self.engine = engine
 
-    async def chat(self, request: ChatRequest) -> ChatResult:
+    def _payload(self, request: ChatRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The chat completion's body: model, messages, with ``stream`` the streaming
+        fields, then the caller's limits that are set (the token cap under the provider's
+        own field name)."""
         model = _need_model(request.model_name)
         extra: dict[str, Any] = {}
         if request.max_tokens is not None:
             extra[self.provider.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
             extra["temperature"] = request.temperature
-        payload = {"model": model, "messages": _chat_messages(request), **extra}
+        streaming: dict[str, Any] = (
+            {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        )
+        return {"model": model, "messages": _chat_messages(request), **streaming, **extra}
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        payload = self._payload(request)
         api, url = self.provider.api, self.provider.chat_url
 
         async def call() -> Any:
@@ -303,20 +312,7 @@ class _Chat:
         the usage from the last chunk (``choices`` empty, ``usage`` set). At most the
         provider's ``timeout_s`` between two chunks (TIMEOUT past it); a chunk with an
         ``error`` fails the stream; closing the iterator closes the upstream response."""
-        model = _need_model(request.model_name)
-        extra: dict[str, Any] = {}
-        if request.max_tokens is not None:
-            extra[self.provider.max_tokens_field] = request.max_tokens
-        if request.temperature is not None:
-            extra["temperature"] = request.temperature
-        payload = {
-            "model": model,
-            "messages": _chat_messages(request),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            **extra,
-        }
-        content = _BODY_ENCODER.encode(payload).encode()
+        content = _BODY_ENCODER.encode(self._payload(request, stream=True)).encode()
         # Only opening the stream is repeated after a connection failure (nothing was
         # generated for the caller yet).
         api, url = self.provider.api, self.provider.chat_url

@@ -18,7 +18,6 @@ L402_UPSTREAM_FAILED with the retry hint, so a chain falls back to its next prov
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -200,7 +199,7 @@ class _Chat:
         input_tokens: int | None = None
         output_tokens: int | None = None
         timeout_s = self.provider.config.timeout_s
-        try:
+        async with ERRORS.reading_stream(self.engine, response):
             async for event in upstream.events_within(json_api.events(response), timeout_s):
                 if event.event == "ping":
                     continue
@@ -239,13 +238,6 @@ class _Chat:
                     break
             if input_tokens is not None or output_tokens is not None:
                 yield ChatChunk(input_tokens=input_tokens, output_tokens=output_tokens)
-        except EngineError:
-            raise
-        except Exception as exc:
-            raise ERRORS.mapped(exc, self.engine) from None
-        finally:
-            with contextlib.suppress(Exception):
-                await response.aclose()
 
 
 def create(config: ProviderConfig, deps: EngineDeps) -> AnthropicProvider:

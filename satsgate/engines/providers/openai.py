@@ -37,7 +37,6 @@ upstream, and the caller pays for one.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -323,7 +322,7 @@ class _Chat:
         # it is the model_said of the refusal (nothing of it goes out as the answer).
         refusal: list[str] = []
         events = json_api.events(response)
-        try:
+        async with ERRORS.reading_stream(self.engine, response):
             async for event in upstream.events_within(events, self.provider.config.timeout_s):
                 if event.data == "[DONE]":
                     break
@@ -354,13 +353,6 @@ class _Chat:
                     )
             if refusal:  # a stream that ended without its finish chunk
                 raise upstream.refused_error(said="".join(refusal))
-        except EngineError:
-            raise
-        except Exception as exc:
-            raise ERRORS.mapped(exc, self.engine) from None
-        finally:
-            with contextlib.suppress(Exception):
-                await response.aclose()
 
 
 def _chat_result(body: Any) -> ChatResult:

@@ -12,12 +12,13 @@ never the base URL or the key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from satsgate.engines.config import DEFAULT_TIMEOUT_S, EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
@@ -145,6 +146,12 @@ class StatusError(Exception):
         self.body = body
 
 
+class _Closable(Protocol):
+    """An upstream response that holds a connection until closed."""
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class SdkErrors:
     """How an official SDK (openai, anthropic: the same generated layout) fails, and what
@@ -182,6 +189,21 @@ class SdkErrors:
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise self.mapped(exc, engine) from None
+
+    @contextlib.asynccontextmanager
+    async def reading_stream(self, engine: str, response: _Closable) -> AsyncIterator[None]:
+        """While an opened stream is read: an EngineError passes as it is, any other
+        failure is :meth:`mapped`; the response is closed however the reading ends
+        (a failure to close it is ignored)."""
+        try:
+            yield
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise self.mapped(exc, engine) from None
+        finally:
+            with contextlib.suppress(Exception):
+                await response.aclose()
 
     def mapped(self, exc: BaseException, engine: str) -> EngineError:
         """An SDK exception -> the caller's EngineError (and one operator log line)."""

@@ -223,8 +223,8 @@ async def _appeal_refund_part(
         if counted
         else "after the request was decided"
     )
-    if state in ("paid", "claiming"):
-        done = "paid out to your wallet" if state == "paid" else "being paid out"
+    done = _payout(state)
+    if done is not None:
         return (
             f'<p class="notice" id="appeal-refund{suffix}">An appeal payment arrived {why}, '
             f"so it was refunded: {esc(done)}.</p>"
@@ -290,8 +290,8 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         if hold.status == "failed"
         else "The request was not sent and its payment was refunded."
     )
-    if state in ("paid", "claiming"):
-        done = "paid out to your wallet" if state == "paid" else "being paid out"
+    done = _payout(state)
+    if done is not None:
         return (
             f'<p id="refunded">{esc(what)} The refund of <strong id="refund-sats">{esc(sats)}'
             f'</strong> sat is <strong id="refund-state">{esc(done)}</strong>.</p>'
@@ -304,6 +304,16 @@ def _refund_part(refund: dict[str, Any], hold: HeldRequest, state: str | None) -
         f'<p>Refund secret <span class="mono" id="refund-secret">{esc(secret)}</span></p>'
         + recover_button(hold.payment_id, secret, "recover-link", "Claim on /recover")
     )
+
+
+def _payout(state: str | None) -> str | None:
+    """How far a claimed refund's payout is, in the page's words; None while the refund
+    waits to be claimed (the page then shows its link)."""
+    if state == "paid":
+        return "paid out to your wallet"
+    if state == "claiming":
+        return "being paid out"
+    return None
 
 
 def _deadline(hold: HeldRequest) -> str:

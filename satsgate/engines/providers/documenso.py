@@ -87,7 +87,7 @@ from satsgate.engines.esign import (
     SigningRequest,
     SigningSent,
 )
-from satsgate.engines.providers.upstream import cause_of, check_options
+from satsgate.engines.providers.upstream import cause_of, check_options, retry_after_whole_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -238,11 +238,10 @@ class DocumensoProvider:
             return resp
         log.warning("documenso %s: %s answered %d", self.config.name, what, resp.status_code)
         if resp.status_code == 429:
-            retry = resp.headers.get("retry-after")
             raise EngineError(
                 ErrorCode.RATE_LIMITED,
                 "The signing service is busy; try again shortly.",
-                retry_after_s=float(retry) if retry and retry.isdigit() else None,
+                retry_after_s=retry_after_whole_s(resp.headers),
                 may_fall_back=not sent,
             )
         if resp.status_code in (400, 413, 422):

@@ -25,6 +25,7 @@ import httpx
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.local.narration import tts_narrator
+from satsgate.engines.providers.upstream import retry_after_whole_s
 from satsgate.engines.registry import EngineDeps
 from satsgate.engines.synthesis import SynthesisRequest, SynthesisResult
 from satsgate.engines.voice_clone import VoiceCloneRequest, VoiceCloneResult
@@ -112,11 +113,10 @@ class ElevenLabsProvider:
             status,
         )
         if resp.status_code == 429:
-            retry = resp.headers.get("retry-after")
             raise EngineError(
                 ErrorCode.RATE_LIMITED,
                 "The voice service is busy; try again shortly.",
-                retry_after_s=float(retry) if retry and retry.isdigit() else None,
+                retry_after_s=retry_after_whole_s(resp.headers),
             )
         if resp.status_code == 422 or status in ("voice_not_found", "max_character_limit_exceeded"):
             raise EngineError(

@@ -82,6 +82,13 @@ def retry_after_s(headers: Mapping[str, str] | None) -> float:
     return DEFAULT_RETRY_AFTER_S
 
 
+def retry_after_whole_s(headers: Mapping[str, str]) -> float | None:
+    """``retry-after`` when it is whole seconds; None otherwise (absent, a date, a
+    fraction): then the caller gets no retry hint."""
+    retry = headers.get("retry-after")
+    return float(retry) if retry and retry.isdigit() else None
+
+
 def _bounded(seconds: float) -> float:
     return min(MAX_RETRY_AFTER_S, max(1.0, seconds))
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from satsgate.domain.do_not_contact import OptOuts, asks_not_to_be_contacted, opt_out
 from satsgate.engines.config import EngineConfigError
 from satsgate.engines.delivery import InboundMessage
+from satsgate.engines.errors import EngineError
+from satsgate.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +65,16 @@ async def opted_out_recipient(opt_outs: OptOuts, number: str) -> None:
     the number goes on the list too, so no other carrier is tried for it again."""
     with contextlib.suppress(ValueError):
         await opt_out(opt_outs, number, source=SOURCE)
+
+
+@contextlib.asynccontextmanager
+async def recording_opt_out(opt_outs: OptOuts, number: str) -> AsyncIterator[None]:
+    """Around a send to ``number``: a carrier's refusal because the recipient opted out
+    (RECIPIENT_OPTED_OUT) puts the number on the list (:func:`opted_out_recipient`),
+    then is raised on as it is."""
+    try:
+        yield
+    except EngineError as exc:
+        if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
+            await opted_out_recipient(opt_outs, number)
+        raise

@@ -55,7 +55,7 @@ from satsgate.engines.delivery import (
 )
 from satsgate.engines.errors import EngineError
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
-from satsgate.engines.providers.carriers import opt_out_by_reply, opted_out_recipient
+from satsgate.engines.providers.carriers import opt_out_by_reply, recording_opt_out
 from satsgate.engines.providers.telnyx_client import KIND
 from satsgate.engines.providers.telnyx_fax import TelnyxFax
 from satsgate.engines.providers.telnyx_parsing import (
@@ -345,12 +345,8 @@ class TelnyxSms:
             body["from"] = p.from_number
         if p.messaging_profile_id:
             body["messaging_profile_id"] = p.messaging_profile_id
-        try:
+        async with recording_opt_out(p.deps.opt_outs, request.to):
             data = await p.request("POST", "/messages", "sms", body)
-        except EngineError as exc:
-            if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
-                await opted_out_recipient(p.deps.opt_outs, request.to)
-            raise
         update = message_update(data)
         if not update.provider_ref:
             raise p._failed("sms", ErrorCode.SERVICE_ERROR, "answer without an id", False)

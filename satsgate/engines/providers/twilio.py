@@ -78,7 +78,7 @@ from satsgate.engines.errors import EngineError
 from satsgate.engines.messaging import MessageStatus, SmsRequest, SmsSent
 from satsgate.engines.providers.carriers import (
     opt_out_by_reply,
-    opted_out_recipient,
+    recording_opt_out,
     ring_timeout_option,
     voices_option,
 )
@@ -700,7 +700,7 @@ class TwilioSms:
     async def send_sms(self, request: SmsRequest) -> SmsSent:
         p = self.p
         callback = p.webhook_url(request.reference) if p.status_callbacks else None
-        try:
+        async with recording_opt_out(p.deps.opt_outs, request.to):
             doc = await p.client.send_message(
                 to=request.to,
                 body=request.text,
@@ -708,10 +708,6 @@ class TwilioSms:
                 messaging_service_sid=p.messaging_service_sid,
                 status_callback=callback,
             )
-        except EngineError as exc:
-            if exc.code == ErrorCode.RECIPIENT_OPTED_OUT:
-                await opted_out_recipient(p.deps.opt_outs, request.to)
-            raise
         update = message_update(doc)
         if not update.provider_ref:
             raise EngineError(ErrorCode.SERVICE_ERROR, SMS_FAILED, may_fall_back=False)

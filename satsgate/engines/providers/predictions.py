@@ -42,7 +42,10 @@ from satsgate.engines.generation import (
     MediaFile,
     Model3dRequest,
     MusicRequest,
+    PredictionCheckpoint,
+    ProgressFn,
     VideoRequest,
+    no_progress,
 )
 from satsgate.engines.image_generation import (
     GeneratedImage,
@@ -72,6 +75,7 @@ ENGINE_NAMES = frozenset(
         "detect_objects",  # open set: what the prompt names, not only the local faces
     }
 )
+_IMAGE_EXTS = ("png", "jpeg", "webp")
 
 
 class PredictionProvider(PredictionRunner):
@@ -91,6 +95,21 @@ class PredictionProvider(PredictionRunner):
             raise EngineError(ErrorCode.SERVICE_ERROR, "No model is configured for this request.")
         return model_name
 
+    async def _run_fields(
+        self,
+        model: str,
+        fields: dict[str, Any],
+        call_id: str = "",
+        progress: ProgressFn = no_progress,
+        checkpoint: PredictionCheckpoint | None = None,
+    ) -> list[MediaFile]:
+        """:meth:`run` of ``model`` on the canonical ``fields``, shaped for it."""
+        return await self.run(model, self.shape_input(model, fields), call_id, progress, checkpoint)
+
+    async def _image_file(self, model: str, fields: dict[str, Any]) -> MediaFile:
+        """The first image output of a run that feeds no job (no call id, no progress)."""
+        return _first(await self._run_fields(model, fields), _IMAGE_EXTS, "an image")
+
     async def generate_video(self, request: VideoRequest) -> MediaFile:
         model = self._model(request.model_name)
         fields: dict[str, Any] = {
@@ -103,12 +122,8 @@ class PredictionProvider(PredictionRunner):
             "reference_image": await self.file_input(request.reference_image),
             "reference_audio": await self.file_input(request.reference_audio),
         }
-        files = await self.run(
-            model,
-            self.shape_input(model, fields),
-            request.call_id,
-            request.progress,
-            request.checkpoint,
+        files = await self._run_fields(
+            model, fields, request.call_id, request.progress, request.checkpoint
         )
         return _first(files, ("mp4", "webm", "mov"), "a video")
 
@@ -123,9 +138,7 @@ class PredictionProvider(PredictionRunner):
             "sample_rate": request.sample_rate,
             "bitrate": request.bitrate,
         }
-        files = await self.run(
-            model, self.shape_input(model, fields), request.call_id, request.progress
-        )
+        files = await self._run_fields(model, fields, request.call_id, request.progress)
         return _first(files, ("wav", "mp3", "flac", "ogg", "m4a"), "audio")
 
     async def generate_model(self, request: Model3dRequest) -> MediaFile:
@@ -134,22 +147,16 @@ class PredictionProvider(PredictionRunner):
             "prompt": request.prompt,
             "image": await self.file_input(request.image),
         }
-        files = await self.run(
-            model,
-            self.shape_input(model, fields),
-            request.call_id,
-            request.progress,
-            request.checkpoint,
+        files = await self._run_fields(
+            model, fields, request.call_id, request.progress, request.checkpoint
         )
         return _first(files, ("glb",), "a GLB model")
 
     async def process_image(self, request: ImageOpRequest) -> ImageOpResult:
         model = self._model(request.model_name)
         fields: dict[str, Any] = {"image": await self.file_input(request.image), **request.options}
-        files = await self.run(
-            model, self.shape_input(model, fields), request.call_id, request.progress
-        )
-        images = tuple(f for f in files if f.ext in ("png", "jpeg", "webp"))
+        files = await self._run_fields(model, fields, request.call_id, request.progress)
+        images = tuple(f for f in files if f.ext in _IMAGE_EXTS)
         if not images:
             raise EngineError(
                 ErrorCode.SERVICE_ERROR, "The model returned no image.", may_fall_back=False
@@ -169,8 +176,7 @@ class PredictionProvider(PredictionRunner):
             "image": refs[0] if refs else None,
             "images": refs if len(refs) > 1 else None,
         }
-        files = await self.run(model, self.shape_input(model, fields), "", lambda _p, _m: None)
-        return GeneratedImage(_first(files, ("png", "jpeg", "webp"), "an image").data)
+        return GeneratedImage((await self._image_file(model, fields)).data)
 
     async def edit(self, request: ImageEditRequest) -> GeneratedImage:
         """edit-image: canonical fields prompt, image, aspect_ratio ("match_input_image" for
@@ -185,15 +191,12 @@ class PredictionProvider(PredictionRunner):
             "output_format": request.output_format,
             "resolution": request.resolution,
         }
-        files = await self.run(model, self.shape_input(model, fields), "", lambda _p, _m: None)
-        return GeneratedImage(_first(files, ("png", "jpeg", "webp"), "an image").data)
+        return GeneratedImage((await self._image_file(model, fields)).data)
 
     async def _image_output(
         self, model: str | None, fields: dict[str, Any], method: str
     ) -> ImageOutput:
-        name = self._model(model)
-        files = await self.run(name, self.shape_input(name, fields), "", lambda _p, _m: None)
-        out = _first(files, ("png", "jpeg", "webp"), "an image")
+        out = await self._image_file(self._model(model), fields)
         width, height = await asyncio.to_thread(_image_size, out.data)
         fmt: Literal["png", "jpeg", "webp"] = (
             "jpeg" if out.ext == "jpeg" else "webp" if out.ext == "webp" else "png"

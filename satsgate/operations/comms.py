@@ -25,6 +25,7 @@ from satsgate.operations.answers import (
     VoiceBridgeSettlement,
 )
 from satsgate.operations.base import (
+    AnySpec,
     Call,
     Family,
     HttpRoute,
@@ -83,14 +84,19 @@ def _call_words(result: AiCallRecord) -> bool:
 # -- the voice bridge's shared calls (both faces) -------------------------------------------
 
 
-def _bridge_available(engines: Engines) -> None:
-    """The same refusal as the paid open: no engine, no session to talk to."""
-    if not VOICE_BRIDGE_OPEN.is_available(engines):
-        raise ApiError(
-            ErrorCode.SERVICE_UNAVAILABLE,
-            f"{VOICE_BRIDGE_OPEN.title} has no engine configured on this node; nothing was "
-            "charged.",
-        )
+def _unavailable(service: AnySpec) -> ApiError:
+    """The paid ``service``'s own refusal on a node without its engine."""
+    return ApiError(
+        ErrorCode.SERVICE_UNAVAILABLE,
+        f"{service.title} has no engine configured on this node; nothing was charged.",
+    )
+
+
+def _available(service: AnySpec, engines: Engines) -> None:
+    """The same refusal as the paid ``service``: no engine, no session or call of it to
+    follow up."""
+    if not service.is_available(engines):
+        raise _unavailable(service)
 
 
 def _bridge_not_found(session_id: str, what: str = "voice-bridge session") -> ApiError:
@@ -104,7 +110,7 @@ async def bridge_say(
 ) -> dict[str, Any]:
     """``{ success, bytesSent }``: the utterance is played into the open session."""
     await params.prechecks()  # decodes the audio off the loop: 400 before anything else
-    _bridge_available(engines)
+    _available(VOICE_BRIDGE_OPEN, engines)
     utterance: Utterance = params.checked()
     sent = await sessions.say(params.sessionId, utterance)
     if sent is None:
@@ -118,7 +124,7 @@ async def bridge_poll(
     params: VoiceBridgePollParams,
 ) -> dict[str, Any]:
     """The session's state and the events after ``cursor``."""
-    _bridge_available(engines)
+    _available(VOICE_BRIDGE_OPEN, engines)
     found = await sessions.poll(params.sessionId, params.cursor)
     if found is None:
         raise _bridge_not_found(params.sessionId)
@@ -131,7 +137,7 @@ async def bridge_end(
     params: VoiceBridgeEndParams,
 ) -> dict[str, Any]:
     """Hang up; the elapsed time is billed and the rest of the deposit refunded."""
-    _bridge_available(engines)
+    _available(VOICE_BRIDGE_OPEN, engines)
     settlement = await sessions.end(params.sessionId)
     if settlement is None:
         raise _bridge_not_found(params.sessionId)
@@ -284,15 +290,6 @@ class ConfirmAiCallArgs(BaseModel):
         return self.sessionId
 
 
-def _ai_call_available(engines: Engines) -> None:
-    """The same refusal as the paid call: no engine, no AI call to confirm or poll."""
-    if not AI_CALL.is_available(engines):
-        raise ApiError(
-            ErrorCode.SERVICE_UNAVAILABLE,
-            f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
-        )
-
-
 async def ai_call_confirm(
     settings: Settings,
     engines: Engines,
@@ -301,7 +298,7 @@ async def ai_call_confirm(
     answers: Mapping[str, AiCallAnswer] | None,
 ) -> dict[str, Any]:
     """Confirm a ``pending_confirm`` call on its original payment: the call proceeds."""
-    _ai_call_available(engines)
+    _available(AI_CALL, engines)
     record = await records.confirm(session_id, answers or {})
     if record is None:
         raise ApiError(
@@ -315,7 +312,7 @@ async def ai_call_poll(
     settings: Settings, engines: Engines, records: ai_calls.AiCallRecords, call_id: str
 ) -> dict[str, Any]:
     """The call record: status, transcript, results and refund status."""
-    _ai_call_available(engines)
+    _available(AI_CALL, engines)
     record = await records.record(call_id)
     if record is None:
         raise ApiError(ErrorCode.AI_CALL_NOT_FOUND, f"No AI call with call_id {call_id!r}.")
@@ -514,10 +511,7 @@ async def claim_refund(env: OperationEnv, args: ClaimRefundParams, call: Call) -
     the address, on its way, nothing left, or the call still running)."""
     runner = env.ai_calls
     if runner is None or not AI_CALL.is_available(env.engines):
-        raise ApiError(
-            ErrorCode.SERVICE_UNAVAILABLE,
-            f"{AI_CALL.title} has no engine configured on this node; nothing was charged.",
-        )
+        raise _unavailable(AI_CALL)
     if args.payment_id is not None:
         payment = await env.gate.get_payment(args.payment_id)
         if payment is None or payment.service != AI_CALL.slug:

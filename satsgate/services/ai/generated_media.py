@@ -1,13 +1,14 @@
 """What the services of generated media share (video, animate-image, music, 3D models,
 image operations on hosted models): decoding the caller's files off the event loop,
-checking an output's duration against what was asked, and measuring images."""
+checking an output's duration against what was asked and billing its seconds, and
+measuring images."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -15,7 +16,8 @@ from satsgate.domain.media import MediaError, audio_duration_s
 from satsgate.engines import EngineError
 from satsgate.engines.generation import SavedPrediction
 from satsgate.errors import ErrorCode
-from satsgate.services.base import JobState
+from satsgate.files import StoredFile
+from satsgate.services.base import JobState, ServiceContext
 from satsgate.services.inputs.params import IMAGE_MAX_BYTES, decode_file
 
 
@@ -83,6 +85,24 @@ async def checked_duration(data: bytes, asked_s: float, what: str) -> float:
 def billed_seconds(asked_s: int, measured_s: float) -> int:
     """Seconds a per-second price charges: what was asked, or fewer when less came."""
     return max(1, min(asked_s, math.ceil(measured_s - 0.05)))
+
+
+class TimedOutput(NamedTuple):
+    """A generated track or clip as stored: its measured length, and the seconds billed."""
+
+    stored: StoredFile
+    seconds: float
+    billed_s: int
+
+
+async def stored_by_the_second(
+    ctx: ServiceContext, data: bytes, ext: str, asked_s: int, what: str
+) -> TimedOutput:
+    """A per-second output checked against ``asked_s`` (checked_duration) before it is
+    stored, and billed for the seconds it has (billed_seconds)."""
+    seconds = await checked_duration(data, asked_s, what)
+    stored = await ctx.files.save(data, ext)
+    return TimedOutput(stored, seconds, billed_seconds(asked_s, seconds))
 
 
 def image_size(data: bytes) -> tuple[int, int, str]:

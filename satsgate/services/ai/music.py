@@ -11,7 +11,7 @@ from typing import ClassVar, Literal, Self
 from pydantic import Field, model_validator
 
 from satsgate.engines.generation import MusicEngine, MusicRequest
-from satsgate.services.ai.generated_media import billed_seconds, checked_duration
+from satsgate.services.ai.generated_media import stored_by_the_second
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.services.catalog.pricing import MUSIC_LYRICS_ADDON_SATS, music_msat
 from satsgate.services.inputs.params import ModelChoice, ServiceParams, alias
@@ -92,9 +92,9 @@ async def generate_music(ctx: ServiceContext, params: GenerateMusicParams) -> Se
         ),
         model_id=model,
     )
-    seconds = await checked_duration(track.data, params.duration, "track")
-    stored = await ctx.files.save(track.data, track.ext)
-    billed = billed_seconds(params.duration, seconds)
+    stored, seconds, billed = await stored_by_the_second(
+        ctx, track.data, track.ext, params.duration, "track"
+    )
     charged = music_msat(billed, params.lyricsAddon)
     return ServiceResult(
         {

@@ -15,9 +15,8 @@ from satsgate.engines.generation import VideoEngine, VideoRequest
 from satsgate.errors import ErrorCode
 from satsgate.services.ai.generated_media import (
     JobCheckpoint,
-    billed_seconds,
-    checked_duration,
     decoded,
+    stored_by_the_second,
 )
 from satsgate.services.base import PriceShape, ServiceContext, ServiceResult, ServiceSpec
 from satsgate.services.catalog.pricing import VIDEO_SATS_PER_SECOND, video_msat
@@ -142,9 +141,9 @@ async def _video(
         ),
         model_id=model,
     )
-    seconds = await checked_duration(clip.data, params.duration, "video")
-    stored = await ctx.files.save(clip.data, clip.ext)
-    billed = billed_seconds(params.duration, seconds)
+    stored, seconds, billed = await stored_by_the_second(
+        ctx, clip.data, clip.ext, params.duration, "video"
+    )
     return ServiceResult(
         {
             "videoUrl": stored.url,

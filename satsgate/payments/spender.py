@@ -42,6 +42,7 @@ from satsgate.jobs.lifecycle import FailureRefund, JobWork
 from satsgate.payments import l402
 from satsgate.payments.dedup import DedupCache
 from satsgate.payments.rework import ReworkDesk
+from satsgate.payments.spent_refunds import EcashRefunds, PaidStream, Refunder, SpentRefunds
 from satsgate.payments.verifier import Verified
 from satsgate.services.base import (
     JobState,
@@ -49,7 +50,6 @@ from satsgate.services.base import (
     ServiceContext,
     ServiceResult,
     ServiceSpec,
-    StreamPiece,
     request_digest,
 )
 from satsgate.services.catalog.rates import Rates
@@ -101,26 +101,6 @@ class SpendablePayments(Protocol):
     async def get(self, payment_id: str) -> Payment | None: ...
 
     async def get_by_hash(self, payment_hash: str) -> Payment | None: ...
-
-
-class Refunder(Protocol):
-    """Issues refund links (the refund service); each returns the refund object, or None
-    when there was nothing (left) to refund."""
-
-    async def refund_unspent(self, payment: Payment, reason: str) -> dict[str, Any] | None:
-        """paid -> refunded in full; None when the payment is no longer paid (a lost race)."""
-        ...
-
-    async def refund_spent(
-        self, payment: Payment, amount_msat: int, reason: str
-    ) -> dict[str, Any] | None:
-        """Part or all of a spent (or serving: it becomes spent) payment; never more in
-        total than was paid."""
-        ...
-
-    async def latest_refund(self, payment_id: str) -> dict[str, Any] | None:
-        """The payment's most recent refund, if any."""
-        ...
 
 
 class PaidRefresher(Protocol):
@@ -185,15 +165,6 @@ class HoldDecisions(Protocol):
     async def cancel(self, payment: Payment, reason: str) -> dict[str, Any] | None: ...
 
 
-class EcashRefunds(Protocol):
-    """Refunds of payments made in ecash (see :mod:`satsgate.payments.cashu`): a fresh token
-    in the refund object; None when nothing could be refunded in ecash."""
-
-    async def refund_spent(
-        self, payment: Payment, amount_msat: int, reason: str
-    ) -> dict[str, Any] | None: ...
-
-
 class HeldRequests(Protocol):
     """Communications the screen held (satsgate.outreach.held_requests.HeldRequestDesk)."""
 
@@ -244,7 +215,6 @@ class Spender:
         rework: ReworkDesk | None = None,
     ) -> None:
         self._holds = holds
-        self._ecash = ecash
         # Held communications (CONTENT_POLICY_HELD); None: a flagged call is refunded.
         self._held = held
         # The free-retry window after a content refusal (satsgate.payments.rework); None:
@@ -252,6 +222,7 @@ class Spender:
         self.rework = rework
         self._payments = payments
         self._refunds = refunds
+        self._spent_refunds = SpentRefunds(refunds, holds, ecash)
         self._settlements = settlements
         self._jobs = jobs
         self._contexts = contexts
@@ -537,8 +508,13 @@ class Spender:
             price_msat,
             self._contexts.for_call(payment.payment_id, service=spec.slug),
         )
-        if result.stream is not None:  # answered once the stream ends (_PaidStream)
-            result.stream.settle = _PaidStream(self, payment, min(price_msat, payment.amount_msat))
+        if result.stream is not None:  # answered once the stream ends (PaidStream)
+            result.stream.settle = PaidStream(
+                self._spent_refunds,
+                self._payments.answered,
+                payment,
+                min(price_msat, payment.amount_msat),
+            )
             return result
         self._payments.answered(payment.payment_id)
         return result
@@ -557,26 +533,26 @@ class Spender:
         except HeldForReview as held:
             raise await self._hold(payment, spec, params, held) from None
         except ApiError as exc:
-            exc.refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
+            exc.refund = await self._spent_refunds.refund(payment, payment.amount_msat, exc.message)
             raise
         except EngineError as exc:
             if self.rework is not None:  # a content refusal below the cap: not refunded
                 window = await self.rework.refused(payment, spec, exc)
                 if window is not None:
                     raise window from exc
-            refund = await self._refund_after_spend(payment, payment.amount_msat, exc.message)
+            refund = await self._spent_refunds.refund(payment, payment.amount_msat, exc.message)
             raise exc.api_error(refund=refund) from exc
         except asyncio.CancelledError:
             if self._jobs.suspended(payment.payment_id):
                 raise  # shutdown keeps this job for the next start: nothing is owed yet
             # The client went away mid-call; the money is still owed back.
             await asyncio.shield(
-                self._refund_after_spend(payment, payment.amount_msat, "call cancelled")
+                self._spent_refunds.refund(payment, payment.amount_msat, "call cancelled")
             )
             raise
         except Exception as exc:
             log.exception("service %s failed after payment", spec.slug)
-            refund = await self._refund_after_spend(payment, payment.amount_msat, repr(exc))
+            refund = await self._spent_refunds.refund(payment, payment.amount_msat, repr(exc))
             raise ApiError(
                 ErrorCode.L402_UPSTREAM_FAILED,
                 "The service failed after payment; the payment was refunded.",
@@ -599,7 +575,7 @@ class Spender:
             # (earning nothing, it is canceled below, as the full refund).
             await self._holds.settle(payment)
         if unearned_msat > 0:
-            refund = await self._refund_after_spend(payment, unearned_msat, reason)
+            refund = await self._spent_refunds.refund(payment, unearned_msat, reason)
             if refund is not None and isinstance(result.body, dict):
                 result = replace(result, body={**result.body, field: refund})
             elif refund is not None and result.stream is not None:
@@ -614,7 +590,7 @@ class Spender:
         if self._held is None or spec.mode == "job":
             # No hold desk on this gate, or a job (which has its own row and answer): the
             # call is refunded instead of held.
-            refund = await self._refund_after_spend(payment, payment.amount_msat, str(held))
+            refund = await self._spent_refunds.refund(payment, payment.amount_msat, str(held))
             return ApiError(
                 ErrorCode.CONTENT_FILTERED,
                 "The communication was refused by the content screen; refunded.",
@@ -699,7 +675,7 @@ class Spender:
             return {"content": result.body if isinstance(result.body, str) else None}
 
         async def refund(reason: str) -> dict[str, Any] | None:
-            issued = await self._refund_after_spend(payment, payment.amount_msat, reason)
+            issued = await self._spent_refunds.refund(payment, payment.amount_msat, reason)
             if issued is None:  # already refunded (e.g. on cancellation): show that refund
                 issued = await self._refunds.latest_refund(payment.payment_id)
             return issued
@@ -712,7 +688,9 @@ class Spender:
         payment = await self._payments.get(job.payment_id)
         if payment is None:
             return None
-        refund = await self._refund_after_spend(payment, payment.amount_msat, "job lost in restart")
+        refund = await self._spent_refunds.refund(
+            payment, payment.amount_msat, "job lost in restart"
+        )
         return refund or await self._refunds.latest_refund(payment.payment_id)
 
     async def refund_unanswered(self, served_by: str) -> int:
@@ -729,7 +707,7 @@ class Spender:
                 continue  # its job was taken up again (resume_job): it is being served
             if payment.payment_id in held:
                 continue  # held for review: serving until the operator decides
-            refund = await self._refund_after_spend(
+            refund = await self._spent_refunds.refund(
                 payment, payment.amount_msat, "the call was interrupted by a restart"
             )
             if refund is not None:
@@ -744,7 +722,7 @@ class Spender:
         how many."""
         count = 0
         for payment in await self._payments.unserved_in_doubt():
-            refund = await self._refund_after_spend(
+            refund = await self._spent_refunds.refund(
                 payment, payment.amount_msat, "the store's answer to the spend was cut"
             )
             await self._jobs.fail_unstarted(payment.payment_id, refund)  # a job's spend
@@ -752,55 +730,3 @@ class Spender:
             if refund is not None:
                 count += 1
         return count
-
-    async def _refund_after_spend(
-        self, payment: Payment, amount_msat: int, reason: str
-    ) -> dict[str, Any] | None:
-        in_full = amount_msat >= payment.amount_msat
-        if self._holds is not None and payment.mode == "hold" and in_full:
-            # Not yet settled: cancel it, the payer's wallet gets it back by itself.
-            canceled = await self._holds.cancel(payment, reason)
-            if canceled is not None:
-                return canceled
-        if self._ecash is not None and payment.mode == "cashu":
-            # Paid in ecash: refunded in ecash (LNURL-withdraw below when that fails).
-            token = await self._ecash.refund_spent(payment, amount_msat, reason)
-            if token is not None:
-                return token
-        return await self._refunds.refund_spent(payment, amount_msat, reason[:500])
-
-
-class _PaidStream:
-    """How the payment of a streamed call paid one by one ends (StreamSettle): it stays
-    serving while the stream runs (a crash mid-stream refunds it in full at start-up, as
-    any unanswered call); the stream's end, or the caller leaving, makes it spent; a
-    failure mid-stream refunds what the call was priced (the answer is incomplete), once."""
-
-    def __init__(self, spender: Spender, payment: Payment, price_msat: int) -> None:
-        self._spender = spender
-        self._payment = payment
-        self._price_msat = price_msat
-        self._ended = False
-
-    async def failed(self, code: ErrorCode, message: str) -> dict[str, Any]:
-        if self._ended:
-            return {}
-        self._ended = True
-        refund = await self._spender._refund_after_spend(
-            self._payment, self._price_msat, f"the stream failed: {message}"
-        )
-        return {} if refund is None else {"refund": refund}
-
-    async def finished(self, last: StreamPiece) -> dict[str, Any]:
-        self.abandoned()
-        return {
-            "method": "cashu" if self._payment.mode == "cashu" else "lightning",
-            "reference": self._payment.payment_hash,
-            "spent": self._price_msat / 1000,
-            "spentMsat": self._price_msat,
-        }
-
-    def abandoned(self) -> None:
-        if not self._ended:
-            self._ended = True
-            self._spender._payments.answered(self._payment.payment_id)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -56,6 +57,11 @@ _CATEGORIES = {
 }
 
 
+_Form = Mapping[str, object]  # the posted form
+# What a form post does with the hold its token opened: the page it answers.
+_HoldAction = Callable[[HeldRequestDesk, HeldRequest, str, _Form], Awaitable[web.Response]]
+
+
 def install(app: web.Application, holds_key: web.AppKey[HeldRequestDesk]) -> None:
     async def ask(request: web.Request) -> web.Response:
         error = ""
@@ -66,23 +72,34 @@ def install(app: web.Application, holds_key: web.AppKey[HeldRequestDesk]) -> Non
             )
         return page("Appeal a held request", _ask_token(error), script=_READ_FRAGMENT)
 
-    async def show(request: web.Request) -> web.Response:
-        desk = request.app[holds_key]
-        form = await request.post()
-        token = str(form.get("t", "")).strip()
-        hold = await _hold_of(desk, token)
-        if hold is None:
-            return page("Appeal a held request", _ask_token("This appeal link is not valid."), 404)
+    def on_hold(action: _HoldAction) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """A form post that carries the appeal token: ``action`` on the hold it opens;
+        a 404 asking for the token when it opens none."""
+
+        async def route(request: web.Request) -> web.Response:
+            desk = request.app[holds_key]
+            form = await request.post()
+            token = str(form.get("t", "")).strip()
+            hold = await _hold_of(desk, token)
+            if hold is None:
+                return page(
+                    "Appeal a held request", _ask_token("This appeal link is not valid."), 404
+                )
+            return await action(desk, hold, token, form)
+
+        return route
+
+    @on_hold
+    async def show(
+        desk: HeldRequestDesk, hold: HeldRequest, token: str, form: _Form
+    ) -> web.Response:
         hold = await desk.refresh_appeal(hold)
         return page("Appeal a held request", await _body(desk, hold, token))
 
-    async def appeal(request: web.Request) -> web.Response:
-        desk = request.app[holds_key]
-        form = await request.post()
-        token = str(form.get("t", "")).strip()
-        hold = await _hold_of(desk, token)
-        if hold is None:
-            return page("Appeal a held request", _ask_token("This appeal link is not valid."), 404)
+    @on_hold
+    async def appeal(
+        desk: HeldRequestDesk, hold: HeldRequest, token: str, form: _Form
+    ) -> web.Response:
         try:
             await desk.appeal_invoice(hold, str(form.get("note", "")))
         except HoldError as exc:

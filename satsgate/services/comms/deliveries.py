@@ -1,7 +1,10 @@
-"""Delivery status of sent SMS, automated calls and faxes: provider reports applied to
-the records (satsgate.store.deliveries), a call's billing by its connected duration,
-and the payer's free status read.
+"""Delivery records of sent SMS, automated calls and faxes: made as a send is tried,
+provider reports applied to them (satsgate.store.deliveries), a call's billing by its
+connected duration, and the payer's free status read.
 
+- :func:`send_recorded`: an SMS's or a call's send, every provider attempt of a fallback
+  chain recorded under one delivery id; a failure recorded ``failed`` (the gate refunds
+  it in full).
 - :func:`apply_events`: what the webhook route (``POST /api/webhooks/<kind>/<NAME>``)
   does with a genuine provider report. Statuses move forward only
   (:data:`STATUS_RANKS`); a call that reaches a final status is settled once
@@ -24,7 +27,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 from satsgate.engines import EngineConfigError, EngineError, Engines
 from satsgate.engines.delivery import StatusUpdate, WebhookEvents
@@ -32,10 +35,13 @@ from satsgate.engines.messaging import SmsEngine
 from satsgate.engines.voice_call import VoiceCallEngine
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.payouts.refunds import RefundService
-from satsgate.store.deliveries import Delivery, DeliveryRepository
+from satsgate.services.base import ServiceContext
+from satsgate.store.deliveries import Delivery, DeliveryRepository, new_delivery_id
 from satsgate.store.rows import Payment
 
 log = logging.getLogger(__name__)
+
+_E = TypeVar("_E")
 
 # Status -> rank per channel; the initial "sending" (the record exists, the provider has
 # not answered yet) is rank 0. Final statuses share the highest rank of their channel.
@@ -337,3 +343,135 @@ async def sweep(env: DeliveryEnv, engines: Engines, now: int | None = None) -> i
             except Exception:  # one record must not stop the sweep
                 log.exception("delivery sweep: %s failed", record.delivery_id)
     return finished
+
+
+# -- the records of a send (SMS, automated call) --------------------------------------------
+
+
+def _records(ctx: ServiceContext) -> DeliveryRepository:
+    if ctx.deliveries is None:  # every app has a store; a bare context is a bug
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "Delivery records are not available on this node."
+        )
+    return ctx.deliveries
+
+
+def _provider_of(ctx: ServiceContext, engine_name: str, engine: object) -> str:
+    """The operator's provider name of the binding serving ``engine`` (the records are
+    keyed by it, so its webhooks find them)."""
+    for binding in ctx.engines.bindings(engine_name):
+        if binding.engine is engine:
+            return binding.provider.name if binding.provider is not None else binding.label
+    return engine_name
+
+
+async def _attempt_record(
+    ctx: ServiceContext,
+    records: DeliveryRepository,
+    created: list[str],
+    *,
+    delivery_id: str,
+    channel: str,
+    provider: str,
+    country: str,
+    paid_msat: int,
+    rate_msat: int | None = None,
+) -> None:
+    """The record of one attempt: created before the first provider is asked, moved to
+    the next provider of a fallback chain."""
+    if not created:
+        await records.create(
+            delivery_id=delivery_id,
+            payment_id=ctx.call_id,
+            channel=channel,
+            provider=provider,
+            country=country,
+            status=SENDING,
+            paid_msat=paid_msat,
+            rate_msat=rate_msat,
+        )
+    elif created[-1] != provider:
+        await records.reassign(delivery_id, provider)
+    created.append(provider)
+
+
+async def _record_sent(
+    records: DeliveryRepository,
+    channel: str,
+    provider: str,
+    delivery_id: str,
+    provider_ref: str,
+    status: str,
+) -> str:
+    """The provider took the message or call: its id and first status recorded; the
+    status to show the payer (the record's, which a webhook may already have moved)."""
+    ranked = rank(channel, status) or (1, False)
+    record = await records.update(
+        provider=provider,
+        delivery_id=delivery_id,
+        provider_ref=provider_ref,
+        status=status,
+        rank=ranked[0],
+        final=ranked[1],
+    )
+    return record.status if record is not None else status
+
+
+async def _mark_failed(
+    records: DeliveryRepository,
+    created: list[str],
+    delivery_id: str,
+    exc: EngineError,
+    channel: str,
+) -> None:
+    if created:
+        ranked = rank(channel, "failed")
+        assert ranked is not None
+        await records.update(
+            provider=created[-1],
+            delivery_id=delivery_id,
+            status="failed",
+            rank=ranked[0],
+            final=True,
+            error=exc.code,
+        )
+        await records.settle(delivery_id, 0)  # refunded in full by the gate
+
+
+async def send_recorded(
+    ctx: ServiceContext,
+    channel: str,
+    engine_name: str,
+    protocol: type[_E],
+    send: Callable[[_E, str], Awaitable[tuple[str, str]]],
+    *,
+    phone_number: str,
+    paid_msat: int,
+    rate_msat: int | None = None,
+) -> tuple[str, str]:
+    """``send(engine, delivery_id)`` (the provider's id and first status) on the engine
+    named ``engine_name``, every attempt recorded under one delivery id: that id, and the
+    status to show the payer. A failure is recorded ``failed`` and raised (the gate
+    refunds it)."""
+    records = _records(ctx)
+    delivery_id = new_delivery_id(channel)
+    country = ctx.rate_book.destinations.destination(phone_number).country
+    created: list[str] = []
+
+    async def attempt(engine: _E, _model: str | None) -> tuple[str, str, str]:
+        provider = _provider_of(ctx, engine_name, engine)
+        await _attempt_record(
+            ctx, records, created, delivery_id=delivery_id, channel=channel, provider=provider,
+            country=country, paid_msat=paid_msat, rate_msat=rate_msat,
+        )  # fmt: skip
+        provider_ref, status = await send(engine, delivery_id)
+        return provider, provider_ref, status
+
+    try:
+        provider, provider_ref, status = await ctx.engines.run(engine_name, protocol, attempt)
+    except EngineError as exc:
+        await _mark_failed(records, created, delivery_id, exc, channel)
+        raise
+    return delivery_id, await _record_sent(
+        records, channel, provider, delivery_id, provider_ref, status
+    )

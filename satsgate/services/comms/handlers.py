@@ -11,9 +11,8 @@ The voice bridge's spec slug is ``voice-bridge/open``; the paid route is
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
@@ -61,15 +60,12 @@ from satsgate.services.inputs.params import (
     check_email_address,
     lightning_address,
 )
-from satsgate.store.deliveries import DeliveryRepository, new_delivery_id
 
 log = logging.getLogger(__name__)
 
 MAX_EMAIL_RECIPIENTS = 10
 # The text-to-speech tier a call speaks with when its provider plays the node's audio.
 GLOBAL_TTS_MODEL = 43
-
-_E = TypeVar("_E")
 
 
 def _single_line(value: str | None) -> str | None:
@@ -203,138 +199,6 @@ SEND_EMAIL = ServiceSpec(
     recipients=lambda p: p.recipients,
 )
 
-# -- SMS and automated calls: delivery records ----------------------------------------------
-
-
-def _records(ctx: ServiceContext) -> DeliveryRepository:
-    if ctx.deliveries is None:  # every app has a store; a bare context is a bug
-        raise EngineError(
-            ErrorCode.SERVICE_ERROR, "Delivery records are not available on this node."
-        )
-    return ctx.deliveries
-
-
-def _provider_of(ctx: ServiceContext, engine_name: str, engine: object) -> str:
-    """The operator's provider name of the binding serving ``engine`` (the records are
-    keyed by it, so its webhooks find them)."""
-    for binding in ctx.engines.bindings(engine_name):
-        if binding.engine is engine:
-            return binding.provider.name if binding.provider is not None else binding.label
-    return engine_name
-
-
-async def _attempt_record(
-    ctx: ServiceContext,
-    records: DeliveryRepository,
-    created: list[str],
-    *,
-    delivery_id: str,
-    channel: str,
-    provider: str,
-    country: str,
-    paid_msat: int,
-    rate_msat: int | None = None,
-) -> None:
-    """The record of one attempt: created before the first provider is asked, moved to
-    the next provider of a fallback chain."""
-    if not created:
-        await records.create(
-            delivery_id=delivery_id,
-            payment_id=ctx.call_id,
-            channel=channel,
-            provider=provider,
-            country=country,
-            status=deliveries.SENDING,
-            paid_msat=paid_msat,
-            rate_msat=rate_msat,
-        )
-    elif created[-1] != provider:
-        await records.reassign(delivery_id, provider)
-    created.append(provider)
-
-
-async def _record_sent(
-    records: DeliveryRepository,
-    channel: str,
-    provider: str,
-    delivery_id: str,
-    provider_ref: str,
-    status: str,
-) -> str:
-    """The provider took the message or call: its id and first status recorded; the
-    status to show the payer (the record's, which a webhook may already have moved)."""
-    ranked = deliveries.rank(channel, status) or (1, False)
-    record = await records.update(
-        provider=provider,
-        delivery_id=delivery_id,
-        provider_ref=provider_ref,
-        status=status,
-        rank=ranked[0],
-        final=ranked[1],
-    )
-    return record.status if record is not None else status
-
-
-async def _mark_failed(
-    records: DeliveryRepository,
-    created: list[str],
-    delivery_id: str,
-    exc: EngineError,
-    channel: str,
-) -> None:
-    if created:
-        ranked = deliveries.rank(channel, "failed")
-        assert ranked is not None
-        await records.update(
-            provider=created[-1],
-            delivery_id=delivery_id,
-            status="failed",
-            rank=ranked[0],
-            final=True,
-            error=exc.code,
-        )
-        await records.settle(delivery_id, 0)  # refunded in full by the gate
-
-
-async def _send_recorded(
-    ctx: ServiceContext,
-    channel: str,
-    engine_name: str,
-    protocol: type[_E],
-    send: Callable[[_E, str], Awaitable[tuple[str, str]]],
-    *,
-    phone_number: str,
-    paid_msat: int,
-    rate_msat: int | None = None,
-) -> tuple[str, str]:
-    """``send(engine, delivery_id)`` (the provider's id and first status) on the engine
-    named ``engine_name``, every attempt recorded under one delivery id: that id, and the
-    status to show the payer. A failure is recorded ``failed`` and raised (the gate
-    refunds it)."""
-    records = _records(ctx)
-    delivery_id = new_delivery_id(channel)
-    country = ctx.rate_book.destinations.destination(phone_number).country
-    created: list[str] = []
-
-    async def attempt(engine: _E, _model: str | None) -> tuple[str, str, str]:
-        provider = _provider_of(ctx, engine_name, engine)
-        await _attempt_record(
-            ctx, records, created, delivery_id=delivery_id, channel=channel, provider=provider,
-            country=country, paid_msat=paid_msat, rate_msat=rate_msat,
-        )  # fmt: skip
-        provider_ref, status = await send(engine, delivery_id)
-        return provider, provider_ref, status
-
-    try:
-        provider, provider_ref, status = await ctx.engines.run(engine_name, protocol, attempt)
-    except EngineError as exc:
-        await _mark_failed(records, created, delivery_id, exc, channel)
-        raise
-    return delivery_id, await _record_sent(
-        records, channel, provider, delivery_id, provider_ref, status
-    )
-
-
 # How a send through a telephony carrier (SMS, call, fax) can fail after payment, refunded.
 _CARRIER_FAILURES = (
     ErrorCode.INVALID_INPUT,
@@ -367,7 +231,7 @@ async def send_sms(ctx: ServiceContext, params: SendSmsParams) -> ServiceResult:
         sent = await engine.send_sms(SmsRequest(params.phone_number, params.message, delivery_id))
         return sent.message_id, sent.status
 
-    delivery_id, status = await _send_recorded(
+    delivery_id, status = await deliveries.send_recorded(
         ctx,
         "sms",
         "sms",
@@ -494,7 +358,7 @@ async def place_call(ctx: ServiceContext, params: CallParams) -> ServiceResult:
         placed = await engine.place_call(request)
         return placed.call_id, placed.status
 
-    delivery_id, status = await _send_recorded(
+    delivery_id, status = await deliveries.send_recorded(
         ctx,
         "call",
         "voice",

@@ -20,6 +20,16 @@ ReadyForQuery messages are the round trips; the client's Parse/Bind/Execute and 
 messages name the statements), over a known number of paid calls, less the same
 instance's idle traffic over the same time. Writes ``results/scale.md`` and
 ``results/scale.json``.
+
+    python bench/scale.py --instance-cpu 0.4   # each satsgate instance held to 0.4 core
+
+With ``--instance-cpu``, every satsgate server (all its processes) runs in a cgroup of its
+own whose CPU quota is that share of one core (cgroup v1 ``cpu.cfs_quota_us``, or v2
+``cpu.max``), while wrk and PostgreSQL are not held. On a machine whose cores the load
+generator, PostgreSQL and the instances share, two unheld instances measure what the
+machine has left over; held, each gets the same CPU in ``pg_1`` and ``pg_2``, so the
+ratio says whether a second instance adds what it is given (nothing shared between
+them, the database included, holding it back).
 """
 
 from __future__ import annotations
@@ -129,6 +139,67 @@ def postgres_cpu_s(cluster: PgCluster) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+class CpuCap:
+    """One cgroup per held server: its processes get at most ``share`` of one core."""
+
+    PERIOD_US = 10_000  # short: a held server waits at most this long for its quota
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        v1 = Path("/sys/fs/cgroup/cpu")
+        self.v1 = (v1 / "cpu.cfs_quota_us").exists()
+        self.root = v1 if self.v1 else Path("/sys/fs/cgroup")
+        self.groups: list[Path] = []
+
+    def hold(self, name: str, pgid: int) -> None:
+        group = self.root / f"satsgate-bench-{name}-{os.getpid()}"
+        group.mkdir()
+        self.groups.append(group)
+        quota = int(self.share * self.PERIOD_US)
+        if self.v1:
+            (group / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        else:
+            (group / "cpu.max").write_text(f"{quota} {self.PERIOD_US}")
+        # The server's processes now (its pools started with it); what they start later
+        # is born in the group.
+        for pid in group_pids(pgid):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (group / "cgroup.procs").write_text(str(pid))
+
+    def throttled_s(self) -> float:
+        """Seconds the held servers were kept waiting by their quota, all groups."""
+        total = 0
+        for group in self.groups:
+            for line in (group / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "throttled_time":  # v1, ns
+                    total += int(value) // 1000
+                elif key == "throttled_usec":  # v2
+                    total += int(value)
+        return total / 1e6
+
+    def release(self) -> None:
+        for group in self.groups:
+            with contextlib.suppress(OSError):  # a process still in it: left for the OS
+                group.rmdir()
+        self.groups.clear()
+
+
+def group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return pids
+
+
 # -- the set-ups ------------------------------------------------------------------------------
 
 
@@ -159,6 +230,7 @@ class Run:
     socket_errors: int
     exhausted: int
     per_wrk: list[dict[str, Any]] = field(default_factory=list)
+    throttled_s: float = 0.0  # with --instance-cpu: time the held servers waited for quota
 
 
 class Scale:
@@ -179,6 +251,7 @@ class Scale:
         self.pool = ProcessPoolExecutor(
             max_workers=2, mp_context=multiprocessing.get_context("spawn")
         )
+        self.cap = CpuCap(args.instance_cpu) if args.instance_cpu else None
 
     def start(self, inst: Instance, store_url: str = "") -> Server:
         args = [
@@ -193,12 +266,16 @@ class Scale:
             args += ["--store-url", url]
         inst.server = start_server(inst.name, args, self.tmp / f"{inst.name}.log")
         self.servers.append(inst.server)
+        if self.cap is not None:
+            self.cap.hold(inst.name, inst.server.proc.pid)
         return inst.server
 
     def stop(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         while self.servers:
             self.servers.pop().stop()
+        if self.cap is not None:
+            self.cap.release()
 
     def credentials(self, inst: Instance, count: int) -> Path:
         self.files += 1
@@ -237,10 +314,12 @@ class Scale:
         servers = [i.server for i in targets if i.server is not None]
         cpu0 = sum(group_cpu_s(s.proc.pid) for s in servers)
         pg0 = postgres_cpu_s(self.cluster)
+        held0 = self.cap.throttled_s() if self.cap is not None else 0.0
         procs = [start_wrk(i.url, f, per, duration_s) for i, f in zip(targets, files, strict=True)]
         results = [finish_wrk(p, duration_s + 120) for p in procs]
         cpu = sum(group_cpu_s(s.proc.pid) for s in servers) - cpu0
         pg_cpu = postgres_cpu_s(self.cluster) - pg0 if setup != "sqlite" else 0.0
+        held = self.cap.throttled_s() - held0 if self.cap is not None else 0.0
         requests = sum(int(r["requests"]) for r in results)
         rps = sum(r["requests"] / (r["duration_us"] / 1e6) for r in results)
         statuses: Counter[str] = Counter()
@@ -262,6 +341,7 @@ class Scale:
             statuses=dict(statuses),
             socket_errors=sum(v for r in results for k, v in r["errors"].items() if k != "status"),
             exhausted=sum(int(r["exhausted_threads"]) for r in results),
+            throttled_s=round(held, 2),
             per_wrk=[
                 {
                     "instance": i.name,
@@ -381,6 +461,7 @@ class Scale:
                 "rounds": self.args.rounds,
                 "duration_s": self.args.duration,
                 "connections": self.args.connections,
+                "instance_cpu": self.args.instance_cpu,
                 "postgres": postgres_settings(self.db_url),
             },
             "rounds": [[r.__dict__ for r in rnd] for rnd in rounds],
@@ -662,6 +743,20 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any]) -> str:
         f"Load average before {raw['loadavg_before']}, after the rounds"
         f" {raw['loadavg_after_rounds']}; {raw['config']['rounds']} interleaved rounds of"
         f" {raw['config']['duration_s']} s; {raw['config']['connections']} connections in all.",
+        *(
+            [
+                f"Each satsgate instance held to {raw['config']['instance_cpu']} of a core"
+                " (its own cgroup's CPU quota); wrk and PostgreSQL not held. Time the held"
+                " servers waited for quota, per round: "
+                + "; ".join(
+                    ", ".join(f"{r['setup']} {r['throttled_s']:.1f} s" for r in rnd)
+                    for rnd in raw["rounds"]
+                )
+                + "."
+            ]
+            if raw["config"].get("instance_cpu")
+            else []
+        ),
         f"PostgreSQL {pg['server_version']} on this machine: fsync={pg['fsync']},"
         f" synchronous_commit={pg['synchronous_commit']},"
         f" full_page_writes={pg['full_page_writes']}, shared_buffers={pg['shared_buffers']}.",
@@ -705,6 +800,12 @@ def main() -> int:
     parser.add_argument("--count-s", type=int, default=4, help="counting run, seconds")
     parser.add_argument("--idle", type=float, default=5.0, help="idle interval, seconds")
     parser.add_argument("--out", default="scale", help="results/<out>.md and .json")
+    parser.add_argument(
+        "--instance-cpu",
+        type=float,
+        default=0.0,
+        help="hold each satsgate instance to this share of one core (a cgroup's CPU quota)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.duration, args.count_s, args.idle = 1, 3, 3, 3.0

@@ -41,7 +41,7 @@ from satsgate.payments.holds import Holds
 from satsgate.payments.rework import ReworkDesk
 from satsgate.payments.session_http import SessionHttp
 from satsgate.payments.sessions import SessionConfig, Sessions
-from satsgate.payments.settlements import Settlements
+from satsgate.payments.settlements import PaidWaiters, Settlements
 from satsgate.payments.spender import HeldRequests, Progress, Spender
 from satsgate.payments.verifier import Verifier
 from satsgate.payouts.refunds import RefundService
@@ -189,7 +189,7 @@ class Gate:
 
 
 def _holds(
-    settings: Settings, backend: LightningBackend, store: Store, settlements: Settlements
+    settings: Settings, backend: LightningBackend, store: Store, paid: PaidWaiters
 ) -> Holds | None:
     """The hold-invoice desk, wherever the node has hold invoices: deciding holds runs
     whenever it has them (holds issued before hold_invoices was turned off are still
@@ -198,15 +198,13 @@ def _holds(
         raise ValueError(f"hold_invoices: the {backend.name} backend has no hold invoices")
     if not isinstance(backend, HoldInvoices):
         return None
-    holds = Holds(
+    return Holds(
         node=backend,
         payments=store.payments,
         holds=store.holds,
-        on_paid=settlements.notify_paid,
+        on_paid=paid.notify,
         max_unused_s=settings.hold_max_unused_s,
     )
-    settlements.holds = holds
-    return holds
 
 
 def _ecash(settings: Settings, backend: LightningBackend, store: Store) -> Ecash | None:
@@ -247,8 +245,11 @@ def build_gate(
     """Wire the four collaborators to the node, the store's repositories, the refund
     service and the job runner."""
     root_keys = l402.RootKeys(settings.server_secret)
-    settlements = Settlements(node=backend, payments=store.payments, cursors=store.cursors)
-    holds = _holds(settings, backend, store, settlements)
+    paid = PaidWaiters()
+    holds = _holds(settings, backend, store, paid)
+    settlements = Settlements(
+        node=backend, payments=store.payments, cursors=store.cursors, paid=paid, holds=holds
+    )
     cashu = _ecash(settings, backend, store)
     # The node's bound on unpaid invoices: the calls' challenges and the session
     # deposits offered with them draw on the one budget.

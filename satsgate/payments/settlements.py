@@ -70,16 +70,49 @@ class HoldRefresher(Protocol):
     async def refresh(self, payment: Payment) -> Payment: ...
 
 
+class PaidWaiters:
+    """Who waits in this process for which payment hash to be paid: woken by a settlement
+    the watcher applied, an unpaid row the node reported settled, or an accepted hold
+    (``Holds``' ``on_paid``). Built before both, so neither is patched after."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[asyncio.Future[None]]] = {}
+
+    def notify(self, payment_hash: str) -> None:
+        """Wake whoever waits for this payment."""
+        for fut in self._waiting.pop(payment_hash, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    def add(self, payment_hash: str) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(payment_hash, []).append(fut)
+        return fut
+
+    def discard(self, payment_hash: str, fut: asyncio.Future[None]) -> None:
+        waiters = self._waiting.get(payment_hash, [])
+        if fut in waiters:
+            waiters.remove(fut)
+        if not waiters:
+            self._waiting.pop(payment_hash, None)
+
+
 class Settlements:
     def __init__(
-        self, *, node: SettlementSource, payments: SettledPayments, cursors: SettlementCursors
+        self,
+        *,
+        node: SettlementSource,
+        payments: SettledPayments,
+        cursors: SettlementCursors,
+        paid: PaidWaiters | None = None,
+        holds: HoldRefresher | None = None,
     ) -> None:
-        self.holds: HoldRefresher | None = None  # set when hold invoices are on
+        self._holds = holds  # when the node has hold invoices
         self._node = node
         self._payments = payments
         self._cursors = cursors
         self._cursor_name = f"settle:{node.name}"
-        self._paid_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._paid = paid if paid is not None else PaidWaiters()
 
     async def init_cursor(self) -> int:
         """The persisted settlement cursor; on first start, the node's current one, saved.
@@ -118,7 +151,7 @@ class Settlements:
                             s.payment_hash,
                             s.cursor,
                         )
-                    self.notify_paid(s.payment_hash)
+                    self._paid.notify(s.payment_hash)
                     backoff = 1.0
             except asyncio.CancelledError:
                 raise
@@ -127,16 +160,9 @@ class Settlements:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-    def notify_paid(self, payment_hash: str) -> None:
-        """Wake whoever waits for this payment (a settlement, or an accepted hold)."""
-        for fut in self._paid_waiters.pop(payment_hash, []):
-            if not fut.done():
-                fut.set_result(None)
-
     async def wait_paid(self, payment: Payment, timeout_s: float) -> Payment:
         """Wait until the payment is settled (or the timeout); returns the fresh row."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._paid_waiters.setdefault(payment.payment_hash, []).append(fut)
+        fut = self._paid.add(payment.payment_hash)
         try:
             fresh = await self._payments.get(payment.payment_id)
             if fresh is not None and fresh.status is not PaymentStatus.UNPAID:
@@ -144,11 +170,7 @@ class Settlements:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(fut, timeout_s)
         finally:
-            waiters = self._paid_waiters.get(payment.payment_hash, [])
-            if fut in waiters:
-                waiters.remove(fut)
-            if not waiters:
-                self._paid_waiters.pop(payment.payment_hash, None)
+            self._paid.discard(payment.payment_hash, fut)
         return await self._payments.get(payment.payment_id) or payment
 
     async def preimage_of(self, payment: Payment) -> str | None:
@@ -169,8 +191,8 @@ class Settlements:
         """An unpaid row may lag the node by a moment: ask the node before refusing."""
         if payment.status is not PaymentStatus.UNPAID:
             return payment
-        if payment.mode == "hold" and self.holds is not None:
-            return await self.holds.refresh(payment)
+        if payment.mode == "hold" and self._holds is not None:
+            return await self._holds.refresh(payment)
         try:
             status = await self._node.lookup_invoice(payment.payment_hash)
         except (BackendError, OSError):
@@ -179,6 +201,6 @@ class Settlements:
             await self._payments.mark_paid(
                 payment.payment_hash, status.amount_received_msat, int(time.time())
             )
-            self.notify_paid(payment.payment_hash)
+            self._paid.notify(payment.payment_hash)
             return await self._payments.get(payment.payment_id) or payment
         return payment

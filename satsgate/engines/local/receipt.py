@@ -330,7 +330,29 @@ def _money(value: Decimal | None, currency: str | None) -> int | float | None:
 def parse_receipt(text: str) -> dict[str, Any]:
     lines = [" ".join(line.split()) for line in text.splitlines()]
     lines = [line for line in lines if line]
+    currency = _currency(text, lines)
+    summary = _summary(lines)
+    merchant = _merchant(lines)
+    # The items end at the first summary line (else at the total's, else at the end).
+    end = summary.first if summary.first is not None else (summary.total_line or len(lines))
+    items = [
+        item
+        for line in lines[:end]
+        if line != merchant and (item := _item(line, currency)) is not None
+    ]
+    month_first = currency in ("USD", "CAD") or bool(re.search(r"\bUSA?\b", text))
+    return {
+        "merchant": merchant,
+        "date": find_date(text, month_first=month_first),
+        "currency": currency,
+        "total": _money(summary.total, currency),
+        "tax": _money(summary.tax, currency),
+        "items": items,
+    }
 
+
+def _currency(text: str, lines: list[str]) -> str | None:
+    """The receipt's currency: the code written most (a code outweighs a sign)."""
     currencies: dict[str, int] = {}
     for code in re.findall(rf"\b({'|'.join(_CURRENCY_CODES)})\b", text):
         key = "CNY" if code == "RMB" else code
@@ -342,7 +364,18 @@ def parse_receipt(text: str) -> dict[str, Any]:
     currency = max(currencies, key=lambda c: currencies[c]) if currencies else None
     if currency == "JPY" and re.search(r"元|RMB|CNY|人民币", text):
         currency = "CNY"
+    return currency
 
+
+@dataclass(frozen=True)
+class _Summary:
+    total: Decimal | None
+    total_line: int | None  # the line the total was read from
+    tax: Decimal | None
+    first: int | None  # the first summary line (subtotal, tax, total): the items end there
+
+
+def _summary(lines: list[str]) -> _Summary:
     total: Decimal | None = None
     total_line: int | None = None
     tax: Decimal | None = None
@@ -366,8 +399,11 @@ def parse_receipt(text: str) -> dict[str, Any]:
             a.value for line in lines if not _is_payment(line) for a in find_amounts(line)
         ]
         total = max(candidates) if candidates else None
+    return _Summary(total, total_line, tax, first_summary)
 
-    merchant = None
+
+def _merchant(lines: list[str]) -> str | None:
+    """The first of the top lines that reads as a name: mostly letters, no total or date."""
     for line in lines[:6]:
         letters = sum(ch.isalpha() for ch in line)
         if (
@@ -377,52 +413,38 @@ def parse_receipt(text: str) -> dict[str, Any]:
             and not _TOTAL.search(line)
             and find_date(line) is None
         ):
-            merchant = line
-            break
+            return line
+    return None
 
-    items = []
-    end = first_summary if first_summary is not None else (total_line or len(lines))
-    for line in lines[:end]:
-        if line == merchant or _is_payment(line) or _TAX.search(line):
-            continue
-        amounts = find_amounts(line)
-        if not amounts:
-            continue
-        price = amounts[-1].value  # the line's total is its last amount
-        head = line[: amounts[-1].start]
-        quantity = 1
-        unit_price: Decimal | None = None
-        if m := _QTY_PREFIX.match(head):  # "2 x Latte 9.00"
-            quantity, head = int(m[1]), head[m.end() :]
-        elif m := _QTY_INNER.search(head):  # "Ale 2 @ 4.20 8.40"
-            quantity = int(m[1])
-            inner = [a for a in amounts[:-1] if a.start > m.start()]
-            unit_price = inner[0].value if inner else None
-            head = head[: m.start()]
-        # Amounts left at the end of the name are a unit price ("Latte 4.50 9.00"); those
-        # inside it are part of it ("Water 1,5L").
-        while (tail := _TRAILING_AMOUNT.search(head)) is not None:
-            if quantity > 1 and unit_price is None:
-                unit_price = parse_number(tail["num"])
-            head = head[: tail.start()]
-        name = head.strip(" .:-*\t")
-        if sum(ch.isalpha() for ch in name) < 2:
-            continue
-        item: dict[str, Any] = {
-            "name": name,
-            "quantity": quantity,
-            "price": _money(price, currency),
-        }
-        if unit_price is not None:
-            item["unitPrice"] = _money(unit_price, currency)
-        items.append(item)
 
-    month_first = currency in ("USD", "CAD") or bool(re.search(r"\bUSA?\b", text))
-    return {
-        "merchant": merchant,
-        "date": find_date(text, month_first=month_first),
-        "currency": currency,
-        "total": _money(total, currency),
-        "tax": _money(tax, currency),
-        "items": items,
-    }
+def _item(line: str, currency: str | None) -> dict[str, Any] | None:
+    """An item line's name, quantity, price and unit price; None for any other line."""
+    if _is_payment(line) or _TAX.search(line):
+        return None
+    amounts = find_amounts(line)
+    if not amounts:
+        return None
+    price = amounts[-1].value  # the line's total is its last amount
+    head = line[: amounts[-1].start]
+    quantity = 1
+    unit_price: Decimal | None = None
+    if m := _QTY_PREFIX.match(head):  # "2 x Latte 9.00"
+        quantity, head = int(m[1]), head[m.end() :]
+    elif m := _QTY_INNER.search(head):  # "Ale 2 @ 4.20 8.40"
+        quantity = int(m[1])
+        inner = [a for a in amounts[:-1] if a.start > m.start()]
+        unit_price = inner[0].value if inner else None
+        head = head[: m.start()]
+    # Amounts left at the end of the name are a unit price ("Latte 4.50 9.00"); those
+    # inside it are part of it ("Water 1,5L").
+    while (tail := _TRAILING_AMOUNT.search(head)) is not None:
+        if quantity > 1 and unit_price is None:
+            unit_price = parse_number(tail["num"])
+        head = head[: tail.start()]
+    name = head.strip(" .:-*\t")
+    if sum(ch.isalpha() for ch in name) < 2:
+        return None
+    item: dict[str, Any] = {"name": name, "quantity": quantity, "price": _money(price, currency)}
+    if unit_price is not None:
+        item["unitPrice"] = _money(unit_price, currency)
+    return item

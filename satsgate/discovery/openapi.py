@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, JsonSchemaValue, models_json_schema
 
-from satsgate.discovery.describe import price_text
+from satsgate.discovery.describe import AnySpec, price_text
 from satsgate.discovery.documents import (
     L402_DISCOVERY_VERSION,
     MANIFEST_VERSION,
@@ -119,25 +119,7 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
     spec, service = catalog.specs[index], catalog.services[index]
     price = service["pricing"]
     codes = list(dict.fromkeys([*spec.failure_codes, *_GATE_CODES]))
-    if spec.mode == "job":
-        ok = {
-            "202": {
-                "description": "Job accepted; poll poll_url (headers X-Job-Id, X-Poll-Url, "
-                "X-Poll-Interval-Ms).",
-                "content": _json_content(_ref("JobAccepted")),
-            }
-        }
-    else:
-        content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
-        description = "The result: JSON, or text or a file for services that return one."
-        if spec.stream_handler is not None:
-            content["text/event-stream"] = {"schema": {"type": "string"}}
-            description += (
-                " With stream: true, server-sent events: data: {text} pieces, then event: "
-                "payment-receipt (model, usage), then data: [DONE]; a failure mid-stream is "
-                "event: error with the envelope and its refund."
-            )
-        ok = {"200": {"description": description, "content": {**content, "*/*": {}}}}
+    ok = _success_response(spec)
     payment_info: dict[str, Any] = {
         "intent": "charge",
         "method": "lightning",
@@ -163,36 +145,7 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
         "requestBody": {"required": True, "content": {"application/json": body}},
         "responses": {
             **ok,
-            "402": {
-                "description": "Payment required (PAYMENT_REQUIRED): the challenge for "
-                "exactly this request. PAYMENT_PENDING, PAYMENT_INVALID and PAYMENT_EXPIRED "
-                "come with a payable challenge too; PAYMENT_INSUFFICIENT carries the refund. "
-                "The body has the RFC 9457 members (type, title, status, detail; types under "
-                "https://paymentauth.org/problems/); it is application/problem+json when "
-                "the request carried a Payment credential or accepts that type. A used, "
-                "malformed or forged credential (L402, LSAT or Payment) is answered here "
-                "too (PAYMENT_ALREADY_USED, MALFORMED_CREDENTIAL, PAYMENT_INVALID; "
-                "invalid-challenge, malformed-credential), with a fresh challenge. "
-                "Accept-Payment (e.g. 'lightning/charge') limits the Payment challenges.",
-                "headers": {
-                    "WWW-Authenticate": {
-                        "description": 'One line per challenge: \'L402 macaroon="<base64>", '
-                        'invoice="<bolt11>"\', \'LSAT macaroon="<base64>", '
-                        'invoice="<bolt11>"\', \'Payment id="...", realm="...", '
-                        'method="lightning", intent="charge", request="<base64url '
-                        'JSON>", expires="<RFC 3339>"\', and the session intent\'s Payment '
-                        "challenge when Accept-Payment asks for it (lightning/session). With "
-                        "Accept-Payment, the Payment challenges it accepts come first, in its "
-                        "order of preference.",
-                        "schema": {"type": "string"},
-                    },
-                    "X-Error-Code": _ERROR_CODE_HEADER,
-                },
-                "content": {
-                    **_json_content(_ref("PaymentChallenge")),
-                    "application/problem+json": {"schema": _ref("PaymentChallenge")},
-                },
-            },
+            "402": _payment_required_response(),
             **_error_responses([c for c in codes if c not in _REFUSED_WITH_A_CHALLENGE]),
         },
         "x-error-codes": codes,
@@ -203,6 +156,63 @@ def _paid_operation(catalog: Catalog, index: int, body_schema: dict[str, Any]) -
         "x-available": service["available"],
     }
     return _with_cashu(operation) if cashu else operation
+
+
+def _success_response(spec: AnySpec) -> dict[str, Any]:
+    """A paid call's answer: a job's 202, or the result (with its event stream when the
+    service streams)."""
+    if spec.mode == "job":
+        return {
+            "202": {
+                "description": "Job accepted; poll poll_url (headers X-Job-Id, X-Poll-Url, "
+                "X-Poll-Interval-Ms).",
+                "content": _json_content(_ref("JobAccepted")),
+            }
+        }
+    content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+    description = "The result: JSON, or text or a file for services that return one."
+    if spec.stream_handler is not None:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+        description += (
+            " With stream: true, server-sent events: data: {text} pieces, then event: "
+            "payment-receipt (model, usage), then data: [DONE]; a failure mid-stream is "
+            "event: error with the envelope and its refund."
+        )
+    return {"200": {"description": description, "content": {**content, "*/*": {}}}}
+
+
+def _payment_required_response() -> dict[str, Any]:
+    """Every paid call's 402: the challenges, and the refusals answered with one."""
+    return {
+        "description": "Payment required (PAYMENT_REQUIRED): the challenge for "
+        "exactly this request. PAYMENT_PENDING, PAYMENT_INVALID and PAYMENT_EXPIRED "
+        "come with a payable challenge too; PAYMENT_INSUFFICIENT carries the refund. "
+        "The body has the RFC 9457 members (type, title, status, detail; types under "
+        "https://paymentauth.org/problems/); it is application/problem+json when "
+        "the request carried a Payment credential or accepts that type. A used, "
+        "malformed or forged credential (L402, LSAT or Payment) is answered here "
+        "too (PAYMENT_ALREADY_USED, MALFORMED_CREDENTIAL, PAYMENT_INVALID; "
+        "invalid-challenge, malformed-credential), with a fresh challenge. "
+        "Accept-Payment (e.g. 'lightning/charge') limits the Payment challenges.",
+        "headers": {
+            "WWW-Authenticate": {
+                "description": 'One line per challenge: \'L402 macaroon="<base64>", '
+                'invoice="<bolt11>"\', \'LSAT macaroon="<base64>", '
+                'invoice="<bolt11>"\', \'Payment id="...", realm="...", '
+                'method="lightning", intent="charge", request="<base64url '
+                'JSON>", expires="<RFC 3339>"\', and the session intent\'s Payment '
+                "challenge when Accept-Payment asks for it (lightning/session). With "
+                "Accept-Payment, the Payment challenges it accepts come first, in its "
+                "order of preference.",
+                "schema": {"type": "string"},
+            },
+            "X-Error-Code": _ERROR_CODE_HEADER,
+        },
+        "content": {
+            **_json_content(_ref("PaymentChallenge")),
+            "application/problem+json": {"schema": _ref("PaymentChallenge")},
+        },
+    }
 
 
 # Cashu ecash (NUT-24, [cashu] mints set): satsgate/payments/cashu.py.

@@ -130,6 +130,16 @@ _COLUMNS_X = (8.0, 55.0)
 _BOTTOM_Y, _ROW_STEP = 88.0, 8.0
 
 
+def _unexpected() -> EngineError:
+    return EngineError(
+        ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+    )
+
+
+def _not_uploaded() -> EngineError:
+    return EngineError(ErrorCode.SERVICE_ERROR, "The document could not be uploaded.")
+
+
 def signature_field(index: int, page: int) -> dict[str, Any]:
     """Signer ``index``'s SIGNATURE field on ``page`` (1-based), on file 0."""
     return {
@@ -261,9 +271,7 @@ class DocumensoProvider:
         except ValueError:
             doc = None
         if not isinstance(doc, dict):
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
-            )
+            raise _unexpected()
         return doc
 
     def _meta(self, request: SigningRequest) -> dict[str, Any]:
@@ -304,9 +312,7 @@ class DocumensoProvider:
         )
         envelope_id = self._json(resp).get("id")
         if not isinstance(envelope_id, str) or not envelope_id:
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
-            )
+            raise _unexpected()
         try:
             await self._request(
                 "POST",
@@ -356,9 +362,7 @@ class DocumensoProvider:
             doc = await self._envelope_doc(envelope_id)
         status = _STATUS.get(str(doc.get("status")))
         if status is None:
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
-            )
+            raise _unexpected()
         signers = []
         for recipient in doc.get("recipients") or ():
             if not isinstance(recipient, dict) or recipient.get("role", "SIGNER") != "SIGNER":
@@ -381,9 +385,7 @@ class DocumensoProvider:
             )
         items = [i for i in doc.get("envelopeItems") or () if isinstance(i, dict) and i.get("id")]
         if not items:
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
-            )
+            raise _unexpected()
 
         def order(item: dict[str, Any]) -> int:
             value = item.get("order")
@@ -431,6 +433,33 @@ class DocumensoProvider:
         PDF there (without the API key), add one SIGNATURE field per signer
         (``pageX``/``pageY``/``pageWidth``/``pageHeight``: percentages, as v2's), send
         (``sendEmail``). A failure before the send deletes the document."""
+        document_id, upload_url, recipients = await self._create_v1(request)
+        try:
+            fields = self._fields_v1(request, recipients)
+            await self._upload_v1(upload_url, request.pdf)
+            await self._request(
+                "POST", f"/documents/{document_id}/fields", "fields create", json=fields
+            )
+        except EngineError:
+            await self._delete_v1(document_id)
+            raise
+        try:
+            await self._request(
+                "POST",
+                f"/documents/{document_id}/send",
+                "document send",
+                sent=True,
+                json={"sendEmail": True},
+            )
+        except EngineError:
+            if await self._v1_sent(document_id):  # the answer was lost; it went out
+                return SigningSent(document_id, self.source)
+            await self._delete_v1(document_id)
+            raise
+        return SigningSent(document_id, self.source)
+
+    async def _create_v1(self, request: SigningRequest) -> tuple[str, str, list[Any]]:
+        """The created document's id, its presigned upload URL and its recipients."""
         created = self._json(
             await self._request(
                 "POST",
@@ -455,68 +484,47 @@ class DocumensoProvider:
             or not upload_url.startswith(("https://", "http://"))
             or not isinstance(recipients, list)
         ):
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
+            raise _unexpected()
+        return str(number), upload_url, recipients
+
+    def _fields_v1(self, request: SigningRequest, recipients: list[Any]) -> list[dict[str, Any]]:
+        """One SIGNATURE field per signer, on the created recipient of its e-mail."""
+        ids = {
+            str(r.get("email", "")).lower(): r.get("recipientId")
+            for r in recipients
+            if isinstance(r, dict)
+        }
+        page = self._page(request)
+        fields = []
+        for index, signer in enumerate(request.signers):
+            recipient_id = ids.get(signer.email.lower())
+            if not isinstance(recipient_id, int):
+                raise _unexpected()
+            spot = signature_field(index, page)
+            fields.append(
+                {
+                    "recipientId": recipient_id,
+                    "type": "SIGNATURE",
+                    "pageNumber": page,
+                    "pageX": spot["positionX"],
+                    "pageY": spot["positionY"],
+                    "pageWidth": spot["width"],
+                    "pageHeight": spot["height"],
+                }
             )
-        document_id = str(number)
+        return fields
+
+    async def _upload_v1(self, upload_url: str, pdf: bytes) -> None:
+        """The PDF to the presigned URL (which carries its own authority: no API key)."""
         try:
-            ids = {
-                str(r.get("email", "")).lower(): r.get("recipientId")
-                for r in recipients
-                if isinstance(r, dict)
-            }
-            page = self._page(request)
-            fields = []
-            for index, signer in enumerate(request.signers):
-                recipient_id = ids.get(signer.email.lower())
-                if not isinstance(recipient_id, int):
-                    raise EngineError(
-                        ErrorCode.SERVICE_ERROR,
-                        "The signing service answered something unexpected.",
-                    )
-                spot = signature_field(index, page)
-                fields.append(
-                    {
-                        "recipientId": recipient_id,
-                        "type": "SIGNATURE",
-                        "pageNumber": page,
-                        "pageX": spot["positionX"],
-                        "pageY": spot["positionY"],
-                        "pageWidth": spot["width"],
-                        "pageHeight": spot["height"],
-                    }
-                )
-            try:
-                put = await self.files.put(
-                    upload_url, content=request.pdf, headers={"Content-Type": "application/pdf"}
-                )
-            except httpx.HTTPError as exc:
-                raise EngineError(
-                    ErrorCode.SERVICE_ERROR, "The document could not be uploaded."
-                ) from exc
-            if put.status_code >= 300:
-                log.warning("documenso %s: upload answered %d", self.config.name, put.status_code)
-                raise EngineError(ErrorCode.SERVICE_ERROR, "The document could not be uploaded.")
-            await self._request(
-                "POST", f"/documents/{document_id}/fields", "fields create", json=fields
+            put = await self.files.put(
+                upload_url, content=pdf, headers={"Content-Type": "application/pdf"}
             )
-        except EngineError:
-            await self._delete_v1(document_id)
-            raise
-        try:
-            await self._request(
-                "POST",
-                f"/documents/{document_id}/send",
-                "document send",
-                sent=True,
-                json={"sendEmail": True},
-            )
-        except EngineError:
-            if await self._v1_sent(document_id):  # the answer was lost; it went out
-                return SigningSent(document_id, self.source)
-            await self._delete_v1(document_id)
-            raise
-        return SigningSent(document_id, self.source)
+        except httpx.HTTPError as exc:
+            raise _not_uploaded() from exc
+        if put.status_code >= 300:
+            log.warning("documenso %s: upload answered %d", self.config.name, put.status_code)
+            raise _not_uploaded()
 
     async def _v1_sent(self, document_id: str) -> bool:
         try:
@@ -544,9 +552,7 @@ class DocumensoProvider:
             await self._request("GET", f"/documents/{document_id}/download", "document download")
         ).get("downloadUrl")
         if not isinstance(link, str) or not link.startswith(("https://", "http://")):
-            raise EngineError(
-                ErrorCode.SERVICE_ERROR, "The signing service answered something unexpected."
-            )
+            raise _unexpected()
         return await self._download(self.files, link, {}, max_bytes)
 
     # -- webhooks -------------------------------------------------------------------------

@@ -172,22 +172,8 @@ async def _translate_chapters(
 
 
 async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> ServiceResult:
-    data = await asyncio.to_thread(decode_file, params.epubBase64, "epubBase64", BOOK_MAX_BYTES)
-    ctx.progress(1.0, "reading the book")
-    try:
-        prepared = await ctx.run_cpu(
-            books.prepare, data, params.fileName, params.selectedChapterIndices, params.language
-        )
-    except MediaError as exc:  # it was measured before payment; it must read now too
-        raise EngineError(ErrorCode.INVALID_INPUT, f"The book cannot be read: {exc}") from None
-    if prepared.failures or prepared.narration is None:
-        raise ApiError(
-            ErrorCode.BOOK_QUALITY_CHECK_FAILED,
-            f"{len(prepared.failures)} sanity check(s) failed on the chapters to narrate (see "
-            "smoke_failures); nothing was narrated and the payment was refunded.",
-            extra={"smoke_failures": prepared.failures},
-        )
-    told, selection = prepared.narration, prepared.selection
+    prepared, told = await _prepared_book(ctx, params)
+    selection = prepared.selection
     chapters, language = told.chapters, params.language
     if params.translateToLanguage is not None and params.translateToLanguage != language:
         chapters = await _translate_chapters(ctx, chapters, language, params.translateToLanguage)
@@ -218,18 +204,7 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
         ),
         model_id=params.chosen_model,
     )
-    try:
-        seconds = audio_duration_s(result.m4b)  # measured here, whatever the engine says
-    except MediaError:
-        raise EngineError(
-            ErrorCode.SERVICE_ERROR, "The engine returned no readable audiobook."
-        ) from None
-    if seconds > MAX_AUDIOBOOK_S:
-        raise _duration_insane(seconds, f"The audiobook lasts {seconds / 3600:.1f} hours")
-    if seconds < spoken_chars / (FASTEST_CHARS_PER_S * 4 * params.speed):
-        raise _duration_insane(
-            seconds, f"The audiobook lasts {seconds:.0f} s, far too short for its text"
-        )
+    seconds = _checked_duration_s(result.m4b, spoken_chars, params.speed)
     ctx.progress(97.0, "storing")
     stored = await ctx.files.save(result.m4b, "m4b")
     annexe_url = None
@@ -257,6 +232,48 @@ async def epub_audiobook(ctx: ServiceContext, params: EpubAudiobookParams) -> Se
         },
         charged_msat=charged if charged < quoted else None,
     )
+
+
+async def _prepared_book(
+    ctx: ServiceContext, params: EpubAudiobookParams
+) -> tuple[books.Prepared, books.Narration]:
+    """The book read, its chapters chosen, and what is to be narrated; refused
+    (BOOK_QUALITY_CHECK_FAILED, refunded) when a chapter to narrate fails its sanity
+    checks."""
+    data = await asyncio.to_thread(decode_file, params.epubBase64, "epubBase64", BOOK_MAX_BYTES)
+    ctx.progress(1.0, "reading the book")
+    try:
+        prepared = await ctx.run_cpu(
+            books.prepare, data, params.fileName, params.selectedChapterIndices, params.language
+        )
+    except MediaError as exc:  # it was measured before payment; it must read now too
+        raise EngineError(ErrorCode.INVALID_INPUT, f"The book cannot be read: {exc}") from None
+    if prepared.failures or prepared.narration is None:
+        raise ApiError(
+            ErrorCode.BOOK_QUALITY_CHECK_FAILED,
+            f"{len(prepared.failures)} sanity check(s) failed on the chapters to narrate (see "
+            "smoke_failures); nothing was narrated and the payment was refunded.",
+            extra={"smoke_failures": prepared.failures},
+        )
+    return prepared, prepared.narration
+
+
+def _checked_duration_s(m4b: bytes, spoken_chars: int, speed: float) -> float:
+    """The audiobook's length, measured here whatever the engine says; refused
+    (OUTPUT_DURATION_INSANE, refunded) when over the limit or far too short for its text."""
+    try:
+        seconds = audio_duration_s(m4b)
+    except MediaError:
+        raise EngineError(
+            ErrorCode.SERVICE_ERROR, "The engine returned no readable audiobook."
+        ) from None
+    if seconds > MAX_AUDIOBOOK_S:
+        raise _duration_insane(seconds, f"The audiobook lasts {seconds / 3600:.1f} hours")
+    if seconds < spoken_chars / (FASTEST_CHARS_PER_S * 4 * speed):
+        raise _duration_insane(
+            seconds, f"The audiobook lasts {seconds:.0f} s, far too short for its text"
+        )
+    return seconds
 
 
 EPUB_AUDIOBOOK = ServiceSpec(

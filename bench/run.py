@@ -177,9 +177,8 @@ class WrkResult:
         return sum(v for k, v in self.errors.items() if k != "status")
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) used so far by the processes of one process group."""
-    total = 0
+def _group_stats(pgid: int) -> Iterator[tuple[int, list[str]]]:
+    """(pid, the /proc stat fields after "(comm)") of each process in one process group."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -188,8 +187,18 @@ def group_cpu_s(pgid: int) -> float:
         except OSError:
             continue  # gone meanwhile
         if int(fields[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp, ...
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+            yield int(entry.name), fields
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of one process group."""
+    ticks = sum(int(f[11]) + int(f[12]) for _, f in _group_stats(pgid))  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of one process group now."""
+    return [pid for pid, _ in _group_stats(pgid)]
 
 
 def run_wrk(

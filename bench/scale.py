@@ -66,6 +66,7 @@ from run import (  # noqa: E402
     check,
     free_port,
     group_cpu_s,
+    group_pids,
     http,
     log,
     start_server,
@@ -184,20 +185,6 @@ class CpuCap:
             with contextlib.suppress(OSError):  # a process still in it: left for the OS
                 group.rmdir()
         self.groups.clear()
-
-
-def group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            pids.append(int(entry.name))
-    return pids
 
 
 # -- the set-ups ------------------------------------------------------------------------------

@@ -44,6 +44,11 @@ start_lnd payer "$LND_PAYER_RPC_PORT" "$LND_PAYER_P2P_PORT"
 synced() { lncli_of "$1" getinfo | json_true "d['synced_to_chain'] and d['block_height'] >= $(btc getblockcount)"; }
 wait_until "the satsgate lnd to sync" 180 synced satsgate
 wait_until "the payer lnd to sync" 180 synced payer
+# getinfo answers (and says synced) before lnd's server is up; until then connect and
+# openchannel are refused with "server is still in the process of starting".
+serving() { lncli_of "$1" state | json_true "d['state'] == 'SERVER_ACTIVE'"; }
+wait_until "the satsgate lnd's server" 120 serving satsgate
+wait_until "the payer lnd's server" 120 serving payer
 
 say "1 BTC to the payer"
 btc sendtoaddress "$(payer_lncli newaddress p2wkh | json_get address)" 1 >/dev/null

@@ -195,31 +195,49 @@ class Narrator:
         reason = self.unsupported(request)
         if reason is not None:
             raise EngineError(ErrorCode.INVALID_INPUT, reason[0].upper() + reason[1:] + ".")
-        jobs: list[tuple[int, str]] = []
+        parts: list[tuple[int, str]] = []  # (chapter index, text), in reading order
         for index, chapter in enumerate(request.chapters):
             spoken = f"{chapter.title.strip().rstrip('.')}.\n\n{chapter.text}"
-            jobs += [(index, piece) for piece in split_text(spoken, self.speaker.part_chars)]
-        if not jobs:
+            parts += [(index, piece) for piece in split_text(spoken, self.speaker.part_chars)]
+        if not parts:
             raise EngineError(ErrorCode.INVALID_INPUT, "There is nothing to narrate.")
-        durations: list[float] = [0.0] * len(jobs)
-        done = 0
-
         with tempfile.TemporaryDirectory(prefix="satsgate-book-") as tmp:
             root = Path(tmp)
+            durations = await self._render_parts(root, request, [t for _, t in parts], progress)
+            marks: list[ChapterMark] = []
+            clock = 0.0
+            for index, chapter in enumerate(request.chapters):
+                start = clock
+                clock += sum(d for (c, _t), d in zip(parts, durations, strict=True) if c == index)
+                marks.append(ChapterMark(chapter.title, round(start, 3), round(clock, 3)))
+            progress(92.0, "joining the chapters")
+            out = await self._join(root, request.title, len(parts), marks, clock)
+            probed = await probe_media(self.tools, out)
+            if len(probed.get("chapters", ())) != len(marks):
+                raise EngineError(
+                    ErrorCode.SERVICE_ERROR, "The audiobook's chapter markers are missing."
+                )
+            duration = float(probed.get("format", {}).get("duration") or clock)
+            m4b = await asyncio.to_thread(out.read_bytes)
+            return NarrationResult(m4b, round(duration, 3), tuple(marks))
 
-            in_flight = asyncio.Semaphore(self.speaker.parallel)
+    async def _render_parts(
+        self, root: Path, request: NarrationRequest, texts: list[str], progress: Progress
+    ) -> list[float]:
+        """Each text spoken and encoded to ``root/partNNNNNN.m4a`` (``speaker.parallel``
+        at a time); the parts' durations in seconds, measured from the files."""
+        # Imported here, not with the module: domain.media imports WeasyPrint, which sets
+        # Pillow's LOAD_TRUNCATED_IMAGES for the whole process, and this module is
+        # imported by every pool worker that imports satsgate.engines.local.
+        from satsgate.domain.media import MediaError, audio_duration_s
 
-            async def render(number: int, text: str) -> None:
-                async with in_flight:  # spoken and encoded before the next part starts
-                    await render_part(number, text)
+        durations = [0.0] * len(texts)
+        done = 0
+        in_flight = asyncio.Semaphore(self.speaker.parallel)
 
-            # Imported here, not with the module: domain.media imports WeasyPrint, which
-            # sets Pillow's LOAD_TRUNCATED_IMAGES for the whole process, and this module is
-            # imported by every pool worker that imports satsgate.engines.local.
-            from satsgate.domain.media import MediaError, audio_duration_s
-
-            async def render_part(number: int, text: str) -> None:
-                nonlocal done
+        async def render(number: int, text: str) -> None:
+            nonlocal done
+            async with in_flight:  # spoken and encoded before the next part starts
                 m4a = root / f"part{number:06d}.m4a"
                 spoken = await self.speaker.speak(text, request, root / f"part{number:06d}")
                 await self.tools.run(
@@ -236,46 +254,35 @@ class Narrator:
                     raise EngineError(
                         ErrorCode.SERVICE_ERROR, "The narration produced no audio."
                     ) from None
-                done += 1
-                progress(90.0 * done / len(jobs), f"narrated {done} of {len(jobs)} parts")
+            done += 1
+            progress(90.0 * done / len(texts), f"narrated {done} of {len(texts)} parts")
 
-            async with asyncio.TaskGroup() as group:
-                for number, (_chapter, text) in enumerate(jobs):
-                    group.create_task(render(number, text))
+        async with asyncio.TaskGroup() as group:
+            for number, text in enumerate(texts):
+                group.create_task(render(number, text))
+        return durations
 
-            marks: list[ChapterMark] = []
-            clock = 0.0
-            for index, chapter in enumerate(request.chapters):
-                start = clock
-                clock += sum(d for (c, _t), d in zip(jobs, durations, strict=True) if c == index)
-                marks.append(ChapterMark(chapter.title, round(start, 3), round(clock, 3)))
-            listing = root / "parts.txt"
-            listing.write_text(
-                "".join(f"file 'part{n:06d}.m4a'\n" for n in range(len(jobs))), "utf-8"
-            )
-            meta = root / "chapters.txt"
-            meta.write_text(ffmetadata(request.title, marks), "utf-8")
-            out = root / "book.m4b"
-            progress(92.0, "joining the chapters")
-            await self.tools.run(
-                [
-                    "ffmpeg", "-nostdin", "-v", "error", "-y",
-                    "-f", "concat", "-safe", "0", "-i", str(listing),
-                    "-f", "ffmetadata", "-i", str(meta),
-                    "-map", "0:a", "-map_metadata", "1", "-map_chapters", "1",
-                    "-c", "copy", "-movflags", "+faststart", "-f", "mp4", str(out),
-                ],
-                timeout_s=max(self.tools.timeout_s, clock / 50),
-                what="joining the audiobook",
-            )  # fmt: skip
-            probed = await probe_media(self.tools, out)
-            if len(probed.get("chapters", ())) != len(marks):
-                raise EngineError(
-                    ErrorCode.SERVICE_ERROR, "The audiobook's chapter markers are missing."
-                )
-            duration = float(probed.get("format", {}).get("duration") or clock)
-            m4b = await asyncio.to_thread(out.read_bytes)
-            return NarrationResult(m4b, round(duration, 3), tuple(marks))
+    async def _join(
+        self, root: Path, title: str | None, count: int, marks: list[ChapterMark], length_s: float
+    ) -> Path:
+        """The ``count`` parts in ``root`` joined, with ``marks`` as chapters, into one M4B."""
+        listing = root / "parts.txt"
+        listing.write_text("".join(f"file 'part{n:06d}.m4a'\n" for n in range(count)), "utf-8")
+        meta = root / "chapters.txt"
+        meta.write_text(ffmetadata(title, marks), "utf-8")
+        out = root / "book.m4b"
+        await self.tools.run(
+            [
+                "ffmpeg", "-nostdin", "-v", "error", "-y",
+                "-f", "concat", "-safe", "0", "-i", str(listing),
+                "-f", "ffmetadata", "-i", str(meta),
+                "-map", "0:a", "-map_metadata", "1", "-map_chapters", "1",
+                "-c", "copy", "-movflags", "+faststart", "-f", "mp4", str(out),
+            ],
+            timeout_s=max(self.tools.timeout_s, length_s / 50),
+            what="joining the audiobook",
+        )  # fmt: skip
+        return out
 
 
 def build(deps: EngineDeps) -> Narrator:

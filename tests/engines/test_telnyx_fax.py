@@ -40,6 +40,7 @@ from tests.documents_inputs import text_layer_pdf
 from tests.engines.test_email_smtp import Mailbox, Smtp
 from tests.fakes.fake_telnyx import (
     API_KEY,
+    OPTED_OUT_NUMBER,
     CallScript,
     FakeTelnyx,
     FaxScript,
@@ -520,6 +521,23 @@ async def test_sms_to_a_refused_number_is_refunded(client: httpx.AsyncClient) ->
     body = assert_envelope(resp, "INVALID_INPUT", 400)
     assert body["refund"]["amount_sats"] > 0
     assert "telnyx" not in json.dumps(body).lower()
+
+
+async def test_sms_refused_as_opted_out_by_the_carrier_is_refunded_and_listed(
+    client: httpx.AsyncClient, server: ThreadedServer
+) -> None:
+    """Telnyx refuses the send (40300: the recipient sent STOP to the carrier, not to this
+    node): the payer is refunded, the number goes on the do-not-contact list, and the
+    next send to it is refused before any invoice."""
+    body = {"phone_number": OPTED_OUT_NUMBER, "message": "Hi"}
+    resp, _ = await paid(client, "send-sms", body)
+    error = assert_envelope(resp, "RECIPIENT_OPTED_OUT", 403)
+    assert error["refund"]["amount_sats"] > 0
+    assert "telnyx" not in json.dumps(error).lower()
+    assert server.call(lambda: server.store.do_not_contact.opted_out([OPTED_OUT_NUMBER]))
+    again = await client.post("/api/l402/send-sms", json=body)
+    assert_envelope(again, "RECIPIENT_OPTED_OUT", 403)
+    assert "www-authenticate" not in again.headers
 
 
 async def test_call_speaks_the_message_and_bills_connected_minutes(

@@ -68,6 +68,10 @@ def event(event_type: str, payload: dict[str, Any]) -> bytes:
     return json.dumps(doc).encode()
 
 
+# A number whose messages Telnyx refuses with 40300: it sent STOP at the carrier.
+OPTED_OUT_NUMBER = "+15005550010"
+
+
 @dataclass
 class FaxScript:
     outcome: str = "delivered"  # delivered | failed | never
@@ -323,6 +327,8 @@ class FakeTelnyx:
             or not (body.get("from") or body.get("messaging_profile_id"))
         ):
             return self._error(422, "10002", "to, text and from are required")
+        if body["to"] == OPTED_OUT_NUMBER:  # the recipient sent STOP to the carrier
+            return self._error(400, "40300", "Blocked due to STOP message")
         if body["to"] == "+15005550009":
             resp = self._error(422, "40310", "Invalid 'to' address")
             doc = json.loads(resp.text or "{}")

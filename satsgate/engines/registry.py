@@ -283,32 +283,8 @@ def build_engines(
     statuses: dict[str, EngineStatus] = {}
     for engine in sorted(known):
         if engine in routes:
-            chain: list[Binding] = []
-            for provider_name in routes[engine]:
-                config = configs.get(provider_name)
-                if config is None:
-                    raise EngineConfigError(
-                        f"[engines] {engine} names provider {provider_name!r}, which has "
-                        f"no [providers.{provider_name}] table"
-                    )
-                factory = provider_kinds.get(config.kind)
-                if factory is None:
-                    raise EngineConfigError(
-                        f"[providers.{provider_name}] kind {config.kind!r} is not known "
-                        f"(known: {', '.join(sorted(provider_kinds)) or 'none'})"
-                    )
-                if provider_name not in built:
-                    built[provider_name] = factory(config, deps)
-                served = built[provider_name].engine(engine)
-                if served is None:
-                    raise EngineConfigError(
-                        f"[engines] {engine}: a provider of kind {config.kind!r} "
-                        f"({provider_name}) cannot serve it"
-                    )
-                chain.append(
-                    Binding(served, "provider", f"{config.kind} via {provider_name}", config)
-                )
-            bindings[engine] = tuple(chain)
+            chain = _provider_chain(engine, routes[engine], configs, provider_kinds, built, deps)
+            bindings[engine] = chain
             statuses[engine] = EngineStatus(
                 engine,
                 True,
@@ -330,3 +306,39 @@ def build_engines(
         bindings[engine] = (Binding(local.build(deps), "local", local.label, models=local.models),)
         statuses[engine] = EngineStatus(engine, True, "local", local.label)
     return Engines(bindings, statuses, built.values(), named=built)
+
+
+def _provider_chain(
+    engine: str,
+    provider_names: Iterable[str],
+    configs: Mapping[str, ProviderConfig],
+    provider_kinds: Mapping[str, ProviderFactory],
+    built: dict[str, Provider],
+    deps: EngineDeps,
+) -> tuple[Binding, ...]:
+    """``engine``'s fallback chain, in the order [engines] names its providers; each
+    provider is built once (``built``) whatever number of engines it serves."""
+    chain: list[Binding] = []
+    for provider_name in provider_names:
+        config = configs.get(provider_name)
+        if config is None:
+            raise EngineConfigError(
+                f"[engines] {engine} names provider {provider_name!r}, which has "
+                f"no [providers.{provider_name}] table"
+            )
+        factory = provider_kinds.get(config.kind)
+        if factory is None:
+            raise EngineConfigError(
+                f"[providers.{provider_name}] kind {config.kind!r} is not known "
+                f"(known: {', '.join(sorted(provider_kinds)) or 'none'})"
+            )
+        if provider_name not in built:
+            built[provider_name] = factory(config, deps)
+        served = built[provider_name].engine(engine)
+        if served is None:
+            raise EngineConfigError(
+                f"[engines] {engine}: a provider of kind {config.kind!r} "
+                f"({provider_name}) cannot serve it"
+            )
+        chain.append(Binding(served, "provider", f"{config.kind} via {provider_name}", config))
+    return tuple(chain)

@@ -508,7 +508,7 @@ async def _prune_unpaid(store: Store, retention_s: int) -> None:
 
 
 async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
-    gate, refunds, files = app[GATE], app[REFUNDS], app[FILES]
+    gate = app[GATE]
     await gate.init_settlement_cursor()  # before the site listens and issues invoices
     settle_task = asyncio.create_task(gate.watch_settlements(), name="settlements")
     holds = gate.holds
@@ -523,7 +523,26 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     # Each job runs on one instance at a time: the one holding its duty (named by its id).
     scheduler = Scheduler(holds_duty=presence.holds_duty)
+    _schedule_duties(app, scheduler)
+    scheduler.start()
+    app[STARTED_AT] = time.time()
+    yield
+    await scheduler.stop()  # the runs going end before what they use is closed
+    for task in (settle_task, hold_task, beat_task):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if events is not None:
+        await events.close()
+
+
+def _schedule_duties(app: web.Application, scheduler: Scheduler) -> None:
+    """The interval jobs: sweeps, expiries, retries and reconciliations, each run by the
+    instance holding its duty (or by every instance, ``each_instance``)."""
+    gate, refunds, files = app[GATE], app[REFUNDS], app[FILES]
     every = scheduler.every
+    settings, store, now = app[SETTINGS], app[STORE], datetime.now(UTC)
     settings, store, now = app[SETTINGS], app[STORE], datetime.now(UTC)
     every(60, refunds.reconcile, id="refunds-reconcile")
     # Spends whose commit the store's connection cut, found committed: refunded. This
@@ -571,17 +590,6 @@ async def _background_ctx(app: web.Application) -> AsyncIterator[None]:
     esign = app[ESIGN]  # pending e-signature requests whose webhook may be lost, due deliveries
     if esign.engines.available("esign"):
         every(esign.sweep_interval_s, esign.sweep, id="esign-sweep", next_run_time=now)
-    scheduler.start()
-    app[STARTED_AT] = time.time()
-    yield
-    await scheduler.stop()  # the runs going end before what they use is closed
-    for task in (settle_task, hold_task, beat_task):
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if events is not None:
-        await events.close()
 
 
 # -- routes ---------------------------------------------------------------------------------

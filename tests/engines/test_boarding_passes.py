@@ -332,6 +332,20 @@ async def test_documents_without_a_pass_are_refunded(
     )
 
 
+async def test_the_same_pass_sent_twice_is_made_once(
+    client: httpx.AsyncClient, documents: dict[str, bytes]
+) -> None:
+    photo = b64(documents["pdf417_photo"])
+    resp = await paid(client, {"documents": [photo, photo]})
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    assert doc["count"] == 1
+    assert "document 2: the same boarding pass as document 1; made once" in doc["warnings"]
+    assert not any("no boarding-pass barcode found" in w for w in doc["warnings"])
+    # Quoted 2 x 100 sats; one pass made: 100 sats back.
+    assert doc["partial_refund"]["amount_sats"] == 100
+
+
 async def test_no_pass_at_all_refunds_everything(
     client: httpx.AsyncClient, documents: dict[str, bytes]
 ) -> None:

@@ -393,32 +393,9 @@ class PkpassEngine:
             warnings += [f"{label}: {note}" for note in notes]
             usable = 0
             for barcode in found:
-                if not bcbp.looks_like_bcbp(barcode.message):
-                    warnings.append(
-                        f"{label}: a {barcode.format} code that is not a boarding pass was ignored"
-                    )
+                data = _boarding_pass(barcode, label, index, seen, warnings)
+                if data is None:
                     continue
-                try:
-                    data = bcbp.parse(barcode.message)
-                except bcbp.BcbpError as exc:
-                    warnings.append(
-                        f"{label}: a {barcode.format} code is not a readable boarding pass ({exc})"
-                    )
-                    continue
-                if barcode.message in seen:
-                    first = seen[barcode.message]
-                    warnings.append(
-                        f"{label}: the same boarding pass as document {first + 1}; made once"
-                        if first != index
-                        else f"{label}: the same boarding pass appears twice; made once"
-                    )
-                    continue
-                seen[barcode.message] = index
-                if barcode.format == "DataMatrix":
-                    warnings.append(
-                        f"{label}: a Data Matrix code is shown as a QR code "
-                        "(wallets have no Data Matrix); it holds the same data"
-                    )
                 usable += 1
                 for leg_index, leg in enumerate(data.legs):
                     date = data.flight_date(leg, today)
@@ -437,25 +414,61 @@ class PkpassEngine:
         if jobs and self.signing is None:
             warnings.append(UNSIGNED_WARNING)
         files: list[bytes] = await self._run_cpu(build_passes, jobs, self.signing) if jobs else []
+        signed = self.signing is not None
         passes = tuple(
-            WalletPass(
-                document=job.document,
-                passenger=job.data.passenger,
-                flight=job.data.legs[job.leg].flight,
-                origin=job.data.legs[job.leg].origin,
-                destination=job.data.legs[job.leg].destination,
-                date=job.date,
-                seat=job.data.legs[job.leg].seat or None,
-                compartment=job.data.legs[job.leg].compartment or None,
-                sequence=job.data.legs[job.leg].sequence or None,
-                pnr=job.data.legs[job.leg].pnr,
-                barcode_format=job.barcode_format,
-                signed=self.signing is not None,
-                pkpass=pkpass,
-            )
-            for job, pkpass in zip(jobs, files, strict=True)
+            _wallet_pass(job, pkpass, signed) for job, pkpass in zip(jobs, files, strict=True)
         )
         return PassBatch(passes, tuple(warnings))
+
+
+def _boarding_pass(
+    barcode: FoundBarcode, label: str, index: int, seen: dict[str, int], warnings: list[str]
+) -> bcbp.BoardingPassData | None:
+    """The boarding pass a barcode of document ``index`` holds, the first time it is
+    seen (``seen``: message -> its first document); None, said in ``warnings``, for a
+    code that is no boarding pass, cannot be read, or was seen before."""
+    if not bcbp.looks_like_bcbp(barcode.message):
+        warnings.append(f"{label}: a {barcode.format} code that is not a boarding pass was ignored")
+        return None
+    try:
+        data = bcbp.parse(barcode.message)
+    except bcbp.BcbpError as exc:
+        warnings.append(f"{label}: a {barcode.format} code is not a readable boarding pass ({exc})")
+        return None
+    if barcode.message in seen:
+        first = seen[barcode.message]
+        warnings.append(
+            f"{label}: the same boarding pass as document {first + 1}; made once"
+            if first != index
+            else f"{label}: the same boarding pass appears twice; made once"
+        )
+        return None
+    seen[barcode.message] = index
+    if barcode.format == "DataMatrix":
+        warnings.append(
+            f"{label}: a Data Matrix code is shown as a QR code "
+            "(wallets have no Data Matrix); it holds the same data"
+        )
+    return data
+
+
+def _wallet_pass(job: PassJob, pkpass: bytes, signed: bool) -> WalletPass:
+    leg = job.data.legs[job.leg]
+    return WalletPass(
+        document=job.document,
+        passenger=job.data.passenger,
+        flight=leg.flight,
+        origin=leg.origin,
+        destination=leg.destination,
+        date=job.date,
+        seat=leg.seat or None,
+        compartment=leg.compartment or None,
+        sequence=leg.sequence or None,
+        pnr=leg.pnr,
+        barcode_format=job.barcode_format,
+        signed=signed,
+        pkpass=pkpass,
+    )
 
 
 # -- configuration -------------------------------------------------------------------------

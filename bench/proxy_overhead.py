@@ -425,8 +425,8 @@ def _start_satsgate(name: str, upstream_url: str, data_dir: Path) -> tuple[Any, 
 
 
 def run(rounds: int, duration: float, *, pin: bool = False) -> int:
-    from run import free_port, http, run_wrk, start_server
-    from seed import seed, spec_for
+    from run import free_port, http, start_server
+    from seed import spec_for
 
     from satsgate.services.ai.text import GENERATE_TEXT
     from satsgate.services.catalog.rates import FALLBACK
@@ -513,44 +513,26 @@ def run(rounds: int, duration: float, *, pin: bool = False) -> int:
             for index in range(rounds):
                 one: list[dict[str, Any]] = []
                 for connections in (1, 16):
-                    direct = run_wrk(
-                        f"direct_c{connections}",
-                        upstream,
-                        f"{upstream.url}/v1/chat/completions",
-                        "static.lua",
-                        ["POST", direct_body, "1", f"Bearer {KEY}"],
-                        duration=duration,
-                        connections=connections,
-                        threads=1,
+                    direct = _direct(
+                        f"direct_c{connections}", upstream, direct_body, duration, connections
                     )
-                    count = int(rate * duration * 2) + 500
-                    creds = tmp / f"creds-{index}-{connections}"
-                    seed(settings, seed_spec, count, creds)
-                    proxied = run_wrk(
+                    proxied = _paid(
                         f"proxied_c{connections}",
                         satsgate,
-                        f"{satsgate.url}/api/l402/generate-text",
-                        "paid.lua",
-                        [str(creds), "/api/l402/generate-text", body, "1"],
-                        duration=duration,
-                        connections=connections,
-                        threads=1,
+                        body,
+                        duration,
+                        connections,
+                        settings,
+                        seed_spec,
+                        int(rate * duration * 2) + 500,
+                        tmp / f"creds-{index}-{connections}",
                     )
-                    if proxied.exhausted_threads:
-                        raise RuntimeError("credentials ran out: rerun (the rate was higher)")
                     rate = max(rate, proxied.rps)
                     pairs = [direct, proxied]
                     for kind, floor in floors.items():  # the same call with no gate at all
                         pairs.append(
-                            run_wrk(
-                                f"floor_{kind}_c{connections}",
-                                floor,
-                                f"{floor.url}/chat",
-                                "static.lua",
-                                ["POST", body, "1"],
-                                duration=duration,
-                                connections=connections,
-                                threads=1,
+                            _through_floor(
+                                f"floor_{kind}_c{connections}", floor, body, duration, connections
                             )
                         )
                     if connections == 16:  # the 50 ms upstreams: fixed, and varied
@@ -564,32 +546,21 @@ def run(rounds: int, duration: float, *, pin: bool = False) -> int:
                             )  # fmt: skip
                     if connections == 16:  # context: an upstream that parses and builds
                         pairs.append(
-                            run_wrk(
-                                "direct_c16_realistic",
-                                real,
-                                f"{real.url}/v1/chat/completions",
-                                "static.lua",
-                                ["POST", direct_body, "1", f"Bearer {KEY}"],
-                                duration=duration,
-                                connections=16,
-                                threads=1,
+                            _direct("direct_c16_realistic", real, direct_body, duration, 16)
+                        )
+                        pairs.append(
+                            _paid(
+                                "proxied_c16_realistic",
+                                satsgate_real,
+                                body,
+                                duration,
+                                16,
+                                settings_real,
+                                seed_spec,
+                                int(rate * duration * 2) + 500,
+                                tmp / f"creds-{index}-realistic",
                             )
                         )
-                        creds = tmp / f"creds-{index}-realistic"
-                        seed(settings_real, seed_spec, count, creds)
-                        realistic = run_wrk(
-                            "proxied_c16_realistic",
-                            satsgate_real,
-                            f"{satsgate_real.url}/api/l402/generate-text",
-                            "paid.lua",
-                            [str(creds), "/api/l402/generate-text", body, "1"],
-                            duration=duration,
-                            connections=16,
-                            threads=1,
-                        )
-                        if realistic.exhausted_threads:
-                            raise RuntimeError("credentials ran out: rerun (the rate was higher)")
-                        pairs.append(realistic)
                     for result in pairs:
                         statuses = {k: v for k, v in result.statuses.items() if k != "200"}
                         if statuses or result.socket_errors:
@@ -637,44 +608,85 @@ def _fifty_ms_round(
 ) -> list[Any]:
     """One round against a 50 ms upstream (``name``: slow or varied): direct, through the
     bare aiohttp floor, and a paid call through satsgate; 16 connections each."""
-    from run import run_wrk
-    from seed import seed
+    return [
+        _direct(f"direct_c16_{name}", upstream, direct_body, duration, 16),
+        _through_floor(f"floor_aiohttp_c16_{name}", floor, body, duration, 16),
+        _paid(
+            f"proxied_c16_{name}",
+            satsgate,
+            body,
+            duration,
+            16,
+            settings,
+            seed_spec,
+            int(16 / 0.04 * duration * 1.5) + 500,
+            tmp / f"creds-{index}-{name}",
+        ),
+    ]
 
-    direct = run_wrk(
-        f"direct_c16_{name}",
+
+def _direct(scenario: str, upstream: Any, body: str, duration: float, connections: int) -> Any:
+    """The chat request sent to ``upstream`` itself, as the SDK sends it."""
+    from run import run_wrk
+
+    return run_wrk(
+        scenario,
         upstream,
         f"{upstream.url}/v1/chat/completions",
         "static.lua",
-        ["POST", direct_body, "1", f"Bearer {KEY}"],
+        ["POST", body, "1", f"Bearer {KEY}"],
         duration=duration,
-        connections=16,
+        connections=connections,
         threads=1,
     )
-    through_floor = run_wrk(
-        f"floor_aiohttp_c16_{name}",
+
+
+def _through_floor(scenario: str, floor: Any, body: str, duration: float, connections: int) -> Any:
+    """The same call through a gateway with nothing of satsgate's in it."""
+    from run import run_wrk
+
+    return run_wrk(
+        scenario,
         floor,
         f"{floor.url}/chat",
         "static.lua",
         ["POST", body, "1"],
         duration=duration,
-        connections=16,
+        connections=connections,
         threads=1,
     )
-    creds = tmp / f"creds-{index}-{name}"
-    seed(settings, seed_spec, int(16 / 0.04 * duration * 1.5) + 500, creds)
+
+
+def _paid(
+    scenario: str,
+    gateway: Any,
+    body: str,
+    duration: float,
+    connections: int,
+    settings: Any,
+    seed_spec: Any,
+    count: int,
+    creds: Path,
+) -> Any:
+    """Paid generate-text calls through ``gateway``, each on one of ``count`` credentials
+    seeded for it; a run that used them all up is an error, not a figure."""
+    from run import run_wrk
+    from seed import seed
+
+    seed(settings, seed_spec, count, creds)
     proxied = run_wrk(
-        f"proxied_c16_{name}",
-        satsgate,
-        f"{satsgate.url}/api/l402/generate-text",
+        scenario,
+        gateway,
+        f"{gateway.url}/api/l402/generate-text",
         "paid.lua",
         [str(creds), "/api/l402/generate-text", body, "1"],
         duration=duration,
-        connections=16,
+        connections=connections,
         threads=1,
     )
     if proxied.exhausted_threads:
         raise RuntimeError("credentials ran out: rerun (the rate was higher)")
-    return [direct, through_floor, proxied]
+    return proxied
 
 
 def check_once(url: str, http: Any) -> dict[str, Any]:

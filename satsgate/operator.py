@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,28 @@ async def operator_report(store: Store, engines: Engines | None) -> dict[str, An
     return report
 
 
+_PAYOUT_UNDER_WAY = "payout under way or unknown"
+
+
+def payout_reason(payout: dict[str, Any]) -> str:
+    """Why a payout to look at is not done: the node's last error, else that it is under
+    way (or its outcome unknown)."""
+    return str(payout["payout_error"] or _PAYOUT_UNDER_WAY)
+
+
+def _payouts_to_look_at(
+    kind: str, payouts: list[dict[str, Any]], describe: Callable[[dict[str, Any]], str]
+) -> list[str]:
+    """``satsgate ledger``'s list of ``kind`` payouts to look at (none: no lines): each
+    payout as ``describe`` says, then its reason."""
+    if not payouts:
+        return []
+    return [
+        f"{kind} payouts to look at: {len(payouts)}",
+        *(f"  {describe(item)}: {payout_reason(item)}" for item in payouts),
+    ]
+
+
 def _msat(value: int) -> str:
     sats, rest = divmod(value, 1000)
     return f"{sats:,}.{rest:03d} sat" if rest else f"{sats:,} sat"
@@ -135,28 +158,24 @@ def ledger_text(report: dict[str, Any]) -> str:
         f"hold invoices canceled (never charged, outside the equation): "
         f"{t['canceled_holds']} ({t['canceled_holds_msat']} msat)"
     )
-    payouts = report.get("refund_payouts") or []
-    if payouts:
-        lines.append(f"refund payouts to look at: {len(payouts)}")
-        for item in payouts:
-            lines.append(
-                f"  {item['refund_id']} {item['amount_msat']} msat {item['status']}: "
-                f"{item['payout_error'] or 'payout under way or unknown'}"
-            )
+    lines += _payouts_to_look_at(
+        "refund",
+        report.get("refund_payouts") or [],
+        lambda item: f"{item['refund_id']} {item['amount_msat']} msat {item['status']}",
+    )
     lines.append(
         f"payment sessions: {t['sessions_open']} open of {t['sessions']}; balances held "
         f"{t['session_balances_msat']} msat; refunds {t['session_refunds_msat']} msat "
         f"({t['session_refunds_paid_msat']} paid out, fees {t['session_payout_fees_msat']} msat)"
     )
-    session_payouts = report.get("session_payouts") or []
-    if session_payouts:
-        lines.append(f"session payouts to look at: {len(session_payouts)}")
-        for item in session_payouts:
-            lines.append(
-                f"  {item['session_id']} {item['refund_msat']} msat {item['payout_status']}"
-                f" after {item['payout_attempts']} attempt(s): "
-                f"{item['payout_error'] or 'payout under way or unknown'}"
-            )
+    lines += _payouts_to_look_at(
+        "session",
+        report.get("session_payouts") or [],
+        lambda item: (
+            f"{item['session_id']} {item['refund_msat']} msat {item['payout_status']}"
+            f" after {item['payout_attempts']} attempt(s)"
+        ),
+    )
     lines.append(
         f"routing fees paid on all payouts (the operator's cost, outside the equation): "
         f"{t['payout_fees_msat']} msat; earned less those fees: "

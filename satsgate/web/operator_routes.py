@@ -27,7 +27,7 @@ from satsgate.appkeys import NOSTR_STATUS
 from satsgate.cluster.status import instances_state
 from satsgate.config.settings import Settings
 from satsgate.engines import Engines
-from satsgate.operator import operator_report
+from satsgate.operator import operator_report, payout_reason
 from satsgate.payouts.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.web.operator_instances import instances_section
@@ -353,9 +353,6 @@ def _causes_table(report: dict[str, Any]) -> str:
     )
 
 
-_UNDER_WAY = "payout under way or unknown"
-
-
 def _refund_payouts_table(report: dict[str, Any]) -> str:
     return table(
         ("refund", "payment", "msat", "state", "node's reason"),
@@ -365,7 +362,7 @@ def _refund_payouts_table(report: dict[str, Any]) -> str:
                 p["payment_id"],
                 p["amount_msat"],
                 p["status"],
-                p["payout_error"] or _UNDER_WAY,
+                payout_reason(p),
             )
             for p in report["refund_payouts"]
         ),
@@ -383,7 +380,7 @@ def _session_payouts_table(report: dict[str, Any]) -> str:
                 p["refund_msat"],
                 p["payout_status"],
                 p["payout_attempts"],
-                p["payout_error"] or _UNDER_WAY,
+                payout_reason(p),
             )
             for p in report.get("session_payouts", [])
         ),

@@ -41,7 +41,6 @@ from satsgate.services.catalog.pricing import (
 from satsgate.services.catalog.rates import RateBook
 from satsgate.services.inputs.params import (
     CallbackFields,
-    InvalidField,
     MiB,
     ModelChoice,
     ServiceParams,
@@ -49,6 +48,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
+    read_media,
 )
 
 # -- epub-audiobook ------------------------------------------------------------------------
@@ -106,11 +106,11 @@ class EpubAudiobookParams(ServiceParams, ModelChoice, CallbackFields):
     def check(self) -> int:
         """Narrated characters (the selected chapters) -- the price's measure."""
         data = decode_file(self.epubBase64, "epubBase64", BOOK_MAX_BYTES)
-        try:
-            book = measure_book(data, self.fileName)
-            return book.chars_of(self.selectedChapterIndices)
-        except MediaError as exc:
-            raise InvalidField("epubBase64", str(exc)) from None
+        return read_media(
+            data,
+            "epubBase64",
+            lambda d: measure_book(d, self.fileName).chars_of(self.selectedChapterIndices),
+        )
 
     @property
     def narrated_chars(self) -> int:

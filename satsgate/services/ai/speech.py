@@ -74,6 +74,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
+    read_media,
 )
 
 SPEED_MIN, SPEED_MAX = 0.5, 2.0
@@ -308,11 +309,8 @@ class CloneVoiceParams(ServiceParams):
 
 def _checked_sample(data: bytes, field: str) -> tuple[bytes, str]:
     """The sample and its container if it is MP3, M4A or WAV of 10 s to 5 minutes."""
-    try:
-        fmt = audio_format(data)
-        seconds = audio_duration_s(data)
-    except MediaError as exc:
-        raise InvalidField(field, str(exc)) from None
+    fmt = read_media(data, field, audio_format)
+    seconds = read_media(data, field, audio_duration_s)
     if fmt not in ("mp3", "m4a", "wav"):
         raise InvalidField(field, "the sample must be MP3, M4A or WAV")
     if not CLONE_MIN_S <= seconds <= CLONE_MAX_S:
@@ -401,10 +399,7 @@ class _AudioInput(ServiceParams, CallbackFields):
     def check(self) -> float:
         """Duration in seconds (the price's measure)."""
         data = decode_file(self.file, "file", AUDIO_MAX_BYTES)
-        try:
-            seconds = audio_duration_s(data)
-        except MediaError as exc:
-            raise InvalidField("file", str(exc)) from None
+        seconds = read_media(data, "file", audio_duration_s)
         if seconds > TRANSCRIPTION_MAX_S:
             raise InvalidField("file", f"the audio is {seconds / 60:.0f} minutes; at most 180")
         return seconds

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from satsgate.domain.media import MediaError, audio_duration_s
+from satsgate.domain.media import audio_duration_s
 from satsgate.engines.generation import VideoEngine, VideoRequest
 from satsgate.errors import ErrorCode
 from satsgate.services.ai.generated_media import (
@@ -24,7 +24,6 @@ from satsgate.services.catalog.rates import RateBook
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
     CallbackFields,
-    InvalidField,
     MiB,
     ModelChoice,
     ServiceParams,
@@ -34,6 +33,7 @@ from satsgate.services.inputs.params import (
     check_image,
     decode_file,
     image_field,
+    read_media,
 )
 
 # Duration bounds: the request schema says 3 to 15 s, the tool catalog 5 to 15 s. The
@@ -90,10 +90,7 @@ class GenerateVideoParams(_VideoParams):
             check_image(self.reference_image, "reference_image")
         if self.reference_audio is not None:
             data = decode_file(self.reference_audio, "reference_audio", REFERENCE_AUDIO_MAX_BYTES)
-            try:
-                audio_duration_s(data)
-            except MediaError as exc:
-                raise InvalidField("reference_audio", str(exc)) from None
+            read_media(data, "reference_audio", audio_duration_s)
         return True
 
 

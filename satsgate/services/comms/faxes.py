@@ -39,7 +39,7 @@ from typing import Any, cast
 from pydantic import Field, ValidationInfo, field_validator
 
 from satsgate.config.settings import Settings
-from satsgate.domain.media import MediaError, pdf_pages
+from satsgate.domain.media import pdf_pages
 from satsgate.domain.telephony import Destinations, from_context, served_number
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.fax import FaxEngine, FaxRequest, FaxState, InboundFax
@@ -57,6 +57,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     check_email_address,
     decode_file,
+    read_media,
 )
 from satsgate.store.faxes import FaxLease, FaxRepository, ReceivedFax, SentFax
 from satsgate.store.rows import Payment
@@ -103,10 +104,7 @@ class SendFaxParams(ServiceParams):
 
     def check(self) -> int:
         data = decode_file(self.documentBase64, "documentBase64", FAX_MAX_BYTES)
-        try:
-            pages = pdf_pages(data)
-        except MediaError as exc:
-            raise InvalidField("documentBase64", str(exc)) from None
+        pages = read_media(data, "documentBase64", pdf_pages)
         if pages > FAX_MAX_PAGES:
             raise InvalidField("documentBase64", f"{pages} pages; at most {FAX_MAX_PAGES}")
         return pages

@@ -12,7 +12,6 @@ from typing import Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from satsgate.domain.media import (
-    MediaError,
     pdf_pages,
 )
 from satsgate.engines import EngineError, esign
@@ -27,7 +26,6 @@ from satsgate.services.base import (
 from satsgate.services.comms.screening import Outreach, screen
 from satsgate.services.documents.esign_desk import ESIGN_DESK, new_request_id, status_url
 from satsgate.services.inputs.params import (
-    InvalidField,
     MiB,
     ServiceParams,
     alias,
@@ -35,6 +33,7 @@ from satsgate.services.inputs.params import (
     body_limit,
     check_email_address,
     decode_file,
+    read_media,
 )
 
 # -- e-signature ---------------------------------------------------------------------------
@@ -83,10 +82,7 @@ class ESignatureParams(ServiceParams):
 
     def check(self) -> int:
         data = decode_file(self.documentBase64, "documentBase64", ESIGN_MAX_BYTES)
-        try:
-            return pdf_pages(data)
-        except MediaError as exc:
-            raise InvalidField("documentBase64", str(exc)) from None
+        return read_media(data, "documentBase64", pdf_pages)
 
 
 async def e_signature(ctx: ServiceContext, params: ESignatureParams) -> ServiceResult:

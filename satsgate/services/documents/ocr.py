@@ -12,7 +12,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from satsgate.domain.media import (
-    MediaError,
     document_pages,
     is_pdf,
 )
@@ -36,6 +35,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
+    read_media,
 )
 
 # -- extract-document / extract-receipt ----------------------------------------------------
@@ -94,10 +94,7 @@ class _OcrParams(ServiceParams, ModelChoice):
     def check(self) -> _Document:
         """Pages (the price's measure): counted from the PDF before payment."""
         data = decode_file(self.documentBase64, "documentBase64", OCR_MAX_BYTES)
-        try:
-            pages = document_pages(data, self.MAX_PAGES)
-        except MediaError as exc:
-            raise InvalidField("documentBase64", str(exc)) from None
+        pages = read_media(data, "documentBase64", lambda d: document_pages(d, self.MAX_PAGES))
         if pages > self.MAX_PAGES:
             raise InvalidField("documentBase64", f"{pages} pages; at most {self.MAX_PAGES}")
         if self.language is not None and not local_ocr.reads(self.language):

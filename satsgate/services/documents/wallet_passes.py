@@ -14,7 +14,6 @@ from typing import Any, ClassVar, Self
 from pydantic import Field, field_validator, model_validator
 
 from satsgate.domain.media import (
-    MediaError,
     document_pages,
 )
 from satsgate.engines import EngineError
@@ -28,7 +27,6 @@ from satsgate.services.base import (
 )
 from satsgate.services.catalog.pricing import MSAT, PER_PASS_SATS
 from satsgate.services.inputs.params import (
-    InvalidField,
     MiB,
     ModelChoice,
     ServiceParams,
@@ -36,6 +34,7 @@ from satsgate.services.inputs.params import (
     b64_chars,
     body_limit,
     decode_file,
+    read_media,
 )
 
 # -- boardingpass-wallet -------------------------------------------------------------------
@@ -94,10 +93,7 @@ class BoardingPassParams(ServiceParams, ModelChoice):
     def check(self) -> int:
         for index, data in enumerate(self.decoded()):
             field = "documentBase64" if self.documentBase64 is not None else f"documents[{index}]"
-            try:
-                document_pages(data)
-            except MediaError as exc:
-                raise InvalidField(field, str(exc)) from None
+            read_media(data, field, document_pages)
         return len(self.all_documents)
 
 

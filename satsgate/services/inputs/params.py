@@ -17,7 +17,7 @@ import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal, Self, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
@@ -31,6 +31,8 @@ from satsgate.services.catalog.routing import select_model
 from satsgate.services.inputs.encoding import BadBase64, decode_base64_file
 
 MiB = 1024 * 1024
+
+T = TypeVar("T")
 
 
 def alias(*names: str) -> AliasChoices:
@@ -62,6 +64,15 @@ def decode_file(value: str, field: str, max_bytes: int) -> bytes:
     try:
         return decode_base64_file(value, max_bytes=max_bytes)
     except BadBase64 as exc:
+        raise InvalidField(field, str(exc)) from None
+
+
+def read_media(data: bytes, field: str, reader: Callable[[bytes], T]) -> T:
+    """``reader(data)``; a file the reader cannot read (MediaError) is refused as an
+    InvalidField of ``field``, with the reader's words."""
+    try:
+        return reader(data)
+    except MediaError as exc:
         raise InvalidField(field, str(exc)) from None
 
 
@@ -258,11 +269,7 @@ IMAGE_MAX_BYTES = 10 * MiB
 
 def check_image(value: str, field: str, max_bytes: int = IMAGE_MAX_BYTES) -> ImageInfo:
     """Decode a base64 image and read its header; InvalidField if it is not one."""
-    data = decode_file(value, field, max_bytes)
-    try:
-        return image_info(data)
-    except MediaError as exc:
-        raise InvalidField(field, str(exc)) from None
+    return read_media(decode_file(value, field, max_bytes), field, image_info)
 
 
 def image_field(

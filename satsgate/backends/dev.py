@@ -38,6 +38,7 @@ from satsgate.lightning.backend import (
     PaymentState,
     Settlement,
     UnknownInvoice,
+    invalid_invoice_payment,
 )
 from satsgate.lightning.invoices import InvalidInvoice, decode_invoice, sign_invoice
 
@@ -292,7 +293,7 @@ class DevBackend:
         try:
             decoded = decode_invoice(bolt11)
         except InvalidInvoice as exc:
-            return PaymentResult("", PaymentState.FAILED, failure_reason=str(exc))
+            return invalid_invoice_payment(exc)
         if decoded.network != self.network:
             return PaymentResult(
                 decoded.payment_hash,

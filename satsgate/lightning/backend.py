@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from satsgate.lightning.invoices import InvalidInvoice
+
 
 class InvoiceState(enum.Enum):
     OPEN = "open"
@@ -111,6 +113,22 @@ def require_network(node: str, actual: str, configured: str) -> None:
             "SATSGATE_NETWORK or the config file), or point satsgate at the node of the "
             "network you meant"
         )
+
+
+def require_invoice_terms(amount_msat: int, expiry_s: int) -> None:
+    """Refuse ``create_invoice`` arguments a node invoice cannot carry: ValueError naming
+    the first of ``amount_msat`` and ``expiry_s`` that is not positive."""
+    if amount_msat <= 0:
+        raise ValueError("amount_msat must be positive")
+    if expiry_s <= 0:
+        raise ValueError("expiry_s must be positive")
+
+
+def invalid_invoice_payment(exc: InvalidInvoice) -> PaymentResult:
+    """``pay_invoice``'s answer to a string that does not decode as an invoice: FAILED
+    before anything is sent, with no payment hash (none could be read) and the decoder's
+    reason."""
+    return PaymentResult(payment_hash="", state=PaymentState.FAILED, failure_reason=str(exc))
 
 
 class UnknownInvoice(BackendError):

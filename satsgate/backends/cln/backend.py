@@ -30,7 +30,9 @@ from satsgate.lightning.backend import (
     PaymentState,
     Settlement,
     UnknownInvoice,
+    invalid_invoice_payment,
     normalize_network,
+    require_invoice_terms,
     require_network,
 )
 from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
@@ -127,10 +129,7 @@ class ClnBackend:
     async def create_invoice(
         self, amount_msat: int, description: str, expiry_s: int
     ) -> CreatedInvoice:
-        if amount_msat <= 0:
-            raise ValueError("amount_msat must be positive")
-        if expiry_s <= 0:
-            raise ValueError("expiry_s must be positive")
+        require_invoice_terms(amount_msat, expiry_s)
         # Unique without a round trip; lightningd refuses a duplicate (900) anyway.
         label = f"{LABEL_PREFIX}{int(time.time())}-{secrets.token_hex(8)}"
         res = await self._rpc.call(
@@ -261,9 +260,7 @@ class ClnBackend:
         try:
             payment_hash = decode_invoice(bolt11).payment_hash
         except InvalidInvoice as exc:
-            return PaymentResult(
-                payment_hash="", state=PaymentState.FAILED, failure_reason=str(exc)
-            )
+            return invalid_invoice_payment(exc)
         try:
             res = await self._send_payment(bolt11, max_fee_msat, timeout_s, amount_msat)
         except ClnRpcError as exc:

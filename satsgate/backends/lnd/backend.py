@@ -49,7 +49,9 @@ from satsgate.lightning.backend import (
     PaymentState,
     Settlement,
     UnknownInvoice,
+    invalid_invoice_payment,
     normalize_network,
+    require_invoice_terms,
     require_network,
 )
 from satsgate.lightning.invoices import InvalidInvoice, decode_invoice
@@ -297,10 +299,7 @@ class LndBackend:
     async def create_invoice(
         self, amount_msat: int, description: str, expiry_s: int
     ) -> CreatedInvoice:
-        if amount_msat <= 0:
-            raise ValueError("amount_msat must be positive")
-        if expiry_s <= 0:
-            raise ValueError("expiry_s must be positive")
+        require_invoice_terms(amount_msat, expiry_s)
         res = await self._unary(
             self._ln.AddInvoice,
             lightning_pb2.Invoice(memo=description, value_msat=amount_msat, expiry=expiry_s),
@@ -523,9 +522,7 @@ class LndBackend:
         try:
             payment_hash = decode_invoice(bolt11).payment_hash
         except InvalidInvoice as exc:
-            return PaymentResult(
-                payment_hash="", state=PaymentState.FAILED, failure_reason=str(exc)
-            )
+            return invalid_invoice_payment(exc)
         if self._router is None:
             raise BackendError("the LND backend is not started")
         request = router_pb2.SendPaymentRequest(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 from collections.abc import Sequence
@@ -11,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from satsgate.aio import unless_closing
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.operations.answers import PaymentDocument, RefundIssued
 from satsgate.operations.base import AnySpec, Call, HttpRoute, OperationEnv, OperationSpec
@@ -149,19 +149,10 @@ async def _wait_paid(
     gate: Gate, payment: Payment, wait_s: float, closing: asyncio.Event
 ) -> Payment:
     """Gate.wait_paid, cut short when the service shuts down."""
-    waiter = asyncio.ensure_future(gate.wait_paid(payment, wait_s))
-    closer = asyncio.ensure_future(closing.wait())
-    try:
-        await asyncio.wait({waiter, closer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        closer.cancel()
-        if not waiter.done():
-            waiter.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiter
-    if waiter.cancelled():
+    paid = await unless_closing(gate.wait_paid(payment, wait_s), closing)
+    if paid is None:
         return await gate.get_payment(payment.payment_id) or payment
-    return waiter.result()
+    return paid
 
 
 CHECK_PAYMENT_STATUS: OperationSpec[PaymentStatusParams, PaymentDocument] = OperationSpec(

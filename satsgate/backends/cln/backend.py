@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from satsgate.aio import unless_closing
 from satsgate.lightning.backend import (
     BackendError,
     CreatedInvoice,
@@ -193,30 +194,16 @@ class ClnBackend:
 
     async def _wait_any(self, cursor: int) -> dict[str, Any] | None:
         """One waitanyinvoice on its own thread; None when close() interrupts it."""
-        call = asyncio.ensure_future(
-            self._rpc.call_blocking(
-                "waitanyinvoice",
-                {"lastpay_index": cursor, "timeout": self.wait_timeout_s},
-                wait_s=self.wait_timeout_s + 30,
-            )
+        call = self._rpc.call_blocking(
+            "waitanyinvoice",
+            {"lastpay_index": cursor, "timeout": self.wait_timeout_s},
+            wait_s=self.wait_timeout_s + 30,
         )
-        closing = asyncio.ensure_future(
-            self._closing.wait() if self._closing is not None else asyncio.Event().wait()
-        )
+        closing = self._closing if self._closing is not None else asyncio.Event()
         try:
-            await asyncio.wait({call, closing}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
             # Closed, or our consumer went away: stop waiting. The thread itself
             # ends within wait_timeout_s and its answer is dropped.
-            closing.cancel()
-            if not call.done():
-                call.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await call
-        if call.cancelled():
-            return None
-        try:
-            return call.result()
+            return await unless_closing(call, closing)
         except TimeoutError as exc:  # lightningd ignored the timeout it was given
             raise ClnConnectionError("waitanyinvoice did not answer in time") from exc
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -299,21 +300,148 @@ def _closed_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[An
     return bool(poller.poll(0))
 
 
-async def _execute_async(
-    conn: psycopg.AsyncConnection[Any], sql: str, args: Sequence[Any]
-) -> psycopg.AsyncCursor[Any]:
-    query, order = postgres_placeholders(sql)
-    return await conn.execute(query, postgres_args(order, args))
+async def _rows_of(cursor: psycopg.AsyncCursor[Any]) -> list[Any]:
+    return await cursor.fetchall()
 
 
-async def _rows_async(
-    conn: psycopg.AsyncConnection[Any], sql: str, args: Sequence[Any]
-) -> list[Any]:
-    return await (await _execute_async(conn, sql, args)).fetchall()
+async def _rowcount_of(cursor: psycopg.AsyncCursor[Any]) -> int:
+    return int(cursor.rowcount)
 
 
-async def _rowcount_async(conn: psycopg.AsyncConnection[Any], sql: str, args: Sequence[Any]) -> int:
-    return int((await _execute_async(conn, sql, args)).rowcount)
+# A statement's text and arguments as psycopg takes them, what its caller reads of its
+# cursor (rows or a count), and the caller's future.
+_Read = Callable[[psycopg.AsyncCursor[Any]], Awaitable[Any]]
+_Queued = tuple[str, Sequence[Any], _Read, "asyncio.Future[Any]"]
+# Statements in one pipelined exchange at the most; more queued in one loop iteration
+# go out as several, on as many lanes.
+_PIPELINE_MAX = 64
+
+
+class _Statements:
+    """The single statements (``write_one``, ``write_rows``, ``read_rows``) of one
+    event-loop iteration, sent together on one lane as one pipelined exchange: one
+    write and one wake-up of PostgreSQL's backend for all of them instead of one
+    each, which is most of what such a statement costs the server
+    (bench/README.md, issue 29).
+
+    The exchange is one implicit transaction (its statements, then one Sync): each
+    statement sees those before it in the exchange as it would one after another on
+    one connection, so two spends of one payment in it still serve once. Nothing is
+    told to any caller before the exchange has committed. When it fails, PostgreSQL
+    rolled all of it back, and each statement runs again alone (its own transaction,
+    as a lone statement always does), so one statement's error is that statement's
+    only; a lost connection is every caller's StoreUnavailable (each in doubt, as a
+    lone statement's would be). The exchange runs to its end whatever its callers do
+    (see :class:`_LoopLanes`)."""
+
+    def __init__(self, lanes: _LoopLanes) -> None:
+        self._lanes = lanes
+        self._queued: list[_Queued] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def run(
+        self,
+        sql: str,
+        args: Sequence[Any],
+        read: Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]],
+    ) -> T:
+        query, order = postgres_placeholders(sql)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if not self._queued:
+            loop.call_soon(self._send)  # after the rest of this iteration's callbacks
+        self._queued.append((query, postgres_args(order, args), read, future))
+        return await future
+
+    async def drain(self) -> None:
+        """Wait for every statement queued or under way (at shutdown)."""
+        while self._queued or self._sending:
+            if self._queued:
+                self._send()
+            await asyncio.gather(*self._sending, return_exceptions=True)
+
+    def _send(self) -> None:
+        queued, self._queued = self._queued, []
+        for start in range(0, len(queued), _PIPELINE_MAX):
+            task = asyncio.ensure_future(self._exchange(queued[start : start + _PIPELINE_MAX]))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _exchange(self, batch: list[_Queued]) -> None:
+        try:
+            if len(batch) > 1 and await self._pipelined(batch):
+                return
+            for query, params, read, future in batch:
+                try:
+                    alone = functools.partial(_alone, query=query, params=params, read=read)
+                    outcome = await self._lanes.run(alone)
+                except Exception as exc:
+                    _tell(future, error=exc)
+                else:
+                    _tell(future, outcome)
+        finally:  # cancelled (the loop is closing): nobody is left waiting for an answer
+            for *_, future in batch:
+                future.cancel()
+
+    async def _pipelined(self, batch: list[_Queued]) -> bool:
+        """Whether ``batch`` was answered by one exchange (False: it was rolled back)."""
+        try:
+            outcomes = await self._lanes.run(lambda conn: _pipelined(conn, batch))
+        except _RolledBack:
+            return False
+        except Exception as exc:  # the store is unavailable (each in doubt), or closed
+            for *_, future in batch:
+                _tell(future, error=exc)
+        else:
+            for (*_, future), outcome in zip(batch, outcomes, strict=True):
+                _tell(future, outcome)
+        return True
+
+
+def _tell(
+    future: asyncio.Future[Any], outcome: Any = None, *, error: BaseException | None = None
+) -> None:
+    """Settle a caller's future, unless the caller has stopped waiting for it."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(outcome)
+    else:
+        future.set_exception(error)
+
+
+async def _alone(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Sequence[Any], read: _Read
+) -> Any:
+    return await read(await conn.execute(query, params))
+
+
+class _RolledBack(Exception):
+    """A statement of a pipelined exchange failed on a sound connection: PostgreSQL
+    rolled the whole exchange back (its implicit transaction)."""
+
+
+async def _pipelined(conn: psycopg.AsyncConnection[Any], batch: list[_Queued]) -> list[Any]:
+    """``batch``'s statements sent at once, then one Sync: one implicit transaction.
+    A deadlock or serialization failure is raised as it is (the lane runs the exchange
+    again); any other error on a connection still sound as :class:`_RolledBack`, so
+    that a statement's error (psycopg raises one as an ``OperationalError`` too, or its
+    followers' ``PipelineAborted``) is not taken for a lost connection."""
+    try:
+        async with conn.pipeline() as pipeline:
+            cursors = []
+            for query, params, _, _ in batch:
+                cursor = conn.cursor()
+                await cursor.execute(query, params)
+                cursors.append(cursor)
+            await pipeline.sync()
+        return [await read(cursor) for cursor, (_, _, read, _) in zip(cursors, batch, strict=True)]
+    except _RETRY_ERRORS:
+        raise
+    except psycopg.Error as exc:
+        if conn.closed or conn.broken:
+            raise
+        raise _RolledBack(str(exc)) from exc
 
 
 async def _write_batch_async(
@@ -356,6 +484,7 @@ class PostgresDatabase:
         self._taken: list[psycopg.Connection[Any]] = []
         self._taken_lock = threading.Lock()
         self._lanes = _LoopLanes(url, loop_lanes)
+        self._statements = _Statements(self._lanes)
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(
@@ -389,6 +518,7 @@ class PostgresDatabase:
             raise
 
     async def close(self) -> None:
+        await self._statements.drain()
         if self._later:
             await asyncio.gather(*self._later, return_exceptions=True)
         executor, self._executor = self._executor, None
@@ -476,13 +606,13 @@ class PostgresDatabase:
         return await self._in_thread(lambda: self._unit(run))
 
     async def write_one(self, sql: str, args: Sequence[Any]) -> int:
-        return await self._lanes.run(lambda conn: _rowcount_async(conn, sql, args))
+        return await self._statements.run(sql, args, _rowcount_of)
 
     async def write_rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
-        return await self._lanes.run(lambda conn: _rows_async(conn, sql, args))
+        return await self._statements.run(sql, args, _rows_of)
 
     async def read_rows(self, sql: str, args: Sequence[Any]) -> list[Any]:
-        return await self._lanes.run(lambda conn: _rows_async(conn, sql, args))
+        return await self._statements.run(sql, args, _rows_of)
 
     def write_soon(self, sql: str, args: Sequence[Any], *more: tuple[str, Sequence[Any]]) -> None:
         """One write (and ``more``, in one transaction with it) nobody waits for (see

@@ -11,11 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
+import psycopg.errors
+import pytest
 
-from satsgate.store import Payment, PaymentStatus, Store
+from satsgate.store import Payment, PaymentStatus, Store, postgres
 from satsgate.store.dialect import postgres_args, postgres_ddl, postgres_placeholders
 from satsgate.store.migrations import available
 from satsgate.store.postgres import POOL_SIZE
@@ -103,6 +106,82 @@ async def test_a_read_then_write_transaction_that_lost_a_race_runs_again(
 
         await asyncio.gather(*(store.db.run_sync(increment) for _ in range(20)))
         assert await store.cursors.get("n") == 20
+    finally:
+        await store.close()
+
+
+def _paid(n: int) -> Payment:
+    now = int(time.time())
+    return Payment(
+        f"pay_pipe{n}", f"{n:064x}", "lnbcrt1x", "render-card", 5000, PaymentStatus.PAID, now,
+        now + 600, now, None, "00", f"{n:064x}", "d", "", "http", "invoice",
+    )  # fmt: skip
+
+
+async def test_one_iterations_statements_go_out_together_and_a_failing_one_fails_alone(
+    pg_cluster: PgCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The single statements of one loop iteration go to PostgreSQL in one pipelined
+    exchange. A statement that fails there rolls the exchange back and each statement
+    runs again alone: the failure is its caller's only, every spend still happens once,
+    and two spends of one payment in one exchange serve once."""
+    exchanges: list[int] = []
+    real = postgres._pipelined
+
+    async def counted(conn: Any, batch: Any) -> list[Any]:
+        exchanges.append(len(batch))
+        return await real(conn, batch)
+
+    monkeypatch.setattr(postgres, "_pipelined", counted)
+    store = Store(tmp_path / "unused.sqlite3", pg_cluster.new_database())
+    await store.open()
+    try:
+        payments = [_paid(n) for n in range(20)]
+        for payment in payments:
+            await store.payments.insert(payment)
+        spends = [store.payments.spend(p.payment_id, 1) for p in payments]
+        again = store.payments.spend(payments[0].payment_id, 1)
+        bad = store.db.write_one("UPDATE no_such_table SET x = 1", ())
+        outcomes = await asyncio.gather(*spends, bad, again, return_exceptions=True)
+        assert outcomes[:20] == [True] * 20
+        assert isinstance(outcomes[20], psycopg.errors.UndefinedTable)
+        assert outcomes[21] is False
+        assert exchanges[0] == 22  # all of them at once, then each alone
+        rows = [await store.payments.get(p.payment_id) for p in payments]
+        assert [r.status for r in rows if r is not None] == [PaymentStatus.SERVING] * 20
+        ledger = await store.ledger.totals()
+        assert ledger["held_msat"] == 20 * 5000 and ledger["received_msat"] == 20 * 5000
+        # Without a failure, one exchange answers all: two more spends of one payment.
+        exchanges.clear()
+        late = _paid(20)
+        await store.payments.insert(late)
+        twice = await asyncio.gather(*(store.payments.spend(late.payment_id, 1) for _ in range(2)))
+        assert sorted(twice) == [False, True] and exchanges == [2]
+    finally:
+        await store.close()
+
+
+async def test_a_caller_that_stops_waiting_leaves_its_statement_and_the_others_done(
+    pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    """A caller cancelled while its statement waits in the iteration's exchange: the
+    exchange still runs whole (the spend is done, never half-done), and the other
+    callers get their answers."""
+    store = Store(tmp_path / "unused.sqlite3", pg_cluster.new_database())
+    await store.open()
+    try:
+        first, second = _paid(30), _paid(31)
+        for payment in (first, second):
+            await store.payments.insert(payment)
+        cancelled = asyncio.create_task(store.payments.spend(first.payment_id, 1))
+        other = asyncio.create_task(store.payments.spend(second.payment_id, 1))
+        await asyncio.sleep(0)  # both queued for this iteration's exchange
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert await other is True
+        spent = await store.payments.get(first.payment_id)
+        assert spent is not None and spent.status is PaymentStatus.SERVING
     finally:
         await store.close()
 

@@ -50,6 +50,7 @@ from satsgate.services.catalog.pricing import (
 from satsgate.services.catalog.routing import auto_image_model
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
+    AutoModelChoice,
     CallbackFields,
     ModelChoice,
     ServiceParams,
@@ -78,7 +79,7 @@ class ImageRequest(Params):
     height: int = Field(1024, ge=SIDE_MIN, le=SIDE_MAX, description="Pixels, default 1024.")
 
 
-class GenerateImageParams(ServiceParams, ModelChoice):
+class GenerateImageParams(ServiceParams, AutoModelChoice):
     """HTTP form ``{input: {prompt, width, height}, modelId, file}``; tool form
     ``{prompt, imageBase64, modelId}`` (width and height optional)."""
 
@@ -152,10 +153,6 @@ class GenerateImageParams(ServiceParams, ModelChoice):
                 self.text, references=len(self.references), max_side=max(self.size)
             )
         return super().choose_model()
-
-    @property
-    def auto_routed(self) -> bool:
-        return self.model == "auto"
 
     def accepts_model(self, model_id: int) -> bool:
         if len(self.references) > REFERENCE_CAPACITY[model_id]:

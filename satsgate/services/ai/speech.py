@@ -64,6 +64,7 @@ from satsgate.services.catalog.pricing import (
 )
 from satsgate.services.catalog.routing import auto_tts_model
 from satsgate.services.inputs.params import (
+    AutoModelChoice,
     CallbackFields,
     InvalidField,
     MiB,
@@ -97,7 +98,7 @@ def _voice_owner(voice: str) -> int | None:
 # -- text-to-speech ------------------------------------------------------------------------
 
 
-class TextToSpeechParams(ServiceParams, ModelChoice):
+class TextToSpeechParams(ServiceParams, AutoModelChoice):
     """The voice must belong to the resolved tier; the global tier takes voice_description
     (words from the listed groups, one per group) and language instead."""
 
@@ -160,10 +161,6 @@ class TextToSpeechParams(ServiceParams, ModelChoice):
                 family_of=_voice_owner,
             )
         return super().choose_model()
-
-    @property
-    def auto_routed(self) -> bool:
-        return self.model == "auto"
 
     def same_tier(self, a: int, b: int) -> bool:
         return TTS_FAMILY[a] == TTS_FAMILY[b]

@@ -51,6 +51,7 @@ from satsgate.services.catalog.pricing import (
 from satsgate.services.catalog.routing import auto_text_model
 from satsgate.services.inputs.params import (
     IMAGE_MAX_BYTES,
+    AutoModelChoice,
     ModelChoice,
     ServiceParams,
     alias,
@@ -71,7 +72,7 @@ class Message(Params):
     content: str = Field(min_length=1, max_length=max(TEXT_MAX_INPUT_CHARS.values()))
 
 
-class GenerateTextParams(ServiceParams, ModelChoice):
+class GenerateTextParams(ServiceParams, AutoModelChoice):
     """HTTP form ``{input: [{role, content}], ...}``; tool form ``{prompt, systemPrompt,
     maxTokens, ...}``. Priced by input length: messages + systemPrompt + fileContext at the
     model's rate (pricing.TEXT_CHARS_PER_SAT, TEXT_MIN_SATS)."""
@@ -155,10 +156,6 @@ class GenerateTextParams(ServiceParams, ModelChoice):
                 has_file_context=self.fileContext is not None,
             )
         return super().choose_model()
-
-    @property
-    def auto_routed(self) -> bool:
-        return self.model == "auto"
 
     def accepts_model(self, model_id: int) -> bool:
         if self.imageData is not None and model_id != 6:

@@ -17,7 +17,7 @@ import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, cast
 
 from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 
@@ -256,6 +256,20 @@ class ModelChoice(Params):
             if self.accepts_model(candidate):
                 _private(self)["_model"] = candidate
                 return
+
+
+class AutoModelChoice(ModelChoice):
+    """A ModelChoice that may also be asked for ``model: 'auto'``: the subclass's
+    :meth:`choose_model` picks the model from the request itself, and the answer says
+    which one ran. Each subclass declares the ``model`` field, with its own description
+    of how it picks and at its own place in the schema."""
+
+    if TYPE_CHECKING:
+        model: Literal["auto"] | None
+
+    @property
+    def auto_routed(self) -> bool:
+        return self.model == "auto"
 
 
 async def no_engine(ctx: ServiceContext, params: Params) -> ServiceResult:

@@ -164,7 +164,8 @@ class _LoopLanes:
     statement takes a free lane, runs, and gives the lane back. The pool connects,
     configures and reconnects; the lanes spare each statement the pool's checkout.
 
-    A unit of work runs as a task of its own, shielded from its caller's cancellation:
+    Units are run by tasks of the engine's own (a loop iteration's exchange, see
+    :class:`_Statements`; a batch of ``write_soon``'s writes), never by a caller's task:
     a caller that gives up (a client gone, a timeout) never cuts a statement mid-way,
     so the lane's connection is never left in an unknown state; a unit on a thread
     likewise runs to its end (a spend that commits after its caller left is one in
@@ -206,9 +207,6 @@ class _LoopLanes:
         await self._pool.close()
 
     async def run(self, unit: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        return await asyncio.shield(asyncio.ensure_future(self._run(unit)))
-
-    async def _run(self, unit: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         conn = await self._acquire()
         try:
             for attempt in range(_RETRIES):

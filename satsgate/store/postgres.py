@@ -6,16 +6,20 @@ The same interface as the SQLite :class:`satsgate.store.engine.Database` (see
 - the hot paths' single statements given as text (``write_one``, ``write_rows``,
   ``read_rows``) and ``write_soon``'s batches run on psycopg 3's async connections,
   driven by the event loop itself (:class:`_LoopLanes`): no hop to a thread, whose
-  wake-ups and handover of the interpreter lock cost more than the statement;
+  wake-ups and handover of the interpreter lock cost more than the statement; the
+  single statements of one loop iteration go out together, as one pipelined exchange
+  (:class:`_Statements`);
 - a unit of work given as a function (``read``, ``write``, ``run_sync``,
   ``run_in_transaction``, whose Python code is synchronous) runs on psycopg's
   synchronous connections, each on a thread of this engine's own (as many threads as
   connections): the event loop only awaits, it never waits on the network or a lock
   (docs/scale.md says why this driver);
 - one statement (``read``, ``write``, ``write_one``, ``write_rows``, ``read_rows``) is
-  its own transaction (autocommit): a conditional ``UPDATE ... WHERE status = 'paid'``
-  is exactly-once across connections and instances, since PostgreSQL re-checks the condition on the
-  row it locked; ``write_soon``'s unwaited writes are gathered into one READ COMMITTED
+  its own transaction (autocommit), or one of its iteration's exchange, which is one
+  transaction answered only once committed: a conditional ``UPDATE ... WHERE status =
+  'paid'`` is exactly-once across connections and instances, since PostgreSQL re-checks
+  the condition on the row it locked (and, within an exchange, sees the statements
+  before it); ``write_soon``'s unwaited writes are gathered into one READ COMMITTED
   transaction per batch (each still a conditional write of its own rows);
 - a multi-statement transaction (``run_in_transaction``, and ``transaction(conn)``
   inside ``run_sync``) is SERIALIZABLE: a read-then-write that raced another

@@ -2,7 +2,8 @@
 satsgate never heard so. A TCP relay between satsgate and PostgreSQL (real wire, both
 ways) drops the connection instead of passing on the server's answer to the spend. The
 caller is answered 503 with nothing served; the spend, found committed, is refunded in
-full once, and a retry of the credential is shown that refund."""
+full once, and a retry of the credential is shown that refund. The same for a job's
+spend, and for the spends of one loop iteration cut together in their one exchange."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -17,7 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from satsgate.store import PaymentStatus
+from satsgate.store import Payment, PaymentStatus
+from satsgate.store.sql import StoreUnavailable
 from tests.conftest import ThreadedServer, dev_pay, free_port, make_settings
 from tests.epub_maker import chapter, make_epub, nav_doc, prose
 from tests.ledger_check import assert_ledger_balances
@@ -176,6 +179,71 @@ async def test_a_jobs_spend_committed_but_never_acknowledged_fails_the_job_with_
             polled = await client.get("/api/l402/job-status", params={"requestId": job[0]})
             assert polled.json()["status"] == "FAILED"
             assert polled.json()["refund"]["amount_sats"] == first.json()["amountSats"]
+        assert_ledger_balances(server)
+    finally:
+        server.stop()
+
+
+async def test_an_exchange_of_several_spends_cut_at_its_answer_refunds_each_once(
+    relay_url: tuple[CuttingRelay, str], tmp_path: Path
+) -> None:
+    """Six paid calls' spends made in one loop iteration go to PostgreSQL in one
+    exchange, and the connection is cut at its answer: PostgreSQL committed all six, and
+    each spender hears "store unavailable" (the call answered 503, nothing served). Each
+    spend is refunded in full once, and a retry of a credential is shown its refund."""
+    relay, url = relay_url
+    server = ThreadedServer(make_settings(tmp_path / "data", store_url=url))
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            paid: list[tuple[str, str, int]] = []  # payment id, credential, amount (sats)
+            for _ in range(6):
+                first = await client.post("/api/l402/render-card", json=CARD)
+                assert first.status_code == 402
+                preimage = await dev_pay(client, first.json()["invoice"])
+                credential = f"L402 {first.json()['macaroon']}:{preimage}"
+                paid.append((first.json()["paymentId"], credential, first.json()["amountSats"]))
+
+            def payment(payment_id: str) -> Payment | None:
+                row: Payment | None = server.call(lambda: server.store.payments.get(payment_id))
+                return row
+
+            def refunded_msat(payment_id: str) -> list[int]:
+                refunds = server.call(lambda: server.store.refunds.for_payment(payment_id))
+                return [r.amount_msat for r in refunds]
+
+            for payment_id, _, _ in paid:  # settled in the store before the cut is armed
+                for _ in range(100):
+                    row = payment(payment_id)
+                    if row is not None and row.status is PaymentStatus.PAID:
+                        break
+                    await asyncio.sleep(0.05)
+            relay.arm(SPEND, b"UPDATE 1\x00")
+
+            async def spend_at_once() -> list[bool | BaseException]:
+                now = int(time.time())
+                spends = (server.store.payments.spend(p, now) for p, _, _ in paid)
+                outcomes: list[bool | BaseException] = await asyncio.gather(
+                    *spends, return_exceptions=True
+                )
+                return outcomes
+
+            outcomes = server.call(spend_at_once)
+            assert relay.cut.is_set()
+            assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+            for payment_id, _, _ in paid:  # committed, never served
+                row = payment(payment_id)
+                assert row is not None and row.status is PaymentStatus.SERVING
+            gate = server.gate
+            assert server.call(gate.spender.refund_unserved_in_doubt) == len(paid)
+            assert server.call(gate.spender.refund_unserved_in_doubt) == 0  # once
+            for payment_id, _, sats in paid:
+                assert refunded_msat(payment_id) == [sats * 1000]
+            _, credential, sats = paid[0]
+            again = await client.post(
+                "/api/l402/render-card", json=CARD, headers={"Authorization": credential}
+            )
+            assert again.status_code != 200
+            assert again.json()["refund"]["amount_sats"] == sats
         assert_ledger_balances(server)
     finally:
         server.stop()

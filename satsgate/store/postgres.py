@@ -428,7 +428,11 @@ async def _pipelined(conn: psycopg.AsyncConnection[Any], batch: list[_Queued]) -
     A deadlock or serialization failure is raised as it is (the lane runs the exchange
     again); any other error on a connection still sound as :class:`_RolledBack`, so
     that a statement's error (psycopg raises one as an ``OperationalError`` too, or its
-    followers' ``PipelineAborted``) is not taken for a lost connection."""
+    followers' ``PipelineAborted``) is not taken for a lost connection.
+
+    One ``execute`` a statement, not ``executemany(..., returning=True)`` for a run of
+    one text: to keep each answer, psycopg flushes and waits for them before the Sync,
+    a round trip more, and the answers arrive before the commit."""
     try:
         async with conn.pipeline() as pipeline:
             cursors = []

@@ -19,3 +19,10 @@ mypy
 # start once, and no test runs apart from the ones before it in its file.
 echo "== pytest" && pytest -q -p no:cacheprovider -n 2 --dist loadfile --cov=satsgate \
   --cov-report=term:skip-covered --cov-fail-under=85 "$@"
+# The money tests again with every server they start keeping its store on PostgreSQL (a
+# throwaway cluster the run starts; tests/conftest.py): the paid path, payouts, Cashu,
+# jobs, held requests, MCP and the crash tests. The tests parametrized over both engines
+# already ran on each above, and are left out here.
+echo "== pytest, money tests on PostgreSQL" && SATSGATE_TEST_STORE=postgres pytest -q \
+  -p no:cacheprovider -n 2 --dist loadfile -k "not sqlite and not postgres" \
+  tests/payments tests/payouts tests/faults tests/jobs tests/mcp tests/outreach

@@ -208,13 +208,15 @@ async def store(tmp_path: Path, store_url: str) -> AsyncIterator[Store]:
 
 
 # SATSGATE_TEST_STORE=postgres: every server the tests make keeps its store in a new
-# PostgreSQL database (one cluster for the run), a developer's way to try the whole suite
-# on PostgreSQL. Tests that open the SQLite file themselves fail in that mode; CI runs
-# the default (the STORES-parametrized tests cover PostgreSQL there).
+# PostgreSQL database (one cluster for the run). The whole suite passes in that mode; a
+# test that reads the store's rows itself does it through tests/store_access.py.
+# scripts/test.sh runs the money tests in it after the default run.
 _suite_cluster: PgCluster | None = None
 
 
-def _default_store_url() -> str:
+def suite_store_url() -> str:
+    """The store a server of the tests keeps: "" (its SQLite file), or with
+    SATSGATE_TEST_STORE=postgres a new database of the run's one cluster."""
     global _suite_cluster
     if os.environ.get("SATSGATE_TEST_STORE") != "postgres":
         return ""
@@ -258,7 +260,7 @@ def serve_process(*options: str) -> Iterator[tuple[int, list[str]]]:
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     port = free_port()
     if "store_url" not in overrides:
-        overrides["store_url"] = _default_store_url()
+        overrides["store_url"] = suite_store_url()
     # The suite is one client making thousands of calls: per-client rate limits are off
     # unless a test turns them on (tests/faults/test_faults_rate_limits.py).
     base = Settings(

@@ -179,28 +179,19 @@ def run_cli(*args: str) -> str:
     ).stdout
 
 
+def ledger_args(server: ThreadedServer) -> list[str]:
+    """``satsgate ledger`` on the server's data dir and store."""
+    store = ["--store-url", server.settings.store_url] if server.settings.store_url else []
+    return ["ledger", "--data-dir", str(server.settings.data_dir), *store]
+
+
 def test_cli_ledger_and_operator_token(fresh_server: ThreadedServer) -> None:
     data_dir = fresh_server.settings.data_dir
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    token = subprocess.run(
-        [sys.executable, "-m", "satsgate.cli", "operator-token", "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    ).stdout.strip()
+    token = run_cli("operator-token", "--data-dir", str(data_dir)).strip()
     path = token_path(data_dir)
     assert token == path.read_text().strip() and len(token) == 64
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    out = subprocess.run(
-        [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = run_cli(*ledger_args(fresh_server))
     assert "received = earned + refunded + held + open" in out
     assert re.search(r"^total\s+0\s+0\s+0\s+0\s+0$", out, re.M), out
 
@@ -208,9 +199,7 @@ def test_cli_ledger_and_operator_token(fresh_server: ThreadedServer) -> None:
 async def test_cli_ledger_after_the_scenarios(
     fresh_server: ThreadedServer, scenario: dict[str, Any]
 ) -> None:
-    out = await asyncio.to_thread(
-        run_cli, "ledger", "--data-dir", str(fresh_server.settings.data_dir)
-    )
+    out = await asyncio.to_thread(run_cli, *ledger_args(fresh_server))
     assert re.search(r"^total\s+70000\s+10000\s+30000\s+0\s+30000$", out, re.M), out
     assert re.search(r"^  paid\s+1\s+10000 msat$", out, re.M), out
     assert re.search(r"^  open\s+1\s+20000 msat$", out, re.M), out
@@ -224,8 +213,7 @@ def test_cli_report_read_in_part_ends_quietly(fresh_server: ThreadedServer) -> N
     """``satsgate ledger | head``: a reader that stops before the report is written (here
     one that reads nothing) ends the command quietly, with no traceback and status 0."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    data_dir = str(fresh_server.settings.data_dir)
-    argv = [sys.executable, "-m", "satsgate.cli", "ledger", "--data-dir", data_dir]
+    argv = [sys.executable, "-m", "satsgate.cli", *ledger_args(fresh_server)]
     done = subprocess.run(
         ["bash", "-c", 'set -o pipefail; "$@" | true', "sh", *argv],
         capture_output=True,

@@ -13,13 +13,14 @@ from tests.conftest import ThreadedServer
 def row_counts(server: ThreadedServer) -> dict[str, int]:
     """Every table's row count in satsgate's database, and the dev node's invoices."""
 
+    tables = (
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        if server.settings.store_url
+        else "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+    )
+
     def count(conn: Any) -> dict[str, int]:
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
-            )
-        ]
+        names = [r[0] for r in conn.execute(tables)]
         return {n: conn.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0] for n in names}
 
     counts = server.call(lambda: server.store.db.run_sync(count))

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import io
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +48,7 @@ from tests.fakes.fake_platforms import (
     wav,
 )
 from tests.payments.test_gateway import assert_envelope
+from tests.store_access import store_rows, store_value
 
 POLL = 0.05
 
@@ -288,12 +287,10 @@ async def test_a_restart_takes_up_the_running_prediction_instead_of_running_it_t
     finally:
         first.stop()
     # Shutdown left the job running, unrefunded, with what resumes it.
-    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
-        status, state = conn.execute(
-            "SELECT status, resume_json FROM jobs WHERE job_id = ?", (job_id,)
-        ).fetchone()
-        refunds = conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0]
-    assert status == "IN_PROGRESS" and refunds == 0
+    ((status, state),) = store_rows(
+        settings, "SELECT status, resume_json FROM jobs WHERE job_id = ?", job_id
+    )
+    assert status == "IN_PROGRESS" and store_value(settings, "SELECT COUNT(*) FROM refunds") == 0
     assert json.loads(state)["prediction_id"] == rec.id
     assert not rec.canceled_by_client  # the prediction went on upstream
     rec.script = Script(outputs=lambda: [mp4(5.0)], starting_polls=0, processing_polls=0)
@@ -313,8 +310,7 @@ async def test_a_restart_takes_up_the_running_prediction_instead_of_running_it_t
     finally:
         second.stop()
     assert len(rep.records) == made  # waited for, never made a second time
-    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] == 0
+    assert store_value(settings, "SELECT COUNT(*) FROM refunds") == 0
 
 
 # -- sync image operations (Replicate, Prefer: wait) --------------------------------------

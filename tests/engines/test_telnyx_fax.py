@@ -9,7 +9,6 @@ import base64
 import hashlib
 import io
 import json
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -52,6 +51,7 @@ from tests.ledger_check import assert_ledger_balances
 from tests.mcp_client import tool_result
 from tests.payments.test_gateway import assert_envelope
 from tests.payments.test_payment_proof import hop_forgeries
+from tests.store_access import store_value
 
 FAX_FROM = "+13125550100"
 INBOUND_US = "+13125550101"
@@ -350,16 +350,9 @@ async def test_a_bank_letterhead_asking_to_fax_back_a_password_is_held_never_sen
     hold = server.call(lambda: server.app[HELD_REQUESTS].get(held["hold_id"]))
     assert hold.status == "held"
     assert {"credential:code", "impersonation:authority"} <= set(hold.reasons)
-    db = sqlite3.connect(server.settings.db_path)
-    try:
-        (status,) = db.execute(
-            "SELECT status FROM payments WHERE payment_id = ?", (held["payment_id"],)
-        ).fetchone()
-        (refunds,) = db.execute(
-            "SELECT COUNT(*) FROM refunds WHERE payment_id = ?", (held["payment_id"],)
-        ).fetchone()
-    finally:
-        db.close()
+    pid, at = held["payment_id"], server.settings
+    status = store_value(at, "SELECT status FROM payments WHERE payment_id = ?", pid)
+    refunds = store_value(at, "SELECT COUNT(*) FROM refunds WHERE payment_id = ?", pid)
     assert (status, refunds) == ("serving", 0)  # held: neither answered nor refunded
     assert_ledger_balances(server)
 

@@ -6,14 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import shutil
-import signal
-import sqlite3
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,78 +17,18 @@ import httpx
 import pytest
 
 from satsgate.store import Store
-from tests.conftest import free_port, skip_unless_ci
+from tests.conftest import skip_unless_ci
+from tests.killable_server import KillableServer
 from tests.payments.test_gateway import CARD
+from tests.store_access import store_rows
 
 SYNC_CALLS = 40
 JOB_CALLS = 4
 
 
-class Serve:
-    """``satsgate serve`` on a data dir, startable again on the same one."""
-
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "SATSGATE_CHALLENGE_RATE_PER_MIN": "0",
-        }
-        self.proc = proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "satsgate.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(self.data),
-                "--log-level",
-                "WARNING",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                _, err = proc.communicate(timeout=10)
-                pytest.fail(f"satsgate serve did not start: {err.decode()[-2000:]}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        self.reap()
-
-    def reap(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
-
-
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Serve]:
-    server = Serve(tmp_path / "data")
+def serve(tmp_path: Path) -> Iterator[KillableServer]:
+    server = KillableServer(tmp_path / "data")
     try:
         yield server
     finally:
@@ -124,17 +58,9 @@ def _challenge(client: httpx.Client, slug: str, body: dict[str, Any]) -> dict[st
     }
 
 
-def _rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
-
-
-def _ledger(db: Path) -> dict[str, int]:
+def _ledger(server: KillableServer) -> dict[str, int]:
     async def read() -> dict[str, int]:
-        store = Store(db)
+        store = Store(server.db_path, server.store_url)
         await store.open()
         try:
             return await store.ledger.totals()
@@ -145,10 +71,9 @@ def _ledger(db: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
+def test_a_kill_mid_burst_loses_no_paid_call(serve: KillableServer) -> None:
     epub = base64.b64encode(_epub()).decode()
     serve.start()
-    db = serve.data / "satsgate.sqlite3"
     with httpx.Client(base_url=serve.url, timeout=30) as client:
         calls = [
             _challenge(
@@ -188,8 +113,8 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
     # The precondition of the test: the kill caught paid calls spent and not answered.
     spent = {
         pid
-        for (pid,) in _rows(
-            db, "SELECT payment_id FROM payments WHERE status IN ('serving', 'spent')"
+        for (pid,) in store_rows(
+            serve, "SELECT payment_id FROM payments WHERE status IN ('serving', 'spent')"
         )
     }
     served_before = [c for c in calls if c["outcome"] in (200, 202)]
@@ -199,18 +124,18 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
     # Every call's payment (the session deposits each 402 also offered were never paid).
     rows = {
         pid: (status, amount)
-        for pid, status, amount in _rows(
-            db, "SELECT payment_id, status, amount_msat FROM payments WHERE mode != 'deposit'"
+        for pid, status, amount in store_rows(
+            serve, "SELECT payment_id, status, amount_msat FROM payments WHERE mode != 'deposit'"
         )
     }
     refunded = dict(
-        _rows(
-            db,
+        store_rows(
+            serve,
             "SELECT payment_id, SUM(amount_msat) FROM refunds WHERE status != 'expired'"
             " GROUP BY payment_id",
         )
     )
-    jobs = {pid: status for pid, status in _rows(db, "SELECT payment_id, status FROM jobs")}
+    jobs = {pid: status for pid, status in store_rows(serve, "SELECT payment_id, status FROM jobs")}
     usable = []
     for call in calls:
         status, amount = rows[call["payment_id"]]
@@ -247,7 +172,7 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
         )
         assert again.status_code == 402, again.text  # used: its refund, and a fresh challenge
         refund = again.json()["refund"]
-        k1 = _rows(db, "SELECT k1 FROM refunds WHERE payment_id = ?", retry["payment_id"])
+        k1 = store_rows(serve, "SELECT k1 FROM refunds WHERE payment_id = ?", retry["payment_id"])
         assert refund["refund_secret"] == k1[0][0]
         assert refund["amount_sats"] * 1000 == rows[retry["payment_id"]][1]
         # Usable again means it: each one that never reached its spend serves now.
@@ -266,7 +191,7 @@ def test_a_kill_mid_burst_loses_no_paid_call(serve: Serve) -> None:
             assert poll["status"] in ("COMPLETED", "FAILED", "IN_PROGRESS"), poll
     assert served_before  # the burst did serve some before the kill
     serve.kill()
-    ledger = _ledger(db)
+    ledger = _ledger(serve)
     assert ledger["received_msat"] == (
         ledger["earned_msat"] + ledger["refunded_msat"] + ledger["held_msat"] + ledger["open_msat"]
     ), ledger

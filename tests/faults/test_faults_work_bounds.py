@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import io
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +22,7 @@ from satsgate.engines import CpuRunner
 from satsgate.errors import ApiError
 from satsgate.services.documents.rendering import MAX_MERGE_PAGES, MergePdfParams
 from tests.conftest import ThreadedServer, http_client
+from tests.store_access import store_value
 
 
 def blank_pdf(pages: int) -> bytes:
@@ -43,8 +42,7 @@ async def client(server: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
 
 def invoices(server: ThreadedServer) -> int:
     """Payments (each with its node invoice) the server has created."""
-    with contextlib.closing(sqlite3.connect(server.settings.db_path)) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM payments").fetchone()[0])
+    return int(store_value(server.settings, "SELECT COUNT(*) FROM payments"))
 
 
 async def test_a_merge_over_the_page_cap_is_refused_before_any_invoice(

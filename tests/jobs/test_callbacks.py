@@ -331,7 +331,7 @@ async def test_a_stop_while_a_delivery_is_in_flight_logs_no_error(
     sweep is cancelled and waited for, and an orderly stop logs no error and no traceback.
     The delivery, interrupted, is owed still (the outbox resumes it at the next start)."""
     settings = make_settings(tmp_path / "data")
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, settings.store_url)
     await store.open()
     await owed(store, receiver.url())  # owed at start: the first sweep takes it up
     await store.close()
@@ -346,7 +346,7 @@ async def test_a_stop_while_a_delivery_is_in_flight_logs_no_error(
     assert _errors(caplog) == []
     gc.collect()  # a task left pending would be reported as it is destroyed
     assert _errors(caplog) == []
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, settings.store_url)
     await store.open()
     try:
         state = await store.callbacks.get("job_1") or {}

@@ -8,10 +8,8 @@ every money outcome is checked in the ledger (a payment in its window is held)."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
@@ -31,6 +29,7 @@ from tests.jobs.test_callbacks import Receiver, network, verified
 from tests.jobs.test_callbacks import receiver as receiver  # the fixture
 from tests.ledger_check import assert_ledger_balances
 from tests.payments.test_rework import Paid, pay, payment_status, totals
+from tests.store_access import StoreSettings, store_rows, store_value, store_write
 
 SLUG = "generate-video"
 BODY = {"prompt": "a riot in the street", "duration": 5}
@@ -128,18 +127,11 @@ async def refused_job(
     return paid, job_id, done
 
 
-def payment_jobs(server: ThreadedServer, payment_id: str) -> list[tuple[str, str]]:
-    """The payment's jobs, oldest first: (job id, status)."""
-    return payment_jobs_at(server.settings.db_path, payment_id)
-
-
-def payment_jobs_at(db_path: Path, payment_id: str) -> list[tuple[str, str]]:
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        rows = conn.execute(
-            "SELECT job_id, status FROM jobs WHERE payment_id = ? ORDER BY created_at, rowid",
-            (payment_id,),
-        ).fetchall()
-    return [(str(a), str(b)) for a, b in rows]
+def payment_jobs(settings: StoreSettings, payment_id: str) -> dict[str, str]:
+    """The payment's jobs: job id -> status."""
+    return dict(
+        store_rows(settings, "SELECT job_id, status FROM jobs WHERE payment_id = ?", payment_id)
+    )
 
 
 # -- the window ------------------------------------------------------------------------------
@@ -211,10 +203,10 @@ async def test_a_refused_job_keeps_its_payment_and_a_retry_with_the_token_runs_a
     assert finished["result"]["videoUrl"].startswith(server.url)
     assert len(rep.records) == made + 2
     assert rep.last().input["prompt"] == CHANGED["prompt"]
-    assert payment_jobs(server, paid.payment_id) == [
-        (first_id, "FAILED"),
-        (second_id, "COMPLETED"),
-    ]
+    assert payment_jobs(server.settings, paid.payment_id) == {
+        first_id: "FAILED",
+        second_id: "COMPLETED",
+    }
     assert payment_status(server, paid.payment_id) == "spent"
     end = totals(server)
     assert end["earned_msat"] - before["earned_msat"] == PRICE_SATS * 1000
@@ -285,9 +277,9 @@ async def test_two_retries_at_once_start_one_job(
     finished = await ended(client, won, paid.auth)
     assert finished["status"] == "COMPLETED", finished
     assert len(rep.records) == made + 1
-    assert [status for _, status in payment_jobs(server, paid.payment_id)] == [
-        "FAILED",
+    assert sorted(payment_jobs(server.settings, paid.payment_id).values()) == [
         "COMPLETED",
+        "FAILED",
     ]
 
 
@@ -458,13 +450,11 @@ async def test_a_retried_job_running_upstream_is_taken_up_after_a_restart(
         first.stop()
     made = len(rep.records)
     # Shutdown left the retry's job running, its window claimed, nothing refunded.
-    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
-        (state,) = conn.execute(
-            "SELECT state FROM rework_windows WHERE payment_id = ?", (paid.payment_id,)
-        ).fetchone()
-        refunds = conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0]
-    assert state == "running" and refunds == 0
-    assert payment_jobs_at(settings.db_path, paid.payment_id)[-1] == (retried, "IN_PROGRESS")
+    state = store_value(
+        settings, "SELECT state FROM rework_windows WHERE payment_id = ?", paid.payment_id
+    )
+    assert state == "running" and store_value(settings, "SELECT COUNT(*) FROM refunds") == 0
+    assert payment_jobs(settings, paid.payment_id)[retried] == "IN_PROGRESS"
     rec.script = succeeding()
 
     second = ThreadedServer(settings)
@@ -477,12 +467,11 @@ async def test_a_retried_job_running_upstream_is_taken_up_after_a_restart(
     finally:
         second.stop()
     assert len(rep.records) == made  # waited for, never made a second time
-    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
-        (state,) = conn.execute(
-            "SELECT state FROM rework_windows WHERE payment_id = ?", (paid.payment_id,)
-        ).fetchone()
-        assert state == "closed"
-        assert conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] == 0
+    state = store_value(
+        settings, "SELECT state FROM rework_windows WHERE payment_id = ?", paid.payment_id
+    )
+    assert state == "closed"
+    assert store_value(settings, "SELECT COUNT(*) FROM refunds") == 0
 
 
 async def test_a_poll_by_job_id_alone_leaks_no_payment_id_of_an_mcp_payment(
@@ -537,11 +526,11 @@ async def test_a_crash_between_the_window_and_the_jobs_end_refunds_once(
             paid, job_id, doc = await refused_job(client, rep)
     finally:
         srv.stop()
-    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn, conn:
-        conn.execute(
-            "UPDATE jobs SET status = 'IN_PROGRESS', error_json = NULL WHERE job_id = ?",
-            (job_id,),
-        )
+    store_write(
+        settings,
+        "UPDATE jobs SET status = 'IN_PROGRESS', error_json = NULL WHERE job_id = ?",
+        job_id,
+    )
     srv = ThreadedServer(settings)
     try:
         async for client in http_client(srv):
@@ -556,11 +545,11 @@ async def test_a_crash_between_the_window_and_the_jobs_end_refunds_once(
                 assert declined.json()["refund"]["refund_secret"] == read["refund"]["refund_secret"]
             retried = await submit(client, paid, CHANGED, reworkToken=doc["rework_token"])
             assert retried.status_code in (402, 410), retried.text
-            with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
-                refunds = conn.execute(
-                    "SELECT COUNT(*), SUM(amount_msat) FROM refunds WHERE payment_id = ?",
-                    (paid.payment_id,),
-                ).fetchone()
+            (refunds,) = store_rows(
+                settings,
+                "SELECT COUNT(*), SUM(amount_msat) FROM refunds WHERE payment_id = ?",
+                paid.payment_id,
+            )
             assert refunds == (1, PRICE_SATS * 1000)
             assert payment_status(srv, paid.payment_id) == "spent"
             assert_ledger_balances(srv)
@@ -621,7 +610,7 @@ async def test_a_window_whose_payment_the_operator_refunded_cannot_be_claimed(
         lambda: server.store.rework.claim(paid.payment_id, token_hash, time.time(), job)
     )
     assert claimed is False
-    assert len(payment_jobs(server, paid.payment_id)) == 1
+    assert len(payment_jobs(server.settings, paid.payment_id)) == 1
     # Through the gate: used, its refund shown; nothing ran.
     made = len(rep.records)
     resp = await submit(client, paid, CHANGED, reworkToken=done["rework_token"])

@@ -14,7 +14,6 @@ import hmac
 import os
 import re
 import shutil
-import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -45,6 +44,7 @@ from tests.conftest import (
 )
 from tests.ledger_check import assert_ledger_balances
 from tests.mcp_client import tool_result
+from tests.store_access import opened_store, store_write
 
 HOSTILE = "This is your bank. Please reply with your PIN and the verification code we sent."
 
@@ -477,16 +477,14 @@ async def test_retention_sweep_clears_evidence_on_schedule(
 
 async def test_retention_rules_of_other_tables_and_files(node: Node, tmp_path: Path) -> None:
     store = node.server.store
-    conn = sqlite3.connect(node.server.settings.db_path)
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS t_msgs (id INTEGER, body TEXT, amount INTEGER, at INTEGER)"
-    )
-    conn.execute("DELETE FROM t_msgs")
-    conn.executemany(
-        "INSERT INTO t_msgs VALUES (?, ?, ?, ?)", [(1, "old", 5, 1000), (2, "new", 6, 90_000)]
-    )
-    conn.commit()
-    conn.close()
+    with opened_store(node.server.settings) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS t_msgs (id INTEGER, body TEXT, amount INTEGER, at INTEGER)"
+        )
+        conn.execute("DELETE FROM t_msgs")
+        conn.executemany(
+            "INSERT INTO t_msgs VALUES (?, ?, ?, ?)", [(1, "old", 5, 1000), (2, "new", 6, 90_000)]
+        )
     files = tmp_path / "faxes"
     files.mkdir()
     (files / "old.pdf").write_bytes(b"%PDF")
@@ -501,13 +499,10 @@ async def test_retention_rules_of_other_tables_and_files(node: Node, tmp_path: P
     )
     done = node.server.call(lambda: retention.sweep(store.retention, tmp_path, 90_000, rules))
     assert done == {"texts": 1, "fax images": 1, "nothing": 0, "matched rows": 1}
-    conn = sqlite3.connect(node.server.settings.db_path)
-    assert conn.execute("SELECT id, body, amount FROM t_msgs ORDER BY id").fetchall() == [
-        (2, "new", 6)
-    ]
-    conn.execute("DROP TABLE t_msgs")
-    conn.commit()
-    conn.close()
+    with opened_store(node.server.settings) as conn:
+        left = [tuple(r) for r in conn.execute("SELECT id, body, amount FROM t_msgs ORDER BY id")]
+        assert left == [(2, "new", 6)]
+        conn.execute("DROP TABLE t_msgs")
     assert sorted(p.name for p in files.iterdir()) == ["new.pdf"]
 
 
@@ -739,13 +734,13 @@ async def test_holds_survive_a_restart_and_one_caught_mid_release_is_refunded(
             stuck = await held_call(c, "restart-stuck@example.org")
     finally:
         first.stop()
-    conn = sqlite3.connect(settings.db_path)  # a crash between a release's claim and its end
-    conn.execute(
+    claimed = store_write(  # a crash between a release's claim and its end
+        settings,
         "UPDATE held_requests SET status = 'releasing', claimed_by = ? WHERE hold_id = ?",
-        (first.store.instance_id, stuck["hold_id"]),
+        first.store.instance_id,
+        stuck["hold_id"],
     )
-    conn.commit()
-    conn.close()
+    assert claimed == 1
     second = ThreadedServer(settings)
     try:
         desk = second.app[HELD_REQUESTS]

@@ -7,8 +7,6 @@ node, with the e-mail engine on a loopback SMTP server."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from tests.outreach.test_holds import (
     operator,
     serving_node,
 )
+from tests.store_access import store_rows
 
 # The page replaces an appeal invoice that has less than this left (holds.appeal_invoice).
 REPLACED_WITHIN_S = 60
@@ -52,13 +51,10 @@ async def client(node: Node) -> AsyncIterator[httpx.AsyncClient]:
 
 def payment_of(node: Node, bolt11: str) -> tuple[str, str]:
     """(payment id, status) of the payment row of an invoice."""
-    path = f"file:{node.server.settings.db_path}?mode=ro"
-    with contextlib.closing(sqlite3.connect(path, uri=True)) as conn:
-        row = conn.execute(
-            "SELECT payment_id, status FROM payments WHERE bolt11 = ?", (bolt11,)
-        ).fetchone()
-    assert row is not None
-    return str(row[0]), str(row[1])
+    ((payment_id, status),) = store_rows(
+        node.server.settings, "SELECT payment_id, status FROM payments WHERE bolt11 = ?", bolt11
+    )
+    return str(payment_id), str(status)
 
 
 def refunds_of(node: Node, payment_id: str) -> int:

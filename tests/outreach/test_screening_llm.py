@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from aiosmtpd.controller import Controller
 
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings
 from tests.outreach.test_holds import Mailbox, mail, paid_call
+from tests.store_access import store_rows
 
 KEY = "sk-test-judge-3c1f"
 
@@ -131,13 +131,9 @@ async def client(passing: ThreadedServer) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def last_record(srv: ThreadedServer) -> tuple[str, str, str]:
-    conn = sqlite3.connect(f"file:{srv.settings.db_path}?mode=ro", uri=True)
-    try:
-        row = conn.execute(
-            "SELECT verdict, reasons, llm FROM screenings ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-    finally:
-        conn.close()
+    row = store_rows(
+        srv.settings, "SELECT verdict, reasons, llm FROM screenings ORDER BY id DESC LIMIT 1"
+    )[0]
     return str(row[0]), str(row[1]), str(row[2])
 
 

@@ -10,7 +10,6 @@ import asyncio
 import base64
 import io
 import json
-import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.engines_down import down_engines
 from tests.fakes.cashu_mint import MintProxy, NutshellMint, PayerWallet, mint_venv
 from tests.fakes.lnbits_fake import LnbitsFake
 from tests.ledger_check import assert_ledger_balances
+from tests.store_access import store_rows
 
 CARD = {"template": "headline", "title": "Paid in ecash", "subtitle": "NUT-24"}
 VOTE = {"slug": "voice-changer"}
@@ -108,11 +108,7 @@ async def client(cashu_server: ThreadedServer) -> AsyncIterator[httpx.AsyncClien
 
 
 def rows(server: ThreadedServer, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{server.settings.db_path}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+    return store_rows(server.settings, sql, *args)
 
 
 def payment_count(server: ThreadedServer) -> int:

@@ -12,16 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import cbor2
 import httpx
@@ -30,7 +24,9 @@ import pytest
 from satsgate.payments.cashu_wire import decode_token, y_of
 from tests.conftest import ThreadedServer, free_port, http_client, make_settings
 from tests.fakes.cashu_mint import MintProxy, NutshellMint, PayerWallet, mint_venv
+from tests.killable_server import KillableServer
 from tests.ledger_check import assert_ledger_balances
+from tests.store_access import StoreSettings, store_rows, store_value
 
 VOTE = {"slug": "voice-changer"}
 ROUNDS = 16  # the issue saw 4 of 14 rounds burn the token on the old code
@@ -91,14 +87,6 @@ async def client(cashu_server: ThreadedServer) -> AsyncIterator[httpx.AsyncClien
         yield c
 
 
-def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
-
-
 def receipt_id_of(token: str) -> str:
     ys = sorted(y_of(p.secret) for p in decode_token(token).proofs)
     return hashlib.sha256("".join(ys).encode()).hexdigest()
@@ -110,9 +98,9 @@ def mint_states(mint: NutshellMint, token: str) -> set[str]:
     return {s["state"] for s in resp.json()["states"]}
 
 
-def held_for(db: Path, token: str) -> tuple[str, str, int]:
+def held_for(db: StoreSettings, token: str) -> tuple[str, str, int]:
     """(receipt status, its payment's status, sat held for that payment)."""
-    ((status, payment_status, held),) = rows(
+    ((status, payment_status, held),) = store_rows(
         db,
         "SELECT r.status, p.status, (SELECT COALESCE(SUM(e.amount), 0) FROM ecash_proofs e"
         " WHERE e.payment_id = r.payment_id AND e.state = 'held') FROM ecash_receipts r"
@@ -122,7 +110,7 @@ def held_for(db: Path, token: str) -> tuple[str, str, int]:
     return str(status), str(payment_status), int(held)
 
 
-def served_for(db: Path, token: str) -> tuple[str, str, int]:
+def served_for(db: StoreSettings, token: str) -> tuple[str, str, int]:
     """:func:`held_for` once the served call's payment is recorded spent (that write joins
     the group commit after the answer was sent)."""
     deadline = time.monotonic() + 10
@@ -160,7 +148,7 @@ async def test_lost_swaps_with_concurrent_retries_serve_each_token_once(
     swap of one of those retries is lost too. Every round: exactly one call served, its
     change a token the payer's wallet receives, the price held by satsgate, the token
     spent at the mint; more retries are refused as used."""
-    proxy, db = clear_proxy, Path(cashu_server.settings.db_path)
+    proxy, db = clear_proxy, cashu_server.settings
     price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
     outcomes: list[str] = []
     for round_no in range(ROUNDS):
@@ -199,8 +187,8 @@ async def test_lost_swaps_with_concurrent_retries_serve_each_token_once(
         assert served_for(db, token) == ("redeemed", "spent", price)
         again = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
         assert again.status_code in (400, 403), again.text
-    votes = rows(db, "SELECT COUNT(*) FROM payments WHERE mode = 'cashu' AND status = 'spent'")
-    assert votes[0][0] >= ROUNDS
+    spent = "SELECT COUNT(*) FROM payments WHERE mode = 'cashu' AND status = 'spent'"
+    assert store_value(db, spent) >= ROUNDS
     assert_ledger_balances(cashu_server)
 
 
@@ -214,7 +202,7 @@ async def test_proofs_pending_at_the_mint_are_not_spent(
     """The mint answers the swap "proofs are pending" (11002): not spent. The payer is told
     to retry (503, Retry-After) without "nothing was charged"; the retry asks the mint,
     finds the proofs unspent, swaps them and serves the call once."""
-    proxy, db = clear_proxy, Path(cashu_server.settings.db_path)
+    proxy, db = clear_proxy, cashu_server.settings
     price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
     token = wallet.token(price)
     proxy.lose = "pending"
@@ -244,7 +232,7 @@ async def test_a_swap_of_ours_that_reached_the_mint_late_is_restored_not_called_
     The retry finds the proofs unspent and swaps again; meanwhile the first swap lands,
     so the mint refuses the retry's swap as spent. That spend is satsgate's own: the
     saved outputs are restored (NUT-09) and the call is served, never refused as spent."""
-    proxy, db = clear_proxy, Path(cashu_server.settings.db_path)
+    proxy, db = clear_proxy, cashu_server.settings
     price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
     token = wallet.token(price + 2)
     # The first swap lands 3 s after it was sent (satsgate gives up after 2 s); the
@@ -271,7 +259,7 @@ async def test_a_swap_answer_that_does_not_unblind_is_restored(
 ) -> None:
     """The mint swapped but its answer carries signatures that are not points: no 500 and
     no "nothing was charged"; the retry restores the outputs (NUT-09) and is served."""
-    proxy, db = clear_proxy, Path(cashu_server.settings.db_path)
+    proxy, db = clear_proxy, cashu_server.settings
     price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
     token = wallet.token(price)
     proxy.lose, proxy.lose_times = "garble", 1
@@ -308,7 +296,7 @@ async def test_a_token_the_mint_refuses_as_invalid_leaves_nothing_behind(
     """Forged signatures: the mint refuses the swap, the proofs are unspent. 400
     CASHU_TOKEN_INVALID, and the receipt, its Ys and its outputs are gone (invalid tokens
     fill no table); the genuine token with the same secrets then pays its call."""
-    db = Path(cashu_server.settings.db_path)
+    db = cashu_server.settings
     price = int((await client.post("/api/l402/vote", json=VOTE)).json()["amountSats"])
     token = wallet.token(price)
     fake = forged(token)
@@ -322,7 +310,8 @@ async def test_a_token_the_mint_refuses_as_invalid_leaves_nothing_behind(
         ("ecash_inputs", "receipt_id"),
         ("ecash_outputs", "op_id"),
     ):
-        assert rows(db, f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", receipt_id) == [(0,)]
+        left = store_value(db, f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", receipt_id)
+        assert left == 0, table
     assert mint_states(mint, token) == {"UNSPENT"}
     paid = await client.post("/api/l402/vote", json=VOTE, headers={"X-Cashu": token})
     assert paid.status_code == 200, paid.text
@@ -332,72 +321,10 @@ async def test_a_token_the_mint_refuses_as_invalid_leaves_nothing_behind(
 # -- a crash after the swap was sent --------------------------------------------------------
 
 
-class Serve:
-    """``satsgate serve`` with [cashu] on a data dir, killed and started again."""
-
-    def __init__(self, data: Path, mint_url: str) -> None:
-        self.data = data
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        data.mkdir(parents=True, exist_ok=True)
-        self.config = data.parent / "satsgate.toml"
-        self.config.write_text(
-            f'[cashu]\nmints = ["{mint_url}/"]\nmelt = false\nmint_timeout_s = 60\n'
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "SATSGATE_CHALLENGE_RATE_PER_MIN": "0",
-        }
-        self.proc = proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "satsgate.cli",
-                "serve",
-                "--config",
-                str(self.config),
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(self.data),
-                "--log-level",
-                "WARNING",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                _, err = proc.communicate(timeout=10)
-                pytest.fail(f"satsgate serve did not start: {err.decode()[-2000:]}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
-
-
 @pytest.fixture
-def serve(tmp_path: Path, clear_proxy: MintProxy) -> Iterator[Serve]:
-    server = Serve(tmp_path / "data", clear_proxy.url)
+def serve(tmp_path: Path, clear_proxy: MintProxy) -> Iterator[KillableServer]:
+    config = f'[cashu]\nmints = ["{clear_proxy.url}/"]\nmelt = false\nmint_timeout_s = 60\n'
+    server = KillableServer(tmp_path / "data", config)
     try:
         yield server
     finally:
@@ -405,13 +332,13 @@ def serve(tmp_path: Path, clear_proxy: MintProxy) -> Iterator[Serve]:
 
 
 def test_a_crash_after_the_swap_was_sent_is_restored_at_restart(
-    serve: Serve, mint: NutshellMint, clear_proxy: MintProxy, wallet: PayerWallet
+    serve: KillableServer, mint: NutshellMint, clear_proxy: MintProxy, wallet: PayerWallet
 ) -> None:
     """satsgate is killed (SIGKILL) after the mint made its swap and before the answer
     came back. At restart the receipt, left 'swapping' by the dead process, is settled at
     once: the saved outputs are restored (NUT-09) into satsgate's wallet and the payment
     is recorded, paid and unused; the token presented again serves its call."""
-    proxy, db = clear_proxy, serve.data / "satsgate.sqlite3"
+    proxy, db = clear_proxy, serve
     serve.start()
     with httpx.Client(base_url=serve.url, timeout=30) as client:
         price = int(client.post("/api/l402/vote", json=VOTE).json()["amountSats"])
@@ -426,7 +353,7 @@ def test_a_crash_after_the_swap_was_sent_is_restored_at_restart(
     assert isinstance(lost, httpx.TransportError)  # the connection died with the server
     proxy.lose = ""
     assert mint_states(mint, token) == {"SPENT"}  # the mint swapped: the value is ours
-    ((status,),) = rows(
+    ((status,),) = store_rows(
         db, "SELECT status FROM ecash_receipts WHERE receipt_id = ?", receipt_id_of(token)
     )
     assert status == "swapping"  # what the dead process left
@@ -435,7 +362,7 @@ def test_a_crash_after_the_swap_was_sent_is_restored_at_restart(
     while held_for(db, token)[0] != "redeemed" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert held_for(db, token) == ("redeemed", "paid", price)
-    ((change,),) = rows(
+    ((change,),) = store_rows(
         db, "SELECT change_token FROM ecash_receipts WHERE receipt_id = ?", receipt_id_of(token)
     )
     with httpx.Client(base_url=serve.url, timeout=30) as client:
@@ -447,7 +374,7 @@ def test_a_crash_after_the_swap_was_sent_is_restored_at_restart(
 
 
 def send_then_kill(
-    request: httpx.Request, client: httpx.Client, proxy: MintProxy, serve: Serve
+    request: httpx.Request, client: httpx.Client, proxy: MintProxy, serve: KillableServer
 ) -> BaseException | None:
     """Send ``request`` on a thread; once the mint has made the swap, kill satsgate. What
     the send raised (None: it was answered)."""

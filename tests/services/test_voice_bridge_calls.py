@@ -354,6 +354,9 @@ async def test_a_restart_ends_and_settles_a_live_session(tmp_path: Any, twilio: 
         tmp_path / "data",
         providers={"twilio": twilio.provider_table()},
         engines={"voice_bridge": "twilio"},
+        # On PostgreSQL the crashed instance (this process, still running) is gone once
+        # its lease has run out; on SQLite at once, by the store's lock.
+        instance_lease_s=3.0,
     )
     first = ThreadedServer(settings, PROVIDER_KINDS)
     async with httpx.AsyncClient(base_url=first.url, timeout=60) as client:

@@ -184,7 +184,10 @@ class SessionHttp:
         session_id = await self._owned_session(cred)
         closed = await self._desk.close(session_id)
         refund_status = refund_status_of(closed)
-        refund_sats = sats(closed.refund_msat or 0)
+        # Undecided (calls of other instances still under way): the balance now, which
+        # their failures can only raise.
+        refund_msat = closed.balance_msat if closed.refund_msat is None else closed.refund_msat
+        refund_sats = sats(refund_msat)
         return self._action_response(
             {
                 "status": "closed",

@@ -27,6 +27,14 @@ log = logging.getLogger("satsgate.sessions")
 
 # A payout whose return invoice has expired is not tried again (the operator sees it).
 _NEVER = 2**62
+# How long a close waits for the calls under way at other instances (their debits held)
+# before it answers with its refund still pending; the sessions sweep decides it later.
+_CALLS_WAIT_S = 30.0
+# A debit still held this long after the close is an answered call whose release was
+# lost (every call ends long before): the refund is decided with it counted spent.
+_HELD_GRACE_S = 900
+# The outcomes a close answers with: the refund decided, and paid, failed or not needed.
+_ENDED = frozenset({"skipped", "succeeded", "failed"})
 
 
 @dataclass
@@ -65,35 +73,75 @@ class SessionPayouts:
         self._pay_timeout_s = pay_timeout_s
         self._idle_timeout_s = idle_timeout_s
         self._in_flight = under_way
-        self._closing: dict[str, asyncio.Task[None]] = {}
+        self._closing: dict[str, asyncio.Future[bool]] = {}
         self._paying: set[str] = set()
 
     async def close(self, session_id: str, reason: str = "client") -> Session:
         """Close (once) and pay the balance to the return invoice; every close of the same
-        session answers the outcome of that one. Raises SessionProblem for none."""
+        session answers the outcome of that one, at whichever instance it arrives.
+        Raises SessionProblem for none."""
         session_id = session_id.lower()
-        if await self._sessions.close(session_id, reason, int(time.time())):
-            log.info("session %s closed (%s)", session_id[:16], reason)
-            started = asyncio.ensure_future(self._finish_close(session_id))
-            self._closing[session_id] = started
-            started.add_done_callback(lambda _: self._closing.pop(session_id, None))
+        await self._begin_close(session_id, reason)
         running = self._closing.get(session_id)
         if running is not None:
             await asyncio.shield(running)
-        session = await self._sessions.get(session_id)
+            session = await self._sessions.get(session_id)
+        else:  # closed by another instance, or by a close a restart cut short
+            session = await self._outcome(session_id)
         if session is None:
             raise SessionProblem("session-not-found", ErrorCode.PAYMENT_INVALID, "no such session")
         return session
 
-    async def _finish_close(self, session_id: str) -> None:
-        """After open -> closed: let calls under way finish (their credits count), decide
-        the refund once, pay it."""
+    async def _begin_close(self, session_id: str, reason: str) -> asyncio.Future[bool] | None:
+        """open -> closed, for one caller of all instances: the close's finishing task
+        (this instance's own), or None."""
+        if not await self._sessions.close(session_id, reason, int(time.time())):
+            return None
+        log.info("session %s closed (%s)", session_id[:16], reason)
+        started = asyncio.ensure_future(self._finish_close(session_id, _CALLS_WAIT_S))
+        self._closing[session_id] = started
+        started.add_done_callback(lambda _: self._closing.pop(session_id, None))
+        return started
+
+    async def _outcome(self, session_id: str) -> Session | None:
+        """The session once the close under way elsewhere has ended (its refund decided
+        and paid, failed or not needed), or as it stands when that takes longer than the
+        close itself may wait."""
+        deadline = time.monotonic() + _CALLS_WAIT_S + self._pay_timeout_s
+        pause = 0.02
+        while True:
+            session = await self._sessions.get(session_id)
+            if session is None or session.payout_status in _ENDED:
+                return session
+            if time.monotonic() >= deadline:
+                return session
+            await asyncio.sleep(pause)
+            pause = min(0.5, pause * 2)
+
+    async def _finish_close(self, session_id: str, wait_s: float) -> bool:
+        """After open -> closed: let calls under way finish (their credits count: this
+        instance's as they end, other instances' for up to ``wait_s``, through the debits
+        they hold), decide the refund once, pay it. True when it decided here."""
         flight = self._in_flight.get(session_id)
         if flight is not None:
             await flight.idle.wait()
-        session = await self._sessions.decide_refund(session_id, int(time.time()))
-        if session is not None and session.payout_status == "pending":
+        deadline = time.monotonic() + wait_s
+        pause = 0.02
+        while True:
+            now = int(time.time())
+            session = await self._sessions.decide_refund(session_id, now, now - _HELD_GRACE_S)
+            if session is not None or time.monotonic() >= deadline:
+                break
+            decided = await self._sessions.get(session_id)
+            if decided is None or decided.refund_msat is not None:
+                return False  # decided by another instance (which pays it)
+            await asyncio.sleep(pause)
+            pause = min(0.5, pause * 2)
+        if session is None:
+            return False
+        if session.payout_status == "pending":
             await self._pay(session_id)
+        return True
 
     async def _pay(self, session_id: str) -> None:
         """One payout attempt, claimed first (never two at once, never a second after an
@@ -186,14 +234,15 @@ class SessionPayouts:
         for session_id in await self._sessions.idle(now - self._idle_timeout_s):
             if session_id in self._in_flight:
                 continue
-            with contextlib.suppress(SessionProblem):
-                await self.close(session_id, "idle")
+            started = await self._begin_close(session_id, "idle")
+            if started is not None:
+                await asyncio.shield(started)
                 done["closed"] += 1
         for session_id in await self._sessions.undecided():
             if session_id in self._closing:
                 continue
-            await self._finish_close(session_id)
-            done["decided"] += 1
+            if await self._finish_close(session_id, 0):  # a debit still held: next sweep
+                done["decided"] += 1
         for session_id in await self._sessions.payouts_due(now):
             if session_id in self._closing or session_id in self._paying:
                 continue

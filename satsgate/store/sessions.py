@@ -368,17 +368,22 @@ class SessionRepository:
         )
         return count == 1
 
-    async def decide_refund(self, session_id: str, now: int) -> Session | None:
+    async def decide_refund(self, session_id: str, now: int, held_since: int) -> Session | None:
         """Once per closed session: the refund is the balance left (pending a payout, or
-        skipped when nothing is left). The session, or None when it was decided already."""
+        skipped when nothing is left). Only once no call of any instance holds a debit
+        (a call under way may still fail and be credited, and a credit after the decision
+        is refused), or once the session closed before ``held_since``: what is held that
+        long is an answered call whose release was lost, counted spent. The session, or
+        None (decided already, or a call still holds a debit)."""
 
         def go(conn: Connection) -> Session | None:
             rows = conn.execute(
                 "UPDATE sessions SET refund_msat = deposit_msat - spent_msat,"
                 " payout_status = CASE WHEN deposit_msat > spent_msat THEN 'pending'"
                 " ELSE 'skipped' END, updated_at = ?"
-                " WHERE session_id = ? AND status = 'closed' AND refund_msat IS NULL" + _RETURNING,
-                (now, session_id),
+                " WHERE session_id = ? AND status = 'closed' AND refund_msat IS NULL"
+                " AND (held_msat = 0 OR closed_at < ?)" + _RETURNING,
+                (now, session_id, held_since),
             ).fetchall()
             return _session_of(rows[0]) if rows else None
 

@@ -24,11 +24,20 @@ import pytest
 from satsgate.operator import ensure_operator_token
 from satsgate.store import PaymentStatus, Store
 from tests.conftest import free_port
+from tests.engines.test_ai_openai import CHAT, ENGINES, MODELS, TIMEOUT_S
 from tests.epub_maker import chapter, make_epub, nav_doc, prose
-from tests.fakes.fake_lnd import FakeLnd, running_lnd
+from tests.fakes.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
+from tests.fakes.fake_lnd import FakeLnd, FakeLndNode, running_lnd
 from tests.ledger_check import _balances, _rows_of
 from tests.mcp_client import tool_result
-from tests.payments.test_sessions import WANTS_SESSION, Client, receipt, session_challenge, unb64url
+from tests.payments.test_sessions import (
+    WANTS_SESSION,
+    Client,
+    credential,
+    receipt,
+    session_challenge,
+    unb64url,
+)
 from tests.pg_cluster import PgCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,16 +48,18 @@ LEASE_S = 3  # an instance silent this long is gone (the default is 30 s)
 class Instance:
     """One `satsgate serve` process of the group."""
 
-    def __init__(self, name: str, lnd: FakeLnd, store_url: str, data_dir: Path) -> None:
+    def __init__(
+        self, name: str, lnd: FakeLnd, store_url: str, data_dir: Path, config: Path
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = data_dir.parent / f"{name}.log"
         self._args = [
             sys.executable, "-m", "satsgate.cli", "serve", "--port", str(self.port),
-            "--data-dir", str(data_dir), "--store-url", store_url, "--backend", "lnd",
-            "--network", "regtest", "--lnd-grpc", lnd.target, "--lnd-tls-cert",
-            str(lnd.tls_cert), "--lnd-macaroon", str(lnd.macaroon_path),
+            "--config", str(config), "--data-dir", str(data_dir), "--store-url", store_url,
+            "--backend", "lnd", "--network", "regtest", "--lnd-grpc", lnd.target,
+            "--lnd-tls-cert", str(lnd.tls_cert), "--lnd-macaroon", str(lnd.macaroon_path),
         ]  # fmt: skip
         self._env = {
             **os.environ,
@@ -92,13 +103,27 @@ class Instance:
                 self.proc.kill()
 
 
+def provider_config(upstream: FakeAIUpstream) -> str:
+    """generate-text (and the other AI engines) through an OpenAI-compatible upstream."""
+    models = "".join(f'"{number}" = "{name}"\n' for number, name in MODELS.items())
+    return (
+        f'[providers.cloud]\nkind = "openai"\nbase_url = "{upstream.url}/v1"\n'
+        f'api_key = "{OPENAI_KEY}"\ntimeout_s = {TIMEOUT_S}\n\n'
+        f"[providers.cloud.models]\n{models}\n[engines]\n"
+        + "".join(f'{name} = "cloud"\n' for name in ENGINES)
+    )
+
+
 class Group:
-    def __init__(self, lnd: FakeLnd, store_url: str, tmp: Path) -> None:
+    def __init__(self, lnd: FakeLnd, store_url: str, tmp: Path, upstream: FakeAIUpstream) -> None:
         self.lnd = lnd
         self.store_url = store_url
+        self.upstream = upstream
         self.data_dir = data = tmp / "data"  # one data dir (secret, files) for both: shared
-        self.a = Instance("a", lnd, store_url, data)
-        self.b = Instance("b", lnd, store_url, data)
+        config = tmp / "satsgate.toml"
+        config.write_text(provider_config(upstream))
+        self.a = Instance("a", lnd, store_url, data, config)
+        self.b = Instance("b", lnd, store_url, data, config)
 
     async def pay(self, bolt11: str) -> str:
         return await asyncio.to_thread(self.lnd.node.pay_from_outside, bolt11)
@@ -109,11 +134,19 @@ class Group:
         return store
 
 
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeAIUpstream]:
+    fake = FakeAIUpstream()
+    yield fake
+    fake.stop()
+
+
 @pytest.fixture
-def group(pg_cluster: PgCluster, tmp_path: Path) -> Iterator[Group]:
+def group(pg_cluster: PgCluster, tmp_path: Path, upstream: FakeAIUpstream) -> Iterator[Group]:
+    upstream.clear()
     (tmp_path / "lnd").mkdir()
     with running_lnd(tmp_path / "lnd") as lnd:
-        group = Group(lnd, pg_cluster.new_database(), tmp_path)
+        group = Group(lnd, pg_cluster.new_database(), tmp_path, upstream)
         group.a.start()
         group.b.start()
         try:
@@ -371,6 +404,99 @@ async def test_a_sessions_bearer_calls_alternate_instances_and_its_balance_is_ex
     closed = await client.close("render-card", CARD)  # closed on B
     assert closed.status_code == 200, closed.text
     await assert_ledger_balances(group)
+
+
+async def test_a_session_closed_at_both_instances_at_once_pays_its_balance_back_once(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    """The payer's close reaches A and B together: one payout of the balance to the
+    session's return invoice, and both answers say the same."""
+    a, b = clients
+    wallet = FakeLndNode(alias="payer")  # the payer's node, with a channel to ours
+    group.lnd.node.connect(wallet)
+    client = LndSessionClient(group, a)
+    client.return_invoice = wallet.add_invoice("session refund", 0, 3600).payment_request
+    assert (await client.open("render-card", CARD)).status_code == 200  # opened on A
+    client.http = b
+    answered = await client.bearer("render-card", CARD)  # a call on B
+    assert answered.status_code == 200, answered.text
+    balance = receipt(answered)["balanceMsat"]
+    assert balance > 0
+
+    close = credential(
+        client.challenge,
+        {
+            "action": "close",
+            "sessionId": client.session_id,
+            "preimage": client.preimage,
+            "token": client.token,
+        },
+    )
+    closes = await asyncio.gather(
+        *(
+            where.post("/api/l402/render-card", json=CARD, headers={"Authorization": close})
+            for where in (a, b)
+        )
+    )
+    assert [c.status_code for c in closes] == [200, 200], [c.text for c in closes]
+    assert closes[0].json()["refundSats"] == balance // 1000, closes[0].json()
+    assert closes[0].json()["refundStatus"] == "succeeded", closes[0].json()
+    assert closes[0].json() == closes[1].json()
+    refund_hash = next(iter(wallet.invoices)).hex()
+    paid = group.lnd.node.payment(refund_hash)
+    assert (paid.status, paid.value_msat, paid.attempts) == ("SUCCEEDED", balance, 1)
+    returned = wallet.lookup(bytes.fromhex(refund_hash))
+    assert (returned.state, returned.amt_paid_msat) == ("SETTLED", balance)
+    store = await group.store()
+    try:
+        row = await store.sessions.get(client.session_id)
+        assert row is not None
+        assert (row.refund_msat, row.payout_status, row.payout_attempts) == (
+            balance,
+            "succeeded",
+            1,
+        )
+    finally:
+        await store.close()
+    total = await assert_ledger_balances(group)
+    assert total["refunded_msat"] >= balance
+
+
+async def test_a_close_waits_for_a_call_under_way_at_the_other_instance_and_refunds_its_failure(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    """A session call is under way at A (its debit taken, the upstream slow) when the
+    payer's close reaches B. The call then fails and its price goes back to the session:
+    the refund B pays counts it, to the msat."""
+    a, b = clients
+    wallet = FakeLndNode(alias="payer")
+    group.lnd.node.connect(wallet)
+    client = LndSessionClient(group, a)
+    client.return_invoice = wallet.add_invoice("session refund", 0, 3600).payment_request
+    opened = await client.open("render-card", CARD)
+    assert opened.status_code == 200, opened.text
+    balance = receipt(opened)["balanceMsat"]  # the deposit less the open's own call
+    text = {"prompt": "Say hello", "tier": "standard"}
+    group.upstream.fail_next(CHAT, "slow")  # answers after the provider's timeout
+    under_way = asyncio.create_task(client.bearer("generate-text", text))  # at A
+    deadline = time.monotonic() + 10
+    while not group.upstream.requests(CHAT):  # A has taken the debit and called upstream
+        assert time.monotonic() < deadline and not under_way.done()
+        await asyncio.sleep(0.02)
+
+    client.http = b
+    closed = await client.close("render-card", CARD)
+    failed = await under_way
+    assert failed.status_code >= 500, failed.text
+    credited = failed.json()["session"]
+    assert credited["creditedMsat"] > 0 and credited["balanceMsat"] == balance, credited
+    assert closed.status_code == 200, closed.text
+    assert closed.json()["refundStatus"] == "succeeded", closed.json()
+    assert closed.json()["refundSats"] == balance // 1000
+    returned = wallet.lookup(next(iter(wallet.invoices)))
+    assert (returned.state, returned.amt_paid_msat) == ("SETTLED", balance)
+    total = await assert_ledger_balances(group)
+    assert total["earned_msat"] == total["received_msat"] - balance  # the open's call only
 
 
 async def test_an_mcp_payment_made_on_one_instance_is_waited_for_and_spent_on_the_other(

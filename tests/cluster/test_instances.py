@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from lnurl.helpers import url_decode
 
 from satsgate.operator import ensure_operator_token
 from satsgate.store import PaymentStatus, Store
@@ -497,6 +498,45 @@ async def test_a_close_waits_for_a_call_under_way_at_the_other_instance_and_refu
     assert (returned.state, returned.amt_paid_msat) == ("SETTLED", balance)
     total = await assert_ledger_balances(group)
     assert total["earned_msat"] == total["received_msat"] - balance  # the open's call only
+
+
+async def test_a_refund_link_claimed_at_both_instances_at_once_pays_once(
+    group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    """A call paid and failed at A carries its refund link; twenty claims of it, each
+    with its own invoice, split across A and B at once: one is paid, once."""
+    a, b = clients
+    text = {"prompt": "Say hello", "tier": "standard"}
+    resp = await a.post("/api/l402/generate-text", json=text)
+    assert resp.status_code == 402, resp.text
+    preimage = await group.pay(resp.json()["invoice"])
+    auth = f"L402 {resp.json()['macaroon']}:{preimage}"
+    group.upstream.fail_next(CHAT, "500", times=5)  # retries included
+    failed = await a.post("/api/l402/generate-text", json=text, headers={"Authorization": auth})
+    assert failed.status_code >= 500, failed.text
+    refund = failed.json()["refund"]
+    link = httpx.URL(url_decode(refund["lnurl_withdraw"]))
+    info = (await b.get(link.raw_path.decode())).json()  # the link A issued, read at B
+    assert info["tag"] == "withdrawRequest", info
+    amount = info["maxWithdrawable"]
+    assert amount == refund["amount_sats"] * 1000 > 0
+    callback = httpx.URL(info["callback"]).raw_path.decode()
+
+    wallet = FakeLndNode(alias="payer")
+    group.lnd.node.connect(wallet)
+    invoices = [wallet.add_invoice("refund", amount, 600).payment_request for _ in range(20)]
+    answers = await asyncio.gather(
+        *(
+            (a if i % 2 else b).get(callback, params={"k1": info["k1"], "pr": invoice})
+            for i, invoice in enumerate(invoices)
+        )
+    )
+    assert all(r.status_code == 200 for r in answers)  # LUD-03: a status in both outcomes
+    assert sorted(r.json()["status"] for r in answers) == ["ERROR"] * 19 + ["OK"]
+    paid = [inv for inv in wallet.invoices.values() if inv.state == "SETTLED"]
+    assert len(paid) == 1 and paid[0].amt_paid_msat == amount
+    total = await assert_ledger_balances(group)
+    assert total["refunded_msat"] == amount
 
 
 async def test_an_mcp_payment_made_on_one_instance_is_waited_for_and_spent_on_the_other(

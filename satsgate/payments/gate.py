@@ -204,6 +204,7 @@ def _holds(
         holds=store.holds,
         on_paid=paid.notify,
         max_unused_s=settings.hold_max_unused_s,
+        instance_id=store.instance_id,
     )
 
 

@@ -9,8 +9,10 @@ Every decision is recorded before the node is told (see :mod:`satsgate.store.hol
 so a restart finishes it. The watch loop takes the decisions nobody else will, well
 before the held HTLCs' CLTV expiry (the node would cancel them itself a few blocks
 before, or they would go on chain): a held payment unused for ``max_unused_s``, or
-within ``margin_blocks`` of expiry, is canceled; a spent payment whose call is not
-running in this process (it was lost in a restart) is canceled.
+within ``margin_blocks`` of expiry, is canceled; a spent payment whose call this
+instance served and is no longer running is canceled. Every instance runs the watch: a
+call another instance serves is that instance's to decide, and once that instance is
+gone its recovery cancels the holds of the calls it left (``refund_unanswered``).
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ class Holds:
         holds: HoldRepository,
         on_paid: Callable[[str], None],
         max_unused_s: int,
+        instance_id: str,
         margin_blocks: int = DEFAULT_MARGIN_BLOCKS,
         poll_s: float = 1.0,
     ) -> None:
         self._node = node
+        self._instance_id = instance_id  # this instance: its calls' holds are decided here
         self._payments = payments
         self._holds = holds
         self._on_paid = on_paid
@@ -165,15 +169,15 @@ class Holds:
             await asyncio.sleep(self.poll_s)
 
     async def check_all(self) -> None:
-        for payment, decision in await self._holds.open():
+        for payment, decision, served_by in await self._holds.open():
             if decision == "settling":
                 await self._tell_settle(payment.payment_hash)
             elif decision == "canceling":
                 await self._tell_cancel(payment.payment_hash)
             else:
-                await self._check(payment)
+                await self._check(payment, served_by)
 
-    async def _check(self, payment: Payment) -> None:
+    async def _check(self, payment: Payment, served_by: str | None) -> None:
         try:
             status = await self._node.hold_status(payment.payment_hash)
         except (BackendError, OSError) as exc:
@@ -205,6 +209,8 @@ class Holds:
             if near_expiry or unused_for >= self.max_unused_s:
                 await self.cancel(payment, "the held payment was not used in time")
         elif payment.status in (PaymentStatus.SERVING, PaymentStatus.SPENT):
+            if served_by not in (None, self._instance_id):
+                return  # another instance's call: its watcher decides it, or its recovery
             if payment.payment_id not in self._running:
                 await self.cancel(payment, "the call's outcome was lost in a restart")
             elif near_expiry:

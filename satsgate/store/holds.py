@@ -9,12 +9,22 @@ transaction: the ledger never counts a canceled hold as received.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from satsgate.store.engine import Engine
 from satsgate.store.payments import _PAYMENT_COLUMNS, _payment_of
 from satsgate.store.rows import Payment
 from satsgate.store.sql import Connection
 
 _OPEN = "h.decision IS NULL OR h.decision IN ('settling', 'canceling')"
+
+
+class OpenHold(NamedTuple):
+    """A hold payment whose decision is not finished."""
+
+    payment: Payment
+    decision: str | None  # None, or 'settling' / 'canceling' recorded and not yet told
+    served_by: str | None  # the instance whose call spent it (None: not spent)
 
 
 class HoldRepository:
@@ -104,15 +114,15 @@ class HoldRepository:
             )
         )
 
-    async def open(self) -> list[tuple[Payment, str | None]]:
-        """Every hold payment whose decision is not finished, with that decision."""
+    async def open(self) -> list[OpenHold]:
+        """Every hold payment whose decision is not finished."""
 
-        def go(conn: Connection) -> list[tuple[Payment, str | None]]:
+        def go(conn: Connection) -> list[OpenHold]:
             columns = ", ".join(f"p.{c}" for c in _PAYMENT_COLUMNS)
             rows = conn.execute(
-                f"SELECT {columns}, h.decision FROM holds h JOIN payments p"
+                f"SELECT {columns}, h.decision, p.served_by FROM holds h JOIN payments p"
                 f" ON p.payment_hash = h.payment_hash WHERE {_OPEN}"
             ).fetchall()
-            return [(_payment_of(row[:-1]), row[-1]) for row in rows]
+            return [OpenHold(_payment_of(row[:-2]), row[-2], row[-1]) for row in rows]
 
         return await self._db.run_sync(go)

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import hashlib
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,17 @@ from satsgate.backends.lnd.backend import LndBackend
 from satsgate.config.settings import Settings
 from satsgate.engines.providers import PROVIDER_KINDS
 from satsgate.store import Payment, PaymentStatus
-from tests.conftest import ThreadedServer, make_settings
+from tests.conftest import ThreadedServer, free_port, make_settings
+from tests.engines.test_ai_openai import CHAT, MODELS
 from tests.engines_down import PROVIDER_KINDS as DOWN_KINDS
 from tests.engines_down import down_engines
+from tests.fakes import fake_ai_upstream
+from tests.fakes.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.fakes.fake_lnd import FakeLnd, running_lnd
 from tests.fakes.fake_lnd.node import FakeInvoice
 from tests.ledger_check import assert_ledger_balances
 from tests.mcp_client import tool_result as tool
+from tests.pg_cluster import PgCluster
 
 CARD = {"template": "headline", "title": "hi"}
 ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -322,3 +327,55 @@ async def test_a_hold_invoice_never_paid_just_expires(lnd: FakeLnd, tmp_path: Pa
         assert srv.call(srv.store.holds.open) == []
     finally:
         srv.stop()
+
+
+async def test_another_instances_watcher_leaves_a_running_call_to_the_instance_serving_it(
+    lnd: FakeLnd, tmp_path: Path, pg_cluster: PgCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two instances on one store: a call paid by a held payment runs at A for longer
+    than B's watcher takes to look. B leaves it to A (which settles it when the call
+    succeeds); before, B took it for a call a restart had lost and canceled the hold, so
+    the payer got the answer and the payment back."""
+    monkeypatch.setattr(fake_ai_upstream, "SLOW_S", 1.0)  # the upstream's answer time
+    upstream = FakeAIUpstream()
+    try:
+        store_url = pg_cluster.new_database()
+        provider = {
+            "kind": "openai",
+            "base_url": f"{upstream.url}/v1",
+            "api_key": OPENAI_KEY,
+            "timeout_s": 10.0,
+            "models": MODELS,
+        }
+        settings = make_settings(  # one data dir (secret, files) shared, as instances do
+            tmp_path / "data",
+            backend="lnd",
+            hold_invoices=True,
+            store_url=store_url,
+            providers={"cloud": provider},
+            engines={"text": "cloud"},
+        )
+        a = start(lnd, settings)
+        b = start(lnd, replace(settings, port=free_port()))
+        try:
+            args = {"prompt": "Say hello", "tier": "standard"}
+            async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+                created = await create_payment(client, "generate_text", args)
+                payment = payment_of(a, created["paymentId"])
+                lnd.node.pay_from_outside(created["lightningInvoice"])
+                await status_soon(a, payment.payment_id, PaymentStatus.PAID)
+                upstream.fail_next(CHAT, "slow")
+                result = await tool(
+                    client, "generate_text", {"paymentId": payment.payment_id, **args}
+                )
+            assert not result.get("isError"), result
+            assert len(upstream.requests(CHAT)) == 1
+            assert await node_state_soon(lnd, payment, "SETTLED") == "SETTLED"
+            assert a.call(partial(a.store.holds.decision, payment.payment_hash)) == "settled"
+            totals = assert_ledger_balances(b)["totals"]
+            assert totals["earned_msat"] == payment.amount_msat
+        finally:
+            b.stop()
+            a.stop()
+    finally:
+        upstream.stop()

@@ -164,7 +164,6 @@ class Ecash:
         self._melter = EcashMelter(config, repo, node, self._mints)
         self.melt_all = self._melter.melt_all
         self._requests: dict[int, str] = {}
-        self._started = int(time.time())  # swaps begun before this are a crash's leftovers
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -533,15 +532,18 @@ class Ecash:
 
     def _unsettled(self, receipt: Receipt) -> bool:
         """Whether a receipt's swap outcome is unknown and no request waits on it: its
-        answer was lost ('unknown'), or a crash or a timeout left it 'swapping'."""
+        answer was lost ('unknown'), or a crash (its instance is gone) or a timeout left
+        it 'swapping'."""
         if receipt.status == "unknown":
             return True
-        return receipt.status == "swapping" and receipt.updated_at < self._in_flight_since()
+        return receipt.status == "swapping" and (
+            receipt.sender_gone or receipt.updated_at < self._in_flight_since()
+        )
 
     def _in_flight_since(self) -> int:
-        """A swap begun before this is no longer in flight: it began before this process
-        started (a crash left it), or its request has given up long since."""
-        return max(self._started, int(time.time()) - 2 * int(self.config.mint_timeout_s) - 30)
+        """A swap last changed before this is no longer in flight: its request has given
+        up long since."""
+        return int(time.time()) - 2 * int(self.config.mint_timeout_s) - 30
 
     async def resolve(self, receipt: Receipt, refusal: str | None = None) -> str:
         """Settle a receipt's swap attempt by asking the mint (NUT-07 states of its
@@ -688,8 +690,8 @@ class Ecash:
 
     async def recover(self) -> None:
         now = int(time.time())
-        # A swap still 'swapping' since before this process started, or this long after
-        # its last change, is not in flight: a crash (or a timeout) left it.
+        # A swap still 'swapping' whose instance is gone, or this long after its last
+        # change, is not in flight: a crash (or a timeout) left it.
         for receipt in await self._repo.unresolved(self._in_flight_since()):
             outcome = await self.resolve(receipt)
             log.info("ecash receipt %s: %s", receipt.receipt_id, outcome)

@@ -27,7 +27,7 @@ with the proofs it gives away and the move from serving to spent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from satsgate.store.engine import Engine
@@ -79,6 +79,8 @@ class Receipt:
     error: str | None
     op_id: str  # the current swap attempt: only it may settle the receipt
     updated_at: int = 0  # read from the row (unset when a receipt is first made)
+    # Read from the row: the instance that sent its swap is gone (no request waits on it).
+    sender_gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ _RECEIPT_COLUMNS = (
     "receipt_id, service, request_digest, mint, unit, amount, fee, price, change, status,"
     " payment_id, change_token, error, op_id"
 )
-_RECEIPT_READ = f"{_RECEIPT_COLUMNS}, updated_at"
+_SENDER_GONE = "swapping_by IN (SELECT instance_id FROM instances WHERE gone_at IS NOT NULL)"
+_RECEIPT_READ = f"{_RECEIPT_COLUMNS}, updated_at, {_SENDER_GONE}"
 _MELT_COLUMNS = (
     "melt_id, mint, quote, bolt11, payment_hash, amount, fee_reserve, inputs, input_fee,"
     " change, state, node_settled"
@@ -110,7 +113,10 @@ _PROOF_COLUMNS = "y, mint, keyset_id, amount, secret, c"
 
 
 def _receipt(row: Sequence[Any] | None) -> Receipt | None:
-    return None if row is None else Receipt(*row)
+    if row is None:
+        return None
+    *columns, sender_gone = row  # the columns of _RECEIPT_READ, then _SENDER_GONE
+    return replace(Receipt(*columns), sender_gone=bool(sender_gone))
 
 
 def _melt(row: Sequence[Any]) -> Melt:
@@ -153,8 +159,9 @@ class EcashRepository:
     """Every statement runs on the store thread: an ecash payment waits on its mint
     anyway, so none of this is a hot path of the loop's connection."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self._instance_id = instance_id  # this instance: the swaps it sends are its own
 
     # -- receipts ---------------------------------------------------------------------------
 
@@ -168,9 +175,9 @@ class EcashRepository:
         def go(conn: Connection) -> bool:
             try:
                 conn.execute(
-                    f"INSERT INTO ecash_receipts ({_RECEIPT_COLUMNS}, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*_receipt_values(receipt), now, now),
+                    f"INSERT INTO ecash_receipts ({_RECEIPT_COLUMNS}, created_at, updated_at,"
+                    " swapping_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*_receipt_values(receipt), now, now, self._instance_id),
                 )
                 conn.executemany(
                     "INSERT INTO ecash_inputs (y, receipt_id) VALUES (?, ?)",
@@ -213,15 +220,16 @@ class EcashRepository:
 
     async def unresolved(self, updated_before: int) -> list[Receipt]:
         """Receipts whose swap's outcome is not known ('swapping' or 'unknown') and that
-        no request is still waiting on (not touched since ``updated_before``)."""
+        no request is still waiting on: their instance is gone (a crash left them), or
+        they were not touched since ``updated_before`` (their request gave up)."""
         rows = await self._db.run_sync(
             lambda conn: conn.execute(
                 f"SELECT {_RECEIPT_READ} FROM ecash_receipts"
-                " WHERE status IN ('swapping', 'unknown') AND updated_at < ?",
+                f" WHERE status IN ('swapping', 'unknown') AND (updated_at < ? OR {_SENDER_GONE})",
                 (updated_before,),
             ).fetchall()
         )
-        return [Receipt(*row) for row in rows]
+        return [receipt for row in rows if (receipt := _receipt(row)) is not None]
 
     async def inputs_of(self, receipt_id: str) -> list[str]:
         rows = await self._db.run_sync(
@@ -253,9 +261,9 @@ class EcashRepository:
         def go(conn: Connection) -> Receipt | None:
             changed = conn.execute(
                 "UPDATE ecash_receipts SET status = 'swapping', op_id = ?, service = ?,"
-                " request_digest = ?, error = NULL, updated_at = ?"
+                " request_digest = ?, error = NULL, updated_at = ?, swapping_by = ?"
                 " WHERE receipt_id = ? AND status = 'released'",
-                (op_id, service, request_digest, now, receipt_id),
+                (op_id, service, request_digest, now, self._instance_id, receipt_id),
             ).rowcount
             if changed != 1:
                 return None

@@ -69,7 +69,7 @@ class Store:
         self.votes = VoteRepository(self.db)
         self.ledger = LedgerRepository(self.db)
         self.holds = HoldRepository(self.db)
-        self.ecash = EcashRepository(self.db)
+        self.ecash = EcashRepository(self.db, self.instance_id)
         self.deposits = DepositRepository(self.db, self.instance_id)
         self.voice_bridge = VoiceBridgeRepository(self.db)
         self.deliveries = DeliveryRepository(self.db)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from pathlib import Path
 
 from satsgate.store import Payment, PaymentStatus, Store
 from satsgate.store.ecash import HeldProof, Output, Receipt
@@ -80,3 +81,36 @@ async def test_redeemed_is_final_and_keeps_every_swap_proof(store: Store) -> Non
     settled = await repo.get_receipt(receipt.receipt_id)
     assert settled is not None and settled.status == "redeemed"
     assert not await repo.settle_attempt(settled, "released", None, now)
+
+
+async def test_a_swap_a_live_instance_waits_on_is_settled_by_another_only_once_it_is_gone(
+    tmp_path: Path, store_url: str
+) -> None:
+    """Two instances on one store: the swap A sent and still waits on is not a crash's
+    leftover for B (B would ask the mint while A's request is under way); once A is
+    gone it is, at once; and after its request's time it is either way."""
+    a = Store(tmp_path / "satsgate.db", store_url, instance_id="inst_a")
+    b = Store(tmp_path / "satsgate.db", store_url, instance_id="inst_b")
+    await a.open()
+    await b.open()
+    try:
+        now = int(time.time())
+        for store in (a, b):
+            await store.instances.register(store.instance_id, "host", (1, ""), "tag", now)
+        receipt = a_receipt("swap_a")
+        assert await a.ecash.claim(receipt, ["y9"], outputs_of([4, 1]), now)
+        long_ago = now - 600  # what B's sweep takes for "its request gave up"
+        assert await b.ecash.unresolved(long_ago) == []
+        seen = await b.ecash.get_receipt(receipt.receipt_id)
+        assert seen is not None and not seen.sender_gone
+        assert [r.receipt_id for r in await b.ecash.unresolved(now + 1)] == [receipt.receipt_id]
+        assert await b.instances.expire(now + 1, now, but=b.instance_id) == ["inst_a"]
+        (left,) = await b.ecash.unresolved(long_ago)
+        assert left.receipt_id == receipt.receipt_id and left.sender_gone
+        # A retry's swap claimed by B is B's: not a leftover while B lives.
+        assert await b.ecash.settle_attempt(left, "released", None, now)
+        assert await b.ecash.reclaim(receipt.receipt_id, "swap_b", "vote", "d", now)
+        assert await b.ecash.unresolved(long_ago) == []
+    finally:
+        await b.close()
+        await a.close()

@@ -22,9 +22,10 @@ class KillableServer:
     """One data dir and one store (the suite's: SQLite, or a PostgreSQL database), served
     by one process at a time."""
 
-    def __init__(self, data: Path, config: str = "") -> None:
+    def __init__(self, data: Path, config: str = "", store_url: str | None = None) -> None:
+        """``store_url``: None for the suite's store, "" for the SQLite file."""
         self.data = data
-        self.store_url = suite_store_url()
+        self.store_url = suite_store_url() if store_url is None else store_url
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         data.mkdir(parents=True, exist_ok=True)

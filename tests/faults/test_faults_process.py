@@ -7,7 +7,6 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.killable_server import KillableServer
 from tests.payments.test_gateway import CARD
 
 
@@ -53,48 +52,13 @@ def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]
     secret = data / "server_secret"
     secret.write_text("ab" * 32)
     os.chmod(secret, 0o644)
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-        "SATSGATE_CHALLENGE_RATE_PER_MIN": "0",
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "satsgate.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data),
-            "--log-level",
-            "WARNING",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/api/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate(timeout=10)
-            pytest.fail(f"satsgate serve did not start: {err.decode()[-2000:]}")
-        time.sleep(0.1)
-    yield proc, url, data
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(10)
-    assert proc.stderr is not None
-    proc.stderr.close()
+    server = KillableServer(data, store_url="")  # the SQLite file's privacy is checked
+    server.start()
+    assert server.proc is not None
+    try:
+        yield server.proc, server.url, data
+    finally:
+        server.reap()
 
 
 def paid_card(url: str) -> None:

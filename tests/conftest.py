@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
@@ -255,6 +256,14 @@ def serve_process(*options: str) -> Iterator[tuple[int, list[str]]]:
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+async def until(condition: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """Wait for ``condition`` to hold (what another task or process writes soon)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never met"
+        await asyncio.sleep(0.02)
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:

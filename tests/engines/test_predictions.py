@@ -12,7 +12,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from tests.conftest import (
     http_client,
     make_settings,
     paid_l402_auth,
+    until,
 )
 from tests.fakes.fake_platforms import (
     API_KEY,
@@ -133,13 +134,6 @@ async def fetch(client: httpx.AsyncClient, url: str, server: ThreadedServer) -> 
     resp = await client.get(url)
     assert resp.status_code == 200
     return resp.content
-
-
-async def until(condition: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never met"
-        await asyncio.sleep(0.02)
 
 
 def no_platform_url(body: dict[str, Any], *platforms: FakeReplicate | FakeFal) -> None:

@@ -11,7 +11,7 @@ import httpx
 
 from satsgate.services.base import ServiceContext, ServiceResult
 from satsgate.store import Job, JobStatus, PaymentStatus
-from tests.conftest import ThreadedServer
+from tests.conftest import ThreadedServer, until
 from tests.payouts.test_refunds import NoParams, make_spec, paid_payment
 
 
@@ -35,16 +35,15 @@ async def test_an_answered_call_ends_spent(
     payment = await paid_payment(server, client, spec, 10)
     result = server.call(lambda: server.gate.execute(payment, spec, NoParams()))
     assert result.body == {"ok": True}
+
     # The answer's mark is written without a wait: on PostgreSQL it commits on a lane of
     # its own, so a read on another may see the call serving for a moment.
-    deadline = time.monotonic() + 5
-    while True:
+    def status() -> PaymentStatus | None:
         row = server.call(lambda: server.store.payments.get(payment.payment_id))
-        assert row is not None
-        if row.status is not PaymentStatus.SERVING or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.01)
-    assert row.status is PaymentStatus.SPENT
+        return None if row is None else row.status
+
+    await until(lambda: status() is not PaymentStatus.SERVING)
+    assert status() is PaymentStatus.SPENT
     ledger = balanced(server)
     assert ledger["held_msat"] == 0 and ledger["earned_msat"] >= 10_000
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings
+from tests.conftest import ThreadedServer, dev_pay, http_client, make_settings, until
 from tests.engines.test_ai_openai import ENGINES, MODELS
 from tests.fakes.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.ledger_check import assert_ledger_balances
@@ -167,15 +167,15 @@ async def test_a_hop_with_the_preimage_cannot_spend_top_up_or_close_the_session(
         },
     )
     assert_binding_refused(topped, "payload.token")
+
     # Still its to refund: paid (once the settlement watcher has applied the node's
     # settlement, which on PostgreSQL may come after the refusal) and never consumed.
-    for _ in range(200):
+    def deposit_status() -> str | None:
         deposit = srv.call(lambda: srv.store.payments.get_by_hash(request["paymentHash"]))
-        assert deposit is not None
-        if deposit.status.value != "unpaid":
-            break
-        await asyncio.sleep(0.025)
-    assert deposit.status.value == "paid"
+        return None if deposit is None else str(deposit.status.value)
+
+    await until(lambda: deposit_status() != "unpaid")
+    assert deposit_status() == "paid"
 
     # Nothing moved: no call ran, the balance is whole, the session open, nothing paid out.
     assert len(fake.requests(CHAT)) == upstream_calls + 1  # the other session's open only

@@ -4,6 +4,7 @@ point)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,3 +37,16 @@ async def tool_result(
     resp = await rpc(client, call("tools/call", {"name": name, "arguments": dict(arguments)}, id))
     assert resp.status_code == 200, resp.text
     return dict(resp.json()["result"])
+
+
+def sse_messages(text: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a text/event-stream answer, in order."""
+    messages = []
+    for block in text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line and not line.startswith(":")]
+        if not lines:
+            continue
+        assert lines[0] == "event: message", block
+        assert lines[1].startswith("data: ")
+        messages.append(json.loads(lines[1][len("data: ") :]))
+    return messages

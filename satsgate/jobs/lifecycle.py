@@ -26,7 +26,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,10 +62,14 @@ POLL_INTERVAL_MS = 5000
 MAX_WAIT_MS = 600_000
 
 
+# Every job's progress runs from 0 to this.
+PROGRESS_TOTAL = 100.0
+
+
 @dataclass
 class Progress:
     progress: float = 0.0
-    total: float = 100.0
+    total: float = PROGRESS_TOTAL
     message: str = ""
 
 
@@ -80,6 +84,9 @@ _PROGRESS_EVERY_S = 0.5
 # A waiter for a job running elsewhere reads its row again at least this often, in case
 # an event was lost (the listener reconnecting); without events, once a second.
 _REMOTE_POLL_S = 5.0
+# Progress kept of jobs running elsewhere; past this, the entry heard of longest ago goes
+# (an end lost while the listener reconnected, or a gone instance's jobs, leave entries).
+_REMOTE_KEPT = 10_000
 
 
 class JobRunner:
@@ -97,10 +104,12 @@ class JobRunner:
         # running on other instances heard (a waiter here wakes when they change).
         self._events = events
         self._published_at: dict[str, float] = {}
-        # Jobs running on other instances that someone here waits for: their latest
-        # progress, and the event that wakes the waiters.
+        # Jobs running on other instances: the latest progress heard of each (for polls
+        # and waiters here; at most _REMOTE_KEPT, the longest unheard dropped first), and
+        # for those someone here follows, the event that wakes them and how many follow.
         self._remote_progress: dict[str, Progress] = {}
         self._remote_changed: dict[str, asyncio.Event] = {}
+        self._remote_followers: dict[str, int] = {}
         if events is not None:
             events.on(JOB_EVENTS, self._heard)
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -242,7 +251,9 @@ class JobRunner:
             await self._finish(job, JobStatus.COMPLETED, result, None)
         finally:
             self._tasks.pop(job.job_id, None)
-            self._signal(job.job_id)
+            self._progress.pop(job.job_id, None)
+            self._signal(job.job_id)  # the row says how it ended; the waiters read it
+            self._changed.pop(job.job_id, None)
             self._publish(job.job_id, None, ended=True)
 
     async def _fail(
@@ -286,19 +297,21 @@ class JobRunner:
 
     def _heard(self, payload: str) -> None:
         """A job's event from any instance: for a job running elsewhere, its progress
-        kept here and its waiters woken."""
+        kept here and its followers woken."""
         event = json.loads(payload)
         job_id = str(event["job"])
-        waiters = self._remote_changed.get(job_id)
-        if waiters is None or job_id in self._tasks:
-            return  # nobody here waits for it, or it is ours (already signalled)
-        if event.get("ended"):
-            self._remote_progress.pop(job_id, None)
-        else:
+        if job_id in self._tasks:
+            return  # ours: already signalled
+        self._remote_progress.pop(job_id, None)  # re-inserted last: the newest heard
+        if not event.get("ended"):
             self._remote_progress[job_id] = Progress(
                 float(event["progress"]), float(event["total"]), str(event["message"])
             )
-        waiters.set()
+            if len(self._remote_progress) > _REMOTE_KEPT:
+                del self._remote_progress[next(iter(self._remote_progress))]
+        changed = self._remote_changed.get(job_id)
+        if changed is not None:
+            changed.set()
 
     def _signal(self, job_id: str) -> None:
         event = self._changed.get(job_id)
@@ -309,30 +322,42 @@ class JobRunner:
         return await self._jobs.get(job_id)
 
     def progress(self, job_id: str) -> Progress | None:
+        """The job's latest progress, whichever instance runs it; None once it has ended
+        (or before anything was heard of a job running elsewhere)."""
         return self._progress.get(job_id) or self._remote_progress.get(job_id)
+
+    @contextlib.contextmanager
+    def following(self, job_id: str) -> Iterator[None]:
+        """While inside, :meth:`wait_change` on a job running elsewhere wakes at its
+        events (several followers of one job share them)."""
+        self._remote_followers[job_id] = self._remote_followers.get(job_id, 0) + 1
+        self._remote_changed.setdefault(job_id, asyncio.Event())
+        try:
+            yield
+        finally:
+            self._remote_followers[job_id] -= 1
+            if not self._remote_followers[job_id]:
+                del self._remote_followers[job_id]
+                del self._remote_changed[job_id]
 
     async def wait_change(self, job_id: str, timeout_s: float) -> None:
         """Wait until the job reports progress or ends, or the timeout passes. A job
-        running on another instance: until its event comes (a read of its row at least
-        every few seconds), or every second without events."""
+        running on another instance (followed, see :meth:`following`): until its event
+        comes (a read of its row at least every few seconds), or every second without
+        events."""
         event = self._changed.get(job_id)
         if event is not None:  # a job of this instance
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout_s)
             event.clear()
             return
-        if self._events is None:
+        remote = self._remote_changed.get(job_id)
+        if self._events is None or remote is None:
             await asyncio.sleep(min(timeout_s, 1.0))
             return
-        remote = self._remote_changed.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(remote.wait(), min(timeout_s, _REMOTE_POLL_S))
         remote.clear()
-
-    def stop_waiting(self, job_id: str) -> None:
-        """The waiters here for a job running elsewhere are done with it."""
-        self._remote_changed.pop(job_id, None)
-        self._remote_progress.pop(job_id, None)
 
     async def fail_orphans(
         self, refund_for: Callable[[Job], Awaitable[dict[str, Any] | None]], served_by: str
@@ -441,11 +466,12 @@ def status_body(job: Job, progress: Progress | None) -> dict[str, Any]:
         body["result"] = job.result
     elif job.status is JobStatus.FAILED and job.error is not None:
         body.update(job.error)
-    elif progress is not None:
-        body["progress"] = {
-            "progress": progress.progress,
-            "total": progress.total,
-            "message": progress.message,
-        }
+    elif job.status is JobStatus.IN_PROGRESS:
+        if progress is not None:
+            body["progress"] = {
+                "progress": progress.progress,
+                "total": progress.total,
+                "message": progress.message,
+            }
         body["poll_interval_ms"] = POLL_INTERVAL_MS
     return body

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from satsgate.errors import ApiError, ErrorCode
+from satsgate.jobs.lifecycle import PROGRESS_TOTAL, Progress
 from satsgate.mcp import results
 from satsgate.mcp.context import CallContext, ToolEnv
 from satsgate.operations import dump
@@ -115,25 +116,22 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
     deadline = loop.time() + AWAIT_TIMEOUT_S
     last_sent = -1.0
     last_write = loop.time()
-    try:
+    with jobs.following(job.job_id):
         while True:
             fresh = await jobs.get(job.job_id)
             if fresh is None:  # pragma: no cover - jobs are never deleted while polled
                 raise ApiError(ErrorCode.NOT_FOUND, f"No {args.jobType} job {args.requestId!r}.")
             job = fresh
-            progress = jobs.progress(job.job_id)
-            total = progress.total if progress is not None else None
             if job.status is not JobStatus.IN_PROGRESS:
-                if total is not None and last_sent < total:
-                    await ctx.progress(
-                        total, total, "done" if job.status is JobStatus.COMPLETED else "failed"
-                    )
+                if last_sent < PROGRESS_TOTAL:  # the end is the whole, for every job
+                    done = "done" if job.status is JobStatus.COMPLETED else "failed"
+                    await ctx.progress(PROGRESS_TOTAL, PROGRESS_TOTAL, done)
                 return await _outcome(env, job, args.paymentId)
-            value = progress.progress if progress is not None else 0.0
+            progress = jobs.progress(job.job_id) or Progress()
             # Progress must increase with every notification: send only when it moved.
-            if value > last_sent:
-                await ctx.progress(value, total, progress.message if progress is not None else "")
-                last_sent, last_write = value, loop.time()
+            if progress.progress > last_sent:
+                await ctx.progress(progress.progress, progress.total, progress.message)
+                last_sent, last_write = progress.progress, loop.time()
             now = loop.time()
             if now >= deadline or env.closing.is_set():
                 return await _outcome(
@@ -149,5 +147,3 @@ async def await_result(env: ToolEnv, args: JobResultArgs, ctx: CallContext) -> d
                 await ctx.keepalive()
                 last_write = now
             await jobs.wait_change(job.job_id, min(_POLL_S, deadline - now))
-    finally:
-        jobs.stop_waiting(job.job_id)  # a job running elsewhere: no longer waited for here

@@ -30,7 +30,7 @@ from tests.epub_maker import chapter, make_epub, nav_doc, prose
 from tests.fakes.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
 from tests.fakes.fake_lnd import FakeLnd, FakeLndNode, running_lnd
 from tests.ledger_check import _balances, _rows_of
-from tests.mcp_client import tool_result
+from tests.mcp_client import call, rpc, sse_messages, tool_result
 from tests.payments.test_sessions import (
     WANTS_SESSION,
     Client,
@@ -328,16 +328,20 @@ async def test_a_sigkill_mid_burst_loses_no_paid_call_and_the_duties_fail_over(
 async def test_a_job_started_on_one_instance_is_followed_to_its_end_on_the_other(
     group: Group, clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
 ) -> None:
+    """A job runs at A; B answers its polls from the store and streams its progress to
+    an ``await_result`` caller from A's events (NOTIFY): B has no other source of a
+    remote job's progress."""
     a, b = clients
-    titles = [f"Chapter {i}" for i in range(1, 4)]
+    titles = [f"Chapter {i}" for i in range(1, 9)]
     docs = [nav_doc(titles)] + [
-        chapter(i, t, prose(400, seed=i)) for i, t in enumerate(titles, start=1)
+        chapter(i, t, prose(300, seed=i)) for i, t in enumerate(titles, start=1)
     ]
     body = {
         "epubBase64": base64.b64encode(make_epub("A book", docs)).decode(),
         "sourceLanguage": "en",
         "targetLanguage": "es",
     }
+    group.upstream.latency_s = 0.25  # a job long enough for its progress to be heard
     resp = await a.post("/api/l402/translate-epub", json=body)
     assert resp.status_code == 402, resp.text
     preimage = await group.pay(resp.json()["invoice"])
@@ -345,7 +349,11 @@ async def test_a_job_started_on_one_instance_is_followed_to_its_end_on_the_other
     started = await a.post("/api/l402/translate-epub", json=body, headers={"Authorization": auth})
     assert started.status_code == 202, started.text
     job_id = started.json()["job_id"]
+    args = {"requestId": job_id, "jobType": "translate-epub"}
+    followed = {"name": "await_result", "arguments": args, "_meta": {"progressToken": "p"}}
+    streamed = asyncio.create_task(rpc(b, call("tools/call", followed)))
     seen = []
+    heard = []  # the progress B's polls showed, heard from A
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         polled = await b.get("/api/l402/job-status", params={"requestId": job_id})
@@ -353,8 +361,25 @@ async def test_a_job_started_on_one_instance_is_followed_to_its_end_on_the_other
         seen.append(polled.json()["status"])
         if seen[-1] != "IN_PROGRESS":
             break
-        await asyncio.sleep(0.2)
+        assert polled.json()["poll_interval_ms"] > 0, polled.json()
+        if "progress" in polled.json():
+            heard.append(polled.json()["progress"]["progress"])
+        await asyncio.sleep(0.1)
     assert seen[0] == "IN_PROGRESS" and seen[-1] == "COMPLETED", seen
+    assert heard and 0 < heard[-1] < 100, heard
+    ended_at = time.monotonic()
+
+    stream = await streamed
+    # The end reached B's waiter by its event, not by its fallback read every 5 s.
+    assert time.monotonic() - ended_at < 2.5
+    assert stream.headers["Content-Type"].startswith("text/event-stream"), stream.text
+    *progress, final = sse_messages(stream.text)
+    values = [note["params"]["progress"] for note in progress]
+    assert all(note["method"] == "notifications/progress" for note in progress)
+    assert any(0 < v < 100 for v in values), values  # A's progress, heard at B
+    assert values == sorted(values) and values[-1] == 100.0, values
+    assert final["result"]["structuredContent"]["status"] == "COMPLETED", final
+
     result = polled.json()["result"]
     file_url = next(v for k, v in result.items() if isinstance(v, str) and "/files/" in v)
     got = await b.get(file_url)  # a file A wrote, downloaded from B: one shared directory

@@ -178,6 +178,7 @@ class FakeAIUpstream:
         # Prompts containing one of these are refused on content (see the module).
         self.refuse_terms: set[str] = set()
         self.refusal_text = REFUSAL_TEXT
+        self.latency_s = 0.0  # every OpenAI-compatible answer waits this long first
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -199,6 +200,7 @@ class FakeAIUpstream:
             self.seen.clear()
             self.refuse_terms = set()
             self.refusal_text = REFUSAL_TEXT
+            self.latency_s = 0.0
 
     def requests(self, path: str) -> list[Seen]:
         with self._lock:
@@ -259,6 +261,7 @@ class FakeAIUpstream:
                 401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
             )
         mode = self._mode(request.path)
+        await asyncio.sleep(self.latency_s)
         if mode == "slow":
             await asyncio.sleep(SLOW_S)
         elif mode == "429":

@@ -28,22 +28,10 @@ from satsgate.services.catalog.rates import FALLBACK
 from satsgate.services.registry import BY_SLUG
 from tests.conftest import ThreadedServer, dev_pay
 from tests.mcp.test_mcp import CARD, JOB_SPEC, submit_job
-from tests.mcp_client import ACCEPT_BOTH, call, rpc
+from tests.mcp_client import ACCEPT_BOTH, call, rpc, sse_messages
 from tests.payments.test_gateway import payment_count
 
 INIT_PARAMS = {"capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
-
-
-def sse_messages(text: str) -> list[dict[str, Any]]:
-    messages = []
-    for block in text.split("\n\n"):
-        lines = [line for line in block.splitlines() if line and not line.startswith(":")]
-        if not lines:
-            continue
-        assert lines[0] == "event: message", block
-        assert lines[1].startswith("data: ")
-        messages.append(json.loads(lines[1][len("data: ") :]))
-    return messages
 
 
 # -- handshake ------------------------------------------------------------------------------

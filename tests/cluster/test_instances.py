@@ -570,16 +570,26 @@ async def test_an_mcp_payment_made_on_one_instance_is_waited_for_and_spent_on_th
     a, b = clients
     created = await tool_result(a, "create_payment", {"toolName": "render_card"})
     pay = created["structuredContent"]
-    # B long-polls the payment A made; B's own watch of the node wakes it when it settles.
-    waiting = asyncio.create_task(b.get(f"/api/payments/{pay['paymentId']}", params={"wait": "20"}))
+    # A's checkout page, opened at B; its poll (by the page's token) and the payer's (by
+    # paymentId) wait at B, whose own watch of the node wakes them when it settles.
+    checkout = httpx.URL(pay["hostedCheckoutUrl"]).path
+    page = await b.get(checkout)
+    assert page.status_code == 200 and "Waiting for payment" in page.text, page.text
+    token = checkout.rsplit("/", 1)[1]
+    waiting = [
+        asyncio.create_task(b.get(f"/api/payments/{ref}", params={"wait": "20"}))
+        for ref in (pay["paymentId"], token)
+    ]
     await asyncio.sleep(0.5)
-    assert not waiting.done()
+    assert not any(w.done() for w in waiting)
     started = time.monotonic()
     await group.pay(pay["lightningInvoice"])
-    polled = await waiting
-    assert polled.status_code == 200, polled.text
-    assert polled.json()["status"] == "paid"
+    for polled in await asyncio.gather(*waiting):
+        assert polled.status_code == 200, polled.text
+        assert polled.json()["status"] == "paid"
     assert time.monotonic() - started < 5  # woken by the settlement, not the timeout
+    assert "paymentId" not in polled.json()  # the page's poll never shows it
+    assert "Paid" in (await b.get(checkout)).text
     served = await tool_result(b, "render_card", {"paymentId": pay["paymentId"], **CARD})
     assert served["isError"] is False, served
     again = await tool_result(a, "render_card", {"paymentId": pay["paymentId"], **CARD,

@@ -18,14 +18,16 @@ was never answered: the next start refunds it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from satsgate.store.cursors import UPSERT_CURSOR
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
 from satsgate.store.rows import Job, Payment, PaymentStatus
 from satsgate.store.sql import Connection, StoreUnavailable, transaction
+
+T = TypeVar("T")
 
 # The payments table's columns are Payment's fields, in order: rows map positionally.
 _PAYMENT_COLUMNS = Payment._fields
@@ -89,7 +91,8 @@ class PaymentRepository:
         self._instance_id = instance_id
         # Spends whose outcome the store did not tell (the connection cut at the commit:
         # StoreUnavailable), as (column, value): one that did commit is a call spent and
-        # never served (see :meth:`unserved_in_doubt`).
+        # never served (see :meth:`unserved_in_doubt`). A credential's retry takes the
+        # same path as its first attempt, so it spends by the same key.
         self._in_doubt: set[tuple[str, str]] = set()
 
     async def insert(self, payment: Payment) -> None:
@@ -132,11 +135,35 @@ class PaymentRepository:
 
     async def spend(self, payment_id: str, now: int) -> bool:
         """paid -> serving. The one rule of pay-per-call: exactly one caller gets True."""
+        count = await self._attempt(
+            ("payment_id", payment_id),
+            self._db.write_one(_SPEND, (now, self._instance_id, payment_id)),
+            lambda count: count == 1,
+        )
+        return count == 1
+
+    async def _attempt(
+        self, key: tuple[str, str], spending: Awaitable[T], spent: Callable[[T], bool]
+    ) -> T:
+        """Run a spend of the payment ``key`` names, keeping :attr:`_in_doubt` true: a
+        spend whose outcome the store did not tell is in doubt. While another attempt
+        runs, an earlier one's doubt is set aside (the sweep must not refund the row this
+        attempt may be spending for a call about to run); it comes back unless this
+        attempt spent the payment, which proves the earlier one never committed."""
+        was_in_doubt = key in self._in_doubt
+        self._in_doubt.discard(key)
         try:
-            return await self._db.write_one(_SPEND, (now, self._instance_id, payment_id)) == 1
+            outcome = await spending
         except StoreUnavailable:
-            self._in_doubt.add(("payment_id", payment_id))
+            self._in_doubt.add(key)
             raise
+        except BaseException:
+            if was_in_doubt:
+                self._in_doubt.add(key)
+            raise
+        if was_in_doubt and not spent(outcome):
+            self._in_doubt.add(key)
+        return outcome
 
     async def spend_for_job(self, job: Job, now: int) -> bool:
         """paid -> serving for the job's payment, and the job's row, in one transaction;
@@ -151,11 +178,7 @@ class PaymentRepository:
                 insert_job(conn, job)
                 return True
 
-        try:
-            return await self._db.run_sync(go)
-        except StoreUnavailable:
-            self._in_doubt.add(("payment_id", job.payment_id))
-            raise
+        return await self._attempt(("payment_id", job.payment_id), self._db.run_sync(go), bool)
 
     def answered(self, payment_id: str) -> None:
         """serving -> spent: the call's answer went out. Joins the loop iteration's group
@@ -196,11 +219,9 @@ class PaymentRepository:
         The same one conditional UPDATE as :meth:`spend`, reading the row as it writes.
         """
         args = (now, self._instance_id, payment_hash, token_id, service, price_msat)
-        try:
-            found = await self._db.write_rows(_SPEND_TOKEN, args)
-        except StoreUnavailable:
-            self._in_doubt.add(("payment_hash", payment_hash))
-            raise
+        found = await self._attempt(
+            ("payment_hash", payment_hash), self._db.write_rows(_SPEND_TOKEN, args), bool
+        )
         return _payment_of(found[0]) if found else None
 
     async def unserved_in_doubt(self) -> list[Payment]:

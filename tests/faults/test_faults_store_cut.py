@@ -34,7 +34,7 @@ class CuttingRelay:
     """A TCP relay to PostgreSQL on its own thread and loop. Armed with a statement's text
     and an answer, it drops the connection that sent that statement at the server's
     answer (``UPDATE 1`` of an autocommitted spend, ``COMMIT`` of a transaction), which
-    is never passed on."""
+    is never passed on; armed with no answer, as the statement is sent."""
 
     def __init__(self, target_port: int) -> None:
         self.port = free_port()
@@ -48,6 +48,10 @@ class CuttingRelay:
 
     def arm(self, statement: bytes, answer: bytes) -> None:
         self.armed = (statement, answer)
+
+    def arm_unsent(self, statement: bytes) -> None:
+        """Drop the connection that sends ``statement`` before it reaches the server."""
+        self.armed = (statement, b"")
 
     async def _serve(self) -> None:
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
@@ -63,6 +67,10 @@ class CuttingRelay:
                     armed = self.armed
                     if armed is not None and not answers and armed[0] in data:
                         marked = True
+                        if not armed[1]:  # never sent: nothing of it reaches the server
+                            self.armed = None
+                            self.cut.set()
+                            break
                     if answers and marked and armed is not None and armed[1] in data:
                         self.armed = None
                         self.cut.set()
@@ -245,5 +253,64 @@ async def test_an_exchange_of_several_spends_cut_at_its_answer_refunds_each_once
             assert again.status_code != 200
             assert again.json()["refund"]["amount_sats"] == sats
         assert_ledger_balances(server)
+    finally:
+        server.stop()
+
+
+async def test_a_spend_in_doubt_retried_while_its_call_runs_is_left_to_that_call(
+    relay_url: tuple[CuttingRelay, str], tmp_path: Path
+) -> None:
+    """A spend cut before PostgreSQL had it (nothing committed) is in doubt; the caller's
+    retry then spends the payment and its call runs. The sweep of spends in doubt leaves
+    that call alone: refunding it would pay the payer back for a call it is served. And
+    a spend that did commit stays in doubt through a retry refused as already spent."""
+    relay, url = relay_url
+    server = ThreadedServer(make_settings(tmp_path / "data", store_url=url))
+    payments = server.store.payments
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            paid = []
+            for _ in range(2):
+                first = await client.post("/api/l402/render-card", json=CARD)
+                assert first.status_code == 402
+                await dev_pay(client, first.json()["invoice"])
+                paid.append(first.json()["paymentId"])
+
+        def status(payment_id: str) -> PaymentStatus:
+            row: Payment | None = server.call(lambda: payments.get(payment_id))
+            assert row is not None
+            return row.status
+
+        async def spend(payment_id: str) -> bool | StoreUnavailable:
+            try:
+                spent: bool = await payments.spend(payment_id, int(time.time()))
+            except StoreUnavailable as exc:
+                return exc
+            return spent
+
+        for payment_id in paid:
+            for _ in range(100):
+                if status(payment_id) is PaymentStatus.PAID:
+                    break
+                await asyncio.sleep(0.05)
+        gate = server.gate
+        retried, committed = paid
+
+        relay.arm_unsent(SPEND)
+        assert isinstance(server.call(lambda: spend(retried)), StoreUnavailable)
+        assert relay.cut.is_set() and status(retried) is PaymentStatus.PAID  # never had it
+        assert server.call(lambda: spend(retried)) is True  # the retry: its call runs
+        assert server.call(gate.spender.refund_unserved_in_doubt) == 0
+        assert status(retried) is PaymentStatus.SERVING
+        assert server.call(lambda: server.store.refunds.for_payment(retried)) == []
+
+        relay.cut.clear()
+        relay.arm(SPEND, b"UPDATE 1\x00")
+        assert isinstance(server.call(lambda: spend(committed)), StoreUnavailable)
+        assert relay.cut.is_set() and status(committed) is PaymentStatus.SERVING
+        assert server.call(lambda: spend(committed)) is False  # the retry: already spent
+        assert server.call(gate.spender.refund_unserved_in_doubt) == 1
+        refunds = server.call(lambda: server.store.refunds.for_payment(committed))
+        assert len(refunds) == 1 and refunds[0].amount_msat > 0
     finally:
         server.stop()

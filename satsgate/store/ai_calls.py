@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from satsgate.store.engine import Engine
+from satsgate.store.payments import SERVED_HERE
 from satsgate.store.sql import Connection
 
 _COLUMNS = (
@@ -100,8 +101,9 @@ def _where(conn: Connection, clause: str, args: tuple[Any, ...]) -> list[AiCallR
 class AiCallRepository:
     """Every method runs on the store thread: AI calls are off the hot paths."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self._instance_id = instance_id  # a confirmed call is placed and watched here
 
     async def create(self, row: AiCallRow) -> tuple[AiCallRow, bool]:
         """Insert the call; (the row, True), or (the payment's earlier row, False)."""
@@ -155,22 +157,24 @@ class AiCallRepository:
     async def confirm(
         self, session_id: str, answers: Mapping[str, Any], to: str, now: int
     ) -> AiCallRow | None:
-        """pending_confirm -> ``to`` with the answers, once and before the deadline; the
+        """pending_confirm -> ``to`` with the answers, once and before the deadline, and
+        the call served by this instance from then on (whichever spent its deposit); the
         row after, or None (no such session, already confirmed, or expired)."""
 
         def go(conn: Connection) -> AiCallRow | None:
             cur = conn.execute(
                 "UPDATE ai_calls SET status = ?, answers_json = ?, updated_at = ?"
                 " WHERE session_id = ? AND status = 'pending_confirm' AND next_at > ?"
-                " RETURNING call_id",
+                " RETURNING call_id, payment_id",
                 (to, _encode("answers_json", dict(answers)), now, session_id, now),
             )
             found = cur.fetchall()
             if not found:
                 return None
+            conn.execute(SERVED_HERE, (self._instance_id, found[0][1]))
             return _where(conn, "call_id = ?", (found[0][0],))[0]
 
-        return await self._db.run_sync(go)
+        return await self._db.run_in_transaction(go)
 
     async def move(
         self, call_id: str, from_statuses: tuple[str, ...], changes: Mapping[str, Any], now: int

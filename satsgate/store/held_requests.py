@@ -21,6 +21,7 @@ from typing import Any
 
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
+from satsgate.store.payments import SERVED_HERE
 from satsgate.store.rows import Job
 from satsgate.store.sql import Connection
 
@@ -213,20 +214,26 @@ class HeldRequestRepository:
     async def claim(
         self, hold_id: str, to: str, now: int, *, due_before: int | None = None
     ) -> bool:
-        """open -> ``to`` ('releasing' or 'refunding'): True for exactly one caller.
-        ``due_before``: only a hold created before then (the 24-hour expiry)."""
+        """open -> ``to`` ('releasing' or 'refunding'), and its payment served by this
+        instance from then on: True for exactly one caller. ``due_before``: only a hold
+        created before then (the 24-hour expiry)."""
         extra, args = "", [to, now, self._instance_id, hold_id]
         if due_before is not None:
             extra, args = " AND eligible_at <= ?", [*args, due_before]
-        cur = await self._db.run_sync(
-            lambda conn: conn.execute(
+
+        def go(conn: Connection) -> bool:
+            found = conn.execute(
                 "UPDATE held_requests SET status = ?, updated_at = ?, claimed_by = ?"
                 " WHERE hold_id = ?"
-                f" AND status IN ('held', 'review_requested'){extra}",
+                f" AND status IN ('held', 'review_requested'){extra} RETURNING payment_id",
                 args,
-            )
-        )
-        return cur.rowcount == 1
+            ).fetchall()
+            if not found:
+                return False
+            conn.execute(SERVED_HERE, (self._instance_id, found[0][0]))
+            return True
+
+        return await self._db.run_in_transaction(go)
 
     async def resolve(self, hold_id: str, status: str, resolution: str, by: str, now: int) -> None:
         """releasing -> released | failed, refunding -> refunded: the outcome."""

@@ -42,6 +42,10 @@ _SPEND = (
     " WHERE payment_id = ? AND status = 'paid'"
 )
 _ANSWERED = "UPDATE payments SET status = 'spent' WHERE payment_id = ? AND status = 'serving'"
+# A spent payment's call taken up by the instance that won its claim (a free retry, a
+# held request's release, an AI call's confirmation): in the claim's transaction, so that
+# only this instance's death interrupts it (args: instance id, payment id).
+SERVED_HERE = "UPDATE payments SET served_by = ? WHERE payment_id = ? AND status = 'serving'"
 _SPEND_TOKEN = (
     "UPDATE payments SET status = 'serving', spent_at = ?, served_by = ?"
     " WHERE payment_hash = ? AND token_id = ? AND service = ? AND status = 'paid'"

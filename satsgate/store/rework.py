@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from satsgate.store.engine import Engine
 from satsgate.store.jobs import insert_job
+from satsgate.store.payments import SERVED_HERE
 from satsgate.store.rows import Job
 from satsgate.store.sql import Connection
 
@@ -60,8 +61,9 @@ def _window(row: tuple[object, ...] | None) -> ReworkWindow | None:
 class ReworkRepository:
     """Off the hot paths (a refusal is rare): every statement runs on the store thread."""
 
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, instance_id: str) -> None:
         self._db = db
+        self._instance_id = instance_id  # a claimed retry is served here
 
     async def get(self, payment_id: str) -> ReworkWindow | None:
         return await self._db.run_sync(
@@ -101,10 +103,10 @@ class ReworkRepository:
         self, payment_id: str, token_hash: str, now: float, job: Job | None = None
     ) -> bool:
         """open -> running for a retry with the current token before the deadline, its
-        payment still serving (not refunded meanwhile, e.g. by the operator); True for
-        exactly one caller. With ``job`` (the retry of a job-mode call), that job's row is
-        written in the same transaction: a claimed retry always has its job, and no job
-        exists without its claim."""
+        payment still serving (not refunded meanwhile, e.g. by the operator), and served
+        by this instance from now on; True for exactly one caller. With ``job`` (the
+        retry of a job-mode call), that job's row is written in the same transaction: a
+        claimed retry always has its job, and no job exists without its claim."""
 
         def go(c: Connection) -> bool:
             cur = c.execute(
@@ -116,6 +118,7 @@ class ReworkRepository:
             )
             if cur.rowcount != 1:
                 return False
+            c.execute(SERVED_HERE, (self._instance_id, payment_id))
             if job is not None:
                 insert_job(c, job)
             return True

@@ -80,11 +80,11 @@ class Store:
         self.retention = RetentionRepository(self.db)
         self.faxes = FaxRepository(self.db)
         self.sessions = SessionRepository(self.db, self.instance_id)
-        self.ai_calls = AiCallRepository(self.db)
+        self.ai_calls = AiCallRepository(self.db, self.instance_id)
         self.callbacks = CallbackRepository(self.db)
         self.esign = ESignRepository(self.db)
         # Free-retry windows after an upstream content refusal (CONTENT_FILTERED_RETRY).
-        self.rework = ReworkRepository(self.db)
+        self.rework = ReworkRepository(self.db, self.instance_id)
 
     async def open(self) -> None:
         """Open the engine's connections and bring the schema up to date."""

@@ -424,7 +424,7 @@ class AiCallRunner:
         if redial:
             delay = self._timing(row.provider, "redial_delay_s", REDIAL_DELAY_S)
             self._redial_due[row.call_id] = time.time() + delay
-            await self._store.ai_calls.move(
+            moved = await self._store.ai_calls.move(
                 row.call_id,
                 ("calling",),
                 {
@@ -436,6 +436,8 @@ class AiCallRunner:
                 },
                 _now(),
             )
+            if not moved:
+                self._redial_due.pop(row.call_id, None)
             return
         await self._finish(
             row, attempts=attempts, transcript=transcript, results=results, opted_out=opted_out
@@ -578,22 +580,28 @@ class AiCallRunner:
 
     async def sweep(self) -> int:
         """Expire confirmations past their deadline (the deposit refunded in full) and
-        restart any watch that stopped. How many confirmations expired."""
+        settle ended calls whose settlement is missing. How many confirmations expired."""
         expired = 0
         now = _now()
         for row in await self._store.ai_calls.in_status(("pending_confirm",)):
             if row.next_at is not None and row.next_at <= now:
                 await self._finish(row, expired=True)
                 expired += 1
-        # The watches of this instance's calls (another instance watches its own).
-        for row in await self._store.ai_calls.in_status(ACTIVE, self._store.instance_id):
-            self._spawn(row.call_id)
         for row in await self._store.ai_calls.unsettled():
             if row.status == "failed" and not row.attempts and row.results is None:
                 continue  # refunded with its placement's error by the gate
             log.warning("ai call %s: ended without its settlement; settling now", row.call_id)
             await self._settle(row, row.attempts, str(row.outcome or "ended"))
         return expired
+
+    async def rewatch(self) -> int:
+        """Restart the watch of any call of this instance's that stopped (each instance
+        watches only the calls it serves: the instance placing a call owns it, see
+        ``AiCallRepository.confirm``); how many calls are in flight here."""
+        rows = await self._store.ai_calls.in_status(ACTIVE, self._store.instance_id)
+        for row in rows:
+            self._spawn(row.call_id)
+        return len(rows)
 
     async def close(self) -> None:
         """Shutdown: the watches stop (the calls stay in flight, resumed at the next

@@ -372,7 +372,7 @@ class Spender:
         if isinstance(checked, ServiceResult):
             return checked  # a free retry, served in its window
         payment = checked
-        price_msat = self._quote_msat(spec, params)
+        price_msat = self._price_msat(payment, spec, params)
         hold = self._holds if payment.mode == "hold" else None
         await self._check_covered(payment, price_msat, hold)
         # The spend: whoever changes the row from paid is served; everyone else (a
@@ -478,7 +478,7 @@ class Spender:
         with the window's claim and started like a first run's (with the retry's own
         callback)."""
         assert self.rework is not None
-        price_msat = self._quote_msat(spec, params)
+        price_msat = self._price_msat(payment, spec, params)
         if spec.mode != "job":
             return await self.rework.retry(
                 payment, spec, params, price_msat, self._dispatch, token=token
@@ -495,6 +495,19 @@ class Spender:
     def _quote_msat(self, spec: AnySpec, params: BaseModel) -> int:
         """What the request costs now (whole sats, in msat) at the app's rate book."""
         return spec.quote_sats(params, self._contexts.rates.book) * 1000
+
+    def _price_msat(self, payment: Payment, spec: AnySpec, params: BaseModel) -> int:
+        """What ``payment``'s call on this request costs: the price now, but never more
+        than the payment's own quote when the request is the one its 402 priced (its
+        digest). A quote is kept for its invoice's life even where this instance's rate
+        book prices higher: another instance's book (each keeps its own), or a book that
+        started on the fallback rates after a restart."""
+        price_msat = self._quote_msat(spec, params)
+        if price_msat > payment.amount_msat and payment.request_digest == request_digest(
+            spec.slug, params
+        ):
+            return payment.amount_msat
+        return price_msat
 
     async def _dispatch(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -605,7 +618,9 @@ class Spender:
     ) -> ServiceResult:
         """Run a held call the operator released (its payment still serving): a failure
         is refunded in full, a partial delivery the difference, as for any call."""
-        return await self._run_handler(payment, spec, params, self._quote_msat(spec, params), ctx)
+        return await self._run_handler(
+            payment, spec, params, self._price_msat(payment, spec, params), ctx
+        )
 
     async def _submit_job(
         self, payment: Payment, spec: AnySpec, params: BaseModel, price_msat: int
@@ -649,7 +664,9 @@ class Spender:
             or not await self._payments.adopt(payment.payment_id, gone)
         ):
             return False
-        work, refund = self._job_work(payment, spec, params, self._quote_msat(spec, params))
+        work, refund = self._job_work(
+            payment, spec, params, self._price_msat(payment, spec, params)
+        )
         await self._jobs.adopt(job, work, refund)
         return True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import time
@@ -15,11 +16,19 @@ import httpx
 import pytest
 from lnurl.helpers import url_decode
 
+from satsgate.appkeys import RATES
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.lightning.invoices import sign_invoice
 from satsgate.server.app import REFUNDS
-from satsgate.services.base import Params, ServiceContext, ServiceResult, ServiceSpec
+from satsgate.services.base import (
+    Params,
+    ServiceContext,
+    ServiceResult,
+    ServiceSpec,
+    request_digest,
+)
+from satsgate.services.catalog.rates import REFERENCE_BTC_USD, RateBook, Snapshot
 from tests.conftest import STORES, ThreadedServer, dev_pay, make_settings, store_url_for
 from tests.ledger_check import assert_ledger_balances
 
@@ -389,6 +398,52 @@ async def test_credential_path_refunds_overpayment_and_refuses_underpayment(
     assert err.value.refund is not None and err.value.refund["amount_sats"] == 10
     refunded = server.call(lambda: server.store.payments.get(under.payment_id))
     assert refunded is not None and str(refunded.status) == "refunded"
+
+
+async def test_a_quote_is_kept_where_the_rate_book_now_prices_the_same_request_higher(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    """A BTC-pegged price quoted by one rate book and called where another prices it
+    higher (another instance's book, each keeps its own; or the fallback rates after a
+    restart): the very request the 402 priced is served at its quote, on both paths; a
+    different request is priced now, and refused when it costs more than was paid."""
+    spec = ServiceSpec(
+        slug="test-pegged", tool_name="test_pegged", category="test", title="Pegged",
+        description="A fiat-cost service.", params=NoParams,
+        price_msat=lambda p, book: book.msat(p.size * 10_000), handler=_fine,
+    )  # fmt: skip
+
+    async def quoted(size: int, digest_of: int) -> tuple[Any, str]:
+        digest = request_digest(spec.slug, NoParams(size=digest_of))
+        sats = size * 10
+        ch = server.call(
+            lambda: server.gate.create_payment(spec, amount_sats=sats, digest=digest, via="http")
+        )
+        return ch.payment, await dev_pay(client, ch.payment.bolt11)
+
+    same, _ = await quoted(2, digest_of=2)
+    by_credential, preimage = await quoted(2, digest_of=2)
+    other, _ = await quoted(1, digest_of=2)  # paid for size 2's digest, called with size 1
+    app_rates = server.app[RATES]
+    original = app_rates.book
+    # BTC at half the reference price: this instance's book prices pegged calls double.
+    app_rates.install(RateBook((Snapshot(REFERENCE_BTC_USD / 2, time.time(), "test"),)))
+    try:
+        assert "refund" not in execute(server, same, spec, size=2).body
+        assert (
+            "refund" not in (await _credential_call(server, by_credential, preimage, spec, 2)).body
+        )
+        with pytest.raises(ApiError) as err:
+            execute(server, other, spec, size=1)  # 20 sats now, 10 paid, not the quoted request
+        assert err.value.code == "PAYMENT_INSUFFICIENT"
+    finally:
+        app_rates.install(original)
+    payments, refunds = server.store.payments, server.store.refunds
+    for payment_id in (same.payment_id, by_credential.payment_id):
+        row = server.call(functools.partial(payments.get, payment_id))
+        assert str(row.status) == "spent"
+        assert server.call(functools.partial(refunds.for_payment, payment_id)) == []
+    assert_ledger_balances(server)
 
 
 async def _delivers_half(ctx: ServiceContext, params: NoParams) -> ServiceResult:

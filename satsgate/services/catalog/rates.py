@@ -8,7 +8,9 @@ fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :meth:`Rates.refresh`
 the last good snapshot (or the fallback).
 
 What was quoted is what is charged: the gate re-prices a paid call before
-running it and refuses (with a full refund) a call that prices higher than
+running it (the request its 402 priced keeps that quote, by its digest: another
+instance's book, or one started on the fallback after a restart, may price it
+higher) and refuses (with a full refund) a changed request that prices higher than
 was paid. So a price must not rise between the 402 and the call: every pegged
 price is the *lowest* over the last :data:`KEPT_SNAPSHOTS` snapshots. A call
 used within an hour of its quote (invoices expire after 10 minutes) therefore

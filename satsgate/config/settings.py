@@ -44,8 +44,9 @@ class Settings:
     # Empty: derived from host and port.
     base_url: str = ""
     # Several instances (docs/scale.md): this instance's own public address, where a
-    # telephony provider reaches the voice-bridge calls this instance dialed (their media
-    # WebSocket and status callbacks live in its memory). Empty: base_url.
+    # telephony provider reaches the calls this instance dialed (a voice bridge's media
+    # WebSocket and status callbacks, a Telnyx call's events, a long Twilio message's
+    # TwiML: they live in its memory). Empty: base_url.
     instance_base_url: str = ""
     backend: str = "dev"
     network: str = "regtest"
@@ -195,6 +196,12 @@ class Settings:
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+    @property
+    def own_base_url(self) -> str:
+        """Where a provider reaches this very instance (``instance_base_url``; the shared
+        address when it has none): for what lives in its memory, such as a call it dialed."""
+        return self.instance_base_url.rstrip("/") or self.public_base_url
 
     @property
     def db_path(self) -> Path:

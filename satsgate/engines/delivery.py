@@ -75,6 +75,14 @@ class WebhookRequest:
     method: str
     headers: Mapping[str, str]  # names lower-cased
     body: bytes  # raw, exactly as received
+    # The same route at this instance's own address (instance_base_url), when it has one:
+    # a provider given that address signs it instead.
+    own_url: str = ""
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The URLs the provider may have requested (each one a signature may cover)."""
+        return (self.url, self.own_url) if self.own_url else (self.url,)
 
 
 @dataclass(frozen=True)

@@ -678,9 +678,11 @@ async def provider_webhook(request: web.Request) -> web.Response:
         body = await request.read()
         # The URL the provider requested: Twilio signs it, and behind a proxy the
         # request's own URL is not the public one.
-        url = request.app[SETTINGS].public_base_url.rstrip("/") + request.path_qs
+        settings = request.app[SETTINGS]
+        url = settings.public_base_url.rstrip("/") + request.path_qs
+        own = settings.own_base_url + request.path_qs if settings.instance_base_url else ""
         headers = {k.lower(): v for k, v in request.headers.items()}
-        events = await receive_events(WebhookRequest(url, request.method, headers, body))
+        events = await receive_events(WebhookRequest(url, request.method, headers, body, own))
         if 200 <= events.status < 300:
             store = request.app[STORE]
             env = deliveries.DeliveryEnv(store.deliveries, store.payments.get, request.app[REFUNDS])

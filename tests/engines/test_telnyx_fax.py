@@ -11,6 +11,7 @@ import io
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -553,6 +554,31 @@ async def test_call_speaks_the_message_and_bills_connected_minutes(
     assert speak["voice"] == "male" and speak["language"] == "de-DE"
     # One minute billed of the three paid: the other two refunded.
     assert status["refund"]["amount_sats"] == round(status["charged_sats"] * 2)
+
+
+async def test_a_calls_events_go_to_the_instance_that_dialed_it(
+    telnyx: FakeTelnyx, tmp_path: Path
+) -> None:
+    """With several instances, a call's events need the call the dialing instance keeps
+    in memory (what to say, how often): its webhook is that instance's own address
+    (instance_base_url). Elsewhere the answered call would be hung up unspoken."""
+    shared = telnyx_settings(tmp_path, telnyx)
+    own = f"http://localhost:{shared.port}"  # the same server, by another name
+    server = ThreadedServer(replace(shared, instance_base_url=own))
+    try:
+        async for client in http_client(server):
+            resp, auth = await paid(client, "call", {"phone_number": TO, "message": "Hi"})
+            assert resp.status_code == 200, resp.text
+            placed = resp.json()
+            status = await until_status(
+                client, placed["status_url"], headers={"Authorization": auth}
+            )
+            assert status["status"] == "completed", status
+        call = list(telnyx.calls.values())[-1]
+        assert call.body["webhook_url"].startswith(f"{own}/api/webhooks/telnyx/tx?")
+        assert [action for action, _ in call.commands] == ["speak", "hangup"]
+    finally:
+        server.stop()
 
 
 async def test_busy_call_is_refunded_in_full(client: httpx.AsyncClient, telnyx: FakeTelnyx) -> None:

@@ -14,6 +14,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -56,19 +57,18 @@ def fake() -> Iterator[FakeTwilio]:
     platform.stop()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, fake: FakeTwilio) -> Iterator[ThreadedServer]:
+def twilio_settings(data_dir: Path, fake: FakeTwilio) -> Settings:
     providers = {"phone": {
         "kind": "twilio", "base_url": fake.url, "api_key": AUTH_TOKEN,
         "account_sid": ACCOUNT_SID, "from_number": FROM_NUMBER, "timeout_s": 5,
         "voices": {"de-DE": "Google.de-DE-Standard-A"},
     }}  # fmt: skip
-    settings = make_settings(
-        tmp_path_factory.mktemp("twilio"),
-        providers=providers,
-        engines={"sms": "phone", "voice": "phone"},
-    )
-    srv = ThreadedServer(settings)
+    return make_settings(data_dir, providers=providers, engines={"sms": "phone", "voice": "phone"})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, fake: FakeTwilio) -> Iterator[ThreadedServer]:
+    srv = ThreadedServer(twilio_settings(tmp_path_factory.mktemp("twilio"), fake))
     yield srv
     srv.stop()
 
@@ -431,6 +431,31 @@ async def test_a_long_message_is_fetched_by_the_call_from_the_webhook_route(
     call = fake.calls[next(iter(reversed(fake.calls)))]
     root = ET.fromstring(call["_twiml"])
     assert root[1].tag == "Say" and root[1].text == message[:2000]
+
+
+async def test_a_long_message_is_fetched_from_the_instance_that_dialed(
+    fake: FakeTwilio, tmp_path: Path
+) -> None:
+    """With several instances, the TwiML a call fetches lives in the memory of the one
+    that dialed: its URL is that instance's own address (instance_base_url), whose
+    signature is checked there, while status callbacks go to the shared address."""
+    shared = twilio_settings(tmp_path, fake)
+    own = f"http://localhost:{shared.port}"  # the same server, by another name
+    server = ThreadedServer(replace(shared, instance_base_url=own))
+    message = "R&D&Co&" * 286
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            resp = await paid_post(client, "call", {"phone_number": US, "message": message[:2000]})
+            assert resp.status_code == 200, resp.text
+            form = sent_form(fake)
+            assert form["Url"][0].startswith(f"{own}/api/webhooks/twilio/phone?")
+            assert form["StatusCallback"][0].startswith(f"{server.url}/api/webhooks/twilio/")
+            await wait_status(client, resp.json()["status_url"], {"completed"})
+        call = fake.calls[next(iter(reversed(fake.calls)))]
+        root = ET.fromstring(call["_twiml"])
+        assert root[1].tag == "Say" and root[1].text == message[:2000]
+    finally:
+        server.stop()
 
 
 async def test_unanswered_call_is_refunded_in_full(

@@ -371,7 +371,7 @@ class TelnyxVoice:
             "connection_id": p.call_connection_id,
             "to": request.to,
             "from": p.from_number,
-            "webhook_url": p.webhook_url(request.reference),
+            "webhook_url": p.webhook_url(request.reference, here=True),
             "client_state": base64.b64encode(request.reference.encode()).decode(),
             "timeout_secs": p.ring_timeout_s,
             "time_limit_secs": max(30, request.max_duration_s),

@@ -128,8 +128,11 @@ class TelnyxClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.config.api_key}", "Accept": "application/json"}
 
-    def webhook_url(self, reference: str | None = None) -> str:
-        url = f"{self.settings.public_base_url}/api/webhooks/{KIND}/{self.config.name}"
+    def webhook_url(self, reference: str | None = None, *, here: bool = False) -> str:
+        """The webhook route; ``here``: at this instance's own address (the events of a
+        call this instance dialed need the call it keeps in memory)."""
+        base = self.settings.own_base_url if here else self.settings.public_base_url
+        url = f"{base}/api/webhooks/{KIND}/{self.config.name}"
         return f"{url}?{urlencode({REFERENCE_PARAM: reference})}" if reference else url
 
     def spawn(self, coro: Any) -> None:

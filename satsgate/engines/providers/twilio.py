@@ -617,9 +617,12 @@ class TwilioProvider:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    def webhook_url(self, reference: str, **extra: str) -> str:
+    def webhook_url(self, reference: str, *, here: bool = False, **extra: str) -> str:
+        """The webhook route; ``here``: at this instance's own address (a long message's
+        TwiML is kept in this instance's memory until its call fetches it)."""
         query = urlencode({REFERENCE_PARAM: reference, **extra})
-        base = self.deps.settings.public_base_url.rstrip("/")
+        settings = self.deps.settings
+        base = (settings.own_base_url if here else settings.public_base_url).rstrip("/")
         return f"{base}/api/webhooks/{KIND}/{quote(self.config.name, safe='')}?{query}"
 
     def voice_for(self, language: str) -> str | None:
@@ -639,7 +642,7 @@ class TwilioProvider:
         except UnicodeDecodeError:
             return WebhookEvents(400)
         given = request.headers.get("x-twilio-signature", "")
-        if not self.client.valid_signature(request.url, params, given):
+        if not any(self.client.valid_signature(url, params, given) for url in request.urls):
             log.warning("twilio %s: webhook with a bad signature refused", self.config.name)
             return WebhookEvents(403)
         query = parse_qs(urlsplit(request.url).query)
@@ -742,7 +745,7 @@ class TwilioVoice:
         inline: str | None = twiml
         url: str | None = None
         if len(twiml) > MAX_INLINE_TWIML:
-            inline, url = None, p.webhook_url(request.reference, **{TWIML_PARAM: "1"})
+            inline, url = None, p.webhook_url(request.reference, here=True, **{TWIML_PARAM: "1"})
             while len(p._pending_twiml) >= MAX_PENDING_TWIML:  # ended calls no report closed
                 p._pending_twiml.pop(next(iter(p._pending_twiml)))
             p._pending_twiml[request.reference] = twiml

@@ -205,7 +205,7 @@ class BridgeCalls:
 
     def _base(self) -> str:
         """Where the provider reaches this very instance: its live calls are here."""
-        return self._settings.instance_base_url.rstrip("/") or self._settings.public_base_url
+        return self._settings.own_base_url
 
     def media_url(self, token: str) -> str:
         base = self._base()

@@ -557,6 +557,8 @@ def _schedule_duties(app: web.Application, scheduler: Scheduler) -> None:
         every(max(1, min(30, idle_s // 4)), gate.sessions.sweep, id="sessions-sweep")
     every(60, app[DEPOSITS].resume, id="deposits-resume")
     every(60, app[AI_CALLS].sweep, id="ai-calls-sweep")
+    # Sent faxes nobody follows (their instance gone for good): followed to their end here.
+    every(300, app[FAXES].follow_unsettled, id="faxes-follow")
     # The watches of this instance's AI calls (each instance watches the calls it serves).
     every(60, app[AI_CALLS].rewatch, id="ai-calls-watch", each_instance=True)
     every(HOUR_S, files.remove_older_than, 12 * HOUR_S, id="files-cleanup")

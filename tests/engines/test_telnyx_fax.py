@@ -52,6 +52,7 @@ from tests.ledger_check import assert_ledger_balances
 from tests.mcp_client import tool_result
 from tests.payments.test_gateway import assert_envelope
 from tests.payments.test_payment_proof import hop_forgeries
+from tests.pg_cluster import PgCluster
 from tests.store_access import store_value
 
 FAX_FROM = "+13125550100"
@@ -226,6 +227,29 @@ async def test_send_fax_failure_is_refunded(
     payment_id = _payment_of(server, fax_id)
     refunds = server.call(lambda: server.store.refunds.for_payment(payment_id))
     assert len(refunds) == 1
+
+
+async def test_a_fax_whose_instance_is_gone_is_followed_to_its_refund_by_another(
+    telnyx: FakeTelnyx, letter: bytes, tmp_path: Path, pg_cluster: PgCluster
+) -> None:
+    """Two instances on one store: A sends a fax and goes away for good before it ends
+    (its reports reach nobody). B, already running, follows it to its end at its next
+    look and refunds the failed fax, as A would have."""
+    telnyx.script.outcome, telnyx.script.step_s = "failed", 0.3
+    store_url = pg_cluster.new_database()
+    data = tmp_path / "data"  # one data directory (server secret, files) for both
+    b = ThreadedServer(replace(telnyx_settings(data, telnyx), store_url=store_url))
+    a = ThreadedServer(replace(telnyx_settings(data, telnyx), store_url=store_url))
+    try:
+        async for client in http_client(a):
+            answer, _ = await sent_fax(client, letter)
+        a.stop()
+        assert b.call(b.app[FAXES].follow_unsettled) == 1
+        async for client in http_client(b):
+            last = (await until_final(client, answer["faxId"]))[-1]
+        assert last["status"] == "failed" and last["refund"]["amount_sats"] == 500
+    finally:
+        b.stop()
 
 
 def _payment_of(server: ThreadedServer, fax_id: str) -> str:

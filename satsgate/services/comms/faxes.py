@@ -255,8 +255,16 @@ class FaxDesk:
     async def start(self) -> None:
         """Retention, and the faxes a restart left unsettled followed again."""
         self._cleanup = asyncio.create_task(self._clean_periodically(), name="fax-desk")
+        await self.follow_unsettled()
+
+    async def follow_unsettled(self) -> int:
+        """Follow every sent fax not settled yet that is not followed here: those of an
+        instance that is gone for good, or whose following stopped. Another instance
+        may be following one too: its status only moves forward and it settles once
+        (``FaxRepository.update_send``, ``settle_send``). How many are followed here."""
         for fax in await self._repo.unsettled_sends():
             self._follow(fax)
+        return len(self._following)
 
     async def close(self) -> None:
         tasks = [t for t in (self._cleanup, *self._following.values()) if t is not None]

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from mcp import Client
 
+from satsgate.appkeys import VOICE_BRIDGE
 from satsgate.engines.providers import PROVIDER_KINDS
 from tests.conftest import (
     ThreadedServer,
@@ -28,6 +29,7 @@ from tests.conftest import (
     make_settings,
     paid_l402_auth,
     skip_unless_ci,
+    until,
 )
 from tests.fakes.fake_lnurlp import FakeLightningAddress
 from tests.fakes.fake_twilio_media import AUTH_TOKEN, FakeTwilio, twilio_signature
@@ -517,6 +519,8 @@ async def test_a_say_sent_to_another_instance_is_played_by_the_one_that_dialed(
             assert next(e["text"] for e in events if e["type"] == "speaking") == said
             settled = (await at_b.post(END, json={"sessionId": session})).json()
             assert settled["usedSats"] == math.ceil(opened["perMinuteSats"])
+            # A, which carried the call B hung up, lets go of it (its media and loops).
+            await until(lambda: session not in a.app[VOICE_BRIDGE].live_here)
             again = (await at_a.post(END, json={"sessionId": session})).json()
             assert again["usedSats"] == settled["usedSats"]  # settled once
             refunds = _refunds(a, _payment_id(a, session))

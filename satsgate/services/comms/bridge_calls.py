@@ -265,8 +265,8 @@ class BridgeCalls:
         )
         live = _Live(session_id, params.phoneNumber, engine, language, stt)
         self._live[session_id] = live
-        await self._event(session_id, "dialing", "")
         try:
+            await self._event(session_id, "dialing", "")
             call_id = await engine.dial(
                 BridgeDial(
                     to=params.phoneNumber,
@@ -351,6 +351,11 @@ class BridgeCalls:
             return None
         live.to_play.put_nowait((mulaw, label))
         return len(mulaw)
+
+    @property
+    def live_here(self) -> frozenset[str]:
+        """The sessions whose call this instance dialed and still carries (media, loops)."""
+        return frozenset(self._live)
 
     def _heard_say(self, session_id: str) -> None:
         """A say was handed over for a call: taken here if its audio is here."""
@@ -650,41 +655,51 @@ class BridgeCalls:
         until_ms: int | None = None,
         wait: bool = False,
     ) -> BridgeSettlement | None:
-        """End the session once and settle its deposit once; the settlement either way."""
+        """End the session once and settle its deposit once; the settlement either way.
+        A session ended elsewhere (the caller's end reached another instance, which hung
+        up) that this instance dialed has its live part stopped here."""
         lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            row = await self._repo.get(session_id)
-            if row is None:
-                return None
-            live = self._live.get(session_id)
-            if row.live:
+        try:
+            async with lock:
+                return await self._end_locked(session_id, reason, hang_up, until_ms, wait)
+        finally:
+            if not lock.locked():
+                self._locks.pop(session_id, None)
+
+    async def _end_locked(
+        self, session_id: str, reason: str, hang_up: bool, until_ms: int | None, wait: bool
+    ) -> BridgeSettlement | None:
+        row = await self._repo.get(session_id)
+        if row is None:
+            return None
+        live = self._live.get(session_id)
+        if row.live:
+            if live is not None:
+                live.ending = True
+            ended_at = until_ms if until_ms is not None else _now_ms()
+            answered = row.answered_at_ms is not None
+            elapsed_s = (
+                max(0, math.ceil((ended_at - (row.answered_at_ms or 0)) / 1000)) if answered else 0
+            )
+            used = billed_msat(elapsed_s, answered, row.per_minute_msat, row.deposit_msat)
+            if await self._repo.end(session_id, ended_at, reason, elapsed_s, used):
+                if hang_up and row.call_id:
+                    await self._hang_up(live, row.call_id)
                 if live is not None:
-                    live.ending = True
-                ended_at = until_ms if until_ms is not None else _now_ms()
-                answered = row.answered_at_ms is not None
-                elapsed_s = (
-                    max(0, math.ceil((ended_at - (row.answered_at_ms or 0)) / 1000))
-                    if answered
-                    else 0
-                )
-                used = billed_msat(elapsed_s, answered, row.per_minute_msat, row.deposit_msat)
-                if await self._repo.end(session_id, ended_at, reason, elapsed_s, used):
-                    if hang_up and row.call_id:
-                        await self._hang_up(live, row.call_id)
-                    if live is not None:
-                        await self._finish_hearing(live)
-                    await self._event(session_id, "ended", reason)
-                    if live is not None:
-                        await self._stop_live(live)
-                    await self._repo.take_says([session_id])  # handed over, never played
-                row = await self._repo.get(session_id)
-                assert row is not None
-            # The caller's own end waits for a payout to its refundAddress; an end the
-            # provider or a timer causes pays out in the background.
-            settlement = await self._settle(row, wait)
-        if not lock.locked():
-            self._locks.pop(session_id, None)
-        return settlement
+                    await self._finish_hearing(live)
+                await self._event(session_id, "ended", reason)
+                if live is not None:
+                    await self._stop_live(live)
+                await self._repo.take_says([session_id])  # handed over, never played
+            row = await self._repo.get(session_id)
+            assert row is not None
+        elif live is not None:  # ended at another instance: the call's media was here
+            live.ending = True
+            await self._finish_hearing(live)
+            await self._stop_live(live)
+        # The caller's own end waits for a payout to its refundAddress; an end the
+        # provider or a timer causes pays out in the background.
+        return await self._settle(row, wait)
 
     async def _finish_hearing(self, live: _Live) -> None:
         """The last words: what was being said when the call ended is transcribed, and

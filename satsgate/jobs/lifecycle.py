@@ -138,6 +138,9 @@ class JobRunner:
         serving: the start-up refund of unanswered calls leaves it alone)."""
         return payment_id in self._resumed
 
+    async def of_payment(self, payment_id: str) -> Job | None:
+        return await self._jobs.latest_of_payment(payment_id)
+
     def poll_url(self, job: Job) -> str:
         return f"{self._base_url}/api/l402/job-status?requestId={job.job_id}&jobType={job.job_type}"
 

@@ -151,6 +151,12 @@ class JobQueue(Protocol):
         """Whether this payment's job was taken up again after a restart."""
         ...
 
+    async def of_payment(self, payment_id: str) -> Job | None:
+        """The newest job the payment bought, if any."""
+        ...
+
+    def poll_url(self, job: Job) -> str: ...
+
 
 class HoldDecisions(Protocol):
     """Hold invoices (see :mod:`satsgate.payments.holds`): a hold payment is settled
@@ -418,7 +424,7 @@ class Spender:
                 again = await self._held.held_again(payment.payment_id)
                 if again is not None:
                     raise again
-            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, "Service already used.")
+            raise await self._used(payment, spec, "Service already used.")
         if payment.status in (PaymentStatus.SPENT, PaymentStatus.REFUNDED):
             # The caller proved the payment (credential, or the paymentId of an MCP
             # payment): show it its refund, e.g. of a call a restart interrupted.
@@ -428,7 +434,7 @@ class Spender:
                 message = "Service already used: this payment was refunded."
             elif refund is not None:
                 message = "Service already used; this payment's refund is attached."
-            raise ApiError(ErrorCode.PAYMENT_ALREADY_USED, message, refund=refund)
+            raise await self._used(payment, spec, message, refund)
         if payment.status is PaymentStatus.CANCELED:
             raise ApiError(
                 ErrorCode.PAYMENT_ALREADY_USED,
@@ -491,6 +497,30 @@ class Spender:
             return self._start_job(job, payment, spec, params, price_msat)
 
         return await self.rework.retry(payment, spec, params, price_msat, start, job, token=token)
+
+    async def _used(
+        self,
+        payment: Payment,
+        spec: AnySpec,
+        message: str,
+        refund: dict[str, Any] | None = None,
+    ) -> ApiError:
+        """PAYMENT_ALREADY_USED for a caller that proved the payment; for a job's payment,
+        with the job it bought (its 202 lost, or answered by another instance: the
+        repeat finds the job to poll)."""
+        job = await self._jobs.of_payment(payment.payment_id) if spec.mode == "job" else None
+        if job is None:
+            return ApiError(ErrorCode.PAYMENT_ALREADY_USED, message, refund=refund)
+        return ApiError(
+            ErrorCode.PAYMENT_ALREADY_USED,
+            f"{message} This payment bought job {job.job_id}: poll its poll_url.",
+            refund=refund,
+            extra={
+                "requestId": job.job_id,
+                "jobType": job.job_type,
+                "poll_url": self._jobs.poll_url(job),
+            },
+        )
 
     def _quote_msat(self, spec: AnySpec, params: BaseModel) -> int:
         """What the request costs now (whole sats, in msat) at the app's rate book."""

@@ -130,6 +130,15 @@ class JobRepository:
         jobs = await self._db.run_sync(lambda conn: _jobs_where(conn, "job_id = ?", (job_id,)))
         return jobs[0] if jobs else None
 
+    async def latest_of_payment(self, payment_id: str) -> Job | None:
+        """The newest job a payment bought (a free retry's job is newer than the first)."""
+        jobs = await self._db.run_sync(
+            lambda conn: _jobs_where(
+                conn, "payment_id = ? ORDER BY created_at DESC LIMIT 1", (payment_id,)
+            )
+        )
+        return jobs[0] if jobs else None
+
     async def in_progress(self, served_by: str) -> list[Job]:
         """IN_PROGRESS jobs that run on instance ``served_by`` (a held communication's job
         waits for the operator, not for a runner: satsgate.store.held_requests)."""

@@ -349,6 +349,13 @@ async def test_a_job_started_on_one_instance_is_followed_to_its_end_on_the_other
     started = await a.post("/api/l402/translate-epub", json=body, headers={"Authorization": auth})
     assert started.status_code == 202, started.text
     job_id = started.json()["job_id"]
+    # The 202 lost, the client repeats the paid call, at B: refused as used, and shown the
+    # job its payment bought (A's replay window is A's alone).
+    repeat = await b.post("/api/l402/translate-epub", json=body, headers={"Authorization": auth})
+    assert repeat.json()["error_code"] == "PAYMENT_ALREADY_USED", repeat.text
+    assert repeat.json()["requestId"] == job_id, repeat.text
+    path = httpx.URL(started.json()["poll_url"]).raw_path  # each instance's own base here
+    assert httpx.URL(repeat.json()["poll_url"]).raw_path == path
     args = {"requestId": job_id, "jobType": "translate-epub"}
     followed = {"name": "await_result", "arguments": args, "_meta": {"progressToken": "p"}}
     streamed = asyncio.create_task(rpc(b, call("tools/call", followed)))

@@ -180,6 +180,12 @@ class NoJobs:
     def resumed(self, payment_id: str) -> bool:
         return False
 
+    async def of_payment(self, payment_id: str) -> Job | None:
+        return None  # no job-mode service here
+
+    def poll_url(self, job: Job) -> str:
+        raise AssertionError
+
 
 class NoContexts:
     rates = Rates()  # the fallback rates

@@ -254,6 +254,7 @@ class JobRunner:
             await self._finish(job, JobStatus.COMPLETED, result, None)
         finally:
             self._tasks.pop(job.job_id, None)
+            self._resumed.discard(job.payment_id)
             self._progress.pop(job.job_id, None)
             self._signal(job.job_id)  # the row says how it ended; the waiters read it
             self._changed.pop(job.job_id, None)

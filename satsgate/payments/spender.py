@@ -385,11 +385,19 @@ class Spender:
         # replay, a concurrent refund that won) is told it was used.
         if hold is not None:
             hold.running(payment)  # before the spend: the hold watcher must not decide it
-        if spec.mode == "job":  # the spend and the job's row in one transaction
-            accepted = await self._submit_job(payment, spec, params, price_msat)
-            if accepted is not None:
-                return accepted
-        elif await self._payments.spend(payment.payment_id, int(time.time())):
+        try:
+            if spec.mode == "job":  # the spend and the job's row in one transaction
+                accepted = await self._submit_job(payment, spec, params, price_msat)
+                if accepted is not None:
+                    return accepted
+                spent = False
+            else:
+                spent = await self._payments.spend(payment.payment_id, int(time.time()))
+        except BaseException:
+            if hold is not None:  # no call runs (the store away): the watcher decides it
+                hold.stopped(payment)
+            raise
+        if spent:
             return await self._dispatch(payment, spec, params, price_msat)
         if hold is not None:
             hold.stopped(payment)

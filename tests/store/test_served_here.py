@@ -47,6 +47,13 @@ async def serving_at(store: Store) -> set[str]:
     return {p.payment_id for p in await store.payments.serving(store.instance_id)}
 
 
+async def served_by(payment: Payment, store: Store, not_by: Store) -> bool:
+    """``store``'s instance serves the payment's call, and ``not_by``'s does not."""
+    return payment.payment_id in await serving_at(store) and (
+        payment.payment_id not in await serving_at(not_by)
+    )
+
+
 async def test_a_free_retry_claimed_at_another_instance_is_served_there(
     instances: tuple[Store, Store],
 ) -> None:
@@ -54,10 +61,9 @@ async def test_a_free_retry_claimed_at_another_instance_is_served_there(
     payment = await spent_at(a, "generate-image")
     now = int(time.time())
     assert await a.rework.open_first(payment.payment_id, "generate-image", "t1", now + 600, now)
-    assert payment.payment_id in await serving_at(a)
+    assert await served_by(payment, a, not_by=b)
     assert await b.rework.claim(payment.payment_id, "t1", now)
-    assert payment.payment_id in await serving_at(b)
-    assert payment.payment_id not in await serving_at(a)
+    assert await served_by(payment, b, not_by=a)
 
 
 async def test_a_held_request_released_at_another_instance_is_served_there(
@@ -75,11 +81,10 @@ async def test_a_held_request_released_at_another_instance_is_served_there(
     )  # fmt: skip
     await a.held_requests.insert(hold, job)
     assert await b.held_requests.claim(hold.hold_id, "releasing", now)
-    assert payment.payment_id in await serving_at(b)
-    assert payment.payment_id not in await serving_at(a)
+    assert await served_by(payment, b, not_by=a)
     # A second claim (the operator's other tab, the 24-hour expiry) wins nothing.
     assert not await a.held_requests.claim(hold.hold_id, "refunding", now)
-    assert payment.payment_id in await serving_at(b)
+    assert await served_by(payment, b, not_by=a)
 
 
 async def test_an_ai_call_confirmed_at_another_instance_is_placed_and_watched_there(
@@ -99,6 +104,7 @@ async def test_an_ai_call_confirmed_at_another_instance_is_placed_and_watched_th
     assert row.session_id is not None
     confirmed = await b.ai_calls.confirm(row.session_id, {"When?": "8pm"}, "placing", now)
     assert confirmed is not None and confirmed.status == "placing"
+    assert await served_by(payment, b, not_by=a)
     assert [r.call_id for r in await b.ai_calls.in_status(active, "inst_b")] == [row.call_id]
     assert await a.ai_calls.in_status(active, "inst_a") == []  # A never watches it
     assert await a.ai_calls.confirm(row.session_id, {}, "placing", now) is None  # once

@@ -52,7 +52,7 @@ from satsgate.services.base import (
     ServiceSpec,
     request_digest,
 )
-from satsgate.services.catalog.rates import Rates
+from satsgate.services.catalog.rates import QUOTE_KEPT_S, Rates
 from satsgate.services.comms.screening import HeldForReview
 from satsgate.store import Job, Payment, PaymentStatus
 
@@ -537,12 +537,14 @@ class Spender:
     def _price_msat(self, payment: Payment, spec: AnySpec, params: BaseModel) -> int:
         """What ``payment``'s call on this request costs: the price now, but never more
         than the payment's own quote when the request is the one its 402 priced (its
-        digest). A quote is kept for its invoice's life even where this instance's rate
-        book prices higher: another instance's book (each keeps its own), or a book that
-        started on the fallback rates after a restart."""
+        digest) and the quote is under :data:`QUOTE_KEPT_S` old. Within that time a quote
+        holds even where this instance's rate book prices higher: another instance's
+        book (each keeps its own), or one started on the fallback rates after a restart."""
         price_msat = self._quote_msat(spec, params)
-        if price_msat > payment.amount_msat and payment.request_digest == request_digest(
-            spec.slug, params
+        if (
+            price_msat > payment.amount_msat
+            and time.time() - payment.created_at <= QUOTE_KEPT_S
+            and payment.request_digest == request_digest(spec.slug, params)
         ):
             return payment.amount_msat
         return price_msat

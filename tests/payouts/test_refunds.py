@@ -406,7 +406,8 @@ async def test_a_quote_is_kept_where_the_rate_book_now_prices_the_same_request_h
     """A BTC-pegged price quoted by one rate book and called where another prices it
     higher (another instance's book, each keeps its own; or the fallback rates after a
     restart): the very request the 402 priced is served at its quote, on both paths; a
-    different request is priced now, and refused when it costs more than was paid."""
+    different request, or the same one over an hour after its 402, is priced now, and
+    refused when it costs more than was paid."""
     spec = ServiceSpec(
         slug="test-pegged", tool_name="test_pegged", category="test", title="Pegged",
         description="A fiat-cost service.", params=NoParams,
@@ -424,6 +425,15 @@ async def test_a_quote_is_kept_where_the_rate_book_now_prices_the_same_request_h
     same, _ = await quoted(2, digest_of=2)
     by_credential, preimage = await quoted(2, digest_of=2)
     other, _ = await quoted(1, digest_of=2)  # paid for size 2's digest, called with size 1
+    stale, _ = await quoted(2, digest_of=2)  # its 402 over an hour ago: priced now
+    server.call(
+        lambda: server.store.db.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE payments SET created_at = created_at - 7200 WHERE payment_id = ?",
+                (stale.payment_id,),
+            )
+        )
+    )
     app_rates = server.app[RATES]
     original = app_rates.book
     # BTC at half the reference price: this instance's book prices pegged calls double.
@@ -433,9 +443,10 @@ async def test_a_quote_is_kept_where_the_rate_book_now_prices_the_same_request_h
         assert (
             "refund" not in (await _credential_call(server, by_credential, preimage, spec, 2)).body
         )
-        with pytest.raises(ApiError) as err:
-            execute(server, other, spec, size=1)  # 20 sats now, 10 paid, not the quoted request
-        assert err.value.code == "PAYMENT_INSUFFICIENT"
+        for refused, size in ((other, 1), (stale, 2)):
+            with pytest.raises(ApiError) as err:
+                execute(server, refused, spec, size=size)
+            assert err.value.code == "PAYMENT_INSUFFICIENT"
     finally:
         app_rates.install(original)
     payments, refunds = server.store.payments, server.store.refunds

@@ -8,11 +8,11 @@ fallback, taken as quoted at :data:`REFERENCE_BTC_USD`. :meth:`Rates.refresh`
 the last good snapshot (or the fallback).
 
 What was quoted is what is charged: the gate re-prices a paid call before
-running it (the request its 402 priced keeps that quote, by its digest: another
-instance's book, or one started on the fallback after a restart, may price it
-higher) and refuses (with a full refund) a changed request that prices higher than
-was paid. So a price must not rise between the 402 and the call: every pegged
-price is the *lowest* over the last :data:`KEPT_SNAPSHOTS` snapshots. A call
+running it (the request its 402 priced keeps that quote, by its digest, for
+:data:`QUOTE_KEPT_S`: another instance's book, or one started on the fallback after a
+restart, may price it higher) and refuses (with a full refund) a changed request
+that prices higher than was paid. So a price must not rise between the 402 and the
+call: every pegged price is the *lowest* over the last :data:`KEPT_SNAPSHOTS` snapshots. A call
 used within an hour of its quote (invoices expire after 10 minutes) therefore
 never prices above its quote; a price increase reaches callers one refresh
 late, a decrease at once.
@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 
 REFERENCE_BTC_USD: Final = 100_000.0
 KEPT_SNAPSHOTS: Final = 3
+# How long after its 402 the request a payment was quoted for keeps that quote where a
+# rate book prices it higher (the hourly refresh's span: within it, one instance's book
+# never rises above its own quote either). A credential used later is priced now.
+QUOTE_KEPT_S: Final = 3600
 # A live price this far from the reference is treated as a broken source.
 MIN_FACTOR, MAX_FACTOR = 0.2, 5.0
 FETCH_TIMEOUT_S = 10.0

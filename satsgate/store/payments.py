@@ -18,7 +18,7 @@ was never answered: the next start refunds it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from satsgate.store.cursors import UPSERT_CURSOR
@@ -139,21 +139,18 @@ class PaymentRepository:
 
     async def spend(self, payment_id: str, now: int) -> bool:
         """paid -> serving. The one rule of pay-per-call: exactly one caller gets True."""
-        count = await self._attempt(
-            ("payment_id", payment_id),
-            self._db.write_one(_SPEND, (now, self._instance_id, payment_id)),
-            lambda count: count == 1,
+        args = (now, self._instance_id, payment_id)
+        return (
+            await self._attempt(("payment_id", payment_id), self._db.write_one(_SPEND, args)) == 1
         )
-        return count == 1
 
-    async def _attempt(
-        self, key: tuple[str, str], spending: Awaitable[T], spent: Callable[[T], bool]
-    ) -> T:
-        """Run a spend of the payment ``key`` names, keeping :attr:`_in_doubt` true: a
-        spend whose outcome the store did not tell is in doubt. While another attempt
-        runs, an earlier one's doubt is set aside (the sweep must not refund the row this
-        attempt may be spending for a call about to run); it comes back unless this
-        attempt spent the payment, which proves the earlier one never committed."""
+    async def _attempt(self, key: tuple[str, str], spending: Awaitable[T]) -> T:
+        """Run a spend of the payment ``key`` names, whose outcome is truthy when it
+        spent, keeping :attr:`_in_doubt` true: a spend whose outcome the store did not
+        tell is in doubt. While another attempt runs, an earlier one's doubt is set aside
+        (the sweep must not refund the row this attempt may be spending for a call about
+        to run); it comes back unless this attempt spent the payment, which proves the
+        earlier one never committed."""
         was_in_doubt = key in self._in_doubt
         self._in_doubt.discard(key)
         try:
@@ -165,7 +162,7 @@ class PaymentRepository:
             if was_in_doubt:
                 self._in_doubt.add(key)
             raise
-        if was_in_doubt and not spent(outcome):
+        if was_in_doubt and not outcome:
             self._in_doubt.add(key)
         return outcome
 
@@ -182,7 +179,7 @@ class PaymentRepository:
                 insert_job(conn, job)
                 return True
 
-        return await self._attempt(("payment_id", job.payment_id), self._db.run_sync(go), bool)
+        return await self._attempt(("payment_id", job.payment_id), self._db.run_sync(go))
 
     def answered(self, payment_id: str) -> None:
         """serving -> spent: the call's answer went out. Joins the loop iteration's group
@@ -224,7 +221,7 @@ class PaymentRepository:
         """
         args = (now, self._instance_id, payment_hash, token_id, service, price_msat)
         found = await self._attempt(
-            ("payment_hash", payment_hash), self._db.write_rows(_SPEND_TOKEN, args), bool
+            ("payment_hash", payment_hash), self._db.write_rows(_SPEND_TOKEN, args)
         )
         return _payment_of(found[0]) if found else None
 

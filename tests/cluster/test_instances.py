@@ -24,7 +24,7 @@ from lnurl.helpers import url_decode
 
 from satsgate.operator import ensure_operator_token
 from satsgate.store import PaymentStatus, Store
-from tests.conftest import free_port
+from tests.conftest import free_port, until
 from tests.engines.test_ai_openai import CHAT, ENGINES, MODELS, TIMEOUT_S
 from tests.epub_maker import chapter, make_epub, nav_doc, prose
 from tests.fakes.fake_ai_upstream import OPENAI_KEY, FakeAIUpstream
@@ -565,6 +565,8 @@ async def test_a_refund_link_claimed_at_both_instances_at_once_pays_once(
     )
     assert all(r.status_code == 200 for r in answers)  # LUD-03: a status in both outcomes
     assert sorted(r.json()["status"] for r in answers) == ["ERROR"] * 19 + ["OK"]
+    # LUD-03: the OK answers the claim; the payout follows it.
+    await until(lambda: any(inv.state == "SETTLED" for inv in wallet.invoices.values()))
     paid = [inv for inv in wallet.invoices.values() if inv.state == "SETTLED"]
     assert len(paid) == 1 and paid[0].amt_paid_msat == amount
     total = await assert_ledger_balances(group)

@@ -313,8 +313,9 @@ def _build_desks(app: web.Application) -> None:
     e-signatures, faxes, the content screen) and the handlers' resources over them."""
     settings, store = app[SETTINGS], app[STORE]
     # Several instances on PostgreSQL: what one instance holds in memory and another's
-    # caller needs (a job's progress and end, a say for a call another instance dialed)
-    # is announced to every instance.
+    # caller needs (a job's progress and end, a say for a call another instance dialed, a
+    # platform's webhook for an AI call another instance watches) is announced to every
+    # instance.
     events = open_events(settings.store_url, store.db)
     if events is not None:
         app[CLUSTER_EVENTS] = events
@@ -326,7 +327,7 @@ def _build_desks(app: web.Application) -> None:
     )
     app[CALLBACKS] = callbacks = CallbackSender(store.callbacks, app[OUTBOUND])
     app[JOBS] = JobRunner(store.jobs, settings.public_base_url, callbacks, events)
-    app[AI_CALLS] = AiCallRunner(settings, store, app[ENGINES], app[DEPOSITS])
+    app[AI_CALLS] = AiCallRunner(settings, store, app[ENGINES], app[DEPOSITS], events)
     # E-signature requests, followed to their signed copy (webhooks, the poll).
     app[ESIGN] = esign = ESignDesk(store.esign, app[ENGINES], settings)
     esign.attach()

@@ -40,6 +40,7 @@ from tests.mcp.test_mcp import create_payment, first_text, mcp_url, structured
 from tests.payments.test_sessions import Client as SessionClient
 from tests.payments.test_sessions import unb64url
 from tests.payouts.test_refunds import claim, external_invoice, withdraw
+from tests.pg_cluster import PgCluster
 
 AI_CALL = "/api/l402/ai-call"
 PHONE = "+14155550123"
@@ -97,13 +98,18 @@ def vapi() -> Iterator[FakeVapi]:
 
 
 def node_with(
-    data_dir: Path, wallet: FakeLightningAddress, name: str, table: dict[str, Any]
+    data_dir: Path,
+    wallet: FakeLightningAddress,
+    name: str,
+    table: dict[str, Any],
+    **overrides: Any,
 ) -> ThreadedServer:
     settings = make_settings(
         data_dir,
         providers={name: table},
         engines={"ai_call": name},
         lightning_address_hosts=wallet.hosts,
+        **overrides,
     )
     return ThreadedServer(settings)
 
@@ -770,6 +776,36 @@ async def test_webhook_alone_ends_the_call_when_polling_is_slow(
             assert fake.calls[0].gets <= 2  # not polled to its end
     finally:
         node.stop()
+        fake.stop()
+
+
+async def test_a_webhook_heard_by_another_instance_wakes_the_watch_where_it_runs(
+    tmp_path: Path, wallet: FakeLightningAddress, pg_cluster: PgCluster
+) -> None:
+    """Two instances on one PostgreSQL store, polling once a minute: A places and watches
+    the call, the platform's webhook reaches B (the load balancer's choice). B announces
+    it, and A's watch reads the call at once: it ends and settles within the test."""
+    fake = FakeVapi(auth="hmac")
+    table = vapi_table(fake, poll_interval_s=60, webhook_auth="hmac")
+    store_url = pg_cluster.new_database()
+    data = tmp_path / "data"  # one data directory (server secret) for both
+    a = node_with(data, wallet, "vapi3", table, store_url=store_url)
+    b = node_with(data, wallet, "vapi3", table, store_url=store_url)
+    fake.webhook_url = f"{b.url}/api/webhooks/vapi/vapi3"
+    fake.default = Leg("completed", connected_s=61, end_after_s=0.2)
+    try:
+        async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+            resp, _ = await paid_call(client, BODY)
+            assert resp.status_code == 200, resp.text
+        async with httpx.AsyncClient(base_url=b.url, timeout=30) as client:
+            doc = await until_settled(client, resp.json()["call_id"], within_s=5)
+        assert doc["results"]["billed_minutes"] == 2
+        assert fake.webhook_answers == [204]
+        assert fake.calls[0].gets <= 2  # not polled to its end
+        assert_ledger_balances(a)
+    finally:
+        a.stop()
+        b.stop()
         fake.stop()
 
 

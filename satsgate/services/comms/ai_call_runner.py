@@ -13,8 +13,10 @@ conditional UPDATE):
    and the deposit is refunded in full.
 2. ``placing`` -> ``calling``: the platform places the call (``ai_call`` engine). A
    placement that fails refunds the whole payment (in the error's ``refund``).
-3. The call is watched: its platform's verified webhooks wake the watch, which reads the
-   call (``get_call``); without webhooks it is polled every ``poll_interval_s``.
+3. The call is watched by the instance that placed it: its platform's verified webhooks
+   wake the watch, which reads the call (``get_call``); without webhooks it is polled
+   every ``poll_interval_s``. A webhook that reaches another instance (several instances
+   on PostgreSQL) is announced to every instance, and wakes the watch where it runs.
 4. When it ends: the connected time is billed by the started minute (a connected attempt
    at least one minute). The Limits table's redial: one redial ``redial_delay_s`` (the
    spec's 2 minutes) later, on the deposit's unused minutes, when nobody answered, the
@@ -43,6 +45,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from satsgate.cluster.events import ClusterEvents
 from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.domain.screening_rules import check_text
@@ -76,6 +79,10 @@ GIVE_UP_AFTER_S = 15 * 60
 MIN_BILL_MSAT = AI_CALL_MIN_SATS * MSAT
 
 ACTIVE = ("placing", "calling", "redial_scheduled")
+# The channel a webhook heard by an instance not watching its call is announced on (the
+# platform's call id): the instance watching it reads the call at once.
+CALL_MOVED = "satsgate_ai_calls"
+
 REDIAL_OUTCOMES = ("no_answer", "busy", "voicemail")
 
 
@@ -88,7 +95,12 @@ class AiCallRunner:
     the handler's, the watches' and the claims' work)."""
 
     def __init__(
-        self, settings: Settings, store: Store, engines: Engines, deposits: DepositSettler
+        self,
+        settings: Settings,
+        store: Store,
+        engines: Engines,
+        deposits: DepositSettler,
+        events: ClusterEvents | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -105,6 +117,9 @@ class AiCallRunner:
             # Looked up on the class: a method the adapter defines, not what a proxy answers.
             if callable(getattr(type(binding.engine), "on_update", None)):
                 binding.engine.on_update(self._on_update)  # type: ignore[attr-defined]
+        self._events = events
+        if events is not None:
+            events.on(CALL_MOVED, self._wake_watch)
 
     # -- the engine and its timing ------------------------------------------------------
 
@@ -125,6 +140,15 @@ class AiCallRunner:
         return float(value) if isinstance(value, int | float) and value >= 0 else default
 
     def _on_update(self, provider_call_id: str) -> None:
+        """A verified webhook says the call moved: its watch reads it now, here or at the
+        instance watching it."""
+        if provider_call_id in self._wake:
+            self._wake_watch(provider_call_id)
+        elif self._events is not None:
+            self._events.publish(CALL_MOVED, provider_call_id)
+
+    def _wake_watch(self, provider_call_id: str) -> None:
+        """Wake this instance's watch of the call, if it has one."""
         event = self._wake.get(provider_call_id)
         if event is not None:
             event.set()

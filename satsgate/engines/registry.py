@@ -182,6 +182,10 @@ class Engines:
         """The built provider of ``[providers.NAME]``; None when no engine routes to it."""
         return self._named.get(name)
 
+    def providers_by_name(self) -> Mapping[str, Provider]:
+        """Every built provider by its operator name (``[providers.NAME]``)."""
+        return dict(self._named)
+
     def unsupported(self, name: str, request: object, *, model_id: int | None = None) -> str | None:
         """None when a binding of ``name`` (serving ``model_id``) can serve ``request``;
         else why not (the first binding's reason). See Binding.unsupported."""

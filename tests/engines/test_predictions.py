@@ -49,6 +49,7 @@ from tests.fakes.fake_platforms import (
     wav,
 )
 from tests.payments.test_gateway import assert_envelope
+from tests.pg_cluster import PgCluster
 from tests.store_access import store_rows, store_value
 
 POLL = 0.05
@@ -62,9 +63,18 @@ def platforms() -> Iterator[tuple[FakeReplicate, FakeFal]]:
     falq.stop()
 
 
-def platform_settings(data_dir: Path, platforms: tuple[FakeReplicate, FakeFal]) -> Settings:
+def platform_settings(
+    data_dir: Path,
+    platforms: tuple[FakeReplicate, FakeFal],
+    webhook_poll_interval_s: float = POLL,
+    **overrides: Any,
+) -> Settings:
     rep, falq = platforms
-    common = {"poll_interval_s": POLL, "webhook_poll_interval_s": POLL, "max_wait_s": 20}
+    common = {
+        "poll_interval_s": POLL,
+        "webhook_poll_interval_s": webhook_poll_interval_s,
+        "max_wait_s": 20,
+    }
     providers = {
         "rep": {"kind": "replicate", "base_url": rep.url, "api_key": API_KEY,
                 "models": dict(replicate.DEFAULT_MODELS), **common,
@@ -84,7 +94,7 @@ def platform_settings(data_dir: Path, platforms: tuple[FakeReplicate, FakeFal]) 
         "music": "falq", "deblur_image": "rep", "remove_object": "rep", "image": "rep",
         "image_edit": "rep", "detect_objects": "rep",
     }  # fmt: skip
-    return make_settings(data_dir, providers=providers, engines=engines)
+    return make_settings(data_dir, providers=providers, engines=engines, **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +203,62 @@ async def test_a_webhook_that_comes_before_the_create_answer_ends_the_job(
     done = await run_job(client, "generate-video", {"prompt": "a quick one", "duration": 5})
     assert done["status"] == "COMPLETED", done
     assert rep.last().ended_by_webhook and rep.last().status == "succeeded"
+
+
+async def test_a_webhook_heard_by_another_instance_ends_the_run_where_it_waits(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal], pg_cluster: PgCluster
+) -> None:
+    """Two instances on one PostgreSQL store, a run polling a webhook-backed prediction
+    once a minute: A runs the job, the platform's webhook reaches B (the load balancer's
+    choice). B announces it, and A's run asks the platform at once and ends."""
+    rep, _ = platforms
+    store_url = pg_cluster.new_database()
+    data = tmp_path / "data"  # one data directory (server secret, files) for both
+    a = ThreadedServer(platform_settings(data, platforms, 60.0, store_url=store_url))
+    b = ThreadedServer(platform_settings(data, platforms, 60.0, store_url=store_url))
+    rep.webhook_answers.clear()
+    rep.webhook_origin = b.url
+    rep.script = Script(outputs=lambda: [mp4(6.0)], by_webhook=True)
+    try:
+        async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+            started = time.monotonic()
+            done = await run_job(client, "generate-video", {"prompt": "fog", "duration": 5})
+            took = time.monotonic() - started
+        assert done["status"] == "COMPLETED", done
+        assert took < 10, took  # not the minute's poll
+        assert rep.last().ended_by_webhook
+        assert rep.webhook_answers == [200]  # answered by B
+    finally:
+        rep.webhook_origin = None
+        a.stop()
+        b.stop()
+
+
+async def test_an_instance_that_made_no_prediction_reads_the_key_to_verify_a_webhook(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal]
+) -> None:
+    """The signing secret is read when a process first asks for a webhook; a webhook about
+    another instance's prediction can come before that. Forgeries make one read, not one
+    a try; the genuine webhook after them verifies."""
+    rep, _ = platforms
+    srv = ThreadedServer(platform_settings(tmp_path / "fresh", platforms))
+    doc = {"id": "p-elsewhere", "status": "succeeded", "output": f"{rep.url}/files/x"}
+    reads = rep.secret_reads
+    try:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+            for _ in range(3):
+                body, headers = rep.signed(doc, key=b"not the account's secret key!!")
+                resp = await client.post(
+                    "/api/webhooks/replicate/rep", content=body, headers=headers
+                )
+                assert resp.status_code == 401
+            assert rep.secret_reads == reads + 1
+            body, headers = rep.signed(doc)
+            resp = await client.post("/api/webhooks/replicate/rep", content=body, headers=headers)
+            assert resp.status_code == 200
+            assert rep.secret_reads == reads + 1
+    finally:
+        srv.stop()
 
 
 async def test_a_shorter_clip_is_charged_for_its_seconds(

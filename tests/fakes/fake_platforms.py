@@ -25,6 +25,7 @@ import wave
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from aiohttp import web
@@ -132,6 +133,9 @@ class FakePlatform:
         self.records: dict[str, Record] = {}
         self.files: dict[str, bytes] = {}
         self.webhook_answers: list[int] = []
+        # Where a load balancer sends the webhooks (scheme and host put in place of the
+        # requested URL's); None: the URL as requested.
+        self.webhook_origin: str | None = None
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -197,6 +201,9 @@ class FakePlatform:
     async def _post_webhook(self, url: str, body: bytes, headers: dict[str, str]) -> None:
         if self._sender is None:
             self._sender = httpx.AsyncClient(timeout=10)
+        if self.webhook_origin is not None:
+            parts = urlsplit(url)
+            url = self.webhook_origin + urlunsplit(("", "", parts.path, parts.query, ""))
         try:
             resp = await self._sender.post(url, content=body, headers=headers)
             self.webhook_answers.append(resp.status_code)
@@ -233,6 +240,7 @@ class FakeReplicate(FakePlatform):
     def __init__(self) -> None:
         self.key = base64.b64decode(WEBHOOK_SECRET.removeprefix("whsec_"))
         self.prefer: list[str] = []
+        self.secret_reads = 0  # GET /v1/webhooks/default/secret answered
         super().__init__()
 
     def routes(self, app: web.Application) -> None:
@@ -322,6 +330,11 @@ class FakeReplicate(FakePlatform):
         await self.send_webhook(rec.webhook, self.doc(rec))
 
     async def send_webhook(self, url: str, doc: dict[str, Any], key: bytes | None = None) -> None:
+        body, headers = self.signed(doc, key)
+        await self._post_webhook(url, body, headers)
+
+    def signed(self, doc: dict[str, Any], key: bytes | None = None) -> tuple[bytes, dict[str, str]]:
+        """A webhook's body and headers, signed with ``key`` (default: the account's)."""
         body = json.dumps(doc).encode()
         msg_id, stamp = f"msg_{secrets.token_hex(8)}", str(int(time.time()))
         headers = {
@@ -329,7 +342,7 @@ class FakeReplicate(FakePlatform):
             "webhook-timestamp": stamp,
             "webhook-signature": sign(key or self.key, msg_id, stamp, body),
         }  # fmt: skip
-        await self._post_webhook(url, body, headers)
+        return body, headers
 
     async def _get(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -358,6 +371,7 @@ class FakeReplicate(FakePlatform):
     async def _secret(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return self._problem(401, "Invalid token.")
+        self.secret_reads += 1
         return web.json_response({"key": WEBHOOK_SECRET})
 
 

@@ -11,7 +11,7 @@ import contextlib
 import io
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -38,6 +38,12 @@ log = logging.getLogger("satsgate.engines.providers.predictions")  # one logger 
 DATA_URI_MAX_BYTES = 256 * 1024
 EARLY_WEBHOOKS_KEPT = 1000
 INPUT_URL_TTL_S = 3600
+# The channel (several instances on PostgreSQL) a webhook about a prediction no run here
+# waits on is announced on: the instance whose run waits asks the platform at once.
+PREDICTION_MOVED = "satsgate_predictions"
+# At most one read of the webhooks' verification keys a minute for webhooks that fail to
+# verify (a forgery must not make satsgate call the platform at each try).
+KEY_READ_SPACING_S = 60.0
 
 Status = Literal["queued", "running", "succeeded", "failed", "canceled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "canceled"})
@@ -79,6 +85,8 @@ class _Watch:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.state: Prediction | None = None
+        # A webhook about it reached another instance: ask the platform now.
+        self.ask_now = False
 
 
 # Canonical input fields per operation: what the services know. Each platform maps them
@@ -135,6 +143,9 @@ class PredictionRunner:
         self._input_values: Mapping[str, Mapping[str, Any]] = tables("input_values")
         self._watches: dict[str, _Watch] = {}
         self._early: dict[str, Prediction] = {}  # webhooks that came before their run waited
+        self._unwatched: list[Callable[[str], None]] = []
+        self._keys_read_at = -KEY_READ_SPACING_S  # time.monotonic() of the last such read
+        self._keys_reading = asyncio.Lock()
         self.input_files = str(opts.get("input_files", "auto"))
         if self.input_files not in ("auto", "url", "data_uri"):
             raise EngineConfigError(
@@ -204,10 +215,25 @@ class PredictionRunner:
 
     webhook_kind: str = ""
 
+    def on_unwatched(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(prediction_id)`` for each genuine webhook about a prediction no
+        run of this process waits on (another instance's run, or one not waiting yet)."""
+        self._unwatched.append(listener)
+
+    def ask_now(self, prediction_id: str) -> None:
+        """The run of this process that waits on the prediction, if any, asks the platform
+        now instead of at its next poll (its webhook reached another instance)."""
+        watch = self._watches.get(prediction_id)
+        if watch is not None:
+            watch.ask_now = True
+            watch.event.set()
+
     async def receive_webhook(self, headers: Mapping[str, str], body: bytes) -> int:
         """POST /api/webhooks/<kind>/<name>: 401 for a bad signature, else 200 (also for a
         prediction no run waits on: the platform must not retry it)."""
         prediction = self.verify_webhook(headers, body)
+        if prediction is None:
+            prediction = await self._verify_after_reading_keys(headers, body)
         if prediction is None:
             return 401
         watch = self._watches.get(prediction.id)
@@ -217,12 +243,32 @@ class PredictionRunner:
             self._early[prediction.id] = prediction
             while len(self._early) > EARLY_WEBHOOKS_KEPT:
                 self._early.pop(next(iter(self._early)))
+            for listener in self._unwatched:
+                listener(prediction.id)
             return 200
         previous = watch.state
         if previous is None or not previous.terminal:
             watch.state = prediction
             watch.event.set()
         return 200
+
+    async def _verify_after_reading_keys(
+        self, headers: Mapping[str, str], body: bytes
+    ) -> Prediction | None:
+        """A webhook that did not verify, tried again after reading the keys: this process
+        reads them when it first asks for a webhook, and a webhook about a prediction
+        another instance made can come before that. One read at a time (the webhooks
+        waiting meanwhile verify with what it read), at most one a minute."""
+        async with self._keys_reading:
+            prediction = self.verify_webhook(headers, body)
+            if prediction is not None:
+                return prediction
+            if time.monotonic() - self._keys_read_at < KEY_READ_SPACING_S:
+                return None
+            self._keys_read_at = time.monotonic()
+            if await self._webhook_target() is None:
+                return None
+            return self.verify_webhook(headers, body)
 
     # -- one run ------------------------------------------------------------------------
 
@@ -357,10 +403,13 @@ class PredictionRunner:
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(watch.event.wait(), min(interval, remaining))
-            if watch.event.is_set() and watch.state is not None:
+            if watch.event.is_set():
                 watch.event.clear()
-                prediction = _merge(prediction, watch.state)
-                continue
+                if watch.ask_now:  # heard elsewhere: the platform says what it said there
+                    watch.ask_now = False
+                elif watch.state is not None:
+                    prediction = _merge(prediction, watch.state)
+                    continue
             try:
                 fetched = await self.fetch(prediction)
             except _Transient as exc:

@@ -40,6 +40,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import struct
@@ -91,6 +92,12 @@ PLAIN = "sslmode=disable&gssencmode=disable"
 
 
 # -- wrk, one or two at once ------------------------------------------------------------------
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_wrk(url: str, creds: Path, connections: int, duration_s: int) -> subprocess.Popen[str]:
@@ -213,6 +220,7 @@ class Run:
     max_ms: float
     server_cpu_us: float  # satsgate's CPU per paid call (the servers' process groups)
     postgres_cpu_us: float  # PostgreSQL's CPU per paid call (0 on SQLite)
+    wrk_cpu_us: float  # the load generator's CPU per paid call (every wrk process)
     statuses: dict[str, int]
     socket_errors: int
     exhausted: int
@@ -302,8 +310,10 @@ class Scale:
         cpu0 = sum(group_cpu_s(s.proc.pid) for s in servers)
         pg0 = postgres_cpu_s(self.cluster)
         held0 = self.cap.throttled_s() if self.cap is not None else 0.0
+        wrk0 = children_cpu_s()
         procs = [start_wrk(i.url, f, per, duration_s) for i, f in zip(targets, files, strict=True)]
         results = [finish_wrk(p, duration_s + 120) for p in procs]
+        wrk_cpu = children_cpu_s() - wrk0  # the wrk processes are the only children reaped
         cpu = sum(group_cpu_s(s.proc.pid) for s in servers) - cpu0
         pg_cpu = postgres_cpu_s(self.cluster) - pg0 if setup != "sqlite" else 0.0
         held = self.cap.throttled_s() - held0 if self.cap is not None else 0.0
@@ -325,6 +335,7 @@ class Scale:
             max_ms=max(r["latency_us"]["max"] for r in results) / 1000,
             server_cpu_us=round(cpu / requests * 1e6, 1) if requests else 0.0,
             postgres_cpu_us=round(pg_cpu / requests * 1e6, 1) if requests else 0.0,
+            wrk_cpu_us=round(wrk_cpu / requests * 1e6, 1) if requests else 0.0,
             statuses=dict(statuses),
             socket_errors=sum(v for r in results for k, v in r["errors"].items() if k != "status"),
             exhausted=sum(int(r["exhausted_threads"]) for r in results),
@@ -663,6 +674,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             "p99_ms_worst": max(r["p99_ms"] for r in runs),
             "server_cpu_us_median": med([r["server_cpu_us"] for r in runs]),
             "postgres_cpu_us_median": med([r["postgres_cpu_us"] for r in runs]),
+            "wrk_cpu_us_median": med([r["wrk_cpu_us"] for r in runs]),
             "non_200": sum(n for r in runs for k, n in r["statuses"].items() if k != "200"),
             "socket_errors": sum(r["socket_errors"] for r in runs),
             "exhausted_runs": sum(1 for r in runs if r["exhausted"]),
@@ -749,8 +761,8 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any]) -> str:
         f" full_page_writes={pg['full_page_writes']}, shared_buffers={pg['shared_buffers']}.",
         "",
         "| set-up | paid calls/s (median) | per round | p50 ms | p99 ms | satsgate CPU"
-        " us/call | PostgreSQL CPU us/call |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        " us/call | PostgreSQL CPU us/call | wrk CPU us/call |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for s in SETUPS:
         v = summary["setups"][s]
@@ -759,6 +771,7 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any]) -> str:
             f"| `{s}` | {v['rps_median']:,.0f} | {by_round}"
             f" | {v['p50_ms_median']:.2f} | {v['p99_ms_median']:.2f} |"
             f" {v['server_cpu_us_median']:,.0f} | {v['postgres_cpu_us_median']:,.0f} |"
+            f" {v['wrk_cpu_us_median']:,.0f} |"
         )
     lines += [
         "",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
@@ -66,6 +66,26 @@ class Provider(Protocol):
 
 
 ProviderFactory = Callable[[ProviderConfig, EngineDeps], Provider]
+
+# The channel (several instances on PostgreSQL) on which a webhook heard where no wait
+# follows its object is announced: JSON ``[provider name, upstream id]``.
+UPSTREAM_MOVED = "satsgate_upstream_moved"
+
+
+@runtime_checkable
+class UpstreamWatches(Protocol):
+    """A provider whose waits (a prediction's run, a sent fax's follow) are woken by its
+    platform's webhooks in this process. With several instances a webhook can reach
+    another one: it is announced there, and the instance whose wait follows the object
+    asks the platform at once instead of at its next poll."""
+
+    def on_unwatched(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(upstream_id)`` for each genuine webhook about an object no
+        wait of this process follows (another instance's, or one not waited on yet)."""
+
+    def ask_now(self, upstream_id: str) -> None:
+        """The wait of this process that follows the object, if any, asks the platform
+        now (its webhook reached another instance)."""
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, bu
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.engines.providers.prediction_runs import PREDICTION_MOVED, PredictionRunner
+from satsgate.engines.registry import UPSTREAM_MOVED, UpstreamWatches
 from satsgate.files import FileStore, OutputCaps
 from satsgate.jobs.callbacks import CallbackSender
 from satsgate.jobs.lifecycle import JobRunner, resume_jobs
@@ -299,33 +299,33 @@ async def _gate_ctx(app: web.Application) -> AsyncIterator[None]:
     await _close_parts(app)
 
 
-def _announce_prediction_webhooks(engines: Engines, events: ClusterEvents) -> None:
-    """A prediction platform's webhook that reaches an instance where no run waits on it
-    is announced; the instance whose run waits asks the platform at once, instead of at
-    its next poll (``webhook_poll_interval_s``)."""
-    runners = {
+def _announce_upstream_webhooks(engines: Engines, events: ClusterEvents) -> None:
+    """A platform's webhook that reaches an instance where no wait follows its object (a
+    prediction, a sent fax) is announced; the instance whose wait follows it asks the
+    platform at once, instead of at its next poll."""
+    watching = {
         name: provider
         for name, provider in engines.providers_by_name().items()
-        if isinstance(provider, PredictionRunner)
+        if isinstance(provider, UpstreamWatches)
     }
-    for name, runner in runners.items():
-        runner.on_unwatched(functools.partial(_announce_prediction, events, name))
+    for name, provider in watching.items():
+        provider.on_unwatched(functools.partial(_announce_upstream, events, name))
 
     def heard(payload: str) -> None:
         try:
-            name, prediction_id = json.loads(payload)
+            name, upstream_id = json.loads(payload)
         except (ValueError, TypeError):
             return
-        runner = runners.get(name)
-        if runner is not None:
-            runner.ask_now(str(prediction_id))
+        provider = watching.get(name)
+        if provider is not None:
+            provider.ask_now(str(upstream_id))
 
-    if runners:
-        events.on(PREDICTION_MOVED, heard)
+    if watching:
+        events.on(UPSTREAM_MOVED, heard)
 
 
-def _announce_prediction(events: ClusterEvents, provider: str, prediction_id: str) -> None:
-    events.publish(PREDICTION_MOVED, json.dumps([provider, prediction_id]))
+def _announce_upstream(events: ClusterEvents, provider: str, upstream_id: str) -> None:
+    events.publish(UPSTREAM_MOVED, json.dumps([provider, upstream_id]))
 
 
 def _build_payouts(app: web.Application) -> None:
@@ -345,12 +345,12 @@ def _build_desks(app: web.Application) -> None:
     settings, store = app[SETTINGS], app[STORE]
     # Several instances on PostgreSQL: what one instance holds in memory and another's
     # caller needs (a job's progress and end, a say for a call another instance dialed, a
-    # platform's webhook for an AI call or a prediction another instance waits on) is
-    # announced to every instance.
+    # platform's webhook for an AI call, a prediction or a fax another instance waits on)
+    # is announced to every instance.
     events = open_events(settings.store_url, store.db)
     if events is not None:
         app[CLUSTER_EVENTS] = events
-        _announce_prediction_webhooks(app[ENGINES], events)
+        _announce_upstream_webhooks(app[ENGINES], events)
     # Voice-bridge sessions: opened by open_voice_bridge, reached by say/poll/end and by
     # the provider's media WebSocket and status callbacks (web/voice_bridge.py).
     # A callee who asks not to be called again goes on the do-not-contact list.

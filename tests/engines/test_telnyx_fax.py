@@ -78,7 +78,9 @@ def smtp() -> Iterator[Smtp]:
     controller.stop()
 
 
-def telnyx_settings(data_dir: Path, fake: FakeTelnyx, smtp: Smtp | None = None) -> Settings:
+def telnyx_settings(
+    data_dir: Path, fake: FakeTelnyx, smtp: Smtp | None = None, status_poll_s: float = 0.5
+) -> Settings:
     providers: dict[str, Any] = {
         "tx": {
             "kind": "telnyx",
@@ -88,7 +90,7 @@ def telnyx_settings(data_dir: Path, fake: FakeTelnyx, smtp: Smtp | None = None) 
             "fax_connection_id": "fax-app-1",
             "from_number": FAX_FROM,
             "inbound_fax_numbers": [INBOUND_US, INBOUND_US_2, INBOUND_GB],
-            "status_poll_s": 0.5,
+            "status_poll_s": status_poll_s,
             "timeout_s": 5,
             "messaging_profile_id": "mp-1",
             "call_connection_id": "cc-app-1",
@@ -249,6 +251,38 @@ async def test_a_fax_whose_instance_is_gone_is_followed_to_its_refund_by_another
             last = (await until_final(client, answer["faxId"]))[-1]
         assert last["status"] == "failed" and last["refund"]["amount_sats"] == 500
     finally:
+        b.stop()
+
+
+async def test_a_fax_report_heard_by_another_instance_ends_the_follow_where_it_runs(
+    telnyx: FakeTelnyx, letter: bytes, tmp_path: Path, pg_cluster: PgCluster
+) -> None:
+    """Two instances on one store, each asking Telnyx about a fax once a minute: A sends
+    and follows the fax, its reports reach B (the load balancer's choice). B announces
+    them, and A asks Telnyx at once: the failed fax is refunded within seconds."""
+    telnyx.script.outcome = "failed"
+    store_url = pg_cluster.new_database()
+    data = tmp_path / "data"  # one data directory (server secret, files) for both
+    a, b = (
+        ThreadedServer(
+            replace(telnyx_settings(data, telnyx, status_poll_s=60), store_url=store_url)
+        )
+        for _ in range(2)
+    )
+    telnyx.webhook_answers.clear()
+    telnyx.webhook_origin = b.url
+    try:
+        started = time.monotonic()
+        async for client in http_client(a):
+            answer, auth = await sent_fax(client, letter)
+            last = (await until_final(client, answer["faxId"], auth))[-1]
+        assert time.monotonic() - started < 10  # not the minute's poll
+        assert last["status"] == "failed" and last["refund"]["amount_sats"] == 500
+        assert telnyx.webhook_answers == [200] * 4  # queued, processed, sending, failed: at B
+        assert_ledger_balances(a)
+    finally:
+        telnyx.webhook_origin = None
+        a.stop()
         b.stop()
 
 

@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from aiohttp import web
@@ -118,6 +119,9 @@ class FakeTelnyx:
         self.media: dict[str, bytes] = {}
         self.media_gets: list[str] = []
         self.webhook_answers: list[int] = []
+        # Where a load balancer sends the webhooks (scheme and host put in place of the
+        # requested URL's); None: the URL as requested.
+        self.webhook_origin: str | None = None
         self.unauthorized = 0
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -273,6 +277,9 @@ class FakeTelnyx:
 
     async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None) -> int:
         assert self._sender is not None
+        if self.webhook_origin is not None:
+            parts = urlsplit(url)
+            url = self.webhook_origin + urlunsplit(("", "", parts.path, parts.query, ""))
         try:
             resp = await self._sender.post(
                 url, content=body, headers=headers or signed_headers(self.key, body)

@@ -38,9 +38,6 @@ log = logging.getLogger("satsgate.engines.providers.predictions")  # one logger 
 DATA_URI_MAX_BYTES = 256 * 1024
 EARLY_WEBHOOKS_KEPT = 1000
 INPUT_URL_TTL_S = 3600
-# The channel (several instances on PostgreSQL) a webhook about a prediction no run here
-# waits on is announced on: the instance whose run waits asks the platform at once.
-PREDICTION_MOVED = "satsgate_predictions"
 # At most one read of the webhooks' verification keys a minute for webhooks that fail to
 # verify (a forgery must not make satsgate call the platform at each try).
 KEY_READ_SPACING_S = 60.0
@@ -216,14 +213,12 @@ class PredictionRunner:
     webhook_kind: str = ""
 
     def on_unwatched(self, listener: Callable[[str], None]) -> None:
-        """Call ``listener(prediction_id)`` for each genuine webhook about a prediction no
-        run of this process waits on (another instance's run, or one not waiting yet)."""
+        """UpstreamWatches: a webhook about a prediction no run of this process waits on."""
         self._unwatched.append(listener)
 
-    def ask_now(self, prediction_id: str) -> None:
-        """The run of this process that waits on the prediction, if any, asks the platform
-        now instead of at its next poll (its webhook reached another instance)."""
-        watch = self._watches.get(prediction_id)
+    def ask_now(self, upstream_id: str) -> None:
+        """UpstreamWatches: the run waiting on the prediction polls it now."""
+        watch = self._watches.get(upstream_id)
         if watch is not None:
             watch.ask_now = True
             watch.event.set()

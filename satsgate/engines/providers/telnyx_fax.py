@@ -9,7 +9,7 @@ import base64
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -65,6 +65,8 @@ class _FaxWatch:
     returned: int = -1  # the version wait() last returned
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     touched: float = field(default_factory=time.monotonic)
+    followed: bool = False  # this process sent the fax or waits on it
+    ask_now: bool = False  # a webhook about it reached another instance: poll now
 
 
 class TelnyxFax(TelnyxClient):
@@ -75,6 +77,7 @@ class TelnyxFax(TelnyxClient):
         super().__init__(config, deps)
         self._faxes: dict[str, _FaxWatch] = {}
         self._inbound_handler: InboundHandler | None = None
+        self._unwatched: list[Callable[[str], None]] = []
 
     # -- fax: sending --------------------------------------------------------------------
 
@@ -95,30 +98,35 @@ class TelnyxFax(TelnyxClient):
         state = _fax_state(fax_id, data)
         watch = self._faxes.get(fax_id)
         if watch is None:  # a webhook may have come before this answer
-            self._faxes[fax_id] = _FaxWatch(state)
-        return self._faxes[fax_id].state
+            watch = self._faxes[fax_id] = _FaxWatch(state)
+        watch.followed = True
+        return watch.state
 
     async def wait(self, fax_id: str, timeout_s: float) -> FaxState:
         watch = self._faxes.get(fax_id)
         if watch is None:  # after a restart: what the provider says now
             watch = self._faxes[fax_id] = _FaxWatch(await self._fetch_fax(fax_id))
+        watch.followed = True
         deadline = time.monotonic() + timeout_s
         while watch.version == watch.returned and not watch.state.final:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            watch.changed.clear()
-            try:
-                await asyncio.wait_for(watch.changed.wait(), min(left, self.status_poll_s))
-            except TimeoutError:
-                if watch.version == watch.returned:
-                    # No webhook for a while: ask (the fallback when webhooks are lost).
-                    try:
-                        self._update(fax_id, await self._fetch_fax(fax_id))
-                    except EngineError as exc:
-                        log.info(
-                            "telnyx %s: fax status poll failed: %s", self.config.name, exc.code
-                        )
+            quiet = False
+            if not watch.ask_now:
+                watch.changed.clear()
+                try:
+                    await asyncio.wait_for(watch.changed.wait(), min(left, self.status_poll_s))
+                except TimeoutError:
+                    quiet = watch.version == watch.returned
+            if watch.ask_now or quiet:
+                # Heard at another instance, or no webhook for a while (the fallback when
+                # webhooks are lost): ask.
+                watch.ask_now = False
+                try:
+                    self._update(fax_id, await self._fetch_fax(fax_id))
+                except EngineError as exc:
+                    log.info("telnyx %s: fax status poll failed: %s", self.config.name, exc.code)
         watch.returned = watch.version
         watch.touched = time.monotonic()
         state = watch.state
@@ -143,6 +151,17 @@ class TelnyxFax(TelnyxClient):
         watch.state = state
         watch.version += 1
         watch.changed.set()
+
+    def on_unwatched(self, listener: Callable[[str], None]) -> None:
+        """UpstreamWatches: a status event of a fax no wait of this process follows."""
+        self._unwatched.append(listener)
+
+    def ask_now(self, upstream_id: str) -> None:
+        """UpstreamWatches: the wait following the fax asks Telnyx for its status now."""
+        watch = self._faxes.get(upstream_id)
+        if watch is not None and not watch.state.final:
+            watch.ask_now = True
+            watch.changed.set()
 
     def _prune(self) -> None:
         cutoff = time.monotonic() - 3600
@@ -231,6 +250,10 @@ class TelnyxFax(TelnyxClient):
         status = _FAX_EVENT_STATUS.get(event_type) or _FAX_STATUS.get(str(payload.get("status")))
         if status is None:
             return
+        watch = self._faxes.get(fax_id)
+        if watch is None or not watch.followed:
+            for listener in self._unwatched:
+                listener(fax_id)
         self._update(fax_id, _fax_state(fax_id, {**payload, "status": status}))
 
     def _on_inbound_fax(

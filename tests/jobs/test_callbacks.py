@@ -72,8 +72,11 @@ async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     out = Receiver()
+    transports: list[asyncio.Transport] = []
 
     async def hook(request: web.Request) -> web.Response:
+        if request.transport is not None:
+            transports.append(request.transport)
         out.seen.append(Received(dict(request.headers), await request.read()))
         if out.answer is not None:
             await out.answer.wait()
@@ -87,6 +90,11 @@ async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
     out.port = runner.addresses[0][1]
     yield out
     await runner.cleanup()
+    # A closed TLS connection waits for the client's close_notify, and a sender's pooled
+    # connection (another thread's loop) may not read it before this loop closes, which
+    # then refuses to close: cut them.
+    for transport in transports:
+        transport.abort()
 
 
 def network(*, test_network_is_public: bool = True, answer: str = "127.0.0.1") -> Outbound:

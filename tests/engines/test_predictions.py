@@ -234,6 +234,36 @@ async def test_a_webhook_heard_by_another_instance_ends_the_run_where_it_waits(
         b.stop()
 
 
+async def test_a_webhook_heard_by_another_instance_before_the_create_answer_ends_the_run(
+    tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal], pg_cluster: PgCluster
+) -> None:
+    """As above, but the platform's webhook (the end) reaches B, and B's announcement
+    reaches A, before A has the create call's answer: A's run asks the platform as soon
+    as it starts waiting, not a minute later."""
+    rep, _ = platforms
+    store_url = pg_cluster.new_database()
+    data = tmp_path / "data"
+    a = ThreadedServer(platform_settings(data, platforms, 60.0, store_url=store_url))
+    b = ThreadedServer(platform_settings(data, platforms, 60.0, store_url=store_url))
+    rep.webhook_answers.clear()
+    rep.webhook_origin = b.url
+    rep.script = Script(
+        outputs=lambda: [mp4(6.0)], early_webhook=True, polls_lag=False, answer_after_webhook_s=0.5
+    )
+    try:
+        async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+            started = time.monotonic()
+            done = await run_job(client, "generate-video", {"prompt": "dew", "duration": 5})
+            took = time.monotonic() - started
+        assert done["status"] == "COMPLETED", done
+        assert took < 10, took
+        assert rep.webhook_answers == [200]
+    finally:
+        rep.webhook_origin = None
+        a.stop()
+        b.stop()
+
+
 async def test_an_instance_that_made_no_prediction_reads_the_key_to_verify_a_webhook(
     tmp_path: Path, platforms: tuple[FakeReplicate, FakeFal]
 ) -> None:

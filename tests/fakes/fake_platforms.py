@@ -102,6 +102,8 @@ class Script:
     # The end comes by a webhook sent before the create call is answered, as a fast
     # model's can; polls keep saying "processing".
     early_webhook: bool = False
+    polls_lag: bool = True  # with early_webhook: polls still say "processing"
+    answer_after_webhook_s: float = 0.0  # with early_webhook: the create answers this late
     poll_errors: list[int] = field(default_factory=list)  # statuses of the first polls
     create_error: int | None = None  # the create answers this status
     sync: bool = False  # done within the create (Prefer: wait)
@@ -309,6 +311,7 @@ class FakeReplicate(FakePlatform):
             self.end(rec)
             rec.ended_by_webhook = True
             await self.send_webhook(rec.webhook, self.doc(rec))
+            await asyncio.sleep(script.answer_after_webhook_s)
             return web.json_response(answer, status=201)
         elif (
             rec.webhook
@@ -355,7 +358,7 @@ class FakeReplicate(FakePlatform):
             return self._problem(status, "Overloaded.", **{"Retry-After": "0"})
         self.advance(rec)
         doc = self.doc(rec)
-        if rec.script.early_webhook:  # polls lag behind: only the webhook can end it
+        if rec.script.early_webhook and rec.script.polls_lag:  # only the webhook can end it
             doc.update(status="processing", output=None, completed_at=None)
         return web.json_response(doc)
 

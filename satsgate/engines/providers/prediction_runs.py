@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -74,6 +74,16 @@ class Prediction:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+
+Kept = TypeVar("Kept")
+
+
+def _keep_bounded(kept: dict[str, Kept], key: str, value: Kept) -> None:
+    """Keep ``key`` among the last EARLY_WEBHOOKS_KEPT of ``kept`` (oldest dropped)."""
+    kept[key] = value
+    while len(kept) > EARLY_WEBHOOKS_KEPT:
+        kept.pop(next(iter(kept)))
 
 
 class _Watch:
@@ -140,6 +150,9 @@ class PredictionRunner:
         self._input_values: Mapping[str, Mapping[str, Any]] = tables("input_values")
         self._watches: dict[str, _Watch] = {}
         self._early: dict[str, Prediction] = {}  # webhooks that came before their run waited
+        # Predictions whose webhook another instance heard before a run here waited on
+        # them (an insertion-ordered set): the run asks the platform as it starts waiting.
+        self._asked_early: dict[str, None] = {}
         self._unwatched: list[Callable[[str], None]] = []
         self._keys_read_at = -KEY_READ_SPACING_S  # time.monotonic() of the last such read
         self._keys_reading = asyncio.Lock()
@@ -219,9 +232,11 @@ class PredictionRunner:
     def ask_now(self, upstream_id: str) -> None:
         """UpstreamWatches: the run waiting on the prediction polls it now."""
         watch = self._watches.get(upstream_id)
-        if watch is not None:
-            watch.ask_now = True
-            watch.event.set()
+        if watch is None:
+            _keep_bounded(self._asked_early, upstream_id, None)
+            return
+        watch.ask_now = True
+        watch.event.set()
 
     async def receive_webhook(self, headers: Mapping[str, str], body: bytes) -> int:
         """POST /api/webhooks/<kind>/<name>: 401 for a bad signature, else 200 (also for a
@@ -235,9 +250,7 @@ class PredictionRunner:
         if watch is None:
             # It may have come before the create call's answer: kept a while for the run
             # that is about to wait on it (genuine webhooks only, a bounded number).
-            self._early[prediction.id] = prediction
-            while len(self._early) > EARLY_WEBHOOKS_KEPT:
-                self._early.pop(next(iter(self._early)))
+            _keep_bounded(self._early, prediction.id, prediction)
             for listener in self._unwatched:
                 listener(prediction.id)
             return 200
@@ -321,6 +334,10 @@ class PredictionRunner:
         early = self._early.pop(prediction.id, None)
         if early is not None:
             watch.state = early
+            watch.event.set()
+        if prediction.id in self._asked_early:
+            del self._asked_early[prediction.id]
+            watch.ask_now = True
             watch.event.set()
         deadline = time.monotonic() + self.max_wait_s
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from satsgate.config.settings import Settings
 from satsgate.domain.do_not_contact import NO_OPT_OUTS, OptOuts
@@ -72,7 +72,6 @@ ProviderFactory = Callable[[ProviderConfig, EngineDeps], Provider]
 UPSTREAM_MOVED = "satsgate_upstream_moved"
 
 
-@runtime_checkable
 class UpstreamWatches(Protocol):
     """A provider whose waits (a prediction's run, a sent fax's follow) are woken by its
     platform's webhooks in this process. With several instances a webhook can reach
@@ -86,6 +85,15 @@ class UpstreamWatches(Protocol):
     def ask_now(self, upstream_id: str) -> None:
         """The wait of this process that follows the object, if any, asks the platform
         now (its webhook reached another instance)."""
+
+
+def upstream_watches(provider: object) -> UpstreamWatches | None:
+    """``provider`` as UpstreamWatches when its class defines both methods (looked up on
+    the class: a proxy that answers every attribute is not one)."""
+    kind = type(provider)
+    if callable(getattr(kind, "on_unwatched", None)) and callable(getattr(kind, "ask_now", None)):
+        return cast(UpstreamWatches, provider)
+    return None
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, bu
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.engines.registry import UPSTREAM_MOVED, UpstreamWatches
+from satsgate.engines.registry import UPSTREAM_MOVED, UpstreamWatches, upstream_watches
 from satsgate.files import FileStore, OutputCaps
 from satsgate.jobs.callbacks import CallbackSender
 from satsgate.jobs.lifecycle import JobRunner, resume_jobs
@@ -303,10 +303,10 @@ def _announce_upstream_webhooks(engines: Engines, events: ClusterEvents) -> None
     """A platform's webhook that reaches an instance where no wait follows its object (a
     prediction, a sent fax) is announced; the instance whose wait follows it asks the
     platform at once, instead of at its next poll."""
-    watching = {
-        name: provider
+    watching: dict[str, UpstreamWatches] = {
+        name: watches
         for name, provider in engines.providers_by_name().items()
-        if isinstance(provider, UpstreamWatches)
+        if (watches := upstream_watches(provider)) is not None
     }
     for name, provider in watching.items():
         provider.on_unwatched(functools.partial(_announce_upstream, events, name))

@@ -16,6 +16,7 @@ module-level state.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,8 +69,22 @@ class Provider(Protocol):
 ProviderFactory = Callable[[ProviderConfig, EngineDeps], Provider]
 
 # The channel (several instances on PostgreSQL) on which a webhook heard where no wait
-# follows its object is announced: JSON ``[provider name, upstream id]``.
+# follows its object (a prediction, a sent fax, an AI call) is announced.
 UPSTREAM_MOVED = "satsgate_upstream_moved"
+
+
+def upstream_moved(provider: str, upstream_id: str) -> str:
+    """The payload of an UPSTREAM_MOVED notification: JSON ``[provider name, upstream id]``."""
+    return json.dumps([provider, upstream_id])
+
+
+def read_upstream_moved(payload: str) -> tuple[str, str] | None:
+    """(provider name, upstream id) of an UPSTREAM_MOVED payload; None when malformed."""
+    try:
+        provider, upstream_id = json.loads(payload)
+    except (ValueError, TypeError):
+        return None
+    return str(provider), str(upstream_id)
 
 
 class UpstreamWatches(Protocol):

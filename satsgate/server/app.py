@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import multiprocessing
 import os
@@ -70,7 +69,13 @@ from satsgate.engines import CpuRunner, EngineDeps, Engines, ProviderFactory, bu
 from satsgate.engines.delivery import WebhookRequest
 from satsgate.engines.local import LOCAL_ENGINES
 from satsgate.engines.providers import PROVIDER_KINDS
-from satsgate.engines.registry import UPSTREAM_MOVED, UpstreamWatches, upstream_watches
+from satsgate.engines.registry import (
+    UPSTREAM_MOVED,
+    UpstreamWatches,
+    read_upstream_moved,
+    upstream_moved,
+    upstream_watches,
+)
 from satsgate.files import FileStore, OutputCaps
 from satsgate.jobs.callbacks import CallbackSender
 from satsgate.jobs.lifecycle import JobRunner, resume_jobs
@@ -312,20 +317,17 @@ def _announce_upstream_webhooks(engines: Engines, events: ClusterEvents) -> None
         provider.on_unwatched(functools.partial(_announce_upstream, events, name))
 
     def heard(payload: str) -> None:
-        try:
-            name, upstream_id = json.loads(payload)
-        except (ValueError, TypeError):
-            return
-        provider = watching.get(name)
-        if provider is not None:
-            provider.ask_now(str(upstream_id))
+        moved = read_upstream_moved(payload)
+        provider = watching.get(moved[0]) if moved is not None else None
+        if moved is not None and provider is not None:
+            provider.ask_now(moved[1])
 
     if watching:
         events.on(UPSTREAM_MOVED, heard)
 
 
 def _announce_upstream(events: ClusterEvents, provider: str, upstream_id: str) -> None:
-    events.publish(UPSTREAM_MOVED, json.dumps([provider, upstream_id]))
+    events.publish(UPSTREAM_MOVED, upstream_moved(provider, upstream_id))
 
 
 def _build_payouts(app: web.Application) -> None:
@@ -345,8 +347,8 @@ def _build_desks(app: web.Application) -> None:
     settings, store = app[SETTINGS], app[STORE]
     # Several instances on PostgreSQL: what one instance holds in memory and another's
     # caller needs (a job's progress and end, a say for a call another instance dialed, a
-    # platform's webhook for an AI call, a prediction or a fax another instance waits on)
-    # is announced to every instance.
+    # platform's webhook about a prediction or a fax another instance waits on; the AI
+    # calls' runner announces its own) is announced to every instance.
     events = open_events(settings.store_url, store.db)
     if events is not None:
         app[CLUSTER_EVENTS] = events

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import secrets
@@ -51,6 +52,12 @@ from satsgate.domain.do_not_contact import asks_not_to_be_contacted, opt_out
 from satsgate.domain.screening_rules import check_text
 from satsgate.engines import EngineError, Engines
 from satsgate.engines.ai_call import AiCallEngine, AiCallReport, AiCallRequest
+from satsgate.engines.registry import (
+    UPSTREAM_MOVED,
+    Binding,
+    read_upstream_moved,
+    upstream_moved,
+)
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.payouts.deposits import DepositSettler, Settlement
 from satsgate.services.base import DeskKey, ServiceContext, ServiceResult
@@ -79,11 +86,13 @@ GIVE_UP_AFTER_S = 15 * 60
 MIN_BILL_MSAT = AI_CALL_MIN_SATS * MSAT
 
 ACTIVE = ("placing", "calling", "redial_scheduled")
-# The channel a webhook heard by an instance not watching its call is announced on (the
-# platform's call id): the instance watching it reads the call at once.
-CALL_MOVED = "satsgate_ai_calls"
 
 REDIAL_OUTCOMES = ("no_answer", "busy", "voicemail")
+
+
+def _provider_name(binding: Binding) -> str:
+    """The operator's name of the provider behind an ai_call binding."""
+    return binding.provider.name if binding.provider is not None else binding.label
 
 
 def _now() -> int:
@@ -113,13 +122,14 @@ class AiCallRunner:
         # the row is whole seconds: what a restart goes by).
         self._redial_due: dict[str, float] = {}
         self._placing: set[str] = set()  # calls whose placement this process is making
+        self._events = events
         for binding in engines.bindings(ENGINE):
             # Looked up on the class: a method the adapter defines, not what a proxy answers.
             if callable(getattr(type(binding.engine), "on_update", None)):
-                binding.engine.on_update(self._on_update)  # type: ignore[attr-defined]
-        self._events = events
+                updated = functools.partial(self._on_update, _provider_name(binding))
+                binding.engine.on_update(updated)  # type: ignore[attr-defined]
         if events is not None:
-            events.on(CALL_MOVED, self._wake_watch)
+            events.on(UPSTREAM_MOVED, self._heard)
 
     # -- the engine and its timing ------------------------------------------------------
 
@@ -127,8 +137,7 @@ class AiCallRunner:
         self, provider: str | None
     ) -> tuple[AiCallEngine | None, Mapping[str, Any]]:
         for binding in self._engines.bindings(ENGINE):
-            name = binding.provider.name if binding.provider is not None else binding.label
-            if provider is None or name == provider:
+            if provider is None or _provider_name(binding) == provider:
                 options = binding.provider.options if binding.provider is not None else {}
                 engine: AiCallEngine = binding.engine  # type: ignore[assignment]
                 return engine, options
@@ -139,17 +148,20 @@ class AiCallRunner:
         value = options.get(key, default)
         return float(value) if isinstance(value, int | float) and value >= 0 else default
 
-    def _on_update(self, provider_call_id: str) -> None:
-        """A verified webhook says the call moved: its watch reads it now, here or at the
-        instance watching it."""
-        if provider_call_id in self._wake:
-            self._wake_watch(provider_call_id)
-        elif self._events is not None:
-            self._events.publish(CALL_MOVED, provider_call_id)
-
-    def _wake_watch(self, provider_call_id: str) -> None:
-        """Wake this instance's watch of the call, if it has one."""
+    def _on_update(self, provider: str, provider_call_id: str) -> None:
+        """A verified webhook says the call moved: its watch reads it now, here or (the
+        webhook announced: engines.registry.UPSTREAM_MOVED) at the instance watching it."""
         event = self._wake.get(provider_call_id)
+        if event is not None:
+            event.set()
+        elif self._events is not None:
+            self._events.publish(UPSTREAM_MOVED, upstream_moved(provider, provider_call_id))
+
+    def _heard(self, payload: str) -> None:
+        """Another instance heard a webhook: this instance's watch of the call, if any,
+        reads it now."""
+        moved = read_upstream_moved(payload)
+        event = self._wake.get(moved[1]) if moved is not None else None
         if event is not None:
             event.set()
 

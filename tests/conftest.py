@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -89,6 +90,15 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError("no free port in this worker's block")
+
+
+def at_origin(url: str, origin: str | None) -> str:
+    """``url`` sent to ``origin`` (``http://host:port``) instead, as a load balancer would
+    send a platform's webhook to one instance; ``url`` itself when ``origin`` is None."""
+    if origin is None:
+        return url
+    parts = urlsplit(url)
+    return origin + urlunsplit(("", "", parts.path, parts.query, ""))
 
 
 class ThreadedServer:

@@ -25,7 +25,6 @@ import wave
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from aiohttp import web
@@ -33,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from PIL import Image
 
 from satsgate.engines.providers.replicate import sign
-from tests.conftest import free_port
+from tests.conftest import at_origin, free_port
 
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"satsgate-test-webhook-key-32byte").decode()
 API_KEY = "r8_test_key"
@@ -203,11 +202,10 @@ class FakePlatform:
     async def _post_webhook(self, url: str, body: bytes, headers: dict[str, str]) -> None:
         if self._sender is None:
             self._sender = httpx.AsyncClient(timeout=10)
-        if self.webhook_origin is not None:
-            parts = urlsplit(url)
-            url = self.webhook_origin + urlunsplit(("", "", parts.path, parts.query, ""))
         try:
-            resp = await self._sender.post(url, content=body, headers=headers)
+            resp = await self._sender.post(
+                at_origin(url, self.webhook_origin), content=body, headers=headers
+            )
             self.webhook_answers.append(resp.status_code)
         except httpx.HTTPError:
             self.webhook_answers.append(0)

@@ -29,14 +29,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from tests.conftest import free_port
+from tests.conftest import at_origin, free_port
 
 API_KEY = "KEY_test_telnyx"
 
@@ -277,12 +276,11 @@ class FakeTelnyx:
 
     async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None) -> int:
         assert self._sender is not None
-        if self.webhook_origin is not None:
-            parts = urlsplit(url)
-            url = self.webhook_origin + urlunsplit(("", "", parts.path, parts.query, ""))
         try:
             resp = await self._sender.post(
-                url, content=body, headers=headers or signed_headers(self.key, body)
+                at_origin(url, self.webhook_origin),
+                content=body,
+                headers=headers or signed_headers(self.key, body),
             )
             status = resp.status_code
         except httpx.HTTPError:

@@ -86,7 +86,6 @@ GIVE_UP_AFTER_S = 15 * 60
 MIN_BILL_MSAT = AI_CALL_MIN_SATS * MSAT
 
 ACTIVE = ("placing", "calling", "redial_scheduled")
-
 REDIAL_OUTCOMES = ("no_answer", "busy", "voicemail")
 
 

@@ -102,6 +102,33 @@ class UpstreamWatches(Protocol):
         now (its webhook reached another instance)."""
 
 
+# How many early announcements one provider keeps: every instance hears each
+# announcement, and those about objects it never follows are only dropped this way.
+EARLY_ASKS_KEPT = 1000
+
+
+class EarlyAsks:
+    """The upstream ids announced (UpstreamWatches.ask_now) before this process followed
+    them: the platform's webhook can reach another instance before the create call's
+    answer reaches this one. The follow that starts later takes its id and asks at once.
+    Only the last EARLY_ASKS_KEPT are kept."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, None] = {}  # an insertion-ordered set
+
+    def add(self, upstream_id: str) -> None:
+        self._ids[upstream_id] = None
+        while len(self._ids) > EARLY_ASKS_KEPT:
+            del self._ids[next(iter(self._ids))]
+
+    def take(self, upstream_id: str) -> bool:
+        """Whether ``upstream_id`` was announced early (then forgotten)."""
+        if upstream_id not in self._ids:
+            return False
+        del self._ids[upstream_id]
+        return True
+
+
 def upstream_watches(provider: object) -> UpstreamWatches | None:
     """``provider`` as UpstreamWatches when its class defines both methods (looked up on
     the class: a proxy that answers every attribute is not one)."""

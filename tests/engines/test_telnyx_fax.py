@@ -254,13 +254,25 @@ async def test_a_fax_whose_instance_is_gone_is_followed_to_its_refund_by_another
         b.stop()
 
 
+@pytest.mark.parametrize(
+    "answer_after_webhooks_s",
+    # None: the reports come while A follows the fax. 0.5: every report, and B's
+    # announcements of them, reach A before Telnyx's answer to the send does.
+    [None, 0.5],
+    ids=["while-the-follow-runs", "before-the-send-answer"],
+)
 async def test_a_fax_report_heard_by_another_instance_ends_the_follow_where_it_runs(
-    telnyx: FakeTelnyx, letter: bytes, tmp_path: Path, pg_cluster: PgCluster
+    telnyx: FakeTelnyx,
+    letter: bytes,
+    tmp_path: Path,
+    pg_cluster: PgCluster,
+    answer_after_webhooks_s: float | None,
 ) -> None:
     """Two instances on one store, each asking Telnyx about a fax once a minute: A sends
     and follows the fax, its reports reach B (the load balancer's choice). B announces
     them, and A asks Telnyx at once: the failed fax is refunded within seconds."""
     telnyx.script.outcome = "failed"
+    telnyx.script.answer_after_webhooks_s = answer_after_webhooks_s
     store_url = pg_cluster.new_database()
     data = tmp_path / "data"  # one data directory (server secret, files) for both
     a, b = (

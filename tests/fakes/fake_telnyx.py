@@ -78,6 +78,9 @@ class FaxScript:
     failure_reason: str = "receiver_call_dropped"
     create_errors: list[int] = field(default_factory=list)  # statuses of the first creates
     step_s: float = 0.05
+    # When set, the create's answer (its status as at creation) is sent this many seconds
+    # after the last status webhook, as when the answer is slow on the way back.
+    answer_after_webhooks_s: float | None = None
 
 
 @dataclass
@@ -196,9 +199,14 @@ class FakeTelnyx:
         fax = FaxRecord(id=str(uuid.uuid4()), body=body, media=resp.content)
         self.faxes[fax.id] = fax
         self.creates.append(202)
+        answer = {"data": self.doc(fax)}
         if body.get("webhook_url"):
-            self._spawn(self._progress(fax))
-        return web.json_response({"data": self.doc(fax)}, status=202)
+            if self.script.answer_after_webhooks_s is not None:
+                await self._progress(fax)
+                await asyncio.sleep(self.script.answer_after_webhooks_s)
+            else:
+                self._spawn(self._progress(fax))
+        return web.json_response(answer, status=202)
 
     async def _get_fax(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

@@ -29,7 +29,7 @@ from satsgate.engines.providers.prediction_parsing import (
     sniff_ext,
 )
 from satsgate.engines.providers.upstream import cause_of
-from satsgate.engines.registry import EngineDeps
+from satsgate.engines.registry import EarlyAsks, EngineDeps
 from satsgate.errors import ErrorCode
 from satsgate.files import FileStore
 
@@ -151,8 +151,8 @@ class PredictionRunner:
         self._watches: dict[str, _Watch] = {}
         self._early: dict[str, Prediction] = {}  # webhooks that came before their run waited
         # Predictions whose webhook another instance heard before a run here waited on
-        # them (an insertion-ordered set): the run asks the platform as it starts waiting.
-        self._asked_early: dict[str, None] = {}
+        # them: the run asks the platform as it starts waiting.
+        self._asked_early = EarlyAsks()
         self._unwatched: list[Callable[[str], None]] = []
         self._keys_read_at = -KEY_READ_SPACING_S  # time.monotonic() of the last such read
         self._keys_reading = asyncio.Lock()
@@ -233,7 +233,7 @@ class PredictionRunner:
         """UpstreamWatches: the run waiting on the prediction polls it now."""
         watch = self._watches.get(upstream_id)
         if watch is None:
-            _keep_bounded(self._asked_early, upstream_id, None)
+            self._asked_early.add(upstream_id)
             return
         watch.ask_now = True
         watch.event.set()
@@ -335,8 +335,7 @@ class PredictionRunner:
         if early is not None:
             watch.state = early
             watch.event.set()
-        if prediction.id in self._asked_early:
-            del self._asked_early[prediction.id]
+        if self._asked_early.take(prediction.id):
             watch.ask_now = True
             watch.event.set()
         deadline = time.monotonic() + self.max_wait_s

@@ -29,7 +29,7 @@ from satsgate.engines.fax import (
 from satsgate.engines.providers.telnyx_client import TelnyxClient
 from satsgate.engines.providers.telnyx_parsing import count_or_none, reported_e164, reported_time
 from satsgate.engines.providers.upstream import cause_of
-from satsgate.engines.registry import EngineDeps
+from satsgate.engines.registry import EarlyAsks, EngineDeps
 from satsgate.errors import ErrorCode
 
 log = logging.getLogger("satsgate.engines.providers.telnyx")  # one logger for the kind
@@ -78,6 +78,9 @@ class TelnyxFax(TelnyxClient):
         self._faxes: dict[str, _FaxWatch] = {}
         self._inbound_handler: InboundHandler | None = None
         self._unwatched: list[Callable[[str], None]] = []
+        # Faxes whose status another instance heard before this one had Telnyx's answer
+        # to the send: the follow asks Telnyx as it starts.
+        self._asked_early = EarlyAsks()
 
     # -- fax: sending --------------------------------------------------------------------
 
@@ -100,6 +103,8 @@ class TelnyxFax(TelnyxClient):
         if watch is None:  # a webhook may have come before this answer
             watch = self._faxes[fax_id] = _FaxWatch(state)
         watch.followed = True
+        if self._asked_early.take(fax_id):
+            watch.ask_now = True
         return watch.state
 
     async def wait(self, fax_id: str, timeout_s: float) -> FaxState:
@@ -159,7 +164,9 @@ class TelnyxFax(TelnyxClient):
     def ask_now(self, upstream_id: str) -> None:
         """UpstreamWatches: the wait following the fax asks Telnyx for its status now."""
         watch = self._faxes.get(upstream_id)
-        if watch is not None and not watch.state.final:
+        if watch is None:
+            self._asked_early.add(upstream_id)
+        elif not watch.state.final:
             watch.ask_now = True
             watch.changed.set()
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from satsgate.constant_time import texts_equal
 from satsgate.errors import ApiError, ErrorCode
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}\.[a-z0-9]{1,8}$")
@@ -189,7 +190,7 @@ class FileStore:
             exp_i = int(exp)
         except ValueError:
             return None
-        if exp_i < time.time() or not hmac.compare_digest(self._sign(name, exp_i), sig):
+        if exp_i < time.time() or not texts_equal(sig, self._sign(name, exp_i)):
             return None
         path = self.root / name
         return path if path.is_file() else None

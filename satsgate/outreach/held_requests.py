@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from satsgate.constant_time import texts_equal
 from satsgate.errors import ApiError, ErrorCode, envelope
 from satsgate.jobs.lifecycle import JobRunner
 from satsgate.services.base import (
@@ -175,7 +176,7 @@ class HeldIntake:
         hold_id, _, mac = token.partition(".")
         if not hold_id.startswith("hold_") or len(hold_id) > 40 or not mac:
             return None
-        return hold_id if hmac.compare_digest(mac, self._mac(hold_id)) else None
+        return hold_id if texts_equal(mac, self._mac(hold_id)) else None
 
     def _mac(self, hold_id: str) -> str:
         key = self._secret.encode()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import hmac
 import json
 import re
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from satsgate.constant_time import texts_equal
 from satsgate.edge import json_input
 from satsgate.payments.hmac_sha256 import HmacKey
 from satsgate.payments.l402 import CredentialError, CredentialExpired, MalformedCredential
@@ -165,7 +165,7 @@ def authenticated_challenge(
         fields["digest"],
         fields["opaque"],
     )
-    if not hmac.compare_digest(expected, fields["id"]):
+    if not texts_equal(fields["id"], expected):
         raise InvalidChallenge("the challenge was not issued by this server")
     try:
         request = json.loads(b64url_decode(fields["request"]))

@@ -95,12 +95,24 @@ def without_challenge(body: dict[str, Any], refused: ApiError) -> dict[str, str]
 
 
 def wants_problem_json(accept: str) -> bool:
-    """Whether an Accept header names application/problem+json (with q > 0)."""
+    """Whether an Accept header names application/problem+json with q > 0. Its other
+    media parameters (charset=...) are allowed (RFC 9110, 12.5.1); an item whose q is
+    not a qvalue does not count. Never raises: the header is the client's to get wrong."""
     for item in accept.split(","):
         media, _, params = item.strip().partition(";")
-        if media.strip().lower() == PROBLEM_JSON and _weight(params) != 0:
+        if media.strip().lower() == PROBLEM_JSON and _accept_q(params) not in (None, 0):
             return True
     return False
+
+
+def _accept_q(params: str) -> float | None:
+    """The q of an Accept item's parameters: 1 when absent, None when not a qvalue."""
+    for param in params.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            return float(value) if _QVALUE.match(value) else None
+    return 1.0
 
 
 # -- Accept-Payment ---------------------------------------------------------------------------

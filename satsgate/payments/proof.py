@@ -17,10 +17,10 @@ is the proof as well.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from satsgate.constant_time import texts_equal
 from satsgate.store import Payment
 
 
@@ -43,7 +43,7 @@ def proves(
     if (
         payment.via == "mcp"
         and payment_id is not None
-        and hmac.compare_digest(payment_id, payment.payment_id)
+        and texts_equal(payment_id, payment.payment_id)
     ):
         return True
     return owners.owns(authorization, payment)

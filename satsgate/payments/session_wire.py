@@ -34,10 +34,10 @@ credited, consumed or closed.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from dataclasses import dataclass
 from typing import Any
 
+from satsgate.constant_time import texts_equal
 from satsgate.edge import json_input
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.payments import mpp
@@ -179,7 +179,7 @@ def parse_credential(doc: dict[str, Any], key: HmacKey) -> SessionCredential:
         fields["expires"],
         f"|{fields['digest']}|{fields['opaque']}",
     )
-    if not hmac.compare_digest(expected, fields["id"]):
+    if not texts_equal(fields["id"], expected):
         raise SessionProblem(
             "unknown-challenge",
             ErrorCode.PAYMENT_INVALID,

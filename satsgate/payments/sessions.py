@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Protocol
 from aiohttp import web
 from pydantic import BaseModel
 
+from satsgate.constant_time import texts_equal
 from satsgate.edge.ratelimit import ChallengeBudget
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
@@ -359,7 +360,7 @@ class Sessions:
         if use is None:
             return {}
         session_id, kind, opened_with = use
-        if kind == "open" and hmac.compare_digest(opened_with, challenge_id):
+        if kind == "open" and texts_equal(challenge_id, opened_with):
             token = self.token_for(session_id, challenge_id)
             return {"sessionId": session_id, "sessionToken": token}
         return {"sessionId": session_id}

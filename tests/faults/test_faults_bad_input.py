@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from satsgate.edge.json_input import MAX_DEPTH, JsonInputError, loads
-from tests.conftest import ThreadedServer
+from tests.conftest import ThreadedServer, paid_l402_auth
 
 DEEP = b"[" * 2500 + b"]" * 2500  # RecursionError in json.loads
 TOO_DEEP = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)  # parses, but deeper than allowed
@@ -45,6 +45,23 @@ CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
         "/api/l402/render-card",
         b'{"template": "headline", "title": "x"}',
         {"Authorization": "Payment " + b64url(DEEP)},
+        402,
+        "MALFORMED_CREDENTIAL",
+    ),
+    (
+        "paid lone surrogate",
+        "/api/l402/render-card",
+        b'{"template": "headline", "title": "\\ud800"}',
+        {},
+        400,
+        "L402_INVALID_PARAMS",
+    ),
+    ("mcp lone surrogate", "/api/mcp", b'{"id": 1, "method": "\\udfff"}', {}, 400, "-32700"),
+    (
+        "mpp lone surrogate",
+        "/api/l402/render-card",
+        b'{"template": "headline", "title": "x"}',
+        {"Authorization": "Payment " + b64url(b'{"challenge": {"id": "\\ud800"}}')},
         402,
         "MALFORMED_CREDENTIAL",
     ),
@@ -158,6 +175,73 @@ def test_a_client_cut_off_mid_upload_is_one_debug_line(
 def test_the_json_reader_alone() -> None:
     assert loads(b'{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
     assert loads(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is not None
-    for bad in (DEEP, TOO_DEEP, HUGE_INT, b"\xff\xfe", b"{"):
+    # A surrogate pair is one character; a lone surrogate, escaped or as raw bytes, is
+    # no text at all.
+    assert loads(b'["\\ud83d\\ude00", "\xed\x95\x9c"]') == ["\U0001f600", "\ud55c"]
+    lone = (b'"\\ud800"', b'{"\\udfff": 1}', b'["\xed\xa0\x80"]', '"\ud800"')
+    for bad in (DEEP, TOO_DEEP, HUGE_INT, b"\xff\xfe", b"{", *lone):
         with pytest.raises(JsonInputError):
             loads(bad)
+
+
+CARD = {"template": "headline", "title": "x"}
+
+
+def _echoing(challenge_id: str, intent: str) -> str:
+    """A Payment credential whose echoed challenge has ``challenge_id`` (never issued)."""
+    challenge = {"id": challenge_id, "realm": "x", "method": "lightning", "intent": intent,
+                 "request": b64url(b"{}"), "expires": "2099-01-01T00:00:00Z"}  # fmt: skip
+    doc = {"challenge": challenge, "payload": {"preimage": "0" * 64, "action": "bearer"}}
+    return "Payment " + b64url(json.dumps(doc).encode())
+
+
+async def test_secrets_beyond_ascii_are_refused_not_500(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A secret a client sends is compared with the expected one as bytes: text beyond
+    ASCII (which hmac.compare_digest refuses as str) is a wrong secret, not a crash."""
+    with caplog.at_level(logging.ERROR):
+        for intent in ("charge", "session"):
+            auth = {"Authorization": _echoing("\u00e9" * 10, intent)}
+            resp = await client.post("/api/l402/render-card", json=CARD, headers=auth)
+            assert resp.status_code == 402, resp.text[:300]
+            assert resp.json()["error_code"] == "PAYMENT_INVALID"
+        unpaid = (await client.post("/api/l402/render-card", json=CARD)).json()
+        auth = {"Authorization": _echoing("\u00e9" * 10, "charge")}
+        refund = await client.post(
+            "/api/l402/refund",
+            json={"paymentId": unpaid["paymentId"], "invoice": unpaid["invoice"]},
+            headers=auth,
+        )
+        assert refund.status_code in (401, 402, 403), refund.text[:300]
+        paid = await paid_l402_auth(client, "render-card", CARD)
+        served = await client.post(
+            "/api/l402/render-card", json=CARD, headers={"Authorization": paid}
+        )
+        url = served.json()["image_url"]
+        forged = url[: url.index("sig=") + 4] + "%C3%A9" * 8
+        assert (await client.get(forged)).status_code == 404
+        appeal = await client.post("/appeal", data={"t": "hold_abc.\u00e9\u00e9", "action": "view"})
+        assert appeal.status_code == 404
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    ("accept", "problem"),
+    [
+        ("application/problem+json; charset=utf-8", True),
+        ("application/json, application/problem+json;q=0.5;charset=utf-8", True),
+        ("application/problem+json;q=2", False),  # not a qvalue: the item does not count
+        ("application/problem+json;q=0", False),
+    ],
+)
+async def test_an_accept_header_with_media_parameters_gets_its_402(
+    client: httpx.AsyncClient, accept: str, problem: bool
+) -> None:
+    """RFC 9110 allows parameters beside q in Accept; they used to make every 402 a 500,
+    and a refunded payment's answer (its refund link) was lost with it."""
+    resp = await client.post("/api/l402/render-card", json=CARD, headers={"Accept": accept})
+    assert resp.status_code == 402, resp.text[:300]
+    kind = resp.headers["Content-Type"].split(";")[0]
+    assert kind == ("application/problem+json" if problem else "application/json")
+    assert resp.json()["invoice"]

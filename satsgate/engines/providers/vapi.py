@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from satsgate.constant_time import texts_equal
 from satsgate.engines.ai_call import AiCallReport, AiCallRequest, CallState, Outcome, Turn
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.providers.voice_agents import (
@@ -140,7 +141,7 @@ class VapiProvider(VoiceAgentProvider):
                 given = given[len(self.signature_prefix) :]
             if not stamp or not given or not _fresh(stamp):
                 return None
-            if not hmac.compare_digest(given.lower(), hmac_signature(secret, stamp, body)):
+            if not texts_equal(given.lower(), hmac_signature(secret, stamp, body)):
                 return None
         return call_id_in(body, "message", "call", "id")
 

@@ -28,6 +28,7 @@ from satsgate.lightning.backend import BackendError, LightningBackend, PaymentRe
 from satsgate.lightning.invoices import DecodedInvoice, RefusedPayoutInvoice, payout_invoice
 from satsgate.payouts.fees import PayoutFees
 from satsgate.store import Payment, PaymentStatus, Refund, RefundRepository, RefundStatus
+from satsgate.store.refunds import PayoutInvoiceTaken
 
 log = logging.getLogger("satsgate.payouts.refunds")
 
@@ -152,11 +153,12 @@ class RefundService:
             return {"status": "ERROR", "reason": f"This refund link is {refund.status}."}
         try:
             invoice = await self._payable(bolt11, refund.amount_msat)
+            # The claim: exactly one callback wins, and it binds the invoice before any
+            # payout.
+            claimed = await self._claim(k1, bolt11, invoice)
         except RefusedPayoutInvoice as refused:
             return {"status": "ERROR", "reason": f"The invoice {refused}."}
-        now = int(time.time())
-        # The claim: exactly one callback wins, and it binds the invoice before any payout.
-        if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, now):
+        if not claimed:
             return {"status": "ERROR", "reason": "This refund link was already used or expired."}
         task = asyncio.create_task(self._pay(k1, bolt11, refund.amount_msat))
         self._payouts.add(task)
@@ -174,6 +176,16 @@ class RefundService:
             # would read as paid with nothing moved.
             raise RefusedPayoutInvoice("payee", "was paid already: send a fresh one")
         return invoice
+
+    async def _claim(self, k1: str, bolt11: str, invoice: DecodedInvoice) -> bool:
+        """The store's claim of link ``k1`` for ``invoice`` (False: another claimer won or
+        the link expired); raises RefusedPayoutInvoice when the invoice pays another link."""
+        try:
+            return await self._refunds.claim(k1, bolt11, invoice.payment_hash, int(time.time()))
+        except PayoutInvoiceTaken:
+            raise RefusedPayoutInvoice(
+                "payee", "pays another refund already: send a fresh one"
+            ) from None
 
     async def _paid_before(self, payment_hash: str) -> bool:
         """Whether the node has paid (or is paying) this hash already; unknown: False."""
@@ -195,9 +207,10 @@ class RefundService:
             return status, "the refund is not open"
         try:
             invoice = await self._payable(bolt11, refund.amount_msat)
+            claimed = await self._claim(k1, bolt11, invoice)
         except RefusedPayoutInvoice as refused:
             return RefundStatus.OPEN, f"the payout invoice {refused}"
-        if not await self._refunds.claim(k1, bolt11, invoice.payment_hash, int(time.time())):
+        if not claimed:
             return (await self._status(k1)), "the refund was claimed meanwhile"
         await self._pay(k1, bolt11, refund.amount_msat)
         status = await self._status(k1)

@@ -11,7 +11,7 @@ from typing import Any
 
 from satsgate.store.engine import Engine
 from satsgate.store.rows import Refund, RefundStatus
-from satsgate.store.sql import Connection, transaction
+from satsgate.store.sql import Connection, is_unique_violation, transaction
 
 _REFUND_COLUMNS = (
     "refund_id",
@@ -31,6 +31,10 @@ _INSERT_REFUND = (
     f"INSERT INTO refunds ({', '.join(_REFUND_COLUMNS)})"
     f" VALUES ({', '.join('?' * len(_REFUND_COLUMNS))})"
 )
+
+
+class PayoutInvoiceTaken(Exception):
+    """A claim's payout invoice (by payment hash) pays another refund link already."""
 
 
 def _insert_refund(conn: Connection, refund: Refund) -> None:
@@ -127,15 +131,35 @@ class RefundRepository:
         )
 
     async def claim(self, k1: str, bolt11: str, payout_hash: str, now: int) -> bool:
-        """open -> claiming, binding the payout invoice. Exactly one claimer wins."""
-        cur = await self._db.run_sync(
-            lambda conn: conn.execute(
-                "UPDATE refunds SET status = 'claiming', payout_bolt11 = ?, payout_hash = ?,"
-                " updated_at = ? WHERE k1 = ? AND status = 'open' AND expires_at > ?",
-                (bolt11, payout_hash, now, k1, now),
-            )
-        )
-        return cur.rowcount == 1
+        """open -> claiming, binding the payout invoice. Exactly one claimer wins (False
+        for the others). PayoutInvoiceTaken, nothing changed, when another link is being
+        paid or was paid with this invoice: the node pays an invoice once, and both links
+        would read as paid."""
+
+        def go(conn: Connection) -> bool:
+            try:
+                cur = conn.execute(
+                    "UPDATE refunds SET status = 'claiming', payout_bolt11 = ?, payout_hash = ?,"
+                    " updated_at = ? WHERE k1 = ? AND status = 'open' AND expires_at > ?"
+                    " AND NOT EXISTS (SELECT 1 FROM refunds AS paid"
+                    " WHERE paid.payout_hash = ? AND paid.status = 'paid')",
+                    (bolt11, payout_hash, now, k1, now, payout_hash),
+                )
+            except Exception as exc:
+                if is_unique_violation(exc):  # idx_refunds_claiming_payout_hash
+                    raise PayoutInvoiceTaken(payout_hash) from None
+                raise
+            if cur.rowcount == 1:
+                return True
+            taken = conn.execute(
+                "SELECT 1 FROM refunds WHERE payout_hash = ? AND status = 'paid' AND k1 <> ?",
+                (payout_hash, k1),
+            ).fetchone()
+            if taken is not None:
+                raise PayoutInvoiceTaken(payout_hash)
+            return False
+
+        return await self._db.run_sync(go)
 
     async def settle_claim(self, k1: str, outcome: RefundStatus, now: int) -> bool:
         """claiming -> paid, or claiming -> open after a payout that definitely failed."""

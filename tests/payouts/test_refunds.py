@@ -289,6 +289,38 @@ async def test_concurrent_claims_pay_exactly_once(
     assert sum(1 for p in outgoing if p["bolt11"] in invoices) == 1
 
 
+async def test_two_links_claimed_at_once_with_one_invoice_pay_once(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    """Both claims check with the node before either pays (nothing paid yet), then claim:
+    the invoice binds one link; the other is refused and stays open. Before, both read as
+    paid (20,000 msat counted refunded) while the node paid the invoice once."""
+    first = await refund_link_of_failed_call(server, client)
+    second = await refund_link_of_failed_call(server, client)
+    invoice = external_invoice(10_000)
+    refunds = server.app[REFUNDS]
+
+    async def both() -> list[dict[str, Any]]:
+        answers = await asyncio.gather(
+            refunds.withdraw_callback(first["k1"], invoice),
+            refunds.withdraw_callback(second["k1"], invoice),
+        )
+        await refunds.wait_payouts()
+        return list(answers)
+
+    answers = server.call(both)
+    refused = {"status": "ERROR", "reason": "The invoice pays another refund already: send a fresh one."}  # fmt: skip
+    assert sorted(answers, key=str) == sorted([{"status": "OK"}, refused], key=str)
+    statuses = sorted(
+        str(server.call(lambda k1=k1: server.store.refunds.get_by_k1(k1)).status)
+        for k1 in (first["k1"], second["k1"])
+    )
+    assert statuses == ["open", "paid"]
+    outgoing = (await client.get("/api/dev/outgoing")).json()["payments"]
+    assert len([p for p in outgoing if p["bolt11"] == invoice]) == 1
+    assert_ledger_balances(server)
+
+
 async def refund_link_of_failed_call(
     server: ThreadedServer, client: httpx.AsyncClient
 ) -> dict[str, Any]:

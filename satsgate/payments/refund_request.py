@@ -10,6 +10,9 @@ HTTP 402 challenge (a call's, a session deposit's, a top-up's) needs the credent
 was paid with, since its paymentId is no secret and its preimage is known to every
 node on its route; one created by MCP ``create_payment`` needs its paymentId, the MCP
 caller's handle (the spec: "A refund request needs the original paymentId").
+
+operator_refund: the node operator's refund of any payment (``satsgate-refund``), which
+needs no proof but must not give money back a second way.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from satsgate.payments.holds import Holds
 from satsgate.payments.proof import proves
 from satsgate.payouts.refunds import RefundService
 from satsgate.store import Payment, PaymentStatus
+from satsgate.store.sessions import SessionRepository
+
+OPERATOR_REASON = "refunded by the node operator"
 
 
 def public_status(payment: Payment, now: float | None = None) -> str:
@@ -79,6 +85,41 @@ async def request_refund(
         "payout": payout,
         "refund": refund,
     }
+
+
+class NotRefundable(Exception):
+    """An operator refund refused; the message says why, for the operator."""
+
+
+async def operator_refund(
+    gate: Gate, refunds: RefundService, sessions: SessionRepository, payment: Payment
+) -> dict[str, Any]:
+    """Give ``payment`` back on the operator's word: a hold invoice not yet decided is
+    canceled (the node gives the payment back; no link); otherwise everything not yet
+    refunded becomes a refund link. Returns ``payout`` ("canceled" or "link") and
+    ``refund``. NotRefundable for a session's deposit or top-up (what the session does
+    not spend goes back to its return invoice at close: a link would pay it twice) and
+    when nothing is left."""
+    use = await sessions.deposit_use(payment.payment_hash)
+    if use is not None:
+        session_id, kind, _ = use
+        what = "deposit" if kind == "open" else "top-up"
+        raise NotRefundable(
+            f"payment {payment.payment_id} is the {what} of session {session_id}: what the "
+            "session does not spend goes back to its return invoice when it closes (by its "
+            "payer, or by itself once idle)"
+        )
+    holds = gate.holds
+    undecided = (PaymentStatus.PAID, PaymentStatus.SERVING)
+    if payment.mode == "hold" and holds is not None and payment.status in undecided:
+        canceled = await holds.cancel(payment, OPERATOR_REASON)
+        if canceled is not None:
+            return {"payout": "canceled", "refund": canceled}
+        payment = await gate.get_payment(payment.payment_id) or payment  # settled meanwhile
+    refund = await refunds.refund_remaining(payment, OPERATOR_REASON)
+    if refund is None:
+        raise NotRefundable(f"payment {payment.payment_id} has nothing left to refund")
+    return {"payout": "link", "refund": refund}
 
 
 async def _payers_paid_payment(

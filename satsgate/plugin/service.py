@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from satsgate.backends import make_backend
 from satsgate.config.settings import Settings
+from satsgate.payments.refund_request import NotRefundable, operator_refund
 from satsgate.server import eventloop
-from satsgate.server.app import REFUNDS, SETTINGS
+from satsgate.server.app import GATE, REFUNDS, SETTINGS
 from satsgate.server.runner import ServiceHandle, start_service
 from satsgate.store import PaymentStatus
 
@@ -93,18 +94,23 @@ class ServiceThread:
         }
 
     async def refund(self, payment_id: str) -> dict[str, Any]:
-        """Refund a paid payment in full, or what is left of a spent one, as an LNURL-withdraw."""
+        """Refund a paid payment in full, or what is left of a spent one, as an
+        LNURL-withdraw; a hold invoice not yet decided is canceled instead
+        (satsgate.payments.refund_request.operator_refund)."""
         handle = self._running()
-        store, refunds = handle.store, handle.app[REFUNDS]
+        store = handle.store
         payment = await store.payments.get(payment_id)
         if payment is None:
             raise OperatorError(f"no payment {payment_id}")
         if payment.status is PaymentStatus.UNPAID:
             raise OperatorError(f"payment {payment_id} is {payment.status}: nothing to refund")
-        refund = await refunds.refund_remaining(payment, "refunded by the node operator")
-        if refund is None:
-            raise OperatorError(f"payment {payment_id} has nothing left to refund")
-        return {"payment_id": payment_id, "refund": refund}
+        try:
+            done = await operator_refund(
+                handle.app[GATE], handle.app[REFUNDS], store.sessions, payment
+            )
+        except NotRefundable as refused:
+            raise OperatorError(str(refused)) from None
+        return {"payment_id": payment_id, **done}
 
     async def ledger(self) -> dict[str, Any]:
         """The ledger: received = earned + refunded + held + open, per day and in total."""

@@ -25,6 +25,8 @@ import pytest
 from satsgate.backends.lnd.backend import LndBackend
 from satsgate.config.settings import Settings
 from satsgate.engines.providers import PROVIDER_KINDS
+from satsgate.payments.refund_request import operator_refund
+from satsgate.server.app import REFUNDS
 from satsgate.store import Payment, PaymentStatus
 from tests.conftest import ThreadedServer, free_port, make_settings
 from tests.engines.test_ai_openai import CHAT, MODELS
@@ -266,6 +268,24 @@ async def test_a_refund_request_cancels_the_held_payment(lnd: FakeLnd, srv: Thre
     assert payment.status is PaymentStatus.CANCELED
     assert invoice_at_node(lnd, payment).state == "CANCELED"
     assert srv.call(partial(srv.store.refunds.for_payment, payment.payment_id)) == []
+
+
+async def test_the_operators_refund_cancels_a_held_payment_instead_of_issuing_a_link(
+    lnd: FakeLnd, srv: ThreadedServer
+) -> None:
+    """A refund link for a payment the node still holds would give it back twice: once
+    by the link, once when the hold is canceled (unused, or near its expiry)."""
+    async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        asked = await create_payment(client, "render_card", CARD)
+        lnd.node.pay_from_outside(asked["lightningInvoice"])
+    paid = await status_soon(srv, asked["paymentId"], PaymentStatus.PAID)
+    done = srv.call(lambda: operator_refund(srv.gate, srv.app[REFUNDS], srv.store.sessions, paid))
+    assert done["payout"] == "canceled" and done["refund"]["hold_invoice_canceled"]
+    payment = payment_of(srv, asked["paymentId"])
+    assert payment.status is PaymentStatus.CANCELED
+    assert await node_state_soon(lnd, payment, "CANCELED") == "CANCELED"
+    assert srv.call(partial(srv.store.refunds.for_payment, payment.payment_id)) == []
+    assert_ledger_balances(srv)
 
 
 async def test_l402_keeps_ordinary_invoices(lnd: FakeLnd, srv: ThreadedServer) -> None:

@@ -21,7 +21,9 @@ import pytest
 
 from satsgate.backends.cln import ClnBackend
 from satsgate.lightning.invoices import decode_invoice, sign_invoice
+from satsgate.payments.refund_request import NotRefundable, operator_refund
 from satsgate.payments.session_wire import PROBLEMS
+from satsgate.server.app import REFUNDS
 from satsgate.services.catalog.pricing import text_tokens_msat
 from tests.conftest import (
     STORES,
@@ -619,6 +621,23 @@ async def test_a_deposit_paid_and_never_opened_is_refunded_like_any_unused_payme
     opened = await client.post(*RARE, credential(challenge, payload))
     assert opened.status_code == 402
     assert opened.json()["type"] == PROBLEMS + "unknown-challenge"
+
+
+async def test_the_operators_refund_of_a_session_deposit_is_refused(
+    http: httpx.AsyncClient, srv: ThreadedServer
+) -> None:
+    """The deposit is the session's balance, paid back to its return invoice at close: a
+    refund link for it too would give it back twice."""
+    client = Client(http)
+    assert (await client.open(*RARE)).status_code == 200
+    deposit = srv.call(lambda: srv.store.payments.get_by_hash(client.session_id))
+    refunds, sessions = srv.app[REFUNDS], srv.store.sessions
+    with pytest.raises(NotRefundable, match=f"deposit of session {client.session_id}"):
+        srv.call(lambda: operator_refund(srv.gate, refunds, sessions, deposit))
+    assert srv.call(lambda: srv.store.refunds.for_payment(deposit.payment_id)) == []
+    assert (await client.close()).status_code == 200
+    srv.call(lambda: srv.gate.sessions.wait_closing())
+    assert_ledger_balances(srv)
 
 
 # -- close ---------------------------------------------------------------------------------

@@ -126,12 +126,20 @@ class Holds:
         await self._tell_settle(payment.payment_hash)
         return True
 
-    async def cancel(self, payment: Payment, reason: str) -> dict[str, Any] | None:
+    async def cancel(
+        self, payment: Payment, reason: str, *, unused: bool = False
+    ) -> dict[str, Any] | None:
         """Give the payment back; the object to show for it, or None if it was already
-        decided (settled: a refund link is then the way back)."""
-        self._running.discard(payment.payment_id)
-        if not await self._holds.choose_cancel(payment.payment_hash, int(time.time())):
-            return None
+        decided (settled: a refund link is then the way back). ``unused``: only if no call
+        has spent it (None when one has: that call's outcome decides)."""
+        if unused:
+            now = int(time.time())
+            if not await self._holds.choose_cancel(payment.payment_hash, now, unused=True):
+                return None
+        else:
+            self._running.discard(payment.payment_id)
+            if not await self._holds.choose_cancel(payment.payment_hash, int(time.time())):
+                return None
         log.info("hold %s canceled: %s", payment.payment_hash, reason)
         await self._tell_cancel(payment.payment_hash)
         return canceled_object(payment, reason)
@@ -207,7 +215,8 @@ class Holds:
         if payment.status is PaymentStatus.PAID:
             unused_for = now - (payment.paid_at or now)
             if near_expiry or unused_for >= self.max_unused_s:
-                await self.cancel(payment, "the held payment was not used in time")
+                # Read before: a call may have spent it since, and then runs to its end.
+                await self.cancel(payment, "the held payment was not used in time", unused=True)
         elif payment.status in (PaymentStatus.SERVING, PaymentStatus.SPENT):
             if served_by not in (None, self._instance_id):
                 return  # another instance's call: its watcher decides it, or its recovery

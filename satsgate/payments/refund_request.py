@@ -149,7 +149,7 @@ async def _payers_paid_payment(
 
 async def _cancel_hold(holds: Holds, payment: Payment) -> dict[str, Any]:
     """A held payment, never settled: canceling gives it back, no payout needed."""
-    canceled = await holds.cancel(payment, "refund requested before use")
+    canceled = await holds.cancel(payment, "refund requested before use", unused=True)
     if canceled is None:
         raise ApiError(
             ErrorCode.REFUND_NOT_AVAILABLE,

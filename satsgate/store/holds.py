@@ -81,16 +81,24 @@ class HoldRepository:
 
         return await self._db.run_in_transaction(go)
 
-    async def choose_cancel(self, payment_hash: str, now: int, final: str = "canceling") -> bool:
+    async def choose_cancel(
+        self, payment_hash: str, now: int, final: str = "canceling", *, unused: bool = False
+    ) -> bool:
         """undecided -> canceling, and the payment paid/spent -> canceled, in one
         transaction. ``expired`` (never paid) leaves the unpaid payment as it is: it
-        expires and is pruned like any other."""
+        expires and is pruned like any other. ``unused``: only while the payment is still
+        paid, never spent (a call that spent it meanwhile runs on, and its outcome decides)."""
 
         def go(conn: Connection) -> bool:
+            unspent = (
+                " AND EXISTS (SELECT 1 FROM payments WHERE payment_hash = ? AND status = 'paid')"
+                if unused
+                else ""
+            )
             cur = conn.execute(
                 "UPDATE holds SET decision = ?, decided_at = ?"
-                " WHERE payment_hash = ? AND decision IS NULL",
-                (final, now, payment_hash),
+                " WHERE payment_hash = ? AND decision IS NULL" + unspent,
+                (final, now, payment_hash, *((payment_hash,) if unused else ())),
             )
             if cur.rowcount != 1:
                 return False

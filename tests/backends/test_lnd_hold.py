@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from functools import partial
@@ -286,6 +287,29 @@ async def test_the_operators_refund_cancels_a_held_payment_instead_of_issuing_a_
     assert await node_state_soon(lnd, payment, "CANCELED") == "CANCELED"
     assert srv.call(partial(srv.store.refunds.for_payment, payment.payment_id)) == []
     assert_ledger_balances(srv)
+
+
+async def test_an_unused_cancel_read_before_a_spend_leaves_the_call_to_its_outcome(
+    lnd: FakeLnd, srv: ThreadedServer
+) -> None:
+    """The watcher reads a held payment as paid and unused too long; a call spends it
+    before the watcher cancels. The cancel is refused: before, it canceled the payment
+    under the running call, whose success then found it given back (served for free)."""
+    async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        asked = await create_payment(client, "render_card", CARD)
+        lnd.node.pay_from_outside(asked["lightningInvoice"])
+    read_by_watcher = await status_soon(srv, asked["paymentId"], PaymentStatus.PAID)
+    holds = srv.gate.holds
+    assert holds is not None
+    holds.running(read_by_watcher)  # the call starts here, as the spender does
+    assert srv.call(lambda: srv.store.payments.spend(read_by_watcher.payment_id, int(time.time())))
+    holds.max_unused_s = 0
+    srv.call(lambda: holds._check(read_by_watcher, None))
+    payment = payment_of(srv, asked["paymentId"])
+    assert payment.status is PaymentStatus.SERVING
+    assert invoice_at_node(lnd, payment).state == "ACCEPTED"
+    assert srv.call(lambda: holds.settle(payment))  # the call's success keeps the payment
+    assert await node_state_soon(lnd, payment, "SETTLED") == "SETTLED"
 
 
 async def test_l402_keeps_ordinary_invoices(lnd: FakeLnd, srv: ThreadedServer) -> None:

@@ -160,7 +160,7 @@ class RefundService:
             return {"status": "ERROR", "reason": f"The invoice {refused}."}
         if not claimed:
             return {"status": "ERROR", "reason": "This refund link was already used or expired."}
-        task = asyncio.create_task(self._pay(k1, bolt11, refund.amount_msat))
+        task = asyncio.create_task(self._pay(k1, invoice, bolt11, refund.amount_msat))
         self._payouts.add(task)
         task.add_done_callback(self._payouts.discard)
         return {"status": "OK"}
@@ -212,7 +212,7 @@ class RefundService:
             return RefundStatus.OPEN, f"the payout invoice {refused}"
         if not claimed:
             return (await self._status(k1)), "the refund was claimed meanwhile"
-        await self._pay(k1, bolt11, refund.amount_msat)
+        await self._pay(k1, invoice, bolt11, refund.amount_msat)
         status = await self._status(k1)
         error = None if status is RefundStatus.PAID else await self._refunds.payout_error(k1)
         return status, error
@@ -226,7 +226,7 @@ class RefundService:
             self._node_pubkey = (await self._backend.info()).pubkey
         return self._node_pubkey
 
-    async def _pay(self, k1: str, bolt11: str, amount_msat: int) -> None:
+    async def _pay(self, k1: str, invoice: DecodedInvoice, bolt11: str, amount_msat: int) -> None:
         self._in_flight.add(k1)
         try:
             grant = await self.fees.grant(amount_msat)
@@ -234,7 +234,7 @@ class RefundService:
                 bolt11, grant.limit_msat, self._settings.refund_pay_timeout_s
             )
             await self.fees.settle(grant, result)
-            await self._apply_outcome(k1, result)
+            await self._apply_outcome(k1, invoice.payment_hash, result)
         except (BackendError, OSError, TimeoutError) as exc:
             # Outcome unknown: stays claiming, reconcile() asks the node later.
             log.warning(
@@ -248,11 +248,13 @@ class RefundService:
         finally:
             self._in_flight.discard(k1)
 
-    async def _apply_outcome(self, k1: str, result: PaymentResult) -> None:
+    async def _apply_outcome(self, k1: str, payout_hash: str, result: PaymentResult) -> None:
+        """What the node says of the payout to ``payout_hash`` ends that claim of link
+        ``k1``, and no later one (a late answer about an earlier attempt changes nothing)."""
         now = int(time.time())
         state = result.state
         if state is PaymentState.SUCCEEDED:
-            await self._refunds.settle_claim(k1, RefundStatus.PAID, now)
+            await self._refunds.settle_claim(k1, payout_hash, RefundStatus.PAID, now)
             await self._refunds.note_payout(k1, result.fee_msat, None)
             log.info(
                 "refund paid out: %d msat to %s, routing fee %d msat",
@@ -262,7 +264,7 @@ class RefundService:
             )
         elif state is PaymentState.FAILED:
             reason = result.failure_reason or "the node gave no reason"
-            await self._refunds.settle_claim(k1, RefundStatus.OPEN, now)
+            await self._refunds.settle_claim(k1, payout_hash, RefundStatus.OPEN, now)
             await self._refunds.note_payout(k1, None, reason[:500])
             log.warning(
                 "refund payout failed, the link is open again: %s (%s)", reason, NO_LIQUIDITY_HINT
@@ -289,7 +291,7 @@ class RefundService:
             with contextlib.suppress(BackendError, OSError, TimeoutError):
                 result = await self._backend.lookup_payment(refund.payout_hash)
                 if result.state is not PaymentState.PENDING:
-                    await self._apply_outcome(refund.k1, result)
+                    await self._apply_outcome(refund.k1, refund.payout_hash, result)
                     resolved += 1
         await self._refunds.expire(int(time.time()))
         return resolved

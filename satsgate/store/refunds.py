@@ -161,16 +161,19 @@ class RefundRepository:
 
         return await self._db.run_sync(go)
 
-    async def settle_claim(self, k1: str, outcome: RefundStatus, now: int) -> bool:
-        """claiming -> paid, or claiming -> open after a payout that definitely failed."""
+    async def settle_claim(
+        self, k1: str, payout_hash: str, outcome: RefundStatus, now: int
+    ) -> bool:
+        """claiming -> paid, or claiming -> open after a payout that definitely failed: the
+        claim that bound ``payout_hash`` only."""
         if outcome not in (RefundStatus.PAID, RefundStatus.OPEN):
             raise ValueError("a claim ends paid, or open again after a definite failure")
         reset = ", payout_bolt11 = NULL, payout_hash = NULL" if outcome is RefundStatus.OPEN else ""
         cur = await self._db.run_sync(
             lambda conn: conn.execute(
                 f"UPDATE refunds SET status = ?, updated_at = ?{reset}"
-                " WHERE k1 = ? AND status = 'claiming'",
-                (str(outcome), now, k1),
+                " WHERE k1 = ? AND status = 'claiming' AND payout_hash = ?",
+                (str(outcome), now, k1, payout_hash),
             )
         )
         return cur.rowcount == 1

@@ -19,7 +19,7 @@ from lnurl.helpers import url_decode
 from satsgate.appkeys import RATES
 from satsgate.engines import EngineError
 from satsgate.errors import ApiError, ErrorCode
-from satsgate.lightning.invoices import sign_invoice
+from satsgate.lightning.invoices import decode_invoice, sign_invoice
 from satsgate.server.app import REFUNDS
 from satsgate.services.base import (
     Params,
@@ -29,6 +29,7 @@ from satsgate.services.base import (
     request_digest,
 )
 from satsgate.services.catalog.rates import REFERENCE_BTC_USD, RateBook, Snapshot
+from satsgate.store import RefundStatus
 from tests.conftest import STORES, ThreadedServer, dev_pay, make_settings, store_url_for
 from tests.ledger_check import assert_ledger_balances
 
@@ -319,6 +320,28 @@ async def test_two_links_claimed_at_once_with_one_invoice_pay_once(
     outgoing = (await client.get("/api/dev/outgoing")).json()["payments"]
     assert len([p for p in outgoing if p["bolt11"] == invoice]) == 1
     assert_ledger_balances(server)
+
+
+async def test_a_late_answer_about_an_earlier_payout_leaves_the_later_claim_alone(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    """A claim ends by what the node says of its own invoice: an answer about an earlier
+    attempt (a payout task that outlived its check-back, another instance's reconcile)
+    that failed must not reopen the claim being paid now, which a third claim would
+    then pay a second time."""
+    info = await refund_link_of_failed_call(server, client)
+    links, k1 = server.store.refunds, info["k1"]
+    first, second = (decode_invoice(external_invoice(10_000)) for _ in range(2))
+    now = int(time.time())
+    assert server.call(lambda: links.claim(k1, "lnbc-first", first.payment_hash, now))
+    assert server.call(lambda: links.settle_claim(k1, first.payment_hash, RefundStatus.OPEN, now))
+    assert server.call(lambda: links.claim(k1, "lnbc-second", second.payment_hash, now))
+    assert not server.call(
+        lambda: links.settle_claim(k1, first.payment_hash, RefundStatus.OPEN, now)
+    )
+    link = server.call(lambda: links.get_by_k1(k1))
+    assert (str(link.status), link.payout_hash) == ("claiming", second.payment_hash)
+    assert server.call(lambda: links.settle_claim(k1, second.payment_hash, RefundStatus.PAID, now))
 
 
 async def refund_link_of_failed_call(

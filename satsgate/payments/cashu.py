@@ -605,8 +605,10 @@ class Ecash:
     ) -> dict[str, Any] | None:
         """Refund part or all of a spent ecash payment as a fresh token (never more in total
         than was paid). None when there is nothing to refund in ecash (the caller then
-        refunds through LNURL-withdraw, e.g. when the mint is down)."""
-        sats = amount_msat // 1000
+        refunds through LNURL-withdraw, e.g. when the mint is down). Ecash is whole sats:
+        a part of a sat owed is rounded up, in the payer's favor (the payment itself was
+        whole sats, so the total still fits under it)."""
+        sats = -(-amount_msat // 1000)
         if sats <= 0:
             return None
         held = await self._repo.payment_proofs(payment.payment_id)

@@ -134,7 +134,9 @@ class RefundService:
         refund = await self._refunds.get_by_k1(k1)
         if refund is None:
             return {"status": "ERROR", "reason": "Unknown refund link."}
-        if refund.status is not RefundStatus.OPEN or refund.expires_at <= time.time():
+        if refund.status is RefundStatus.OPEN and refund.expires_at <= time.time():
+            return {"status": "ERROR", "reason": "This refund link expired unclaimed."}
+        if refund.status is not RefundStatus.OPEN:
             return {"status": "ERROR", "reason": f"This refund link is {refund.status}."}
         return {
             "tag": "withdrawRequest",

@@ -420,6 +420,14 @@ def _recover_form(payment_id: str, secret: str, error: str = "") -> str:
     )
 
 
+def _amount_text(amount_msat: int) -> str:
+    """A refund's amount as a payer's wallet must ask for it: whole sats, or to the msat
+    (an invoice for the rounded sats would be refused as not exact)."""
+    if amount_msat % 1000 == 0:
+        return f"{amount_msat // 1000} sat"
+    return f"{amount_msat} msat ({amount_msat // 1000}.{amount_msat % 1000:03d} sat)"
+
+
 async def _refund_body(
     request: web.Request,
     keys: Keys,
@@ -429,7 +437,7 @@ async def _refund_body(
 ) -> str:
     base = request.app[keys.settings].public_base_url
     refunds = request.app[keys.refunds]
-    sats = refund.amount_msat // 1000
+    amount = _amount_text(refund.amount_msat)
     expired = refund.status is RefundStatus.OPEN and refund.expires_at <= time.time()
     status = "expired" if expired else str(refund.status)
     notices = []
@@ -443,7 +451,7 @@ async def _refund_body(
             f"wallet ({esc(NO_LIQUIDITY_HINT)}).</p>"
         )
     head = (
-        f'<section class="card"><h1>Refund of {esc(sats)} sat</h1>'
+        f'<section class="card"><h1>Refund of {esc(amount)}</h1>'
         f'<p>Status: <strong id="refund-status">{esc(status)}</strong> · '
         f'<span class="mono">{esc(refund.refund_id)}</span> · payment '
         f'<span class="mono">{esc(refund.payment_id)}</span></p>{"".join(notices)}'
@@ -466,7 +474,7 @@ async def _refund_body(
         f'<div class="qr" id="refund-qr">{qr_svg("lightning:" + str(lnurl).upper(), "Refund QR")}'
         "</div>"
         f'<p class="mono" id="lnurl">{esc(lnurl)}</p>'
-        f"<h2>Or paste an invoice for exactly {esc(sats)} sat</h2>"
+        f"<h2>Or paste an invoice for exactly {esc(amount)}</h2>"
         '<form method="post" action="/recover/payout">'
         f'<input type="hidden" name="refund_secret" value="{esc(refund.k1)}">'
         f'<input type="hidden" name="payment_id" value="{esc(payment_id)}">'

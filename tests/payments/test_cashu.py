@@ -582,7 +582,9 @@ async def test_a_partial_refund_splits_the_payment_at_the_mint(
     payment = cashu_server.call(lambda: cashu_server.store.payments.get(payment_id))
     part = next(r for r in range(1, price) if r & ~price)  # not a sum of the held proofs
     cashu = cashu_server.gate.cashu
-    refund = cashu_server.call(lambda: cashu.refund_spent(payment, part * 1000, "partial"))
+    # Ecash is whole sats: 400 msat short of ``part`` sats owed is ``part`` sats back.
+    owed_msat = part * 1000 - 400
+    refund = cashu_server.call(lambda: cashu.refund_spent(payment, owed_msat, "partial"))
     assert refund is not None and refund["amount_sats"] == part
     assert wallet.receive(refund["cashu_token"]) == part
     held = rows(

@@ -32,6 +32,7 @@ from satsgate.services.catalog.rates import REFERENCE_BTC_USD, RateBook, Snapsho
 from satsgate.store import RefundStatus
 from tests.conftest import STORES, ThreadedServer, dev_pay, make_settings, store_url_for
 from tests.ledger_check import assert_ledger_balances
+from tests.store_access import store_write
 
 OTHER_NODE = coincurve.PrivateKey()
 
@@ -342,6 +343,34 @@ async def test_a_late_answer_about_an_earlier_payout_leaves_the_later_claim_alon
     link = server.call(lambda: links.get_by_k1(k1))
     assert (str(link.status), link.payout_hash) == ("claiming", second.payment_hash)
     assert server.call(lambda: links.settle_claim(k1, second.payment_hash, RefundStatus.PAID, now))
+
+
+async def test_a_refund_of_part_of_a_sat_is_asked_for_to_the_msat(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    """The recovery page names the amount a wallet's invoice must carry: an invoice for
+    the rounded sats would be refused as not exact."""
+    spec = make_spec(_fine)
+    payment = await paid_payment(server, client, spec, 10)
+    execute(server, payment, spec)
+    refund = server.call(lambda: server.app[REFUNDS].refund_spent(payment, 2_500, "partial"))
+    assert refund is not None
+    page = await client.post("/recover", data={"refund_secret": refund["refund_secret"]})
+    assert "Refund of 2500 msat (2.500 sat)" in page.text
+    assert "an invoice for exactly 2500 msat (2.500 sat)" in page.text
+    form = {"refund_secret": refund["refund_secret"], "invoice": external_invoice(2_500)}
+    paid = await client.post("/recover/payout", data=form)
+    assert 'id="refund-status">paid<' in paid.text, paid.text[-600:]
+
+
+async def test_a_link_past_its_expiry_says_it_expired_before_the_sweep_marks_it(
+    server: ThreadedServer, client: httpx.AsyncClient
+) -> None:
+    info = await refund_link_of_failed_call(server, client)
+    past = int(time.time()) - 1
+    store_write(server.settings, "UPDATE refunds SET expires_at = ? WHERE k1 = ?", past, info["k1"])
+    answer = (await client.get(f"{server.url}/api/lnurlw/{info['k1']}")).json()
+    assert answer == {"status": "ERROR", "reason": "This refund link expired unclaimed."}
 
 
 async def refund_link_of_failed_call(

@@ -100,7 +100,8 @@ def _payouts_to_look_at(
     ]
 
 
-def _msat(value: int) -> str:
+def sats_text(value: int) -> str:
+    """An msat amount in sats for people: "1,234 sat", or "2.500 sat" with a part of one."""
     sats, rest = divmod(value, 1000)
     return f"{sats:,}.{rest:03d} sat" if rest else f"{sats:,} sat"
 
@@ -145,8 +146,8 @@ def ledger_text(report: dict[str, Any]) -> str:
         "",
         # Every payment received counts here, refunded and unused ones too: the count
         # belongs to what was received, not to what was earned.
-        f"received: {_msat(t['received_msat'])} from {t['payments']} payments;"
-        f" earned: {_msat(t['earned_msat'])}",
+        f"received: {sats_text(t['received_msat'])} from {t['payments']} payments;"
+        f" earned: {sats_text(t['earned_msat'])}",
         "refunds by state:",
     ]
     for state in ("open", "claiming", "paid", "expired"):

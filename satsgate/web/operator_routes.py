@@ -27,7 +27,7 @@ from satsgate.appkeys import NOSTR_STATUS
 from satsgate.cluster.status import instances_state
 from satsgate.config.settings import Settings
 from satsgate.engines import Engines
-from satsgate.operator import operator_report, payout_reason
+from satsgate.operator import operator_report, payout_reason, sats_text
 from satsgate.payouts.refunds import NO_LIQUIDITY_HINT, RefundService
 from satsgate.store import Refund, RefundStatus, Store
 from satsgate.web.operator_instances import instances_section
@@ -424,8 +424,8 @@ def _amount_text(amount_msat: int) -> str:
     """A refund's amount as a payer's wallet must ask for it: whole sats, or to the msat
     (an invoice for the rounded sats would be refused as not exact)."""
     if amount_msat % 1000 == 0:
-        return f"{amount_msat // 1000} sat"
-    return f"{amount_msat} msat ({amount_msat // 1000}.{amount_msat % 1000:03d} sat)"
+        return sats_text(amount_msat)
+    return f"{amount_msat} msat ({sats_text(amount_msat)})"
 
 
 async def _refund_body(

@@ -96,6 +96,9 @@ class Token:
 
 
 MAX_PROOFS = 256
+# No token is worth more than all the bitcoin there will be (21 million BTC, in sats):
+# a larger sum is forged, and would not fit the store's 64-bit msat columns.
+MAX_TOKEN_AMOUNT = 21_000_000 * 100_000_000
 
 
 def decode_token(text: str) -> Token:
@@ -131,6 +134,8 @@ def decode_token(text: str) -> Token:
             proofs.append(_proof(group["i"].hex(), entry))
     if len(proofs) > MAX_PROOFS:
         raise CashuFormatError(f"at most {MAX_PROOFS} proofs in one token")
+    if sum(p.amount for p in proofs) > MAX_TOKEN_AMOUNT:
+        raise CashuFormatError("the token's proofs add up to more than all bitcoin")
     return Token(mint, unit, tuple(proofs), memo if isinstance(memo, str) else None)
 
 

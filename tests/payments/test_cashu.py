@@ -136,6 +136,17 @@ def foreign_keyset(token: str) -> str:
     return "cashuB" + base64.urlsafe_b64encode(cbor2.dumps(data)).decode().rstrip("=")
 
 
+def inflated(token: str) -> str:
+    """The same token with each proof claiming 2^62 sats (forged: together they overflow
+    a 64-bit integer)."""
+    data = cbor2.loads(base64.urlsafe_b64decode(token[6:] + "=" * (-len(token[6:]) % 4)))
+    proofs = [proof for group in data["t"] for proof in group["p"]]
+    assert len(proofs) >= 2
+    for proof in proofs:
+        proof["a"] = 2**62
+    return "cashuB" + base64.urlsafe_b64encode(cbor2.dumps(data)).decode().rstrip("=")
+
+
 def assert_refused(resp: httpx.Response, code: str) -> dict[str, Any]:
     assert resp.status_code == 400, resp.text
     body = dict(resp.json())
@@ -299,6 +310,7 @@ async def test_wrong_mint_wrong_unit_too_small_and_garbage_charge_nothing(
         (retarget(token, u="usd"), "CASHU_UNIT_NOT_ACCEPTED"),
         # Names our mint, but its proofs are of a keyset our mint does not have.
         (foreign_keyset(token), "CASHU_TOKEN_INVALID"),
+        (inflated(token), "CASHU_TOKEN_INVALID"),  # worth more than all bitcoin
         ("cashuBnot-a-token", "CASHU_TOKEN_INVALID"),
         ("cashuAeyJ0b2tlbiI6W119", "CASHU_TOKEN_INVALID"),
     ]

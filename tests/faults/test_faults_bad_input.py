@@ -56,6 +56,14 @@ CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
         400,
         "L402_INVALID_PARAMS",
     ),
+    (
+        "paid blank field",  # the renderer's rule: a field of spaces is empty
+        "/api/l402/render-card",
+        b'{"template": "headline", "title": "x", "subtitle": "   "}',
+        {},
+        400,
+        "L402_INVALID_PARAMS",
+    ),
     ("mcp lone surrogate", "/api/mcp", b'{"id": 1, "method": "\\udfff"}', {}, 400, "-32700"),
     (
         "mpp lone surrogate",

@@ -53,20 +53,21 @@ class RenderCardParams(Params):
         for item in self.items or ():
             if not item or len(item) > cards.MAX_ITEM_LENGTH:
                 raise ValueError(f"each item must be 1 to {cards.MAX_ITEM_LENGTH} characters")
+        # The renderer's own rules (a field of spaces is empty), before any invoice.
+        cards.validate_fields(self.template, self._text_fields())
         return self
 
+    def _text_fields(self) -> dict[str, str | list[str]]:
+        present = (name for name in _ALL_TEXT_FIELDS if getattr(self, name) is not None)
+        return {name: getattr(self, name) for name in present}
+
     def to_request(self) -> cards.CardRequest:
-        fields: dict[str, str | list[str]] = {
-            name: getattr(self, name)
-            for name in _ALL_TEXT_FIELDS
-            if getattr(self, name) is not None
-        }
         return cards.CardRequest(
             template=self.template,
             fmt=self.format,
             width=self.width,
             height=self.height,
-            fields=fields,
+            fields=self._text_fields(),
         )
 
 

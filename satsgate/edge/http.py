@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# No field, path or query parameter takes a NUL character (PostgreSQL's text cannot hold
+# one); JSON bodies are refused for it by satsgate.edge.json_input.
+NUL_REFUSED = "The request holds a NUL character (%00), which nothing here accepts."
+
 
 # One encoder for every response: json.dumps with any argument builds a new one per call.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -53,6 +57,8 @@ def _http_error(code: ErrorCode, status_exc: web.HTTPException, message: str) ->
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error leaves as the spec's envelope with X-Error-Code; nothing else escapes."""
+    if "%00" in request.raw_path:  # the path and the query string, as sent
+        return error_response(ApiError(ErrorCode.INVALID_INPUT, NUL_REFUSED))
     try:
         return await handler(request)
     except ApiError as exc:
@@ -130,6 +136,15 @@ async def read_json(request: web.Request, limit: int) -> Any:
             f"The request body is not valid JSON: {exc}",
             example='{"prompt": "..."}',
         ) from None
+
+
+async def read_form(request: web.Request) -> dict[str, str]:
+    """A posted form's text fields (a file part is not text: left out); INVALID_INPUT
+    for a NUL character in one."""
+    fields = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+    if any("\x00" in value for value in fields.values()):
+        raise ApiError(ErrorCode.INVALID_INPUT, NUL_REFUSED)
+    return fields
 
 
 def result_response(result: ServiceResult) -> web.Response:

@@ -6,7 +6,9 @@ JSONDecodeError) for an integer of more than 4300 digits; both escaped the reade
 can still be validated, stored and echoed without hitting the recursion limit later.
 A string holding a lone UTF-16 surrogate (``"\\ud800"`` without its pair; JSON's grammar
 allows it, Unicode text does not) is refused too: such a string cannot be encoded, so
-every later ``.encode()`` of it (a token's hash, a stored row) would raise.
+every later ``.encode()`` of it (a token's hash, a stored row) would raise. So is one
+holding a NUL character (``"\\u0000"``): no field takes one, and PostgreSQL's text
+cannot hold it (a lookup by such an id failed there).
 """
 
 from __future__ import annotations
@@ -34,37 +36,42 @@ def loads(raw: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonInputError(str(exc).split(";")[0]) from None
     if _openings(raw) > max_depth and depth_exceeds(value, max_depth):
         raise JsonInputError(f"it is nested more than {max_depth} levels deep")
-    if _may_hold_surrogates(raw) and _holds_lone_surrogate(value):
-        raise JsonInputError("a string in it holds a lone UTF-16 surrogate (\\ud800-\\udfff)")
+    if _may_hold_unstorable_text(raw):
+        flaw = _unstorable_text(value)
+        if flaw is not None:
+            raise JsonInputError(f"a string in it holds {flaw}")
     return value
 
 
-def _may_hold_surrogates(raw: str | bytes) -> bool:
-    """False when the text cannot decode to a lone surrogate: it has no ``\\uD...``
-    escape, and (bytes) no 0xED byte, the lead byte of a surrogate's UTF-8-like form that
+def _may_hold_unstorable_text(raw: str | bytes) -> bool:
+    """False when no string of the text can hold a NUL or a lone surrogate: it has no
+    ``\\u0000`` or ``\\uD...`` escape (JSON allows neither character unescaped in a
+    string), and (bytes) no 0xED byte, the lead byte of a surrogate's UTF-8-like form that
     ``json.loads`` lets through, or (str) no character beyond ASCII."""
     if isinstance(raw, bytes):
-        return b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw
-    return "\\ud" in raw or "\\uD" in raw or not raw.isascii()
+        return b"\\u0000" in raw or b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw
+    return "\\u0000" in raw or "\\ud" in raw or "\\uD" in raw or not raw.isascii()
 
 
-def _holds_lone_surrogate(value: Any) -> bool:
-    """Whether a string (a value or a key) anywhere in ``value`` cannot be UTF-8 encoded."""
+def _unstorable_text(value: Any) -> str | None:
+    """What makes a string (a value or a key) anywhere in ``value`` unstorable, or None."""
     stack: list[Any] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
+            if "\x00" in item:
+                return "a NUL character (\\u0000)"
             if not item.isascii():
                 try:
                     item.encode()
                 except UnicodeEncodeError:
-                    return True
+                    return "a lone UTF-16 surrogate (\\ud800-\\udfff)"
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return False
+    return None
 
 
 def _openings(raw: str | bytes) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from satsgate.edge.http import read_form
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.outreach.held_requests import APPEAL_PATH, APPEAL_SATS, HeldRequestDesk, HoldError
 from satsgate.store import JobStatus, Payment, PaymentStatus
@@ -78,7 +79,7 @@ def install(app: web.Application, holds_key: web.AppKey[HeldRequestDesk]) -> Non
 
         async def route(request: web.Request) -> web.Response:
             desk = request.app[holds_key]
-            form = await request.post()
+            form = await read_form(request)
             token = str(form.get("t", "")).strip()
             hold = await _hold_of(desk, token)
             if hold is None:

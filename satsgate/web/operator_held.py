@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from satsgate.domain.addresses import normalise_address
+from satsgate.edge.http import read_form
 from satsgate.outreach.held_requests import HeldRequestDesk, HoldError, Outcome
 from satsgate.store import Store
 from satsgate.store.held_requests import HeldRequest
@@ -87,7 +88,7 @@ class _HoldRoutes:
         """The posted form, when the cookie and its CSRF token are a live session's."""
         if not self.cookie(request):
             return None
-        form = {k: str(v) for k, v in (await request.post()).items()}
+        form = await read_form(request)
         if not request.app[OPERATOR].form_allowed(request, form.get("csrf", "")):
             return None
         return form

@@ -26,6 +26,7 @@ from lnurl.helpers import url_encode
 from satsgate.appkeys import NOSTR_STATUS
 from satsgate.cluster.status import instances_state
 from satsgate.config.settings import Settings
+from satsgate.edge.http import read_form
 from satsgate.engines import Engines
 from satsgate.operator import operator_report, payout_reason, sats_text
 from satsgate.payouts.refunds import NO_LIQUIDITY_HINT, RefundService
@@ -96,7 +97,7 @@ class _OperatorPages:
         return page("Operator", _dashboard_body(report, csrf))
 
     async def login(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        form = await read_form(request)
         offered = str(form.get("token", ""))
         access = request.app[OPERATOR]
         if not offered or not access.token_matches(offered):
@@ -109,7 +110,7 @@ class _OperatorPages:
 
     async def logout(self, request: web.Request) -> web.Response:
         access = request.app[OPERATOR]
-        form = await request.post()
+        form = await read_form(request)
         live = access.session(request) is not None
         if live and not access.form_allowed(request, str(form.get("csrf", ""))):
             return page("Forbidden", "<p>Sign out from the dashboard's button.</p>", status=403)
@@ -131,7 +132,7 @@ class _OperatorPages:
         return page("Recover a refund", _recover_form(payment_id, "", notice))
 
     async def recover(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        form = await read_form(request)
         secret = str(form.get("refund_secret", "")).strip()
         payment_id = str(form.get("payment_id", "")).strip()
         if not secret:
@@ -143,7 +144,7 @@ class _OperatorPages:
         return page("Your refund", body)
 
     async def recover_payout(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        form = await read_form(request)
         secret = str(form.get("refund_secret", "")).strip()
         payment_id = str(form.get("payment_id", "")).strip()
         invoice = str(form.get("invoice", "")).strip()

@@ -64,6 +64,15 @@ CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
         400,
         "L402_INVALID_PARAMS",
     ),
+    (
+        "paid NUL",
+        "/api/l402/render-card",
+        b'{"template": "headline", "title": "x\\u0000"}',
+        {},
+        400,
+        "L402_INVALID_PARAMS",
+    ),
+    ("mcp NUL", "/api/mcp", b'{"id": 1, "method": "tools/call\\u0000"}', {}, 400, "-32700"),
     ("mcp lone surrogate", "/api/mcp", b'{"id": 1, "method": "\\udfff"}', {}, 400, "-32700"),
     (
         "mpp lone surrogate",
@@ -253,3 +262,29 @@ async def test_an_accept_header_with_media_parameters_gets_its_402(
     kind = resp.headers["Content-Type"].split(";")[0]
     assert kind == ("application/problem+json" if problem else "application/json")
     assert resp.json()["invoice"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "form"),
+    [
+        ("GET", "/api/l402/job-status?requestId=%00", None),
+        ("GET", "/api/lnurlw/%00", None),
+        ("GET", "/api/payments/pay_%00", None),
+        ("POST", "/recover", {"refund_secret": "ab\x00"}),
+        ("POST", "/appeal", {"t": "hold_x.\x00", "action": "view"}),
+    ],
+)
+async def test_a_nul_character_anywhere_is_a_400(
+    client: httpx.AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+    path: str,
+    form: dict[str, str] | None,
+) -> None:
+    """No path segment, query parameter or form field takes a NUL; PostgreSQL's text
+    cannot hold one, and a lookup by such an id answered 500 there."""
+    with caplog.at_level(logging.ERROR):
+        resp = await client.request(method, path, data=form)
+    assert resp.status_code == 400, resp.text[:300]
+    assert resp.json()["error_code"] == "INVALID_INPUT"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

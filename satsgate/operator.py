@@ -13,7 +13,6 @@ session opened with it stop working at once, without a restart.
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from satsgate.config.secret_file import read_or_create_secret
+from satsgate.constant_time import texts_equal
 from satsgate.engines import Engines
 from satsgate.store import Store
 
@@ -54,7 +54,7 @@ def rotate_operator_token(data_dir: Path) -> str:
 
 
 def token_matches(token: str, offered: str) -> bool:
-    return hmac.compare_digest(token.encode(), offered.strip().encode())
+    return texts_equal(offered.strip(), token)
 
 
 async def operator_report(store: Store, engines: Engines | None) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from satsgate.constant_time import texts_equal
 from satsgate.operator import ensure_operator_token, token_matches, token_path
 
 COOKIE = "satsgate_operator"
@@ -107,7 +108,8 @@ class OperatorAccess:
     def session(self, request: web.Request) -> str | None:
         """The request's session id, when its cookie names a live session."""
         session_id = request.cookies.get(COOKIE, "")
-        if len(session_id) != _SESSION_ID_HEX:
+        # A header's bytes beyond UTF-8 reach here as surrogates: no session id has them.
+        if len(session_id) != _SESSION_ID_HEX or not session_id.isascii():
             return None
         fingerprint = _digest(self.token())
         found = self._sessions.get(_digest(session_id))
@@ -136,9 +138,7 @@ class OperatorAccess:
     def form_allowed(self, request: web.Request, offered_csrf: str) -> bool:
         """A posted operator form: a live session and that session's CSRF token."""
         session_id = self.session(request)
-        return session_id is not None and hmac.compare_digest(
-            offered_csrf.encode(), self.csrf_token(session_id).encode()
-        )
+        return session_id is not None and texts_equal(offered_csrf, self.csrf_token(session_id))
 
     def set_cookie(self, request: web.Request, resp: web.StreamResponse, session_id: str) -> None:
         resp.set_cookie(

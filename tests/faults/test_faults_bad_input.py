@@ -288,3 +288,25 @@ async def test_a_nul_character_anywhere_is_a_400(
     assert resp.status_code == 400, resp.text[:300]
     assert resp.json()["error_code"] == "INVALID_INPUT"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"Authorization: Bearer \xff\xfe", b"Cookie: satsgate_operator=" + b"\xff" * 64],
+    ids=["bearer", "cookie"],
+)
+def test_operator_credentials_beyond_utf8_are_refused_not_500(
+    server: ThreadedServer, caplog: pytest.LogCaptureFixture, header: bytes
+) -> None:
+    """A header's bytes that are not UTF-8 reach the app as surrogates; comparing them
+    with the operator's token or a session id raised instead of refusing."""
+    with caplog.at_level(logging.ERROR):
+        head, body = raw_request(
+            server,
+            b"GET /api/operator/ledger HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            + header
+            + b"\r\n\r\n",
+        )
+    assert head.split(b"\r\n")[0].split(b" ")[1] == b"401", head
+    assert body["error_code"] == "OPERATOR_UNAUTHORIZED"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from satsgate.config.settings import Settings
 from satsgate.edge.http import Handler, dumps
@@ -248,6 +249,16 @@ class GuardedRequestHandler(web.RequestHandler):
                 self._body_timer = None
 
     # -- aiohttp's own errors, in the envelope ------------------------------------------
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """A body the client sent broken (a Content-Encoding it does not decode to) fails
+        again when aiohttp drains what the handler left unread: the client's error, not
+        ours (the answer has gone out already)."""
+        exc = kw.get("exc_info")
+        if isinstance(exc, RequestPayloadError):
+            log.debug("a request body that did not decode: %s", exc)
+            return
+        super().log_exception(*args, **kw)
 
     def handle_error(
         self,

@@ -140,8 +140,13 @@ async def read_json(request: web.Request, limit: int) -> Any:
 
 async def read_form(request: web.Request) -> dict[str, str]:
     """A posted form's text fields (a file part is not text: left out); INVALID_INPUT
-    for a NUL character in one."""
-    fields = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+    for a body that is no readable form (bytes beyond its charset, an unknown charset, a
+    broken multipart) or a NUL character in a field."""
+    try:
+        form = await request.post()
+    except (ValueError, LookupError):  # UnicodeDecodeError is a ValueError
+        raise ApiError(ErrorCode.INVALID_INPUT, "The form could not be read.") from None
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
     if any("\x00" in value for value in fields.values()):
         raise ApiError(ErrorCode.INVALID_INPUT, NUL_REFUSED)
     return fields

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from satsgate import __version__
 from satsgate.appkeys import BACKEND, ENGINES, FILES, REFUNDS, STARTED_AT
-from satsgate.edge.http import dumps
+from satsgate.edge.http import dumps, read_json
 from satsgate.errors import ApiError, ErrorCode, catalog_document
 from satsgate.lightning.backend import BackendError, SimulatedPayments
 
@@ -112,7 +112,9 @@ async def dev_outgoing(request: web.Request) -> web.Response:
 
 async def dev_outgoing_mode(request: web.Request) -> web.Response:
     backend = _simulating(request)
-    body = await request.json()
+    body = await read_json(request, 1024)
+    if not isinstance(body, dict):
+        raise ApiError(ErrorCode.INVALID_INPUT, 'The body is a JSON object: {"mode": ...}.')
     mode = body.get("mode")
     if mode not in ("succeed", "fail", "pending"):
         raise ApiError(ErrorCode.INVALID_INPUT, "mode must be succeed, fail or pending.")

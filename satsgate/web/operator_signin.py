@@ -44,7 +44,8 @@ _SESSION_ID_HEX = 64
 
 
 def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
+    # A cookie's bytes beyond UTF-8 reach here as surrogates ("surrogatepass" hashes them).
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -656,6 +656,19 @@ async def test_webhook_routes_refuse_what_is_not_signed_by_the_platform(
              "webhook-signature": sign(rep.key, "msg_1", old, body)}  # fmt: skip
     assert (await client.post(url, content=body, headers=stale)).status_code == 401
     assert (await client.post(url, content=body)).status_code == 401
+    # Headers a client wrote wrong are refused, never a 500: a timestamp of digits that
+    # are not ASCII ("²"), or too many of them; an id of bytes beyond UTF-8.
+    as_sent = {k.encode(): v.encode() for k, v in headers.items()}
+    for forged in (
+        {**as_sent, b"webhook-timestamp": "\u00b2".encode()},
+        {**as_sent, b"webhook-timestamp": b"9" * 5000},
+        {**as_sent, b"webhook-id": b"\xff"},
+    ):
+        assert (await client.post(url, content=body, headers=forged)).status_code == 401
+    # Signed, but no prediction: nothing to do, and no 500.
+    listed = sign(rep.key, "msg_2", stamp, b"[]")
+    not_a_prediction = {**headers, "webhook-id": "msg_2", "webhook-signature": listed}
+    assert (await client.post(url, content=b"[]", headers=not_a_prediction)).status_code == 401
     fal_headers = {
         "x-fal-webhook-request-id": "r1",
         "x-fal-webhook-user-id": "u",

@@ -352,6 +352,10 @@ async def test_forged_and_stale_webhooks_change_nothing(
         assert (await raw.post(url, content=body, headers=stale)).status_code == 403
         other = body.replace(b"user_busy", b"no_answer")
         assert (await raw.post(url, content=other, headers=tampered)).status_code == 403
+        for stamp in ("\u00b2".encode(), b"9" * 5000):  # a digit to str.isdigit; too long
+            signed = {k.encode(): v.encode() for k, v in signed_headers(telnyx.key, body).items()}
+            odd = {**signed, b"telnyx-timestamp": stamp}
+            assert (await raw.post(url, content=body, headers=odd)).status_code == 403
         unsigned = {"content-type": "application/json"}
         assert (await raw.post(url, content=body, headers=unsigned)).status_code == 403
         assert (await raw.post(f"{server.url}/api/webhooks/telnyx/nope", content=body,

@@ -220,6 +220,9 @@ async def test_forged_status_callbacks_are_refused_and_change_nothing(
         tampered = dict(params) | {"MessageStatus": "delivered"}
         changed = await raw.post(url, data=tampered, headers={"X-Twilio-Signature": good})
         assert changed.status_code == 403
+        # A signature of bytes beyond UTF-8 (aiohttp hands them over as surrogates).
+        garbled = await raw.post(url, data=dict(params), headers={b"X-Twilio-Signature": b"\xff"})
+        assert garbled.status_code == 403
         # An unknown provider name: not found.
         nobody = await raw.post(f"{server.url}/api/webhooks/twilio/other", data=dict(params))
         assert nobody.status_code == 404

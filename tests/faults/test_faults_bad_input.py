@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -126,6 +127,12 @@ async def test_bad_json_is_a_400_envelope(
 
 
 def raw_request(server: ThreadedServer, data: bytes) -> tuple[bytes, Any]:
+    head, body = raw_exchange(server, data)
+    return head, json.loads(body)
+
+
+def raw_exchange(server: ThreadedServer, data: bytes) -> tuple[bytes, bytes]:
+    """``data`` sent as it is; the answer's head and body (the server closes)."""
     port = int(server.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(data)
@@ -137,7 +144,7 @@ def raw_request(server: ThreadedServer, data: bytes) -> tuple[bytes, Any]:
         except ConnectionResetError:
             pass
     head, _, body = received.partition(b"\r\n\r\n")
-    return head, json.loads(body)
+    return head, body
 
 
 RAW_CASES = [
@@ -309,4 +316,54 @@ def test_operator_credentials_beyond_utf8_are_refused_not_500(
         )
     assert head.split(b"\r\n")[0].split(b" ")[1] == b"401", head
     assert body["error_code"] == "OPERATOR_UNAUTHORIZED"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/x-www-form-urlencoded", b"refund_secret=\xff\xfe"),
+        ("application/x-www-form-urlencoded; charset=foo", b"refund_secret=a"),
+        ("multipart/form-data", b"no boundary named"),
+        ("multipart/form-data; boundary=x", b"garbage"),
+    ],
+    ids=["not-utf8", "unknown-charset", "no-boundary", "no-parts"],
+)
+async def test_a_form_that_cannot_be_read_is_a_400(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture, content_type: str, body: bytes
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        resp = await client.post("/recover", content=body, headers={"Content-Type": content_type})
+    assert resp.status_code == 400, resp.text[:300]
+    assert resp.json()["error_code"] == "INVALID_INPUT"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_sign_out_with_a_cookie_beyond_utf8_is_no_500(
+    server: ThreadedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        head, _ = raw_exchange(
+            server,
+            b"POST /operator/logout HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Cookie: satsgate_operator=\xff\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 3\r\n\r\na=b",
+        )
+    assert head.split(b"\r\n")[0].split(b" ")[1] == b"303", head
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_body_whose_encoding_does_not_decode_logs_no_error(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp drains what a handler left unread after the answer; a Content-Encoding the
+    body does not decode to fails there, the client's error, not logged as ours."""
+    with caplog.at_level(logging.ERROR):
+        resp = await client.post(
+            "/operator/login",
+            content=b'{"token": "x"}',
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        await asyncio.sleep(0.2)  # the drain runs after the answer
+    assert resp.status_code < 500
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -282,6 +282,21 @@ async def test_a_declined_request_is_recorded_and_shown_without_any_email(
     assert smtp[0].received == []
 
 
+async def test_a_webhook_secret_of_bytes_beyond_utf8_is_refused(documenso: FakeDocumenso) -> None:
+    """aiohttp hands a header's bytes that are not UTF-8 over as surrogates: a wrong
+    secret, not a 500."""
+    options = {"webhook_secret": "the-secret"}
+    config = ProviderConfig(
+        "sign", "documenso", base_url=documenso.api, api_key=API_KEY, options=options
+    )
+    provider = DocumensoProvider(config, _DEPS, environ={})
+    body = b'{"event": "DOCUMENT_COMPLETED", "payload": {"envelopeId": "envelope_x"}}'
+    try:
+        assert await provider.receive_webhook({"x-documenso-secret": "\udcff"}, body) == 403
+    finally:
+        await provider.aclose()
+
+
 async def test_webhooks_are_refused_when_no_secret_is_configured(documenso: FakeDocumenso) -> None:
     config = ProviderConfig("sign", "documenso", base_url=documenso.api, api_key=API_KEY)
     provider = DocumensoProvider(config, _DEPS, environ={})

@@ -66,7 +66,6 @@ Errors never name the provider, its URL or the key.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
@@ -75,6 +74,7 @@ from typing import Any
 
 import httpx
 
+from satsgate.constant_time import texts_equal
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.esign import (
@@ -564,7 +564,7 @@ class DocumensoProvider:
         given = headers.get("x-documenso-secret", "")
         if not self._webhook_secret:
             return False  # nothing to verify against: refuse, and follow by polling
-        return hmac.compare_digest(given.encode(), self._webhook_secret.encode())
+        return texts_equal(given, self._webhook_secret)
 
     async def receive_webhook(self, headers: Mapping[str, str], body: bytes) -> int:
         """POST /api/webhooks/documenso/<NAME>: 403 unless ``X-Documenso-Secret`` is the

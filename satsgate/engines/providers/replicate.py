@@ -25,7 +25,6 @@ import hmac
 import json
 import logging
 import re
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +32,7 @@ from satsgate.engines.config import ProviderConfig
 from satsgate.engines.errors import EngineError
 from satsgate.engines.providers.prediction_runs import Prediction, Status
 from satsgate.engines.providers.predictions import PredictionProvider
-from satsgate.engines.providers.upstream import cause_of
+from satsgate.engines.providers.upstream import cause_of, fresh_unix_stamp
 from satsgate.engines.registry import EngineDeps
 from satsgate.errors import ErrorCode
 
@@ -41,7 +40,6 @@ log = logging.getLogger(__name__)
 
 KIND = "replicate"
 DEFAULT_BASE_URL = "https://api.replicate.com"
-WEBHOOK_TOLERANCE_S = 300
 
 # Documented defaults (copy into [providers.NAME.models]); the spec's model id -> model.
 DEFAULT_MODELS: Mapping[str, str] = {
@@ -196,14 +194,17 @@ class ReplicateProvider(PredictionProvider):
         msg_id = headers.get("webhook-id", "")
         stamp = headers.get("webhook-timestamp", "")
         signatures = headers.get("webhook-signature", "")
-        if not msg_id or not stamp.isdigit() or not signatures:
-            return None
-        if abs(time.time() - int(stamp)) > WEBHOOK_TOLERANCE_S:
+        if not msg_id.isascii() or not msg_id or not signatures or not fresh_unix_stamp(stamp):
             return None
         if not verify_signature(self._secret, msg_id, stamp, body, signatures):
             return None
         try:
             doc = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(doc, dict):
+            return None  # signed, but no prediction
+        try:
             return _prediction(doc)
         except (ValueError, KeyError, TypeError):
             return None

@@ -29,8 +29,8 @@ from typing import Any
 
 from satsgate.engines.ai_call import AiCallReport, AiCallRequest, CallState, Outcome, Turn
 from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.providers.upstream import WEBHOOK_TOLERANCE_S
 from satsgate.engines.providers.voice_agents import (
-    WEBHOOK_TOLERANCE_S,
     VoiceAgentProvider,
     call_id_in,
     mapping,

@@ -15,8 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from satsgate.domain.telephony import check_e164
 from satsgate.engines.config import EngineConfigError
-
-WEBHOOK_TOLERANCE_S = 300
+from satsgate.engines.providers.upstream import fresh_unix_stamp
 
 
 def public_key_from(value: object, where: str) -> Ed25519PublicKey:
@@ -40,9 +39,7 @@ def verify_signature(
     timestamp within 300 s of now. ``headers`` are lower-cased."""
     stamp = headers.get("telnyx-timestamp", "")
     signature = headers.get("telnyx-signature-ed25519", "")
-    if not stamp.isdigit() or not signature:
-        return False
-    if abs((time.time() if now is None else now) - int(stamp)) > WEBHOOK_TOLERANCE_S:
+    if not signature or not fresh_unix_stamp(stamp, now):
         return False
     try:
         raw = base64.b64decode(signature, validate=True)

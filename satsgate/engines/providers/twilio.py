@@ -65,6 +65,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 
+from satsgate.constant_time import texts_equal
 from satsgate.engines.config import EngineConfigError, ProviderConfig
 from satsgate.engines.delivery import (
     REFERENCE_PARAM,
@@ -200,8 +201,7 @@ def valid_signature(token: str, url: str, params: Mapping[str, Sequence[str]], g
     if not token or not given:
         return False
     return any(
-        hmac.compare_digest(signature(token, candidate, params).encode(), given.encode())
-        for candidate in _url_variants(url)
+        texts_equal(given, signature(token, candidate, params)) for candidate in _url_variants(url)
     )
 
 

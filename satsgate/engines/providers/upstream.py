@@ -27,6 +27,19 @@ from satsgate.errors import ErrorCode
 
 log = logging.getLogger("satsgate.engines.providers")
 
+# How far a platform's webhook timestamp may be from now (the platforms' own tolerance).
+WEBHOOK_TOLERANCE_S = 300
+
+
+def fresh_unix_stamp(stamp: str, now: float | None = None) -> bool:
+    """Whether a webhook's timestamp header (unix seconds) is within WEBHOOK_TOLERANCE_S
+    of now. Only ASCII digits count: ``str.isdigit`` also takes "²", which ``int``
+    refuses, and a number of thousands of digits makes ``int`` raise."""
+    if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
+        return False
+    return abs((time.time() if now is None else now) - int(stamp)) <= WEBHOOK_TOLERANCE_S
+
+
 T = TypeVar("T")
 
 # One more try for a request that failed before the upstream could act on it (connection

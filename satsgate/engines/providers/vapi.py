@@ -30,8 +30,8 @@ from typing import Any
 from satsgate.constant_time import texts_equal
 from satsgate.engines.ai_call import AiCallReport, AiCallRequest, CallState, Outcome, Turn
 from satsgate.engines.config import EngineConfigError, ProviderConfig
+from satsgate.engines.providers.upstream import WEBHOOK_TOLERANCE_S
 from satsgate.engines.providers.voice_agents import (
-    WEBHOOK_TOLERANCE_S,
     VoiceAgentProvider,
     call_id_in,
     iso_seconds,
@@ -71,7 +71,7 @@ def hmac_signature(secret: str, timestamp: str, body: bytes) -> str:
 def _fresh(timestamp: str) -> bool:
     """Within 5 minutes when the timestamp reads as unix seconds or ms (its format is
     not documented: another form is left to the signature alone)."""
-    if not timestamp.isdigit():
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 16):
         return iso_seconds(timestamp) is None or (
             abs(time.time() - (iso_seconds(timestamp) or 0)) <= WEBHOOK_TOLERANCE_S
         )

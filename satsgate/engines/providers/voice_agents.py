@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 ENGINE = "ai_call"
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
-WEBHOOK_TOLERANCE_S = 300
 
 
 def option_str(config: ProviderConfig, key: str, *, required: bool = False) -> str:

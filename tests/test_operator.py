@@ -317,6 +317,7 @@ async def test_every_recover_url_resolves_and_pays_out(
         # The earlier payout found no route: the page says so, the link stays open.
         assert "The last payout attempt failed" in found.text
         assert "outbound liquidity" in found.text
+        assert DEV_NO_ROUTE not in found.text  # the node's own words are the operator's
         # Another payment's id with this secret finds nothing.
         other = await client.post(
             "/recover",

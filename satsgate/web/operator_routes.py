@@ -446,10 +446,12 @@ async def _refund_body(
         notices.append(f'<p class="notice error" id="payout-error">{esc(message)}</p>')
     last_error = await refunds.last_payout_error(refund.k1)
     if refund.status is RefundStatus.OPEN and last_error and not expired:
+        # The node's own words stay the operator's (/operator): they can name channels
+        # and what they could carry, which is not the payer's to learn.
         notices.append(
-            '<p class="notice" id="last-payout-error">The last payout attempt failed: '
-            f"{esc(last_error)}. The refund is still open: try again later or with another "
-            f"wallet ({esc(NO_LIQUIDITY_HINT)}).</p>"
+            '<p class="notice" id="last-payout-error">The last payout attempt failed. The '
+            "refund is still open: try again later or with another wallet "
+            f"({esc(NO_LIQUIDITY_HINT)}).</p>"
         )
     head = (
         f'<section class="card"><h1>Refund of {esc(amount)}</h1>'

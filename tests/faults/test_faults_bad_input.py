@@ -74,6 +74,7 @@ CASES: list[tuple[str, str, bytes, dict[str, str], int, str]] = [
         "L402_INVALID_PARAMS",
     ),
     ("mcp NUL", "/api/mcp", b'{"id": 1, "method": "tools/call\\u0000"}', {}, 400, "-32700"),
+    ("dev node, not an object", "/api/dev/outgoing-mode", b"[]", {}, 400, "INVALID_INPUT"),
     ("mcp lone surrogate", "/api/mcp", b'{"id": 1, "method": "\\udfff"}', {}, 400, "-32700"),
     (
         "mpp lone surrogate",

@@ -48,9 +48,13 @@ def _may_hold_unstorable_text(raw: str | bytes) -> bool:
     ``\\u0000`` or ``\\uD...`` escape (JSON allows neither character unescaped in a
     string), and (bytes) no 0xED byte, the lead byte of a surrogate's UTF-8-like form that
     ``json.loads`` lets through, or (str) no character beyond ASCII."""
+    # A backslash first: searching one byte is several times faster than searching the
+    # escapes, and a body of base64 holds none.
     if isinstance(raw, bytes):
-        return b"\\u0000" in raw or b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw
-    return "\\u0000" in raw or "\\ud" in raw or "\\uD" in raw or not raw.isascii()
+        escaped = b"\\" in raw and (b"\\u0000" in raw or b"\\ud" in raw or b"\\uD" in raw)
+        return escaped or b"\xed" in raw
+    escaped = "\\" in raw and ("\\u0000" in raw or "\\ud" in raw or "\\uD" in raw)
+    return escaped or not raw.isascii()
 
 
 def _unstorable_text(value: Any) -> str | None:

@@ -192,11 +192,18 @@ def payout_invoice(
     return invoice
 
 
+# The longest expiry an invoice may name (about 136 years; BOLT11's field holds far more).
+MAX_EXPIRY_S = 2**32
+
+
 def decode_invoice(bolt11_str: str) -> DecodedInvoice:
     """Decode and check the signature; raises InvalidInvoice on anything malformed."""
     text = bolt11_str.strip()
     if text.lower().startswith("lightning:"):
         text = text[len("lightning:") :]
+    if text not in (text.lower(), text.upper()):
+        # Bech32 is one case or the other; the library lowercases first, nodes refuse.
+        raise InvalidInvoice("not a valid BOLT11 invoice: it mixes upper and lower case")
     try:
         inv = bolt11.decode(text)
     except Exception as exc:  # the library raises many unrelated types
@@ -204,9 +211,13 @@ def decode_invoice(bolt11_str: str) -> DecodedInvoice:
     network = NETWORK_BY_CURRENCY.get(inv.currency)
     if network is None:
         raise InvalidInvoice(f"unknown currency prefix {inv.currency}")
+    if inv.amount_msat is not None and int(inv.amount_msat) <= 0:
+        raise InvalidInvoice("not a valid BOLT11 invoice: an amount must be above zero")
+    if int(inv.expiry) > MAX_EXPIRY_S:
+        raise InvalidInvoice("not a valid BOLT11 invoice: its expiry is beyond any use")
     return DecodedInvoice(
         payment_hash=inv.payment_hash,
-        amount_msat=int(inv.amount_msat) if inv.amount_msat else None,
+        amount_msat=int(inv.amount_msat) if inv.amount_msat is not None else None,
         created_at=int(inv.date),
         expires_at=int(inv.date) + int(inv.expiry),
         network=network,

@@ -109,6 +109,9 @@ def test_payout_invoice_names_the_rule_each_refusal_broke() -> None:
         (good, None, "regtest", 0, "amount", "must carry no amount"),
         (_invoice(amount_msat=0), 21_000, "regtest", 0, "amount", "must be for exactly"),
         (good, 21_000, "bitcoin", 0, "network", "is not for bitcoin"),
+        # Bech32 is one case: a node would refuse to pay a mixed one.
+        (good[:10] + good[10:].upper(), 21_000, "regtest", 0, "decoding", "is not a valid"),
+        (_invoice(expiry_s=2**40), 21_000, "regtest", 0, "decoding", "is not a valid"),
         (_invoice(expiry_s=1), 21_000, "regtest", 0, "expiry", None),
         (good, 21_000, "regtest", 900, "expiry", "expires within 900 s"),
     ]

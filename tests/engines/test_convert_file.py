@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
 import math
 import os
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import threading
 import wave
 import zipfile
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -322,6 +324,41 @@ async def test_a_broken_document_is_refunded(client: httpx.AsyncClient) -> None:
     error = assert_envelope(resp, "SERVICE_ERROR", 502)
     assert error["refund"]["amount_sats"] == 100
     assert "satsgate-" not in error["error"]  # no temporary paths of the node
+
+
+def _png_with_cut_pixels() -> bytes:
+    """A PNG whose header and chunk checksums are right but whose pixel data stops short:
+    the check before payment reads the header; the pixels fail only when decoded."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        checksum = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + checksum
+
+    header = struct.pack(">IIBBBBB", 64, 64, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\0" * 5000)[:20]
+    chunks = chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunks
+
+
+@pytest.mark.parametrize("service", ["convert-file", "html-to-pdf"])
+async def test_an_image_whose_pixels_do_not_decode_is_refunded_as_the_callers_input(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture, service: str
+) -> None:
+    """INVALID_INPUT with the refund, and no ERROR line: before, the decoder's OSError read
+    as satsgate's own failure (L402_UPSTREAM_FAILED, a traceback logged)."""
+    image = b64(_png_with_cut_pixels())
+    body: dict[str, Any] = (
+        {"file": image, "targetFormat": "webp"}
+        if service == "convert-file"
+        else {"html": f'<p>x</p><img src="data:image/png;base64,{image}">'}
+    )
+    auth = await paid_l402_auth(client, service, body)
+    with caplog.at_level(logging.ERROR):
+        resp = await client.post(f"/api/l402/{service}", json=body, headers={"Authorization": auth})
+    error = assert_envelope(resp, "INVALID_INPUT", 400)
+    assert error["refund"]["amount_sats"] > 0
+    assert "cannot be decoded" in error["error"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 @pytest.mark.slow  # LibreOffice starts a fresh profile for each conversion

@@ -42,6 +42,7 @@ from pypdf import PdfReader
 
 from satsgate.domain.media import MediaError, image_info, is_pdf
 from satsgate.engines.local import pdf
+from satsgate.engines.local.image_support import ImageOpError
 
 # -- what a file is ------------------------------------------------------------------------
 
@@ -550,8 +551,13 @@ def raw_image_bytes(width: int, height: int, target: str) -> int | None:
 
 
 def convert_image(data: bytes, target: str) -> bytes:
+    """ImageOpError when the pixel data does not decode (a check before payment reads
+    only the header)."""
     with Image.open(io.BytesIO(data)) as img:
-        img.load()
+        try:
+            img.load()
+        except (OSError, SyntaxError) as exc:
+            raise ImageOpError(f"the image cannot be decoded ({exc})"[:300]) from None
         frame: Image.Image = img
         needs_rgb = (target in ("jpeg", "bmp", "pdf") and img.mode not in ("RGB", "L")) or (
             target == "gif" and img.mode not in ("P", "L")

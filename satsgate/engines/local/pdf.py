@@ -24,6 +24,7 @@ from weasyprint import HTML
 from weasyprint.urls import URLFetcher
 
 from satsgate.domain.pdf_pages import InvalidPdf, open_pdf
+from satsgate.engines.local.image_support import ImageOpError
 
 # Importing WeasyPrint turns on Pillow's LOAD_TRUNCATED_IMAGES for the whole process; a
 # pool worker that once rendered a PDF would then decode every truncated image a caller
@@ -102,9 +103,13 @@ class _DataUrlsOnly(URLFetcher):  # type: ignore[misc]  # weasyprint ships no ty
 
 
 def html_to_pdf(html: str) -> RenderedPdf:
-    """Render an HTML document to PDF; only ``data:`` resources are loaded."""
-    document = HTML(string=html, base_url=None, url_fetcher=_DataUrlsOnly()).render()
-    data = document.write_pdf()
+    """Render an HTML document to PDF; only ``data:`` resources are loaded. ImageOpError
+    when an embedded image's data does not decode (the caller's input, not our fault)."""
+    try:
+        document = HTML(string=html, base_url=None, url_fetcher=_DataUrlsOnly()).render()
+        data = document.write_pdf()
+    except (OSError, SyntaxError) as exc:  # PIL on an image's broken data
+        raise ImageOpError(f"an embedded image cannot be decoded ({exc})"[:300]) from None
     assert isinstance(data, bytes)
     return RenderedPdf(data, len(document.pages))
 

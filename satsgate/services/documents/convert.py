@@ -20,6 +20,7 @@ from satsgate.domain.media import (
 from satsgate.engines import EngineError
 from satsgate.engines.local import convert as conv
 from satsgate.engines.local import libreoffice
+from satsgate.engines.local.image_support import ImageOpError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
     FlatPrice,
@@ -173,14 +174,16 @@ async def _converted(ctx: ServiceContext, job: _Conversion, target: str, title: 
         if job.tool == "pandoc":
             out = await conv.pandoc_convert(data, kind, target, title, limit)
             return await ctx.run_cpu(conv.html_document_to_pdf, out) if target == "pdf" else out
+        if kind == "image":
+            return await ctx.run_cpu(conv.convert_image, data, target)
+        if kind == "pdf":
+            return await ctx.run_cpu(conv.pdf_text, data)
+        return await ctx.run_cpu(conv.text_document, data, kind, target)
     except conv.ToolFailed as exc:
         code = ErrorCode.TIMEOUT if exc.timed_out else ErrorCode.SERVICE_ERROR
         raise EngineError(code, f"The conversion failed: {exc}") from None
-    if kind == "image":
-        return await ctx.run_cpu(conv.convert_image, data, target)
-    if kind == "pdf":
-        return await ctx.run_cpu(conv.pdf_text, data)
-    return await ctx.run_cpu(conv.text_document, data, kind, target)
+    except ImageOpError as exc:  # the file's own data: INVALID_INPUT, refunded
+        raise EngineError(ErrorCode.INVALID_INPUT, f"The file cannot be converted: {exc}") from None
 
 
 async def convert_file(ctx: ServiceContext, params: ConvertFileParams) -> ServiceResult:

@@ -9,7 +9,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from satsgate.domain import pdf_pages
+from satsgate.engines import EngineError
 from satsgate.engines.local import cards, pdf
+from satsgate.engines.local.image_support import ImageOpError
 from satsgate.errors import ApiError, ErrorCode
 from satsgate.services.base import (
     FlatPrice,
@@ -169,13 +171,16 @@ async def _pdf_result(ctx: ServiceContext, rendered: pdf.RenderedPdf) -> Service
 
 
 async def html_to_pdf(ctx: ServiceContext, params: HtmlToPdfParams) -> ServiceResult:
-    if params.html is not None:
-        rendered = await ctx.run_cpu(pdf.html_to_pdf, params.html, limit_s=HTML_TO_PDF_LIMIT_S)
-    else:
-        assert params.markdown is not None
-        rendered = await ctx.run_cpu(
-            pdf.markdown_to_pdf, params.markdown, limit_s=HTML_TO_PDF_LIMIT_S
-        )
+    try:
+        if params.html is not None:
+            rendered = await ctx.run_cpu(pdf.html_to_pdf, params.html, limit_s=HTML_TO_PDF_LIMIT_S)
+        else:
+            assert params.markdown is not None
+            rendered = await ctx.run_cpu(
+                pdf.markdown_to_pdf, params.markdown, limit_s=HTML_TO_PDF_LIMIT_S
+            )
+    except ImageOpError as exc:  # an embedded image's own data: INVALID_INPUT, refunded
+        raise EngineError(ErrorCode.INVALID_INPUT, f"The page cannot be rendered: {exc}") from None
     return await _pdf_result(ctx, rendered)
 
 

@@ -240,6 +240,10 @@ def document_pages(data: bytes, max_pages: int | None = None) -> int:
 # -- books: visible characters -------------------------------------------------------------
 
 MAX_BOOK_UNPACKED = 300 * 1024 * 1024  # zip-bomb guard for EPUBs
+# A book's chapters: an EPUB's spine documents, a PDF's pages. Measuring a book runs
+# before any invoice, and a spine can name one file thousands of times: these bound it.
+MAX_BOOK_CHAPTERS = 2_000
+MAX_BOOK_SPINE_BYTES = 100 * 1024 * 1024  # the spine's documents read, repeats counted
 
 
 class _TextOf(html.parser.HTMLParser):
@@ -341,32 +345,45 @@ def read_epub(data: bytes) -> tuple[str | None, Iterator[EpubDocument]]:
             for el in opf.iter()
             if el.tag.endswith("}item") or el.tag == "item"
         }
+        chapters = spine_bytes = 0
         with archive:
             for itemref in (el for el in opf.iter() if el.tag.endswith("itemref")):
                 item = items.get(itemref.attrib.get("idref"))
                 href = item.get("href", "") if item is not None else ""
                 if not href or item is None:
                     continue  # a spine entry without a file is no chapter
+                chapters += 1
+                if chapters > MAX_BOOK_CHAPTERS:
+                    raise MediaError(f"the EPUB's spine has more than {MAX_BOOK_CHAPTERS} chapters")
                 path = posixpath.normpath(posixpath.join(base, href.split("#", 1)[0]))
                 try:
-                    markup = archive.read(path).decode("utf-8", errors="replace")
+                    raw = archive.read(path)
                 except KeyError:
                     raise MediaError(f"EPUB spine names a missing file {path!r}") from None
-                yield EpubDocument(item, itemref.attrib, markup)
+                spine_bytes += len(raw)
+                if spine_bytes > MAX_BOOK_SPINE_BYTES:
+                    raise MediaError("the EPUB's spine reads more than 100 MB of documents")
+                yield EpubDocument(item, itemref.attrib, raw.decode("utf-8", errors="replace"))
 
     return title or None, documents()
 
 
 def _epub_chapters(data: bytes) -> tuple[int, ...]:
     _title, documents = read_epub(data)
-    chapters = tuple(html_visible_chars(document.markup) for document in documents)
+    measured: dict[str, int] = {}  # by the manifest item's href: a repeat is measured once
+    chapters = []
+    for document in documents:
+        href = document.item.get("href", "")
+        if href not in measured:
+            measured[href] = html_visible_chars(document.markup)
+        chapters.append(measured[href])
     if not chapters:
         raise MediaError("EPUB with an empty spine")
-    return chapters
+    return tuple(chapters)
 
 
 def _pdf_chapters(data: bytes) -> tuple[int, ...]:
-    pdf_pages(data)  # readable, unencrypted, with pages
+    pdf_pages(data, MAX_BOOK_CHAPTERS)  # readable, unencrypted, with pages
     reader = PdfReader(io.BytesIO(data), strict=False)
     out = []
     for page in reader.pages:

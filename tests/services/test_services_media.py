@@ -101,7 +101,8 @@ def ogg_opus_bytes(seconds: float, pre_skip: int = 312) -> bytes:
     return page(0, head) + page(int(seconds * 48000) + pre_skip, b"\0" * 10)
 
 
-def epub_bytes(chapters: list[str]) -> bytes:
+def epub_bytes(chapters: list[str], spine_repeats: int = 1) -> bytes:
+    """An EPUB of ``chapters``; its spine names them ``spine_repeats`` times over."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
         z.writestr("mimetype", "application/epub+zip")
@@ -115,7 +116,7 @@ def epub_bytes(chapters: list[str]) -> bytes:
             f'<item id="c{i}" href="text/c{i}.xhtml" media-type="application/xhtml+xml"/>'
             for i in range(len(chapters))
         )
-        spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(chapters)))
+        spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(chapters))) * spine_repeats
         z.writestr(
             "OEBPS/content.opf",
             '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
@@ -315,6 +316,27 @@ async def test_a_name_whose_aaaa_is_nat64_of_a_public_address_passes() -> None:
 
     found = await Outbound(lookup=dns).public_addresses("https://ipv4-only.example.org/cb")
     assert [str(a) for a in found] == ["64:ff9b::808:808"]
+
+
+def test_a_book_is_measured_within_bounds_before_any_invoice() -> None:
+    """Measuring runs before the invoice: a spine naming one file thousands of times, or
+    a PDF of thousands of pages, is refused instead of parsed for seconds."""
+    many = epub_bytes(["one chapter"], spine_repeats=media.MAX_BOOK_CHAPTERS + 1)
+    with pytest.raises(media.MediaError, match="more than 2000 chapters"):
+        media.measure_book(many, "b.epub")
+    repeats = media.MAX_BOOK_SPINE_BYTES // (2 * 1024 * 1024) + 1
+    heavy = epub_bytes(["word " * 420_000], spine_repeats=repeats)  # over 2 MiB a document
+    with pytest.raises(media.MediaError, match="more than 100 MB"):
+        media.measure_book(heavy, "b.epub")
+    # Within the bounds, a repeated document counts at each place it is read.
+    assert media.measure_book(epub_bytes(["abc"], spine_repeats=3), "b.epub").chapters == (3,) * 3
+    writer = PdfWriter()
+    for _ in range(media.MAX_BOOK_CHAPTERS + 1):
+        writer.add_blank_page(72, 72)
+    pdf = io.BytesIO()
+    writer.write(pdf)
+    with pytest.raises(media.MediaError, match="at most 2000"):
+        media.measure_book(pdf.getvalue(), "b.pdf")
 
 
 def test_corrupt_epub_member_is_a_media_error_not_a_crash() -> None:

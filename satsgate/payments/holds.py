@@ -132,14 +132,11 @@ class Holds:
         """Give the payment back; the object to show for it, or None if it was already
         decided (settled: a refund link is then the way back). ``unused``: only if no call
         has spent it (None when one has: that call's outcome decides)."""
-        if unused:
-            now = int(time.time())
-            if not await self._holds.choose_cancel(payment.payment_hash, now, unused=True):
-                return None
-        else:
+        if not unused:  # a running call's outcome no longer decides it
             self._running.discard(payment.payment_id)
-            if not await self._holds.choose_cancel(payment.payment_hash, int(time.time())):
-                return None
+        now = int(time.time())
+        if not await self._holds.choose_cancel(payment.payment_hash, now, unused=unused):
+            return None
         log.info("hold %s canceled: %s", payment.payment_hash, reason)
         await self._tell_cancel(payment.payment_hash)
         return canceled_object(payment, reason)
